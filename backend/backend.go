@@ -1,0 +1,162 @@
+package backend
+
+import (
+	"context"
+	"fmt"
+	"regexp"
+	"time"
+)
+
+// Kind names a backend implementation. Frozen strings: they are written into
+// handles.
+type Kind string
+
+const (
+	KindHeap Kind = "heap"
+	KindFile Kind = "file"
+	KindLSM  Kind = "lsm"
+)
+
+// ParseKind checks that s names a backend.
+func ParseKind(s string) (Kind, error) {
+	switch k := Kind(s); k {
+	case KindHeap, KindFile, KindLSM:
+		return k, nil
+	}
+	return "", fmt.Errorf("%w: unknown backend %q (want heap, file or lsm)", ErrInvalidArgument, s)
+}
+
+// TaskID names the task an instance belongs to.
+type TaskID struct {
+	Job      string `json:"job"`
+	Operator string `json:"operator"`
+	Subtask  int    `json:"subtask"`
+}
+
+var nameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
+
+// Validate checks that the job and operator names are safe as path segments
+// (letters, digits, '.', '_', '-'; not starting with a dot; at most 128
+// bytes) and that the subtask index is not negative.
+func (t TaskID) Validate() error {
+	if !nameRE.MatchString(t.Job) {
+		return fmt.Errorf("%w: job name %q must match %s", ErrInvalidArgument, t.Job, nameRE)
+	}
+	if !nameRE.MatchString(t.Operator) {
+		return fmt.Errorf("%w: operator name %q must match %s", ErrInvalidArgument, t.Operator, nameRE)
+	}
+	if t.Subtask < 0 {
+		return fmt.Errorf("%w: subtask %d is negative", ErrInvalidArgument, t.Subtask)
+	}
+	return nil
+}
+
+func (t TaskID) String() string { return fmt.Sprintf("%s/%s/%d", t.Job, t.Operator, t.Subtask) }
+
+// Dir is the task's directory inside a checkpoint: "<operator>-<subtask>".
+func (t TaskID) Dir() string { return fmt.Sprintf("%s-%d", t.Operator, t.Subtask) }
+
+// Clock returns the current time; tests inject one to drive TTL.
+type Clock func() time.Time
+
+// Info describes an open instance.
+type Info struct {
+	Kind           Kind
+	Task           TaskID
+	KeyGroups      KeyGroupRange
+	MaxParallelism int
+}
+
+// Backend is the working keyed state of one task instance plus its
+// snapshots.
+//
+// Contract, for every implementation (backendtest checks it):
+//   - All methods are safe for concurrent use; each operation is atomic, and
+//     a read sees every write that returned before it started.
+//   - Every operation checks that the state exists (ErrUnknownState), has the
+//     kind the operation needs (ErrWrongKind) and that the key group lies in
+//     the instance's range (ErrKeyGroupOutOfRange); a failed check changes
+//     nothing.
+//   - Absent entries are not errors: Get returns ok=false, ListGet an empty
+//     list, MapIterate no entries.
+//   - Entries past their TTL are never returned and count as absent.
+//   - Returned byte slices belong to the caller; slices passed in may be
+//     reused by the caller after the call returns.
+//   - Close is idempotent; every other call after Close returns ErrClosed.
+type Backend interface {
+	Info() Info
+	// States lists the registered states, sorted by name.
+	States() []StateDescriptor
+	// RegisterState adds a state. Registering an identical descriptor again
+	// is a no-op; one with the same name and another kind, TTL or function is
+	// ErrIncompatible.
+	RegisterState(d StateDescriptor) error
+
+	// Get returns the value of a value state.
+	Get(state string, k Key) (value []byte, ok bool, err error)
+	// Put sets the value of a value state.
+	Put(state string, k Key, value []byte) error
+	// Delete clears the entry of a value, list, map (all user keys) or
+	// aggregate state. Deleting an absent entry is not an error.
+	Delete(state string, k Key) error
+
+	// ListAppend appends values to a list state without reading it.
+	ListAppend(state string, k Key, values ...[]byte) error
+	// ListGet returns the list in append order (expired elements left out).
+	ListGet(state string, k Key) ([][]byte, error)
+
+	// MapGet, MapPut, MapRemove and MapContains work on one user key.
+	MapGet(state string, k Key, userKey []byte) ([]byte, bool, error)
+	MapPut(state string, k Key, userKey, value []byte) error
+	MapRemove(state string, k Key, userKey []byte) error
+	MapContains(state string, k Key, userKey []byte) (bool, error)
+	// MapIterate returns up to limit entries (limit <= 0: all) with user key
+	// greater than after (nil: from the first), in bytewise order of user
+	// keys; more says whether entries remain past the last one returned.
+	MapIterate(state string, k Key, after []byte, limit int) (entries []MapEntry, more bool, err error)
+
+	// AggregateAdd merges v into an aggregate state with its function. v must
+	// have the state's number type.
+	AggregateAdd(state string, k Key, v Number) error
+	// AggregateGet returns the merged value.
+	AggregateGet(state string, k Key) (Number, bool, error)
+
+	// RegisterTimer adds a timer; registering an existing one is a no-op.
+	RegisterTimer(state string, t Timer) error
+	// DeleteTimer removes a timer; deleting an absent one is not an error.
+	DeleteTimer(state string, t Timer) error
+	// PollTimers removes and returns up to limit (<= 0: all) timers of the
+	// state with Timestamp <= watermark, ordered by (Timestamp, KeyGroup,
+	// Key, Namespace).
+	PollTimers(state string, watermark int64, limit int) ([]Timer, error)
+
+	// Snapshot runs the synchronous part of checkpoint checkpointID: it
+	// freezes a view of the state and returns at once. Writes after it
+	// returns are not in the snapshot. The caller runs the returned
+	// snapshot's asynchronous part, possibly concurrently with more writes
+	// and more Snapshot calls. An error wrapping ErrDeclined means the
+	// backend refuses this checkpoint; the reason is in the message.
+	Snapshot(ctx context.Context, checkpointID uint64) (PendingSnapshot, error)
+	// NotifyCheckpointComplete tells the backend that checkpointID completed:
+	// files it uploaded may be referenced by later incremental snapshots.
+	NotifyCheckpointComplete(checkpointID uint64)
+	// NotifyCheckpointAborted tells the backend that checkpointID will never
+	// complete; its uploads are never referenced later.
+	NotifyCheckpointAborted(checkpointID uint64)
+
+	// Close releases the instance. Pending snapshots already returned may
+	// still run to completion.
+	Close() error
+}
+
+// PendingSnapshot is the asynchronous part of a snapshot.
+type PendingSnapshot interface {
+	// Run writes the frozen view to checkpoint storage and returns the
+	// task's state handle. It may run while the task keeps writing. It is
+	// called at most once; on error, files it wrote are left for the
+	// abort path and the orphan sweep, never referenced.
+	Run(ctx context.Context) (*Handle, error)
+	// Release frees the frozen view without writing anything; it is a no-op
+	// after Run. Callers call it when they abandon the snapshot.
+	Release()
+}
