@@ -1,0 +1,30 @@
+package kvstate
+
+// Engine is the ordered key/value store a backend keeps its working state
+// in: an in-memory B-tree (heap, file) or Pebble (lsm). kvstate builds every
+// state kind, TTL and the key layout on top of it, so all backends share one
+// set of semantics and one key format.
+//
+// Concurrency: State serializes writers with a mutex and lets readers run
+// concurrently with each other but never with a writer, so an Engine only
+// needs to support concurrent readers. Snapshots are the backend's business
+// (State.Exclusive gives them a moment with no writer).
+type Engine interface {
+	// Get returns a copy of the value stored under key.
+	Get(key []byte) (value []byte, ok bool, err error)
+	// Set stores value under key. key and value may be reused by the caller
+	// after Set returns.
+	Set(key, value []byte) error
+	// Merge appends operand to the value stored under key (or stores it if
+	// there is none): the stored value becomes value||operand. List appends
+	// use it so that they never read.
+	Merge(key, operand []byte) error
+	// Delete removes key; an absent key is not an error.
+	Delete(key []byte) error
+	// DeleteRange removes every key in [start, end).
+	DeleteRange(start, end []byte) error
+	// Scan calls fn for every key in [start, end) in ascending bytewise
+	// order until fn returns false or an error. k and v are valid only
+	// during the call. Writes are not allowed from inside fn.
+	Scan(start, end []byte, fn func(k, v []byte) (bool, error)) error
+}
