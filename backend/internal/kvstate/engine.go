@@ -21,10 +21,12 @@ type Engine interface {
 	Merge(key, operand []byte) error
 	// Delete removes key; an absent key is not an error.
 	Delete(key []byte) error
-	// DeleteRange removes every key in [start, end).
+	// DeleteRange removes every key in [start, end); a nil end means no
+	// upper bound.
 	DeleteRange(start, end []byte) error
 	// Scan calls fn for every key in [start, end) in ascending bytewise
-	// order until fn returns false or an error. k and v are valid only
+	// order (a nil end: no upper bound) until fn returns false or an
+	// error. k and v are valid only
 	// during the call. Writes are not allowed from inside fn.
 	Scan(start, end []byte, fn func(k, v []byte) (bool, error)) error
 }
