@@ -143,6 +143,9 @@ func (s *Store) Stat(ctx context.Context, name string) (tiered.ObjectInfo, error
 
 // List implements tiered.Store.
 func (s *Store) List(ctx context.Context, prefix, startAfter string, limit int) (tiered.ListPage, error) {
+	if err := ctx.Err(); err != nil {
+		return tiered.ListPage{}, err
+	}
 	if limit <= 0 {
 		limit = 1000
 	}
