@@ -35,6 +35,9 @@ type Handle struct {
 	States []StateDescriptor `json:"states"`
 	// Files are the data files, in the order the backend needs them.
 	Files []FileRef `json:"files"`
+	// OperatorState is the task's operator (non-keyed) state, inline: it is
+	// small by contract (MaxOperatorStateBytes).
+	OperatorState []OperatorList `json:"operatorState,omitempty"`
 	// FullSize is the size of all files; CheckpointedSize the bytes this
 	// checkpoint uploaded (smaller for incremental snapshots).
 	FullSize         int64 `json:"fullSize"`
@@ -92,6 +95,9 @@ func (h *Handle) Validate() error {
 		if err := d.Validate(); err != nil {
 			return fmt.Errorf("%w: handle of %s: %v", ErrCorrupt, h.Task, err)
 		}
+	}
+	if err := ValidateOperatorState(h.OperatorState); err != nil {
+		return fmt.Errorf("%w: handle of %s: %v", ErrCorrupt, h.Task, err)
 	}
 	for i, f := range h.Files {
 		if err := ValidatePath(f.Path); err != nil {
