@@ -1,0 +1,16 @@
+// Package rescale plans the restore of a job at a new parallelism.
+//
+// Key groups are the unit of rescale: a job's maxParallelism key groups are
+// dealt out in contiguous ranges (backend.KeyGroupRangeForOperator), so a new
+// subtask's range overlaps a few contiguous old ranges. The planner maps
+// every new subtask to the old handles that overlap it, with the overlap per
+// handle, the one with the largest overlap first: the backend restores that
+// one as its base, clips it to the new range (range deletion or excise:
+// cost independent of the keys removed) and adds the overlapping key groups
+// of the others.
+//
+// Operator (non-keyed) state is redistributed by mode: split deals the union
+// of the elements out round-robin, union gives every subtask everything.
+//
+// Changing maxParallelism is refused: a key group cannot be split or merged.
+package rescale
