@@ -27,7 +27,7 @@ func oldHandles(maxP, p int) []*backend.Handle {
 // lie in both ranges, are disjoint and cover the new range; the base has
 // the largest overlap; every key group's source is the old subtask that
 // OperatorForKeyGroup names.
-func checkPlan(t testing.TB, plan *Plan, maxP, oldP, newP int) {
+func checkPlan(t interface{ Fatalf(string, ...any) }, plan *Plan, maxP, oldP, newP int) {
 	if len(plan.Subtasks) != newP || plan.OldParallelism != oldP {
 		t.Fatalf("plan has %d subtasks (old %d), want %d (old %d)", len(plan.Subtasks), plan.OldParallelism, newP, oldP)
 	}
