@@ -1,0 +1,91 @@
+// Package catalog keeps the completed checkpoints and savepoints of every
+// job in one checkpoint root (a tiered.Store): completion, retention with
+// subsumption, abort, orphan GC, claim and no-claim restores, native and
+// canonical savepoints, and verification. Its two promises: no retained
+// checkpoint or savepoint ever points at a deleted file, and no file is
+// kept forever.
+//
+// # Layout
+//
+//	<job>/shared/<unique>          files several checkpoints may reference
+//	<job>/chk-<N>/<op>-<sub>/...   files of checkpoint N alone
+//	<job>/chk-<N>/_metadata        manifest of completed checkpoint N
+//	<job>/_catalog                 job file: history, pins, adoptions
+//	savepoints/<id>/_metadata      savepoint manifest
+//	savepoints/<id>/...            savepoint files (paths relative to the dir)
+//
+// A manifest exists exactly when its checkpoint or savepoint is retained.
+// Manifests and job files are framed with internal/frame (magic "STMF" and
+// "STJC", version 1, CRC32C) around a JSON payload; readers accept versions
+// 1..ManifestVersion and reject unknown fields, so a newer writer's file is
+// refused loudly rather than half-read. The job name "savepoints" is
+// reserved.
+//
+// # Checkpoints
+//
+//	BeginCheckpoint(job, N)            N is in flight: GC never touches chk-N/
+//	AddTaskHandle(job, N, h)           one per task; h's files are protected
+//	Complete(ctx, job, N, more...)     manifest + registration + retention
+//	Abort(ctx, job, N, why, reason)    private dir deleted now, shared later
+//	Release(ctx, job, N)               Abort without a history record
+//
+// Complete checks every file not referenced yet (it exists, with its size),
+// writes the manifest with PutIfAbsent (a retried Complete is idempotent),
+// and only then registers the files in the refcount registry: handles are
+// registered at completion, never at upload. Retention keeps the last
+// Options.Retain checkpoints a job owns (pinned ones not counted);
+// discarding one deletes its manifest first, so a crash in the middle
+// leaves orphans for the sweep and never a retained checkpoint with missing
+// files. Abort deletes the private directory at once but leaves the shared
+// files the checkpoint uploaded to the sweep (FLINK-24611): they go once
+// they are older than the grace period, unless a completed checkpoint
+// references them. The history (List) is kept in the job file, bounded by
+// Options.MaxHistory, so "stated checkpoints" prints it after a restart.
+//
+// # Ownership and restore modes
+//
+// Every retained checkpoint has exactly one owner job, which alone deletes
+// it: its own job, or the job that restored it in claim mode (an adoption,
+// recorded in the adopter's job file). A no-claim restore never changes
+// the checkpoint; if the restoring job owns it, it is pinned so that the
+// job's retention never deletes it (only DeleteCheckpoint does). After a
+// no-claim restore, Complete refuses any checkpoint of the job that
+// references a file of the restored one, which enforces "the first
+// checkpoint after a no-claim restore is full". Savepoints are never owned
+// by a job.
+//
+// # Garbage collection
+//
+// GC (and the background sweep, Start) deletes an object of the layout
+// when no retained checkpoint or savepoint references it, no pending handle
+// lists it, it is not under an in-flight checkpoint or savepoint, and it
+// and every object of its checkpoint directory are older than
+// Options.GCGrace. A GC in another process (stated gc) cannot see the
+// daemon's in-flight checkpoints: it relies on the grace period, which must
+// exceed the checkpoint timeout, and keeps everything a manifest it did not
+// know references. Deletes are batched (Options.DeleteBatch names per
+// DeleteBatch call), bounded in parallelism, retried, and idempotent; what
+// still fails is caught by the next sweep (FLINK-38909). A registration,
+// Abort or GC marks the names it deletes under the catalog lock, so a
+// concurrently completing checkpoint either fails or protects them first.
+//
+// # Savepoints
+//
+// TriggerSavepoint writes "savepoints/<id>/": native copies every file of
+// the given handles (checking each file's size and CRC32C while copying)
+// to "data/<original name>" and rewrites the handles' paths; canonical has
+// each backend write its backend-neutral snapshot there
+// (backend.CanonicalSnapshotter). Both are self-contained and relocatable:
+// restore with RestoreSource(SavepointID) or, from anywhere,
+// LoadSavepoint(store rooted at the directory). Taking one never changes
+// what later incremental checkpoints reuse.
+//
+// # Caveats
+//
+// Heap snapshots live in the heap backend's in-memory store: the catalog
+// records their handles but neither checks, counts, copies (unless given
+// the heap store as Source) nor deletes their files. One Catalog owns a
+// checkpoint root at a time; cluster mode replicates it with raft (not
+// here). Open only reads; retention beyond Retain after a crash is applied
+// by the next Complete.
+package catalog

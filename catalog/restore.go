@@ -1,0 +1,210 @@
+package catalog
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/statedhq/stated/backend"
+	"github.com/statedhq/stated/tiered"
+)
+
+// Mode is how a job restores from a checkpoint.
+type Mode string
+
+// Restore modes. Frozen strings (CLI and API use them).
+const (
+	// ModeClaim: the restoring job takes ownership of the checkpoint and its
+	// files; they are discarded by its retention like its own.
+	ModeClaim Mode = "claim"
+	// ModeNoClaim: the restoring job never modifies or deletes the
+	// checkpoint; its backends open with NoClaim, so the first new
+	// checkpoint is full and shares no file with it.
+	ModeNoClaim Mode = "no-claim"
+)
+
+// ParseMode checks s names a restore mode.
+func ParseMode(s string) (Mode, error) {
+	switch m := Mode(s); m {
+	case ModeClaim, ModeNoClaim:
+		return m, nil
+	}
+	return "", fmt.Errorf("%w: restore mode %q (want claim or no-claim)", ErrInvalidArgument, s)
+}
+
+// RestoreRequest names what a job restores from.
+type RestoreRequest struct {
+	// Job is the job that restores. Required.
+	Job string
+	// FromJob is the job whose checkpoint it restores. Default Job.
+	FromJob string
+	// CheckpointID is the checkpoint to restore; 0 means the newest one
+	// FromJob owns.
+	CheckpointID uint64
+	// SavepointID, if set, restores from that savepoint instead; savepoints
+	// are never owned by a job, so Mode does not apply.
+	SavepointID string
+	// Mode is claim or no-claim. Default ModeNoClaim (the safe one, as in
+	// Flink).
+	Mode Mode
+}
+
+// Restore is everything a backend needs to restore: pass Handles (the ones
+// of the task, or all of them to let the backend pick by key group),
+// Store as backend.Options.RestoreStore and NoClaim as
+// backend.Options.NoClaim.
+type Restore struct {
+	Manifest *Manifest
+	Handles  []*backend.Handle
+	Store    tiered.Store
+	NoClaim  bool
+}
+
+// HandlesFor returns the handles of operator whose key groups overlap kg:
+// the ones a subtask with range kg restores from (after a rescale, several).
+func (r *Restore) HandlesFor(operator string, kg backend.KeyGroupRange) []*backend.Handle {
+	var out []*backend.Handle
+	for _, h := range r.Handles {
+		if h.Task.Operator == operator && !h.KeyGroups.Intersect(kg).Empty() {
+			out = append(out, h)
+		}
+	}
+	return out
+}
+
+// RestoreSource resolves req and records what the restore changes:
+//   - claim of a checkpoint of another job: the restoring job adopts it
+//     (it is subsumed by the restoring job's retention from now on, and the
+//     old job no longer deletes it);
+//   - claim of a checkpoint the job owns: it becomes ordinary (unpinned);
+//   - no-claim of a checkpoint the job owns: it is pinned, so the job's
+//     retention never deletes it;
+//   - no-claim in general: until the next restore, Complete refuses any
+//     checkpoint of the job that references one of its files.
+//
+// The ownership change is written to the job file before RestoreSource
+// returns, so it survives a crash.
+func (c *Catalog) RestoreSource(ctx context.Context, req RestoreRequest) (*Restore, error) {
+	if err := ValidateJob(req.Job); err != nil {
+		return nil, err
+	}
+	if req.SavepointID != "" {
+		return c.restoreSavepoint(req)
+	}
+	if req.FromJob == "" {
+		req.FromJob = req.Job
+	}
+	if req.Mode == "" {
+		req.Mode = ModeNoClaim
+	}
+	if _, err := ParseMode(string(req.Mode)); err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return nil, ErrClosed
+	}
+	var e *entry
+	if req.CheckpointID == 0 {
+		if owned := c.ownedLocked(req.FromJob); len(owned) > 0 {
+			e = owned[len(owned)-1]
+		}
+	} else if x, ok := c.entries[ref{req.FromJob, req.CheckpointID}]; ok && !x.discarding {
+		e = x
+	}
+	if e == nil {
+		c.mu.Unlock()
+		if req.CheckpointID == 0 {
+			return nil, fmt.Errorf("%w: job %s has no retained checkpoint", ErrNotFound, req.FromJob)
+		}
+		return nil, fmt.Errorf("%w: checkpoint %s is not retained", ErrNotFound, CheckpointDir(req.FromJob, req.CheckpointID))
+	}
+	prevOwner, prevPinned, prevAt := e.owner, e.pinned, e.adoptedAt
+	var save []string
+	switch {
+	case req.Mode == ModeClaim && e.owner != req.Job:
+		e.owner, e.pinned, e.adoptedAt = req.Job, false, c.opts.Clock()
+		if e.ref.job == req.Job {
+			e.adoptedAt = time.Time{}
+		}
+		// The new owner's file first: if the second write is lost, the
+		// newest adoption wins on Open.
+		save = []string{req.Job, prevOwner}
+	case req.Mode == ModeClaim && e.pinned:
+		e.pinned = false
+		save = []string{req.Job}
+	case req.Mode == ModeNoClaim && e.owner == req.Job && !e.pinned:
+		e.pinned = true
+		save = []string{req.Job}
+	}
+	c.job(req.Job)
+	m := cloneManifest(e.m)
+	c.mu.Unlock()
+
+	for i, job := range save {
+		if err := c.saveJob(ctx, job); err != nil {
+			if i == 0 {
+				c.mu.Lock()
+				e.owner, e.pinned, e.adoptedAt = prevOwner, prevPinned, prevAt
+				c.mu.Unlock()
+				return nil, fmt.Errorf("catalog: restore %s: record the ownership change: %w", e.ref, err)
+			}
+			c.opts.Logf("catalog: restore %s: %v (the adoption by %s stands)", e.ref, err, req.Job)
+		}
+	}
+
+	c.mu.Lock()
+	j := c.job(req.Job)
+	j.noClaim, j.noClaimFrom = nil, ""
+	if req.Mode == ModeNoClaim {
+		j.noClaim = map[string]string{}
+		j.noClaimFrom = e.ref.dir()
+		for _, h := range m.Tasks {
+			for _, f := range h.Files {
+				j.noClaim[f.Path] = e.ref.dir()
+			}
+		}
+	}
+	c.mu.Unlock()
+	return &Restore{Manifest: m, Handles: m.Tasks, Store: c.store, NoClaim: req.Mode == ModeNoClaim}, nil
+}
+
+func (c *Catalog) restoreSavepoint(req RestoreRequest) (*Restore, error) {
+	c.mu.Lock()
+	sp, ok := c.savepoints[req.SavepointID]
+	var m *Manifest
+	if ok {
+		m = cloneManifest(sp.m)
+	}
+	j := c.job(req.Job)
+	// Savepoint files live under savepoints/, which Complete refuses
+	// anyway; a restore replaces any earlier no-claim source.
+	j.noClaim, j.noClaimFrom = nil, ""
+	c.mu.Unlock()
+	if !ok {
+		return nil, fmt.Errorf("%w: savepoint %s", ErrNotFound, req.SavepointID)
+	}
+	return &Restore{Manifest: m, Handles: m.Tasks, Store: tiered.WithPrefix(c.store, SavepointDir(req.SavepointID)), NoClaim: true}, nil
+}
+
+// LoadSavepoint reads a savepoint from store, a store rooted at the
+// savepoint's directory wherever it was moved to. The result restores like
+// any other (savepoints are always restored without claim).
+func LoadSavepoint(ctx context.Context, store tiered.Store) (*Restore, error) {
+	data, err := tiered.ReadAll(ctx, store, ManifestName, maxMetaSize)
+	if tiered.IsNotFound(err) {
+		return nil, fmt.Errorf("%w: no savepoint manifest (%s) in the given directory: %v", ErrNotFound, ManifestName, err)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("catalog: read savepoint manifest: %w", err)
+	}
+	m, err := DecodeManifest(data)
+	if err != nil {
+		return nil, err
+	}
+	if m.Kind != KindSavepoint {
+		return nil, fmt.Errorf("%w: the manifest describes a %s, not a savepoint", ErrInvalidArgument, m.Kind)
+	}
+	return &Restore{Manifest: m, Handles: m.Tasks, Store: store, NoClaim: true}, nil
+}

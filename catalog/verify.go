@@ -1,0 +1,209 @@
+package catalog
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"sort"
+	"strings"
+	"sync"
+
+	"github.com/statedhq/stated/backend"
+	"github.com/statedhq/stated/internal/frame"
+	"github.com/statedhq/stated/tiered"
+)
+
+func crc32Update(crc uint32, p []byte) uint32 { return crc32.Update(crc, frame.Table(), p) }
+
+// FileProblem is one file of a manifest that failed verification.
+type FileProblem struct {
+	// Path is the object name as the verifier read it.
+	Path string
+	// Task is the task whose handle lists it.
+	Task backend.TaskID
+	// Missing: the object does not exist. Otherwise Detail says what is
+	// wrong (size, checksum, read error).
+	Missing bool
+	Detail  string
+}
+
+func (p FileProblem) String() string {
+	if p.Missing {
+		return fmt.Sprintf("%s (task %s): missing", p.Path, p.Task)
+	}
+	return fmt.Sprintf("%s (task %s): %s", p.Path, p.Task, p.Detail)
+}
+
+// VerifyReport is the result of Verify.
+type VerifyReport struct {
+	// Manifest is the decoded manifest (nil if it could not be read).
+	Manifest *Manifest
+	// Files and Bytes count the files read back and their bytes.
+	Files int
+	Bytes int64
+	// Skipped counts files not in the store by design (heap snapshots live
+	// in the daemon's memory).
+	Skipped int
+	// Problems lists every missing or damaged file, sorted by path.
+	Problems []FileProblem
+}
+
+// OK reports whether every file was present and intact.
+func (r *VerifyReport) OK() bool { return r.Manifest != nil && len(r.Problems) == 0 }
+
+// Verify reads the manifest "<dir>/_metadata" from store and re-reads every
+// file of every handle, checking its size and CRC32C. For a checkpoint, dir
+// is "<job>/chk-<N>" and store the checkpoint root (handle paths are
+// relative to it); for a savepoint, dir is its directory in store ("" when
+// store is rooted at the savepoint). A manifest that cannot be read or
+// decoded is an error; missing and damaged files are listed in the report.
+// parallelism bounds concurrent reads (<= 0: 4).
+func Verify(ctx context.Context, store tiered.Store, dir string, parallelism int) (*VerifyReport, error) {
+	name := ManifestName
+	if dir != "" {
+		name = strings.TrimSuffix(dir, "/") + "/" + ManifestName
+	}
+	data, err := tiered.ReadAll(ctx, store, name, maxMetaSize)
+	if tiered.IsNotFound(err) {
+		return nil, fmt.Errorf("%w: manifest %s: %v", ErrNotFound, name, err)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("catalog: verify: read %s: %w", name, err)
+	}
+	m, err := DecodeManifest(data)
+	if err != nil {
+		return nil, fmt.Errorf("catalog: verify %s: %w", name, err)
+	}
+	root := store
+	if m.Kind == KindSavepoint && dir != "" {
+		root = tiered.WithPrefix(store, dir)
+	}
+	rep := &VerifyReport{Manifest: m}
+	type job struct {
+		f    backend.FileRef
+		task backend.TaskID
+	}
+	var jobs []job
+	seen := map[string]bool{}
+	for _, h := range m.Tasks {
+		if m.Kind == KindCheckpoint && !managed(h) {
+			rep.Skipped += len(h.Files)
+			continue
+		}
+		for _, f := range h.Files {
+			if !seen[f.Path] {
+				seen[f.Path] = true
+				jobs = append(jobs, job{f, h.Task})
+			}
+		}
+	}
+	if parallelism <= 0 {
+		parallelism = DefaultDeleteParallelism
+	}
+	var mu sync.Mutex
+	sem := make(chan struct{}, parallelism)
+	var wg sync.WaitGroup
+	for _, j := range jobs {
+		if ctx.Err() != nil {
+			break
+		}
+		sem <- struct{}{}
+		wg.Add(1)
+		go func(j job) {
+			defer func() { <-sem; wg.Done() }()
+			prob := verifyFile(ctx, root, j.f)
+			mu.Lock()
+			defer mu.Unlock()
+			rep.Files++
+			rep.Bytes += j.f.Size
+			if prob != nil {
+				prob.Task = j.task
+				rep.Problems = append(rep.Problems, *prob)
+			}
+		}(j)
+	}
+	wg.Wait()
+	if err := ctx.Err(); err != nil {
+		return rep, err
+	}
+	sort.Slice(rep.Problems, func(i, j int) bool { return rep.Problems[i].Path < rep.Problems[j].Path })
+	return rep, nil
+}
+
+func verifyFile(ctx context.Context, store tiered.Store, f backend.FileRef) *FileProblem {
+	rc, err := store.Get(ctx, f.Path)
+	if tiered.IsNotFound(err) {
+		return &FileProblem{Path: f.Path, Missing: true}
+	}
+	if err != nil {
+		return &FileProblem{Path: f.Path, Detail: "read: " + err.Error()}
+	}
+	defer rc.Close()
+	h := crc32.New(frame.Table())
+	n, err := io.Copy(h, io.LimitReader(rc, f.Size+1))
+	if err != nil {
+		return &FileProblem{Path: f.Path, Detail: "read: " + err.Error()}
+	}
+	if n != f.Size {
+		return &FileProblem{Path: f.Path, Detail: fmt.Sprintf("size %d, the handle says %d", n, f.Size)}
+	}
+	if got := h.Sum32(); got != f.CRC32C {
+		return &FileProblem{Path: f.Path, Detail: fmt.Sprintf("crc32c %08x, the handle says %08x (corrupt)", got, f.CRC32C)}
+	}
+	return nil
+}
+
+// Verify re-reads every file of retained checkpoint id of job (see Verify).
+func (c *Catalog) Verify(ctx context.Context, job string, id uint64) (*VerifyReport, error) {
+	c.mu.Lock()
+	_, ok := c.entries[ref{job, id}]
+	c.mu.Unlock()
+	if !ok {
+		return nil, fmt.Errorf("%w: checkpoint %s is not retained", ErrNotFound, CheckpointDir(job, id))
+	}
+	return Verify(ctx, c.store, CheckpointDir(job, id), c.opts.DeleteParallelism)
+}
+
+// VerifySavepoint re-reads every file of savepoint id (see Verify).
+func (c *Catalog) VerifySavepoint(ctx context.Context, id string) (*VerifyReport, error) {
+	if err := ValidateSavepointID(id); err != nil {
+		return nil, err
+	}
+	return Verify(ctx, c.store, SavepointDir(id), c.opts.DeleteParallelism)
+}
+
+// errNotManifest is returned by ResolveVerifyPath for a directory without a
+// manifest.
+var errNotManifest = errors.New("no manifest")
+
+// ResolveVerifyPath splits the slash-separated path of a checkpoint or
+// savepoint directory into the store root to open and the directory inside
+// it to pass to Verify. read reads "<path>/_metadata". A checkpoint
+// "<root>/<job>/chk-<N>" gives (root, "<job>/chk-<N>"), because its handles
+// are relative to the checkpoint root; a savepoint gives (path, "").
+func ResolveVerifyPath(path string, read func(manifestPath string) ([]byte, error)) (root, dir string, err error) {
+	path = strings.TrimSuffix(path, "/")
+	data, err := read(path + "/" + ManifestName)
+	if err != nil {
+		return "", "", fmt.Errorf("catalog: %s: %w: %v", path, errNotManifest, err)
+	}
+	m, err := DecodeManifest(data)
+	if err != nil {
+		return "", "", fmt.Errorf("catalog: %s/%s: %w", path, ManifestName, err)
+	}
+	if m.Kind == KindSavepoint {
+		return path, "", nil
+	}
+	want := CheckpointDir(m.Job, m.CheckpointID)
+	if path != want && !strings.HasSuffix(path, "/"+want) {
+		return "", "", fmt.Errorf("%w: %s holds the manifest of %s; a checkpoint must stay at <root>/%s to be verified (its files are named relative to the root)",
+			ErrInvalidArgument, path, want, want)
+	}
+	root = strings.TrimSuffix(strings.TrimSuffix(path, want), "/")
+	if root == "" {
+		root = "."
+	}
+	return root, want, nil
+}
