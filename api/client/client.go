@@ -1,0 +1,251 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"math"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/statedhq/stated/api"
+	pb "github.com/statedhq/stated/api/statedpb"
+	"github.com/statedhq/stated/backend"
+)
+
+// Defaults of Options.
+const (
+	DefaultMaxBatchOps   = 1000
+	DefaultMaxBatchBytes = 1 << 20
+	DefaultFlushDelay    = 200 * time.Microsecond
+	DefaultMaxInFlight   = 64
+)
+
+// Options configure a Client.
+type Options struct {
+	// Token is sent on every call when set; the daemon requires it on TCP.
+	Token string
+	// MaxBatchOps sends a batch when it holds this many operations.
+	// Default DefaultMaxBatchOps (capped by the daemon's limit).
+	MaxBatchOps int
+	// MaxBatchBytes sends a batch when its operands reach this many bytes.
+	// Default DefaultMaxBatchBytes (capped by the daemon's message limit).
+	MaxBatchBytes int
+	// FlushDelay sends a batch this long after its first operation if
+	// nothing else sent it earlier. Default DefaultFlushDelay.
+	FlushDelay time.Duration
+	// MaxInFlight bounds the batches per instance sent and not yet
+	// answered; issuing operations blocks while it is reached
+	// (back-pressure). Default DefaultMaxInFlight.
+	MaxInFlight int
+	// KeyHash is the 32-bit hash whose key group an operation's key falls
+	// into. Default FNV1a32.
+	KeyHash func(key []byte) int32
+	// DialOptions are added to the gRPC dial options.
+	DialOptions []grpc.DialOption
+}
+
+func (o *Options) ensureDefaults() {
+	if o.MaxBatchOps <= 0 {
+		o.MaxBatchOps = DefaultMaxBatchOps
+	}
+	if o.MaxBatchBytes <= 0 {
+		o.MaxBatchBytes = DefaultMaxBatchBytes
+	}
+	if o.FlushDelay <= 0 {
+		o.FlushDelay = DefaultFlushDelay
+	}
+	if o.MaxInFlight <= 0 {
+		o.MaxInFlight = DefaultMaxInFlight
+	}
+	if o.KeyHash == nil {
+		o.KeyHash = FNV1a32
+	}
+}
+
+// FNV1a32 is the default key hash: 32-bit FNV-1a of key, as a signed int32.
+func FNV1a32(key []byte) int32 {
+	h := fnv.New32a()
+	_, _ = h.Write(key)
+	return int32(h.Sum32())
+}
+
+// Client is a connection to a stated daemon. It is safe for concurrent use.
+type Client struct {
+	cc   *grpc.ClientConn
+	rpc  pb.StatedClient
+	opts Options
+}
+
+type tokenCreds string
+
+func (t tokenCreds) GetRequestMetadata(context.Context, ...string) (map[string]string, error) {
+	return map[string]string{api.TokenHeader: "Bearer " + string(t)}, nil
+}
+
+func (tokenCreds) RequireTransportSecurity() bool { return false }
+
+// Target turns an address into a gRPC target: "unix://..." and other URLs
+// pass through, "host:port" is TCP, anything else is a Unix socket path.
+func Target(addr string) (string, error) {
+	if strings.Contains(addr, "://") || strings.HasPrefix(addr, "unix:") {
+		return addr, nil
+	}
+	if !strings.Contains(addr, "/") && strings.Contains(addr, ":") {
+		return "passthrough:///" + addr, nil
+	}
+	abs, err := filepath.Abs(addr)
+	if err != nil {
+		return "", fmt.Errorf("client: socket path %q: %w", addr, err)
+	}
+	return "unix://" + abs, nil
+}
+
+// Dial connects to the daemon at addr (see Target). The connection is
+// established lazily, on the first call.
+func Dial(addr string, opts Options) (*Client, error) {
+	opts.ensureDefaults()
+	target, err := Target(addr)
+	if err != nil {
+		return nil, err
+	}
+	dopts := []grpc.DialOption{
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(math.MaxInt32), grpc.MaxCallSendMsgSize(math.MaxInt32)),
+	}
+	if opts.Token != "" {
+		dopts = append(dopts, grpc.WithPerRPCCredentials(tokenCreds(opts.Token)))
+	}
+	cc, err := grpc.NewClient(target, append(dopts, opts.DialOptions...)...)
+	if err != nil {
+		return nil, fmt.Errorf("client: dial %s: %w", addr, err)
+	}
+	return &Client{cc: cc, rpc: pb.NewStatedClient(cc), opts: opts}, nil
+}
+
+// RPC returns the generated stub, for calls this package does not wrap.
+func (c *Client) RPC() pb.StatedClient { return c.rpc }
+
+// Close closes the connection; open instances stop working (the daemon
+// keeps them until they are closed or replaced).
+func (c *Client) Close() error { return c.cc.Close() }
+
+// Restore names what an instance restores from.
+type Restore struct {
+	// Exactly one of Latest, CheckpointID and Savepoint.
+	Latest       bool
+	CheckpointID uint64
+	Savepoint    string
+	// Claim takes ownership of the checkpoint; the default is no-claim.
+	Claim bool
+}
+
+// OpenSpec describes an instance to open.
+type OpenSpec struct {
+	Task backend.TaskID
+	// MaxParallelism is the job's number of key groups; 0: 128.
+	MaxParallelism int
+	// Parallelism, when > 0, derives KeyGroups as Flink assigns them to
+	// subtask Task.Subtask of Parallelism subtasks.
+	Parallelism int
+	// KeyGroups is the instance's range when Parallelism is 0.
+	KeyGroups backend.KeyGroupRange
+	Backend   backend.Kind
+	States    []backend.StateDescriptor
+	Restore   *Restore
+	// Replace closes an instance already open for the task.
+	Replace bool
+}
+
+// Open opens an instance and its batch stream.
+func (c *Client) Open(ctx context.Context, spec OpenSpec) (*Instance, error) {
+	maxPar := spec.MaxParallelism
+	if maxPar == 0 {
+		maxPar = backend.DefaultMaxParallelism
+	}
+	kg := spec.KeyGroups
+	if spec.Parallelism > 0 {
+		if err := backend.ValidateParallelism(maxPar, spec.Parallelism); err != nil {
+			return nil, fmt.Errorf("client: open %s: %w", spec.Task, err)
+		}
+		kg = backend.KeyGroupRangeForOperator(maxPar, spec.Parallelism, spec.Task.Subtask)
+	}
+	req := &pb.OpenRequest{
+		Task:           api.TaskToPB(spec.Task),
+		KeyGroups:      &pb.KeyGroupRange{Start: int32(kg.Start), End: int32(kg.End)},
+		MaxParallelism: int32(maxPar),
+		Backend:        string(spec.Backend),
+		Replace:        spec.Replace,
+	}
+	for _, s := range spec.States {
+		req.States = append(req.States, api.StateToPB(s))
+	}
+	if r := spec.Restore; r != nil {
+		rs := &pb.RestoreSource{Mode: pb.RestoreMode_RESTORE_MODE_NO_CLAIM}
+		if r.Claim {
+			rs.Mode = pb.RestoreMode_RESTORE_MODE_CLAIM
+		}
+		switch {
+		case r.Savepoint != "":
+			rs.Source = &pb.RestoreSource_Savepoint{Savepoint: r.Savepoint}
+		case r.CheckpointID != 0:
+			rs.Source = &pb.RestoreSource_CheckpointId{CheckpointId: r.CheckpointID}
+		default:
+			rs.Source = &pb.RestoreSource_Latest{Latest: true}
+		}
+		req.Restore = rs
+	}
+	resp, err := c.rpc.Open(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	return newInstance(c, spec.Task, resp)
+}
+
+// CompleteCheckpoint completes checkpoint id of job once every task in
+// this daemon has snapshotted it (or, with tasks, those tasks).
+func (c *Client) CompleteCheckpoint(ctx context.Context, job string, id uint64, tasks ...backend.TaskID) (*pb.CheckpointInfo, error) {
+	req := &pb.CompleteCheckpointRequest{Job: job, CheckpointId: id}
+	for _, t := range tasks {
+		req.Tasks = append(req.Tasks, api.TaskToPB(t))
+	}
+	resp, err := c.rpc.CompleteCheckpoint(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	return resp.GetCheckpoint(), nil
+}
+
+// AbortCheckpoint aborts checkpoint id of job; reason starts with
+// "declined", "expired" or "aborted".
+func (c *Client) AbortCheckpoint(ctx context.Context, job string, id uint64, reason string) error {
+	_, err := c.rpc.AbortCheckpoint(ctx, &pb.AbortCheckpointRequest{Job: job, CheckpointId: id, Reason: reason})
+	return err
+}
+
+// ListCheckpoints lists the checkpoints of job.
+func (c *Client) ListCheckpoints(ctx context.Context, job string) ([]*pb.CheckpointInfo, error) {
+	resp, err := c.rpc.ListCheckpoints(ctx, &pb.ListCheckpointsRequest{Job: job})
+	if err != nil {
+		return nil, err
+	}
+	return resp.GetCheckpoints(), nil
+}
+
+// TriggerSavepoint writes a canonical savepoint of every open instance of
+// job and returns its path (pass it as Restore.Savepoint).
+func (c *Client) TriggerSavepoint(ctx context.Context, job string) (string, error) {
+	resp, err := c.rpc.TriggerSavepoint(ctx, &pb.TriggerSavepointRequest{Job: job, Format: pb.SavepointFormat_SAVEPOINT_FORMAT_CANONICAL})
+	if err != nil {
+		return "", err
+	}
+	return resp.GetPath(), nil
+}
+
+// errClosed fails operations on a closed instance.
+var errClosed = errors.New("client: instance closed")

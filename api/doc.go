@@ -1,0 +1,11 @@
+// Package api is stated's gRPC service: the protobuf definition
+// (stated.proto, generated code in statedpb), the server that maps it onto
+// the daemon's instances, and, in api/client, the Go thin client.
+//
+// Regenerate statedpb after editing stated.proto (protoc 3.21+,
+// protoc-gen-go v1.36.12, protoc-gen-go-grpc v1.6.2 on PATH):
+//
+//	go generate ./api
+package api
+
+//go:generate protoc --go_out=. --go_opt=module=github.com/statedhq/stated/api --go-grpc_out=. --go-grpc_opt=module=github.com/statedhq/stated/api stated.proto

@@ -1,0 +1,378 @@
+package api
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	pb "github.com/statedhq/stated/api/statedpb"
+	"github.com/statedhq/stated/backend"
+	"github.com/statedhq/stated/daemon"
+)
+
+// Defaults of ServerOptions.
+const (
+	DefaultMaxMessageSize = 16 << 20
+	DefaultMaxBatchOps    = 10000
+	DefaultQueueDepth     = 4
+	DefaultMaxPage        = 10000
+)
+
+// ServerOptions bound what one client can make the daemon hold.
+type ServerOptions struct {
+	// MaxMessageSize bounds a received message (and the payload a response
+	// carries for read operations). Default DefaultMaxMessageSize.
+	MaxMessageSize int
+	// MaxBatchOps bounds the operations of one batch. Default
+	// DefaultMaxBatchOps.
+	MaxBatchOps int
+	// QueueDepth is the number of received batches a stream buffers while
+	// the previous one is applied. With MaxMessageSize and the daemon's
+	// MaxStreamsPerInstance it bounds the memory one instance's clients
+	// can pin. Default DefaultQueueDepth.
+	QueueDepth int
+	// MaxPage caps the entries of one MAP_ITERATE and the timers of one
+	// TIMER_POLL. Default DefaultMaxPage.
+	MaxPage int
+	// Logger receives stream-level events. Default slog.Default().
+	Logger *slog.Logger
+}
+
+// EnsureDefaults fills zero fields with their defaults.
+func (o *ServerOptions) EnsureDefaults() {
+	if o.MaxMessageSize <= 0 {
+		o.MaxMessageSize = DefaultMaxMessageSize
+	}
+	if o.MaxBatchOps <= 0 {
+		o.MaxBatchOps = DefaultMaxBatchOps
+	}
+	if o.QueueDepth <= 0 {
+		o.QueueDepth = DefaultQueueDepth
+	}
+	if o.MaxPage <= 0 {
+		o.MaxPage = DefaultMaxPage
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+}
+
+// Server implements the Stated gRPC service over a daemon.
+type Server struct {
+	pb.UnimplementedStatedServer
+	d    *daemon.Daemon
+	opts ServerOptions
+	log  *slog.Logger
+}
+
+// NewServer returns the service for d.
+func NewServer(d *daemon.Daemon, opts ServerOptions) *Server {
+	opts.EnsureDefaults()
+	return &Server{d: d, opts: opts, log: opts.Logger}
+}
+
+// GRPCServer returns a gRPC server with the service registered and the
+// message limits set. A non-empty token is required on every call (as
+// "authorization: Bearer <token>"); use it for TCP listeners.
+func (s *Server) GRPCServer(token string, extra ...grpc.ServerOption) *grpc.Server {
+	opts := []grpc.ServerOption{
+		// Sends keep gRPC's default (2 GiB): responses of read operations
+		// are cut to MaxMessageSize, but those of destructive reads
+		// (TIMER_POLL) must never fail to go out.
+		grpc.MaxRecvMsgSize(s.opts.MaxMessageSize),
+	}
+	if token != "" {
+		opts = append(opts, grpc.ChainUnaryInterceptor(unaryToken(token)), grpc.ChainStreamInterceptor(streamToken(token)))
+	}
+	g := grpc.NewServer(append(opts, extra...)...)
+	pb.RegisterStatedServer(g, s)
+	return g
+}
+
+// TokenHeader is the metadata key of the token.
+const TokenHeader = "authorization"
+
+func checkToken(ctx context.Context, want [32]byte) error {
+	md, _ := metadata.FromIncomingContext(ctx)
+	for _, v := range md.Get(TokenHeader) {
+		got, ok := strings.CutPrefix(v, "Bearer ")
+		// Compare digests so that neither content nor length leaks
+		// through timing.
+		if h := sha256.Sum256([]byte(got)); ok && subtle.ConstantTimeCompare(h[:], want[:]) == 1 {
+			return nil
+		}
+	}
+	return status.Error(codes.Unauthenticated,
+		"stated: missing or wrong token: TCP clients must send \"authorization: Bearer <token>\" with the daemon's --token")
+}
+
+func unaryToken(token string) grpc.UnaryServerInterceptor {
+	want := sha256.Sum256([]byte(token))
+	return func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+		if err := checkToken(ctx, want); err != nil {
+			return nil, err
+		}
+		return h(ctx, req)
+	}
+}
+
+func streamToken(token string) grpc.StreamServerInterceptor {
+	want := sha256.Sum256([]byte(token))
+	return func(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, h grpc.StreamHandler) error {
+		if err := checkToken(ss.Context(), want); err != nil {
+			return err
+		}
+		return h(srv, ss)
+	}
+}
+
+// Open implements pb.StatedServer.
+func (s *Server) Open(ctx context.Context, req *pb.OpenRequest) (*pb.OpenResponse, error) {
+	p, err := openParams(req)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	inst, err := s.d.Open(ctx, p)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	resp := &pb.OpenResponse{
+		InstanceId:           inst.ID,
+		MaxParallelism:       int32(inst.MaxParallelism),
+		KeyGroups:            &pb.KeyGroupRange{Start: int32(inst.KeyGroups.Start), End: int32(inst.KeyGroups.End)},
+		RestoredCheckpointId: inst.RestoredFrom,
+		MaxValueSize:         int64(inst.MaxValueSize()),
+		MaxMessageSize:       int64(s.opts.MaxMessageSize),
+		MaxBatchOps:          int32(s.opts.MaxBatchOps),
+	}
+	for _, d := range inst.Backend.States() {
+		resp.States = append(resp.States, StateToPB(d))
+	}
+	return resp, nil
+}
+
+func openParams(req *pb.OpenRequest) (daemon.OpenParams, error) {
+	p := daemon.OpenParams{
+		Task:           TaskFromPB(req.GetTask()),
+		MaxParallelism: int(req.GetMaxParallelism()),
+		Kind:           backend.Kind(req.GetBackend()),
+		Replace:        req.GetReplace(),
+	}
+	if req.GetTask() == nil {
+		return p, fmt.Errorf("api: open: %w: no task", backend.ErrInvalidArgument)
+	}
+	if req.GetKeyGroups() == nil {
+		return p, fmt.Errorf("api: open %s: %w: no key-group range", p.Task, backend.ErrInvalidArgument)
+	}
+	p.KeyGroups = backend.KeyGroupRange{Start: int(req.KeyGroups.Start), End: int(req.KeyGroups.End)}
+	for _, sd := range req.GetStates() {
+		p.States = append(p.States, StateFromPB(sd))
+	}
+	if r := req.GetRestore(); r != nil {
+		spec := &daemon.RestoreSpec{Claim: r.GetMode() == pb.RestoreMode_RESTORE_MODE_CLAIM}
+		switch src := r.GetSource().(type) {
+		case *pb.RestoreSource_Latest:
+			spec.Latest = src.Latest
+		case *pb.RestoreSource_CheckpointId:
+			spec.CheckpointID = src.CheckpointId
+		case *pb.RestoreSource_Savepoint:
+			spec.Savepoint = src.Savepoint
+		}
+		p.Restore = spec
+	}
+	return p, nil
+}
+
+// TaskFromPB and the other converters map API messages to backend types.
+func TaskFromPB(t *pb.TaskId) backend.TaskID {
+	return backend.TaskID{Job: t.GetJob(), Operator: t.GetOperator(), Subtask: int(t.GetSubtask())}
+}
+
+// TaskToPB is the inverse of TaskFromPB.
+func TaskToPB(t backend.TaskID) *pb.TaskId {
+	return &pb.TaskId{Job: t.Job, Operator: t.Operator, Subtask: int32(t.Subtask)}
+}
+
+// StateFromPB converts a state descriptor; the numeric enum values are the
+// backend's frozen ones, and backend validation rejects unknown values.
+func StateFromPB(d *pb.StateDescriptor) backend.StateDescriptor {
+	return backend.StateDescriptor{
+		Name:      d.GetName(),
+		Kind:      backend.StateKind(d.GetKind()),
+		TTL:       time.Duration(d.GetTtlMillis()) * time.Millisecond,
+		TTLUpdate: backend.TTLUpdate(d.GetTtlUpdate()),
+		Aggregate: backend.AggregateFunc(d.GetAggregate()),
+		Number:    backend.NumberType(d.GetNumber()),
+	}
+}
+
+// StateToPB is the inverse of StateFromPB.
+func StateToPB(d backend.StateDescriptor) *pb.StateDescriptor {
+	return &pb.StateDescriptor{
+		Name:      d.Name,
+		Kind:      pb.StateKind(d.Kind),
+		TtlMillis: d.TTL.Milliseconds(),
+		TtlUpdate: pb.TtlUpdate(d.TTLUpdate),
+		Aggregate: pb.AggregateFunc(d.Aggregate),
+		Number:    pb.NumberType(d.Number),
+	}
+}
+
+// Snapshot implements pb.StatedServer.
+func (s *Server) Snapshot(ctx context.Context, req *pb.SnapshotRequest) (*pb.SnapshotResponse, error) {
+	inst, err := s.d.Lookup(req.GetInstanceId(), req.GetJob())
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	res, err := s.d.Snapshot(ctx, inst, req.GetCheckpointId(), req.GetWait())
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return &pb.SnapshotResponse{
+		SyncMicros: res.Sync.Microseconds(), AsyncMicros: res.Async.Microseconds(),
+		CheckpointedSize: res.CheckpointedSize, FullSize: res.FullSize, Files: int32(res.Files),
+	}, nil
+}
+
+// CompleteCheckpoint implements pb.StatedServer.
+func (s *Server) CompleteCheckpoint(ctx context.Context, req *pb.CompleteCheckpointRequest) (*pb.CompleteCheckpointResponse, error) {
+	var tasks []backend.TaskID
+	for _, t := range req.GetTasks() {
+		tasks = append(tasks, TaskFromPB(t))
+	}
+	info, err := s.d.CompleteCheckpoint(ctx, req.GetJob(), req.GetCheckpointId(), tasks)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return &pb.CompleteCheckpointResponse{Checkpoint: infoToPB(info)}, nil
+}
+
+func infoToPB(in daemon.CheckpointInfo) *pb.CheckpointInfo {
+	out := &pb.CheckpointInfo{
+		Job: in.Job, CheckpointId: in.ID, Status: in.Status,
+		CheckpointedSize: in.CheckpointedSize, FullSize: in.FullSize,
+		DurationMillis: in.Duration.Milliseconds(), Reason: in.Reason,
+	}
+	if !in.Completed.IsZero() {
+		out.CompletedUnixMillis = in.Completed.UnixMilli()
+	}
+	for _, t := range in.Tasks {
+		out.Tasks = append(out.Tasks, TaskToPB(t))
+	}
+	return out
+}
+
+// AbortCheckpoint implements pb.StatedServer.
+func (s *Server) AbortCheckpoint(ctx context.Context, req *pb.AbortCheckpointRequest) (*pb.AbortCheckpointResponse, error) {
+	if err := s.d.AbortCheckpoint(ctx, req.GetJob(), req.GetCheckpointId(), req.GetReason()); err != nil {
+		return nil, toStatus(err)
+	}
+	return &pb.AbortCheckpointResponse{}, nil
+}
+
+// ListCheckpoints implements pb.StatedServer.
+func (s *Server) ListCheckpoints(ctx context.Context, req *pb.ListCheckpointsRequest) (*pb.ListCheckpointsResponse, error) {
+	infos, err := s.d.ListCheckpoints(ctx, req.GetJob())
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	resp := &pb.ListCheckpointsResponse{}
+	for _, in := range infos {
+		resp.Checkpoints = append(resp.Checkpoints, infoToPB(in))
+	}
+	return resp, nil
+}
+
+// TriggerSavepoint implements pb.StatedServer.
+func (s *Server) TriggerSavepoint(ctx context.Context, req *pb.TriggerSavepointRequest) (*pb.TriggerSavepointResponse, error) {
+	if req.GetFormat() == pb.SavepointFormat_SAVEPOINT_FORMAT_NATIVE {
+		return nil, status.Error(codes.Unimplemented, "stated: native savepoints are not offered by the daemon yet; use the canonical format")
+	}
+	sp, err := s.d.TriggerSavepoint(ctx, req.GetJob())
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	resp := &pb.TriggerSavepointResponse{Path: sp.Dir, Size: sp.Size}
+	for _, t := range sp.Tasks {
+		resp.Tasks = append(resp.Tasks, TaskToPB(t))
+	}
+	return resp, nil
+}
+
+// Close implements pb.StatedServer.
+func (s *Server) Close(ctx context.Context, req *pb.CloseRequest) (*pb.CloseResponse, error) {
+	if err := s.d.CloseInstance(req.GetInstanceId(), req.GetJob()); err != nil {
+		return nil, toStatus(err)
+	}
+	return &pb.CloseResponse{}, nil
+}
+
+// Batch implements pb.StatedServer. A reader goroutine receives requests
+// into a bounded queue (so a client that sends faster than its instance
+// applies is held back by gRPC flow control, and only it); the handler
+// goroutine applies them in order and sends the responses.
+func (s *Server) Batch(stream pb.Stated_BatchServer) error {
+	req, err := stream.Recv()
+	if err != nil {
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		return err
+	}
+	inst, err := s.d.Lookup(req.GetInstanceId(), req.GetJob())
+	if err != nil {
+		return toStatus(err)
+	}
+	release, err := inst.AcquireStream()
+	if err != nil {
+		return toStatus(err)
+	}
+	defer release()
+
+	ctx := stream.Context()
+	queue := make(chan *pb.BatchRequest, s.opts.QueueDepth)
+	queue <- req
+	var readErr error // written before queue is closed
+	go func() {
+		// Owned by the handler: it ends when the stream ends, which the
+		// handler's return brings about at the latest.
+		defer close(queue)
+		for {
+			req, err := stream.Recv()
+			if err != nil {
+				if !errors.Is(err, io.EOF) {
+					readErr = err
+				}
+				return
+			}
+			if id := req.GetInstanceId(); (len(id) > 0 && string(id) != string(inst.ID)) || (req.GetJob() != "" && req.GetJob() != inst.Task.Job) {
+				readErr = status.Errorf(codes.InvalidArgument,
+					"stated: batch %d names another instance or job than the stream's first request (instance %s of %s); open one stream per instance",
+					req.GetSeq(), inst.IDString(), inst.Task)
+				return
+			}
+			select {
+			case queue <- req:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	for req := range queue {
+		if err := stream.Send(s.apply(inst, req)); err != nil {
+			return err
+		}
+	}
+	return readErr
+}

@@ -1,0 +1,500 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/statedhq/stated/backend"
+)
+
+const (
+	statusInProgress = "in-progress"
+	statusCompleting = "completing"
+	statusCompleted  = "completed"
+)
+
+type ckptKey struct {
+	job string
+	id  uint64
+}
+
+// checkpoint is checkpoint id of a job as far as this daemon takes part.
+type checkpoint struct {
+	key     ckptKey
+	started time.Time
+	// ctx bounds every asynchronous part; cancelled on abort, expiry or a
+	// forced shutdown.
+	ctx    context.Context
+	cancel context.CancelFunc
+	timer  *time.Timer
+	tasks  map[backend.TaskID]*taskSnapshot
+	// status is statusInProgress, statusCompleting, or a failure reason
+	// class ("aborted", "declined", "expired") once aborted.
+	status string
+	reason string
+	// begun: the catalog knows the checkpoint (BeginCheckpoint succeeded).
+	begun bool
+}
+
+type taskSnapshot struct {
+	inst   *Instance
+	done   chan struct{}
+	handle *backend.Handle
+	err    error
+	sync   time.Duration
+	async  time.Duration
+}
+
+// SnapshotResult describes one task snapshot.
+type SnapshotResult struct {
+	Sync time.Duration
+	// Done is set when the caller waited for the asynchronous part; the
+	// other fields below are then filled.
+	Done             bool
+	Async            time.Duration
+	CheckpointedSize int64
+	FullSize         int64
+	Files            int
+}
+
+// Snapshot runs the synchronous part of checkpoint id on inst and starts its
+// asynchronous part in a goroutine the daemon owns. With wait it returns
+// when that part has finished. The caller must have applied every write the
+// snapshot should contain before calling it.
+func (d *Daemon) Snapshot(ctx context.Context, inst *Instance, id uint64, wait bool) (SnapshotResult, error) {
+	task := inst.Task
+	if id == 0 {
+		return SnapshotResult{}, fmt.Errorf("daemon: snapshot of %s: %w: checkpoint id 0 (ids start at 1)", task, backend.ErrInvalidArgument)
+	}
+	key := ckptKey{task.Job, id}
+	d.mu.Lock()
+	if d.closing {
+		d.mu.Unlock()
+		return SnapshotResult{}, fmt.Errorf("daemon: snapshot %d of %s: %w", id, task, ErrShuttingDown)
+	}
+	c := d.ckpts[key]
+	if c == nil {
+		if last := d.lastCompleted[task.Job]; id <= last {
+			d.mu.Unlock()
+			return SnapshotResult{}, fmt.Errorf("daemon: snapshot %d of %s: %w: checkpoint %d of job %s already completed",
+				id, task, ErrCheckpointFailed, last, task.Job)
+		}
+		if err := d.cfg.Catalog.BeginCheckpoint(task.Job, id); err != nil {
+			d.mu.Unlock()
+			return SnapshotResult{}, fmt.Errorf("daemon: snapshot %d of %s: %w", id, task, err)
+		}
+		c = d.newCheckpointLocked(key, true)
+	}
+	if c.status != statusInProgress {
+		d.mu.Unlock()
+		return SnapshotResult{}, fmt.Errorf("daemon: snapshot %d of %s: %w: checkpoint %d of job %s is %s%s",
+			id, task, ErrCheckpointFailed, id, task.Job, c.status, reasonSuffix(c.reason))
+	}
+	if c.tasks[task] != nil {
+		d.mu.Unlock()
+		return SnapshotResult{}, fmt.Errorf("daemon: snapshot %d of %s: %w: the task already snapshotted this checkpoint",
+			id, task, backend.ErrInvalidArgument)
+	}
+	if err := inst.startSnapshot(); err != nil {
+		d.mu.Unlock()
+		return SnapshotResult{}, err
+	}
+	ts := &taskSnapshot{inst: inst, done: make(chan struct{})}
+	c.tasks[task] = ts
+	d.wg.Add(1)
+	d.mu.Unlock()
+
+	bi := BackendIndex(inst.Kind)
+	t0 := time.Now()
+	ps, err := inst.Backend.Snapshot(ctx, id)
+	ts.sync = time.Since(t0)
+	d.m.CheckpointSync[bi].Observe(ts.sync)
+	if err != nil {
+		ts.err = fmt.Errorf("daemon: snapshot %d of %s: %w", id, task, err)
+		d.m.SnapshotFailures[bi].Add(1)
+		close(ts.done)
+		inst.finishSnapshot()
+		d.wg.Done()
+		if errors.Is(err, backend.ErrDeclined) {
+			// The checkpoint cannot complete without this task: stop the
+			// uploads of the others now.
+			_ = d.AbortCheckpoint(ctx, task.Job, id, "declined: "+err.Error())
+		}
+		return SnapshotResult{Sync: ts.sync}, ts.err
+	}
+	go d.runSnapshot(c, ts, ps, id)
+	res := SnapshotResult{Sync: ts.sync}
+	if !wait {
+		return res, nil
+	}
+	select {
+	case <-ts.done:
+	case <-ctx.Done():
+		return res, fmt.Errorf("daemon: snapshot %d of %s: waiting for the upload: %w", id, task, ctx.Err())
+	}
+	if ts.err != nil {
+		return res, ts.err
+	}
+	res.Done = true
+	res.Async = ts.async
+	res.CheckpointedSize = ts.handle.CheckpointedSize
+	res.FullSize = ts.handle.FullSize
+	res.Files = len(ts.handle.Files)
+	return res, nil
+}
+
+func reasonSuffix(r string) string {
+	if r == "" {
+		return ""
+	}
+	return " (" + r + ")"
+}
+
+// newCheckpointLocked registers checkpoint key with its expiry timer.
+func (d *Daemon) newCheckpointLocked(key ckptKey, begun bool) *checkpoint {
+	ctx, cancel := context.WithCancel(d.baseCtx)
+	c := &checkpoint{key: key, started: time.Now(), ctx: ctx, cancel: cancel,
+		tasks: map[backend.TaskID]*taskSnapshot{}, status: statusInProgress, begun: begun}
+	c.timer = time.AfterFunc(d.cfg.CheckpointTimeout, func() { d.expire(c) })
+	d.ckpts[key] = c
+	if len(d.ckpts) > tombstoneLimit {
+		d.pruneLocked()
+	}
+	return c
+}
+
+// pruneLocked forgets the oldest aborted checkpoints past tombstoneLimit.
+func (d *Daemon) pruneLocked() {
+	var dead []*checkpoint
+	for _, c := range d.ckpts {
+		if c.status != statusInProgress && c.status != statusCompleting {
+			dead = append(dead, c)
+		}
+	}
+	sort.Slice(dead, func(i, j int) bool { return dead[i].started.Before(dead[j].started) })
+	for _, c := range dead[:max(0, len(d.ckpts)-tombstoneLimit)] {
+		delete(d.ckpts, c.key)
+	}
+}
+
+// runSnapshot is the asynchronous part of one task snapshot.
+func (d *Daemon) runSnapshot(c *checkpoint, ts *taskSnapshot, ps backend.PendingSnapshot, id uint64) {
+	defer d.wg.Done()
+	inst := ts.inst
+	bi := BackendIndex(inst.Kind)
+	t0 := time.Now()
+	h, err := ps.Run(c.ctx)
+	if err == nil && (h == nil || h.Task != inst.Task || h.CheckpointID != id) {
+		err = fmt.Errorf("%w: the backend returned a handle for another task or checkpoint", backend.ErrCorrupt)
+	}
+	if err == nil {
+		err = d.cfg.Catalog.AddTaskHandle(inst.Task.Job, id, h)
+	}
+	ts.async = time.Since(t0)
+	d.m.CheckpointAsync[bi].Observe(ts.async)
+	if err != nil {
+		if c.ctx.Err() != nil && !errors.Is(err, context.Canceled) {
+			err = fmt.Errorf("%w (%w)", err, context.Canceled)
+		}
+		ts.err = fmt.Errorf("daemon: snapshot %d of %s: upload: %w", id, inst.Task, err)
+		d.m.SnapshotFailures[bi].Add(1)
+		d.log.Warn("snapshot failed", "task", inst.Task.String(), "checkpoint", id, "err", err)
+	} else {
+		ts.handle = h
+		d.m.CheckpointedBytes[bi].Add(uint64(max(0, h.CheckpointedSize)))
+		d.m.FullBytes[bi].Add(uint64(max(0, h.FullSize)))
+		if h.Backend == backend.KindHeap {
+			d.mu.Lock()
+			d.heapHandles[heapKey(h)] = true
+			d.mu.Unlock()
+		}
+	}
+	close(ts.done)
+	inst.finishSnapshot()
+}
+
+// CompleteCheckpoint waits for every task snapshot of checkpoint id of job
+// in this daemon and records the checkpoint as completed. tasks, when not
+// empty, are the tasks it must contain; otherwise every open instance of
+// the job must have snapshotted it. A checkpoint with a failed task
+// snapshot is aborted and the error wraps ErrCheckpointFailed.
+func (d *Daemon) CompleteCheckpoint(ctx context.Context, job string, id uint64, tasks []backend.TaskID) (CheckpointInfo, error) {
+	key := ckptKey{job, id}
+	d.mu.Lock()
+	c := d.ckpts[key]
+	if c == nil {
+		d.mu.Unlock()
+		if infos, err := d.cfg.Catalog.List(ctx, job); err == nil {
+			for _, in := range infos {
+				if in.ID == id && in.Status == statusCompleted {
+					return in, nil // completed before: idempotent
+				}
+			}
+		}
+		return CheckpointInfo{}, fmt.Errorf("daemon: complete checkpoint %d of job %s: %w: no task of this daemon snapshotted it",
+			id, job, backend.ErrNotFound)
+	}
+	if c.status != statusInProgress {
+		st, r := c.status, c.reason
+		d.mu.Unlock()
+		return CheckpointInfo{}, fmt.Errorf("daemon: complete checkpoint %d of job %s: %w: it is %s%s", id, job, ErrCheckpointFailed, st, reasonSuffix(r))
+	}
+	var missing []string
+	if len(tasks) > 0 {
+		for _, t := range tasks {
+			if c.tasks[t] == nil {
+				missing = append(missing, t.String())
+			}
+		}
+	} else {
+		for t := range d.byTask {
+			if t.Job == job && c.tasks[t] == nil {
+				missing = append(missing, t.String())
+			}
+		}
+	}
+	if len(missing) > 0 {
+		d.mu.Unlock()
+		sort.Strings(missing)
+		return CheckpointInfo{}, fmt.Errorf("daemon: complete checkpoint %d of job %s: %w: tasks %s did not snapshot it",
+			id, job, ErrCheckpointFailed, strings.Join(missing, ", "))
+	}
+	c.status = statusCompleting
+	snaps := make([]*taskSnapshot, 0, len(c.tasks))
+	for _, ts := range c.tasks {
+		snaps = append(snaps, ts)
+	}
+	d.mu.Unlock()
+
+	for _, ts := range snaps {
+		select {
+		case <-ts.done:
+		case <-ctx.Done():
+			d.mu.Lock()
+			if c.status == statusCompleting {
+				c.status = statusInProgress
+			}
+			d.mu.Unlock()
+			return CheckpointInfo{}, fmt.Errorf("daemon: complete checkpoint %d of job %s: waiting for uploads: %w", id, job, ctx.Err())
+		}
+	}
+	for _, ts := range snaps {
+		if ts.err != nil {
+			reason := "aborted: " + ts.err.Error()
+			if errors.Is(ts.err, backend.ErrDeclined) {
+				reason = "declined: " + ts.err.Error()
+			}
+			d.mu.Lock()
+			c.status = statusInProgress // let abort take it
+			d.mu.Unlock()
+			_ = d.AbortCheckpoint(ctx, job, id, reason)
+			return CheckpointInfo{}, fmt.Errorf("daemon: complete checkpoint %d of job %s: %w: %w", id, job, ErrCheckpointFailed, ts.err)
+		}
+	}
+	info, err := d.cfg.Catalog.Complete(ctx, job, id)
+	if err != nil {
+		d.mu.Lock()
+		c.status = statusInProgress
+		d.mu.Unlock()
+		_ = d.AbortCheckpoint(ctx, job, id, "aborted: "+err.Error())
+		return CheckpointInfo{}, fmt.Errorf("daemon: complete checkpoint %d of job %s: %w", id, job, err)
+	}
+	var subsumed []*checkpoint
+	d.mu.Lock()
+	c.status = statusCompleted
+	c.timer.Stop()
+	c.cancel()
+	delete(d.ckpts, key)
+	if id > d.lastCompleted[job] {
+		d.lastCompleted[job] = id
+	}
+	for k, o := range d.ckpts {
+		if k.job != job || k.id > id {
+			continue
+		}
+		if o.status == statusInProgress {
+			subsumed = append(subsumed, o)
+		} else if o.status != statusCompleting {
+			delete(d.ckpts, k) // tombstone no longer needed: ids <= id are refused anyway
+		}
+	}
+	d.mu.Unlock()
+	for _, ts := range snaps {
+		ts.inst.Backend.NotifyCheckpointComplete(id)
+	}
+	for _, o := range subsumed {
+		_ = d.AbortCheckpoint(ctx, job, o.key.id, fmt.Sprintf("aborted: subsumed by checkpoint %d", id))
+	}
+	d.m.CheckpointsCompleted.Add(1)
+	dur := time.Since(c.started)
+	d.m.CheckpointDuration.Observe(dur)
+	fillInfo(&info, job, id, snaps, dur)
+	d.log.Info("checkpoint completed", "job", job, "checkpoint", id, "tasks", len(snaps),
+		"checkpointedSize", info.CheckpointedSize, "fullSize", info.FullSize, "duration", dur)
+	return info, nil
+}
+
+// fillInfo completes what the catalog left empty.
+func fillInfo(info *CheckpointInfo, job string, id uint64, snaps []*taskSnapshot, dur time.Duration) {
+	info.Job, info.ID = job, id
+	if info.Status == "" {
+		info.Status = statusCompleted
+	}
+	if len(info.Tasks) == 0 {
+		var cs, fs int64
+		for _, ts := range snaps {
+			info.Tasks = append(info.Tasks, ts.inst.Task)
+			cs += ts.handle.CheckpointedSize
+			fs += ts.handle.FullSize
+		}
+		sort.Slice(info.Tasks, func(i, j int) bool { return info.Tasks[i].String() < info.Tasks[j].String() })
+		if info.CheckpointedSize == 0 && info.FullSize == 0 {
+			info.CheckpointedSize, info.FullSize = cs, fs
+		}
+	}
+	if info.Duration == 0 {
+		info.Duration = dur
+	}
+	if info.Completed.IsZero() {
+		info.Completed = time.Now()
+	}
+}
+
+// classifyReason maps a reason ("declined: ...", "expired: ...", anything
+// else) to its metric class and status.
+func classifyReason(reason string) FailureReason {
+	switch {
+	case strings.HasPrefix(reason, "declined"):
+		return FailureDeclined
+	case strings.HasPrefix(reason, "expired"):
+		return FailureExpired
+	}
+	return FailureAborted
+}
+
+// AbortCheckpoint cancels checkpoint id of job: running uploads stop, the
+// catalog discards what only this checkpoint uploaded, and a later
+// Snapshot of it is refused. Aborting an aborted checkpoint is a no-op;
+// aborting a completed one is an error.
+func (d *Daemon) AbortCheckpoint(ctx context.Context, job string, id uint64, reason string) error {
+	if reason == "" {
+		reason = "aborted"
+	}
+	class := classifyReason(reason)
+	key := ckptKey{job, id}
+	d.mu.Lock()
+	c := d.ckpts[key]
+	if c == nil {
+		if id <= d.lastCompleted[job] {
+			d.mu.Unlock()
+			return fmt.Errorf("daemon: abort checkpoint %d of job %s: %w: checkpoint %d already completed",
+				id, job, ErrCheckpointFailed, d.lastCompleted[job])
+		}
+		// No task here snapshotted it yet: remember the abort so that a
+		// late Snapshot is refused.
+		c = d.newCheckpointLocked(key, false)
+	}
+	switch c.status {
+	case statusCompleting, statusCompleted:
+		d.mu.Unlock()
+		return fmt.Errorf("daemon: abort checkpoint %d of job %s: %w: it is %s", id, job, ErrCheckpointFailed, c.status)
+	case statusInProgress:
+	default:
+		d.mu.Unlock()
+		return nil
+	}
+	c.status = class.String()
+	c.reason = reason
+	c.timer.Stop()
+	c.cancel()
+	snaps := make([]*taskSnapshot, 0, len(c.tasks))
+	for _, ts := range c.tasks {
+		snaps = append(snaps, ts)
+	}
+	d.mu.Unlock()
+
+	// The uploads see the cancellation; wait so that nothing writes after
+	// the catalog has discarded the checkpoint.
+	for _, ts := range snaps {
+		<-ts.done
+	}
+	var err error
+	if c.begun {
+		if e := d.cfg.Catalog.Abort(ctx, job, id, reason); e != nil {
+			err = fmt.Errorf("daemon: abort checkpoint %d of job %s: %w", id, job, e)
+		}
+	}
+	for _, ts := range snaps {
+		ts.inst.Backend.NotifyCheckpointAborted(id)
+	}
+	d.m.CheckpointFailures[class].Add(1)
+	d.mu.Lock()
+	d.history = append(d.history, CheckpointInfo{Job: job, ID: id, Status: class.String(), Tasks: tasksOf(snaps),
+		Duration: time.Since(c.started), Reason: reason})
+	if len(d.history) > historyLimit {
+		d.history = d.history[len(d.history)-historyLimit:]
+	}
+	d.mu.Unlock()
+	d.log.Warn("checkpoint aborted", "job", job, "checkpoint", id, "reason", reason)
+	return err
+}
+
+func tasksOf(snaps []*taskSnapshot) []backend.TaskID {
+	out := make([]backend.TaskID, 0, len(snaps))
+	for _, ts := range snaps {
+		out = append(out, ts.inst.Task)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].String() < out[j].String() })
+	return out
+}
+
+// expire aborts a checkpoint that outlived the timeout.
+func (d *Daemon) expire(c *checkpoint) {
+	d.mu.Lock()
+	skip := d.closing || c.status != statusInProgress
+	d.mu.Unlock()
+	if skip {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	_ = d.AbortCheckpoint(ctx, c.key.job, c.key.id,
+		fmt.Sprintf("expired: not completed within %s", d.cfg.CheckpointTimeout))
+}
+
+// ListCheckpoints returns the checkpoints of job: completed ones from the
+// catalog, in-progress and failed ones this daemon knows, by id.
+func (d *Daemon) ListCheckpoints(ctx context.Context, job string) ([]CheckpointInfo, error) {
+	infos, err := d.cfg.Catalog.List(ctx, job)
+	if err != nil {
+		return nil, fmt.Errorf("daemon: list checkpoints of job %s: %w", job, err)
+	}
+	seen := map[uint64]bool{}
+	for _, in := range infos {
+		seen[in.ID] = true
+	}
+	d.mu.Lock()
+	for _, h := range d.history {
+		if h.Job == job && !seen[h.ID] {
+			infos = append(infos, h)
+			seen[h.ID] = true
+		}
+	}
+	for k, c := range d.ckpts {
+		if k.job == job && !seen[k.id] && (c.status == statusInProgress || c.status == statusCompleting) {
+			snaps := make([]*taskSnapshot, 0, len(c.tasks))
+			for _, ts := range c.tasks {
+				snaps = append(snaps, ts)
+			}
+			infos = append(infos, CheckpointInfo{Job: job, ID: k.id, Status: statusInProgress, Tasks: tasksOf(snaps),
+				Duration: time.Since(c.started)})
+		}
+	}
+	d.mu.Unlock()
+	sort.Slice(infos, func(i, j int) bool { return infos[i].ID < infos[j].ID })
+	return infos, nil
+}

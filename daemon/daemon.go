@@ -1,0 +1,501 @@
+package daemon
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/statedhq/stated/backend"
+	"github.com/statedhq/stated/tiered"
+)
+
+// Defaults of Config.
+const (
+	DefaultMaxValueSize          = 4 << 20
+	DefaultMaxInstances          = 4096
+	DefaultMaxStreamsPerInstance = 4
+	DefaultCheckpointTimeout     = 10 * time.Minute
+	// historyLimit bounds the failed checkpoints the daemon remembers for
+	// ListCheckpoints (completed ones are the catalog's).
+	historyLimit = 256
+	// tombstoneLimit bounds the aborted checkpoints remembered so that a
+	// late Snapshot of one is refused.
+	tombstoneLimit = 4096
+)
+
+// InstancesDir is the directory under the data dir that holds the working
+// state of open instances. New clears it.
+const InstancesDir = "instances"
+
+// OpenEnv is what an Opener gets besides the backend options.
+type OpenEnv struct {
+	// Dir is an empty working directory for this instance only; the
+	// daemon removes it after Close (and on the next start after a crash).
+	Dir string
+}
+
+// Opener opens a backend of one kind. The daemon fills opts completely
+// (defaults applied) before calling it.
+type Opener func(ctx context.Context, opts backend.Options, env OpenEnv) (backend.Backend, error)
+
+// Config configures a Daemon.
+type Config struct {
+	// DataDir holds the working state of instances. Required.
+	DataDir string
+	// Store is the checkpoint storage. Required.
+	Store tiered.Store
+	// Catalog records checkpoints and savepoints. Required.
+	Catalog Catalog
+	// Openers open backends by kind. Required (see DefaultOpeners).
+	Openers map[backend.Kind]Opener
+	// MaxValueSize bounds each key, namespace, value, list element and map
+	// user key or value. Default DefaultMaxValueSize.
+	MaxValueSize int
+	// MaxInstances bounds the open instances. Default DefaultMaxInstances.
+	MaxInstances int
+	// MaxStreamsPerInstance bounds the concurrent batch streams of one
+	// instance (each has its own bounded queue). Default
+	// DefaultMaxStreamsPerInstance.
+	MaxStreamsPerInstance int
+	// CheckpointTimeout aborts a checkpoint as expired when it has not
+	// completed this long after its first snapshot. Default
+	// DefaultCheckpointTimeout.
+	CheckpointTimeout time.Duration
+	// Logger receives structured logs. Default slog.Default().
+	Logger *slog.Logger
+	// Metrics receives the counters. Default NewMetrics().
+	Metrics *Metrics
+}
+
+// EnsureDefaults fills zero fields with their defaults.
+func (c *Config) EnsureDefaults() {
+	if c.MaxValueSize == 0 {
+		c.MaxValueSize = DefaultMaxValueSize
+	}
+	if c.MaxInstances == 0 {
+		c.MaxInstances = DefaultMaxInstances
+	}
+	if c.MaxStreamsPerInstance == 0 {
+		c.MaxStreamsPerInstance = DefaultMaxStreamsPerInstance
+	}
+	if c.CheckpointTimeout == 0 {
+		c.CheckpointTimeout = DefaultCheckpointTimeout
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.Metrics == nil {
+		c.Metrics = NewMetrics()
+	}
+}
+
+// Validate reports every problem of c at once.
+func (c *Config) Validate() error {
+	var errs []error
+	if c.DataDir == "" {
+		errs = append(errs, errors.New("daemon: no data dir"))
+	}
+	if c.Store == nil {
+		errs = append(errs, errors.New("daemon: no checkpoint store"))
+	}
+	if c.Catalog == nil {
+		errs = append(errs, errors.New("daemon: no catalog"))
+	}
+	if len(c.Openers) == 0 {
+		errs = append(errs, errors.New("daemon: no backend openers"))
+	}
+	if c.MaxValueSize < 0 || c.MaxInstances < 0 || c.MaxStreamsPerInstance < 0 || c.CheckpointTimeout < 0 {
+		errs = append(errs, errors.New("daemon: negative limit"))
+	}
+	return errors.Join(errs...)
+}
+
+// Daemon holds the instances of every task on the host.
+type Daemon struct {
+	cfg Config
+	log *slog.Logger
+	m   *Metrics
+
+	// baseCtx is cancelled by Shutdown when in-flight snapshots must stop.
+	baseCtx   context.Context
+	cancelAll context.CancelFunc
+	// wg tracks asynchronous snapshot parts.
+	wg sync.WaitGroup
+
+	mu        sync.Mutex
+	closing   bool
+	instances map[string]*Instance // by string(id)
+	byTask    map[backend.TaskID]*Instance
+	opening   map[backend.TaskID]bool
+	ckpts     map[ckptKey]*checkpoint
+	// lastCompleted is the highest checkpoint id completed per job by this
+	// process.
+	lastCompleted map[string]uint64
+	history       []CheckpointInfo
+	// heapHandles names the heap snapshots this process took: only those
+	// can be restored.
+	heapHandles map[string]bool
+}
+
+// New starts a daemon. It clears the instances directory under DataDir.
+func New(cfg Config) (*Daemon, error) {
+	cfg.EnsureDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	inst := filepath.Join(cfg.DataDir, InstancesDir)
+	// Working state of a previous process is never reused: tasks restore
+	// from their last completed checkpoint, which verifies every file.
+	if err := os.RemoveAll(inst); err != nil {
+		return nil, fmt.Errorf("daemon: clear %s: %w", inst, err)
+	}
+	if err := os.MkdirAll(inst, 0o700); err != nil {
+		return nil, fmt.Errorf("daemon: create %s: %w", inst, err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	return &Daemon{
+		cfg: cfg, log: cfg.Logger, m: cfg.Metrics,
+		baseCtx: ctx, cancelAll: cancel,
+		instances:     map[string]*Instance{},
+		byTask:        map[backend.TaskID]*Instance{},
+		opening:       map[backend.TaskID]bool{},
+		ckpts:         map[ckptKey]*checkpoint{},
+		lastCompleted: map[string]uint64{},
+		heapHandles:   map[string]bool{},
+	}, nil
+}
+
+// Metrics returns the daemon's counters.
+func (d *Daemon) Metrics() *Metrics { return d.m }
+
+// Config returns the daemon's configuration with defaults applied.
+func (d *Daemon) Config() Config { return d.cfg }
+
+// OpenParams describe an instance to open.
+type OpenParams struct {
+	Task           backend.TaskID
+	KeyGroups      backend.KeyGroupRange
+	MaxParallelism int // 0: backend.DefaultMaxParallelism
+	Kind           backend.Kind
+	States         []backend.StateDescriptor
+	Restore        *RestoreSpec
+	// Replace closes an instance already open for the task.
+	Replace bool
+}
+
+func (p *OpenParams) validate(openers map[backend.Kind]Opener) error {
+	var errs []error
+	if err := p.Task.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if p.MaxParallelism == 0 {
+		p.MaxParallelism = backend.DefaultMaxParallelism
+	}
+	if err := backend.ValidateMaxParallelism(p.MaxParallelism); err != nil {
+		errs = append(errs, err)
+	} else if err := p.KeyGroups.Validate(p.MaxParallelism); err != nil {
+		errs = append(errs, err)
+	}
+	if _, err := backend.ParseKind(string(p.Kind)); err != nil {
+		errs = append(errs, err)
+	} else if openers[p.Kind] == nil {
+		errs = append(errs, fmt.Errorf("%w: backend %s is not available in this daemon", ErrUnsupported, p.Kind))
+	}
+	seen := map[string]bool{}
+	for _, s := range p.States {
+		if err := s.Validate(); err != nil {
+			errs = append(errs, err)
+		}
+		if seen[s.Name] {
+			errs = append(errs, fmt.Errorf("%w: state %q listed twice", backend.ErrInvalidArgument, s.Name))
+		}
+		seen[s.Name] = true
+	}
+	if r := p.Restore; r != nil {
+		n := 0
+		if r.Latest {
+			n++
+		}
+		if r.CheckpointID != 0 {
+			n++
+		}
+		if r.Savepoint != "" {
+			n++
+		}
+		if n != 1 {
+			errs = append(errs, fmt.Errorf("%w: a restore source names exactly one of latest, a checkpoint id or a savepoint", backend.ErrInvalidArgument))
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("daemon: open %s: %w", p.Task, err)
+	}
+	return nil
+}
+
+// Open creates an instance for a task, restoring it when p.Restore is set.
+func (d *Daemon) Open(ctx context.Context, p OpenParams) (*Instance, error) {
+	if err := p.validate(d.cfg.Openers); err != nil {
+		d.m.OpenFailures.Add(1)
+		return nil, err
+	}
+	inst, err := d.open(ctx, p)
+	if err != nil {
+		d.m.OpenFailures.Add(1)
+		d.log.Warn("open failed", "task", p.Task.String(), "backend", string(p.Kind), "err", err)
+		return nil, err
+	}
+	d.m.Opens.Add(1)
+	d.log.Info("instance opened", "task", p.Task.String(), "backend", string(p.Kind),
+		"keyGroups", p.KeyGroups.String(), "instance", inst.IDString(), "restoredFrom", inst.RestoredFrom)
+	return inst, nil
+}
+
+func (d *Daemon) open(ctx context.Context, p OpenParams) (*Instance, error) {
+	task := p.Task
+	d.mu.Lock()
+	if d.closing {
+		d.mu.Unlock()
+		return nil, fmt.Errorf("daemon: open %s: %w", task, ErrShuttingDown)
+	}
+	if d.opening[task] {
+		d.mu.Unlock()
+		return nil, fmt.Errorf("daemon: open %s: %w (another open of it is in progress)", task, ErrAlreadyOpen)
+	}
+	old := d.byTask[task]
+	if old != nil && !p.Replace {
+		d.mu.Unlock()
+		return nil, fmt.Errorf("daemon: open %s: %w as instance %s (close it, or open with replace)", task, ErrAlreadyOpen, old.IDString())
+	}
+	n := len(d.instances) + len(d.opening)
+	if old != nil {
+		n--
+	}
+	if n >= d.cfg.MaxInstances {
+		d.mu.Unlock()
+		return nil, fmt.Errorf("daemon: open %s: %w: %d instances open (max %d)", task, ErrLimit, n, d.cfg.MaxInstances)
+	}
+	d.opening[task] = true
+	if old != nil {
+		d.removeLocked(old)
+	}
+	d.mu.Unlock()
+	defer func() {
+		d.mu.Lock()
+		delete(d.opening, task)
+		d.mu.Unlock()
+	}()
+	if old != nil {
+		d.log.Info("instance replaced", "task", task.String(), "instance", old.IDString())
+		old.close()
+	}
+
+	opts := backend.Options{
+		Task:           task,
+		KeyGroups:      p.KeyGroups,
+		MaxParallelism: p.MaxParallelism,
+		States:         p.States,
+		Store:          d.cfg.Store,
+		MaxValueSize:   d.cfg.MaxValueSize,
+	}
+	var restoredFrom uint64
+	if p.Restore != nil {
+		r, err := d.resolveRestore(ctx, p)
+		if err != nil {
+			return nil, err
+		}
+		opts.Restore = r.Handles
+		opts.RestoreStore = r.Store
+		opts.NoClaim = !p.Restore.Claim
+		restoredFrom = r.CheckpointID
+	}
+	opts.EnsureDefaults()
+
+	id := make([]byte, 16)
+	if _, err := rand.Read(id); err != nil {
+		return nil, fmt.Errorf("daemon: open %s: instance id: %w", task, err)
+	}
+	dir := filepath.Join(d.cfg.DataDir, InstancesDir, task.Job, fmt.Sprintf("%s-%x", task.Dir(), id[:6]))
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("daemon: open %s: %w", task, err)
+	}
+	b, err := d.cfg.Openers[p.Kind](ctx, opts, OpenEnv{Dir: dir})
+	if err != nil {
+		_ = os.RemoveAll(dir)
+		return nil, fmt.Errorf("daemon: open %s (%s backend): %w", task, p.Kind, err)
+	}
+	if p.Restore != nil {
+		d.m.Restores.Add(1)
+	}
+	inst := newInstance(d, id, task, p.Kind, b, dir, restoredFrom)
+	d.mu.Lock()
+	if d.closing {
+		d.mu.Unlock()
+		inst.close()
+		return nil, fmt.Errorf("daemon: open %s: %w", task, ErrShuttingDown)
+	}
+	d.instances[string(id)] = inst
+	d.byTask[task] = inst
+	d.m.OpenInstances[BackendIndex(p.Kind)].Add(1)
+	d.mu.Unlock()
+	return inst, nil
+}
+
+// resolveRestore finds the handles that hold the instance's key groups.
+func (d *Daemon) resolveRestore(ctx context.Context, p OpenParams) (Restored, error) {
+	task := p.Task
+	r, err := d.cfg.Catalog.Restore(ctx, task.Job, *p.Restore)
+	if err != nil {
+		return r, fmt.Errorf("daemon: restore %s: %w", task, err)
+	}
+	src := fmt.Sprintf("checkpoint %d of job %s", r.CheckpointID, task.Job)
+	if r.Savepoint != "" {
+		src = "savepoint " + r.Savepoint
+	}
+	var keep []*backend.Handle
+	for _, h := range r.Handles {
+		if h == nil || h.KeyGroups.Intersect(p.KeyGroups).Empty() {
+			continue
+		}
+		if h.Backend == backend.KindHeap && r.Savepoint == "" {
+			d.mu.Lock()
+			held := d.heapHandles[heapKey(h)]
+			d.mu.Unlock()
+			if !held {
+				return r, fmt.Errorf("daemon: restore %s from %s: %w: the heap backend keeps its snapshots in daemon memory, "+
+					"and this daemon process did not take this one (the daemon restarted since); restore from a file or lsm "+
+					"checkpoint or from a canonical savepoint instead", task, src, ErrSnapshotGone)
+			}
+		}
+		keep = append(keep, h)
+	}
+	if len(keep) == 0 {
+		return r, fmt.Errorf("daemon: restore %s: %w: %s holds no state for key groups %s", task, backend.ErrNotFound, src, p.KeyGroups)
+	}
+	r.Handles = keep
+	return r, nil
+}
+
+func heapKey(h *backend.Handle) string { return fmt.Sprintf("%s#%d", h.Task, h.CheckpointID) }
+
+// Lookup returns the open instance with id if it belongs to job.
+func (d *Daemon) Lookup(id []byte, job string) (*Instance, error) {
+	if len(id) == 0 {
+		return nil, fmt.Errorf("daemon: %w: no instance id", backend.ErrInvalidArgument)
+	}
+	d.mu.Lock()
+	inst := d.instances[string(id)]
+	d.mu.Unlock()
+	if inst == nil {
+		return nil, fmt.Errorf("daemon: %w %s (job %q): never opened, closed, or opened before a daemon restart",
+			ErrUnknownInstance, hex.EncodeToString(id), job)
+	}
+	if inst.Task.Job != job {
+		// Do not say whose it is.
+		return nil, fmt.Errorf("daemon: %w: instance %s does not belong to job %q", ErrPermissionDenied, inst.IDString(), job)
+	}
+	return inst, nil
+}
+
+// CloseInstance closes the instance with id of job.
+func (d *Daemon) CloseInstance(id []byte, job string) error {
+	inst, err := d.Lookup(id, job)
+	if err != nil {
+		return err
+	}
+	d.mu.Lock()
+	if d.instances[string(id)] != inst {
+		d.mu.Unlock()
+		return fmt.Errorf("daemon: %w %s: closed concurrently", ErrUnknownInstance, inst.IDString())
+	}
+	d.removeLocked(inst)
+	d.mu.Unlock()
+	d.log.Info("instance closed", "task", inst.Task.String(), "instance", inst.IDString())
+	return inst.close()
+}
+
+// removeLocked unregisters inst; the caller closes it.
+func (d *Daemon) removeLocked(inst *Instance) {
+	delete(d.instances, string(inst.ID))
+	if d.byTask[inst.Task] == inst {
+		delete(d.byTask, inst.Task)
+	}
+	d.m.OpenInstances[BackendIndex(inst.Kind)].Add(-1)
+}
+
+// Instances lists the open instances, sorted by task.
+func (d *Daemon) Instances() []*Instance {
+	d.mu.Lock()
+	out := make([]*Instance, 0, len(d.instances))
+	for _, in := range d.instances {
+		out = append(out, in)
+	}
+	d.mu.Unlock()
+	sort.Slice(out, func(i, j int) bool { return out[i].Task.String() < out[j].Task.String() })
+	return out
+}
+
+// Shutdown stops the daemon: it refuses new work, waits until ctx is done
+// for in-flight asynchronous snapshots, then aborts those still running
+// (their checkpoints are aborted in the catalog), and closes every
+// instance. The catalog and store are the caller's to close.
+func (d *Daemon) Shutdown(ctx context.Context) error {
+	d.mu.Lock()
+	if d.closing {
+		d.mu.Unlock()
+		return nil
+	}
+	d.closing = true
+	d.mu.Unlock()
+
+	done := make(chan struct{})
+	go func() { d.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		d.log.Warn("shutdown: aborting in-flight snapshots")
+		d.cancelAll()
+		<-done
+	}
+	// Every asynchronous part has finished. Abort what did not complete so
+	// the catalog discards its uploads.
+	d.mu.Lock()
+	var pending []*checkpoint
+	for _, c := range d.ckpts {
+		c.timer.Stop()
+		if c.status == statusInProgress {
+			pending = append(pending, c)
+		}
+	}
+	insts := make([]*Instance, 0, len(d.instances))
+	for _, in := range d.instances {
+		insts = append(insts, in)
+		d.removeLocked(in)
+	}
+	d.mu.Unlock()
+	var errs []error
+	actx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for _, c := range pending {
+		if c.begun {
+			if err := d.cfg.Catalog.Abort(actx, c.key.job, c.key.id, "aborted: daemon shutting down"); err != nil {
+				errs = append(errs, err)
+			}
+		}
+		d.m.CheckpointFailures[FailureAborted].Add(1)
+	}
+	for _, in := range insts {
+		if err := in.close(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	d.cancelAll()
+	return errors.Join(errs...)
+}

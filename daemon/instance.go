@@ -1,0 +1,136 @@
+package daemon
+
+import (
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+
+	"github.com/statedhq/stated/backend"
+)
+
+// Instance is one open backend of one task.
+type Instance struct {
+	// ID names the instance in every request.
+	ID []byte
+	// Task, Kind, KeyGroups and MaxParallelism are fixed at open.
+	Task           backend.TaskID
+	Kind           backend.Kind
+	KeyGroups      backend.KeyGroupRange
+	MaxParallelism int
+	// RestoredFrom is the checkpoint the instance was restored from (0:
+	// none or a savepoint).
+	RestoredFrom uint64
+	// Backend does the work. Its methods are safe for concurrent use.
+	Backend backend.Backend
+	// Ops records operations into the daemon's metrics.
+	Ops OpCounter
+
+	d     *Daemon
+	dir   string
+	kinds map[string]backend.StateKind
+
+	mu      sync.Mutex
+	streams int
+	pending int // asynchronous snapshot parts still running
+	closed  bool
+}
+
+func newInstance(d *Daemon, id []byte, task backend.TaskID, kind backend.Kind, b backend.Backend, dir string, restoredFrom uint64) *Instance {
+	info := b.Info()
+	in := &Instance{
+		ID: id, Task: task, Kind: kind, KeyGroups: info.KeyGroups, MaxParallelism: info.MaxParallelism,
+		RestoredFrom: restoredFrom, Backend: b,
+		Ops: OpCounter{m: d.m, b: BackendIndex(kind)},
+		d:   d, dir: dir, kinds: map[string]backend.StateKind{},
+	}
+	for _, s := range b.States() {
+		in.kinds[s.Name] = s.Kind
+	}
+	return in
+}
+
+// IDString is the instance id in hex, for logs and messages.
+func (in *Instance) IDString() string { return hex.EncodeToString(in.ID) }
+
+// StateKind returns the kind of a registered state (0 if unknown), for
+// metrics; the backend does the authoritative checks.
+func (in *Instance) StateKind(state string) backend.StateKind { return in.kinds[state] }
+
+// MaxValueSize is the largest key, namespace, value or user key accepted.
+func (in *Instance) MaxValueSize() int { return in.d.cfg.MaxValueSize }
+
+// AcquireStream counts a batch stream against the instance's limit; call
+// the returned function when the stream ends.
+func (in *Instance) AcquireStream() (release func(), err error) {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if in.closed {
+		return nil, fmt.Errorf("daemon: %w %s of %s: closed", ErrUnknownInstance, in.IDString(), in.Task)
+	}
+	if in.streams >= in.d.cfg.MaxStreamsPerInstance {
+		return nil, fmt.Errorf("daemon: %w: instance %s of %s has %d batch streams open (max %d)",
+			ErrLimit, in.IDString(), in.Task, in.streams, in.d.cfg.MaxStreamsPerInstance)
+	}
+	in.streams++
+	in.d.m.Streams.Add(1)
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			in.mu.Lock()
+			in.streams--
+			in.mu.Unlock()
+			in.d.m.Streams.Add(-1)
+		})
+	}, nil
+}
+
+// startSnapshot counts an asynchronous part that will run.
+func (in *Instance) startSnapshot() error {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if in.closed {
+		return fmt.Errorf("daemon: %w %s of %s: closed", ErrUnknownInstance, in.IDString(), in.Task)
+	}
+	in.pending++
+	return nil
+}
+
+// finishSnapshot ends one; the last one after Close removes the working
+// directory (lsm snapshots read their files from it).
+func (in *Instance) finishSnapshot() {
+	in.mu.Lock()
+	in.pending--
+	remove := in.closed && in.pending == 0
+	in.mu.Unlock()
+	if remove {
+		in.removeDir()
+	}
+}
+
+// close closes the backend and removes the working directory once no
+// snapshot reads it any more.
+func (in *Instance) close() error {
+	err := in.Backend.Close()
+	if errors.Is(err, backend.ErrClosed) {
+		err = nil
+	}
+	in.mu.Lock()
+	in.closed = true
+	remove := in.pending == 0
+	in.mu.Unlock()
+	if remove {
+		in.removeDir()
+	}
+	if err != nil {
+		return fmt.Errorf("daemon: close %s: %w", in.Task, err)
+	}
+	return nil
+}
+
+func (in *Instance) removeDir() {
+	if err := os.RemoveAll(in.dir); err != nil {
+		in.d.log.Warn("remove instance directory", "dir", in.dir, "err", err)
+	}
+}

@@ -1,0 +1,221 @@
+package daemon
+
+import (
+	"math"
+	"sync/atomic"
+	"time"
+
+	"github.com/statedhq/stated/backend"
+)
+
+// Op is a state operation kind, for metrics. The values match the api's
+// OpType numbers.
+type Op uint8
+
+const (
+	OpGet Op = iota + 1
+	OpPut
+	OpDelete
+	OpListAppend
+	OpListGet
+	OpMapGet
+	OpMapPut
+	OpMapRemove
+	OpMapContains
+	OpMapIterate
+	OpAggregateAdd
+	OpAggregateGet
+	OpTimerRegister
+	OpTimerDelete
+	OpTimerPoll
+	numOps
+)
+
+var opNames = [numOps]string{"", "get", "put", "delete", "list_append", "list_get", "map_get", "map_put",
+	"map_remove", "map_contains", "map_iterate", "aggregate_add", "aggregate_get", "timer_register",
+	"timer_delete", "timer_poll"}
+
+func (o Op) String() string {
+	if o < numOps && o > 0 {
+		return opNames[o]
+	}
+	return "unknown"
+}
+
+// Kinds indexes the metric arrays: backend kinds and state kinds.
+var (
+	BackendKinds = [...]backend.Kind{backend.KindHeap, backend.KindFile, backend.KindLSM}
+	StateKinds   = [...]backend.StateKind{backend.KindValue, backend.KindList, backend.KindMap, backend.KindAggregate, backend.KindTimers}
+)
+
+const (
+	numBackendKinds = len(BackendKinds)
+	// State kinds are 1..5; index 0 holds operations on unknown states.
+	numStateKinds = 6
+)
+
+// BackendIndex returns the metric index of k (heap 0, file 1, lsm 2).
+func BackendIndex(k backend.Kind) int {
+	for i, b := range BackendKinds {
+		if b == k {
+			return i
+		}
+	}
+	return 0
+}
+
+// FailureReason classifies failed checkpoints for metrics.
+type FailureReason uint8
+
+const (
+	FailureDeclined FailureReason = iota
+	FailureExpired
+	FailureAborted
+	numFailureReasons
+)
+
+var failureNames = [numFailureReasons]string{"declined", "expired", "aborted"}
+
+func (r FailureReason) String() string {
+	if r < numFailureReasons {
+		return failureNames[r]
+	}
+	return "aborted"
+}
+
+// Histogram is a fixed-bucket latency histogram updated with atomics, so
+// that recording costs no lock. Bounds are upper bounds in seconds, as
+// Prometheus expects.
+type Histogram struct {
+	bounds []float64
+	counts []atomic.Uint64 // len(bounds)+1; the last is +Inf
+	sumNs  atomic.Int64
+	count  atomic.Uint64
+}
+
+// NewHistogram returns a histogram with n exponential buckets starting at
+// first (seconds) and growing by factor.
+func NewHistogram(first, factor float64, n int) *Histogram {
+	b := make([]float64, n)
+	for i := range b {
+		b[i] = first * math.Pow(factor, float64(i))
+	}
+	return &Histogram{bounds: b, counts: make([]atomic.Uint64, n+1)}
+}
+
+// Observe records one duration.
+func (h *Histogram) Observe(d time.Duration) {
+	s := d.Seconds()
+	// Few buckets: a linear scan beats a binary search here.
+	i := 0
+	for i < len(h.bounds) && s > h.bounds[i] {
+		i++
+	}
+	h.counts[i].Add(1)
+	h.sumNs.Add(int64(d))
+	h.count.Add(1)
+}
+
+// HistogramSnapshot is a consistent-enough copy for export: cumulative
+// bucket counts keyed by upper bound.
+type HistogramSnapshot struct {
+	Count   uint64
+	Sum     float64 // seconds
+	Buckets map[float64]uint64
+}
+
+// Snapshot copies the histogram.
+func (h *Histogram) Snapshot() HistogramSnapshot {
+	s := HistogramSnapshot{Buckets: make(map[float64]uint64, len(h.bounds))}
+	var cum uint64
+	for i, b := range h.bounds {
+		cum += h.counts[i].Load()
+		s.Buckets[b] = cum
+	}
+	cum += h.counts[len(h.bounds)].Load()
+	// Count is the sum of the buckets, so that a concurrent Observe never
+	// makes +Inf smaller than the last finite bucket.
+	s.Count = cum
+	s.Sum = float64(h.sumNs.Load()) / 1e9
+	return s
+}
+
+// Metrics are the daemon's counters. All fields are updated with atomics
+// and read by the exporter at scrape time.
+type Metrics struct {
+	// Ops counts state operations per backend kind, state kind and op;
+	// OpErrors those that failed.
+	Ops      [numBackendKinds][numStateKinds][numOps]atomic.Uint64
+	OpErrors [numBackendKinds][numStateKinds][numOps]atomic.Uint64
+	// OpLatency is the time one operation took in the backend, per backend
+	// kind and state kind.
+	OpLatency [numBackendKinds][numStateKinds]*Histogram
+	// Batches counts batch requests; BatchesRejected those refused whole
+	// (too many operations).
+	Batches         atomic.Uint64
+	BatchesRejected atomic.Uint64
+	// Streams is the number of open batch streams.
+	Streams atomic.Int64
+	// OpenInstances per backend kind; Opens and OpenFailures count calls.
+	OpenInstances [numBackendKinds]atomic.Int64
+	Opens         atomic.Uint64
+	OpenFailures  atomic.Uint64
+	Restores      atomic.Uint64
+
+	// CheckpointSync and CheckpointAsync are the durations of the two parts
+	// of each task snapshot, per backend kind.
+	CheckpointSync  [numBackendKinds]*Histogram
+	CheckpointAsync [numBackendKinds]*Histogram
+	// CheckpointedBytes and FullBytes sum Handle.CheckpointedSize and
+	// Handle.FullSize of successful task snapshots per backend kind: their
+	// ratio is how much incremental checkpoints save.
+	CheckpointedBytes [numBackendKinds]atomic.Uint64
+	FullBytes         [numBackendKinds]atomic.Uint64
+	// SnapshotFailures counts task snapshots that failed (sync or async).
+	SnapshotFailures [numBackendKinds]atomic.Uint64
+	// CheckpointsCompleted counts completed checkpoints (per job, not per
+	// task); CheckpointFailures aborted ones by reason.
+	CheckpointsCompleted atomic.Uint64
+	CheckpointFailures   [numFailureReasons]atomic.Uint64
+	// CheckpointDuration: from the first Snapshot of a checkpoint in this
+	// daemon to its completion.
+	CheckpointDuration *Histogram
+}
+
+// NewMetrics allocates the histograms.
+func NewMetrics() *Metrics {
+	m := &Metrics{CheckpointDuration: NewHistogram(0.001, 2, 20)}
+	for b := range numBackendKinds {
+		for s := range numStateKinds {
+			// 1 us .. ~0.5 s.
+			m.OpLatency[b][s] = NewHistogram(1e-6, 2, 20)
+		}
+		// 100 us .. ~100 s.
+		m.CheckpointSync[b] = NewHistogram(1e-4, 2, 21)
+		m.CheckpointAsync[b] = NewHistogram(1e-3, 2, 20)
+	}
+	return m
+}
+
+// OpCounter is the per-instance view the api server records operations
+// through: fixed indexes, no lookups on the hot path.
+type OpCounter struct {
+	m *Metrics
+	b int
+}
+
+// Record counts one operation of op on a state of kind sk that took d.
+func (c OpCounter) Record(sk backend.StateKind, op Op, d time.Duration, failed bool) {
+	s := int(sk)
+	if s >= numStateKinds {
+		s = 0
+	}
+	if op >= numOps {
+		op = 0
+	}
+	c.m.Ops[c.b][s][op].Add(1)
+	if failed {
+		c.m.OpErrors[c.b][s][op].Add(1)
+	}
+	c.m.OpLatency[c.b][s].Observe(d)
+}
