@@ -139,4 +139,3 @@ func randomSuffix() string {
 	rand.Read(b[:])
 	return hex.EncodeToString(b[:])
 }
-
