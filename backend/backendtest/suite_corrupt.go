@@ -1,0 +1,177 @@
+package backendtest
+
+import (
+	"errors"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/statedhq/stated/backend"
+	"github.com/statedhq/stated/tiered"
+)
+
+// damageSetup writes a workload, takes a confirmed checkpoint and a second
+// one on top (so an incremental backend's handle has shared and new files),
+// checks that the second restores, and returns it.
+func damageSetup(t *testing.T, e *env) *backend.Handle {
+	c := newRand(8)
+	b := e.mustOpen(t, e.opts(testRange, modelStates...))
+	m := NewModel(modelStates...)
+	e.randomOps(t, c, b, m, testRange, 400)
+	h1 := e.checkpoint(t, b)
+	b.NotifyCheckpointComplete(h1.CheckpointID)
+	e.randomOps(t, c, b, m, testRange, 200)
+	mh := m.Clone()
+	h := e.checkpoint(t, b)
+	if len(h.Files) == 0 {
+		t.Fatalf("checkpoint %d has no files", h.CheckpointID)
+	}
+	must(t, b.Close(), "close")
+	compareAll(t, e.restore(t, testRange, modelStates, h), mh, testRange, modelDomain, e.clock.Ms(), true, "restored before any damage")
+	return h
+}
+
+// expectRestoreFails opens a restore from h and checks that it fails with
+// an error wrapping one of targets whose message names path.
+func (e *env) expectRestoreFails(t *testing.T, h *backend.Handle, path, damage string, targets ...error) {
+	t.Helper()
+	o := e.opts(testRange, modelStates...)
+	o.Restore = []*backend.Handle{h}
+	b, err := e.open(t, o)
+	if err == nil {
+		_ = b.Close()
+		t.Fatalf("restore with %s succeeded (store: %s)", damage, e.storeFiles(t))
+	}
+	matched := false
+	for _, target := range targets {
+		matched = matched || errors.Is(err, target)
+	}
+	if !matched {
+		t.Fatalf("restore with %s: error %q wraps none of %q", damage, err, targets)
+	}
+	if !strings.Contains(err.Error(), path) {
+		t.Fatalf("restore with %s: error %q does not name the file %s", damage, err, path)
+	}
+}
+
+// replace overwrites name in the store.
+func (e *env) replace(t *testing.T, name string, data []byte) {
+	t.Helper()
+	must(t, tiered.PutBytes(e.ctx, e.store, name, data), "rewrite %s", name)
+}
+
+func (e *env) read(t *testing.T, name string) []byte {
+	t.Helper()
+	data, err := tiered.ReadAll(e.ctx, e.store, name, 0)
+	must(t, err, "read %s", name)
+	return data
+}
+
+func testCorruptFile(t *testing.T, e *env) {
+	h := damageSetup(t, e)
+	for _, f := range h.Files {
+		orig := e.read(t, f.Path)
+		if len(orig) == 0 {
+			continue // nothing to flip; the truncation and missing tests cover it
+		}
+		for _, pos := range dedupe(0, len(orig)/2, len(orig)-1) {
+			bad := append([]byte(nil), orig...)
+			bad[pos] ^= 0xff
+			e.replace(t, f.Path, bad)
+			e.expectRestoreFails(t, h, f.Path, "byte "+strconv.Itoa(pos)+" of "+f.Path+" flipped", backend.ErrCorrupt)
+		}
+		e.replace(t, f.Path, orig)
+	}
+	// Everything put back: the restore works again.
+	o := e.opts(testRange, modelStates...)
+	o.Restore = []*backend.Handle{h}
+	e.mustOpen(t, o)
+}
+
+func testTruncatedFile(t *testing.T, e *env) {
+	h := damageSetup(t, e)
+	for _, f := range h.Files {
+		orig := e.read(t, f.Path)
+		if len(orig) == 0 {
+			continue
+		}
+		for _, n := range dedupe(0, len(orig)/2, len(orig)-1) {
+			e.replace(t, f.Path, orig[:n])
+			e.expectRestoreFails(t, h, f.Path, f.Path+" truncated to "+strconv.Itoa(n)+" bytes", backend.ErrCorrupt)
+		}
+		// A longer file is damaged too.
+		e.replace(t, f.Path, append(append([]byte(nil), orig...), 0))
+		e.expectRestoreFails(t, h, f.Path, f.Path+" with a byte appended", backend.ErrCorrupt)
+		e.replace(t, f.Path, orig)
+	}
+}
+
+func testMissingFile(t *testing.T, e *env) {
+	h := damageSetup(t, e)
+	for _, f := range h.Files {
+		orig := e.read(t, f.Path)
+		must(t, e.store.Delete(e.ctx, f.Path), "delete %s", f.Path)
+		e.expectRestoreFails(t, h, f.Path, f.Path+" missing", backend.ErrNotFound, backend.ErrCorrupt)
+		e.replace(t, f.Path, orig)
+	}
+}
+
+// copyHandle deep-copies h through its encoding.
+func copyHandle(t *testing.T, h *backend.Handle) *backend.Handle {
+	t.Helper()
+	enc, err := backend.EncodeHandle(h)
+	must(t, err, "encode handle")
+	c, err := backend.DecodeHandle(enc)
+	must(t, err, "decode handle")
+	return c
+}
+
+func testIncompatibleHandle(t *testing.T, e *env) {
+	h := damageSetup(t, e)
+	restore := func(o backend.Options) error {
+		t.Helper()
+		b, err := e.open(t, o)
+		if err == nil {
+			_ = b.Close()
+		}
+		return err
+	}
+	o := e.opts(testRange, modelStates...)
+	o.Restore, o.MaxParallelism = []*backend.Handle{h}, 2*testMaxP
+	wantErr(t, restore(o), backend.ErrIncompatible, "restore a handle of %d key groups into an instance of %d", testMaxP, 2*testMaxP)
+
+	v := copyHandle(t, h)
+	v.Version = backend.HandleFormatVersion + 1
+	o = e.opts(testRange, modelStates...)
+	o.Restore = []*backend.Handle{v}
+	wantErr(t, restore(o), backend.ErrIncompatible, "restore a handle of format version %d", v.Version)
+
+	p := copyHandle(t, h)
+	p.Files[0].Path = "../" + p.Files[0].Path
+	o.Restore = []*backend.Handle{p}
+	wantErr(t, restore(o), backend.ErrCorrupt, "restore a handle with a path outside the store")
+
+	// A handle whose recorded checksum or size disagrees with the intact
+	// file: the file is what is named.
+	for i := range h.Files {
+		c := copyHandle(t, h)
+		c.Files[i].CRC32C ^= 1
+		e.expectRestoreFails(t, c, h.Files[i].Path, "the checksum of "+h.Files[i].Path+" changed in the handle", backend.ErrCorrupt)
+		c = copyHandle(t, h)
+		c.Files[i].Size++
+		c.FullSize++
+		e.expectRestoreFails(t, c, h.Files[i].Path, "the size of "+h.Files[i].Path+" changed in the handle", backend.ErrCorrupt)
+	}
+}
+
+func dedupe(xs ...int) []int {
+	var out []int
+	seen := map[int]bool{}
+	for _, x := range xs {
+		if x >= 0 && !seen[x] {
+			seen[x] = true
+			out = append(out, x)
+		}
+	}
+	return out
+}
