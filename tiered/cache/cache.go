@@ -1,0 +1,857 @@
+// Package cache is the tiered store: a bounded local cache of a remote
+// tiered.Store (S3), the piece that gives local recovery.
+//
+// # Behaviour
+//
+//   - Put and PutIfAbsent write the bytes to a local temporary file first
+//     (checksumming them), upload that file to the remote, and, once the
+//     remote accepted it, publish the file as the cached copy. A restart on
+//     the same host then restores from local files.
+//   - Get serves the cached copy when there is one, else downloads the
+//     whole object into the cache and serves that. Concurrent misses of one
+//     object download it once. Objects larger than the bound bypass the
+//     cache.
+//   - GetRange serves cached copies; a miss reads the range from the remote
+//     without filling the cache (a range is usually a small part of a big
+//     object).
+//   - Stat of a cached object is answered locally; List always asks the
+//     remote, which is the authority on what exists.
+//   - Delete and DeleteBatch drop the local copies and delete remotely.
+//
+// # Bound and eviction
+//
+// The bytes of cached files (data plus a small trailer) plus the space
+// reserved by uploads and downloads in flight never exceed MaxBytes.
+// Making room evicts least recently used copies; nothing in the cache is
+// pinned, since readers keep open files usable after an eviction.
+//
+// # Checksums
+//
+// Every cached file ends with a trailer (a frame: object name, size, CRC32C
+// of the data, modification time). When the cache opens, it rebuilds its
+// index from the trailers and removes files that do not parse. A copy
+// loaded that way is verified against its CRC on first use; one that does
+// not verify is dropped and the object fetched from the remote again. A
+// full Get also checks the CRC while streaming and fails at the end if the
+// bytes changed underneath (the copy is then dropped).
+//
+// # Consistency
+//
+// The cache assumes it is the only writer of the names it caches (stated
+// never rewrites an object under the same name). Concurrent writes and
+// deletes of one name through the cache are safe: a write or delete drops
+// the local copy before and after the remote call, and a copy is published
+// only if no other write to the name finished while it was being made.
+package cache
+
+import (
+	"container/list"
+	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"hash"
+	"hash/crc32"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/statedhq/stated/internal/frame"
+	"github.com/statedhq/stated/tiered"
+)
+
+// trailerMagic starts the trailer frame of every cached file. Frozen.
+const trailerMagic = "STCE"
+
+// trailerVersion is the trailer format version this build writes.
+const trailerVersion = 1
+
+// ErrCorruptCopy is wrapped when a cached copy fails its checksum.
+var ErrCorruptCopy = errors.New("cache: local copy does not match its checksum")
+
+// Options configure a cache.
+type Options struct {
+	// Dir is the cache directory; it is created if missing. Required. One
+	// cache owns a directory at a time.
+	Dir string
+	// MaxBytes bounds the bytes of the cached files. Required, > 0.
+	MaxBytes int64
+	// NoKeepOnWrite makes Put upload without keeping a local copy (objects
+	// are then cached only when read). Default false: writes are cached.
+	NoKeepOnWrite bool
+}
+
+// Stats counts what the cache did.
+type Stats struct {
+	// Hits and Misses count Get, GetRange and Stat calls answered locally
+	// or by the remote.
+	Hits, Misses int64
+	// Evictions counts copies dropped to make room.
+	Evictions int64
+	// Corrupt counts cached copies that failed their checksum.
+	Corrupt int64
+	// Bytes and Entries describe the cache now (Bytes includes
+	// reservations of transfers in flight).
+	Bytes   int64
+	Entries int
+}
+
+// Store is a tiered.Store that caches a remote store locally.
+type Store struct {
+	remote tiered.Store
+	dir    string
+	max    int64
+	keep   bool
+
+	mu      sync.Mutex
+	entries map[string]*entry
+	lru     *list.List // of *entry; front is the most recently used
+	used    int64      // bytes of entries plus reservations
+	pending map[string]map[*op]struct{}
+	flights map[string]*flight
+	closed  bool
+
+	seq                                  atomic.Uint64
+	hits, misses, evictions, corruptions atomic.Int64
+}
+
+var _ tiered.Store = (*Store)(nil)
+
+type entry struct {
+	name     string
+	size     int64 // object bytes
+	fileSize int64 // size + trailer
+	crc      uint32
+	modTime  time.Time
+	verified bool // checked against crc since this process opened the cache
+	elem     *list.Element
+}
+
+// op is a write or download of one name in flight; another write of the
+// name that finishes meanwhile cancels it, so it does not publish a copy.
+type op struct{ cancelled bool }
+
+// flight is a download in progress; concurrent misses wait for it.
+type flight struct {
+	done   chan struct{}
+	err    error
+	bypass bool // the object does not fit; waiters read the remote
+}
+
+// New opens the cache in opts.Dir over remote, rebuilding its index from
+// the files there. Close closes remote too.
+func New(remote tiered.Store, opts Options) (*Store, error) {
+	if opts.Dir == "" {
+		return nil, errors.New("cache: no directory")
+	}
+	if opts.MaxBytes <= 0 {
+		return nil, fmt.Errorf("cache: max bytes %d must be positive", opts.MaxBytes)
+	}
+	dir, err := filepath.Abs(opts.Dir)
+	if err != nil {
+		return nil, fmt.Errorf("cache: %w", err)
+	}
+	s := &Store{
+		remote: remote, dir: dir, max: opts.MaxBytes, keep: !opts.NoKeepOnWrite,
+		entries: map[string]*entry{}, lru: list.New(),
+		pending: map[string]map[*op]struct{}{}, flights: map[string]*flight{},
+	}
+	if err := os.RemoveAll(s.tmpDir()); err != nil {
+		return nil, fmt.Errorf("cache: clean temporary files in %s: %w", dir, err)
+	}
+	for _, d := range []string{s.tmpDir(), s.objDir()} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return nil, fmt.Errorf("cache: %w", err)
+		}
+	}
+	if err := s.load(); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+func (s *Store) tmpDir() string { return filepath.Join(s.dir, "tmp") }
+func (s *Store) objDir() string { return filepath.Join(s.dir, "objects") }
+
+// path is where the copy of name lives: named by a hash, so any object
+// name maps to one flat file (object names may be prefixes of each other).
+func (s *Store) path(name string) string {
+	h := sha256.Sum256([]byte(name))
+	x := hex.EncodeToString(h[:])
+	return filepath.Join(s.objDir(), x[:2], x)
+}
+
+// load rebuilds the index from the trailers of the cached files, oldest
+// first in the LRU order, and removes files that are not valid copies.
+func (s *Store) load() error {
+	type found struct {
+		e     *entry
+		mtime time.Time
+	}
+	var all []found
+	err := filepath.WalkDir(s.objDir(), func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		e, err := readTrailer(p)
+		if err != nil || s.path(e.name) != p {
+			// A torn or foreign file: it cannot serve reads.
+			os.Remove(p)
+			return nil
+		}
+		info, err := d.Info()
+		if err != nil {
+			return nil
+		}
+		all = append(all, found{e, info.ModTime()})
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("cache: load index from %s: %w", s.dir, err)
+	}
+	// Files are touched when used, so their times give the LRU order.
+	sort.Slice(all, func(i, j int) bool { return all[i].mtime.Before(all[j].mtime) })
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, f := range all {
+		f.e.elem = s.lru.PushFront(f.e)
+		s.entries[f.e.name] = f.e
+		s.used += f.e.fileSize
+	}
+	s.evictLocked(0)
+	return nil
+}
+
+func encodeTrailer(name string, size int64, crc uint32, mod time.Time) []byte {
+	payload := binary.LittleEndian.AppendUint64(nil, uint64(size))
+	payload = binary.LittleEndian.AppendUint32(payload, crc)
+	payload = binary.LittleEndian.AppendUint64(payload, uint64(mod.UnixNano()))
+	payload = append(payload, name...)
+	f := frame.Encode(trailerMagic, trailerVersion, payload)
+	return binary.LittleEndian.AppendUint32(f, uint32(len(f)))
+}
+
+func trailerLen(name string) int64 { return int64(frame.Overhead + 20 + len(name) + 4) }
+
+// readTrailer parses the trailer of a cached file.
+func readTrailer(p string) (*entry, error) {
+	f, err := os.Open(p)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	var lb [4]byte
+	if fi.Size() < 4 {
+		return nil, fmt.Errorf("cache: %s: too short", p)
+	}
+	if _, err := f.ReadAt(lb[:], fi.Size()-4); err != nil {
+		return nil, err
+	}
+	n := int64(binary.LittleEndian.Uint32(lb[:]))
+	if n < frame.Overhead+20 || n > frame.Overhead+20+1024 || n+4 > fi.Size() {
+		return nil, fmt.Errorf("cache: %s: bad trailer length %d", p, n)
+	}
+	buf := make([]byte, n)
+	if _, err := f.ReadAt(buf, fi.Size()-4-n); err != nil {
+		return nil, err
+	}
+	_, payload, err := frame.Decode(trailerMagic, buf)
+	if err != nil {
+		return nil, fmt.Errorf("cache: %s: %w", p, err)
+	}
+	e := &entry{
+		size:    int64(binary.LittleEndian.Uint64(payload)),
+		crc:     binary.LittleEndian.Uint32(payload[8:]),
+		modTime: time.Unix(0, int64(binary.LittleEndian.Uint64(payload[12:]))),
+		name:    string(payload[20:]),
+	}
+	e.fileSize = fi.Size()
+	if e.size < 0 || e.size+n+4 != fi.Size() || tiered.ValidateName(e.name) != nil {
+		return nil, fmt.Errorf("cache: %s: trailer says %d bytes of %q, file has %d", p, e.size, e.name, fi.Size())
+	}
+	return e, nil
+}
+
+// Stats returns the cache's counters.
+func (s *Store) Stats() Stats {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return Stats{
+		Hits: s.hits.Load(), Misses: s.misses.Load(), Evictions: s.evictions.Load(),
+		Corrupt: s.corruptions.Load(), Bytes: s.used, Entries: len(s.entries),
+	}
+}
+
+// Cached reports whether name has a local copy.
+func (s *Store) Cached(name string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.entries[name] != nil
+}
+
+// Dir is the cache directory.
+func (s *Store) Dir() string { return s.dir }
+
+// Remote is the store the cache is in front of.
+func (s *Store) Remote() tiered.Store { return s.remote }
+
+// evictLocked drops least recently used copies until need more bytes fit
+// under the bound, and reports whether they do.
+func (s *Store) evictLocked(need int64) bool {
+	for s.used+need > s.max {
+		back := s.lru.Back()
+		if back == nil {
+			return false // reservations of transfers in flight hold the rest
+		}
+		s.dropLocked(back.Value.(*entry))
+		s.evictions.Add(1)
+	}
+	return true
+}
+
+func (s *Store) dropLocked(e *entry) {
+	if s.entries[e.name] != e {
+		return
+	}
+	delete(s.entries, e.name)
+	s.lru.Remove(e.elem)
+	s.used -= e.fileSize
+	os.Remove(s.path(e.name))
+}
+
+// reserve sets aside n bytes for a transfer, evicting to make room.
+func (s *Store) reserve(n int64) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed || n > s.max || !s.evictLocked(n) {
+		return false
+	}
+	s.used += n
+	return true
+}
+
+func (s *Store) release(n int64) {
+	s.mu.Lock()
+	s.used -= n
+	s.mu.Unlock()
+}
+
+// begin registers an op on name.
+func (s *Store) begin(name string) *op {
+	o := &op{}
+	s.mu.Lock()
+	if s.pending[name] == nil {
+		s.pending[name] = map[*op]struct{}{}
+	}
+	s.pending[name][o] = struct{}{}
+	s.mu.Unlock()
+	return o
+}
+
+func (s *Store) endLocked(name string, o *op) {
+	delete(s.pending[name], o)
+	if len(s.pending[name]) == 0 {
+		delete(s.pending, name)
+	}
+}
+
+// invalidate drops the copy of name and cancels every op on it but self.
+func (s *Store) invalidate(name string, self *op) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.invalidateLocked(name, self)
+}
+
+func (s *Store) invalidateLocked(name string, self *op) {
+	if e := s.entries[name]; e != nil {
+		s.dropLocked(e)
+	}
+	for o := range s.pending[name] {
+		if o != self {
+			o.cancelled = true
+		}
+	}
+}
+
+// tempFile is a cache file being written, checksummed as it goes.
+type tempFile struct {
+	f    *os.File
+	path string
+	crc  hash.Hash32
+	n    int64
+}
+
+func (s *Store) newTemp() (*tempFile, error) {
+	p := filepath.Join(s.tmpDir(), fmt.Sprintf("%d", s.seq.Add(1)))
+	f, err := os.OpenFile(p, os.O_CREATE|os.O_EXCL|os.O_RDWR, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("cache: %w", err)
+	}
+	return &tempFile{f: f, path: p, crc: crc32.New(frame.Table())}, nil
+}
+
+func (t *tempFile) Write(p []byte) (int, error) {
+	n, err := t.f.Write(p)
+	t.crc.Write(p[:n])
+	t.n += int64(n)
+	return n, err
+}
+
+func (t *tempFile) discard() {
+	if t == nil {
+		return
+	}
+	t.f.Close()
+	os.Remove(t.path)
+}
+
+// fill copies exactly size bytes of r into t.
+func (t *tempFile) fill(ctx context.Context, r io.Reader, size int64) error {
+	n, err := io.Copy(t, &ctxReader{ctx: ctx, r: io.LimitReader(r, size+1)})
+	if err != nil {
+		return err
+	}
+	if n != size {
+		return fmt.Errorf("read %d bytes, want %d", n, size)
+	}
+	return nil
+}
+
+// seal appends the trailer. It does not fsync: a copy torn by a power
+// loss fails its trailer or CRC check when the cache next opens or first
+// uses it, and is fetched from the remote, which holds the durable copy.
+func (t *tempFile) seal(name string, mod time.Time) (*entry, error) {
+	e := &entry{name: name, size: t.n, crc: t.crc.Sum32(), modTime: mod, verified: true}
+	tr := encodeTrailer(name, e.size, e.crc, mod)
+	if _, err := t.f.Write(tr); err != nil {
+		return nil, err
+	}
+	e.fileSize = e.size + int64(len(tr))
+	return e, t.f.Close()
+}
+
+// publish moves a sealed temporary file into place as name's copy, unless
+// o was cancelled. reserved is the reservation it replaces.
+func (s *Store) publish(t *tempFile, e *entry, o *op, reserved int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.used -= reserved
+	s.endLocked(e.name, o)
+	if o.cancelled || s.closed {
+		os.Remove(t.path)
+		return
+	}
+	p := s.path(e.name)
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		os.Remove(t.path)
+		return
+	}
+	s.invalidateLocked(e.name, o)
+	if !s.evictLocked(e.fileSize) {
+		os.Remove(t.path)
+		return
+	}
+	if err := os.Rename(t.path, p); err != nil {
+		os.Remove(t.path)
+		return
+	}
+	e.elem = s.lru.PushFront(e)
+	s.entries[e.name] = e
+	s.used += e.fileSize
+}
+
+func (s *Store) abort(t *tempFile, name string, o *op, reserved int64) {
+	t.discard()
+	s.mu.Lock()
+	s.used -= reserved
+	s.endLocked(name, o)
+	s.mu.Unlock()
+}
+
+// Put implements tiered.Store.
+func (s *Store) Put(ctx context.Context, name string, r io.Reader, size int64) error {
+	return s.put(ctx, name, r, size, false)
+}
+
+// PutIfAbsent implements tiered.Store.
+func (s *Store) PutIfAbsent(ctx context.Context, name string, r io.Reader, size int64) error {
+	return s.put(ctx, name, r, size, true)
+}
+
+func (s *Store) put(ctx context.Context, name string, r io.Reader, size int64, ifAbsent bool) error {
+	if err := s.check(name); err != nil {
+		return err
+	}
+	if size < 0 {
+		return fmt.Errorf("cache: put %s: negative size %d", name, size)
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	remotePut := s.remote.Put
+	if ifAbsent {
+		remotePut = s.remote.PutIfAbsent
+	}
+	need := size + trailerLen(name)
+	if !s.keep || !s.reserve(need) {
+		// No local copy: stream straight to the remote.
+		if !ifAbsent {
+			s.invalidate(name, nil)
+		}
+		err := remotePut(ctx, name, r, size)
+		if err == nil || !ifAbsent {
+			s.invalidate(name, nil)
+		}
+		return err
+	}
+	o := s.begin(name)
+	if !ifAbsent {
+		// A failed Put may leave the old object or the new one; the old
+		// copy cannot stay either way.
+		s.invalidate(name, o)
+	}
+	t, err := s.newTemp()
+	if err != nil {
+		s.abort(nil, name, o, need)
+		return err
+	}
+	if err := t.fill(ctx, r, size); err != nil {
+		s.abort(t, name, o, need)
+		return fmt.Errorf("cache: put %s: %w", name, err)
+	}
+	// Upload from the local file: the remote may need to seek or retry.
+	err = remotePut(ctx, name, io.NewSectionReader(t.f, 0, size), size)
+	if err != nil {
+		if !ifAbsent || !errors.Is(err, tiered.ErrExists) {
+			// The remote may or may not hold the new bytes now.
+			s.invalidate(name, o)
+		}
+		s.abort(t, name, o, need)
+		return err
+	}
+	s.invalidate(name, o)
+	e, err := t.seal(name, time.Now())
+	if err != nil {
+		// The object is stored remotely; only the local copy is lost.
+		s.abort(t, name, o, need)
+		return nil
+	}
+	s.publish(t, e, o, need)
+	return nil
+}
+
+func (s *Store) check(name string) error {
+	if err := tiered.ValidateName(name); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return errors.New("cache: store closed")
+	}
+	return nil
+}
+
+// openCopy opens name's copy, verified, and moves it to the front; nil if
+// there is none (or it failed verification and was dropped). The file is
+// opened under the lock, so it is the file of the entry returned even when
+// a concurrent write replaces the copy right after.
+func (s *Store) openCopy(name string) (*entry, *os.File) {
+	s.mu.Lock()
+	e := s.entries[name]
+	if e == nil {
+		s.mu.Unlock()
+		return nil, nil
+	}
+	f, err := os.Open(s.path(name))
+	if err != nil {
+		// Removed behind the cache's back.
+		s.dropLocked(e)
+		s.mu.Unlock()
+		return nil, nil
+	}
+	s.lru.MoveToFront(e.elem)
+	verified := e.verified
+	s.mu.Unlock()
+	// Keep the recency across restarts (load sorts by it); best effort.
+	now := time.Now()
+	os.Chtimes(f.Name(), now, now)
+	if verified {
+		return e, f
+	}
+	if err := verify(e, f); err != nil {
+		f.Close()
+		s.corrupt(e)
+		return nil, nil
+	}
+	s.mu.Lock()
+	e.verified = true
+	s.mu.Unlock()
+	return e, f
+}
+
+func verify(e *entry, f *os.File) error {
+	h := crc32.New(frame.Table())
+	if n, err := io.Copy(h, io.NewSectionReader(f, 0, e.size)); err != nil || n != e.size {
+		return fmt.Errorf("%w: %s: read %d of %d bytes: %v", ErrCorruptCopy, e.name, n, e.size, err)
+	}
+	if h.Sum32() != e.crc {
+		return fmt.Errorf("%w: %s", ErrCorruptCopy, e.name)
+	}
+	return nil
+}
+
+func (s *Store) corrupt(e *entry) {
+	s.corruptions.Add(1)
+	s.mu.Lock()
+	s.dropLocked(e)
+	s.mu.Unlock()
+}
+
+// Get implements tiered.Store.
+func (s *Store) Get(ctx context.Context, name string) (io.ReadCloser, error) {
+	if err := s.check(name); err != nil {
+		return nil, err
+	}
+	for attempt := 0; ; attempt++ {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		if e, f := s.openCopy(name); e != nil {
+			s.hits.Add(1)
+			return &checkedReader{s: s, e: e, f: f, r: io.NewSectionReader(f, 0, e.size), crc: crc32.New(frame.Table())}, nil
+		}
+		if attempt > 0 {
+			// Filled, yet gone again (evicted at once, or invalidated by
+			// a concurrent write): read the remote directly.
+			s.misses.Add(1)
+			return s.remote.Get(ctx, name)
+		}
+		bypass, err := s.fill(ctx, name)
+		if err != nil {
+			return nil, err
+		}
+		if bypass {
+			s.misses.Add(1)
+			return s.remote.Get(ctx, name)
+		}
+	}
+}
+
+// fill downloads name into the cache, or joins a download in progress.
+// bypass says the object does not fit and the caller must read the remote.
+func (s *Store) fill(ctx context.Context, name string) (bypass bool, err error) {
+	s.mu.Lock()
+	if fl := s.flights[name]; fl != nil {
+		s.mu.Unlock()
+		select {
+		case <-fl.done:
+			return fl.bypass, fl.err
+		case <-ctx.Done():
+			return false, ctx.Err()
+		}
+	}
+	fl := &flight{done: make(chan struct{})}
+	s.flights[name] = fl
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		delete(s.flights, name)
+		s.mu.Unlock()
+		fl.bypass, fl.err = bypass, err
+		close(fl.done)
+	}()
+
+	// The size comes from Stat and the bytes from Get; a concurrent
+	// overwrite between the two shows as a size mismatch: try again.
+	for attempt := 1; ; attempt++ {
+		retry, bypass, err := s.fillOnce(ctx, name)
+		if !retry || attempt == 3 {
+			return bypass, err
+		}
+	}
+}
+
+var errSizeChanged = errors.New("size changed during download")
+
+func (s *Store) fillOnce(ctx context.Context, name string) (retry, bypass bool, err error) {
+	o := s.begin(name)
+	info, err := s.remote.Stat(ctx, name)
+	if err != nil {
+		s.abortOp(name, o)
+		return false, false, err
+	}
+	need := info.Size + trailerLen(name)
+	if !s.reserve(need) {
+		s.abortOp(name, o)
+		return false, true, nil
+	}
+	t, err := s.newTemp()
+	if err != nil {
+		s.abort(nil, name, o, need)
+		return false, false, err
+	}
+	rc, err := s.remote.Get(ctx, name)
+	if err != nil {
+		s.abort(t, name, o, need)
+		return false, false, err
+	}
+	n, err := io.Copy(t, &ctxReader{ctx: ctx, r: io.LimitReader(rc, info.Size+1)})
+	rc.Close()
+	if err == nil && n != info.Size {
+		err = fmt.Errorf("%w: stat said %d bytes, read %d", errSizeChanged, info.Size, n)
+	}
+	if err != nil {
+		s.abort(t, name, o, need)
+		return errors.Is(err, errSizeChanged), false, fmt.Errorf("cache: fetch %s: %w", name, err)
+	}
+	e, err := t.seal(name, info.ModTime)
+	if err != nil {
+		s.abort(t, name, o, need)
+		return false, false, fmt.Errorf("cache: store copy of %s: %w", name, err)
+	}
+	s.publish(t, e, o, need)
+	return false, false, nil
+}
+
+func (s *Store) abortOp(name string, o *op) {
+	s.mu.Lock()
+	s.endLocked(name, o)
+	s.mu.Unlock()
+}
+
+// checkedReader streams a cached copy and checks its CRC at the end.
+type checkedReader struct {
+	s   *Store
+	e   *entry
+	f   *os.File
+	r   io.Reader
+	crc hash.Hash32
+}
+
+func (c *checkedReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.crc.Write(p[:n])
+	if err == io.EOF && c.crc.Sum32() != c.e.crc {
+		c.s.corrupt(c.e)
+		return n, fmt.Errorf("%w: %s (dropped; read it again to fetch it from the remote)", ErrCorruptCopy, c.e.name)
+	}
+	return n, err
+}
+
+func (c *checkedReader) Close() error { return c.f.Close() }
+
+type sectionCloser struct {
+	*io.SectionReader
+	f *os.File
+}
+
+func (s sectionCloser) Close() error { return s.f.Close() }
+
+// GetRange implements tiered.Store.
+func (s *Store) GetRange(ctx context.Context, name string, offset, length int64) (io.ReadCloser, error) {
+	if err := s.check(name); err != nil {
+		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if e, f := s.openCopy(name); e != nil {
+		s.hits.Add(1)
+		if offset < 0 || offset > e.size || (offset == e.size && e.size > 0 && length != 0) {
+			f.Close()
+			return nil, fmt.Errorf("cache: %s: %w: offset %d of %d bytes", name, tiered.ErrInvalidRange, offset, e.size)
+		}
+		if length < 0 || offset+length > e.size {
+			length = e.size - offset
+		}
+		return sectionCloser{io.NewSectionReader(f, offset, length), f}, nil
+	}
+	s.misses.Add(1)
+	return s.remote.GetRange(ctx, name, offset, length)
+}
+
+// Stat implements tiered.Store.
+func (s *Store) Stat(ctx context.Context, name string) (tiered.ObjectInfo, error) {
+	if err := s.check(name); err != nil {
+		return tiered.ObjectInfo{}, err
+	}
+	s.mu.Lock()
+	e := s.entries[name]
+	s.mu.Unlock()
+	if e != nil {
+		s.hits.Add(1)
+		return tiered.ObjectInfo{Name: name, Size: e.size, ModTime: e.modTime}, nil
+	}
+	s.misses.Add(1)
+	return s.remote.Stat(ctx, name)
+}
+
+// List implements tiered.Store; the remote answers.
+func (s *Store) List(ctx context.Context, prefix, startAfter string, limit int) (tiered.ListPage, error) {
+	return s.remote.List(ctx, prefix, startAfter, limit)
+}
+
+// Delete implements tiered.Store.
+func (s *Store) Delete(ctx context.Context, name string) error {
+	return s.DeleteBatch(ctx, []string{name})
+}
+
+// DeleteBatch implements tiered.Store.
+func (s *Store) DeleteBatch(ctx context.Context, names []string) error {
+	for _, n := range names {
+		if err := s.check(n); err != nil {
+			return err
+		}
+	}
+	for _, n := range names {
+		s.invalidate(n, nil)
+	}
+	var err error
+	if len(names) == 1 {
+		err = s.remote.Delete(ctx, names[0])
+	} else {
+		err = s.remote.DeleteBatch(ctx, names)
+	}
+	// Again: a download that raced the delete must not publish.
+	for _, n := range names {
+		s.invalidate(n, nil)
+	}
+	return err
+}
+
+// Close implements tiered.Store: it closes the remote. Cached files stay
+// for the next New on the directory.
+func (s *Store) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	s.mu.Unlock()
+	return s.remote.Close()
+}
+
+type ctxReader struct {
+	ctx context.Context
+	r   io.Reader
+}
+
+func (c *ctxReader) Read(p []byte) (int, error) {
+	if err := c.ctx.Err(); err != nil {
+		return 0, err
+	}
+	return c.r.Read(p)
+}
