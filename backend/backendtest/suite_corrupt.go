@@ -49,6 +49,7 @@ func (e *env) expectRestoreFails(t *testing.T, h *backend.Handle, path, damage s
 	if !matched {
 		t.Fatalf("restore with %s: error %q wraps none of %q", damage, err, targets)
 	}
+	t.Logf("restore with %s: %v", damage, err)
 	if !strings.Contains(err.Error(), path) {
 		t.Fatalf("restore with %s: error %q does not name the file %s", damage, err, path)
 	}
