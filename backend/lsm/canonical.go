@@ -1,0 +1,183 @@
+package lsm
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path"
+	"sync/atomic"
+
+	"github.com/cockroachdb/pebble/v2"
+
+	"github.com/statedhq/stated/backend"
+	"github.com/statedhq/stated/backend/internal/kvstate"
+	"github.com/statedhq/stated/backend/internal/snapfmt"
+	"github.com/statedhq/stated/tiered"
+)
+
+// heapMissingHint explains a heap snapshot that is in no store lsm reads.
+const heapMissingHint = "heap snapshots live in the daemon's memory (lsm reads them from Options.HeapSnapshots) " +
+	"and do not survive a daemon restart; restore from a checkpoint of the file or lsm backend, or from a savepoint"
+
+// CanonicalSnapshot implements backend.CanonicalSnapshotter. The
+// synchronous part takes a Pebble snapshot (no flush, no checkpoint); Run
+// writes one snapfmt file of every live entry under dir of store. It never
+// changes the base of incremental checkpoints (FLINK-23949).
+func (b *Backend) CanonicalSnapshot(ctx context.Context, checkpointID uint64, store tiered.Store, dir string) (backend.PendingSnapshot, error) {
+	task := b.opts.Task
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("lsm: canonical snapshot %d of %s: %w", checkpointID, task, err)
+	}
+	if dir != "" {
+		if err := tiered.ValidateName(dir); err != nil {
+			return nil, fmt.Errorf("lsm: canonical snapshot %d of %s: %w", checkpointID, task, err)
+		}
+	}
+	if store == nil {
+		return nil, fmt.Errorf("lsm: canonical snapshot %d of %s: %w: no store", checkpointID, task, backend.ErrInvalidArgument)
+	}
+	p := &canonicalSnapshot{b: b, id: checkpointID, store: store, path: path.Join(dir, task.Dir())}
+	err := b.Exclusive(func(states []backend.StateDescriptor) error {
+		p.snap = b.db.NewSnapshot()
+		p.states = states
+		b.ref()
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("lsm: canonical snapshot %d of %s: %w", checkpointID, task, err)
+	}
+	p.nowMs = b.opts.Clock().UnixMilli()
+	return p, nil
+}
+
+// canonicalSnapshot holds a Pebble snapshot and a reference on the store
+// until Run or Release.
+type canonicalSnapshot struct {
+	b      *Backend
+	id     uint64
+	store  tiered.Store
+	path   string // directory of the file
+	snap   *pebble.Snapshot
+	states []backend.StateDescriptor
+	nowMs  int64
+	used   atomic.Bool
+}
+
+func (p *canonicalSnapshot) release() {
+	_ = p.snap.Close()
+	_ = p.b.unref(false)
+}
+
+// Release implements backend.PendingSnapshot.
+func (p *canonicalSnapshot) Release() {
+	if p.used.CompareAndSwap(false, true) {
+		p.release()
+	}
+}
+
+// Run implements backend.PendingSnapshot.
+func (p *canonicalSnapshot) Run(ctx context.Context) (*backend.Handle, error) {
+	b := p.b
+	o := b.opts
+	if !p.used.CompareAndSwap(false, true) {
+		return nil, fmt.Errorf("lsm: canonical snapshot %d of %s: %w: snapshot already run or released", p.id, o.Task, backend.ErrInvalidArgument)
+	}
+	defer p.release()
+	id, err := randomID()
+	if err != nil {
+		return nil, fmt.Errorf("lsm: canonical snapshot %d of %s: %w", p.id, o.Task, err)
+	}
+	keep := kvstate.SnapshotFilter(p.states, p.nowMs)
+	start, end := kvstate.KeyGroupSpan(o.KeyGroups)
+	scan := func(fn func(k, v []byte) error) error {
+		it, err := p.snap.NewIterWithContext(ctx, &pebble.IterOptions{LowerBound: start, UpperBound: end})
+		if err != nil {
+			return fmt.Errorf("lsm: scan: %w", err)
+		}
+		return scanIter(it, func(k, v []byte) (bool, error) {
+			if !keep(k, v) {
+				return true, nil
+			}
+			return true, fn(k, v)
+		})
+	}
+	ref, err := snapfmt.Write(ctx, p.store, p.path+"/canonical-"+id, o.KeyGroups, scan, snapfmt.WriteOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("lsm: canonical snapshot %d of %s: %w", p.id, o.Task, err)
+	}
+	h := &backend.Handle{
+		Version:          backend.HandleFormatVersion,
+		Backend:          backend.KindFile,
+		Task:             o.Task,
+		CheckpointID:     p.id,
+		KeyGroups:        o.KeyGroups,
+		MaxParallelism:   o.MaxParallelism,
+		States:           p.states,
+		Files:            []backend.FileRef{ref},
+		FullSize:         ref.Size,
+		CheckpointedSize: ref.Size,
+	}
+	if err := h.Validate(); err != nil {
+		return nil, fmt.Errorf("lsm: canonical snapshot %d of %s built an invalid handle: %w", p.id, o.Task, err)
+	}
+	return h, nil
+}
+
+// copyFromCanonical inserts the key groups of runs from a heap or file
+// handle (one snapfmt file) into b.db, checking every stored key: it must
+// parse, lie in its run and belong to a state the handle registers (data
+// of an unregistered state could be misread by a state registered later
+// under that name with another kind).
+func (b *Backend) copyFromCanonical(ctx context.Context, h *backend.Handle, runs []backend.KeyGroupRange) error {
+	o := b.opts
+	fail := func(err error) error {
+		return fmt.Errorf("lsm: restore %s from checkpoint %d of %s: %w", o.Task, h.CheckpointID, h.Task, err)
+	}
+	if len(h.Files) != 1 || len(h.Files[0].KeyGroupOffsets) != h.KeyGroups.Len()+1 {
+		return fail(fmt.Errorf("%w: a %s handle has exactly one file with key-group offsets, this one has %d file(s)",
+			backend.ErrCorrupt, h.Backend, len(h.Files)))
+	}
+	f := h.Files[0]
+	stores := []tiered.Store{o.RestoreStore}
+	hint := ""
+	if h.Backend == backend.KindHeap {
+		hint = heapMissingHint
+		if b.lo.HeapSnapshots != nil {
+			stores = []tiered.Store{b.lo.HeapSnapshots, o.RestoreStore}
+		}
+	}
+	known := map[string]bool{}
+	for _, d := range h.States {
+		known[d.Name] = true
+	}
+	w := b.newBatchWriter()
+	for _, run := range runs {
+		fn := func(k, v []byte) error {
+			sk, err := kvstate.SplitKey(k)
+			if err != nil {
+				return fmt.Errorf("snapshot file %s: %w", f.Path, err)
+			}
+			if !run.Contains(sk.KeyGroup) || !known[sk.State] {
+				return fmt.Errorf("snapshot file %s, key group %d: %w: entry of state %q, which the handle does not register",
+					f.Path, sk.KeyGroup, backend.ErrCorrupt, sk.State)
+			}
+			return w.set(k, v)
+		}
+		// snapfmt reports a missing file before it delivers any entry, so
+		// trying the next store never mixes data of two files.
+		err := fmt.Errorf("%w: no store to read from", backend.ErrNotFound)
+		for _, s := range stores {
+			if err = snapfmt.Read(ctx, s, f, h.KeyGroups, run, fn); !errors.Is(err, backend.ErrNotFound) {
+				break
+			}
+		}
+		if err != nil {
+			w.batch.Close()
+			if errors.Is(err, backend.ErrNotFound) && hint != "" {
+				return fail(fmt.Errorf("key groups %s: %w; %s", run, err, hint))
+			}
+			return fail(fmt.Errorf("key groups %s: %w", run, err))
+		}
+	}
+	return w.flush()
+}

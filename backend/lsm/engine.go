@@ -1,0 +1,148 @@
+package lsm
+
+import (
+	"errors"
+	"fmt"
+	"io"
+
+	"github.com/cockroachdb/pebble/v2"
+
+	"github.com/statedhq/stated/backend/internal/kvstate"
+)
+
+// MergerName is the name of the merge operator Pebble records in the
+// store's OPTIONS file. Frozen: a store written with one name cannot be
+// opened with another, and every checkpoint carries it.
+const MergerName = "stated.concat.v1"
+
+// concatMerger concatenates operands from oldest to newest: a list append
+// (kvstate.Engine.Merge) becomes value||operand without a read.
+var concatMerger = &pebble.Merger{
+	Name: MergerName,
+	Merge: func(key, value []byte) (pebble.ValueMerger, error) {
+		m := &concatValueMerger{}
+		m.buf = append(m.buf, value...)
+		return m, nil
+	},
+}
+
+type concatValueMerger struct{ buf []byte }
+
+func (m *concatValueMerger) MergeNewer(value []byte) error {
+	m.buf = append(m.buf, value...)
+	return nil
+}
+
+func (m *concatValueMerger) MergeOlder(value []byte) error {
+	buf := make([]byte, 0, len(value)+len(m.buf))
+	m.buf = append(append(buf, value...), m.buf...)
+	return nil
+}
+
+func (m *concatValueMerger) Finish(bool) ([]byte, io.Closer, error) { return m.buf, nil, nil }
+
+// engine is kvstate.Engine over a Pebble store (or a read-only view of one:
+// a Pebble snapshot for canonical snapshots).
+type engine struct{ db *pebble.DB }
+
+var _ kvstate.Engine = engine{}
+
+// Get implements kvstate.Engine; the value is a copy.
+func (e engine) Get(key []byte) ([]byte, bool, error) {
+	v, closer, err := e.db.Get(key)
+	if errors.Is(err, pebble.ErrNotFound) {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, fmt.Errorf("lsm: get %x: %w", key, err)
+	}
+	out := append(make([]byte, 0, len(v)), v...)
+	if err := closer.Close(); err != nil {
+		return nil, false, fmt.Errorf("lsm: get %x: %w", key, err)
+	}
+	return out, true, nil
+}
+
+// Set implements kvstate.Engine.
+func (e engine) Set(key, value []byte) error {
+	if err := e.db.Set(key, value, pebble.NoSync); err != nil {
+		return fmt.Errorf("lsm: set %x: %w", key, err)
+	}
+	return nil
+}
+
+// Merge implements kvstate.Engine.
+func (e engine) Merge(key, operand []byte) error {
+	if err := e.db.Merge(key, operand, pebble.NoSync); err != nil {
+		return fmt.Errorf("lsm: merge %x: %w", key, err)
+	}
+	return nil
+}
+
+// Delete implements kvstate.Engine.
+func (e engine) Delete(key []byte) error {
+	if err := e.db.Delete(key, pebble.NoSync); err != nil {
+		return fmt.Errorf("lsm: delete %x: %w", key, err)
+	}
+	return nil
+}
+
+// DeleteRange implements kvstate.Engine. Pebble needs an upper bound; for a
+// nil end it uses the successor of the last stored key at or after start.
+func (e engine) DeleteRange(start, end []byte) error {
+	if end == nil {
+		it, err := e.db.NewIter(&pebble.IterOptions{LowerBound: start})
+		if err != nil {
+			return fmt.Errorf("lsm: delete range from %x: %w", start, err)
+		}
+		if it.Last() {
+			end = append(append([]byte{}, it.Key()...), 0)
+		}
+		err = errors.Join(it.Error(), it.Close())
+		if err != nil {
+			return fmt.Errorf("lsm: delete range from %x: %w", start, err)
+		}
+		if end == nil {
+			return nil // nothing at or after start
+		}
+	}
+	if err := e.db.DeleteRange(start, end, pebble.NoSync); err != nil {
+		return fmt.Errorf("lsm: delete range [%x, %x): %w", start, end, err)
+	}
+	return nil
+}
+
+// Scan implements kvstate.Engine.
+func (e engine) Scan(start, end []byte, fn func(k, v []byte) (bool, error)) error {
+	it, err := e.db.NewIter(&pebble.IterOptions{LowerBound: start, UpperBound: end})
+	if err != nil {
+		return fmt.Errorf("lsm: scan [%x, %x): %w", start, end, err)
+	}
+	return scanIter(it, fn)
+}
+
+// scanIter walks it from the first key and closes it.
+func scanIter(it *pebble.Iterator, fn func(k, v []byte) (bool, error)) (err error) {
+	defer func() {
+		if cerr := it.Close(); cerr != nil && err == nil {
+			err = fmt.Errorf("lsm: scan: %w", cerr)
+		}
+	}()
+	for valid := it.First(); valid; valid = it.Next() {
+		v, verr := it.ValueAndErr()
+		if verr != nil {
+			return fmt.Errorf("lsm: scan at %x: %w", it.Key(), verr)
+		}
+		more, ferr := fn(it.Key(), v)
+		if ferr != nil {
+			return ferr
+		}
+		if !more {
+			return nil
+		}
+	}
+	if ierr := it.Error(); ierr != nil {
+		return fmt.Errorf("lsm: scan: %w", ierr)
+	}
+	return nil
+}

@@ -1,0 +1,244 @@
+package lsm
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"reflect"
+	"sync"
+
+	"github.com/cockroachdb/pebble/v2"
+
+	"github.com/statedhq/stated/backend"
+	"github.com/statedhq/stated/backend/internal/kvstate"
+	"github.com/statedhq/stated/tiered"
+)
+
+// Backend is the Pebble backend of one task instance.
+type Backend struct {
+	*kvstate.State
+
+	opts  backend.Options
+	lo    Options
+	dbDir string
+	db    *pebble.DB
+	cache *pebble.Cache // the cache Pebble stores use (own or shared)
+	owns  bool          // cache is ours to unref when the last user is gone
+
+	mu sync.Mutex
+	// refs counts the users of db: the instance until Close, plus each
+	// canonical snapshot that still holds a Pebble snapshot. Pebble closes
+	// when it drops to zero, so a snapshot returned before Close can still
+	// run to completion (backend.Backend contract).
+	refs   int
+	closed bool
+	seq    uint64
+	inc    incremental
+}
+
+// incremental is the history that lets checkpoints reference instead of
+// upload. Guarded by Backend.mu.
+type incremental struct {
+	// base maps local SST names to the shared objects the confirmed base
+	// holds: the newest confirmed checkpoint of this instance or, until one
+	// is confirmed, the handle restored from (claim mode). Never mutated,
+	// only replaced, so a running snapshot may keep reading an old one.
+	base fileSet
+	// completed: a checkpoint of this instance was confirmed; last is its id.
+	completed bool
+	last      uint64
+	// done holds the shared file sets of checkpoints whose upload finished
+	// but that are not confirmed yet (placeholders, FLINK-25395).
+	done map[uint64]fileSet
+	// running counts Runs in flight per checkpoint; aborted marks those
+	// aborted meanwhile so their result is never recorded.
+	running map[uint64]int
+	aborted map[uint64]bool
+}
+
+// fileSet maps a local file name to the shared object that holds its bytes.
+type fileSet map[string]backend.FileRef
+
+var (
+	_ backend.Backend              = (*Backend)(nil)
+	_ backend.CanonicalSnapshotter = (*Backend)(nil)
+)
+
+// Open starts an instance in lo.Dir: empty, or restored from opts.Restore
+// (see the package documentation for how several handles and sub-ranges
+// are combined).
+func Open(opts backend.Options, lo Options) (*Backend, error) {
+	// Restored SSTs may be referenced by later checkpoints only if they live
+	// in the store those checkpoints are written to and the restore claims
+	// them.
+	keepHistory := !opts.NoClaim && (opts.RestoreStore == nil || sameStore(opts.RestoreStore, opts.Store))
+	opts.EnsureDefaults()
+	lo.EnsureDefaults()
+	if err := errors.Join(opts.Validate(), lo.Validate()); err != nil {
+		return nil, fmt.Errorf("lsm: open %s: %w", opts.Task, err)
+	}
+	b := &Backend{opts: opts, lo: lo, refs: 1}
+	b.inc.done = map[uint64]fileSet{}
+	b.inc.running = map[uint64]int{}
+	b.inc.aborted = map[uint64]bool{}
+	fs := lo.FS
+	b.dbDir = fs.PathJoin(lo.Dir, "db")
+	for _, sub := range []string{"db", "chk", "restore"} {
+		if err := fs.RemoveAll(fs.PathJoin(lo.Dir, sub)); err != nil {
+			return nil, fmt.Errorf("lsm: open %s: clear %s: %w", opts.Task, fs.PathJoin(lo.Dir, sub), err)
+		}
+	}
+	if err := fs.MkdirAll(lo.Dir, 0o755); err != nil {
+		return nil, fmt.Errorf("lsm: open %s: %w", opts.Task, err)
+	}
+	b.cache = lo.Cache
+	if b.cache == nil {
+		b.cache = pebble.NewCache(lo.CacheSize)
+		b.owns = true
+	} else {
+		b.cache.Ref()
+	}
+
+	var restored []backend.StateDescriptor
+	var err error
+	if len(opts.Restore) > 0 {
+		restored, err = b.restore(context.Background(), keepHistory)
+	} else {
+		b.db, err = pebble.Open(b.dbDir, b.pebbleOptions(false))
+		if err != nil {
+			err = fmt.Errorf("lsm: open %s: pebble in %s: %w", opts.Task, b.dbDir, err)
+		}
+	}
+	if err == nil {
+		b.State, err = kvstate.New(engine{b.db}, kvstate.Config{
+			Info: backend.Info{Kind: backend.KindLSM, Task: opts.Task, KeyGroups: opts.KeyGroups,
+				MaxParallelism: opts.MaxParallelism},
+			Clock:        opts.Clock,
+			MaxValueSize: opts.MaxValueSize,
+			States:       opts.States,
+			Restored:     restored,
+		})
+	}
+	if err != nil {
+		if b.db != nil {
+			_ = b.db.Close()
+		}
+		_ = fs.RemoveAll(b.dbDir)
+		_ = fs.RemoveAll(fs.PathJoin(lo.Dir, "restore"))
+		b.cache.Unref()
+		return nil, err
+	}
+	return b, nil
+}
+
+// sameStore reports whether a and b are the same store value (restored
+// object names are then valid in the checkpoint store).
+func sameStore(a, b tiered.Store) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	ta, tb := reflect.TypeOf(a), reflect.TypeOf(b)
+	return ta == tb && ta.Comparable() && a == b
+}
+
+// pebbleOptions are the options of every Pebble store the instance opens:
+// the live one and, read-only, temporary copies of restore handles.
+func (b *Backend) pebbleOptions(readOnly bool) *pebble.Options {
+	o := &pebble.Options{
+		FS:                  b.lo.FS,
+		Cache:               b.cache,
+		Merger:              concatMerger,
+		DisableWAL:          true,
+		MemTableSize:        b.lo.MemTableSize,
+		MaxManifestFileSize: b.lo.MaxManifestFileSize,
+		FormatMajorVersion:  pebble.FormatNewest,
+		ReadOnly:            readOnly,
+		Logger:              b.lo.Logger,
+	}
+	// The same target on every level (RocksDB's multiplier 1, as Flink
+	// uses), not Pebble's doubling: files stay small at the bottom too, so
+	// a compaction there re-uploads little and the file count stays about
+	// FullSize/TargetFileSize.
+	for i := range o.TargetFileSizes {
+		o.TargetFileSizes[i] = b.lo.TargetFileSize
+	}
+	o.EnsureDefaults()
+	return o
+}
+
+// DB exposes the Pebble store for tests and tools that need metrics or raw
+// access (bench compares against raw Pebble). Callers must not write to it.
+func (b *Backend) DB() *pebble.DB { return b.db }
+
+// Close implements backend.Backend. It is idempotent. Snapshots already
+// returned stay usable: checkpoint snapshots read their own hard-linked
+// copy, canonical ones keep Pebble open until they finish or are released.
+func (b *Backend) Close() error {
+	if !b.State.Close() {
+		return nil
+	}
+	return b.unref(true)
+}
+
+// ref takes a reference on db for a canonical snapshot. Callers hold the
+// State exclusively, so the instance is not closed.
+func (b *Backend) ref() {
+	b.mu.Lock()
+	b.refs++
+	b.mu.Unlock()
+}
+
+// unref drops a reference; the last one closes Pebble and removes the
+// local store (it is never reopened: the WAL is off).
+func (b *Backend) unref(closing bool) error {
+	b.mu.Lock()
+	if closing {
+		b.closed = true
+	}
+	b.refs--
+	last := b.refs == 0
+	b.mu.Unlock()
+	if !last {
+		return nil
+	}
+	err := b.db.Close()
+	b.cache.Unref()
+	if rerr := b.lo.FS.RemoveAll(b.dbDir); rerr != nil && err == nil {
+		err = rerr
+	}
+	if err != nil {
+		return fmt.Errorf("lsm: close %s: %w", b.opts.Task, err)
+	}
+	return nil
+}
+
+// NotifyCheckpointComplete implements backend.Backend: the shared files of
+// checkpointID become the base later checkpoints reference, unless a newer
+// checkpoint was confirmed already.
+func (b *Backend) NotifyCheckpointComplete(checkpointID uint64) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if set, ok := b.inc.done[checkpointID]; ok && (!b.inc.completed || checkpointID > b.inc.last) {
+		b.inc.base = set
+		b.inc.completed = true
+		b.inc.last = checkpointID
+	}
+	// Older placeholders can never become the base any more.
+	for id := range b.inc.done {
+		if id <= checkpointID {
+			delete(b.inc.done, id)
+		}
+	}
+}
+
+// NotifyCheckpointAborted implements backend.Backend: what checkpointID
+// uploaded is forgotten. Nothing is deleted here; the registry's sweep
+// removes shared files that nothing retained refers to (FLINK-24611).
+func (b *Backend) NotifyCheckpointAborted(checkpointID uint64) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	delete(b.inc.done, checkpointID)
+	if b.inc.running[checkpointID] > 0 {
+		b.inc.aborted[checkpointID] = true
+	}
+}

@@ -1,0 +1,127 @@
+package lsm
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/vfs"
+
+	"github.com/statedhq/stated/backend"
+	"github.com/statedhq/stated/tiered"
+)
+
+// Defaults of Options.
+const (
+	DefaultCacheSize         = 32 << 20
+	DefaultMemTableSize      = 8 << 20
+	DefaultTargetFileSize    = 16 << 20
+	DefaultUploadConcurrency = 4
+	// DefaultMaxManifestFileSize bounds the MANIFEST, a private file that
+	// every checkpoint uploads whole; Pebble rewrites it compactly when it
+	// grows past this.
+	DefaultMaxManifestFileSize = 4 << 20
+)
+
+// Options are the lsm-specific options of Open.
+type Options struct {
+	// Dir is this instance's local working directory. Required. Open
+	// removes the subdirectories it owns there (db, chk, restore) left by an
+	// earlier run: local state is never reused (the WAL is off), so the
+	// directory must belong to this instance alone.
+	Dir string
+	// Cache is a block cache shared by several instances (the daemon keeps
+	// one for all tasks). Optional; the caller keeps its reference. When
+	// nil, the instance makes its own cache of CacheSize bytes.
+	Cache *pebble.Cache
+	// CacheSize is the size of the instance's own block cache. Default
+	// DefaultCacheSize.
+	CacheSize int64
+	// MemTableSize is the size of one memtable; a snapshot flushes it.
+	// Default DefaultMemTableSize.
+	MemTableSize uint64
+	// TargetFileSize is the target SST size on every level. Larger files
+	// mean fewer files per handle but more bytes re-uploaded per
+	// compaction. Default DefaultTargetFileSize.
+	TargetFileSize int64
+	// MaxManifestFileSize: see DefaultMaxManifestFileSize.
+	MaxManifestFileSize int64
+	// UploadConcurrency is how many files a snapshot uploads, or a restore
+	// downloads, at once. Default DefaultUploadConcurrency.
+	UploadConcurrency int
+	// FS is the local file system. Default vfs.Default; tests pass
+	// vfs.NewMem().
+	FS vfs.FS
+	// HeapSnapshots is the daemon's in-memory store of heap snapshots
+	// (heap.Options.Snapshots). Optional: restores from heap handles look
+	// there first, then in the restore store (a native savepoint copies
+	// heap files there).
+	HeapSnapshots tiered.Store
+	// Logger receives Pebble's messages. Default: errors go to the standard
+	// logger, informational lines are dropped.
+	Logger pebble.Logger
+}
+
+// EnsureDefaults fills zero fields with their defaults.
+func (o *Options) EnsureDefaults() {
+	if o.CacheSize == 0 {
+		o.CacheSize = DefaultCacheSize
+	}
+	if o.MemTableSize == 0 {
+		o.MemTableSize = DefaultMemTableSize
+	}
+	if o.TargetFileSize == 0 {
+		o.TargetFileSize = DefaultTargetFileSize
+	}
+	if o.MaxManifestFileSize == 0 {
+		o.MaxManifestFileSize = DefaultMaxManifestFileSize
+	}
+	if o.UploadConcurrency == 0 {
+		o.UploadConcurrency = DefaultUploadConcurrency
+	}
+	if o.FS == nil {
+		o.FS = vfs.Default
+	}
+	if o.Logger == nil {
+		o.Logger = quietLogger{}
+	}
+}
+
+// Validate reports every problem of o at once. Call EnsureDefaults first.
+func (o *Options) Validate() error {
+	var errs []error
+	bad := func(format string, args ...any) {
+		errs = append(errs, fmt.Errorf("lsm: %w: "+format, append([]any{backend.ErrInvalidArgument}, args...)...))
+	}
+	if o.Dir == "" {
+		bad("no local directory (Options.Dir)")
+	}
+	if o.CacheSize < 0 {
+		bad("cache size %d is negative", o.CacheSize)
+	}
+	if o.MemTableSize < 64<<10 || o.MemTableSize > 4<<30 {
+		bad("memtable size %d is outside [64 KiB, 4 GiB]", o.MemTableSize)
+	}
+	if o.TargetFileSize < 64<<10 {
+		bad("target file size %d is below 64 KiB", o.TargetFileSize)
+	}
+	if o.MaxManifestFileSize < 64<<10 {
+		bad("max manifest file size %d is below 64 KiB", o.MaxManifestFileSize)
+	}
+	if o.UploadConcurrency < 1 || o.UploadConcurrency > 256 {
+		bad("upload concurrency %d is outside [1, 256]", o.UploadConcurrency)
+	}
+	return errors.Join(errs...)
+}
+
+// quietLogger drops Pebble's informational lines (one per flush or
+// compaction would drown a daemon's log) and keeps errors.
+type quietLogger struct{}
+
+func (quietLogger) Infof(string, ...any) {}
+func (quietLogger) Errorf(format string, args ...any) {
+	pebble.DefaultLogger.Errorf("lsm: pebble: "+format, args...)
+}
+func (quietLogger) Fatalf(format string, args ...any) {
+	pebble.DefaultLogger.Fatalf("lsm: pebble: "+format, args...)
+}

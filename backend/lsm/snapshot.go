@@ -1,0 +1,285 @@
+package lsm
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"github.com/statedhq/stated/backend"
+	"github.com/statedhq/stated/internal/frame"
+)
+
+// Snapshot implements backend.Backend. The synchronous part flushes the
+// memtable (the WAL is off, so unflushed writes exist nowhere else) and
+// takes a Pebble checkpoint: hard links that freeze the current SSTs, which
+// Run uploads while the task keeps writing.
+func (b *Backend) Snapshot(ctx context.Context, checkpointID uint64) (backend.PendingSnapshot, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("lsm: checkpoint %d of %s: %w", checkpointID, b.opts.Task, err)
+	}
+	var p *checkpointSnapshot
+	err := b.Exclusive(func(states []backend.StateDescriptor) error {
+		b.mu.Lock()
+		b.seq++
+		seq := b.seq
+		b.mu.Unlock()
+		fs := b.lo.FS
+		dir := fs.PathJoin(b.lo.Dir, "chk", fmt.Sprintf("%d-%d", checkpointID, seq))
+		if err := b.db.Flush(); err != nil {
+			return fmt.Errorf("lsm: checkpoint %d of %s: flush: %w", checkpointID, b.opts.Task, err)
+		}
+		if err := fs.MkdirAll(fs.PathDir(dir), 0o755); err != nil {
+			return fmt.Errorf("lsm: checkpoint %d of %s: %w", checkpointID, b.opts.Task, err)
+		}
+		if err := b.db.Checkpoint(dir); err != nil {
+			return fmt.Errorf("lsm: checkpoint %d of %s: pebble checkpoint into %s: %w", checkpointID, b.opts.Task, dir, err)
+		}
+		p = &checkpointSnapshot{b: b, id: checkpointID, dir: dir, states: states}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// checkpointSnapshot is the asynchronous part of an incremental checkpoint.
+type checkpointSnapshot struct {
+	b      *Backend
+	id     uint64
+	dir    string
+	states []backend.StateDescriptor
+	used   atomic.Bool // Run or Release happened
+}
+
+// Release implements backend.PendingSnapshot.
+func (p *checkpointSnapshot) Release() {
+	if p.used.CompareAndSwap(false, true) {
+		_ = p.b.lo.FS.RemoveAll(p.dir)
+	}
+}
+
+// isShared reports whether a local file of a checkpoint is immutable data
+// that later checkpoints may reference: SSTs and blob files. Everything
+// else (MANIFEST, OPTIONS, markers) describes this checkpoint only.
+func isShared(name string) bool {
+	return strings.HasSuffix(name, ".sst") || strings.HasSuffix(name, ".blob")
+}
+
+// Run implements backend.PendingSnapshot.
+func (p *checkpointSnapshot) Run(ctx context.Context) (*backend.Handle, error) {
+	b := p.b
+	if !p.used.CompareAndSwap(false, true) {
+		return nil, fmt.Errorf("lsm: checkpoint %d of %s: %w: snapshot already run or released",
+			p.id, b.opts.Task, backend.ErrInvalidArgument)
+	}
+	fs := b.lo.FS
+	defer func() { _ = fs.RemoveAll(p.dir) }()
+
+	b.mu.Lock()
+	base := b.inc.base
+	b.inc.running[p.id]++
+	b.mu.Unlock()
+	var set fileSet
+	defer func() {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		aborted := b.inc.aborted[p.id]
+		if b.inc.running[p.id]--; b.inc.running[p.id] == 0 {
+			delete(b.inc.running, p.id)
+			delete(b.inc.aborted, p.id)
+		}
+		if set != nil && !aborted && (!b.inc.completed || p.id > b.inc.last) {
+			b.inc.done[p.id] = set
+		}
+	}()
+
+	h, err := p.upload(ctx, base)
+	if err != nil {
+		return nil, err
+	}
+	set = fileSet{}
+	for _, f := range h.Files {
+		if f.Shared {
+			set[f.LocalName] = f
+		}
+	}
+	return h, nil
+}
+
+func (p *checkpointSnapshot) upload(ctx context.Context, base fileSet) (*backend.Handle, error) {
+	b := p.b
+	fs := b.lo.FS
+	task := b.opts.Task
+	fail := func(format string, args ...any) error {
+		return fmt.Errorf("lsm: checkpoint %d of %s: "+format, append([]any{p.id, task}, args...)...)
+	}
+	names, err := fs.List(p.dir)
+	if err != nil {
+		return nil, fail("list %s: %w", p.dir, err)
+	}
+	sort.Strings(names)
+	privatePrefix := fmt.Sprintf("%s/chk-%d/%s/", task.Job, p.id, task.Dir())
+	files := make([]backend.FileRef, 0, len(names))
+	var todo []int
+	for _, name := range names {
+		info, err := fs.Stat(fs.PathJoin(p.dir, name))
+		if err != nil {
+			return nil, fail("stat %s: %w", name, err)
+		}
+		if info.IsDir() {
+			return nil, fail("unexpected directory %s in the Pebble checkpoint", name)
+		}
+		shared := isShared(name)
+		if shared {
+			// Same local name in the same store lineage means the same
+			// immutable file (Pebble never reuses file numbers); the size
+			// check is a cheap guard on top.
+			if ref, ok := base[name]; ok && ref.Size == info.Size() {
+				files = append(files, ref)
+				continue
+			}
+		}
+		ref := backend.FileRef{LocalName: name, Size: info.Size(), Shared: shared}
+		if shared {
+			id, err := randomID()
+			if err != nil {
+				return nil, fail("%w", err)
+			}
+			ref.Path = task.Job + "/shared/" + id + "-" + name
+		} else {
+			ref.Path = privatePrefix + name
+		}
+		todo = append(todo, len(files))
+		files = append(files, ref)
+	}
+	err = parallel(ctx, b.lo.UploadConcurrency, len(todo), func(ctx context.Context, i int) error {
+		return p.uploadFile(ctx, &files[todo[i]])
+	})
+	if err != nil {
+		return nil, err
+	}
+	h := &backend.Handle{
+		Version:        backend.HandleFormatVersion,
+		Backend:        backend.KindLSM,
+		Task:           task,
+		CheckpointID:   p.id,
+		KeyGroups:      b.opts.KeyGroups,
+		MaxParallelism: b.opts.MaxParallelism,
+		States:         p.states,
+		Files:          files,
+	}
+	for _, f := range files {
+		h.FullSize += f.Size
+	}
+	for _, i := range todo {
+		h.CheckpointedSize += files[i].Size
+	}
+	if err := h.Validate(); err != nil {
+		return nil, fail("built an invalid handle: %w", err)
+	}
+	return h, nil
+}
+
+// uploadFile streams one local file to the store and fills in its CRC32C.
+// Shared names are unique, so they are written with PutIfAbsent: a
+// collision is an error, never an overwrite of another checkpoint's file.
+func (p *checkpointSnapshot) uploadFile(ctx context.Context, ref *backend.FileRef) error {
+	b := p.b
+	fs := b.lo.FS
+	f, err := fs.Open(fs.PathJoin(p.dir, ref.LocalName))
+	if err != nil {
+		return fmt.Errorf("lsm: checkpoint %d of %s: open %s: %w", p.id, b.opts.Task, ref.LocalName, err)
+	}
+	defer f.Close()
+	crc := crc32.New(frame.Table())
+	cr := &countingReader{r: io.TeeReader(io.LimitReader(f, ref.Size), crc)}
+	put := b.opts.Store.Put
+	if ref.Shared {
+		put = b.opts.Store.PutIfAbsent
+	}
+	if err := put(ctx, ref.Path, cr, ref.Size); err != nil {
+		return fmt.Errorf("lsm: checkpoint %d of %s: upload %s as %s: %w", p.id, b.opts.Task, ref.LocalName, ref.Path, err)
+	}
+	if cr.n != ref.Size {
+		return fmt.Errorf("lsm: checkpoint %d of %s: upload %s: read %d of %d bytes (the file changed or the store stopped early)",
+			p.id, b.opts.Task, ref.LocalName, cr.n, ref.Size)
+	}
+	ref.CRC32C = crc.Sum32()
+	return nil
+}
+
+type countingReader struct {
+	r io.Reader
+	n int64
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n += int64(n)
+	return n, err
+}
+
+// randomID returns 128 random bits in hex: shared object names are unique
+// by construction, whatever the local name (FLINK-29095).
+func randomID() (string, error) {
+	var b [16]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", fmt.Errorf("random object id: %w", err)
+	}
+	return hex.EncodeToString(b[:]), nil
+}
+
+// parallel runs fn(ctx, 0..n-1) on up to workers goroutines and waits for
+// all of them. The first failure cancels the rest; it returns the failure
+// of the lowest index, preferring real errors over the cancellations they
+// caused.
+func parallel(ctx context.Context, workers, n int, fn func(ctx context.Context, i int) error) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	errs := make([]error, n)
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for w := 0; w < min(workers, n); w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := int(next.Add(1) - 1)
+				if i >= n {
+					return
+				}
+				if err := ctx.Err(); err != nil {
+					errs[i] = err
+					continue
+				}
+				if err := fn(ctx, i); err != nil {
+					errs[i] = err
+					cancel()
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	var first error
+	for _, err := range errs {
+		if err == nil {
+			continue
+		}
+		if !errors.Is(err, context.Canceled) {
+			return err
+		}
+		if first == nil {
+			first = err
+		}
+	}
+	return first
+}
