@@ -60,8 +60,8 @@ type FileRef struct {
 	// reference-counted. Private files belong to this checkpoint alone.
 	Shared bool `json:"shared,omitempty"`
 	// KeyGroupOffsets, when present, has KeyGroups.Len()+1 offsets: the
-	// data of key group KeyGroups.Start+i lies in [off[i], off[i+1]) of the
-	// decoded stream, so a restore can read only a sub-range.
+	// stored bytes of key group KeyGroups.Start+i lie in [off[i], off[i+1])
+	// of the file, so a restore can read only a sub-range with a ranged get.
 	KeyGroupOffsets []int64 `json:"keyGroupOffsets,omitempty"`
 	// Compression is "" (none) or "zstd"; the CRC covers the stored bytes.
 	Compression string `json:"compression,omitempty"`
