@@ -8,6 +8,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/statedhq/stated/backend"
+	"github.com/statedhq/stated/catalog"
 	"github.com/statedhq/stated/daemon"
 	"github.com/statedhq/stated/tiered"
 )
@@ -36,13 +37,15 @@ func Code(err error) codes.Code {
 		return codes.NotFound
 	case errors.Is(err, daemon.ErrLimit):
 		return codes.ResourceExhausted
-	case errors.Is(err, daemon.ErrShuttingDown):
+	case errors.Is(err, catalog.ErrExists):
+		return codes.AlreadyExists
+	case errors.Is(err, daemon.ErrShuttingDown), errors.Is(err, catalog.ErrClosed):
 		return codes.Unavailable
 	case errors.Is(err, daemon.ErrUnsupported):
 		return codes.Unimplemented
 	case errors.Is(err, daemon.ErrAlreadyOpen), errors.Is(err, daemon.ErrCheckpointFailed),
 		errors.Is(err, daemon.ErrSnapshotGone), errors.Is(err, backend.ErrIncompatible),
-		errors.Is(err, backend.ErrDeclined), errors.Is(err, backend.ErrClosed):
+		errors.Is(err, backend.ErrDeclined), errors.Is(err, backend.ErrClosed), errors.Is(err, catalog.ErrState):
 		return codes.FailedPrecondition
 	case errors.Is(err, backend.ErrInvalidArgument), errors.Is(err, backend.ErrUnknownState),
 		errors.Is(err, backend.ErrWrongKind), errors.Is(err, backend.ErrKeyGroupOutOfRange),

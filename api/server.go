@@ -260,15 +260,12 @@ func (s *Server) CompleteCheckpoint(ctx context.Context, req *pb.CompleteCheckpo
 
 func infoToPB(in daemon.CheckpointInfo) *pb.CheckpointInfo {
 	out := &pb.CheckpointInfo{
-		Job: in.Job, CheckpointId: in.ID, Status: in.Status,
+		Job: in.Job, CheckpointId: in.ID, Status: in.Status, Tasks: int32(in.Tasks),
 		CheckpointedSize: in.CheckpointedSize, FullSize: in.FullSize,
-		DurationMillis: in.Duration.Milliseconds(), Reason: in.Reason,
+		DurationMillis: in.Duration.Milliseconds(), Reason: in.Reason, Retained: in.Retained,
 	}
 	if !in.Completed.IsZero() {
 		out.CompletedUnixMillis = in.Completed.UnixMilli()
-	}
-	for _, t := range in.Tasks {
-		out.Tasks = append(out.Tasks, TaskToPB(t))
 	}
 	return out
 }
@@ -296,18 +293,12 @@ func (s *Server) ListCheckpoints(ctx context.Context, req *pb.ListCheckpointsReq
 
 // TriggerSavepoint implements pb.StatedServer.
 func (s *Server) TriggerSavepoint(ctx context.Context, req *pb.TriggerSavepointRequest) (*pb.TriggerSavepointResponse, error) {
-	if req.GetFormat() == pb.SavepointFormat_SAVEPOINT_FORMAT_NATIVE {
-		return nil, status.Error(codes.Unimplemented, "stated: native savepoints are not offered by the daemon yet; use the canonical format")
-	}
-	sp, err := s.d.TriggerSavepoint(ctx, req.GetJob())
+	native := req.GetFormat() == pb.SavepointFormat_SAVEPOINT_FORMAT_NATIVE
+	sp, err := s.d.TriggerSavepoint(ctx, req.GetJob(), native, req.GetCheckpointId())
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	resp := &pb.TriggerSavepointResponse{Path: sp.Dir, Size: sp.Size}
-	for _, t := range sp.Tasks {
-		resp.Tasks = append(resp.Tasks, TaskToPB(t))
-	}
-	return resp, nil
+	return &pb.TriggerSavepointResponse{Path: sp.Dir, Size: sp.Size, Tasks: int32(sp.Tasks)}, nil
 }
 
 // Close implements pb.StatedServer.

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/statedhq/stated/backend"
+	"github.com/statedhq/stated/catalog"
 )
 
 const (
@@ -36,8 +37,6 @@ type checkpoint struct {
 	// class ("aborted", "declined", "expired") once aborted.
 	status string
 	reason string
-	// begun: the catalog knows the checkpoint (BeginCheckpoint succeeded).
-	begun bool
 }
 
 type taskSnapshot struct {
@@ -87,7 +86,7 @@ func (d *Daemon) Snapshot(ctx context.Context, inst *Instance, id uint64, wait b
 			d.mu.Unlock()
 			return SnapshotResult{}, fmt.Errorf("daemon: snapshot %d of %s: %w", id, task, err)
 		}
-		c = d.newCheckpointLocked(key, true)
+		c = d.newCheckpointLocked(key)
 	}
 	if c.status != statusInProgress {
 		d.mu.Unlock()
@@ -155,10 +154,10 @@ func reasonSuffix(r string) string {
 }
 
 // newCheckpointLocked registers checkpoint key with its expiry timer.
-func (d *Daemon) newCheckpointLocked(key ckptKey, begun bool) *checkpoint {
+func (d *Daemon) newCheckpointLocked(key ckptKey) *checkpoint {
 	ctx, cancel := context.WithCancel(d.baseCtx)
 	c := &checkpoint{key: key, started: time.Now(), ctx: ctx, cancel: cancel,
-		tasks: map[backend.TaskID]*taskSnapshot{}, status: statusInProgress, begun: begun}
+		tasks: map[backend.TaskID]*taskSnapshot{}, status: statusInProgress}
 	c.timer = time.AfterFunc(d.cfg.CheckpointTimeout, func() { d.expire(c) })
 	d.ckpts[key] = c
 	if len(d.ckpts) > tombstoneLimit {
@@ -218,22 +217,19 @@ func (d *Daemon) runSnapshot(c *checkpoint, ts *taskSnapshot, ps backend.Pending
 }
 
 // CompleteCheckpoint waits for every task snapshot of checkpoint id of job
-// in this daemon and records the checkpoint as completed. tasks, when not
-// empty, are the tasks it must contain; otherwise every open instance of
-// the job must have snapshotted it. A checkpoint with a failed task
-// snapshot is aborted and the error wraps ErrCheckpointFailed.
+// in this daemon and records the checkpoint as completed in the catalog
+// (its _metadata). tasks, when not empty, are the tasks it must contain;
+// otherwise every open instance of the job must have snapshotted it. A
+// checkpoint with a failed task snapshot is aborted and the error wraps
+// ErrCheckpointFailed. Completing a completed checkpoint returns it again.
 func (d *Daemon) CompleteCheckpoint(ctx context.Context, job string, id uint64, tasks []backend.TaskID) (CheckpointInfo, error) {
 	key := ckptKey{job, id}
 	d.mu.Lock()
 	c := d.ckpts[key]
 	if c == nil {
 		d.mu.Unlock()
-		if infos, err := d.cfg.Catalog.List(ctx, job); err == nil {
-			for _, in := range infos {
-				if in.ID == id && in.Status == statusCompleted {
-					return in, nil // completed before: idempotent
-				}
-			}
+		if m, ok := d.cfg.Catalog.Checkpoint(job, id); ok {
+			return infoFromManifest(m), nil // a retried call
 		}
 		return CheckpointInfo{}, fmt.Errorf("daemon: complete checkpoint %d of job %s: %w: no task of this daemon snapshotted it",
 			id, job, backend.ErrNotFound)
@@ -269,16 +265,19 @@ func (d *Daemon) CompleteCheckpoint(ctx context.Context, job string, id uint64, 
 		snaps = append(snaps, ts)
 	}
 	d.mu.Unlock()
+	reopen := func() {
+		d.mu.Lock()
+		if c.status == statusCompleting {
+			c.status = statusInProgress
+		}
+		d.mu.Unlock()
+	}
 
 	for _, ts := range snaps {
 		select {
 		case <-ts.done:
 		case <-ctx.Done():
-			d.mu.Lock()
-			if c.status == statusCompleting {
-				c.status = statusInProgress
-			}
-			d.mu.Unlock()
+			reopen()
 			return CheckpointInfo{}, fmt.Errorf("daemon: complete checkpoint %d of job %s: waiting for uploads: %w", id, job, ctx.Err())
 		}
 	}
@@ -288,19 +287,16 @@ func (d *Daemon) CompleteCheckpoint(ctx context.Context, job string, id uint64, 
 			if errors.Is(ts.err, backend.ErrDeclined) {
 				reason = "declined: " + ts.err.Error()
 			}
-			d.mu.Lock()
-			c.status = statusInProgress // let abort take it
-			d.mu.Unlock()
+			reopen()
 			_ = d.AbortCheckpoint(ctx, job, id, reason)
 			return CheckpointInfo{}, fmt.Errorf("daemon: complete checkpoint %d of job %s: %w: %w", id, job, ErrCheckpointFailed, ts.err)
 		}
 	}
-	info, err := d.cfg.Catalog.Complete(ctx, job, id)
+	m, err := d.cfg.Catalog.Complete(ctx, job, id)
 	if err != nil {
-		d.mu.Lock()
-		c.status = statusInProgress
-		d.mu.Unlock()
-		_ = d.AbortCheckpoint(ctx, job, id, "aborted: "+err.Error())
+		// The catalog keeps it in flight: the coordinator may retry or
+		// abort.
+		reopen()
 		return CheckpointInfo{}, fmt.Errorf("daemon: complete checkpoint %d of job %s: %w", id, job, err)
 	}
 	var subsumed []*checkpoint
@@ -319,7 +315,7 @@ func (d *Daemon) CompleteCheckpoint(ctx context.Context, job string, id uint64, 
 		if o.status == statusInProgress {
 			subsumed = append(subsumed, o)
 		} else if o.status != statusCompleting {
-			delete(d.ckpts, k) // tombstone no longer needed: ids <= id are refused anyway
+			delete(d.ckpts, k) // ids <= id are refused anyway
 		}
 	}
 	d.mu.Unlock()
@@ -332,40 +328,14 @@ func (d *Daemon) CompleteCheckpoint(ctx context.Context, job string, id uint64, 
 	d.m.CheckpointsCompleted.Add(1)
 	dur := time.Since(c.started)
 	d.m.CheckpointDuration.Observe(dur)
-	fillInfo(&info, job, id, snaps, dur)
+	info := infoFromManifest(m)
 	d.log.Info("checkpoint completed", "job", job, "checkpoint", id, "tasks", len(snaps),
 		"checkpointedSize", info.CheckpointedSize, "fullSize", info.FullSize, "duration", dur)
 	return info, nil
 }
 
-// fillInfo completes what the catalog left empty.
-func fillInfo(info *CheckpointInfo, job string, id uint64, snaps []*taskSnapshot, dur time.Duration) {
-	info.Job, info.ID = job, id
-	if info.Status == "" {
-		info.Status = statusCompleted
-	}
-	if len(info.Tasks) == 0 {
-		var cs, fs int64
-		for _, ts := range snaps {
-			info.Tasks = append(info.Tasks, ts.inst.Task)
-			cs += ts.handle.CheckpointedSize
-			fs += ts.handle.FullSize
-		}
-		sort.Slice(info.Tasks, func(i, j int) bool { return info.Tasks[i].String() < info.Tasks[j].String() })
-		if info.CheckpointedSize == 0 && info.FullSize == 0 {
-			info.CheckpointedSize, info.FullSize = cs, fs
-		}
-	}
-	if info.Duration == 0 {
-		info.Duration = dur
-	}
-	if info.Completed.IsZero() {
-		info.Completed = time.Now()
-	}
-}
-
 // classifyReason maps a reason ("declined: ...", "expired: ...", anything
-// else) to its metric class and status.
+// else) to its metric class.
 func classifyReason(reason string) FailureReason {
 	switch {
 	case strings.HasPrefix(reason, "declined"):
@@ -376,11 +346,27 @@ func classifyReason(reason string) FailureReason {
 	return FailureAborted
 }
 
+var catalogStatus = [numFailureReasons]catalog.Status{catalog.StatusDeclined, catalog.StatusExpired, catalog.StatusAborted}
+
 // AbortCheckpoint cancels checkpoint id of job: running uploads stop, the
 // catalog discards what only this checkpoint uploaded, and a later
-// Snapshot of it is refused. Aborting an aborted checkpoint is a no-op;
+// Snapshot of it is refused. reason starts with "declined", "expired" or
+// "aborted" (the default). Aborting an aborted checkpoint is a no-op;
 // aborting a completed one is an error.
 func (d *Daemon) AbortCheckpoint(ctx context.Context, job string, id uint64, reason string) error {
+	return d.abort(ctx, job, id, reason, true)
+}
+
+// CatalogExpired is the catalog's OnExpire hook: its sweep expired
+// checkpoint id of job, so the daemon stops the uploads and tells the
+// backends.
+func (d *Daemon) CatalogExpired(job string, id uint64) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	_ = d.abort(ctx, job, id, "expired: the catalog's sweep expired it", false)
+}
+
+func (d *Daemon) abort(ctx context.Context, job string, id uint64, reason string, tellCatalog bool) error {
 	if reason == "" {
 		reason = "aborted"
 	}
@@ -396,7 +382,7 @@ func (d *Daemon) AbortCheckpoint(ctx context.Context, job string, id uint64, rea
 		}
 		// No task here snapshotted it yet: remember the abort so that a
 		// late Snapshot is refused.
-		c = d.newCheckpointLocked(key, false)
+		c = d.newCheckpointLocked(key)
 	}
 	switch c.status {
 	case statusCompleting, statusCompleted:
@@ -423,8 +409,11 @@ func (d *Daemon) AbortCheckpoint(ctx context.Context, job string, id uint64, rea
 		<-ts.done
 	}
 	var err error
-	if c.begun {
-		if e := d.cfg.Catalog.Abort(ctx, job, id, reason); e != nil {
+	if tellCatalog {
+		// Also for a checkpoint no task here began: the catalog records it
+		// and cleans what tasks elsewhere may have written.
+		text := strings.TrimPrefix(strings.TrimPrefix(reason, class.String()), ": ")
+		if e := d.cfg.Catalog.Abort(ctx, job, id, catalogStatus[class], text); e != nil {
 			err = fmt.Errorf("daemon: abort checkpoint %d of job %s: %w", id, job, e)
 		}
 	}
@@ -432,24 +421,8 @@ func (d *Daemon) AbortCheckpoint(ctx context.Context, job string, id uint64, rea
 		ts.inst.Backend.NotifyCheckpointAborted(id)
 	}
 	d.m.CheckpointFailures[class].Add(1)
-	d.mu.Lock()
-	d.history = append(d.history, CheckpointInfo{Job: job, ID: id, Status: class.String(), Tasks: tasksOf(snaps),
-		Duration: time.Since(c.started), Reason: reason})
-	if len(d.history) > historyLimit {
-		d.history = d.history[len(d.history)-historyLimit:]
-	}
-	d.mu.Unlock()
 	d.log.Warn("checkpoint aborted", "job", job, "checkpoint", id, "reason", reason)
 	return err
-}
-
-func tasksOf(snaps []*taskSnapshot) []backend.TaskID {
-	out := make([]backend.TaskID, 0, len(snaps))
-	for _, ts := range snaps {
-		out = append(out, ts.inst.Task)
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].String() < out[j].String() })
-	return out
 }
 
 // expire aborts a checkpoint that outlived the timeout.
@@ -466,35 +439,16 @@ func (d *Daemon) expire(c *checkpoint) {
 		fmt.Sprintf("expired: not completed within %s", d.cfg.CheckpointTimeout))
 }
 
-// ListCheckpoints returns the checkpoints of job: completed ones from the
-// catalog, in-progress and failed ones this daemon knows, by id.
+// ListCheckpoints returns the checkpoint history of job from the catalog,
+// oldest first.
 func (d *Daemon) ListCheckpoints(ctx context.Context, job string) ([]CheckpointInfo, error) {
-	infos, err := d.cfg.Catalog.List(ctx, job)
-	if err != nil {
-		return nil, fmt.Errorf("daemon: list checkpoints of job %s: %w", job, err)
+	if err := catalog.ValidateJob(job); err != nil {
+		return nil, fmt.Errorf("daemon: list checkpoints: %w", err)
 	}
-	seen := map[uint64]bool{}
-	for _, in := range infos {
-		seen[in.ID] = true
+	now := time.Now()
+	var out []CheckpointInfo
+	for _, r := range d.cfg.Catalog.List(job) {
+		out = append(out, infoFromRecord(job, r, now))
 	}
-	d.mu.Lock()
-	for _, h := range d.history {
-		if h.Job == job && !seen[h.ID] {
-			infos = append(infos, h)
-			seen[h.ID] = true
-		}
-	}
-	for k, c := range d.ckpts {
-		if k.job == job && !seen[k.id] && (c.status == statusInProgress || c.status == statusCompleting) {
-			snaps := make([]*taskSnapshot, 0, len(c.tasks))
-			for _, ts := range c.tasks {
-				snaps = append(snaps, ts)
-			}
-			infos = append(infos, CheckpointInfo{Job: job, ID: k.id, Status: statusInProgress, Tasks: tasksOf(snaps),
-				Duration: time.Since(c.started)})
-		}
-	}
-	d.mu.Unlock()
-	sort.Slice(infos, func(i, j int) bool { return infos[i].ID < infos[j].ID })
-	return infos, nil
+	return out, nil
 }

@@ -10,10 +10,12 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/statedhq/stated/backend"
+	"github.com/statedhq/stated/catalog"
 	"github.com/statedhq/stated/tiered"
 )
 
@@ -23,9 +25,6 @@ const (
 	DefaultMaxInstances          = 4096
 	DefaultMaxStreamsPerInstance = 4
 	DefaultCheckpointTimeout     = 10 * time.Minute
-	// historyLimit bounds the failed checkpoints the daemon remembers for
-	// ListCheckpoints (completed ones are the catalog's).
-	historyLimit = 256
 	// tombstoneLimit bounds the aborted checkpoints remembered so that a
 	// late Snapshot of one is refused.
 	tombstoneLimit = 4096
@@ -52,8 +51,12 @@ type Config struct {
 	DataDir string
 	// Store is the checkpoint storage. Required.
 	Store tiered.Store
-	// Catalog records checkpoints and savepoints. Required.
-	Catalog Catalog
+	// Catalog records checkpoints and savepoints. Required. Wire its
+	// Options.OnExpire to Daemon.CatalogExpired.
+	Catalog *catalog.Catalog
+	// HeapSnapshots is where heap backends keep their snapshots: native
+	// savepoints of heap instances copy from it. Optional.
+	HeapSnapshots tiered.Store
 	// Openers open backends by kind. Required (see DefaultOpeners).
 	Openers map[backend.Kind]Opener
 	// MaxValueSize bounds each key, namespace, value, list element and map
@@ -139,7 +142,6 @@ type Daemon struct {
 	// lastCompleted is the highest checkpoint id completed per job by this
 	// process.
 	lastCompleted map[string]uint64
-	history       []CheckpointInfo
 	// heapHandles names the heap snapshots this process took: only those
 	// can be restored.
 	heapHandles map[string]bool
@@ -313,8 +315,8 @@ func (d *Daemon) open(ctx context.Context, p OpenParams) (*Instance, error) {
 		}
 		opts.Restore = r.Handles
 		opts.RestoreStore = r.Store
-		opts.NoClaim = !p.Restore.Claim
-		restoredFrom = r.CheckpointID
+		opts.NoClaim = r.NoClaim
+		restoredFrom = r.Manifest.CheckpointID
 	}
 	opts.EnsureDefaults()
 
@@ -349,35 +351,44 @@ func (d *Daemon) open(ctx context.Context, p OpenParams) (*Instance, error) {
 }
 
 // resolveRestore finds the handles that hold the instance's key groups.
-func (d *Daemon) resolveRestore(ctx context.Context, p OpenParams) (Restored, error) {
+func (d *Daemon) resolveRestore(ctx context.Context, p OpenParams) (*catalog.Restore, error) {
 	task := p.Task
-	r, err := d.cfg.Catalog.Restore(ctx, task.Job, *p.Restore)
-	if err != nil {
-		return r, fmt.Errorf("daemon: restore %s: %w", task, err)
+	spec := p.Restore
+	req := catalog.RestoreRequest{Job: task.Job, CheckpointID: spec.CheckpointID, Mode: catalog.ModeNoClaim}
+	if spec.Claim {
+		req.Mode = catalog.ModeClaim
 	}
-	src := fmt.Sprintf("checkpoint %d of job %s", r.CheckpointID, task.Job)
-	if r.Savepoint != "" {
-		src = "savepoint " + r.Savepoint
+	if spec.Savepoint != "" {
+		req.SavepointID = strings.TrimPrefix(strings.TrimSuffix(spec.Savepoint, "/"), catalog.SavepointsDir+"/")
+	}
+	r, err := d.cfg.Catalog.RestoreSource(ctx, req)
+	if err != nil {
+		return nil, fmt.Errorf("daemon: restore %s: %w", task, err)
+	}
+	src := fmt.Sprintf("checkpoint %d of job %s", r.Manifest.CheckpointID, r.Manifest.Job)
+	if req.SavepointID != "" {
+		src = "savepoint " + req.SavepointID
 	}
 	var keep []*backend.Handle
 	for _, h := range r.Handles {
-		if h == nil || h.KeyGroups.Intersect(p.KeyGroups).Empty() {
+		if h == nil || h.Task.Operator != task.Operator || h.KeyGroups.Intersect(p.KeyGroups).Empty() {
 			continue
 		}
-		if h.Backend == backend.KindHeap && r.Savepoint == "" {
+		if h.Backend == backend.KindHeap && req.SavepointID == "" {
 			d.mu.Lock()
 			held := d.heapHandles[heapKey(h)]
 			d.mu.Unlock()
 			if !held {
-				return r, fmt.Errorf("daemon: restore %s from %s: %w: the heap backend keeps its snapshots in daemon memory, "+
+				return nil, fmt.Errorf("daemon: restore %s from %s: %w: the heap backend keeps its snapshots in daemon memory, "+
 					"and this daemon process did not take this one (the daemon restarted since); restore from a file or lsm "+
-					"checkpoint or from a canonical savepoint instead", task, src, ErrSnapshotGone)
+					"checkpoint or from a savepoint instead", task, src, ErrSnapshotGone)
 			}
 		}
 		keep = append(keep, h)
 	}
 	if len(keep) == 0 {
-		return r, fmt.Errorf("daemon: restore %s: %w: %s holds no state for key groups %s", task, backend.ErrNotFound, src, p.KeyGroups)
+		return nil, fmt.Errorf("daemon: restore %s: %w: %s holds no state of operator %s for key groups %s",
+			task, backend.ErrNotFound, src, task.Operator, p.KeyGroups)
 	}
 	r.Handles = keep
 	return r, nil
@@ -484,10 +495,8 @@ func (d *Daemon) Shutdown(ctx context.Context) error {
 	actx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	for _, c := range pending {
-		if c.begun {
-			if err := d.cfg.Catalog.Abort(actx, c.key.job, c.key.id, "aborted: daemon shutting down"); err != nil {
-				errs = append(errs, err)
-			}
+		if err := d.cfg.Catalog.Abort(actx, c.key.job, c.key.id, catalog.StatusAborted, "daemon shutting down"); err != nil {
+			errs = append(errs, err)
 		}
 		d.m.CheckpointFailures[FailureAborted].Add(1)
 	}

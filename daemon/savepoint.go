@@ -7,14 +7,22 @@ import (
 	"sync"
 
 	"github.com/statedhq/stated/backend"
+	"github.com/statedhq/stated/catalog"
 	"github.com/statedhq/stated/tiered"
 )
 
-// TriggerSavepoint writes a canonical savepoint of every open instance of
-// job: a backend-neutral, self-contained directory that restores into any
-// backend kind. It never changes what later incremental checkpoints reuse.
-// Like Snapshot, it contains the writes applied before it was called.
-func (d *Daemon) TriggerSavepoint(ctx context.Context, job string) (Savepoint, error) {
+// TriggerSavepoint writes a savepoint of every open instance of job into
+// "savepoints/<id>/" under the checkpoint root: self-contained and
+// relocatable, never owned by a job, and never changing what later
+// incremental checkpoints reuse. Like Snapshot, it contains the writes
+// applied before it was called.
+//
+// Canonical (native false) is backend-neutral and restores into any backend
+// kind; checkpointID (optional) is recorded in it. Native copies the
+// backends' own files of a snapshot taken for it with checkpointID, which
+// must be an id the job has not used; that id is then released, never
+// completed.
+func (d *Daemon) TriggerSavepoint(ctx context.Context, job string, native bool, checkpointID uint64) (Savepoint, error) {
 	d.mu.Lock()
 	if d.closing {
 		d.mu.Unlock()
@@ -26,78 +34,113 @@ func (d *Daemon) TriggerSavepoint(ctx context.Context, job string) (Savepoint, e
 			insts = append(insts, in)
 		}
 	}
-	base := d.lastCompleted[job]
+	if checkpointID == 0 && !native {
+		checkpointID = d.lastCompleted[job]
+	}
 	d.mu.Unlock()
 	if len(insts) == 0 {
 		return Savepoint{}, fmt.Errorf("daemon: savepoint of job %s: %w: no open instance of the job in this daemon", job, backend.ErrNotFound)
 	}
-	dir, err := d.cfg.Catalog.BeginSavepoint(ctx, job)
+	// Keep working directories alive while the snapshots read them.
+	var started []*Instance
+	defer func() {
+		for _, in := range started {
+			in.finishSnapshot()
+		}
+	}()
+	for _, in := range insts {
+		if err := in.startSnapshot(); err != nil {
+			return Savepoint{}, err
+		}
+		started = append(started, in)
+	}
+	var m *catalog.Manifest
+	var err error
+	if native {
+		m, err = d.nativeSavepoint(ctx, job, checkpointID, insts)
+	} else {
+		backends := make([]backend.Backend, len(insts))
+		for i, in := range insts {
+			backends[i] = in.Backend
+		}
+		m, err = d.cfg.Catalog.TriggerSavepoint(ctx, catalog.SavepointRequest{
+			Job: job, CheckpointID: checkpointID, Format: catalog.FormatCanonical, Backends: backends})
+	}
 	if err != nil {
 		return Savepoint{}, fmt.Errorf("daemon: savepoint of job %s: %w", job, err)
 	}
-	handles, err := d.canonicalSnapshots(ctx, insts, base, tiered.WithPrefix(d.cfg.Store, dir))
-	if err == nil {
-		var sp Savepoint
-		sp, err = d.cfg.Catalog.CompleteSavepoint(ctx, job, dir, handles)
-		if err == nil {
-			d.log.Info("savepoint written", "job", job, "dir", sp.Dir, "tasks", len(sp.Tasks), "size", sp.Size)
-			return sp, nil
-		}
-	}
-	if aerr := d.cfg.Catalog.AbortSavepoint(context.WithoutCancel(ctx), job, dir); aerr != nil {
-		err = errors.Join(err, aerr)
-	}
-	return Savepoint{}, fmt.Errorf("daemon: savepoint of job %s: %w", job, err)
+	sp := Savepoint{Dir: catalog.SavepointDir(m.SavepointID), Tasks: len(m.Tasks), Size: m.FullSize}
+	d.log.Info("savepoint written", "job", job, "dir", sp.Dir, "format", string(m.Format), "tasks", sp.Tasks, "size", sp.Size)
+	return sp, nil
 }
 
-// canonicalSnapshots freezes every instance first (short synchronous
-// parts), then writes them concurrently.
-func (d *Daemon) canonicalSnapshots(ctx context.Context, insts []*Instance, id uint64, store tiered.Store) ([]*backend.Handle, error) {
-	pending := make([]backend.PendingSnapshot, len(insts))
-	release := func() {
-		for i, p := range pending {
-			if p != nil {
-				p.Release()
-				insts[i].finishSnapshot()
-			}
+// nativeSavepoint snapshots every instance with id (a checkpoint that is
+// begun, then released) and has the catalog copy the files.
+func (d *Daemon) nativeSavepoint(ctx context.Context, job string, id uint64, insts []*Instance) (*catalog.Manifest, error) {
+	if id == 0 {
+		return nil, fmt.Errorf("%w: a native savepoint needs a checkpoint id the job has not used", backend.ErrInvalidArgument)
+	}
+	heap := 0
+	for _, in := range insts {
+		if in.Kind == backend.KindHeap {
+			heap++
 		}
 	}
-	for i, in := range insts {
-		cs, ok := in.Backend.(backend.CanonicalSnapshotter)
-		if !ok {
-			release()
-			return nil, fmt.Errorf("%w: the %s backend of %s cannot write canonical snapshots", ErrUnsupported, in.Kind, in.Task)
+	var source tiered.Store
+	switch {
+	case heap == 0:
+		source = d.cfg.Store
+	case heap == len(insts) && d.cfg.HeapSnapshots != nil:
+		source = d.cfg.HeapSnapshots
+	default:
+		return nil, fmt.Errorf("%w: a native savepoint of a job with both heap and other instances (use the canonical format)", ErrUnsupported)
+	}
+	key := ckptKey{job, id}
+	d.mu.Lock()
+	if d.ckpts[key] != nil || id <= d.lastCompleted[job] {
+		d.mu.Unlock()
+		return nil, fmt.Errorf("%w: checkpoint id %d of job %s is in use; a native savepoint needs a fresh one", backend.ErrInvalidArgument, id, job)
+	}
+	// A tombstone: a checkpoint with this id can never be taken.
+	c := d.newCheckpointLocked(key)
+	c.status, c.reason = FailureAborted.String(), "used by a native savepoint"
+	c.timer.Stop()
+	err := d.cfg.Catalog.BeginCheckpoint(job, id)
+	d.mu.Unlock()
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		_ = d.cfg.Catalog.Release(context.WithoutCancel(ctx), job, id)
+		for _, in := range insts {
+			in.Backend.NotifyCheckpointAborted(id)
 		}
-		if err := in.startSnapshot(); err != nil {
-			release()
-			return nil, err
-		}
-		p, err := cs.CanonicalSnapshot(ctx, id, store, "")
+	}()
+	pending := make([]backend.PendingSnapshot, 0, len(insts))
+	for _, in := range insts {
+		p, err := in.Backend.Snapshot(ctx, id)
 		if err != nil {
-			in.finishSnapshot()
-			release()
-			return nil, fmt.Errorf("canonical snapshot of %s: %w", in.Task, err)
+			for _, p := range pending {
+				p.Release()
+			}
+			return nil, fmt.Errorf("snapshot of %s: %w", in.Task, err)
 		}
-		pending[i] = p
+		pending = append(pending, p)
 	}
-	handles := make([]*backend.Handle, len(insts))
-	errs := make([]error, len(insts))
+	handles := make([]*backend.Handle, len(pending))
+	errs := make([]error, len(pending))
 	var wg sync.WaitGroup
-	for i := range insts {
+	for i := range pending {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			defer insts[i].finishSnapshot()
-			h, err := pending[i].Run(ctx)
-			if err != nil {
-				errs[i] = fmt.Errorf("canonical snapshot of %s: %w", insts[i].Task, err)
-			}
-			handles[i] = h
+			handles[i], errs[i] = pending[i].Run(ctx)
 		}()
 	}
 	wg.Wait()
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
-	return handles, nil
+	return d.cfg.Catalog.TriggerSavepoint(ctx, catalog.SavepointRequest{
+		Job: job, CheckpointID: id, Format: catalog.FormatNative, Handles: handles, Source: source})
 }

@@ -237,10 +237,17 @@ func (c *Client) ListCheckpoints(ctx context.Context, job string) ([]*pb.Checkpo
 	return resp.GetCheckpoints(), nil
 }
 
-// TriggerSavepoint writes a canonical savepoint of every open instance of
-// job and returns its path (pass it as Restore.Savepoint).
-func (c *Client) TriggerSavepoint(ctx context.Context, job string) (string, error) {
-	resp, err := c.rpc.TriggerSavepoint(ctx, &pb.TriggerSavepointRequest{Job: job, Format: pb.SavepointFormat_SAVEPOINT_FORMAT_CANONICAL})
+// TriggerSavepoint writes a savepoint of every open instance of job in the
+// daemon and returns its path (pass it as Restore.Savepoint). Canonical
+// savepoints (native false) restore into any backend kind; native ones copy
+// the backends' files of a snapshot taken with checkpointID, an id the job
+// has not used.
+func (c *Client) TriggerSavepoint(ctx context.Context, job string, native bool, checkpointID uint64) (string, error) {
+	format := pb.SavepointFormat_SAVEPOINT_FORMAT_CANONICAL
+	if native {
+		format = pb.SavepointFormat_SAVEPOINT_FORMAT_NATIVE
+	}
+	resp, err := c.rpc.TriggerSavepoint(ctx, &pb.TriggerSavepointRequest{Job: job, Format: format, CheckpointId: checkpointID})
 	if err != nil {
 		return "", err
 	}

@@ -96,7 +96,7 @@ func (in *Instance) ListGet(state string, key, ns []byte) Future[[][]byte] {
 	return Future[[][]byte]{b: b, i: in.commit(b, len(state)+len(key)+len(ns)), dec: decList}
 }
 
-func (in *Instance) mapOp(t pb.OpType, state string, key, ns, userKey, value []byte) (*batch, int, error) {
+func (in *Instance) mapOp(t pb.OpType, state string, key, ns, userKey, value []byte, limit int) (*batch, int, error) {
 	kg, err := in.check(state, key, ns, userKey, value)
 	if err != nil {
 		return nil, 0, err
@@ -106,13 +106,13 @@ func (in *Instance) mapOp(t pb.OpType, state string, key, ns, userKey, value []b
 		return nil, 0, err
 	}
 	op.Type, op.State, op.KeyGroup, op.Key, op.Namespace = t, state, kg, b.copy(key), b.copy(ns)
-	op.UserKey, op.Value = b.copy(userKey), b.copy(value)
+	op.UserKey, op.Value, op.Limit = b.copy(userKey), b.copy(value), int32(min(limit, 1<<30))
 	return b, in.commit(b, len(state)+len(key)+len(ns)+len(userKey)+len(value)), nil
 }
 
 // MapGet reads one entry of a map state.
 func (in *Instance) MapGet(state string, key, ns, userKey []byte) Future[Value] {
-	b, i, err := in.mapOp(pb.OpType_OP_TYPE_MAP_GET, state, key, ns, userKey, nil)
+	b, i, err := in.mapOp(pb.OpType_OP_TYPE_MAP_GET, state, key, ns, userKey, nil, 0)
 	if err != nil {
 		return failed[Value](in, err)
 	}
@@ -121,7 +121,7 @@ func (in *Instance) MapGet(state string, key, ns, userKey []byte) Future[Value] 
 
 // MapPut sets one entry of a map state.
 func (in *Instance) MapPut(state string, key, ns, userKey, value []byte) Future[struct{}] {
-	b, i, err := in.mapOp(pb.OpType_OP_TYPE_MAP_PUT, state, key, ns, userKey, value)
+	b, i, err := in.mapOp(pb.OpType_OP_TYPE_MAP_PUT, state, key, ns, userKey, value, 0)
 	if err != nil {
 		return failed[struct{}](in, err)
 	}
@@ -130,7 +130,7 @@ func (in *Instance) MapPut(state string, key, ns, userKey, value []byte) Future[
 
 // MapRemove removes one entry of a map state.
 func (in *Instance) MapRemove(state string, key, ns, userKey []byte) Future[struct{}] {
-	b, i, err := in.mapOp(pb.OpType_OP_TYPE_MAP_REMOVE, state, key, ns, userKey, nil)
+	b, i, err := in.mapOp(pb.OpType_OP_TYPE_MAP_REMOVE, state, key, ns, userKey, nil, 0)
 	if err != nil {
 		return failed[struct{}](in, err)
 	}
@@ -139,7 +139,7 @@ func (in *Instance) MapRemove(state string, key, ns, userKey []byte) Future[stru
 
 // MapContains reports whether a map state has an entry for userKey.
 func (in *Instance) MapContains(state string, key, ns, userKey []byte) Future[bool] {
-	b, i, err := in.mapOp(pb.OpType_OP_TYPE_MAP_CONTAINS, state, key, ns, userKey, nil)
+	b, i, err := in.mapOp(pb.OpType_OP_TYPE_MAP_CONTAINS, state, key, ns, userKey, nil, 0)
 	if err != nil {
 		return failed[bool](in, err)
 	}
@@ -149,11 +149,10 @@ func (in *Instance) MapContains(state string, key, ns, userKey []byte) Future[bo
 // MapIterate returns up to limit entries (<= 0: the daemon's page size)
 // with user keys after after (nil: from the first), in bytewise order.
 func (in *Instance) MapIterate(state string, key, ns, after []byte, limit int) Future[MapPage] {
-	b, i, err := in.mapOp(pb.OpType_OP_TYPE_MAP_ITERATE, state, key, ns, after, nil)
+	b, i, err := in.mapOp(pb.OpType_OP_TYPE_MAP_ITERATE, state, key, ns, after, nil, limit)
 	if err != nil {
 		return failed[MapPage](in, err)
 	}
-	b.ops[i].Limit = int32(min(limit, 1<<30))
 	return Future[MapPage]{b: b, i: i, dec: decPage}
 }
 

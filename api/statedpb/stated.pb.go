@@ -743,7 +743,8 @@ type RestoreSource_CheckpointId struct {
 }
 
 type RestoreSource_Savepoint struct {
-	// savepoint: a savepoint path relative to the checkpoint root.
+	// savepoint: a savepoint id, or its directory "savepoints/<id>" as
+	// TriggerSavepoint returns it.
 	Savepoint string `protobuf:"bytes,3,opt,name=savepoint,proto3,oneof"`
 }
 
@@ -1692,17 +1693,21 @@ type CheckpointInfo struct {
 	state        protoimpl.MessageState `protogen:"open.v1"`
 	Job          string                 `protobuf:"bytes,1,opt,name=job,proto3" json:"job,omitempty"`
 	CheckpointId uint64                 `protobuf:"varint,2,opt,name=checkpoint_id,json=checkpointId,proto3" json:"checkpoint_id,omitempty"`
-	// status: "completed", "in-progress", "aborted", "declined", "expired".
-	Status           string    `protobuf:"bytes,3,opt,name=status,proto3" json:"status,omitempty"`
-	Tasks            []*TaskId `protobuf:"bytes,4,rep,name=tasks,proto3" json:"tasks,omitempty"`
-	CheckpointedSize int64     `protobuf:"varint,5,opt,name=checkpointed_size,json=checkpointedSize,proto3" json:"checkpointed_size,omitempty"`
-	FullSize         int64     `protobuf:"varint,6,opt,name=full_size,json=fullSize,proto3" json:"full_size,omitempty"`
-	DurationMillis   int64     `protobuf:"varint,7,opt,name=duration_millis,json=durationMillis,proto3" json:"duration_millis,omitempty"`
-	Reason           string    `protobuf:"bytes,8,opt,name=reason,proto3" json:"reason,omitempty"`
+	// status: "completed", "in_progress", "aborted", "declined", "expired".
+	Status string `protobuf:"bytes,3,opt,name=status,proto3" json:"status,omitempty"`
+	// tasks: the number of task handles.
+	Tasks            int32 `protobuf:"varint,4,opt,name=tasks,proto3" json:"tasks,omitempty"`
+	CheckpointedSize int64 `protobuf:"varint,5,opt,name=checkpointed_size,json=checkpointedSize,proto3" json:"checkpointed_size,omitempty"`
+	FullSize         int64 `protobuf:"varint,6,opt,name=full_size,json=fullSize,proto3" json:"full_size,omitempty"`
+	DurationMillis   int64 `protobuf:"varint,7,opt,name=duration_millis,json=durationMillis,proto3" json:"duration_millis,omitempty"`
+	// reason: why it failed.
+	Reason string `protobuf:"bytes,8,opt,name=reason,proto3" json:"reason,omitempty"`
 	// completed_unix_millis: when it completed (0 if it did not).
 	CompletedUnixMillis int64 `protobuf:"varint,9,opt,name=completed_unix_millis,json=completedUnixMillis,proto3" json:"completed_unix_millis,omitempty"`
-	unknownFields       protoimpl.UnknownFields
-	sizeCache           protoimpl.SizeCache
+	// retained: it can still be restored from.
+	Retained      bool `protobuf:"varint,10,opt,name=retained,proto3" json:"retained,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *CheckpointInfo) Reset() {
@@ -1756,11 +1761,11 @@ func (x *CheckpointInfo) GetStatus() string {
 	return ""
 }
 
-func (x *CheckpointInfo) GetTasks() []*TaskId {
+func (x *CheckpointInfo) GetTasks() int32 {
 	if x != nil {
 		return x.Tasks
 	}
-	return nil
+	return 0
 }
 
 func (x *CheckpointInfo) GetCheckpointedSize() int64 {
@@ -1796,6 +1801,13 @@ func (x *CheckpointInfo) GetCompletedUnixMillis() int64 {
 		return x.CompletedUnixMillis
 	}
 	return 0
+}
+
+func (x *CheckpointInfo) GetRetained() bool {
+	if x != nil {
+		return x.Retained
+	}
+	return false
 }
 
 type CompleteCheckpointResponse struct {
@@ -2029,9 +2041,13 @@ func (x *ListCheckpointsResponse) GetCheckpoints() []*CheckpointInfo {
 }
 
 type TriggerSavepointRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Job           string                 `protobuf:"bytes,1,opt,name=job,proto3" json:"job,omitempty"`
-	Format        SavepointFormat        `protobuf:"varint,2,opt,name=format,proto3,enum=stated.v1.SavepointFormat" json:"format,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Job    string                 `protobuf:"bytes,1,opt,name=job,proto3" json:"job,omitempty"`
+	Format SavepointFormat        `protobuf:"varint,2,opt,name=format,proto3,enum=stated.v1.SavepointFormat" json:"format,omitempty"`
+	// checkpoint_id: native savepoints take their snapshot with this id,
+	// which the job must not have used (it is released, never completed);
+	// canonical ones record it (default: the last completed checkpoint).
+	CheckpointId  uint64 `protobuf:"varint,3,opt,name=checkpoint_id,json=checkpointId,proto3" json:"checkpoint_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2080,13 +2096,20 @@ func (x *TriggerSavepointRequest) GetFormat() SavepointFormat {
 	return SavepointFormat_SAVEPOINT_FORMAT_UNSPECIFIED
 }
 
+func (x *TriggerSavepointRequest) GetCheckpointId() uint64 {
+	if x != nil {
+		return x.CheckpointId
+	}
+	return 0
+}
+
 type TriggerSavepointResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// path of the savepoint relative to the checkpoint root; pass it as
 	// RestoreSource.savepoint.
-	Path          string    `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
-	Tasks         []*TaskId `protobuf:"bytes,2,rep,name=tasks,proto3" json:"tasks,omitempty"`
-	Size          int64     `protobuf:"varint,3,opt,name=size,proto3" json:"size,omitempty"`
+	Path          string `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
+	Tasks         int32  `protobuf:"varint,2,opt,name=tasks,proto3" json:"tasks,omitempty"`
+	Size          int64  `protobuf:"varint,3,opt,name=size,proto3" json:"size,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2128,11 +2151,11 @@ func (x *TriggerSavepointResponse) GetPath() string {
 	return ""
 }
 
-func (x *TriggerSavepointResponse) GetTasks() []*TaskId {
+func (x *TriggerSavepointResponse) GetTasks() int32 {
 	if x != nil {
 		return x.Tasks
 	}
-	return nil
+	return 0
 }
 
 func (x *TriggerSavepointResponse) GetSize() int64 {
@@ -2342,17 +2365,19 @@ const file_stated_proto_rawDesc = "" +
 	"\x19CompleteCheckpointRequest\x12\x10\n" +
 	"\x03job\x18\x01 \x01(\tR\x03job\x12#\n" +
 	"\rcheckpoint_id\x18\x02 \x01(\x04R\fcheckpointId\x12'\n" +
-	"\x05tasks\x18\x03 \x03(\v2\x11.stated.v1.TaskIdR\x05tasks\"\xc7\x02\n" +
+	"\x05tasks\x18\x03 \x03(\v2\x11.stated.v1.TaskIdR\x05tasks\"\xd0\x02\n" +
 	"\x0eCheckpointInfo\x12\x10\n" +
 	"\x03job\x18\x01 \x01(\tR\x03job\x12#\n" +
 	"\rcheckpoint_id\x18\x02 \x01(\x04R\fcheckpointId\x12\x16\n" +
-	"\x06status\x18\x03 \x01(\tR\x06status\x12'\n" +
-	"\x05tasks\x18\x04 \x03(\v2\x11.stated.v1.TaskIdR\x05tasks\x12+\n" +
+	"\x06status\x18\x03 \x01(\tR\x06status\x12\x14\n" +
+	"\x05tasks\x18\x04 \x01(\x05R\x05tasks\x12+\n" +
 	"\x11checkpointed_size\x18\x05 \x01(\x03R\x10checkpointedSize\x12\x1b\n" +
 	"\tfull_size\x18\x06 \x01(\x03R\bfullSize\x12'\n" +
 	"\x0fduration_millis\x18\a \x01(\x03R\x0edurationMillis\x12\x16\n" +
 	"\x06reason\x18\b \x01(\tR\x06reason\x122\n" +
-	"\x15completed_unix_millis\x18\t \x01(\x03R\x13completedUnixMillis\"W\n" +
+	"\x15completed_unix_millis\x18\t \x01(\x03R\x13completedUnixMillis\x12\x1a\n" +
+	"\bretained\x18\n" +
+	" \x01(\bR\bretained\"W\n" +
 	"\x1aCompleteCheckpointResponse\x129\n" +
 	"\n" +
 	"checkpoint\x18\x01 \x01(\v2\x19.stated.v1.CheckpointInfoR\n" +
@@ -2365,13 +2390,14 @@ const file_stated_proto_rawDesc = "" +
 	"\x16ListCheckpointsRequest\x12\x10\n" +
 	"\x03job\x18\x01 \x01(\tR\x03job\"V\n" +
 	"\x17ListCheckpointsResponse\x12;\n" +
-	"\vcheckpoints\x18\x01 \x03(\v2\x19.stated.v1.CheckpointInfoR\vcheckpoints\"_\n" +
+	"\vcheckpoints\x18\x01 \x03(\v2\x19.stated.v1.CheckpointInfoR\vcheckpoints\"\x84\x01\n" +
 	"\x17TriggerSavepointRequest\x12\x10\n" +
 	"\x03job\x18\x01 \x01(\tR\x03job\x122\n" +
-	"\x06format\x18\x02 \x01(\x0e2\x1a.stated.v1.SavepointFormatR\x06format\"k\n" +
+	"\x06format\x18\x02 \x01(\x0e2\x1a.stated.v1.SavepointFormatR\x06format\x12#\n" +
+	"\rcheckpoint_id\x18\x03 \x01(\x04R\fcheckpointId\"X\n" +
 	"\x18TriggerSavepointResponse\x12\x12\n" +
-	"\x04path\x18\x01 \x01(\tR\x04path\x12'\n" +
-	"\x05tasks\x18\x02 \x03(\v2\x11.stated.v1.TaskIdR\x05tasks\x12\x12\n" +
+	"\x04path\x18\x01 \x01(\tR\x04path\x12\x14\n" +
+	"\x05tasks\x18\x02 \x01(\x05R\x05tasks\x12\x12\n" +
 	"\x04size\x18\x03 \x01(\x03R\x04size\"A\n" +
 	"\fCloseRequest\x12\x1f\n" +
 	"\vinstance_id\x18\x01 \x01(\fR\n" +
@@ -2503,32 +2529,30 @@ var file_stated_proto_depIdxs = []int32{
 	16, // 16: stated.v1.Result.timers:type_name -> stated.v1.Timer
 	17, // 17: stated.v1.BatchResponse.results:type_name -> stated.v1.Result
 	7,  // 18: stated.v1.CompleteCheckpointRequest.tasks:type_name -> stated.v1.TaskId
-	7,  // 19: stated.v1.CheckpointInfo.tasks:type_name -> stated.v1.TaskId
-	22, // 20: stated.v1.CompleteCheckpointResponse.checkpoint:type_name -> stated.v1.CheckpointInfo
-	22, // 21: stated.v1.ListCheckpointsResponse.checkpoints:type_name -> stated.v1.CheckpointInfo
-	6,  // 22: stated.v1.TriggerSavepointRequest.format:type_name -> stated.v1.SavepointFormat
-	7,  // 23: stated.v1.TriggerSavepointResponse.tasks:type_name -> stated.v1.TaskId
-	11, // 24: stated.v1.Stated.Open:input_type -> stated.v1.OpenRequest
-	14, // 25: stated.v1.Stated.Batch:input_type -> stated.v1.BatchRequest
-	19, // 26: stated.v1.Stated.Snapshot:input_type -> stated.v1.SnapshotRequest
-	21, // 27: stated.v1.Stated.CompleteCheckpoint:input_type -> stated.v1.CompleteCheckpointRequest
-	24, // 28: stated.v1.Stated.AbortCheckpoint:input_type -> stated.v1.AbortCheckpointRequest
-	26, // 29: stated.v1.Stated.ListCheckpoints:input_type -> stated.v1.ListCheckpointsRequest
-	28, // 30: stated.v1.Stated.TriggerSavepoint:input_type -> stated.v1.TriggerSavepointRequest
-	30, // 31: stated.v1.Stated.Close:input_type -> stated.v1.CloseRequest
-	12, // 32: stated.v1.Stated.Open:output_type -> stated.v1.OpenResponse
-	18, // 33: stated.v1.Stated.Batch:output_type -> stated.v1.BatchResponse
-	20, // 34: stated.v1.Stated.Snapshot:output_type -> stated.v1.SnapshotResponse
-	23, // 35: stated.v1.Stated.CompleteCheckpoint:output_type -> stated.v1.CompleteCheckpointResponse
-	25, // 36: stated.v1.Stated.AbortCheckpoint:output_type -> stated.v1.AbortCheckpointResponse
-	27, // 37: stated.v1.Stated.ListCheckpoints:output_type -> stated.v1.ListCheckpointsResponse
-	29, // 38: stated.v1.Stated.TriggerSavepoint:output_type -> stated.v1.TriggerSavepointResponse
-	31, // 39: stated.v1.Stated.Close:output_type -> stated.v1.CloseResponse
-	32, // [32:40] is the sub-list for method output_type
-	24, // [24:32] is the sub-list for method input_type
-	24, // [24:24] is the sub-list for extension type_name
-	24, // [24:24] is the sub-list for extension extendee
-	0,  // [0:24] is the sub-list for field type_name
+	22, // 19: stated.v1.CompleteCheckpointResponse.checkpoint:type_name -> stated.v1.CheckpointInfo
+	22, // 20: stated.v1.ListCheckpointsResponse.checkpoints:type_name -> stated.v1.CheckpointInfo
+	6,  // 21: stated.v1.TriggerSavepointRequest.format:type_name -> stated.v1.SavepointFormat
+	11, // 22: stated.v1.Stated.Open:input_type -> stated.v1.OpenRequest
+	14, // 23: stated.v1.Stated.Batch:input_type -> stated.v1.BatchRequest
+	19, // 24: stated.v1.Stated.Snapshot:input_type -> stated.v1.SnapshotRequest
+	21, // 25: stated.v1.Stated.CompleteCheckpoint:input_type -> stated.v1.CompleteCheckpointRequest
+	24, // 26: stated.v1.Stated.AbortCheckpoint:input_type -> stated.v1.AbortCheckpointRequest
+	26, // 27: stated.v1.Stated.ListCheckpoints:input_type -> stated.v1.ListCheckpointsRequest
+	28, // 28: stated.v1.Stated.TriggerSavepoint:input_type -> stated.v1.TriggerSavepointRequest
+	30, // 29: stated.v1.Stated.Close:input_type -> stated.v1.CloseRequest
+	12, // 30: stated.v1.Stated.Open:output_type -> stated.v1.OpenResponse
+	18, // 31: stated.v1.Stated.Batch:output_type -> stated.v1.BatchResponse
+	20, // 32: stated.v1.Stated.Snapshot:output_type -> stated.v1.SnapshotResponse
+	23, // 33: stated.v1.Stated.CompleteCheckpoint:output_type -> stated.v1.CompleteCheckpointResponse
+	25, // 34: stated.v1.Stated.AbortCheckpoint:output_type -> stated.v1.AbortCheckpointResponse
+	27, // 35: stated.v1.Stated.ListCheckpoints:output_type -> stated.v1.ListCheckpointsResponse
+	29, // 36: stated.v1.Stated.TriggerSavepoint:output_type -> stated.v1.TriggerSavepointResponse
+	31, // 37: stated.v1.Stated.Close:output_type -> stated.v1.CloseResponse
+	30, // [30:38] is the sub-list for method output_type
+	22, // [22:30] is the sub-list for method input_type
+	22, // [22:22] is the sub-list for extension type_name
+	22, // [22:22] is the sub-list for extension extendee
+	0,  // [0:22] is the sub-list for field type_name
 }
 
 func init() { file_stated_proto_init() }

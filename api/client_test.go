@@ -1,0 +1,188 @@
+package api_test
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/statedhq/stated/api/client"
+	"github.com/statedhq/stated/backend"
+	"github.com/statedhq/stated/daemon"
+)
+
+func openHeap(t *testing.T, c *client.Client, tk backend.TaskID) *client.Instance {
+	t.Helper()
+	in, err := c.Open(ctxT(t), client.OpenSpec{Task: tk, Parallelism: 1, Backend: backend.KindHeap, States: allStates})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return in
+}
+
+// Operations of many goroutines, each on its own keys, complete in the
+// order each goroutine issued them: a Get sees exactly the Put before it.
+func TestClientOrderPerKeyUnderConcurrency(t *testing.T) {
+	ctx := ctxT(t)
+	h := startDaemon(t, harnessOpts{})
+	c := h.dial(client.Options{MaxBatchOps: 37, MaxInFlight: 4})
+	in := openHeap(t, c, task("j", "op", 0))
+	const workers, rounds = 8, 300
+	var wg sync.WaitGroup
+	errs := make(chan error, workers)
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			key := []byte(fmt.Sprintf("w%d", w))
+			var gets []client.Future[client.Value]
+			for i := range rounds {
+				in.Put("v", key, nil, binary.AppendUvarint(nil, uint64(i)))
+				gets = append(gets, in.Get("v", key, nil))
+				in.ListAppend("l", key, nil, binary.AppendUvarint(nil, uint64(i)))
+			}
+			for i, g := range gets {
+				v, err := g.Wait(ctx)
+				if err != nil {
+					errs <- err
+					return
+				}
+				if got, _ := binary.Uvarint(v.Data); got != uint64(i) {
+					errs <- fmt.Errorf("worker %d: get %d saw put %d", w, i, got)
+					return
+				}
+			}
+			l, err := in.ListGet("l", key, nil).Wait(ctx)
+			if err != nil || len(l) != rounds {
+				errs <- fmt.Errorf("worker %d: list %d elements, %v", w, len(l), err)
+				return
+			}
+			for i, e := range l {
+				if got, _ := binary.Uvarint(e); got != uint64(i) {
+					errs <- fmt.Errorf("worker %d: list element %d is %d", w, i, got)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+}
+
+// Callbacks run in issue order, and a batch goes out after FlushDelay
+// without Flush or Wait.
+func TestClientCallbacksAndFlushDelay(t *testing.T) {
+	h := startDaemon(t, harnessOpts{})
+	c := h.dial(client.Options{FlushDelay: 2 * time.Millisecond})
+	in := openHeap(t, c, task("j", "op", 0))
+	var mu sync.Mutex
+	var order []int
+	done := make(chan struct{})
+	const n = 500
+	for i := range n {
+		f := in.Put("v", []byte(fmt.Sprint(i%7)), nil, []byte{byte(i)})
+		f.Then(func(_ struct{}, err error) {
+			if err != nil {
+				t.Error(err)
+			}
+			mu.Lock()
+			order = append(order, i)
+			if len(order) == n {
+				close(done)
+			}
+			mu.Unlock()
+		})
+	}
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("callbacks did not run: FlushDelay did not send the batch")
+	}
+	for i, v := range order {
+		if v != i {
+			t.Fatalf("callback %d ran at position %d", v, i)
+		}
+	}
+}
+
+// A key whose group lies outside the instance's range is refused before it
+// is sent; an oversized value too.
+func TestClientLocalChecks(t *testing.T) {
+	ctx := ctxT(t)
+	h := startDaemon(t, harnessOpts{cfg: func(c *daemon.Config) { c.MaxValueSize = 100 }})
+	c := h.dial(client.Options{})
+	in, err := c.Open(ctx, client.OpenSpec{Task: task("j", "op", 0), Parallelism: 4, Backend: backend.KindHeap, States: allStates})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var outside []byte
+	for i := 0; outside == nil; i++ {
+		k := []byte(fmt.Sprint("k", i))
+		if !in.KeyGroups().Contains(in.KeyGroup(k)) {
+			outside = k
+		}
+	}
+	if _, err := in.Put("v", outside, nil, []byte("x")).Wait(ctx); status.Code(err) != codes.InvalidArgument {
+		t.Fatalf("outside key: %v", err)
+	}
+	inside := keysIn(in, 1)[0]
+	if _, err := in.Put("v", inside, nil, make([]byte, 101)).Wait(ctx); status.Code(err) != codes.ResourceExhausted {
+		t.Fatalf("big value: %v", err)
+	}
+	if _, err := in.Put("v", inside, nil, make([]byte, 100)).Wait(ctx); err != nil {
+		t.Fatalf("value at the limit: %v", err)
+	}
+}
+
+// When the daemon goes away, pending and later operations fail with a
+// status instead of hanging.
+func TestClientFailsPendingWhenDaemonStops(t *testing.T) {
+	ctx := ctxT(t)
+	h := startDaemon(t, harnessOpts{})
+	c := h.dial(client.Options{FlushDelay: time.Hour})
+	in := openHeap(t, c, task("j", "op", 0))
+	if _, err := in.Put("v", []byte("a"), nil, []byte("1")).Wait(ctx); err != nil {
+		t.Fatal(err)
+	}
+	f := in.Get("v", []byte("a"), nil) // not sent: FlushDelay is long
+	h.stop()
+	if _, err := f.Wait(ctx); status.Code(err) != codes.Unavailable && status.Code(err) != codes.Canceled {
+		t.Fatalf("pending op after stop: %v", err)
+	}
+	if _, err := in.Put("v", []byte("a"), nil, []byte("1")).Wait(ctx); err == nil {
+		t.Fatal("op after stop succeeded")
+	}
+	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	_ = in.Close(cctx)
+}
+
+// Back-pressure: with one batch in flight and small batches, many
+// operations still all complete.
+func TestClientBackPressure(t *testing.T) {
+	ctx := ctxT(t)
+	h := startDaemon(t, harnessOpts{})
+	c := h.dial(client.Options{MaxBatchOps: 10, MaxInFlight: 1})
+	in := openHeap(t, c, task("j", "op", 0))
+	var fs []client.Future[struct{}]
+	for i := range 5000 {
+		fs = append(fs, in.AggregateAdd("sum", []byte("k"), nil, backend.Int64(int64(i))))
+	}
+	for _, f := range fs {
+		if _, err := f.Wait(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a, err := in.AggregateGet("sum", []byte("k"), nil).Wait(ctx)
+	if err != nil || a.Value.Int != 5000*4999/2 {
+		t.Fatalf("sum %v %+v", err, a)
+	}
+}

@@ -1,0 +1,84 @@
+// Package openers builds the daemon's backend factory: one Opener per
+// backend kind (heap, file, lsm) with the daemon-wide resources they share
+// (the heap snapshot store, the lsm block cache). It is apart from package
+// daemon so that the daemon core builds and tests without the backends.
+package openers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/cockroachdb/pebble/v2"
+
+	"github.com/statedhq/stated/backend"
+	"github.com/statedhq/stated/backend/file"
+	"github.com/statedhq/stated/backend/heap"
+	"github.com/statedhq/stated/backend/lsm"
+	"github.com/statedhq/stated/daemon"
+	"github.com/statedhq/stated/tiered/memstore"
+)
+
+// Config are the daemon-wide options of the backends.
+type Config struct {
+	// HeapSnapshots is the one in-memory store of every heap snapshot of
+	// the daemon. Default: a new memstore.
+	HeapSnapshots *memstore.Store
+	// HeapSnapshotCap is the largest heap snapshot kept; larger ones are
+	// declined. Default heap.DefaultMaxSnapshotSize.
+	HeapSnapshotCap int64
+	// FileCompression compresses file-backend snapshots: "" or "zstd".
+	FileCompression string
+	// LSMCacheSize is the size of the one block cache all lsm instances
+	// share. Default DefaultLSMCacheSize.
+	LSMCacheSize int64
+}
+
+// DefaultLSMCacheSize is the default size of the shared lsm block cache.
+const DefaultLSMCacheSize = 128 << 20
+
+// Set is the openers plus the resources they share; Close releases those.
+type Set struct {
+	Openers       map[backend.Kind]daemon.Opener
+	HeapSnapshots *memstore.Store
+	closers       []func() error
+}
+
+// Close releases the shared resources; call it after the daemon's
+// Shutdown.
+func (s *Set) Close() error {
+	var errs []error
+	for _, c := range s.closers {
+		errs = append(errs, c())
+	}
+	return errors.Join(errs...)
+}
+
+// New returns the openers of every backend kind.
+func New(cfg Config) (*Set, error) {
+	if cfg.HeapSnapshots == nil {
+		cfg.HeapSnapshots = memstore.New()
+	}
+	if cfg.HeapSnapshotCap < 0 {
+		return nil, fmt.Errorf("openers: heap snapshot cap %d is negative", cfg.HeapSnapshotCap)
+	}
+	if cfg.LSMCacheSize < 0 {
+		return nil, fmt.Errorf("openers: lsm cache size %d is negative", cfg.LSMCacheSize)
+	}
+	if cfg.LSMCacheSize == 0 {
+		cfg.LSMCacheSize = DefaultLSMCacheSize
+	}
+	s := &Set{HeapSnapshots: cfg.HeapSnapshots, Openers: map[backend.Kind]daemon.Opener{}}
+	s.Openers[backend.KindHeap] = func(_ context.Context, opts backend.Options, _ daemon.OpenEnv) (backend.Backend, error) {
+		return heap.Open(opts, heap.Options{Snapshots: cfg.HeapSnapshots, MaxSnapshotSize: cfg.HeapSnapshotCap})
+	}
+	s.Openers[backend.KindFile] = func(_ context.Context, opts backend.Options, env daemon.OpenEnv) (backend.Backend, error) {
+		return file.Open(opts, file.Options{Compression: cfg.FileCompression, TempDir: env.Dir})
+	}
+	cache := pebble.NewCache(cfg.LSMCacheSize)
+	s.closers = append(s.closers, func() error { cache.Unref(); return nil })
+	s.Openers[backend.KindLSM] = func(_ context.Context, opts backend.Options, env daemon.OpenEnv) (backend.Backend, error) {
+		return lsm.Open(opts, lsm.Options{Dir: env.Dir, Cache: cache, HeapSnapshots: cfg.HeapSnapshots})
+	}
+	return s, nil
+}
