@@ -30,6 +30,10 @@ const (
 	defaultDeleteAttempts    = 3
 )
 
+// retryBackoff is the first pause between delete attempts; it grows
+// quadratically. A variable so that crash tests do not sleep.
+var retryBackoff = 20 * time.Millisecond
+
 // Options configure a Catalog.
 type Options struct {
 	// Store is the checkpoint root. Required.
@@ -937,7 +941,7 @@ func (c *Catalog) deleteRetried(ctx context.Context, names []string) error {
 				select {
 				case <-ctx.Done():
 					return ctx.Err()
-				case <-time.After(time.Duration(attempt*attempt) * 20 * time.Millisecond):
+				case <-time.After(time.Duration(attempt*attempt) * retryBackoff):
 				}
 			}
 			if err = c.store.DeleteBatch(ctx, batches[i]); err == nil {
