@@ -154,6 +154,14 @@ func (b *Backend) pebbleOptions(readOnly bool) *pebble.Options {
 		FormatMajorVersion:  pebble.FormatNewest,
 		ReadOnly:            readOnly,
 		Logger:              b.lo.Logger,
+		// Pebble's default answer to a corrupt block is Fatalf (the process
+		// exits). The read that found it fails with an error anyway, which
+		// the caller sees; the daemon must stay up for every other task.
+		EventListener: &pebble.EventListener{DataCorruption: func(info pebble.DataCorruptionInfo) {
+			b.lo.Logger.Errorf("%s: %s", b.opts.Task, info)
+		}},
+
+		DisableAutomaticCompactions: b.lo.noAutoCompactions,
 	}
 	// The same target on every level (RocksDB's multiplier 1, as Flink
 	// uses), not Pebble's doubling: files stay small at the bottom too, so

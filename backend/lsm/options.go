@@ -60,6 +60,10 @@ type Options struct {
 	// Logger receives Pebble's messages. Default: errors go to the standard
 	// logger, informational lines are dropped.
 	Logger pebble.Logger
+
+	// noAutoCompactions is for tests that need an SST to outlive several
+	// checkpoints.
+	noAutoCompactions bool
 }
 
 // EnsureDefaults fills zero fields with their defaults.
@@ -122,6 +126,11 @@ func (quietLogger) Infof(string, ...any) {}
 func (quietLogger) Errorf(format string, args ...any) {
 	pebble.DefaultLogger.Errorf("lsm: pebble: "+format, args...)
 }
+// Fatalf panics instead of exiting: on the restore path (the only place
+// where Pebble reads files it did not write) the panic becomes an error,
+// and elsewhere it still stops the process, as Pebble requires.
 func (quietLogger) Fatalf(format string, args ...any) {
-	pebble.DefaultLogger.Fatalf("lsm: pebble: "+format, args...)
+	msg := fmt.Sprintf("lsm: pebble: "+format, args...)
+	pebble.DefaultLogger.Errorf("%s", msg)
+	panic(msg)
 }

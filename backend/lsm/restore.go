@@ -31,6 +31,8 @@ func (b *Backend) restore(ctx context.Context, keepHistory bool) (states []backe
 	// surface as an error (DESIGN.md: nothing panics on input from disk).
 	defer func() {
 		if r := recover(); r != nil {
+			// The store is in an unknown state: never touch it again.
+			b.db = nil
 			err = fmt.Errorf("lsm: restore %s: %w: pebble failed on the restored files: %v", b.opts.Task, backend.ErrCorrupt, r)
 		}
 	}()
