@@ -126,6 +126,7 @@ func (quietLogger) Infof(string, ...any) {}
 func (quietLogger) Errorf(format string, args ...any) {
 	pebble.DefaultLogger.Errorf("lsm: pebble: "+format, args...)
 }
+
 // Fatalf panics instead of exiting: on the restore path (the only place
 // where Pebble reads files it did not write) the panic becomes an error,
 // and elsewhere it still stops the process, as Pebble requires.
