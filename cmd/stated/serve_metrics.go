@@ -1,0 +1,123 @@
+package main
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/statedhq/stated/catalog"
+	"github.com/statedhq/stated/daemon"
+)
+
+// collector exports the daemon's metric structs (and the catalog's
+// counts) to Prometheus at scrape time. Every name starts with "stated_".
+type collector struct {
+	m   *daemon.Metrics
+	cat *catalog.Catalog
+
+	ops, opErrors, opDur                       *prometheus.Desc
+	batches, batchesRejected, streams          *prometheus.Desc
+	openInstances, opens, openFailures, resto  *prometheus.Desc
+	ckSync, ckAsync, ckBytes, fullBytes, snapF *prometheus.Desc
+	ckCompleted, ckFailures, ckDuration        *prometheus.Desc
+	catJobs, catRetained, catSavepoints        *prometheus.Desc
+	catInFlight, catObjects, catBytes          *prometheus.Desc
+}
+
+func newCollector(m *daemon.Metrics, cat *catalog.Catalog) *collector {
+	d := func(name, help string, labels ...string) *prometheus.Desc {
+		return prometheus.NewDesc("stated_"+name, help, labels, nil)
+	}
+	return &collector{
+		m: m, cat: cat,
+		ops:             d("ops_total", "State operations applied, by backend, state kind and operation.", "backend", "state_kind", "op"),
+		opErrors:        d("op_errors_total", "State operations that failed, by backend, state kind and operation.", "backend", "state_kind", "op"),
+		opDur:           d("op_duration_seconds", "Time one state operation took in its backend.", "backend", "state_kind"),
+		batches:         d("batches_total", "Batch requests received."),
+		batchesRejected: d("batches_rejected_total", "Batch requests refused whole (too many operations)."),
+		streams:         d("batch_streams", "Open batch streams."),
+		openInstances:   d("open_instances", "Open backend instances.", "backend"),
+		opens:           d("instance_opens_total", "Instances opened."),
+		openFailures:    d("instance_open_failures_total", "Open requests that failed."),
+		resto:           d("restores_total", "Instances opened from a checkpoint or savepoint."),
+		ckSync:          d("checkpoint_sync_duration_seconds", "Synchronous part of a task snapshot.", "backend"),
+		ckAsync:         d("checkpoint_async_duration_seconds", "Asynchronous part (upload) of a task snapshot.", "backend"),
+		ckBytes:         d("checkpointed_bytes_total", "Bytes task snapshots uploaded (incremental size).", "backend"),
+		fullBytes:       d("checkpoint_full_bytes_total", "Full size of the state task snapshots describe.", "backend"),
+		snapF:           d("snapshot_failures_total", "Task snapshots that failed.", "backend"),
+		ckCompleted:     d("checkpoints_completed_total", "Checkpoints completed."),
+		ckFailures:      d("checkpoint_failures_total", "Checkpoints that failed, by reason.", "reason"),
+		ckDuration:      d("checkpoint_duration_seconds", "From the first snapshot of a checkpoint to its completion."),
+		catJobs:         d("catalog_jobs", "Jobs the catalog knows."),
+		catRetained:     d("catalog_retained_checkpoints", "Retained completed checkpoints."),
+		catSavepoints:   d("catalog_savepoints", "Savepoints."),
+		catInFlight:     d("catalog_inflight_checkpoints", "Checkpoints in flight."),
+		catObjects:      d("catalog_referenced_objects", "Objects retained checkpoints and savepoints reference."),
+		catBytes:        d("catalog_referenced_bytes", "Bytes of the referenced objects."),
+	}
+}
+
+// Describe implements prometheus.Collector.
+func (c *collector) Describe(ch chan<- *prometheus.Desc) { prometheus.DescribeByCollect(c, ch) }
+
+func histogram(ch chan<- prometheus.Metric, desc *prometheus.Desc, h *daemon.Histogram, labels ...string) {
+	s := h.Snapshot()
+	ch <- prometheus.MustNewConstHistogram(desc, s.Count, s.Sum, s.Buckets, labels...)
+}
+
+// Collect implements prometheus.Collector.
+func (c *collector) Collect(ch chan<- prometheus.Metric) {
+	m := c.m
+	counter := func(desc *prometheus.Desc, v uint64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(desc, prometheus.CounterValue, float64(v), labels...)
+	}
+	gauge := func(desc *prometheus.Desc, v float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(desc, prometheus.GaugeValue, v, labels...)
+	}
+	stateKind := func(s int) string {
+		if s == 0 {
+			return "unknown"
+		}
+		return daemon.StateKinds[s-1].String()
+	}
+	for b, kind := range daemon.BackendKinds {
+		bk := string(kind)
+		for s := range m.Ops[b] {
+			for op := range m.Ops[b][s] {
+				// Only series that happened: a full matrix would be
+				// hundreds of zeros.
+				if n := m.Ops[b][s][op].Load(); n > 0 {
+					counter(c.ops, n, bk, stateKind(s), daemon.Op(op).String())
+					counter(c.opErrors, m.OpErrors[b][s][op].Load(), bk, stateKind(s), daemon.Op(op).String())
+				}
+			}
+			if h := m.OpLatency[b][s]; h.Snapshot().Count > 0 {
+				histogram(ch, c.opDur, h, bk, stateKind(s))
+			}
+		}
+		gauge(c.openInstances, float64(m.OpenInstances[b].Load()), bk)
+		histogram(ch, c.ckSync, m.CheckpointSync[b], bk)
+		histogram(ch, c.ckAsync, m.CheckpointAsync[b], bk)
+		counter(c.ckBytes, m.CheckpointedBytes[b].Load(), bk)
+		counter(c.fullBytes, m.FullBytes[b].Load(), bk)
+		counter(c.snapF, m.SnapshotFailures[b].Load(), bk)
+	}
+	counter(c.batches, m.Batches.Load())
+	counter(c.batchesRejected, m.BatchesRejected.Load())
+	gauge(c.streams, float64(m.Streams.Load()))
+	counter(c.opens, m.Opens.Load())
+	counter(c.openFailures, m.OpenFailures.Load())
+	counter(c.resto, m.Restores.Load())
+	counter(c.ckCompleted, m.CheckpointsCompleted.Load())
+	for r := range m.CheckpointFailures {
+		counter(c.ckFailures, m.CheckpointFailures[r].Load(), daemon.FailureReason(r).String())
+	}
+	histogram(ch, c.ckDuration, m.CheckpointDuration)
+	if c.cat != nil {
+		st := c.cat.Stats()
+		gauge(c.catJobs, float64(st.Jobs))
+		gauge(c.catRetained, float64(st.Retained))
+		gauge(c.catSavepoints, float64(st.Savepoints))
+		gauge(c.catInFlight, float64(st.InFlight))
+		gauge(c.catObjects, float64(st.Referenced.Objects))
+		gauge(c.catBytes, float64(st.Referenced.Bytes))
+	}
+}
