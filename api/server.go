@@ -13,6 +13,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/encoding"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
@@ -91,10 +92,13 @@ func (s *Server) GRPCServer(token string, extra ...grpc.ServerOption) *grpc.Serv
 		// are cut to MaxMessageSize, but those of destructive reads
 		// (TIMER_POLL) must never fail to go out.
 		grpc.MaxRecvMsgSize(s.opts.MaxMessageSize),
+		grpc.ForceServerCodecV2(lenientCodec{encoding.GetCodecV2("proto")}),
 	}
 	if token != "" {
 		opts = append(opts, grpc.ChainUnaryInterceptor(unaryToken(token)), grpc.ChainStreamInterceptor(streamToken(token)))
 	}
+	// After the token check: a client without the token learns nothing.
+	opts = append(opts, grpc.ChainUnaryInterceptor(unaryMalformed))
 	g := grpc.NewServer(append(opts, extra...)...)
 	pb.RegisterStatedServer(g, s)
 	return g
@@ -321,6 +325,9 @@ func (s *Server) Batch(stream pb.Stated_BatchServer) error {
 		}
 		return err
 	}
+	if err := malformed(req, "batch"); err != nil {
+		return err
+	}
 	inst, err := s.d.Lookup(req.GetInstanceId(), req.GetJob())
 	if err != nil {
 		return toStatus(err)
@@ -345,6 +352,10 @@ func (s *Server) Batch(stream pb.Stated_BatchServer) error {
 				if !errors.Is(err, io.EOF) {
 					readErr = err
 				}
+				return
+			}
+			if err := malformed(req, "batch"); err != nil {
+				readErr = err
 				return
 			}
 			if id := req.GetInstanceId(); (len(id) > 0 && string(id) != string(inst.ID)) || (req.GetJob() != "" && req.GetJob() != inst.Task.Job) {

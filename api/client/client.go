@@ -131,6 +131,9 @@ func Dial(addr string, opts Options) (*Client, error) {
 // RPC returns the generated stub, for calls this package does not wrap.
 func (c *Client) RPC() pb.StatedClient { return c.rpc }
 
+// Conn returns the underlying gRPC connection.
+func (c *Client) Conn() *grpc.ClientConn { return c.cc }
+
 // Close closes the connection; open instances stop working (the daemon
 // keeps them until they are closed or replaced).
 func (c *Client) Close() error { return c.cc.Close() }
