@@ -89,7 +89,7 @@ func memHarness(max int64) storetest.Harness {
 		LargeSize: 3 << 20,
 		// Listing is the remote's; a few hundred keys exercise the cache's
 		// write and delete paths at volume.
-		ManyKeys: 600,
+		ManyKeys: 200,
 	}
 }
 
@@ -116,7 +116,7 @@ func TestAcceptanceOverS3(t *testing.T) {
 		},
 		PartSize:             s3store.MinPartSize,
 		ConditionalMultipart: s3test.Real(),
-		ManyKeys:             600,
+		ManyKeys:             200,
 	})
 }
 

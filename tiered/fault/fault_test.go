@@ -39,7 +39,7 @@ func TestUnderFaultsLocal(t *testing.T) {
 			return s
 		},
 		LargeSize: 1 << 20,
-		ManyKeys:  1200,
+		ManyKeys:  300,
 	}, 2)
 }
 
