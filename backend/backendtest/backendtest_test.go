@@ -241,12 +241,12 @@ func (p *refPending) Run(ctx context.Context) (*backend.Handle, error) {
 
 func (p *refPending) Release() {}
 
-func TestRun(t *testing.T) {
-	backendtest.Run(t, backendtest.Harness{
-		Kind: backend.KindFile,
-		Open: func(t testing.TB, opts backend.Options) (backend.Backend, error) { return openRef(opts) },
-	})
+var refHarness = backendtest.Harness{
+	Kind: backend.KindFile,
+	Open: func(t testing.TB, opts backend.Options) (backend.Backend, error) { return openRef(opts) },
 }
+
+func TestRun(t *testing.T) { backendtest.Run(t, refHarness) }
 
 // TestSuiteCatchesBugs plants one bug at a time in refBackend and checks
 // that the suite test meant to catch it fails (in a subprocess, so the
@@ -289,4 +289,8 @@ func TestSuiteCatchesBugs(t *testing.T) {
 			}
 		})
 	}
+}
+
+func TestRunCanonicalAcross(t *testing.T) {
+	backendtest.RunCanonicalAcross(t, refHarness, refHarness)
 }
