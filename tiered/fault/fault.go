@@ -320,8 +320,8 @@ func (s *Store) get(ctx context.Context, op Op, name string, offset, length int6
 		rc.Close()
 		return nil, err
 	}
-	size := length
-	if p.truncate && (size < 0 || op == OpGet) {
+	var size int64
+	if p.truncate {
 		// Truncation needs to know how much there is to cut.
 		info, err := s.base.Stat(ctx, name)
 		if err != nil {
@@ -329,6 +329,9 @@ func (s *Store) get(ctx context.Context, op Op, name string, offset, length int6
 			return nil, err
 		}
 		size = max(info.Size-offset, 0)
+		if length >= 0 {
+			size = min(size, length)
+		}
 	}
 	return s.wrapReader(p, name, rc, size), nil
 }
