@@ -35,14 +35,16 @@ func (s *Server) apply(inst *daemon.Instance, req *pb.BatchRequest) *pb.BatchRes
 	}
 	// budget bounds the payload read operations put into the response.
 	budget := s.opts.MaxMessageSize
+	tally := inst.Ops.Tally()
 	t0 := time.Now()
 	for i, op := range ops {
 		sk := inst.StateKind(op.GetState())
 		budget -= s.applyOp(inst, op, &slab[i], budget)
 		t1 := time.Now()
-		inst.Ops.Record(sk, daemon.Op(op.GetType()), t1.Sub(t0), slab[i].Code != 0)
+		tally.Add(sk, daemon.Op(op.GetType()), t1.Sub(t0), slab[i].Code != 0)
 		t0 = t1
 	}
+	tally.Flush()
 	return resp
 }
 

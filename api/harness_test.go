@@ -20,7 +20,7 @@ import (
 )
 
 type harness struct {
-	t      *testing.T
+	t      testing.TB
 	dir    string
 	sock   string
 	d      *daemon.Daemon
@@ -39,7 +39,7 @@ func quietLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard
 
 // startDaemon runs a daemon with a gRPC server on a Unix socket in a
 // temporary directory.
-func startDaemon(t *testing.T, o harnessOpts) *harness {
+func startDaemon(t testing.TB, o harnessOpts) *harness {
 	t.Helper()
 	dir := o.dir
 	if dir == "" {
@@ -131,7 +131,7 @@ func task(job, op string, sub int) backend.TaskID {
 	return backend.TaskID{Job: job, Operator: op, Subtask: sub}
 }
 
-func ctxT(t *testing.T) context.Context {
+func ctxT(t testing.TB) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	t.Cleanup(cancel)
 	return ctx

@@ -214,6 +214,17 @@ func (d *Daemon) runSnapshot(c *checkpoint, ts *taskSnapshot, ps backend.Pending
 	}
 	close(ts.done)
 	inst.finishSnapshot()
+	if err != nil && c.ctx.Err() == nil {
+		// The checkpoint cannot complete without this task: abort it now so
+		// the other tasks' uploads stop and the catalog records why.
+		reason := "aborted: " + ts.err.Error()
+		if errors.Is(err, backend.ErrDeclined) {
+			reason = "declined: " + ts.err.Error()
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		_ = d.AbortCheckpoint(ctx, inst.Task.Job, id, reason)
+	}
 }
 
 // CompleteCheckpoint waits for every task snapshot of checkpoint id of job

@@ -105,15 +105,19 @@ func NewHistogram(first, factor float64, n int) *Histogram {
 
 // Observe records one duration.
 func (h *Histogram) Observe(d time.Duration) {
+	h.counts[h.bucket(d)].Add(1)
+	h.sumNs.Add(int64(d))
+	h.count.Add(1)
+}
+
+func (h *Histogram) bucket(d time.Duration) int {
 	s := d.Seconds()
 	// Few buckets: a linear scan beats a binary search here.
 	i := 0
 	for i < len(h.bounds) && s > h.bounds[i] {
 		i++
 	}
-	h.counts[i].Add(1)
-	h.sumNs.Add(int64(d))
-	h.count.Add(1)
+	return i
 }
 
 // HistogramSnapshot is a consistent-enough copy for export: cumulative
@@ -188,7 +192,7 @@ func NewMetrics() *Metrics {
 	for b := range numBackendKinds {
 		for s := range numStateKinds {
 			// 1 us .. ~0.5 s.
-			m.OpLatency[b][s] = NewHistogram(1e-6, 2, 20)
+			m.OpLatency[b][s] = NewHistogram(1e-6, 2, opLatencyBuckets)
 		}
 		// 100 us .. ~100 s.
 		m.CheckpointSync[b] = NewHistogram(1e-4, 2, 21)
@@ -197,6 +201,9 @@ func NewMetrics() *Metrics {
 	return m
 }
 
+// opLatencyBuckets is the bucket count of every OpLatency histogram.
+const opLatencyBuckets = 20
+
 // OpCounter is the per-instance view the api server records operations
 // through: fixed indexes, no lookups on the hot path.
 type OpCounter struct {
@@ -204,8 +211,24 @@ type OpCounter struct {
 	b int
 }
 
-// Record counts one operation of op on a state of kind sk that took d.
-func (c OpCounter) Record(sk backend.StateKind, op Op, d time.Duration, failed bool) {
+// OpTally counts the operations of one batch locally and adds them to the
+// shared counters once (Flush), so that a batch of thousands costs a few
+// dozen atomic adds, not several per operation. It lives on the stack of
+// one goroutine.
+type OpTally struct {
+	c      OpCounter
+	ops    [numStateKinds][numOps]uint32
+	errs   [numStateKinds][numOps]uint32
+	counts [numStateKinds][opLatencyBuckets + 1]uint32
+	sumNs  [numStateKinds]int64
+	used   [numStateKinds]bool
+}
+
+// Tally starts a local count.
+func (c OpCounter) Tally() OpTally { return OpTally{c: c} }
+
+// Add counts one operation of op on a state of kind sk that took d.
+func (t *OpTally) Add(sk backend.StateKind, op Op, d time.Duration, failed bool) {
 	s := int(sk)
 	if s >= numStateKinds {
 		s = 0
@@ -213,9 +236,40 @@ func (c OpCounter) Record(sk backend.StateKind, op Op, d time.Duration, failed b
 	if op >= numOps {
 		op = 0
 	}
-	c.m.Ops[c.b][s][op].Add(1)
+	t.ops[s][op]++
 	if failed {
-		c.m.OpErrors[c.b][s][op].Add(1)
+		t.errs[s][op]++
 	}
-	c.m.OpLatency[c.b][s].Observe(d)
+	t.counts[s][t.c.m.OpLatency[t.c.b][s].bucket(d)]++
+	t.sumNs[s] += int64(d)
+	t.used[s] = true
+}
+
+// Flush adds the local counts to the daemon's metrics and resets them.
+func (t *OpTally) Flush() {
+	m, b := t.c.m, t.c.b
+	for s := range numStateKinds {
+		if !t.used[s] {
+			continue
+		}
+		h := m.OpLatency[b][s]
+		var n uint64
+		for i, c := range t.counts[s] {
+			if c > 0 {
+				h.counts[i].Add(uint64(c))
+				n += uint64(c)
+			}
+		}
+		h.sumNs.Add(t.sumNs[s])
+		h.count.Add(n)
+		for op, c := range t.ops[s] {
+			if c > 0 {
+				m.Ops[b][s][op].Add(uint64(c))
+			}
+			if e := t.errs[s][op]; e > 0 {
+				m.OpErrors[b][s][op].Add(uint64(e))
+			}
+		}
+	}
+	*t = OpTally{c: t.c}
 }

@@ -1,0 +1,322 @@
+package daemon_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/statedhq/stated/backend"
+	"github.com/statedhq/stated/catalog"
+	"github.com/statedhq/stated/daemon"
+	"github.com/statedhq/stated/daemon/openers"
+	"github.com/statedhq/stated/tiered/memstore"
+)
+
+var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+type env struct {
+	d   *daemon.Daemon
+	cat *catalog.Catalog
+}
+
+func newEnv(t *testing.T, oc openers.Config, mod func(*daemon.Config)) *env {
+	t.Helper()
+	ctx := context.Background()
+	store := memstore.New()
+	var dp *daemon.Daemon
+	cat, err := catalog.Open(ctx, catalog.Options{Store: store, OnExpire: func(job string, id uint64) { dp.CatalogExpired(job, id) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	set, err := openers.New(oc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := daemon.Config{DataDir: t.TempDir(), Store: store, Catalog: cat, Openers: set.Openers, HeapSnapshots: set.HeapSnapshots,
+		Logger: quiet}
+	if mod != nil {
+		mod(&cfg)
+	}
+	d, err := daemon.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dp = d
+	t.Cleanup(func() {
+		sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		if err := d.Shutdown(sctx); err != nil {
+			t.Error(err)
+		}
+		cat.Close()
+		set.Close()
+	})
+	return &env{d: d, cat: cat}
+}
+
+var valueState = []backend.StateDescriptor{{Name: "v", Kind: backend.KindValue}}
+
+func (e *env) open(t *testing.T, job string, sub int, kind backend.Kind) *daemon.Instance {
+	t.Helper()
+	in, err := e.d.Open(context.Background(), daemon.OpenParams{
+		Task:      backend.TaskID{Job: job, Operator: "op", Subtask: sub},
+		KeyGroups: backend.KeyGroupRangeForOperator(128, 2, sub), Kind: kind, States: valueState})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return in
+}
+
+func TestLookupIsolationAndReplace(t *testing.T) {
+	e := newEnv(t, openers.Config{}, nil)
+	in := e.open(t, "a", 0, backend.KindHeap)
+	if got, err := e.d.Lookup(in.ID, "a"); err != nil || got != in {
+		t.Fatalf("lookup: %v", err)
+	}
+	if _, err := e.d.Lookup(in.ID, "b"); !errors.Is(err, daemon.ErrPermissionDenied) {
+		t.Fatalf("other job: %v", err)
+	}
+	if _, err := e.d.Lookup(make([]byte, 16), "a"); !errors.Is(err, daemon.ErrUnknownInstance) {
+		t.Fatalf("unknown id: %v", err)
+	}
+	p := daemon.OpenParams{Task: in.Task, KeyGroups: in.KeyGroups, Kind: backend.KindHeap, States: valueState}
+	if _, err := e.d.Open(context.Background(), p); !errors.Is(err, daemon.ErrAlreadyOpen) {
+		t.Fatalf("second open: %v", err)
+	}
+	p.Replace = true
+	in2, err := e.d.Open(context.Background(), p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.d.Lookup(in.ID, "a"); !errors.Is(err, daemon.ErrUnknownInstance) {
+		t.Fatalf("replaced instance still found: %v", err)
+	}
+	if err := in.Backend.Put("v", backend.Key{KeyGroup: in.KeyGroups.Start, Key: []byte("k")}, nil); !errors.Is(err, backend.ErrClosed) {
+		t.Fatalf("replaced backend still open: %v", err)
+	}
+	if err := e.d.CloseInstance(in2.ID, "b"); !errors.Is(err, daemon.ErrPermissionDenied) {
+		t.Fatalf("close by another job: %v", err)
+	}
+	if err := e.d.CloseInstance(in2.ID, "a"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestMaxInstances(t *testing.T) {
+	e := newEnv(t, openers.Config{}, func(c *daemon.Config) { c.MaxInstances = 1 })
+	e.open(t, "a", 0, backend.KindHeap)
+	_, err := e.d.Open(context.Background(), daemon.OpenParams{Task: backend.TaskID{Job: "a", Operator: "op", Subtask: 1},
+		KeyGroups: backend.KeyGroupRange{Start: 0, End: 1}, Kind: backend.KindFile})
+	if !errors.Is(err, daemon.ErrLimit) {
+		t.Fatalf("open past the limit: %v", err)
+	}
+}
+
+func TestCheckpointFlow(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t, openers.Config{}, nil)
+	a := e.open(t, "job", 0, backend.KindFile)
+	b := e.open(t, "job", 1, backend.KindLSM)
+	if _, err := e.d.Snapshot(ctx, a, 1, false); err != nil {
+		t.Fatal(err)
+	}
+	_, err := e.d.CompleteCheckpoint(ctx, "job", 1, nil)
+	if !errors.Is(err, daemon.ErrCheckpointFailed) || !strings.Contains(err.Error(), "job/op/1") {
+		t.Fatalf("complete without task 1: %v", err)
+	}
+	if _, err := e.d.Snapshot(ctx, a, 1, false); err == nil {
+		t.Fatal("second snapshot of the same checkpoint by one task accepted")
+	}
+	res, err := e.d.Snapshot(ctx, b, 1, true)
+	if err != nil || !res.Done || res.Files == 0 {
+		t.Fatalf("snapshot with wait: %+v %v", res, err)
+	}
+	info, err := e.d.CompleteCheckpoint(ctx, "job", 1, nil)
+	if err != nil || info.Tasks != 2 || info.Status != "completed" {
+		t.Fatalf("complete: %+v %v", info, err)
+	}
+	if again, err := e.d.CompleteCheckpoint(ctx, "job", 1, nil); err != nil || again.ID != 1 {
+		t.Fatalf("complete again: %v", err)
+	}
+	if _, err := e.d.Snapshot(ctx, a, 1, false); !errors.Is(err, daemon.ErrCheckpointFailed) {
+		t.Fatalf("snapshot of a completed checkpoint: %v", err)
+	}
+	// Abort: later snapshots of it are refused, complete fails.
+	if _, err := e.d.Snapshot(ctx, a, 2, false); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.d.AbortCheckpoint(ctx, "job", 2, "aborted: test"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.d.Snapshot(ctx, b, 2, false); !errors.Is(err, daemon.ErrCheckpointFailed) {
+		t.Fatalf("snapshot of an aborted checkpoint: %v", err)
+	}
+	if _, err := e.d.CompleteCheckpoint(ctx, "job", 2, nil); !errors.Is(err, daemon.ErrCheckpointFailed) {
+		t.Fatalf("complete of an aborted checkpoint: %v", err)
+	}
+	// Subsumption: completing 4 aborts 3.
+	for _, in := range []*daemon.Instance{a, b} {
+		if _, err := e.d.Snapshot(ctx, in, 3, false); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := e.d.Snapshot(ctx, in, 4, false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := e.d.CompleteCheckpoint(ctx, "job", 4, nil); err != nil {
+		t.Fatal(err)
+	}
+	list, err := e.d.ListCheckpoints(ctx, "job")
+	if err != nil {
+		t.Fatal(err)
+	}
+	status := map[uint64]string{}
+	for _, c := range list {
+		status[c.ID] = c.Status
+	}
+	if status[1] != "completed" || status[2] != "aborted" || status[3] != "aborted" || status[4] != "completed" {
+		t.Fatalf("history %v", status)
+	}
+	m := e.d.Metrics()
+	if m.CheckpointsCompleted.Load() != 2 || m.CheckpointFailures[daemon.FailureAborted].Load() != 2 {
+		t.Fatalf("metrics: completed %d, aborted %d", m.CheckpointsCompleted.Load(), m.CheckpointFailures[daemon.FailureAborted].Load())
+	}
+	// A restore finds checkpoint 4 for both tasks.
+	if err := e.d.CloseInstance(a.ID, "job"); err != nil {
+		t.Fatal(err)
+	}
+	r, err := e.d.Open(ctx, daemon.OpenParams{Task: a.Task, KeyGroups: a.KeyGroups, Kind: backend.KindFile, States: valueState,
+		Restore: &daemon.RestoreSpec{Latest: true}})
+	if err != nil || r.RestoredFrom != 4 {
+		t.Fatalf("restore: %v", err)
+	}
+}
+
+func TestDeclinedAndExpired(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t, openers.Config{HeapSnapshotCap: 1}, func(c *daemon.Config) { c.CheckpointTimeout = 50 * time.Millisecond })
+	h := e.open(t, "job", 0, backend.KindHeap)
+	if err := h.Backend.Put("v", backend.Key{KeyGroup: h.KeyGroups.Start, Key: []byte("k")}, []byte("a value larger than one byte")); err != nil {
+		t.Fatal(err)
+	}
+	_, err := e.d.Snapshot(ctx, h, 1, true)
+	if !errors.Is(err, backend.ErrDeclined) {
+		t.Fatalf("snapshot over the heap cap: %v", err)
+	}
+	f := e.open(t, "other", 0, backend.KindFile)
+	if _, err := e.d.Snapshot(ctx, f, 1, false); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for e.d.Metrics().CheckpointFailures[daemon.FailureExpired].Load() == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("checkpoint did not expire")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if _, err := e.d.CompleteCheckpoint(ctx, "other", 1, nil); !errors.Is(err, daemon.ErrCheckpointFailed) || !strings.Contains(err.Error(), "expired") {
+		t.Fatalf("complete of an expired checkpoint: %v", err)
+	}
+	if n := e.d.Metrics().CheckpointFailures[daemon.FailureDeclined].Load(); n != 1 {
+		t.Fatalf("declined count %d", n)
+	}
+	list, _ := e.d.ListCheckpoints(ctx, "job")
+	if len(list) != 1 || list[0].Status != "declined" {
+		t.Fatalf("history of the declined checkpoint: %+v", list)
+	}
+}
+
+// slowBackend's snapshots upload until their context ends.
+type slowBackend struct{ backend.Backend }
+
+type slowSnapshot struct{ backend.PendingSnapshot }
+
+func (s slowSnapshot) Run(ctx context.Context) (*backend.Handle, error) {
+	<-ctx.Done()
+	s.Release()
+	return nil, ctx.Err()
+}
+
+func (b slowBackend) Snapshot(ctx context.Context, id uint64) (backend.PendingSnapshot, error) {
+	p, err := b.Backend.Snapshot(ctx, id)
+	return slowSnapshot{p}, err
+}
+
+func TestShutdownAbortsInflightSnapshots(t *testing.T) {
+	ctx := context.Background()
+	store := memstore.New()
+	cat, err := catalog.Open(ctx, catalog.Options{Store: store})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cat.Close()
+	set, err := openers.New(openers.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer set.Close()
+	ops := map[backend.Kind]daemon.Opener{backend.KindFile: func(ctx context.Context, o backend.Options, env daemon.OpenEnv) (backend.Backend, error) {
+		b, err := set.Openers[backend.KindFile](ctx, o, env)
+		return slowBackend{b}, err
+	}}
+	d, err := daemon.New(daemon.Config{DataDir: t.TempDir(), Store: store, Catalog: cat, Openers: ops, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	in, err := d.Open(ctx, daemon.OpenParams{Task: backend.TaskID{Job: "j", Operator: "op"}, KeyGroups: backend.KeyGroupRange{Start: 0, End: 127}, Kind: backend.KindFile})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.Snapshot(ctx, in, 1, false); err != nil {
+		t.Fatal(err)
+	}
+	sctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	if err := d.Shutdown(sctx); err != nil {
+		t.Fatal(err)
+	}
+	if time.Since(start) > 5*time.Second {
+		t.Fatal("shutdown did not abort the snapshot")
+	}
+	if _, err := d.Snapshot(ctx, in, 2, false); !errors.Is(err, daemon.ErrShuttingDown) {
+		t.Fatalf("snapshot after shutdown: %v", err)
+	}
+	list := cat.List("j")
+	if len(list) != 1 || list[0].Status != catalog.StatusAborted {
+		t.Fatalf("history after shutdown: %+v", list)
+	}
+}
+
+func TestHistogramAndTally(t *testing.T) {
+	m := daemon.NewMetrics()
+	h := daemon.NewHistogram(1e-6, 2, 20)
+	for _, d := range []time.Duration{500 * time.Nanosecond, 3 * time.Microsecond, time.Second} {
+		h.Observe(d)
+	}
+	s := h.Snapshot()
+	if s.Count != 3 || s.Buckets[1e-6] != 1 || s.Buckets[4e-6] != 2 {
+		t.Fatalf("histogram %+v", s)
+	}
+	e := newEnv(t, openers.Config{}, func(c *daemon.Config) { c.Metrics = m })
+	in := e.open(t, "j", 0, backend.KindHeap)
+	tally := in.Ops.Tally()
+	tally.Add(backend.KindValue, daemon.OpPut, 3*time.Microsecond, false)
+	tally.Add(backend.KindValue, daemon.OpPut, 3*time.Microsecond, true)
+	tally.Add(backend.KindMap, daemon.OpMapGet, time.Millisecond, false)
+	tally.Flush()
+	hi := daemon.BackendIndex(backend.KindHeap)
+	if m.Ops[hi][backend.KindValue][daemon.OpPut].Load() != 2 || m.OpErrors[hi][backend.KindValue][daemon.OpPut].Load() != 1 {
+		t.Fatal("tally counts")
+	}
+	if s := m.OpLatency[hi][backend.KindValue].Snapshot(); s.Count != 2 || s.Buckets[4e-6] != 2 || s.Buckets[2e-6] != 0 {
+		t.Fatalf("tally latency %+v", s)
+	}
+	if s := m.OpLatency[hi][backend.KindMap].Snapshot(); s.Count != 1 {
+		t.Fatalf("map latency %+v", s)
+	}
+}
