@@ -138,7 +138,14 @@ type instance struct {
 	heapStore *memstore.Store
 }
 
-func (in *instance) open(t testing.TB, kind backend.Kind, opts backend.Options) backend.Backend {
+// tb is what the helpers need of *testing.T and *rapid.T.
+type tb interface {
+	Helper()
+	Fatal(args ...any)
+	Fatalf(format string, args ...any)
+}
+
+func (in *instance) open(t tb, kind backend.Kind, opts backend.Options) backend.Backend {
 	t.Helper()
 	opts.States = testStates
 	var b backend.Backend
