@@ -114,6 +114,24 @@ func (quietLogger) Fatalf(format string, args ...any) {
 	pebble.DefaultLogger.Fatalf(format, args...)
 }
 
+// timed runs fn(i) for i in [0, b.N) on a reset timer and reports, besides
+// ns/op, the process CPU time per operation (cpu-ns/op; background work
+// such as Pebble's flushes and compactions and the garbage collector
+// included).
+func timed(b *testing.B, fn func(i int) error) {
+	b.ResetTimer()
+	cpu0, cpuOK := processCPU()
+	for i := 0; i < b.N; i++ {
+		if err := fn(i); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.StopTimer()
+	if cpu1, ok := processCPU(); ok && cpuOK {
+		b.ReportMetric(float64(cpu1-cpu0)/float64(b.N), "cpu-ns/op")
+	}
+}
+
 // BenchmarkOps measures get, put (value state), list-append and map-put on
 // every backend and on raw Pebble, one operation per iteration.
 //
@@ -163,41 +181,23 @@ func BenchmarkOps(b *testing.B) {
 					b.Fatal(err)
 				}
 			}
-			b.ResetTimer()
-			for i := 0; i < b.N; i++ {
-				if err := t.get(at(i)); err != nil {
-					b.Fatal(err)
-				}
-			}
+			timed(b, func(i int) error { return t.get(at(i)) })
 		})
 		b.Run(tg.name+"/put", func(b *testing.B) {
 			t := tg.open(b)
-			b.ResetTimer()
-			for i := 0; i < b.N; i++ {
-				if err := t.put(at(i), value); err != nil {
-					b.Fatal(err)
-				}
-			}
+			timed(b, func(i int) error { return t.put(at(i), value) })
 		})
 		b.Run(tg.name+"/list-append", func(b *testing.B) {
 			t := tg.open(b)
-			b.ResetTimer()
-			for i := 0; i < b.N; i++ {
-				if err := t.listAppend(at(i), value[:16]); err != nil {
-					b.Fatal(err)
-				}
-			}
+			timed(b, func(i int) error { return t.listAppend(at(i), value[:16]) })
 		})
 		b.Run(tg.name+"/map-put", func(b *testing.B) {
 			t := tg.open(b)
 			uk := make([]byte, 8)
-			b.ResetTimer()
-			for i := 0; i < b.N; i++ {
+			timed(b, func(i int) error {
 				binary.BigEndian.PutUint64(uk, uint64(i/n))
-				if err := t.mapPut(at(i), uk, value); err != nil {
-					b.Fatal(err)
-				}
-			}
+				return t.mapPut(at(i), uk, value)
+			})
 		})
 	}
 }
