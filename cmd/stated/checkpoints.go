@@ -1,0 +1,120 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"slices"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/statedhq/stated/catalog"
+)
+
+func newCheckpointsCmd() *cobra.Command {
+	var store, job string
+	cmd := &cobra.Command{
+		Use:   "checkpoints",
+		Short: "Print the checkpoint history and the savepoints",
+		Long: `Checkpoints prints, per job, the checkpoint history kept in the checkpoint store:
+id, status, duration, checkpointed size (what the checkpoint uploaded), full size
+(all its files) and the reason of failed ones; then the savepoints. It reads the
+store only, so it works while the daemon runs and after it stopped. Checkpoints
+that were in flight when a daemon stopped are not listed (their files are
+orphans that the sweep or "stated gc" removes).`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return runCheckpoints(cmd.Context(), cmd.OutOrStdout(), cmd.ErrOrStderr(), store, job)
+		},
+	}
+	storeFlag(cmd, &store)
+	cmd.Flags().StringVar(&job, "job", "", "show only this job")
+	return cmd
+}
+
+func init() { rootCmd.AddCommand(newCheckpointsCmd()) }
+
+func runCheckpoints(ctx context.Context, out, errOut io.Writer, storeURL, job string) error {
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	s, err := openCLIStore(ctx, storeURL, false)
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	// Open only reads; the options that steer deletes do not matter here.
+	c, err := catalog.Open(ctx, catalog.Options{Store: s})
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	for _, p := range c.Problems() {
+		fmt.Fprintln(errOut, "problem:", p)
+	}
+	jobs := c.Jobs()
+	if job != "" {
+		if err := catalog.ValidateJob(job); err != nil {
+			return err
+		}
+		if !slices.Contains(jobs, job) {
+			return fmt.Errorf("job %s has no checkpoint history in %s", job, storeURL)
+		}
+		jobs = []string{job}
+	}
+	now := time.Now()
+	for i, j := range jobs {
+		if i > 0 {
+			fmt.Fprintln(out)
+		}
+		fmt.Fprintf(out, "job %s\n", j)
+		tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "ID\tSTATUS\tDURATION\tCHECKPOINTED\tFULL\tREASON")
+		for _, r := range c.List(j) {
+			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\n", r.ID, statusText(r), r.Duration(now).Round(time.Millisecond),
+				humanBytes(r.CheckpointedSize), humanBytes(r.FullSize), r.Reason)
+		}
+		tw.Flush()
+	}
+	var sps []*catalog.Manifest
+	for _, m := range c.Savepoints() {
+		if job == "" || m.Job == job {
+			sps = append(sps, m)
+		}
+	}
+	if len(sps) > 0 {
+		fmt.Fprintln(out)
+		fmt.Fprintln(out, "savepoints")
+		tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "ID\tJOB\tCHECKPOINT\tFORMAT\tTAKEN\tSIZE")
+		for _, m := range sps {
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\n", m.SavepointID, m.Job, m.CheckpointID, m.Format,
+				m.Completed.Local().Format(time.DateTime), humanBytes(m.FullSize))
+		}
+		tw.Flush()
+	}
+	if len(jobs) == 0 && len(sps) == 0 {
+		fmt.Fprintf(out, "no checkpoints in %s\n", storeURL)
+	}
+	return nil
+}
+
+// statusText says whether a completed checkpoint can still be restored and
+// who owns it.
+func statusText(r catalog.Record) string {
+	s := string(r.Status)
+	if r.Status != catalog.StatusCompleted {
+		return s
+	}
+	switch {
+	case !r.Retained:
+		return s + " (subsumed)"
+	case r.Owner != "":
+		return s + " (claimed by " + r.Owner + ")"
+	case r.Pinned:
+		return s + " (retained, pinned: restored without claim)"
+	}
+	return s + " (retained)"
+}

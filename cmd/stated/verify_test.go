@@ -1,0 +1,203 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/statedhq/stated/backend"
+	"github.com/statedhq/stated/backend/file"
+	"github.com/statedhq/stated/catalog"
+	"github.com/statedhq/stated/tiered"
+	"github.com/statedhq/stated/tiered/localfs"
+)
+
+// realCheckpoints writes checkpoints 1..n of job "j" with the file backend
+// into a local checkpoint root and returns the root and the last manifest.
+func realCheckpoints(t *testing.T, n int) (string, *catalog.Manifest) {
+	t.Helper()
+	ctx := context.Background()
+	root := filepath.Join(t.TempDir(), "checkpoints")
+	s, err := localfs.Open(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := catalog.Open(ctx, catalog.Options{Store: s})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	b, err := file.Open(backend.Options{Task: backend.TaskID{Job: "j", Operator: "op", Subtask: 0},
+		KeyGroups: backend.KeyGroupRange{Start: 0, End: 127}, Store: s,
+		States: []backend.StateDescriptor{{Name: "v", Kind: backend.KindValue}}}, file.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	var m *catalog.Manifest
+	for id := uint64(1); id <= uint64(n); id++ {
+		for i := 0; i < 200; i++ {
+			k := backend.Key{KeyGroup: i % 128, Key: []byte{byte(i), byte(id)}}
+			if err := b.Put("v", k, bytes.Repeat([]byte{byte(i)}, 50)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := c.BeginCheckpoint("j", id); err != nil {
+			t.Fatal(err)
+		}
+		p, err := b.Snapshot(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		h, err := p.Run(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m, err = c.Complete(ctx, "j", id, h); err != nil {
+			t.Fatal(err)
+		}
+		b.NotifyCheckpointComplete(id)
+	}
+	if _, err := c.SavepointFromCheckpoint(ctx, "sp1", "j", uint64(n)); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Abort(ctx, "j", uint64(n+1), catalog.StatusDeclined, "heap cap"); err != nil {
+		t.Fatal(err)
+	}
+	return root, m
+}
+
+// TestVerifyFindsFlippedByteAndDeletedFile runs "stated verify" on a real
+// checkpoint of the file backend.
+func TestVerifyFindsFlippedByteAndDeletedFile(t *testing.T) {
+	root, m := realCheckpoints(t, 2)
+	dir := filepath.Join(root, "j", "chk-2")
+	var out bytes.Buffer
+	if err := runVerify(context.Background(), &out, dir, "", false); err != nil {
+		t.Fatalf("clean checkpoint: %v\n%s", err, out.String())
+	}
+	if !strings.Contains(out.String(), "OK") {
+		t.Fatalf("output: %s", out.String())
+	}
+	var files []string
+	for _, f := range m.Tasks[0].Files {
+		files = append(files, f.Path)
+	}
+	if len(files) == 0 {
+		t.Fatal("the checkpoint has no data file")
+	}
+	// Flip one byte of the data file.
+	fp := filepath.Join(root, filepath.FromSlash(files[0]))
+	data, err := os.ReadFile(fp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data[len(data)/3] ^= 0x10
+	if err := os.WriteFile(fp, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out.Reset()
+	err = runVerify(context.Background(), &out, dir, "", false)
+	if err == nil || !strings.Contains(out.String(), files[0]) || !strings.Contains(out.String(), "crc32c") {
+		t.Fatalf("flipped byte not found: %v\n%s", err, out.String())
+	}
+	// Delete it: reported missing, through --store this time.
+	if err := os.Remove(fp); err != nil {
+		t.Fatal(err)
+	}
+	out.Reset()
+	err = runVerify(context.Background(), &out, "j/chk-2", root, true)
+	if err == nil || !strings.Contains(out.String(), files[0]) || !strings.Contains(out.String(), "missing") {
+		t.Fatalf("deleted file not found: %v\n%s", err, out.String())
+	}
+	// A savepoint verifies wherever it was moved to.
+	moved := filepath.Join(t.TempDir(), "moved-sp")
+	if err := os.Rename(filepath.Join(root, "savepoints", "sp1"), moved); err != nil {
+		t.Fatal(err)
+	}
+	out.Reset()
+	if err := runVerify(context.Background(), &out, moved, "", false); err != nil || !strings.Contains(out.String(), "savepoint sp1") {
+		t.Fatalf("moved savepoint: %v\n%s", err, out.String())
+	}
+	// A directory without a manifest is an error, not a pass.
+	if err := runVerify(context.Background(), &out, t.TempDir(), "", false); err == nil {
+		t.Fatal("verify of an empty directory passed")
+	}
+}
+
+func TestCheckpointsTable(t *testing.T) {
+	root, _ := realCheckpoints(t, 4)
+	var out, errOut bytes.Buffer
+	if err := runCheckpoints(context.Background(), &out, &errOut, root, ""); err != nil {
+		t.Fatal(err)
+	}
+	got := out.String()
+	for _, want := range []string{"job j", "ID", "STATUS", "DURATION", "CHECKPOINTED", "FULL", "REASON",
+		"completed (subsumed)", "completed (retained)", "declined", "heap cap", "savepoints", "sp1"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("table lacks %q:\n%s", want, got)
+		}
+	}
+	if lines := strings.Count(got, "completed"); lines != 4 {
+		t.Errorf("%d completed rows, want 4:\n%s", lines, got)
+	}
+	if err := runCheckpoints(context.Background(), &out, &errOut, root, "nope"); err == nil {
+		t.Fatal("unknown job accepted")
+	}
+}
+
+func TestGCDryRunAndDelete(t *testing.T) {
+	root, _ := realCheckpoints(t, 2)
+	// An orphan: an upload of a checkpoint that never completed.
+	orphan := filepath.Join(root, "j", "shared", "lost-upload")
+	if err := os.MkdirAll(filepath.Dir(orphan), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(orphan, make([]byte, 1234), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	old := time.Now().Add(-2 * time.Hour)
+	if err := os.Chtimes(orphan, old, old); err != nil {
+		t.Fatal(err)
+	}
+	young := filepath.Join(root, "j", "shared", "fresh-upload")
+	if err := os.WriteFile(young, []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	if err := runGC(context.Background(), &out, root, time.Hour, true); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), "would delete 1 unreferenced objects") || !strings.Contains(out.String(), "j/shared/lost-upload") ||
+		!strings.Contains(out.String(), "1234 bytes") {
+		t.Fatalf("dry run output:\n%s", out.String())
+	}
+	if _, err := os.Stat(orphan); err != nil {
+		t.Fatal("dry run deleted the orphan")
+	}
+	out.Reset()
+	if err := runGC(context.Background(), &out, root, time.Hour, false); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(orphan); !os.IsNotExist(err) {
+		t.Fatalf("orphan survives gc: %v\n%s", err, out.String())
+	}
+	if _, err := os.Stat(young); err != nil {
+		t.Fatal("gc deleted a file younger than the grace period")
+	}
+	// Everything referenced is intact.
+	s := &dirStore{root: root}
+	for _, dir := range []string{"j/chk-1", "j/chk-2", "savepoints/sp1"} {
+		if rep, err := catalog.Verify(context.Background(), s, dir, 0); err != nil || !rep.OK() {
+			t.Fatalf("gc damaged %s: %+v %v", dir, rep, err)
+		}
+	}
+	if _, err := (&dirStore{root: root}).List(context.Background(), "", "", 0); err != nil {
+		t.Fatal(err)
+	}
+	var _ tiered.Store = s
+}
