@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/statedhq/stated/api/client"
+	pb "github.com/statedhq/stated/api/statedpb"
 	"github.com/statedhq/stated/backend"
 	"github.com/statedhq/stated/daemon"
 )
@@ -185,4 +186,56 @@ func TestClientBackPressure(t *testing.T) {
 	if err != nil || a.Value.Int != 5000*4999/2 {
 		t.Fatalf("sum %v %+v", err, a)
 	}
+}
+
+// A client that sends and never reads its responses holds back only its
+// own stream: others keep being served.
+func TestSlowClientDoesNotStallOthers(t *testing.T) {
+	ctx := ctxT(t)
+	h := startDaemon(t, harnessOpts{})
+	slow := h.dial(client.Options{})
+	sin := openHeap(t, slow, task("slow", "op", 0))
+	big := make([]byte, 64<<10)
+	if _, err := sin.Put("v", []byte("k"), nil, big).Wait(ctx); err != nil {
+		t.Fatal(err)
+	}
+	st, err := slow.RPC().Batch(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kg := uint32(sin.KeyGroup([]byte("k")))
+	sent := make(chan int, 1)
+	go func() {
+		// Owned by the test: ends when Send blocks for good and ctx ends,
+		// or after 400 batches.
+		n := 0
+		for ; n < 400; n++ {
+			req := &pb.BatchRequest{Seq: uint64(n + 1), Ops: []*pb.Op{{Type: pb.OpType_OP_TYPE_GET, State: "v", KeyGroup: kg, Key: []byte("k")}}}
+			if n == 0 {
+				req.InstanceId, req.Job = sin.ID(), "slow"
+			}
+			if st.Send(req) != nil {
+				break
+			}
+		}
+		sent <- n
+	}()
+	// Give the slow stream time to fill every buffer on its way.
+	time.Sleep(300 * time.Millisecond)
+	fast := h.dial(client.Options{})
+	fin := openHeap(t, fast, task("fast", "op", 0))
+	fctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	for i := range 200 {
+		if _, err := fin.Put("v", []byte(fmt.Sprint(i)), nil, []byte("x")).Wait(fctx); err != nil {
+			t.Fatalf("fast client stalled behind the slow one: %v", err)
+		}
+	}
+	// The slow client's own instance is also still usable through another
+	// stream.
+	if _, err := sin.Get("v", []byte("k"), nil).Wait(fctx); err != nil {
+		t.Fatalf("slow client's instance: %v", err)
+	}
+	slow.Close()
+	<-sent
 }

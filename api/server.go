@@ -9,6 +9,7 @@ import (
 	"io"
 	"log/slog"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
@@ -316,7 +317,8 @@ func (s *Server) Close(ctx context.Context, req *pb.CloseRequest) (*pb.CloseResp
 // Batch implements pb.StatedServer. A reader goroutine receives requests
 // into a bounded queue (so a client that sends faster than its instance
 // applies is held back by gRPC flow control, and only it); the handler
-// goroutine applies them in order and sends the responses.
+// goroutine applies them in order and sends the responses, overlapping the
+// decoding of the next request with the applying of this one.
 func (s *Server) Batch(stream pb.Stated_BatchServer) error {
 	req, err := stream.Recv()
 	if err != nil {
@@ -340,6 +342,13 @@ func (s *Server) Batch(stream pb.Stated_BatchServer) error {
 
 	ctx := stream.Context()
 	queue := make(chan *pb.BatchRequest, s.opts.QueueDepth)
+	// unapplied counts requests received and not yet answered. When the
+	// reader receives one while it is zero, the handler is idle and the
+	// reader answers it itself: a client with one batch in flight (one
+	// operation per round trip) then pays no goroutine hand-off. Order is
+	// kept: the reader only goes inline when nothing is queued or running.
+	var unapplied atomic.Int64
+	unapplied.Store(1)
 	queue <- req
 	var readErr error // written before queue is closed
 	go func() {
@@ -364,6 +373,15 @@ func (s *Server) Batch(stream pb.Stated_BatchServer) error {
 					req.GetSeq(), inst.IDString(), inst.Task)
 				return
 			}
+			if unapplied.Add(1) == 1 {
+				err := stream.Send(s.apply(inst, req))
+				unapplied.Add(-1)
+				if err != nil {
+					readErr = err
+					return
+				}
+				continue
+			}
 			select {
 			case queue <- req:
 			case <-ctx.Done():
@@ -372,7 +390,9 @@ func (s *Server) Batch(stream pb.Stated_BatchServer) error {
 		}
 	}()
 	for req := range queue {
-		if err := stream.Send(s.apply(inst, req)); err != nil {
+		err := stream.Send(s.apply(inst, req))
+		unapplied.Add(-1)
+		if err != nil {
 			return err
 		}
 	}
