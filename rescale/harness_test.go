@@ -93,7 +93,11 @@ func clockAt(ms int64) *backendtest.Clock {
 
 // job is the state of one operator at its old parallelism, snapshotted.
 type job struct {
-	kc      kindCase
+	kc kindCase // writes the old state
+	// into restores the new subtasks (kc unless a test moves the job to
+	// another backend through a canonical savepoint).
+	into    kindCase
+	restore *memstore.Store // RestoreStore of the new subtasks; nil: store
 	maxP    int
 	oldP    int
 	kgs     []int // key groups that hold data, sorted
@@ -108,6 +112,16 @@ var task = backend.TaskID{Job: "job", Operator: "op"}
 
 func (j *job) baseOptions() backend.Options {
 	return backend.Options{Task: task, MaxParallelism: j.maxP, States: testStates, Store: j.store}
+}
+
+// restoreOptions are the options every new subtask starts from: a
+// savepoint is restored in no-claim mode from its own store.
+func (j *job) restoreOptions() backend.Options {
+	o := j.baseOptions()
+	if j.restore != nil {
+		o.RestoreStore, o.NoClaim = j.restore, true
+	}
+	return o
 }
 
 // open opens an instance through the kind's opener and closes it when t
@@ -135,6 +149,26 @@ func (j *job) checkpoint(t testing.TB, b backend.Backend) *backend.Handle {
 		t.Fatalf("snapshot %d of %s: run: %v", j.nextID, b.Info().Task, err)
 	}
 	b.NotifyCheckpointComplete(j.nextID)
+	return h
+}
+
+// savepoint takes a canonical snapshot of b into the job's savepoint
+// store.
+func (j *job) savepoint(t testing.TB, b backend.Backend) *backend.Handle {
+	t.Helper()
+	j.nextID++
+	cs, ok := b.(backend.CanonicalSnapshotter)
+	if !ok {
+		t.Fatalf("%s does not take canonical snapshots", j.kc.kind)
+	}
+	p, err := cs.CanonicalSnapshot(ctx, j.nextID, j.restore, "savepoint-1")
+	if err != nil {
+		t.Fatalf("savepoint of %s: %v", b.Info().Task, err)
+	}
+	h, err := p.Run(ctx)
+	if err != nil {
+		t.Fatalf("savepoint of %s: run: %v", b.Info().Task, err)
+	}
 	return h
 }
 
@@ -266,9 +300,16 @@ func (w *writer) wave(n, kg int) {
 // kind kc and snapshots each subtask once.
 func newJob(t testing.TB, kc kindCase, maxP, oldP int, kgs []int) *job {
 	t.Helper()
+	return newJobSnap(t, kc, maxP, oldP, kgs, false)
+}
+
+// newJobSnap is newJob; with savepoint, the old subtasks take canonical
+// snapshots into a savepoint store instead of checkpoints.
+func newJobSnap(t testing.TB, kc kindCase, maxP, oldP int, kgs []int, savepoint bool) *job {
+	t.Helper()
 	sort.Ints(kgs)
 	clock := backendtest.NewClock()
-	j := &job{kc: kc, maxP: maxP, oldP: oldP, kgs: kgs, t0: clock.Ms(),
+	j := &job{kc: kc, into: kc, maxP: maxP, oldP: oldP, kgs: kgs, t0: clock.Ms(),
 		model: backendtest.NewModel(testStates...), store: memstore.New()}
 	w := &writer{t: t, maxP: maxP, m: j.model, clock: clock}
 	for i := 0; i < oldP; i++ {
@@ -285,8 +326,16 @@ func newJob(t testing.TB, kc kindCase, maxP, oldP int, kgs []int) *job {
 		clock.Advance(waveGap)
 	}
 	clock.Advance(snapAfter - waves*waveGap)
+	if savepoint {
+		j.restore = memstore.New()
+	}
 	for _, b := range w.bs {
-		h := j.checkpoint(t, b)
+		var h *backend.Handle
+		if savepoint {
+			h = j.savepoint(t, b)
+		} else {
+			h = j.checkpoint(t, b)
+		}
 		h.OperatorState = []backend.OperatorList{
 			{Name: "offsets", Mode: backend.OperatorSplit, Elements: [][]byte{fmt.Appendf(nil, "o%d", h.Task.Subtask)}},
 			{Name: "config", Mode: backend.OperatorUnion, Elements: [][]byte{fmt.Appendf(nil, "c%d", h.Task.Subtask)}},
@@ -315,16 +364,16 @@ func (j *job) rescaleTo(t testing.TB, newP int, handles []*backend.Handle) (*res
 	}
 	clocks := make([]*backendtest.Clock, newP)
 	var mu sync.Mutex
-	bs, err := plan.RestoreAll(ctx, j.baseOptions(), 2, func(_ context.Context, st rescale.Subtask, o backend.Options) (backend.Backend, error) {
+	bs, err := plan.RestoreAll(ctx, j.restoreOptions(), 2, func(_ context.Context, st rescale.Subtask, o backend.Options) (backend.Backend, error) {
 		c := clockAt(j.snapMs())
 		o.Clock = c.Now
 		mu.Lock()
 		clocks[st.Index] = c
 		mu.Unlock()
-		return j.kc.open(t, o)
+		return j.into.open(t, o)
 	})
 	if err != nil {
-		t.Fatalf("%s: rescale %d->%d: %v", j.kc.kind, len(handles), newP, err)
+		t.Fatalf("%s: rescale %d->%d: %v", j.into.kind, len(handles), newP, err)
 	}
 	out := make([]restored, newP)
 	for i, b := range bs {
@@ -363,7 +412,7 @@ func ttlInstants() []time.Duration {
 func (j *job) checkRescale(t testing.TB, plan *rescale.Plan, subs []restored) {
 	t.Helper()
 	newP := len(subs)
-	what := fmt.Sprintf("%s max %d: %d->%d", j.kc.kind, j.maxP, plan.OldParallelism, newP)
+	what := fmt.Sprintf("%s max %d: %d->%d", j.into.kind, j.maxP, plan.OldParallelism, newP)
 	seen := map[int]int{}
 	var polled []backend.Timer
 	for i, s := range subs {

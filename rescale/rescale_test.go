@@ -124,3 +124,24 @@ func dedupe(xs []int) []int {
 	sort.Ints(out)
 	return out
 }
+
+// TestRescaleThroughSavepoint moves a job from every backend to every
+// backend through canonical savepoints (restored in no-claim mode from the
+// savepoint's store) while changing its parallelism both ways.
+func TestRescaleThroughSavepoint(t *testing.T) {
+	const maxP = 128
+	kinds := testKinds(t)
+	for _, from := range kinds {
+		for _, c := range []struct{ oldP, newP int }{{3, 5}, {4, 1}} {
+			j := newJobSnap(t, from, maxP, c.oldP, boundaryKeyGroups(maxP, 5), true)
+			for _, into := range kinds {
+				t.Run(fmt.Sprintf("%s-to-%s/%d-%d", from.kind, into.kind, c.oldP, c.newP), func(t *testing.T) {
+					j.into = into
+					plan, subs := j.rescaleTo(t, c.newP, j.handles)
+					j.checkRescale(t, plan, subs)
+					closeAll(t, subs)
+				})
+			}
+		}
+	}
+}
