@@ -468,8 +468,13 @@ func TestCrashRestartEndToEnd(t *testing.T) {
 			closeTasks(tasks)
 			break
 		}
-		killAfter := time.Duration(200+rng.IntN(1300)) * time.Millisecond
-		confirmed, nextID = runUntilKill(ctx, t, p, c, tasks, nextID, confirmed, killAfter)
+		// Kill at a random moment after a random number (1..3) of
+		// checkpoints completed in this life, so that every life restores
+		// from something new, and the kill lands anywhere: in an upload, a
+		// completion, between operations.
+		minDone := 1 + rng.IntN(3)
+		killAfter := time.Duration(rng.IntN(400)) * time.Millisecond
+		confirmed, nextID = runUntilKill(ctx, t, p, c, tasks, nextID, confirmed, minDone, killAfter)
 		closeTasks(tasks)
 		c.Close()
 	}
@@ -565,10 +570,10 @@ func checkHeap(ctx context.Context, t *testing.T, c *client.Client, round int, h
 }
 
 // runUntilKill runs the tasks and a checkpoint coordinator until the daemon
-// is killed after killAfter. It returns the last confirmed checkpoint and
-// the next unused id.
+// is killed, killAfter after minDone checkpoints completed. It returns the
+// last confirmed checkpoint and the next unused id.
 func runUntilKill(ctx context.Context, t *testing.T, p *proc, c *client.Client, tasks []*crashTask,
-	nextID, confirmed uint64, killAfter time.Duration) (uint64, uint64) {
+	nextID, confirmed uint64, minDone int, killAfter time.Duration) (uint64, uint64) {
 	var killed atomic.Bool
 	stop := make(chan struct{})
 	var failMu sync.Mutex
@@ -650,11 +655,18 @@ func runUntilKill(ctx context.Context, t *testing.T, p *proc, c *client.Client, 
 			conf.Store(id)
 		}
 	}()
+	deadline := time.Now().Add(30 * time.Second)
+	for conf.Load() < confirmed+uint64(minDone) && time.Now().Before(deadline) && !t.Failed() {
+		time.Sleep(5 * time.Millisecond)
+	}
+	if conf.Load() < confirmed+uint64(minDone) {
+		t.Errorf("only %d checkpoints completed in 30s", conf.Load()-confirmed)
+	}
 	time.Sleep(killAfter)
 	killed.Store(true)
 	p.kill()
 	close(stop)
 	wg.Wait()
-	t.Logf("killed after %s: checkpoints %d..%d taken, %d confirmed", killAfter, nextID, next.Load()-1, conf.Load())
+	t.Logf("killed %s after %d checkpoints: checkpoints %d..%d begun, %d confirmed", killAfter, minDone, nextID, next.Load()-1, conf.Load())
 	return conf.Load(), next.Load()
 }

@@ -29,7 +29,7 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	binary = filepath.Join(dir, "stated")
-	cmd := exec.Command("go", "build", "-o", binary, "github.com/statedhq/stated/cmd/stated")
+	cmd := exec.Command("go", "build", "-ldflags", "-s -w", "-o", binary, "github.com/statedhq/stated/cmd/stated")
 	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
 	if err := cmd.Run(); err != nil {
 		fmt.Fprintln(os.Stderr, "build stated:", err)
