@@ -418,7 +418,10 @@ func TestCrashRestartEndToEnd(t *testing.T) {
 			spec := client.OpenSpec{Task: tk.id, Parallelism: parallelism, Backend: tk.kind, States: crashStates}
 			tk.m = newModel()
 			if last > 0 {
-				spec.Restore = &client.Restore{Latest: true}
+				// Alternate the restore modes: claim keeps the incremental
+				// history (lsm reuses the restored SSTs), no-claim makes the
+				// next checkpoint a full one.
+				spec.Restore = &client.Restore{Latest: true, Claim: round%2 == 1}
 				tk.mu.Lock()
 				snap := tk.snaps[last]
 				tk.mu.Unlock()
