@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -59,11 +60,14 @@ func BenchmarkLSMRescale(b *testing.B) {
 			b.Run(name+"/"+variant, func(b *testing.B) {
 				b.SetBytes(bj.bytes)
 				var sum time.Duration
+				bj.store.read.Store(0)
 				for i := 0; i < b.N; i++ {
 					sum += fn(b)
 				}
 				res[variant] = sum / time.Duration(b.N)
 				b.ReportMetric(float64(res[variant].Microseconds())/1000, "ms/restore")
+				// What the restores downloaded from checkpoint storage.
+				b.ReportMetric(float64(bj.store.read.Load())/float64(b.N)/(1<<20), "MiB-read/op")
 			})
 		}
 		run("rescale", func(b *testing.B) time.Duration { return bj.rescale(b, c.newP) })
@@ -98,7 +102,7 @@ func BenchmarkLSMRescale(b *testing.B) {
 // checkpointed into a local-directory store.
 type benchJob struct {
 	dir     string
-	store   *localfs.Store
+	store   *countingStore // over a localfs.Store
 	maxP    int
 	bytes   int64
 	perKG   int // keys per key group
@@ -132,11 +136,11 @@ func benchKey(kg, i int) backend.Key {
 func newBenchJob(b *testing.B, total int64, p int) *benchJob {
 	b.Helper()
 	dir := b.TempDir()
-	store, err := localfs.Open(filepath.Join(dir, "store"))
+	fs, err := localfs.Open(filepath.Join(dir, "store"))
 	if err != nil {
 		b.Fatal(err)
 	}
-	j := &benchJob{dir: dir, store: store, maxP: backend.DefaultMaxParallelism}
+	j := &benchJob{dir: dir, store: &countingStore{Store: fs}, maxP: backend.DefaultMaxParallelism}
 	j.perKG = max(1, int(total/int64(benchValue*j.maxP)))
 	j.bytes = int64(j.perKG) * int64(j.maxP) * benchValue
 	start := time.Now()
@@ -196,15 +200,19 @@ func (j *benchJob) verify(b *testing.B, inst backend.Backend) {
 func (j *benchJob) timeRestores(b *testing.B, opts []backend.Options) time.Duration {
 	b.Helper()
 	var sum time.Duration
+	var each []string
 	for _, o := range opts {
 		start := time.Now()
 		inst := j.open(b, o)
-		sum += time.Since(start)
+		d := time.Since(start)
+		sum += d
+		each = append(each, fmt.Sprintf("%s from %d handle(s) %v", o.KeyGroups, len(o.Restore), d.Round(time.Millisecond)))
 		j.verify(b, inst)
 		if err := inst.Close(); err != nil {
 			b.Fatal(err)
 		}
 	}
+	b.Logf("per subtask: %s", strings.Join(each, ", "))
 	return sum
 }
 
