@@ -403,3 +403,37 @@ func (c *Catalog) Savepoints() []*Manifest {
 	sort.Slice(out, func(i, j int) bool { return out[i].SavepointID < out[j].SavepointID })
 	return out
 }
+
+// verifyingReader checks size and CRC32C of what it passes through and
+// fails the read that reaches the end if they do not match, so a store's
+// Put never commits a corrupt copy.
+type verifyingReader struct {
+	r    io.Reader
+	name string
+	want backend.FileRef
+	n    int64
+	crc  uint32
+	done bool
+}
+
+func (v *verifyingReader) Read(p []byte) (int, error) {
+	if v.n+int64(len(p)) > v.want.Size+1 {
+		p = p[:v.want.Size+1-v.n]
+	}
+	k, err := v.r.Read(p)
+	v.crc = crc32Update(v.crc, p[:k])
+	v.n += int64(k)
+	if v.n > v.want.Size {
+		return k, fmt.Errorf("%w: %s is longer than the %d bytes its handle says", ErrCorrupt, v.name, v.want.Size)
+	}
+	if v.n == v.want.Size && !v.done {
+		v.done = true
+		if v.crc != v.want.CRC32C {
+			return k, fmt.Errorf("%w: %s has crc32c %08x, its handle says %08x", ErrCorrupt, v.name, v.crc, v.want.CRC32C)
+		}
+	}
+	if err == io.EOF && v.n < v.want.Size {
+		return k, fmt.Errorf("%w: %s has %d bytes, its handle says %d (truncated)", ErrCorrupt, v.name, v.n, v.want.Size)
+	}
+	return k, err
+}

@@ -1,0 +1,612 @@
+package catalog
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/statedhq/stated/backend"
+	"github.com/statedhq/stated/tiered"
+)
+
+// BeginCheckpoint marks checkpoint id of job in flight: until it completes
+// or aborts (or expires), nothing under its directory is deleted by the
+// sweep. Calling it again for the same in-flight checkpoint is a no-op (every
+// task of the job may call it); an id that already completed is ErrExists.
+func (c *Catalog) BeginCheckpoint(job string, id uint64) error {
+	if err := ValidateJob(job); err != nil {
+		return err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return ErrClosed
+	}
+	if _, ok := c.entries[ref{job, id}]; ok {
+		return fmt.Errorf("%w: checkpoint %s completed already", ErrExists, CheckpointDir(job, id))
+	}
+	j := c.job(job)
+	if _, ok := j.inflight[id]; !ok {
+		j.inflight[id] = &inflight{started: c.opts.Clock()}
+	}
+	return nil
+}
+
+// InFlight lists the in-flight checkpoints of job, sorted.
+func (c *Catalog) InFlight(job string) []uint64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var ids []uint64
+	if j, ok := c.jobs[job]; ok {
+		for id := range j.inflight {
+			ids = append(ids, id)
+		}
+	}
+	slices.Sort(ids)
+	return ids
+}
+
+// checkHandleLocked checks that h may be part of checkpoint id of job:
+// valid, of the job and checkpoint, and every file inside the layout:
+// private files under the checkpoint's directory, shared files under some
+// job's "shared/" directory, none inside a savepoint, none of a checkpoint
+// the job restored in no-claim mode, none being deleted.
+func (c *Catalog) checkHandleLocked(j *jobState, id uint64, h *backend.Handle) error {
+	if h == nil {
+		return fmt.Errorf("%w: nil handle for %s", ErrInvalidArgument, CheckpointDir(j.name, id))
+	}
+	if err := h.Validate(); err != nil {
+		return fmt.Errorf("catalog: checkpoint %s: %w", CheckpointDir(j.name, id), err)
+	}
+	if h.Task.Job != j.name {
+		return fmt.Errorf("%w: handle of task %s offered to checkpoint %s of another job", ErrInvalidArgument, h.Task, CheckpointDir(j.name, id))
+	}
+	if h.CheckpointID != id {
+		return fmt.Errorf("%w: handle of task %s is for checkpoint %d, not %d", ErrInvalidArgument, h.Task, h.CheckpointID, id)
+	}
+	private := CheckpointDir(j.name, id) + "/"
+	for _, f := range h.Files {
+		n := classify(f.Path)
+		switch {
+		case f.Shared && n.kind != objShared:
+			return fmt.Errorf("%w: task %s: shared file %s is not under <job>/%s/", ErrInvalidArgument, h.Task, f.Path, sharedDir)
+		case !f.Shared && (!strings.HasPrefix(f.Path, private) || n.kind != objCheckpoint):
+			return fmt.Errorf("%w: task %s: private file %s is not under %s", ErrInvalidArgument, h.Task, f.Path, private)
+		}
+		if !managed(h) {
+			continue
+		}
+		if src, ok := j.noClaim[f.Path]; ok {
+			return fmt.Errorf("%w: task %s references %s of checkpoint %s, which the job restored in no-claim mode (the first checkpoint after such a restore must be full)",
+				ErrInvalidArgument, h.Task, f.Path, src)
+		}
+		if c.deleting[f.Path] {
+			return fmt.Errorf("%w: task %s references %s, which is being deleted as unreferenced (an upload of an aborted checkpoint?)",
+				ErrNotFound, h.Task, f.Path)
+		}
+	}
+	return nil
+}
+
+func (c *Catalog) protectLocked(h *backend.Handle, delta int) {
+	if !managed(h) {
+		return
+	}
+	for _, f := range h.Files {
+		c.protect[f.Path] += delta
+		if c.protect[f.Path] <= 0 {
+			delete(c.protect, f.Path)
+		}
+	}
+}
+
+// AddTaskHandle records the handle of one task for in-flight checkpoint id
+// of job (begun with BeginCheckpoint). Its files are protected from the
+// sweep from now on; Complete writes them into the manifest.
+func (c *Catalog) AddTaskHandle(job string, id uint64, h *backend.Handle) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return ErrClosed
+	}
+	j, ok := c.jobs[job]
+	var inf *inflight
+	if ok {
+		inf = j.inflight[id]
+	}
+	if inf == nil {
+		return fmt.Errorf("%w: checkpoint %s is not in flight", ErrState, CheckpointDir(job, id))
+	}
+	if inf.completing {
+		return fmt.Errorf("%w: checkpoint %s is completing", ErrState, CheckpointDir(job, id))
+	}
+	if err := c.checkHandleLocked(j, id, h); err != nil {
+		return err
+	}
+	for _, o := range inf.handles {
+		if o.Task == h.Task {
+			return fmt.Errorf("%w: checkpoint %s already has a handle of task %s", ErrExists, CheckpointDir(job, id), h.Task)
+		}
+	}
+	h = cloneHandle(h)
+	inf.handles = append(inf.handles, h)
+	c.protectLocked(h, +1)
+	return nil
+}
+
+// Complete completes in-flight checkpoint id of job with the handles added
+// by AddTaskHandle plus handles. It checks that every file not referenced
+// yet exists with its size, writes "<job>/chk-<id>/_metadata" (PutIfAbsent:
+// exactly once), registers the files, and applies retention: checkpoints of
+// the job beyond Options.Retain are discarded (their manifest first, then
+// every file no other checkpoint or savepoint references).
+//
+// Complete of a checkpoint that completed already returns its manifest
+// (a retried call). If Complete fails, the checkpoint stays in flight: the
+// caller may retry it or Abort it.
+func (c *Catalog) Complete(ctx context.Context, job string, id uint64, handles ...*backend.Handle) (*Manifest, error) {
+	r := ref{job, id}
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return nil, ErrClosed
+	}
+	if e, ok := c.entries[r]; ok && !e.discarding {
+		m := cloneManifest(e.m)
+		c.mu.Unlock()
+		return m, nil
+	}
+	j, ok := c.jobs[job]
+	var inf *inflight
+	if ok {
+		inf = j.inflight[id]
+	}
+	if inf == nil {
+		c.mu.Unlock()
+		return nil, fmt.Errorf("%w: checkpoint %s is not in flight (BeginCheckpoint first)", ErrState, r)
+	}
+	if inf.completing {
+		c.mu.Unlock()
+		return nil, fmt.Errorf("%w: checkpoint %s is already completing", ErrState, r)
+	}
+	all := slices.Clone(inf.handles)
+	seen := map[backend.TaskID]bool{}
+	for _, h := range all {
+		seen[h.Task] = true
+	}
+	var extra []*backend.Handle
+	for _, h := range handles {
+		if err := c.checkHandleLocked(j, id, h); err != nil {
+			c.mu.Unlock()
+			return nil, err
+		}
+		if seen[h.Task] {
+			c.mu.Unlock()
+			return nil, fmt.Errorf("%w: checkpoint %s has two handles of task %s", ErrInvalidArgument, r, h.Task)
+		}
+		seen[h.Task] = true
+		extra = append(extra, cloneHandle(h))
+	}
+	if len(all)+len(extra) == 0 {
+		c.mu.Unlock()
+		return nil, fmt.Errorf("%w: checkpoint %s has no task handle", ErrInvalidArgument, r)
+	}
+	for _, h := range extra {
+		c.protectLocked(h, +1)
+	}
+	all = append(all, extra...)
+	inf.completing = true
+	started := inf.started
+	c.mu.Unlock()
+
+	m, enc, err := c.writeManifest(ctx, r, started, all)
+
+	c.mu.Lock()
+	inf.completing = false
+	if err != nil {
+		for _, h := range extra {
+			c.protectLocked(h, -1)
+		}
+		c.mu.Unlock()
+		return nil, err
+	}
+	e := &entry{ref: r, m: m, enc: enc, owner: job}
+	if err := c.reg.Register(r.dir(), checkpointObjects(m, enc)); err != nil {
+		for _, h := range extra {
+			c.protectLocked(h, -1)
+		}
+		c.mu.Unlock()
+		// The manifest must not outlive a failed registration, or a restart
+		// would resurrect a checkpoint whose files nothing protected.
+		c.deleteNames(ctx, []string{r.manifest()})
+		return nil, fmt.Errorf("catalog: complete %s: %w", r, err)
+	}
+	c.entries[r] = e
+	delete(j.inflight, id)
+	for _, h := range all {
+		c.protectLocked(h, -1)
+	}
+	c.recordLocked(j, Record{ID: id, Status: StatusCompleted, Started: m.Started, Ended: m.Completed,
+		CheckpointedSize: m.CheckpointedSize, FullSize: m.FullSize, Tasks: len(m.Tasks)})
+	drops := c.retentionLocked(job)
+	c.mu.Unlock()
+
+	for _, d := range drops {
+		if err := c.discard(ctx, d); err != nil {
+			c.opts.Logf("catalog: discard %s after completing %s (the sweep retries): %v", d.ref, r, err)
+		}
+	}
+	c.saveJobLogged(ctx, job)
+	return cloneManifest(m), nil
+}
+
+// writeManifest checks the files of a completing checkpoint and writes its
+// manifest.
+func (c *Catalog) writeManifest(ctx context.Context, r ref, started time.Time, hs []*backend.Handle) (*Manifest, []byte, error) {
+	// Check that every file not known yet exists with the size its handle
+	// says: a checkpoint must never point at a missing file. Files already
+	// registered were checked when their first checkpoint completed.
+	var check []backend.FileRef
+	seen := map[string]bool{}
+	for _, h := range hs {
+		if !managed(h) {
+			continue
+		}
+		for _, f := range h.Files {
+			if seen[f.Path] {
+				continue
+			}
+			seen[f.Path] = true
+			if o, ok := c.reg.Lookup(f.Path); ok {
+				if o.Size != f.Size || (o.CRC32C != 0 && o.CRC32C != f.CRC32C) {
+					return nil, nil, fmt.Errorf("%w: checkpoint %s lists %s with size %d crc %08x, but it is registered with size %d crc %08x",
+						ErrInvalidArgument, r, f.Path, f.Size, f.CRC32C, o.Size, o.CRC32C)
+				}
+				continue
+			}
+			check = append(check, f)
+		}
+	}
+	err := c.forEach(ctx, len(check), func(ctx context.Context, i int) error {
+		f := check[i]
+		info, err := c.store.Stat(ctx, f.Path)
+		if tiered.IsNotFound(err) {
+			return fmt.Errorf("%w: checkpoint %s: file %s does not exist", ErrNotFound, r, f.Path)
+		}
+		if err != nil {
+			return fmt.Errorf("catalog: checkpoint %s: stat %s: %w", r, f.Path, err)
+		}
+		if info.Size != f.Size {
+			return fmt.Errorf("%w: checkpoint %s: file %s has %d bytes, its handle says %d", ErrCorrupt, r, f.Path, info.Size, f.Size)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	sortTasks(hs)
+	m := &Manifest{Version: ManifestVersion, Kind: KindCheckpoint, Job: r.job, CheckpointID: r.id,
+		Started: started, Completed: c.opts.Clock(), Tasks: hs}
+	for _, h := range hs {
+		m.CheckpointedSize += h.CheckpointedSize
+		m.FullSize += h.FullSize
+	}
+	enc, err := EncodeManifest(m)
+	if err != nil {
+		return nil, nil, err
+	}
+	err = c.store.PutIfAbsent(ctx, r.manifest(), bytes.NewReader(enc), int64(len(enc)))
+	if errors.Is(err, tiered.ErrExists) {
+		// A previous attempt may have written it and then failed to hear
+		// the answer. Accept it if it describes the same checkpoint.
+		old, rerr := tiered.ReadAll(ctx, c.store, r.manifest(), maxMetaSize)
+		if rerr != nil {
+			return nil, nil, fmt.Errorf("catalog: complete %s: manifest exists and cannot be read: %w", r, rerr)
+		}
+		om, derr := DecodeManifest(old)
+		if derr != nil || !sameTasks(om, m) {
+			return nil, nil, fmt.Errorf("%w: checkpoint %s has a different manifest already (%v)", ErrExists, r, derr)
+		}
+		return om, old, nil
+	}
+	if err != nil {
+		// The put may have landed anyway; a manifest must not appear for a
+		// checkpoint that the caller was told failed.
+		c.deleteNames(ctx, []string{r.manifest()})
+		return nil, nil, fmt.Errorf("catalog: complete %s: write manifest: %w", r, err)
+	}
+	return m, enc, nil
+}
+
+func sameTasks(a, b *Manifest) bool {
+	if len(a.Tasks) != len(b.Tasks) {
+		return false
+	}
+	for i := range a.Tasks {
+		x, _ := backend.EncodeHandle(a.Tasks[i])
+		y, _ := backend.EncodeHandle(b.Tasks[i])
+		if !bytes.Equal(x, y) {
+			return false
+		}
+	}
+	return true
+}
+
+// recordLocked adds or replaces the history record of r.ID.
+func (c *Catalog) recordLocked(j *jobState, r Record) {
+	i, found := slices.BinarySearchFunc(j.history, r.ID, func(x Record, id uint64) int {
+		switch {
+		case x.ID < id:
+			return -1
+		case x.ID > id:
+			return 1
+		}
+		return 0
+	})
+	if found {
+		j.history[i] = r
+	} else {
+		j.history = slices.Insert(j.history, i, r)
+	}
+	if n := len(j.history) - c.opts.MaxHistory; n > 0 {
+		j.history = slices.Delete(j.history, 0, n)
+	}
+}
+
+// owned returns the checkpoints job owns and may subsume, oldest first:
+// adopted ones (in adoption order), then its own by id.
+func (c *Catalog) ownedLocked(job string) []*entry {
+	var out []*entry
+	for _, e := range c.entries {
+		if e.owner == job && !e.discarding {
+			out = append(out, e)
+		}
+	}
+	sort.Slice(out, func(i, k int) bool {
+		a, b := out[i], out[k]
+		aa, ba := a.ref.job != job, b.ref.job != job
+		if aa != ba {
+			return aa
+		}
+		if aa && !a.adoptedAt.Equal(b.adoptedAt) {
+			return a.adoptedAt.Before(b.adoptedAt)
+		}
+		if a.ref.job != b.ref.job {
+			return a.ref.job < b.ref.job
+		}
+		return a.ref.id < b.ref.id
+	})
+	return out
+}
+
+// retentionLocked marks the checkpoints beyond Retain for discarding and
+// returns them.
+func (c *Catalog) retentionLocked(job string) []*entry {
+	if j := c.jobs[job]; j != nil && j.degraded {
+		return nil
+	}
+	var counted []*entry
+	for _, e := range c.ownedLocked(job) {
+		if !e.pinned {
+			counted = append(counted, e)
+		}
+	}
+	n := len(counted) - c.opts.Retain
+	if n <= 0 {
+		return nil
+	}
+	for _, e := range counted[:n] {
+		e.discarding = true
+	}
+	return counted[:n]
+}
+
+// discard deletes a dropped checkpoint: the manifest first (so that a crash
+// from here on leaves orphans for the sweep, never a retained checkpoint
+// with missing files), then every object of its directory and every shared
+// file that no one references any more.
+func (c *Catalog) discard(ctx context.Context, e *entry) error {
+	if err := c.deleteRetried(ctx, []string{e.ref.manifest()}); err != nil {
+		return fmt.Errorf("catalog: discard %s: delete manifest: %w", e.ref, err)
+	}
+	c.mu.Lock()
+	if c.entries[e.ref] == e {
+		delete(c.entries, e.ref)
+	}
+	dropped := c.reg.Unregister(e.ref.dir())
+	c.mu.Unlock()
+	names := make([]string, 0, len(dropped))
+	for _, o := range dropped {
+		names = append(names, o.Path)
+	}
+	listed, err := c.list(ctx, e.ref.dir()+"/")
+	if err != nil {
+		_, _ = c.deleteUnreferenced(ctx, names)
+		return fmt.Errorf("catalog: discard %s: list its directory (the sweep will finish): %w", e.ref, err)
+	}
+	for _, o := range listed {
+		names = append(names, o.Name)
+	}
+	_, err = c.deleteUnreferenced(ctx, names)
+	return err
+}
+
+// Abort ends in-flight checkpoint id of job without completing it. why is
+// StatusAborted, StatusDeclined or StatusExpired, reason a text for the
+// history. Abort deletes the checkpoint's private directory now (after
+// making sure no manifest for it survives); the shared files it uploaded
+// are left to the sweep, which deletes them once they are older than the
+// grace period if no completed checkpoint references them (FLINK-24611).
+// Aborting an unknown checkpoint cleans its directory and records it.
+// Aborting a completed checkpoint is ErrState.
+func (c *Catalog) Abort(ctx context.Context, job string, id uint64, why Status, reason string) error {
+	if !why.failed() {
+		return fmt.Errorf("%w: abort status %q (want aborted, declined or expired)", ErrInvalidArgument, why)
+	}
+	return c.abort(ctx, job, id, why, reason)
+}
+
+// Release ends in-flight checkpoint id of job like Abort, but leaves no
+// history record: for a snapshot taken only to be copied into a native
+// savepoint (TriggerSavepoint), which is no failed checkpoint. Tell the
+// backends NotifyCheckpointAborted(id) so that they never reuse its
+// uploads: a savepoint must not move the incremental base (FLINK-23949).
+func (c *Catalog) Release(ctx context.Context, job string, id uint64) error {
+	return c.abort(ctx, job, id, "", "")
+}
+
+func (c *Catalog) abort(ctx context.Context, job string, id uint64, why Status, reason string) error {
+	if err := ValidateJob(job); err != nil {
+		return err
+	}
+	r := ref{job, id}
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return ErrClosed
+	}
+	if _, ok := c.entries[r]; ok {
+		c.mu.Unlock()
+		return fmt.Errorf("%w: checkpoint %s completed; it cannot be aborted", ErrState, r)
+	}
+	j := c.job(job)
+	now := c.opts.Clock()
+	rec := Record{ID: id, Status: why, Started: now, Ended: now, Reason: reason}
+	if inf := j.inflight[id]; inf != nil {
+		if inf.completing {
+			c.mu.Unlock()
+			return fmt.Errorf("%w: checkpoint %s is completing", ErrState, r)
+		}
+		for _, h := range inf.handles {
+			c.protectLocked(h, -1)
+			rec.CheckpointedSize += h.CheckpointedSize
+			rec.FullSize += h.FullSize
+		}
+		rec.Started = inf.started
+		rec.Tasks = len(inf.handles)
+		delete(j.inflight, id)
+	}
+	if why != "" {
+		c.recordLocked(j, rec)
+	}
+	c.mu.Unlock()
+
+	var err error
+	if listed, lerr := c.list(ctx, r.dir()+"/"); lerr != nil {
+		err = fmt.Errorf("catalog: abort %s: list its directory (the sweep will clean it): %w", r, lerr)
+	} else {
+		names := make([]string, len(listed))
+		for i, o := range listed {
+			names[i] = o.Name
+		}
+		if _, derr := c.deleteUnreferenced(ctx, names); derr != nil {
+			err = fmt.Errorf("catalog: abort %s (the sweep will finish the cleanup): %w", r, derr)
+		}
+	}
+	c.saveJobLogged(ctx, job)
+	return err
+}
+
+// DeleteCheckpoint discards a retained checkpoint that job owns, pinned or
+// not, as retention would. Its files that other checkpoints or savepoints
+// reference stay.
+func (c *Catalog) DeleteCheckpoint(ctx context.Context, job string, id uint64) error {
+	r := ref{job, id}
+	c.mu.Lock()
+	e, ok := c.entries[r]
+	if !ok || e.discarding {
+		c.mu.Unlock()
+		return fmt.Errorf("%w: checkpoint %s is not retained", ErrNotFound, r)
+	}
+	if e.owner != job {
+		c.mu.Unlock()
+		return fmt.Errorf("%w: checkpoint %s belongs to job %s (claimed)", ErrState, r, e.owner)
+	}
+	e.discarding = true
+	c.mu.Unlock()
+	err := c.discard(ctx, e)
+	c.saveJobLogged(ctx, job)
+	return err
+}
+
+// Latest returns the manifest of the newest retained checkpoint job owns
+// (in retention order: its own checkpoints by id, after adopted ones).
+func (c *Catalog) Latest(job string) (*Manifest, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	owned := c.ownedLocked(job)
+	if len(owned) == 0 {
+		return nil, false
+	}
+	return cloneManifest(owned[len(owned)-1].m), true
+}
+
+// Checkpoint returns the manifest of retained checkpoint id of job.
+func (c *Catalog) Checkpoint(job string, id uint64) (*Manifest, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e, ok := c.entries[ref{job, id}]
+	if !ok || e.discarding {
+		return nil, false
+	}
+	return cloneManifest(e.m), true
+}
+
+// Retained lists the ids of the retained checkpoints of job's own
+// directory (whoever owns them), sorted.
+func (c *Catalog) Retained(job string) []uint64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var ids []uint64
+	for r, e := range c.entries {
+		if r.job == job && !e.discarding {
+			ids = append(ids, r.id)
+		}
+	}
+	slices.Sort(ids)
+	return ids
+}
+
+// List returns the history of job, oldest first: completed (retained or
+// subsumed), failed and in-flight checkpoints.
+func (c *Catalog) List(job string) []Record {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	j, ok := c.jobs[job]
+	if !ok {
+		return nil
+	}
+	byID := map[uint64]Record{}
+	for _, r := range j.history {
+		byID[r.ID] = r
+	}
+	for r, e := range c.entries {
+		if r.job != job || e.discarding {
+			continue
+		}
+		rec, ok := byID[r.id]
+		if !ok || rec.Status != StatusCompleted {
+			rec = Record{ID: r.id, Status: StatusCompleted, Started: e.m.Started, Ended: e.m.Completed,
+				CheckpointedSize: e.m.CheckpointedSize, FullSize: e.m.FullSize, Tasks: len(e.m.Tasks)}
+		}
+		rec.Retained, rec.Pinned = true, e.pinned
+		if e.owner != job {
+			rec.Owner = e.owner
+		}
+		byID[r.id] = rec
+	}
+	for id, inf := range j.inflight {
+		byID[id] = Record{ID: id, Status: StatusInProgress, Started: inf.started, Tasks: len(inf.handles)}
+	}
+	out := make([]Record, 0, len(byID))
+	for _, r := range byID {
+		out = append(out, r)
+	}
+	sort.Slice(out, func(a, b int) bool { return out[a].ID < out[b].ID })
+	return out
+}

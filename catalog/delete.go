@@ -1,0 +1,160 @@
+package catalog
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/statedhq/stated/tiered"
+)
+
+func (c *Catalog) list(ctx context.Context, prefix string) ([]tiered.ObjectInfo, error) {
+	var out []tiered.ObjectInfo
+	err := tiered.Walk(ctx, c.store, prefix, func(o tiered.ObjectInfo) error {
+		out = append(out, o)
+		return nil
+	})
+	return out, err
+}
+
+// liveLocked reports whether name must not be deleted: referenced by a
+// retained checkpoint or savepoint, listed by a pending handle, under an
+// in-flight checkpoint or savepoint, or under a directory with a damaged
+// manifest.
+func (c *Catalog) liveLocked(name string) bool {
+	if c.reg.Count(name) > 0 || c.protect[name] > 0 || c.deleting[name] {
+		return true
+	}
+	n := classify(name)
+	switch n.kind {
+	case objUnknown, objJobFile:
+		return true
+	case objCheckpoint, objCheckpointManifest:
+		if j := c.jobs[n.job]; j != nil && j.inflight[n.id] != nil {
+			return true
+		}
+		if e := c.entries[ref{n.job, n.id}]; e != nil && n.kind == objCheckpointManifest {
+			return true
+		}
+	case objSavepoint, objSavepointManifest:
+		if c.spInflight[n.sp] {
+			return true
+		}
+		if _, ok := c.savepoints[n.sp]; ok && n.kind == objSavepointManifest {
+			return true
+		}
+	}
+	_, bad := c.protectDirs[n.dir()]
+	return bad
+}
+
+// deleteUnreferenced deletes those of names that are not live, manifests
+// first, and returns the names it tried to delete. Names are re-checked
+// and marked under the lock, so a checkpoint completing concurrently either
+// sees the mark (and fails) or registers first (and the name is skipped).
+func (c *Catalog) deleteUnreferenced(ctx context.Context, names []string) ([]string, error) {
+	names = slices.Clone(names)
+	slices.Sort(names)
+	names = slices.Compact(names)
+	c.mu.Lock()
+	var manifests, rest []string
+	for _, n := range names {
+		if c.liveLocked(n) {
+			continue
+		}
+		c.deleting[n] = true
+		if strings.HasSuffix(n, "/"+ManifestName) {
+			manifests = append(manifests, n)
+		} else {
+			rest = append(rest, n)
+		}
+	}
+	c.mu.Unlock()
+	defer func() {
+		c.mu.Lock()
+		for _, n := range manifests {
+			delete(c.deleting, n)
+		}
+		for _, n := range rest {
+			delete(c.deleting, n)
+		}
+		c.mu.Unlock()
+	}()
+	tried := append(slices.Clone(manifests), rest...)
+	if err := c.deleteRetried(ctx, manifests); err != nil {
+		return tried, err
+	}
+	return tried, c.deleteRetried(ctx, rest)
+}
+
+// deleteNames is a best-effort delete for cleanup paths whose failure the
+// sweep repairs.
+func (c *Catalog) deleteNames(ctx context.Context, names []string) {
+	if err := c.deleteRetried(ctx, names); err != nil {
+		c.opts.Logf("catalog: delete (the sweep retries): %v", err)
+	}
+}
+
+// deleteRetried deletes names in batches of DeleteBatch, DeleteParallelism
+// at a time, retrying each batch. Deleting a missing object succeeds, so a
+// retry never fails on what the first attempt managed.
+func (c *Catalog) deleteRetried(ctx context.Context, names []string) error {
+	var batches [][]string
+	for len(names) > 0 {
+		n := min(len(names), c.opts.DeleteBatch)
+		batches = append(batches, names[:n])
+		names = names[n:]
+	}
+	return c.forEach(ctx, len(batches), func(ctx context.Context, i int) error {
+		var err error
+		for attempt := 0; attempt < defaultDeleteAttempts; attempt++ {
+			if attempt > 0 {
+				select {
+				case <-ctx.Done():
+					return ctx.Err()
+				case <-time.After(time.Duration(attempt*attempt) * retryBackoff):
+				}
+			}
+			if err = c.store.DeleteBatch(ctx, batches[i]); err == nil {
+				return nil
+			}
+		}
+		return fmt.Errorf("catalog: delete %d objects (first %s): %w", len(batches[i]), batches[i][0], err)
+	})
+}
+
+// forEach runs fn(0..n-1) with at most DeleteParallelism at a time and
+// returns every error joined. It stops starting new calls once ctx is done.
+func (c *Catalog) forEach(ctx context.Context, n int, fn func(ctx context.Context, i int) error) error {
+	if n == 0 {
+		return nil
+	}
+	sem := make(chan struct{}, c.opts.DeleteParallelism)
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var errs []error
+	for i := 0; i < n; i++ {
+		if ctx.Err() != nil {
+			mu.Lock()
+			errs = append(errs, ctx.Err())
+			mu.Unlock()
+			break
+		}
+		sem <- struct{}{}
+		wg.Add(1)
+		go func(i int) {
+			defer func() { <-sem; wg.Done() }()
+			if err := fn(ctx, i); err != nil {
+				mu.Lock()
+				errs = append(errs, err)
+				mu.Unlock()
+			}
+		}(i)
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
