@@ -3,6 +3,7 @@ package catalog
 import (
 	"context"
 	"errors"
+	"io"
 	"reflect"
 	"slices"
 	"strings"
@@ -586,4 +587,49 @@ func TestUnknownJobFileIsNotOverwrittenWhenDamaged(t *testing.T) {
 	if got := storeSnapshot(t, s, "j/_catalog")["j/_catalog"]; got != "garbage" {
 		t.Fatal("damaged job file overwritten")
 	}
+}
+
+// TestCancelledCompleteTakesBackItsManifest: a Complete whose context is
+// cancelled after the manifest landed removes the manifest again, so no
+// checkpoint the caller was told failed reappears after a restart.
+func TestCancelledCompleteTakesBackItsManifest(t *testing.T) {
+	mem := memstore.New()
+	clk := &testClock{}
+	cs := &cancelOnPut{Store: mem}
+	c := openCat(t, cs, clk)
+	a := newFakeTask("j", "op", 0, backend.KeyGroupRange{Start: 0, End: 127})
+	if err := c.BeginCheckpoint("j", 1); err != nil {
+		t.Fatal(err)
+	}
+	a.snapshot(1)
+	h, err := a.upload(ctx, mem, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cctx, cancel := context.WithCancel(ctx)
+	cs.cancel = cancel
+	if _, err := c.Complete(cctx, "j", 1, h); err == nil {
+		t.Fatal("complete succeeded with a cancelled context")
+	}
+	if exists(t, mem, CheckpointManifest("j", 1)) {
+		t.Fatal("the manifest of a failed completion survives")
+	}
+}
+
+// cancelOnPut lands a PutIfAbsent, then cancels the caller's context and
+// reports the cancellation, as a client that gave up waiting would see.
+type cancelOnPut struct {
+	tiered.Store
+	cancel context.CancelFunc
+}
+
+func (s *cancelOnPut) PutIfAbsent(ctx context.Context, name string, r io.Reader, size int64) error {
+	if err := s.Store.PutIfAbsent(ctx, name, r, size); err != nil {
+		return err
+	}
+	if s.cancel != nil {
+		s.cancel()
+		return ctx.Err()
+	}
+	return nil
 }

@@ -92,12 +92,19 @@ func (c *Catalog) deleteUnreferenced(ctx context.Context, names []string) ([]str
 }
 
 // deleteNames is a best-effort delete for cleanup paths whose failure the
-// sweep repairs.
+// sweep (or an Abort) repairs. It runs even if ctx was cancelled (a
+// cancelled Complete must still take back its manifest), for at most
+// cleanupTimeout.
 func (c *Catalog) deleteNames(ctx context.Context, names []string) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+	defer cancel()
 	if err := c.deleteRetried(ctx, names); err != nil {
 		c.opts.Logf("catalog: delete (the sweep retries): %v", err)
 	}
 }
+
+// cleanupTimeout bounds deleteNames.
+const cleanupTimeout = 30 * time.Second
 
 // deleteRetried deletes names in batches of DeleteBatch, DeleteParallelism
 // at a time, retrying each batch. Deleting a missing object succeeds, so a
