@@ -23,7 +23,8 @@ import (
 
 // refBackend is a deliberately simple backend that exists only to test the
 // suite itself: kvstate over memkv, and a snapshot that is one file of
-// length-prefixed entries checked by the CRC in the handle. It passes the
+// length-prefixed entries, each with its own CRC, checked as a whole by the
+// CRC in the handle. It passes the
 // whole suite, so every failure the suite reports for a real backend is a
 // difference between that backend and the contract.
 type refBackend struct {
@@ -100,13 +101,24 @@ func restoreFile(store tiered.Store, f backend.FileRef, in backend.KeyGroupRange
 	}
 	for len(data) > 0 {
 		var kv [2][]byte
+		rest := data
 		for i := range kv {
-			n, w := binary.Uvarint(data)
-			if w <= 0 || uint64(len(data)-w) < n {
+			n, w := binary.Uvarint(rest)
+			if w <= 0 || uint64(len(rest)-w) < n {
 				return fmt.Errorf("ref: %w: snapshot file %s: bad entry length", backend.ErrCorrupt, f.Path)
 			}
-			kv[i], data = data[w:w+int(n)], data[w+int(n):]
+			kv[i], rest = rest[w:w+int(n)], rest[w+int(n):]
 		}
+		// Each entry carries its own CRC, so damage that got past the file
+		// checksum is still caught.
+		if len(rest) < 4 {
+			return fmt.Errorf("ref: %w: snapshot file %s: entry without checksum", backend.ErrCorrupt, f.Path)
+		}
+		entry := data[:len(data)-len(rest)]
+		if !noCRC && binary.BigEndian.Uint32(rest) != frame.Checksum(entry) {
+			return fmt.Errorf("ref: %w: snapshot file %s: entry checksum mismatch", backend.ErrCorrupt, f.Path)
+		}
+		data = rest[4:]
 		ok, err := kvstate.CheckEntry(kv[0], in)
 		if err != nil {
 			return fmt.Errorf("ref: snapshot file %s: %w", f.Path, err)
@@ -212,10 +224,11 @@ func (p *refPending) Run(ctx context.Context) (*backend.Handle, error) {
 	}
 	err := src.Scan(nil, nil, func(k, v []byte) (bool, error) {
 		if keep(k, v) {
-			buf.Write(binary.AppendUvarint(nil, uint64(len(k))))
-			buf.Write(k)
-			buf.Write(binary.AppendUvarint(nil, uint64(len(v))))
-			buf.Write(v)
+			e := binary.AppendUvarint(nil, uint64(len(k)))
+			e = append(e, k...)
+			e = binary.AppendUvarint(e, uint64(len(v)))
+			e = append(e, v...)
+			buf.Write(binary.BigEndian.AppendUint32(e, frame.Checksum(e)))
 		}
 		return true, nil
 	})
@@ -261,6 +274,7 @@ func TestSuiteCatchesBugs(t *testing.T) {
 	}
 	cases := []struct{ mutation, subtest, want string }{
 		{"no-crc", "CorruptFile", "restore with byte"},
+		{"no-crc", "ChecksummedDamage", "damage read back as data"},
 		{"snapshot-live", "SnapshotRestore", "model says"},
 		{"snapshot-live", "Model", "model says"},
 		{"range-off-by-one", "RestoreSubRange", "model says"},

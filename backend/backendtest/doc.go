@@ -25,7 +25,9 @@
 // aborted checkpoints whose files are deleted, canonical savepoints, and
 // damaged snapshot files (a flipped byte, a truncated, extended or missing
 // file) that must fail the restore with an error wrapping backend.ErrCorrupt
-// (or ErrNotFound) that names the file.
+// (or ErrNotFound) that names the file. Damage whose checksum was recorded
+// in the handle (a writer bug) must still never read back as data: the
+// restore or the reads fail with ErrCorrupt, or the state is intact.
 //
 // Results are checked against Model, a plain map-based implementation of
 // the semantics written independently of kvstate; random operation

@@ -76,6 +76,7 @@ func Run(t *testing.T, h Harness) {
 		{"CorruptFile", testCorruptFile},
 		{"TruncatedFile", testTruncatedFile},
 		{"MissingFile", testMissingFile},
+		{"ChecksummedDamage", testChecksummedDamage},
 		{"IncompatibleHandle", testIncompatibleHandle},
 		{"Model", testModel},
 		{"ModelSeveralHandles", testModelSeveralHandles},

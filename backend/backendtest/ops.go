@@ -218,8 +218,22 @@ func genOp(c chooser, states []backend.StateDescriptor, r backend.KeyGroupRange,
 // apply runs o on b and on m and fails t if they disagree.
 func apply(t tester, b backend.Backend, m *Model, o op, now int64) {
 	t.Helper()
-	var err error
-	var got, want any
+	got, want, err := run(b, m, o, now)
+	if o.outside {
+		wantErr(t, err, backend.ErrKeyGroupOutOfRange, "%v", o)
+		return
+	}
+	if err != nil {
+		t.Fatalf("%v: %v", o, err)
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("%v: got %v, model says %v", o, got, want)
+	}
+}
+
+// run runs o on b and on m and returns both results in comparable form
+// (nil for writes) and b's error.
+func run(b backend.Backend, m *Model, o op, now int64) (got, want any, err error) {
 	switch o.kind {
 	case opGet:
 		v, ok, e := b.Get(o.state, o.k)
@@ -307,16 +321,7 @@ func apply(t tester, b backend.Backend, m *Model, o op, now int64) {
 		err = e
 		got, want = fmtTimers(ts), fmtTimers(m.PollTimers(o.state, o.watermark, o.limit))
 	}
-	if o.outside {
-		wantErr(t, err, backend.ErrKeyGroupOutOfRange, "%v", o)
-		return
-	}
-	if err != nil {
-		t.Fatalf("%v: %v", o, err)
-	}
-	if !reflect.DeepEqual(got, want) {
-		t.Fatalf("%v: got %v, model says %v", o, got, want)
-	}
+	return got, want, err
 }
 
 // Canonical printable forms, so that nil and empty slices compare equal and
@@ -375,11 +380,19 @@ func compareAll(t tester, b backend.Backend, m *Model, r backend.KeyGroupRange, 
 	if got, want := b.States(), m.States(); !sameStates(got, want) {
 		t.Fatalf("%s: states %v, want %v", what, got, want)
 	}
+	for _, o := range readOps(m, r, dom, drain) {
+		compareOp(t, b, m, o, now, what)
+	}
+}
+
+// readOps lists the reads that cover every address of dom in r for every
+// state of m (and, with drain, a poll of every timer).
+func readOps(m *Model, r backend.KeyGroupRange, dom Domain, drain bool) []op {
+	var ops []op
 	for _, d := range m.States() {
 		if d.Kind == backend.KindTimers {
 			if drain {
-				o := op{kind: opPollTimers, state: d.Name, watermark: math.MaxInt64}
-				compareOp(t, b, m, o, now, what)
+				ops = append(ops, op{kind: opPollTimers, state: d.Name, watermark: math.MaxInt64})
 			}
 			continue
 		}
@@ -398,12 +411,13 @@ func compareAll(t tester, b backend.Backend, m *Model, r backend.KeyGroupRange, 
 			for _, key := range dom.Keys {
 				for _, ns := range dom.Namespaces {
 					for _, k := range kinds {
-						compareOp(t, b, m, op{kind: k, state: d.Name, k: backend.Key{KeyGroup: kg, Key: key, Namespace: ns}}, now, what)
+						ops = append(ops, op{kind: k, state: d.Name, k: backend.Key{KeyGroup: kg, Key: key, Namespace: ns}})
 					}
 				}
 			}
 		}
 	}
+	return ops
 }
 
 func compareOp(t tester, b backend.Backend, m *Model, o op, now int64, what string) {

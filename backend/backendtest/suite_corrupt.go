@@ -2,11 +2,13 @@ package backendtest
 
 import (
 	"errors"
+	"reflect"
 	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/statedhq/stated/backend"
+	"github.com/statedhq/stated/internal/frame"
 	"github.com/statedhq/stated/tiered"
 )
 
@@ -14,20 +16,7 @@ import (
 // one on top (so an incremental backend's handle has shared and new files),
 // checks that the second restores, and returns it.
 func damageSetup(t *testing.T, e *env) *backend.Handle {
-	c := newRand(8)
-	b := e.mustOpen(t, e.opts(testRange, modelStates...))
-	m := NewModel(modelStates...)
-	e.randomOps(t, c, b, m, testRange, 400)
-	h1 := e.checkpoint(t, b)
-	b.NotifyCheckpointComplete(h1.CheckpointID)
-	e.randomOps(t, c, b, m, testRange, 200)
-	mh := m.Clone()
-	h := e.checkpoint(t, b)
-	if len(h.Files) == 0 {
-		t.Fatalf("checkpoint %d has no files", h.CheckpointID)
-	}
-	must(t, b.Close(), "close")
-	compareAll(t, e.restore(t, testRange, modelStates, h), mh, testRange, modelDomain, e.clock.Ms(), true, "restored before any damage")
+	h, _ := damageSetupModel(t, e)
 	return h
 }
 
@@ -175,4 +164,89 @@ func dedupe(xs ...int) []int {
 		}
 	}
 	return out
+}
+
+// testChecksummedDamage damages each file and records the damaged bytes'
+// checksum in the handle, as a writer with a bug would: the damage gets
+// past the file checksum and reaches the decoders. The restore must then
+// fail with an error wrapping ErrCorrupt (or ErrIncompatible, for a header
+// that now claims another format), or succeed with every read returning
+// exactly the snapshot's state or an error wrapping ErrCorrupt. Nothing
+// may panic, and nothing may silently read back wrong state.
+func testChecksummedDamage(t *testing.T, e *env) {
+	h, mh := damageSetupModel(t, e)
+	detected, benign := 0, 0
+	for i, f := range h.Files {
+		orig := e.read(t, f.Path)
+		for _, pos := range dedupe(0, 1, len(orig)/3, len(orig)/2, 2*len(orig)/3, len(orig)-2, len(orig)-1) {
+			if pos >= len(orig) {
+				continue
+			}
+			bad := append([]byte(nil), orig...)
+			bad[pos] ^= 0xff
+			e.replace(t, f.Path, bad)
+			c := copyHandle(t, h)
+			c.Files[i].CRC32C = frame.Checksum(bad)
+			damage := "byte " + strconv.Itoa(pos) + " of " + f.Path + " flipped and checksummed"
+			o := e.opts(testRange, modelStates...)
+			o.Restore = []*backend.Handle{c}
+			b, err := e.open(t, o)
+			if err != nil {
+				if !errors.Is(err, backend.ErrCorrupt) && !errors.Is(err, backend.ErrIncompatible) {
+					t.Fatalf("restore with %s: error %q wraps neither ErrCorrupt nor ErrIncompatible", damage, err)
+				}
+				t.Logf("restore with %s: %v", damage, err)
+				detected++
+				continue
+			}
+			// Read until the backend reports the damage (once it has, it
+			// may refuse or log every further read; what matters is that
+			// no read before returned wrong state).
+			m := mh.Clone()
+			failed := false
+			for _, rd := range readOps(m, testRange, modelDomain, true) {
+				if failed {
+					break
+				}
+				got, want, err := run(b, m, rd, e.clock.Ms())
+				switch {
+				case err != nil && errors.Is(err, backend.ErrCorrupt):
+					t.Logf("restore with %s succeeded; %v: %v", damage, rd, err)
+					failed = true
+				case err != nil:
+					t.Fatalf("restore with %s, then %v: error %q does not wrap ErrCorrupt", damage, rd, err)
+				case !reflect.DeepEqual(got, want):
+					t.Fatalf("restore with %s, then %v: got %v, the snapshot held %v (damage read back as data)", damage, rd, got, want)
+				}
+			}
+			if failed {
+				detected++
+			} else {
+				benign++
+			}
+			must(t, b.Close(), "close")
+		}
+		e.replace(t, f.Path, orig)
+	}
+	t.Logf("%d damages detected, %d harmless", detected, benign)
+}
+
+// damageSetupModel is damageSetup that also returns the model at the
+// snapshot.
+func damageSetupModel(t *testing.T, e *env) (*backend.Handle, *Model) {
+	c := newRand(8)
+	b := e.mustOpen(t, e.opts(testRange, modelStates...))
+	m := NewModel(modelStates...)
+	e.randomOps(t, c, b, m, testRange, 400)
+	h1 := e.checkpoint(t, b)
+	b.NotifyCheckpointComplete(h1.CheckpointID)
+	e.randomOps(t, c, b, m, testRange, 200)
+	mh := m.Clone()
+	h := e.checkpoint(t, b)
+	if len(h.Files) == 0 {
+		t.Fatalf("checkpoint %d has no files", h.CheckpointID)
+	}
+	must(t, b.Close(), "close")
+	compareAll(t, e.restore(t, testRange, modelStates, h), mh.Clone(), testRange, modelDomain, e.clock.Ms(), true, "restored before any damage")
+	return h, mh
 }
