@@ -92,7 +92,7 @@ func (p *canonicalSnapshot) Run(ctx context.Context) (*backend.Handle, error) {
 	scan := func(fn func(k, v []byte) error) error {
 		it, err := p.snap.NewIterWithContext(ctx, &pebble.IterOptions{LowerBound: start, UpperBound: end})
 		if err != nil {
-			return fmt.Errorf("lsm: scan: %w", err)
+			return wrapErr(err, "scan")
 		}
 		return scanIter(it, func(k, v []byte) (bool, error) {
 			if !keep(k, v) {

@@ -7,6 +7,7 @@ import (
 
 	"github.com/cockroachdb/pebble/v2"
 
+	"github.com/statedhq/stated/backend"
 	"github.com/statedhq/stated/backend/internal/kvstate"
 )
 
@@ -54,11 +55,11 @@ func (e engine) Get(key []byte) ([]byte, bool, error) {
 		return nil, false, nil
 	}
 	if err != nil {
-		return nil, false, fmt.Errorf("lsm: get %x: %w", key, err)
+		return nil, false, wrapErr(err, "get %x", key)
 	}
 	out := append(make([]byte, 0, len(v)), v...)
 	if err := closer.Close(); err != nil {
-		return nil, false, fmt.Errorf("lsm: get %x: %w", key, err)
+		return nil, false, wrapErr(err, "get %x", key)
 	}
 	return out, true, nil
 }
@@ -66,7 +67,7 @@ func (e engine) Get(key []byte) ([]byte, bool, error) {
 // Set implements kvstate.Engine.
 func (e engine) Set(key, value []byte) error {
 	if err := e.db.Set(key, value, pebble.NoSync); err != nil {
-		return fmt.Errorf("lsm: set %x: %w", key, err)
+		return wrapErr(err, "set %x", key)
 	}
 	return nil
 }
@@ -74,7 +75,7 @@ func (e engine) Set(key, value []byte) error {
 // Merge implements kvstate.Engine.
 func (e engine) Merge(key, operand []byte) error {
 	if err := e.db.Merge(key, operand, pebble.NoSync); err != nil {
-		return fmt.Errorf("lsm: merge %x: %w", key, err)
+		return wrapErr(err, "merge %x", key)
 	}
 	return nil
 }
@@ -82,7 +83,7 @@ func (e engine) Merge(key, operand []byte) error {
 // Delete implements kvstate.Engine.
 func (e engine) Delete(key []byte) error {
 	if err := e.db.Delete(key, pebble.NoSync); err != nil {
-		return fmt.Errorf("lsm: delete %x: %w", key, err)
+		return wrapErr(err, "delete %x", key)
 	}
 	return nil
 }
@@ -93,21 +94,21 @@ func (e engine) DeleteRange(start, end []byte) error {
 	if end == nil {
 		it, err := e.db.NewIter(&pebble.IterOptions{LowerBound: start})
 		if err != nil {
-			return fmt.Errorf("lsm: delete range from %x: %w", start, err)
+			return wrapErr(err, "delete range from %x", start)
 		}
 		if it.Last() {
 			end = append(append([]byte{}, it.Key()...), 0)
 		}
 		err = errors.Join(it.Error(), it.Close())
 		if err != nil {
-			return fmt.Errorf("lsm: delete range from %x: %w", start, err)
+			return wrapErr(err, "delete range from %x", start)
 		}
 		if end == nil {
 			return nil // nothing at or after start
 		}
 	}
 	if err := e.db.DeleteRange(start, end, pebble.NoSync); err != nil {
-		return fmt.Errorf("lsm: delete range [%x, %x): %w", start, end, err)
+		return wrapErr(err, "delete range [%x, %x)", start, end)
 	}
 	return nil
 }
@@ -116,7 +117,7 @@ func (e engine) DeleteRange(start, end []byte) error {
 func (e engine) Scan(start, end []byte, fn func(k, v []byte) (bool, error)) error {
 	it, err := e.db.NewIter(&pebble.IterOptions{LowerBound: start, UpperBound: end})
 	if err != nil {
-		return fmt.Errorf("lsm: scan [%x, %x): %w", start, end, err)
+		return wrapErr(err, "scan [%x, %x)", start, end)
 	}
 	return scanIter(it, fn)
 }
@@ -125,13 +126,13 @@ func (e engine) Scan(start, end []byte, fn func(k, v []byte) (bool, error)) erro
 func scanIter(it *pebble.Iterator, fn func(k, v []byte) (bool, error)) (err error) {
 	defer func() {
 		if cerr := it.Close(); cerr != nil && err == nil {
-			err = fmt.Errorf("lsm: scan: %w", cerr)
+			err = wrapErr(cerr, "scan")
 		}
 	}()
 	for valid := it.First(); valid; valid = it.Next() {
 		v, verr := it.ValueAndErr()
 		if verr != nil {
-			return fmt.Errorf("lsm: scan at %x: %w", it.Key(), verr)
+			return wrapErr(verr, "scan at %x", it.Key())
 		}
 		more, ferr := fn(it.Key(), v)
 		if ferr != nil {
@@ -142,7 +143,18 @@ func scanIter(it *pebble.Iterator, fn func(k, v []byte) (bool, error)) (err erro
 		}
 	}
 	if ierr := it.Error(); ierr != nil {
-		return fmt.Errorf("lsm: scan: %w", ierr)
+		return wrapErr(ierr, "scan")
 	}
 	return nil
+}
+
+// wrapErr names the operation and marks Pebble's corruption errors (a block
+// or file that fails its checksum) with backend.ErrCorrupt, so callers see
+// damaged local data for what it is.
+func wrapErr(err error, format string, args ...any) error {
+	what := fmt.Sprintf(format, args...)
+	if pebble.IsCorruptionError(err) {
+		return fmt.Errorf("lsm: %s: %w: %w", what, backend.ErrCorrupt, err)
+	}
+	return fmt.Errorf("lsm: %s: %w", what, err)
 }
