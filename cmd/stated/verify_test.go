@@ -190,13 +190,16 @@ func TestGCDryRunAndDelete(t *testing.T) {
 		t.Fatal("gc deleted a file younger than the grace period")
 	}
 	// Everything referenced is intact.
-	s := &dirStore{root: root}
+	s, err := localfs.OpenWith(root, localfs.Options{ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, dir := range []string{"j/chk-1", "j/chk-2", "savepoints/sp1"} {
 		if rep, err := catalog.Verify(context.Background(), s, dir, 0); err != nil || !rep.OK() {
 			t.Fatalf("gc damaged %s: %+v %v", dir, rep, err)
 		}
 	}
-	if _, err := (&dirStore{root: root}).List(context.Background(), "", "", 0); err != nil {
+	if _, err := s.List(context.Background(), "", "", 0); err != nil {
 		t.Fatal(err)
 	}
 	var _ tiered.Store = s

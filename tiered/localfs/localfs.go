@@ -11,6 +11,8 @@ package localfs
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -20,6 +22,7 @@ import (
 	"sort"
 	"strings"
 	"sync/atomic"
+	"time"
 
 	"github.com/statedhq/stated/tiered"
 )
@@ -29,30 +32,80 @@ const tmpDir = ".tmp"
 // DefaultListLimit is the page size of List when the caller passes none.
 const DefaultListLimit = 1000
 
+// DefaultTempGrace is how old a temporary file must be before Open removes
+// it as crash debris when Options.TempGrace is zero.
+const DefaultTempGrace = time.Hour
+
+// Options configure a Store.
+type Options struct {
+	// ReadOnly refuses every Put and Delete, and makes Open create and
+	// clean nothing: tools (stated verify) open a running daemon's
+	// directory this way without disturbing it.
+	ReadOnly bool
+	// MustExist makes Open fail if the directory does not exist.
+	MustExist bool
+	// TempGrace: Open removes temporary files older than this, left by a
+	// crashed writer. Younger ones may belong to another live process (a
+	// daemon writing while "stated gc" opens the same directory), so they
+	// stay. Default DefaultTempGrace.
+	TempGrace time.Duration
+}
+
 // Store is a directory-backed tiered.Store.
 type Store struct {
-	root   string
-	seq    atomic.Uint64
-	closed atomic.Bool
+	root     string
+	readOnly bool
+	seq      atomic.Uint64
+	closed   atomic.Bool
 }
 
 var _ tiered.Store = (*Store)(nil)
 
-// Open opens (creating it if needed) the store rooted at dir and removes
-// temporary files left by a crash.
-func Open(dir string) (*Store, error) {
+// errReadOnly is returned by writes to a read-only store.
+var errReadOnly = errors.New("localfs: store opened read-only")
+
+// Open opens (creating it if needed) the store rooted at dir with default
+// options, removing temporary files an earlier crash left behind.
+func Open(dir string) (*Store, error) { return OpenWith(dir, Options{}) }
+
+// OpenWith opens the store rooted at dir.
+func OpenWith(dir string, o Options) (*Store, error) {
 	if dir == "" {
 		return nil, errors.New("localfs: empty directory")
+	}
+	if o.TempGrace <= 0 {
+		o.TempGrace = DefaultTempGrace
 	}
 	abs, err := filepath.Abs(dir)
 	if err != nil {
 		return nil, fmt.Errorf("localfs: %w", err)
 	}
-	if err := os.RemoveAll(filepath.Join(abs, tmpDir)); err != nil {
+	if o.MustExist || o.ReadOnly {
+		fi, err := os.Stat(abs)
+		if err != nil {
+			return nil, fmt.Errorf("localfs: %w", err)
+		}
+		if !fi.IsDir() {
+			return nil, fmt.Errorf("localfs: %s is not a directory", abs)
+		}
+	}
+	if o.ReadOnly {
+		return &Store{root: abs, readOnly: true}, nil
+	}
+	tmp := filepath.Join(abs, tmpDir)
+	if err := os.MkdirAll(tmp, 0o755); err != nil {
+		return nil, fmt.Errorf("localfs: %w", err)
+	}
+	entries, err := os.ReadDir(tmp)
+	if err != nil {
 		return nil, fmt.Errorf("localfs: clean temporary files: %w", err)
 	}
-	if err := os.MkdirAll(filepath.Join(abs, tmpDir), 0o755); err != nil {
-		return nil, fmt.Errorf("localfs: %w", err)
+	for _, e := range entries {
+		if info, err := e.Info(); err == nil && time.Since(info.ModTime()) > o.TempGrace {
+			if err := os.RemoveAll(filepath.Join(tmp, e.Name())); err != nil {
+				return nil, fmt.Errorf("localfs: clean temporary files: %w", err)
+			}
+		}
 	}
 	return &Store{root: abs}, nil
 }
@@ -75,7 +128,7 @@ func (s *Store) path(name string) (string, error) {
 
 // writeTemp copies exactly size bytes from r into a synced temporary file.
 func (s *Store) writeTemp(ctx context.Context, name string, r io.Reader, size int64) (string, error) {
-	tmp := filepath.Join(s.root, tmpDir, fmt.Sprintf("%d-%d", os.Getpid(), s.seq.Add(1)))
+	tmp := filepath.Join(s.root, tmpDir, fmt.Sprintf("%d-%d-%s", os.Getpid(), s.seq.Add(1), randomSuffix()))
 	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
 	if err != nil {
 		return "", fmt.Errorf("localfs: put %s: %w", name, err)
@@ -100,6 +153,12 @@ func (s *Store) writeTemp(ctx context.Context, name string, r io.Reader, size in
 		return "", fmt.Errorf("localfs: put %s: %w", name, err)
 	}
 	return tmp, nil
+}
+
+func randomSuffix() string {
+	var b [6]byte
+	rand.Read(b[:])
+	return hex.EncodeToString(b[:])
 }
 
 type ctxReader struct {
@@ -137,6 +196,9 @@ func (s *Store) put(ctx context.Context, name string, r io.Reader, size int64, i
 	p, err := s.path(name)
 	if err != nil {
 		return err
+	}
+	if s.readOnly {
+		return fmt.Errorf("put %s: %w", name, errReadOnly)
 	}
 	if size < 0 {
 		return fmt.Errorf("localfs: put %s: negative size %d", name, size)
@@ -323,6 +385,9 @@ func (s *Store) Delete(ctx context.Context, name string) error {
 	p, err := s.path(name)
 	if err != nil {
 		return err
+	}
+	if s.readOnly {
+		return fmt.Errorf("delete %s: %w", name, errReadOnly)
 	}
 	if err := ctx.Err(); err != nil {
 		return err

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/statedhq/stated/tiered"
 	"github.com/statedhq/stated/tiered/localfs"
@@ -46,6 +47,10 @@ func TestOpenRemovesCrashLeftovers(t *testing.T) {
 	// What a crash between write and rename leaves.
 	tmp := filepath.Join(dir, ".tmp", "123-1")
 	if err := os.WriteFile(tmp, []byte("partial"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	past := time.Now().Add(-2 * localfs.DefaultTempGrace)
+	if err := os.Chtimes(tmp, past, past); err != nil {
 		t.Fatal(err)
 	}
 	s = open(t, dir)
@@ -129,5 +134,58 @@ func TestOpenErrors(t *testing.T) {
 	os.WriteFile(f, nil, 0o644)
 	if _, err := localfs.Open(f); err == nil {
 		t.Fatal("open of a regular file as a directory succeeded")
+	}
+}
+
+func TestReadOnlyAndTempGrace(t *testing.T) {
+	dir := t.TempDir()
+	w, err := localfs.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if err := tiered.PutBytes(ctx, w, "a/b", []byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	// A young temporary file (another live writer's) survives a second
+	// Open; an old one (crash debris) does not.
+	young := filepath.Join(dir, ".tmp", "young")
+	old := filepath.Join(dir, ".tmp", "old")
+	for _, p := range []string{young, old} {
+		if err := os.WriteFile(p, []byte("partial"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	past := time.Now().Add(-2 * time.Hour)
+	if err := os.Chtimes(old, past, past); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := localfs.Open(dir); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(young); err != nil {
+		t.Fatalf("young temp file removed: %v", err)
+	}
+	if _, err := os.Stat(old); !os.IsNotExist(err) {
+		t.Fatalf("old temp file kept: %v", err)
+	}
+	ro, err := localfs.OpenWith(dir, localfs.Options{ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, err := tiered.ReadAll(ctx, ro, "a/b", 0); err != nil || string(b) != "x" {
+		t.Fatalf("read-only read = %q, %v", b, err)
+	}
+	if err := tiered.PutBytes(ctx, ro, "c", nil); err == nil {
+		t.Fatal("read-only store accepted a put")
+	}
+	if err := ro.Delete(ctx, "a/b"); err == nil {
+		t.Fatal("read-only store accepted a delete")
+	}
+	if _, err := os.Stat(young); err != nil {
+		t.Fatal("read-only open touched temp files")
+	}
+	if _, err := localfs.OpenWith(filepath.Join(dir, "missing"), localfs.Options{MustExist: true}); err == nil {
+		t.Fatal("MustExist opened a missing directory")
 	}
 }
