@@ -253,6 +253,21 @@ func TestDamagedFiles(t *testing.T) {
 	}
 }
 
+// TestOpenContextCancelled: a restore stops when its context is done.
+func TestOpenContextCancelled(t *testing.T) {
+	e := newEnv(t)
+	b := e.open(full(), nil)
+	fill(t, b, full(), 100, "a")
+	h := checkpoint(t, b, 1)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	_, err := OpenContext(ctx, backend.Options{Task: testTask, KeyGroups: full(), States: testStates, Store: e.store,
+		Restore: []*backend.Handle{h}}, Options{Dir: e.root + "/cancelled", FS: e.fs})
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("restore with a cancelled context: %v", err)
+	}
+}
+
 // TestTamperedHandle: a handle is input from disk; a local name that
 // would escape the directory is refused before anything is written.
 func TestTamperedHandle(t *testing.T) {

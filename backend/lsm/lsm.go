@@ -66,8 +66,14 @@ var (
 
 // Open starts an instance in lo.Dir: empty, or restored from opts.Restore
 // (see the package documentation for how several handles and sub-ranges
-// are combined).
+// are combined). It is OpenContext without a deadline.
 func Open(opts backend.Options, lo Options) (*Backend, error) {
+	return OpenContext(context.Background(), opts, lo)
+}
+
+// OpenContext is Open whose restore (downloads and copies) stops when ctx
+// is done.
+func OpenContext(ctx context.Context, opts backend.Options, lo Options) (*Backend, error) {
 	// Restored SSTs may be referenced by later checkpoints only if they live
 	// in the store those checkpoints are written to and the restore claims
 	// them.
@@ -102,7 +108,7 @@ func Open(opts backend.Options, lo Options) (*Backend, error) {
 	var restored []backend.StateDescriptor
 	var err error
 	if len(opts.Restore) > 0 {
-		restored, err = b.restore(context.Background(), keepHistory)
+		restored, err = b.restore(ctx, keepHistory)
 	} else {
 		b.db, err = pebble.Open(b.dbDir, b.pebbleOptions(false))
 		if err != nil {
