@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"testing"
+	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 
@@ -48,7 +49,13 @@ func TestIncrementalWritesOnlyNewSSTs(t *testing.T) {
 	for _, i := range rng.Perm(n)[:n/100] {
 		must(t, b.Put("v", keyOf(i), val()))
 	}
-	h2 := checkpoint(t, b, 2)
+	start := time.Now()
+	p2, err := b.Snapshot(context.Background(), 2)
+	must(t, err)
+	syncPart := time.Since(start)
+	h2, err := p2.Run(context.Background())
+	must(t, err)
+	t.Logf("checkpoint 2: synchronous part %v, asynchronous part %v", syncPart, time.Since(start)-syncPart)
 	t.Logf("checkpoint 1: %d bytes in %d files; checkpoint 2: uploaded %d of %d bytes, %d files",
 		h1.CheckpointedSize, len(h1.Files), h2.CheckpointedSize, h2.FullSize, len(h2.Files))
 	if limit := h1.CheckpointedSize / 20; h2.CheckpointedSize > limit {

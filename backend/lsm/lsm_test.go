@@ -52,7 +52,17 @@ func TestCloseIsIdempotentAndPendingSnapshotSurvives(t *testing.T) {
 	fill(t, b, full(), 100, "a")
 	p, err := b.Snapshot(context.Background(), 1)
 	must(t, err)
+	cp, err := b.CanonicalSnapshot(context.Background(), 2, e.store, "sp")
+	must(t, err)
 	must(t, b.Close())
+	if _, err := e.fs.Stat(b.dbDir); err != nil {
+		t.Fatalf("the store went away while a canonical snapshot still reads it: %v", err)
+	}
+	ch, err := cp.Run(context.Background())
+	must(t, err)
+	if _, err := e.fs.Stat(b.dbDir); err == nil {
+		t.Fatal("the local store outlived the last canonical snapshot after Close")
+	}
 	must(t, b.Close())
 	if err := b.Put("v", key(1, "x"), nil); !errors.Is(err, backend.ErrClosed) {
 		t.Fatalf("put after close: %v", err)
@@ -65,8 +75,10 @@ func TestCloseIsIdempotentAndPendingSnapshotSurvives(t *testing.T) {
 	if _, err := p.Run(context.Background()); err == nil {
 		t.Fatal("second Run succeeded")
 	}
-	r := e.open(full(), func(o *backend.Options, _ *Options) { o.Restore = []*backend.Handle{h} })
-	if v, ok, _ := r.Get("v", key(1, "k000001")); !ok || string(v) != "a-1" {
-		t.Fatalf("restored %q %v", v, ok)
+	for _, h := range []*backend.Handle{h, ch} {
+		r := e.open(full(), func(o *backend.Options, _ *Options) { o.Restore = []*backend.Handle{h} })
+		if v, ok, _ := r.Get("v", key(1, "k000001")); !ok || string(v) != "a-1" {
+			t.Fatalf("restored from %s handle: %q %v", h.Backend, v, ok)
+		}
 	}
 }
