@@ -22,8 +22,7 @@ type Backend struct {
 	lo    Options
 	dbDir string
 	db    *pebble.DB
-	cache *pebble.Cache // the cache Pebble stores use (own or shared)
-	owns  bool          // cache is ours to unref when the last user is gone
+	cache *pebble.Cache // the block cache (own or shared); we hold one reference
 
 	mu sync.Mutex
 	// refs counts the users of db: the instance until Close, plus each
@@ -100,7 +99,6 @@ func OpenContext(ctx context.Context, opts backend.Options, lo Options) (*Backen
 	b.cache = lo.Cache
 	if b.cache == nil {
 		b.cache = pebble.NewCache(lo.CacheSize)
-		b.owns = true
 	} else {
 		b.cache.Ref()
 	}
@@ -124,6 +122,9 @@ func OpenContext(ctx context.Context, opts backend.Options, lo Options) (*Backen
 			States:       opts.States,
 			Restored:     restored,
 		})
+		if err != nil {
+			err = fmt.Errorf("lsm: open %s: %w", opts.Task, err)
+		}
 	}
 	if err != nil {
 		if b.db != nil {
