@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"strings"
 	"testing"
 
@@ -309,4 +310,51 @@ func TestFileCountStaysBounded(t *testing.T) {
 		t.Fatalf("after 30 checkpoints the handle has %d files (%d bytes), over %d", len(h.Files), h.FullSize, limit)
 	}
 	t.Logf("after 30 checkpoints: %d files, %d bytes", len(h.Files), h.FullSize)
+}
+
+// gatedStore blocks shared-file uploads until the gate opens.
+type gatedStore struct {
+	tiered.Store
+	entered chan struct{}
+	gate    chan struct{}
+}
+
+func (g *gatedStore) PutIfAbsent(ctx context.Context, name string, r io.Reader, size int64) error {
+	select {
+	case g.entered <- struct{}{}:
+	default:
+	}
+	<-g.gate
+	return g.Store.PutIfAbsent(ctx, name, r, size)
+}
+
+// TestAbortDuringRun: a checkpoint aborted while its upload runs is never
+// recorded, so not even a (protocol-violating) late confirmation makes its
+// uploads the base.
+func TestAbortDuringRun(t *testing.T) {
+	e := newEnv(t)
+	g := &gatedStore{Store: e.store, entered: make(chan struct{}, 1), gate: make(chan struct{})}
+	b := e.open(full(), func(o *backend.Options, lo *Options) { o.Store = g; lo.noAutoCompactions = true })
+	fill(t, b, full(), 300, "a")
+	p, err := b.Snapshot(context.Background(), 1)
+	must(t, err)
+	done := make(chan *backend.Handle)
+	go func() {
+		h, err := p.Run(context.Background())
+		if err != nil {
+			t.Error(err)
+		}
+		done <- h
+	}()
+	<-g.entered
+	b.NotifyCheckpointAborted(1)
+	close(g.gate)
+	h1 := <-done
+	b.NotifyCheckpointComplete(1)
+	h2 := checkpoint(t, b, 2)
+	for p := range sharedPaths(h1) {
+		if sharedPaths(h2)[p] {
+			t.Fatalf("checkpoint 2 references %s of checkpoint 1, aborted during its upload", p)
+		}
+	}
 }
