@@ -1,7 +1,6 @@
 package lsm
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"sort"
@@ -129,4 +128,3 @@ func fill(t *testing.T, b *Backend, r backend.KeyGroupRange, n int, tag string) 
 	}
 }
 
-var _ = bytes.Equal
