@@ -127,4 +127,3 @@ func fill(t *testing.T, b *Backend, r backend.KeyGroupRange, n int, tag string) 
 		must(t, b.Put("v", key(kg, fmt.Sprintf("k%06d", i)), []byte(fmt.Sprintf("%s-%d", tag, i))))
 	}
 }
-
