@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/vfs"
 
 	"github.com/statedhq/stated/backend"
 	"github.com/statedhq/stated/backend/internal/kvstate"
@@ -101,7 +102,17 @@ func (p *canonicalSnapshot) Run(ctx context.Context) (*backend.Handle, error) {
 			return true, fn(k, v)
 		})
 	}
-	ref, err := snapfmt.Write(ctx, p.store, p.path+"/canonical-"+id, o.KeyGroups, scan, snapfmt.WriteOptions{})
+	// A large file is staged on local disk before upload: next to the
+	// store when it lives on the OS file system (Open clears leftovers
+	// there), else in the OS temp directory.
+	wo := snapfmt.WriteOptions{}
+	if b.lo.FS == vfs.Default {
+		wo.TempDir = b.lo.FS.PathJoin(b.lo.Dir, "chk")
+		if err := b.lo.FS.MkdirAll(wo.TempDir, 0o755); err != nil {
+			return nil, fmt.Errorf("lsm: canonical snapshot %d of %s: %w", p.id, o.Task, err)
+		}
+	}
+	ref, err := snapfmt.Write(ctx, p.store, p.path+"/canonical-"+id, o.KeyGroups, scan, wo)
 	if err != nil {
 		return nil, fmt.Errorf("lsm: canonical snapshot %d of %s: %w", p.id, o.Task, err)
 	}
