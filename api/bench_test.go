@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"path/filepath"
+	"runtime/debug"
 	"sort"
 	"testing"
 	"time"
@@ -14,6 +15,7 @@ import (
 	"github.com/statedhq/stated/api/client"
 	"github.com/statedhq/stated/backend"
 	"github.com/statedhq/stated/backend/lsm"
+	"github.com/statedhq/stated/daemon"
 	"github.com/statedhq/stated/tiered/memstore"
 )
 
@@ -25,9 +27,10 @@ import (
 //	BenchmarkLSM/client-1    through the client, one op per round trip
 //	BenchmarkLSM/client-1000 through the client, 1000 ops per batch
 //
-// The daemon runs in the benchmark's process, serving a real Unix socket.
-// Single-op benchmarks report the p50 round trip as p50-us; every one
-// reports ops/s.
+// The daemon runs in the benchmark's process, serving a real Unix socket,
+// with the GC target "stated serve" sets (daemon.DefaultGCPercent), which
+// the in-process runs share. Single-op benchmarks report the p50 round trip
+// as p50-us; every one reports ops/s.
 //
 //	go test ./api -run '^$' -bench . -benchtime 2s
 
@@ -107,7 +110,14 @@ func BenchmarkEcho(b *testing.B) {
 
 var benchStates = []backend.StateDescriptor{{Name: "v", Kind: backend.KindValue}}
 
+// daemonGC runs the benchmark with the daemon's GC target.
+func daemonGC(b *testing.B) {
+	old := debug.SetGCPercent(daemon.DefaultGCPercent)
+	b.Cleanup(func() { debug.SetGCPercent(old) })
+}
+
 func BenchmarkLSM(b *testing.B) {
+	daemonGC(b)
 	val := make([]byte, benchValueSize)
 	const keys = 100_000
 	b.Run("inprocess", func(b *testing.B) {
@@ -203,4 +213,176 @@ func BenchmarkLSM(b *testing.B) {
 			}
 		})
 	}
+}
+
+// echoServer is the bare length-prefixed echo over a Unix socket.
+type echoServer struct {
+	ln   net.Listener
+	c    net.Conn
+	done chan struct{}
+	msg  []byte
+	in   []byte
+}
+
+func newEchoServer(b *testing.B) *echoServer {
+	sock := filepath.Join(b.TempDir(), "e.sock")
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		b.Fatal(err)
+	}
+	e := &echoServer{ln: ln, done: make(chan struct{})}
+	go func() {
+		defer close(e.done)
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		buf := make([]byte, 64<<10)
+		for {
+			if _, err := io.ReadFull(c, buf[:4]); err != nil {
+				return
+			}
+			n := binary.LittleEndian.Uint32(buf)
+			if _, err := io.ReadFull(c, buf[4:4+n]); err != nil {
+				return
+			}
+			if _, err := c.Write(buf[:4+n]); err != nil {
+				return
+			}
+		}
+	}()
+	if e.c, err = net.Dial("unix", sock); err != nil {
+		b.Fatal(err)
+	}
+	e.msg = make([]byte, 4+benchValueSize+40)
+	binary.LittleEndian.PutUint32(e.msg, uint32(len(e.msg)-4))
+	e.in = make([]byte, len(e.msg))
+	return e
+}
+
+func (e *echoServer) roundTrip(b *testing.B) {
+	if _, err := e.c.Write(e.msg); err != nil {
+		b.Fatal(err)
+	}
+	if _, err := io.ReadFull(e.c, e.in); err != nil {
+		b.Fatal(err)
+	}
+}
+
+func (e *echoServer) close() {
+	e.c.Close()
+	e.ln.Close()
+	<-e.done
+}
+
+func p50(d []time.Duration) time.Duration {
+	sort.Slice(d, func(i, j int) bool { return d[i] < d[j] })
+	return d[len(d)/2]
+}
+
+// BenchmarkInterleaved measures the ratios the targets are about, with the
+// compared paths interleaved in short slices so that they see the same
+// machine load: client throughput with 1000-op batches over in-process
+// throughput (target >= 0.8), and the p50 of a one-op round trip through
+// the client over the p50 of a bare socket echo (target <= 3). Each
+// iteration is one slice of every path.
+func BenchmarkInterleaved(b *testing.B) {
+	daemonGC(b)
+	const slice = 20000
+	val := make([]byte, benchValueSize)
+	ctx := context.Background()
+	be, err := lsm.Open(backend.Options{Task: backend.TaskID{Job: "bench", Operator: "op"},
+		KeyGroups: backend.KeyGroupRange{Start: 0, End: 127}, States: benchStates, Store: memstore.New()},
+		lsm.Options{Dir: b.TempDir()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer be.Close()
+	h := startDaemon(b, harnessOpts{})
+	open := func(batch int, sub int) *client.Instance {
+		c := h.dial(client.Options{MaxBatchOps: batch, FlushDelay: time.Minute})
+		in, err := c.Open(ctx, client.OpenSpec{Task: backend.TaskID{Job: "bench", Operator: "op", Subtask: sub},
+			KeyGroups: backend.KeyGroupRange{Start: 0, End: 127}, Backend: backend.KindLSM, States: benchStates})
+		if err != nil {
+			b.Fatal(err)
+		}
+		return in
+	}
+	batched, single := open(1000, 0), open(1, 1)
+	defer batched.Close(ctx)
+	defer single.Close(ctx)
+	echo := newEchoServer(b)
+	defer echo.close()
+	kg := func(k []byte) int { return backend.KeyGroupForHash(client.FNV1a32(k), 128) }
+
+	var inproc, viaClient [2]time.Duration // put, get
+	var echoLat, putLat, getLat []time.Duration
+	key := 0
+	b.ResetTimer()
+	for range b.N {
+		for op := range 2 {
+			start := time.Now()
+			for i := range slice {
+				k := benchKey((key + i) % 100_000)
+				bk := backend.Key{KeyGroup: kg(k), Key: k}
+				if op == 0 {
+					err = be.Put("v", bk, val)
+				} else {
+					_, _, err = be.Get("v", bk)
+				}
+				if err != nil {
+					b.Fatal(err)
+				}
+			}
+			inproc[op] += time.Since(start)
+			start = time.Now()
+			for i := range slice {
+				k := benchKey((key + i) % 100_000)
+				if op == 0 {
+					batched.Put("v", k, nil, val)
+				} else {
+					batched.Get("v", k, nil)
+				}
+			}
+			if err := batched.Sync(ctx); err != nil {
+				b.Fatal(err)
+			}
+			viaClient[op] += time.Since(start)
+		}
+		for i := range 300 {
+			t0 := time.Now()
+			echo.roundTrip(b)
+			echoLat = append(echoLat, time.Since(t0))
+			k := benchKey((key + i) % 100_000)
+			t0 = time.Now()
+			if _, err := single.Put("v", k, nil, val).Wait(ctx); err != nil {
+				b.Fatal(err)
+			}
+			putLat = append(putLat, time.Since(t0))
+			t0 = time.Now()
+			if _, err := single.Get("v", k, nil).Wait(ctx); err != nil {
+				b.Fatal(err)
+			}
+			getLat = append(getLat, time.Since(t0))
+		}
+		key += slice
+	}
+	b.StopTimer()
+	if err := batched.Err(); err != nil {
+		b.Fatal(err)
+	}
+	n := float64(b.N * slice)
+	b.ReportMetric(n/inproc[0].Seconds(), "inproc-put-ops/s")
+	b.ReportMetric(n/viaClient[0].Seconds(), "client-put-ops/s")
+	b.ReportMetric(n/inproc[1].Seconds(), "inproc-get-ops/s")
+	b.ReportMetric(n/viaClient[1].Seconds(), "client-get-ops/s")
+	b.ReportMetric(inproc[0].Seconds()/viaClient[0].Seconds(), "put-batched/inproc")
+	b.ReportMetric(inproc[1].Seconds()/viaClient[1].Seconds(), "get-batched/inproc")
+	e := p50(echoLat)
+	b.ReportMetric(float64(e.Nanoseconds())/1e3, "echo-p50-us")
+	b.ReportMetric(float64(p50(putLat).Nanoseconds())/1e3, "put1-p50-us")
+	b.ReportMetric(float64(p50(getLat).Nanoseconds())/1e3, "get1-p50-us")
+	b.ReportMetric(float64(p50(putLat))/float64(e), "put1/echo")
+	b.ReportMetric(float64(p50(getLat))/float64(e), "get1/echo")
 }

@@ -14,10 +14,10 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/encoding"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
+	"github.com/statedhq/stated/api/internal/wire"
 	pb "github.com/statedhq/stated/api/statedpb"
 	"github.com/statedhq/stated/backend"
 	"github.com/statedhq/stated/daemon"
@@ -29,6 +29,14 @@ const (
 	DefaultMaxBatchOps    = 10000
 	DefaultQueueDepth     = 4
 	DefaultMaxPage        = 10000
+)
+
+// Transport sizes of both ends. A stream's window bounds what the daemon
+// buffers for a client that sends faster than its instance applies.
+const (
+	SocketBufferSize = 256 << 10
+	StreamWindow     = 4 << 20
+	ConnWindow       = 16 << 20
 )
 
 // ServerOptions bound what one client can make the daemon hold.
@@ -93,7 +101,9 @@ func (s *Server) GRPCServer(token string, extra ...grpc.ServerOption) *grpc.Serv
 		// are cut to MaxMessageSize, but those of destructive reads
 		// (TIMER_POLL) must never fail to go out.
 		grpc.MaxRecvMsgSize(s.opts.MaxMessageSize),
-		grpc.ForceServerCodecV2(lenientCodec{encoding.GetCodecV2("proto")}),
+		grpc.ReadBufferSize(SocketBufferSize), grpc.WriteBufferSize(SocketBufferSize),
+		grpc.InitialWindowSize(StreamWindow), grpc.InitialConnWindowSize(ConnWindow),
+		grpc.ForceServerCodecV2(lenientCodec{wire.NewCodec()}),
 	}
 	if token != "" {
 		opts = append(opts, grpc.ChainUnaryInterceptor(unaryToken(token)), grpc.ChainStreamInterceptor(streamToken(token)))
@@ -314,23 +324,26 @@ func (s *Server) Close(ctx context.Context, req *pb.CloseRequest) (*pb.CloseResp
 	return &pb.CloseResponse{}, nil
 }
 
-// Batch implements pb.StatedServer. A reader goroutine receives requests
+// Batch implements pb.StatedServer. Requests and responses go through the
+// hand codec of api/internal/wire (the protobuf encoding of stated.proto,
+// without a message per operation). A reader goroutine receives requests
 // into a bounded queue (so a client that sends faster than its instance
 // applies is held back by gRPC flow control, and only it); the handler
-// goroutine applies them in order and sends the responses, overlapping the
-// decoding of the next request with the applying of this one.
+// goroutine decodes, applies and answers them in order, which overlaps the
+// receiving of the next request with the applying of this one.
 func (s *Server) Batch(stream pb.Stated_BatchServer) error {
-	req, err := stream.Recv()
-	if err != nil {
+	first := &wire.Raw{Pooled: true}
+	if err := stream.RecvMsg(first); err != nil {
 		if errors.Is(err, io.EOF) {
 			return nil
 		}
 		return err
 	}
-	if err := malformed(req, "batch"); err != nil {
-		return err
+	hdr, err := wire.DecodeBatch(first.Data, nil)
+	if err != nil {
+		return status.Errorf(codes.InvalidArgument, "stated: %v", err)
 	}
-	inst, err := s.d.Lookup(req.GetInstanceId(), req.GetJob())
+	inst, err := s.d.Lookup(hdr.InstanceID, string(hdr.Job))
 	if err != nil {
 		return toStatus(err)
 	}
@@ -340,8 +353,31 @@ func (s *Server) Batch(stream pb.Stated_BatchServer) error {
 	}
 	defer release()
 
+	// ops is the decoded operations of the request being applied; one
+	// request is applied at a time (see unapplied), so one slice serves
+	// them all. Requests live in pooled buffers: the backends copy what
+	// they keep, so a request's buffer goes back once it is applied.
+	ops := hdr.Ops
+	lastOut := 0
+	process := func(raw *wire.Raw) error {
+		defer raw.Free()
+		bt, err := wire.DecodeBatch(raw.Data, ops)
+		ops = bt.Ops
+		if err != nil {
+			return status.Errorf(codes.InvalidArgument, "stated: batch of %s: %v", inst.Task, err)
+		}
+		if (len(bt.InstanceID) > 0 && string(bt.InstanceID) != string(inst.ID)) || (len(bt.Job) > 0 && string(bt.Job) != inst.Task.Job) {
+			return status.Errorf(codes.InvalidArgument,
+				"stated: batch %d names another instance or job than the stream's first request (instance %s of %s); open one stream per instance",
+				bt.Seq, inst.IDString(), inst.Task)
+		}
+		out := s.apply(inst, &bt, lastOut)
+		lastOut = len(out.Data) + len(out.Data)/8
+		return stream.SendMsg(out)
+	}
+
 	ctx := stream.Context()
-	queue := make(chan *pb.BatchRequest, s.opts.QueueDepth)
+	queue := make(chan *wire.Raw, s.opts.QueueDepth)
 	// unapplied counts requests received and not yet answered. When the
 	// reader receives one while it is zero, the handler is idle and the
 	// reader answers it itself: a client with one batch in flight (one
@@ -349,32 +385,22 @@ func (s *Server) Batch(stream pb.Stated_BatchServer) error {
 	// kept: the reader only goes inline when nothing is queued or running.
 	var unapplied atomic.Int64
 	unapplied.Store(1)
-	queue <- req
+	queue <- first
 	var readErr error // written before queue is closed
 	go func() {
 		// Owned by the handler: it ends when the stream ends, which the
 		// handler's return brings about at the latest.
 		defer close(queue)
 		for {
-			req, err := stream.Recv()
-			if err != nil {
+			raw := &wire.Raw{Pooled: true}
+			if err := stream.RecvMsg(raw); err != nil {
 				if !errors.Is(err, io.EOF) {
 					readErr = err
 				}
 				return
 			}
-			if err := malformed(req, "batch"); err != nil {
-				readErr = err
-				return
-			}
-			if id := req.GetInstanceId(); (len(id) > 0 && string(id) != string(inst.ID)) || (req.GetJob() != "" && req.GetJob() != inst.Task.Job) {
-				readErr = status.Errorf(codes.InvalidArgument,
-					"stated: batch %d names another instance or job than the stream's first request (instance %s of %s); open one stream per instance",
-					req.GetSeq(), inst.IDString(), inst.Task)
-				return
-			}
 			if unapplied.Add(1) == 1 {
-				err := stream.Send(s.apply(inst, req))
+				err := process(raw)
 				unapplied.Add(-1)
 				if err != nil {
 					readErr = err
@@ -383,18 +409,18 @@ func (s *Server) Batch(stream pb.Stated_BatchServer) error {
 				continue
 			}
 			select {
-			case queue <- req:
+			case queue <- raw:
 			case <-ctx.Done():
 				return
 			}
 		}
 	}()
-	for req := range queue {
-		err := stream.Send(s.apply(inst, req))
-		unapplied.Add(-1)
-		if err != nil {
+	for raw := range queue {
+		if err := process(raw); err != nil {
+			// unapplied stays up: the reader never goes inline again.
 			return err
 		}
+		unapplied.Add(-1)
 	}
 	return readErr
 }

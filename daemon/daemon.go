@@ -25,6 +25,12 @@ const (
 	DefaultMaxInstances          = 4096
 	DefaultMaxStreamsPerInstance = 4
 	DefaultCheckpointTimeout     = 10 * time.Minute
+	// DefaultGCPercent is the Go GC target "stated serve" runs with (GOGC
+	// 100 is Go's default): batches allocate request and response buffers
+	// at a high rate, and collecting four times less often buys about 20%
+	// of batch throughput. Heap and file backends keep their state in the
+	// Go heap; with much of it, lower it or set GOMEMLIMIT.
+	DefaultGCPercent = 400
 	// tombstoneLimit bounds the aborted checkpoints remembered so that a
 	// late Snapshot of one is refused.
 	tombstoneLimit = 4096

@@ -27,9 +27,9 @@ type Instance struct {
 	// Ops records operations into the daemon's metrics.
 	Ops OpCounter
 
-	d     *Daemon
-	dir   string
-	kinds map[string]backend.StateKind
+	d      *Daemon
+	dir    string
+	states map[string]stateInfo
 
 	mu      sync.Mutex
 	streams int
@@ -43,12 +43,17 @@ func newInstance(d *Daemon, id []byte, task backend.TaskID, kind backend.Kind, b
 		ID: id, Task: task, Kind: kind, KeyGroups: info.KeyGroups, MaxParallelism: info.MaxParallelism,
 		RestoredFrom: restoredFrom, Backend: b,
 		Ops: OpCounter{m: d.m, b: BackendIndex(kind)},
-		d:   d, dir: dir, kinds: map[string]backend.StateKind{},
+		d:   d, dir: dir, states: map[string]stateInfo{},
 	}
 	for _, s := range b.States() {
-		in.kinds[s.Name] = s.Kind
+		in.states[s.Name] = stateInfo{name: s.Name, kind: s.Kind}
 	}
 	return in
+}
+
+type stateInfo struct {
+	name string
+	kind backend.StateKind
 }
 
 // IDString is the instance id in hex, for logs and messages.
@@ -56,7 +61,16 @@ func (in *Instance) IDString() string { return hex.EncodeToString(in.ID) }
 
 // StateKind returns the kind of a registered state (0 if unknown), for
 // metrics; the backend does the authoritative checks.
-func (in *Instance) StateKind(state string) backend.StateKind { return in.kinds[state] }
+func (in *Instance) StateKind(state string) backend.StateKind { return in.states[state].kind }
+
+// State returns the registered name equal to raw (without allocating) and
+// its kind; for a name that is not registered, a copy of raw and kind 0.
+func (in *Instance) State(raw []byte) (string, backend.StateKind) {
+	if s, ok := in.states[string(raw)]; ok {
+		return s.name, s.kind
+	}
+	return string(raw), 0
+}
 
 // MaxValueSize is the largest key, namespace, value or user key accepted.
 func (in *Instance) MaxValueSize() int { return in.d.cfg.MaxValueSize }

@@ -152,7 +152,8 @@ type Metrics struct {
 	Ops      [numBackendKinds][numStateKinds][numOps]atomic.Uint64
 	OpErrors [numBackendKinds][numStateKinds][numOps]atomic.Uint64
 	// OpLatency is the time one operation took in the backend, per backend
-	// kind and state kind.
+	// kind and state kind; in large batches it samples operations (see
+	// api), so its count can be below Ops.
 	OpLatency [numBackendKinds][numStateKinds]*Histogram
 	// Batches counts batch requests; BatchesRejected those refused whole
 	// (too many operations).
@@ -243,6 +244,21 @@ func (t *OpTally) Add(sk backend.StateKind, op Op, d time.Duration, failed bool)
 	t.counts[s][t.c.m.OpLatency[t.c.b][s].bucket(d)]++
 	t.sumNs[s] += int64(d)
 	t.used[s] = true
+}
+
+// Count counts one operation whose latency was not measured.
+func (t *OpTally) Count(sk backend.StateKind, op Op, failed bool) {
+	s := int(sk)
+	if s >= numStateKinds {
+		s = 0
+	}
+	if op >= numOps {
+		op = 0
+	}
+	t.ops[s][op]++
+	if failed {
+		t.errs[s][op]++
+	}
 }
 
 // Flush adds the local counts to the daemon's metrics and resets them.

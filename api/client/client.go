@@ -117,6 +117,10 @@ func Dial(addr string, opts Options) (*Client, error) {
 	dopts := []grpc.DialOption{
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(math.MaxInt32), grpc.MaxCallSendMsgSize(math.MaxInt32)),
+		// Batches are large: big socket buffers cut system calls, and
+		// windows of a few batches keep flow control off the hot path.
+		grpc.WithReadBufferSize(api.SocketBufferSize), grpc.WithWriteBufferSize(api.SocketBufferSize),
+		grpc.WithInitialWindowSize(api.StreamWindow), grpc.WithInitialConnWindowSize(api.ConnWindow),
 	}
 	if opts.Token != "" {
 		dopts = append(dopts, grpc.WithPerRPCCredentials(tokenCreds(opts.Token)))

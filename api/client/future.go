@@ -7,7 +7,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	pb "github.com/statedhq/stated/api/statedpb"
+	"github.com/statedhq/stated/api/internal/wire"
 	"github.com/statedhq/stated/backend"
 )
 
@@ -17,7 +17,7 @@ import (
 type Future[T any] struct {
 	b   *batch
 	i   int
-	dec func(*pb.Result) (T, error)
+	dec func(*wire.Result) (T, error)
 	err error     // failed before it was sent
 	in  *Instance // for callbacks of a future that failed early
 }
@@ -61,7 +61,12 @@ func (f Future[T]) result() (T, error) {
 		var zero T
 		return zero, f.b.err
 	}
-	return f.dec(f.b.results[f.i])
+	var r wire.Result
+	if err := f.b.result(f.i, &r); err != nil {
+		var zero T
+		return zero, err
+	}
+	return f.dec(&r)
 }
 
 // Then calls fn with the result once it is available. Callbacks of one
@@ -96,66 +101,61 @@ type Aggregate struct {
 	Found bool
 }
 
-func resultErr(r *pb.Result) error {
-	if r.GetCode() == 0 {
+func resultErr(r *wire.Result) error {
+	if r.Code == 0 {
 		return nil
 	}
-	return status.Error(codes.Code(r.GetCode()), r.GetError())
+	return status.Error(codes.Code(r.Code), r.Error)
 }
 
-func decNone(r *pb.Result) (struct{}, error) { return struct{}{}, resultErr(r) }
+// The decoders hand out slices of the result; several futures of a batch
+// share its response buffer, but each result's slices are its own.
 
-func decValue(r *pb.Result) (Value, error) {
+func decNone(r *wire.Result) (struct{}, error) { return struct{}{}, resultErr(r) }
+
+func decValue(r *wire.Result) (Value, error) {
 	if err := resultErr(r); err != nil {
 		return Value{}, err
 	}
-	return Value{Data: r.GetValue(), Found: r.GetFound()}, nil
+	return Value{Data: r.Value, Found: r.Found}, nil
 }
 
-func decList(r *pb.Result) ([][]byte, error) {
+func decList(r *wire.Result) ([][]byte, error) {
 	if err := resultErr(r); err != nil {
 		return nil, err
 	}
-	return r.GetValues(), nil
+	return r.Values, nil
 }
 
-func decBool(r *pb.Result) (bool, error) {
+func decBool(r *wire.Result) (bool, error) {
 	if err := resultErr(r); err != nil {
 		return false, err
 	}
-	return r.GetFound(), nil
+	return r.Found, nil
 }
 
-func decPage(r *pb.Result) (MapPage, error) {
+func decPage(r *wire.Result) (MapPage, error) {
 	if err := resultErr(r); err != nil {
 		return MapPage{}, err
 	}
-	p := MapPage{More: r.GetMore(), Entries: make([]backend.MapEntry, len(r.GetEntries()))}
-	for i, e := range r.GetEntries() {
-		p.Entries[i] = backend.MapEntry{UserKey: e.GetUserKey(), Value: e.GetValue()}
-	}
-	return p, nil
+	return MapPage{More: r.More, Entries: r.Entries}, nil
 }
 
-func decAggregate(r *pb.Result) (Aggregate, error) {
+func decAggregate(r *wire.Result) (Aggregate, error) {
 	if err := resultErr(r); err != nil {
 		return Aggregate{}, err
 	}
-	if !r.GetFound() {
+	if !r.Found {
 		return Aggregate{}, nil
 	}
-	return Aggregate{Found: true, Value: backend.Number{Type: backend.NumberType(r.GetNumberType()), Int: r.GetIntValue(), Float: r.GetFloatValue()}}, nil
+	return Aggregate{Found: true, Value: r.Number}, nil
 }
 
-func decTimers(r *pb.Result) ([]backend.Timer, error) {
+func decTimers(r *wire.Result) ([]backend.Timer, error) {
 	if err := resultErr(r); err != nil {
 		return nil, err
 	}
-	out := make([]backend.Timer, len(r.GetTimers()))
-	for i, t := range r.GetTimers() {
-		out[i] = backend.Timer{KeyGroup: int(t.GetKeyGroup()), Key: t.GetKey(), Namespace: t.GetNamespace(), Timestamp: t.GetTimestamp()}
-	}
-	return out, nil
+	return r.Timers, nil
 }
 
 // runner runs callbacks one at a time in order. Its goroutine starts with

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"sort"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -12,62 +13,59 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"google.golang.org/grpc"
+
 	"github.com/statedhq/stated/api"
+	"github.com/statedhq/stated/api/internal/wire"
 	pb "github.com/statedhq/stated/api/statedpb"
 	"github.com/statedhq/stated/backend"
 )
 
-// opOverhead approximates the encoded bytes of an operation besides its
-// operands.
-const opOverhead = 24
-
-// arenaChunk is the size of the buffers operands are copied into.
-const arenaChunk = 64 << 10
-
-// batch is a set of operations sent in one request.
+// batch is a set of operations sent in one request, encoded as they are
+// issued (api/internal/wire): an operation costs a few appends, and the
+// caller's slices are copied into the encoding at once.
 type batch struct {
-	in    *Instance
-	seq   uint64
-	ops   []*pb.Op
-	slab  []pb.Op // current chunk of op structs; ops point into chunks
-	arena []byte
-	size  int
-	sent  atomic.Bool
-	done  chan struct{}
-	// Set before done is closed.
-	results []*pb.Result
-	err     error
+	in   *Instance
+	seq  uint64
+	buf  []byte  // BatchRequest.ops, encoded
+	orig *[]byte // the pooled buffer buf started in
+	n    int     // operations in buf
+	sent atomic.Bool
+	done chan struct{}
+	// Set before done is closed: the response and where its non-empty
+	// results are, by ascending index (see pb.BatchResponse). A result is
+	// decoded when its future is read; its byte slices are views into
+	// resp, which the batch owns.
+	resp []byte
+	refs []wire.ResultRef
+	err  error
 
 	cbMu      sync.Mutex
 	cbs       []func()
 	completed bool
 }
 
-func (b *batch) newOp() *pb.Op {
-	if len(b.slab) == cap(b.slab) {
-		b.slab = make([]pb.Op, 0, min(256, max(8, 2*len(b.ops))))
+// result decodes the result of operation i into r (the empty result if
+// the daemon sent none).
+func (b *batch) result(i int, r *wire.Result) error {
+	refs := b.refs
+	j := sort.Search(len(refs), func(j int) bool { return int(refs[j].Index) >= i })
+	if j < len(refs) && int(refs[j].Index) == i {
+		if err := wire.DecodeResult(b.resp, refs[j], r); err != nil {
+			return status.Errorf(codes.Internal, "client: %v", err)
+		}
 	}
-	b.slab = b.slab[:len(b.slab)+1]
-	op := &b.slab[len(b.slab)-1]
-	b.ops = append(b.ops, op)
-	return op
+	return nil
 }
 
-// copy keeps x in the batch: callers may reuse their slices once the
-// operation returns.
-func (b *batch) copy(x []byte) []byte {
-	if len(x) == 0 {
-		return nil
+// validRefs checks that results fit a batch of n operations.
+func validRefs(refs []wire.ResultRef, n int) bool {
+	for j := range refs {
+		if int(refs[j].Index) >= n || (j > 0 && refs[j].Index <= refs[j-1].Index) {
+			return false
+		}
 	}
-	if len(x) > arenaChunk/4 {
-		return append([]byte(nil), x...)
-	}
-	if len(b.arena)+len(x) > cap(b.arena) {
-		b.arena = make([]byte, 0, arenaChunk)
-	}
-	n := len(b.arena)
-	b.arena = append(b.arena, x...)
-	return b.arena[n:len(b.arena):len(b.arena)]
+	return true
 }
 
 func (b *batch) then(fn func()) {
@@ -81,9 +79,9 @@ func (b *batch) then(fn func()) {
 	b.in.cb.push(fn)
 }
 
-// finish publishes the results (or err) and queues the callbacks.
-func (b *batch) finish(results []*pb.Result, err error) {
-	b.results, b.err = results, err
+// finish publishes the response (or err) and queues the callbacks.
+func (b *batch) finish(resp []byte, refs []wire.ResultRef, err error) {
+	b.resp, b.refs, b.err = resp, refs, err
 	b.cbMu.Lock()
 	b.completed = true
 	cbs := b.cbs
@@ -108,13 +106,14 @@ type Instance struct {
 	restored  uint64
 	maxValue  int
 
-	stream pb.Stated_BatchClient
+	stream grpc.ClientStream
 	cancel context.CancelFunc
 	cb     *runner
 	timer  *time.Timer
 
 	mu       sync.Mutex
 	cur      *batch
+	lastSize int // bytes of the last batch sent, plus headroom
 	closed   bool
 	firstErr error
 
@@ -141,7 +140,10 @@ func newInstance(c *Client, task backend.TaskID, resp *pb.OpenResponse) (*Instan
 		opts.MaxBatchBytes = n
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	stream, err := c.rpc.Batch(ctx)
+	// The generated stub would encode a message per operation; the stream
+	// carries the same protobuf bytes, encoded by hand (api/internal/wire).
+	stream, err := c.cc.NewStream(ctx, &pb.Stated_ServiceDesc.Streams[0], pb.Stated_Batch_FullMethodName,
+		grpc.ForceCodecV2(wire.NewCodec()))
 	if err != nil {
 		cancel()
 		return nil, err
@@ -211,12 +213,8 @@ func (in *Instance) noteErr(err error) {
 // check validates an operation locally: the key group must be the
 // instance's and operands within the daemon's size limit.
 func (in *Instance) check(state string, key []byte, operands ...[]byte) (uint32, error) {
-	for _, x := range operands {
-		if len(x) > in.maxValue {
-			return 0, status.Errorf(codes.ResourceExhausted,
-				"client: operand of %d bytes for state %q of task %s exceeds the daemon's limit of %d bytes",
-				len(x), state, in.task, in.maxValue)
-		}
+	if err := in.checkSizes(state, operands); err != nil {
+		return 0, err
 	}
 	if len(key) > in.maxValue {
 		return 0, status.Errorf(codes.ResourceExhausted,
@@ -231,6 +229,17 @@ func (in *Instance) check(state string, key []byte, operands ...[]byte) (uint32,
 	return uint32(kg), nil
 }
 
+func (in *Instance) checkSizes(state string, operands [][]byte) error {
+	for _, x := range operands {
+		if len(x) > in.maxValue {
+			return status.Errorf(codes.ResourceExhausted,
+				"client: operand of %d bytes for state %q of task %s exceeds the daemon's limit of %d bytes",
+				len(x), state, in.task, in.maxValue)
+		}
+	}
+	return nil
+}
+
 func truncate(b []byte) []byte {
 	if len(b) > 64 {
 		return b[:64]
@@ -238,39 +247,38 @@ func truncate(b []byte) []byte {
 	return b
 }
 
-// begin returns the op to fill in the current batch, with in.mu held.
-func (in *Instance) begin() (*batch, *pb.Op, error) {
+// add encodes op into the current batch and returns the batch and the
+// op's index in it; it sends the batch if that made it full.
+func (in *Instance) add(op *wire.Op) (*batch, int, error) {
 	in.mu.Lock()
 	if in.closed {
 		in.mu.Unlock()
-		return nil, nil, status.Error(codes.FailedPrecondition, errClosed.Error())
+		return nil, 0, status.Error(codes.FailedPrecondition, errClosed.Error())
 	}
 	select {
 	case <-in.dead:
 		in.mu.Unlock()
-		return nil, nil, in.deadErr
+		return nil, 0, in.deadErr
 	default:
 	}
 	b := in.cur
 	if b == nil {
-		b = &batch{in: in, done: make(chan struct{})}
+		// Start at the size the last batch reached, so that a steady stream
+		// of full batches never regrows its buffer.
+		b = &batch{in: in, done: make(chan struct{}), orig: wire.OutBuffer(min(in.opts.MaxBatchBytes+64, max(in.lastSize, 256)))}
+		b.buf = *b.orig
 		in.cur = b
 		in.timer.Reset(in.opts.FlushDelay)
 	}
-	return b, b.newOp(), nil
-}
-
-// commit ends what begin started: it releases in.mu and sends the batch if
-// it is full. It returns the op's index.
-func (in *Instance) commit(b *batch, size int) int {
-	i := len(b.ops) - 1
-	b.size += size + opOverhead
-	full := len(b.ops) >= in.opts.MaxBatchOps || b.size >= in.opts.MaxBatchBytes
+	b.buf = wire.AppendOp(b.buf, op)
+	i := b.n
+	b.n++
+	full := b.n >= in.opts.MaxBatchOps || len(b.buf) >= in.opts.MaxBatchBytes
 	in.mu.Unlock()
 	if full {
 		in.flushBatch(b)
 	}
-	return i
+	return b, i, nil
 }
 
 // Flush sends the operations issued so far without waiting for results.
@@ -312,7 +320,7 @@ func (in *Instance) sendLocked(b *batch) {
 	in.last = b
 	select {
 	case <-in.dead:
-		b.finish(nil, in.deadErr)
+		b.finish(nil, nil, in.deadErr)
 		return
 	default:
 	}
@@ -320,14 +328,23 @@ func (in *Instance) sendLocked(b *batch) {
 	select {
 	case in.pending <- b:
 	case <-in.dead:
-		b.finish(nil, in.deadErr)
+		b.finish(nil, nil, in.deadErr)
 		return
 	}
-	req := &pb.BatchRequest{Seq: b.seq, Ops: b.ops}
+	data := b.buf
+	in.mu.Lock()
+	in.lastSize = len(data) + len(data)/8 + 64
+	in.mu.Unlock()
 	if b.seq == 1 {
-		req.InstanceId, req.Job = in.id, in.task.Job
+		data = wire.AppendBatchHeader(data, b.seq, in.id, in.task.Job)
+	} else {
+		data = wire.AppendBatchHeader(data, b.seq, nil, "")
 	}
-	if err := in.stream.Send(req); err != nil && !errors.Is(err, io.EOF) {
+	// gRPC may still read data after SendMsg returns, and then returns the
+	// buffer to its pool: the batch lets go of it.
+	raw := wire.NewOutgoing(b.orig, data)
+	b.buf, b.orig = nil, nil
+	if err := in.stream.SendMsg(raw); err != nil && !errors.Is(err, io.EOF) {
 		// io.EOF means the daemon ended the stream: recvLoop receives its
 		// status. Anything else is local; end the stream so recvLoop fails
 		// every pending batch with it.
@@ -350,7 +367,19 @@ func (in *Instance) markDead(err error) {
 func (in *Instance) recvLoop() {
 	defer close(in.recvDone)
 	for {
-		resp, err := in.stream.Recv()
+		var raw wire.Raw
+		err := in.stream.RecvMsg(&raw)
+		var seq uint64
+		var refs []wire.ResultRef
+		if err == nil {
+			seq, refs, err = wire.IndexResponse(raw.Data)
+			if err != nil {
+				err = status.Errorf(codes.Internal, "client: batch stream of %s: %v", in.task, err)
+				in.markDead(err)
+				in.cancel()
+				break
+			}
+		}
 		if err != nil {
 			if errors.Is(err, io.EOF) {
 				err = status.Errorf(codes.Unavailable, "client: the daemon ended the batch stream of %s", in.task)
@@ -363,22 +392,24 @@ func (in *Instance) recvLoop() {
 		case b = <-in.pending:
 		default:
 		}
-		if b == nil || resp.GetSeq() != b.seq || len(resp.GetResults()) != len(b.ops) {
-			err := status.Errorf(codes.Internal, "client: response %d does not match the pending batch of %s", resp.GetSeq(), in.task)
+		if b == nil || seq != b.seq || !validRefs(refs, b.n) {
+			err := status.Errorf(codes.Internal, "client: response %d does not match the pending batch of %s", seq, in.task)
 			if b != nil {
-				b.finish(nil, err)
+				b.finish(nil, nil, err)
 			}
 			in.markDead(err)
 			in.cancel()
 			break
 		}
-		for _, r := range resp.GetResults() {
-			if r.GetCode() != 0 {
-				in.noteErr(resultErr(r))
+		for _, ref := range refs {
+			// Decode the first failure for Err.
+			var r wire.Result
+			if ref.Failed && wire.DecodeResult(raw.Data, ref, &r) == nil {
+				in.noteErr(resultErr(&r))
 				break
 			}
 		}
-		b.finish(resp.GetResults(), nil)
+		b.finish(raw.Data, refs, nil)
 	}
 	in.noteErr(in.deadErr)
 	// Fail what was sent and will never be answered. sendMu keeps new
@@ -387,7 +418,7 @@ func (in *Instance) recvLoop() {
 	for {
 		select {
 		case b := <-in.pending:
-			b.finish(nil, in.deadErr)
+			b.finish(nil, nil, in.deadErr)
 			continue
 		default:
 		}

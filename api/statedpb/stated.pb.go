@@ -1317,7 +1317,9 @@ type Result struct {
 	IntValue   int64      `protobuf:"zigzag64,9,opt,name=int_value,json=intValue,proto3" json:"int_value,omitempty"`
 	FloatValue float64    `protobuf:"fixed64,10,opt,name=float_value,json=floatValue,proto3" json:"float_value,omitempty"`
 	// timers: TIMER_POLL.
-	Timers        []*Timer `protobuf:"bytes,11,rep,name=timers,proto3" json:"timers,omitempty"`
+	Timers []*Timer `protobuf:"bytes,11,rep,name=timers,proto3" json:"timers,omitempty"`
+	// index is the position of the operation in its request.
+	Index         uint32 `protobuf:"varint,12,opt,name=index,proto3" json:"index,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1429,10 +1431,22 @@ func (x *Result) GetTimers() []*Timer {
 	return nil
 }
 
+func (x *Result) GetIndex() uint32 {
+	if x != nil {
+		return x.Index
+	}
+	return 0
+}
+
 type BatchResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Seq           uint64                 `protobuf:"varint,1,opt,name=seq,proto3" json:"seq,omitempty"`
-	Results       []*Result              `protobuf:"bytes,2,rep,name=results,proto3" json:"results,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Seq   uint64                 `protobuf:"varint,1,opt,name=seq,proto3" json:"seq,omitempty"`
+	// results holds, in operation order, an entry for every operation whose
+	// result is not the empty Result; Result.index is the operation's position
+	// in the request. An operation without an entry succeeded and returned
+	// nothing (a write, a read that found nothing): batches of writes cost a
+	// few bytes to answer.
+	Results       []*Result `protobuf:"bytes,2,rep,name=results,proto3" json:"results,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2330,7 +2344,7 @@ const file_stated_proto_rawDesc = "" +
 	"\tkey_group\x18\x01 \x01(\rR\bkeyGroup\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\fR\x03key\x12\x1c\n" +
 	"\tnamespace\x18\x03 \x01(\fR\tnamespace\x12\x1c\n" +
-	"\ttimestamp\x18\x04 \x01(\x03R\ttimestamp\"\xd9\x02\n" +
+	"\ttimestamp\x18\x04 \x01(\x03R\ttimestamp\"\xef\x02\n" +
 	"\x06Result\x12\x12\n" +
 	"\x04code\x18\x01 \x01(\rR\x04code\x12\x14\n" +
 	"\x05error\x18\x02 \x01(\tR\x05error\x12\x14\n" +
@@ -2345,7 +2359,8 @@ const file_stated_proto_rawDesc = "" +
 	"\vfloat_value\x18\n" +
 	" \x01(\x01R\n" +
 	"floatValue\x12(\n" +
-	"\x06timers\x18\v \x03(\v2\x10.stated.v1.TimerR\x06timers\"N\n" +
+	"\x06timers\x18\v \x03(\v2\x10.stated.v1.TimerR\x06timers\x12\x14\n" +
+	"\x05index\x18\f \x01(\rR\x05index\"N\n" +
 	"\rBatchResponse\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12+\n" +
 	"\aresults\x18\x02 \x03(\v2\x11.stated.v1.ResultR\aresults\"}\n" +

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"sync"
@@ -53,6 +54,7 @@ type serveFlags struct {
 	shutdownGrace     time.Duration
 	logLevel          string
 	logFormat         string
+	gcPercent         int
 }
 
 func newServeCmd() *cobra.Command {
@@ -72,7 +74,7 @@ exits 0.`,
 			return flagsFromEnv(cmd.Flags())
 		},
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return runServe(cmd.Context(), f)
+			return runServe(cmd.Context(), f, cmd.Flags().Changed("gc-percent"))
 		},
 	}
 	fl := cmd.Flags()
@@ -93,6 +95,7 @@ exits 0.`,
 	fl.DurationVar(&f.gcGrace, "gc-grace", catalog.DefaultGCGrace, "age an unreferenced checkpoint file must reach before the sweep deletes it")
 	fl.DurationVar(&f.sweepInterval, "sweep-interval", catalog.DefaultSweepInterval, "period of the orphan sweep")
 	fl.DurationVar(&f.shutdownGrace, "shutdown-grace", 30*time.Second, "on SIGTERM, how long in-flight snapshots may take before they are aborted")
+	fl.IntVar(&f.gcPercent, "gc-percent", daemon.DefaultGCPercent, "Go GC target (as GOGC; GOGC in the environment wins over the default): higher trades memory for throughput; heap and file state lives in the Go heap, so with much of it lower this or set GOMEMLIMIT")
 	fl.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
 	fl.StringVar(&f.logFormat, "log-format", "text", "text or json")
 	return cmd
@@ -197,13 +200,16 @@ func (f *serveFlags) validate() (sizes, error) {
 	return s, errors.Join(errs...)
 }
 
-func runServe(ctx context.Context, f serveFlags) error {
+func runServe(ctx context.Context, f serveFlags, gcFlagSet bool) error {
 	if ctx == nil {
 		ctx = context.Background()
 	}
 	log, err := newLogger(f.logLevel, f.logFormat)
 	if err != nil {
 		return err
+	}
+	if _, env := os.LookupEnv("GOGC"); gcFlagSet || !env {
+		debug.SetGCPercent(f.gcPercent)
 	}
 	sz, err := f.validate()
 	if err != nil {
