@@ -2,10 +2,12 @@ package wire
 
 import (
 	"bytes"
+	"fmt"
 	"math"
 	"testing"
 
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
 	"pgregory.net/rapid"
 
 	pb "github.com/statedhq/stated/api/statedpb"
@@ -182,3 +184,33 @@ func FuzzDecode(f *testing.F) {
 		}
 	})
 }
+
+// The hand codec knows these fields; a change to stated.proto that touches
+// them fails here until wire.go follows.
+func TestSchemaMatchesCodec(t *testing.T) {
+	want := map[string][]string{
+		"BatchRequest":  {"1 instance_id", "2 job", "3 seq", "4 ops"},
+		"Op":            {"1 type", "2 state", "3 key_group", "4 key", "5 namespace", "6 user_key", "7 value", "8 values", "9 number_type", "10 int_value", "11 float_value", "12 timestamp", "13 limit"},
+		"BatchResponse": {"1 seq", "2 results"},
+		"Result":        {"1 code", "2 error", "3 found", "4 value", "5 values", "6 entries", "7 more", "8 number_type", "9 int_value", "10 float_value", "11 timers", "12 index"},
+		"MapEntry":      {"1 user_key", "2 value"},
+		"Timer":         {"1 key_group", "2 key", "3 namespace", "4 timestamp"},
+	}
+	msgs := pb.File_stated_proto.Messages()
+	for name, fields := range want {
+		md := msgs.ByName(protoreflectName(name))
+		if md == nil {
+			t.Fatalf("message %s is gone from stated.proto", name)
+		}
+		var got []string
+		for i := range md.Fields().Len() {
+			f := md.Fields().Get(i)
+			got = append(got, fmt.Sprintf("%d %s", f.Number(), f.Name()))
+		}
+		if fmt.Sprint(got) != fmt.Sprint(fields) {
+			t.Errorf("%s has fields %v; api/internal/wire encodes %v", name, got, fields)
+		}
+	}
+}
+
+func protoreflectName(s string) protoreflect.Name { return protoreflect.Name(s) }
