@@ -163,3 +163,68 @@ func TestOperationErrorsDoNotStopTheBatch(t *testing.T) {
 		t.Fatalf("Err not cleared: %v", err)
 	}
 }
+
+// A canonical savepoint of an lsm job restores into the file backend; a
+// native one restores into the same kind.
+func TestSavepoints(t *testing.T) {
+	ctx := ctxT(t)
+	h := startDaemon(t, harnessOpts{})
+	c := h.dial(client.Options{})
+	tk := task("spjob", "op", 0)
+	in, err := c.Open(ctx, client.OpenSpec{Task: tk, Parallelism: 1, Backend: backend.KindLSM, States: allStates})
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys := keysIn(in, 10)
+	for i, k := range keys {
+		in.Put("v", k, nil, []byte(fmt.Sprint(i)))
+		in.MapPut("m", k, []byte("ns"), []byte("u"), []byte(fmt.Sprint(i)))
+	}
+	if err := in.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	canonical, err := c.TriggerSavepoint(ctx, "spjob", false, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	native, err := c.TriggerSavepoint(ctx, "spjob", true, 7)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.TriggerSavepoint(ctx, "spjob", true, 7); err == nil {
+		t.Fatal("a native savepoint reused a checkpoint id")
+	}
+	// A checkpoint after the savepoints is still possible and unaffected.
+	if _, err := in.Snapshot(ctx, 8, false); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.CompleteCheckpoint(ctx, "spjob", 8); err != nil {
+		t.Fatal(err)
+	}
+	if err := in.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		path string
+		kind backend.Kind
+	}{{canonical, backend.KindFile}, {native, backend.KindLSM}} {
+		in, err := c.Open(ctx, client.OpenSpec{Task: tk, Parallelism: 1, Backend: tc.kind, States: allStates,
+			Restore: &client.Restore{Savepoint: tc.path}})
+		if err != nil {
+			t.Fatalf("restore %s into %s: %v", tc.path, tc.kind, err)
+		}
+		for i, k := range keys {
+			v, err := in.Get("v", k, nil).Wait(ctx)
+			if err != nil || string(v.Data) != fmt.Sprint(i) {
+				t.Fatalf("%s: get %s = %q, %v", tc.path, k, v.Data, err)
+			}
+			m, err := in.MapGet("m", k, []byte("ns"), []byte("u")).Wait(ctx)
+			if err != nil || string(m.Data) != fmt.Sprint(i) {
+				t.Fatalf("%s: map %s = %q, %v", tc.path, k, m.Data, err)
+			}
+		}
+		if err := in.Close(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
