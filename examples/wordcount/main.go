@@ -69,7 +69,9 @@ func run(socket string, restore bool, every int) error {
 	// instance complete in the order they were issued.
 	seen := map[string]bool{}
 	var order []string
-	checkpoint := uint64(time.Now().Unix()) // ids must grow across runs
+	// Checkpoint ids must grow across runs of the job: start past both the
+	// clock and the restored checkpoint (two runs may start in one second).
+	checkpoint := max(uint64(time.Now().Unix()), in.RestoredCheckpoint())
 	sc := bufio.NewScanner(os.Stdin)
 	for line := 1; sc.Scan(); line++ {
 		for _, w := range strings.Fields(sc.Text()) {
