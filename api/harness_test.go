@@ -30,9 +30,10 @@ type harness struct {
 }
 
 type harnessOpts struct {
-	dir    string // reuse a data dir (restart)
-	server api.ServerOptions
-	cfg    func(*daemon.Config)
+	dir     string // reuse a data dir (restart)
+	server  api.ServerOptions
+	cfg     func(*daemon.Config)
+	catalog func(*catalog.Options)
 }
 
 func quietLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
@@ -52,16 +53,20 @@ func startDaemon(t testing.TB, o harnessOpts) *harness {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	var dp *daemon.Daemon
-	cat, err := catalog.Open(ctx, catalog.Options{Store: store, OnExpire: func(job string, id uint64) {
-		if dp != nil {
-			dp.CatalogExpired(job, id)
-		}
-	}})
+	set, err := openers.New(openers.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	set, err := openers.New(openers.Config{})
+	var dp *daemon.Daemon
+	co := catalog.Options{Store: store, HeapStore: set.HeapSnapshots, OnExpire: func(job string, id uint64) {
+		if dp != nil {
+			dp.CatalogExpired(job, id)
+		}
+	}}
+	if o.catalog != nil {
+		o.catalog(&co)
+	}
+	cat, err := catalog.Open(ctx, co)
 	if err != nil {
 		t.Fatal(err)
 	}

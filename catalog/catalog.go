@@ -69,6 +69,12 @@ type Options struct {
 	// Logf receives problems that do not fail the call that met them (a
 	// delete that the sweep will retry). Default: discarded.
 	Logf func(format string, args ...any)
+	// HeapStore is where heap backends keep their snapshot files (the
+	// daemon's one in-memory store), under the same names as in
+	// checkpoint storage ("<job>/chk-<N>/..."). Optional: when set, the
+	// catalog deletes heap files there as it deletes other files in Store
+	// (see heap.go); without it nothing ever deletes them.
+	HeapStore tiered.Store
 }
 
 // EnsureDefaults fills zero fields with their defaults.
@@ -188,6 +194,8 @@ type jobState struct {
 type Catalog struct {
 	opts  Options
 	store tiered.Store
+	// heap is Options.HeapStore (nil: heap files are not managed).
+	heap tiered.Store
 
 	mu          sync.Mutex
 	closed      bool
@@ -224,7 +232,7 @@ func Open(ctx context.Context, opts Options) (*Catalog, error) {
 		return nil, err
 	}
 	c := &Catalog{
-		opts: opts, store: opts.Store,
+		opts: opts, store: opts.Store, heap: opts.HeapStore,
 		reg:         refcount.New(),
 		entries:     map[ref]*entry{},
 		savepoints:  map[string]*spEntry{},

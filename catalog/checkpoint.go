@@ -424,22 +424,26 @@ func (c *Catalog) discard(ctx context.Context, e *entry) error {
 	for _, o := range dropped {
 		names = append(names, o.Path)
 	}
+	// Heap snapshot files of the checkpoint go now too: nothing else
+	// refers to them (heap.go).
+	_, herr := c.deleteHeapUnder(ctx, e.ref.dir()+"/", false)
 	listed, err := c.list(ctx, e.ref.dir()+"/")
 	if err != nil {
 		_, _ = c.deleteUnreferenced(ctx, names)
-		return fmt.Errorf("catalog: discard %s: list its directory (the sweep will finish): %w", e.ref, err)
+		return errors.Join(fmt.Errorf("catalog: discard %s: list its directory (the sweep will finish): %w", e.ref, err), herr)
 	}
 	for _, o := range listed {
 		names = append(names, o.Name)
 	}
 	_, err = c.deleteUnreferenced(ctx, names)
-	return err
+	return errors.Join(err, herr)
 }
 
 // Abort ends in-flight checkpoint id of job without completing it. why is
 // StatusAborted, StatusDeclined or StatusExpired, reason a text for the
 // history. Abort deletes the checkpoint's private directory now (after
-// making sure no manifest for it survives); the shared files it uploaded
+// making sure no manifest for it survives), and its heap snapshot files in
+// Options.HeapStore; the shared files it uploaded
 // are left to the sweep, which deletes them once they are older than the
 // grace period if no completed checkpoint references them (FLINK-24611).
 // Aborting an unknown checkpoint cleans its directory and records it.
@@ -507,6 +511,9 @@ func (c *Catalog) abort(ctx context.Context, job string, id uint64, why Status, 
 		if _, derr := c.deleteUnreferenced(ctx, names); derr != nil {
 			err = fmt.Errorf("catalog: abort %s (the sweep will finish the cleanup): %w", r, derr)
 		}
+	}
+	if _, herr := c.deleteHeapUnder(ctx, r.dir()+"/", false); herr != nil {
+		err = errors.Join(err, fmt.Errorf("catalog: abort %s (the sweep will finish the cleanup): %w", r, herr))
 	}
 	c.saveJobLogged(ctx, job)
 	return err

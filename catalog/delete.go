@@ -110,6 +110,11 @@ const cleanupTimeout = 30 * time.Second
 // at a time, retrying each batch. Deleting a missing object succeeds, so a
 // retry never fails on what the first attempt managed.
 func (c *Catalog) deleteRetried(ctx context.Context, names []string) error {
+	return c.deleteRetriedIn(ctx, c.store, names)
+}
+
+// deleteRetriedIn is deleteRetried in store (Store or HeapStore).
+func (c *Catalog) deleteRetriedIn(ctx context.Context, store tiered.Store, names []string) error {
 	var batches [][]string
 	for len(names) > 0 {
 		n := min(len(names), c.opts.DeleteBatch)
@@ -126,7 +131,7 @@ func (c *Catalog) deleteRetried(ctx context.Context, names []string) error {
 				case <-time.After(time.Duration(attempt*attempt) * retryBackoff):
 				}
 			}
-			if err = c.store.DeleteBatch(ctx, batches[i]); err == nil {
+			if err = store.DeleteBatch(ctx, batches[i]); err == nil {
 				return nil
 			}
 		}

@@ -83,8 +83,11 @@
 // # Caveats
 //
 // Heap snapshots live in the heap backend's in-memory store: the catalog
-// records their handles but neither checks, counts, copies (unless given
-// the heap store as Source) nor deletes their files. One Catalog owns a
+// records their handles but neither checks, counts nor copies (unless given
+// the heap store as Source) their files. Given that store as
+// Options.HeapStore it deletes them: with an Abort, with a discard, and in
+// the sweep once no in-flight or retained checkpoint holds them (heap.go);
+// without it nothing does, and daemon memory grows with every checkpoint. One Catalog owns a
 // checkpoint root at a time; cluster mode replicates it with raft (not
 // here). Open only reads; retention beyond Retain after a crash is applied
 // by the next Complete.

@@ -34,6 +34,11 @@ type GCReport struct {
 	// Problems are damaged or unexpected manifests (their directories are
 	// kept) and failed deletes (retried by the next pass).
 	Problems []string
+	// HeapOrphans are the heap snapshot files (Options.HeapStore) of no
+	// in-flight or retained checkpoint: deleted, or with DryRun the ones
+	// that would be; HeapBytes is their size. Sorted by name.
+	HeapOrphans []tiered.ObjectInfo
+	HeapBytes   int64
 }
 
 // GC runs one orphan sweep. It deletes every object of the layout
@@ -45,6 +50,10 @@ type GCReport struct {
 //   - and is older than the grace period, as is every object of its
 //     checkpoint or savepoint directory (a directory written by another
 //     process within the grace period is taken to be in progress).
+//
+// With Options.HeapStore it also deletes every heap snapshot file there
+// that no in-flight checkpoint and no retained checkpoint's heap handle
+// holds, without a grace period (see heap.go).
 //
 // Before that (unless dryRun) it expires checkpoints in flight longer than
 // CheckpointTimeout and retries retention discards that failed. Manifests
@@ -61,6 +70,13 @@ func (c *Catalog) GC(ctx context.Context, dryRun bool) (*GCReport, error) {
 		c.expire(ctx, rep)
 		c.retryDiscards(ctx, rep)
 	}
+	herr := c.gcHeap(ctx, rep, dryRun)
+	err := c.gcStore(ctx, rep, dryRun)
+	return rep, errors.Join(err, herr)
+}
+
+// gcStore is the sweep of Store.
+func (c *Catalog) gcStore(ctx context.Context, rep *GCReport, dryRun bool) error {
 	now := c.opts.Clock()
 	cutoff := now.Add(-c.opts.GCGrace)
 
@@ -97,7 +113,7 @@ func (c *Catalog) GC(ctx context.Context, dryRun bool) (*GCReport, error) {
 		return nil
 	})
 	if err != nil {
-		return rep, fmt.Errorf("catalog: gc: list the checkpoint root: %w", err)
+		return fmt.Errorf("catalog: gc: list the checkpoint root: %w", err)
 	}
 	rep.Scanned = len(objects)
 
@@ -165,7 +181,7 @@ func (c *Catalog) GC(ctx context.Context, dryRun bool) (*GCReport, error) {
 		for _, o := range orphans {
 			rep.Bytes += o.Size
 		}
-		return rep, nil
+		return nil
 	}
 	names := make([]string, len(orphans))
 	for i, o := range orphans {
@@ -184,9 +200,9 @@ func (c *Catalog) GC(ctx context.Context, dryRun bool) (*GCReport, error) {
 	}
 	if derr != nil {
 		rep.Problems = append(rep.Problems, fmt.Sprintf("delete failed (the next pass retries): %v", derr))
-		return rep, fmt.Errorf("catalog: gc: %w", derr)
+		return fmt.Errorf("catalog: gc: %w", derr)
 	}
-	return rep, nil
+	return nil
 }
 
 // expire aborts checkpoints in flight for longer than CheckpointTimeout.

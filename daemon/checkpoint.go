@@ -206,11 +206,6 @@ func (d *Daemon) runSnapshot(c *checkpoint, ts *taskSnapshot, ps backend.Pending
 		ts.handle = h
 		d.m.CheckpointedBytes[bi].Add(uint64(max(0, h.CheckpointedSize)))
 		d.m.FullBytes[bi].Add(uint64(max(0, h.FullSize)))
-		if h.Backend == backend.KindHeap {
-			d.mu.Lock()
-			d.heapHandles[heapKey(h)] = true
-			d.mu.Unlock()
-		}
 	}
 	close(ts.done)
 	inst.finishSnapshot()

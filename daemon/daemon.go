@@ -61,7 +61,12 @@ type Config struct {
 	// Options.OnExpire to Daemon.CatalogExpired.
 	Catalog *catalog.Catalog
 	// HeapSnapshots is where heap backends keep their snapshots: native
-	// savepoints of heap instances copy from it. Optional.
+	// savepoints of heap instances copy from it, and a restore from a heap
+	// checkpoint checks that its files are still there. Optional; when
+	// set, Catalog must have been opened with it as Options.HeapStore, so
+	// that the catalog deletes the snapshots of checkpoints that are no
+	// longer retained, aborted or orphaned (otherwise daemon memory would
+	// grow with every checkpoint).
 	HeapSnapshots tiered.Store
 	// Openers open backends by kind. Required (see DefaultOpeners).
 	Openers map[backend.Kind]Opener
@@ -117,6 +122,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Catalog == nil {
 		errs = append(errs, errors.New("daemon: no catalog"))
+	} else if c.HeapSnapshots != nil && c.Catalog.HeapStore() != c.HeapSnapshots {
+		errs = append(errs, errors.New("daemon: the catalog manages another heap snapshot store than Config.HeapSnapshots "+
+			"(open it with catalog.Options.HeapStore set to the same store, or heap snapshots are never deleted)"))
 	}
 	if len(c.Openers) == 0 {
 		errs = append(errs, errors.New("daemon: no backend openers"))
@@ -148,9 +156,6 @@ type Daemon struct {
 	// lastCompleted is the highest checkpoint id completed per job by this
 	// process.
 	lastCompleted map[string]uint64
-	// heapHandles names the heap snapshots this process took: only those
-	// can be restored.
-	heapHandles map[string]bool
 }
 
 // New starts a daemon. It clears the instances directory under DataDir.
@@ -177,7 +182,6 @@ func New(cfg Config) (*Daemon, error) {
 		opening:       map[backend.TaskID]bool{},
 		ckpts:         map[ckptKey]*checkpoint{},
 		lastCompleted: map[string]uint64{},
-		heapHandles:   map[string]bool{},
 	}, nil
 }
 
@@ -381,13 +385,8 @@ func (d *Daemon) resolveRestore(ctx context.Context, p OpenParams) (*catalog.Res
 			continue
 		}
 		if h.Backend == backend.KindHeap && req.SavepointID == "" {
-			d.mu.Lock()
-			held := d.heapHandles[heapKey(h)]
-			d.mu.Unlock()
-			if !held {
-				return nil, fmt.Errorf("daemon: restore %s from %s: %w: the heap backend keeps its snapshots in daemon memory, "+
-					"and this daemon process did not take this one (the daemon restarted since); restore from a file or lsm "+
-					"checkpoint or from a savepoint instead", task, src, ErrSnapshotGone)
+			if err := d.heapHeld(ctx, h); err != nil {
+				return nil, fmt.Errorf("daemon: restore %s from %s: %w", task, src, err)
 			}
 		}
 		keep = append(keep, h)
@@ -400,7 +399,27 @@ func (d *Daemon) resolveRestore(ctx context.Context, p OpenParams) (*catalog.Res
 	return r, nil
 }
 
-func heapKey(h *backend.Handle) string { return fmt.Sprintf("%s#%d", h.Task, h.CheckpointID) }
+// heapHeld checks that the files of heap handle h are in the heap snapshot
+// store: they are unless the daemon restarted since the checkpoint (the
+// catalog deletes them only once the checkpoint is no longer retained).
+// Without a configured store the backend's restore reports a missing file.
+func (d *Daemon) heapHeld(ctx context.Context, h *backend.Handle) error {
+	if d.cfg.HeapSnapshots == nil {
+		return nil
+	}
+	for _, f := range h.Files {
+		_, err := d.cfg.HeapSnapshots.Stat(ctx, f.Path)
+		if tiered.IsNotFound(err) {
+			return fmt.Errorf("%w: the heap backend keeps its snapshots in daemon memory, and this daemon process does not "+
+				"hold %s of task %s (the daemon restarted since); restore from a file or lsm checkpoint or from a savepoint instead",
+				ErrSnapshotGone, f.Path, h.Task)
+		}
+		if err != nil {
+			return fmt.Errorf("heap snapshot %s of task %s: %w", f.Path, h.Task, err)
+		}
+	}
+	return nil
+}
 
 // Lookup returns the open instance with id if it belongs to job.
 func (d *Daemon) Lookup(id []byte, job string) (*Instance, error) {

@@ -3,6 +3,7 @@ package daemon_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"strings"
@@ -19,20 +20,22 @@ import (
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 
 type env struct {
-	d   *daemon.Daemon
-	cat *catalog.Catalog
+	d    *daemon.Daemon
+	cat  *catalog.Catalog
+	heap *memstore.Store
 }
 
 func newEnv(t *testing.T, oc openers.Config, mod func(*daemon.Config)) *env {
 	t.Helper()
 	ctx := context.Background()
 	store := memstore.New()
-	var dp *daemon.Daemon
-	cat, err := catalog.Open(ctx, catalog.Options{Store: store, OnExpire: func(job string, id uint64) { dp.CatalogExpired(job, id) }})
+	set, err := openers.New(oc)
 	if err != nil {
 		t.Fatal(err)
 	}
-	set, err := openers.New(oc)
+	var dp *daemon.Daemon
+	cat, err := catalog.Open(ctx, catalog.Options{Store: store, HeapStore: set.HeapSnapshots,
+		OnExpire: func(job string, id uint64) { dp.CatalogExpired(job, id) }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -55,7 +58,7 @@ func newEnv(t *testing.T, oc openers.Config, mod func(*daemon.Config)) *env {
 		cat.Close()
 		set.Close()
 	})
-	return &env{d: d, cat: cat}
+	return &env{d: d, cat: cat, heap: set.HeapSnapshots}
 }
 
 var valueState = []backend.StateDescriptor{{Name: "v", Kind: backend.KindValue}}
@@ -318,5 +321,88 @@ func TestHistogramAndTally(t *testing.T) {
 	}
 	if s := m.OpLatency[hi][backend.KindMap].Snapshot(); s.Count != 1 {
 		t.Fatalf("map latency %+v", s)
+	}
+}
+
+// TestHeapSnapshotMemoryBounded: heap snapshots live in daemon memory; the
+// catalog deletes those of subsumed, aborted and declined checkpoints, so a
+// heap instance that takes many checkpoints holds about Retain snapshots,
+// and a retained one still restores.
+func TestHeapSnapshotMemoryBounded(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t, openers.Config{}, nil)
+	in := e.open(t, "job", 0, backend.KindHeap)
+	val := make([]byte, 1000)
+	var maxSnap int64
+	for id := uint64(1); id <= 50; id++ {
+		for i := 0; i < 20; i++ {
+			val[0] = byte(id)
+			k := backend.Key{KeyGroup: in.KeyGroups.Start + i%in.KeyGroups.Len(), Key: []byte(fmt.Sprint("k", i))}
+			if err := in.Backend.Put("v", k, val); err != nil {
+				t.Fatal(err)
+			}
+		}
+		res, err := e.d.Snapshot(ctx, in, id, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		maxSnap = max(maxSnap, res.FullSize)
+		if _, err := e.d.CompleteCheckpoint(ctx, "job", id, nil); err != nil {
+			t.Fatal(err)
+		}
+		// catalog.DefaultRetain checkpoints are kept.
+		if got := e.heap.Bytes(); got > int64(catalog.DefaultRetain)*maxSnap {
+			t.Fatalf("after checkpoint %d the daemon holds %d bytes of heap snapshots, more than %d snapshots of at most %d",
+				id, got, catalog.DefaultRetain, maxSnap)
+		}
+	}
+	if maxSnap < 20000 {
+		t.Fatalf("snapshots of %d bytes: the test writes too little to tell", maxSnap)
+	}
+	held := e.heap.Bytes()
+	// Aborted (after the upload) and declined checkpoints leave nothing.
+	if _, err := e.d.Snapshot(ctx, in, 51, true); err != nil {
+		t.Fatal(err)
+	}
+	if e.heap.Bytes() <= held {
+		t.Fatal("the snapshot of checkpoint 51 is not in the heap store")
+	}
+	if err := e.d.AbortCheckpoint(ctx, "job", 51, "aborted: test"); err != nil {
+		t.Fatal(err)
+	}
+	if got := e.heap.Bytes(); got != held {
+		t.Fatalf("aborted checkpoint 51 left %d bytes in the heap store", got-held)
+	}
+	if _, err := e.d.Snapshot(ctx, in, 52, true); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.d.AbortCheckpoint(ctx, "job", 52, "declined: test"); err != nil {
+		t.Fatal(err)
+	}
+	if got := e.heap.Bytes(); got != held {
+		t.Fatalf("declined checkpoint 52 left %d bytes in the heap store", got-held)
+	}
+	// A retained checkpoint restores, the latest and an older one.
+	for _, spec := range []daemon.RestoreSpec{{Latest: true}, {CheckpointID: 48}} {
+		r, err := e.d.Open(ctx, daemon.OpenParams{Task: backend.TaskID{Job: "job", Operator: "op", Subtask: 0},
+			KeyGroups: in.KeyGroups, Kind: backend.KindHeap, States: valueState, Restore: &spec, Replace: true})
+		if err != nil {
+			t.Fatalf("restore from %+v: %v", spec, err)
+		}
+		want := byte(50)
+		if spec.CheckpointID != 0 {
+			want = byte(spec.CheckpointID)
+		}
+		v, ok, err := r.Backend.Get("v", backend.Key{KeyGroup: in.KeyGroups.Start, Key: []byte("k0")})
+		if err != nil || !ok || v[0] != want {
+			t.Fatalf("restored from %+v: %v %v %v", spec, ok, err, v[:1])
+		}
+	}
+	// A subsumed checkpoint is gone, and says so.
+	_, err := e.d.Open(ctx, daemon.OpenParams{Task: backend.TaskID{Job: "job", Operator: "op", Subtask: 0},
+		KeyGroups: in.KeyGroups, Kind: backend.KindHeap, States: valueState,
+		Restore: &daemon.RestoreSpec{CheckpointID: 10}, Replace: true})
+	if !errors.Is(err, backend.ErrNotFound) {
+		t.Fatalf("restore from subsumed checkpoint 10: %v", err)
 	}
 }

@@ -239,10 +239,18 @@ func runServe(ctx context.Context, f serveFlags, gcFlagSet bool) error {
 		return err
 	}
 	defer store.Close()
+	set, err := openers.New(openers.Config{HeapSnapshotCap: sz.heapCap, LSMCacheSize: sz.lsmCache, FileCompression: f.fileCompression})
+	if err != nil {
+		return err
+	}
+	defer set.Close()
 	var dp atomic.Pointer[daemon.Daemon]
 	cat, err := catalog.Open(ctx, catalog.Options{
 		Store: store, Retain: f.retain, GCGrace: f.gcGrace, SweepInterval: f.sweepInterval,
 		CheckpointTimeout: f.checkpointTimeout,
+		// The catalog deletes heap snapshots of checkpoints it no longer
+		// retains from the daemon's memory.
+		HeapStore: set.HeapSnapshots,
 		OnExpire: func(job string, id uint64) {
 			if d := dp.Load(); d != nil {
 				d.CatalogExpired(job, id)
@@ -257,11 +265,6 @@ func runServe(ctx context.Context, f serveFlags, gcFlagSet bool) error {
 	for _, p := range cat.Problems() {
 		log.Warn("catalog problem", "problem", p)
 	}
-	set, err := openers.New(openers.Config{HeapSnapshotCap: sz.heapCap, LSMCacheSize: sz.lsmCache, FileCompression: f.fileCompression})
-	if err != nil {
-		return err
-	}
-	defer set.Close()
 	metrics := daemon.NewMetrics()
 	d, err := daemon.New(daemon.Config{
 		DataDir: f.dataDir, Store: store, Catalog: cat, Openers: set.Openers, HeapSnapshots: set.HeapSnapshots,
