@@ -195,7 +195,17 @@ func openParams(req *pb.OpenRequest) (daemon.OpenParams, error) {
 		p.States = append(p.States, StateFromPB(sd))
 	}
 	if r := req.GetRestore(); r != nil {
-		spec := &daemon.RestoreSpec{Claim: r.GetMode() == pb.RestoreMode_RESTORE_MODE_CLAIM}
+		spec := &daemon.RestoreSpec{}
+		switch r.GetMode() {
+		case pb.RestoreMode_RESTORE_MODE_UNSPECIFIED:
+			// The daemon picks by source (see daemon.RestoreSpec).
+		case pb.RestoreMode_RESTORE_MODE_CLAIM:
+			spec.Claim = true
+		case pb.RestoreMode_RESTORE_MODE_NO_CLAIM:
+			spec.NoClaim = true
+		default:
+			return p, fmt.Errorf("api: open %s: %w: unknown restore mode %d", p.Task, backend.ErrInvalidArgument, r.GetMode())
+		}
 		switch src := r.GetSource().(type) {
 		case *pb.RestoreSource_Latest:
 			spec.Latest = src.Latest
@@ -277,7 +287,7 @@ func infoToPB(in daemon.CheckpointInfo) *pb.CheckpointInfo {
 	out := &pb.CheckpointInfo{
 		Job: in.Job, CheckpointId: in.ID, Status: in.Status, Tasks: int32(in.Tasks),
 		CheckpointedSize: in.CheckpointedSize, FullSize: in.FullSize,
-		DurationMillis: in.Duration.Milliseconds(), Reason: in.Reason, Retained: in.Retained,
+		DurationMillis: in.Duration.Milliseconds(), Reason: in.Reason, Retained: in.Retained, Pinned: in.Pinned,
 	}
 	if !in.Completed.IsZero() {
 		out.CompletedUnixMillis = in.Completed.UnixMilli()

@@ -22,6 +22,9 @@ type CheckpointInfo struct {
 	Completed time.Time
 	// Retained says it can still be restored from.
 	Retained bool
+	// Pinned: a no-claim restore of its own job pinned it, so the job's
+	// retention never deletes it.
+	Pinned bool
 }
 
 func infoFromManifest(m *catalog.Manifest) CheckpointInfo {
@@ -36,7 +39,7 @@ func infoFromRecord(job string, r catalog.Record, now time.Time) CheckpointInfo 
 	in := CheckpointInfo{
 		Job: job, ID: r.ID, Status: string(r.Status), Tasks: r.Tasks,
 		CheckpointedSize: r.CheckpointedSize, FullSize: r.FullSize, Duration: r.Duration(now),
-		Reason: r.Reason, Retained: r.Retained,
+		Reason: r.Reason, Retained: r.Retained, Pinned: r.Pinned,
 	}
 	if r.Status == catalog.StatusCompleted {
 		in.Completed = r.Ended
@@ -51,10 +54,23 @@ type RestoreSpec struct {
 	CheckpointID uint64
 	// Savepoint is the savepoint's id or its directory ("savepoints/<id>").
 	Savepoint string
-	// Claim: the restored job takes ownership of the checkpoint's files.
-	// Otherwise (no-claim) they are never modified, and the first new
-	// checkpoint shares no file with them.
-	Claim bool
+	// Claim: the restored job takes ownership of the checkpoint's files;
+	// its retention deletes them once newer checkpoints subsume it.
+	// NoClaim: they are never modified (the checkpoint is pinned if the
+	// job owns it), and the first new checkpoint shares no file with them.
+	// At most one of the two is set. Neither: claim for Latest (a failover
+	// of the same job, as Flink restores its own checkpoints, so restarts
+	// do not pile up pinned checkpoints) and no-claim for an explicit
+	// CheckpointID. Savepoints are never owned by a job.
+	Claim, NoClaim bool
+}
+
+// claim resolves the mode (see Claim).
+func (s *RestoreSpec) claim() bool {
+	if s.Claim || s.NoClaim {
+		return s.Claim
+	}
+	return s.Latest
 }
 
 // Savepoint describes a written savepoint.

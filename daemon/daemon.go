@@ -245,6 +245,9 @@ func (p *OpenParams) validate(openers map[backend.Kind]Opener) error {
 		if n != 1 {
 			errs = append(errs, fmt.Errorf("%w: a restore source names exactly one of latest, a checkpoint id or a savepoint", backend.ErrInvalidArgument))
 		}
+		if r.Claim && r.NoClaim {
+			errs = append(errs, fmt.Errorf("%w: a restore is either claim or no-claim, not both", backend.ErrInvalidArgument))
+		}
 	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("daemon: open %s: %w", p.Task, err)
@@ -365,7 +368,7 @@ func (d *Daemon) resolveRestore(ctx context.Context, p OpenParams) (*catalog.Res
 	task := p.Task
 	spec := p.Restore
 	req := catalog.RestoreRequest{Job: task.Job, CheckpointID: spec.CheckpointID, Mode: catalog.ModeNoClaim}
-	if spec.Claim {
+	if spec.claim() {
 		req.Mode = catalog.ModeClaim
 	}
 	if spec.Savepoint != "" {

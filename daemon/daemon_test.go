@@ -406,3 +406,95 @@ func TestHeapSnapshotMemoryBounded(t *testing.T) {
 		t.Fatalf("restore from subsumed checkpoint 10: %v", err)
 	}
 }
+
+// TestRestoreModeDefault: without a mode, a restore from latest claims
+// (a failover of the same job keeps owning its checkpoint, so restarts do
+// not pile up pinned checkpoints), and one from an explicit checkpoint id
+// is no-claim (that checkpoint is pinned).
+func TestRestoreModeDefault(t *testing.T) {
+	ctx := context.Background()
+	for _, kind := range []backend.Kind{backend.KindFile, backend.KindLSM} {
+		t.Run(string(kind), func(t *testing.T) {
+			e := newEnv(t, openers.Config{}, nil)
+			in := e.open(t, "job", 0, kind)
+			id := uint64(0)
+			checkpoint := func(in *daemon.Instance) {
+				t.Helper()
+				id++
+				k := backend.Key{KeyGroup: in.KeyGroups.Start, Key: []byte(fmt.Sprint("k", id))}
+				if err := in.Backend.Put("v", k, []byte("x")); err != nil {
+					t.Fatal(err)
+				}
+				if _, err := e.d.Snapshot(ctx, in, id, true); err != nil {
+					t.Fatal(err)
+				}
+				if _, err := e.d.CompleteCheckpoint(ctx, "job", id, nil); err != nil {
+					t.Fatal(err)
+				}
+			}
+			reopen := func(spec daemon.RestoreSpec) *daemon.Instance {
+				t.Helper()
+				r, err := e.d.Open(ctx, daemon.OpenParams{Task: in.Task, KeyGroups: in.KeyGroups, Kind: kind,
+					States: valueState, Restore: &spec, Replace: true})
+				if err != nil {
+					t.Fatalf("restore %+v: %v", spec, err)
+				}
+				return r
+			}
+			pinned := func() (retained int, pins []uint64) {
+				t.Helper()
+				list, err := e.d.ListCheckpoints(ctx, "job")
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, c := range list {
+					if c.Retained {
+						retained++
+					}
+					if c.Pinned {
+						pins = append(pins, c.ID)
+					}
+				}
+				return retained, pins
+			}
+			checkpoint(in)
+			// Ten crash-restarts from latest, a checkpoint after each.
+			for round := 0; round < 10; round++ {
+				in = reopen(daemon.RestoreSpec{Latest: true})
+				if in.RestoredFrom != id {
+					t.Fatalf("restored from %d, want %d", in.RestoredFrom, id)
+				}
+				checkpoint(in)
+				checkpoint(in)
+			}
+			if n, pins := pinned(); n != catalog.DefaultRetain || len(pins) != 0 {
+				t.Fatalf("after restarts from latest: %d retained, pinned %v; want %d and none", n, pins, catalog.DefaultRetain)
+			}
+			// An explicit checkpoint id is no-claim: pinned, kept past
+			// retention.
+			chosen := id - 1
+			in = reopen(daemon.RestoreSpec{CheckpointID: chosen})
+			for range 4 {
+				checkpoint(in)
+			}
+			if _, pins := pinned(); len(pins) != 1 || pins[0] != chosen {
+				t.Fatalf("after a restore from checkpoint %d: pinned %v", chosen, pins)
+			}
+			// An explicit claim of it unpins it; an explicit no-claim of
+			// latest pins.
+			in = reopen(daemon.RestoreSpec{CheckpointID: chosen, Claim: true})
+			if _, pins := pinned(); len(pins) != 0 {
+				t.Fatalf("after claiming %d: pinned %v", chosen, pins)
+			}
+			in = reopen(daemon.RestoreSpec{Latest: true, NoClaim: true})
+			if _, pins := pinned(); len(pins) != 1 || pins[0] != id {
+				t.Fatalf("after a no-claim restore from latest (%d): pinned %v", id, pins)
+			}
+			_, err := e.d.Open(ctx, daemon.OpenParams{Task: in.Task, KeyGroups: in.KeyGroups, Kind: kind,
+				Restore: &daemon.RestoreSpec{Latest: true, Claim: true, NoClaim: true}, Replace: true})
+			if !errors.Is(err, backend.ErrInvalidArgument) {
+				t.Fatalf("claim and no-claim at once: %v", err)
+			}
+		})
+	}
+}

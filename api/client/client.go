@@ -11,7 +11,9 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 
 	"github.com/statedhq/stated/api"
 	pb "github.com/statedhq/stated/api/statedpb"
@@ -148,8 +150,13 @@ type Restore struct {
 	Latest       bool
 	CheckpointID uint64
 	Savepoint    string
-	// Claim takes ownership of the checkpoint; the default is no-claim.
-	Claim bool
+	// Claim takes ownership of the checkpoint (the job's retention deletes
+	// it once subsumed); NoClaim never modifies it (the first new
+	// checkpoint shares no file with it). Set at most one. Neither lets the
+	// daemon choose: claim for Latest (a failover of the same job, so
+	// restarts do not pile up pinned checkpoints), no-claim for an
+	// explicit CheckpointID. Savepoints are never claimed.
+	Claim, NoClaim bool
 }
 
 // OpenSpec describes an instance to open.
@@ -193,9 +200,15 @@ func (c *Client) Open(ctx context.Context, spec OpenSpec) (*Instance, error) {
 		req.States = append(req.States, api.StateToPB(s))
 	}
 	if r := spec.Restore; r != nil {
-		rs := &pb.RestoreSource{Mode: pb.RestoreMode_RESTORE_MODE_NO_CLAIM}
-		if r.Claim {
+		if r.Claim && r.NoClaim {
+			return nil, status.Errorf(codes.InvalidArgument, "client: open %s: a restore is either claim or no-claim, not both", spec.Task)
+		}
+		rs := &pb.RestoreSource{}
+		switch {
+		case r.Claim:
 			rs.Mode = pb.RestoreMode_RESTORE_MODE_CLAIM
+		case r.NoClaim:
+			rs.Mode = pb.RestoreMode_RESTORE_MODE_NO_CLAIM
 		}
 		switch {
 		case r.Savepoint != "":

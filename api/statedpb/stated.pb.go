@@ -246,13 +246,25 @@ func (NumberType) EnumDescriptor() ([]byte, []int) {
 	return file_stated_proto_rawDescGZIP(), []int{3}
 }
 
+// RestoreMode says who owns the restored checkpoint afterwards.
 type RestoreMode int32
 
 const (
-	// Unspecified is no-claim: the restored checkpoint is never modified.
+	// Unspecified depends on the source. For latest it is claim: a task that
+	// restarts from its job's last checkpoint is a failover of the same job
+	// (as Flink restores its own checkpoints), which keeps owning it, so
+	// retention subsumes it as usual and restarts do not pile up pinned
+	// checkpoints. For an explicit checkpoint_id it is no-claim (a restore
+	// to a chosen point leaves that checkpoint as it is); savepoints are
+	// never owned by a job, whatever the mode.
 	RestoreMode_RESTORE_MODE_UNSPECIFIED RestoreMode = 0
-	RestoreMode_RESTORE_MODE_CLAIM       RestoreMode = 1
-	RestoreMode_RESTORE_MODE_NO_CLAIM    RestoreMode = 2
+	// CLAIM: the restoring job owns the checkpoint; its retention deletes it
+	// once newer checkpoints subsume it.
+	RestoreMode_RESTORE_MODE_CLAIM RestoreMode = 1
+	// NO_CLAIM: the checkpoint is never modified or deleted by the restoring
+	// job (pinned if the job owns it), and the job's first new checkpoint
+	// shares no file with it.
+	RestoreMode_RESTORE_MODE_NO_CLAIM RestoreMode = 2
 )
 
 // Enum value maps for RestoreMode.
@@ -1719,7 +1731,10 @@ type CheckpointInfo struct {
 	// completed_unix_millis: when it completed (0 if it did not).
 	CompletedUnixMillis int64 `protobuf:"varint,9,opt,name=completed_unix_millis,json=completedUnixMillis,proto3" json:"completed_unix_millis,omitempty"`
 	// retained: it can still be restored from.
-	Retained      bool `protobuf:"varint,10,opt,name=retained,proto3" json:"retained,omitempty"`
+	Retained bool `protobuf:"varint,10,opt,name=retained,proto3" json:"retained,omitempty"`
+	// pinned: a no-claim restore of its own job pinned it, so the job's
+	// retention never deletes it.
+	Pinned        bool `protobuf:"varint,11,opt,name=pinned,proto3" json:"pinned,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1820,6 +1835,13 @@ func (x *CheckpointInfo) GetCompletedUnixMillis() int64 {
 func (x *CheckpointInfo) GetRetained() bool {
 	if x != nil {
 		return x.Retained
+	}
+	return false
+}
+
+func (x *CheckpointInfo) GetPinned() bool {
+	if x != nil {
+		return x.Pinned
 	}
 	return false
 }
@@ -2380,7 +2402,7 @@ const file_stated_proto_rawDesc = "" +
 	"\x19CompleteCheckpointRequest\x12\x10\n" +
 	"\x03job\x18\x01 \x01(\tR\x03job\x12#\n" +
 	"\rcheckpoint_id\x18\x02 \x01(\x04R\fcheckpointId\x12'\n" +
-	"\x05tasks\x18\x03 \x03(\v2\x11.stated.v1.TaskIdR\x05tasks\"\xd0\x02\n" +
+	"\x05tasks\x18\x03 \x03(\v2\x11.stated.v1.TaskIdR\x05tasks\"\xe8\x02\n" +
 	"\x0eCheckpointInfo\x12\x10\n" +
 	"\x03job\x18\x01 \x01(\tR\x03job\x12#\n" +
 	"\rcheckpoint_id\x18\x02 \x01(\x04R\fcheckpointId\x12\x16\n" +
@@ -2392,7 +2414,8 @@ const file_stated_proto_rawDesc = "" +
 	"\x06reason\x18\b \x01(\tR\x06reason\x122\n" +
 	"\x15completed_unix_millis\x18\t \x01(\x03R\x13completedUnixMillis\x12\x1a\n" +
 	"\bretained\x18\n" +
-	" \x01(\bR\bretained\"W\n" +
+	" \x01(\bR\bretained\x12\x16\n" +
+	"\x06pinned\x18\v \x01(\bR\x06pinned\"W\n" +
 	"\x1aCompleteCheckpointResponse\x129\n" +
 	"\n" +
 	"checkpoint\x18\x01 \x01(\v2\x19.stated.v1.CheckpointInfoR\n" +
