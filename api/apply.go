@@ -7,6 +7,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"github.com/statedhq/stated/api/internal/wire"
+	pb "github.com/statedhq/stated/api/statedpb"
 	"github.com/statedhq/stated/backend"
 	"github.com/statedhq/stated/daemon"
 )
@@ -77,11 +78,40 @@ func (s *Server) applyTo(out []byte, inst *daemon.Instance, bt *wire.Batch) []by
 // key group.
 func opError(inst *daemon.Instance, op *wire.Op, state string, r *wire.Result, code codes.Code, err error) {
 	*r = wire.Result{Code: uint32(code)}
-	kg := ""
-	if daemon.Op(op.Type) != daemon.OpTimerPoll {
+	kg, what := "", "state"
+	switch daemon.Op(op.Type) {
+	case daemon.OpTimerPoll:
+	case daemon.OpOperatorSet, daemon.OpOperatorAppend, daemon.OpOperatorGet:
+		what = "operator state"
+	default:
 		kg = fmt.Sprintf(", key group %d", op.KeyGroup)
 	}
-	r.Error = fmt.Sprintf("stated: %s on state %q%s of task %s: %v", daemon.Op(op.Type), state, kg, inst.Task, err)
+	r.Error = fmt.Sprintf("stated: %s on %s %q%s of task %s: %v", daemon.Op(op.Type), what, state, kg, inst.Task, err)
+}
+
+// OperatorModeFromPB maps stated.v1.OperatorStateMode to the backend's
+// mode ("" for unspecified).
+func OperatorModeFromPB(m pb.OperatorStateMode) (backend.OperatorStateMode, error) {
+	switch m {
+	case pb.OperatorStateMode_OPERATOR_STATE_MODE_UNSPECIFIED:
+		return "", nil
+	case pb.OperatorStateMode_OPERATOR_STATE_MODE_SPLIT:
+		return backend.OperatorSplit, nil
+	case pb.OperatorStateMode_OPERATOR_STATE_MODE_UNION:
+		return backend.OperatorUnion, nil
+	}
+	return "", fmt.Errorf("%w: unknown operator state mode %d", backend.ErrInvalidArgument, m)
+}
+
+// OperatorModeToPB is the inverse of OperatorModeFromPB.
+func OperatorModeToPB(m backend.OperatorStateMode) pb.OperatorStateMode {
+	switch m {
+	case backend.OperatorSplit:
+		return pb.OperatorStateMode_OPERATOR_STATE_MODE_SPLIT
+	case backend.OperatorUnion:
+		return pb.OperatorStateMode_OPERATOR_STATE_MODE_UNION
+	}
+	return pb.OperatorStateMode_OPERATOR_STATE_MODE_UNSPECIFIED
 }
 
 // checkSizes rejects operands over the instance's value size limit before
@@ -179,6 +209,23 @@ func (s *Server) applyOp(inst *daemon.Instance, op *wire.Op, state string, r *wi
 		}
 		if err == nil {
 			return used
+		}
+	case daemon.OpOperatorSet, daemon.OpOperatorAppend:
+		var mode backend.OperatorStateMode
+		if mode, err = OperatorModeFromPB(pb.OperatorStateMode(op.OperatorMode)); err != nil {
+			break
+		}
+		if daemon.Op(op.Type) == daemon.OpOperatorSet {
+			err = inst.OperatorSet(state, mode, op.Values)
+		} else {
+			err = inst.OperatorAppend(state, mode, op.Values)
+		}
+	case daemon.OpOperatorGet:
+		var l backend.OperatorList
+		l, r.Found, err = inst.OperatorGet(state)
+		r.Values, r.OperatorMode = l.Elements, int32(OperatorModeToPB(l.Mode))
+		for _, v := range r.Values {
+			used += len(v) + 4
 		}
 	default:
 		err = fmt.Errorf("%w: unknown operation type %d", backend.ErrInvalidArgument, op.Type)

@@ -31,6 +31,9 @@ func FuzzBatch(f *testing.F) {
 	f.Add(seed(&pb.Op{Type: pb.OpType_OP_TYPE_TIMER_POLL, State: "t", Timestamp: 1 << 62}))
 	f.Add(seed(&pb.Op{Type: pb.OpType_OP_TYPE_AGGREGATE_ADD, State: "a", KeyGroup: 127, NumberType: 7}))
 	f.Add(seed(&pb.Op{Type: pb.OpType_OP_TYPE_LIST_APPEND, State: "l", KeyGroup: 1 << 31}))
+	f.Add(seed(&pb.Op{Type: pb.OpType_OP_TYPE_OPERATOR_APPEND, State: "offsets", Values: [][]byte{[]byte("1")}, OperatorMode: 2},
+		&pb.Op{Type: pb.OpType_OP_TYPE_OPERATOR_SET, State: "offsets", OperatorMode: 7},
+		&pb.Op{Type: pb.OpType_OP_TYPE_OPERATOR_GET, State: "offsets"}))
 	f.Add([]byte{0x22, 0xff})
 	f.Add([]byte{})
 

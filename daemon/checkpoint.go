@@ -40,7 +40,10 @@ type checkpoint struct {
 }
 
 type taskSnapshot struct {
-	inst   *Instance
+	inst *Instance
+	// ops is the instance's operator state at the synchronous part; the
+	// handle carries it.
+	ops    []backend.OperatorList
 	done   chan struct{}
 	handle *backend.Handle
 	err    error
@@ -109,6 +112,9 @@ func (d *Daemon) Snapshot(ctx context.Context, inst *Instance, id uint64, wait b
 
 	bi := BackendIndex(inst.Kind)
 	t0 := time.Now()
+	// The operator state of the same moment as the keyed state: the
+	// caller applied every operation it wants in this snapshot.
+	ts.ops = inst.OperatorState()
 	ps, err := inst.Backend.Snapshot(ctx, id)
 	ts.sync = time.Since(t0)
 	d.m.CheckpointSync[bi].Observe(ts.sync)
@@ -191,6 +197,7 @@ func (d *Daemon) runSnapshot(c *checkpoint, ts *taskSnapshot, ps backend.Pending
 		err = fmt.Errorf("%w: the backend returned a handle for another task or checkpoint", backend.ErrCorrupt)
 	}
 	if err == nil {
+		h = withOperatorState(h, ts.ops)
 		err = d.cfg.Catalog.AddTaskHandle(inst.Task.Job, id, h)
 	}
 	ts.async = time.Since(t0)

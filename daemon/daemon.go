@@ -10,7 +10,6 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
-	"strings"
 	"sync"
 	"time"
 
@@ -196,7 +195,13 @@ type OpenParams struct {
 	Task           backend.TaskID
 	KeyGroups      backend.KeyGroupRange
 	MaxParallelism int // 0: backend.DefaultMaxParallelism
-	Kind           backend.Kind
+	// Parallelism is the operator's number of subtasks (0: unknown). When
+	// set, KeyGroups must be the range backend.KeyGroupRangeForOperator
+	// gives subtask Task.Subtask. A restore from state written at another
+	// parallelism (a rescale) needs it, unless KeyGroups fits exactly one
+	// parallelism.
+	Parallelism int
+	Kind        backend.Kind
 	States         []backend.StateDescriptor
 	Restore        *RestoreSpec
 	// Replace closes an instance already open for the task.
@@ -215,6 +220,15 @@ func (p *OpenParams) validate(openers map[backend.Kind]Opener) error {
 		errs = append(errs, err)
 	} else if err := p.KeyGroups.Validate(p.MaxParallelism); err != nil {
 		errs = append(errs, err)
+	} else if p.Parallelism != 0 {
+		if err := backend.ValidateParallelism(p.MaxParallelism, p.Parallelism); err != nil {
+			errs = append(errs, err)
+		} else if p.Task.Subtask >= p.Parallelism {
+			errs = append(errs, fmt.Errorf("%w: subtask %d of parallelism %d", backend.ErrInvalidArgument, p.Task.Subtask, p.Parallelism))
+		} else if want := backend.KeyGroupRangeForOperator(p.MaxParallelism, p.Parallelism, p.Task.Subtask); want != p.KeyGroups {
+			errs = append(errs, fmt.Errorf("%w: key groups %s, but subtask %d of parallelism %d (maxParallelism %d) owns %s",
+				backend.ErrInvalidArgument, p.KeyGroups, p.Task.Subtask, p.Parallelism, p.MaxParallelism, want))
+		}
 	}
 	if _, err := backend.ParseKind(string(p.Kind)); err != nil {
 		errs = append(errs, err)
@@ -321,15 +335,17 @@ func (d *Daemon) open(ctx context.Context, p OpenParams) (*Instance, error) {
 		MaxValueSize:   d.cfg.MaxValueSize,
 	}
 	var restoredFrom uint64
+	var opState []backend.OperatorList
 	if p.Restore != nil {
 		r, err := d.resolveRestore(ctx, p)
 		if err != nil {
 			return nil, err
 		}
-		opts.Restore = r.Handles
-		opts.RestoreStore = r.Store
-		opts.NoClaim = r.NoClaim
-		restoredFrom = r.Manifest.CheckpointID
+		opts.Restore = r.handles
+		opts.RestoreStore = r.src.Store
+		opts.NoClaim = r.src.NoClaim
+		opState = r.opState
+		restoredFrom = r.src.Manifest.CheckpointID
 	}
 	opts.EnsureDefaults()
 
@@ -349,7 +365,7 @@ func (d *Daemon) open(ctx context.Context, p OpenParams) (*Instance, error) {
 	if p.Restore != nil {
 		d.m.Restores.Add(1)
 	}
-	inst := newInstance(d, id, task, p.Kind, b, dir, restoredFrom)
+	inst := newInstance(d, id, task, p.Kind, b, dir, restoredFrom, opState)
 	d.mu.Lock()
 	if d.closing {
 		d.mu.Unlock()
@@ -361,67 +377,6 @@ func (d *Daemon) open(ctx context.Context, p OpenParams) (*Instance, error) {
 	d.m.OpenInstances[BackendIndex(p.Kind)].Add(1)
 	d.mu.Unlock()
 	return inst, nil
-}
-
-// resolveRestore finds the handles that hold the instance's key groups.
-func (d *Daemon) resolveRestore(ctx context.Context, p OpenParams) (*catalog.Restore, error) {
-	task := p.Task
-	spec := p.Restore
-	req := catalog.RestoreRequest{Job: task.Job, CheckpointID: spec.CheckpointID, Mode: catalog.ModeNoClaim}
-	if spec.claim() {
-		req.Mode = catalog.ModeClaim
-	}
-	if spec.Savepoint != "" {
-		req.SavepointID = strings.TrimPrefix(strings.TrimSuffix(spec.Savepoint, "/"), catalog.SavepointsDir+"/")
-	}
-	r, err := d.cfg.Catalog.RestoreSource(ctx, req)
-	if err != nil {
-		return nil, fmt.Errorf("daemon: restore %s: %w", task, err)
-	}
-	src := fmt.Sprintf("checkpoint %d of job %s", r.Manifest.CheckpointID, r.Manifest.Job)
-	if req.SavepointID != "" {
-		src = "savepoint " + req.SavepointID
-	}
-	var keep []*backend.Handle
-	for _, h := range r.Handles {
-		if h == nil || h.Task.Operator != task.Operator || h.KeyGroups.Intersect(p.KeyGroups).Empty() {
-			continue
-		}
-		if h.Backend == backend.KindHeap && req.SavepointID == "" {
-			if err := d.heapHeld(ctx, h); err != nil {
-				return nil, fmt.Errorf("daemon: restore %s from %s: %w", task, src, err)
-			}
-		}
-		keep = append(keep, h)
-	}
-	if len(keep) == 0 {
-		return nil, fmt.Errorf("daemon: restore %s: %w: %s holds no state of operator %s for key groups %s",
-			task, backend.ErrNotFound, src, task.Operator, p.KeyGroups)
-	}
-	r.Handles = keep
-	return r, nil
-}
-
-// heapHeld checks that the files of heap handle h are in the heap snapshot
-// store: they are unless the daemon restarted since the checkpoint (the
-// catalog deletes them only once the checkpoint is no longer retained).
-// Without a configured store the backend's restore reports a missing file.
-func (d *Daemon) heapHeld(ctx context.Context, h *backend.Handle) error {
-	if d.cfg.HeapSnapshots == nil {
-		return nil
-	}
-	for _, f := range h.Files {
-		_, err := d.cfg.HeapSnapshots.Stat(ctx, f.Path)
-		if tiered.IsNotFound(err) {
-			return fmt.Errorf("%w: the heap backend keeps its snapshots in daemon memory, and this daemon process does not "+
-				"hold %s of task %s (the daemon restarted since); restore from a file or lsm checkpoint or from a savepoint instead",
-				ErrSnapshotGone, f.Path, h.Task)
-		}
-		if err != nil {
-			return fmt.Errorf("heap snapshot %s of task %s: %w", f.Path, h.Task, err)
-		}
-	}
-	return nil
 }
 
 // Lookup returns the open instance with id if it belongs to job.

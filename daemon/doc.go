@@ -14,6 +14,14 @@
 // <data-dir>/instances, which New clears: after a crash the daemon restores
 // tasks from checkpoints, never from half-written working state.
 //
+// Operator (non-keyed) state, named lists of an instance, is kept by the
+// daemon for every backend kind (opstate.go): each snapshot's handle
+// carries the lists as they were at its synchronous part, and Open restores
+// them. Open also rescales (restore.go): when the restore source was
+// written at another parallelism, it plans the operator with package
+// rescale, restores the handles that overlap the new range (largest
+// overlap first, as the base) and redistributes the operator state.
+//
 // A checkpoint N of a job is the set of Snapshot(N) calls of its tasks. Each
 // snapshot's asynchronous part runs in a goroutine the daemon owns, under the
 // checkpoint's timeout; CompleteCheckpoint waits for them and records the

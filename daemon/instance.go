@@ -30,6 +30,8 @@ type Instance struct {
 	d      *Daemon
 	dir    string
 	states map[string]stateInfo
+	// ops is the instance's operator state (opstate.go).
+	ops *operatorState
 
 	mu      sync.Mutex
 	streams int
@@ -37,13 +39,14 @@ type Instance struct {
 	closed  bool
 }
 
-func newInstance(d *Daemon, id []byte, task backend.TaskID, kind backend.Kind, b backend.Backend, dir string, restoredFrom uint64) *Instance {
+func newInstance(d *Daemon, id []byte, task backend.TaskID, kind backend.Kind, b backend.Backend, dir string, restoredFrom uint64,
+	ops []backend.OperatorList) *Instance {
 	info := b.Info()
 	in := &Instance{
 		ID: id, Task: task, Kind: kind, KeyGroups: info.KeyGroups, MaxParallelism: info.MaxParallelism,
 		RestoredFrom: restoredFrom, Backend: b,
 		Ops: OpCounter{m: d.m, b: BackendIndex(kind)},
-		d:   d, dir: dir, states: map[string]stateInfo{},
+		d:   d, dir: dir, states: map[string]stateInfo{}, ops: newOperatorState(ops),
 	}
 	for _, s := range b.States() {
 		in.states[s.Name] = stateInfo{name: s.Name, kind: s.Kind}

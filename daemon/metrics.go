@@ -28,12 +28,15 @@ const (
 	OpTimerRegister
 	OpTimerDelete
 	OpTimerPoll
+	OpOperatorSet
+	OpOperatorAppend
+	OpOperatorGet
 	numOps
 )
 
 var opNames = [numOps]string{"", "get", "put", "delete", "list_append", "list_get", "map_get", "map_put",
 	"map_remove", "map_contains", "map_iterate", "aggregate_add", "aggregate_get", "timer_register",
-	"timer_delete", "timer_poll"}
+	"timer_delete", "timer_poll", "operator_set", "operator_append", "operator_get"}
 
 func (o Op) String() string {
 	if o < numOps && o > 0 {

@@ -61,7 +61,7 @@ func (d *Daemon) TriggerSavepoint(ctx context.Context, job string, native bool, 
 	} else {
 		backends := make([]backend.Backend, len(insts))
 		for i, in := range insts {
-			backends[i] = in.Backend
+			backends[i] = canonicalWithOperatorState{Backend: in.Backend, ops: in.OperatorState()}
 		}
 		m, err = d.cfg.Catalog.TriggerSavepoint(ctx, catalog.SavepointRequest{
 			Job: job, CheckpointID: checkpointID, Format: catalog.FormatCanonical, Backends: backends})
@@ -118,6 +118,7 @@ func (d *Daemon) nativeSavepoint(ctx context.Context, job string, id uint64, ins
 	}()
 	pending := make([]backend.PendingSnapshot, 0, len(insts))
 	for _, in := range insts {
+		ops := in.OperatorState()
 		p, err := in.Backend.Snapshot(ctx, id)
 		if err != nil {
 			for _, p := range pending {
@@ -125,7 +126,7 @@ func (d *Daemon) nativeSavepoint(ctx context.Context, job string, id uint64, ins
 			}
 			return nil, fmt.Errorf("snapshot of %s: %w", in.Task, err)
 		}
-		pending = append(pending, p)
+		pending = append(pending, pendingWithOperatorState{PendingSnapshot: p, ops: ops})
 	}
 	handles := make([]*backend.Handle, len(pending))
 	errs := make([]error, len(pending))

@@ -3,6 +3,10 @@ package client
 import (
 	"context"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/statedhq/stated/api"
 	"github.com/statedhq/stated/api/internal/wire"
 	pb "github.com/statedhq/stated/api/statedpb"
 	"github.com/statedhq/stated/backend"
@@ -16,7 +20,14 @@ import (
 
 // issue checks op locally, encodes it and returns its future.
 func issue[T any](in *Instance, op *wire.Op, dec func(*wire.Result) (T, error), operands ...[]byte) Future[T] {
-	if op.Type != int32(pb.OpType_OP_TYPE_TIMER_POLL) {
+	switch pb.OpType(op.Type) {
+	case pb.OpType_OP_TYPE_TIMER_POLL:
+	case pb.OpType_OP_TYPE_OPERATOR_SET, pb.OpType_OP_TYPE_OPERATOR_APPEND, pb.OpType_OP_TYPE_OPERATOR_GET:
+		// Not keyed: no key group to check.
+		if err := in.checkSizes(op.State, op.Values); err != nil {
+			return failed[T](in, err)
+		}
+	default:
 		kg, err := in.check(op.State, op.Key, operands...)
 		if err == nil {
 			// List elements are operands too.
@@ -146,4 +157,57 @@ func (in *Instance) DeleteTimer(state string, key, ns []byte, timestamp int64) F
 func (in *Instance) PollTimers(state string, watermark int64, limit int) Future[[]backend.Timer] {
 	op := wire.Op{Type: int32(pb.OpType_OP_TYPE_TIMER_POLL), State: state, Timestamp: watermark, Limit: int32(min(limit, 1<<30))}
 	return issue(in, &op, decTimers)
+}
+
+// Operator (non-keyed) state: named lists of the instance, kept by the
+// daemon, carried by every snapshot and restored on Open; after a change of
+// parallelism a split list's elements are dealt out round-robin to the new
+// subtasks, and every new subtask gets all elements of a union list. All
+// lists of an instance hold at most backend.MaxOperatorStateBytes.
+
+// SetOperatorList replaces operator list name with values; no values
+// removes it. mode "" keeps the list's mode (split for a new list).
+func (in *Instance) SetOperatorList(name string, mode backend.OperatorStateMode, values ...[]byte) Future[struct{}] {
+	op := wire.Op{Type: int32(pb.OpType_OP_TYPE_OPERATOR_SET), State: name, Values: values, OperatorMode: int32(api.OperatorModeToPB(mode))}
+	if err := checkMode(mode); err != nil {
+		return failed[struct{}](in, err)
+	}
+	return issue(in, &op, decNone)
+}
+
+// AppendOperatorList appends values to operator list name, creating it
+// with mode (split if "") if needed; a mode other than the list's fails.
+func (in *Instance) AppendOperatorList(name string, mode backend.OperatorStateMode, values ...[]byte) Future[struct{}] {
+	op := wire.Op{Type: int32(pb.OpType_OP_TYPE_OPERATOR_APPEND), State: name, Values: values, OperatorMode: int32(api.OperatorModeToPB(mode))}
+	if err := checkMode(mode); err != nil {
+		return failed[struct{}](in, err)
+	}
+	return issue(in, &op, decNone)
+}
+
+// GetOperatorList reads operator list name: its elements in order and its
+// mode (Mode "" and no elements if the instance has no such list).
+func (in *Instance) GetOperatorList(name string) Future[backend.OperatorList] {
+	op := wire.Op{Type: int32(pb.OpType_OP_TYPE_OPERATOR_GET), State: name}
+	return issue(in, &op, func(r *wire.Result) (backend.OperatorList, error) {
+		if err := resultErr(r); err != nil {
+			return backend.OperatorList{}, err
+		}
+		l := backend.OperatorList{Name: name}
+		if r.Found {
+			mode, err := api.OperatorModeFromPB(pb.OperatorStateMode(r.OperatorMode))
+			if err != nil {
+				return backend.OperatorList{}, status.Errorf(codes.Internal, "client: operator state %q: %v", name, err)
+			}
+			l.Mode, l.Elements = mode, r.Values
+		}
+		return l, nil
+	})
+}
+
+func checkMode(mode backend.OperatorStateMode) error {
+	if mode != "" && mode != backend.OperatorSplit && mode != backend.OperatorUnion {
+		return status.Errorf(codes.InvalidArgument, "client: operator state mode %q (want split, union or empty)", mode)
+	}
+	return nil
 }

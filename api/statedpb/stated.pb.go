@@ -338,6 +338,22 @@ const (
 	// op's timestamp (the watermark), in timestamp order. key, namespace and
 	// key_group are not used.
 	OpType_OP_TYPE_TIMER_POLL OpType = 15
+	// Operator (non-keyed) state: named lists of the instance, kept by the
+	// daemon, written into every snapshot and restored on Open
+	// (redistributed by their mode when the parallelism changed). state is
+	// the list's name; key, namespace and key_group are not used. All lists
+	// of an instance together hold at most 4 MiB of elements
+	// (ResourceExhausted beyond).
+	// OPERATOR_SET replaces the list with values; no values removes it.
+	// operator_mode unspecified keeps the list's mode (split for a new one).
+	OpType_OP_TYPE_OPERATOR_SET OpType = 16
+	// OPERATOR_APPEND appends values, creating the list if needed;
+	// operator_mode, if set, must be the list's (unspecified: split for a new
+	// one).
+	OpType_OP_TYPE_OPERATOR_APPEND OpType = 17
+	// OPERATOR_GET returns the list's elements in order (values), its mode
+	// and found.
+	OpType_OP_TYPE_OPERATOR_GET OpType = 18
 )
 
 // Enum value maps for OpType.
@@ -359,24 +375,30 @@ var (
 		13: "OP_TYPE_TIMER_REGISTER",
 		14: "OP_TYPE_TIMER_DELETE",
 		15: "OP_TYPE_TIMER_POLL",
+		16: "OP_TYPE_OPERATOR_SET",
+		17: "OP_TYPE_OPERATOR_APPEND",
+		18: "OP_TYPE_OPERATOR_GET",
 	}
 	OpType_value = map[string]int32{
-		"OP_TYPE_UNSPECIFIED":    0,
-		"OP_TYPE_GET":            1,
-		"OP_TYPE_PUT":            2,
-		"OP_TYPE_DELETE":         3,
-		"OP_TYPE_LIST_APPEND":    4,
-		"OP_TYPE_LIST_GET":       5,
-		"OP_TYPE_MAP_GET":        6,
-		"OP_TYPE_MAP_PUT":        7,
-		"OP_TYPE_MAP_REMOVE":     8,
-		"OP_TYPE_MAP_CONTAINS":   9,
-		"OP_TYPE_MAP_ITERATE":    10,
-		"OP_TYPE_AGGREGATE_ADD":  11,
-		"OP_TYPE_AGGREGATE_GET":  12,
-		"OP_TYPE_TIMER_REGISTER": 13,
-		"OP_TYPE_TIMER_DELETE":   14,
-		"OP_TYPE_TIMER_POLL":     15,
+		"OP_TYPE_UNSPECIFIED":     0,
+		"OP_TYPE_GET":             1,
+		"OP_TYPE_PUT":             2,
+		"OP_TYPE_DELETE":          3,
+		"OP_TYPE_LIST_APPEND":     4,
+		"OP_TYPE_LIST_GET":        5,
+		"OP_TYPE_MAP_GET":         6,
+		"OP_TYPE_MAP_PUT":         7,
+		"OP_TYPE_MAP_REMOVE":      8,
+		"OP_TYPE_MAP_CONTAINS":    9,
+		"OP_TYPE_MAP_ITERATE":     10,
+		"OP_TYPE_AGGREGATE_ADD":   11,
+		"OP_TYPE_AGGREGATE_GET":   12,
+		"OP_TYPE_TIMER_REGISTER":  13,
+		"OP_TYPE_TIMER_DELETE":    14,
+		"OP_TYPE_TIMER_POLL":      15,
+		"OP_TYPE_OPERATOR_SET":    16,
+		"OP_TYPE_OPERATOR_APPEND": 17,
+		"OP_TYPE_OPERATOR_GET":    18,
 	}
 )
 
@@ -405,6 +427,60 @@ func (x OpType) Number() protoreflect.EnumNumber {
 // Deprecated: Use OpType.Descriptor instead.
 func (OpType) EnumDescriptor() ([]byte, []int) {
 	return file_stated_proto_rawDescGZIP(), []int{5}
+}
+
+// OperatorStateMode says how an operator-state list is redistributed when
+// the parallelism changes.
+type OperatorStateMode int32
+
+const (
+	OperatorStateMode_OPERATOR_STATE_MODE_UNSPECIFIED OperatorStateMode = 0
+	// SPLIT: the elements of all old subtasks are dealt out round-robin.
+	OperatorStateMode_OPERATOR_STATE_MODE_SPLIT OperatorStateMode = 1
+	// UNION: every new subtask gets every element of every old subtask (also
+	// when the parallelism did not change).
+	OperatorStateMode_OPERATOR_STATE_MODE_UNION OperatorStateMode = 2
+)
+
+// Enum value maps for OperatorStateMode.
+var (
+	OperatorStateMode_name = map[int32]string{
+		0: "OPERATOR_STATE_MODE_UNSPECIFIED",
+		1: "OPERATOR_STATE_MODE_SPLIT",
+		2: "OPERATOR_STATE_MODE_UNION",
+	}
+	OperatorStateMode_value = map[string]int32{
+		"OPERATOR_STATE_MODE_UNSPECIFIED": 0,
+		"OPERATOR_STATE_MODE_SPLIT":       1,
+		"OPERATOR_STATE_MODE_UNION":       2,
+	}
+)
+
+func (x OperatorStateMode) Enum() *OperatorStateMode {
+	p := new(OperatorStateMode)
+	*p = x
+	return p
+}
+
+func (x OperatorStateMode) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (OperatorStateMode) Descriptor() protoreflect.EnumDescriptor {
+	return file_stated_proto_enumTypes[6].Descriptor()
+}
+
+func (OperatorStateMode) Type() protoreflect.EnumType {
+	return &file_stated_proto_enumTypes[6]
+}
+
+func (x OperatorStateMode) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use OperatorStateMode.Descriptor instead.
+func (OperatorStateMode) EnumDescriptor() ([]byte, []int) {
+	return file_stated_proto_rawDescGZIP(), []int{6}
 }
 
 type SavepointFormat int32
@@ -441,11 +517,11 @@ func (x SavepointFormat) String() string {
 }
 
 func (SavepointFormat) Descriptor() protoreflect.EnumDescriptor {
-	return file_stated_proto_enumTypes[6].Descriptor()
+	return file_stated_proto_enumTypes[7].Descriptor()
 }
 
 func (SavepointFormat) Type() protoreflect.EnumType {
-	return &file_stated_proto_enumTypes[6]
+	return &file_stated_proto_enumTypes[7]
 }
 
 func (x SavepointFormat) Number() protoreflect.EnumNumber {
@@ -454,7 +530,7 @@ func (x SavepointFormat) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use SavepointFormat.Descriptor instead.
 func (SavepointFormat) EnumDescriptor() ([]byte, []int) {
-	return file_stated_proto_rawDescGZIP(), []int{6}
+	return file_stated_proto_rawDescGZIP(), []int{7}
 }
 
 type TaskId struct {
@@ -992,7 +1068,9 @@ type Op struct {
 	Timestamp  int64      `protobuf:"varint,12,opt,name=timestamp,proto3" json:"timestamp,omitempty"`
 	// limit bounds MAP_ITERATE and TIMER_POLL results (<= 0: the daemon's
 	// page cap).
-	Limit         int32 `protobuf:"varint,13,opt,name=limit,proto3" json:"limit,omitempty"`
+	Limit int32 `protobuf:"varint,13,opt,name=limit,proto3" json:"limit,omitempty"`
+	// operator_mode of OPERATOR_SET and OPERATOR_APPEND.
+	OperatorMode  OperatorStateMode `protobuf:"varint,14,opt,name=operator_mode,json=operatorMode,proto3,enum=stated.v1.OperatorStateMode" json:"operator_mode,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1116,6 +1194,13 @@ func (x *Op) GetLimit() int32 {
 		return x.Limit
 	}
 	return 0
+}
+
+func (x *Op) GetOperatorMode() OperatorStateMode {
+	if x != nil {
+		return x.OperatorMode
+	}
+	return OperatorStateMode_OPERATOR_STATE_MODE_UNSPECIFIED
 }
 
 type BatchRequest struct {
@@ -1316,10 +1401,11 @@ type Result struct {
 	// the job, task, state and key group.
 	Code  uint32 `protobuf:"varint,1,opt,name=code,proto3" json:"code,omitempty"`
 	Error string `protobuf:"bytes,2,opt,name=error,proto3" json:"error,omitempty"`
-	// found: GET, MAP_GET, AGGREGATE_GET found an entry; MAP_CONTAINS's answer.
+	// found: GET, MAP_GET, AGGREGATE_GET found an entry, OPERATOR_GET a
+	// list; MAP_CONTAINS's answer.
 	Found bool   `protobuf:"varint,3,opt,name=found,proto3" json:"found,omitempty"`
 	Value []byte `protobuf:"bytes,4,opt,name=value,proto3" json:"value,omitempty"`
-	// values: LIST_GET's elements in append order.
+	// values: LIST_GET's elements in append order; OPERATOR_GET's elements.
 	Values [][]byte `protobuf:"bytes,5,rep,name=values,proto3" json:"values,omitempty"`
 	// entries and more: MAP_ITERATE.
 	Entries []*MapEntry `protobuf:"bytes,6,rep,name=entries,proto3" json:"entries,omitempty"`
@@ -1331,7 +1417,9 @@ type Result struct {
 	// timers: TIMER_POLL.
 	Timers []*Timer `protobuf:"bytes,11,rep,name=timers,proto3" json:"timers,omitempty"`
 	// index is the position of the operation in its request.
-	Index         uint32 `protobuf:"varint,12,opt,name=index,proto3" json:"index,omitempty"`
+	Index uint32 `protobuf:"varint,12,opt,name=index,proto3" json:"index,omitempty"`
+	// operator_mode: OPERATOR_GET's list mode (when found).
+	OperatorMode  OperatorStateMode `protobuf:"varint,13,opt,name=operator_mode,json=operatorMode,proto3,enum=stated.v1.OperatorStateMode" json:"operator_mode,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1448,6 +1536,13 @@ func (x *Result) GetIndex() uint32 {
 		return x.Index
 	}
 	return 0
+}
+
+func (x *Result) GetOperatorMode() OperatorStateMode {
+	if x != nil {
+		return x.OperatorMode
+	}
+	return OperatorStateMode_OPERATOR_STATE_MODE_UNSPECIFIED
 }
 
 type BatchResponse struct {
@@ -2335,7 +2430,7 @@ const file_stated_proto_rawDesc = "" +
 	"\x16restored_checkpoint_id\x18\x05 \x01(\x04R\x14restoredCheckpointId\x12$\n" +
 	"\x0emax_value_size\x18\x06 \x01(\x03R\fmaxValueSize\x12(\n" +
 	"\x10max_message_size\x18\a \x01(\x03R\x0emaxMessageSize\x12\"\n" +
-	"\rmax_batch_ops\x18\b \x01(\x05R\vmaxBatchOps\"\x81\x03\n" +
+	"\rmax_batch_ops\x18\b \x01(\x05R\vmaxBatchOps\"\xc4\x03\n" +
 	"\x02Op\x12%\n" +
 	"\x04type\x18\x01 \x01(\x0e2\x11.stated.v1.OpTypeR\x04type\x12\x14\n" +
 	"\x05state\x18\x02 \x01(\tR\x05state\x12\x1b\n" +
@@ -2352,7 +2447,8 @@ const file_stated_proto_rawDesc = "" +
 	"\vfloat_value\x18\v \x01(\x01R\n" +
 	"floatValue\x12\x1c\n" +
 	"\ttimestamp\x18\f \x01(\x03R\ttimestamp\x12\x14\n" +
-	"\x05limit\x18\r \x01(\x05R\x05limit\"t\n" +
+	"\x05limit\x18\r \x01(\x05R\x05limit\x12A\n" +
+	"\roperator_mode\x18\x0e \x01(\x0e2\x1c.stated.v1.OperatorStateModeR\foperatorMode\"t\n" +
 	"\fBatchRequest\x12\x1f\n" +
 	"\vinstance_id\x18\x01 \x01(\fR\n" +
 	"instanceId\x12\x10\n" +
@@ -2366,7 +2462,7 @@ const file_stated_proto_rawDesc = "" +
 	"\tkey_group\x18\x01 \x01(\rR\bkeyGroup\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\fR\x03key\x12\x1c\n" +
 	"\tnamespace\x18\x03 \x01(\fR\tnamespace\x12\x1c\n" +
-	"\ttimestamp\x18\x04 \x01(\x03R\ttimestamp\"\xef\x02\n" +
+	"\ttimestamp\x18\x04 \x01(\x03R\ttimestamp\"\xb2\x03\n" +
 	"\x06Result\x12\x12\n" +
 	"\x04code\x18\x01 \x01(\rR\x04code\x12\x14\n" +
 	"\x05error\x18\x02 \x01(\tR\x05error\x12\x14\n" +
@@ -2382,7 +2478,8 @@ const file_stated_proto_rawDesc = "" +
 	" \x01(\x01R\n" +
 	"floatValue\x12(\n" +
 	"\x06timers\x18\v \x03(\v2\x10.stated.v1.TimerR\x06timers\x12\x14\n" +
-	"\x05index\x18\f \x01(\rR\x05index\"N\n" +
+	"\x05index\x18\f \x01(\rR\x05index\x12A\n" +
+	"\roperator_mode\x18\r \x01(\x0e2\x1c.stated.v1.OperatorStateModeR\foperatorMode\"N\n" +
 	"\rBatchResponse\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12+\n" +
 	"\aresults\x18\x02 \x03(\v2\x11.stated.v1.ResultR\aresults\"}\n" +
@@ -2466,7 +2563,7 @@ const file_stated_proto_rawDesc = "" +
 	"\vRestoreMode\x12\x1c\n" +
 	"\x18RESTORE_MODE_UNSPECIFIED\x10\x00\x12\x16\n" +
 	"\x12RESTORE_MODE_CLAIM\x10\x01\x12\x19\n" +
-	"\x15RESTORE_MODE_NO_CLAIM\x10\x02*\xff\x02\n" +
+	"\x15RESTORE_MODE_NO_CLAIM\x10\x02*\xd0\x03\n" +
 	"\x06OpType\x12\x17\n" +
 	"\x13OP_TYPE_UNSPECIFIED\x10\x00\x12\x0f\n" +
 	"\vOP_TYPE_GET\x10\x01\x12\x0f\n" +
@@ -2484,7 +2581,14 @@ const file_stated_proto_rawDesc = "" +
 	"\x15OP_TYPE_AGGREGATE_GET\x10\f\x12\x1a\n" +
 	"\x16OP_TYPE_TIMER_REGISTER\x10\r\x12\x18\n" +
 	"\x14OP_TYPE_TIMER_DELETE\x10\x0e\x12\x16\n" +
-	"\x12OP_TYPE_TIMER_POLL\x10\x0f*p\n" +
+	"\x12OP_TYPE_TIMER_POLL\x10\x0f\x12\x18\n" +
+	"\x14OP_TYPE_OPERATOR_SET\x10\x10\x12\x1b\n" +
+	"\x17OP_TYPE_OPERATOR_APPEND\x10\x11\x12\x18\n" +
+	"\x14OP_TYPE_OPERATOR_GET\x10\x12*v\n" +
+	"\x11OperatorStateMode\x12#\n" +
+	"\x1fOPERATOR_STATE_MODE_UNSPECIFIED\x10\x00\x12\x1d\n" +
+	"\x19OPERATOR_STATE_MODE_SPLIT\x10\x01\x12\x1d\n" +
+	"\x19OPERATOR_STATE_MODE_UNION\x10\x02*p\n" +
 	"\x0fSavepointFormat\x12 \n" +
 	"\x1cSAVEPOINT_FORMAT_UNSPECIFIED\x10\x00\x12\x1e\n" +
 	"\x1aSAVEPOINT_FORMAT_CANONICAL\x10\x01\x12\x1b\n" +
@@ -2511,7 +2615,7 @@ func file_stated_proto_rawDescGZIP() []byte {
 	return file_stated_proto_rawDescData
 }
 
-var file_stated_proto_enumTypes = make([]protoimpl.EnumInfo, 7)
+var file_stated_proto_enumTypes = make([]protoimpl.EnumInfo, 8)
 var file_stated_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
 var file_stated_proto_goTypes = []any{
 	(StateKind)(0),                     // 0: stated.v1.StateKind
@@ -2520,32 +2624,33 @@ var file_stated_proto_goTypes = []any{
 	(NumberType)(0),                    // 3: stated.v1.NumberType
 	(RestoreMode)(0),                   // 4: stated.v1.RestoreMode
 	(OpType)(0),                        // 5: stated.v1.OpType
-	(SavepointFormat)(0),               // 6: stated.v1.SavepointFormat
-	(*TaskId)(nil),                     // 7: stated.v1.TaskId
-	(*KeyGroupRange)(nil),              // 8: stated.v1.KeyGroupRange
-	(*StateDescriptor)(nil),            // 9: stated.v1.StateDescriptor
-	(*RestoreSource)(nil),              // 10: stated.v1.RestoreSource
-	(*OpenRequest)(nil),                // 11: stated.v1.OpenRequest
-	(*OpenResponse)(nil),               // 12: stated.v1.OpenResponse
-	(*Op)(nil),                         // 13: stated.v1.Op
-	(*BatchRequest)(nil),               // 14: stated.v1.BatchRequest
-	(*MapEntry)(nil),                   // 15: stated.v1.MapEntry
-	(*Timer)(nil),                      // 16: stated.v1.Timer
-	(*Result)(nil),                     // 17: stated.v1.Result
-	(*BatchResponse)(nil),              // 18: stated.v1.BatchResponse
-	(*SnapshotRequest)(nil),            // 19: stated.v1.SnapshotRequest
-	(*SnapshotResponse)(nil),           // 20: stated.v1.SnapshotResponse
-	(*CompleteCheckpointRequest)(nil),  // 21: stated.v1.CompleteCheckpointRequest
-	(*CheckpointInfo)(nil),             // 22: stated.v1.CheckpointInfo
-	(*CompleteCheckpointResponse)(nil), // 23: stated.v1.CompleteCheckpointResponse
-	(*AbortCheckpointRequest)(nil),     // 24: stated.v1.AbortCheckpointRequest
-	(*AbortCheckpointResponse)(nil),    // 25: stated.v1.AbortCheckpointResponse
-	(*ListCheckpointsRequest)(nil),     // 26: stated.v1.ListCheckpointsRequest
-	(*ListCheckpointsResponse)(nil),    // 27: stated.v1.ListCheckpointsResponse
-	(*TriggerSavepointRequest)(nil),    // 28: stated.v1.TriggerSavepointRequest
-	(*TriggerSavepointResponse)(nil),   // 29: stated.v1.TriggerSavepointResponse
-	(*CloseRequest)(nil),               // 30: stated.v1.CloseRequest
-	(*CloseResponse)(nil),              // 31: stated.v1.CloseResponse
+	(OperatorStateMode)(0),             // 6: stated.v1.OperatorStateMode
+	(SavepointFormat)(0),               // 7: stated.v1.SavepointFormat
+	(*TaskId)(nil),                     // 8: stated.v1.TaskId
+	(*KeyGroupRange)(nil),              // 9: stated.v1.KeyGroupRange
+	(*StateDescriptor)(nil),            // 10: stated.v1.StateDescriptor
+	(*RestoreSource)(nil),              // 11: stated.v1.RestoreSource
+	(*OpenRequest)(nil),                // 12: stated.v1.OpenRequest
+	(*OpenResponse)(nil),               // 13: stated.v1.OpenResponse
+	(*Op)(nil),                         // 14: stated.v1.Op
+	(*BatchRequest)(nil),               // 15: stated.v1.BatchRequest
+	(*MapEntry)(nil),                   // 16: stated.v1.MapEntry
+	(*Timer)(nil),                      // 17: stated.v1.Timer
+	(*Result)(nil),                     // 18: stated.v1.Result
+	(*BatchResponse)(nil),              // 19: stated.v1.BatchResponse
+	(*SnapshotRequest)(nil),            // 20: stated.v1.SnapshotRequest
+	(*SnapshotResponse)(nil),           // 21: stated.v1.SnapshotResponse
+	(*CompleteCheckpointRequest)(nil),  // 22: stated.v1.CompleteCheckpointRequest
+	(*CheckpointInfo)(nil),             // 23: stated.v1.CheckpointInfo
+	(*CompleteCheckpointResponse)(nil), // 24: stated.v1.CompleteCheckpointResponse
+	(*AbortCheckpointRequest)(nil),     // 25: stated.v1.AbortCheckpointRequest
+	(*AbortCheckpointResponse)(nil),    // 26: stated.v1.AbortCheckpointResponse
+	(*ListCheckpointsRequest)(nil),     // 27: stated.v1.ListCheckpointsRequest
+	(*ListCheckpointsResponse)(nil),    // 28: stated.v1.ListCheckpointsResponse
+	(*TriggerSavepointRequest)(nil),    // 29: stated.v1.TriggerSavepointRequest
+	(*TriggerSavepointResponse)(nil),   // 30: stated.v1.TriggerSavepointResponse
+	(*CloseRequest)(nil),               // 31: stated.v1.CloseRequest
+	(*CloseResponse)(nil),              // 32: stated.v1.CloseResponse
 }
 var file_stated_proto_depIdxs = []int32{
 	0,  // 0: stated.v1.StateDescriptor.kind:type_name -> stated.v1.StateKind
@@ -2553,44 +2658,46 @@ var file_stated_proto_depIdxs = []int32{
 	2,  // 2: stated.v1.StateDescriptor.aggregate:type_name -> stated.v1.AggregateFunc
 	3,  // 3: stated.v1.StateDescriptor.number:type_name -> stated.v1.NumberType
 	4,  // 4: stated.v1.RestoreSource.mode:type_name -> stated.v1.RestoreMode
-	7,  // 5: stated.v1.OpenRequest.task:type_name -> stated.v1.TaskId
-	8,  // 6: stated.v1.OpenRequest.key_groups:type_name -> stated.v1.KeyGroupRange
-	9,  // 7: stated.v1.OpenRequest.states:type_name -> stated.v1.StateDescriptor
-	10, // 8: stated.v1.OpenRequest.restore:type_name -> stated.v1.RestoreSource
-	8,  // 9: stated.v1.OpenResponse.key_groups:type_name -> stated.v1.KeyGroupRange
-	9,  // 10: stated.v1.OpenResponse.states:type_name -> stated.v1.StateDescriptor
+	8,  // 5: stated.v1.OpenRequest.task:type_name -> stated.v1.TaskId
+	9,  // 6: stated.v1.OpenRequest.key_groups:type_name -> stated.v1.KeyGroupRange
+	10, // 7: stated.v1.OpenRequest.states:type_name -> stated.v1.StateDescriptor
+	11, // 8: stated.v1.OpenRequest.restore:type_name -> stated.v1.RestoreSource
+	9,  // 9: stated.v1.OpenResponse.key_groups:type_name -> stated.v1.KeyGroupRange
+	10, // 10: stated.v1.OpenResponse.states:type_name -> stated.v1.StateDescriptor
 	5,  // 11: stated.v1.Op.type:type_name -> stated.v1.OpType
 	3,  // 12: stated.v1.Op.number_type:type_name -> stated.v1.NumberType
-	13, // 13: stated.v1.BatchRequest.ops:type_name -> stated.v1.Op
-	15, // 14: stated.v1.Result.entries:type_name -> stated.v1.MapEntry
-	3,  // 15: stated.v1.Result.number_type:type_name -> stated.v1.NumberType
-	16, // 16: stated.v1.Result.timers:type_name -> stated.v1.Timer
-	17, // 17: stated.v1.BatchResponse.results:type_name -> stated.v1.Result
-	7,  // 18: stated.v1.CompleteCheckpointRequest.tasks:type_name -> stated.v1.TaskId
-	22, // 19: stated.v1.CompleteCheckpointResponse.checkpoint:type_name -> stated.v1.CheckpointInfo
-	22, // 20: stated.v1.ListCheckpointsResponse.checkpoints:type_name -> stated.v1.CheckpointInfo
-	6,  // 21: stated.v1.TriggerSavepointRequest.format:type_name -> stated.v1.SavepointFormat
-	11, // 22: stated.v1.Stated.Open:input_type -> stated.v1.OpenRequest
-	14, // 23: stated.v1.Stated.Batch:input_type -> stated.v1.BatchRequest
-	19, // 24: stated.v1.Stated.Snapshot:input_type -> stated.v1.SnapshotRequest
-	21, // 25: stated.v1.Stated.CompleteCheckpoint:input_type -> stated.v1.CompleteCheckpointRequest
-	24, // 26: stated.v1.Stated.AbortCheckpoint:input_type -> stated.v1.AbortCheckpointRequest
-	26, // 27: stated.v1.Stated.ListCheckpoints:input_type -> stated.v1.ListCheckpointsRequest
-	28, // 28: stated.v1.Stated.TriggerSavepoint:input_type -> stated.v1.TriggerSavepointRequest
-	30, // 29: stated.v1.Stated.Close:input_type -> stated.v1.CloseRequest
-	12, // 30: stated.v1.Stated.Open:output_type -> stated.v1.OpenResponse
-	18, // 31: stated.v1.Stated.Batch:output_type -> stated.v1.BatchResponse
-	20, // 32: stated.v1.Stated.Snapshot:output_type -> stated.v1.SnapshotResponse
-	23, // 33: stated.v1.Stated.CompleteCheckpoint:output_type -> stated.v1.CompleteCheckpointResponse
-	25, // 34: stated.v1.Stated.AbortCheckpoint:output_type -> stated.v1.AbortCheckpointResponse
-	27, // 35: stated.v1.Stated.ListCheckpoints:output_type -> stated.v1.ListCheckpointsResponse
-	29, // 36: stated.v1.Stated.TriggerSavepoint:output_type -> stated.v1.TriggerSavepointResponse
-	31, // 37: stated.v1.Stated.Close:output_type -> stated.v1.CloseResponse
-	30, // [30:38] is the sub-list for method output_type
-	22, // [22:30] is the sub-list for method input_type
-	22, // [22:22] is the sub-list for extension type_name
-	22, // [22:22] is the sub-list for extension extendee
-	0,  // [0:22] is the sub-list for field type_name
+	6,  // 13: stated.v1.Op.operator_mode:type_name -> stated.v1.OperatorStateMode
+	14, // 14: stated.v1.BatchRequest.ops:type_name -> stated.v1.Op
+	16, // 15: stated.v1.Result.entries:type_name -> stated.v1.MapEntry
+	3,  // 16: stated.v1.Result.number_type:type_name -> stated.v1.NumberType
+	17, // 17: stated.v1.Result.timers:type_name -> stated.v1.Timer
+	6,  // 18: stated.v1.Result.operator_mode:type_name -> stated.v1.OperatorStateMode
+	18, // 19: stated.v1.BatchResponse.results:type_name -> stated.v1.Result
+	8,  // 20: stated.v1.CompleteCheckpointRequest.tasks:type_name -> stated.v1.TaskId
+	23, // 21: stated.v1.CompleteCheckpointResponse.checkpoint:type_name -> stated.v1.CheckpointInfo
+	23, // 22: stated.v1.ListCheckpointsResponse.checkpoints:type_name -> stated.v1.CheckpointInfo
+	7,  // 23: stated.v1.TriggerSavepointRequest.format:type_name -> stated.v1.SavepointFormat
+	12, // 24: stated.v1.Stated.Open:input_type -> stated.v1.OpenRequest
+	15, // 25: stated.v1.Stated.Batch:input_type -> stated.v1.BatchRequest
+	20, // 26: stated.v1.Stated.Snapshot:input_type -> stated.v1.SnapshotRequest
+	22, // 27: stated.v1.Stated.CompleteCheckpoint:input_type -> stated.v1.CompleteCheckpointRequest
+	25, // 28: stated.v1.Stated.AbortCheckpoint:input_type -> stated.v1.AbortCheckpointRequest
+	27, // 29: stated.v1.Stated.ListCheckpoints:input_type -> stated.v1.ListCheckpointsRequest
+	29, // 30: stated.v1.Stated.TriggerSavepoint:input_type -> stated.v1.TriggerSavepointRequest
+	31, // 31: stated.v1.Stated.Close:input_type -> stated.v1.CloseRequest
+	13, // 32: stated.v1.Stated.Open:output_type -> stated.v1.OpenResponse
+	19, // 33: stated.v1.Stated.Batch:output_type -> stated.v1.BatchResponse
+	21, // 34: stated.v1.Stated.Snapshot:output_type -> stated.v1.SnapshotResponse
+	24, // 35: stated.v1.Stated.CompleteCheckpoint:output_type -> stated.v1.CompleteCheckpointResponse
+	26, // 36: stated.v1.Stated.AbortCheckpoint:output_type -> stated.v1.AbortCheckpointResponse
+	28, // 37: stated.v1.Stated.ListCheckpoints:output_type -> stated.v1.ListCheckpointsResponse
+	30, // 38: stated.v1.Stated.TriggerSavepoint:output_type -> stated.v1.TriggerSavepointResponse
+	32, // 39: stated.v1.Stated.Close:output_type -> stated.v1.CloseResponse
+	32, // [32:40] is the sub-list for method output_type
+	24, // [24:32] is the sub-list for method input_type
+	24, // [24:24] is the sub-list for extension type_name
+	24, // [24:24] is the sub-list for extension extendee
+	0,  // [0:24] is the sub-list for field type_name
 }
 
 func init() { file_stated_proto_init() }
@@ -2608,7 +2715,7 @@ func file_stated_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_stated_proto_rawDesc), len(file_stated_proto_rawDesc)),
-			NumEnums:      7,
+			NumEnums:      8,
 			NumMessages:   25,
 			NumExtensions: 0,
 			NumServices:   1,

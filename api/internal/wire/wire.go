@@ -46,6 +46,7 @@ const (
 	opFloatValue = 11
 	opTimestamp  = 12
 	opLimit      = 13
+	opOpMode     = 14
 
 	respSeq     = 1
 	respResults = 2
@@ -62,6 +63,7 @@ const (
 	resFloatValue = 10
 	resTimers     = 11
 	resIndex      = 12
+	resOpMode     = 13
 
 	entryUserKey = 1
 	entryValue   = 2
@@ -89,6 +91,8 @@ type Op struct {
 	FloatValue float64
 	Timestamp  int64
 	Limit      int32
+	// OperatorMode is stated.v1.OperatorStateMode.
+	OperatorMode int32
 }
 
 // Batch is a decoded BatchRequest.
@@ -111,13 +115,15 @@ type Result struct {
 	More    bool
 	Number  backend.Number
 	Timers  []backend.Timer
+	// OperatorMode is stated.v1.OperatorStateMode.
+	OperatorMode int32
 }
 
 // Empty reports whether r carries nothing (Index aside): such results are
 // left out of a response.
 func (r *Result) Empty() bool {
 	return r.Code == 0 && r.Error == "" && !r.Found && len(r.Value) == 0 && len(r.Values) == 0 && len(r.Entries) == 0 &&
-		!r.More && r.Number.Type == 0 && r.Number.Int == 0 && r.Number.Float == 0 && len(r.Timers) == 0
+		!r.More && r.Number.Type == 0 && r.Number.Int == 0 && r.Number.Float == 0 && len(r.Timers) == 0 && r.OperatorMode == 0
 }
 
 func appendBytesField(b []byte, num protowire.Number, v []byte) []byte {
@@ -172,7 +178,8 @@ func opSize(op *Op) int {
 		sizeVarintField(opNumberType, int32Wire(op.NumberType)) +
 		sizeVarintField(opIntValue, protowire.EncodeZigZag(op.IntValue)) +
 		sizeVarintField(opTimestamp, uint64(op.Timestamp)) +
-		sizeVarintField(opLimit, int32Wire(op.Limit))
+		sizeVarintField(opLimit, int32Wire(op.Limit)) +
+		sizeVarintField(opOpMode, int32Wire(op.OperatorMode))
 	for _, v := range op.Values {
 		// Repeated elements are written even when empty.
 		n += protowire.SizeTag(opValues) + protowire.SizeBytes(len(v))
@@ -206,6 +213,7 @@ func AppendOp(b []byte, op *Op) []byte {
 	}
 	b = appendVarintField(b, opTimestamp, uint64(op.Timestamp))
 	b = appendVarintField(b, opLimit, int32Wire(op.Limit))
+	b = appendVarintField(b, opOpMode, int32Wire(op.OperatorMode))
 	return b
 }
 
@@ -326,6 +334,8 @@ func decodeOp(data []byte, op *Op) error {
 			op.Timestamp = int64(f.v)
 		case f.typ == protowire.VarintType && f.num == opLimit:
 			op.Limit = int32(f.v)
+		case f.typ == protowire.VarintType && f.num == opOpMode:
+			op.OperatorMode = int32(f.v)
 		}
 	}
 	return nil
@@ -346,7 +356,8 @@ func resultSize(r *Result) int {
 		sizeVarintField(resMore, boolWire(r.More)) +
 		sizeVarintField(resNumberType, uint64(r.Number.Type)) +
 		sizeVarintField(resIntValue, protowire.EncodeZigZag(r.Number.Int)) +
-		sizeVarintField(resIndex, uint64(r.Index))
+		sizeVarintField(resIndex, uint64(r.Index)) +
+		sizeVarintField(resOpMode, int32Wire(r.OperatorMode))
 	if r.Number.Float != 0 || math.Signbit(r.Number.Float) {
 		n += protowire.SizeTag(resFloatValue) + protowire.SizeFixed64()
 	}
@@ -404,7 +415,8 @@ func AppendResult(b []byte, r *Result) []byte {
 		b = appendBytesField(b, timerNS, t.Namespace)
 		b = appendVarintField(b, timerTS, uint64(t.Timestamp))
 	}
-	return appendVarintField(b, resIndex, uint64(r.Index))
+	b = appendVarintField(b, resIndex, uint64(r.Index))
+	return appendVarintField(b, resOpMode, int32Wire(r.OperatorMode))
 }
 
 // AppendResponseSeq appends BatchResponse.seq.
@@ -542,6 +554,8 @@ func decodeResult(data []byte, r *Result) error {
 			r.Timers = append(r.Timers, t)
 		case f.num == resIndex && f.typ == protowire.VarintType:
 			r.Index = uint32(f.v)
+		case f.num == resOpMode && f.typ == protowire.VarintType:
+			r.OperatorMode = int32(f.v)
 		}
 	}
 	return nil

@@ -32,6 +32,8 @@ func genOp(t *rapid.T) *pb.Op {
 		FloatValue: rapid.SampledFrom([]float64{0, math.Copysign(0, -1), 1.5, -3, math.Inf(1)}).Draw(t, "float"),
 		Timestamp:  rapid.Int64().Draw(t, "ts"),
 		Limit:      rapid.Int32().Draw(t, "limit"),
+		// Enums accept unknown values, negative ones too.
+		OperatorMode: pb.OperatorStateMode(rapid.Int32Range(-1, 3).Draw(t, "opmode")),
 	}
 	for range rapid.IntRange(0, 3).Draw(t, "nvalues") {
 		op.Values = append(op.Values, genBytes(t, "v"))
@@ -46,7 +48,7 @@ func checkOp(t *rapid.T, got *Op, want *pb.Op) {
 		!sameBytes(got.Key, want.Key) || !sameBytes(got.Namespace, want.Namespace) || !sameBytes(got.UserKey, want.UserKey) ||
 		!sameBytes(got.Value, want.Value) || got.NumberType != int32(want.NumberType) || got.IntValue != want.IntValue ||
 		math.Float64bits(got.FloatValue) != math.Float64bits(want.FloatValue) || got.Timestamp != want.Timestamp ||
-		got.Limit != want.Limit || len(got.Values) != len(want.Values) {
+		got.Limit != want.Limit || got.OperatorMode != int32(want.OperatorMode) || len(got.Values) != len(want.Values) {
 		t.Fatalf("decoded %+v, want %v", got, want)
 	}
 	for i := range got.Values {
@@ -85,7 +87,7 @@ func TestBatchRequestMatchesProto(t *testing.T) {
 		for _, op := range req.Ops {
 			b = AppendOp(b, &Op{Type: int32(op.Type), State: op.State, KeyGroup: op.KeyGroup, Key: op.Key, Namespace: op.Namespace,
 				UserKey: op.UserKey, Value: op.Value, Values: op.Values, NumberType: int32(op.NumberType), IntValue: op.IntValue,
-				FloatValue: op.FloatValue, Timestamp: op.Timestamp, Limit: op.Limit})
+				FloatValue: op.FloatValue, Timestamp: op.Timestamp, Limit: op.Limit, OperatorMode: int32(op.OperatorMode)})
 		}
 		b = AppendBatchHeader(b, req.Seq, req.InstanceId, req.Job)
 		var back pb.BatchRequest
@@ -100,7 +102,8 @@ func TestBatchRequestMatchesProto(t *testing.T) {
 
 func genResult(t *rapid.T, index uint32) *Result {
 	r := &Result{Index: index, Code: rapid.Uint32Range(0, 16).Draw(t, "code"), Error: rapid.StringMatching(`[a-z ]{0,6}`).Draw(t, "err"),
-		Found: rapid.Bool().Draw(t, "found"), Value: genBytes(t, "value"), More: rapid.Bool().Draw(t, "more")}
+		Found: rapid.Bool().Draw(t, "found"), Value: genBytes(t, "value"), More: rapid.Bool().Draw(t, "more"),
+		OperatorMode: rapid.Int32Range(-1, 3).Draw(t, "opmode")}
 	if rapid.Bool().Draw(t, "num") {
 		r.Number = backend.Number{Type: backend.NumberType(rapid.IntRange(1, 2).Draw(t, "nt")), Int: rapid.Int64().Draw(t, "i"),
 			Float: rapid.Float64().Draw(t, "f")}
@@ -130,7 +133,8 @@ func TestBatchResponseMatchesProto(t *testing.T) {
 			rs = append(rs, r)
 			b = AppendResult(b, r)
 			pr := &pb.Result{Index: r.Index, Code: r.Code, Error: r.Error, Found: r.Found, Value: r.Value, Values: r.Values,
-				More: r.More, NumberType: pb.NumberType(r.Number.Type), IntValue: r.Number.Int, FloatValue: r.Number.Float}
+				More: r.More, NumberType: pb.NumberType(r.Number.Type), IntValue: r.Number.Int, FloatValue: r.Number.Float,
+				OperatorMode: pb.OperatorStateMode(r.OperatorMode)}
 			for _, e := range r.Entries {
 				pr.Entries = append(pr.Entries, &pb.MapEntry{UserKey: e.UserKey, Value: e.Value})
 			}
@@ -190,9 +194,9 @@ func FuzzDecode(f *testing.F) {
 func TestSchemaMatchesCodec(t *testing.T) {
 	want := map[string][]string{
 		"BatchRequest":  {"1 instance_id", "2 job", "3 seq", "4 ops"},
-		"Op":            {"1 type", "2 state", "3 key_group", "4 key", "5 namespace", "6 user_key", "7 value", "8 values", "9 number_type", "10 int_value", "11 float_value", "12 timestamp", "13 limit"},
+		"Op":            {"1 type", "2 state", "3 key_group", "4 key", "5 namespace", "6 user_key", "7 value", "8 values", "9 number_type", "10 int_value", "11 float_value", "12 timestamp", "13 limit", "14 operator_mode"},
 		"BatchResponse": {"1 seq", "2 results"},
-		"Result":        {"1 code", "2 error", "3 found", "4 value", "5 values", "6 entries", "7 more", "8 number_type", "9 int_value", "10 float_value", "11 timers", "12 index"},
+		"Result":        {"1 code", "2 error", "3 found", "4 value", "5 values", "6 entries", "7 more", "8 number_type", "9 int_value", "10 float_value", "11 timers", "12 index", "13 operator_mode"},
 		"MapEntry":      {"1 user_key", "2 value"},
 		"Timer":         {"1 key_group", "2 key", "3 namespace", "4 timestamp"},
 	}

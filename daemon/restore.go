@@ -1,0 +1,235 @@
+package daemon
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/statedhq/stated/backend"
+	"github.com/statedhq/stated/catalog"
+	"github.com/statedhq/stated/rescale"
+	"github.com/statedhq/stated/tiered"
+)
+
+// restorePlan is what an instance restores from.
+type restorePlan struct {
+	src *catalog.Restore
+	// handles are the old handles that hold the instance's key groups,
+	// the restore base (largest overlap) first.
+	handles []*backend.Handle
+	// opState is the instance's operator state.
+	opState []backend.OperatorList
+	// rescaled: the state was written at another parallelism.
+	rescaled bool
+}
+
+// resolveRestore resolves p.Restore in the catalog and picks what the
+// instance restores:
+//   - the operator's handle with exactly the instance's key-group range,
+//     when there is one and the parallelism did not change: its keyed
+//     state and its split operator lists, plus the union lists of every
+//     subtask (as Flink does without a rescale);
+//   - otherwise a rescale (rescale.PlanOperator over the operator's old
+//     handles at the new parallelism): the handles that overlap the new
+//     range, the one with the largest overlap first (the backend restores
+//     it as its base and clips it), and the operator state redistributed
+//     by mode (rescale.RedistributeOperatorState).
+//
+// A changed maxParallelism is refused: key groups are the unit of rescale.
+func (d *Daemon) resolveRestore(ctx context.Context, p OpenParams) (*restorePlan, error) {
+	task := p.Task
+	spec := p.Restore
+	req := catalog.RestoreRequest{Job: task.Job, CheckpointID: spec.CheckpointID, Mode: catalog.ModeNoClaim}
+	if spec.claim() {
+		req.Mode = catalog.ModeClaim
+	}
+	if spec.Savepoint != "" {
+		req.SavepointID = strings.TrimPrefix(strings.TrimSuffix(spec.Savepoint, "/"), catalog.SavepointsDir+"/")
+	}
+	r, err := d.cfg.Catalog.RestoreSource(ctx, req)
+	if err != nil {
+		return nil, fmt.Errorf("daemon: restore %s: %w", task, err)
+	}
+	src := fmt.Sprintf("checkpoint %d of job %s", r.Manifest.CheckpointID, r.Manifest.Job)
+	if req.SavepointID != "" {
+		src = "savepoint " + req.SavepointID
+	}
+	fail := func(err error) error { return fmt.Errorf("daemon: restore %s from %s: %w", task, src, err) }
+	old := operatorHandles(r.Handles, task.Operator)
+	if len(old) == 0 {
+		return nil, fmt.Errorf("daemon: restore %s: %w: %s holds no state of operator %s",
+			task, backend.ErrNotFound, src, task.Operator)
+	}
+	if err := sameMaxParallelism(old, p.MaxParallelism); err != nil {
+		return nil, fail(err)
+	}
+	plan, err := pickHandles(old, p)
+	if err != nil {
+		return nil, fail(err)
+	}
+	plan.src = r
+	if err := backend.ValidateOperatorState(plan.opState); err != nil {
+		return nil, fail(fmt.Errorf("operator state: %w", err))
+	}
+	if req.SavepointID == "" {
+		for _, h := range plan.handles {
+			if h.Backend == backend.KindHeap {
+				if err := d.heapHeld(ctx, h); err != nil {
+					return nil, fail(err)
+				}
+			}
+		}
+	}
+	return plan, nil
+}
+
+// heapHeld checks that the files of heap handle h are in the heap snapshot
+// store: they are unless the daemon restarted since the checkpoint (the
+// catalog deletes them only once the checkpoint is no longer retained).
+// Without a configured store the backend's restore reports a missing file.
+func (d *Daemon) heapHeld(ctx context.Context, h *backend.Handle) error {
+	if d.cfg.HeapSnapshots == nil {
+		return nil
+	}
+	for _, f := range h.Files {
+		_, err := d.cfg.HeapSnapshots.Stat(ctx, f.Path)
+		if tiered.IsNotFound(err) {
+			return fmt.Errorf("%w: the heap backend keeps its snapshots in daemon memory, and this daemon process does not "+
+				"hold %s of task %s (the daemon restarted since); restore from a file or lsm checkpoint or from a savepoint instead",
+				ErrSnapshotGone, f.Path, h.Task)
+		}
+		if err != nil {
+			return fmt.Errorf("heap snapshot %s of task %s: %w", f.Path, h.Task, err)
+		}
+	}
+	return nil
+}
+
+// operatorHandles returns the handles of operator, sorted by key group.
+func operatorHandles(hs []*backend.Handle, operator string) []*backend.Handle {
+	var out []*backend.Handle
+	for _, h := range hs {
+		if h != nil && h.Task.Operator == operator {
+			out = append(out, h)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].KeyGroups.Start < out[j].KeyGroups.Start })
+	return out
+}
+
+// sameMaxParallelism refuses state written with another maxParallelism.
+func sameMaxParallelism(old []*backend.Handle, maxParallelism int) error {
+	for _, h := range old {
+		if h.MaxParallelism != maxParallelism {
+			return fmt.Errorf("%w: %w: the state of %s was written with maxParallelism %d, the instance asks for %d; "+
+				"key groups are the unit of rescale and cannot be split or merged, so open with maxParallelism %d",
+				backend.ErrIncompatible, rescale.ErrMaxParallelismChanged, h.Task, h.MaxParallelism, maxParallelism, h.MaxParallelism)
+		}
+	}
+	return nil
+}
+
+// deriveParallelism returns the one parallelism at which subtask owns kg
+// out of maxParallelism key groups, or 0 if none or several do (at small
+// ranges several parallelisms can give a subtask the same range).
+func deriveParallelism(maxParallelism, subtask int, kg backend.KeyGroupRange) int {
+	found := 0
+	for p := subtask + 1; p <= maxParallelism; p++ {
+		if backend.KeyGroupRangeForOperator(maxParallelism, p, subtask) == kg {
+			if found != 0 {
+				return 0
+			}
+			found = p
+		}
+	}
+	return found
+}
+
+// pickHandles decides between a plain restore and a rescale (see
+// resolveRestore) and picks the handles and operator state.
+func pickHandles(old []*backend.Handle, p OpenParams) (*restorePlan, error) {
+	par := p.Parallelism
+	if par == 0 {
+		par = deriveParallelism(p.MaxParallelism, p.Task.Subtask, p.KeyGroups)
+	}
+	var own *backend.Handle
+	for _, h := range old {
+		if h.KeyGroups == p.KeyGroups {
+			own = h
+		}
+	}
+	// The old parallelism is known when the handles partition the key
+	// groups (a checkpoint of a job whose other subtasks run next to
+	// another daemon holds only some of them: then the range decides).
+	if own != nil && (par == 0 || par == len(old) || !partition(old, p.MaxParallelism)) {
+		ops, err := unrescaledOperatorState(own, old)
+		if err != nil {
+			return nil, err
+		}
+		return &restorePlan{handles: []*backend.Handle{own}, opState: ops}, nil
+	}
+	if par == 0 {
+		return nil, fmt.Errorf("%w: the state was written at another parallelism (%d subtasks hold it, none with key groups %s) "+
+			"and several parallelisms give subtask %d that range: open with the parallelism set",
+			backend.ErrInvalidArgument, len(old), p.KeyGroups, p.Task.Subtask)
+	}
+	plan, err := rescale.PlanOperator(old, p.MaxParallelism, par)
+	if err != nil {
+		return nil, err
+	}
+	st := plan.Subtasks[p.Task.Subtask]
+	if st.KeyGroups != p.KeyGroups {
+		// p was validated (or derived) against KeyGroupRangeForOperator,
+		// which the planner uses too.
+		return nil, fmt.Errorf("%w: subtask %d of parallelism %d owns key groups %s, not %s",
+			backend.ErrInvalidArgument, p.Task.Subtask, par, st.KeyGroups, p.KeyGroups)
+	}
+	all, err := plan.OperatorState()
+	if err != nil {
+		return nil, err
+	}
+	return &restorePlan{handles: st.Handles(), opState: all[p.Task.Subtask], rescaled: true}, nil
+}
+
+// partition reports whether old (sorted) covers [0, maxParallelism)
+// exactly once.
+func partition(old []*backend.Handle, maxParallelism int) bool {
+	next := 0
+	for _, h := range old {
+		if h.KeyGroups.Start != next {
+			return false
+		}
+		next = h.KeyGroups.End + 1
+	}
+	return next == maxParallelism
+}
+
+// unrescaledOperatorState is the operator state of a subtask restored at
+// the parallelism it was written with: its own split lists, and the union
+// lists of every subtask (union state is broadcast on every restore).
+func unrescaledOperatorState(own *backend.Handle, old []*backend.Handle) ([]backend.OperatorList, error) {
+	lists := make([][]backend.OperatorList, len(old))
+	for i, h := range old {
+		lists[i] = h.OperatorState
+	}
+	// Parallelism 1 gives every list's elements in subtask order, and
+	// checks that every name has one mode everywhere.
+	merged, err := rescale.RedistributeOperatorState(lists, 1)
+	if err != nil {
+		return nil, err
+	}
+	var out []backend.OperatorList
+	for _, l := range merged[0] {
+		if l.Mode == backend.OperatorUnion {
+			out = append(out, l)
+		}
+	}
+	for _, l := range own.OperatorState {
+		if l.Mode == backend.OperatorSplit {
+			out = append(out, l)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out, nil
+}
