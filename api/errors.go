@@ -10,6 +10,7 @@ import (
 	"github.com/statedhq/stated/backend"
 	"github.com/statedhq/stated/catalog"
 	"github.com/statedhq/stated/daemon"
+	"github.com/statedhq/stated/rescale"
 	"github.com/statedhq/stated/tiered"
 )
 
@@ -45,7 +46,8 @@ func Code(err error) codes.Code {
 		return codes.Unimplemented
 	case errors.Is(err, daemon.ErrAlreadyOpen), errors.Is(err, daemon.ErrCheckpointFailed),
 		errors.Is(err, daemon.ErrSnapshotGone), errors.Is(err, backend.ErrIncompatible),
-		errors.Is(err, backend.ErrDeclined), errors.Is(err, backend.ErrClosed), errors.Is(err, catalog.ErrState):
+		errors.Is(err, backend.ErrDeclined), errors.Is(err, backend.ErrClosed), errors.Is(err, catalog.ErrState),
+		errors.Is(err, rescale.ErrMaxParallelismChanged):
 		return codes.FailedPrecondition
 	case errors.Is(err, backend.ErrInvalidArgument), errors.Is(err, backend.ErrUnknownState),
 		errors.Is(err, backend.ErrWrongKind), errors.Is(err, backend.ErrKeyGroupOutOfRange),

@@ -181,16 +181,28 @@ func openParams(req *pb.OpenRequest) (daemon.OpenParams, error) {
 	p := daemon.OpenParams{
 		Task:           TaskFromPB(req.GetTask()),
 		MaxParallelism: int(req.GetMaxParallelism()),
+		Parallelism:    int(req.GetParallelism()),
 		Kind:           backend.Kind(req.GetBackend()),
 		Replace:        req.GetReplace(),
 	}
 	if req.GetTask() == nil {
 		return p, fmt.Errorf("api: open: %w: no task", backend.ErrInvalidArgument)
 	}
-	if req.GetKeyGroups() == nil {
-		return p, fmt.Errorf("api: open %s: %w: no key-group range", p.Task, backend.ErrInvalidArgument)
+	switch {
+	case req.GetKeyGroups() != nil:
+		p.KeyGroups = backend.KeyGroupRange{Start: int(req.KeyGroups.Start), End: int(req.KeyGroups.End)}
+	case p.Parallelism > 0:
+		maxPar := p.MaxParallelism
+		if maxPar == 0 {
+			maxPar = backend.DefaultMaxParallelism
+		}
+		if err := backend.ValidateParallelism(maxPar, p.Parallelism); err != nil {
+			return p, fmt.Errorf("api: open %s: %w", p.Task, err)
+		}
+		p.KeyGroups = backend.KeyGroupRangeForOperator(maxPar, p.Parallelism, p.Task.Subtask)
+	default:
+		return p, fmt.Errorf("api: open %s: %w: no key-group range and no parallelism", p.Task, backend.ErrInvalidArgument)
 	}
-	p.KeyGroups = backend.KeyGroupRange{Start: int(req.KeyGroups.Start), End: int(req.KeyGroups.End)}
 	for _, sd := range req.GetStates() {
 		p.States = append(p.States, StateFromPB(sd))
 	}
@@ -324,6 +336,35 @@ func (s *Server) TriggerSavepoint(ctx context.Context, req *pb.TriggerSavepointR
 		return nil, toStatus(err)
 	}
 	return &pb.TriggerSavepointResponse{Path: sp.Dir, Size: sp.Size, Tasks: int32(sp.Tasks)}, nil
+}
+
+// PlanRescale implements pb.StatedServer.
+func (s *Server) PlanRescale(ctx context.Context, req *pb.PlanRescaleRequest) (*pb.PlanRescaleResponse, error) {
+	plan, m, err := s.d.PlanRescale(ctx, req.GetJob(), req.GetOperator(), req.GetCheckpointId(), req.GetSavepoint(), int(req.GetNewParallelism()))
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	resp := &pb.PlanRescaleResponse{CheckpointId: m.CheckpointID, MaxParallelism: int32(plan.MaxParallelism),
+		OldParallelism: int32(plan.OldParallelism), NewParallelism: int32(plan.NewParallelism)}
+	for _, st := range plan.Subtasks {
+		ps := &pb.RescaleSubtask{Index: int32(st.Index), KeyGroups: KeyGroupsToPB(st.KeyGroups)}
+		for _, src := range st.Sources {
+			ps.Sources = append(ps.Sources, &pb.RescaleSource{Task: TaskToPB(src.Handle.Task), KeyGroups: KeyGroupsToPB(src.Handle.KeyGroups),
+				Overlap: KeyGroupsToPB(src.Overlap), Backend: string(src.Handle.Backend)})
+		}
+		resp.Subtasks = append(resp.Subtasks, ps)
+	}
+	return resp, nil
+}
+
+// KeyGroupsToPB converts a key-group range.
+func KeyGroupsToPB(r backend.KeyGroupRange) *pb.KeyGroupRange {
+	return &pb.KeyGroupRange{Start: int32(r.Start), End: int32(r.End)}
+}
+
+// KeyGroupsFromPB is the inverse of KeyGroupsToPB.
+func KeyGroupsFromPB(r *pb.KeyGroupRange) backend.KeyGroupRange {
+	return backend.KeyGroupRange{Start: int(r.GetStart()), End: int(r.GetEnd())}
 }
 
 // Close implements pb.StatedServer.

@@ -202,8 +202,8 @@ type OpenParams struct {
 	// parallelism.
 	Parallelism int
 	Kind        backend.Kind
-	States         []backend.StateDescriptor
-	Restore        *RestoreSpec
+	States      []backend.StateDescriptor
+	Restore     *RestoreSpec
 	// Replace closes an instance already open for the task.
 	Replace bool
 }
@@ -346,6 +346,10 @@ func (d *Daemon) open(ctx context.Context, p OpenParams) (*Instance, error) {
 		opts.NoClaim = r.src.NoClaim
 		opState = r.opState
 		restoredFrom = r.src.Manifest.CheckpointID
+		if r.rescaled {
+			d.log.Info("rescaling restore", "task", task.String(), "keyGroups", p.KeyGroups.String(),
+				"handles", len(r.handles), "base", r.handles[0].Task.String())
+		}
 	}
 	opts.EnsureDefaults()
 

@@ -27,9 +27,11 @@ type restorePlan struct {
 // resolveRestore resolves p.Restore in the catalog and picks what the
 // instance restores:
 //   - the operator's handle with exactly the instance's key-group range,
-//     when there is one and the parallelism did not change: its keyed
-//     state and its split operator lists, plus the union lists of every
-//     subtask (as Flink does without a rescale);
+//     when there is one and the parallelism did not change (or cannot be
+//     told: the source holds only some of the operator's subtasks, the
+//     others having run next to another daemon): its keyed state and its
+//     split operator lists, plus the union lists of every subtask in the
+//     source (as Flink does without a rescale);
 //   - otherwise a rescale (rescale.PlanOperator over the operator's old
 //     handles at the new parallelism): the handles that overlap the new
 //     range, the one with the largest overlap first (the backend restores
@@ -232,4 +234,48 @@ func unrescaledOperatorState(own *backend.Handle, old []*backend.Handle) ([]back
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out, nil
+}
+
+// PlanRescale plans the restore of operator of job at newParallelism from
+// retained checkpoint checkpointID of the job (0: the latest), or from
+// savepoint (an id or "savepoints/<id>") when that is set: each new
+// subtask's key-group range and the old handles that overlap it, the
+// restore base first. It only reads the catalog (no ownership changes);
+// Open with the new parallelism restores exactly what it says. The
+// manifest planned from is returned too.
+func (d *Daemon) PlanRescale(ctx context.Context, job, operator string, checkpointID uint64, savepoint string, newParallelism int) (*rescale.Plan, *catalog.Manifest, error) {
+	if err := catalog.ValidateJob(job); err != nil {
+		return nil, nil, fmt.Errorf("daemon: plan rescale: %w", err)
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, nil, err
+	}
+	var m *catalog.Manifest
+	var ok bool
+	var src string
+	switch {
+	case savepoint != "":
+		id := strings.TrimPrefix(strings.TrimSuffix(savepoint, "/"), catalog.SavepointsDir+"/")
+		m, ok = d.cfg.Catalog.Savepoint(id)
+		src = "savepoint " + id
+	case checkpointID == 0:
+		m, ok = d.cfg.Catalog.Latest(job)
+		src = "the latest checkpoint of job " + job
+	default:
+		m, ok = d.cfg.Catalog.Checkpoint(job, checkpointID)
+		src = fmt.Sprintf("checkpoint %d of job %s", checkpointID, job)
+	}
+	if !ok {
+		return nil, nil, fmt.Errorf("daemon: plan rescale of %s/%s: %w: %s is not retained", job, operator, backend.ErrNotFound, src)
+	}
+	old := operatorHandles(m.Tasks, operator)
+	if len(old) == 0 {
+		return nil, nil, fmt.Errorf("daemon: plan rescale of %s/%s: %w: %s holds no state of operator %s",
+			job, operator, backend.ErrNotFound, src, operator)
+	}
+	plan, err := rescale.PlanOperator(old, old[0].MaxParallelism, newParallelism)
+	if err != nil {
+		return nil, nil, fmt.Errorf("daemon: plan rescale of %s/%s from %s: %w", job, operator, src, err)
+	}
+	return plan, m, nil
 }

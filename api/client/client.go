@@ -165,7 +165,11 @@ type OpenSpec struct {
 	// MaxParallelism is the job's number of key groups; 0: 128.
 	MaxParallelism int
 	// Parallelism, when > 0, derives KeyGroups as Flink assigns them to
-	// subtask Task.Subtask of Parallelism subtasks.
+	// subtask Task.Subtask of Parallelism subtasks. A restore from state
+	// written at another parallelism (a rescale) needs it: the instance
+	// then restores the old subtasks' state that overlaps its range, and
+	// its operator state redistributed by mode. MaxParallelism must stay
+	// the one the state was written with.
 	Parallelism int
 	// KeyGroups is the instance's range when Parallelism is 0.
 	KeyGroups backend.KeyGroupRange
@@ -193,6 +197,7 @@ func (c *Client) Open(ctx context.Context, spec OpenSpec) (*Instance, error) {
 		Task:           api.TaskToPB(spec.Task),
 		KeyGroups:      &pb.KeyGroupRange{Start: int32(kg.Start), End: int32(kg.End)},
 		MaxParallelism: int32(maxPar),
+		Parallelism:    int32(max(spec.Parallelism, 0)),
 		Backend:        string(spec.Backend),
 		Replace:        spec.Replace,
 	}
@@ -272,6 +277,20 @@ func (c *Client) TriggerSavepoint(ctx context.Context, job string, native bool, 
 		return "", err
 	}
 	return resp.GetPath(), nil
+}
+
+// PlanRescale says what each subtask of operator of job would restore
+// from at newParallelism: its key-group range and the old subtasks'
+// handles that overlap it (the restore base first). from names the
+// checkpoint (Latest, CheckpointID) or Savepoint; its claim fields do not
+// apply. It changes nothing.
+func (c *Client) PlanRescale(ctx context.Context, job, operator string, from Restore, newParallelism int) (*pb.PlanRescaleResponse, error) {
+	req := &pb.PlanRescaleRequest{Job: job, Operator: operator, NewParallelism: int32(min(max(newParallelism, 0), math.MaxInt32)),
+		CheckpointId: from.CheckpointID, Savepoint: from.Savepoint}
+	if from.Latest {
+		req.CheckpointId = 0
+	}
+	return c.rpc.PlanRescale(ctx, req)
 }
 
 // errClosed fails operations on a closed instance.

@@ -856,7 +856,17 @@ type OpenRequest struct {
 	Restore *RestoreSource `protobuf:"bytes,6,opt,name=restore,proto3" json:"restore,omitempty"`
 	// replace closes an instance already open for the same task (a restarted
 	// task process) instead of failing with FailedPrecondition.
-	Replace       bool `protobuf:"varint,7,opt,name=replace,proto3" json:"replace,omitempty"`
+	Replace bool `protobuf:"varint,7,opt,name=replace,proto3" json:"replace,omitempty"`
+	// parallelism is the operator's number of subtasks (0: not given). When
+	// set, key_groups may be left out (the daemon computes the subtask's
+	// range as Flink does) and must otherwise equal that range. A restore
+	// from state written at another parallelism is a rescale: the instance
+	// restores the old subtasks' state that overlaps its range and gets the
+	// operator state redistributed (split lists dealt out round-robin,
+	// union lists to everyone). It needs parallelism unless key_groups fits
+	// only one. max_parallelism must be the one the state was written with
+	// (FailedPrecondition otherwise).
+	Parallelism   int32 `protobuf:"varint,8,opt,name=parallelism,proto3" json:"parallelism,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -938,6 +948,13 @@ func (x *OpenRequest) GetReplace() bool {
 		return x.Replace
 	}
 	return false
+}
+
+func (x *OpenRequest) GetParallelism() int32 {
+	if x != nil {
+		return x.Parallelism
+	}
+	return 0
 }
 
 type OpenResponse struct {
@@ -2296,6 +2313,299 @@ func (x *TriggerSavepointResponse) GetSize() int64 {
 	return 0
 }
 
+type PlanRescaleRequest struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Job      string                 `protobuf:"bytes,1,opt,name=job,proto3" json:"job,omitempty"`
+	Operator string                 `protobuf:"bytes,2,opt,name=operator,proto3" json:"operator,omitempty"`
+	// new_parallelism is the operator's parallelism after the restart.
+	NewParallelism int32 `protobuf:"varint,3,opt,name=new_parallelism,json=newParallelism,proto3" json:"new_parallelism,omitempty"`
+	// checkpoint_id: a retained checkpoint of the job (0: the latest one),
+	// unless savepoint names a savepoint (its id or "savepoints/<id>").
+	CheckpointId  uint64 `protobuf:"varint,4,opt,name=checkpoint_id,json=checkpointId,proto3" json:"checkpoint_id,omitempty"`
+	Savepoint     string `protobuf:"bytes,5,opt,name=savepoint,proto3" json:"savepoint,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PlanRescaleRequest) Reset() {
+	*x = PlanRescaleRequest{}
+	mi := &file_stated_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PlanRescaleRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PlanRescaleRequest) ProtoMessage() {}
+
+func (x *PlanRescaleRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_stated_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PlanRescaleRequest.ProtoReflect.Descriptor instead.
+func (*PlanRescaleRequest) Descriptor() ([]byte, []int) {
+	return file_stated_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *PlanRescaleRequest) GetJob() string {
+	if x != nil {
+		return x.Job
+	}
+	return ""
+}
+
+func (x *PlanRescaleRequest) GetOperator() string {
+	if x != nil {
+		return x.Operator
+	}
+	return ""
+}
+
+func (x *PlanRescaleRequest) GetNewParallelism() int32 {
+	if x != nil {
+		return x.NewParallelism
+	}
+	return 0
+}
+
+func (x *PlanRescaleRequest) GetCheckpointId() uint64 {
+	if x != nil {
+		return x.CheckpointId
+	}
+	return 0
+}
+
+func (x *PlanRescaleRequest) GetSavepoint() string {
+	if x != nil {
+		return x.Savepoint
+	}
+	return ""
+}
+
+// RescaleSource is an old subtask's handle that holds part of a new
+// subtask's key groups.
+type RescaleSource struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Task  *TaskId                `protobuf:"bytes,1,opt,name=task,proto3" json:"task,omitempty"`
+	// key_groups is the old handle's range; overlap the part of the new
+	// range it holds.
+	KeyGroups     *KeyGroupRange `protobuf:"bytes,2,opt,name=key_groups,json=keyGroups,proto3" json:"key_groups,omitempty"`
+	Overlap       *KeyGroupRange `protobuf:"bytes,3,opt,name=overlap,proto3" json:"overlap,omitempty"`
+	Backend       string         `protobuf:"bytes,4,opt,name=backend,proto3" json:"backend,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RescaleSource) Reset() {
+	*x = RescaleSource{}
+	mi := &file_stated_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RescaleSource) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RescaleSource) ProtoMessage() {}
+
+func (x *RescaleSource) ProtoReflect() protoreflect.Message {
+	mi := &file_stated_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RescaleSource.ProtoReflect.Descriptor instead.
+func (*RescaleSource) Descriptor() ([]byte, []int) {
+	return file_stated_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *RescaleSource) GetTask() *TaskId {
+	if x != nil {
+		return x.Task
+	}
+	return nil
+}
+
+func (x *RescaleSource) GetKeyGroups() *KeyGroupRange {
+	if x != nil {
+		return x.KeyGroups
+	}
+	return nil
+}
+
+func (x *RescaleSource) GetOverlap() *KeyGroupRange {
+	if x != nil {
+		return x.Overlap
+	}
+	return nil
+}
+
+func (x *RescaleSource) GetBackend() string {
+	if x != nil {
+		return x.Backend
+	}
+	return ""
+}
+
+type RescaleSubtask struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Index     int32                  `protobuf:"varint,1,opt,name=index,proto3" json:"index,omitempty"`
+	KeyGroups *KeyGroupRange         `protobuf:"bytes,2,opt,name=key_groups,json=keyGroups,proto3" json:"key_groups,omitempty"`
+	// sources cover key_groups exactly once; the first, with the largest
+	// overlap, is the restore base (clipped to the range), the others add
+	// their overlapping key groups.
+	Sources       []*RescaleSource `protobuf:"bytes,3,rep,name=sources,proto3" json:"sources,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RescaleSubtask) Reset() {
+	*x = RescaleSubtask{}
+	mi := &file_stated_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RescaleSubtask) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RescaleSubtask) ProtoMessage() {}
+
+func (x *RescaleSubtask) ProtoReflect() protoreflect.Message {
+	mi := &file_stated_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RescaleSubtask.ProtoReflect.Descriptor instead.
+func (*RescaleSubtask) Descriptor() ([]byte, []int) {
+	return file_stated_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *RescaleSubtask) GetIndex() int32 {
+	if x != nil {
+		return x.Index
+	}
+	return 0
+}
+
+func (x *RescaleSubtask) GetKeyGroups() *KeyGroupRange {
+	if x != nil {
+		return x.KeyGroups
+	}
+	return nil
+}
+
+func (x *RescaleSubtask) GetSources() []*RescaleSource {
+	if x != nil {
+		return x.Sources
+	}
+	return nil
+}
+
+type PlanRescaleResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// checkpoint_id is the checkpoint planned from (for a savepoint, the one
+	// it recorded).
+	CheckpointId   uint64 `protobuf:"varint,1,opt,name=checkpoint_id,json=checkpointId,proto3" json:"checkpoint_id,omitempty"`
+	MaxParallelism int32  `protobuf:"varint,2,opt,name=max_parallelism,json=maxParallelism,proto3" json:"max_parallelism,omitempty"`
+	OldParallelism int32  `protobuf:"varint,3,opt,name=old_parallelism,json=oldParallelism,proto3" json:"old_parallelism,omitempty"`
+	NewParallelism int32  `protobuf:"varint,4,opt,name=new_parallelism,json=newParallelism,proto3" json:"new_parallelism,omitempty"`
+	// subtasks are indexed by new subtask.
+	Subtasks      []*RescaleSubtask `protobuf:"bytes,5,rep,name=subtasks,proto3" json:"subtasks,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PlanRescaleResponse) Reset() {
+	*x = PlanRescaleResponse{}
+	mi := &file_stated_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PlanRescaleResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PlanRescaleResponse) ProtoMessage() {}
+
+func (x *PlanRescaleResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_stated_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PlanRescaleResponse.ProtoReflect.Descriptor instead.
+func (*PlanRescaleResponse) Descriptor() ([]byte, []int) {
+	return file_stated_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *PlanRescaleResponse) GetCheckpointId() uint64 {
+	if x != nil {
+		return x.CheckpointId
+	}
+	return 0
+}
+
+func (x *PlanRescaleResponse) GetMaxParallelism() int32 {
+	if x != nil {
+		return x.MaxParallelism
+	}
+	return 0
+}
+
+func (x *PlanRescaleResponse) GetOldParallelism() int32 {
+	if x != nil {
+		return x.OldParallelism
+	}
+	return 0
+}
+
+func (x *PlanRescaleResponse) GetNewParallelism() int32 {
+	if x != nil {
+		return x.NewParallelism
+	}
+	return 0
+}
+
+func (x *PlanRescaleResponse) GetSubtasks() []*RescaleSubtask {
+	if x != nil {
+		return x.Subtasks
+	}
+	return nil
+}
+
 type CloseRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	InstanceId    []byte                 `protobuf:"bytes,1,opt,name=instance_id,json=instanceId,proto3" json:"instance_id,omitempty"`
@@ -2306,7 +2616,7 @@ type CloseRequest struct {
 
 func (x *CloseRequest) Reset() {
 	*x = CloseRequest{}
-	mi := &file_stated_proto_msgTypes[23]
+	mi := &file_stated_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2318,7 +2628,7 @@ func (x *CloseRequest) String() string {
 func (*CloseRequest) ProtoMessage() {}
 
 func (x *CloseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_stated_proto_msgTypes[23]
+	mi := &file_stated_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2331,7 +2641,7 @@ func (x *CloseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseRequest.ProtoReflect.Descriptor instead.
 func (*CloseRequest) Descriptor() ([]byte, []int) {
-	return file_stated_proto_rawDescGZIP(), []int{23}
+	return file_stated_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *CloseRequest) GetInstanceId() []byte {
@@ -2356,7 +2666,7 @@ type CloseResponse struct {
 
 func (x *CloseResponse) Reset() {
 	*x = CloseResponse{}
-	mi := &file_stated_proto_msgTypes[24]
+	mi := &file_stated_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2368,7 +2678,7 @@ func (x *CloseResponse) String() string {
 func (*CloseResponse) ProtoMessage() {}
 
 func (x *CloseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_stated_proto_msgTypes[24]
+	mi := &file_stated_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2381,7 +2691,7 @@ func (x *CloseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseResponse.ProtoReflect.Descriptor instead.
 func (*CloseResponse) Descriptor() ([]byte, []int) {
-	return file_stated_proto_rawDescGZIP(), []int{24}
+	return file_stated_proto_rawDescGZIP(), []int{28}
 }
 
 var File_stated_proto protoreflect.FileDescriptor
@@ -2410,7 +2720,7 @@ const file_stated_proto_rawDesc = "" +
 	"\rcheckpoint_id\x18\x02 \x01(\x04H\x00R\fcheckpointId\x12\x1e\n" +
 	"\tsavepoint\x18\x03 \x01(\tH\x00R\tsavepoint\x12*\n" +
 	"\x04mode\x18\x04 \x01(\x0e2\x16.stated.v1.RestoreModeR\x04modeB\b\n" +
-	"\x06source\"\xb2\x02\n" +
+	"\x06source\"\xd4\x02\n" +
 	"\vOpenRequest\x12%\n" +
 	"\x04task\x18\x01 \x01(\v2\x11.stated.v1.TaskIdR\x04task\x127\n" +
 	"\n" +
@@ -2419,7 +2729,8 @@ const file_stated_proto_rawDesc = "" +
 	"\abackend\x18\x04 \x01(\tR\abackend\x122\n" +
 	"\x06states\x18\x05 \x03(\v2\x1a.stated.v1.StateDescriptorR\x06states\x122\n" +
 	"\arestore\x18\x06 \x01(\v2\x18.stated.v1.RestoreSourceR\arestore\x12\x18\n" +
-	"\areplace\x18\a \x01(\bR\areplace\"\xef\x02\n" +
+	"\areplace\x18\a \x01(\bR\areplace\x12 \n" +
+	"\vparallelism\x18\b \x01(\x05R\vparallelism\"\xef\x02\n" +
 	"\fOpenResponse\x12\x1f\n" +
 	"\vinstance_id\x18\x01 \x01(\fR\n" +
 	"instanceId\x12'\n" +
@@ -2533,7 +2844,30 @@ const file_stated_proto_rawDesc = "" +
 	"\x18TriggerSavepointResponse\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x14\n" +
 	"\x05tasks\x18\x02 \x01(\x05R\x05tasks\x12\x12\n" +
-	"\x04size\x18\x03 \x01(\x03R\x04size\"A\n" +
+	"\x04size\x18\x03 \x01(\x03R\x04size\"\xae\x01\n" +
+	"\x12PlanRescaleRequest\x12\x10\n" +
+	"\x03job\x18\x01 \x01(\tR\x03job\x12\x1a\n" +
+	"\boperator\x18\x02 \x01(\tR\boperator\x12'\n" +
+	"\x0fnew_parallelism\x18\x03 \x01(\x05R\x0enewParallelism\x12#\n" +
+	"\rcheckpoint_id\x18\x04 \x01(\x04R\fcheckpointId\x12\x1c\n" +
+	"\tsavepoint\x18\x05 \x01(\tR\tsavepoint\"\xbd\x01\n" +
+	"\rRescaleSource\x12%\n" +
+	"\x04task\x18\x01 \x01(\v2\x11.stated.v1.TaskIdR\x04task\x127\n" +
+	"\n" +
+	"key_groups\x18\x02 \x01(\v2\x18.stated.v1.KeyGroupRangeR\tkeyGroups\x122\n" +
+	"\aoverlap\x18\x03 \x01(\v2\x18.stated.v1.KeyGroupRangeR\aoverlap\x12\x18\n" +
+	"\abackend\x18\x04 \x01(\tR\abackend\"\x93\x01\n" +
+	"\x0eRescaleSubtask\x12\x14\n" +
+	"\x05index\x18\x01 \x01(\x05R\x05index\x127\n" +
+	"\n" +
+	"key_groups\x18\x02 \x01(\v2\x18.stated.v1.KeyGroupRangeR\tkeyGroups\x122\n" +
+	"\asources\x18\x03 \x03(\v2\x18.stated.v1.RescaleSourceR\asources\"\xec\x01\n" +
+	"\x13PlanRescaleResponse\x12#\n" +
+	"\rcheckpoint_id\x18\x01 \x01(\x04R\fcheckpointId\x12'\n" +
+	"\x0fmax_parallelism\x18\x02 \x01(\x05R\x0emaxParallelism\x12'\n" +
+	"\x0fold_parallelism\x18\x03 \x01(\x05R\x0eoldParallelism\x12'\n" +
+	"\x0fnew_parallelism\x18\x04 \x01(\x05R\x0enewParallelism\x125\n" +
+	"\bsubtasks\x18\x05 \x03(\v2\x19.stated.v1.RescaleSubtaskR\bsubtasks\"A\n" +
 	"\fCloseRequest\x12\x1f\n" +
 	"\vinstance_id\x18\x01 \x01(\fR\n" +
 	"instanceId\x12\x10\n" +
@@ -2592,7 +2926,7 @@ const file_stated_proto_rawDesc = "" +
 	"\x0fSavepointFormat\x12 \n" +
 	"\x1cSAVEPOINT_FORMAT_UNSPECIFIED\x10\x00\x12\x1e\n" +
 	"\x1aSAVEPOINT_FORMAT_CANONICAL\x10\x01\x12\x1b\n" +
-	"\x17SAVEPOINT_FORMAT_NATIVE\x10\x022\xf6\x04\n" +
+	"\x17SAVEPOINT_FORMAT_NATIVE\x10\x022\xc4\x05\n" +
 	"\x06Stated\x127\n" +
 	"\x04Open\x12\x16.stated.v1.OpenRequest\x1a\x17.stated.v1.OpenResponse\x12>\n" +
 	"\x05Batch\x12\x17.stated.v1.BatchRequest\x1a\x18.stated.v1.BatchResponse(\x010\x01\x12C\n" +
@@ -2600,7 +2934,8 @@ const file_stated_proto_rawDesc = "" +
 	"\x12CompleteCheckpoint\x12$.stated.v1.CompleteCheckpointRequest\x1a%.stated.v1.CompleteCheckpointResponse\x12X\n" +
 	"\x0fAbortCheckpoint\x12!.stated.v1.AbortCheckpointRequest\x1a\".stated.v1.AbortCheckpointResponse\x12X\n" +
 	"\x0fListCheckpoints\x12!.stated.v1.ListCheckpointsRequest\x1a\".stated.v1.ListCheckpointsResponse\x12[\n" +
-	"\x10TriggerSavepoint\x12\".stated.v1.TriggerSavepointRequest\x1a#.stated.v1.TriggerSavepointResponse\x12:\n" +
+	"\x10TriggerSavepoint\x12\".stated.v1.TriggerSavepointRequest\x1a#.stated.v1.TriggerSavepointResponse\x12L\n" +
+	"\vPlanRescale\x12\x1d.stated.v1.PlanRescaleRequest\x1a\x1e.stated.v1.PlanRescaleResponse\x12:\n" +
 	"\x05Close\x12\x17.stated.v1.CloseRequest\x1a\x18.stated.v1.CloseResponseB)Z'github.com/statedhq/stated/api/statedpbb\x06proto3"
 
 var (
@@ -2616,7 +2951,7 @@ func file_stated_proto_rawDescGZIP() []byte {
 }
 
 var file_stated_proto_enumTypes = make([]protoimpl.EnumInfo, 8)
-var file_stated_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
+var file_stated_proto_msgTypes = make([]protoimpl.MessageInfo, 29)
 var file_stated_proto_goTypes = []any{
 	(StateKind)(0),                     // 0: stated.v1.StateKind
 	(TtlUpdate)(0),                     // 1: stated.v1.TtlUpdate
@@ -2649,8 +2984,12 @@ var file_stated_proto_goTypes = []any{
 	(*ListCheckpointsResponse)(nil),    // 28: stated.v1.ListCheckpointsResponse
 	(*TriggerSavepointRequest)(nil),    // 29: stated.v1.TriggerSavepointRequest
 	(*TriggerSavepointResponse)(nil),   // 30: stated.v1.TriggerSavepointResponse
-	(*CloseRequest)(nil),               // 31: stated.v1.CloseRequest
-	(*CloseResponse)(nil),              // 32: stated.v1.CloseResponse
+	(*PlanRescaleRequest)(nil),         // 31: stated.v1.PlanRescaleRequest
+	(*RescaleSource)(nil),              // 32: stated.v1.RescaleSource
+	(*RescaleSubtask)(nil),             // 33: stated.v1.RescaleSubtask
+	(*PlanRescaleResponse)(nil),        // 34: stated.v1.PlanRescaleResponse
+	(*CloseRequest)(nil),               // 35: stated.v1.CloseRequest
+	(*CloseResponse)(nil),              // 36: stated.v1.CloseResponse
 }
 var file_stated_proto_depIdxs = []int32{
 	0,  // 0: stated.v1.StateDescriptor.kind:type_name -> stated.v1.StateKind
@@ -2677,27 +3016,35 @@ var file_stated_proto_depIdxs = []int32{
 	23, // 21: stated.v1.CompleteCheckpointResponse.checkpoint:type_name -> stated.v1.CheckpointInfo
 	23, // 22: stated.v1.ListCheckpointsResponse.checkpoints:type_name -> stated.v1.CheckpointInfo
 	7,  // 23: stated.v1.TriggerSavepointRequest.format:type_name -> stated.v1.SavepointFormat
-	12, // 24: stated.v1.Stated.Open:input_type -> stated.v1.OpenRequest
-	15, // 25: stated.v1.Stated.Batch:input_type -> stated.v1.BatchRequest
-	20, // 26: stated.v1.Stated.Snapshot:input_type -> stated.v1.SnapshotRequest
-	22, // 27: stated.v1.Stated.CompleteCheckpoint:input_type -> stated.v1.CompleteCheckpointRequest
-	25, // 28: stated.v1.Stated.AbortCheckpoint:input_type -> stated.v1.AbortCheckpointRequest
-	27, // 29: stated.v1.Stated.ListCheckpoints:input_type -> stated.v1.ListCheckpointsRequest
-	29, // 30: stated.v1.Stated.TriggerSavepoint:input_type -> stated.v1.TriggerSavepointRequest
-	31, // 31: stated.v1.Stated.Close:input_type -> stated.v1.CloseRequest
-	13, // 32: stated.v1.Stated.Open:output_type -> stated.v1.OpenResponse
-	19, // 33: stated.v1.Stated.Batch:output_type -> stated.v1.BatchResponse
-	21, // 34: stated.v1.Stated.Snapshot:output_type -> stated.v1.SnapshotResponse
-	24, // 35: stated.v1.Stated.CompleteCheckpoint:output_type -> stated.v1.CompleteCheckpointResponse
-	26, // 36: stated.v1.Stated.AbortCheckpoint:output_type -> stated.v1.AbortCheckpointResponse
-	28, // 37: stated.v1.Stated.ListCheckpoints:output_type -> stated.v1.ListCheckpointsResponse
-	30, // 38: stated.v1.Stated.TriggerSavepoint:output_type -> stated.v1.TriggerSavepointResponse
-	32, // 39: stated.v1.Stated.Close:output_type -> stated.v1.CloseResponse
-	32, // [32:40] is the sub-list for method output_type
-	24, // [24:32] is the sub-list for method input_type
-	24, // [24:24] is the sub-list for extension type_name
-	24, // [24:24] is the sub-list for extension extendee
-	0,  // [0:24] is the sub-list for field type_name
+	8,  // 24: stated.v1.RescaleSource.task:type_name -> stated.v1.TaskId
+	9,  // 25: stated.v1.RescaleSource.key_groups:type_name -> stated.v1.KeyGroupRange
+	9,  // 26: stated.v1.RescaleSource.overlap:type_name -> stated.v1.KeyGroupRange
+	9,  // 27: stated.v1.RescaleSubtask.key_groups:type_name -> stated.v1.KeyGroupRange
+	32, // 28: stated.v1.RescaleSubtask.sources:type_name -> stated.v1.RescaleSource
+	33, // 29: stated.v1.PlanRescaleResponse.subtasks:type_name -> stated.v1.RescaleSubtask
+	12, // 30: stated.v1.Stated.Open:input_type -> stated.v1.OpenRequest
+	15, // 31: stated.v1.Stated.Batch:input_type -> stated.v1.BatchRequest
+	20, // 32: stated.v1.Stated.Snapshot:input_type -> stated.v1.SnapshotRequest
+	22, // 33: stated.v1.Stated.CompleteCheckpoint:input_type -> stated.v1.CompleteCheckpointRequest
+	25, // 34: stated.v1.Stated.AbortCheckpoint:input_type -> stated.v1.AbortCheckpointRequest
+	27, // 35: stated.v1.Stated.ListCheckpoints:input_type -> stated.v1.ListCheckpointsRequest
+	29, // 36: stated.v1.Stated.TriggerSavepoint:input_type -> stated.v1.TriggerSavepointRequest
+	31, // 37: stated.v1.Stated.PlanRescale:input_type -> stated.v1.PlanRescaleRequest
+	35, // 38: stated.v1.Stated.Close:input_type -> stated.v1.CloseRequest
+	13, // 39: stated.v1.Stated.Open:output_type -> stated.v1.OpenResponse
+	19, // 40: stated.v1.Stated.Batch:output_type -> stated.v1.BatchResponse
+	21, // 41: stated.v1.Stated.Snapshot:output_type -> stated.v1.SnapshotResponse
+	24, // 42: stated.v1.Stated.CompleteCheckpoint:output_type -> stated.v1.CompleteCheckpointResponse
+	26, // 43: stated.v1.Stated.AbortCheckpoint:output_type -> stated.v1.AbortCheckpointResponse
+	28, // 44: stated.v1.Stated.ListCheckpoints:output_type -> stated.v1.ListCheckpointsResponse
+	30, // 45: stated.v1.Stated.TriggerSavepoint:output_type -> stated.v1.TriggerSavepointResponse
+	34, // 46: stated.v1.Stated.PlanRescale:output_type -> stated.v1.PlanRescaleResponse
+	36, // 47: stated.v1.Stated.Close:output_type -> stated.v1.CloseResponse
+	39, // [39:48] is the sub-list for method output_type
+	30, // [30:39] is the sub-list for method input_type
+	30, // [30:30] is the sub-list for extension type_name
+	30, // [30:30] is the sub-list for extension extendee
+	0,  // [0:30] is the sub-list for field type_name
 }
 
 func init() { file_stated_proto_init() }
@@ -2716,7 +3063,7 @@ func file_stated_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_stated_proto_rawDesc), len(file_stated_proto_rawDesc)),
 			NumEnums:      8,
-			NumMessages:   25,
+			NumMessages:   29,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -43,6 +43,7 @@ const (
 	Stated_AbortCheckpoint_FullMethodName    = "/stated.v1.Stated/AbortCheckpoint"
 	Stated_ListCheckpoints_FullMethodName    = "/stated.v1.Stated/ListCheckpoints"
 	Stated_TriggerSavepoint_FullMethodName   = "/stated.v1.Stated/TriggerSavepoint"
+	Stated_PlanRescale_FullMethodName        = "/stated.v1.Stated/PlanRescale"
 	Stated_Close_FullMethodName              = "/stated.v1.Stated/Close"
 )
 
@@ -70,6 +71,11 @@ type StatedClient interface {
 	// TriggerSavepoint writes a self-contained savepoint of every open
 	// instance of a job.
 	TriggerSavepoint(ctx context.Context, in *TriggerSavepointRequest, opts ...grpc.CallOption) (*TriggerSavepointResponse, error)
+	// PlanRescale says what each subtask of an operator restores from when
+	// the job restarts from a checkpoint or savepoint at a new parallelism:
+	// its key-group range and the old subtasks' handles that overlap it. It
+	// changes nothing (Open with the new parallelism does the restore).
+	PlanRescale(ctx context.Context, in *PlanRescaleRequest, opts ...grpc.CallOption) (*PlanRescaleResponse, error)
 	// Close releases an instance.
 	Close(ctx context.Context, in *CloseRequest, opts ...grpc.CallOption) (*CloseResponse, error)
 }
@@ -155,6 +161,16 @@ func (c *statedClient) TriggerSavepoint(ctx context.Context, in *TriggerSavepoin
 	return out, nil
 }
 
+func (c *statedClient) PlanRescale(ctx context.Context, in *PlanRescaleRequest, opts ...grpc.CallOption) (*PlanRescaleResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(PlanRescaleResponse)
+	err := c.cc.Invoke(ctx, Stated_PlanRescale_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *statedClient) Close(ctx context.Context, in *CloseRequest, opts ...grpc.CallOption) (*CloseResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(CloseResponse)
@@ -189,6 +205,11 @@ type StatedServer interface {
 	// TriggerSavepoint writes a self-contained savepoint of every open
 	// instance of a job.
 	TriggerSavepoint(context.Context, *TriggerSavepointRequest) (*TriggerSavepointResponse, error)
+	// PlanRescale says what each subtask of an operator restores from when
+	// the job restarts from a checkpoint or savepoint at a new parallelism:
+	// its key-group range and the old subtasks' handles that overlap it. It
+	// changes nothing (Open with the new parallelism does the restore).
+	PlanRescale(context.Context, *PlanRescaleRequest) (*PlanRescaleResponse, error)
 	// Close releases an instance.
 	Close(context.Context, *CloseRequest) (*CloseResponse, error)
 	mustEmbedUnimplementedStatedServer()
@@ -221,6 +242,9 @@ func (UnimplementedStatedServer) ListCheckpoints(context.Context, *ListCheckpoin
 }
 func (UnimplementedStatedServer) TriggerSavepoint(context.Context, *TriggerSavepointRequest) (*TriggerSavepointResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method TriggerSavepoint not implemented")
+}
+func (UnimplementedStatedServer) PlanRescale(context.Context, *PlanRescaleRequest) (*PlanRescaleResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method PlanRescale not implemented")
 }
 func (UnimplementedStatedServer) Close(context.Context, *CloseRequest) (*CloseResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Close not implemented")
@@ -361,6 +385,24 @@ func _Stated_TriggerSavepoint_Handler(srv interface{}, ctx context.Context, dec 
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Stated_PlanRescale_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(PlanRescaleRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(StatedServer).PlanRescale(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Stated_PlanRescale_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(StatedServer).PlanRescale(ctx, req.(*PlanRescaleRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _Stated_Close_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(CloseRequest)
 	if err := dec(in); err != nil {
@@ -409,6 +451,10 @@ var Stated_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "TriggerSavepoint",
 			Handler:    _Stated_TriggerSavepoint_Handler,
+		},
+		{
+			MethodName: "PlanRescale",
+			Handler:    _Stated_PlanRescale_Handler,
 		},
 		{
 			MethodName: "Close",

@@ -1,0 +1,274 @@
+package api_test
+
+import (
+	"fmt"
+	"math"
+	"reflect"
+	"sort"
+	"strings"
+	"testing"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/statedhq/stated/api"
+	"github.com/statedhq/stated/api/client"
+	pb "github.com/statedhq/stated/api/statedpb"
+	"github.com/statedhq/stated/backend"
+)
+
+// rescaleJob is one operator of a job whose subtasks the test opens at
+// several parallelisms.
+type rescaleJob struct {
+	t    *testing.T
+	c    *client.Client
+	kind backend.Kind
+	keys [][]byte
+	ins  []*client.Instance
+}
+
+const rsJob, rsOp = "rs", "op"
+
+func (j *rescaleJob) open(par int, from *client.Restore) {
+	j.t.Helper()
+	for _, in := range j.ins {
+		in.Abandon() // the old task processes are gone
+	}
+	j.ins = nil
+	for sub := 0; sub < par; sub++ {
+		in, err := j.c.Open(ctxT(j.t), client.OpenSpec{Task: task(rsJob, rsOp, sub), Parallelism: par, Backend: j.kind,
+			States: allStates, Restore: from, Replace: true})
+		if err != nil {
+			j.t.Fatalf("open subtask %d of %d from %+v: %v", sub, par, from, err)
+		}
+		j.ins = append(j.ins, in)
+	}
+}
+
+// owner is the subtask that owns key at the current parallelism.
+func (j *rescaleJob) owner(key []byte) *client.Instance {
+	in := j.ins[0]
+	return j.ins[backend.OperatorForKeyGroup(in.MaxParallelism(), len(j.ins), in.KeyGroup(key))]
+}
+
+func (j *rescaleJob) checkpoint(id uint64) {
+	j.t.Helper()
+	ctx := ctxT(j.t)
+	for _, in := range j.ins {
+		if _, err := in.Snapshot(ctx, id, false); err != nil {
+			j.t.Fatal(err)
+		}
+	}
+	if _, err := j.c.CompleteCheckpoint(ctx, rsJob, id); err != nil {
+		j.t.Fatal(err)
+	}
+}
+
+// checkValues reads every key from the subtask OperatorForKeyGroup names.
+func (j *rescaleJob) checkValues(prefix string) {
+	j.t.Helper()
+	ctx := ctxT(j.t)
+	for i, k := range j.keys {
+		in := j.owner(k)
+		v, err := in.Get("v", k, nil).Wait(ctx)
+		if err != nil || !v.Found || string(v.Data) != fmt.Sprint(prefix, i) {
+			j.t.Fatalf("%s at parallelism %d: get %s from subtask %d = %q %v %v", j.kind, len(j.ins), k, in.Task().Subtask, v.Data, v.Found, err)
+		}
+		m, err := in.MapGet("m", k, nil, []byte("u")).Wait(ctx)
+		if err != nil || string(m.Data) != fmt.Sprint(i) {
+			j.t.Fatalf("%s at parallelism %d: map of %s = %q %v", j.kind, len(j.ins), k, m.Data, err)
+		}
+	}
+}
+
+// checkTimers polls every subtask's timers: each holds exactly those of
+// the keys it owns, none of another subtask's (the restore clipped the
+// old state to the new range).
+func (j *rescaleJob) checkTimers() {
+	j.t.Helper()
+	ctx := ctxT(j.t)
+	want := make([][]string, len(j.ins))
+	for _, k := range j.keys {
+		s := j.owner(k).Task().Subtask
+		want[s] = append(want[s], string(k))
+	}
+	for s, in := range j.ins {
+		ts, err := in.PollTimers("t", math.MaxInt64, 0).Wait(ctx)
+		if err != nil {
+			j.t.Fatal(err)
+		}
+		var got []string
+		for _, tm := range ts {
+			got = append(got, string(tm.Key))
+		}
+		sort.Strings(got)
+		sort.Strings(want[s])
+		if !reflect.DeepEqual(got, want[s]) {
+			j.t.Fatalf("%s at parallelism %d: subtask %d has timers of %d keys, owns %d (first %v)",
+				j.kind, len(j.ins), s, len(got), len(want[s]), got[:min(3, len(got))])
+		}
+	}
+}
+
+// checkOperatorState checks the offsets split list against old (the
+// elements of every old subtask in subtask order) dealt out round-robin,
+// and the union list against union (everyone gets all of it).
+func (j *rescaleJob) checkOperatorState(old []string, union []string) {
+	j.t.Helper()
+	for s, in := range j.ins {
+		var want []string
+		for e := s; e < len(old); e += len(j.ins) {
+			want = append(want, old[e])
+		}
+		l := getList(j.t, in, "offsets")
+		if !reflect.DeepEqual(strs(l), want) || (len(want) > 0 && l.Mode != backend.OperatorSplit) {
+			j.t.Fatalf("%s at parallelism %d: offsets of subtask %d = %v (%s), want %v", j.kind, len(j.ins), s, strs(l), l.Mode, want)
+		}
+		u := getList(j.t, in, "schema")
+		if !reflect.DeepEqual(strs(u), union) || u.Mode != backend.OperatorUnion {
+			j.t.Fatalf("%s at parallelism %d: union list of subtask %d = %v, want %v", j.kind, len(j.ins), s, strs(u), union)
+		}
+	}
+}
+
+// TestRescaleThroughTheDaemon: a job at parallelism 2 checkpoints; Open at
+// parallelism 1 and 3 from that checkpoint restores every key into exactly
+// the subtask OperatorForKeyGroup names, with the operator state
+// redistributed (split round-robin, union to all), and the rescaled state
+// checkpoints and rescales again. PlanRescale says what each subtask
+// restores from; a changed maxParallelism is refused.
+func TestRescaleThroughTheDaemon(t *testing.T) {
+	for _, kind := range []backend.Kind{backend.KindFile, backend.KindLSM, backend.KindHeap} {
+		t.Run(string(kind), func(t *testing.T) {
+			ctx := ctxT(t)
+			h := startDaemon(t, harnessOpts{})
+			j := &rescaleJob{t: t, c: h.dial(client.Options{}), kind: kind}
+			for i := 0; i < 300; i++ {
+				j.keys = append(j.keys, []byte(fmt.Sprint("key-", i)))
+			}
+			j.open(2, nil)
+			for i, k := range j.keys {
+				in := j.owner(k)
+				in.Put("v", k, nil, []byte(fmt.Sprint("val-", i)))
+				in.MapPut("m", k, nil, []byte("u"), []byte(fmt.Sprint(i)))
+				in.RegisterTimer("t", k, nil, int64(i))
+			}
+			var offsets, union []string
+			for s, in := range j.ins {
+				var elems [][]byte
+				for e := 0; e < 3+s; e++ {
+					elems = append(elems, []byte(fmt.Sprintf("s%d-e%d", s, e)))
+					offsets = append(offsets, fmt.Sprintf("s%d-e%d", s, e))
+				}
+				in.SetOperatorList("offsets", backend.OperatorSplit, elems...)
+				in.SetOperatorList("schema", backend.OperatorUnion, []byte(fmt.Sprint("u", s)))
+				union = append(union, fmt.Sprint("u", s))
+			}
+			j.checkpoint(1)
+			j.ins[0].Put("v", j.keys[0], nil, []byte("after checkpoint 1"))
+
+			// The plan at 3: ranges as Flink assigns them, sources cover
+			// each exactly once, the largest overlap first.
+			plan, err := j.c.PlanRescale(ctx, rsJob, rsOp, client.Restore{CheckpointID: 1}, 3)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if plan.GetOldParallelism() != 2 || plan.GetMaxParallelism() != 128 || plan.GetCheckpointId() != 1 || len(plan.GetSubtasks()) != 3 {
+				t.Fatalf("plan %v", plan)
+			}
+			for i, st := range plan.GetSubtasks() {
+				r := backend.KeyGroupRangeForOperator(128, 3, i)
+				if st.GetKeyGroups().GetStart() != int32(r.Start) || st.GetKeyGroups().GetEnd() != int32(r.End) {
+					t.Fatalf("subtask %d: range %v, want %s", i, st.GetKeyGroups(), r)
+				}
+				n := 0
+				for k, src := range st.GetSources() {
+					ov := src.GetOverlap().GetEnd() - src.GetOverlap().GetStart() + 1
+					n += int(ov)
+					if k > 0 {
+						first := st.GetSources()[0].GetOverlap()
+						if ov > first.GetEnd()-first.GetStart()+1 {
+							t.Fatalf("subtask %d: the base is not the largest overlap: %v", i, st.GetSources())
+						}
+					}
+					if src.GetTask().GetOperator() != rsOp || src.GetBackend() != string(kind) {
+						t.Fatalf("subtask %d: source %v", i, src)
+					}
+				}
+				if n != r.Len() {
+					t.Fatalf("subtask %d: sources cover %d key groups of %d", i, n, r.Len())
+				}
+			}
+			if mid := plan.GetSubtasks()[1].GetSources(); len(mid) != 2 || mid[0].GetTask().GetSubtask() != 1 {
+				t.Fatalf("subtask 1 of 3 ([43,85]) restores from old subtask 1 ([64,127], 22 key groups) as its base: %v", mid)
+			}
+			if _, err := j.c.PlanRescale(ctx, rsJob, "nope", client.Restore{Latest: true}, 3); status.Code(err) != codes.NotFound {
+				t.Fatalf("plan of an unknown operator: %v", err)
+			}
+			if _, err := j.c.PlanRescale(ctx, rsJob, rsOp, client.Restore{Latest: true}, 0); status.Code(err) != codes.InvalidArgument {
+				t.Fatalf("plan at parallelism 0: %v", err)
+			}
+
+			// Down to 1 and up to 3 from checkpoint 1.
+			j.open(1, &client.Restore{CheckpointID: 1})
+			j.checkValues("val-")
+			j.checkOperatorState(offsets, union)
+			j.checkTimers()
+			j.open(3, &client.Restore{CheckpointID: 1})
+			j.checkValues("val-")
+			j.checkOperatorState(offsets, union)
+
+			// The rescaled job writes, checkpoints, and rescales to 1.
+			for i, k := range j.keys {
+				j.owner(k).Put("v", k, nil, []byte(fmt.Sprint("v3-", i)))
+			}
+			var offsets3 []string
+			for _, in := range j.ins {
+				offsets3 = append(offsets3, strs(getList(t, in, "offsets"))...)
+			}
+			j.checkpoint(2)
+			j.checkTimers()
+			j.open(1, &client.Restore{Latest: true})
+			if j.ins[0].RestoredCheckpoint() != 2 {
+				t.Fatalf("restored %d, want 2", j.ins[0].RestoredCheckpoint())
+			}
+			j.checkValues("v3-")
+			j.checkOperatorState(offsets3, append(append(append([]string{}, union...), union...), union...))
+			j.checkTimers()
+
+			// A changed maxParallelism is refused, naming both values.
+			j.ins[0].Abandon()
+			_, err = j.c.Open(ctx, client.OpenSpec{Task: task(rsJob, rsOp, 0), Parallelism: 2, MaxParallelism: 256, Backend: kind,
+				States: allStates, Restore: &client.Restore{Latest: true}, Replace: true})
+			if status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "128") || !strings.Contains(err.Error(), "256") {
+				t.Fatalf("restore with maxParallelism 256 of state written with 128: %v", err)
+			}
+			j.ins = nil
+		})
+	}
+}
+
+// OpenRequest.parallelism: key_groups may be left out, and must otherwise
+// be the subtask's range at that parallelism.
+func TestOpenParallelism(t *testing.T) {
+	ctx := ctxT(t)
+	h := startDaemon(t, harnessOpts{})
+	c := h.dial(client.Options{})
+	resp, err := c.RPC().Open(ctx, &pb.OpenRequest{Task: api.TaskToPB(task("par", "op", 1)), Parallelism: 3, Backend: "heap"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := api.KeyGroupsFromPB(resp.GetKeyGroups()), backend.KeyGroupRangeForOperator(128, 3, 1); got != want {
+		t.Fatalf("derived key groups %s, want %s", got, want)
+	}
+	for _, req := range []*pb.OpenRequest{
+		{Task: api.TaskToPB(task("par", "op", 0)), Parallelism: 3, Backend: "heap", KeyGroups: &pb.KeyGroupRange{Start: 0, End: 63}},
+		{Task: api.TaskToPB(task("par", "op", 3)), Parallelism: 3, Backend: "heap"},
+		{Task: api.TaskToPB(task("par", "op", 0)), Parallelism: 129, Backend: "heap"},
+		{Task: api.TaskToPB(task("par", "op", 0)), Backend: "heap"},
+	} {
+		if _, err := c.RPC().Open(ctx, req); status.Code(err) != codes.InvalidArgument {
+			t.Fatalf("open %v: %v", req, err)
+		}
+	}
+}
