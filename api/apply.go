@@ -40,8 +40,11 @@ func (s *Server) applyTo(out []byte, inst *daemon.Instance, bt *wire.Batch) []by
 		}
 		return wire.AppendResponseSeq(out, bt.Seq)
 	}
-	// budget bounds the payload read operations put into the response.
-	budget := s.opts.MaxMessageSize
+	// budget is what the response may still grow by: read results that
+	// do not fit fail (or, for pages, are cut), so the response stays
+	// within MaxMessageSize. Sizes are the exact encoded ones.
+	full := s.opts.MaxMessageSize - wire.MaxSeqSize
+	budget := full
 	tally := inst.Ops.Tally()
 	// Reading the clock costs as much as a fast operation: time every
 	// operation of small batches, every latencySample-th of large ones
@@ -59,7 +62,8 @@ func (s *Server) applyTo(out []byte, inst *daemon.Instance, bt *wire.Batch) []by
 		if timed {
 			t0 = time.Now()
 		}
-		budget -= s.applyOp(inst, op, state, &r, budget)
+		r.Index = uint32(i)
+		s.applyOp(inst, op, state, &r, budget, budget == full)
 		if timed {
 			tally.Add(sk, daemon.Op(op.Type), time.Since(t0), r.Code != 0)
 		} else {
@@ -67,7 +71,9 @@ func (s *Server) applyTo(out []byte, inst *daemon.Instance, bt *wire.Batch) []by
 		}
 		if !r.Empty() {
 			r.Index = uint32(i)
+			n := len(out)
 			out = wire.AppendResult(out, &r)
+			budget -= len(out) - n
 		}
 	}
 	tally.Flush()
@@ -77,7 +83,7 @@ func (s *Server) applyTo(out []byte, inst *daemon.Instance, bt *wire.Batch) []by
 // opError fills r with the failure of op, naming the job, task, state and
 // key group.
 func opError(inst *daemon.Instance, op *wire.Op, state string, r *wire.Result, code codes.Code, err error) {
-	*r = wire.Result{Code: uint32(code)}
+	*r = wire.Result{Index: r.Index, Code: uint32(code)}
 	kg, what := "", "state"
 	switch daemon.Op(op.Type) {
 	case daemon.OpTimerPoll:
@@ -144,20 +150,20 @@ func checkSizes(inst *daemon.Instance, op *wire.Op) error {
 	return nil
 }
 
-// applyOp runs one operation into r and returns the response bytes it used.
-func (s *Server) applyOp(inst *daemon.Instance, op *wire.Op, state string, r *wire.Result, budget int) int {
+// applyOp runs one operation into r (whose Index is set). budget is what
+// the response may still grow by; alone says no earlier result used any of
+// it.
+func (s *Server) applyOp(inst *daemon.Instance, op *wire.Op, state string, r *wire.Result, budget int, alone bool) {
 	if err := checkSizes(inst, op); err != nil {
 		opError(inst, op, state, r, codes.ResourceExhausted, err)
-		return len(r.Error)
+		return
 	}
 	b := inst.Backend
 	k := backend.Key{KeyGroup: int(op.KeyGroup), Key: op.Key, Namespace: op.Namespace}
 	var err error
-	used := 16
 	switch daemon.Op(op.Type) {
 	case daemon.OpGet:
 		r.Value, r.Found, err = b.Get(state, k)
-		used += len(r.Value)
 	case daemon.OpPut:
 		err = b.Put(state, k, op.Value)
 	case daemon.OpDelete:
@@ -170,12 +176,8 @@ func (s *Server) applyOp(inst *daemon.Instance, op *wire.Op, state string, r *wi
 		err = b.ListAppend(state, k, op.Values...)
 	case daemon.OpListGet:
 		r.Values, err = b.ListGet(state, k)
-		for _, v := range r.Values {
-			used += len(v) + 4
-		}
 	case daemon.OpMapGet:
 		r.Value, r.Found, err = b.MapGet(state, k, op.UserKey)
-		used += len(r.Value)
 	case daemon.OpMapPut:
 		err = b.MapPut(state, k, op.UserKey, op.Value)
 	case daemon.OpMapRemove:
@@ -183,7 +185,8 @@ func (s *Server) applyOp(inst *daemon.Instance, op *wire.Op, state string, r *wi
 	case daemon.OpMapContains:
 		r.Found, err = b.MapContains(state, k, op.UserKey)
 	case daemon.OpMapIterate:
-		return s.mapIterate(inst, op, state, r, k, budget)
+		s.mapIterate(inst, op, state, r, k, budget)
+		return
 	case daemon.OpAggregateAdd:
 		err = b.AggregateAdd(state, k, backend.Number{Type: backend.NumberType(op.NumberType), Int: op.IntValue, Float: op.FloatValue})
 	case daemon.OpAggregateGet:
@@ -195,21 +198,10 @@ func (s *Server) applyOp(inst *daemon.Instance, op *wire.Op, state string, r *wi
 	case daemon.OpTimerRegister:
 		err = b.RegisterTimer(state, backend.Timer{KeyGroup: k.KeyGroup, Key: k.Key, Namespace: k.Namespace, Timestamp: op.Timestamp})
 	case daemon.OpTimerDelete:
-		err = b.DeleteTimer(state, backend.Timer{KeyGroup: k.KeyGroup, Key: k.Key, Namespace: k.Namespace, Timestamp: op.Timestamp})
+		err = inst.DeleteTimer(state, backend.Timer{KeyGroup: k.KeyGroup, Key: k.Key, Namespace: k.Namespace, Timestamp: op.Timestamp})
 	case daemon.OpTimerPoll:
-		limit := int(op.Limit)
-		if limit <= 0 || limit > s.opts.MaxPage {
-			limit = s.opts.MaxPage
-		}
-		// Polled timers are removed: they always go out, whatever the
-		// budget (the send limit is far above it).
-		r.Timers, err = b.PollTimers(state, op.Timestamp, limit)
-		for _, t := range r.Timers {
-			used += len(t.Key) + len(t.Namespace) + 24
-		}
-		if err == nil {
-			return used
-		}
+		s.pollTimers(inst, op, state, r, budget, alone)
+		return
 	case daemon.OpOperatorSet, daemon.OpOperatorAppend:
 		var mode backend.OperatorStateMode
 		if mode, err = OperatorModeFromPB(pb.OperatorStateMode(op.OperatorMode)); err != nil {
@@ -224,29 +216,26 @@ func (s *Server) applyOp(inst *daemon.Instance, op *wire.Op, state string, r *wi
 		var l backend.OperatorList
 		l, r.Found, err = inst.OperatorGet(state)
 		r.Values, r.OperatorMode = l.Elements, int32(OperatorModeToPB(l.Mode))
-		for _, v := range r.Values {
-			used += len(v) + 4
-		}
 	default:
 		err = fmt.Errorf("%w: unknown operation type %d", backend.ErrInvalidArgument, op.Type)
 	}
 	if err != nil {
 		opError(inst, op, state, r, Code(err), err)
-		return len(r.Error)
+		return
 	}
-	if used > budget {
-		// A read whose result does not fit: it changed nothing, so fail it
-		// and let the client retry it in a smaller batch.
-		opError(inst, op, state, r, codes.ResourceExhausted,
-			fmt.Errorf("result of %d bytes does not fit the %d-byte message limit with the rest of the batch; send it in a smaller batch", used, s.opts.MaxMessageSize))
-		return len(r.Error)
+	if !r.Empty() {
+		if n := wire.EncodedResultSize(r); n > budget {
+			// A read whose result does not fit: it changed nothing, so
+			// fail it and let the client retry it in a smaller batch.
+			opError(inst, op, state, r, codes.ResourceExhausted,
+				fmt.Errorf("result of %d bytes does not fit the %d-byte message limit with the rest of the batch; send it in a smaller batch", n, s.opts.MaxMessageSize))
+		}
 	}
-	return used
 }
 
 // mapIterate pages a map, cutting the page where the message budget ends
 // (with more set), so a page never fails for size.
-func (s *Server) mapIterate(inst *daemon.Instance, op *wire.Op, state string, r *wire.Result, k backend.Key, budget int) int {
+func (s *Server) mapIterate(inst *daemon.Instance, op *wire.Op, state string, r *wire.Result, k backend.Key, budget int) {
 	limit := int(op.Limit)
 	if limit <= 0 || limit > s.opts.MaxPage {
 		limit = s.opts.MaxPage
@@ -258,22 +247,70 @@ func (s *Server) mapIterate(inst *daemon.Instance, op *wire.Op, state string, r 
 	entries, more, err := inst.Backend.MapIterate(state, k, after, limit)
 	if err != nil {
 		opError(inst, op, state, r, Code(err), err)
-		return len(r.Error)
+		return
 	}
-	used := 16
+	// Sized with more set: a cut page sets it.
+	base := wire.Result{Index: r.Index, More: true}
+	used := 0
 	for i, e := range entries {
-		n := len(e.UserKey) + len(e.Value) + 8
-		if used+n > budget && i > 0 {
+		n := wire.EntrySize(e)
+		if wire.EncodedResultSizeWith(&base, used+n) > budget {
+			if i == 0 {
+				opError(inst, op, state, r, codes.ResourceExhausted,
+					fmt.Errorf("map entry of %d bytes does not fit the %d-byte message limit with the rest of the batch; send the iteration in a smaller batch", n, s.opts.MaxMessageSize))
+				return
+			}
 			entries, more = entries[:i], true
 			break
-		}
-		if used+n > budget {
-			opError(inst, op, state, r, codes.ResourceExhausted,
-				fmt.Errorf("map entry of %d bytes does not fit the %d-byte message limit with the rest of the batch; send the iteration in a smaller batch", n, s.opts.MaxMessageSize))
-			return len(r.Error)
 		}
 		used += n
 	}
 	r.Entries, r.More = entries, more
-	return used
+}
+
+// pollTimers polls at most as many timers as fit the message budget; the
+// others stay registered for the next poll (more is then set). A poll
+// that cannot deliver even one timer fails with ResourceExhausted like
+// any read, unless it is alone in its batch: a timer larger than the whole
+// budget (a key and namespace near MaxValueSize each, with a message limit
+// below twice that) is then delivered anyway, so it never blocks the
+// timers behind it for good.
+func (s *Server) pollTimers(inst *daemon.Instance, op *wire.Op, state string, r *wire.Result, budget int, alone bool) {
+	limit := int(op.Limit)
+	if limit <= 0 || limit > s.opts.MaxPage {
+		limit = s.opts.MaxPage
+	}
+	base := wire.Result{Index: r.Index, More: true}
+	if wire.EncodedResultSize(&base) > budget {
+		opError(inst, op, state, r, codes.ResourceExhausted,
+			fmt.Errorf("no room for timers within the %d-byte message limit after the rest of the batch; send the poll in a smaller batch", s.opts.MaxMessageSize))
+		return
+	}
+	ts, more, err := inst.PollTimers(state, op.Timestamp, limit, func(ts []backend.Timer) int {
+		used := 0
+		for i, t := range ts {
+			used += wire.TimerSize(t)
+			if wire.EncodedResultSizeWith(&base, used) > budget {
+				if i == 0 && alone {
+					return 1
+				}
+				return i
+			}
+		}
+		return len(ts)
+	})
+	if err != nil && len(ts) == 0 {
+		opError(inst, op, state, r, Code(err), err)
+		return
+	}
+	if err != nil {
+		// Polled timers always go out; the error is the daemon's to log.
+		s.log.Warn("timer poll", "task", inst.Task.String(), "state", state, "err", err)
+	}
+	if len(ts) == 0 && more {
+		opError(inst, op, state, r, codes.ResourceExhausted,
+			fmt.Errorf("the next due timer does not fit the %d-byte message limit with the rest of the batch; send the poll in a smaller batch", s.opts.MaxMessageSize))
+		return
+	}
+	r.Timers, r.More = ts, more
 }

@@ -76,6 +76,9 @@ func FuzzBatch(f *testing.F) {
 			return
 		}
 		out := s.apply(inst, &bt, 0).Data
+		if len(out) > 1<<16 {
+			t.Fatalf("response of %d bytes over the 64 KiB message limit", len(out))
+		}
 		var resp pb.BatchResponse
 		if err := proto.Unmarshal(out, &resp); err != nil {
 			t.Fatalf("the response does not parse: %v", err)

@@ -53,7 +53,8 @@ type ServerOptions struct {
 	// can pin. Default DefaultQueueDepth.
 	QueueDepth int
 	// MaxPage caps the entries of one MAP_ITERATE and the timers of one
-	// TIMER_POLL. Default DefaultMaxPage.
+	// TIMER_POLL (both are cut further to keep the response within
+	// MaxMessageSize). Default DefaultMaxPage.
 	MaxPage int
 	// Logger receives stream-level events. Default slog.Default().
 	Logger *slog.Logger
@@ -97,9 +98,11 @@ func NewServer(d *daemon.Daemon, opts ServerOptions) *Server {
 // "authorization: Bearer <token>"); use it for TCP listeners.
 func (s *Server) GRPCServer(token string, extra ...grpc.ServerOption) *grpc.Server {
 	opts := []grpc.ServerOption{
-		// Sends keep gRPC's default (2 GiB): responses of read operations
-		// are cut to MaxMessageSize, but those of destructive reads
-		// (TIMER_POLL) must never fail to go out.
+		// Sends keep gRPC's default (2 GiB). Responses stay within
+		// MaxMessageSize (read results that do not fit fail or are cut;
+		// TIMER_POLL leaves the timers that do not fit registered), except
+		// for error results and a lone timer larger than the whole limit,
+		// which must still go out.
 		grpc.MaxRecvMsgSize(s.opts.MaxMessageSize),
 		grpc.ReadBufferSize(SocketBufferSize), grpc.WriteBufferSize(SocketBufferSize),
 		grpc.InitialWindowSize(StreamWindow), grpc.InitialConnWindowSize(ConnWindow),

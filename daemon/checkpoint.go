@@ -115,7 +115,11 @@ func (d *Daemon) Snapshot(ctx context.Context, inst *Instance, id uint64, wait b
 	// The operator state of the same moment as the keyed state: the
 	// caller applied every operation it wants in this snapshot.
 	ts.ops = inst.OperatorState()
-	ps, err := inst.Backend.Snapshot(ctx, id)
+	var ps backend.PendingSnapshot
+	err := inst.snapshotLocked(func() (err error) {
+		ps, err = inst.Backend.Snapshot(ctx, id)
+		return err
+	})
 	ts.sync = time.Since(t0)
 	d.m.CheckpointSync[bi].Observe(ts.sync)
 	if err != nil {

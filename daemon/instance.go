@@ -32,6 +32,10 @@ type Instance struct {
 	states map[string]stateInfo
 	// ops is the instance's operator state (opstate.go).
 	ops *operatorState
+	// timerMu makes PollTimers, which may put timers back, atomic with
+	// respect to timer deletions and to the synchronous parts of
+	// snapshots.
+	timerMu sync.Mutex
 
 	mu      sync.Mutex
 	streams int
@@ -150,4 +154,49 @@ func (in *Instance) removeDir() {
 	if err := os.RemoveAll(in.dir); err != nil {
 		in.d.log.Warn("remove instance directory", "dir", in.dir, "err", err)
 	}
+}
+
+// DeleteTimer is Backend.DeleteTimer, ordered with PollTimers: a timer a
+// poll puts back is never one deleted meanwhile.
+func (in *Instance) DeleteTimer(state string, t backend.Timer) error {
+	in.timerMu.Lock()
+	defer in.timerMu.Unlock()
+	return in.Backend.DeleteTimer(state, t)
+}
+
+// PollTimers removes and returns the timers of state at or below watermark
+// in timestamp order, up to limit, as Backend.PollTimers does, but only as
+// many as keep accepts: keep gets the polled timers and returns how many
+// to deliver (a prefix); the rest are registered again, so they stay for
+// the next poll, and putBack says so. A snapshot never sees them missing.
+// If they cannot be registered again, every polled timer is returned (a
+// timer is never lost) with the error of that.
+func (in *Instance) PollTimers(state string, watermark int64, limit int, keep func([]backend.Timer) int) (ts []backend.Timer, putBack bool, err error) {
+	in.timerMu.Lock()
+	defer in.timerMu.Unlock()
+	ts, err = in.Backend.PollTimers(state, watermark, limit)
+	if err != nil {
+		return nil, false, err
+	}
+	k := keep(ts)
+	if k >= len(ts) || k < 0 {
+		return ts, false, nil
+	}
+	for i, t := range ts[k:] {
+		if err := in.Backend.RegisterTimer(state, t); err != nil {
+			// Deliver what could not go back (and what went back stays
+			// registered: it is delivered twice rather than never).
+			return append(ts[:k:k], ts[k+i:]...), false,
+				fmt.Errorf("daemon: poll timers of state %q of %s: put back a timer that does not fit the response: %w", state, in.Task, err)
+		}
+	}
+	return ts[:k], true, nil
+}
+
+// snapshotLocked runs fn (a snapshot's synchronous part) with no poll half
+// done.
+func (in *Instance) snapshotLocked(fn func() error) error {
+	in.timerMu.Lock()
+	defer in.timerMu.Unlock()
+	return fn()
 }

@@ -202,6 +202,7 @@ func withOperatorState(h *backend.Handle, ops []backend.OperatorList) *backend.H
 // snapshot, and this wrapper adds the lists to the handle it returns.
 type canonicalWithOperatorState struct {
 	backend.Backend
+	in  *Instance
 	ops []backend.OperatorList
 }
 
@@ -212,7 +213,11 @@ func (c canonicalWithOperatorState) CanonicalSnapshot(ctx context.Context, id ui
 	if !ok {
 		return nil, fmt.Errorf("%w: backend %s has no canonical snapshot", ErrUnsupported, c.Info().Kind)
 	}
-	p, err := cs.CanonicalSnapshot(ctx, id, store, dir)
+	var p backend.PendingSnapshot
+	err := c.in.snapshotLocked(func() (err error) {
+		p, err = cs.CanonicalSnapshot(ctx, id, store, dir)
+		return err
+	})
 	if err != nil {
 		return nil, err
 	}

@@ -61,7 +61,7 @@ func (d *Daemon) TriggerSavepoint(ctx context.Context, job string, native bool, 
 	} else {
 		backends := make([]backend.Backend, len(insts))
 		for i, in := range insts {
-			backends[i] = canonicalWithOperatorState{Backend: in.Backend, ops: in.OperatorState()}
+			backends[i] = canonicalWithOperatorState{Backend: in.Backend, in: in, ops: in.OperatorState()}
 		}
 		m, err = d.cfg.Catalog.TriggerSavepoint(ctx, catalog.SavepointRequest{
 			Job: job, CheckpointID: checkpointID, Format: catalog.FormatCanonical, Backends: backends})
@@ -119,7 +119,11 @@ func (d *Daemon) nativeSavepoint(ctx context.Context, job string, id uint64, ins
 	pending := make([]backend.PendingSnapshot, 0, len(insts))
 	for _, in := range insts {
 		ops := in.OperatorState()
-		p, err := in.Backend.Snapshot(ctx, id)
+		var p backend.PendingSnapshot
+		err := in.snapshotLocked(func() (err error) {
+			p, err = in.Backend.Snapshot(ctx, id)
+			return err
+		})
 		if err != nil {
 			for _, p := range pending {
 				p.Release()

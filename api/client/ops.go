@@ -153,7 +153,8 @@ func (in *Instance) DeleteTimer(state string, key, ns []byte, timestamp int64) F
 
 // PollTimers removes and returns up to limit (<= 0: the daemon's page
 // size) timers of the state with timestamp <= watermark, in timestamp
-// order.
+// order. Fewer come back when more would not fit the daemon's message
+// limit; those stay registered: poll until a poll returns none.
 func (in *Instance) PollTimers(state string, watermark int64, limit int) Future[[]backend.Timer] {
 	op := wire.Op{Type: int32(pb.OpType_OP_TYPE_TIMER_POLL), State: state, Timestamp: watermark, Limit: int32(min(limit, 1<<30))}
 	return issue(in, &op, decTimers)

@@ -336,7 +336,9 @@ const (
 	OpType_OP_TYPE_TIMER_DELETE   OpType = 14
 	// TIMER_POLL removes and returns up to limit timers with timestamp <= the
 	// op's timestamp (the watermark), in timestamp order. key, namespace and
-	// key_group are not used.
+	// key_group are not used. The response stays within the message limit:
+	// timers that do not fit stay registered for the next poll, and more is
+	// set (poll again until a poll returns none or more is unset).
 	OpType_OP_TYPE_TIMER_POLL OpType = 15
 	// Operator (non-keyed) state: named lists of the instance, kept by the
 	// daemon, written into every snapshot and restored on Open
@@ -1424,7 +1426,8 @@ type Result struct {
 	Value []byte `protobuf:"bytes,4,opt,name=value,proto3" json:"value,omitempty"`
 	// values: LIST_GET's elements in append order; OPERATOR_GET's elements.
 	Values [][]byte `protobuf:"bytes,5,rep,name=values,proto3" json:"values,omitempty"`
-	// entries and more: MAP_ITERATE.
+	// entries and more: MAP_ITERATE; more also: TIMER_POLL left due timers
+	// for the next poll to stay within the message limit.
 	Entries []*MapEntry `protobuf:"bytes,6,rep,name=entries,proto3" json:"entries,omitempty"`
 	More    bool        `protobuf:"varint,7,opt,name=more,proto3" json:"more,omitempty"`
 	// AGGREGATE_GET's number.

@@ -685,3 +685,29 @@ func (c Codec) Unmarshal(data mem.BufferSlice, v any) error {
 
 // NewCodec wraps gRPC's registered protobuf codec.
 func NewCodec() Codec { return Codec{Base: encoding.GetCodecV2("proto")} }
+
+// Sizes, for a server that must keep a response within a message limit.
+
+// MaxSeqSize is the most bytes AppendResponseSeq adds.
+const MaxSeqSize = 1 + 10 // a tag and a varint of at most 10 bytes
+
+// EncodedResultSize is exactly the number of bytes AppendResult adds for r.
+func EncodedResultSize(r *Result) int {
+	return protowire.SizeTag(respResults) + protowire.SizeBytes(resultSize(r))
+}
+
+// EncodedResultSizeWith is EncodedResultSize of r with extra more bytes of
+// repeated fields (TimerSize or EntrySize each) in its body.
+func EncodedResultSizeWith(r *Result, extra int) int {
+	return protowire.SizeTag(respResults) + protowire.SizeBytes(resultSize(r)+extra)
+}
+
+// TimerSize is exactly what one timer adds to a result's body.
+func TimerSize(t backend.Timer) int {
+	return protowire.SizeTag(resTimers) + protowire.SizeBytes(timerSize(t))
+}
+
+// EntrySize is exactly what one map entry adds to a result's body.
+func EntrySize(e backend.MapEntry) int {
+	return protowire.SizeTag(resEntries) + protowire.SizeBytes(entrySize(e))
+}

@@ -218,3 +218,30 @@ func TestSchemaMatchesCodec(t *testing.T) {
 }
 
 func protoreflectName(s string) protoreflect.Name { return protoreflect.Name(s) }
+
+// The size functions are exact: a server relies on them to keep a
+// response within the message limit.
+func TestSizes(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		r := genResult(t, rapid.Uint32().Draw(t, "index"))
+		if got, want := EncodedResultSize(r), len(AppendResult(nil, r)); got != want {
+			t.Fatalf("EncodedResultSize %d, encoding %d bytes", got, want)
+		}
+		base := *r
+		base.Timers, base.Entries = nil, nil
+		extra := 0
+		for _, tm := range r.Timers {
+			extra += TimerSize(tm)
+		}
+		for _, e := range r.Entries {
+			extra += EntrySize(e)
+		}
+		if got, want := EncodedResultSizeWith(&base, extra), len(AppendResult(nil, r)); got != want {
+			t.Fatalf("EncodedResultSizeWith %d, encoding %d bytes", got, want)
+		}
+		seq := rapid.Uint64().Draw(t, "seq")
+		if n := len(AppendResponseSeq(nil, seq)); n > MaxSeqSize {
+			t.Fatalf("seq %d takes %d bytes", seq, n)
+		}
+	})
+}

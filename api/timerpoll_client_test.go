@@ -1,0 +1,56 @@
+package api_test
+
+import (
+	"bytes"
+	"fmt"
+	"math"
+	"testing"
+
+	"google.golang.org/grpc"
+
+	"github.com/statedhq/stated/api"
+	"github.com/statedhq/stated/api/client"
+	"github.com/statedhq/stated/backend"
+)
+
+// A client whose receive limit is the daemon's message limit (as a client
+// in another language with default settings may have) drains many large
+// timers with PollTimers: no response is ever too large for it.
+func TestTimerPollFitsClientReceiveLimit(t *testing.T) {
+	const limit = 32 << 10
+	ctx := ctxT(t)
+	h := startDaemon(t, harnessOpts{server: api.ServerOptions{MaxMessageSize: limit}})
+	c := h.dial(client.Options{DialOptions: []grpc.DialOption{grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(limit))}})
+	in, err := c.Open(ctx, client.OpenSpec{Task: task("tp", "op", 0), Parallelism: 1, Backend: backend.KindLSM, States: allStates})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 400
+	for i := 0; i < n; i++ {
+		key := append(bytes.Repeat([]byte{'k'}, 700), fmt.Sprint(i)...)
+		in.RegisterTimer("t", key, nil, int64(i))
+	}
+	if err := in.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	got, polls := 0, 0
+	for {
+		ts, err := in.PollTimers("t", math.MaxInt64, 0).Wait(ctx)
+		if err != nil {
+			t.Fatalf("poll %d: %v", polls, err)
+		}
+		polls++
+		if len(ts) == 0 {
+			break
+		}
+		for _, tm := range ts {
+			if tm.Timestamp != int64(got) {
+				t.Fatalf("timer %d delivered as %d", got, tm.Timestamp)
+			}
+			got++
+		}
+	}
+	if got != n || polls < 8 {
+		t.Fatalf("delivered %d of %d timers in %d polls", got, n, polls)
+	}
+}
