@@ -421,7 +421,7 @@ func TestCrashRestartEndToEnd(t *testing.T) {
 				// Alternate the restore modes: claim keeps the incremental
 				// history (lsm reuses the restored SSTs), no-claim makes the
 				// next checkpoint a full one.
-				spec.Restore = &client.Restore{Latest: true, Claim: round%2 == 1}
+				spec.Restore = &client.Restore{Latest: true, Claim: round%2 == 1, NoClaim: round%2 == 0}
 				tk.mu.Lock()
 				snap := tk.snaps[last]
 				tk.mu.Unlock()
