@@ -65,7 +65,20 @@ type FileRef struct {
 	KeyGroupOffsets []int64 `json:"keyGroupOffsets,omitempty"`
 	// Compression is "" (none) or "zstd"; the CRC covers the stored bytes.
 	Compression string `json:"compression,omitempty"`
+	// KeyGroupBounds, when present, are the first and last key group of
+	// the keys the file holds (lsm SSTs: the key-group prefixes of its
+	// smallest and largest keys, range deletions included). A restore into
+	// a range the bounds do not meet may skip the file. They may reach
+	// outside the handle's KeyGroups (a file shared with a wider range
+	// before a rescale) and lie in [0, 65535]. Absent (handles written
+	// before the field existed, and files without keys such as MANIFESTs):
+	// the file may hold any key group.
+	KeyGroupBounds *KeyGroupRange `json:"keyGroupBounds,omitempty"`
 }
+
+// MaxKeyGroupBound is the largest value a FileRef's KeyGroupBounds may
+// hold: the largest two-byte key-group prefix.
+const MaxKeyGroupBound = 1<<16 - 1
 
 // ValidatePath checks that p is a clean relative object name.
 func ValidatePath(p string) error {
@@ -108,6 +121,10 @@ func (h *Handle) Validate() error {
 		}
 		if f.Compression != "" && f.Compression != "zstd" {
 			return fmt.Errorf("%w: handle of %s, file %s: unknown compression %q", ErrCorrupt, h.Task, f.Path, f.Compression)
+		}
+		if kb := f.KeyGroupBounds; kb != nil && (kb.Start < 0 || kb.End < kb.Start || kb.End > MaxKeyGroupBound) {
+			return fmt.Errorf("%w: handle of %s, file %s: key-group bounds %s are not a range inside [0,%d]",
+				ErrCorrupt, h.Task, f.Path, kb, MaxKeyGroupBound)
 		}
 		if n := len(f.KeyGroupOffsets); n != 0 {
 			if n != h.KeyGroups.Len()+1 {

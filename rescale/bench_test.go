@@ -19,9 +19,8 @@ import (
 	"github.com/statedhq/stated/tiered/localfs"
 )
 
-// The ns/op of these benchmarks include untimed setup (the base restore of
-// the clip variant) and the spot checks; ms/restore and ms/clip are the
-// figures to compare.
+// The ns/op of these benchmarks include the spot checks and closes;
+// ms/restore and ms/clip are the figures to compare.
 
 // BenchmarkLSMRescale measures restoring an lsm job at a new parallelism
 // (3->4 and 4->3) against, in the same run:
@@ -30,10 +29,13 @@ import (
 //     of state, no clipping, one handle per subtask);
 //   - naive: for every new subtask, restoring every overlapping old handle
 //     whole, scanning every key and re-inserting those of the new range
-//     into a fresh Pebble store;
-//   - clip: the clip step alone (Pebble Excise of the key groups outside
-//     the new range on a restored base, which is what lsm's restore does),
-//     reported in ms per GiB removed.
+//     into a fresh Pebble store.
+//
+// The rescale variant also reports lsm's own clip step
+// (lsm.Backend.RestoreStats: the Excise calls that drop the base's key
+// groups outside the new range) in ms per GiB removed, the bytes it
+// downloaded and skipped, and the time it spent adding the other handles'
+// key groups (rewritten into SSTs and ingested).
 //
 // Every variant restores every subtask of the job, one after another, from
 // checkpoints in a local-directory store (tiered/localfs). The total state
@@ -55,12 +57,14 @@ func BenchmarkLSMRescale(b *testing.B) {
 	for _, c := range []struct{ oldP, newP int }{{3, 4}, {4, 3}} {
 		bj := newBenchJob(b, total, c.oldP)
 		res := map[string]time.Duration{}
+		var rs lsm.RestoreStats // summed over the rescale variant's subtasks
 		name := fmt.Sprintf("%dto%d", c.oldP, c.newP)
 		run := func(variant string, fn func(b *testing.B) time.Duration) {
 			b.Run(name+"/"+variant, func(b *testing.B) {
 				b.SetBytes(bj.bytes)
 				var sum time.Duration
 				bj.store.read.Store(0)
+				bj.stats = lsm.RestoreStats{}
 				for i := 0; i < b.N; i++ {
 					sum += fn(b)
 				}
@@ -68,32 +72,39 @@ func BenchmarkLSMRescale(b *testing.B) {
 				b.ReportMetric(float64(res[variant].Microseconds())/1000, "ms/restore")
 				// What the restores downloaded from checkpoint storage.
 				b.ReportMetric(float64(bj.store.read.Load())/float64(b.N)/(1<<20), "MiB-read/op")
+				if variant != "rescale" {
+					return
+				}
+				rs = bj.stats
+				n := float64(b.N)
+				b.ReportMetric(float64(rs.Clip.Microseconds())/1000/n, "ms/clip")
+				if rs.BytesClipped > 0 {
+					b.ReportMetric(float64(rs.Clip.Microseconds())/1000/(float64(rs.BytesClipped)/(1<<30)), "ms/GiB-removed")
+				}
+				b.ReportMetric(float64(rs.ClipSpans)/n, "excises/op")
+				b.ReportMetric(float64(rs.BytesSkipped)/n/(1<<20), "MiB-skipped/op")
+				b.ReportMetric(float64(rs.Copy.Microseconds())/1000/n, "ms/copy")
 			})
 		}
 		run("rescale", func(b *testing.B) time.Duration { return bj.rescale(b, c.newP) })
 		run("plain", func(b *testing.B) time.Duration { return bj.plain(b) })
 		run("naive", func(b *testing.B) time.Duration { return bj.naive(b, c.newP) })
-		var clipGiB float64
-		b.Run(name+"/clip", func(b *testing.B) {
-			var sum time.Duration
-			for i := 0; i < b.N; i++ {
-				d, removed := bj.clip(b, c.newP)
-				sum += d
-				clipGiB = float64(removed) / (1 << 30)
-			}
-			res["clip"] = sum / time.Duration(b.N)
-			b.ReportMetric(float64(res["clip"].Microseconds())/1000, "ms/clip")
-			if clipGiB > 0 {
-				b.ReportMetric(float64(res["clip"].Microseconds())/1000/clipGiB, "ms/GiB-removed")
-			}
-		})
 		if res["rescale"] > 0 && res["plain"] > 0 && res["naive"] > 0 {
+			clipGiB := float64(rs.BytesClipped) / (1 << 30)
+			clipMs := float64(rs.Clip.Microseconds()) / 1000
+			perGiB := "no bytes removed"
+			if clipGiB > 0 {
+				perGiB = fmt.Sprintf("%.1f ms/GiB, target < 50", clipMs/clipGiB)
+			}
 			b.Logf("%s, %.0f MiB of state: rescale %v, plain restore %v (rescale/plain %.2fx, target <= 1.2x), "+
-				"naive %v (naive/rescale %.1fx, target >= 5x), clip %v for %.3f GiB removed (%.1f ms/GiB, target < 50)",
+				"naive %v (naive/rescale %.1fx, target >= 5x), clip %.1f ms in %d excise(s) for %.3f GiB removed (%s); "+
+				"rescale downloaded %.0f MiB and skipped %.0f MiB, spent %v downloading the bases, %v the other handles, %v opening, %v copying",
 				name, float64(bj.bytes)/(1<<20), res["rescale"].Round(time.Millisecond), res["plain"].Round(time.Millisecond),
 				float64(res["rescale"])/float64(res["plain"]), res["naive"].Round(time.Millisecond),
-				float64(res["naive"])/float64(res["rescale"]), res["clip"], clipGiB,
-				float64(res["clip"].Microseconds())/1000/max(clipGiB, 1e-9))
+				float64(res["naive"])/float64(res["rescale"]), clipMs, rs.ClipSpans, clipGiB, perGiB,
+				float64(rs.BytesDownloaded)/(1<<20), float64(rs.BytesSkipped)/(1<<20),
+				rs.Download.Round(time.Millisecond), rs.DownloadExtra.Round(time.Millisecond),
+				rs.Open.Round(time.Millisecond), rs.Copy.Round(time.Millisecond))
 		}
 	}
 }
@@ -108,6 +119,8 @@ type benchJob struct {
 	perKG   int // keys per key group
 	handles []*backend.Handle
 	n       int
+	// stats sums the RestoreStats of the instances timeRestores opened.
+	stats lsm.RestoreStats
 }
 
 const benchValue = 1024
@@ -206,7 +219,13 @@ func (j *benchJob) timeRestores(b *testing.B, opts []backend.Options) time.Durat
 		inst := j.open(b, o)
 		d := time.Since(start)
 		sum += d
-		each = append(each, fmt.Sprintf("%s from %d handle(s) %v", o.KeyGroups, len(o.Restore), d.Round(time.Millisecond)))
+		rs := inst.RestoreStats()
+		j.addStats(rs)
+		each = append(each, fmt.Sprintf("%s from %d handle(s) %v (download %v+%v, open %v, %d excise(s) %v, copy %v, graft %v; %d MiB read, %d skipped)",
+			o.KeyGroups, len(o.Restore), d.Round(time.Millisecond), rs.Download.Round(time.Millisecond),
+			rs.DownloadExtra.Round(time.Millisecond), rs.Open.Round(time.Millisecond), rs.ClipSpans,
+			rs.Clip.Round(time.Microsecond*100), rs.Copy.Round(time.Millisecond), rs.Graft.Round(time.Millisecond),
+			rs.BytesDownloaded>>20, rs.BytesSkipped>>20))
 		j.verify(b, inst)
 		if err := inst.Close(); err != nil {
 			b.Fatal(err)
@@ -310,45 +329,24 @@ func (j *benchJob) naive(b *testing.B, newP int) time.Duration {
 	return sum
 }
 
-// clip restores the base handle of every new subtask whole (untimed) and
-// times the Excise calls that lsm's restore makes to drop the key groups
-// outside the new range; it returns their total time and the bytes they
-// removed (Pebble's estimate before the excise).
-func (j *benchJob) clip(b *testing.B, newP int) (time.Duration, int64) {
-	plan := j.plan(b, newP)
-	var sum time.Duration
-	var removed int64
-	for _, st := range plan.Subtasks {
-		base := st.Sources[0].Handle
-		o := j.options(base.Task.Subtask, base.KeyGroups)
-		o.Restore = []*backend.Handle{base}
-		inst := j.open(b, o)
-		var spans []pebble.KeyRange
-		if base.KeyGroups.Start < st.KeyGroups.Start {
-			spans = append(spans, pebble.KeyRange{Start: []byte{}, End: binary.BigEndian.AppendUint16(nil, uint16(st.KeyGroups.Start))})
-		}
-		if base.KeyGroups.End > st.KeyGroups.End {
-			spans = append(spans, pebble.KeyRange{Start: binary.BigEndian.AppendUint16(nil, uint16(st.KeyGroups.End+1)), End: []byte{0xff}})
-		}
-		for _, s := range spans {
-			n, err := inst.DB().EstimateDiskUsage(s.Start, s.End)
-			if err != nil {
-				b.Fatal(err)
-			}
-			removed += int64(n)
-			start := time.Now()
-			// A throwaway instance: the benchmark writes to its store
-			// directly to time the clip step alone.
-			if err := inst.DB().Excise(ctx, s); err != nil {
-				b.Fatal(err)
-			}
-			sum += time.Since(start)
-		}
-		if err := inst.Close(); err != nil {
-			b.Fatal(err)
-		}
-	}
-	return sum, removed
+// addStats adds one restore's figures to j.stats.
+func (j *benchJob) addStats(rs lsm.RestoreStats) {
+	t := &j.stats
+	t.FilesDownloaded += rs.FilesDownloaded
+	t.FilesSkipped += rs.FilesSkipped
+	t.BytesDownloaded += rs.BytesDownloaded
+	t.BytesSkipped += rs.BytesSkipped
+	t.Download += rs.Download
+	t.DownloadExtra += rs.DownloadExtra
+	t.Open += rs.Open
+	t.Clip += rs.Clip
+	t.ClipSpans += rs.ClipSpans
+	t.BytesClipped += rs.BytesClipped
+	t.Copy += rs.Copy
+	t.BytesCopied += rs.BytesCopied
+	t.Graft += rs.Graft
+	t.Rewrite += rs.Rewrite
+	t.Total += rs.Total
 }
 
 // quiet drops Pebble's informational log lines.

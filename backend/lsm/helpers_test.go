@@ -57,7 +57,13 @@ func (e *env) open(r backend.KeyGroupRange, mod func(*backend.Options, *Options)
 
 func full() backend.KeyGroupRange { return backend.KeyGroupRange{Start: 0, End: 127} }
 
-func must(t *testing.T, err error) {
+// failer is what must needs of a *testing.T or a *rapid.T.
+type failer interface {
+	Helper()
+	Fatal(args ...any)
+}
+
+func must(t failer, err error) {
 	t.Helper()
 	if err != nil {
 		t.Fatal(err)

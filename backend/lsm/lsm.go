@@ -33,6 +33,8 @@ type Backend struct {
 	closed bool
 	seq    uint64
 	inc    incremental
+	// rstats is written by the restore in Open, read-only afterwards.
+	rstats RestoreStats
 }
 
 // incremental is the history that lets checkpoints reference instead of

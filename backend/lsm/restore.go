@@ -1,6 +1,7 @@
 package lsm
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -8,9 +9,12 @@ import (
 	"io"
 	"regexp"
 	"strings"
+	"time"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/objstorage/objstorageprovider"
 	"github.com/cockroachdb/pebble/v2/record"
+	"github.com/cockroachdb/pebble/v2/sstable"
 	"github.com/cockroachdb/pebble/v2/vfs"
 
 	"github.com/statedhq/stated/backend"
@@ -26,9 +30,58 @@ const restoreBatchBytes = 4 << 20
 // disk: a local name like "../x" must not write outside the directory.
 var localNameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,254}$`)
 
+// RestoreStats describes how an instance was restored: what it downloaded
+// and where the time went. Steps of the base and of the extra handles run
+// concurrently, so their durations may add up to more than Total.
+type RestoreStats struct {
+	// Handles is the number of handles restored from (0: started empty).
+	Handles int
+	// FilesDownloaded and BytesDownloaded count the files read from the
+	// restore store; FilesSkipped and BytesSkipped those whose key-group
+	// bounds showed they hold nothing of the key groups restored.
+	FilesDownloaded, FilesSkipped int
+	BytesDownloaded, BytesSkipped int64
+	// Download is the time spent downloading the base handle, DownloadExtra
+	// the extra lsm handles' (concurrent with the base's).
+	Download, DownloadExtra time.Duration
+	// Open is the time Pebble took to open the base (both opens when it
+	// was opened twice: files skipped or other stores grafted).
+	Open time.Duration
+	// Clip is the time of the Excise calls that dropped the base's key
+	// groups outside the instance's range, ClipSpans their number and
+	// BytesClipped Pebble's estimate of the bytes they removed (downloaded
+	// or not).
+	Clip         time.Duration
+	ClipSpans    int
+	BytesClipped int64
+	// Copy is the time spent preparing the key groups of the other
+	// handles after their download: opening and clipping the other lsm
+	// stores (concurrent with the base's download), rewriting their key
+	// groups into SSTs and ingesting them when they cannot be grafted, and
+	// inserting the key groups of canonical (heap, file) handles.
+	// BytesCopied is the size of the SSTs rewritten.
+	Copy        time.Duration
+	BytesCopied int64
+	// Graft is the time spent linking the other lsm handles' files into
+	// the base and recording them in its MANIFEST (see graft.go).
+	Graft time.Duration
+	// Rewrite is the time spent rewriting virtual SSTs whose backing files
+	// hold keys outside the range (restores that do not keep the history
+	// only: such a restore uploads every file again).
+	Rewrite time.Duration
+	// Total is the time of the whole restore.
+	Total time.Duration
+}
+
+// RestoreStats returns how the instance was restored (zero for an instance
+// that started empty).
+func (b *Backend) RestoreStats() RestoreStats { return b.rstats }
+
 // restore opens b.db from b.opts.Restore and returns the states the handles
 // recorded. keepHistory keeps the base handle's SSTs as the confirmed base.
 func (b *Backend) restore(ctx context.Context, keepHistory bool) (states []backend.StateDescriptor, err error) {
+	began := time.Now()
+	st := &b.rstats
 	// Pebble panics on some malformed inputs; a bad handle or file must
 	// surface as an error (DESIGN.md: nothing panics on input from disk).
 	defer func() {
@@ -39,6 +92,7 @@ func (b *Backend) restore(ctx context.Context, keepHistory bool) (states []backe
 		}
 	}()
 	handles := b.opts.Restore
+	st.Handles = len(handles)
 	r := b.opts.KeyGroups
 	for _, h := range handles {
 		states = append(states, h.States...)
@@ -75,57 +129,116 @@ func (b *Backend) restore(ctx context.Context, keepHistory bool) (states []backe
 			baseIdx, best = j, n
 		}
 	}
-	if baseIdx >= 0 {
-		h := handles[baseIdx]
-		if err := b.download(ctx, h, b.dbDir); err != nil {
-			return nil, err
-		}
-		if err := b.checkManifests(h, b.dbDir); err != nil {
-			return nil, err
-		}
-		o := b.pebbleOptions(false)
-		o.ErrorIfNotExists = true
-		b.db, err = pebble.Open(b.dbDir, o)
-		if err != nil {
-			return nil, fmt.Errorf("lsm: restore %s from checkpoint %d of %s: %w: open pebble: %v",
-				b.opts.Task, h.CheckpointID, h.Task, backend.ErrCorrupt, err)
-		}
-		if err := b.clip(ctx, h, func(kg int) bool { return r.Contains(kg) && owner[kg-r.Start] == baseIdx }); err != nil {
-			return nil, err
-		}
-		if keepHistory {
-			set := fileSet{}
-			for _, f := range h.Files {
-				if f.Shared {
-					set[f.LocalName] = f
-				}
-			}
-			b.inc.base = set
-		}
-	} else {
-		b.db, err = pebble.Open(b.dbDir, b.pebbleOptions(false))
-		if err != nil {
-			return nil, fmt.Errorf("lsm: restore %s: pebble in %s: %w", b.opts.Task, b.dbDir, err)
-		}
+	type source struct {
+		j    int
+		runs []backend.KeyGroupRange
 	}
+	var extras, canonical []source
 	for j, h := range handles {
 		if j == baseIdx {
 			continue
 		}
-		runs := ownedRuns(r, owner, j)
-		if len(runs) == 0 {
-			continue
+		if runs := ownedRuns(r, owner, j); len(runs) > 0 {
+			if h.Backend == backend.KindLSM {
+				extras = append(extras, source{j, runs})
+			} else {
+				canonical = append(canonical, source{j, runs})
+			}
 		}
-		switch h.Backend {
-		case backend.KindLSM:
-			err = b.copyFromLSM(ctx, j, h, runs)
-		default:
-			err = b.copyFromCanonical(ctx, h, runs)
+	}
+
+	// The extra lsm handles are downloaded and prepared while the base
+	// downloads and opens.
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var (
+		prepared = make([]*extraStore, len(extras))
+		extraErr error
+		es       RestoreStats
+	)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		defer func() {
+			if r := recover(); r != nil {
+				extraErr = fmt.Errorf("lsm: restore %s: %w: pebble failed on the restored files: %v", b.opts.Task, backend.ErrCorrupt, r)
+				cancel()
+			}
+		}()
+		for i, e := range extras {
+			x, err := b.prepareExtra(ctx, e.j, handles[e.j], e.runs, &es)
+			prepared[i] = x
+			if err != nil {
+				extraErr = err
+				cancel()
+				return
+			}
 		}
+	}()
+	// Wait for the goroutine on every path out, panics included.
+	defer func() { cancel(); <-done }()
+
+	var base *baseStore
+	if baseIdx >= 0 {
+		base, err = b.openBase(ctx, baseIdx, owner, len(extras) > 0)
+	} else {
+		b.db, err = pebble.Open(b.dbDir, b.pebbleOptions(false))
 		if err != nil {
+			err = fmt.Errorf("lsm: restore %s: pebble in %s: %w", b.opts.Task, b.dbDir, err)
+		}
+	}
+	if err != nil {
+		cancel()
+	}
+	<-done
+	if err == nil {
+		err = extraErr
+	}
+	st.FilesDownloaded += es.FilesDownloaded
+	st.BytesDownloaded += es.BytesDownloaded
+	st.FilesSkipped += es.FilesSkipped
+	st.BytesSkipped += es.BytesSkipped
+	st.DownloadExtra, st.Copy, st.BytesCopied = es.Download, es.Copy, es.BytesCopied
+	if err != nil {
+		return nil, err
+	}
+	var history fileSet
+	if base != nil {
+		if history, err = b.finishBase(base, prepared); err != nil {
 			return nil, err
 		}
 	}
+	var ingest []string
+	for _, x := range prepared {
+		ingest = append(ingest, x.ingest...)
+	}
+	if len(ingest) > 0 {
+		start := time.Now()
+		if err := b.db.Ingest(ctx, ingest); err != nil {
+			return nil, fmt.Errorf("lsm: restore %s: ingest the key groups of the other handles: %w", b.opts.Task, err)
+		}
+		st.Copy += time.Since(start)
+	}
+	for _, c := range canonical {
+		start := time.Now()
+		if err := b.copyFromCanonical(ctx, handles[c.j], c.runs); err != nil {
+			return nil, err
+		}
+		st.Copy += time.Since(start)
+	}
+	if keepHistory {
+		b.inc.base = history
+	} else {
+		start := time.Now()
+		if err := b.rewriteVirtual(ctx); err != nil {
+			return nil, err
+		}
+		st.Rewrite = time.Since(start)
+	}
+	if err := b.lo.FS.RemoveAll(b.lo.FS.PathJoin(b.lo.Dir, "restore")); err != nil {
+		return nil, fmt.Errorf("lsm: restore %s: %w", b.opts.Task, err)
+	}
+	st.Total = time.Since(began)
 	return states, nil
 }
 
@@ -146,47 +259,219 @@ func ownedRuns(r backend.KeyGroupRange, owner []int, j int) []backend.KeyGroupRa
 	return runs
 }
 
-// clip excises every key span of the base store whose key group it must
-// not keep. Excise drops whole files at once and turns the at most two
-// files per level that straddle a boundary into virtual ones, so the cost
-// does not depend on the amount of data removed (FLINK-21321) and clipped
-// keys are gone for good: later checkpoints record the virtual bounds.
-func (b *Backend) clip(ctx context.Context, h *backend.Handle, keep func(kg int) bool) error {
-	needed := false
-	for kg := h.KeyGroups.Start; kg <= h.KeyGroups.End; kg++ {
-		if !keep(kg) {
-			needed = true
-			break
+// neededFor returns whether a restore of runs needs file f: every file
+// but an SST whose key-group bounds meet none of the runs. Bounds that
+// reach past the valid key groups are not trusted to skip anything.
+func neededFor(runs []backend.KeyGroupRange) func(f backend.FileRef) bool {
+	return func(f backend.FileRef) bool {
+		kb := f.KeyGroupBounds
+		if kb == nil || !isSST(f.LocalName) || kb.End >= backend.MaxMaxParallelism {
+			return true
+		}
+		for _, run := range runs {
+			if !run.Intersect(*kb).Empty() {
+				return true
+			}
+		}
+		return false
+	}
+}
+
+// baseStore is the base handle's store between its two opens.
+type baseStore struct {
+	h       *backend.Handle
+	fetched []backend.FileRef
+	// reopen: b.db was opened without checking that its files are all
+	// there (and without compactions), and must be closed and opened
+	// again normally.
+	reopen bool
+}
+
+// openBase downloads the files of the base handle that hold key groups it
+// keeps, opens them as b.db and clips the store to those key groups.
+//
+// Pebble opens a store only if every file its MANIFEST lists is there,
+// unless told to skip that check. When files were skipped (or other
+// stores will be grafted in, which needs the store closed), the store is
+// opened without the check, with compactions and table statistics off
+// (nothing reads a table then), and the spans that hold the skipped files
+// are excised (Excise drops a table wholly inside the span from the
+// MANIFEST without reading it); finishBase closes it and opens it again
+// normally: that second open checks that every table left is present with
+// the size the MANIFEST says, so bounds that lied cannot go unnoticed.
+func (b *Backend) openBase(ctx context.Context, idx int, owner []int, grafts bool) (*baseStore, error) {
+	st := &b.rstats
+	h := b.opts.Restore[idx]
+	r := b.opts.KeyGroups
+	keep := func(kg int) bool { return r.Contains(kg) && owner[kg-r.Start] == idx }
+	start := time.Now()
+	fetched, skipped, err := b.download(ctx, h, b.dbDir, neededFor(ownedRuns(r, owner, idx)), st)
+	st.Download = time.Since(start)
+	if err != nil {
+		return nil, err
+	}
+	if err := b.checkManifests(h, b.dbDir); err != nil {
+		return nil, err
+	}
+	base := &baseStore{h: h, fetched: fetched, reopen: len(skipped) > 0 || grafts}
+	start = time.Now()
+	o := b.pebbleOptions(false)
+	o.ErrorIfNotExists = true
+	if base.reopen {
+		o.DisableConsistencyCheck = true
+		o.DisableTableStats = true
+		o.DisableAutomaticCompactions = true
+	}
+	b.db, err = pebble.Open(b.dbDir, o)
+	st.Open = time.Since(start)
+	if err != nil {
+		return nil, fmt.Errorf("lsm: restore %s from checkpoint %d of %s: %w: open pebble: %v",
+			b.opts.Task, h.CheckpointID, h.Task, backend.ErrCorrupt, err)
+	}
+	if err := b.clip(ctx, h, clipSpans(h, keep, skipped)); err != nil {
+		return nil, err
+	}
+	return base, nil
+}
+
+// finishBase grafts the prepared extra stores into the base, opens it
+// again if needed, and returns the shared files the store now holds that
+// restored objects back (for the incremental history).
+func (b *Backend) finishBase(base *baseStore, extras []*extraStore) (fileSet, error) {
+	st := &b.rstats
+	h := base.h
+	history := fileSet{}
+	for _, f := range base.fetched {
+		if f.Shared {
+			history[f.LocalName] = f
 		}
 	}
-	if !needed {
-		return nil
+	if !base.reopen {
+		return history, nil
 	}
-	// Spans cover every possible key: from the empty key up to the first
-	// byte 0xff (valid keys start with a key group below 0x8000), so
-	// nothing outside the kept key groups survives, valid or not.
+	start := time.Now()
+	var srcs []*graftSource
+	for _, x := range extras {
+		if x.graft != nil {
+			srcs = append(srcs, x.graft)
+		}
+	}
+	// The first free file number, and the newest sequence number: from the
+	// base's tables (the clip may have made virtual ones, numbered) and
+	// the files on disk (Pebble numbers a new OPTIONS file and MANIFEST at
+	// every open, from its next file number).
+	var next, lastSeq uint64
+	if len(srcs) > 0 {
+		// Listing looks every table's file up: one missing means bounds
+		// lied.
+		levels, err := b.db.SSTables()
+		if err != nil {
+			return nil, fmt.Errorf("lsm: restore %s from checkpoint %d of %s: %w: the files skipped by their key-group bounds are still needed: %v",
+				b.opts.Task, h.CheckpointID, h.Task, backend.ErrCorrupt, err)
+		}
+		for _, level := range levels {
+			for _, t := range level {
+				next = max(next, uint64(t.FileNum), uint64(t.BackingSSTNum))
+				lastSeq = max(lastSeq, uint64(t.LargestSeqNum))
+			}
+		}
+	}
+	err := b.db.Close()
+	b.db = nil
+	if err != nil {
+		return nil, fmt.Errorf("lsm: restore %s from checkpoint %d of %s: close after clipping: %w", b.opts.Task, h.CheckpointID, h.Task, err)
+	}
+	if len(srcs) > 0 {
+		onDisk, err := maxFileNum(b.lo.FS, b.dbDir)
+		if err != nil {
+			return nil, fmt.Errorf("lsm: restore %s: %w", b.opts.Task, err)
+		}
+		grafted, err := b.graft(srcs, max(next, onDisk)+1, lastSeq)
+		if err != nil {
+			return nil, fmt.Errorf("lsm: restore %s: %w", b.opts.Task, err)
+		}
+		for name, ref := range grafted {
+			history[name] = ref
+		}
+		st.Graft = time.Since(start)
+	}
+	start = time.Now()
+	o := b.pebbleOptions(false)
+	o.ErrorIfNotExists = true
+	b.db, err = pebble.Open(b.dbDir, o)
+	st.Open += time.Since(start)
+	if err != nil {
+		return nil, fmt.Errorf("lsm: restore %s from checkpoint %d of %s: %w: the restored files do not make a store "+
+			"(files skipped by their key-group bounds are still needed, or a grafted store does not fit): %v",
+			b.opts.Task, h.CheckpointID, h.Task, backend.ErrCorrupt, err)
+	}
+	return history, nil
+}
+
+// clipSpans returns the key spans of the base handle h to excise: the
+// maximal runs of key groups it must not keep, as key spans that together
+// cover every possible key outside the kept ones (from the empty key up to
+// the first byte 0xff; valid keys start with a key group below 0x8000).
+// Only runs that can hold something are returned: those that meet the
+// handle's key groups (the only ones with visible keys) and those that
+// hold a skipped file. So a restore into a sub-range makes at most two
+// Excise calls, one below and one above the kept key groups.
+func clipSpans(h *backend.Handle, keep func(kg int) bool, skipped []backend.FileRef) []pebble.KeyRange {
+	const limit = backend.MaxMaxParallelism
 	var spans []pebble.KeyRange
+	add := func(first, last int) {
+		run := backend.KeyGroupRange{Start: first, End: last}
+		need := !run.Intersect(h.KeyGroups).Empty()
+		for _, f := range skipped {
+			need = need || run.Covers(*f.KeyGroupBounds)
+		}
+		if !need {
+			return
+		}
+		s, e := kvstate.KeyGroupPrefix(first), kvstate.KeyGroupPrefix(last+1)
+		if first == 0 {
+			s = []byte{}
+		}
+		if last == limit-1 {
+			e = []byte{0xff}
+		}
+		spans = append(spans, pebble.KeyRange{Start: s, End: e})
+	}
 	start := -1
-	for kg := 0; kg <= backend.MaxMaxParallelism; kg++ {
-		k := kg < backend.MaxMaxParallelism && keep(kg)
-		switch {
-		case !k && start < 0 && kg < backend.MaxMaxParallelism:
+	for kg := 0; kg < limit; kg++ {
+		if keep(kg) {
+			if start >= 0 {
+				add(start, kg-1)
+				start = -1
+			}
+		} else if start < 0 {
 			start = kg
-		case (k || kg == backend.MaxMaxParallelism) && start >= 0:
-			s := kvstate.KeyGroupPrefix(start)
-			if start == 0 {
-				s = []byte{}
-			}
-			e := kvstate.KeyGroupPrefix(kg)
-			if kg == backend.MaxMaxParallelism {
-				e = []byte{0xff}
-			}
-			spans = append(spans, pebble.KeyRange{Start: s, End: e})
-			start = -1
 		}
 	}
+	if start >= 0 {
+		add(start, limit-1)
+	}
+	return spans
+}
+
+// clip excises spans from the base store. Excise drops whole tables at once
+// and turns the at most two tables per level that straddle a boundary into
+// virtual ones, so the cost does not depend on the amount of data removed
+// (FLINK-21321) and clipped keys are gone for good: later checkpoints
+// record the virtual bounds.
+func (b *Backend) clip(ctx context.Context, h *backend.Handle, spans []pebble.KeyRange) error {
+	st := &b.rstats
 	for _, s := range spans {
-		if err := b.db.Excise(ctx, s); err != nil {
+		// Pebble's estimate, from the MANIFEST (and the index blocks of
+		// the straddling tables): not part of the clip's cost.
+		if n, err := b.db.EstimateDiskUsage(s.Start, s.End); err == nil {
+			st.BytesClipped += int64(n)
+		}
+		start := time.Now()
+		err := b.db.Excise(ctx, s)
+		st.Clip += time.Since(start)
+		st.ClipSpans++
+		if err != nil {
 			return fmt.Errorf("lsm: restore %s: clip checkpoint %d of %s to %s: excise [%x, %x): %w",
 				b.opts.Task, h.CheckpointID, h.Task, b.opts.KeyGroups, s.Start, s.End, err)
 		}
@@ -194,46 +479,287 @@ func (b *Backend) clip(ctx context.Context, h *backend.Handle, keep func(kg int)
 	return nil
 }
 
-// copyFromLSM downloads an extra lsm handle into a temporary directory,
-// opens it read-only and copies the key groups of runs into b.db.
-func (b *Backend) copyFromLSM(ctx context.Context, j int, h *backend.Handle, runs []backend.KeyGroupRange) error {
+// rewriteVirtual rewrites every virtual SST whose backing file holds keys
+// outside the instance's range (clipped ones, whether this restore or an
+// earlier one clipped them): a restore that does not keep the history
+// uploads every file whole at the next checkpoint, and native savepoints
+// copy them. Each such table's span is read through the store (all levels
+// merged), written into new SSTs and put back with IngestAndExcise, which
+// drops everything the span held before: the cost is about the size of
+// the data in the span, a table per level and boundary. (A manual
+// compaction would do too, but Pebble's never takes a table of the last
+// level as input.) Tables the excise cuts at the span's ends become
+// virtual over backing files of in-range keys only, which are kept.
+func (b *Backend) rewriteVirtual(ctx context.Context) error {
+	fs := b.lo.FS
+	r := b.opts.KeyGroups
+	ro := b.pebbleOptions(true).MakeReaderOptions()
+	inRange := map[uint64]bool{} // backing file number -> its keys lie in r
+	for round := 0; ; round++ {
+		levels, err := b.db.SSTables()
+		if err != nil {
+			return fmt.Errorf("lsm: restore %s: list tables: %w", b.opts.Task, err)
+		}
+		var spans []pebble.KeyRange
+		for _, level := range levels {
+			for _, t := range level {
+				if !t.Virtual {
+					continue
+				}
+				n := uint64(t.BackingSSTNum)
+				in, ok := inRange[n]
+				if !ok {
+					name := fmt.Sprintf("%06d.sst", n)
+					kb, has, err := sstKeyGroupBounds(ctx, fs, fs.PathJoin(b.dbDir, name), ro)
+					if err != nil {
+						return fmt.Errorf("lsm: restore %s: read the key bounds of %s: %w", b.opts.Task, name, err)
+					}
+					in = !has || r.Covers(kb)
+					inRange[n] = in
+				}
+				if !in {
+					end := append(append([]byte(nil), t.Largest.UserKey...), 0)
+					spans = append(spans, pebble.KeyRange{Start: append([]byte(nil), t.Smallest.UserKey...), End: end})
+				}
+			}
+		}
+		if len(spans) == 0 {
+			return nil
+		}
+		// One round rewrites every table it lists; new virtual tables
+		// have in-range backing files. The bound only guards a bug.
+		if round >= 4 {
+			return fmt.Errorf("lsm: restore %s: %d virtual tables over clipped keys left after %d rounds", b.opts.Task, len(spans), round)
+		}
+		for i, span := range spans {
+			if err := b.rewriteSpan(ctx, span, fmt.Sprintf("rewrite-%d-%d", round, i)); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// rewriteSpan replaces what span holds with a copy in new SSTs.
+func (b *Backend) rewriteSpan(ctx context.Context, span pebble.KeyRange, name string) error {
+	fs := b.lo.FS
+	fail := func(err error) error {
+		return fmt.Errorf("lsm: restore %s: rewrite [%x, %x): %w", b.opts.Task, span.Start, span.End, err)
+	}
+	dir := fs.PathJoin(b.lo.Dir, "restore", name)
+	if err := fs.MkdirAll(dir, 0o755); err != nil {
+		return fail(err)
+	}
+	defer func() { _ = fs.RemoveAll(dir) }()
+	o := b.pebbleOptions(false)
+	w := &sstWriter{fs: fs, dir: dir, opts: o.MakeWriterOptions(6, b.db.TableFormat()), target: uint64(b.lo.TargetFileSize)}
+	it, err := b.db.NewIterWithContext(ctx, &pebble.IterOptions{LowerBound: span.Start, UpperBound: span.End})
+	if err != nil {
+		return fail(wrapErr(err, "scan"))
+	}
+	if err := scanIter(it, func(k, v []byte) (bool, error) { return true, w.set(k, v) }); err != nil {
+		w.abort()
+		return fail(err)
+	}
+	if err := w.finish(); err != nil {
+		return fail(err)
+	}
+	if _, err := b.db.IngestAndExcise(ctx, w.paths, nil, nil, span); err != nil {
+		return fail(err)
+	}
+	return nil
+}
+
+// extraStore is an extra lsm handle prepared for the base: either a
+// store to graft, or SSTs to ingest.
+type extraStore struct {
+	graft  *graftSource
+	ingest []string
+}
+
+// prepareExtra downloads the files of an extra lsm handle that hold key
+// groups of runs, opens them and excises everything else. The result is
+// grafted into the base (see graft.go) unless a table holds range keys or
+// blob references: then those key groups are rewritten into new SSTs
+// (sequence number zero, one value per key: what Pebble ingests) to
+// ingest. The handle's files themselves are never ingested: they carry the
+// sequence numbers of another store and may hold several versions of a
+// key.
+func (b *Backend) prepareExtra(ctx context.Context, j int, h *backend.Handle, runs []backend.KeyGroupRange, st *RestoreStats) (_ *extraStore, err error) {
 	fs := b.lo.FS
 	dir := fs.PathJoin(b.lo.Dir, "restore", fmt.Sprint(j))
-	defer func() { _ = fs.RemoveAll(dir) }()
-	if err := b.download(ctx, h, dir); err != nil {
-		return err
+	start := time.Now()
+	fetched, skipped, err := b.download(ctx, h, dir, neededFor(runs), st)
+	st.Download += time.Since(start)
+	if err != nil {
+		return nil, err
 	}
 	if err := b.checkManifests(h, dir); err != nil {
-		return err
+		return nil, err
 	}
-	o := b.pebbleOptions(true)
+	start = time.Now()
+	defer func() { st.Copy += time.Since(start) }()
+	fail := func(err error) error {
+		return fmt.Errorf("lsm: restore %s from checkpoint %d of %s: %w", b.opts.Task, h.CheckpointID, h.Task, err)
+	}
+	o := b.pebbleOptions(false)
 	o.ErrorIfNotExists = true
+	o.DisableConsistencyCheck = true
+	o.DisableTableStats = true
+	o.DisableAutomaticCompactions = true
+	// A cache of its own: a copy reads each block once and must not evict
+	// the blocks of the daemon's live instances.
+	o.Cache = pebble.NewCache(8 << 20)
+	defer o.Cache.Unref()
 	src, err := pebble.Open(dir, o)
 	if err != nil {
-		return fmt.Errorf("lsm: restore %s from checkpoint %d of %s: %w: open pebble: %v",
-			b.opts.Task, h.CheckpointID, h.Task, backend.ErrCorrupt, err)
+		return nil, fail(fmt.Errorf("%w: open pebble: %v", backend.ErrCorrupt, err))
 	}
-	defer src.Close()
-	w := b.newBatchWriter()
+	closed := false
+	defer func() {
+		if !closed {
+			err = errors.Join(err, src.Close())
+		}
+	}()
+	inRuns := func(kg int) bool {
+		for _, r := range runs {
+			if r.Contains(kg) {
+				return true
+			}
+		}
+		return false
+	}
+	for _, span := range clipSpans(h, inRuns, skipped) {
+		if err := src.Excise(ctx, span); err != nil {
+			return nil, fail(fmt.Errorf("excise [%x, %x): %w", span.Start, span.End, err))
+		}
+	}
+	levels, err := src.SSTables(pebble.WithProperties())
+	if err != nil {
+		return nil, fail(fmt.Errorf("%w: the files skipped by their key-group bounds are still needed: %v", backend.ErrCorrupt, err))
+	}
+	g := &graftSource{h: h, dir: dir, fetched: map[string]backend.FileRef{}}
+	for _, f := range fetched {
+		g.fetched[f.LocalName] = f
+		if strings.HasSuffix(f.LocalName, ".blob") {
+			g = nil // blob files are not grafted
+			break
+		}
+	}
+	lo, hi := kvstate.KeyGroupSpan(backend.KeyGroupRange{Start: runs[0].Start, End: runs[len(runs)-1].End})
+	for level, tables := range levels {
+		for _, t := range tables {
+			if bytes.Compare(t.Smallest.UserKey, lo) < 0 || bytes.Compare(t.Largest.UserKey, hi) > 0 {
+				return nil, fail(fmt.Errorf("%w: table %s holds keys [%x, %x] outside %s after clipping",
+					backend.ErrCorrupt, t.FileNum, t.Smallest.UserKey, t.Largest.UserKey, runs))
+			}
+			if g != nil && (t.Properties == nil || t.Properties.NumRangeKeys() > 0 || len(t.GetBlobReferenceFiles()) > 0) {
+				g = nil
+			}
+			if g != nil {
+				g.tables = append(g.tables, graftTable{level: level, info: t})
+			}
+		}
+	}
+	if g != nil {
+		closed = true
+		if err := src.Close(); err != nil {
+			return nil, fail(err)
+		}
+		return &extraStore{graft: g}, nil
+	}
+
+	// Rewrite what the clipped store holds into SSTs.
+	out := fs.PathJoin(b.lo.Dir, "restore", fmt.Sprintf("ingest-%d", j))
+	if err := fs.MkdirAll(out, 0o755); err != nil {
+		return nil, fail(err)
+	}
+	w := &sstWriter{fs: fs, dir: out, opts: o.MakeWriterOptions(6, pebble.FormatNewest.MaxTableFormat()), target: uint64(b.lo.TargetFileSize)}
 	for _, run := range runs {
 		lo, hi := kvstate.KeyGroupSpan(run)
-		err := engine{src}.Scan(lo, hi, func(k, v []byte) (bool, error) {
+		it, err := src.NewIterWithContext(ctx, &pebble.IterOptions{LowerBound: lo, UpperBound: hi})
+		if err != nil {
+			w.abort()
+			return nil, fail(wrapErr(err, "scan key groups %s", run))
+		}
+		err = scanIter(it, func(k, v []byte) (bool, error) {
 			in, err := kvstate.CheckEntry(k, run)
 			if err != nil {
-				return false, fmt.Errorf("lsm: restore %s from checkpoint %d of %s: %w", b.opts.Task, h.CheckpointID, h.Task, err)
+				return false, err
 			}
 			if !in {
-				return false, fmt.Errorf("lsm: restore %s from checkpoint %d of %s: %w: key %x lies outside %s",
-					b.opts.Task, h.CheckpointID, h.Task, backend.ErrCorrupt, k, run)
+				return false, fmt.Errorf("%w: key %x lies outside %s", backend.ErrCorrupt, k, run)
 			}
 			return true, w.set(k, v)
 		})
 		if err != nil {
-			w.batch.Close()
-			return err
+			w.abort()
+			return nil, fail(err)
 		}
 	}
-	return w.flush()
+	if err := w.finish(); err != nil {
+		return nil, fail(err)
+	}
+	st.BytesCopied += w.bytes
+	return &extraStore{ingest: w.paths}, nil
+}
+
+// sstWriter writes sorted entries into SSTs of about target bytes each.
+type sstWriter struct {
+	fs     vfs.FS
+	dir    string
+	opts   sstable.WriterOptions
+	target uint64
+	w      *sstable.Writer
+	paths  []string
+	bytes  int64
+}
+
+func (w *sstWriter) set(k, v []byte) error {
+	if w.w == nil {
+		path := w.fs.PathJoin(w.dir, fmt.Sprintf("%06d.sst", len(w.paths)))
+		f, err := w.fs.Create(path, vfs.WriteCategoryUnspecified)
+		if err != nil {
+			return fmt.Errorf("create %s: %w", path, err)
+		}
+		w.w = sstable.NewWriter(objstorageprovider.NewFileWritable(f), w.opts)
+		w.paths = append(w.paths, path)
+	}
+	if err := w.w.Set(k, v); err != nil {
+		return fmt.Errorf("write %s: %w", w.paths[len(w.paths)-1], err)
+	}
+	if w.w.Raw().EstimatedSize() >= w.target {
+		return w.close()
+	}
+	return nil
+}
+
+// close finishes the current SST (Finish syncs it, as Ingest requires).
+func (w *sstWriter) close() error {
+	if w.w == nil {
+		return nil
+	}
+	err := w.w.Close()
+	if err == nil {
+		var m *sstable.WriterMetadata
+		if m, err = w.w.Metadata(); err == nil {
+			w.bytes += int64(m.Size)
+		}
+	}
+	w.w = nil
+	if err != nil {
+		return fmt.Errorf("finish %s: %w", w.paths[len(w.paths)-1], err)
+	}
+	return nil
+}
+
+func (w *sstWriter) finish() error { return w.close() }
+
+// abort drops the SST being written; the caller removes the directory.
+func (w *sstWriter) abort() {
+	if w.w != nil {
+		_ = w.w.Close()
+		w.w = nil
+	}
 }
 
 // batchWriter inserts restored entries in batches of restoreBatchBytes.
@@ -279,33 +805,45 @@ func (w *batchWriter) flush() error {
 	return nil
 }
 
-// download copies every file of h into dir, checking each one's size and
-// CRC32C against the handle.
-func (b *Backend) download(ctx context.Context, h *backend.Handle, dir string) error {
+// download copies the files of h that need reports true for into dir,
+// checking each one's size and CRC32C against the handle, and returns the
+// files it fetched and those it skipped. Every file's local name is
+// checked, skipped or not.
+func (b *Backend) download(ctx context.Context, h *backend.Handle, dir string, need func(backend.FileRef) bool, st *RestoreStats) (fetched, skipped []backend.FileRef, err error) {
 	seen := map[string]bool{}
 	for _, f := range h.Files {
 		if !localNameRE.MatchString(f.LocalName) {
-			return fmt.Errorf("lsm: restore %s from checkpoint %d of %s: %w: file %s has local name %q",
+			return nil, nil, fmt.Errorf("lsm: restore %s from checkpoint %d of %s: %w: file %s has local name %q",
 				b.opts.Task, h.CheckpointID, h.Task, backend.ErrCorrupt, f.Path, f.LocalName)
 		}
 		if seen[f.LocalName] {
-			return fmt.Errorf("lsm: restore %s from checkpoint %d of %s: %w: local name %q appears twice",
+			return nil, nil, fmt.Errorf("lsm: restore %s from checkpoint %d of %s: %w: local name %q appears twice",
 				b.opts.Task, h.CheckpointID, h.Task, backend.ErrCorrupt, f.LocalName)
 		}
 		seen[f.LocalName] = true
 		if f.Compression != "" {
-			return fmt.Errorf("lsm: restore %s from checkpoint %d of %s: %w: file %s is %s-compressed; lsm files never are",
+			return nil, nil, fmt.Errorf("lsm: restore %s from checkpoint %d of %s: %w: file %s is %s-compressed; lsm files never are",
 				b.opts.Task, h.CheckpointID, h.Task, backend.ErrCorrupt, f.Path, f.Compression)
+		}
+		if need(f) {
+			fetched = append(fetched, f)
+			st.FilesDownloaded++
+			st.BytesDownloaded += f.Size
+		} else {
+			skipped = append(skipped, f)
+			st.FilesSkipped++
+			st.BytesSkipped += f.Size
 		}
 	}
 	fs := b.lo.FS
 	if err := fs.MkdirAll(dir, 0o755); err != nil {
-		return fmt.Errorf("lsm: restore %s: %w", b.opts.Task, err)
+		return nil, nil, fmt.Errorf("lsm: restore %s: %w", b.opts.Task, err)
 	}
-	return parallel(ctx, b.lo.UploadConcurrency, len(h.Files), func(ctx context.Context, i int) error {
-		f := h.Files[i]
+	err = parallel(ctx, b.lo.UploadConcurrency, len(fetched), func(ctx context.Context, i int) error {
+		f := fetched[i]
 		return b.downloadFile(ctx, h, f, fs.PathJoin(dir, f.LocalName))
 	})
+	return fetched, skipped, err
 }
 
 func (b *Backend) downloadFile(ctx context.Context, h *backend.Handle, f backend.FileRef, local string) error {

@@ -71,8 +71,12 @@ func (p *checkpointSnapshot) Release() {
 // that later checkpoints may reference: SSTs and blob files. Everything
 // else (MANIFEST, OPTIONS, markers) describes this checkpoint only.
 func isShared(name string) bool {
-	return strings.HasSuffix(name, ".sst") || strings.HasSuffix(name, ".blob")
+	return isSST(name) || strings.HasSuffix(name, ".blob")
 }
+
+// isSST reports whether a local file is an SST (the files that hold keys
+// and get key-group bounds in the handle).
+func isSST(name string) bool { return strings.HasSuffix(name, ".sst") }
 
 // Run implements backend.PendingSnapshot.
 func (p *checkpointSnapshot) Run(ctx context.Context) (*backend.Handle, error) {
@@ -129,7 +133,9 @@ func (p *checkpointSnapshot) upload(ctx context.Context, base fileSet) (*backend
 	sort.Strings(names)
 	privatePrefix := fmt.Sprintf("%s/chk-%d/%s/", task.Job, p.id, task.Dir())
 	files := make([]backend.FileRef, 0, len(names))
-	var todo []int
+	// todo are the files to upload; bounds the referenced SSTs whose refs
+	// have no key-group bounds yet (handles written before they existed).
+	var todo, bounds []int
 	for _, name := range names {
 		info, err := fs.Stat(fs.PathJoin(p.dir, name))
 		if err != nil {
@@ -144,6 +150,9 @@ func (p *checkpointSnapshot) upload(ctx context.Context, base fileSet) (*backend
 			// immutable file (Pebble never reuses file numbers); the size
 			// check is a cheap guard on top.
 			if ref, ok := base[name]; ok && ref.Size == info.Size() {
+				if ref.KeyGroupBounds == nil && isSST(name) {
+					bounds = append(bounds, len(files))
+				}
 				files = append(files, ref)
 				continue
 			}
@@ -161,8 +170,21 @@ func (p *checkpointSnapshot) upload(ctx context.Context, base fileSet) (*backend
 		todo = append(todo, len(files))
 		files = append(files, ref)
 	}
-	err = parallel(ctx, b.lo.UploadConcurrency, len(todo), func(ctx context.Context, i int) error {
-		return p.uploadFile(ctx, &files[todo[i]])
+	ro := b.pebbleOptions(true).MakeReaderOptions()
+	work := append(append([]int(nil), todo...), bounds...)
+	err = parallel(ctx, b.lo.UploadConcurrency, len(work), func(ctx context.Context, i int) error {
+		f := &files[work[i]]
+		if i < len(todo) {
+			if err := p.uploadFile(ctx, f); err != nil {
+				return err
+			}
+		}
+		ref, err := fileBounds(ctx, fs, fs.PathJoin(p.dir, f.LocalName), *f, ro)
+		if err != nil {
+			return fail("%w", err)
+		}
+		*f = ref
+		return nil
 	})
 	if err != nil {
 		return nil, err

@@ -1,0 +1,257 @@
+package lsm
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/vfs"
+	"pgregory.net/rapid"
+
+	"github.com/statedhq/stated/backend"
+	"github.com/statedhq/stated/backend/internal/kvstate"
+	"github.com/statedhq/stated/tiered/memstore"
+)
+
+// graftWorld is a job of lsm instances on an in-memory file system whose
+// stores take random shapes: flushes, partial compactions (some under a
+// Pebble snapshot, so tables keep several versions of a key), range
+// deletions across key groups, merges.
+type graftWorld struct {
+	t     *rapid.T
+	store *memstore.Store
+	maxP  int
+	n     int
+	id    uint64
+}
+
+func (w *graftWorld) open(sub int, r backend.KeyGroupRange, restore []*backend.Handle, noClaim bool) *Backend {
+	w.n++
+	b, err := Open(backend.Options{Task: backend.TaskID{Job: "job", Operator: "op", Subtask: sub}, KeyGroups: r,
+		MaxParallelism: w.maxP, States: testStates, Store: w.store, Restore: restore, NoClaim: noClaim,
+		Clock: func() time.Time { return time.Unix(1_700_000_000, 0) }},
+		Options{Dir: fmt.Sprintf("/g%d", w.n), FS: vfs.NewMem(), MemTableSize: 64 << 10, TargetFileSize: 64 << 10,
+			CacheSize: 1 << 20, Logger: silentLogger{}})
+	if err != nil {
+		w.t.Fatalf("open %s from %d handle(s): %v", r, len(restore), err)
+	}
+	return b
+}
+
+// churn applies random operations to b, with flushes and compactions in
+// between.
+func (w *graftWorld) churn(b *Backend, label string) {
+	ctx := context.Background()
+	r := b.Info().KeyGroups
+	kg := func() int { return rapid.IntRange(r.Start, r.End).Draw(w.t, "kg") }
+	rounds := rapid.IntRange(1, 4).Draw(w.t, label+" rounds")
+	for round := 0; round < rounds; round++ {
+		n := rapid.IntRange(0, 150).Draw(w.t, "ops")
+		for i := 0; i < n; i++ {
+			k := key(kg(), fmt.Sprint(rapid.IntRange(0, 20).Draw(w.t, "k")))
+			var err error
+			switch rapid.IntRange(0, 5).Draw(w.t, "op") {
+			case 0, 1:
+				err = b.Put("v", k, bytes.Repeat([]byte{byte(i)}, rapid.IntRange(1, 300).Draw(w.t, "len")))
+			case 2:
+				err = b.Delete("v", k)
+			case 3:
+				err = b.ListAppend("l", k, []byte{byte(i), byte(round)})
+			case 4:
+				err = b.MapPut("m", k, []byte{byte(i % 3)}, []byte("x"))
+			case 5:
+				err = b.Delete("m", k) // a range deletion
+			}
+			if err != nil {
+				w.t.Fatal(err)
+			}
+		}
+		switch rapid.IntRange(0, 4).Draw(w.t, label+" shape") {
+		case 0:
+			must(w.t, b.DB().Flush())
+		case 1, 2:
+			// Compact a random span, sometimes under a snapshot so that
+			// older versions survive in the output.
+			lo, hi := kg(), kg()
+			if lo > hi {
+				lo, hi = hi, lo
+			}
+			var snap *pebble.Snapshot
+			if rapid.Bool().Draw(w.t, "snapshot") {
+				snap = b.DB().NewSnapshot()
+			}
+			must(w.t, b.DB().Flush())
+			must(w.t, b.DB().Compact(ctx, kvstate.KeyGroupPrefix(lo), kvstate.KeyGroupPrefix(hi+1), false))
+			if snap != nil {
+				must(w.t, snap.Close())
+			}
+		case 3:
+			// A range deletion across key groups (kvstate never writes
+			// one, but a handle may hold anything a store can).
+			lo, hi := kg(), kg()
+			if lo > hi {
+				lo, hi = hi, lo
+			}
+			start := append(kvstate.KeyGroupPrefix(lo), byte(rapid.IntRange(0, 255).Draw(w.t, "cut")))
+			must(w.t, b.DB().DeleteRange(start, kvstate.KeyGroupPrefix(hi+1), pebble.NoSync))
+		}
+	}
+}
+
+func (w *graftWorld) checkpoint(b *Backend) *backend.Handle {
+	w.id++
+	p, err := b.Snapshot(context.Background(), w.id)
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	h, err := p.Run(context.Background())
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	b.NotifyCheckpointComplete(w.id)
+	return h
+}
+
+func dumpOf(t rapid.TB, b *Backend) map[string]string {
+	out := map[string]string{}
+	must(t, engine{b.db}.Scan(nil, nil, func(k, v []byte) (bool, error) {
+		out[string(k)] = string(v)
+		return true, nil
+	}))
+	return out
+}
+
+func sameEntries(t rapid.TB, what string, got, want map[string]string) {
+	for k, v := range want {
+		if g, ok := got[k]; !ok || g != v {
+			t.Fatalf("%s: entry %x = %x (present %v), want %x", what, k, g, ok, v)
+		}
+	}
+	for k, v := range got {
+		if _, ok := want[k]; !ok {
+			t.Fatalf("%s: entry %x = %x should not be there", what, k, v)
+		}
+	}
+}
+
+// generation restores every subtask at parallelism p from hs (each new
+// subtask from every handle that overlaps it, in a random order), checks
+// each against want, churns it, checks that a full compaction and a plain
+// restore of its checkpoint change nothing, and returns the checkpoints
+// and the state they hold.
+func (w *graftWorld) generation(p int, hs []*backend.Handle, want map[string]string, label string) ([]*backend.Handle, map[string]string) {
+	ctx := context.Background()
+	next := map[string]string{}
+	var out []*backend.Handle
+	for i := 0; i < p; i++ {
+		r := backend.KeyGroupRangeForOperator(w.maxP, p, i)
+		var srcs []*backend.Handle
+		for _, h := range hs {
+			if !h.KeyGroups.Intersect(r).Empty() {
+				srcs = append(srcs, h)
+			}
+		}
+		srcs = rapid.Permutation(srcs).Draw(w.t, "order")
+		noClaim := rapid.Bool().Draw(w.t, "noClaim")
+		what := fmt.Sprintf("%s: subtask %d of %d %s from %d handle(s), noClaim %v", label, i, p, r, len(srcs), noClaim)
+		b := w.open(i, r, srcs, noClaim)
+		exp := map[string]string{}
+		for k, v := range want {
+			if kg := int(binary.BigEndian.Uint16([]byte(k))); r.Contains(kg) {
+				exp[k] = v
+			}
+		}
+		sameEntries(w.t, what, dumpOf(w.t, b), exp)
+		if rs := b.RestoreStats(); len(srcs) > 1 && (rs.Graft == 0 || rs.BytesCopied != 0) {
+			w.t.Fatalf("%s: stats %+v: the other handles were not grafted", what, rs)
+		}
+		if noClaim {
+			levels, err := b.DB().SSTables()
+			must(w.t, err)
+			for _, l := range levels {
+				for _, tb := range l {
+					if tb.Virtual {
+						// Allowed only over a backing file of in-range keys.
+						kb, ok, err := sstKeyGroupBounds(ctx, b.lo.FS, b.lo.FS.PathJoin(b.dbDir, fmt.Sprintf("%06d.sst", tb.BackingSSTNum)), b.pebbleOptions(true).MakeReaderOptions())
+						must(w.t, err)
+						if ok && !r.Covers(kb) {
+							w.t.Fatalf("%s: virtual table %s over a backing file of key groups %s", what, tb.FileNum, kb)
+						}
+					}
+				}
+			}
+		}
+		w.churn(b, "new")
+		d := dumpOf(w.t, b)
+		must(w.t, b.DB().Compact(ctx, []byte{}, []byte{0xff}, false))
+		sameEntries(w.t, what+", after a full compaction", dumpOf(w.t, b), d)
+		h := w.checkpoint(b)
+		must(w.t, b.Close())
+		again := w.open(i, r, []*backend.Handle{h}, false)
+		sameEntries(w.t, what+", restored again", dumpOf(w.t, again), d)
+		must(w.t, again.Close())
+		for k, v := range d {
+			next[k] = v
+		}
+		out = append(out, h)
+	}
+	return out, next
+}
+
+// TestGraftedRescaleMatchesSources: rescaling stores of random shapes
+// (several generations, so grafted stores are grafted again) gives every
+// new subtask exactly the entries of its key groups, which survive writes,
+// full compactions (where grafted tables of two sequence-number histories
+// meet) and checkpoint round trips.
+func TestGraftedRescaleMatchesSources(t *testing.T) {
+	rapid.Check(t, func(rt *rapid.T) {
+		w := &graftWorld{t: rt, store: memstore.New(), maxP: rapid.SampledFrom([]int{8, 16}).Draw(rt, "maxP")}
+		oldP := rapid.IntRange(1, 3).Draw(rt, "oldP")
+		var hs []*backend.Handle
+		want := map[string]string{}
+		for i := 0; i < oldP; i++ {
+			b := w.open(i, backend.KeyGroupRangeForOperator(w.maxP, oldP, i), nil, false)
+			w.churn(b, "old")
+			for k, v := range dumpOf(rt, b) {
+				want[k] = v
+			}
+			hs = append(hs, w.checkpoint(b))
+			must(rt, b.Close())
+		}
+		for gen := 0; gen < 2; gen++ {
+			p := rapid.IntRange(1, 4).Draw(rt, "p")
+			hs, want = w.generation(p, hs, want, fmt.Sprintf("generation %d", gen))
+		}
+	})
+}
+
+// TestRewriteWhenGraftImpossible: another handle whose store holds a range
+// key (kvstate writes none, but a handle may hold anything a store can)
+// is not grafted; its key groups' point entries are rewritten into SSTs
+// and ingested.
+func TestRewriteWhenGraftImpossible(t *testing.T) {
+	e := newEnv(t)
+	low := backend.KeyGroupRange{Start: 0, End: 63}
+	high := backend.KeyGroupRange{Start: 64, End: 127}
+	a := e.open(low, nil)
+	fill(t, a, low, 3000, "a")
+	must(t, a.DB().RangeKeySet(kvstate.KeyGroupPrefix(10), kvstate.KeyGroupPrefix(60), nil, []byte("rk"), pebble.NoSync))
+	ha := checkpoint(t, a, 1)
+	b := e.open(high, func(o *backend.Options, _ *Options) { o.Task.Subtask = 1 })
+	fill(t, b, high, 3000, "b")
+	hb := checkpoint(t, b, 1)
+	want := dump(t, a)
+	for k, v := range dump(t, b) {
+		want[k] = v
+	}
+	r := backend.KeyGroupRange{Start: 20, End: 120}
+	c := e.open(r, func(o *backend.Options, _ *Options) { o.Restore = []*backend.Handle{ha, hb} })
+	sameDump(t, dump(t, c), restrict(t, want, r))
+	if rs := c.RestoreStats(); rs.Graft != 0 || rs.BytesCopied == 0 {
+		t.Fatalf("stats %+v: want the handle with a range key rewritten, not grafted", rs)
+	}
+}
