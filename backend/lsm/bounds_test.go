@@ -16,7 +16,9 @@ import (
 
 	"github.com/statedhq/stated/backend"
 	"github.com/statedhq/stated/backend/internal/kvstate"
+	"github.com/statedhq/stated/internal/frame"
 	"github.com/statedhq/stated/tiered"
+	"github.com/statedhq/stated/tiered/memstore"
 )
 
 // readLog is a store that records the objects read through Get and the
@@ -268,6 +270,9 @@ func TestRescaleDownloadsOnlyOverlappingSSTs(t *testing.T) {
 	if rs.Graft == 0 || rs.BytesCopied != 0 || rs.ClipSpans != 1 {
 		t.Errorf("restore %s: stats %+v: want the other handle's files grafted, nothing rewritten, one excise of the base", across, rs)
 	}
+	if onDisk, limit := sstBytes(t, c2), int64(float64(ha.FullSize+hb.FullSize)*(float64(across.Len())/128+0.15)); onDisk > limit {
+		t.Errorf("restore %s keeps %d SST bytes on disk, over %d", across, onDisk, limit)
+	}
 	// Claim mode: the next checkpoint references the SSTs of both handles
 	// that the restore kept (grafted ones under their new local names)
 	// and uploads only new ones.
@@ -455,4 +460,146 @@ func TestKeyGroupBoundsOfSSTs(t *testing.T) {
 			t.Errorf("bounds %+v accepted: %v", bad, err)
 		}
 	}
+}
+
+var fuzzBounds struct {
+	once   sync.Once
+	store  *memstore.Store
+	hs     []*backend.Handle
+	want   map[string]string
+	failed error
+}
+
+// fuzzBoundsCheckpoints builds, once per process, two checkpoints (key
+// groups [0,63] and [64,127]) of many small SSTs each.
+func fuzzBoundsCheckpoints(t *testing.T) (*memstore.Store, []*backend.Handle, map[string]string) {
+	fuzzBounds.once.Do(func() {
+		e := &env{t: t, store: memstore.New(), root: "/fb", fs: vfs.NewMem()}
+		fuzzBounds.store = e.store.(*memstore.Store)
+		fuzzBounds.want = map[string]string{}
+		for i, r := range []backend.KeyGroupRange{{Start: 0, End: 63}, {Start: 64, End: 127}} {
+			b, err := Open(backend.Options{Task: backend.TaskID{Job: "job", Operator: "op", Subtask: i}, KeyGroups: r,
+				States: testStates, Store: e.store}, Options{Dir: fmt.Sprintf("/fb/%d", i), FS: e.fs,
+				TargetFileSize: 64 << 10, MemTableSize: 256 << 10, Logger: silentLogger{}})
+			if err != nil {
+				fuzzBounds.failed = err
+				return
+			}
+			manySSTs(t, b, 3000, fmt.Sprint(i))
+			for k, v := range dump(t, b) {
+				fuzzBounds.want[k] = v
+			}
+			fuzzBounds.hs = append(fuzzBounds.hs, checkpoint(t, b, 1))
+			fuzzBounds.failed = b.Close()
+		}
+	})
+	if fuzzBounds.failed != nil {
+		t.Fatal(fuzzBounds.failed)
+	}
+	return fuzzBounds.store, fuzzBounds.hs, fuzzBounds.want
+}
+
+// FuzzRestoreForgedBounds forges the key-group bounds of one file of one
+// of two checkpoints and restores a random range from both: the restore
+// either fails with a corruption error or holds exactly the range's
+// entries. It never panics, and never returns partial state because a
+// file the bounds hid was needed.
+func FuzzRestoreForgedBounds(f *testing.F) {
+	f.Add(uint8(0), false, uint16(0), uint16(0), uint8(20), uint8(20))
+	f.Add(uint8(3), true, uint16(127), uint16(127), uint8(50), uint8(40))
+	f.Add(uint8(5), false, uint16(100), uint16(90), uint8(0), uint8(127))
+	f.Add(uint8(7), true, uint16(0), uint16(65535), uint8(60), uint8(10))
+	f.Add(uint8(2), false, uint16(40000), uint16(40001), uint8(10), uint8(100))
+	f.Fuzz(func(t *testing.T, file uint8, second bool, start, end uint16, rStart, rLen uint8) {
+		store, orig, want := fuzzBoundsCheckpoints(t)
+		hs := []*backend.Handle{orig[0], orig[1]}
+		which := 0
+		if second {
+			which = 1
+		}
+		c := *hs[which]
+		c.Files = append([]backend.FileRef(nil), c.Files...)
+		i := int(file) % len(c.Files)
+		c.Files[i].KeyGroupBounds = &backend.KeyGroupRange{Start: int(start), End: int(end)}
+		hs[which] = &c
+		lo := int(rStart) % 128
+		r := backend.KeyGroupRange{Start: lo, End: min(127, lo+int(rLen))}
+		b, err := Open(backend.Options{Task: testTask, KeyGroups: r, States: testStates, Store: store, Restore: hs},
+			Options{Dir: "/r", FS: vfs.NewMem(), Logger: silentLogger{}})
+		if err != nil {
+			if !errors.Is(err, backend.ErrCorrupt) {
+				t.Fatalf("forged bounds %d..%d on %s: %v, want a corruption error", start, end, c.Files[i].LocalName, err)
+			}
+			return
+		}
+		defer b.Close()
+		sameDump(t, dump(t, b), restrict(t, want, r))
+	})
+}
+
+// FuzzRescaleDamagedFile damages one file of one of two checkpoints and
+// restores a range from both (the other one is grafted into the base).
+// With the handle as written, a needed file fails the restore with a
+// corruption error naming it, and a skipped one goes unnoticed (it is not
+// needed). With the CRC forged to match the damage, the damage reaches
+// Pebble: the restore may fail or succeed, but never panics, and a store
+// that opens can be read and closed.
+func FuzzRescaleDamagedFile(f *testing.F) {
+	for file := uint8(0); file < 20; file += 3 {
+		f.Add(file, file%2 == 0, uint32(file)*997, byte(0x10), file%3 == 0)
+	}
+	f.Fuzz(func(t *testing.T, file uint8, second bool, off uint32, xor byte, forge bool) {
+		orig, hs0, want := fuzzBoundsCheckpoints(t)
+		ctx := context.Background()
+		store := memstore.New()
+		must(t, tiered.Walk(ctx, orig, "", func(o tiered.ObjectInfo) error {
+			data, err := tiered.ReadAll(ctx, orig, o.Name, 0)
+			if err == nil {
+				err = tiered.PutBytes(ctx, store, o.Name, data)
+			}
+			return err
+		}))
+		hs := []*backend.Handle{hs0[0], hs0[1]}
+		which := 0
+		if second {
+			which = 1
+		}
+		c := *hs[which]
+		c.Files = append([]backend.FileRef(nil), c.Files...)
+		hs[which] = &c
+		ref := &c.Files[int(file)%len(c.Files)]
+		data, err := tiered.ReadAll(ctx, store, ref.Path, 0)
+		must(t, err)
+		if len(data) == 0 {
+			return
+		}
+		if xor == 0 {
+			xor = 1
+		}
+		data[int(off)%len(data)] ^= xor
+		must(t, tiered.PutBytes(ctx, store, ref.Path, data))
+		if forge {
+			ref.CRC32C = frame.Checksum(data)
+		}
+		r := backend.KeyGroupRange{Start: 32, End: 100}
+		runs := []backend.KeyGroupRange{{Start: 32, End: 63}, {Start: 64, End: 100}}
+		b, err := Open(backend.Options{Task: testTask, KeyGroups: r, States: testStates, Store: store, Restore: hs},
+			Options{Dir: "/r", FS: vfs.NewMem(), Logger: silentLogger{}})
+		needed := neededFor(runs[which : which+1])(*ref)
+		switch {
+		case !forge && needed:
+			if !errors.Is(err, backend.ErrCorrupt) || !strings.Contains(err.Error(), ref.Path) {
+				t.Fatalf("damaged %s: %v, want a corruption error naming it", ref.Path, err)
+			}
+		case !forge:
+			if err != nil {
+				t.Fatalf("damaged %s, which the restore does not need: %v", ref.Path, err)
+			}
+			sameDump(t, dump(t, b), restrict(t, want, r))
+			must(t, b.Close())
+		case err == nil:
+			_ = engine{b.db}.Scan(nil, nil, func(k, v []byte) (bool, error) { return true, nil })
+			_ = b.Close()
+		}
+	})
 }

@@ -191,7 +191,9 @@ func (b *Backend) restore(ctx context.Context, keepHistory bool) (states []backe
 		cancel()
 	}
 	<-done
-	if err == nil {
+	// The first failure cancels the other side: report the cause, not
+	// the cancellation it caused.
+	if err == nil || (errors.Is(err, context.Canceled) && extraErr != nil && !errors.Is(extraErr, context.Canceled)) {
 		err = extraErr
 	}
 	st.FilesDownloaded += es.FilesDownloaded
