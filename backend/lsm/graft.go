@@ -1,6 +1,7 @@
 package lsm
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -23,23 +24,28 @@ import (
 // closed, adds them at the levels, with the bounds and sequence numbers,
 // they had in their own store.
 //
-// Why this is sound: the two stores' tables cover disjoint key spans (the
-// base was excised where the other store's key groups go, the other store
-// everywhere else), and every Pebble invariant that relates tables to each
-// other (non-overlap within a level, newer data above older data for the
-// same key, L0 ordering of overlapping files) is about tables that share
-// keys. Sequence numbers of the two stores are unrelated but never meet on
-// one key. The base's last sequence number is raised to the largest of
-// any grafted table so that new writes are newer than everything. Pebble
-// checks the result when the base is opened again: every file must be
-// present with the size the MANIFEST says, and levels must be ordered.
+// Why this is sound: the stores' tables cover disjoint key spans (the
+// base was excised where the other stores' key groups go, each other store
+// everywhere else; finishBase checks the bounds before grafting), and
+// every Pebble invariant that relates tables to each other (non-overlap
+// within a level, newer data above older data for the same key, L0 order
+// of overlapping files, range deletions over older keys) is about tables
+// that share keys. Sequence numbers of the stores are unrelated but never
+// meet on one key. The base's last sequence number becomes the largest
+// sequence number of any table of any of the stores: every key lives in a
+// table (the WAL is off and the memtable empty), so new writes are newer
+// than every key. Pebble checks the result when the base is opened again:
+// every file must be present with the size the MANIFEST says, and the
+// levels the edit touches must be ordered.
 //
 // The version-edit encoding used is the LevelDB/RocksDB one that Pebble
 // decodes (internal/manifest/version_edit.go of Pebble v2.1.7): tag
 // numbers, uvarints, length-prefixed internal keys (user key then the
 // 8-byte little-endian trailer). Only the fields a table needs are written;
 // tables with range keys or blob references are never grafted (the store
-// is rewritten instead; kvstate writes neither).
+// is rewritten instead; kvstate writes neither). A Pebble upgrade must
+// re-check this encoding: TestGraftedRescaleMatchesSources fails when a
+// grafted store reads back differently.
 const (
 	veTagNextFileNumber     = 3
 	veTagLastSequence       = 4
@@ -67,6 +73,44 @@ type graftSource struct {
 	tables []graftTable
 	// fetched are the handle's files that were downloaded, by local name.
 	fetched map[string]backend.FileRef
+}
+
+// infos returns the source's tables.
+func (g *graftSource) infos() []pebble.SSTableInfo {
+	out := make([]pebble.SSTableInfo, len(g.tables))
+	for i, t := range g.tables {
+		out[i] = t.info
+	}
+	return out
+}
+
+// overlapping returns two tables of different stores (groups) whose key
+// bounds overlap, if any. Tables of one store may overlap each other (one
+// key at several levels); tables of different stores must not.
+func overlapping(groups [][]pebble.SSTableInfo) (a, b pebble.SSTableInfo, ok bool) {
+	for i := range groups {
+		for j := i + 1; j < len(groups); j++ {
+			for _, x := range groups[i] {
+				for _, y := range groups[j] {
+					if boundsOverlap(x, y) {
+						return x, y, true
+					}
+				}
+			}
+		}
+	}
+	return a, b, false
+}
+
+// boundsOverlap reports whether two tables' key bounds share a key. A
+// largest bound that is an exclusive sentinel (the end of a range
+// deletion) does not include its own key.
+func boundsOverlap(x, y pebble.SSTableInfo) bool {
+	below := func(largest, smallest pebble.InternalKey) bool {
+		c := bytes.Compare(largest.UserKey, smallest.UserKey)
+		return c < 0 || (c == 0 && largest.IsExclusiveSentinel())
+	}
+	return !below(x.Largest, y.Smallest) && !below(y.Largest, x.Smallest)
 }
 
 var fileNumRE = regexp.MustCompile(`^(?:MANIFEST-|OPTIONS-)?([0-9]+)(?:\.sst|\.log|\.blob)?$`)

@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -253,5 +255,28 @@ func TestRewriteWhenGraftImpossible(t *testing.T) {
 	sameDump(t, dump(t, c), restrict(t, want, r))
 	if rs := c.RestoreStats(); rs.Graft != 0 || rs.BytesCopied == 0 {
 		t.Fatalf("stats %+v: want the handle with a range key rewritten, not grafted", rs)
+	}
+}
+
+// TestGraftRefusesStoresThatShareKeys: a handle whose store holds keys
+// outside its key groups (forged, or written by a bug) would make the
+// grafted store unsound; the restore refuses it instead.
+func TestGraftRefusesStoresThatShareKeys(t *testing.T) {
+	e := newEnv(t)
+	x := e.open(full(), nil)
+	fill(t, x, full(), 500, "x") // one SST over every key group
+	hx := checkpoint(t, x, 1)
+	forged := *hx
+	forged.KeyGroups = backend.KeyGroupRange{Start: 64, End: 127}
+	forged.Task.Subtask = 1
+	low := backend.KeyGroupRange{Start: 0, End: 63}
+	y := e.open(low, func(o *backend.Options, _ *Options) { o.Task.Subtask = 2 })
+	fill(t, y, low, 500, "y")
+	hy := checkpoint(t, y, 1)
+	e.n++
+	_, err := Open(backend.Options{Task: testTask, KeyGroups: backend.KeyGroupRange{Start: 32, End: 100}, States: testStates,
+		Store: e.store, Restore: []*backend.Handle{hy, &forged}}, Options{Dir: fmt.Sprintf("%s/share-%d", e.root, e.n), Logger: silentLogger{}})
+	if !errors.Is(err, backend.ErrCorrupt) || !strings.Contains(err.Error(), "share keys") {
+		t.Fatalf("restore from stores that share keys: %v, want a corruption error", err)
 	}
 }
