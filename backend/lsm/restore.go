@@ -113,7 +113,8 @@ func (b *Backend) restore(ctx context.Context, keepHistory bool) (states []backe
 		}
 	}
 	// The base is the lsm handle that owns the most key groups: its files
-	// become the store as they are; the others are copied in.
+	// become the store as they are; the other lsm handles' stores are
+	// grafted in, canonical handles copied in.
 	baseIdx, best := -1, 0
 	for j, h := range handles {
 		if h.Backend != backend.KindLSM {
