@@ -334,7 +334,7 @@ func TestOldHandlesWithoutBounds(t *testing.T) {
 		o.Restore, o.Store = []*backend.Handle{old}, log
 	})
 	sameReads(t, "restore of an old handle", log.reset(), wantReads(old, r))
-	if rs := c.RestoreStats(); rs.FilesSkipped != 0 || rs.BytesDownloaded != h.FullSize {
+	if rs := c.RestoreStats(); rs.BytesSkipped != 0 || rs.BytesDownloaded != h.FullSize {
 		t.Errorf("old handle: stats %+v, want every byte downloaded", rs)
 	}
 	sameDump(t, dump(t, c), restrict(t, dump(t, a), r))
