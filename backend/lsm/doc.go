@@ -48,7 +48,11 @@
 // # Restore
 //
 // One lsm handle that covers the instance's range: its files are downloaded
-// (size and CRC32C of each checked) into db/ and Pebble opens them.
+// (size and CRC32C of each checked) into db/ and Pebble opens them. Empty
+// WAL files (the WAL is off) are checked but not written: replaying one
+// makes Pebble's Open flush and then wait for the compaction the restored
+// LSM is due, hundreds of ms for a checkpoint taken with a full L0; without
+// it that compaction runs in the background.
 //
 // Several handles, or a handle wider than the range (a rescale): each key
 // group comes from the first handle listed that holds it, and the lsm

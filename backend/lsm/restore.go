@@ -416,6 +416,12 @@ func (b *Backend) finishBase(base *baseStore, extras []*extraStore) (fileSet, er
 		}
 		st.Graft = time.Since(start)
 	}
+	// The first open made a WAL (without records: the WAL is off, and
+	// nothing was written). Drop it, or the second open would replay it
+	// and wait for a compaction (see download).
+	if err := removeNewWALs(b.lo.FS, b.dbDir, base.fetched); err != nil {
+		return nil, fmt.Errorf("lsm: restore %s: %w", b.opts.Task, err)
+	}
 	start = time.Now()
 	o := b.pebbleOptions(false)
 	o.ErrorIfNotExists = true
@@ -427,6 +433,27 @@ func (b *Backend) finishBase(base *baseStore, extras []*extraStore) (fileSet, er
 			b.opts.Task, h.CheckpointID, h.Task, backend.ErrCorrupt, err)
 	}
 	return history, nil
+}
+
+// removeNewWALs removes the WAL files in dir that are not among the
+// restored files.
+func removeNewWALs(fs vfs.FS, dir string, restored []backend.FileRef) error {
+	keep := map[string]bool{}
+	for _, f := range restored {
+		keep[f.LocalName] = true
+	}
+	names, err := fs.List(dir)
+	if err != nil {
+		return err
+	}
+	for _, name := range names {
+		if strings.HasSuffix(name, ".log") && !keep[name] {
+			if err := fs.Remove(fs.PathJoin(dir, name)); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // clipSpans returns the key spans of the base handle h to excise: the
