@@ -326,6 +326,7 @@ func (b *Backend) openBase(ctx context.Context, idx int, owner []int, grafts boo
 		o.DisableConsistencyCheck = true
 		o.DisableTableStats = true
 		o.DisableAutomaticCompactions = true
+		o.FS = noSyncFS{o.FS}
 	}
 	b.db, err = pebble.Open(b.dbDir, o)
 	st.Open = time.Since(start)
@@ -661,6 +662,7 @@ func (b *Backend) prepareExtra(ctx context.Context, j int, h *backend.Handle, ru
 	o.DisableConsistencyCheck = true
 	o.DisableTableStats = true
 	o.DisableAutomaticCompactions = true
+	o.FS = noSyncFS{o.FS}
 	// A cache of its own: a copy reads each block once and must not evict
 	// the blocks of the daemon's live instances.
 	o.Cache = pebble.NewCache(8 << 20)
