@@ -68,7 +68,9 @@
 //     and above. Excise drops a table wholly inside the span without
 //     reading it (so skipped files are never missed) and turns the at most
 //     one table per level that straddles each boundary into a virtual one;
-//     its cost does not depend on the amount removed (FLINK-21321).
+//     its cost does not depend on the amount removed (FLINK-21321), and
+//     that first session does not fsync (nosync.go), so it is metadata
+//     only.
 //   - Every other lsm handle is downloaded into restore/<i>, opened the
 //     same way and excised to the key groups it gives. Its files are then
 //     grafted into the base without rewriting a byte: hard-linked under new
