@@ -144,11 +144,6 @@ func (b *Backend) copyFromCanonical(ctx context.Context, h *backend.Handle, runs
 	fail := func(err error) error {
 		return fmt.Errorf("lsm: restore %s from checkpoint %d of %s: %w", o.Task, h.CheckpointID, h.Task, err)
 	}
-	if len(h.Files) != 1 || len(h.Files[0].KeyGroupOffsets) != h.KeyGroups.Len()+1 {
-		return fail(fmt.Errorf("%w: a %s handle has exactly one file with key-group offsets, this one has %d file(s)",
-			backend.ErrCorrupt, h.Backend, len(h.Files)))
-	}
-	f := h.Files[0]
 	stores := []tiered.Store{o.RestoreStore}
 	hint := ""
 	if h.Backend == backend.KindHeap {
@@ -157,31 +152,9 @@ func (b *Backend) copyFromCanonical(ctx context.Context, h *backend.Handle, runs
 			stores = []tiered.Store{b.lo.HeapSnapshots, o.RestoreStore}
 		}
 	}
-	known := map[string]bool{}
-	for _, d := range h.States {
-		known[d.Name] = true
-	}
 	w := b.newBatchWriter()
 	for _, run := range runs {
-		fn := func(k, v []byte) error {
-			sk, err := kvstate.SplitKey(k)
-			if err != nil {
-				return fmt.Errorf("snapshot file %s: %w", f.Path, err)
-			}
-			if !run.Contains(sk.KeyGroup) || !known[sk.State] {
-				return fmt.Errorf("snapshot file %s, key group %d: %w: entry of state %q, which the handle does not register",
-					f.Path, sk.KeyGroup, backend.ErrCorrupt, sk.State)
-			}
-			return w.set(k, v)
-		}
-		// snapfmt reports a missing file before it delivers any entry, so
-		// trying the next store never mixes data of two files.
-		err := fmt.Errorf("%w: no store to read from", backend.ErrNotFound)
-		for _, s := range stores {
-			if err = snapfmt.Read(ctx, s, f, h.KeyGroups, run, fn); !errors.Is(err, backend.ErrNotFound) {
-				break
-			}
-		}
+		err := snapfmt.ReadHandle(ctx, stores, h, run, w.set)
 		if err != nil {
 			w.batch.Close()
 			if errors.Is(err, backend.ErrNotFound) && hint != "" {

@@ -103,10 +103,6 @@ func restore(ctx context.Context, cfg Config, tree *memkv.Tree) ([]backend.State
 			return nil, err
 		}
 		states = append(states, h.States...)
-		known := map[string]bool{}
-		for _, d := range h.States {
-			known[d.Name] = true
-		}
 		stores, hint := cfg.RestoreSource(h)
 		in := h.KeyGroups.Intersect(o.KeyGroups)
 		for kg := in.Start; kg <= in.End; {
@@ -121,7 +117,7 @@ func restore(ctx context.Context, cfg Config, tree *memkv.Tree) ([]backend.State
 			for k := run.Start; k <= run.End; k++ {
 				covered[k-o.KeyGroups.Start] = true
 			}
-			if err := readInto(ctx, cfg.Kind, stores, hint, h, run, known, tree); err != nil {
+			if err := readInto(ctx, cfg.Kind, stores, hint, h, run, tree); err != nil {
 				return nil, err
 			}
 			kg = run.End + 1
@@ -149,32 +145,10 @@ func checkHandle(kind backend.Kind, h *backend.Handle) error {
 }
 
 // readInto copies the entries of key groups run of h's file, from the first
-// of stores that has it, into tree,
-// checking each stored key: it must parse, lie in run and belong to a
-// state the handle registered (data of an unregistered state could later
-// be misread by a state registered under that name with another kind).
+// of stores that has it, into tree (snapfmt.ReadHandle checks each entry).
 func readInto(ctx context.Context, kind backend.Kind, stores []tiered.Store, hint string, h *backend.Handle,
-	run backend.KeyGroupRange, known map[string]bool, tree *memkv.Tree) error {
-	f := h.Files[0]
-	fn := func(k, v []byte) error {
-		sk, err := kvstate.SplitKey(k)
-		if err != nil {
-			return fmt.Errorf("snapshot file %s: %w", f.Path, err)
-		}
-		if !run.Contains(sk.KeyGroup) || !known[sk.State] {
-			return fmt.Errorf("snapshot file %s, key group %d: %w: entry of state %q, which the handle does not register",
-				f.Path, sk.KeyGroup, backend.ErrCorrupt, sk.State)
-		}
-		return tree.Set(k, v)
-	}
-	// snapfmt reports a missing file before it delivers any entry, so
-	// trying the next store never mixes data of two files.
-	err := fmt.Errorf("%w: no store to read from", backend.ErrNotFound)
-	for _, store := range stores {
-		if err = snapfmt.Read(ctx, store, f, h.KeyGroups, run, fn); !errors.Is(err, backend.ErrNotFound) {
-			break
-		}
-	}
+	run backend.KeyGroupRange, tree *memkv.Tree) error {
+	err := snapfmt.ReadHandle(ctx, stores, h, run, tree.Set)
 	if err == nil {
 		return nil
 	}
