@@ -123,7 +123,7 @@ func (c *chain) decide() {
 	if len(c.kept) > 0 {
 		last = c.kept[len(c.kept)-1].id
 	}
-	if id < last || !rapid.Bool().Draw(c.t, "complete") {
+	if id < last || !rapid.Bool().Draw(c.t, "complete") || !c.filesExist(s.h) {
 		c.abort(s)
 		return
 	}
@@ -151,6 +151,21 @@ func (c *chain) decide() {
 			c.b.NotifyCheckpointAborted(oid)
 		}
 	}
+}
+
+// filesExist is the catalog's completion check: a checkpoint whose files
+// are not all present is refused, never completed. A snapshot that ran
+// while checkpoint M was its confirmed base may reference M's files; if M
+// is dropped by retention before the snapshot completes, those files are
+// gone and the completion is refused (the checkpoint fails; nothing
+// completed ever points at a missing file).
+func (c *chain) filesExist(h *backend.Handle) bool {
+	for p := range sharedPaths(h) {
+		if _, err := c.store.Stat(c.ctx, p); err != nil {
+			return false
+		}
+	}
+	return true
 }
 
 func (c *chain) abort(s *chainSnap) {
