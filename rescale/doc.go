@@ -7,7 +7,10 @@
 // handle, the one with the largest overlap first: the backend restores that
 // one as its base, clips it to the new range (range deletion or excise:
 // cost independent of the keys removed) and adds the overlapping key groups
-// of the others.
+// of the others. The lsm backend downloads only the SSTs whose key-group
+// bounds (FileRef.KeyGroupBounds) meet the new range, clips the base with
+// Pebble's Excise and grafts the other handles' clipped tables into it
+// instead of copying their keys (see backend/lsm/doc.go).
 //
 // Operator (non-keyed) state is redistributed by mode: split deals the union
 // of the elements out round-robin, union gives every subtask everything.
