@@ -116,20 +116,9 @@ func (p *canonicalSnapshot) Run(ctx context.Context) (*backend.Handle, error) {
 	if err != nil {
 		return nil, fmt.Errorf("lsm: canonical snapshot %d of %s: %w", p.id, o.Task, err)
 	}
-	h := &backend.Handle{
-		Version:          backend.HandleFormatVersion,
-		Backend:          backend.KindFile,
-		Task:             o.Task,
-		CheckpointID:     p.id,
-		KeyGroups:        o.KeyGroups,
-		MaxParallelism:   o.MaxParallelism,
-		States:           p.states,
-		Files:            []backend.FileRef{ref},
-		FullSize:         ref.Size,
-		CheckpointedSize: ref.Size,
-	}
-	if err := h.Validate(); err != nil {
-		return nil, fmt.Errorf("lsm: canonical snapshot %d of %s built an invalid handle: %w", p.id, o.Task, err)
+	h, err := snapfmt.NewHandle(backend.KindFile, o.Task, p.id, o.KeyGroups, o.MaxParallelism, p.states, ref)
+	if err != nil {
+		return nil, fmt.Errorf("lsm: canonical %w", err)
 	}
 	return h, nil
 }

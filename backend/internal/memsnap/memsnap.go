@@ -276,20 +276,9 @@ func (p *pending) Run(ctx context.Context) (*backend.Handle, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: snapshot %d of %s: %w", p.b.cfg.Kind, p.id, o.Task, err)
 	}
-	h := &backend.Handle{
-		Version:          backend.HandleFormatVersion,
-		Backend:          p.kind,
-		Task:             o.Task,
-		CheckpointID:     p.id,
-		KeyGroups:        o.KeyGroups,
-		MaxParallelism:   o.MaxParallelism,
-		States:           p.states,
-		Files:            []backend.FileRef{ref},
-		FullSize:         ref.Size,
-		CheckpointedSize: ref.Size,
-	}
-	if err := h.Validate(); err != nil {
-		return nil, fmt.Errorf("%s: snapshot %d of %s produced an invalid handle: %w", p.b.cfg.Kind, p.id, o.Task, err)
+	h, err := snapfmt.NewHandle(p.kind, o.Task, p.id, o.KeyGroups, o.MaxParallelism, p.states, ref)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", p.b.cfg.Kind, err)
 	}
 	return h, nil
 }

@@ -47,3 +47,25 @@ func ReadHandle(ctx context.Context, stores []tiered.Store, h *backend.Handle, r
 	}
 	return err
 }
+
+// NewHandle returns the validated handle of a snapshot that is the one
+// snapfmt file ref (heap, file and canonical snapshots).
+func NewHandle(kind backend.Kind, task backend.TaskID, checkpointID uint64, r backend.KeyGroupRange, maxParallelism int,
+	states []backend.StateDescriptor, ref backend.FileRef) (*backend.Handle, error) {
+	h := &backend.Handle{
+		Version:          backend.HandleFormatVersion,
+		Backend:          kind,
+		Task:             task,
+		CheckpointID:     checkpointID,
+		KeyGroups:        r,
+		MaxParallelism:   maxParallelism,
+		States:           states,
+		Files:            []backend.FileRef{ref},
+		FullSize:         ref.Size,
+		CheckpointedSize: ref.Size,
+	}
+	if err := h.Validate(); err != nil {
+		return nil, fmt.Errorf("snapshot %d of %s produced an invalid handle: %w", checkpointID, task, err)
+	}
+	return h, nil
+}
