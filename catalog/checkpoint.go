@@ -419,10 +419,19 @@ func (c *Catalog) discard(ctx context.Context, e *entry) error {
 		delete(c.entries, e.ref)
 	}
 	dropped := c.reg.Unregister(e.ref.dir())
+	// A checkpoint of this job still in flight may have been snapshotted
+	// while e was its backend's confirmed base, so it may reference e's
+	// shared files without being registered yet. Deleting them now would
+	// make its completion fail; leave them to the sweep, which deletes
+	// them past the grace period unless a completed checkpoint (that one,
+	// once it completes) references them.
+	deferShared := len(c.job(e.ref.job).inflight) > 0
 	c.mu.Unlock()
 	names := make([]string, 0, len(dropped))
-	for _, o := range dropped {
-		names = append(names, o.Path)
+	if !deferShared {
+		for _, o := range dropped {
+			names = append(names, o.Path)
+		}
 	}
 	// Heap snapshot files of the checkpoint go now too: nothing else
 	// refers to them (heap.go).
