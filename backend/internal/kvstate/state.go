@@ -165,6 +165,16 @@ func (s *State) lookup(state string, kind backend.StateKind, kg int) (backend.St
 	return d, nil
 }
 
+// access checks state, kind and key group (lookup) and the sizes of k's
+// key and namespace: the checks every keyed operation starts with.
+func (s *State) access(state string, kind backend.StateKind, k backend.Key) (backend.StateDescriptor, error) {
+	d, err := s.lookup(state, kind, k.KeyGroup)
+	if err != nil {
+		return d, err
+	}
+	return d, s.checkKey(state, k)
+}
+
 func (s *State) checkSize(state, what string, b []byte) error {
 	if len(b) > s.maxValueSize {
 		return fmt.Errorf("%w: %s of %d bytes for state %q of %s exceeds the %d-byte limit",
@@ -235,11 +245,8 @@ func (s *State) getLive(d backend.StateDescriptor, key []byte) ([]byte, bool, er
 // Get implements backend.Backend.
 func (s *State) Get(state string, k backend.Key) ([]byte, bool, error) {
 	defer s.lockFor(state)()
-	d, err := s.lookup(state, backend.KindValue, k.KeyGroup)
+	d, err := s.access(state, backend.KindValue, k)
 	if err != nil {
-		return nil, false, err
-	}
-	if err := s.checkKey(state, k); err != nil {
 		return nil, false, err
 	}
 	return s.getLive(d, entryPrefix(nil, state, k))
@@ -249,11 +256,8 @@ func (s *State) Get(state string, k backend.Key) ([]byte, bool, error) {
 func (s *State) Put(state string, k backend.Key, value []byte) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	d, err := s.lookup(state, backend.KindValue, k.KeyGroup)
+	d, err := s.access(state, backend.KindValue, k)
 	if err != nil {
-		return err
-	}
-	if err := s.checkKey(state, k); err != nil {
 		return err
 	}
 	if err := s.checkSize(state, "value", value); err != nil {
@@ -291,11 +295,8 @@ func (s *State) Delete(state string, k backend.Key) error {
 func (s *State) ListAppend(state string, k backend.Key, values ...[]byte) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	d, err := s.lookup(state, backend.KindList, k.KeyGroup)
+	d, err := s.access(state, backend.KindList, k)
 	if err != nil {
-		return err
-	}
-	if err := s.checkKey(state, k); err != nil {
 		return err
 	}
 	if len(values) == 0 {
@@ -315,11 +316,8 @@ func (s *State) ListAppend(state string, k backend.Key, values ...[]byte) error 
 // ListGet implements backend.Backend.
 func (s *State) ListGet(state string, k backend.Key) ([][]byte, error) {
 	defer s.lockFor(state)()
-	d, err := s.lookup(state, backend.KindList, k.KeyGroup)
+	d, err := s.access(state, backend.KindList, k)
 	if err != nil {
-		return nil, err
-	}
-	if err := s.checkKey(state, k); err != nil {
 		return nil, err
 	}
 	key := entryPrefix(nil, state, k)
@@ -357,11 +355,8 @@ func mapKey(state string, k backend.Key, userKey []byte) []byte {
 // MapGet implements backend.Backend.
 func (s *State) MapGet(state string, k backend.Key, userKey []byte) ([]byte, bool, error) {
 	defer s.lockFor(state)()
-	d, err := s.lookup(state, backend.KindMap, k.KeyGroup)
+	d, err := s.access(state, backend.KindMap, k)
 	if err != nil {
-		return nil, false, err
-	}
-	if err := s.checkKey(state, k); err != nil {
 		return nil, false, err
 	}
 	if err := s.checkSize(state, "map user key", userKey); err != nil {
@@ -380,11 +375,8 @@ func (s *State) MapContains(state string, k backend.Key, userKey []byte) (bool, 
 func (s *State) MapPut(state string, k backend.Key, userKey, value []byte) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	d, err := s.lookup(state, backend.KindMap, k.KeyGroup)
+	d, err := s.access(state, backend.KindMap, k)
 	if err != nil {
-		return err
-	}
-	if err := s.checkKey(state, k); err != nil {
 		return err
 	}
 	if err := s.checkSize(state, "map user key", userKey); err != nil {
@@ -400,10 +392,7 @@ func (s *State) MapPut(state string, k backend.Key, userKey, value []byte) error
 func (s *State) MapRemove(state string, k backend.Key, userKey []byte) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if _, err := s.lookup(state, backend.KindMap, k.KeyGroup); err != nil {
-		return err
-	}
-	if err := s.checkKey(state, k); err != nil {
+	if _, err := s.access(state, backend.KindMap, k); err != nil {
 		return err
 	}
 	if err := s.checkSize(state, "map user key", userKey); err != nil {
@@ -415,11 +404,8 @@ func (s *State) MapRemove(state string, k backend.Key, userKey []byte) error {
 // MapIterate implements backend.Backend.
 func (s *State) MapIterate(state string, k backend.Key, after []byte, limit int) ([]backend.MapEntry, bool, error) {
 	defer s.lockFor(state)()
-	d, err := s.lookup(state, backend.KindMap, k.KeyGroup)
+	d, err := s.access(state, backend.KindMap, k)
 	if err != nil {
-		return nil, false, err
-	}
-	if err := s.checkKey(state, k); err != nil {
 		return nil, false, err
 	}
 	prefix := entryPrefix(nil, state, k)
@@ -462,11 +448,8 @@ func (s *State) MapIterate(state string, k backend.Key, after []byte, limit int)
 func (s *State) AggregateAdd(state string, k backend.Key, v backend.Number) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	d, err := s.lookup(state, backend.KindAggregate, k.KeyGroup)
+	d, err := s.access(state, backend.KindAggregate, k)
 	if err != nil {
-		return err
-	}
-	if err := s.checkKey(state, k); err != nil {
 		return err
 	}
 	if v.Type != d.Number {
@@ -496,11 +479,8 @@ func (s *State) AggregateAdd(state string, k backend.Key, v backend.Number) erro
 // AggregateGet implements backend.Backend.
 func (s *State) AggregateGet(state string, k backend.Key) (backend.Number, bool, error) {
 	defer s.lockFor(state)()
-	d, err := s.lookup(state, backend.KindAggregate, k.KeyGroup)
+	d, err := s.access(state, backend.KindAggregate, k)
 	if err != nil {
-		return backend.Number{}, false, err
-	}
-	if err := s.checkKey(state, k); err != nil {
 		return backend.Number{}, false, err
 	}
 	payload, ok, err := s.getLive(d, entryPrefix(nil, state, k))
