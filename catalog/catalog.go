@@ -183,6 +183,12 @@ type jobState struct {
 	// no-claim mode: its new checkpoints must reference none of them.
 	noClaim     map[string]string // path -> checkpoint dir
 	noClaimFrom string
+	// base is the checkpoint the job's tasks build their next incremental
+	// checkpoints on: the job's last completion or the checkpoint it last
+	// restored in claim mode (zero: none). prevBase is the one before, on
+	// which a checkpoint begun just before the tasks heard of the newer
+	// one still builds. See base.go.
+	base, prevBase ref
 	// degraded: the job file could not be read. Retention is off (a pin may
 	// be lost) and the file is left as it is for a human to look at.
 	degraded bool

@@ -233,8 +233,11 @@ func (c *Catalog) Complete(ctx context.Context, job string, id uint64, handles .
 	}
 	c.recordLocked(j, Record{ID: id, Status: StatusCompleted, Started: m.Started, Ended: m.Completed,
 		CheckpointedSize: m.CheckpointedSize, FullSize: m.FullSize, Tasks: len(m.Tasks)})
+	released := c.setBaseLocked(j, r)
 	drops := c.retentionLocked(job)
 	c.mu.Unlock()
+
+	c.deleteReleased(ctx, released)
 
 	for _, d := range drops {
 		if err := c.discard(ctx, d); err != nil {
@@ -418,14 +421,10 @@ func (c *Catalog) discard(ctx context.Context, e *entry) error {
 	if c.entries[e.ref] == e {
 		delete(c.entries, e.ref)
 	}
+	// Jobs that build on e keep its shared files (base.go) before the
+	// registration that protected them goes.
+	deferShared := c.dropBaseLocked(e)
 	dropped := c.reg.Unregister(e.ref.dir())
-	// A checkpoint of this job still in flight may have been snapshotted
-	// while e was its backend's confirmed base, so it may reference e's
-	// shared files without being registered yet. Deleting them now would
-	// make its completion fail; leave them to the sweep, which deletes
-	// them past the grace period unless a completed checkpoint (that one,
-	// once it completes) references them.
-	deferShared := len(c.job(e.ref.job).inflight) > 0
 	c.mu.Unlock()
 	names := make([]string, 0, len(dropped))
 	if !deferShared {

@@ -54,6 +54,15 @@
 // checkpoint after a no-claim restore is full". Savepoints are never owned
 // by a job.
 //
+// A job's base is the checkpoint its tasks build on: its last completion,
+// or what it last restored in claim mode. When another owner (or
+// DeleteCheckpoint) drops a checkpoint that is some job's base, that job
+// holds its shared files in the registry until its base moves on (its next
+// completion or restore), so its next incremental checkpoint never points
+// at a deleted file; see base.go. Holds live in the daemon's memory: a
+// "stated gc" run by another process against a root a daemon is using
+// sees only manifests and the grace period.
+//
 // # Garbage collection
 //
 // GC (and the background sweep, Start) deletes an object of the layout

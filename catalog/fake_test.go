@@ -313,7 +313,9 @@ func (t *fakeTask) restore(ctx context.Context, s tiered.Store, h *backend.Handl
 	t.uploaded = map[uint64]map[int]bucketRef{}
 	t.base, t.baseID = map[int]bucketRef{}, 0
 	if !noClaim {
-		t.base, t.baseID = buckets, h.CheckpointID
+		// As lsm does: the next completion moves the base, whatever its
+		// id (a restored checkpoint of another job may have a higher one).
+		t.base = buckets
 	}
 	return nil
 }

@@ -1,6 +1,7 @@
 package catalog
 
 import (
+	"slices"
 	"testing"
 
 	"github.com/statedhq/stated/backend"
@@ -54,5 +55,105 @@ func TestDroppedBaseSurvivesForInFlightCheckpoint(t *testing.T) {
 	}
 	if _, err := c.Complete(ctx, "j", 3); err != nil {
 		t.Fatalf("complete 3 after its base was dropped: %v", err)
+	}
+}
+
+// Job a claims b's checkpoint 1 and builds on it; b then claims it back
+// and its retention drops it. a's next checkpoint reuses 1's shared files:
+// they must still exist (a holds them), and once a's checkpoint completes
+// and a's base moves on, what nothing references any more is deleted.
+func TestClaimedBaseOutlivesAnotherOwnersRetention(t *testing.T) {
+	s := memstore.New()
+	clk := &testClock{}
+	c := openCat(t, s, clk, func(o *Options) { o.Retain = 1 })
+	b := newFakeTask("b", "op", 0, backend.KeyGroupRange{Start: 0, End: 127})
+	b.state["k1"], b.state["k2"], b.state["k3"] = "v1", "v2", "v3"
+	m1 := checkpoint(t, c, s, 1, b)
+
+	a := newFakeTask("a", "op", 0, backend.KeyGroupRange{Start: 0, End: 127})
+	r, err := c.RestoreSource(ctx, RestoreRequest{Job: "a", FromJob: "b", CheckpointID: 1, Mode: ModeClaim})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.restore(ctx, r.Store, r.Handles[0], r.NoClaim); err != nil {
+		t.Fatal(err)
+	}
+	// b restarts from its checkpoint 1 in claim mode, taking it back, and
+	// completes two more: retention 1 drops checkpoint 1.
+	if _, err := c.RestoreSource(ctx, RestoreRequest{Job: "b", CheckpointID: 1, Mode: ModeClaim}); err != nil {
+		t.Fatal(err)
+	}
+	b.state["k1"], b.state["k2"], b.state["k3"] = "w1", "w2", "w3"
+	checkpoint(t, c, s, 2, b)
+	b.state["k1"] = "x1"
+	checkpoint(t, c, s, 3, b)
+	if _, ok := c.Checkpoint("b", 1); ok {
+		t.Fatal("checkpoint b/1 is still retained; the test drops nothing")
+	}
+	var held []string
+	for _, p := range filesOf(m1) {
+		if classify(p).kind == objShared {
+			held = append(held, p)
+			if !exists(t, s, p) {
+				t.Fatalf("shared file %s of a's base b/1 was deleted by b's retention", p)
+			}
+		}
+	}
+	// a changes one key: its checkpoint reuses the rest of b/1.
+	a.state["k1"] = "a1"
+	m := checkpoint(t, c, s, 1, a)
+	reused := 0
+	for _, p := range filesOf(m) {
+		if slices.Contains(held, p) {
+			reused++
+		}
+	}
+	if reused == 0 {
+		t.Fatal("a's checkpoint reuses no file of b/1; the test shows nothing")
+	}
+	// a's base is a/1 now: b/1's files that a/1 does not reuse are gone,
+	// the ones it does stay.
+	for _, p := range held {
+		if got, want := exists(t, s, p), slices.Contains(filesOf(m), p); got != want {
+			t.Fatalf("after a's base moved on, %s exists=%v, want %v", p, got, want)
+		}
+	}
+}
+
+// An explicit DeleteCheckpoint of a job's own base keeps the base's shared
+// files for the job's next checkpoint, and a restore elsewhere lets them go.
+func TestDeletedBaseIsHeldUntilTheJobRestores(t *testing.T) {
+	s := memstore.New()
+	clk := &testClock{}
+	c := openCat(t, s, clk)
+	a := newFakeTask("a", "op", 0, backend.KeyGroupRange{Start: 0, End: 127})
+	a.state["k1"], a.state["k2"] = "v1", "v2"
+	m1 := checkpoint(t, c, s, 1, a)
+	if err := c.DeleteCheckpoint(ctx, "a", 1); err != nil {
+		t.Fatal(err)
+	}
+	var shared []string
+	for _, p := range filesOf(m1) {
+		if classify(p).kind == objShared {
+			shared = append(shared, p)
+		}
+	}
+	for _, p := range shared {
+		if !exists(t, s, p) {
+			t.Fatalf("deleting a's base removed %s, which a's next checkpoint reuses", p)
+		}
+	}
+	// a restores another job's checkpoint (no-claim): a builds on
+	// nothing of its old base any more.
+	o := newFakeTask("o", "op", 0, backend.KeyGroupRange{Start: 0, End: 127})
+	o.state["x"] = "y"
+	checkpoint(t, c, s, 1, o)
+	if _, err := c.RestoreSource(ctx, RestoreRequest{Job: "a", FromJob: "o", CheckpointID: 1, Mode: ModeNoClaim}); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range shared {
+		if exists(t, s, p) {
+			t.Fatalf("%s of a's dropped base survives a's restore from elsewhere", p)
+		}
 	}
 }

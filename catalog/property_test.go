@@ -41,6 +41,10 @@ type wjob struct {
 	tasks    []*fakeTask
 	next     uint64
 	inflight map[uint64]map[backend.TaskID]*backend.Handle // uploaded so far
+	// base are the handles the tasks build on: of the last completed
+	// checkpoint or of a claim restore (nil: none). Their shared files
+	// must exist whoever owns the checkpoint now.
+	base []*backend.Handle
 }
 
 func newWorld() *world {
@@ -130,12 +134,14 @@ func (w *world) crash(t *rapid.T) {
 			for i, tk := range j.tasks {
 				j.tasks[i] = newFakeTask(name, tk.task.Operator, tk.task.Subtask, tk.kg)
 			}
+			j.base = nil
 			continue
 		}
 		if err != nil {
 			t.Fatalf("restart %s: %v", name, err)
 		}
 		w.restoreTasks(t, j, r, w.states[ref{r.Manifest.Job, r.Manifest.CheckpointID}])
+		j.base = r.Handles
 	}
 }
 
@@ -201,7 +207,18 @@ func (w *world) check(t *rapid.T) {
 			}
 		}
 	}
-	// 2. The catalog's view is the store's: the same manifests.
+	// 2. The shared files every job builds on exist, whoever owns (or
+	//    dropped) the checkpoint they came from.
+	for _, name := range w.jobNames() {
+		for _, h := range w.jobs[name].base {
+			for _, f := range h.Files {
+				if _, err := w.mem.Stat(context.Background(), f.Path); f.Shared && err != nil {
+					t.Fatalf("job %s builds on %s (from %s/%d), which is gone: %v", name, f.Path, h.Task.Job, h.CheckpointID, err)
+				}
+			}
+		}
+	}
+	// 3. The catalog's view is the store's: the same manifests.
 	known := map[string]bool{}
 	w.c.mu.Lock()
 	for r := range w.c.entries {
@@ -219,6 +236,19 @@ func (w *world) check(t *rapid.T) {
 	for name := range known {
 		if ms[name] == nil {
 			t.Fatalf("catalog lists %s, which is not in the store", name)
+		}
+	}
+}
+
+// baseFiles adds the shared files the jobs build on to live.
+func (w *world) baseFiles(live map[string]bool) {
+	for _, j := range w.jobs {
+		for _, h := range j.base {
+			for _, f := range h.Files {
+				if f.Shared {
+					live[f.Path] = true
+				}
+			}
 		}
 	}
 }
@@ -270,6 +300,7 @@ func TestCatalogProperties(t *testing.T) {
 				tk.notifyComplete(id)
 			}
 			delete(j.inflight, id)
+			j.base = m.Tasks
 			if len(m.Tasks) != len(j.tasks) {
 				t.Fatalf("manifest of %s/%d has %d tasks", j.name, id, len(m.Tasks))
 			}
@@ -369,6 +400,10 @@ func TestCatalogProperties(t *testing.T) {
 				want = w.spStat[s.sp]
 			}
 			w.restoreTasks(t, j, r, want)
+			j.base = nil
+			if !r.NoClaim {
+				j.base = r.Handles
+			}
 			return nil
 		}
 
@@ -515,6 +550,7 @@ func TestCatalogProperties(t *testing.T) {
 				w.forgetExpired()
 				ms := w.manifestsInStore(t)
 				live := referenced(ms)
+				w.baseFiles(live)
 				err := tiered.Walk(ctx, w.mem, "", func(o tiered.ObjectInfo) error {
 					k := classify(o.Name).kind
 					if k != objJobFile && !live[o.Name] {

@@ -89,7 +89,7 @@ func (c *Catalog) RestoreSource(ctx context.Context, req RestoreRequest) (*Resto
 		return nil, err
 	}
 	if req.SavepointID != "" {
-		return c.restoreSavepoint(req)
+		return c.restoreSavepoint(ctx, req)
 	}
 	if req.FromJob == "" {
 		req.FromJob = req.Job
@@ -157,7 +157,10 @@ func (c *Catalog) RestoreSource(ctx context.Context, req RestoreRequest) (*Resto
 	c.mu.Lock()
 	j := c.job(req.Job)
 	j.noClaim, j.noClaimFrom = nil, ""
+	base := e.ref
 	if req.Mode == ModeNoClaim {
+		// The tasks may reuse nothing of the checkpoint: no base.
+		base = ref{}
 		j.noClaim = map[string]string{}
 		j.noClaimFrom = e.ref.dir()
 		for _, h := range m.Tasks {
@@ -166,22 +169,28 @@ func (c *Catalog) RestoreSource(ctx context.Context, req RestoreRequest) (*Resto
 			}
 		}
 	}
+	released := c.setBaseLocked(j, base)
 	c.mu.Unlock()
+	c.deleteReleased(ctx, released)
 	return &Restore{Manifest: m, Handles: m.Tasks, Store: c.store, NoClaim: req.Mode == ModeNoClaim}, nil
 }
 
-func (c *Catalog) restoreSavepoint(req RestoreRequest) (*Restore, error) {
+func (c *Catalog) restoreSavepoint(ctx context.Context, req RestoreRequest) (*Restore, error) {
 	c.mu.Lock()
 	sp, ok := c.savepoints[req.SavepointID]
 	var m *Manifest
+	var released []string
 	if ok {
 		m = cloneManifest(sp.m)
+		j := c.job(req.Job)
+		// Savepoint files live under savepoints/, which Complete refuses
+		// anyway; a restore replaces any earlier no-claim source, and the
+		// tasks build on no checkpoint.
+		j.noClaim, j.noClaimFrom = nil, ""
+		released = c.setBaseLocked(j, ref{})
 	}
-	j := c.job(req.Job)
-	// Savepoint files live under savepoints/, which Complete refuses
-	// anyway; a restore replaces any earlier no-claim source.
-	j.noClaim, j.noClaimFrom = nil, ""
 	c.mu.Unlock()
+	c.deleteReleased(ctx, released)
 	if !ok {
 		return nil, fmt.Errorf("%w: savepoint %s", ErrNotFound, req.SavepointID)
 	}

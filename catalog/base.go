@@ -1,0 +1,100 @@
+package catalog
+
+import (
+	"context"
+
+	"github.com/statedhq/stated/refcount"
+)
+
+// Incremental bases.
+//
+// A job's tasks build each incremental checkpoint on the last checkpoint
+// they were told completed, or on the one they restored from: that base's
+// shared files are reused without being uploaded again, and they are
+// registered only when the new checkpoint completes. Usually the base is a
+// checkpoint the job retains itself. It is not when another owner drops
+// it: the job restored another job's checkpoint in claim mode and that job
+// claims it back (or the other way round), or DeleteCheckpoint removed it.
+// Deleting its shared files then would make the job's next checkpoint fail
+// with "file does not exist" (FLINK-25395), so the catalog keeps them in
+// the registry under a hold of the job (holdOwner) until the job's base
+// moves on: its next completion (which registers what it reuses) or its
+// next restore. A hold is per job and covers one checkpoint, so holds are
+// bounded by the number of jobs; they live in memory only, since a
+// restarted daemon's tasks restore (and so choose a new base) anyway.
+//
+// A checkpoint in flight may also build on the job's previous base (it
+// began before the tasks heard of the newest completion), so when a
+// dropped checkpoint is the base or previous base of a job with a
+// checkpoint in flight, its unreferenced shared files are left to the
+// sweep, which deletes them past the grace period unless that checkpoint
+// completes and references them.
+
+// holdOwner is the registry owner under which job keeps its dropped base's
+// shared files. It cannot collide with a checkpoint or savepoint directory
+// (a job name never holds a NUL).
+func holdOwner(job string) string { return "\x00hold/" + job }
+
+// setBaseLocked moves j's base to r (zero: none) and returns the shared
+// files of its old base that nothing references any more, for the caller
+// to delete (deleteUnreferenced) once it has let go of the lock: none if j
+// has a checkpoint in flight, which may build on the old base (the sweep
+// deletes them later).
+func (c *Catalog) setBaseLocked(j *jobState, r ref) []string {
+	if j.base == r {
+		return nil
+	}
+	j.prevBase, j.base = j.base, r
+	if !c.reg.Has(holdOwner(j.name)) {
+		return nil
+	}
+	dropped := c.reg.Unregister(holdOwner(j.name))
+	if len(j.inflight) > 0 {
+		return nil
+	}
+	names := make([]string, len(dropped))
+	for i, o := range dropped {
+		names[i] = o.Path
+	}
+	return names
+}
+
+// deleteReleased deletes what setBaseLocked released; a failure is left to
+// the sweep.
+func (c *Catalog) deleteReleased(ctx context.Context, names []string) {
+	if len(names) == 0 {
+		return
+	}
+	if _, err := c.deleteUnreferenced(ctx, names); err != nil {
+		c.opts.Logf("catalog: delete the shared files of a former base (the sweep retries): %v", err)
+	}
+}
+
+// dropBaseLocked is the part of discarding e that concerns bases: every
+// job whose base e is holds e's shared files from now on, and the result
+// says whether the shared files that become unreferenced must be left to
+// the sweep (a job that may build on e has a checkpoint in flight).
+func (c *Catalog) dropBaseLocked(e *entry) (deferShared bool) {
+	var shared []refcount.Object
+	for _, o := range c.reg.Objects(e.ref.dir()) {
+		if classify(o.Path).kind == objShared {
+			shared = append(shared, o)
+		}
+	}
+	for _, j := range c.jobs {
+		related := j.base == e.ref || j.prevBase == e.ref || j.name == e.ref.job || j.name == e.owner
+		if related && len(j.inflight) > 0 {
+			deferShared = true
+		}
+		if j.base != e.ref || len(shared) == 0 {
+			continue
+		}
+		if err := c.reg.Register(holdOwner(j.name), shared); err != nil {
+			// Only a name registered with other bytes fails here, which
+			// Complete refuses; keep the files rather than risk them.
+			c.opts.Logf("catalog: job %s: hold the shared files of its base %s: %v", j.name, e.ref, err)
+			deferShared = true
+		}
+	}
+	return deferShared
+}
