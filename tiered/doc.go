@@ -12,7 +12,10 @@
 //   - fault: a seeded fault-injecting wrapper for tests.
 //
 // WithPrefix roots a view at a sub-prefix (savepoints use it); storeurl
-// opens a store from a URL (file://, s3://, mem://); zstdcodec is the
-// bounded zstd codec for checkpoint files; storetest is the acceptance
-// suite every implementation runs.
+// opens a store from a URL (file://, s3://, mem://); storetest is the
+// acceptance suite every implementation runs. Compression is the
+// backends' business, not the store's: file and heap snapshots compress
+// each key-group block with zstd (backend/internal/snapfmt, recorded in
+// FileRef.Compression) so that ranged reads of a sub-range still work, and
+// Pebble compresses the blocks of lsm tables itself.
 package tiered

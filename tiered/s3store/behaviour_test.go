@@ -133,10 +133,7 @@ func TestGetResumesBrokenBody(t *testing.T) {
 
 // A resumed read never mixes two versions of an object.
 func TestResumeDetectsReplacement(t *testing.T) {
-	if !s3test.Real() {
-		// gofakes3 ignores If-Match on GET, so this needs a real server.
-		t.Skip("needs a real S3 server (STATED_TEST_S3_ENDPOINT): gofakes3 ignores If-Match")
-	}
+	s3test.RequireReal(t, "gofakes3 ignores If-Match on GET")
 	ft := &flakyTransport{breakBodiesAfter: 64 << 10}
 	s := openWith(t, ft, nil)
 	ctx := context.Background()
@@ -232,9 +229,7 @@ type errReader struct{}
 func (errReader) Read([]byte) (int, error) { return 0, errors.New("reader broke") }
 
 func TestBadCredentialsRefused(t *testing.T) {
-	if !s3test.Real() {
-		t.Skip("gofakes3 accepts any credentials; needs a real S3 server (STATED_TEST_S3_ENDPOINT)")
-	}
+	s3test.RequireReal(t, "gofakes3 accepts any credentials")
 	opts := s3test.RealOptions(t)
 	opts.SecretAccessKey = "wrong"
 	opts.MaxAttempts = 1

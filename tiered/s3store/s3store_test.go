@@ -45,9 +45,7 @@ func TestAcceptanceFake(t *testing.T) {
 // STATED_TEST_S3_ENDPOINT; .ci/run starts versitygw and sets it. It is the
 // only run that checks conditional puts on the multipart path.
 func TestAcceptanceServer(t *testing.T) {
-	if !s3test.Real() {
-		t.Skip("no real S3 server: set STATED_TEST_S3_ENDPOINT (scripts/s3-server.sh start prints it)")
-	}
+	s3test.RequireReal(t, "the acceptance suite against a real server")
 	storetest.Run(t, harness(s3test.RealOptions, true))
 }
 

@@ -28,6 +28,10 @@ import (
 const (
 	EnvEndpoint = "STATED_TEST_S3_ENDPOINT"
 	EnvBucket   = "STATED_TEST_S3_BUCKET"
+	// EnvRequire, when set to 1, makes RequireReal fail rather than skip:
+	// scripts/test.sh sets it once it has started a server, so a CI run can
+	// never pass with the real-server checks silently skipped.
+	EnvRequire = "STATED_TEST_S3_REQUIRE"
 )
 
 // FakeBucket is the bucket the in-process server holds.
@@ -35,6 +39,20 @@ const FakeBucket = "stated-test"
 
 // Real reports whether a real S3 server is configured.
 func Real() bool { return os.Getenv(EnvEndpoint) != "" }
+
+// RequireReal skips t, saying why, when no real S3 server is configured;
+// it fails t instead when EnvRequire is 1.
+func RequireReal(t testing.TB, why string) {
+	t.Helper()
+	if Real() {
+		return
+	}
+	msg := "needs a real S3 server (set " + EnvEndpoint + "; scripts/s3-server.sh start prints it): " + why
+	if os.Getenv(EnvRequire) == "1" {
+		t.Fatal(msg + "; " + EnvRequire + "=1 forbids skipping")
+	}
+	t.Skip(msg)
+}
 
 // RealOptions returns options for the configured real server, rooted at a
 // fresh prefix that is emptied when t ends. It fails t when no server or
