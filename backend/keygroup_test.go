@@ -109,6 +109,28 @@ func TestPublishedAssignmentExample(t *testing.T) {
 	}
 }
 
+// Ranges worked out by hand from Flink's KeyGroupRangeAssignment
+// (start = ceil(i*max/p), end = floor(((i+1)*max-1)/p)), independent of
+// the code under test.
+func TestKeyGroupRangeForOperatorTable(t *testing.T) {
+	for _, c := range []struct {
+		maxP, p int
+		want    []KeyGroupRange
+	}{
+		{128, 5, []KeyGroupRange{{0, 25}, {26, 51}, {52, 76}, {77, 102}, {103, 127}}},
+		{10, 3, []KeyGroupRange{{0, 3}, {4, 6}, {7, 9}}},
+		{4096, 3, []KeyGroupRange{{0, 1365}, {1366, 2730}, {2731, 4095}}},
+		{128, 1, []KeyGroupRange{{0, 127}}},
+		{4, 4, []KeyGroupRange{{0, 0}, {1, 1}, {2, 2}, {3, 3}}},
+	} {
+		for i, w := range c.want {
+			if got := KeyGroupRangeForOperator(c.maxP, c.p, i); got != w {
+				t.Errorf("max %d, parallelism %d, subtask %d: range %s, want %s", c.maxP, c.p, i, got, w)
+			}
+		}
+	}
+}
+
 func TestRangesPartitionKeyGroups(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		maxP := rapid.IntRange(1, MaxMaxParallelism).Draw(t, "max")
