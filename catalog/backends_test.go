@@ -5,8 +5,10 @@ import (
 	"maps"
 	"math"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 
@@ -444,5 +446,94 @@ func TestHeapCheckpointsAndNativeSavepoint(t *testing.T) {
 	got, err := dumpState(rb, allKGs)
 	if err != nil || !reflect.DeepEqual(got, model) {
 		t.Fatalf("heap restored from its native savepoint: %v\n got %v\nwant %v", err, got, model)
+	}
+}
+
+// TestNativeSavepointLSMRelocatable: a native savepoint of a real lsm
+// backend (incremental: its snapshot reuses SSTs of checkpoint 1) is
+// self-contained. Once every checkpoint of the job is gone and a GC past
+// the grace period ran, the savepoint still verifies and, moved to another
+// store, restores into lsm with the state at the savepoint; the next
+// incremental checkpoint of the source still builds on checkpoint 1, not
+// on the savepoint (FLINK-23949).
+func TestNativeSavepointLSMRelocatable(t *testing.T) {
+	s := memstore.New()
+	clk := &testClock{}
+	c := openCat(t, s, clk)
+	in := &instance{}
+	want := kvModel{}
+	src := in.open(t, backend.KindLSM, taskOpts("j", s))
+	defer src.Close()
+	writeSome(t, src, want, 1)
+	m1 := realCheckpoint(t, c, src, 1)
+	writeSome(t, src, want, 2)
+	atSavepoint := maps.Clone(want)
+
+	// The savepoint's snapshot runs as checkpoint 2, released afterwards.
+	if err := c.BeginCheckpoint("j", 2); err != nil {
+		t.Fatal(err)
+	}
+	h := snapshotRun(t, src, 2)
+	reused := 0
+	for _, f := range h.Files {
+		if slices.Contains(filesOf(m1), f.Path) {
+			reused++
+		}
+	}
+	if reused == 0 {
+		t.Fatal("the savepoint's snapshot reuses no file of checkpoint 1; the test shows nothing of an incremental source")
+	}
+	if _, err := c.TriggerSavepoint(ctx, SavepointRequest{ID: "native-lsm", Job: "j", CheckpointID: 2, Handles: []*backend.Handle{h}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Release(ctx, "j", 2); err != nil {
+		t.Fatal(err)
+	}
+	src.NotifyCheckpointAborted(2)
+
+	// The next checkpoint builds on checkpoint 1, not on the savepoint.
+	writeSome(t, src, want, 3)
+	m3 := realCheckpoint(t, c, src, 3)
+	for _, f := range filesOf(m3) {
+		if strings.HasPrefix(f, SavepointsDir+"/") {
+			t.Fatalf("checkpoint 3 references savepoint file %s", f)
+		}
+	}
+	// Drop every checkpoint of the job and collect everything past grace.
+	for _, id := range c.Retained("j") {
+		if err := c.DeleteCheckpoint(ctx, "j", id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := c.RestoreSource(ctx, RestoreRequest{Job: "j", SavepointID: "native-lsm"}); err != nil {
+		t.Fatal(err) // moves j's base off its deleted checkpoint
+	}
+	clk.Advance(5 * time.Hour)
+	if _, err := c.GC(ctx, false); err != nil {
+		t.Fatal(err)
+	}
+	if left := storeSnapshot(t, s, "j/shared/"); len(left) != 0 {
+		t.Fatalf("shared files of the job survive the deletion of all its checkpoints: %v", names(left))
+	}
+	if rep, err := c.VerifySavepoint(ctx, "native-lsm"); err != nil || !rep.OK() {
+		t.Fatalf("verify the savepoint after its checkpoints are gone: %+v %v", rep, err)
+	}
+	moved := memstore.New()
+	for name, data := range storeSnapshot(t, s, "savepoints/native-lsm/") {
+		if err := tiered.PutBytes(ctx, moved, strings.TrimPrefix(name, "savepoints/native-lsm/"), []byte(data)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r, err := LoadSavepoint(ctx, moved)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := taskOpts("j2", moved)
+	o.Restore, o.RestoreStore, o.NoClaim = r.Handles, r.Store, r.NoClaim
+	b := in.open(t, backend.KindLSM, o)
+	defer b.Close()
+	got, err := dumpState(b, allKGs)
+	if err != nil || !reflect.DeepEqual(got, atSavepoint) {
+		t.Fatalf("lsm restored from its moved native savepoint: %v\n got %v\nwant %v", err, got, atSavepoint)
 	}
 }
