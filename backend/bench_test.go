@@ -135,7 +135,7 @@ func timed(b *testing.B, fn func(i int) error) {
 // BenchmarkOps measures get, put (value state), list-append and map-put on
 // every backend and on raw Pebble, one operation per iteration.
 //
-//	go test -run '^$' -bench BenchmarkOps -benchtime 200000x -count 5 ./backend/
+//	go test -run '^$' -bench BenchmarkOps -benchtime 200000x -count 6 ./backend/
 func BenchmarkOps(b *testing.B) {
 	targets := []struct {
 		name string
