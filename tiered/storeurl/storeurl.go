@@ -16,7 +16,10 @@
 // S3-compatible servers want), virtual-host style otherwise (AWS).
 //
 // With Options.CacheDir set, the store is wrapped in the tiered cache
-// (tiered/cache) bounded by Options.CacheBytes.
+// (tiered/cache) bounded by Options.CacheBytes; Tier does the same for a
+// store opened otherwise. Names Options.Uncached accepts go around the
+// cache; the daemon keeps the catalog's metadata out of it
+// (CatalogMetadata).
 package storeurl
 
 import (
@@ -67,6 +70,13 @@ type Options struct {
 	CacheDir string
 	// CacheBytes bounds the cache. Default DefaultCacheBytes.
 	CacheBytes int64
+	// Uncached, when set (and CacheDir is), picks the objects that bypass
+	// the cache: their puts, gets and stats go straight to the store and
+	// they never get a local copy. Use it for objects that are rewritten
+	// under one name or may be written by another process, whose cached
+	// copy could be stale (CatalogMetadata). Default nil: everything is
+	// cached.
+	Uncached func(name string) bool
 }
 
 // Location is a parsed store URL.
@@ -205,18 +215,35 @@ func Open(ctx context.Context, rawURL string, opts Options) (tiered.Store, error
 	if err != nil {
 		return nil, fmt.Errorf("storeurl: open %s: %w", redact(rawURL), err)
 	}
-	if opts.CacheDir == "" {
-		return s, nil
-	}
-	if opts.CacheBytes == 0 {
-		opts.CacheBytes = DefaultCacheBytes
-	}
-	c, err := cache.New(s, cache.Options{Dir: opts.CacheDir, MaxBytes: opts.CacheBytes})
+	t, err := Tier(s, opts)
 	if err != nil {
 		s.Close()
 		return nil, fmt.Errorf("storeurl: open %s: %w", redact(rawURL), err)
 	}
-	return c, nil
+	return t, nil
+}
+
+// Tier puts the cache opts.CacheDir names (bounded by opts.CacheBytes,
+// bypassed by the names opts.Uncached accepts) in front of remote, as Open
+// does; without CacheDir it returns remote itself. The result's Close
+// closes remote; on error remote is left open. The cache is a *cache.Store,
+// or with Uncached a store that embeds one (its Stats and Cached methods
+// are promoted).
+func Tier(remote tiered.Store, opts Options) (tiered.Store, error) {
+	if opts.CacheDir == "" {
+		return remote, nil
+	}
+	if opts.CacheBytes == 0 {
+		opts.CacheBytes = DefaultCacheBytes
+	}
+	c, err := cache.New(remote, cache.Options{Dir: opts.CacheDir, MaxBytes: opts.CacheBytes})
+	if err != nil {
+		return nil, err
+	}
+	if opts.Uncached == nil {
+		return c, nil
+	}
+	return &partialCache{Store: c, remote: remote, uncached: opts.Uncached}, nil
 }
 
 func redact(raw string) string {
