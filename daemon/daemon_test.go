@@ -324,6 +324,48 @@ func TestHistogramAndTally(t *testing.T) {
 	}
 }
 
+// TestTallyCountsUntimedKinds: a kind counted only with Count (none of its
+// operations timed, as in a large batch's samples) still reaches the
+// counters, and its latency histogram stays empty.
+func TestTallyCountsUntimedKinds(t *testing.T) {
+	m := daemon.NewMetrics()
+	e := newEnv(t, openers.Config{}, func(c *daemon.Config) { c.Metrics = m })
+	in := e.open(t, "j", 0, backend.KindFile)
+	tally := in.Ops.Tally()
+	tally.Add(backend.KindValue, daemon.OpPut, time.Microsecond, false)
+	for range 3 {
+		tally.Count(backend.KindAggregate, daemon.OpAggregateAdd, false)
+		tally.Count(backend.KindList, daemon.OpListAppend, true)
+	}
+	tally.Flush()
+	fi := daemon.BackendIndex(backend.KindFile)
+	for _, c := range []struct {
+		sk         backend.StateKind
+		op         daemon.Op
+		ops, errs  uint64
+		latencyCnt uint64
+	}{
+		{backend.KindValue, daemon.OpPut, 1, 0, 1},
+		{backend.KindAggregate, daemon.OpAggregateAdd, 3, 0, 0},
+		{backend.KindList, daemon.OpListAppend, 3, 3, 0},
+	} {
+		if got := m.Ops[fi][c.sk][c.op].Load(); got != c.ops {
+			t.Errorf("%s on kind %d: %d ops, want %d", c.op, c.sk, got, c.ops)
+		}
+		if got := m.OpErrors[fi][c.sk][c.op].Load(); got != c.errs {
+			t.Errorf("%s on kind %d: %d errors, want %d", c.op, c.sk, got, c.errs)
+		}
+		if got := m.OpLatency[fi][c.sk].Snapshot().Count; got != c.latencyCnt {
+			t.Errorf("kind %d: %d latency samples, want %d", c.sk, got, c.latencyCnt)
+		}
+	}
+	// Flush reset the tally: flushing again adds nothing.
+	tally.Flush()
+	if got := m.Ops[fi][backend.KindAggregate][daemon.OpAggregateAdd].Load(); got != 3 {
+		t.Errorf("after a second flush: %d", got)
+	}
+}
+
 // TestHeapSnapshotMemoryBounded: heap snapshots live in daemon memory; the
 // catalog deletes those of subsumed, aborted and declined checkpoints, so a
 // heap instance that takes many checkpoints holds about Retain snapshots,

@@ -225,7 +225,10 @@ type OpTally struct {
 	errs   [numStateKinds][numOps]uint32
 	counts [numStateKinds][opLatencyBuckets + 1]uint32
 	sumNs  [numStateKinds]int64
-	used   [numStateKinds]bool
+	// used marks the state kinds with anything to flush: set by Add and
+	// Count alike, so that a kind none of whose operations was timed still
+	// has its counts flushed.
+	used [numStateKinds]bool
 }
 
 // Tally starts a local count.
@@ -262,6 +265,7 @@ func (t *OpTally) Count(sk backend.StateKind, op Op, failed bool) {
 	if failed {
 		t.errs[s][op]++
 	}
+	t.used[s] = true
 }
 
 // Flush adds the local counts to the daemon's metrics and resets them.
