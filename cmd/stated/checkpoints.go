@@ -14,7 +14,8 @@ import (
 )
 
 func newCheckpointsCmd() *cobra.Command {
-	var store, job string
+	var store cliStore
+	var job string
 	cmd := &cobra.Command{
 		Use:   "checkpoints",
 		Short: "Print the checkpoint history and the savepoints",
@@ -29,18 +30,18 @@ orphans that the sweep or "stated gc" removes).`,
 			return runCheckpoints(cmd.Context(), cmd.OutOrStdout(), cmd.ErrOrStderr(), store, job)
 		},
 	}
-	storeFlag(cmd, &store)
+	storeFlags(cmd, &store)
 	cmd.Flags().StringVar(&job, "job", "", "show only this job")
 	return cmd
 }
 
 func init() { rootCmd.AddCommand(newCheckpointsCmd()) }
 
-func runCheckpoints(ctx context.Context, out, errOut io.Writer, storeURL, job string) error {
+func runCheckpoints(ctx context.Context, out, errOut io.Writer, store cliStore, job string) error {
 	if ctx == nil {
 		ctx = context.Background()
 	}
-	s, err := openCLIStore(ctx, storeURL, false)
+	s, err := openCLIStore(ctx, store, false)
 	if err != nil {
 		return err
 	}
@@ -60,7 +61,7 @@ func runCheckpoints(ctx context.Context, out, errOut io.Writer, storeURL, job st
 			return err
 		}
 		if !slices.Contains(jobs, job) {
-			return fmt.Errorf("job %s has no checkpoint history in %s", job, storeURL)
+			return fmt.Errorf("job %s has no checkpoint history in %s", job, store.url)
 		}
 		jobs = []string{job}
 	}
@@ -96,7 +97,7 @@ func runCheckpoints(ctx context.Context, out, errOut io.Writer, storeURL, job st
 		tw.Flush()
 	}
 	if len(jobs) == 0 && len(sps) == 0 {
-		fmt.Fprintf(out, "no checkpoints in %s\n", storeURL)
+		fmt.Fprintf(out, "no checkpoints in %s\n", store.url)
 	}
 	return nil
 }

@@ -13,7 +13,7 @@ import (
 )
 
 func newGCCmd() *cobra.Command {
-	var store string
+	var store cliStore
 	var dryRun bool
 	var grace time.Duration
 	cmd := &cobra.Command{
@@ -32,7 +32,7 @@ must exceed the daemon's --checkpoint-timeout (it does by default).`,
 			return runGC(cmd.Context(), cmd.OutOrStdout(), store, grace, dryRun)
 		},
 	}
-	storeFlag(cmd, &store)
+	storeFlags(cmd, &store)
 	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "list what would be deleted, delete nothing")
 	cmd.Flags().DurationVar(&grace, "grace", catalog.DefaultGCGrace, "minimum age of a file before it is deleted")
 	return cmd
@@ -40,14 +40,14 @@ must exceed the daemon's --checkpoint-timeout (it does by default).`,
 
 func init() { rootCmd.AddCommand(newGCCmd()) }
 
-func runGC(ctx context.Context, out io.Writer, storeURL string, grace time.Duration, dryRun bool) error {
+func runGC(ctx context.Context, out io.Writer, store cliStore, grace time.Duration, dryRun bool) error {
 	if ctx == nil {
 		ctx = context.Background()
 	}
 	if grace <= 0 {
 		return fmt.Errorf("--grace %s must be positive", grace)
 	}
-	s, err := openCLIStore(ctx, storeURL, !dryRun)
+	s, err := openCLIStore(ctx, store, !dryRun)
 	if err != nil {
 		return err
 	}

@@ -29,7 +29,6 @@ import (
 	"github.com/statedhq/stated/catalog"
 	"github.com/statedhq/stated/daemon"
 	"github.com/statedhq/stated/daemon/openers"
-	"github.com/statedhq/stated/tiered/storeurl"
 )
 
 // serveFlags are the options of "stated serve"; each flag also reads the
@@ -41,6 +40,8 @@ type serveFlags struct {
 	token             string
 	metricsAddr       string
 	checkpointStore   string
+	s3                s3Flags
+	cache             cacheFlags
 	retain            int
 	heapSnapshotCap   string
 	maxValueSize      string
@@ -84,6 +85,8 @@ exits 0.`,
 	fl.StringVar(&f.token, "token", "", "token TCP clients must send (authorization: Bearer <token>)")
 	fl.StringVar(&f.metricsAddr, "metrics-addr", "127.0.0.1:9464", `address of /metrics and /healthz ("" to disable)`)
 	fl.StringVar(&f.checkpointStore, "checkpoint-store", "", "checkpoint storage URL: file:///dir or s3://bucket/prefix (default file://<data-dir>/checkpoints)")
+	addS3Flags(fl, &f.s3)
+	addCacheFlags(fl, &f.cache)
 	fl.IntVar(&f.retain, "retain", catalog.DefaultRetain, "completed checkpoints kept per job")
 	fl.StringVar(&f.heapSnapshotCap, "heap-snapshot-cap", "5MiB", "largest heap snapshot kept in daemon memory; larger ones are declined")
 	fl.StringVar(&f.maxValueSize, "max-value-size", "4MiB", "largest key, namespace, value, list element or map user key/value")
@@ -197,6 +200,7 @@ func (f *serveFlags) validate() (sizes, error) {
 	if f.shutdownGrace < 0 {
 		errs = append(errs, errors.New("--shutdown-grace is negative"))
 	}
+	errs = append(errs, f.s3.validate(), f.cache.validate())
 	return s, errors.Join(errs...)
 }
 
@@ -234,11 +238,11 @@ func runServe(ctx context.Context, f serveFlags, gcFlagSet bool) error {
 		f.checkpointStore = "file://" + abs
 	}
 
-	store, err := storeurl.Open(ctx, f.checkpointStore, storeurl.Options{})
+	store, closeStore, err := openCheckpointStore(ctx, &f, log)
 	if err != nil {
 		return err
 	}
-	defer store.Close()
+	defer closeStore()
 	set, err := openers.New(openers.Config{HeapSnapshotCap: sz.heapCap, LSMCacheSize: sz.lsmCache, FileCompression: f.fileCompression})
 	if err != nil {
 		return err

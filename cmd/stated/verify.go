@@ -14,44 +14,10 @@ import (
 	"github.com/statedhq/stated/catalog"
 	"github.com/statedhq/stated/tiered"
 	"github.com/statedhq/stated/tiered/localfs"
-	"github.com/statedhq/stated/tiered/storeurl"
 )
 
-// defaultCLIStore is the checkpoint store of "stated serve" with its
-// default --data-dir.
-const defaultCLIStore = "./stated-data/checkpoints"
-
-// storeFlag adds --store to cmd; its default is $STATED_CHECKPOINT_STORE
-// (the variable "stated serve" reads too), then defaultCLIStore.
-func storeFlag(cmd *cobra.Command, dst *string) {
-	def := defaultCLIStore
-	if v := os.Getenv("STATED_CHECKPOINT_STORE"); v != "" {
-		def = v
-	}
-	cmd.Flags().StringVar(dst, "store", def, "checkpoint storage: a directory, file:///dir or s3://bucket/prefix (env STATED_CHECKPOINT_STORE)")
-}
-
-// openCLIStore opens the checkpoint store for a CLI command. A local
-// directory must exist and is opened without creating anything or clearing
-// the temporary files of a daemon running on it; writable says whether
-// deletes are allowed (stated gc). Nothing here ever writes an object.
-func openCLIStore(ctx context.Context, raw string, writable bool) (tiered.Store, error) {
-	loc, err := storeurl.Parse(raw)
-	if err != nil {
-		return nil, err
-	}
-	if loc.Scheme == "file" {
-		s, err := localfs.OpenWith(loc.Path, localfs.Options{ReadOnly: !writable, MustExist: true})
-		if err != nil {
-			return nil, fmt.Errorf("checkpoint store %s: %w", loc.Path, err)
-		}
-		return s, nil
-	}
-	return storeurl.Open(ctx, raw, storeurl.Options{})
-}
-
 func newVerifyCmd() *cobra.Command {
-	var store string
+	var store cliStore
 	cmd := &cobra.Command{
 		Use:   "verify <checkpoint-or-savepoint-dir>",
 		Short: "Re-read every file of a checkpoint or savepoint and check every checksum",
@@ -68,13 +34,13 @@ or "savepoints/<id>".`,
 			return runVerify(cmd.Context(), cmd.OutOrStdout(), args[0], store, cmd.Flags().Changed("store"))
 		},
 	}
-	storeFlag(cmd, &store)
+	storeFlags(cmd, &store)
 	return cmd
 }
 
 func init() { rootCmd.AddCommand(newVerifyCmd()) }
 
-func runVerify(ctx context.Context, out io.Writer, target, storeURL string, inStore bool) error {
+func runVerify(ctx context.Context, out io.Writer, target string, store cliStore, inStore bool) error {
 	if ctx == nil {
 		ctx = context.Background()
 	}
@@ -82,7 +48,7 @@ func runVerify(ctx context.Context, out io.Writer, target, storeURL string, inSt
 	var dir string
 	var err error
 	if inStore {
-		if s, err = openCLIStore(ctx, storeURL, false); err != nil {
+		if s, err = openCLIStore(ctx, store, false); err != nil {
 			return err
 		}
 		dir = strings.Trim(target, "/")

@@ -77,7 +77,7 @@ func TestVerifyFindsFlippedByteAndDeletedFile(t *testing.T) {
 	root, m := realCheckpoints(t, 2)
 	dir := filepath.Join(root, "j", "chk-2")
 	var out bytes.Buffer
-	if err := runVerify(context.Background(), &out, dir, "", false); err != nil {
+	if err := runVerify(context.Background(), &out, dir, cliStore{}, false); err != nil {
 		t.Fatalf("clean checkpoint: %v\n%s", err, out.String())
 	}
 	if !strings.Contains(out.String(), "OK") {
@@ -101,7 +101,7 @@ func TestVerifyFindsFlippedByteAndDeletedFile(t *testing.T) {
 		t.Fatal(err)
 	}
 	out.Reset()
-	err = runVerify(context.Background(), &out, dir, "", false)
+	err = runVerify(context.Background(), &out, dir, cliStore{}, false)
 	if err == nil || !strings.Contains(out.String(), files[0]) || !strings.Contains(out.String(), "crc32c") {
 		t.Fatalf("flipped byte not found: %v\n%s", err, out.String())
 	}
@@ -110,7 +110,7 @@ func TestVerifyFindsFlippedByteAndDeletedFile(t *testing.T) {
 		t.Fatal(err)
 	}
 	out.Reset()
-	err = runVerify(context.Background(), &out, "j/chk-2", root, true)
+	err = runVerify(context.Background(), &out, "j/chk-2", cliStore{url: root}, true)
 	if err == nil || !strings.Contains(out.String(), files[0]) || !strings.Contains(out.String(), "missing") {
 		t.Fatalf("deleted file not found: %v\n%s", err, out.String())
 	}
@@ -120,11 +120,11 @@ func TestVerifyFindsFlippedByteAndDeletedFile(t *testing.T) {
 		t.Fatal(err)
 	}
 	out.Reset()
-	if err := runVerify(context.Background(), &out, moved, "", false); err != nil || !strings.Contains(out.String(), "savepoint sp1") {
+	if err := runVerify(context.Background(), &out, moved, cliStore{}, false); err != nil || !strings.Contains(out.String(), "savepoint sp1") {
 		t.Fatalf("moved savepoint: %v\n%s", err, out.String())
 	}
 	// A directory without a manifest is an error, not a pass.
-	if err := runVerify(context.Background(), &out, t.TempDir(), "", false); err == nil {
+	if err := runVerify(context.Background(), &out, t.TempDir(), cliStore{}, false); err == nil {
 		t.Fatal("verify of an empty directory passed")
 	}
 }
@@ -132,7 +132,7 @@ func TestVerifyFindsFlippedByteAndDeletedFile(t *testing.T) {
 func TestCheckpointsTable(t *testing.T) {
 	root, _ := realCheckpoints(t, 4)
 	var out, errOut bytes.Buffer
-	if err := runCheckpoints(context.Background(), &out, &errOut, root, ""); err != nil {
+	if err := runCheckpoints(context.Background(), &out, &errOut, cliStore{url: root}, ""); err != nil {
 		t.Fatal(err)
 	}
 	got := out.String()
@@ -145,7 +145,7 @@ func TestCheckpointsTable(t *testing.T) {
 	if lines := strings.Count(got, "completed"); lines != 4 {
 		t.Errorf("%d completed rows, want 4:\n%s", lines, got)
 	}
-	if err := runCheckpoints(context.Background(), &out, &errOut, root, "nope"); err == nil {
+	if err := runCheckpoints(context.Background(), &out, &errOut, cliStore{url: root}, "nope"); err == nil {
 		t.Fatal("unknown job accepted")
 	}
 }
@@ -169,7 +169,7 @@ func TestGCDryRunAndDelete(t *testing.T) {
 		t.Fatal(err)
 	}
 	var out bytes.Buffer
-	if err := runGC(context.Background(), &out, root, time.Hour, true); err != nil {
+	if err := runGC(context.Background(), &out, cliStore{url: root}, time.Hour, true); err != nil {
 		t.Fatal(err)
 	}
 	if !strings.Contains(out.String(), "would delete 1 unreferenced objects") || !strings.Contains(out.String(), "j/shared/lost-upload") ||
@@ -180,7 +180,7 @@ func TestGCDryRunAndDelete(t *testing.T) {
 		t.Fatal("dry run deleted the orphan")
 	}
 	out.Reset()
-	if err := runGC(context.Background(), &out, root, time.Hour, false); err != nil {
+	if err := runGC(context.Background(), &out, cliStore{url: root}, time.Hour, false); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := os.Stat(orphan); !os.IsNotExist(err) {

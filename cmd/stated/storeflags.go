@@ -1,0 +1,276 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"github.com/statedhq/stated/daemon"
+	"github.com/statedhq/stated/tiered"
+	"github.com/statedhq/stated/tiered/cache"
+	"github.com/statedhq/stated/tiered/localfs"
+	"github.com/statedhq/stated/tiered/storeurl"
+)
+
+// s3Flags are the S3 settings of every command that opens the checkpoint
+// store (serve, checkpoints, verify, gc). Each flag also reads
+// STATED_<FLAG> (STATED_S3_ENDPOINT, ...). What they leave unset comes
+// from the store URL's query, then from AWS_ENDPOINT_URL_S3,
+// AWS_ENDPOINT_URL, AWS_REGION, AWS_DEFAULT_REGION, AWS_ACCESS_KEY_ID,
+// AWS_SECRET_ACCESS_KEY and AWS_SESSION_TOKEN, then from the AWS SDK's
+// default chain (shared config files, instance roles); see storeurl.
+type s3Flags struct {
+	endpoint        string
+	region          string
+	pathStyle       optBool
+	accessKeyID     string
+	secretAccessKey string
+}
+
+// s3FlagNames are the flags addS3Flags adds.
+var s3FlagNames = []string{"s3-endpoint", "s3-region", "s3-path-style", "s3-access-key-id", "s3-secret-access-key"}
+
+func addS3Flags(fs *pflag.FlagSet, f *s3Flags) {
+	fs.StringVar(&f.endpoint, "s3-endpoint", "", "S3 service URL of s3:// stores, e.g. http://127.0.0.1:7070 for MinIO or versitygw (default $AWS_ENDPOINT_URL_S3, $AWS_ENDPOINT_URL, else AWS)")
+	fs.StringVar(&f.region, "s3-region", "", "S3 signing region (default $AWS_REGION, $AWS_DEFAULT_REGION)")
+	fs.Var(&f.pathStyle, "s3-path-style", "S3 path-style addressing (http://host/bucket/key); default on with an endpoint, off for AWS; =false forces virtual-host style")
+	fs.Lookup("s3-path-style").NoOptDefVal = "true"
+	fs.StringVar(&f.accessKeyID, "s3-access-key-id", "", "S3 access key id, with --s3-secret-access-key (default $AWS_ACCESS_KEY_ID, else the AWS SDK's default chain)")
+	fs.StringVar(&f.secretAccessKey, "s3-secret-access-key", "", "S3 secret access key; prefer $STATED_S3_SECRET_ACCESS_KEY or $AWS_SECRET_ACCESS_KEY: a flag's value shows in the process list (default $AWS_SECRET_ACCESS_KEY)")
+}
+
+// validate reports every problem of the S3 flags.
+func (f *s3Flags) validate() error {
+	var errs []error
+	if f.endpoint != "" {
+		u, err := url.Parse(f.endpoint)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			errs = append(errs, fmt.Errorf("--s3-endpoint %q is not an http:// or https:// URL", f.endpoint))
+		}
+	}
+	if (f.accessKeyID == "") != (f.secretAccessKey == "") {
+		errs = append(errs, errors.New("--s3-access-key-id and --s3-secret-access-key go together (or leave both to AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY)"))
+	}
+	return errors.Join(errs...)
+}
+
+// options are the storeurl options the flags give.
+func (f *s3Flags) options() storeurl.Options {
+	o := storeurl.Options{Endpoint: f.endpoint, Region: f.region, AccessKeyID: f.accessKeyID, SecretAccessKey: f.secretAccessKey}
+	if f.pathStyle.set {
+		o.Addressing = storeurl.AddressingVirtual
+		if f.pathStyle.v {
+			o.Addressing = storeurl.AddressingPath
+		}
+	}
+	return o
+}
+
+// optBool is a boolean flag that knows whether it was set.
+type optBool struct{ v, set bool }
+
+func (b *optBool) String() string {
+	if !b.set {
+		return ""
+	}
+	return strconv.FormatBool(b.v)
+}
+
+func (b *optBool) Set(s string) error {
+	v, err := strconv.ParseBool(s)
+	if err != nil {
+		return fmt.Errorf("%q is not a boolean", s)
+	}
+	b.v, b.set = v, true
+	return nil
+}
+
+func (b *optBool) Type() string { return "bool" }
+
+// cliStore is the checkpoint store of a CLI command: --store and the S3
+// flags.
+type cliStore struct {
+	url string
+	s3  s3Flags
+}
+
+// defaultCLIStore is the checkpoint store of "stated serve" with its
+// default --data-dir.
+const defaultCLIStore = "./stated-data/checkpoints"
+
+// storeFlags adds --store and the S3 flags to cmd. The default of --store
+// is $STATED_CHECKPOINT_STORE (the variable "stated serve" reads too), then
+// defaultCLIStore; the S3 flags read STATED_S3_* as "stated serve" does.
+func storeFlags(cmd *cobra.Command, dst *cliStore) {
+	def := defaultCLIStore
+	if v := os.Getenv("STATED_CHECKPOINT_STORE"); v != "" {
+		def = v
+	}
+	cmd.Flags().StringVar(&dst.url, "store", def, "checkpoint storage: a directory, file:///dir or s3://bucket/prefix (env STATED_CHECKPOINT_STORE)")
+	addS3Flags(cmd.Flags(), &dst.s3)
+	prev := cmd.PreRunE
+	cmd.PreRunE = func(cmd *cobra.Command, args []string) error {
+		if err := s3FlagsFromEnv(cmd.Flags()); err != nil {
+			return err
+		}
+		if err := dst.s3.validate(); err != nil {
+			return err
+		}
+		if prev != nil {
+			return prev(cmd, args)
+		}
+		return nil
+	}
+}
+
+// s3FlagsFromEnv sets the S3 flags not given on the command line from
+// their STATED_* variables (the CLI commands read no other flag from the
+// environment).
+func s3FlagsFromEnv(fs *pflag.FlagSet) error {
+	sub := pflag.NewFlagSet("s3", pflag.ContinueOnError)
+	for _, n := range s3FlagNames {
+		sub.AddFlag(fs.Lookup(n))
+	}
+	return flagsFromEnv(sub)
+}
+
+// openCLIStore opens the checkpoint store for a CLI command. A local
+// directory must exist and is opened without creating anything or clearing
+// the temporary files of a daemon running on it; writable says whether
+// deletes are allowed (stated gc). Nothing here ever writes an object, and
+// nothing is cached: the CLI reads the store itself.
+func openCLIStore(ctx context.Context, st cliStore, writable bool) (tiered.Store, error) {
+	loc, err := storeurl.Parse(st.url)
+	if err != nil {
+		return nil, err
+	}
+	if loc.Scheme == "file" {
+		s, err := localfs.OpenWith(loc.Path, localfs.Options{ReadOnly: !writable, MustExist: true})
+		if err != nil {
+			return nil, fmt.Errorf("checkpoint store %s: %w", loc.Path, err)
+		}
+		return s, nil
+	}
+	return storeurl.Open(ctx, st.url, st.s3.options())
+}
+
+// cacheFlags are the tiered-cache options of "stated serve".
+type cacheFlags struct {
+	dir   string
+	bytes string
+}
+
+// defaultCacheBytes is the default of --cache-bytes.
+const defaultCacheBytes = "1GiB"
+
+func addCacheFlags(fs *pflag.FlagSet, f *cacheFlags) {
+	fs.StringVar(&f.dir, "cache-dir", "", "local cache of the checkpoint store: uploaded checkpoint files are kept there and restores read them from there (local recovery), checked against their CRC, falling back to the store; default <data-dir>/cache for s3:// stores, no cache for local ones")
+	fs.StringVar(&f.bytes, "cache-bytes", defaultCacheBytes, "bound of the cache; least recently used files are evicted; 0 turns the cache off")
+}
+
+// cacheConfig says where the daemon caches checkpoint files, and how many
+// bytes; dir "" means no cache.
+type cacheConfig struct {
+	dir   string
+	bytes int64
+}
+
+// validate checks the flags that need no other.
+func (f *cacheFlags) validate() error {
+	if _, err := parseSize(f.bytes); err != nil {
+		return fmt.Errorf("--cache-bytes: %w", err)
+	}
+	return nil
+}
+
+// resolve applies the defaults of the cache flags for a daemon with
+// dataDir and checkpoint store storeURL, and reports every problem.
+func (f *cacheFlags) resolve(dataDir, storeURL string) (cacheConfig, error) {
+	n, err := parseSize(f.bytes)
+	if err != nil {
+		return cacheConfig{}, fmt.Errorf("--cache-bytes: %w", err)
+	}
+	if n == 0 {
+		if f.dir != "" {
+			return cacheConfig{}, fmt.Errorf("--cache-dir %s is set, but --cache-bytes 0 turns the cache off", f.dir)
+		}
+		return cacheConfig{}, nil
+	}
+	loc, err := storeurl.Parse(storeURL)
+	if err != nil {
+		return cacheConfig{}, err
+	}
+	dir := f.dir
+	if dir == "" {
+		if loc.Scheme != "s3" {
+			return cacheConfig{}, nil // a local store needs no local cache
+		}
+		dir = filepath.Join(dataDir, "cache")
+	}
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return cacheConfig{}, fmt.Errorf("--cache-dir: %w", err)
+	}
+	data, err := filepath.Abs(dataDir)
+	if err != nil {
+		return cacheConfig{}, fmt.Errorf("--data-dir: %w", err)
+	}
+	var errs []error
+	if within(data, abs) || within(abs, filepath.Join(data, daemon.InstancesDir)) {
+		errs = append(errs, fmt.Errorf("--cache-dir %s must not be --data-dir %s, a parent of it or inside its instances directory", dir, dataDir))
+	}
+	if loc.Scheme == "file" {
+		if root, err := filepath.Abs(loc.Path); err == nil && (within(abs, root) || within(root, abs)) {
+			errs = append(errs, fmt.Errorf("--cache-dir %s overlaps the checkpoint store %s (its files would look like orphans there)", dir, loc.Path))
+		}
+	}
+	return cacheConfig{dir: abs, bytes: n}, errors.Join(errs...)
+}
+
+// within reports whether path is dir or inside it (both absolute, clean).
+func within(path, dir string) bool {
+	rel, err := filepath.Rel(dir, path)
+	return err == nil && rel != ".." && !strings.HasPrefix(rel, ".."+string(filepath.Separator))
+}
+
+// openCheckpointStore opens the daemon's checkpoint store: the URL with the
+// S3 flags, behind the cache when one is configured (cacheFlags.resolve). The catalog's
+// metadata bypasses the cache (storeurl.CatalogMetadata). The cache
+// directory is locked like the data directory, so that two daemons never
+// share one. closeStore closes the store and releases the lock.
+func openCheckpointStore(ctx context.Context, f *serveFlags, log *slog.Logger) (store tiered.Store, closeStore func(), err error) {
+	cc, err := f.cache.resolve(f.dataDir, f.checkpointStore)
+	if err != nil {
+		return nil, nil, err
+	}
+	opts := f.s3.options()
+	unlock := func() {}
+	if cc.dir != "" {
+		if err := os.MkdirAll(cc.dir, 0o700); err != nil {
+			return nil, nil, fmt.Errorf("cache dir: %w", err)
+		}
+		if unlock, err = lockDataDir(cc.dir); err != nil {
+			return nil, nil, fmt.Errorf("cache dir: %w", err)
+		}
+		opts.CacheDir, opts.CacheBytes, opts.Uncached = cc.dir, cc.bytes, storeurl.CatalogMetadata
+	}
+	s, err := storeurl.Open(ctx, f.checkpointStore, opts)
+	if err != nil {
+		unlock()
+		return nil, nil, err
+	}
+	if c, ok := s.(interface{ Stats() cache.Stats }); ok {
+		st := c.Stats()
+		log.Info("checkpoint cache", "dir", cc.dir, "maxBytes", cc.bytes, "cachedBytes", st.Bytes, "files", st.Entries)
+	}
+	return s, func() { s.Close(); unlock() }, nil
+}
