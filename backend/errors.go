@@ -22,6 +22,10 @@ var (
 	// ErrDeclined: the backend refused to take a snapshot (for example the
 	// heap backend's size cap); the checkpoint is declined with this reason.
 	ErrDeclined = errors.New("snapshot declined")
+	// ErrResourceExhausted: a write would take the instance past one of its
+	// bounds (the in-memory state of heap and file, Options.MaxMemoryBytes).
+	// Nothing was changed.
+	ErrResourceExhausted = errors.New("resource limit reached")
 	// ErrClosed: the backend was closed.
 	ErrClosed = errors.New("backend closed")
 	// ErrIncompatible: a restore source does not fit the instance (other

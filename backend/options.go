@@ -45,6 +45,12 @@ type Options struct {
 	// MaxValueSize bounds each key, namespace, value, list element and map
 	// user key or value, in bytes. Default DefaultMaxValueSize.
 	MaxValueSize int
+	// MaxMemoryBytes bounds the keys and values the heap and file backends
+	// hold in memory (their working state, restored state included); a
+	// write that would grow past it fails with ErrResourceExhausted and
+	// changes nothing. 0: no bound. lsm keeps its state on disk and
+	// ignores it.
+	MaxMemoryBytes int64
 }
 
 // EnsureDefaults fills zero fields with their defaults.
@@ -87,6 +93,9 @@ func (o *Options) Validate() error {
 	}
 	if o.MaxValueSize < 0 {
 		errs = append(errs, fmt.Errorf("%w: max value size %d is negative", ErrInvalidArgument, o.MaxValueSize))
+	}
+	if o.MaxMemoryBytes < 0 {
+		errs = append(errs, fmt.Errorf("%w: max memory bytes %d is negative", ErrInvalidArgument, o.MaxMemoryBytes))
 	}
 	errs = append(errs, ValidateRestore(o.Restore, o.KeyGroups, o.MaxParallelism))
 	return errors.Join(errs...)

@@ -6,9 +6,11 @@ package memkv
 
 import (
 	"bytes"
+	"fmt"
 
 	"github.com/google/btree"
 
+	"github.com/statedhq/stated/backend"
 	"github.com/statedhq/stated/backend/internal/kvstate"
 )
 
@@ -22,6 +24,9 @@ func less(a, b item) bool { return bytes.Compare(a.k, b.k) < 0 }
 type Tree struct {
 	t     *btree.BTreeG[item]
 	bytes int64
+	// limit bounds bytes (0: none); owner names the instance in errors.
+	limit int64
+	owner string
 }
 
 var _ kvstate.Engine = (*Tree)(nil)
@@ -35,7 +40,16 @@ func (t *Tree) Len() int { return t.t.Len() }
 // Bytes is the sum of key and value sizes.
 func (t *Tree) Bytes() int64 { return t.bytes }
 
-// Clone returns a frozen copy-on-write view.
+// SetLimit bounds the bytes of keys and values: a Set or Merge that would
+// grow the tree past limit fails with backend.ErrResourceExhausted and
+// changes nothing. Writes that do not grow it (overwrites with values of
+// the same size, TTL refreshes, deletes) always succeed, so a tree over
+// its limit (after the limit was lowered) can still shrink. owner names
+// the instance in the error. 0: no bound.
+func (t *Tree) SetLimit(limit int64, owner string) { t.limit, t.owner = limit, owner }
+
+// Clone returns a frozen copy-on-write view (without a limit: clones are
+// only read).
 func (t *Tree) Clone() *Tree { return &Tree{t: t.t.Clone(), bytes: t.bytes} }
 
 // Get implements kvstate.Engine.
@@ -55,9 +69,30 @@ func (t *Tree) put(k, v []byte) {
 	t.bytes += int64(len(k) + len(v))
 }
 
+// admit checks that replacing key's entry (if any) by one with a value of
+// n bytes keeps the tree within its limit.
+func (t *Tree) admit(key []byte, n int) error {
+	if t.limit <= 0 {
+		return nil
+	}
+	grow := int64(len(key) + n)
+	if old, ok := t.t.Get(item{k: key}); ok {
+		grow -= int64(len(old.k) + len(old.v))
+	}
+	if grow <= 0 || t.bytes+grow <= t.limit {
+		return nil
+	}
+	return fmt.Errorf("%w: %s holds %d bytes of in-memory state; this write would take it to %d, over its limit of %d bytes "+
+		"(raise the daemon's --max-memory-state, or use the lsm backend, which keeps state on disk)",
+		backend.ErrResourceExhausted, t.owner, t.bytes, t.bytes+grow, t.limit)
+}
+
 // Set implements kvstate.Engine. Stored slices are private copies, never
 // mutated afterwards, which is what makes clones safe.
 func (t *Tree) Set(key, value []byte) error {
+	if err := t.admit(key, len(value)); err != nil {
+		return err
+	}
 	t.put(bytes.Clone(key), append([]byte{}, value...))
 	return nil
 }
@@ -65,6 +100,9 @@ func (t *Tree) Set(key, value []byte) error {
 // Merge implements kvstate.Engine.
 func (t *Tree) Merge(key, operand []byte) error {
 	old, _ := t.t.Get(item{k: key})
+	if err := t.admit(key, len(old.v)+len(operand)); err != nil {
+		return err
+	}
 	v := make([]byte, 0, len(old.v)+len(operand))
 	v = append(append(v, old.v...), operand...)
 	t.put(bytes.Clone(key), v)

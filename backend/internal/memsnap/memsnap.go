@@ -71,6 +71,7 @@ var (
 func Open(cfg Config) (*Backend, error) {
 	o := cfg.Options
 	tree := memkv.New()
+	tree.SetLimit(o.MaxMemoryBytes, fmt.Sprintf("%s instance of %s", cfg.Kind, o.Task))
 	restored, err := restore(context.Background(), cfg, tree)
 	if err != nil {
 		return nil, err

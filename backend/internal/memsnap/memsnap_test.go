@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/statedhq/stated/backend"
+	"github.com/statedhq/stated/backend/internal/memkv"
 	"github.com/statedhq/stated/backend/internal/snapfmt"
 	"github.com/statedhq/stated/tiered"
 	"github.com/statedhq/stated/tiered/memstore"
@@ -434,4 +435,81 @@ func TestDeclineOverCap(t *testing.T) {
 	if w.store.Bytes() != 0 {
 		t.Fatalf("declined snapshot stored %d bytes", w.store.Bytes())
 	}
+}
+
+// MaxMemoryBytes: every kind of write that would grow the in-memory state
+// past the bound fails with ErrResourceExhausted naming the instance, and
+// changes nothing; shrinking writes still work and make room again; a
+// restore of more state than the bound fails the same way.
+func TestMemoryBound(t *testing.T) {
+	w := newWorld()
+	b := w.open(t, full)
+	fill(t, b, 1)
+	h := snap(t, b, 1)
+	used := b.tree.Bytes()
+
+	cfg := w.config(full)
+	cfg.Options.MaxMemoryBytes = used + 64
+	small, err := Open(cfg)
+	must(t, err)
+	defer small.Close()
+	fill(t, small, 1)
+	// (dump polls timers, which deletes them: compare the tree itself.)
+	before := treeDump(small.tree)
+	big := bytes.Repeat([]byte("x"), 200)
+	writes := map[string]func() error{
+		"put":        func() error { return small.Put("v", k(3, "k0"), big) },
+		"list-add":   func() error { return small.ListAppend("l", k(3, "k0"), []byte("a"), big) },
+		"map-put":    func() error { return small.MapPut("m", k(3, "k0"), []byte("new"), big) },
+		"new-key":    func() error { return small.Put("v", k(4, string(big)), []byte("v")) },
+		"timer-keys": func() error { return fillTimers(small, 100) },
+	}
+	for name, write := range writes {
+		err := write()
+		if !errors.Is(err, backend.ErrResourceExhausted) {
+			t.Fatalf("%s past the bound: %v, want ErrResourceExhausted", name, err)
+		}
+		if !strings.Contains(err.Error(), task.String()) || !strings.Contains(err.Error(), fmt.Sprint(cfg.Options.MaxMemoryBytes)) {
+			t.Fatalf("%s: error %q names neither the instance nor the limit", name, err)
+		}
+		if got := treeDump(small.tree); name != "timer-keys" && got != before { // timers up to the bound land
+			t.Fatalf("a refused %s changed the state:\n%s\nwant\n%s", name, got, before)
+		}
+		before = treeDump(small.tree)
+	}
+	if small.tree.Bytes() > cfg.Options.MaxMemoryBytes {
+		t.Fatalf("the tree holds %d bytes, over its bound %d", small.tree.Bytes(), cfg.Options.MaxMemoryBytes)
+	}
+	// Shrinking makes room.
+	for kg := full.Start; kg <= full.End; kg++ {
+		must(t, small.Delete("v", k(kg, "k0")))
+	}
+	must(t, small.Put("v", k(3, "k0"), big))
+
+	// A restore of more than the bound is refused, clearly.
+	cfg = w.config(full, h)
+	cfg.Options.MaxMemoryBytes = used / 2
+	if _, err := Open(cfg); !errors.Is(err, backend.ErrResourceExhausted) || !strings.Contains(err.Error(), "restore") {
+		t.Fatalf("restore of %d bytes with a bound of %d: %v", used, used/2, err)
+	}
+}
+
+// treeDump is every entry of tree.
+func treeDump(tree *memkv.Tree) string {
+	var sb strings.Builder
+	_ = tree.Scan(nil, nil, func(k, v []byte) (bool, error) {
+		fmt.Fprintf(&sb, "%x=%x\n", k, v)
+		return true, nil
+	})
+	return sb.String()
+}
+
+// fillTimers registers n timers, stopping at the first error.
+func fillTimers(b *Backend, n int) error {
+	for i := 0; i < n; i++ {
+		if err := b.RegisterTimer("t", backend.Timer{KeyGroup: 5, Key: []byte("tk"), Timestamp: int64(i)}); err != nil {
+			return err
+		}
+	}
+	return nil
 }
