@@ -10,7 +10,9 @@
 // of the others. The lsm backend downloads only the SSTs whose key-group
 // bounds (FileRef.KeyGroupBounds) meet the new range, clips the base with
 // Pebble's Excise and grafts the other handles' clipped tables into it
-// instead of copying their keys (see backend/lsm/doc.go).
+// instead of copying their keys (see backend/lsm/doc.go); with a download
+// cache shared by the host's subtasks (lsm.DownloadCache) a file that
+// several new subtasks need is read from checkpoint storage once.
 //
 // Operator (non-keyed) state is redistributed by mode: split deals the union
 // of the elements out round-robin, union gives every subtask everything.

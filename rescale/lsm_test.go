@@ -29,25 +29,35 @@ import (
 type lsmWorld struct {
 	t     *testing.T
 	root  string
-	store *memstore.Store
+	store *countingStore // over a memstore
 	maxP  int
 	n     int
 	id    uint64
 	model *backendtest.Model
 	keys  []backend.Key // every key written to state "value"
 	clock *backendtest.Clock
+	// cache is the restore-download cache the world's instances share (as
+	// a daemon's do).
+	cache *lsm.DownloadCache
 }
 
 func newLSMWorld(t *testing.T) *lsmWorld {
-	return &lsmWorld{t: t, root: t.TempDir(), store: memstore.New(), maxP: 128,
-		model: backendtest.NewModel(testStates...), clock: backendtest.NewClock()}
+	root := t.TempDir()
+	cache, err := lsm.OpenDownloadCache(nil, path.Join(root, "download-cache"), 256<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cache.Close() })
+	return &lsmWorld{t: t, root: root, store: &countingStore{Store: memstore.New()}, maxP: 128,
+		model: backendtest.NewModel(testStates...), clock: backendtest.NewClock(), cache: cache}
 }
 
 func (w *lsmWorld) open(o backend.Options) *lsm.Backend {
 	w.t.Helper()
 	w.n++
 	o.Task, o.MaxParallelism, o.States, o.Store, o.Clock = backend.TaskID{Job: "job", Operator: "op", Subtask: o.Task.Subtask}, w.maxP, testStates, w.store, w.clock.Now
-	b, err := lsm.Open(o, lsm.Options{Dir: path.Join(w.root, fmt.Sprint(w.n)), MemTableSize: 64 << 10, TargetFileSize: 64 << 10, CacheSize: 4 << 20})
+	b, err := lsm.Open(o, lsm.Options{Dir: path.Join(w.root, fmt.Sprint(w.n)), MemTableSize: 64 << 10, TargetFileSize: 64 << 10, CacheSize: 4 << 20,
+		DownloadCache: w.cache})
 	if err != nil {
 		w.t.Fatalf("open %s from %d handle(s): %v", o.KeyGroups, len(o.Restore), err)
 	}

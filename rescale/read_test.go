@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"sync"
 	"sync/atomic"
 	"testing"
 
@@ -14,10 +15,31 @@ import (
 	"github.com/statedhq/stated/tiered/memstore"
 )
 
-// countingStore counts the bytes read through Get and GetRange.
+// countingStore counts the bytes read through Get and GetRange, and the
+// reads of each object.
 type countingStore struct {
 	tiered.Store
 	read atomic.Int64
+	mu   sync.Mutex
+	gets map[string]int
+}
+
+func (s *countingStore) count(name string) {
+	s.mu.Lock()
+	if s.gets == nil {
+		s.gets = map[string]int{}
+	}
+	s.gets[name]++
+	s.mu.Unlock()
+}
+
+// reads returns how often each object was read, and forgets the counts.
+func (s *countingStore) reads() map[string]int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	g := s.gets
+	s.gets = nil
+	return g
 }
 
 type countingReader struct {
@@ -32,6 +54,7 @@ func (c countingReader) Read(p []byte) (int, error) {
 }
 
 func (s *countingStore) Get(ctx context.Context, name string) (io.ReadCloser, error) {
+	s.count(name)
 	rc, err := s.Store.Get(ctx, name)
 	if err != nil {
 		return nil, err
@@ -40,6 +63,7 @@ func (s *countingStore) Get(ctx context.Context, name string) (io.ReadCloser, er
 }
 
 func (s *countingStore) GetRange(ctx context.Context, name string, off, n int64) (io.ReadCloser, error) {
+	s.count(name)
 	rc, err := s.Store.GetRange(ctx, name, off, n)
 	if err != nil {
 		return nil, err

@@ -61,6 +61,17 @@
 // key groups it gives are downloaded; handles without bounds (written
 // before they existed) are downloaded whole.
 //
+// The new subtasks of a rescaled job restore from the same old handles,
+// and a file straddling a new boundary (most L0 files, the boundary files
+// of every level) is needed by two of them. With a DownloadCache shared by
+// the host's instances (Options.DownloadCache; the daemon keeps one) each
+// such file is downloaded once: the cache holds one verified copy, bounded
+// in bytes, and each restore gets a hard link to it (SSTs and blob files,
+// never rewritten) or a copy (MANIFEST, OPTIONS). Every use checks the
+// cached copy's size and CRC32C again. Downloads are not fsynced: a
+// restored store never has to survive a crash (the WAL is off; the
+// instance's directory and the cache are cleared when opened again).
+//
 //   - The base is opened with Pebble's check that every file of the
 //     MANIFEST is present turned off (and no compactions, no table
 //     statistics: nothing reads a table), and the key spans of every key

@@ -57,6 +57,11 @@ type Options struct {
 	// there first, then in the restore store (a native savepoint copies
 	// heap files there).
 	HeapSnapshots tiered.Store
+	// DownloadCache is a restore-download cache shared by the instances of
+	// the host (the daemon keeps one): restores from the same checkpoint,
+	// as the new subtasks of a rescaled job are, download each file once.
+	// Optional; it must be on FS.
+	DownloadCache *DownloadCache
 	// Logger receives Pebble's messages. Default: errors go to the standard
 	// logger, informational lines are dropped.
 	Logger pebble.Logger
@@ -114,6 +119,9 @@ func (o *Options) Validate() error {
 	}
 	if o.UploadConcurrency < 1 || o.UploadConcurrency > 256 {
 		bad("upload concurrency %d is outside [1, 256]", o.UploadConcurrency)
+	}
+	if o.DownloadCache != nil && !sameFS(o.DownloadCache.fs, o.FS) {
+		bad("the download cache is on another file system than Options.FS")
 	}
 	return errors.Join(errs...)
 }

@@ -37,12 +37,17 @@ var localNameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,254}$`)
 type RestoreStats struct {
 	// Handles is the number of handles restored from (0: started empty).
 	Handles int
-	// FilesDownloaded and BytesDownloaded count the files read from the
-	// restore store; FilesSkipped and BytesSkipped those not read: SSTs
+	// FilesDownloaded and BytesDownloaded count the files the restore
+	// needed and fetched; FilesSkipped and BytesSkipped those not read: SSTs
 	// whose key-group bounds showed they hold nothing of the key groups
 	// restored, and empty WAL files (those are still checked).
 	FilesDownloaded, FilesSkipped int
 	BytesDownloaded, BytesSkipped int64
+	// FilesFromCache and BytesFromCache count the downloaded files that
+	// came from the download cache (Options.DownloadCache: another restore
+	// on the host fetched them) instead of the restore store.
+	FilesFromCache int
+	BytesFromCache int64
 	// Download is the time spent downloading the base handle, DownloadExtra
 	// the extra lsm handles' (concurrent with the base's).
 	Download, DownloadExtra time.Duration
@@ -203,6 +208,8 @@ func (b *Backend) restore(ctx context.Context, keepHistory bool) (states []backe
 	st.BytesDownloaded += es.BytesDownloaded
 	st.FilesSkipped += es.FilesSkipped
 	st.BytesSkipped += es.BytesSkipped
+	st.FilesFromCache += es.FilesFromCache
+	st.BytesFromCache += es.BytesFromCache
 	st.DownloadExtra, st.Copy, st.BytesCopied = es.Download, es.Copy, es.BytesCopied
 	if err != nil {
 		return nil, err
@@ -909,29 +916,60 @@ func (b *Backend) download(ctx context.Context, h *backend.Handle, dir string, n
 	if err := fs.MkdirAll(dir, 0o755); err != nil {
 		return nil, nil, fmt.Errorf("lsm: restore %s: %w", b.opts.Task, err)
 	}
+	cached := make([]bool, len(fetched))
 	err = parallel(ctx, b.lo.UploadConcurrency, len(fetched)+len(verify), func(ctx context.Context, i int) error {
 		if i >= len(fetched) {
-			return b.downloadFile(ctx, h, verify[i-len(fetched)], "")
+			_, err := b.downloadFile(ctx, h, verify[i-len(fetched)], "")
+			return err
 		}
 		f := fetched[i]
-		return b.downloadFile(ctx, h, f, fs.PathJoin(dir, f.LocalName))
+		var err error
+		cached[i], err = b.downloadFile(ctx, h, f, fs.PathJoin(dir, f.LocalName))
+		return err
 	})
+	for i, c := range cached {
+		if c {
+			st.FilesFromCache++
+			st.BytesFromCache += fetched[i].Size
+		}
+	}
 	return fetched, skipped, err
 }
 
 // downloadFile copies f into the local file local, or only checks it when
-// local is "".
-func (b *Backend) downloadFile(ctx context.Context, h *backend.Handle, f backend.FileRef, local string) error {
+// local is "", and reports whether it came from the download cache.
+func (b *Backend) downloadFile(ctx context.Context, h *backend.Handle, f backend.FileRef, local string) (fromCache bool, err error) {
 	fail := func(err error) error {
 		return fmt.Errorf("lsm: restore %s from checkpoint %d of %s: file %s (local %s): %w",
 			b.opts.Task, h.CheckpointID, h.Task, f.Path, f.LocalName, err)
 	}
+	get := func(path string) error { return b.getFile(ctx, f, path) }
+	if c := b.lo.DownloadCache; c != nil {
+		fromCache, err = c.fetch(ctx, cacheKey{path: f.Path, crc: f.CRC32C, size: f.Size}, local, linkable(f.LocalName), get)
+	} else {
+		err = get(local)
+	}
+	if err != nil {
+		return false, fail(err)
+	}
+	return fromCache, nil
+}
+
+// getFile reads f from the restore store into the local file local (only
+// checks it when local is ""), checking its size and CRC32C.
+//
+// The file is not synced: a restored store never has to survive a crash.
+// The WAL is off and Open clears the instance's directory, so after a
+// crash the task is restored again from its checkpoint; the download
+// cache is emptied when opened. Pebble reads what it opens through the
+// page cache; it syncs what it writes itself (MANIFEST, new tables).
+func (b *Backend) getFile(ctx context.Context, f backend.FileRef, local string) error {
 	rc, err := b.opts.RestoreStore.Get(ctx, f.Path)
 	if err != nil {
 		if errors.Is(err, tiered.ErrNotFound) {
-			return fail(fmt.Errorf("%w: %w", backend.ErrNotFound, err))
+			return fmt.Errorf("%w: %w", backend.ErrNotFound, err)
 		}
-		return fail(err)
+		return err
 	}
 	defer rc.Close()
 	crc := crc32.New(frame.Table())
@@ -942,29 +980,26 @@ func (b *Backend) downloadFile(ctx context.Context, h *backend.Handle, f backend
 		var out vfs.File
 		out, err = b.lo.FS.Create(local, vfs.WriteCategoryUnspecified)
 		if err != nil {
-			return fail(err)
+			return err
 		}
 		// Read one byte past the expected size so a longer object is
 		// caught. The CRC sees each buffer first: a vfs.File may scribble
 		// over what it was given (Pebble's MemFS does so in invariant
 		// builds).
 		n, err = io.Copy(io.MultiWriter(crc, out), io.LimitReader(rc, f.Size+1))
-		if err == nil {
-			err = out.Sync()
-		}
 		if cerr := out.Close(); err == nil {
 			err = cerr
 		}
 	}
 	switch {
 	case err != nil:
-		return fail(err)
+		return err
 	case n > f.Size:
-		return fail(fmt.Errorf("%w: longer than the %d bytes the handle says", backend.ErrCorrupt, f.Size))
+		return fmt.Errorf("%w: longer than the %d bytes the handle says", backend.ErrCorrupt, f.Size)
 	case n < f.Size:
-		return fail(fmt.Errorf("%w: %d bytes, the handle says %d (truncated)", backend.ErrCorrupt, n, f.Size))
+		return fmt.Errorf("%w: %d bytes, the handle says %d (truncated)", backend.ErrCorrupt, n, f.Size)
 	case crc.Sum32() != f.CRC32C:
-		return fail(fmt.Errorf("%w: CRC32C %#08x, the handle says %#08x", backend.ErrCorrupt, crc.Sum32(), f.CRC32C))
+		return fmt.Errorf("%w: CRC32C %#08x, the handle says %#08x", backend.ErrCorrupt, crc.Sum32(), f.CRC32C)
 	}
 	return nil
 }
