@@ -44,6 +44,11 @@ type OpenEnv struct {
 	// Dir is an empty working directory for this instance only; the
 	// daemon removes it after Close (and on the next start after a crash).
 	Dir string
+	// DataDir is the daemon's data directory (Config.DataDir). Openers may
+	// keep resources that all instances share in a directory of their own
+	// under it, other than InstancesDir (the lsm opener's restore-download
+	// cache).
+	DataDir string
 }
 
 // Opener opens a backend of one kind. The daemon fills opts completely
@@ -361,7 +366,7 @@ func (d *Daemon) open(ctx context.Context, p OpenParams) (*Instance, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("daemon: open %s: %w", task, err)
 	}
-	b, err := d.cfg.Openers[p.Kind](ctx, opts, OpenEnv{Dir: dir})
+	b, err := d.cfg.Openers[p.Kind](ctx, opts, OpenEnv{Dir: dir, DataDir: d.cfg.DataDir})
 	if err != nil {
 		_ = os.RemoveAll(dir)
 		return nil, fmt.Errorf("daemon: open %s (%s backend): %w", task, p.Kind, err)

@@ -8,6 +8,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
 
 	"github.com/cockroachdb/pebble/v2"
 
@@ -32,10 +35,21 @@ type Config struct {
 	// LSMCacheSize is the size of the one block cache all lsm instances
 	// share. Default DefaultLSMCacheSize.
 	LSMCacheSize int64
+	// LSMDownloadCacheSize bounds the restore-download cache the lsm
+	// instances of a data directory share (lsm.DownloadCache, in
+	// LSMDownloadCacheDir under the daemon's data dir): the new subtasks of
+	// a rescaled job then download each file of the old checkpoint once.
+	// Default lsm.DefaultDownloadCacheSize; negative: no cache.
+	LSMDownloadCacheSize int64
 }
 
 // DefaultLSMCacheSize is the default size of the shared lsm block cache.
 const DefaultLSMCacheSize = 128 << 20
+
+// LSMDownloadCacheDir is the directory under the daemon's data dir that
+// holds the lsm restore-download cache. It is emptied when the cache opens
+// (at the first lsm open of the process) and when the Set closes.
+const LSMDownloadCacheDir = "lsm-download-cache"
 
 // Set is the openers plus the resources they share; Close releases those.
 type Set struct {
@@ -77,8 +91,53 @@ func New(cfg Config) (*Set, error) {
 	}
 	cache := pebble.NewCache(cfg.LSMCacheSize)
 	s.closers = append(s.closers, func() error { cache.Unref(); return nil })
+	if cfg.LSMDownloadCacheSize == 0 {
+		cfg.LSMDownloadCacheSize = lsm.DefaultDownloadCacheSize
+	}
+	dl := &downloadCaches{size: cfg.LSMDownloadCacheSize, byDir: map[string]*lsm.DownloadCache{}}
+	s.closers = append(s.closers, dl.close)
 	s.Openers[backend.KindLSM] = func(_ context.Context, opts backend.Options, env daemon.OpenEnv) (backend.Backend, error) {
-		return lsm.Open(opts, lsm.Options{Dir: env.Dir, Cache: cache, HeapSnapshots: cfg.HeapSnapshots})
+		dc, err := dl.get(env.DataDir)
+		if err != nil {
+			return nil, err
+		}
+		return lsm.Open(opts, lsm.Options{Dir: env.Dir, Cache: cache, HeapSnapshots: cfg.HeapSnapshots, DownloadCache: dc})
 	}
 	return s, nil
+}
+
+// downloadCaches opens one lsm.DownloadCache per data directory, at the
+// first lsm open there.
+type downloadCaches struct {
+	size  int64
+	mu    sync.Mutex
+	byDir map[string]*lsm.DownloadCache
+}
+
+func (d *downloadCaches) get(dataDir string) (*lsm.DownloadCache, error) {
+	if dataDir == "" || d.size < 0 {
+		return nil, nil
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if c, ok := d.byDir[dataDir]; ok {
+		return c, nil
+	}
+	c, err := lsm.OpenDownloadCache(nil, filepath.Join(dataDir, LSMDownloadCacheDir), d.size)
+	if err != nil {
+		return nil, fmt.Errorf("openers: %w", err)
+	}
+	d.byDir[dataDir] = c
+	return c, nil
+}
+
+func (d *downloadCaches) close() error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	var errs []error
+	for dir, c := range d.byDir {
+		errs = append(errs, c.Close(), os.RemoveAll(filepath.Join(dir, LSMDownloadCacheDir)))
+	}
+	d.byDir = map[string]*lsm.DownloadCache{}
+	return errors.Join(errs...)
 }
