@@ -8,6 +8,7 @@ import (
 	"math"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 
 	"google.golang.org/grpc"
@@ -82,6 +83,10 @@ type Client struct {
 	cc   *grpc.ClientConn
 	rpc  pb.StatedClient
 	opts Options
+
+	mu        sync.Mutex
+	closed    bool
+	instances map[*Instance]struct{} // open: neither closed nor abandoned
 }
 
 type tokenCreds string
@@ -131,7 +136,7 @@ func Dial(addr string, opts Options) (*Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("client: dial %s: %w", addr, err)
 	}
-	return &Client{cc: cc, rpc: pb.NewStatedClient(cc), opts: opts}, nil
+	return &Client{cc: cc, rpc: pb.NewStatedClient(cc), opts: opts, instances: map[*Instance]struct{}{}}, nil
 }
 
 // RPC returns the generated stub, for calls this package does not wrap.
@@ -140,9 +145,43 @@ func (c *Client) RPC() pb.StatedClient { return c.rpc }
 // Conn returns the underlying gRPC connection.
 func (c *Client) Conn() *grpc.ClientConn { return c.cc }
 
-// Close closes the connection; open instances stop working (the daemon
-// keeps them until they are closed or replaced).
-func (c *Client) Close() error { return c.cc.Close() }
+// Close closes the connection. Open instances stop working (the daemon
+// keeps them until they are closed or replaced): Close abandons each (see
+// Instance.Abandon), so that it returns once their goroutines have ended;
+// callbacks already queued run first, and pending operations fail with
+// codes.Unavailable or Canceled. Do not call it from a callback: it waits
+// for the goroutine that runs them.
+func (c *Client) Close() error {
+	c.mu.Lock()
+	c.closed = true
+	ins := make([]*Instance, 0, len(c.instances))
+	for in := range c.instances {
+		ins = append(ins, in)
+	}
+	c.instances = nil
+	c.mu.Unlock()
+	for _, in := range ins {
+		in.stop()
+	}
+	return c.cc.Close()
+}
+
+// register adds an instance that Close must stop.
+func (c *Client) register(in *Instance) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return status.Errorf(codes.Canceled, "client: open %s: the client is closed", in.task)
+	}
+	c.instances[in] = struct{}{}
+	return nil
+}
+
+func (c *Client) unregister(in *Instance) {
+	c.mu.Lock()
+	delete(c.instances, in)
+	c.mu.Unlock()
+}
 
 // Restore names what an instance restores from.
 type Restore struct {
@@ -229,7 +268,7 @@ func (c *Client) Open(ctx context.Context, spec OpenSpec) (*Instance, error) {
 	if err != nil {
 		return nil, err
 	}
-	return newInstance(c, spec.Task, resp)
+	return newInstance(ctx, c, spec.Task, resp)
 }
 
 // CompleteCheckpoint completes checkpoint id of job once every task in

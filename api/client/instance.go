@@ -129,7 +129,11 @@ type Instance struct {
 	recvDone chan struct{}
 }
 
-func newInstance(c *Client, task backend.TaskID, resp *pb.OpenResponse) (*Instance, error) {
+// newInstance starts the instance's batch stream and binds it: the first
+// request names the instance (the daemon ends a stream that does not
+// within its api.ServerOptions.FirstBatchTimeout), so it goes out at once,
+// without operations, and its answer says the daemon took the stream.
+func newInstance(ctx context.Context, c *Client, task backend.TaskID, resp *pb.OpenResponse) (*Instance, error) {
 	opts := c.opts
 	if n := int(resp.GetMaxBatchOps()); n > 0 && opts.MaxBatchOps > n {
 		opts.MaxBatchOps = n
@@ -139,10 +143,10 @@ func newInstance(c *Client, task backend.TaskID, resp *pb.OpenResponse) (*Instan
 	if n := int(resp.GetMaxMessageSize()) / 2; n > 0 && opts.MaxBatchBytes > n {
 		opts.MaxBatchBytes = n
 	}
-	ctx, cancel := context.WithCancel(context.Background())
+	sctx, cancel := context.WithCancel(context.Background())
 	// The generated stub would encode a message per operation; the stream
 	// carries the same protobuf bytes, encoded by hand (api/internal/wire).
-	stream, err := c.cc.NewStream(ctx, &pb.Stated_ServiceDesc.Streams[0], pb.Stated_Batch_FullMethodName,
+	stream, err := c.cc.NewStream(sctx, &pb.Stated_ServiceDesc.Streams[0], pb.Stated_Batch_FullMethodName,
 		grpc.ForceCodecV2(wire.NewCodec()))
 	if err != nil {
 		cancel()
@@ -164,7 +168,31 @@ func newInstance(c *Client, task backend.TaskID, resp *pb.OpenResponse) (*Instan
 	}
 	in.timer = time.AfterFunc(time.Hour, in.Flush)
 	in.timer.Stop()
+	if err := c.register(in); err != nil {
+		cancel()
+		return nil, err
+	}
 	go in.recvLoop()
+	hello := &batch{in: in, done: make(chan struct{}), orig: wire.OutBuffer(64)}
+	hello.buf = *hello.orig
+	in.sendMu.Lock()
+	in.sendLocked(hello)
+	in.sendMu.Unlock()
+	select {
+	case <-hello.done:
+		err = hello.err
+	case <-ctx.Done():
+		err = status.FromContextError(ctx.Err()).Err()
+	}
+	if err != nil {
+		in.Abandon()
+		// Best effort: the daemon would otherwise keep the instance, and a
+		// new Open of the task would need Replace.
+		cctx, ccancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		_, _ = c.rpc.Close(cctx, &pb.CloseRequest{InstanceId: in.id, Job: task.Job})
+		ccancel()
+		return nil, fmt.Errorf("client: open %s: batch stream: %w", task, err)
+	}
 	return in, nil
 }
 
@@ -480,6 +508,7 @@ func (in *Instance) Close(ctx context.Context) error {
 	in.cancel()
 	<-in.recvDone
 	in.cb.close()
+	in.c.unregister(in)
 	_, err := in.c.rpc.Close(ctx, &pb.CloseRequest{InstanceId: in.id, Job: in.task.Job})
 	if err != nil {
 		return err
@@ -491,8 +520,16 @@ func (in *Instance) Close(ctx context.Context) error {
 }
 
 // Abandon ends the stream without closing the instance in the daemon (a
-// task that stops and leaves its instance to be replaced).
+// task that stops and leaves its instance to be replaced). It returns once
+// the instance's goroutines have ended (callbacks queued until then run
+// first). Operations issued after it fail.
 func (in *Instance) Abandon() {
+	in.stop()
+	in.c.unregister(in)
+}
+
+// stop ends the stream and the instance's goroutines. Idempotent.
+func (in *Instance) stop() {
 	in.mu.Lock()
 	in.closed = true
 	in.mu.Unlock()
