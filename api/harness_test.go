@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
+
 	"github.com/statedhq/stated/api"
 	"github.com/statedhq/stated/api/client"
 	"github.com/statedhq/stated/backend"
@@ -26,6 +28,8 @@ type harness struct {
 	d      *daemon.Daemon
 	cat    *catalog.Catalog
 	set    *openers.Set
+	srv    *api.Server
+	g      *grpc.Server
 	stopFn func()
 }
 
@@ -34,6 +38,8 @@ type harnessOpts struct {
 	server  api.ServerOptions
 	cfg     func(*daemon.Config)
 	catalog func(*catalog.Options)
+	// grpc options added to the server's.
+	grpc []grpc.ServerOption
 }
 
 func quietLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
@@ -82,7 +88,7 @@ func startDaemon(t testing.TB, o harnessOpts) *harness {
 	dp = d
 	o.server.Logger = quietLogger()
 	srv := api.NewServer(d, o.server)
-	g := srv.GRPCServer("")
+	g := srv.GRPCServer("", o.grpc...)
 	sock := filepath.Join(dir, "s.sock")
 	_ = os.Remove(sock)
 	ln, err := net.Listen("unix", sock)
@@ -91,7 +97,7 @@ func startDaemon(t testing.TB, o harnessOpts) *harness {
 	}
 	served := make(chan struct{})
 	go func() { defer close(served); _ = g.Serve(ln) }()
-	h := &harness{t: t, dir: dir, sock: sock, d: d, cat: cat, set: set}
+	h := &harness{t: t, dir: dir, sock: sock, d: d, cat: cat, set: set, srv: srv, g: g}
 	stopped := false
 	h.stopFn = func() {
 		if stopped {

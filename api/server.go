@@ -8,7 +8,9 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -29,6 +31,10 @@ const (
 	DefaultMaxBatchOps    = 10000
 	DefaultQueueDepth     = 4
 	DefaultMaxPage        = 10000
+	// DefaultMaxConcurrentStreams lets one connection serve about a
+	// thousand instances (a batch stream each) with calls in flight.
+	DefaultMaxConcurrentStreams = 1024
+	DefaultFirstBatchTimeout    = 10 * time.Second
 )
 
 // Transport sizes of both ends. A stream's window bounds what the daemon
@@ -56,6 +62,19 @@ type ServerOptions struct {
 	// TIMER_POLL (both are cut further to keep the response within
 	// MaxMessageSize). Default DefaultMaxPage.
 	MaxPage int
+	// MaxConcurrentStreams bounds the calls and streams one connection has
+	// open at once (HTTP/2 SETTINGS_MAX_CONCURRENT_STREAMS): a client needs
+	// one for each open instance (its batch stream) and one for each call
+	// in flight; beyond it, new ones wait in the client until one ends.
+	// Default DefaultMaxConcurrentStreams.
+	MaxConcurrentStreams int
+	// FirstBatchTimeout bounds the wait for the first request of a batch
+	// stream, the one that names the instance: a stream that sends none
+	// within it ends with DeadlineExceeded, so it holds no goroutine and
+	// no stream slot for longer. Clients send that request when they open
+	// the stream (api/client does it in Open, with no operations). Default
+	// DefaultFirstBatchTimeout.
+	FirstBatchTimeout time.Duration
 	// Logger receives stream-level events. Default slog.Default().
 	Logger *slog.Logger
 }
@@ -74,6 +93,12 @@ func (o *ServerOptions) EnsureDefaults() {
 	if o.MaxPage <= 0 {
 		o.MaxPage = DefaultMaxPage
 	}
+	if o.MaxConcurrentStreams <= 0 {
+		o.MaxConcurrentStreams = DefaultMaxConcurrentStreams
+	}
+	if o.FirstBatchTimeout <= 0 {
+		o.FirstBatchTimeout = DefaultFirstBatchTimeout
+	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
@@ -85,12 +110,18 @@ type Server struct {
 	d    *daemon.Daemon
 	opts ServerOptions
 	log  *slog.Logger
+	// unary tracks the unary calls running on every gRPC server built by
+	// GRPCServer, for Drain.
+	unary inflight
+	// draining is closed by Drain to end every batch stream.
+	draining  chan struct{}
+	drainOnce sync.Once
 }
 
 // NewServer returns the service for d.
 func NewServer(d *daemon.Daemon, opts ServerOptions) *Server {
 	opts.EnsureDefaults()
-	return &Server{d: d, opts: opts, log: opts.Logger}
+	return &Server{d: d, opts: opts, log: opts.Logger, draining: make(chan struct{})}
 }
 
 // GRPCServer returns a gRPC server with the service registered and the
@@ -98,6 +129,13 @@ func NewServer(d *daemon.Daemon, opts ServerOptions) *Server {
 // "authorization: Bearer <token>"); use it for TCP listeners.
 func (s *Server) GRPCServer(token string, extra ...grpc.ServerOption) *grpc.Server {
 	opts := []grpc.ServerOption{
+		// Outermost: Drain waits for every unary call, token check
+		// included.
+		grpc.ChainUnaryInterceptor(s.unary.track),
+		// Stop (and so Drain) returns only once every handler has: the
+		// daemon is never shut down under a running call.
+		grpc.WaitForHandlers(true),
+		grpc.MaxConcurrentStreams(uint32(min(s.opts.MaxConcurrentStreams, math.MaxUint32))),
 		// Sends keep gRPC's default (2 GiB). Responses stay within
 		// MaxMessageSize (read results that do not fit fail or are cut;
 		// TIMER_POLL leaves the timers that do not fit registered), except
@@ -116,6 +154,89 @@ func (s *Server) GRPCServer(token string, extra ...grpc.ServerOption) *grpc.Serv
 	g := grpc.NewServer(append(opts, extra...)...)
 	pb.RegisterStatedServer(g, s)
 	return g
+}
+
+// Drain stops gs, servers built by GRPCServer, the way a daemon's shutdown
+// needs: they stop accepting calls and streams at once; the unary calls in
+// flight (a Snapshot waiting for its upload, a CompleteCheckpoint) run
+// until they end, for as long as ctx allows; then every batch stream ends
+// with codes.Unavailable after the request it is applying (they would end
+// only when their clients end them), and the servers stop once every
+// answer is out. When ctx ends first, the connections are closed, which
+// cancels the calls still running. Drain returns once every handler of gs
+// has returned (GRPCServer sets grpc.WaitForHandlers), so that nothing
+// runs against the daemon when it is shut down next; it returns an error
+// wrapping ctx's if it had to cut calls. The Server serves no batch stream
+// afterwards.
+func (s *Server) Drain(ctx context.Context, gs ...*grpc.Server) error {
+	stopped := make(chan struct{})
+	go func() {
+		// Owned by Drain, which waits for it.
+		defer close(stopped)
+		var wg sync.WaitGroup
+		for _, g := range gs {
+			wg.Add(1)
+			go func() { defer wg.Done(); g.GracefulStop() }()
+		}
+		wg.Wait()
+	}()
+	err := s.unary.wait(ctx)
+	s.drainOnce.Do(func() { close(s.draining) })
+	select {
+	case <-stopped:
+	case <-ctx.Done():
+		for _, g := range gs {
+			g.Stop()
+		}
+		<-stopped
+		if err == nil {
+			err = fmt.Errorf("api: calls cut: %w", ctx.Err())
+		}
+	}
+	return err
+}
+
+// inflight counts running unary calls.
+type inflight struct {
+	mu sync.Mutex
+	n  int
+	// idle is closed while n is 0 (nil: never used, idle).
+	idle chan struct{}
+}
+
+func (f *inflight) track(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+	f.mu.Lock()
+	if f.n == 0 {
+		f.idle = make(chan struct{})
+	}
+	f.n++
+	f.mu.Unlock()
+	defer func() {
+		f.mu.Lock()
+		f.n--
+		if f.n == 0 {
+			close(f.idle)
+		}
+		f.mu.Unlock()
+	}()
+	return h(ctx, req)
+}
+
+// wait returns once no call runs, or ctx's error.
+func (f *inflight) wait(ctx context.Context) error {
+	f.mu.Lock()
+	idle := f.idle
+	n := f.n
+	f.mu.Unlock()
+	if n == 0 {
+		return nil
+	}
+	select {
+	case <-idle:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("api: %d calls still running: %w", n, ctx.Err())
+	}
 }
 
 // TokenHeader is the metadata key of the token.
@@ -386,11 +507,8 @@ func (s *Server) Close(ctx context.Context, req *pb.CloseRequest) (*pb.CloseResp
 // goroutine decodes, applies and answers them in order, which overlaps the
 // receiving of the next request with the applying of this one.
 func (s *Server) Batch(stream pb.Stated_BatchServer) error {
-	first := &wire.Raw{Pooled: true}
-	if err := stream.RecvMsg(first); err != nil {
-		if errors.Is(err, io.EOF) {
-			return nil
-		}
+	first, err := s.recvFirst(stream)
+	if err != nil || first == nil {
 		return err
 	}
 	hdr, err := wire.DecodeBatch(first.Data, nil)
@@ -441,6 +559,11 @@ func (s *Server) Batch(stream pb.Stated_BatchServer) error {
 	unapplied.Store(1)
 	queue <- first
 	var readErr error // written before queue is closed
+	// inlineMu is held while the reader answers a request; drained, set
+	// under it when Drain ends the stream, stops the reader from answering
+	// one after the handler has returned.
+	var inlineMu sync.Mutex
+	drained := false
 	go func() {
 		// Owned by the handler: it ends when the stream ends, which the
 		// handler's return brings about at the latest.
@@ -454,7 +577,14 @@ func (s *Server) Batch(stream pb.Stated_BatchServer) error {
 				return
 			}
 			if unapplied.Add(1) == 1 {
+				inlineMu.Lock()
+				if drained {
+					inlineMu.Unlock()
+					raw.Free()
+					return
+				}
 				err := process(raw)
+				inlineMu.Unlock()
 				unapplied.Add(-1)
 				if err != nil {
 					readErr = err
@@ -469,12 +599,64 @@ func (s *Server) Batch(stream pb.Stated_BatchServer) error {
 			}
 		}
 	}()
-	for raw := range queue {
-		if err := process(raw); err != nil {
-			// unapplied stays up: the reader never goes inline again.
-			return err
+	for {
+		select {
+		case raw, ok := <-queue:
+			if !ok {
+				return readErr
+			}
+			if err := process(raw); err != nil {
+				// unapplied stays up: the reader never goes inline again.
+				return err
+			}
+			unapplied.Add(-1)
+		case <-s.draining:
+			inlineMu.Lock()
+			drained = true
+			inlineMu.Unlock()
+			return status.Errorf(codes.Unavailable,
+				"stated: the daemon is shutting down: batch stream of %s ended; requests not answered were not applied", inst.Task)
 		}
-		unapplied.Add(-1)
 	}
-	return readErr
+}
+
+// recvFirst receives the first request of a batch stream, waiting at most
+// FirstBatchTimeout; nil, nil: the client ended the stream first. RecvMsg
+// ends only with the stream, which the handler's return brings about: on
+// timeout, the receiving goroutine (owned by the handler) ends then and
+// frees what it may still have received.
+func (s *Server) recvFirst(stream grpc.ServerStream) (*wire.Raw, error) {
+	first := &wire.Raw{Pooled: true}
+	got := make(chan error)
+	abandoned := make(chan struct{})
+	go func() {
+		err := stream.RecvMsg(first)
+		select {
+		case got <- err:
+		case <-abandoned:
+			if err == nil {
+				first.Free()
+			}
+		}
+	}()
+	timer := time.NewTimer(s.opts.FirstBatchTimeout)
+	defer timer.Stop()
+	select {
+	case err := <-got:
+		if errors.Is(err, io.EOF) {
+			return nil, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+		return first, nil
+	case <-s.draining:
+		close(abandoned)
+		return nil, status.Error(codes.Unavailable, "stated: the daemon is shutting down")
+	case <-timer.C:
+		close(abandoned)
+		return nil, status.Errorf(codes.DeadlineExceeded,
+			"stated: no batch request within %s of opening the stream: the first request names the instance "+
+				"(instance_id and job; it may carry no operations) and must come right after the stream opens", s.opts.FirstBatchTimeout)
+	}
 }
