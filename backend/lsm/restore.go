@@ -54,16 +54,20 @@ type RestoreStats struct {
 	// Open is the time Pebble took to open the base (both opens when it
 	// was opened twice: files skipped or other stores grafted).
 	Open time.Duration
-	// Clip is the time of the Excise calls that dropped the base's key
-	// groups outside the instance's range, ClipSpans their number and
-	// BytesClipped Pebble's estimate of the bytes they removed (downloaded
-	// or not).
+	// Clip is the time of the Excise calls that clipped the restored
+	// stores: the base's key groups outside the instance's range, and the
+	// extra lsm handles' temporary stores to the key groups they give
+	// (concurrent with the base's download). ClipSpans is their number
+	// and BytesClipped Pebble's estimate of the bytes they removed from
+	// downloaded tables (files skipped by their key-group bounds, never
+	// downloaded, are not counted).
 	Clip         time.Duration
 	ClipSpans    int
 	BytesClipped int64
 	// Copy is the time spent preparing the key groups of the other
-	// handles after their download: opening and clipping the other lsm
-	// stores (concurrent with the base's download), rewriting their key
+	// handles after their download: opening the other lsm stores
+	// (concurrent with the base's download; their excises count in Clip
+	// only), rewriting their key
 	// groups into SSTs and ingesting them when they cannot be grafted, and
 	// inserting the key groups of canonical (heap, file) handles.
 	// BytesCopied is the size of the SSTs rewritten.
@@ -210,6 +214,9 @@ func (b *Backend) restore(ctx context.Context, keepHistory bool) (states []backe
 	st.BytesSkipped += es.BytesSkipped
 	st.FilesFromCache += es.FilesFromCache
 	st.BytesFromCache += es.BytesFromCache
+	st.Clip += es.Clip
+	st.ClipSpans += es.ClipSpans
+	st.BytesClipped += es.BytesClipped
 	st.DownloadExtra, st.Copy, st.BytesCopied = es.Download, es.Copy, es.BytesCopied
 	if err != nil {
 		return nil, err
@@ -341,7 +348,7 @@ func (b *Backend) openBase(ctx context.Context, idx int, owner []int, grafts boo
 		return nil, fmt.Errorf("lsm: restore %s from checkpoint %d of %s: %w: open pebble: %v",
 			b.opts.Task, h.CheckpointID, h.Task, backend.ErrCorrupt, err)
 	}
-	if err := b.clip(ctx, h, clipSpans(h, keep, skipped)); err != nil {
+	if err := b.clip(ctx, h, clipSpans(h, keep, skipped), skipped); err != nil {
 		return nil, err
 	}
 	return base, nil
@@ -515,24 +522,38 @@ func clipSpans(h *backend.Handle, keep func(kg int) bool, skipped []backend.File
 // virtual ones, so the cost does not depend on the amount of data removed
 // (FLINK-21321) and clipped keys are gone for good: later checkpoints
 // record the virtual bounds.
-func (b *Backend) clip(ctx context.Context, h *backend.Handle, spans []pebble.KeyRange) error {
-	st := &b.rstats
+func (b *Backend) clip(ctx context.Context, h *backend.Handle, spans []pebble.KeyRange, skipped []backend.FileRef) error {
 	for _, s := range spans {
-		// Pebble's estimate, from the MANIFEST (and the index blocks of
-		// the straddling tables): not part of the clip's cost.
-		if n, err := b.db.EstimateDiskUsage(s.Start, s.End); err == nil {
-			st.BytesClipped += int64(n)
-		}
-		start := time.Now()
-		err := b.db.Excise(ctx, s)
-		st.Clip += time.Since(start)
-		st.ClipSpans++
-		if err != nil {
+		if err := exciseTimed(ctx, b.db, s, skipped, &b.rstats); err != nil {
 			return fmt.Errorf("lsm: restore %s: clip checkpoint %d of %s to %s: excise [%x, %x): %w",
 				b.opts.Task, h.CheckpointID, h.Task, b.opts.KeyGroups, s.Start, s.End, err)
 		}
 	}
 	return nil
+}
+
+// exciseTimed excises span from db and adds the call to st's Clip,
+// ClipSpans and BytesClipped. The bytes are Pebble's estimate from the
+// MANIFEST (and the index blocks of the straddling tables; not part of
+// the clip's cost) less the sizes of the skipped files inside the span:
+// those are in the MANIFEST but were never downloaded. (A skipped file
+// under virtual tables counts its whole size: the estimate errs low.)
+func exciseTimed(ctx context.Context, db *pebble.DB, span pebble.KeyRange, skipped []backend.FileRef, st *RestoreStats) error {
+	if n, err := db.EstimateDiskUsage(span.Start, span.End); err == nil {
+		est := int64(n)
+		for _, f := range skipped {
+			lo, hi := kvstate.KeyGroupPrefix(f.KeyGroupBounds.Start), kvstate.KeyGroupPrefix(f.KeyGroupBounds.End+1)
+			if bytes.Compare(lo, span.Start) >= 0 && bytes.Compare(hi, span.End) <= 0 {
+				est -= f.Size
+			}
+		}
+		st.BytesClipped += max(est, 0)
+	}
+	start := time.Now()
+	err := db.Excise(ctx, span)
+	st.Clip += time.Since(start)
+	st.ClipSpans++
+	return err
 }
 
 // rewriteVirtual rewrites every virtual SST whose backing file holds keys
@@ -660,7 +681,8 @@ func (b *Backend) prepareExtra(ctx context.Context, j int, h *backend.Handle, ru
 		return nil, err
 	}
 	start = time.Now()
-	defer func() { st.Copy += time.Since(start) }()
+	clipped := st.Clip
+	defer func() { st.Copy += time.Since(start) - (st.Clip - clipped) }()
 	fail := func(err error) error {
 		return fmt.Errorf("lsm: restore %s from checkpoint %d of %s: %w", b.opts.Task, h.CheckpointID, h.Task, err)
 	}
@@ -693,7 +715,7 @@ func (b *Backend) prepareExtra(ctx context.Context, j int, h *backend.Handle, ru
 		return false
 	}
 	for _, span := range clipSpans(h, inRuns, skipped) {
-		if err := src.Excise(ctx, span); err != nil {
+		if err := exciseTimed(ctx, src, span, skipped, st); err != nil {
 			return nil, fail(fmt.Errorf("excise [%x, %x): %w", span.Start, span.End, err))
 		}
 	}
