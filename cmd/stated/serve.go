@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net"
 	"net/http"
 	"os"
@@ -47,6 +48,10 @@ type serveFlags struct {
 	maxValueSize      string
 	maxMessageSize    string
 	maxInstances      int
+	maxStreams        int // per instance
+	queueDepth        int
+	maxConnStreams    int
+	firstBatchTimeout time.Duration
 	lsmCacheSize      string
 	fileCompression   string
 	checkpointTimeout time.Duration
@@ -67,9 +72,11 @@ func newServeCmd() *cobra.Command {
 this host, and optionally on TCP (which requires --token). Every flag can also be
 set with an environment variable STATED_<FLAG>, e.g. STATED_DATA_DIR.
 
-Stop it with SIGTERM (or SIGINT): it stops accepting, lets in-flight snapshots
-finish for up to --shutdown-grace and aborts the rest, closes every backend and
-exits 0.`,
+Stop it with SIGTERM (or SIGINT): it stops accepting, lets the calls in flight
+(a Snapshot waiting for its upload, a CompleteCheckpoint) and then the in-flight
+snapshots finish within --shutdown-grace in all, ends every batch stream once
+no call is left, cancels the calls and aborts the snapshots still running when
+the grace ends, closes every backend and exits 0.`,
 		Args: cobra.NoArgs,
 		PreRunE: func(cmd *cobra.Command, _ []string) error {
 			return flagsFromEnv(cmd.Flags())
@@ -92,12 +99,16 @@ exits 0.`,
 	fl.StringVar(&f.maxValueSize, "max-value-size", "4MiB", "largest key, namespace, value, list element or map user key/value")
 	fl.StringVar(&f.maxMessageSize, "max-message-size", "16MiB", "largest request message")
 	fl.IntVar(&f.maxInstances, "max-instances", daemon.DefaultMaxInstances, "most backend instances open at once")
+	fl.IntVar(&f.maxStreams, "max-streams-per-instance", daemon.DefaultMaxStreamsPerInstance, "most batch streams one instance has open at once")
+	fl.IntVar(&f.queueDepth, "queue-depth", api.DefaultQueueDepth, "received batches a stream buffers while one is applied (with --max-message-size and --max-streams-per-instance, bounds the memory one instance's clients pin)")
+	fl.IntVar(&f.maxConnStreams, "max-concurrent-streams", api.DefaultMaxConcurrentStreams, "most streams and calls one client connection has open at once (one batch stream per open instance, one per call in flight); more wait in the client")
+	fl.DurationVar(&f.firstBatchTimeout, "first-batch-timeout", api.DefaultFirstBatchTimeout, "a batch stream that has not named its instance (sent its first request) within this is ended")
 	fl.StringVar(&f.lsmCacheSize, "lsm-cache-size", "128MiB", "block cache shared by every lsm instance")
 	fl.StringVar(&f.fileCompression, "file-compression", "", `compression of file-backend snapshots: "" or "zstd"`)
 	fl.DurationVar(&f.checkpointTimeout, "checkpoint-timeout", daemon.DefaultCheckpointTimeout, "a checkpoint not completed within this is aborted as expired")
 	fl.DurationVar(&f.gcGrace, "gc-grace", catalog.DefaultGCGrace, "age an unreferenced checkpoint file must reach before the sweep deletes it")
 	fl.DurationVar(&f.sweepInterval, "sweep-interval", catalog.DefaultSweepInterval, "period of the orphan sweep")
-	fl.DurationVar(&f.shutdownGrace, "shutdown-grace", 30*time.Second, "on SIGTERM, how long in-flight snapshots may take before they are aborted")
+	fl.DurationVar(&f.shutdownGrace, "shutdown-grace", 30*time.Second, "on SIGTERM, how long calls in flight and then in-flight snapshots may take in all before they are cancelled or aborted")
 	fl.IntVar(&f.gcPercent, "gc-percent", daemon.DefaultGCPercent, "Go GC target (as GOGC; GOGC in the environment wins over the default): higher trades memory for throughput; heap and file state lives in the Go heap, so with much of it lower this or set GOMEMLIMIT")
 	fl.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
 	fl.StringVar(&f.logFormat, "log-format", "text", "text or json")
@@ -200,8 +211,28 @@ func (f *serveFlags) validate() (sizes, error) {
 	if f.shutdownGrace < 0 {
 		errs = append(errs, errors.New("--shutdown-grace is negative"))
 	}
+	for _, l := range []struct {
+		flag string
+		n    int
+	}{{"max-streams-per-instance", f.maxStreams}, {"queue-depth", f.queueDepth}, {"max-concurrent-streams", f.maxConnStreams}} {
+		if l.n < 1 {
+			errs = append(errs, fmt.Errorf("--%s %d must be at least 1", l.flag, l.n))
+		}
+	}
+	if f.maxConnStreams > math.MaxUint32 {
+		errs = append(errs, fmt.Errorf("--max-concurrent-streams %d is above %d", f.maxConnStreams, uint32(math.MaxUint32)))
+	}
+	if f.firstBatchTimeout <= 0 {
+		errs = append(errs, errors.New("--first-batch-timeout must be positive"))
+	}
 	errs = append(errs, f.s3.validate(), f.cache.validate())
 	return s, errors.Join(errs...)
+}
+
+// serverOptions are the api limits the flags set.
+func (f *serveFlags) serverOptions(sz sizes, log *slog.Logger) api.ServerOptions {
+	return api.ServerOptions{MaxMessageSize: int(sz.maxMessage), QueueDepth: f.queueDepth,
+		MaxConcurrentStreams: f.maxConnStreams, FirstBatchTimeout: f.firstBatchTimeout, Logger: log}
 }
 
 func runServe(ctx context.Context, f serveFlags, gcFlagSet bool) error {
@@ -272,8 +303,8 @@ func runServe(ctx context.Context, f serveFlags, gcFlagSet bool) error {
 	metrics := daemon.NewMetrics()
 	d, err := daemon.New(daemon.Config{
 		DataDir: f.dataDir, Store: store, Catalog: cat, Openers: set.Openers, HeapSnapshots: set.HeapSnapshots,
-		MaxValueSize: int(sz.maxValue), MaxInstances: f.maxInstances, CheckpointTimeout: f.checkpointTimeout,
-		Logger: log, Metrics: metrics,
+		MaxValueSize: int(sz.maxValue), MaxInstances: f.maxInstances, MaxStreamsPerInstance: f.maxStreams,
+		CheckpointTimeout: f.checkpointTimeout, Logger: log, Metrics: metrics,
 	})
 	if err != nil {
 		return err
@@ -282,7 +313,7 @@ func runServe(ctx context.Context, f serveFlags, gcFlagSet bool) error {
 	if err := cat.Start(ctx); err != nil {
 		return err
 	}
-	srv := api.NewServer(d, api.ServerOptions{MaxMessageSize: int(sz.maxMessage), Logger: log})
+	srv := api.NewServer(d, f.serverOptions(sz, log))
 
 	var servers []*grpc.Server
 	var wg sync.WaitGroup
@@ -345,30 +376,16 @@ func runServe(ctx context.Context, f serveFlags, gcFlagSet bool) error {
 	}
 	healthy.Store(false)
 	// Stop accepting; let unary calls in flight (a Snapshot waiting for its
-	// upload, a CompleteCheckpoint) finish within the grace. Batch streams
-	// only end when their clients end them, so they are cut after it.
-	stopped := make(chan struct{})
-	go func() {
-		var sw sync.WaitGroup
-		for _, s := range servers {
-			sw.Add(1)
-			go func() { defer sw.Done(); s.GracefulStop() }()
-		}
-		sw.Wait()
-		close(stopped)
-	}()
+	// upload, a CompleteCheckpoint) finish within the grace, then end the
+	// batch streams (they only end when their clients end them). Drain
+	// returns once no handler runs, so Shutdown never runs under a call.
 	graceCtx, cancel := context.WithTimeout(context.Background(), f.shutdownGrace)
 	defer cancel()
-	select {
-	case <-stopped:
-	case <-time.After(min(f.shutdownGrace, 2*time.Second)):
-		for _, s := range servers {
-			s.Stop()
-		}
-		<-stopped
+	if err := srv.Drain(graceCtx, servers...); err != nil {
+		log.Warn("calls still running at the end of --shutdown-grace were cancelled", "err", err)
 	}
-	// In-flight snapshots finish within the grace, or are aborted; then
-	// every backend (Pebble included) is closed.
+	// In-flight snapshots finish within what is left of the grace, or are
+	// aborted; then every backend (Pebble included) is closed.
 	if err := d.Shutdown(graceCtx); err != nil {
 		log.Warn("shutdown", "err", err)
 	}
