@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"sort"
 	"strconv"
 	"strings"
 	"testing"
@@ -19,8 +20,9 @@ import (
 	"github.com/statedhq/stated/tiered/localfs"
 )
 
-// The ns/op of these benchmarks include the spot checks and closes;
-// ms/restore and ms/clip are the figures to compare.
+// The ns/op of these benchmarks cover every round of every variant plus
+// the spot checks and closes; the ms/... medians are the figures to
+// compare.
 
 // BenchmarkLSMRescale measures restoring an lsm job at a new parallelism
 // (3->4 and 4->3) against, in the same run:
@@ -31,11 +33,19 @@ import (
 //     whole, scanning every key and re-inserting those of the new range
 //     into a fresh Pebble store.
 //
-// The rescale variant also reports lsm's own clip step
-// (lsm.Backend.RestoreStats: the Excise calls that drop the base's key
-// groups outside the new range) in ms per GiB removed, the bytes it
-// downloaded and skipped, and the time it spent adding the other handles'
-// key groups (rewritten into SSTs and ingested).
+// The variants run interleaved, STATED_RESCALE_BENCH_ROUNDS rounds
+// (default 3) per benchmark iteration, each round starting with the next
+// variant, and the medians are reported (the machine is noisy). Rescale
+// and plain restore the subtasks of one sample through a fresh
+// lsm.DownloadCache, as a daemon's restores share one: the new subtasks of
+// a rescale then download each old file once; nothing is cached from one
+// sample to the next. Naive uses no cache.
+//
+// The rescale variant also reports lsm's clip step
+// (lsm.Backend.RestoreStats: every Excise call of the restores, the
+// extra handles' temporary stores included) in ms per GiB removed from
+// downloaded tables, the bytes read from checkpoint storage and taken from
+// the cache, and the time it spent adding the other handles' key groups.
 //
 // Every variant restores every subtask of the job, one after another, from
 // checkpoints in a local-directory store (tiered/localfs). The total state
@@ -54,59 +64,128 @@ func BenchmarkLSMRescale(b *testing.B) {
 		}
 		total = n
 	}
+	rounds := 3
+	if s := os.Getenv("STATED_RESCALE_BENCH_ROUNDS"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 {
+			b.Fatalf("STATED_RESCALE_BENCH_ROUNDS=%q: want a positive count", s)
+		}
+		rounds = n
+	}
 	for _, c := range []struct{ oldP, newP int }{{3, 4}, {4, 3}} {
 		bj := newBenchJob(b, total, c.oldP)
-		res := map[string]time.Duration{}
-		var rs lsm.RestoreStats // summed over the rescale variant's subtasks
 		name := fmt.Sprintf("%dto%d", c.oldP, c.newP)
-		run := func(variant string, fn func(b *testing.B) time.Duration) {
-			b.Run(name+"/"+variant, func(b *testing.B) {
-				b.SetBytes(bj.bytes)
-				var sum time.Duration
-				bj.store.read.Store(0)
-				bj.stats = lsm.RestoreStats{}
-				for i := 0; i < b.N; i++ {
-					sum += fn(b)
-				}
-				res[variant] = sum / time.Duration(b.N)
-				b.ReportMetric(float64(res[variant].Microseconds())/1000, "ms/restore")
-				// What the restores downloaded from checkpoint storage.
-				b.ReportMetric(float64(bj.store.read.Load())/float64(b.N)/(1<<20), "MiB-read/op")
-				if variant != "rescale" {
-					return
-				}
-				rs = bj.stats
-				n := float64(b.N)
-				b.ReportMetric(float64(rs.Clip.Microseconds())/1000/n, "ms/clip")
-				if rs.BytesClipped > 0 {
-					b.ReportMetric(float64(rs.Clip.Microseconds())/1000/(float64(rs.BytesClipped)/(1<<30)), "ms/GiB-removed")
-				}
-				b.ReportMetric(float64(rs.ClipSpans)/n, "excises/op")
-				b.ReportMetric(float64(rs.BytesSkipped)/n/(1<<20), "MiB-skipped/op")
-				b.ReportMetric(float64(rs.Copy.Microseconds())/1000/n, "ms/copy")
-			})
-		}
-		run("rescale", func(b *testing.B) time.Duration { return bj.rescale(b, c.newP) })
-		run("plain", func(b *testing.B) time.Duration { return bj.plain(b) })
-		run("naive", func(b *testing.B) time.Duration { return bj.naive(b, c.newP) })
-		if res["rescale"] > 0 && res["plain"] > 0 && res["naive"] > 0 {
-			clipGiB := float64(rs.BytesClipped) / (1 << 30)
-			clipMs := float64(rs.Clip.Microseconds()) / 1000
-			perGiB := "no bytes removed"
-			if clipGiB > 0 {
-				perGiB = fmt.Sprintf("%.1f ms/GiB, target < 50", clipMs/clipGiB)
+		b.Run(name, func(b *testing.B) {
+			b.SetBytes(bj.bytes)
+			type variant struct {
+				name string
+				fn   func(b *testing.B) time.Duration
 			}
-			b.Logf("%s, %.0f MiB of state: rescale %v, plain restore %v (rescale/plain %.2fx, target <= 1.2x), "+
-				"naive %v (naive/rescale %.1fx, target >= 5x), clip %.1f ms in %d excise(s) for %.3f GiB removed (%s); "+
-				"rescale downloaded %.0f MiB and skipped %.0f MiB, spent %v downloading the bases, %v the other handles, %v opening, %v copying",
-				name, float64(bj.bytes)/(1<<20), res["rescale"].Round(time.Millisecond), res["plain"].Round(time.Millisecond),
-				float64(res["rescale"])/float64(res["plain"]), res["naive"].Round(time.Millisecond),
-				float64(res["naive"])/float64(res["rescale"]), clipMs, rs.ClipSpans, clipGiB, perGiB,
-				float64(rs.BytesDownloaded)/(1<<20), float64(rs.BytesSkipped)/(1<<20),
-				rs.Download.Round(time.Millisecond), rs.DownloadExtra.Round(time.Millisecond),
-				rs.Open.Round(time.Millisecond), rs.Copy.Round(time.Millisecond))
-		}
+			variants := []variant{
+				{"rescale", func(b *testing.B) time.Duration { return bj.rescale(b, c.newP) }},
+				{"plain", func(b *testing.B) time.Duration { return bj.plain(b) }},
+				{"naive", func(b *testing.B) time.Duration { return bj.naive(b, c.newP) }},
+			}
+			times := map[string][]time.Duration{}
+			read := map[string][]float64{} // MiB read from checkpoint storage
+			var clips []lsm.RestoreStats   // the rescale samples' sums
+			rereads := 0                   // objects a rescale sample read more than once
+			for i := 0; i < b.N; i++ {
+				for r := 0; r < rounds; r++ {
+					for k := range variants {
+						v := variants[(k+r)%len(variants)]
+						bj.store.read.Store(0)
+						bj.store.reads()
+						bj.stats = lsm.RestoreStats{}
+						d := v.fn(b)
+						times[v.name] = append(times[v.name], d)
+						read[v.name] = append(read[v.name], float64(bj.store.read.Load())/(1<<20))
+						if v.name == "rescale" {
+							clips = append(clips, bj.stats)
+							for _, n := range bj.store.reads() {
+								if n > 1 {
+									rereads++
+								}
+							}
+						}
+					}
+				}
+			}
+			res := map[string]time.Duration{}
+			for _, v := range variants {
+				res[v.name] = medianDuration(times[v.name])
+				b.ReportMetric(float64(res[v.name].Microseconds())/1000, "ms/"+v.name)
+				b.ReportMetric(median(read[v.name]), "MiB-read/"+v.name)
+			}
+			ratio := float64(res["rescale"]) / float64(res["plain"])
+			speedup := float64(res["naive"]) / float64(res["rescale"])
+			b.ReportMetric(ratio, "rescale/plain")
+			b.ReportMetric(speedup, "naive/rescale")
+			var clipMs, clipMiB, perGiB, fromCache, skipped, copyMs []float64
+			for _, rs := range clips {
+				ms := float64(rs.Clip.Microseconds()) / 1000
+				clipMs = append(clipMs, ms)
+				clipMiB = append(clipMiB, float64(rs.BytesClipped)/(1<<20))
+				if rs.BytesClipped > 0 {
+					perGiB = append(perGiB, ms/(float64(rs.BytesClipped)/(1<<30)))
+				}
+				fromCache = append(fromCache, float64(rs.BytesFromCache)/(1<<20))
+				skipped = append(skipped, float64(rs.BytesSkipped)/(1<<20))
+				copyMs = append(copyMs, float64(rs.Copy.Microseconds())/1000)
+			}
+			b.ReportMetric(median(clipMs), "ms/clip")
+			if len(perGiB) > 0 {
+				b.ReportMetric(median(perGiB), "ms/GiB-removed")
+			}
+			b.ReportMetric(median(clipMiB), "MiB-clipped")
+			b.ReportMetric(float64(clips[0].ClipSpans), "excises")
+			b.ReportMetric(median(fromCache), "MiB-from-cache")
+			b.ReportMetric(median(skipped), "MiB-skipped")
+			b.ReportMetric(median(copyMs), "ms/copy")
+			b.ReportMetric(float64(rereads), "objects-reread")
+			perGiBText := "no bytes removed"
+			if len(perGiB) > 0 {
+				perGiBText = fmt.Sprintf("%.1f ms/GiB, target < 50", median(perGiB))
+			}
+			b.Logf("%s, %.0f MiB of state, medians of %d interleaved samples: rescale %v, plain restore %v (rescale/plain %.2fx, target <= 1.2x), "+
+				"naive %v (naive/rescale %.1fx, target >= 5x), clip %.1f ms in %d excise(s) for %.3f GiB removed from downloaded tables (%s); "+
+				"rescale read %.0f MiB from checkpoint storage (plain %.0f MiB), took %.0f MiB from the download cache, skipped %.0f MiB; "+
+				"samples: rescale %v, plain %v, naive %v",
+				name, float64(bj.bytes)/(1<<20), len(times["rescale"]), res["rescale"].Round(time.Millisecond), res["plain"].Round(time.Millisecond),
+				ratio, res["naive"].Round(time.Millisecond), speedup, median(clipMs), clips[0].ClipSpans, median(clipMiB)/1024, perGiBText,
+				median(read["rescale"]), median(read["plain"]), median(fromCache), median(skipped),
+				roundAll(times["rescale"]), roundAll(times["plain"]), roundAll(times["naive"]))
+		})
 	}
+}
+
+func median(xs []float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	s := append([]float64(nil), xs...)
+	sort.Float64s(s)
+	n := len(s)
+	if n%2 == 1 {
+		return s[n/2]
+	}
+	return (s[n/2-1] + s[n/2]) / 2
+}
+
+func medianDuration(ds []time.Duration) time.Duration {
+	xs := make([]float64, len(ds))
+	for i, d := range ds {
+		xs[i] = float64(d)
+	}
+	return time.Duration(median(xs))
+}
+
+func roundAll(ds []time.Duration) []time.Duration {
+	out := make([]time.Duration, len(ds))
+	for i, d := range ds {
+		out[i] = d.Round(time.Millisecond)
+	}
+	return out
 }
 
 // benchJob is an lsm job of about bytes bytes at parallelism len(handles),
@@ -132,8 +211,14 @@ func (j *benchJob) options(st int, r backend.KeyGroupRange) backend.Options {
 
 func (j *benchJob) open(b *testing.B, o backend.Options) *lsm.Backend {
 	b.Helper()
+	return j.openCached(b, o, nil)
+}
+
+// openCached opens an instance whose restore goes through cache (nil: none).
+func (j *benchJob) openCached(b *testing.B, o backend.Options, cache *lsm.DownloadCache) *lsm.Backend {
+	b.Helper()
 	j.n++
-	inst, err := lsm.Open(o, lsm.Options{Dir: filepath.Join(j.dir, "inst", strconv.Itoa(j.n))})
+	inst, err := lsm.Open(o, lsm.Options{Dir: filepath.Join(j.dir, "inst", strconv.Itoa(j.n)), DownloadCache: cache})
 	if err != nil {
 		b.Fatalf("open %s from %d handle(s): %v", o.KeyGroups, len(o.Restore), err)
 	}
@@ -208,28 +293,42 @@ func (j *benchJob) verify(b *testing.B, inst backend.Backend) {
 	}
 }
 
-// timeRestores opens every subtask of opts, one after another, and returns
-// the time the opens took (verification and close are not timed).
+// timeRestores opens every subtask of opts, one after another, through one
+// fresh download cache (as a daemon's restores share one), and returns
+// the time the opens took (verification, close and the cache's setup and
+// removal are not timed).
 func (j *benchJob) timeRestores(b *testing.B, opts []backend.Options) time.Duration {
 	b.Helper()
+	j.n++
+	cacheDir := filepath.Join(j.dir, "download-cache", strconv.Itoa(j.n))
+	cache, err := lsm.OpenDownloadCache(nil, cacheDir, lsm.DefaultDownloadCacheSize)
+	if err != nil {
+		b.Fatal(err)
+	}
 	var sum time.Duration
 	var each []string
 	for _, o := range opts {
 		start := time.Now()
-		inst := j.open(b, o)
+		inst := j.openCached(b, o, cache)
 		d := time.Since(start)
 		sum += d
 		rs := inst.RestoreStats()
 		j.addStats(rs)
-		each = append(each, fmt.Sprintf("%s from %d handle(s) %v (download %v+%v, open %v, %d excise(s) %v, copy %v, graft %v; %d MiB read, %d skipped)",
+		each = append(each, fmt.Sprintf("%s from %d handle(s) %v (download %v+%v, open %v, %d excise(s) %v, copy %v, graft %v; %d MiB fetched, %d from the cache, %d skipped)",
 			o.KeyGroups, len(o.Restore), d.Round(time.Millisecond), rs.Download.Round(time.Millisecond),
 			rs.DownloadExtra.Round(time.Millisecond), rs.Open.Round(time.Millisecond), rs.ClipSpans,
 			rs.Clip.Round(time.Microsecond*100), rs.Copy.Round(time.Millisecond), rs.Graft.Round(time.Millisecond),
-			rs.BytesDownloaded>>20, rs.BytesSkipped>>20))
+			rs.BytesDownloaded>>20, rs.BytesFromCache>>20, rs.BytesSkipped>>20))
 		j.verify(b, inst)
 		if err := inst.Close(); err != nil {
 			b.Fatal(err)
 		}
+	}
+	if err := cache.Close(); err != nil {
+		b.Fatal(err)
+	}
+	if err := os.RemoveAll(cacheDir); err != nil {
+		b.Fatal(err)
 	}
 	b.Logf("per subtask: %s", strings.Join(each, ", "))
 	return sum
@@ -336,6 +435,8 @@ func (j *benchJob) addStats(rs lsm.RestoreStats) {
 	t.FilesSkipped += rs.FilesSkipped
 	t.BytesDownloaded += rs.BytesDownloaded
 	t.BytesSkipped += rs.BytesSkipped
+	t.FilesFromCache += rs.FilesFromCache
+	t.BytesFromCache += rs.BytesFromCache
 	t.Download += rs.Download
 	t.DownloadExtra += rs.DownloadExtra
 	t.Open += rs.Open
