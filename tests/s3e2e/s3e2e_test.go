@@ -68,54 +68,68 @@ func key(i int) backend.Key {
 // multipart threshold.
 func apply(t *testing.T, r *rand.Rand, b backend.Backend, m *model, n int, big bool) {
 	t.Helper()
+	for range n {
+		applyOne(t, r, b, m, r.IntN(keys), big)
+	}
+}
+
+// applyOne runs one random operation on key i.
+func applyOne(t *testing.T, r *rand.Rand, b backend.Backend, m *model, i int, big bool) {
+	t.Helper()
 	must := func(err error) {
 		t.Helper()
 		if err != nil {
 			t.Fatal(err)
 		}
 	}
-	for range n {
-		i := r.IntN(keys)
-		k := key(i)
-		switch r.IntN(7) {
-		case 0, 1:
-			v := fmt.Sprintf("value-%d", r.Uint64())
-			if big {
-				v = string(storetest.Data(r.Uint64(), 32<<10))
-			}
-			must(b.Put("v", k, []byte(v)))
-			m.v[i] = v
-		case 2:
-			must(b.Delete("v", k))
-			delete(m.v, i)
-		case 3:
-			uk, v := fmt.Sprintf("uk-%d", r.IntN(5)), fmt.Sprintf("mv-%d", r.Uint64())
-			must(b.MapPut("m", k, []byte(uk), []byte(v)))
-			if m.m[i] == nil {
-				m.m[i] = map[string]string{}
-			}
-			m.m[i][uk] = v
-		case 4:
-			uk := fmt.Sprintf("uk-%d", r.IntN(5))
-			must(b.MapRemove("m", k, []byte(uk)))
-			delete(m.m[i], uk)
-		case 5:
-			v := fmt.Sprintf("el-%d", r.Uint64())
-			must(b.ListAppend("l", k, []byte(v)))
-			m.l[i] = append(m.l[i], v)
-		case 6:
-			d := r.Int64N(1000) - 500
-			must(b.AggregateAdd("a", k, backend.Int64(d)))
-			m.a[i] += d
+	k := key(i)
+	switch r.IntN(7) {
+	case 0, 1:
+		v := fmt.Sprintf("value-%d", r.Uint64())
+		if big {
+			v = string(storetest.Data(r.Uint64(), 32<<10))
 		}
+		must(b.Put("v", k, []byte(v)))
+		m.v[i] = v
+	case 2:
+		must(b.Delete("v", k))
+		delete(m.v, i)
+	case 3:
+		uk, v := fmt.Sprintf("uk-%d", r.IntN(5)), fmt.Sprintf("mv-%d", r.Uint64())
+		must(b.MapPut("m", k, []byte(uk), []byte(v)))
+		if m.m[i] == nil {
+			m.m[i] = map[string]string{}
+		}
+		m.m[i][uk] = v
+	case 4:
+		uk := fmt.Sprintf("uk-%d", r.IntN(5))
+		must(b.MapRemove("m", k, []byte(uk)))
+		delete(m.m[i], uk)
+	case 5:
+		v := fmt.Sprintf("el-%d", r.Uint64())
+		must(b.ListAppend("l", k, []byte(v)))
+		m.l[i] = append(m.l[i], v)
+	case 6:
+		d := r.Int64N(1000) - 500
+		must(b.AggregateAdd("a", k, backend.Int64(d)))
+		m.a[i] += d
 	}
 }
 
 // check compares every key of the model with b.
 func check(t *testing.T, what string, b backend.Backend, m *model) {
 	t.Helper()
+	checkRange(t, what, b, m, all)
+}
+
+// checkRange compares the keys of the model in key groups kg with b.
+func checkRange(t *testing.T, what string, b backend.Backend, m *model, kg backend.KeyGroupRange) {
+	t.Helper()
 	for i := range keys {
 		k := key(i)
+		if !kg.Contains(k.KeyGroup) {
+			continue
+		}
 		v, ok, err := b.Get("v", k)
 		if err != nil {
 			t.Fatalf("%s: get v %d: %v", what, i, err)
