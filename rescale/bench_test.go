@@ -34,7 +34,7 @@ import (
 //     into a fresh Pebble store.
 //
 // The variants run interleaved, STATED_RESCALE_BENCH_ROUNDS rounds
-// (default 3) per benchmark iteration, each round starting with the next
+// (default 5) per benchmark iteration, each round starting with the next
 // variant, and the medians are reported (the machine is noisy). Rescale
 // and plain restore the subtasks of one sample through a fresh
 // lsm.DownloadCache, as a daemon's restores share one: the new subtasks of
@@ -64,7 +64,7 @@ func BenchmarkLSMRescale(b *testing.B) {
 		}
 		total = n
 	}
-	rounds := 3
+	rounds := 5
 	if s := os.Getenv("STATED_RESCALE_BENCH_ROUNDS"); s != "" {
 		n, err := strconv.Atoi(s)
 		if err != nil || n < 1 {
