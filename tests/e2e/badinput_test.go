@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -41,6 +42,36 @@ func wantCode(t *testing.T, what string, err error, code codes.Code, msgParts ..
 	for _, p := range msgParts {
 		if !strings.Contains(status.Convert(err).Message(), p) {
 			t.Fatalf("%s: message %q does not mention %q", what, status.Convert(err).Message(), p)
+		}
+	}
+}
+
+// rejected is the expected failure of one operation: its status code and
+// words its message must contain.
+type rejected struct {
+	code  codes.Code
+	parts []string
+}
+
+// wantRejected checks that resp holds exactly one result per operation
+// sent, in order, each the failure want says.
+func wantRejected(t *testing.T, what string, resp *pb.BatchResponse, want ...rejected) {
+	t.Helper()
+	rs := resp.GetResults()
+	if len(rs) != len(want) {
+		t.Fatalf("%s: %d results for %d operations: %+v", what, len(rs), len(want), rs)
+	}
+	for i, r := range rs {
+		if r.GetIndex() != uint32(i) {
+			t.Fatalf("%s: result %d has index %d", what, i, r.GetIndex())
+		}
+		if codes.Code(r.GetCode()) != want[i].code {
+			t.Fatalf("%s: op %d: code %s %q, want %s", what, i, codes.Code(r.GetCode()), r.GetError(), want[i].code)
+		}
+		for _, p := range want[i].parts {
+			if !strings.Contains(r.GetError(), p) {
+				t.Fatalf("%s: op %d: message %q does not mention %q", what, i, r.GetError(), p)
+			}
 		}
 	}
 }
@@ -133,11 +164,11 @@ func TestBadInput(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for i, r := range resp.GetResults() {
-			if codes.Code(r.GetCode()) != codes.InvalidArgument || !strings.Contains(r.GetError(), "jobA/op/0") {
-				t.Fatalf("op %d: code %d %q, want InvalidArgument naming the task", i, r.GetCode(), r.GetError())
-			}
-		}
+		wantRejected(t, "malformed operations", resp,
+			rejected{codes.InvalidArgument, []string{"jobA/op/0", "unknown operation type 99"}},
+			rejected{codes.InvalidArgument, []string{"jobA/op/0", `"nope"`}},
+			rejected{codes.InvalidArgument, []string{"jobA/op/0", `"v"`, "list_get"}},
+			rejected{codes.InvalidArgument, []string{"jobA/op/0", `"l"`, "without values"}})
 		unchanged("malformed batch")
 	})
 
@@ -154,17 +185,84 @@ func TestBadInput(t *testing.T) {
 	})
 
 	t.Run("key group outside the range", func(t *testing.T) {
-		other := uint32(in.KeyGroups().End + 1)
-		resp, err := batchOnce(ctx, rpc, &pb.BatchRequest{InstanceId: in.ID(), Job: "jobA", Seq: 1, Ops: []*pb.Op{
+		// Writes through subtask 0 of jobK at key groups it does not own
+		// are refused; that nothing was written is checked at the address
+		// the write targeted, where it can be read: after a rescale to one
+		// subtask, whose range holds every key group, restored from a
+		// checkpoint of both subtasks. (Key group 40000 lies beyond every
+		// range, so no instance reads it: its check is the status.)
+		spec := func(sub, par int) client.OpenSpec {
+			return client.OpenSpec{Task: backend.TaskID{Job: "jobK", Operator: "op", Subtask: sub}, Parallelism: par,
+				Backend: backend.KindLSM, States: states}
+		}
+		a, err := c.Open(ctx, spec(0, 2))
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := c.Open(ctx, spec(1, 2))
+		if err != nil {
+			t.Fatal(err)
+		}
+		other := uint32(a.KeyGroups().End + 1)
+		if !b.KeyGroups().Contains(int(other)) {
+			t.Fatalf("key group %d is not subtask 1's (%s)", other, b.KeyGroups())
+		}
+		// key lies in a's range (and the same key group as in jobA);
+		// keyB is a key of key group other, written by b, its owner.
+		keyB := []byte("b0")
+		for b.KeyGroup(keyB) != int(other) {
+			keyB = append(keyB, 'x')
+		}
+		if _, err := a.Put("v", key, nil, []byte("good")).Wait(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := b.Put("v", keyB, nil, []byte("fromB")).Wait(ctx); err != nil {
+			t.Fatal(err)
+		}
+		resp, err := batchOnce(ctx, rpc, &pb.BatchRequest{InstanceId: a.ID(), Job: "jobK", Seq: 1, Ops: []*pb.Op{
 			{Type: pb.OpType_OP_TYPE_PUT, State: "v", KeyGroup: other, Key: key, Value: []byte("evil")},
 			{Type: pb.OpType_OP_TYPE_PUT, State: "v", KeyGroup: 40000, Key: key, Value: []byte("evil")},
 		}})
 		if err != nil {
 			t.Fatal(err)
 		}
-		for i, r := range resp.GetResults() {
-			if codes.Code(r.GetCode()) != codes.InvalidArgument || !strings.Contains(r.GetError(), "key group") || !strings.Contains(r.GetError(), `"v"`) {
-				t.Fatalf("op %d: %d %q", i, r.GetCode(), r.GetError())
+		wantRejected(t, "out-of-range key groups", resp,
+			rejected{codes.InvalidArgument, []string{"jobK/op/0", `"v"`, fmt.Sprintf("key group %d", other)}},
+			rejected{codes.InvalidArgument, []string{"jobK/op/0", `"v"`, "key group 40000"}})
+		for _, in := range []*client.Instance{a, b} {
+			if _, err := in.Snapshot(ctx, 1, true); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if _, err := c.CompleteCheckpoint(ctx, "jobK", 1); err != nil {
+			t.Fatal(err)
+		}
+		all := spec(0, 1)
+		all.Replace, all.Restore = true, &client.Restore{Latest: true}
+		r, err := c.Open(ctx, all)
+		if err != nil {
+			t.Fatal(err)
+		}
+		a.Abandon() // replaced
+		if !r.KeyGroups().Contains(int(other)) || !r.KeyGroups().Contains(int(kg)) {
+			t.Fatalf("rescaled range %s", r.KeyGroups())
+		}
+		resp, err = batchOnce(ctx, rpc, &pb.BatchRequest{InstanceId: r.ID(), Job: "jobK", Seq: 1, Ops: []*pb.Op{
+			{Type: pb.OpType_OP_TYPE_GET, State: "v", KeyGroup: kg, Key: key},
+			{Type: pb.OpType_OP_TYPE_GET, State: "v", KeyGroup: other, Key: keyB},
+			// The address the refused write targeted.
+			{Type: pb.OpType_OP_TYPE_GET, State: "v", KeyGroup: other, Key: key},
+		}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		rs := resp.GetResults()
+		if len(rs) != 2 || rs[0].GetIndex() != 0 || string(rs[0].GetValue()) != "good" || rs[1].GetIndex() != 1 || string(rs[1].GetValue()) != "fromB" {
+			t.Fatalf("after the rescale: results %+v; want good, fromB and nothing at key group %d of %q (the refused write)", rs, other, key)
+		}
+		for _, in := range []*client.Instance{r, b} {
+			if err := in.Close(ctx); err != nil {
+				t.Fatal(err)
 			}
 		}
 		unchanged("out-of-range key group")
@@ -207,11 +305,9 @@ func TestBadInput(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for i, r := range resp.GetResults() {
-			if codes.Code(r.GetCode()) != codes.ResourceExhausted || !strings.Contains(r.GetError(), "1024") {
-				t.Fatalf("op %d: %d %q", i, r.GetCode(), r.GetError())
-			}
-		}
+		wantRejected(t, "oversized operands", resp,
+			rejected{codes.ResourceExhausted, []string{"jobA/op/0", "value of 2000 bytes", "1024"}},
+			rejected{codes.ResourceExhausted, []string{"jobA/op/0", "key of 2000 bytes", "1024"}})
 		var ops []*pb.Op
 		for range 100 {
 			ops = append(ops, &pb.Op{Type: pb.OpType_OP_TYPE_PUT, State: "v", KeyGroup: kg, Key: key, Value: bytes.Repeat([]byte("y"), 1000)})
