@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -140,6 +141,46 @@ func TestClientLocalChecks(t *testing.T) {
 	}
 	if _, err := in.Put("v", inside, nil, make([]byte, 100)).Wait(ctx); err != nil {
 		t.Fatalf("value at the limit: %v", err)
+	}
+}
+
+// A heap or file instance's in-memory state is bounded: the write that
+// would pass the bound gets RESOURCE_EXHAUSTED naming the instance and the
+// limit, and changes nothing; the instance keeps serving.
+func TestMemoryStateBound(t *testing.T) {
+	ctx := ctxT(t)
+	const limit = 64 << 10
+	h := startDaemon(t, harnessOpts{cfg: func(c *daemon.Config) { c.MaxMemoryState = limit }})
+	c := h.dial(client.Options{})
+	for _, kind := range []backend.Kind{backend.KindHeap, backend.KindFile} {
+		in, err := c.Open(ctx, client.OpenSpec{Task: task("mem-"+string(kind), "op", 0), Parallelism: 1, Backend: kind, States: allStates})
+		if err != nil {
+			t.Fatal(err)
+		}
+		keys := keysIn(in, 200)
+		val := make([]byte, 1000)
+		var refused error
+		stored := 0
+		for i, k := range keys {
+			if _, err := in.Put("v", k, nil, val).Wait(ctx); err != nil {
+				refused = err
+				stored = i
+				break
+			}
+		}
+		if status.Code(refused) != codes.ResourceExhausted || !strings.Contains(refused.Error(), "mem-"+string(kind)) ||
+			!strings.Contains(refused.Error(), fmt.Sprint(limit)) {
+			t.Fatalf("%s: %d puts of 1000 bytes under a %d-byte bound: %v", kind, len(keys), limit, refused)
+		}
+		if stored < limit/1100 {
+			t.Fatalf("%s: refused after %d puts, well under the bound", kind, stored)
+		}
+		if v, err := in.Get("v", keys[stored], nil).Wait(ctx); err != nil || v.Found {
+			t.Fatalf("%s: the refused put landed (%v, %v)", kind, v.Found, err)
+		}
+		if v, err := in.Get("v", keys[0], nil).Wait(ctx); err != nil || !v.Found {
+			t.Fatalf("%s: an earlier put is gone after the refusal (%v, %v)", kind, v.Found, err)
+		}
 	}
 }
 

@@ -36,7 +36,7 @@ func Code(err error) codes.Code {
 		return codes.PermissionDenied
 	case errors.Is(err, daemon.ErrUnknownInstance), errors.Is(err, backend.ErrNotFound), errors.Is(err, tiered.ErrNotFound):
 		return codes.NotFound
-	case errors.Is(err, daemon.ErrLimit):
+	case errors.Is(err, daemon.ErrLimit), errors.Is(err, backend.ErrResourceExhausted):
 		return codes.ResourceExhausted
 	case errors.Is(err, catalog.ErrExists):
 		return codes.AlreadyExists

@@ -37,6 +37,9 @@ type checkpoint struct {
 	// class ("aborted", "declined", "expired") once aborted.
 	status string
 	reason string
+	// aborted is closed once an abort has finished (the uploads stopped,
+	// the catalog recorded it), so that a repeated abort returns only then.
+	aborted chan struct{}
 }
 
 type taskSnapshot struct {
@@ -167,7 +170,7 @@ func reasonSuffix(r string) string {
 func (d *Daemon) newCheckpointLocked(key ckptKey) *checkpoint {
 	ctx, cancel := context.WithCancel(d.baseCtx)
 	c := &checkpoint{key: key, started: time.Now(), ctx: ctx, cancel: cancel,
-		tasks: map[backend.TaskID]*taskSnapshot{}, status: statusInProgress}
+		tasks: map[backend.TaskID]*taskSnapshot{}, status: statusInProgress, aborted: make(chan struct{})}
 	c.timer = time.AfterFunc(d.cfg.CheckpointTimeout, func() { d.expire(c) })
 	d.ckpts[key] = c
 	if len(d.ckpts) > tombstoneLimit {
@@ -401,14 +404,22 @@ func (d *Daemon) abort(ctx context.Context, job string, id uint64, reason string
 		// late Snapshot is refused.
 		c = d.newCheckpointLocked(key)
 	}
-	switch c.status {
+	switch status := c.status; status {
 	case statusCompleting, statusCompleted:
 		d.mu.Unlock()
-		return fmt.Errorf("daemon: abort checkpoint %d of job %s: %w: it is %s", id, job, ErrCheckpointFailed, c.status)
+		// status, not c.status: a completion may change it once the lock
+		// is let go.
+		return fmt.Errorf("daemon: abort checkpoint %d of job %s: %w: it is %s", id, job, ErrCheckpointFailed, status)
 	case statusInProgress:
 	default:
+		// Aborted already, or being aborted: done once that abort is.
 		d.mu.Unlock()
-		return nil
+		select {
+		case <-c.aborted:
+			return nil
+		case <-ctx.Done():
+			return fmt.Errorf("daemon: abort checkpoint %d of job %s: waiting for the abort under way: %w", id, job, ctx.Err())
+		}
 	}
 	c.status = class.String()
 	c.reason = reason
@@ -422,6 +433,7 @@ func (d *Daemon) abort(ctx context.Context, job string, id uint64, reason string
 
 	// The uploads see the cancellation; wait so that nothing writes after
 	// the catalog has discarded the checkpoint.
+	defer close(c.aborted)
 	for _, ts := range snaps {
 		<-ts.done
 	}

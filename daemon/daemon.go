@@ -21,6 +21,7 @@ import (
 // Defaults of Config.
 const (
 	DefaultMaxValueSize          = 4 << 20
+	DefaultMaxMemoryState        = 1 << 30
 	DefaultMaxInstances          = 4096
 	DefaultMaxStreamsPerInstance = 4
 	DefaultCheckpointTimeout     = 10 * time.Minute
@@ -77,6 +78,10 @@ type Config struct {
 	// MaxValueSize bounds each key, namespace, value, list element and map
 	// user key or value. Default DefaultMaxValueSize.
 	MaxValueSize int
+	// MaxMemoryState bounds the in-memory state (keys and values) of each
+	// heap or file instance; a write past it fails with
+	// backend.ErrResourceExhausted. Default DefaultMaxMemoryState.
+	MaxMemoryState int64
 	// MaxInstances bounds the open instances. Default DefaultMaxInstances.
 	MaxInstances int
 	// MaxStreamsPerInstance bounds the concurrent batch streams of one
@@ -97,6 +102,9 @@ type Config struct {
 func (c *Config) EnsureDefaults() {
 	if c.MaxValueSize == 0 {
 		c.MaxValueSize = DefaultMaxValueSize
+	}
+	if c.MaxMemoryState == 0 {
+		c.MaxMemoryState = DefaultMaxMemoryState
 	}
 	if c.MaxInstances == 0 {
 		c.MaxInstances = DefaultMaxInstances
@@ -133,7 +141,7 @@ func (c *Config) Validate() error {
 	if len(c.Openers) == 0 {
 		errs = append(errs, errors.New("daemon: no backend openers"))
 	}
-	if c.MaxValueSize < 0 || c.MaxInstances < 0 || c.MaxStreamsPerInstance < 0 || c.CheckpointTimeout < 0 {
+	if c.MaxValueSize < 0 || c.MaxMemoryState < 0 || c.MaxInstances < 0 || c.MaxStreamsPerInstance < 0 || c.CheckpointTimeout < 0 {
 		errs = append(errs, errors.New("daemon: negative limit"))
 	}
 	return errors.Join(errs...)
@@ -338,6 +346,7 @@ func (d *Daemon) open(ctx context.Context, p OpenParams) (*Instance, error) {
 		States:         p.States,
 		Store:          d.cfg.Store,
 		MaxValueSize:   d.cfg.MaxValueSize,
+		MaxMemoryBytes: d.cfg.MaxMemoryState,
 	}
 	var restoredFrom uint64
 	var opState []backend.OperatorList

@@ -46,6 +46,7 @@ type serveFlags struct {
 	retain            int
 	heapSnapshotCap   string
 	maxValueSize      string
+	maxMemoryState    string
 	maxMessageSize    string
 	maxInstances      int
 	maxStreams        int // per instance
@@ -98,6 +99,7 @@ the grace ends, closes every backend and exits 0.`,
 	fl.StringVar(&f.heapSnapshotCap, "heap-snapshot-cap", "5MiB", "largest heap snapshot kept in daemon memory; larger ones are declined")
 	fl.StringVar(&f.maxValueSize, "max-value-size", "4MiB", "largest key, namespace, value, list element or map user key/value")
 	fl.StringVar(&f.maxMessageSize, "max-message-size", "16MiB", "largest request message")
+	fl.StringVar(&f.maxMemoryState, "max-memory-state", "1GiB", "most in-memory state (keys and values) one heap or file instance holds; writes past it fail with RESOURCE_EXHAUSTED")
 	fl.IntVar(&f.maxInstances, "max-instances", daemon.DefaultMaxInstances, "most backend instances open at once")
 	fl.IntVar(&f.maxStreams, "max-streams-per-instance", daemon.DefaultMaxStreamsPerInstance, "most batch streams one instance has open at once")
 	fl.IntVar(&f.queueDepth, "queue-depth", api.DefaultQueueDepth, "received batches a stream buffers while one is applied (with --max-message-size and --max-streams-per-instance, bounds the memory one instance's clients pin)")
@@ -177,7 +179,7 @@ func newLogger(level, format string) (*slog.Logger, error) {
 	return nil, fmt.Errorf("--log-format %q is not text or json", format)
 }
 
-type sizes struct{ heapCap, maxValue, maxMessage, lsmCache int64 }
+type sizes struct{ heapCap, maxValue, maxMessage, lsmCache, maxMemory int64 }
 
 func (f *serveFlags) validate() (sizes, error) {
 	var s sizes
@@ -191,6 +193,7 @@ func (f *serveFlags) validate() (sizes, error) {
 	}
 	parse("heap-snapshot-cap", f.heapSnapshotCap, &s.heapCap)
 	parse("max-value-size", f.maxValueSize, &s.maxValue)
+	parse("max-memory-state", f.maxMemoryState, &s.maxMemory)
 	parse("max-message-size", f.maxMessageSize, &s.maxMessage)
 	parse("lsm-cache-size", f.lsmCacheSize, &s.lsmCache)
 	if s.maxMessage > 1<<31-1 {
@@ -199,8 +202,8 @@ func (f *serveFlags) validate() (sizes, error) {
 	if s.maxValue > s.maxMessage/2 && s.maxMessage > 0 {
 		errs = append(errs, fmt.Errorf("--max-value-size %d must be at most half of --max-message-size %d", s.maxValue, s.maxMessage))
 	}
-	if s.maxValue == 0 || s.maxMessage == 0 {
-		errs = append(errs, errors.New("--max-value-size and --max-message-size must be positive"))
+	if s.maxValue == 0 || s.maxMessage == 0 || s.maxMemory == 0 {
+		errs = append(errs, errors.New("--max-value-size, --max-message-size and --max-memory-state must be positive"))
 	}
 	if f.listen != "" && f.token == "" {
 		errs = append(errs, errors.New("--listen needs --token: TCP clients are not protected by the socket's file mode"))
@@ -303,7 +306,7 @@ func runServe(ctx context.Context, f serveFlags, gcFlagSet bool) error {
 	metrics := daemon.NewMetrics()
 	d, err := daemon.New(daemon.Config{
 		DataDir: f.dataDir, Store: store, Catalog: cat, Openers: set.Openers, HeapSnapshots: set.HeapSnapshots,
-		MaxValueSize: int(sz.maxValue), MaxInstances: f.maxInstances, MaxStreamsPerInstance: f.maxStreams,
+		MaxValueSize: int(sz.maxValue), MaxMemoryState: sz.maxMemory, MaxInstances: f.maxInstances, MaxStreamsPerInstance: f.maxStreams,
 		CheckpointTimeout: f.checkpointTimeout, Logger: log, Metrics: metrics,
 	})
 	if err != nil {

@@ -46,7 +46,7 @@ func TestServeFlagsFromEnv(t *testing.T) {
 }
 
 func TestServeFlagValidation(t *testing.T) {
-	f := serveFlags{heapSnapshotCap: "5MiB", maxValueSize: "4MiB", maxMessageSize: "16MiB", lsmCacheSize: "1MiB", retain: 3, listen: "127.0.0.1:1"}
+	f := serveFlags{heapSnapshotCap: "5MiB", maxValueSize: "4MiB", maxMessageSize: "16MiB", lsmCacheSize: "1MiB", maxMemoryState: "1GiB", retain: 3, listen: "127.0.0.1:1"}
 	if _, err := f.validate(); err == nil || !strings.Contains(err.Error(), "--token") {
 		t.Fatalf("TCP without token: %v", err)
 	}
@@ -89,11 +89,14 @@ func TestServeLimitFlags(t *testing.T) {
 		}
 	}
 
-	f := serveFlags{heapSnapshotCap: "5MiB", maxValueSize: "4MiB", maxMessageSize: "16MiB", lsmCacheSize: "1MiB", retain: 3,
+	f := serveFlags{heapSnapshotCap: "5MiB", maxValueSize: "4MiB", maxMessageSize: "16MiB", lsmCacheSize: "1MiB", maxMemoryState: "1GiB", retain: 3,
 		cache: cacheFlags{bytes: defaultCacheBytes}, maxStreams: 2, queueDepth: 7, maxConnStreams: 50, firstBatchTimeout: 3 * time.Second}
 	sz, err := f.validate()
 	if err != nil {
 		t.Fatal(err)
+	}
+	if sz.maxMemory != 1<<30 {
+		t.Fatalf("--max-memory-state 1GiB parsed as %d", sz.maxMemory)
 	}
 	o := f.serverOptions(sz, nil)
 	if o.QueueDepth != 7 || o.MaxConcurrentStreams != 50 || o.FirstBatchTimeout != 3*time.Second || o.MaxMessageSize != 16<<20 {
