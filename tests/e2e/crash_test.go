@@ -109,6 +109,9 @@ type crashTask struct {
 	kg    map[string]int
 	rng   *rand.Rand
 	m     *model
+	// c is the task's own client: every task has its own connection, as
+	// task processes of a host have.
+	c     *client.Client
 	in    *client.Instance
 	mu    sync.Mutex
 	snaps map[uint64]*model // model at each Snapshot
@@ -361,7 +364,8 @@ func (t *crashTask) verify(ctx context.Context) error {
 	return sameTimers(t.id, got, want)
 }
 
-// TestCrashRestartEndToEnd drives 8 concurrent clients (file and lsm, every
+// TestCrashRestartEndToEnd drives 8 concurrent clients, each with its own
+// connection (file and lsm, every
 // state kind) against the real daemon, completes checkpoints, kills the
 // daemon with SIGKILL at a random moment, restarts it, restores every task
 // from the last completed checkpoint and compares every state with the
@@ -430,7 +434,10 @@ func TestCrashRestartEndToEnd(t *testing.T) {
 				}
 				tk.m = snap.clone()
 			}
-			tk.in, err = c.Open(ctx, spec)
+			if tk.c, err = client.Dial(p.sock, client.Options{}); err != nil {
+				t.Fatal(err)
+			}
+			tk.in, err = tk.c.Open(ctx, spec)
 			if err != nil {
 				t.Fatalf("round %d: open %s: %v", round, tk.id, err)
 			}
@@ -456,10 +463,10 @@ func TestCrashRestartEndToEnd(t *testing.T) {
 			closeTasks(tasks)
 			c.Close()
 			p2 := start(t, dir)
-			c2 := p2.dial(client.Options{})
 			for _, tk := range tasks {
 				tk.m = tk.snaps[confirmed].clone()
-				tk.in, err = c2.Open(ctx, client.OpenSpec{Task: tk.id, Parallelism: parallelism, Backend: tk.kind,
+				tk.c = p2.dial(client.Options{})
+				tk.in, err = tk.c.Open(ctx, client.OpenSpec{Task: tk.id, Parallelism: parallelism, Backend: tk.kind,
 					States: crashStates, Restore: &client.Restore{Latest: true}})
 				if err != nil {
 					t.Fatal(err)
@@ -509,6 +516,10 @@ func closeTasks(tasks []*crashTask) {
 		if tk.in != nil {
 			tk.in.Abandon()
 			tk.in = nil
+		}
+		if tk.c != nil {
+			tk.c.Close()
+			tk.c = nil
 		}
 	}
 }
