@@ -103,12 +103,12 @@ func (m *model) sortedTimers(upTo int64) []timerKey {
 
 // crashTask is one of the concurrent clients.
 type crashTask struct {
-	id    backend.TaskID
-	kind  backend.Kind
-	keys  []string
-	kg    map[string]int
-	rng   *rand.Rand
-	m     *model
+	id   backend.TaskID
+	kind backend.Kind
+	keys []string
+	kg   map[string]int
+	rng  *rand.Rand
+	m    *model
 	// c is the task's own client: every task has its own connection, as
 	// task processes of a host have.
 	c     *client.Client
@@ -365,8 +365,7 @@ func (t *crashTask) verify(ctx context.Context) error {
 }
 
 // TestCrashRestartEndToEnd drives 8 concurrent clients, each with its own
-// connection (file and lsm, every
-// state kind) against the real daemon, completes checkpoints, kills the
+// connection (file and lsm, every state kind) against the real daemon, completes checkpoints, kills the
 // daemon with SIGKILL at a random moment, restarts it, restores every task
 // from the last completed checkpoint and compares every state with the
 // model; several times. A heap checkpoint must refuse to restore after a
