@@ -35,7 +35,9 @@ import (
 //
 // The variants run interleaved, STATED_RESCALE_BENCH_ROUNDS rounds
 // (default 5) per benchmark iteration, each round starting with the next
-// variant, and the medians are reported (the machine is noisy). Rescale
+// variant, and the medians are reported (the machine is noisy); the dirty
+// pages of a sample are synced before the next (untimed). With -v every
+// sample logs its subtasks' steps. Rescale
 // and plain restore the subtasks of one sample through a fresh
 // lsm.DownloadCache, as a daemon's restores share one: the new subtasks of
 // a rescale then download each old file once; nothing is cached from one
@@ -94,6 +96,7 @@ func BenchmarkLSMRescale(b *testing.B) {
 				for r := 0; r < rounds; r++ {
 					for k := range variants {
 						v := variants[(k+r)%len(variants)]
+						syncDisks()
 						bj.store.read.Store(0)
 						bj.store.reads()
 						bj.stats = lsm.RestoreStats{}
@@ -330,7 +333,9 @@ func (j *benchJob) timeRestores(b *testing.B, opts []backend.Options) time.Durat
 	if err := os.RemoveAll(cacheDir); err != nil {
 		b.Fatal(err)
 	}
-	b.Logf("per subtask: %s", strings.Join(each, ", "))
+	if testing.Verbose() {
+		b.Logf("per subtask: %s", strings.Join(each, ", "))
+	}
 	return sum
 }
 

@@ -1,0 +1,5 @@
+//go:build !unix
+
+package rescale_test
+
+func syncDisks() {}
