@@ -54,9 +54,11 @@ type StatedClient interface {
 	// Open creates a backend instance for one task, restoring it when asked.
 	Open(ctx context.Context, in *OpenRequest, opts ...grpc.CallOption) (*OpenResponse, error)
 	// Batch carries state operations. The first request of a stream names the
-	// instance; responses come back in request order, one per request, with
-	// one result per operation in operation order. A client keeps one stream
-	// per instance and many requests in flight on it.
+	// instance and must arrive within the daemon's first-batch timeout
+	// (default 10s; it may carry no operations), or the stream ends with
+	// DEADLINE_EXCEEDED; responses come back in request order, one per
+	// request, with one result per operation in operation order. A client
+	// keeps one stream per instance and many requests in flight on it.
 	Batch(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[BatchRequest, BatchResponse], error)
 	// Snapshot runs the synchronous part of checkpoint checkpoint_id on one
 	// instance and starts its asynchronous upload in the daemon.
@@ -188,9 +190,11 @@ type StatedServer interface {
 	// Open creates a backend instance for one task, restoring it when asked.
 	Open(context.Context, *OpenRequest) (*OpenResponse, error)
 	// Batch carries state operations. The first request of a stream names the
-	// instance; responses come back in request order, one per request, with
-	// one result per operation in operation order. A client keeps one stream
-	// per instance and many requests in flight on it.
+	// instance and must arrive within the daemon's first-batch timeout
+	// (default 10s; it may carry no operations), or the stream ends with
+	// DEADLINE_EXCEEDED; responses come back in request order, one per
+	// request, with one result per operation in operation order. A client
+	// keeps one stream per instance and many requests in flight on it.
 	Batch(grpc.BidiStreamingServer[BatchRequest, BatchResponse]) error
 	// Snapshot runs the synchronous part of checkpoint checkpoint_id on one
 	// instance and starts its asynchronous upload in the daemon.
