@@ -35,37 +35,30 @@ type partialCache struct {
 
 var _ tiered.Store = (*partialCache)(nil)
 
-func (p *partialCache) Put(ctx context.Context, name string, r io.Reader, size int64) error {
+// route is the store name goes to: the remote for uncached names.
+func (p *partialCache) route(name string) tiered.Store {
 	if p.uncached(name) {
-		return p.remote.Put(ctx, name, r, size)
+		return p.remote
 	}
-	return p.Store.Put(ctx, name, r, size)
+	return p.Store
+}
+
+func (p *partialCache) Put(ctx context.Context, name string, r io.Reader, size int64) error {
+	return p.route(name).Put(ctx, name, r, size)
 }
 
 func (p *partialCache) PutIfAbsent(ctx context.Context, name string, r io.Reader, size int64) error {
-	if p.uncached(name) {
-		return p.remote.PutIfAbsent(ctx, name, r, size)
-	}
-	return p.Store.PutIfAbsent(ctx, name, r, size)
+	return p.route(name).PutIfAbsent(ctx, name, r, size)
 }
 
 func (p *partialCache) Get(ctx context.Context, name string) (io.ReadCloser, error) {
-	if p.uncached(name) {
-		return p.remote.Get(ctx, name)
-	}
-	return p.Store.Get(ctx, name)
+	return p.route(name).Get(ctx, name)
 }
 
 func (p *partialCache) GetRange(ctx context.Context, name string, offset, length int64) (io.ReadCloser, error) {
-	if p.uncached(name) {
-		return p.remote.GetRange(ctx, name, offset, length)
-	}
-	return p.Store.GetRange(ctx, name, offset, length)
+	return p.route(name).GetRange(ctx, name, offset, length)
 }
 
 func (p *partialCache) Stat(ctx context.Context, name string) (tiered.ObjectInfo, error) {
-	if p.uncached(name) {
-		return p.remote.Stat(ctx, name)
-	}
-	return p.Store.Stat(ctx, name)
+	return p.route(name).Stat(ctx, name)
 }
