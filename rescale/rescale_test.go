@@ -73,16 +73,18 @@ func TestRescaleRandomLarger(t *testing.T) {
 	rng := rand.New(rand.NewPCG(seed, 0x5eed))
 	for _, kc := range testKinds(t) {
 		t.Run(string(kc.kind), func(t *testing.T) {
-			// lsm restores cost milliseconds each; keep its sample smaller.
-			maxPar, draws := 40, 2
+			// Parallelisms past 8 (TestRescaleEveryPairUpTo8 has those);
+			// lsm restores cost milliseconds each, so its sample is smaller.
+			maxPar, draws := 64, 3
 			if kc.kind == backend.KindLSM {
-				maxPar, draws = 16, 1
+				maxPar, draws = 32, 2
 			}
+			par := func() int { return 9 + rng.IntN(maxPar-8) }
 			type tc struct{ maxP, oldP, newP, thenP int }
 			cases := []tc{{128, 1, 128, 3}, {128, 128, 1, 5}}
 			for _, maxP := range []int{128, 4096} {
 				for d := 0; d < draws; d++ {
-					cases = append(cases, tc{maxP, 1 + rng.IntN(maxPar), 1 + rng.IntN(maxPar), 1 + rng.IntN(maxPar)})
+					cases = append(cases, tc{maxP, par(), par(), par()})
 				}
 			}
 			for _, c := range cases {
