@@ -1,6 +1,7 @@
 package api
 
 import (
+	"bytes"
 	"fmt"
 	"time"
 
@@ -53,9 +54,22 @@ func (s *Server) applyTo(out []byte, inst *daemon.Instance, bt *wire.Batch) []by
 	if len(ops) >= 4*latencySample {
 		every = latencySample
 	}
-	for i := range ops {
+	grouper, _ := inst.Backend.(backend.Grouper)
+	var states stateCache
+	for i := 0; i < len(ops); {
+		if grouper != nil && groupable(ops[i].Type) {
+			j := i + 1
+			for j < len(ops) && groupable(ops[j].Type) {
+				j++
+			}
+			if j-i >= minGroup {
+				out, budget = s.applyGroup(out, budget, inst, grouper, &states, ops, i, j, &tally, every)
+				i = j
+				continue
+			}
+		}
 		op := &ops[i]
-		state, sk := inst.State(op.StateBytes)
+		state, sk := states.get(inst, op.StateBytes)
 		var r wire.Result
 		timed := i%every == 0
 		var t0 time.Time
@@ -75,9 +89,133 @@ func (s *Server) applyTo(out []byte, inst *daemon.Instance, bt *wire.Batch) []by
 			out = wire.AppendResult(out, &r)
 			budget -= len(out) - n
 		}
+		i++
 	}
 	tally.Flush()
 	return wire.AppendResponseSeq(out, bt.Seq)
+}
+
+// minGroup is the shortest run of blind writes applied as a group: a
+// lone write takes the single-operation path.
+const minGroup = 2
+
+// groupable reports whether an operation of type t is a blind write that
+// the backend can apply within a group (backend.GroupWriter). Timer
+// deletes are not: they are ordered with polls (daemon.Instance).
+func groupable(t int32) bool {
+	switch daemon.Op(t) {
+	case daemon.OpPut, daemon.OpDelete, daemon.OpListAppend, daemon.OpMapPut, daemon.OpMapRemove, daemon.OpTimerRegister:
+		return true
+	}
+	return false
+}
+
+// stateCache remembers the last state name a batch resolved: the
+// operations of a batch mostly name one state.
+type stateCache struct {
+	raw  []byte
+	name string
+	kind backend.StateKind
+	ok   bool
+}
+
+func (c *stateCache) get(inst *daemon.Instance, raw []byte) (string, backend.StateKind) {
+	if c.ok && bytes.Equal(raw, c.raw) {
+		return c.name, c.kind
+	}
+	c.name, c.kind = inst.State(raw)
+	c.raw, c.ok = raw, true
+	return c.name, c.kind
+}
+
+// groupFailure is the error of one operation of a group.
+type groupFailure struct {
+	i    int
+	code codes.Code
+	err  error
+}
+
+// applyGroup applies the blind writes ops[from:to] as one group: under one
+// hold of the backend's writer lock and, for lsm, in one Pebble batch,
+// committed before the group returns (so before any later read of the
+// batch, before the response, and before another stream or a snapshot can
+// see the state). Each operation gets its own result: its own validation
+// error, or the commit's error if the commit fails. The operations' time
+// is the group's, spread evenly over them.
+func (s *Server) applyGroup(out []byte, budget int, inst *daemon.Instance, g backend.Grouper, states *stateCache,
+	ops []wire.Op, from, to int, tally *daemon.OpTally, every int) ([]byte, int) {
+	var fails []groupFailure
+	t0 := time.Now()
+	commitErr := g.Group(func(w backend.GroupWriter) {
+		for i := from; i < to; i++ {
+			op := &ops[i]
+			state, _ := states.get(inst, op.StateBytes)
+			if code, err := groupOp(w, inst, op, state); err != nil {
+				fails = append(fails, groupFailure{i: i, code: code, err: err})
+			}
+		}
+	})
+	per := time.Since(t0) / time.Duration(to-from)
+	f := 0
+	for i := from; i < to; i++ {
+		op := &ops[i]
+		state, sk := states.get(inst, op.StateBytes)
+		var r wire.Result
+		r.Index = uint32(i)
+		switch {
+		case f < len(fails) && fails[f].i == i:
+			opError(inst, op, state, &r, fails[f].code, fails[f].err)
+			f++
+		case commitErr != nil:
+			opError(inst, op, state, &r, Code(commitErr), commitErr)
+		}
+		failed := r.Code != 0
+		if i%every == 0 {
+			tally.Add(sk, daemon.Op(op.Type), per, failed)
+		} else {
+			tally.Count(sk, daemon.Op(op.Type), failed)
+		}
+		if failed {
+			n := len(out)
+			out = wire.AppendResult(out, &r)
+			budget -= len(out) - n
+		}
+	}
+	return out, budget
+}
+
+// groupOp makes one blind write of a group (groupable) through w; it
+// returns the operation's error and its code.
+func groupOp(w backend.GroupWriter, inst *daemon.Instance, op *wire.Op, state string) (codes.Code, error) {
+	if err := checkSizes(inst, op); err != nil {
+		return codes.ResourceExhausted, err
+	}
+	k := backend.Key{KeyGroup: int(op.KeyGroup), Key: op.Key, Namespace: op.Namespace}
+	var err error
+	switch daemon.Op(op.Type) {
+	case daemon.OpPut:
+		err = w.Put(state, k, op.Value)
+	case daemon.OpDelete:
+		err = w.Delete(state, k)
+	case daemon.OpListAppend:
+		if len(op.Values) == 0 {
+			err = fmt.Errorf("%w: list append without values", backend.ErrInvalidArgument)
+			break
+		}
+		err = w.ListAppend(state, k, op.Values...)
+	case daemon.OpMapPut:
+		err = w.MapPut(state, k, op.UserKey, op.Value)
+	case daemon.OpMapRemove:
+		err = w.MapRemove(state, k, op.UserKey)
+	case daemon.OpTimerRegister:
+		err = w.RegisterTimer(state, backend.Timer{KeyGroup: k.KeyGroup, Key: k.Key, Namespace: k.Namespace, Timestamp: op.Timestamp})
+	default:
+		return codes.Internal, fmt.Errorf("operation type %d in a group of writes", op.Type)
+	}
+	if err != nil {
+		return Code(err), err
+	}
+	return codes.OK, nil
 }
 
 // opError fills r with the failure of op, naming the job, task, state and

@@ -149,6 +149,30 @@ type Backend interface {
 	Close() error
 }
 
+// Grouper is an optional Backend extension for applying a run of blind
+// writes (writes that read nothing) at once. Group runs fn with the
+// backend's writer lock held and hands it a GroupWriter; the writes fn
+// makes through it are committed together before Group returns, so a
+// concurrent reader, writer or snapshot sees all of them or none, in the
+// order they were made. fn must not call the backend. Each GroupWriter
+// method checks its operation as the Backend method of the same name does
+// and returns that error; Group returns the commit's error, and then none
+// of the group's writes was applied. The writer is not valid after Group
+// returns.
+type Grouper interface {
+	Group(fn func(w GroupWriter)) error
+}
+
+// GroupWriter makes the blind writes of Backend within Grouper.Group.
+type GroupWriter interface {
+	Put(state string, k Key, value []byte) error
+	Delete(state string, k Key) error
+	ListAppend(state string, k Key, values ...[]byte) error
+	MapPut(state string, k Key, userKey, value []byte) error
+	MapRemove(state string, k Key, userKey []byte) error
+	RegisterTimer(state string, t Timer) error
+}
+
 // PendingSnapshot is the asynchronous part of a snapshot.
 type PendingSnapshot interface {
 	// Run writes the frozen view to checkpoint storage and returns the

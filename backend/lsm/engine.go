@@ -158,3 +158,71 @@ func wrapErr(err error, format string, args ...any) error {
 	}
 	return fmt.Errorf("lsm: %s: %w", what, err)
 }
+
+var _ kvstate.Batcher = engine{}
+
+// NewBatch implements kvstate.Batcher.
+func (e engine) NewBatch() kvstate.Batch { return &batch{b: e.db.NewBatch()} }
+
+// batch is kvstate.Batch over a Pebble batch, committed without sync like
+// the engine's single writes.
+type batch struct {
+	b    *pebble.Batch
+	done bool
+}
+
+func (b *batch) Set(key, value []byte) error {
+	if err := b.b.Set(key, value, nil); err != nil {
+		return wrapErr(err, "batch set %x", key)
+	}
+	return nil
+}
+
+func (b *batch) Merge(key, operand []byte) error {
+	if err := b.b.Merge(key, operand, nil); err != nil {
+		return wrapErr(err, "batch merge %x", key)
+	}
+	return nil
+}
+
+func (b *batch) Delete(key []byte) error {
+	if err := b.b.Delete(key, nil); err != nil {
+		return wrapErr(err, "batch delete %x", key)
+	}
+	return nil
+}
+
+func (b *batch) DeleteRange(start, end []byte) error {
+	if end == nil {
+		return fmt.Errorf("lsm: batch delete range from %x without an upper bound", start)
+	}
+	if err := b.b.DeleteRange(start, end, nil); err != nil {
+		return wrapErr(err, "batch delete range [%x, %x)", start, end)
+	}
+	return nil
+}
+
+func (b *batch) Empty() bool { return b.b.Empty() }
+
+func (b *batch) Commit() error {
+	if b.done {
+		return errors.New("lsm: commit of a released batch")
+	}
+	n := b.b.Count()
+	err := b.b.Commit(pebble.NoSync)
+	if cerr := b.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return wrapErr(err, "commit a batch of %d writes", n)
+	}
+	return nil
+}
+
+func (b *batch) Close() error {
+	if b.done {
+		return nil
+	}
+	b.done = true
+	return b.b.Close()
+}

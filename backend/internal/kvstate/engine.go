@@ -30,3 +30,31 @@ type Engine interface {
 	// during the call. Writes are not allowed from inside fn.
 	Scan(start, end []byte, fn func(k, v []byte) (bool, error)) error
 }
+
+// Batcher is an optional Engine extension for engines that can collect
+// writes and apply them at once (Pebble): State.Group commits the blind
+// writes of a group in one batch instead of one commit per write.
+type Batcher interface {
+	// NewBatch returns an empty batch.
+	NewBatch() Batch
+}
+
+// Batch collects writes; none is visible to the engine's readers before
+// Commit. The write methods copy their arguments (the caller may reuse
+// them). A batch is used by one goroutine.
+type Batch interface {
+	Set(key, value []byte) error
+	Merge(key, operand []byte) error
+	Delete(key []byte) error
+	// DeleteRange removes every key in [start, end); end is never nil
+	// (State only deletes ranges it can bound).
+	DeleteRange(start, end []byte) error
+	// Empty reports whether the batch holds no write.
+	Empty() bool
+	// Commit applies every write of the batch at once (all or none, in
+	// the order they were made) and releases the batch.
+	Commit() error
+	// Close releases the batch without applying it; it is a no-op after
+	// Commit.
+	Close() error
+}

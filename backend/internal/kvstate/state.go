@@ -256,6 +256,10 @@ func (s *State) Get(state string, k backend.Key) ([]byte, bool, error) {
 func (s *State) Put(state string, k backend.Key, value []byte) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	return s.put(&target{w: s.eng}, state, k, value)
+}
+
+func (s *State) put(t *target, state string, k backend.Key, value []byte) error {
 	d, err := s.access(state, backend.KindValue, k)
 	if err != nil {
 		return err
@@ -263,13 +267,17 @@ func (s *State) Put(state string, k backend.Key, value []byte) error {
 	if err := s.checkSize(state, "value", value); err != nil {
 		return err
 	}
-	return s.eng.Set(entryPrefix(nil, state, k), encodeValue(expiryFor(d, s.nowMs()), value))
+	return t.w.Set(t.entryKey(state, k), t.value(expiryFor(d, s.nowMs()), value))
 }
 
 // Delete implements backend.Backend.
 func (s *State) Delete(state string, k backend.Key) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	return s.delete(&target{w: s.eng}, state, k)
+}
+
+func (s *State) delete(t *target, state string, k backend.Key) error {
 	d, ok := s.states[state]
 	if ok && d.Kind == backend.KindTimers {
 		return fmt.Errorf("%w: state %q of %s is a timers state; use DeleteTimer", backend.ErrWrongKind, state, s.info.Task)
@@ -284,17 +292,23 @@ func (s *State) Delete(state string, k backend.Key) error {
 	if err := s.checkKey(state, k); err != nil {
 		return err
 	}
-	key := entryPrefix(nil, state, k)
+	key := t.entryKey(state, k)
 	if kind == backend.KindMap {
-		return s.eng.DeleteRange(key, prefixEnd(key))
+		// The entry prefix starts with a key group (< 0x8000), so its
+		// end is never nil: a batch can take it.
+		return t.w.DeleteRange(key, prefixEnd(key))
 	}
-	return s.eng.Delete(key)
+	return t.w.Delete(key)
 }
 
 // ListAppend implements backend.Backend.
 func (s *State) ListAppend(state string, k backend.Key, values ...[]byte) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	return s.listAppend(&target{w: s.eng}, state, k, values)
+}
+
+func (s *State) listAppend(t *target, state string, k backend.Key, values [][]byte) error {
 	d, err := s.access(state, backend.KindList, k)
 	if err != nil {
 		return err
@@ -303,14 +317,15 @@ func (s *State) ListAppend(state string, k backend.Key, values ...[]byte) error 
 		return nil
 	}
 	expiry := expiryFor(d, s.nowMs())
-	var op []byte
+	op := t.val[:0]
 	for _, v := range values {
 		if err := s.checkSize(state, "list element", v); err != nil {
 			return err
 		}
 		op = appendListElement(op, expiry, v)
 	}
-	return s.eng.Merge(entryPrefix(nil, state, k), op)
+	t.val = op
+	return t.w.Merge(t.entryKey(state, k), op)
 }
 
 // ListGet implements backend.Backend.
@@ -375,6 +390,10 @@ func (s *State) MapContains(state string, k backend.Key, userKey []byte) (bool, 
 func (s *State) MapPut(state string, k backend.Key, userKey, value []byte) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	return s.mapPut(&target{w: s.eng}, state, k, userKey, value)
+}
+
+func (s *State) mapPut(t *target, state string, k backend.Key, userKey, value []byte) error {
 	d, err := s.access(state, backend.KindMap, k)
 	if err != nil {
 		return err
@@ -385,20 +404,24 @@ func (s *State) MapPut(state string, k backend.Key, userKey, value []byte) error
 	if err := s.checkSize(state, "map value", value); err != nil {
 		return err
 	}
-	return s.eng.Set(mapKey(state, k, userKey), encodeValue(expiryFor(d, s.nowMs()), value))
+	return t.w.Set(t.mapKey(state, k, userKey), t.value(expiryFor(d, s.nowMs()), value))
 }
 
 // MapRemove implements backend.Backend.
 func (s *State) MapRemove(state string, k backend.Key, userKey []byte) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	return s.mapRemove(&target{w: s.eng}, state, k, userKey)
+}
+
+func (s *State) mapRemove(t *target, state string, k backend.Key, userKey []byte) error {
 	if _, err := s.access(state, backend.KindMap, k); err != nil {
 		return err
 	}
 	if err := s.checkSize(state, "map user key", userKey); err != nil {
 		return err
 	}
-	return s.eng.Delete(mapKey(state, k, userKey))
+	return t.w.Delete(t.mapKey(state, k, userKey))
 }
 
 // MapIterate implements backend.Backend.
@@ -505,20 +528,28 @@ func (s *State) checkTimer(state string, t backend.Timer) error {
 func (s *State) RegisterTimer(state string, t backend.Timer) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if err := s.checkTimer(state, t); err != nil {
+	return s.registerTimer(&target{w: s.eng}, state, t)
+}
+
+func (s *State) registerTimer(t *target, state string, tm backend.Timer) error {
+	if err := s.checkTimer(state, tm); err != nil {
 		return err
 	}
-	return s.eng.Set(timerKey(nil, state, t), nil)
+	return t.w.Set(t.timerKey(state, tm), nil)
 }
 
 // DeleteTimer implements backend.Backend.
 func (s *State) DeleteTimer(state string, t backend.Timer) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if err := s.checkTimer(state, t); err != nil {
+	return s.deleteTimer(&target{w: s.eng}, state, t)
+}
+
+func (s *State) deleteTimer(t *target, state string, tm backend.Timer) error {
+	if err := s.checkTimer(state, tm); err != nil {
 		return err
 	}
-	return s.eng.Delete(timerKey(nil, state, t))
+	return t.w.Delete(t.timerKey(state, tm))
 }
 
 // PollTimers implements backend.Backend. Each key group's timers are
