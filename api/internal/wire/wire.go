@@ -240,8 +240,34 @@ type field struct {
 	b   []byte // bytes values
 }
 
-// next consumes one field of data.
+// next consumes one field of data. The common case, a one-byte tag (field
+// numbers below 16) with a varint or length of at most two bytes, is
+// decoded inline; anything else goes through protowire (nextSlow), which
+// next matches exactly (FuzzNext).
 func next(data []byte) (field, []byte, error) {
+	if len(data) >= 2 && data[0] < 0x80 && data[0]>>3 != 0 {
+		num, typ := protowire.Number(data[0]>>3), protowire.Type(data[0]&7)
+		var v uint64
+		var n int
+		if b := data[1]; b < 0x80 {
+			v, n = uint64(b), 2
+		} else if len(data) >= 3 && data[2] < 0x80 {
+			v, n = uint64(b&0x7f)|uint64(data[2])<<7, 3
+		}
+		switch {
+		case n == 0:
+		case typ == protowire.VarintType:
+			return field{num: num, typ: typ, v: v}, data[n:], nil
+		case typ == protowire.BytesType && v <= uint64(len(data)-n):
+			end := n + int(v)
+			return field{num: num, typ: typ, b: data[n:end]}, data[end:], nil
+		}
+	}
+	return nextSlow(data)
+}
+
+// nextSlow is next for any field.
+func nextSlow(data []byte) (field, []byte, error) {
 	num, typ, n := protowire.ConsumeTag(data)
 	if n < 0 {
 		return field{}, nil, protowire.ParseError(n)

@@ -245,3 +245,29 @@ func TestSizes(t *testing.T) {
 		}
 	})
 }
+
+// FuzzNext checks next's inline fast path against protowire (nextSlow) on
+// any input: the same field, the same rest, the same error.
+func FuzzNext(f *testing.F) {
+	for _, seed := range [][]byte{
+		{0x08, 0x01}, {0x08, 0x80, 0x01}, {0x08, 0xff, 0x7f}, {0x08, 0x80, 0x80, 0x01},
+		{0x12, 0x02, 'a', 'b'}, {0x12, 0x03, 'a'}, {0x12, 0x80, 0x01}, {0x00, 0x01}, {0x0b, 0x00},
+		{0x09, 1, 2, 3, 4, 5, 6, 7, 8}, {0x22, 0x00}, {0x7a, 0x01, 0x00, 0x10}, {0x80, 0x01, 0x00},
+	} {
+		f.Add(seed)
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		got, grest, gerr := next(data)
+		want, wrest, werr := nextSlow(data)
+		if (gerr == nil) != (werr == nil) || (gerr != nil && gerr.Error() != werr.Error()) {
+			t.Fatalf("next(%x) error %v, want %v", data, gerr, werr)
+		}
+		if gerr != nil {
+			return
+		}
+		if got.num != want.num || got.typ != want.typ || got.v != want.v || !bytes.Equal(got.b, want.b) ||
+			(got.b == nil) != (want.b == nil) || !bytes.Equal(grest, wrest) || len(grest) != len(wrest) {
+			t.Fatalf("next(%x) = %+v rest %x, want %+v rest %x", data, got, grest, want, wrest)
+		}
+	})
+}
