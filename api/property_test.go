@@ -19,7 +19,8 @@ import (
 // TestClientMatchesBackend: any sequence of operations, sent through the
 // client with any batch size and in-flight limit, gives the same results
 // (values and error codes) as the same sequence on a backend called
-// directly.
+// directly. The daemon's instance is heap (writes applied one by one) or
+// lsm (runs of blind writes applied as one Pebble batch, backend.Grouper).
 func TestClientMatchesBackend(t *testing.T) {
 	h := startDaemon(t, harnessOpts{})
 	n := 0
@@ -37,8 +38,9 @@ func TestClientMatchesBackend(t *testing.T) {
 		}
 		defer c.Close()
 		tk := backend.TaskID{Job: "prop", Operator: "op", Subtask: n}
+		kind := rapid.SampledFrom([]backend.Kind{backend.KindHeap, backend.KindLSM}).Draw(rt, "backend")
 		in, err := c.Open(ctx, client.OpenSpec{Task: tk, KeyGroups: backend.KeyGroupRange{Start: 0, End: 127},
-			Backend: backend.KindHeap, States: allStates})
+			Backend: kind, States: allStates})
 		if err != nil {
 			rt.Fatal(err)
 		}
