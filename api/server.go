@@ -525,31 +525,48 @@ func (s *Server) Batch(stream pb.Stated_BatchServer) error {
 	}
 	defer release()
 
-	// ops is the decoded operations of the request being applied; one
-	// request is applied at a time (see unapplied), so one slice serves
-	// them all. Requests live in pooled buffers: the backends copy what
-	// they keep, so a request's buffer goes back once it is applied.
-	ops := hdr.Ops
-	lastOut := 0
-	process := func(raw *wire.Raw) error {
-		defer raw.Free()
+	// Requests are decoded where they are received (by the reader, below),
+	// so that decoding the next request overlaps applying this one. The
+	// decoded operations are views into the request's pooled buffer: the
+	// backends copy what they keep, so the buffer goes back once the
+	// request is applied, and its slice of operations to opsPool for the
+	// reader to decode into again. At most QueueDepth+2 such slices exist
+	// (queued, being applied, being decoded).
+	opsPool := make(chan []wire.Op, s.opts.QueueDepth+2)
+	decode := func(raw *wire.Raw) request {
+		var ops []wire.Op
+		select {
+		case ops = <-opsPool:
+		default:
+		}
 		bt, err := wire.DecodeBatch(raw.Data, ops)
-		ops = bt.Ops
-		if err != nil {
-			return status.Errorf(codes.InvalidArgument, "stated: batch of %s: %v", inst.Task, err)
+		return request{raw: raw, bt: bt, err: err}
+	}
+	lastOut := 0
+	process := func(req request) error {
+		defer func() {
+			req.raw.Free()
+			select {
+			case opsPool <- req.bt.Ops:
+			default:
+			}
+		}()
+		bt := &req.bt
+		if req.err != nil {
+			return status.Errorf(codes.InvalidArgument, "stated: batch of %s: %v", inst.Task, req.err)
 		}
 		if (len(bt.InstanceID) > 0 && string(bt.InstanceID) != string(inst.ID)) || (len(bt.Job) > 0 && string(bt.Job) != inst.Task.Job) {
 			return status.Errorf(codes.InvalidArgument,
 				"stated: batch %d names another instance or job than the stream's first request (instance %s of %s); open one stream per instance",
 				bt.Seq, inst.IDString(), inst.Task)
 		}
-		out := s.apply(inst, &bt, lastOut)
+		out := s.apply(inst, bt, lastOut)
 		lastOut = len(out.Data) + len(out.Data)/8
 		return stream.SendMsg(out)
 	}
 
 	ctx := stream.Context()
-	queue := make(chan *wire.Raw, s.opts.QueueDepth)
+	queue := make(chan request, s.opts.QueueDepth)
 	// unapplied counts requests received and not yet answered. When the
 	// reader receives one while it is zero, the handler is idle and the
 	// reader answers it itself: a client with one batch in flight (one
@@ -557,7 +574,7 @@ func (s *Server) Batch(stream pb.Stated_BatchServer) error {
 	// kept: the reader only goes inline when nothing is queued or running.
 	var unapplied atomic.Int64
 	unapplied.Store(1)
-	queue <- first
+	queue <- request{raw: first, bt: hdr}
 	var readErr error // written before queue is closed
 	// inlineMu is held while the reader answers a request; drained, set
 	// under it when Drain ends the stream, stops the reader from answering
@@ -576,6 +593,7 @@ func (s *Server) Batch(stream pb.Stated_BatchServer) error {
 				}
 				return
 			}
+			req := decode(raw)
 			if unapplied.Add(1) == 1 {
 				inlineMu.Lock()
 				if drained {
@@ -583,7 +601,7 @@ func (s *Server) Batch(stream pb.Stated_BatchServer) error {
 					raw.Free()
 					return
 				}
-				err := process(raw)
+				err := process(req)
 				inlineMu.Unlock()
 				unapplied.Add(-1)
 				if err != nil {
@@ -593,19 +611,20 @@ func (s *Server) Batch(stream pb.Stated_BatchServer) error {
 				continue
 			}
 			select {
-			case queue <- raw:
+			case queue <- req:
 			case <-ctx.Done():
+				raw.Free()
 				return
 			}
 		}
 	}()
 	for {
 		select {
-		case raw, ok := <-queue:
+		case req, ok := <-queue:
 			if !ok {
 				return readErr
 			}
-			if err := process(raw); err != nil {
+			if err := process(req); err != nil {
 				// unapplied stays up: the reader never goes inline again.
 				return err
 			}
@@ -618,6 +637,13 @@ func (s *Server) Batch(stream pb.Stated_BatchServer) error {
 				"stated: the daemon is shutting down: batch stream of %s ended; requests not answered were not applied", inst.Task)
 		}
 	}
+}
+
+// request is a received BatchRequest, decoded (err: it is malformed).
+type request struct {
+	raw *wire.Raw
+	bt  wire.Batch
+	err error
 }
 
 // recvFirst receives the first request of a batch stream, waiting at most

@@ -2,6 +2,7 @@ package backend
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"regexp"
 	"time"
@@ -172,6 +173,29 @@ type GroupWriter interface {
 	MapRemove(state string, k Key, userKey []byte) error
 	RegisterTimer(state string, t Timer) error
 }
+
+// ReadGrouper is an optional Backend extension for making a run of point
+// reads under one hold of the backend's reader lock: ReadGroup runs fn
+// with no writer and no snapshot running and hands it a GroupReader, whose
+// methods are the Backend methods of the same name. A read that would
+// write (a state whose TTL is refreshed on read) fails with ErrNotInGroup
+// and is to be made with the Backend method after ReadGroup returns. fn
+// must not call the backend. The reader is not valid after ReadGroup
+// returns.
+type ReadGrouper interface {
+	ReadGroup(fn func(r GroupReader))
+}
+
+// GroupReader makes point reads within ReadGrouper.ReadGroup.
+type GroupReader interface {
+	Get(state string, k Key) (value []byte, ok bool, err error)
+	MapGet(state string, k Key, userKey []byte) ([]byte, bool, error)
+	MapContains(state string, k Key, userKey []byte) (bool, error)
+}
+
+// ErrNotInGroup is GroupReader's error for a read it cannot make within
+// the group; nothing was read.
+var ErrNotInGroup = errors.New("read not possible within a read group")
 
 // PendingSnapshot is the asynchronous part of a snapshot.
 type PendingSnapshot interface {

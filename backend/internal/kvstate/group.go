@@ -2,6 +2,7 @@ package kvstate
 
 import (
 	"errors"
+	"fmt"
 
 	"github.com/statedhq/stated/backend"
 )
@@ -48,8 +49,9 @@ func (t *target) value(expiry int64, payload []byte) []byte {
 	return t.val
 }
 
-// errWriterDone is what a Writer returns once its Group has returned.
-var errWriterDone = errors.New("kvstate: write through a group's writer after the group returned")
+// errWriterDone is what a Writer or Reader returns once its group has
+// returned.
+var errWriterDone = errors.New("kvstate: use of a group's writer or reader after the group returned")
 
 // Writer makes the blind writes of a Group (backend.GroupWriter). Each
 // method checks its operation exactly as the State method of the same name
@@ -144,4 +146,78 @@ func (s *State) Group(fn func(w backend.GroupWriter)) (err error) {
 		return b.Close()
 	}
 	return b.Commit()
+}
+
+// Reader makes the point reads of a ReadGroup (backend.GroupReader): each
+// method is the State method of the same name, except that the value it
+// returns may share memory with nothing but itself (it is not copied
+// again) and that a read that would write (a state whose TTL is refreshed
+// on read) fails with backend.ErrNotInGroup instead, to be made with the
+// State method.
+type Reader struct {
+	s    *State
+	key  []byte
+	done bool
+}
+
+var _ backend.GroupReader = (*Reader)(nil)
+
+// ReadGroup implements backend.ReadGrouper: it runs fn with the reader lock
+// held (so with no writer and no snapshot), handing it a Reader.
+func (s *State) ReadGroup(fn func(r backend.GroupReader)) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	r := &Reader{s: s}
+	defer func() { r.done = true }()
+	fn(r)
+}
+
+func (r *Reader) get(state string, kind backend.StateKind, k backend.Key, userKey []byte, isMap bool) ([]byte, bool, error) {
+	if r.done {
+		return nil, false, errWriterDone
+	}
+	s := r.s
+	d, err := s.access(state, kind, k)
+	if err != nil {
+		return nil, false, err
+	}
+	if refreshOnRead(d) {
+		return nil, false, backend.ErrNotInGroup
+	}
+	r.key = entryPrefix(r.key[:0], state, k)
+	if isMap {
+		if err := s.checkSize(state, "map user key", userKey); err != nil {
+			return nil, false, err
+		}
+		r.key = append(r.key, userKey...)
+	}
+	v, ok, err := s.eng.Get(r.key)
+	if err != nil || !ok {
+		return nil, false, err
+	}
+	expiry, payload, err := decodeValue(v)
+	if err != nil {
+		return nil, false, fmt.Errorf("state %q of %s: %w", d.Name, s.info.Task, err)
+	}
+	if expiry != 0 && !live(expiry, s.nowMs()) {
+		return nil, false, nil
+	}
+	// v is the engine's copy: payload is the caller's.
+	return payload, true, nil
+}
+
+// Get is State.Get within a read group.
+func (r *Reader) Get(state string, k backend.Key) ([]byte, bool, error) {
+	return r.get(state, backend.KindValue, k, nil, false)
+}
+
+// MapGet is State.MapGet within a read group.
+func (r *Reader) MapGet(state string, k backend.Key, userKey []byte) ([]byte, bool, error) {
+	return r.get(state, backend.KindMap, k, userKey, true)
+}
+
+// MapContains is State.MapContains within a read group.
+func (r *Reader) MapContains(state string, k backend.Key, userKey []byte) (bool, error) {
+	_, ok, err := r.get(state, backend.KindMap, k, userKey, true)
+	return ok, err
 }

@@ -87,13 +87,17 @@ var groupStates = []backend.StateDescriptor{
 	{Name: "l", Kind: backend.KindList},
 	{Name: "m", Kind: backend.KindMap},
 	{Name: "t", Kind: backend.KindTimers},
+	{Name: "ve", Kind: backend.KindValue, TTL: time.Second},
+	{Name: "vt", Kind: backend.KindValue, TTL: time.Second, TTLUpdate: backend.TTLOnReadAndWrite},
 }
+
+var groupNow = time.Unix(1000, 0)
 
 func newGroupState(t *testing.T, eng kvstate.Engine) *kvstate.State {
 	t.Helper()
 	s, err := kvstate.New(eng, kvstate.Config{
 		Info:         backend.Info{Kind: backend.KindLSM, Task: backend.TaskID{Job: "j", Operator: "o"}, KeyGroups: backend.KeyGroupRange{Start: 0, End: 9}, MaxParallelism: 128},
-		Clock:        func() time.Time { return time.Unix(1000, 0) },
+		Clock:        func() time.Time { return groupNow },
 		MaxValueSize: 16,
 		States:       groupStates,
 	})
@@ -297,5 +301,83 @@ func TestGroupAtomicForReadersAndSnapshots(t *testing.T) {
 	case err := <-errc:
 		t.Fatal(err)
 	default:
+	}
+}
+
+// TestReadGroupMatchesState: the reads of a ReadGroup give what the State
+// methods give, errors included; a read that would refresh a TTL is left
+// to the State (ErrNotInGroup), and expired entries are absent.
+func TestReadGroupMatchesState(t *testing.T) {
+	defer func(old time.Time) { groupNow = old }(groupNow)
+	s := newGroupState(t, &batchEngine{Tree: memkv.New()})
+	m := backend.Key{KeyGroup: 2, Key: []byte("mk")}
+	for _, err := range []error{
+		s.Put("v", key("a"), []byte("1")), s.Put("v", key("empty"), nil), s.MapPut("m", m, []byte("u"), []byte("mv")),
+		s.Put("ve", key("a"), []byte("old")), s.Put("vt", key("a"), []byte("t")),
+	} {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	groupNow = groupNow.Add(2 * time.Second) // ve/a and vt/a expired
+	type read struct {
+		state string
+		k     backend.Key
+		uk    []byte // map reads
+	}
+	reads := []read{
+		{"v", key("a"), nil}, {"v", key("empty"), nil}, {"v", key("none"), nil}, {"ve", key("a"), nil},
+		{"l", key("a"), nil}, {"nope", key("a"), nil}, {"v", backend.Key{KeyGroup: 99, Key: []byte("a")}, nil},
+		{"v", key(string(make([]byte, 17))), nil},
+		{"m", m, []byte("u")}, {"m", m, []byte("x")}, {"m", m, make([]byte, 17)}, {"v", m, []byte("u")},
+	}
+	type res struct {
+		v   []byte
+		ok  bool
+		err string
+	}
+	mk := func(v []byte, ok bool, err error) res {
+		r := res{v: v, ok: ok}
+		if err != nil {
+			r.err = err.Error()
+		}
+		return r
+	}
+	var got, gotContains []res
+	var kept backend.GroupReader
+	var refreshErr error
+	s.ReadGroup(func(r backend.GroupReader) {
+		kept = r
+		for _, rd := range reads {
+			if rd.uk == nil {
+				got = append(got, mk(r.Get(rd.state, rd.k)))
+				gotContains = append(gotContains, res{})
+				continue
+			}
+			got = append(got, mk(r.MapGet(rd.state, rd.k, rd.uk)))
+			ok, err := r.MapContains(rd.state, rd.k, rd.uk)
+			gotContains = append(gotContains, mk(nil, ok, err))
+		}
+		_, _, refreshErr = r.Get("vt", key("a"))
+	})
+	if !errors.Is(refreshErr, backend.ErrNotInGroup) {
+		t.Fatalf("read of a refresh-on-read state in a group: %v", refreshErr)
+	}
+	for i, rd := range reads {
+		var want, wantContains res
+		if rd.uk == nil {
+			want = mk(s.Get(rd.state, rd.k))
+		} else {
+			want = mk(s.MapGet(rd.state, rd.k, rd.uk))
+			ok, err := s.MapContains(rd.state, rd.k, rd.uk)
+			wantContains = mk(nil, ok, err)
+		}
+		if got[i].ok != want.ok || string(got[i].v) != string(want.v) || got[i].err != want.err ||
+			(got[i].ok && got[i].v == nil) || !reflect.DeepEqual(gotContains[i], wantContains) {
+			t.Fatalf("read %d (%+v): group %+v / %+v, state %+v / %+v", i, rd, got[i], gotContains[i], want, wantContains)
+		}
+	}
+	if _, _, err := kept.Get("v", key("a")); err == nil {
+		t.Fatal("read after the group returned")
 	}
 }
