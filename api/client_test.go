@@ -29,11 +29,22 @@ func openHeap(t *testing.T, c *client.Client, tk backend.TaskID) *client.Instanc
 
 // Operations of many goroutines, each on its own keys, complete in the
 // order each goroutine issued them: a Get sees exactly the Put before it.
+// On lsm, runs of writes are one Pebble batch and runs of reads one lock
+// hold: a read after a grouped write of the same request sees it.
 func TestClientOrderPerKeyUnderConcurrency(t *testing.T) {
+	for _, kind := range []backend.Kind{backend.KindHeap, backend.KindLSM} {
+		t.Run(string(kind), func(t *testing.T) { testClientOrderPerKey(t, kind) })
+	}
+}
+
+func testClientOrderPerKey(t *testing.T, kind backend.Kind) {
 	ctx := ctxT(t)
 	h := startDaemon(t, harnessOpts{})
 	c := h.dial(client.Options{MaxBatchOps: 37, MaxInFlight: 4})
-	in := openHeap(t, c, task("j", "op", 0))
+	in, err := c.Open(ctx, client.OpenSpec{Task: task("j", "op", 0), Parallelism: 1, Backend: kind, States: allStates})
+	if err != nil {
+		t.Fatal(err)
+	}
 	const workers, rounds = 8, 300
 	var wg sync.WaitGroup
 	errs := make(chan error, workers)
