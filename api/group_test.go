@@ -6,6 +6,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/statedhq/stated/api/client"
 	"github.com/statedhq/stated/backend"
@@ -20,7 +21,9 @@ func TestSnapshotDuringGroupedWrites(t *testing.T) {
 	ctx := ctxT(t)
 	h := startDaemon(t, harnessOpts{})
 	const keys, rounds, snaps = 200, 60, 3 // the catalog retains 3
-	c := h.dial(client.Options{MaxBatchOps: keys, MaxInFlight: 4})
+	// A round is one request only if its batch goes out when full: with the
+	// default 200 µs flush delay a slow round (-race) is split in two.
+	c := h.dial(client.Options{MaxBatchOps: keys, MaxInFlight: 4, FlushDelay: time.Minute})
 	tk := task("grp", "op", 0)
 	spec := client.OpenSpec{Task: tk, Parallelism: 1, Backend: backend.KindLSM, States: allStates}
 	in, err := c.Open(ctx, spec)
