@@ -637,6 +637,9 @@ func runUntilKill(ctx context.Context, t *testing.T, p *proc, c *client.Client, 
 	var conf, next atomic.Uint64
 	conf.Store(confirmed)
 	next.Store(nextID)
+	// The coordinator's own generator: the tasks' ones belong to their
+	// goroutines.
+	crng := rand.New(rand.NewPCG(nextID, 0xc00d))
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
@@ -644,7 +647,7 @@ func runUntilKill(ctx context.Context, t *testing.T, p *proc, c *client.Client, 
 			select {
 			case <-stop:
 				return
-			case <-time.After(time.Duration(30+tasks[0].rng.IntN(120)) * time.Millisecond):
+			case <-time.After(time.Duration(30+crng.IntN(120)) * time.Millisecond):
 			}
 			id := next.Add(1) - 1
 			for _, r := range reqs {
