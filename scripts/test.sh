@@ -6,7 +6,8 @@
 #    the first time) on 127.0.0.1 for the S3 acceptance suite, unless
 #    STATED_TEST_S3_ENDPOINT already points at one;
 # 3. runs `go test ./...` (plain `go test ./...` also passes without step 2:
-#    the S3 tests then use an in-process server).
+#    the S3 tests then use an in-process server), then the packages where
+#    goroutines meet once more with -race.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -48,3 +49,9 @@ fi
 
 echo "== go test ./..."
 go test -count=1 -timeout 20m "$@" ./...
+
+# The packages where goroutines meet (streams, groups, checkpoints, the
+# catalog's sweep, the crash test's drivers) once more under the race
+# detector.
+echo "== go test -race (concurrent packages)"
+go test -count=1 -race -timeout 20m "$@" ./api/... ./daemon/... ./backend/internal/... ./catalog/ ./tests/e2e/
