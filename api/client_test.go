@@ -126,6 +126,57 @@ func TestClientCallbacksAndFlushDelay(t *testing.T) {
 	}
 }
 
+// Callbacks run in issue order also when some operations are refused by
+// the client before they are sent (a key outside the range): a refused
+// one's callback waits for those of the operations issued before it.
+func TestClientCallbacksInOrderWithLocalRefusals(t *testing.T) {
+	h := startDaemon(t, harnessOpts{})
+	c := h.dial(client.Options{FlushDelay: 2 * time.Millisecond, MaxBatchOps: 16})
+	in, err := c.Open(ctxT(t), client.OpenSpec{Task: task("j", "op", 0), Parallelism: 4, Backend: backend.KindHeap, States: allStates})
+	if err != nil {
+		t.Fatal(err)
+	}
+	inside := keysIn(in, 1)[0]
+	var outside []byte
+	for i := 0; outside == nil; i++ {
+		if k := []byte(fmt.Sprint("o", i)); !in.KeyGroups().Contains(in.KeyGroup(k)) {
+			outside = k
+		}
+	}
+	var mu sync.Mutex
+	var order []int
+	done := make(chan struct{})
+	const n = 300
+	for i := range n {
+		refused := i%5 == 3
+		k := inside
+		if refused {
+			k = outside
+		}
+		in.Put("v", k, nil, []byte{byte(i)}).Then(func(_ struct{}, err error) {
+			if refused != (err != nil) {
+				t.Errorf("op %d: refused %v, error %v", i, refused, err)
+			}
+			mu.Lock()
+			order = append(order, i)
+			if len(order) == n {
+				close(done)
+			}
+			mu.Unlock()
+		})
+	}
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("callbacks did not run")
+	}
+	for i, v := range order {
+		if v != i {
+			t.Fatalf("callback of op %d ran at position %d", v, i)
+		}
+	}
+}
+
 // A key whose group lies outside the instance's range is refused before it
 // is sent; an oversized value too.
 func TestClientLocalChecks(t *testing.T) {

@@ -20,11 +20,16 @@ type Future[T any] struct {
 	dec func(*wire.Result) (T, error)
 	err error     // failed before it was sent
 	in  *Instance // for callbacks of a future that failed early
+	// after is the batch of the operations issued before this one failed
+	// early (nil: none pending): its callback runs after theirs.
+	after *batch
 }
 
 var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
 
-func failed[T any](in *Instance, err error) Future[T] { return Future[T]{err: err, in: in} }
+func failed[T any](in *Instance, err error) Future[T] {
+	return Future[T]{err: err, in: in, after: in.latest()}
+}
 
 // Done is closed when the result is available.
 func (f Future[T]) Done() <-chan struct{} {
@@ -76,7 +81,13 @@ func (f Future[T]) result() (T, error) {
 // Then does not send the batch: call Flush, or rely on FlushDelay.
 func (f Future[T]) Then(fn func(T, error)) {
 	if f.b == nil {
-		f.in.cb.push(func() { fn(f.result()) })
+		// Failed before it was sent: still after the callbacks of what was
+		// issued before it.
+		if f.after != nil {
+			f.after.then(func() { fn(f.result()) })
+		} else {
+			f.in.cb.push(func() { fn(f.result()) })
+		}
 		return
 	}
 	f.b.then(func() { fn(f.result()) })

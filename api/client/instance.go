@@ -111,8 +111,12 @@ type Instance struct {
 	cb     *runner
 	timer  *time.Timer
 
-	mu       sync.Mutex
-	cur      *batch
+	mu  sync.Mutex
+	cur *batch
+	// taken is the batch last taken from cur to be sent: with cur, the
+	// newest batch, which an operation failing before it is sent orders
+	// its callback after (Future.Then).
+	taken    *batch
 	lastSize int // bytes of the last batch sent, plus headroom
 	closed   bool
 	firstErr error
@@ -315,6 +319,9 @@ func (in *Instance) Flush() {
 	in.mu.Lock()
 	b := in.cur
 	in.cur = nil
+	if b != nil {
+		in.taken = b
+	}
 	in.mu.Unlock()
 	if b != nil {
 		in.sendLocked(b)
@@ -335,9 +342,21 @@ func (in *Instance) flushBatch(b *batch) {
 		return
 	}
 	in.cur = nil
+	in.taken = b
 	in.mu.Unlock()
 	in.sendLocked(b)
 	in.sendMu.Unlock()
+}
+
+// latest is the newest batch: the open one, else the one last taken to be
+// sent (nil before the first).
+func (in *Instance) latest() *batch {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if in.cur != nil {
+		return in.cur
+	}
+	return in.taken
 }
 
 // sendLocked sends b; the caller holds sendMu.
