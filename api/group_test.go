@@ -2,27 +2,36 @@ package api_test
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
 	"github.com/statedhq/stated/api/client"
+	pb "github.com/statedhq/stated/api/statedpb"
 	"github.com/statedhq/stated/backend"
+	"github.com/statedhq/stated/catalog"
 )
 
 // TestSnapshotDuringGroupedWrites: while one goroutine writes rounds of
-// keys (one request per round, so one Pebble batch on lsm), others take
-// checkpoints. A restored checkpoint holds one whole round for every key,
-// never a mix, and never less than the last round acknowledged before the
-// snapshot was asked for.
+// keys (one request per round, so one group, one Pebble batch on lsm),
+// checkpoints are taken through a connection of their own, so nothing
+// waits for the writer's requests: a snapshot lands anywhere, also while a
+// round is being applied. A restored checkpoint holds one whole round for
+// every key, never a mix, and never less than the last round acknowledged
+// before the snapshot was asked for. (The client's own Snapshot syncs its
+// instance first, which would flush a half-issued round as a request of
+// its own.)
 func TestSnapshotDuringGroupedWrites(t *testing.T) {
 	ctx := ctxT(t)
-	h := startDaemon(t, harnessOpts{})
-	const keys, rounds, snaps = 200, 60, 3 // the catalog retains 3
-	// A round is one request only if its batch goes out when full: with the
-	// default 200 µs flush delay a slow round (-race) is split in two.
+	const keys, rounds, snaps = 400, 150, 25
+	h := startDaemon(t, harnessOpts{catalog: func(o *catalog.Options) { o.Retain = snaps }})
+	// A round is one request: it goes out when full, never on a delay.
 	c := h.dial(client.Options{MaxBatchOps: keys, MaxInFlight: 4, FlushDelay: time.Minute})
 	tk := task("grp", "op", 0)
 	spec := client.OpenSpec{Task: tk, Parallelism: 1, Backend: backend.KindLSM, States: allStates}
@@ -30,6 +39,16 @@ func TestSnapshotDuringGroupedWrites(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	target, err := client.Target(h.sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cc, err := grpc.NewClient(target, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	raw := pb.NewStatedClient(cc)
 	var acked atomic.Int64
 	acked.Store(-1)
 	var wg sync.WaitGroup
@@ -50,7 +69,7 @@ func TestSnapshotDuringGroupedWrites(t *testing.T) {
 	floors := map[uint64]int64{}
 	for id := uint64(1); id <= snaps; id++ {
 		floors[id] = acked.Load()
-		if _, err := in.Snapshot(ctx, id, true); err != nil {
+		if _, err := raw.Snapshot(ctx, &pb.SnapshotRequest{InstanceId: in.ID(), Job: tk.Job, CheckpointId: id, Wait: true}); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := c.CompleteCheckpoint(ctx, "grp", id); err != nil {
@@ -62,6 +81,7 @@ func TestSnapshotDuringGroupedWrites(t *testing.T) {
 		t.Fatal(err)
 	}
 	in.Abandon()
+	var held []int64
 	for id := uint64(1); id <= snaps; id++ {
 		spec.Restore, spec.Replace = &client.Restore{CheckpointID: id}, true
 		r, err := c.Open(ctx, spec)
@@ -88,6 +108,12 @@ func TestSnapshotDuringGroupedWrites(t *testing.T) {
 		if got < floors[id] {
 			t.Fatalf("checkpoint %d holds round %d, but round %d was acknowledged before it", id, got, floors[id])
 		}
+		held = append(held, got)
 		r.Abandon()
+	}
+	// The snapshots must have landed while rounds were being written, or
+	// the test showed nothing.
+	if !slices.ContainsFunc(held, func(r int64) bool { return r >= 0 && r < rounds-1 }) {
+		t.Fatalf("the checkpoints hold rounds %v: all taken before or after the writes, none during them", held)
 	}
 }
