@@ -25,6 +25,7 @@ const (
 	DefaultMaxInstances          = 4096
 	DefaultMaxStreamsPerInstance = 4
 	DefaultCheckpointTimeout     = 10 * time.Minute
+	DefaultIdleInstanceTimeout   = 10 * time.Minute
 	// DefaultGCPercent is the Go GC target "stated serve" runs with (GOGC
 	// 100 is Go's default): batches allocate request and response buffers
 	// at a high rate, and collecting four times less often buys about 20%
@@ -92,6 +93,12 @@ type Config struct {
 	// completed this long after its first snapshot. Default
 	// DefaultCheckpointTimeout.
 	CheckpointTimeout time.Duration
+	// IdleInstanceTimeout closes an instance that has had no batch stream
+	// (and no snapshot running) for this long: its task died without
+	// closing it (a live client keeps its stream open from Open on), and
+	// its memory and files would otherwise stay until the daemon restarts.
+	// Default DefaultIdleInstanceTimeout; negative: never.
+	IdleInstanceTimeout time.Duration
 	// Logger receives structured logs. Default slog.Default().
 	Logger *slog.Logger
 	// Metrics receives the counters. Default NewMetrics().
@@ -114,6 +121,9 @@ func (c *Config) EnsureDefaults() {
 	}
 	if c.CheckpointTimeout == 0 {
 		c.CheckpointTimeout = DefaultCheckpointTimeout
+	}
+	if c.IdleInstanceTimeout == 0 {
+		c.IdleInstanceTimeout = DefaultIdleInstanceTimeout
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
@@ -168,6 +178,8 @@ type Daemon struct {
 	// lastCompleted is the highest checkpoint id completed per job by this
 	// process.
 	lastCompleted map[string]uint64
+	// reaper runs reap (idle.go); nil when IdleInstanceTimeout < 0.
+	reaper *time.Timer
 }
 
 // New starts a daemon. It clears the instances directory under DataDir.
@@ -186,7 +198,7 @@ func New(cfg Config) (*Daemon, error) {
 		return nil, fmt.Errorf("daemon: create %s: %w", inst, err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	return &Daemon{
+	d := &Daemon{
 		cfg: cfg, log: cfg.Logger, m: cfg.Metrics,
 		baseCtx: ctx, cancelAll: cancel,
 		instances:     map[string]*Instance{},
@@ -194,7 +206,11 @@ func New(cfg Config) (*Daemon, error) {
 		opening:       map[backend.TaskID]bool{},
 		ckpts:         map[ckptKey]*checkpoint{},
 		lastCompleted: map[string]uint64{},
-	}, nil
+	}
+	if cfg.IdleInstanceTimeout > 0 {
+		d.reaper = time.AfterFunc(reapInterval(cfg.IdleInstanceTimeout), d.reap)
+	}
+	return d, nil
 }
 
 // Metrics returns the daemon's counters.
@@ -465,6 +481,9 @@ func (d *Daemon) Shutdown(ctx context.Context) error {
 		return nil
 	}
 	d.closing = true
+	if d.reaper != nil {
+		d.reaper.Stop()
+	}
 	d.mu.Unlock()
 
 	done := make(chan struct{})

@@ -540,3 +540,45 @@ func TestRestoreModeDefault(t *testing.T) {
 		})
 	}
 }
+
+// An instance with no batch stream for IdleInstanceTimeout is closed (its
+// task died without closing it); one with a stream stays however long it
+// is open, and is closed once its stream has been gone that long.
+func TestIdleInstancesAreReaped(t *testing.T) {
+	const idle = 100 * time.Millisecond
+	e := newEnv(t, openers.Config{}, func(c *daemon.Config) { c.IdleInstanceTimeout = idle })
+	orphan := e.open(t, "a", 0, backend.KindHeap)
+	live := e.open(t, "a", 1, backend.KindLSM)
+	release, err := live.AcquireStream()
+	if err != nil {
+		t.Fatal(err)
+	}
+	gone := func(in *daemon.Instance) bool {
+		_, err := e.d.Lookup(in.ID, "a")
+		return errors.Is(err, daemon.ErrUnknownInstance)
+	}
+	waitFor := func(what string, cond func() bool) {
+		t.Helper()
+		for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(5 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: not within 10s", what)
+			}
+		}
+	}
+	waitFor("the instance without a stream is closed", func() bool { return gone(orphan) })
+	if got := e.d.Metrics().InstancesReaped.Load(); got != 1 {
+		t.Fatalf("reaped %d instances, want 1", got)
+	}
+	if err := orphan.Backend.Put("v", backend.Key{KeyGroup: 0, Key: []byte("k")}, []byte("v")); !errors.Is(err, backend.ErrClosed) {
+		t.Fatalf("write to a reaped instance: %v, want ErrClosed", err)
+	}
+	time.Sleep(3 * idle) // several reaper passes with the stream attached
+	if gone(live) {
+		t.Fatal("an instance with a batch stream was reaped")
+	}
+	release()
+	waitFor("the instance whose stream ended is closed", func() bool { return gone(live) })
+	if _, err := live.AcquireStream(); err == nil {
+		t.Fatal("a stream attached to a reaped instance")
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"sync"
+	"time"
 
 	"github.com/statedhq/stated/backend"
 )
@@ -40,7 +41,12 @@ type Instance struct {
 	mu      sync.Mutex
 	streams int
 	pending int // asynchronous snapshot parts still running
-	closed  bool
+	// detached is when the last batch stream ended (or the instance
+	// opened, before its first); zero while a stream is attached.
+	detached time.Time
+	// reaped: the idle reaper is closing it; no stream may attach.
+	reaped bool
+	closed bool
 }
 
 func newInstance(d *Daemon, id []byte, task backend.TaskID, kind backend.Kind, b backend.Backend, dir string, restoredFrom uint64,
@@ -51,6 +57,7 @@ func newInstance(d *Daemon, id []byte, task backend.TaskID, kind backend.Kind, b
 		RestoredFrom: restoredFrom, Backend: b,
 		Ops: OpCounter{m: d.m, b: BackendIndex(kind)},
 		d:   d, dir: dir, states: map[string]stateInfo{}, ops: newOperatorState(ops),
+		detached: time.Now(),
 	}
 	for _, s := range b.States() {
 		in.states[s.Name] = stateInfo{name: s.Name, kind: s.Kind}
@@ -87,7 +94,7 @@ func (in *Instance) MaxValueSize() int { return in.d.cfg.MaxValueSize }
 func (in *Instance) AcquireStream() (release func(), err error) {
 	in.mu.Lock()
 	defer in.mu.Unlock()
-	if in.closed {
+	if in.closed || in.reaped {
 		return nil, fmt.Errorf("daemon: %w %s of %s: closed", ErrUnknownInstance, in.IDString(), in.Task)
 	}
 	if in.streams >= in.d.cfg.MaxStreamsPerInstance {
@@ -95,12 +102,15 @@ func (in *Instance) AcquireStream() (release func(), err error) {
 			ErrLimit, in.IDString(), in.Task, in.streams, in.d.cfg.MaxStreamsPerInstance)
 	}
 	in.streams++
+	in.detached = time.Time{}
 	in.d.m.Streams.Add(1)
 	var once sync.Once
 	return func() {
 		once.Do(func() {
 			in.mu.Lock()
-			in.streams--
+			if in.streams--; in.streams == 0 {
+				in.detached = time.Now()
+			}
 			in.mu.Unlock()
 			in.d.m.Streams.Add(-1)
 		})

@@ -169,6 +169,9 @@ type Metrics struct {
 	Opens         atomic.Uint64
 	OpenFailures  atomic.Uint64
 	Restores      atomic.Uint64
+	// InstancesReaped counts instances closed for having no batch stream
+	// (Config.IdleInstanceTimeout).
+	InstancesReaped atomic.Uint64
 
 	// CheckpointSync and CheckpointAsync are the durations of the two parts
 	// of each task snapshot, per backend kind.

@@ -56,6 +56,7 @@ type serveFlags struct {
 	lsmCacheSize      string
 	fileCompression   string
 	checkpointTimeout time.Duration
+	idleTimeout       time.Duration
 	gcGrace           time.Duration
 	sweepInterval     time.Duration
 	shutdownGrace     time.Duration
@@ -108,6 +109,8 @@ the grace ends, closes every backend and exits 0.`,
 	fl.StringVar(&f.lsmCacheSize, "lsm-cache-size", "128MiB", "block cache shared by every lsm instance")
 	fl.StringVar(&f.fileCompression, "file-compression", "", `compression of file-backend snapshots: "" or "zstd"`)
 	fl.DurationVar(&f.checkpointTimeout, "checkpoint-timeout", daemon.DefaultCheckpointTimeout, "a checkpoint not completed within this is aborted as expired")
+	fl.DurationVar(&f.idleTimeout, "idle-instance-timeout", daemon.DefaultIdleInstanceTimeout,
+		"an instance with no batch stream (its task died without closing it) for this long is closed; negative: never")
 	fl.DurationVar(&f.gcGrace, "gc-grace", catalog.DefaultGCGrace, "age an unreferenced checkpoint file must reach before the sweep deletes it")
 	fl.DurationVar(&f.sweepInterval, "sweep-interval", catalog.DefaultSweepInterval, "period of the orphan sweep")
 	fl.DurationVar(&f.shutdownGrace, "shutdown-grace", 30*time.Second, "on SIGTERM, how long calls in flight and then in-flight snapshots may take in all before they are cancelled or aborted")
@@ -307,7 +310,7 @@ func runServe(ctx context.Context, f serveFlags, gcFlagSet bool) error {
 	d, err := daemon.New(daemon.Config{
 		DataDir: f.dataDir, Store: store, Catalog: cat, Openers: set.Openers, HeapSnapshots: set.HeapSnapshots,
 		MaxValueSize: int(sz.maxValue), MaxMemoryState: sz.maxMemory, MaxInstances: f.maxInstances, MaxStreamsPerInstance: f.maxStreams,
-		CheckpointTimeout: f.checkpointTimeout, Logger: log, Metrics: metrics,
+		CheckpointTimeout: f.checkpointTimeout, IdleInstanceTimeout: f.idleTimeout, Logger: log, Metrics: metrics,
 	})
 	if err != nil {
 		return err

@@ -16,6 +16,7 @@ type collector struct {
 	ops, opErrors, opDur                       *prometheus.Desc
 	batches, batchesRejected, streams          *prometheus.Desc
 	openInstances, opens, openFailures, resto  *prometheus.Desc
+	reaped                                     *prometheus.Desc
 	ckSync, ckAsync, ckBytes, fullBytes, snapF *prometheus.Desc
 	ckCompleted, ckFailures, ckDuration        *prometheus.Desc
 	catJobs, catRetained, catSavepoints        *prometheus.Desc
@@ -38,6 +39,7 @@ func newCollector(m *daemon.Metrics, cat *catalog.Catalog) *collector {
 		opens:           d("instance_opens_total", "Instances opened."),
 		openFailures:    d("instance_open_failures_total", "Open requests that failed."),
 		resto:           d("restores_total", "Instances opened from a checkpoint or savepoint."),
+		reaped:          d("instances_reaped_total", "Instances closed because they had no batch stream for --idle-instance-timeout."),
 		ckSync:          d("checkpoint_sync_duration_seconds", "Synchronous part of a task snapshot.", "backend"),
 		ckAsync:         d("checkpoint_async_duration_seconds", "Asynchronous part (upload) of a task snapshot.", "backend"),
 		ckBytes:         d("checkpointed_bytes_total", "Bytes task snapshots uploaded (incremental size).", "backend"),
@@ -106,6 +108,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	counter(c.opens, m.Opens.Load())
 	counter(c.openFailures, m.OpenFailures.Load())
 	counter(c.resto, m.Restores.Load())
+	counter(c.reaped, m.InstancesReaped.Load())
 	counter(c.ckCompleted, m.CheckpointsCompleted.Load())
 	for r := range m.CheckpointFailures {
 		counter(c.ckFailures, m.CheckpointFailures[r].Load(), daemon.FailureReason(r).String())
