@@ -277,31 +277,33 @@ func groupOp(w backend.GroupWriter, inst *daemon.Instance, op *wire.Op, state st
 		return codes.ResourceExhausted, err
 	}
 	k := backend.Key{KeyGroup: int(op.KeyGroup), Key: op.Key, Namespace: op.Namespace}
-	var err error
-	switch daemon.Op(op.Type) {
-	case daemon.OpPut:
-		err = w.Put(state, k, op.Value)
-	case daemon.OpDelete:
-		err = w.Delete(state, k)
-	case daemon.OpListAppend:
-		if len(op.Values) == 0 {
-			err = fmt.Errorf("%w: list append without values", backend.ErrInvalidArgument)
-			break
-		}
-		err = w.ListAppend(state, k, op.Values...)
-	case daemon.OpMapPut:
-		err = w.MapPut(state, k, op.UserKey, op.Value)
-	case daemon.OpMapRemove:
-		err = w.MapRemove(state, k, op.UserKey)
-	case daemon.OpTimerRegister:
-		err = w.RegisterTimer(state, backend.Timer{KeyGroup: k.KeyGroup, Key: k.Key, Namespace: k.Namespace, Timestamp: op.Timestamp})
-	default:
-		return codes.Internal, fmt.Errorf("operation type %d in a group of writes", op.Type)
-	}
-	if err != nil {
+	if err := writeOp(w, op, state, k); err != nil {
 		return Code(err), err
 	}
 	return codes.OK, nil
+}
+
+// writeOp makes the blind write op (groupable) through w: the backend
+// itself, or the writer of a group.
+func writeOp(w backend.GroupWriter, op *wire.Op, state string, k backend.Key) error {
+	switch daemon.Op(op.Type) {
+	case daemon.OpPut:
+		return w.Put(state, k, op.Value)
+	case daemon.OpDelete:
+		return w.Delete(state, k)
+	case daemon.OpListAppend:
+		if len(op.Values) == 0 {
+			return fmt.Errorf("%w: list append without values", backend.ErrInvalidArgument)
+		}
+		return w.ListAppend(state, k, op.Values...)
+	case daemon.OpMapPut:
+		return w.MapPut(state, k, op.UserKey, op.Value)
+	case daemon.OpMapRemove:
+		return w.MapRemove(state, k, op.UserKey)
+	case daemon.OpTimerRegister:
+		return w.RegisterTimer(state, backend.Timer{KeyGroup: k.KeyGroup, Key: k.Key, Namespace: k.Namespace, Timestamp: op.Timestamp})
+	}
+	return fmt.Errorf("stated: operation type %d is not a blind write", op.Type)
 }
 
 // opError fills r with the failure of op, naming the job, task, state and
@@ -388,24 +390,12 @@ func (s *Server) applyOp(inst *daemon.Instance, op *wire.Op, state string, r *wi
 	switch daemon.Op(op.Type) {
 	case daemon.OpGet:
 		r.Value, r.Found, err = b.Get(state, k)
-	case daemon.OpPut:
-		err = b.Put(state, k, op.Value)
-	case daemon.OpDelete:
-		err = b.Delete(state, k)
-	case daemon.OpListAppend:
-		if len(op.Values) == 0 {
-			err = fmt.Errorf("%w: list append without values", backend.ErrInvalidArgument)
-			break
-		}
-		err = b.ListAppend(state, k, op.Values...)
+	case daemon.OpPut, daemon.OpDelete, daemon.OpListAppend, daemon.OpMapPut, daemon.OpMapRemove, daemon.OpTimerRegister:
+		err = writeOp(b, op, state, k)
 	case daemon.OpListGet:
 		r.Values, err = b.ListGet(state, k)
 	case daemon.OpMapGet:
 		r.Value, r.Found, err = b.MapGet(state, k, op.UserKey)
-	case daemon.OpMapPut:
-		err = b.MapPut(state, k, op.UserKey, op.Value)
-	case daemon.OpMapRemove:
-		err = b.MapRemove(state, k, op.UserKey)
 	case daemon.OpMapContains:
 		r.Found, err = b.MapContains(state, k, op.UserKey)
 	case daemon.OpMapIterate:
@@ -419,8 +409,6 @@ func (s *Server) applyOp(inst *daemon.Instance, op *wire.Op, state string, r *wi
 		if r.Found {
 			r.Number = n
 		}
-	case daemon.OpTimerRegister:
-		err = b.RegisterTimer(state, backend.Timer{KeyGroup: k.KeyGroup, Key: k.Key, Namespace: k.Namespace, Timestamp: op.Timestamp})
 	case daemon.OpTimerDelete:
 		err = inst.DeleteTimer(state, backend.Timer{KeyGroup: k.KeyGroup, Key: k.Key, Namespace: k.Namespace, Timestamp: op.Timestamp})
 	case daemon.OpTimerPoll:
