@@ -96,32 +96,49 @@ func TestClientCallbacksAndFlushDelay(t *testing.T) {
 	h := startDaemon(t, harnessOpts{})
 	c := h.dial(client.Options{FlushDelay: 2 * time.Millisecond})
 	in := openHeap(t, c, task("j", "op", 0))
-	var mu sync.Mutex
-	var order []int
-	done := make(chan struct{})
 	const n = 500
+	calls := newCallOrder(n)
 	for i := range n {
 		f := in.Put("v", []byte(fmt.Sprint(i%7)), nil, []byte{byte(i)})
 		f.Then(func(_ struct{}, err error) {
 			if err != nil {
 				t.Error(err)
 			}
-			mu.Lock()
-			order = append(order, i)
-			if len(order) == n {
-				close(done)
-			}
-			mu.Unlock()
+			calls.ran(i)
 		})
 	}
-	select {
-	case <-done:
-	case <-time.After(10 * time.Second):
-		t.Fatal("callbacks did not run: FlushDelay did not send the batch")
+	calls.check(t, "FlushDelay did not send the batch")
+}
+
+// callOrder records the order n callbacks ran in.
+type callOrder struct {
+	mu    sync.Mutex
+	order []int
+	n     int
+	done  chan struct{}
+}
+
+func newCallOrder(n int) *callOrder { return &callOrder{n: n, done: make(chan struct{})} }
+
+func (c *callOrder) ran(i int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.order = append(c.order, i); len(c.order) == c.n {
+		close(c.done)
 	}
-	for i, v := range order {
+}
+
+// check waits for all n and fails t unless they ran in issue order.
+func (c *callOrder) check(t *testing.T, why string) {
+	t.Helper()
+	select {
+	case <-c.done:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("callbacks did not run: %s", why)
+	}
+	for i, v := range c.order {
 		if v != i {
-			t.Fatalf("callback %d ran at position %d", v, i)
+			t.Fatalf("callback of op %d ran at position %d", v, i)
 		}
 	}
 }
@@ -143,10 +160,8 @@ func TestClientCallbacksInOrderWithLocalRefusals(t *testing.T) {
 			outside = k
 		}
 	}
-	var mu sync.Mutex
-	var order []int
-	done := make(chan struct{})
 	const n = 300
+	calls := newCallOrder(n)
 	for i := range n {
 		refused := i%5 == 3
 		k := inside
@@ -157,24 +172,10 @@ func TestClientCallbacksInOrderWithLocalRefusals(t *testing.T) {
 			if refused != (err != nil) {
 				t.Errorf("op %d: refused %v, error %v", i, refused, err)
 			}
-			mu.Lock()
-			order = append(order, i)
-			if len(order) == n {
-				close(done)
-			}
-			mu.Unlock()
+			calls.ran(i)
 		})
 	}
-	select {
-	case <-done:
-	case <-time.After(10 * time.Second):
-		t.Fatal("callbacks did not run")
-	}
-	for i, v := range order {
-		if v != i {
-			t.Fatalf("callback of op %d ran at position %d", v, i)
-		}
-	}
+	calls.check(t, "the batches were not sent")
 }
 
 // A key whose group lies outside the instance's range is refused before it
