@@ -147,16 +147,24 @@ func TestDrainWaitsForUnaryCalls(t *testing.T) {
 	}
 }
 
-// TestDrainGraceEnds: when the grace ends first, Drain cancels the calls
-// still running and still returns only once their handlers have.
-func TestDrainGraceEnds(t *testing.T) {
-	ctx := ctxT(t)
-	slow := &slowList{started: make(chan struct{}), ctxAware: true, linger: 300 * time.Millisecond}
+// slowCall starts a ListCheckpoints call that slow holds in its handler,
+// returns once the handler runs, and the channel the call's error comes on.
+func slowCall(t *testing.T, ctx context.Context, slow *slowList) (*harness, <-chan error) {
+	t.Helper()
 	h := startDaemon(t, harnessOpts{grpc: []grpc.ServerOption{grpc.ChainUnaryInterceptor(slow.interceptor)}})
 	c := h.dial(client.Options{})
 	callErr := make(chan error, 1)
 	go func() { _, err := c.ListCheckpoints(ctx, "j"); callErr <- err }()
 	<-slow.started
+	return h, callErr
+}
+
+// TestDrainGraceEnds: when the grace ends first, Drain cancels the calls
+// still running and still returns only once their handlers have.
+func TestDrainGraceEnds(t *testing.T) {
+	ctx := ctxT(t)
+	slow := &slowList{started: make(chan struct{}), ctxAware: true, linger: 300 * time.Millisecond}
+	h, callErr := slowCall(t, ctx, slow)
 	gctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
 	defer cancel()
 	if err := h.srv.Drain(gctx, h.g); !errors.Is(err, context.DeadlineExceeded) {
@@ -176,11 +184,7 @@ func TestDrainGraceEnds(t *testing.T) {
 func TestStopWaitsForHandlers(t *testing.T) {
 	ctx := ctxT(t)
 	slow := &slowList{started: make(chan struct{}), ctxAware: true, linger: 300 * time.Millisecond}
-	h := startDaemon(t, harnessOpts{grpc: []grpc.ServerOption{grpc.ChainUnaryInterceptor(slow.interceptor)}})
-	c := h.dial(client.Options{})
-	callErr := make(chan error, 1)
-	go func() { _, err := c.ListCheckpoints(ctx, "j"); callErr <- err }()
-	<-slow.started
+	h, callErr := slowCall(t, ctx, slow)
 	h.g.Stop()
 	if !slow.finished.Load() {
 		t.Fatal("Stop returned while a handler was still running")
