@@ -629,7 +629,11 @@ func (s *Store) Get(ctx context.Context, name string) (io.ReadCloser, error) {
 			return nil, err
 		}
 		if e, f := s.openCopy(name); e != nil {
-			s.hits.Add(1)
+			if attempt == 0 {
+				s.hits.Add(1)
+			} else {
+				s.misses.Add(1) // filled from the remote just now
+			}
 			return &checkedReader{s: s, e: e, f: f, r: io.NewSectionReader(f, 0, e.size), crc: crc32.New(frame.Table())}, nil
 		}
 		if attempt > 0 {

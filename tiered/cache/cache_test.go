@@ -188,6 +188,43 @@ func TestLocalRecovery(t *testing.T) {
 	}
 }
 
+// A Get that fills the cache from the remote is a miss, the next one a
+// hit; Stat and GetRange count the same way.
+func TestStatsCountMisses(t *testing.T) {
+	ctx := context.Background()
+	remote := memstore.New()
+	if err := tiered.PutBytes(ctx, remote, "chk/a", storetest.Data(1, 5000)); err != nil {
+		t.Fatal(err)
+	}
+	c := newCache(t, remote, t.TempDir(), 1<<20)
+	defer c.Close()
+	want := func(hits, misses int64) {
+		t.Helper()
+		if st := c.Stats(); st.Hits != hits || st.Misses != misses {
+			t.Fatalf("stats %+v, want %d hits and %d misses", st, hits, misses)
+		}
+	}
+	if _, err := c.Stat(ctx, "chk/a"); err != nil {
+		t.Fatal(err)
+	}
+	want(0, 1)
+	for range 2 {
+		if _, err := tiered.ReadAll(ctx, c, "chk/a", 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want(1, 2)
+	rc, err := c.GetRange(ctx, "chk/a", 10, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc.Close()
+	if _, err := c.Stat(ctx, "chk/a"); err != nil {
+		t.Fatal(err)
+	}
+	want(3, 2)
+}
+
 func cachedFiles(t *testing.T, dir string) []string {
 	var out []string
 	filepath.WalkDir(filepath.Join(dir, "objects"), func(p string, d fs.DirEntry, err error) error {
