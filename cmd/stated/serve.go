@@ -356,7 +356,7 @@ func runServe(ctx context.Context, f serveFlags, gcFlagSet bool) error {
 			}
 			return fmt.Errorf("--metrics-addr: %w", err)
 		}
-		hs = metricsServer(metrics, cat, &healthy)
+		hs = metricsServer(metrics, cat, storeCache(store), &healthy)
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -466,9 +466,9 @@ func redactURL(u string) string {
 	return u
 }
 
-func metricsServer(m *daemon.Metrics, cat *catalog.Catalog, healthy *atomic.Bool) *http.Server {
+func metricsServer(m *daemon.Metrics, cat *catalog.Catalog, cs cacheStats, healthy *atomic.Bool) *http.Server {
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(newCollector(m, cat), collectors.NewGoCollector(),
+	reg.MustRegister(newCollector(m, cat, cs), collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))

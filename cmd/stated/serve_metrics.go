@@ -5,6 +5,8 @@ import (
 
 	"github.com/statedhq/stated/catalog"
 	"github.com/statedhq/stated/daemon"
+	"github.com/statedhq/stated/tiered"
+	"github.com/statedhq/stated/tiered/cache"
 )
 
 // collector exports the daemon's metric structs (and the catalog's
@@ -12,6 +14,8 @@ import (
 type collector struct {
 	m   *daemon.Metrics
 	cat *catalog.Catalog
+	// cache is the local cache of a remote checkpoint store (nil: none).
+	cache cacheStats
 
 	ops, opErrors, opDur                       *prometheus.Desc
 	batches, batchesRejected, streams          *prometheus.Desc
@@ -21,14 +25,32 @@ type collector struct {
 	ckCompleted, ckFailures, ckDuration        *prometheus.Desc
 	catJobs, catRetained, catSavepoints        *prometheus.Desc
 	catInFlight, catObjects, catBytes          *prometheus.Desc
+	cacheHits, cacheMisses, cacheEvictions     *prometheus.Desc
+	cacheCorrupt, cacheBytes, cacheEntries     *prometheus.Desc
 }
 
-func newCollector(m *daemon.Metrics, cat *catalog.Catalog) *collector {
+// cacheStats is what the checkpoint store answers when a local cache is in
+// front of it (tiered/cache.Store, also through storeurl's wrappers).
+type cacheStats interface{ Stats() cache.Stats }
+
+// storeCache returns s's cache, if it has one.
+func storeCache(s tiered.Store) cacheStats {
+	c, _ := s.(cacheStats)
+	return c
+}
+
+func newCollector(m *daemon.Metrics, cat *catalog.Catalog, cs cacheStats) *collector {
 	d := func(name, help string, labels ...string) *prometheus.Desc {
 		return prometheus.NewDesc("stated_"+name, help, labels, nil)
 	}
 	return &collector{
-		m: m, cat: cat,
+		m: m, cat: cat, cache: cs,
+		cacheHits:       d("cache_hits_total", "Reads of the checkpoint store answered by the local cache (checksum verified)."),
+		cacheMisses:     d("cache_misses_total", "Reads of the checkpoint store that went to the remote store."),
+		cacheEvictions:  d("cache_evictions_total", "Cached copies dropped to stay within --cache-bytes."),
+		cacheCorrupt:    d("cache_corrupt_total", "Cached copies that failed their checksum (read from the remote instead)."),
+		cacheBytes:      d("cache_bytes", "Bytes the local cache holds (transfers in flight included)."),
+		cacheEntries:    d("cache_entries", "Objects the local cache holds."),
 		ops:             d("ops_total", "State operations applied, by backend, state kind and operation.", "backend", "state_kind", "op"),
 		opErrors:        d("op_errors_total", "State operations that failed, by backend, state kind and operation.", "backend", "state_kind", "op"),
 		opDur:           d("op_duration_seconds", "Time one state operation took in its backend.", "backend", "state_kind"),
@@ -122,5 +144,14 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		gauge(c.catInFlight, float64(st.InFlight))
 		gauge(c.catObjects, float64(st.Referenced.Objects))
 		gauge(c.catBytes, float64(st.Referenced.Bytes))
+	}
+	if c.cache != nil {
+		st := c.cache.Stats()
+		counter(c.cacheHits, uint64(st.Hits))
+		counter(c.cacheMisses, uint64(st.Misses))
+		counter(c.cacheEvictions, uint64(st.Evictions))
+		counter(c.cacheCorrupt, uint64(st.Corrupt))
+		gauge(c.cacheBytes, float64(st.Bytes))
+		gauge(c.cacheEntries, float64(st.Entries))
 	}
 }

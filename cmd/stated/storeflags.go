@@ -16,7 +16,6 @@ import (
 
 	"github.com/statedhq/stated/daemon"
 	"github.com/statedhq/stated/tiered"
-	"github.com/statedhq/stated/tiered/cache"
 	"github.com/statedhq/stated/tiered/localfs"
 	"github.com/statedhq/stated/tiered/storeurl"
 )
@@ -268,7 +267,7 @@ func openCheckpointStore(ctx context.Context, f *serveFlags, log *slog.Logger) (
 		unlock()
 		return nil, nil, err
 	}
-	if c, ok := s.(interface{ Stats() cache.Stats }); ok {
+	if c := storeCache(s); c != nil {
 		st := c.Stats()
 		log.Info("checkpoint cache", "dir", cc.dir, "maxBytes", cc.bytes, "cachedBytes", st.Bytes, "files", st.Entries)
 	}
