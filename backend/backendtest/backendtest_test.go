@@ -291,8 +291,11 @@ func TestSuiteCatchesBugs(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.mutation+"/"+c.subtest, func(t *testing.T) {
+			// Random model runs meet a planted bug in about one check in a
+			// hundred: 1000 checks make missing it practically impossible
+			// (a run stops at the first failure, so this costs little).
 			cmd := exec.Command(os.Args[0], "-test.run=^TestRun$/^"+c.subtest+"$", "-test.count=1",
-				"-rapid.nofailfile", "-rapid.shrinktime=1s")
+				"-rapid.nofailfile", "-rapid.shrinktime=1s", "-rapid.checks=1000")
 			cmd.Env = append(os.Environ(), mutationEnv+"="+c.mutation)
 			out, err := cmd.CombinedOutput()
 			if err == nil {
