@@ -9,7 +9,8 @@
 //     conditional puts, batched deletes, retries, per-request timeouts);
 //   - cache: a byte-bounded, checksum-verified local LRU over a remote store
 //     (local recovery after a restart on the same host);
-//   - fault: a seeded fault-injecting wrapper for tests.
+//   - fault: a seeded fault-injecting wrapper for tests;
+//   - metered: a wrapper that counts calls, failures and bytes (metrics).
 //
 // WithPrefix roots a view at a sub-prefix (savepoints use it); storeurl
 // opens a store from a URL (file://, s3://, mem://); storetest is the

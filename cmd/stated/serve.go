@@ -30,6 +30,8 @@ import (
 	"github.com/statedhq/stated/catalog"
 	"github.com/statedhq/stated/daemon"
 	"github.com/statedhq/stated/daemon/openers"
+	"github.com/statedhq/stated/tiered"
+	"github.com/statedhq/stated/tiered/metered"
 )
 
 // serveFlags are the options of "stated serve"; each flag also reads the
@@ -275,7 +277,13 @@ func runServe(ctx context.Context, f serveFlags, gcFlagSet bool) error {
 		f.checkpointStore = "file://" + abs
 	}
 
-	store, closeStore, err := openCheckpointStore(ctx, &f, log)
+	// Count the calls that reach the checkpoint store itself (below the
+	// cache): what a provider bills and throttles.
+	var meter *metered.Store
+	store, closeStore, err := openCheckpointStore(ctx, &f, log, func(s tiered.Store) tiered.Store {
+		meter = metered.New(s)
+		return meter
+	})
 	if err != nil {
 		return err
 	}
@@ -356,7 +364,7 @@ func runServe(ctx context.Context, f serveFlags, gcFlagSet bool) error {
 			}
 			return fmt.Errorf("--metrics-addr: %w", err)
 		}
-		hs = metricsServer(metrics, cat, storeCache(store), &healthy)
+		hs = metricsServer(metrics, cat, storeCache(store), meter, &healthy)
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -466,9 +474,9 @@ func redactURL(u string) string {
 	return u
 }
 
-func metricsServer(m *daemon.Metrics, cat *catalog.Catalog, cs cacheStats, healthy *atomic.Bool) *http.Server {
+func metricsServer(m *daemon.Metrics, cat *catalog.Catalog, cs cacheStats, meter *metered.Store, healthy *atomic.Bool) *http.Server {
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(newCollector(m, cat, cs), collectors.NewGoCollector(),
+	reg.MustRegister(newCollector(m, cat, cs, meter), collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))

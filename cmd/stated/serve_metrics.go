@@ -7,6 +7,7 @@ import (
 	"github.com/statedhq/stated/daemon"
 	"github.com/statedhq/stated/tiered"
 	"github.com/statedhq/stated/tiered/cache"
+	"github.com/statedhq/stated/tiered/metered"
 )
 
 // collector exports the daemon's metric structs (and the catalog's
@@ -16,6 +17,8 @@ type collector struct {
 	cat *catalog.Catalog
 	// cache is the local cache of a remote checkpoint store (nil: none).
 	cache cacheStats
+	// store counts the calls that reach the checkpoint store (nil: none).
+	store *metered.Store
 
 	ops, opErrors, opDur                       *prometheus.Desc
 	batches, batchesRejected, streams          *prometheus.Desc
@@ -27,6 +30,8 @@ type collector struct {
 	catInFlight, catObjects, catBytes          *prometheus.Desc
 	cacheHits, cacheMisses, cacheEvictions     *prometheus.Desc
 	cacheCorrupt, cacheBytes, cacheEntries     *prometheus.Desc
+	storeCalls, storeErrors, storeDeleted      *prometheus.Desc
+	storeBytes                                 *prometheus.Desc
 }
 
 // cacheStats is what the checkpoint store answers when a local cache is in
@@ -39,12 +44,16 @@ func storeCache(s tiered.Store) cacheStats {
 	return c
 }
 
-func newCollector(m *daemon.Metrics, cat *catalog.Catalog, cs cacheStats) *collector {
+func newCollector(m *daemon.Metrics, cat *catalog.Catalog, cs cacheStats, store *metered.Store) *collector {
 	d := func(name, help string, labels ...string) *prometheus.Desc {
 		return prometheus.NewDesc("stated_"+name, help, labels, nil)
 	}
 	return &collector{
-		m: m, cat: cat, cache: cs,
+		m: m, cat: cat, cache: cs, store: store,
+		storeCalls:      d("store_calls_total", "Calls that reached the checkpoint store (below the cache), by operation.", "op"),
+		storeErrors:     d("store_call_errors_total", "Calls to the checkpoint store that failed, by operation.", "op"),
+		storeDeleted:    d("store_deleted_objects_total", "Object names the daemon asked the checkpoint store to delete."),
+		storeBytes:      d("store_bytes_total", "Bytes sent to (up) and read from (down) the checkpoint store.", "direction"),
 		cacheHits:       d("cache_hits_total", "Reads of the checkpoint store answered by the local cache (checksum verified)."),
 		cacheMisses:     d("cache_misses_total", "Reads of the checkpoint store that went to the remote store."),
 		cacheEvictions:  d("cache_evictions_total", "Cached copies dropped to stay within --cache-bytes."),
@@ -144,6 +153,16 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		gauge(c.catInFlight, float64(st.InFlight))
 		gauge(c.catObjects, float64(st.Referenced.Objects))
 		gauge(c.catBytes, float64(st.Referenced.Bytes))
+	}
+	if c.store != nil {
+		st := c.store.Counts()
+		for op := range metered.NumOps {
+			counter(c.storeCalls, st.Calls[op], op.String())
+			counter(c.storeErrors, st.Errors[op], op.String())
+		}
+		counter(c.storeDeleted, st.Deleted)
+		counter(c.storeBytes, st.BytesUp, "up")
+		counter(c.storeBytes, st.BytesDown, "down")
 	}
 	if c.cache != nil {
 		st := c.cache.Stats()

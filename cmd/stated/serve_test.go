@@ -13,6 +13,7 @@ import (
 	"github.com/statedhq/stated/api"
 	"github.com/statedhq/stated/daemon"
 	"github.com/statedhq/stated/tiered"
+	"github.com/statedhq/stated/tiered/metered"
 	"github.com/statedhq/stated/tiered/storeurl"
 )
 
@@ -118,13 +119,15 @@ func TestServeLimitFlags(t *testing.T) {
 	}
 }
 
-// The metrics endpoint reports the checkpoint store's local cache: a read
+// The metrics endpoint reports the checkpoint store's local cache (a read
 // of an object written through it is a hit, of one only the remote has a
-// miss.
-func TestCacheMetrics(t *testing.T) {
+// miss) and the calls that reach the store below it.
+func TestCacheAndStoreMetrics(t *testing.T) {
 	ctx := context.Background()
 	remote := t.TempDir()
-	s, err := storeurl.Open(ctx, "file://"+remote, storeurl.Options{CacheDir: t.TempDir(), CacheBytes: 1 << 20})
+	var meter *metered.Store
+	s, err := storeurl.Open(ctx, "file://"+remote, storeurl.Options{CacheDir: t.TempDir(), CacheBytes: 1 << 20,
+		Wrap: func(s tiered.Store) tiered.Store { meter = metered.New(s); return meter }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -148,7 +151,7 @@ func TestCacheMetrics(t *testing.T) {
 		}
 	}
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(newCollector(daemon.NewMetrics(), nil, cs))
+	reg.MustRegister(newCollector(daemon.NewMetrics(), nil, cs, meter))
 	got := map[string]float64{}
 	mfs, err := reg.Gather()
 	if err != nil {
@@ -156,11 +159,21 @@ func TestCacheMetrics(t *testing.T) {
 	}
 	for _, mf := range mfs {
 		for _, m := range mf.GetMetric() {
-			got[mf.GetName()] = m.GetCounter().GetValue() + m.GetGauge().GetValue()
+			name := mf.GetName()
+			for _, l := range m.GetLabel() {
+				name += "/" + l.GetValue()
+			}
+			got[name] = m.GetCounter().GetValue() + m.GetGauge().GetValue()
 		}
 	}
 	if got["stated_cache_hits_total"] != 1 || got["stated_cache_misses_total"] != 1 || got["stated_cache_entries"] != 2 {
 		t.Fatalf("cache metrics %v, want 1 hit, 1 miss, 2 entries", got)
+	}
+	// Below the cache: the put (written through), the miss's get, and the
+	// bytes of both.
+	if got["stated_store_calls_total/put"] != 1 || got["stated_store_calls_total/get"] != 1 ||
+		got["stated_store_bytes_total/up"] != 6 || got["stated_store_bytes_total/down"] != 11 {
+		t.Fatalf("store metrics %v, want 1 put of 6 bytes and 1 get of 11", got)
 	}
 	if plain, err := storeurl.Open(ctx, "file://"+t.TempDir(), storeurl.Options{}); err != nil {
 		t.Fatal(err)

@@ -246,12 +246,13 @@ func within(path, dir string) bool {
 // metadata bypasses the cache (storeurl.CatalogMetadata). The cache
 // directory is locked like the data directory, so that two daemons never
 // share one. closeStore closes the store and releases the lock.
-func openCheckpointStore(ctx context.Context, f *serveFlags, log *slog.Logger) (store tiered.Store, closeStore func(), err error) {
+func openCheckpointStore(ctx context.Context, f *serveFlags, log *slog.Logger, wrap func(tiered.Store) tiered.Store) (store tiered.Store, closeStore func(), err error) {
 	cc, err := f.cache.resolve(f.dataDir, f.checkpointStore)
 	if err != nil {
 		return nil, nil, err
 	}
 	opts := f.s3.options()
+	opts.Wrap = wrap
 	unlock := func() {}
 	if cc.dir != "" {
 		if err := os.MkdirAll(cc.dir, 0o700); err != nil {

@@ -77,6 +77,10 @@ type Options struct {
 	// copy could be stale (CatalogMetadata). Default nil: everything is
 	// cached.
 	Uncached func(name string) bool
+	// Wrap, when set, wraps the store the URL names before the cache goes
+	// in front of it: what it sees are the calls that reach the store
+	// itself (e.g. metered.New, to count them).
+	Wrap func(tiered.Store) tiered.Store
 }
 
 // Location is a parsed store URL.
@@ -214,6 +218,9 @@ func Open(ctx context.Context, rawURL string, opts Options) (tiered.Store, error
 	}
 	if err != nil {
 		return nil, fmt.Errorf("storeurl: open %s: %w", redact(rawURL), err)
+	}
+	if opts.Wrap != nil {
+		s = opts.Wrap(s)
 	}
 	t, err := Tier(s, opts)
 	if err != nil {

@@ -1,0 +1,164 @@
+// Package metered counts the calls a tiered.Store serves, the ones that
+// failed, and the bytes that went up and down, so that the daemon can
+// export them: object-store providers bill and throttle by request, and a
+// state store that writes tiny objects or lists too often shows it here
+// first (SlateDB #192, #1416; RisingWave #22590).
+//
+// The counts are of Store calls: an S3 Put of a large object is one call
+// here and several HTTP requests (multipart) on the wire, and the SDK's
+// retries are not counted.
+package metered
+
+import (
+	"context"
+	"errors"
+	"io"
+	"sync/atomic"
+
+	"github.com/statedhq/stated/tiered"
+)
+
+// Op is a kind of Store call.
+type Op int
+
+// The Store calls, in the order of tiered.Store's methods.
+const (
+	OpPut Op = iota
+	OpPutIfAbsent
+	OpGet
+	OpGetRange
+	OpStat
+	OpList
+	OpDelete
+	OpDeleteBatch
+	NumOps
+)
+
+var opNames = [NumOps]string{"put", "put_if_absent", "get", "get_range", "stat", "list", "delete", "delete_batch"}
+
+// String is the op's metric label.
+func (o Op) String() string { return opNames[o] }
+
+// Counts is a snapshot of a Store's counters.
+type Counts struct {
+	// Calls and Errors per Op. A not-found answer of Get, GetRange or Stat,
+	// and ErrExists of PutIfAbsent, are answers, not errors.
+	Calls, Errors [NumOps]uint64
+	// Deleted counts the names Delete and DeleteBatch were given.
+	Deleted uint64
+	// BytesUp were read from the readers given to Put and PutIfAbsent;
+	// BytesDown were read from the readers Get and GetRange returned.
+	BytesUp, BytesDown uint64
+}
+
+// Store is a tiered.Store that counts what it serves.
+type Store struct {
+	tiered.Store
+	calls, errs       [NumOps]atomic.Uint64
+	deleted, up, down atomic.Uint64
+}
+
+var _ tiered.Store = (*Store)(nil)
+
+// New wraps s.
+func New(s tiered.Store) *Store { return &Store{Store: s} }
+
+// Counts returns the counters now.
+func (s *Store) Counts() Counts {
+	var c Counts
+	for i := range NumOps {
+		c.Calls[i], c.Errors[i] = s.calls[i].Load(), s.errs[i].Load()
+	}
+	c.Deleted, c.BytesUp, c.BytesDown = s.deleted.Load(), s.up.Load(), s.down.Load()
+	return c
+}
+
+func (s *Store) done(op Op, err error) {
+	s.calls[op].Add(1)
+	if err != nil && !tiered.IsNotFound(err) && !errors.Is(err, tiered.ErrExists) {
+		s.errs[op].Add(1)
+	}
+}
+
+// Put implements tiered.Store.
+func (s *Store) Put(ctx context.Context, name string, r io.Reader, size int64) error {
+	err := s.Store.Put(ctx, name, &counter{r: r, n: &s.up}, size)
+	s.done(OpPut, err)
+	return err
+}
+
+// PutIfAbsent implements tiered.Store.
+func (s *Store) PutIfAbsent(ctx context.Context, name string, r io.Reader, size int64) error {
+	err := s.Store.PutIfAbsent(ctx, name, &counter{r: r, n: &s.up}, size)
+	s.done(OpPutIfAbsent, err)
+	return err
+}
+
+// Get implements tiered.Store.
+func (s *Store) Get(ctx context.Context, name string) (io.ReadCloser, error) {
+	rc, err := s.Store.Get(ctx, name)
+	s.done(OpGet, err)
+	if err != nil {
+		return nil, err
+	}
+	return &readCounter{counter: counter{r: rc, n: &s.down}, c: rc}, nil
+}
+
+// GetRange implements tiered.Store.
+func (s *Store) GetRange(ctx context.Context, name string, offset, length int64) (io.ReadCloser, error) {
+	rc, err := s.Store.GetRange(ctx, name, offset, length)
+	s.done(OpGetRange, err)
+	if err != nil {
+		return nil, err
+	}
+	return &readCounter{counter: counter{r: rc, n: &s.down}, c: rc}, nil
+}
+
+// Stat implements tiered.Store.
+func (s *Store) Stat(ctx context.Context, name string) (tiered.ObjectInfo, error) {
+	o, err := s.Store.Stat(ctx, name)
+	s.done(OpStat, err)
+	return o, err
+}
+
+// List implements tiered.Store.
+func (s *Store) List(ctx context.Context, prefix, startAfter string, limit int) (tiered.ListPage, error) {
+	p, err := s.Store.List(ctx, prefix, startAfter, limit)
+	s.done(OpList, err)
+	return p, err
+}
+
+// Delete implements tiered.Store.
+func (s *Store) Delete(ctx context.Context, name string) error {
+	err := s.Store.Delete(ctx, name)
+	s.deleted.Add(1)
+	s.done(OpDelete, err)
+	return err
+}
+
+// DeleteBatch implements tiered.Store.
+func (s *Store) DeleteBatch(ctx context.Context, names []string) error {
+	err := s.Store.DeleteBatch(ctx, names)
+	s.deleted.Add(uint64(len(names)))
+	s.done(OpDeleteBatch, err)
+	return err
+}
+
+// counter counts the bytes read through it into n.
+type counter struct {
+	r io.Reader
+	n *atomic.Uint64
+}
+
+func (c *counter) Read(p []byte) (int, error) {
+	k, err := c.r.Read(p)
+	c.n.Add(uint64(k))
+	return k, err
+}
+
+type readCounter struct {
+	counter
+	c io.Closer
+}
+
+func (r *readCounter) Close() error { return r.c.Close() }
