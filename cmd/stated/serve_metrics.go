@@ -156,7 +156,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	}
 	if c.store != nil {
 		st := c.store.Counts()
-		for op := range metered.NumOps {
+		for op := range tiered.NumOps {
 			counter(c.storeCalls, st.Calls[op], op.String())
 			counter(c.storeErrors, st.Errors[op], op.String())
 		}

@@ -332,7 +332,7 @@ func openS3Like(t *testing.T, s tiered.Store) tiered.Store {
 func TestCheckpointsUnderFaults(t *testing.T) {
 	ctx := context.Background()
 	s3 := openS3(t)
-	faulty := fault.New(s3, fault.Config{Seed: 11, ErrorRate: 0.10, LostReplyRate: 0.02, Ops: fault.OpWrites})
+	faulty := fault.New(s3, fault.Config{Seed: 11, ErrorRate: 0.10, LostReplyRate: 0.02, Ops: tiered.WriteOps})
 	root := t.TempDir()
 	b, err := open(t, faulty, filepath.Join(root, "inst"), nil)
 	if err != nil {
@@ -365,7 +365,7 @@ func TestCheckpointsUnderFaults(t *testing.T) {
 	// Restore each completed checkpoint through a store whose reads fail,
 	// or silently return truncated data.
 	readFaults := fault.New(openS3Like(t, s3), fault.Config{Seed: 12, ErrorRate: 0.05, TruncateRate: 0.15,
-		SilentTruncation: true, Ops: fault.OpReads})
+		SilentTruncation: true, Ops: tiered.ReadOps})
 	for _, id := range slices.Sorted(maps.Keys(completed)) {
 		var rb *lsm.Backend
 		var errs []error

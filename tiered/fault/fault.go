@@ -16,46 +16,13 @@ import (
 // ErrInjected is wrapped by every failure the wrapper makes up.
 var ErrInjected = errors.New("fault: injected failure")
 
-// Op is a set of store operations.
-type Op uint16
-
-// Operations faults can be restricted to.
-const (
-	OpPut Op = 1 << iota
-	OpPutIfAbsent
-	OpGet
-	OpGetRange
-	OpStat
-	OpList
-	OpDelete
-	OpDeleteBatch
-
-	// OpAll is every operation.
-	OpAll = OpPut | OpPutIfAbsent | OpGet | OpGetRange | OpStat | OpList | OpDelete | OpDeleteBatch
-	// OpWrites are the operations that change the store.
-	OpWrites = OpPut | OpPutIfAbsent | OpDelete | OpDeleteBatch
-	// OpReads are the operations that only read.
-	OpReads = OpGet | OpGetRange | OpStat | OpList
-)
-
-var opNames = map[Op]string{
-	OpPut: "put", OpPutIfAbsent: "put-if-absent", OpGet: "get", OpGetRange: "get-range",
-	OpStat: "stat", OpList: "list", OpDelete: "delete", OpDeleteBatch: "delete-batch",
-}
-
-func (o Op) String() string {
-	if n, ok := opNames[o]; ok {
-		return n
-	}
-	return fmt.Sprintf("ops(%#x)", uint16(o))
-}
-
 // Config says which faults to inject. The zero Config injects nothing.
 type Config struct {
 	// Seed seeds the generator every fault is drawn from.
 	Seed uint64
-	// Ops restricts the faults to these operations. Default OpAll.
-	Ops Op
+	// Ops restricts the faults to these operations. Default
+	// tiered.AllOps.
+	Ops tiered.Ops
 	// ErrorRate is the probability that an operation fails before it
 	// reaches the store.
 	ErrorRate float64
@@ -112,7 +79,7 @@ func New(base tiered.Store, cfg Config) *Store {
 // counts from zero again.
 func (s *Store) SetConfig(cfg Config) {
 	if cfg.Ops == 0 {
-		cfg.Ops = OpAll
+		cfg.Ops = tiered.AllOps
 	}
 	s.mu.Lock()
 	s.cfg = cfg
@@ -144,7 +111,7 @@ type plan struct {
 	budget                                  int64
 }
 
-func (s *Store) plan(op Op) plan {
+func (s *Store) plan(op tiered.Op) plan {
 	s.ops.Add(1)
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -155,7 +122,7 @@ func (s *Store) plan(op Op) plan {
 	if c.LatencyJitter > 0 {
 		p.delay += time.Duration(u[5] * float64(c.LatencyJitter))
 	}
-	if c.Ops&op == 0 {
+	if !c.Ops.Has(op) {
 		return p
 	}
 	p.fail = u[0] < c.ErrorRate
@@ -166,7 +133,7 @@ func (s *Store) plan(op Op) plan {
 }
 
 // begin waits the planned latency and injects an up-front failure.
-func (s *Store) begin(ctx context.Context, op Op, name string) (plan, error) {
+func (s *Store) begin(ctx context.Context, op tiered.Op, name string) (plan, error) {
 	p := s.plan(op)
 	if p.delay > 0 {
 		t := time.NewTimer(p.delay)
@@ -181,7 +148,7 @@ func (s *Store) begin(ctx context.Context, op Op, name string) (plan, error) {
 		s.errs.Add(1)
 		return p, fmt.Errorf("fault: %s %s: %w", op, name, ErrInjected)
 	}
-	if p.budget > 0 && s.bytes.Load() >= p.budget && op&(OpPut|OpPutIfAbsent|OpGet|OpGetRange) != 0 {
+	if p.budget > 0 && s.bytes.Load() >= p.budget && tiered.OpSet(tiered.OpPut, tiered.OpPutIfAbsent, tiered.OpGet, tiered.OpGetRange).Has(op) {
 		s.budgetFailures.Add(1)
 		return p, fmt.Errorf("fault: %s %s: byte budget of %d spent: %w", op, name, p.budget, ErrInjected)
 	}
@@ -189,7 +156,7 @@ func (s *Store) begin(ctx context.Context, op Op, name string) (plan, error) {
 }
 
 // end turns a success into a lost reply when planned.
-func (s *Store) end(p plan, op Op, name string, err error) error {
+func (s *Store) end(p plan, op tiered.Op, name string, err error) error {
 	if err == nil && p.lostReply {
 		s.lost.Add(1)
 		return fmt.Errorf("fault: %s %s: reply lost after success: %w", op, name, ErrInjected)
@@ -199,15 +166,15 @@ func (s *Store) end(p plan, op Op, name string, err error) error {
 
 // Put implements tiered.Store.
 func (s *Store) Put(ctx context.Context, name string, r io.Reader, size int64) error {
-	return s.put(ctx, OpPut, name, r, size)
+	return s.put(ctx, tiered.OpPut, name, r, size)
 }
 
 // PutIfAbsent implements tiered.Store.
 func (s *Store) PutIfAbsent(ctx context.Context, name string, r io.Reader, size int64) error {
-	return s.put(ctx, OpPutIfAbsent, name, r, size)
+	return s.put(ctx, tiered.OpPutIfAbsent, name, r, size)
 }
 
-func (s *Store) put(ctx context.Context, op Op, name string, r io.Reader, size int64) error {
+func (s *Store) put(ctx context.Context, op tiered.Op, name string, r io.Reader, size int64) error {
 	p, err := s.begin(ctx, op, name)
 	if err != nil {
 		return err
@@ -217,7 +184,7 @@ func (s *Store) put(ctx context.Context, op Op, name string, r io.Reader, size i
 		s.partialWrites.Add(1)
 		cr.limit = int64(p.cut * float64(size))
 	}
-	if op == OpPut {
+	if op == tiered.OpPut {
 		err = s.base.Put(ctx, name, cr, size)
 	} else {
 		err = s.base.PutIfAbsent(ctx, name, cr, size)
@@ -272,21 +239,21 @@ func (s *Store) wrapReader(p plan, name string, rc io.ReadCloser, size int64) io
 
 // Get implements tiered.Store.
 func (s *Store) Get(ctx context.Context, name string) (io.ReadCloser, error) {
-	return s.get(ctx, OpGet, name, 0, -1)
+	return s.get(ctx, tiered.OpGet, name, 0, -1)
 }
 
 // GetRange implements tiered.Store.
 func (s *Store) GetRange(ctx context.Context, name string, offset, length int64) (io.ReadCloser, error) {
-	return s.get(ctx, OpGetRange, name, offset, length)
+	return s.get(ctx, tiered.OpGetRange, name, offset, length)
 }
 
-func (s *Store) get(ctx context.Context, op Op, name string, offset, length int64) (io.ReadCloser, error) {
+func (s *Store) get(ctx context.Context, op tiered.Op, name string, offset, length int64) (io.ReadCloser, error) {
 	p, err := s.begin(ctx, op, name)
 	if err != nil {
 		return nil, err
 	}
 	var rc io.ReadCloser
-	if op == OpGet {
+	if op == tiered.OpGet {
 		rc, err = s.base.Get(ctx, name)
 	} else {
 		rc, err = s.base.GetRange(ctx, name, offset, length)
@@ -316,12 +283,12 @@ func (s *Store) get(ctx context.Context, op Op, name string, offset, length int6
 
 // Stat implements tiered.Store.
 func (s *Store) Stat(ctx context.Context, name string) (tiered.ObjectInfo, error) {
-	p, err := s.begin(ctx, OpStat, name)
+	p, err := s.begin(ctx, tiered.OpStat, name)
 	if err != nil {
 		return tiered.ObjectInfo{}, err
 	}
 	info, err := s.base.Stat(ctx, name)
-	if err = s.end(p, OpStat, name, err); err != nil {
+	if err = s.end(p, tiered.OpStat, name, err); err != nil {
 		return tiered.ObjectInfo{}, err
 	}
 	return info, nil
@@ -329,12 +296,12 @@ func (s *Store) Stat(ctx context.Context, name string) (tiered.ObjectInfo, error
 
 // List implements tiered.Store.
 func (s *Store) List(ctx context.Context, prefix, startAfter string, limit int) (tiered.ListPage, error) {
-	p, err := s.begin(ctx, OpList, prefix)
+	p, err := s.begin(ctx, tiered.OpList, prefix)
 	if err != nil {
 		return tiered.ListPage{}, err
 	}
 	page, err := s.base.List(ctx, prefix, startAfter, limit)
-	if err = s.end(p, OpList, prefix, err); err != nil {
+	if err = s.end(p, tiered.OpList, prefix, err); err != nil {
 		return tiered.ListPage{}, err
 	}
 	return page, nil
@@ -342,17 +309,17 @@ func (s *Store) List(ctx context.Context, prefix, startAfter string, limit int) 
 
 // Delete implements tiered.Store.
 func (s *Store) Delete(ctx context.Context, name string) error {
-	p, err := s.begin(ctx, OpDelete, name)
+	p, err := s.begin(ctx, tiered.OpDelete, name)
 	if err != nil {
 		return err
 	}
-	return s.end(p, OpDelete, name, s.base.Delete(ctx, name))
+	return s.end(p, tiered.OpDelete, name, s.base.Delete(ctx, name))
 }
 
 // DeleteBatch implements tiered.Store. A planned failure deletes a random
 // prefix of the batch first, the partial failure the contract allows.
 func (s *Store) DeleteBatch(ctx context.Context, names []string) error {
-	p := s.plan(OpDeleteBatch)
+	p := s.plan(tiered.OpDeleteBatch)
 	if p.delay > 0 {
 		t := time.NewTimer(p.delay)
 		select {
@@ -364,7 +331,7 @@ func (s *Store) DeleteBatch(ctx context.Context, names []string) error {
 	}
 	if p.fail && len(names) == 0 {
 		s.errs.Add(1)
-		return fmt.Errorf("fault: delete-batch of nothing: %w", ErrInjected)
+		return fmt.Errorf("fault: delete_batch of nothing: %w", ErrInjected)
 	}
 	if p.fail {
 		s.errs.Add(1)
@@ -372,9 +339,9 @@ func (s *Store) DeleteBatch(ctx context.Context, names []string) error {
 		if err := s.base.DeleteBatch(ctx, names[:done]); err != nil {
 			return err
 		}
-		return fmt.Errorf("fault: delete-batch: %d of %d deleted, not deleted from %q on: %w", done, len(names), names[done], ErrInjected)
+		return fmt.Errorf("fault: delete_batch: %d of %d deleted, not deleted from %q on: %w", done, len(names), names[done], ErrInjected)
 	}
-	return s.end(p, OpDeleteBatch, fmt.Sprintf("(%d objects)", len(names)), s.base.DeleteBatch(ctx, names))
+	return s.end(p, tiered.OpDeleteBatch, fmt.Sprintf("(%d objects)", len(names)), s.base.DeleteBatch(ctx, names))
 }
 
 // Close implements tiered.Store; it closes the wrapped store.

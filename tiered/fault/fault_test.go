@@ -86,7 +86,7 @@ func TestErrorsWrapInjected(t *testing.T) {
 		t.Fatalf("get: %v", err)
 	}
 	// Restricting to writes leaves reads alone.
-	s.SetConfig(fault.Config{ErrorRate: 1, Ops: fault.OpWrites})
+	s.SetConfig(fault.Config{ErrorRate: 1, Ops: tiered.WriteOps})
 	if _, err := s.Get(ctx, "x"); !errors.Is(err, tiered.ErrNotFound) {
 		t.Fatalf("get with write-only faults: %v", err)
 	}
@@ -98,7 +98,7 @@ func TestErrorsWrapInjected(t *testing.T) {
 func TestLostReplyTookEffect(t *testing.T) {
 	ctx := context.Background()
 	base := memstore.New()
-	s := fault.New(base, fault.Config{LostReplyRate: 1, Ops: fault.OpPut})
+	s := fault.New(base, fault.Config{LostReplyRate: 1, Ops: tiered.OpSet(tiered.OpPut)})
 	if err := tiered.PutBytes(ctx, s, "x", []byte("v")); !errors.Is(err, fault.ErrInjected) {
 		t.Fatalf("put: %v", err)
 	}

@@ -9,32 +9,11 @@ import (
 	"github.com/statedhq/stated/tiered"
 )
 
-// Op is a kind of Store call.
-type Op int
-
-// The Store calls, in the order of tiered.Store's methods.
-const (
-	OpPut Op = iota
-	OpPutIfAbsent
-	OpGet
-	OpGetRange
-	OpStat
-	OpList
-	OpDelete
-	OpDeleteBatch
-	NumOps
-)
-
-var opNames = [NumOps]string{"put", "put_if_absent", "get", "get_range", "stat", "list", "delete", "delete_batch"}
-
-// String is the op's metric label.
-func (o Op) String() string { return opNames[o] }
-
 // Counts is a snapshot of a Store's counters.
 type Counts struct {
 	// Calls and Errors per Op. A not-found answer of Get, GetRange or Stat,
 	// and ErrExists of PutIfAbsent, are answers, not errors.
-	Calls, Errors [NumOps]uint64
+	Calls, Errors [tiered.NumOps]uint64
 	// Deleted counts the names Delete and DeleteBatch were given.
 	Deleted uint64
 	// BytesUp were read from the readers given to Put and PutIfAbsent;
@@ -45,7 +24,7 @@ type Counts struct {
 // Store is a tiered.Store that counts what it serves.
 type Store struct {
 	tiered.Store
-	calls, errs       [NumOps]atomic.Uint64
+	calls, errs       [tiered.NumOps]atomic.Uint64
 	deleted, up, down atomic.Uint64
 }
 
@@ -57,14 +36,14 @@ func New(s tiered.Store) *Store { return &Store{Store: s} }
 // Counts returns the counters now.
 func (s *Store) Counts() Counts {
 	var c Counts
-	for i := range NumOps {
+	for i := range tiered.NumOps {
 		c.Calls[i], c.Errors[i] = s.calls[i].Load(), s.errs[i].Load()
 	}
 	c.Deleted, c.BytesUp, c.BytesDown = s.deleted.Load(), s.up.Load(), s.down.Load()
 	return c
 }
 
-func (s *Store) done(op Op, err error) {
+func (s *Store) done(op tiered.Op, err error) {
 	s.calls[op].Add(1)
 	if err != nil && !tiered.IsNotFound(err) && !errors.Is(err, tiered.ErrExists) {
 		s.errs[op].Add(1)
@@ -74,21 +53,21 @@ func (s *Store) done(op Op, err error) {
 // Put implements tiered.Store.
 func (s *Store) Put(ctx context.Context, name string, r io.Reader, size int64) error {
 	err := s.Store.Put(ctx, name, &counter{r: r, n: &s.up}, size)
-	s.done(OpPut, err)
+	s.done(tiered.OpPut, err)
 	return err
 }
 
 // PutIfAbsent implements tiered.Store.
 func (s *Store) PutIfAbsent(ctx context.Context, name string, r io.Reader, size int64) error {
 	err := s.Store.PutIfAbsent(ctx, name, &counter{r: r, n: &s.up}, size)
-	s.done(OpPutIfAbsent, err)
+	s.done(tiered.OpPutIfAbsent, err)
 	return err
 }
 
 // Get implements tiered.Store.
 func (s *Store) Get(ctx context.Context, name string) (io.ReadCloser, error) {
 	rc, err := s.Store.Get(ctx, name)
-	s.done(OpGet, err)
+	s.done(tiered.OpGet, err)
 	if err != nil {
 		return nil, err
 	}
@@ -98,7 +77,7 @@ func (s *Store) Get(ctx context.Context, name string) (io.ReadCloser, error) {
 // GetRange implements tiered.Store.
 func (s *Store) GetRange(ctx context.Context, name string, offset, length int64) (io.ReadCloser, error) {
 	rc, err := s.Store.GetRange(ctx, name, offset, length)
-	s.done(OpGetRange, err)
+	s.done(tiered.OpGetRange, err)
 	if err != nil {
 		return nil, err
 	}
@@ -108,14 +87,14 @@ func (s *Store) GetRange(ctx context.Context, name string, offset, length int64)
 // Stat implements tiered.Store.
 func (s *Store) Stat(ctx context.Context, name string) (tiered.ObjectInfo, error) {
 	o, err := s.Store.Stat(ctx, name)
-	s.done(OpStat, err)
+	s.done(tiered.OpStat, err)
 	return o, err
 }
 
 // List implements tiered.Store.
 func (s *Store) List(ctx context.Context, prefix, startAfter string, limit int) (tiered.ListPage, error) {
 	p, err := s.Store.List(ctx, prefix, startAfter, limit)
-	s.done(OpList, err)
+	s.done(tiered.OpList, err)
 	return p, err
 }
 
@@ -123,7 +102,7 @@ func (s *Store) List(ctx context.Context, prefix, startAfter string, limit int) 
 func (s *Store) Delete(ctx context.Context, name string) error {
 	err := s.Store.Delete(ctx, name)
 	s.deleted.Add(1)
-	s.done(OpDelete, err)
+	s.done(tiered.OpDelete, err)
 	return err
 }
 
@@ -131,7 +110,7 @@ func (s *Store) Delete(ctx context.Context, name string) error {
 func (s *Store) DeleteBatch(ctx context.Context, names []string) error {
 	err := s.Store.DeleteBatch(ctx, names)
 	s.deleted.Add(uint64(len(names)))
-	s.done(OpDeleteBatch, err)
+	s.done(tiered.OpDeleteBatch, err)
 	return err
 }
 

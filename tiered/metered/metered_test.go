@@ -59,9 +59,9 @@ func TestCounts(t *testing.T) {
 	c := s.Counts()
 	// The refused PutIfAbsent read (and would have sent) its 5 bytes too.
 	want := metered.Counts{Deleted: 4, BytesUp: 10, BytesDown: 7}
-	want.Calls = [metered.NumOps]uint64{metered.OpPut: 2, metered.OpPutIfAbsent: 1, metered.OpGet: 1, metered.OpGetRange: 1,
-		metered.OpStat: 1, metered.OpList: 1, metered.OpDelete: 1, metered.OpDeleteBatch: 1}
-	want.Errors[metered.OpPut] = 1 // the bad name; ErrExists and not-found are answers
+	want.Calls = [tiered.NumOps]uint64{tiered.OpPut: 2, tiered.OpPutIfAbsent: 1, tiered.OpGet: 1, tiered.OpGetRange: 1,
+		tiered.OpStat: 1, tiered.OpList: 1, tiered.OpDelete: 1, tiered.OpDeleteBatch: 1}
+	want.Errors[tiered.OpPut] = 1 // the bad name; ErrExists and not-found are answers
 	if c != want {
 		t.Fatalf("counts\n %+v\nwant\n %+v", c, want)
 	}
@@ -75,7 +75,7 @@ func TestCountsErrors(t *testing.T) {
 	for range 3 {
 		_ = tiered.PutBytes(ctx, s, "x", []byte("y"))
 	}
-	if c := s.Counts(); c.Calls[metered.OpPut] != 3 || c.Errors[metered.OpPut] != 3 {
-		t.Fatalf("three failed puts counted as %d calls, %d errors", c.Calls[metered.OpPut], c.Errors[metered.OpPut])
+	if c := s.Counts(); c.Calls[tiered.OpPut] != 3 || c.Errors[tiered.OpPut] != 3 {
+		t.Fatalf("three failed puts counted as %d calls, %d errors", c.Calls[tiered.OpPut], c.Errors[tiered.OpPut])
 	}
 }
