@@ -52,6 +52,9 @@ const (
 // For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
 type StatedClient interface {
 	// Open creates a backend instance for one task, restoring it when asked.
+	// Keep a Batch stream open on it: an instance with no batch stream for
+	// the daemon's idle-instance timeout (default 10m) is taken for the
+	// instance of a task that died, and closed.
 	Open(ctx context.Context, in *OpenRequest, opts ...grpc.CallOption) (*OpenResponse, error)
 	// Batch carries state operations. The first request of a stream names the
 	// instance and must arrive within the daemon's first-batch timeout
@@ -188,6 +191,9 @@ func (c *statedClient) Close(ctx context.Context, in *CloseRequest, opts ...grpc
 // for forward compatibility.
 type StatedServer interface {
 	// Open creates a backend instance for one task, restoring it when asked.
+	// Keep a Batch stream open on it: an instance with no batch stream for
+	// the daemon's idle-instance timeout (default 10m) is taken for the
+	// instance of a task that died, and closed.
 	Open(context.Context, *OpenRequest) (*OpenResponse, error)
 	// Batch carries state operations. The first request of a stream names the
 	// instance and must arrive within the daemon's first-batch timeout
