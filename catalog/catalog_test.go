@@ -77,6 +77,23 @@ func filesOf(m *Manifest) []string {
 	return out
 }
 
+func TestIsMetadata(t *testing.T) {
+	for name, want := range map[string]bool{
+		"job/_catalog":                true,
+		"job/chk-7/_metadata":         true,
+		"savepoints/sp1/_metadata":    true,
+		"job/shared/0a1b-000004.sst":  false,
+		"job/chk-7/file-snapshot":     false,
+		"savepoints/sp1/data/x/y.sst": false,
+		"job/_catalog.tmp":            false,
+		"_metadata-not":               false,
+	} {
+		if got := IsMetadata(name); got != want {
+			t.Errorf("IsMetadata(%q) = %v, want %v", name, got, want)
+		}
+	}
+}
+
 func TestClassify(t *testing.T) {
 	for name, want := range map[string]objName{
 		"j/shared/x":              {kind: objShared, job: "j"},

@@ -2,6 +2,7 @@ package catalog
 
 import (
 	"fmt"
+	"path"
 	"regexp"
 	"strconv"
 	"strings"
@@ -134,4 +135,19 @@ func classify(name string) objName {
 		return objName{kind: objCheckpoint, job: seg[0], id: id}
 	}
 	return objName{}
+}
+
+// IsMetadata reports whether name is a metadata object of the catalog: a
+// job file "<job>/_catalog", which is rewritten in place, or a manifest
+// "<job>/chk-<N>/_metadata" or "savepoints/<id>/_metadata", which is
+// deleted with its checkpoint and may be written again under the same
+// name. They are small and read when the daemon starts; a cached copy of
+// one could be stale once another daemon has written the store (a failover
+// to another host and back), so the daemon keeps them out of its local
+// cache (storeurl.Options.Uncached). Checkpoint data files are written
+// once under unique names, and restores check them against the CRCs of
+// their handles.
+func IsMetadata(name string) bool {
+	b := path.Base(name)
+	return b == JobFileName || b == ManifestName
 }

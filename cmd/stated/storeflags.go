@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/statedhq/stated/catalog"
 	"github.com/statedhq/stated/daemon"
 	"github.com/statedhq/stated/tiered"
 	"github.com/statedhq/stated/tiered/localfs"
@@ -243,7 +244,7 @@ func within(path, dir string) bool {
 
 // openCheckpointStore opens the daemon's checkpoint store: the URL with the
 // S3 flags, behind the cache when one is configured (cacheFlags.resolve). The catalog's
-// metadata bypasses the cache (storeurl.CatalogMetadata). The cache
+// metadata bypasses the cache (catalog.IsMetadata). The cache
 // directory is locked like the data directory, so that two daemons never
 // share one. closeStore closes the store and releases the lock.
 func openCheckpointStore(ctx context.Context, f *serveFlags, log *slog.Logger, wrap func(tiered.Store) tiered.Store) (store tiered.Store, closeStore func(), err error) {
@@ -261,7 +262,7 @@ func openCheckpointStore(ctx context.Context, f *serveFlags, log *slog.Logger, w
 		if unlock, err = lockDataDir(cc.dir); err != nil {
 			return nil, nil, fmt.Errorf("cache dir: %w", err)
 		}
-		opts.CacheDir, opts.CacheBytes, opts.Uncached = cc.dir, cc.bytes, storeurl.CatalogMetadata
+		opts.CacheDir, opts.CacheBytes, opts.Uncached = cc.dir, cc.bytes, catalog.IsMetadata
 	}
 	s, err := storeurl.Open(ctx, f.checkpointStore, opts)
 	if err != nil {

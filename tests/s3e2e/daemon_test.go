@@ -40,7 +40,7 @@ const (
 // node is a daemon wired as "stated serve" wires it (cmd/stated/serve.go):
 // one checkpoint store, here the tiered cache in front of S3 with the
 // catalog's metadata bypassing it (storeurl.Tier with
-// storeurl.CatalogMetadata), shared by the catalog and the daemon.
+// catalog.IsMetadata), shared by the catalog and the daemon.
 type node struct {
 	d     *daemon.Daemon
 	cat   *catalog.Catalog
@@ -53,7 +53,7 @@ func startNode(t *testing.T, remote tiered.Store, dataDir string) *node {
 	t.Helper()
 	ctx := context.Background()
 	store, err := storeurl.Tier(remote, storeurl.Options{CacheDir: filepath.Join(dataDir, "cache"), CacheBytes: 256 << 20,
-		Uncached: storeurl.CatalogMetadata})
+		Uncached: catalog.IsMetadata})
 	if err != nil {
 		t.Fatal(err)
 	}

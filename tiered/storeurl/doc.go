@@ -19,5 +19,5 @@
 // (tiered/cache) bounded by Options.CacheBytes; Tier does the same for a
 // store opened otherwise. Names Options.Uncached accepts go around the
 // cache; the daemon keeps the catalog's metadata out of it
-// (CatalogMetadata).
+// (catalog.IsMetadata).
 package storeurl

@@ -52,7 +52,7 @@ type Options struct {
 	// the cache: their puts, gets and stats go straight to the store and
 	// they never get a local copy. Use it for objects that are rewritten
 	// under one name or may be written by another process, whose cached
-	// copy could be stale (CatalogMetadata). Default nil: everything is
+	// copy could be stale (catalog.IsMetadata). Default nil: everything is
 	// cached.
 	Uncached func(name string) bool
 	// Wrap, when set, wraps the store the URL names before the cache goes

@@ -3,26 +3,10 @@ package storeurl
 import (
 	"context"
 	"io"
-	"path"
 
-	"github.com/statedhq/stated/catalog"
 	"github.com/statedhq/stated/tiered"
 	"github.com/statedhq/stated/tiered/cache"
 )
-
-// CatalogMetadata reports whether name is a metadata object of the
-// catalog: a job file "<job>/_catalog", which is rewritten in place, or a
-// manifest "<job>/chk-<N>/_metadata" or "savepoints/<id>/_metadata", which
-// is deleted with its checkpoint and may be written again under the same
-// name. They are small and read when the daemon starts; a cached copy of
-// one could be stale once another daemon has written the store (a failover
-// to another host and back), so the daemon passes CatalogMetadata as
-// Options.Uncached. Checkpoint data files are written once under unique
-// names, and restores check them against the CRCs of their handles.
-func CatalogMetadata(name string) bool {
-	b := path.Base(name)
-	return b == catalog.JobFileName || b == catalog.ManifestName
-}
 
 // partialCache is a cache whose uncached names go straight to the remote.
 // List, Delete and DeleteBatch go through the cache, which forwards them
