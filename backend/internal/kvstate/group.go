@@ -2,7 +2,6 @@ package kvstate
 
 import (
 	"errors"
-	"fmt"
 
 	"github.com/statedhq/stated/backend"
 )
@@ -191,19 +190,8 @@ func (r *Reader) get(state string, kind backend.StateKind, k backend.Key, userKe
 		}
 		r.key = append(r.key, userKey...)
 	}
-	v, ok, err := s.eng.Get(r.key)
-	if err != nil || !ok {
-		return nil, false, err
-	}
-	expiry, payload, err := decodeValue(v)
-	if err != nil {
-		return nil, false, fmt.Errorf("state %q of %s: %w", d.Name, s.info.Task, err)
-	}
-	if expiry != 0 && !live(expiry, s.nowMs()) {
-		return nil, false, nil
-	}
-	// v is the engine's copy: payload is the caller's.
-	return payload, true, nil
+	payload, _, ok, err := s.readLive(d, r.key)
+	return payload, ok, err
 }
 
 // Get is State.Get within a read group.

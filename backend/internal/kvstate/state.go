@@ -219,27 +219,36 @@ func (s *State) lockFor(state string) func() {
 	return s.mu.Unlock
 }
 
-// getLive reads a single-valued entry and returns its payload if it is live;
-// with refresh it rewrites the expiry.
-func (s *State) getLive(d backend.StateDescriptor, key []byte) ([]byte, bool, error) {
+// readLive reads a single-valued entry and returns its payload if it is
+// live, with the time it checked that at. The payload is part of the
+// engine's copy (Engine.Get), so it is the caller's.
+func (s *State) readLive(d backend.StateDescriptor, key []byte) ([]byte, int64, bool, error) {
 	v, ok, err := s.eng.Get(key)
 	if err != nil || !ok {
-		return nil, false, err
+		return nil, 0, false, err
 	}
 	expiry, payload, err := decodeValue(v)
 	if err != nil {
-		return nil, false, fmt.Errorf("state %q of %s: %w", d.Name, s.info.Task, err)
+		return nil, 0, false, fmt.Errorf("state %q of %s: %w", d.Name, s.info.Task, err)
 	}
 	now := s.nowMs()
 	if !live(expiry, now) {
-		return nil, false, nil
+		return nil, now, false, nil
 	}
-	if refreshOnRead(d) {
-		if err := s.eng.Set(key, encodeValue(expiryFor(d, now), payload)); err != nil {
-			return nil, false, err
-		}
+	return payload, now, true, nil
+}
+
+// getLive is readLive that, for a state refreshed on read, rewrites the
+// expiry.
+func (s *State) getLive(d backend.StateDescriptor, key []byte) ([]byte, bool, error) {
+	payload, now, ok, err := s.readLive(d, key)
+	if err != nil || !ok || !refreshOnRead(d) {
+		return payload, ok, err
 	}
-	return clone(payload), true, nil
+	if err := s.eng.Set(key, encodeValue(expiryFor(d, now), payload)); err != nil {
+		return nil, false, err
+	}
+	return payload, true, nil
 }
 
 // Get implements backend.Backend.
