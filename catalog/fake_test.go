@@ -57,12 +57,6 @@ func (f *faultStore) arm(k int, land bool) {
 	f.countdown, f.land = k, land
 }
 
-func (f *faultStore) isCrashed() bool {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.crashed
-}
-
 // mutation decides the fate of one mutating call: run it (ok), run it and
 // fail (landed crash), or fail without running.
 func (f *faultStore) mutation() (run, fail bool) {

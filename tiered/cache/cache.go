@@ -297,12 +297,6 @@ func (s *Store) reserve(n int64) bool {
 	return true
 }
 
-func (s *Store) release(n int64) {
-	s.mu.Lock()
-	s.used -= n
-	s.mu.Unlock()
-}
-
 // begin registers an op on name.
 func (s *Store) begin(name string) *op {
 	o := &op{}
