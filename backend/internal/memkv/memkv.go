@@ -57,52 +57,41 @@ func (t *Tree) Get(key []byte) ([]byte, bool, error) {
 	return append([]byte(nil), it.v...), true, nil
 }
 
-func (t *Tree) put(k, v []byte) {
-	old, ok := t.t.ReplaceOrInsert(item{k: k, v: v})
-	if ok {
-		t.bytes -= int64(len(old.k) + len(old.v))
-	}
-	t.bytes += int64(len(k) + len(v))
-}
-
-// admit checks that replacing key's entry (if any) by one with a value of
-// n bytes keeps the tree within its limit.
-func (t *Tree) admit(key []byte, n int) error {
-	if t.limit <= 0 {
-		return nil
-	}
-	grow := int64(len(key) + n)
-	if old, ok := t.t.Get(item{k: key}); ok {
+// put stores v under k (both owned by the tree from now on), unless that
+// would grow the tree past its limit: then it puts back what was there and
+// fails. The common case costs one tree operation.
+func (t *Tree) put(k, v []byte) error {
+	old, had := t.t.ReplaceOrInsert(item{k: k, v: v})
+	grow := int64(len(k) + len(v))
+	if had {
 		grow -= int64(len(old.k) + len(old.v))
 	}
-	if grow <= 0 || t.bytes+grow <= t.limit {
-		return nil
+	if t.limit > 0 && grow > 0 && t.bytes+grow > t.limit {
+		if had {
+			t.t.ReplaceOrInsert(old)
+		} else {
+			t.t.Delete(item{k: k})
+		}
+		return fmt.Errorf("%w: %s holds %d bytes of in-memory state; this write would take it to %d, over its limit of %d bytes "+
+			"(raise the daemon's --max-memory-state, or use the lsm backend, which keeps state on disk)",
+			backend.ErrResourceExhausted, t.owner, t.bytes, t.bytes+grow, t.limit)
 	}
-	return fmt.Errorf("%w: %s holds %d bytes of in-memory state; this write would take it to %d, over its limit of %d bytes "+
-		"(raise the daemon's --max-memory-state, or use the lsm backend, which keeps state on disk)",
-		backend.ErrResourceExhausted, t.owner, t.bytes, t.bytes+grow, t.limit)
+	t.bytes += grow
+	return nil
 }
 
 // Set implements kvstate.Engine. Stored slices are private copies, never
 // mutated afterwards, which is what makes clones safe.
 func (t *Tree) Set(key, value []byte) error {
-	if err := t.admit(key, len(value)); err != nil {
-		return err
-	}
-	t.put(bytes.Clone(key), append([]byte{}, value...))
-	return nil
+	return t.put(bytes.Clone(key), append([]byte{}, value...))
 }
 
 // Merge implements kvstate.Engine.
 func (t *Tree) Merge(key, operand []byte) error {
 	old, _ := t.t.Get(item{k: key})
-	if err := t.admit(key, len(old.v)+len(operand)); err != nil {
-		return err
-	}
 	v := make([]byte, 0, len(old.v)+len(operand))
 	v = append(append(v, old.v...), operand...)
-	t.put(bytes.Clone(key), v)
-	return nil
+	return t.put(bytes.Clone(key), v)
 }
 
 // Delete implements kvstate.Engine.
