@@ -9,6 +9,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"github.com/statedhq/stated/api/internal/wire"
+	"github.com/statedhq/stated/api/protocol"
 	pb "github.com/statedhq/stated/api/statedpb"
 	"github.com/statedhq/stated/backend"
 	"github.com/statedhq/stated/daemon"
@@ -321,31 +322,6 @@ func opError(inst *daemon.Instance, op *wire.Op, state string, r *wire.Result, c
 	r.Error = fmt.Sprintf("stated: %s on %s %q%s of task %s: %v", daemon.Op(op.Type), what, state, kg, inst.Task, err)
 }
 
-// OperatorModeFromPB maps stated.v1.OperatorStateMode to the backend's
-// mode ("" for unspecified).
-func OperatorModeFromPB(m pb.OperatorStateMode) (backend.OperatorStateMode, error) {
-	switch m {
-	case pb.OperatorStateMode_OPERATOR_STATE_MODE_UNSPECIFIED:
-		return "", nil
-	case pb.OperatorStateMode_OPERATOR_STATE_MODE_SPLIT:
-		return backend.OperatorSplit, nil
-	case pb.OperatorStateMode_OPERATOR_STATE_MODE_UNION:
-		return backend.OperatorUnion, nil
-	}
-	return "", fmt.Errorf("%w: unknown operator state mode %d", backend.ErrInvalidArgument, m)
-}
-
-// OperatorModeToPB is the inverse of OperatorModeFromPB.
-func OperatorModeToPB(m backend.OperatorStateMode) pb.OperatorStateMode {
-	switch m {
-	case backend.OperatorSplit:
-		return pb.OperatorStateMode_OPERATOR_STATE_MODE_SPLIT
-	case backend.OperatorUnion:
-		return pb.OperatorStateMode_OPERATOR_STATE_MODE_UNION
-	}
-	return pb.OperatorStateMode_OPERATOR_STATE_MODE_UNSPECIFIED
-}
-
 // checkSizes rejects operands over the instance's value size limit before
 // the backend sees them.
 func checkSizes(inst *daemon.Instance, op *wire.Op) error {
@@ -416,7 +392,7 @@ func (s *Server) applyOp(inst *daemon.Instance, op *wire.Op, state string, r *wi
 		return
 	case daemon.OpOperatorSet, daemon.OpOperatorAppend:
 		var mode backend.OperatorStateMode
-		if mode, err = OperatorModeFromPB(pb.OperatorStateMode(op.OperatorMode)); err != nil {
+		if mode, err = protocol.OperatorModeFromPB(pb.OperatorStateMode(op.OperatorMode)); err != nil {
 			break
 		}
 		if daemon.Op(op.Type) == daemon.OpOperatorSet {
@@ -427,7 +403,7 @@ func (s *Server) applyOp(inst *daemon.Instance, op *wire.Op, state string, r *wi
 	case daemon.OpOperatorGet:
 		var l backend.OperatorList
 		l, r.Found, err = inst.OperatorGet(state)
-		r.Values, r.OperatorMode = l.Elements, int32(OperatorModeToPB(l.Mode))
+		r.Values, r.OperatorMode = l.Elements, int32(protocol.OperatorModeToPB(l.Mode))
 	default:
 		err = fmt.Errorf("%w: unknown operation type %d", backend.ErrInvalidArgument, op.Type)
 	}

@@ -1,6 +1,8 @@
 // Package api is stated's gRPC service: the protobuf definition
 // (stated.proto, generated code in statedpb), the server that maps it onto
-// the daemon's instances, and, in api/client, the Go thin client.
+// the daemon's instances, and, in api/client, the Go thin client. What
+// both ends share (token header, transport sizes, message converters) is
+// in api/protocol, so that the client links none of the server.
 //
 // The Batch stream, the hot path, does not go through the generated
 // message types: api/internal/wire encodes and decodes BatchRequest and

@@ -11,8 +11,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/statedhq/stated/api"
 	"github.com/statedhq/stated/api/client"
+	"github.com/statedhq/stated/api/protocol"
 	pb "github.com/statedhq/stated/api/statedpb"
 	"github.com/statedhq/stated/backend"
 )
@@ -254,18 +254,18 @@ func TestOpenParallelism(t *testing.T) {
 	ctx := ctxT(t)
 	h := startDaemon(t, harnessOpts{})
 	c := h.dial(client.Options{})
-	resp, err := c.RPC().Open(ctx, &pb.OpenRequest{Task: api.TaskToPB(task("par", "op", 1)), Parallelism: 3, Backend: "heap"})
+	resp, err := c.RPC().Open(ctx, &pb.OpenRequest{Task: protocol.TaskToPB(task("par", "op", 1)), Parallelism: 3, Backend: "heap"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got, want := api.KeyGroupsFromPB(resp.GetKeyGroups()), backend.KeyGroupRangeForOperator(128, 3, 1); got != want {
+	if got, want := protocol.KeyGroupsFromPB(resp.GetKeyGroups()), backend.KeyGroupRangeForOperator(128, 3, 1); got != want {
 		t.Fatalf("derived key groups %s, want %s", got, want)
 	}
 	for _, req := range []*pb.OpenRequest{
-		{Task: api.TaskToPB(task("par", "op", 0)), Parallelism: 3, Backend: "heap", KeyGroups: &pb.KeyGroupRange{Start: 0, End: 63}},
-		{Task: api.TaskToPB(task("par", "op", 3)), Parallelism: 3, Backend: "heap"},
-		{Task: api.TaskToPB(task("par", "op", 0)), Parallelism: 129, Backend: "heap"},
-		{Task: api.TaskToPB(task("par", "op", 0)), Backend: "heap"},
+		{Task: protocol.TaskToPB(task("par", "op", 0)), Parallelism: 3, Backend: "heap", KeyGroups: &pb.KeyGroupRange{Start: 0, End: 63}},
+		{Task: protocol.TaskToPB(task("par", "op", 3)), Parallelism: 3, Backend: "heap"},
+		{Task: protocol.TaskToPB(task("par", "op", 0)), Parallelism: 129, Backend: "heap"},
+		{Task: protocol.TaskToPB(task("par", "op", 0)), Backend: "heap"},
 	} {
 		if _, err := c.RPC().Open(ctx, req); status.Code(err) != codes.InvalidArgument {
 			t.Fatalf("open %v: %v", req, err)

@@ -6,8 +6,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/statedhq/stated/api"
 	"github.com/statedhq/stated/api/client"
+	"github.com/statedhq/stated/api/protocol"
 	pb "github.com/statedhq/stated/api/statedpb"
 	"github.com/statedhq/stated/backend"
 )
@@ -61,8 +61,8 @@ func TestRestoreModeDefault(t *testing.T) {
 		if round%2 == 1 {
 			// A client in another language: the generated stub, mode left
 			// unspecified.
-			resp, err := c.RPC().Open(ctx, &pb.OpenRequest{Task: api.TaskToPB(tk), KeyGroups: &pb.KeyGroupRange{Start: 0, End: 127},
-				Backend: "lsm", States: []*pb.StateDescriptor{api.StateToPB(allStates[0])}, Replace: true,
+			resp, err := c.RPC().Open(ctx, &pb.OpenRequest{Task: protocol.TaskToPB(tk), KeyGroups: &pb.KeyGroupRange{Start: 0, End: 127},
+				Backend: "lsm", States: []*pb.StateDescriptor{protocol.StateToPB(allStates[0])}, Replace: true,
 				Restore: &pb.RestoreSource{Source: &pb.RestoreSource_Latest{Latest: true}}})
 			if err != nil || resp.GetRestoredCheckpointId() != id {
 				t.Fatalf("raw open: %v %v", err, resp)
@@ -93,7 +93,7 @@ func TestRestoreModeDefault(t *testing.T) {
 	if _, err := c.Open(ctx, spec); status.Code(err) != codes.InvalidArgument {
 		t.Fatalf("claim and no-claim: %v", err)
 	}
-	_, err = c.RPC().Open(ctx, &pb.OpenRequest{Task: api.TaskToPB(tk), KeyGroups: &pb.KeyGroupRange{Start: 0, End: 127},
+	_, err = c.RPC().Open(ctx, &pb.OpenRequest{Task: protocol.TaskToPB(tk), KeyGroups: &pb.KeyGroupRange{Start: 0, End: 127},
 		Backend: "lsm", Replace: true, Restore: &pb.RestoreSource{Source: &pb.RestoreSource_Latest{Latest: true}, Mode: 9}})
 	if status.Code(err) != codes.InvalidArgument {
 		t.Fatalf("unknown restore mode: %v", err)

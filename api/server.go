@@ -20,6 +20,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/statedhq/stated/api/internal/wire"
+	"github.com/statedhq/stated/api/protocol"
 	pb "github.com/statedhq/stated/api/statedpb"
 	"github.com/statedhq/stated/backend"
 	"github.com/statedhq/stated/daemon"
@@ -35,14 +36,6 @@ const (
 	// thousand instances (a batch stream each) with calls in flight.
 	DefaultMaxConcurrentStreams = 1024
 	DefaultFirstBatchTimeout    = 10 * time.Second
-)
-
-// Transport sizes of both ends. A stream's window bounds what the daemon
-// buffers for a client that sends faster than its instance applies.
-const (
-	SocketBufferSize = 256 << 10
-	StreamWindow     = 4 << 20
-	ConnWindow       = 16 << 20
 )
 
 // ServerOptions bound what one client can make the daemon hold.
@@ -142,8 +135,8 @@ func (s *Server) GRPCServer(token string, extra ...grpc.ServerOption) *grpc.Serv
 		// for error results and a lone timer larger than the whole limit,
 		// which must still go out.
 		grpc.MaxRecvMsgSize(s.opts.MaxMessageSize),
-		grpc.ReadBufferSize(SocketBufferSize), grpc.WriteBufferSize(SocketBufferSize),
-		grpc.InitialWindowSize(StreamWindow), grpc.InitialConnWindowSize(ConnWindow),
+		grpc.ReadBufferSize(protocol.SocketBufferSize), grpc.WriteBufferSize(protocol.SocketBufferSize),
+		grpc.InitialWindowSize(protocol.StreamWindow), grpc.InitialConnWindowSize(protocol.ConnWindow),
 		grpc.ForceServerCodecV2(lenientCodec{wire.NewCodec()}),
 	}
 	if token != "" {
@@ -239,12 +232,9 @@ func (f *inflight) wait(ctx context.Context) error {
 	}
 }
 
-// TokenHeader is the metadata key of the token.
-const TokenHeader = "authorization"
-
 func checkToken(ctx context.Context, want [32]byte) error {
 	md, _ := metadata.FromIncomingContext(ctx)
-	for _, v := range md.Get(TokenHeader) {
+	for _, v := range md.Get(protocol.TokenHeader) {
 		got, ok := strings.CutPrefix(v, "Bearer ")
 		// Compare digests so that neither content nor length leaks
 		// through timing.
@@ -296,14 +286,14 @@ func (s *Server) Open(ctx context.Context, req *pb.OpenRequest) (*pb.OpenRespons
 		MaxBatchOps:          int32(s.opts.MaxBatchOps),
 	}
 	for _, d := range inst.Backend.States() {
-		resp.States = append(resp.States, StateToPB(d))
+		resp.States = append(resp.States, protocol.StateToPB(d))
 	}
 	return resp, nil
 }
 
 func openParams(req *pb.OpenRequest) (daemon.OpenParams, error) {
 	p := daemon.OpenParams{
-		Task:           TaskFromPB(req.GetTask()),
+		Task:           protocol.TaskFromPB(req.GetTask()),
 		MaxParallelism: int(req.GetMaxParallelism()),
 		Parallelism:    int(req.GetParallelism()),
 		Kind:           backend.Kind(req.GetBackend()),
@@ -328,7 +318,7 @@ func openParams(req *pb.OpenRequest) (daemon.OpenParams, error) {
 		return p, fmt.Errorf("api: open %s: %w: no key-group range and no parallelism", p.Task, backend.ErrInvalidArgument)
 	}
 	for _, sd := range req.GetStates() {
-		p.States = append(p.States, StateFromPB(sd))
+		p.States = append(p.States, protocol.StateFromPB(sd))
 	}
 	if r := req.GetRestore(); r != nil {
 		spec := &daemon.RestoreSpec{}
@@ -355,41 +345,6 @@ func openParams(req *pb.OpenRequest) (daemon.OpenParams, error) {
 	return p, nil
 }
 
-// TaskFromPB and the other converters map API messages to backend types.
-func TaskFromPB(t *pb.TaskId) backend.TaskID {
-	return backend.TaskID{Job: t.GetJob(), Operator: t.GetOperator(), Subtask: int(t.GetSubtask())}
-}
-
-// TaskToPB is the inverse of TaskFromPB.
-func TaskToPB(t backend.TaskID) *pb.TaskId {
-	return &pb.TaskId{Job: t.Job, Operator: t.Operator, Subtask: int32(t.Subtask)}
-}
-
-// StateFromPB converts a state descriptor; the numeric enum values are the
-// backend's frozen ones, and backend validation rejects unknown values.
-func StateFromPB(d *pb.StateDescriptor) backend.StateDescriptor {
-	return backend.StateDescriptor{
-		Name:      d.GetName(),
-		Kind:      backend.StateKind(d.GetKind()),
-		TTL:       time.Duration(d.GetTtlMillis()) * time.Millisecond,
-		TTLUpdate: backend.TTLUpdate(d.GetTtlUpdate()),
-		Aggregate: backend.AggregateFunc(d.GetAggregate()),
-		Number:    backend.NumberType(d.GetNumber()),
-	}
-}
-
-// StateToPB is the inverse of StateFromPB.
-func StateToPB(d backend.StateDescriptor) *pb.StateDescriptor {
-	return &pb.StateDescriptor{
-		Name:      d.Name,
-		Kind:      pb.StateKind(d.Kind),
-		TtlMillis: d.TTL.Milliseconds(),
-		TtlUpdate: pb.TtlUpdate(d.TTLUpdate),
-		Aggregate: pb.AggregateFunc(d.Aggregate),
-		Number:    pb.NumberType(d.Number),
-	}
-}
-
 // Snapshot implements pb.StatedServer.
 func (s *Server) Snapshot(ctx context.Context, req *pb.SnapshotRequest) (*pb.SnapshotResponse, error) {
 	inst, err := s.d.Lookup(req.GetInstanceId(), req.GetJob())
@@ -410,7 +365,7 @@ func (s *Server) Snapshot(ctx context.Context, req *pb.SnapshotRequest) (*pb.Sna
 func (s *Server) CompleteCheckpoint(ctx context.Context, req *pb.CompleteCheckpointRequest) (*pb.CompleteCheckpointResponse, error) {
 	var tasks []backend.TaskID
 	for _, t := range req.GetTasks() {
-		tasks = append(tasks, TaskFromPB(t))
+		tasks = append(tasks, protocol.TaskFromPB(t))
 	}
 	info, err := s.d.CompleteCheckpoint(ctx, req.GetJob(), req.GetCheckpointId(), tasks)
 	if err != nil {
@@ -471,24 +426,14 @@ func (s *Server) PlanRescale(ctx context.Context, req *pb.PlanRescaleRequest) (*
 	resp := &pb.PlanRescaleResponse{CheckpointId: m.CheckpointID, MaxParallelism: int32(plan.MaxParallelism),
 		OldParallelism: int32(plan.OldParallelism), NewParallelism: int32(plan.NewParallelism)}
 	for _, st := range plan.Subtasks {
-		ps := &pb.RescaleSubtask{Index: int32(st.Index), KeyGroups: KeyGroupsToPB(st.KeyGroups)}
+		ps := &pb.RescaleSubtask{Index: int32(st.Index), KeyGroups: protocol.KeyGroupsToPB(st.KeyGroups)}
 		for _, src := range st.Sources {
-			ps.Sources = append(ps.Sources, &pb.RescaleSource{Task: TaskToPB(src.Handle.Task), KeyGroups: KeyGroupsToPB(src.Handle.KeyGroups),
-				Overlap: KeyGroupsToPB(src.Overlap), Backend: string(src.Handle.Backend)})
+			ps.Sources = append(ps.Sources, &pb.RescaleSource{Task: protocol.TaskToPB(src.Handle.Task), KeyGroups: protocol.KeyGroupsToPB(src.Handle.KeyGroups),
+				Overlap: protocol.KeyGroupsToPB(src.Overlap), Backend: string(src.Handle.Backend)})
 		}
 		resp.Subtasks = append(resp.Subtasks, ps)
 	}
 	return resp, nil
-}
-
-// KeyGroupsToPB converts a key-group range.
-func KeyGroupsToPB(r backend.KeyGroupRange) *pb.KeyGroupRange {
-	return &pb.KeyGroupRange{Start: int32(r.Start), End: int32(r.End)}
-}
-
-// KeyGroupsFromPB is the inverse of KeyGroupsToPB.
-func KeyGroupsFromPB(r *pb.KeyGroupRange) backend.KeyGroupRange {
-	return backend.KeyGroupRange{Start: int(r.GetStart()), End: int(r.GetEnd())}
 }
 
 // Close implements pb.StatedServer.

@@ -16,7 +16,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
-	"github.com/statedhq/stated/api"
+	"github.com/statedhq/stated/api/protocol"
 	pb "github.com/statedhq/stated/api/statedpb"
 	"github.com/statedhq/stated/backend"
 )
@@ -92,7 +92,7 @@ type Client struct {
 type tokenCreds string
 
 func (t tokenCreds) GetRequestMetadata(context.Context, ...string) (map[string]string, error) {
-	return map[string]string{api.TokenHeader: "Bearer " + string(t)}, nil
+	return map[string]string{protocol.TokenHeader: "Bearer " + string(t)}, nil
 }
 
 func (tokenCreds) RequireTransportSecurity() bool { return false }
@@ -126,8 +126,8 @@ func Dial(addr string, opts Options) (*Client, error) {
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(math.MaxInt32), grpc.MaxCallSendMsgSize(math.MaxInt32)),
 		// Batches are large: big socket buffers cut system calls, and
 		// windows of a few batches keep flow control off the hot path.
-		grpc.WithReadBufferSize(api.SocketBufferSize), grpc.WithWriteBufferSize(api.SocketBufferSize),
-		grpc.WithInitialWindowSize(api.StreamWindow), grpc.WithInitialConnWindowSize(api.ConnWindow),
+		grpc.WithReadBufferSize(protocol.SocketBufferSize), grpc.WithWriteBufferSize(protocol.SocketBufferSize),
+		grpc.WithInitialWindowSize(protocol.StreamWindow), grpc.WithInitialConnWindowSize(protocol.ConnWindow),
 	}
 	if opts.Token != "" {
 		dopts = append(dopts, grpc.WithPerRPCCredentials(tokenCreds(opts.Token)))
@@ -233,7 +233,7 @@ func (c *Client) Open(ctx context.Context, spec OpenSpec) (*Instance, error) {
 		kg = backend.KeyGroupRangeForOperator(maxPar, spec.Parallelism, spec.Task.Subtask)
 	}
 	req := &pb.OpenRequest{
-		Task:           api.TaskToPB(spec.Task),
+		Task:           protocol.TaskToPB(spec.Task),
 		KeyGroups:      &pb.KeyGroupRange{Start: int32(kg.Start), End: int32(kg.End)},
 		MaxParallelism: int32(maxPar),
 		Parallelism:    int32(max(spec.Parallelism, 0)),
@@ -241,7 +241,7 @@ func (c *Client) Open(ctx context.Context, spec OpenSpec) (*Instance, error) {
 		Replace:        spec.Replace,
 	}
 	for _, s := range spec.States {
-		req.States = append(req.States, api.StateToPB(s))
+		req.States = append(req.States, protocol.StateToPB(s))
 	}
 	if r := spec.Restore; r != nil {
 		if r.Claim && r.NoClaim {
@@ -276,7 +276,7 @@ func (c *Client) Open(ctx context.Context, spec OpenSpec) (*Instance, error) {
 func (c *Client) CompleteCheckpoint(ctx context.Context, job string, id uint64, tasks ...backend.TaskID) (*pb.CheckpointInfo, error) {
 	req := &pb.CompleteCheckpointRequest{Job: job, CheckpointId: id}
 	for _, t := range tasks {
-		req.Tasks = append(req.Tasks, api.TaskToPB(t))
+		req.Tasks = append(req.Tasks, protocol.TaskToPB(t))
 	}
 	resp, err := c.rpc.CompleteCheckpoint(ctx, req)
 	if err != nil {

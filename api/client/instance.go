@@ -15,8 +15,8 @@ import (
 
 	"google.golang.org/grpc"
 
-	"github.com/statedhq/stated/api"
 	"github.com/statedhq/stated/api/internal/wire"
+	"github.com/statedhq/stated/api/protocol"
 	pb "github.com/statedhq/stated/api/statedpb"
 	"github.com/statedhq/stated/backend"
 )
@@ -135,7 +135,7 @@ type Instance struct {
 
 // newInstance starts the instance's batch stream and binds it: the first
 // request names the instance (the daemon ends a stream that does not
-// within its api.ServerOptions.FirstBatchTimeout), so it goes out at once,
+// within its protocol.ServerOptions.FirstBatchTimeout), so it goes out at once,
 // without operations, and its answer says the daemon took the stream.
 func newInstance(ctx context.Context, c *Client, task backend.TaskID, resp *pb.OpenResponse) (*Instance, error) {
 	opts := c.opts
@@ -168,7 +168,7 @@ func newInstance(ctx context.Context, c *Client, task backend.TaskID, resp *pb.O
 		recvDone: make(chan struct{}),
 	}
 	for _, s := range resp.GetStates() {
-		in.states = append(in.states, api.StateFromPB(s))
+		in.states = append(in.states, protocol.StateFromPB(s))
 	}
 	in.timer = time.AfterFunc(time.Hour, in.Flush)
 	in.timer.Stop()

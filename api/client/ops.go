@@ -6,8 +6,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/statedhq/stated/api"
 	"github.com/statedhq/stated/api/internal/wire"
+	"github.com/statedhq/stated/api/protocol"
 	pb "github.com/statedhq/stated/api/statedpb"
 	"github.com/statedhq/stated/backend"
 )
@@ -169,7 +169,7 @@ func (in *Instance) PollTimers(state string, watermark int64, limit int) Future[
 // SetOperatorList replaces operator list name with values; no values
 // removes it. mode "" keeps the list's mode (split for a new list).
 func (in *Instance) SetOperatorList(name string, mode backend.OperatorStateMode, values ...[]byte) Future[struct{}] {
-	op := wire.Op{Type: int32(pb.OpType_OP_TYPE_OPERATOR_SET), State: name, Values: values, OperatorMode: int32(api.OperatorModeToPB(mode))}
+	op := wire.Op{Type: int32(pb.OpType_OP_TYPE_OPERATOR_SET), State: name, Values: values, OperatorMode: int32(protocol.OperatorModeToPB(mode))}
 	if err := checkMode(mode); err != nil {
 		return failed[struct{}](in, err)
 	}
@@ -179,7 +179,7 @@ func (in *Instance) SetOperatorList(name string, mode backend.OperatorStateMode,
 // AppendOperatorList appends values to operator list name, creating it
 // with mode (split if "") if needed; a mode other than the list's fails.
 func (in *Instance) AppendOperatorList(name string, mode backend.OperatorStateMode, values ...[]byte) Future[struct{}] {
-	op := wire.Op{Type: int32(pb.OpType_OP_TYPE_OPERATOR_APPEND), State: name, Values: values, OperatorMode: int32(api.OperatorModeToPB(mode))}
+	op := wire.Op{Type: int32(pb.OpType_OP_TYPE_OPERATOR_APPEND), State: name, Values: values, OperatorMode: int32(protocol.OperatorModeToPB(mode))}
 	if err := checkMode(mode); err != nil {
 		return failed[struct{}](in, err)
 	}
@@ -196,7 +196,7 @@ func (in *Instance) GetOperatorList(name string) Future[backend.OperatorList] {
 		}
 		l := backend.OperatorList{Name: name}
 		if r.Found {
-			mode, err := api.OperatorModeFromPB(pb.OperatorStateMode(r.OperatorMode))
+			mode, err := protocol.OperatorModeFromPB(pb.OperatorStateMode(r.OperatorMode))
 			if err != nil {
 				return backend.OperatorList{}, status.Errorf(codes.Internal, "client: operator state %q: %v", name, err)
 			}

@@ -1,0 +1,91 @@
+package protocol
+
+import (
+	"fmt"
+	"time"
+
+	pb "github.com/statedhq/stated/api/statedpb"
+	"github.com/statedhq/stated/backend"
+)
+
+// TokenHeader is the metadata key of the token: TCP clients send
+// "authorization: Bearer <token>" on every call.
+const TokenHeader = "authorization"
+
+// Transport sizes of both ends. A stream's window bounds what the daemon
+// buffers for a client that sends faster than its instance applies.
+const (
+	SocketBufferSize = 256 << 10
+	StreamWindow     = 4 << 20
+	ConnWindow       = 16 << 20
+)
+
+// TaskFromPB and the other converters map API messages to backend types.
+func TaskFromPB(t *pb.TaskId) backend.TaskID {
+	return backend.TaskID{Job: t.GetJob(), Operator: t.GetOperator(), Subtask: int(t.GetSubtask())}
+}
+
+// TaskToPB is the inverse of TaskFromPB.
+func TaskToPB(t backend.TaskID) *pb.TaskId {
+	return &pb.TaskId{Job: t.Job, Operator: t.Operator, Subtask: int32(t.Subtask)}
+}
+
+// StateFromPB converts a state descriptor; the numeric enum values are the
+// backend's frozen ones, and backend validation rejects unknown values.
+func StateFromPB(d *pb.StateDescriptor) backend.StateDescriptor {
+	return backend.StateDescriptor{
+		Name:      d.GetName(),
+		Kind:      backend.StateKind(d.GetKind()),
+		TTL:       time.Duration(d.GetTtlMillis()) * time.Millisecond,
+		TTLUpdate: backend.TTLUpdate(d.GetTtlUpdate()),
+		Aggregate: backend.AggregateFunc(d.GetAggregate()),
+		Number:    backend.NumberType(d.GetNumber()),
+	}
+}
+
+// StateToPB is the inverse of StateFromPB.
+func StateToPB(d backend.StateDescriptor) *pb.StateDescriptor {
+	return &pb.StateDescriptor{
+		Name:      d.Name,
+		Kind:      pb.StateKind(d.Kind),
+		TtlMillis: d.TTL.Milliseconds(),
+		TtlUpdate: pb.TtlUpdate(d.TTLUpdate),
+		Aggregate: pb.AggregateFunc(d.Aggregate),
+		Number:    pb.NumberType(d.Number),
+	}
+}
+
+// KeyGroupsToPB converts a key-group range.
+func KeyGroupsToPB(r backend.KeyGroupRange) *pb.KeyGroupRange {
+	return &pb.KeyGroupRange{Start: int32(r.Start), End: int32(r.End)}
+}
+
+// KeyGroupsFromPB is the inverse of KeyGroupsToPB.
+func KeyGroupsFromPB(r *pb.KeyGroupRange) backend.KeyGroupRange {
+	return backend.KeyGroupRange{Start: int(r.GetStart()), End: int(r.GetEnd())}
+}
+
+// OperatorModeFromPB maps stated.v1.OperatorStateMode to the backend's
+// mode ("" for unspecified).
+func OperatorModeFromPB(m pb.OperatorStateMode) (backend.OperatorStateMode, error) {
+	switch m {
+	case pb.OperatorStateMode_OPERATOR_STATE_MODE_UNSPECIFIED:
+		return "", nil
+	case pb.OperatorStateMode_OPERATOR_STATE_MODE_SPLIT:
+		return backend.OperatorSplit, nil
+	case pb.OperatorStateMode_OPERATOR_STATE_MODE_UNION:
+		return backend.OperatorUnion, nil
+	}
+	return "", fmt.Errorf("%w: unknown operator state mode %d", backend.ErrInvalidArgument, m)
+}
+
+// OperatorModeToPB is the inverse of OperatorModeFromPB.
+func OperatorModeToPB(m backend.OperatorStateMode) pb.OperatorStateMode {
+	switch m {
+	case backend.OperatorSplit:
+		return pb.OperatorStateMode_OPERATOR_STATE_MODE_SPLIT
+	case backend.OperatorUnion:
+		return pb.OperatorStateMode_OPERATOR_STATE_MODE_UNION
+	}
+	return pb.OperatorStateMode_OPERATOR_STATE_MODE_UNSPECIFIED
+}
