@@ -8,8 +8,10 @@ import (
 	"github.com/statedhq/stated/backend"
 )
 
-// Op is a state operation kind, for metrics. The values match the api's
-// OpType numbers.
+// Op is a state operation kind, for metrics and for the api's dispatch,
+// which converts a wire OpType to it by number: the values and names match
+// stated.proto's OpType (OP_TYPE_MAP_GET = 6 is OpMapGet, "map_get"), and
+// api's TestOpNumbers fails when they drift.
 type Op uint8
 
 const (
