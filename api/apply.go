@@ -24,41 +24,65 @@ const latencySample = 4
 // response size (the stream's last one), to allocate it once.
 func (s *Server) apply(inst *daemon.Instance, bt *wire.Batch, sizeHint int) *wire.Raw {
 	orig := wire.OutBuffer(min(max(sizeHint, 64), s.opts.MaxMessageSize))
-	out := s.applyTo(*orig, inst, bt)
-	return wire.NewOutgoing(orig, out)
+	a := batchApply{s: s, inst: inst, out: *orig}
+	a.run(bt)
+	return wire.NewOutgoing(orig, a.out)
 }
 
-func (s *Server) applyTo(out []byte, inst *daemon.Instance, bt *wire.Batch) []byte {
+// batchApply is the application of one batch: the response it builds and
+// what its operations share. One goroutine uses it, for one batch.
+type batchApply struct {
+	s    *Server
+	inst *daemon.Instance
+	ops  []wire.Op
+	// out is the encoded response so far.
+	out []byte
+	// budget is what out may still grow by: read results that do not fit
+	// fail (or, for pages, are cut), so the response stays within
+	// MaxMessageSize. Sizes are the exact encoded ones. full is the
+	// budget of an empty response.
+	budget, full int
+	// every: the latency of every every-th operation is timed.
+	every  int
+	states stateCache
+	tally  daemon.OpTally
+}
+
+func (a *batchApply) run(bt *wire.Batch) {
+	s, inst := a.s, a.inst
 	m := s.d.Metrics()
 	m.Batches.Add(1)
-	ops := bt.Ops
-	if len(ops) > s.opts.MaxBatchOps {
+	a.ops = bt.Ops
+	if len(a.ops) > s.opts.MaxBatchOps {
 		m.BatchesRejected.Add(1)
 		r := wire.Result{Code: uint32(codes.ResourceExhausted), Error: fmt.Sprintf(
 			"stated: batch %d of %s has %d operations, more than the daemon's limit of %d; none was applied",
-			bt.Seq, inst.Task, len(ops), s.opts.MaxBatchOps)}
-		for i := range ops {
+			bt.Seq, inst.Task, len(a.ops), s.opts.MaxBatchOps)}
+		for i := range a.ops {
 			r.Index = uint32(i)
-			out = wire.AppendResult(out, &r)
+			a.out = wire.AppendResult(a.out, &r)
 		}
-		return wire.AppendResponseSeq(out, bt.Seq)
+		a.out = wire.AppendResponseSeq(a.out, bt.Seq)
+		return
 	}
-	// budget is what the response may still grow by: read results that
-	// do not fit fail (or, for pages, are cut), so the response stays
-	// within MaxMessageSize. Sizes are the exact encoded ones.
-	full := s.opts.MaxMessageSize - wire.MaxSeqSize
-	budget := full
-	tally := inst.Ops.Tally()
+	a.full = s.opts.MaxMessageSize - wire.MaxSeqSize
+	a.budget = a.full
+	a.tally = inst.Ops.Tally()
 	// Reading the clock costs as much as a fast operation: time every
 	// operation of small batches, every latencySample-th of large ones
 	// (the histogram then samples; the counters stay exact).
-	every := 1
-	if len(ops) >= 4*latencySample {
-		every = latencySample
+	a.every = 1
+	if len(a.ops) >= 4*latencySample {
+		a.every = latencySample
 	}
+	// Both group interfaces are optional (see backend.Grouper): they save
+	// a backend with a per-write commit or lock cost (lsm: a Pebble batch
+	// per write) that cost once per run of operations. A backend without
+	// them (heap, file) gets every operation through its own method, one
+	// by one, with the same results.
 	grouper, _ := inst.Backend.(backend.Grouper)
 	reader, _ := inst.Backend.(backend.ReadGrouper)
-	var states stateCache
+	ops := a.ops
 	for i := 0; i < len(ops); {
 		if reader != nil && readable(ops[i].Type) {
 			j := i + 1
@@ -66,9 +90,7 @@ func (s *Server) applyTo(out []byte, inst *daemon.Instance, bt *wire.Batch) []by
 				j++
 			}
 			if j-i >= minGroup {
-				var done int
-				out, budget, done = s.applyReadGroup(out, budget, inst, reader, &states, ops, i, j, &tally, every)
-				if i += done; i == j {
+				if i += a.readGroup(reader, i, j); i == j {
 					continue
 				}
 				// ops[i] needs the backend's own method: it goes the
@@ -81,36 +103,51 @@ func (s *Server) applyTo(out []byte, inst *daemon.Instance, bt *wire.Batch) []by
 				j++
 			}
 			if j-i >= minGroup {
-				out, budget = s.applyGroup(out, budget, inst, grouper, &states, ops, i, j, &tally, every)
+				a.group(grouper, i, j)
 				i = j
 				continue
 			}
 		}
-		op := &ops[i]
-		state, sk := states.get(inst, op.StateBytes)
-		var r wire.Result
-		timed := i%every == 0
-		var t0 time.Time
-		if timed {
-			t0 = time.Now()
-		}
-		r.Index = uint32(i)
-		s.applyOp(inst, op, state, &r, budget, budget == full)
-		if timed {
-			tally.Add(sk, daemon.Op(op.Type), time.Since(t0), r.Code != 0)
-		} else {
-			tally.Count(sk, daemon.Op(op.Type), r.Code != 0)
-		}
-		if !r.Empty() {
-			r.Index = uint32(i)
-			n := len(out)
-			out = wire.AppendResult(out, &r)
-			budget -= len(out) - n
-		}
+		a.one(i)
 		i++
 	}
-	tally.Flush()
-	return wire.AppendResponseSeq(out, bt.Seq)
+	a.tally.Flush()
+	a.out = wire.AppendResponseSeq(a.out, bt.Seq)
+}
+
+// one applies ops[i] through the backend's own method.
+func (a *batchApply) one(i int) {
+	op := &a.ops[i]
+	state, sk := a.states.get(a.inst, op.StateBytes)
+	r := wire.Result{Index: uint32(i)}
+	timed := i%a.every == 0
+	var t0 time.Time
+	if timed {
+		t0 = time.Now()
+	}
+	a.applyOp(op, state, &r, a.budget == a.full)
+	if timed {
+		a.tally.Add(sk, daemon.Op(op.Type), time.Since(t0), r.Code != 0)
+	} else {
+		a.tally.Count(sk, daemon.Op(op.Type), r.Code != 0)
+	}
+	a.result(&r)
+}
+
+// result appends r to the response unless it is empty.
+func (a *batchApply) result(r *wire.Result) {
+	if r.Empty() {
+		return
+	}
+	n := len(a.out)
+	a.out = wire.AppendResult(a.out, r)
+	a.budget -= len(a.out) - n
+}
+
+// tooBig is the error of a read result of n bytes that does not fit the
+// rest of the budget.
+func (a *batchApply) tooBig(n int) error {
+	return fmt.Errorf("result of %d bytes does not fit the %d-byte message limit with the rest of the batch; send it in a smaller batch", n, a.s.opts.MaxMessageSize)
 }
 
 // minGroup is the shortest run of blind writes applied as a group: a
@@ -153,22 +190,21 @@ type groupFailure struct {
 	err  error
 }
 
-// applyGroup applies the blind writes ops[from:to] as one group: under one
+// group applies the blind writes ops[from:to] as one group: under one
 // hold of the backend's writer lock and, for lsm, in one Pebble batch,
 // committed before the group returns (so before any later read of the
 // batch, before the response, and before another stream or a snapshot can
 // see the state). Each operation gets its own result: its own validation
 // error, or the commit's error if the commit fails. The operations' time
 // is the group's, spread evenly over them.
-func (s *Server) applyGroup(out []byte, budget int, inst *daemon.Instance, g backend.Grouper, states *stateCache,
-	ops []wire.Op, from, to int, tally *daemon.OpTally, every int) ([]byte, int) {
+func (a *batchApply) group(g backend.Grouper, from, to int) {
 	var fails []groupFailure
 	t0 := time.Now()
 	commitErr := g.Group(func(w backend.GroupWriter) {
 		for i := from; i < to; i++ {
-			op := &ops[i]
-			state, _ := states.get(inst, op.StateBytes)
-			if code, err := groupOp(w, inst, op, state); err != nil {
+			op := &a.ops[i]
+			state, _ := a.states.get(a.inst, op.StateBytes)
+			if code, err := a.groupOp(w, op, state); err != nil {
 				fails = append(fails, groupFailure{i: i, code: code, err: err})
 			}
 		}
@@ -176,30 +212,25 @@ func (s *Server) applyGroup(out []byte, budget int, inst *daemon.Instance, g bac
 	per := time.Since(t0) / time.Duration(to-from)
 	f := 0
 	for i := from; i < to; i++ {
-		op := &ops[i]
-		state, sk := states.get(inst, op.StateBytes)
-		var r wire.Result
-		r.Index = uint32(i)
+		op := &a.ops[i]
+		state, sk := a.states.get(a.inst, op.StateBytes)
+		r := wire.Result{Index: uint32(i)}
 		switch {
 		case f < len(fails) && fails[f].i == i:
-			opError(inst, op, state, &r, fails[f].code, fails[f].err)
+			a.fail(op, state, &r, fails[f].code, fails[f].err)
 			f++
 		case commitErr != nil:
-			opError(inst, op, state, &r, Code(commitErr), commitErr)
+			a.fail(op, state, &r, Code(commitErr), commitErr)
 		}
 		failed := r.Code != 0
-		if i%every == 0 {
-			tally.Add(sk, daemon.Op(op.Type), per, failed)
+		if i%a.every == 0 {
+			a.tally.Add(sk, daemon.Op(op.Type), per, failed)
 		} else {
-			tally.Count(sk, daemon.Op(op.Type), failed)
+			a.tally.Count(sk, daemon.Op(op.Type), failed)
 		}
-		if failed {
-			n := len(out)
-			out = wire.AppendResult(out, &r)
-			budget -= len(out) - n
-		}
+		// Only failures: a blind write that succeeds has no result.
+		a.result(&r)
 	}
-	return out, budget
 }
 
 // readable reports whether an operation of type t is a point read a
@@ -212,26 +243,24 @@ func readable(t int32) bool {
 	return false
 }
 
-// applyReadGroup makes the point reads ops[from:to] under one hold of the
+// readGroup makes the point reads ops[from:to] under one hold of the
 // backend's reader lock, in order, encoding each result as it goes (with
 // the same budget rule as applyOp). It returns how many it made: it stops
 // before a read the group cannot make (backend.ErrNotInGroup).
-func (s *Server) applyReadGroup(out []byte, budget int, inst *daemon.Instance, g backend.ReadGrouper, states *stateCache,
-	ops []wire.Op, from, to int, tally *daemon.OpTally, every int) ([]byte, int, int) {
+func (a *batchApply) readGroup(g backend.ReadGrouper, from, to int) int {
 	end := to
 	g.ReadGroup(func(rd backend.GroupReader) {
 		for i := from; i < to; i++ {
-			op := &ops[i]
-			state, sk := states.get(inst, op.StateBytes)
-			var r wire.Result
-			r.Index = uint32(i)
-			timed := i%every == 0
+			op := &a.ops[i]
+			state, sk := a.states.get(a.inst, op.StateBytes)
+			r := wire.Result{Index: uint32(i)}
+			timed := i%a.every == 0
 			var t0 time.Time
 			if timed {
 				t0 = time.Now()
 			}
-			if err := checkSizes(inst, op); err != nil {
-				opError(inst, op, state, &r, codes.ResourceExhausted, err)
+			if err := checkSizes(a.inst, op); err != nil {
+				a.fail(op, state, &r, codes.ResourceExhausted, err)
 			} else {
 				k := backend.Key{KeyGroup: int(op.KeyGroup), Key: op.Key, Namespace: op.Namespace}
 				var err error
@@ -248,33 +277,28 @@ func (s *Server) applyReadGroup(out []byte, budget int, inst *daemon.Instance, g
 					return
 				}
 				if err != nil {
-					opError(inst, op, state, &r, Code(err), err)
+					a.fail(op, state, &r, Code(err), err)
 				} else if !r.Empty() {
-					if n := wire.EncodedResultSize(&r); n > budget {
-						opError(inst, op, state, &r, codes.ResourceExhausted,
-							fmt.Errorf("result of %d bytes does not fit the %d-byte message limit with the rest of the batch; send it in a smaller batch", n, s.opts.MaxMessageSize))
+					if n := wire.EncodedResultSize(&r); n > a.budget {
+						a.fail(op, state, &r, codes.ResourceExhausted, a.tooBig(n))
 					}
 				}
 			}
 			if timed {
-				tally.Add(sk, daemon.Op(op.Type), time.Since(t0), r.Code != 0)
+				a.tally.Add(sk, daemon.Op(op.Type), time.Since(t0), r.Code != 0)
 			} else {
-				tally.Count(sk, daemon.Op(op.Type), r.Code != 0)
+				a.tally.Count(sk, daemon.Op(op.Type), r.Code != 0)
 			}
-			if !r.Empty() {
-				n := len(out)
-				out = wire.AppendResult(out, &r)
-				budget -= len(out) - n
-			}
+			a.result(&r)
 		}
 	})
-	return out, budget, end - from
+	return end - from
 }
 
 // groupOp makes one blind write of a group (groupable) through w; it
 // returns the operation's error and its code.
-func groupOp(w backend.GroupWriter, inst *daemon.Instance, op *wire.Op, state string) (codes.Code, error) {
-	if err := checkSizes(inst, op); err != nil {
+func (a *batchApply) groupOp(w backend.GroupWriter, op *wire.Op, state string) (codes.Code, error) {
+	if err := checkSizes(a.inst, op); err != nil {
 		return codes.ResourceExhausted, err
 	}
 	k := backend.Key{KeyGroup: int(op.KeyGroup), Key: op.Key, Namespace: op.Namespace}
@@ -307,9 +331,9 @@ func writeOp(w backend.GroupWriter, op *wire.Op, state string, k backend.Key) er
 	return fmt.Errorf("stated: operation type %d is not a blind write", op.Type)
 }
 
-// opError fills r with the failure of op, naming the job, task, state and
+// fail fills r with the failure of op, naming the job, task, state and
 // key group.
-func opError(inst *daemon.Instance, op *wire.Op, state string, r *wire.Result, code codes.Code, err error) {
+func (a *batchApply) fail(op *wire.Op, state string, r *wire.Result, code codes.Code, err error) {
 	*r = wire.Result{Index: r.Index, Code: uint32(code)}
 	kg, what := "", "state"
 	switch daemon.Op(op.Type) {
@@ -319,7 +343,7 @@ func opError(inst *daemon.Instance, op *wire.Op, state string, r *wire.Result, c
 	default:
 		kg = fmt.Sprintf(", key group %d", op.KeyGroup)
 	}
-	r.Error = fmt.Sprintf("stated: %s on %s %q%s of task %s: %v", daemon.Op(op.Type), what, state, kg, inst.Task, err)
+	r.Error = fmt.Sprintf("stated: %s on %s %q%s of task %s: %v", daemon.Op(op.Type), what, state, kg, a.inst.Task, err)
 }
 
 // checkSizes rejects operands over the instance's value size limit before
@@ -352,12 +376,12 @@ func checkSizes(inst *daemon.Instance, op *wire.Op) error {
 	return nil
 }
 
-// applyOp runs one operation into r (whose Index is set). budget is what
-// the response may still grow by; alone says no earlier result used any of
-// it.
-func (s *Server) applyOp(inst *daemon.Instance, op *wire.Op, state string, r *wire.Result, budget int, alone bool) {
+// applyOp runs one operation into r (whose Index is set); alone says no
+// earlier result used any of the budget.
+func (a *batchApply) applyOp(op *wire.Op, state string, r *wire.Result, alone bool) {
+	inst := a.inst
 	if err := checkSizes(inst, op); err != nil {
-		opError(inst, op, state, r, codes.ResourceExhausted, err)
+		a.fail(op, state, r, codes.ResourceExhausted, err)
 		return
 	}
 	b := inst.Backend
@@ -375,7 +399,7 @@ func (s *Server) applyOp(inst *daemon.Instance, op *wire.Op, state string, r *wi
 	case daemon.OpMapContains:
 		r.Found, err = b.MapContains(state, k, op.UserKey)
 	case daemon.OpMapIterate:
-		s.mapIterate(inst, op, state, r, k, budget)
+		a.mapIterate(op, state, r, k)
 		return
 	case daemon.OpAggregateAdd:
 		err = b.AggregateAdd(state, k, backend.Number{Type: backend.NumberType(op.NumberType), Int: op.IntValue, Float: op.FloatValue})
@@ -388,7 +412,7 @@ func (s *Server) applyOp(inst *daemon.Instance, op *wire.Op, state string, r *wi
 	case daemon.OpTimerDelete:
 		err = inst.DeleteTimer(state, backend.Timer{KeyGroup: k.KeyGroup, Key: k.Key, Namespace: k.Namespace, Timestamp: op.Timestamp})
 	case daemon.OpTimerPoll:
-		s.pollTimers(inst, op, state, r, budget, alone)
+		a.pollTimers(op, state, r, alone)
 		return
 	case daemon.OpOperatorSet, daemon.OpOperatorAppend:
 		var mode backend.OperatorStateMode
@@ -408,22 +432,22 @@ func (s *Server) applyOp(inst *daemon.Instance, op *wire.Op, state string, r *wi
 		err = fmt.Errorf("%w: unknown operation type %d", backend.ErrInvalidArgument, op.Type)
 	}
 	if err != nil {
-		opError(inst, op, state, r, Code(err), err)
+		a.fail(op, state, r, Code(err), err)
 		return
 	}
 	if !r.Empty() {
-		if n := wire.EncodedResultSize(r); n > budget {
+		if n := wire.EncodedResultSize(r); n > a.budget {
 			// A read whose result does not fit: it changed nothing, so
 			// fail it and let the client retry it in a smaller batch.
-			opError(inst, op, state, r, codes.ResourceExhausted,
-				fmt.Errorf("result of %d bytes does not fit the %d-byte message limit with the rest of the batch; send it in a smaller batch", n, s.opts.MaxMessageSize))
+			a.fail(op, state, r, codes.ResourceExhausted, a.tooBig(n))
 		}
 	}
 }
 
 // mapIterate pages a map, cutting the page where the message budget ends
 // (with more set), so a page never fails for size.
-func (s *Server) mapIterate(inst *daemon.Instance, op *wire.Op, state string, r *wire.Result, k backend.Key, budget int) {
+func (a *batchApply) mapIterate(op *wire.Op, state string, r *wire.Result, k backend.Key) {
+	s, budget := a.s, a.budget
 	limit := int(op.Limit)
 	if limit <= 0 || limit > s.opts.MaxPage {
 		limit = s.opts.MaxPage
@@ -432,9 +456,9 @@ func (s *Server) mapIterate(inst *daemon.Instance, op *wire.Op, state string, r 
 	if len(op.UserKey) > 0 {
 		after = op.UserKey
 	}
-	entries, more, err := inst.Backend.MapIterate(state, k, after, limit)
+	entries, more, err := a.inst.Backend.MapIterate(state, k, after, limit)
 	if err != nil {
-		opError(inst, op, state, r, Code(err), err)
+		a.fail(op, state, r, Code(err), err)
 		return
 	}
 	// Sized with more set: a cut page sets it.
@@ -444,7 +468,7 @@ func (s *Server) mapIterate(inst *daemon.Instance, op *wire.Op, state string, r 
 		n := wire.EntrySize(e)
 		if wire.EncodedResultSizeWith(&base, used+n) > budget {
 			if i == 0 {
-				opError(inst, op, state, r, codes.ResourceExhausted,
+				a.fail(op, state, r, codes.ResourceExhausted,
 					fmt.Errorf("map entry of %d bytes does not fit the %d-byte message limit with the rest of the batch; send the iteration in a smaller batch", n, s.opts.MaxMessageSize))
 				return
 			}
@@ -463,14 +487,15 @@ func (s *Server) mapIterate(inst *daemon.Instance, op *wire.Op, state string, r 
 // budget (a key and namespace near MaxValueSize each, with a message limit
 // below twice that) is then delivered anyway, so it never blocks the
 // timers behind it for good.
-func (s *Server) pollTimers(inst *daemon.Instance, op *wire.Op, state string, r *wire.Result, budget int, alone bool) {
+func (a *batchApply) pollTimers(op *wire.Op, state string, r *wire.Result, alone bool) {
+	s, inst, budget := a.s, a.inst, a.budget
 	limit := int(op.Limit)
 	if limit <= 0 || limit > s.opts.MaxPage {
 		limit = s.opts.MaxPage
 	}
 	base := wire.Result{Index: r.Index, More: true}
 	if wire.EncodedResultSize(&base) > budget {
-		opError(inst, op, state, r, codes.ResourceExhausted,
+		a.fail(op, state, r, codes.ResourceExhausted,
 			fmt.Errorf("no room for timers within the %d-byte message limit after the rest of the batch; send the poll in a smaller batch", s.opts.MaxMessageSize))
 		return
 	}
@@ -488,7 +513,7 @@ func (s *Server) pollTimers(inst *daemon.Instance, op *wire.Op, state string, r 
 		return len(ts)
 	})
 	if err != nil && len(ts) == 0 {
-		opError(inst, op, state, r, Code(err), err)
+		a.fail(op, state, r, Code(err), err)
 		return
 	}
 	if err != nil {
@@ -496,7 +521,7 @@ func (s *Server) pollTimers(inst *daemon.Instance, op *wire.Op, state string, r 
 		s.log.Warn("timer poll", "task", inst.Task.String(), "state", state, "err", err)
 	}
 	if len(ts) == 0 && more {
-		opError(inst, op, state, r, codes.ResourceExhausted,
+		a.fail(op, state, r, codes.ResourceExhausted,
 			fmt.Errorf("the next due timer does not fit the %d-byte message limit with the rest of the batch; send the poll in a smaller batch", s.opts.MaxMessageSize))
 		return
 	}

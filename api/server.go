@@ -446,11 +446,8 @@ func (s *Server) Close(ctx context.Context, req *pb.CloseRequest) (*pb.CloseResp
 
 // Batch implements pb.StatedServer. Requests and responses go through the
 // hand codec of api/internal/wire (the protobuf encoding of stated.proto,
-// without a message per operation). A reader goroutine receives requests
-// into a bounded queue (so a client that sends faster than its instance
-// applies is held back by gRPC flow control, and only it); the handler
-// goroutine decodes, applies and answers them in order, which overlaps the
-// receiving of the next request with the applying of this one.
+// without a message per operation); batchStream serves the stream once its
+// first request has named the instance.
 func (s *Server) Batch(stream pb.Stated_BatchServer) error {
 	first, err := s.recvFirst(stream)
 	if err != nil || first == nil {
@@ -469,119 +466,156 @@ func (s *Server) Batch(stream pb.Stated_BatchServer) error {
 		return toStatus(err)
 	}
 	defer release()
+	b := &batchStream{
+		s: s, stream: stream, inst: inst,
+		opsPool: make(chan []wire.Op, s.opts.QueueDepth+2),
+		queue:   make(chan request, s.opts.QueueDepth),
+	}
+	return b.serve(request{raw: first, bt: hdr})
+}
 
-	// Requests are decoded where they are received (by the reader, below),
-	// so that decoding the next request overlaps applying this one. The
+// batchStream serves one Batch stream. A reader goroutine (receive)
+// receives requests into a bounded queue (so a client that sends faster
+// than its instance applies is held back by gRPC flow control, and only
+// it); the handler goroutine (serve) decodes, applies and answers them in
+// order (respond), which overlaps the receiving of the next request with
+// the applying of this one.
+type batchStream struct {
+	s      *Server
+	stream pb.Stated_BatchServer
+	inst   *daemon.Instance
+
+	// Requests are decoded where they are received (by the reader), so
+	// that decoding the next request overlaps applying this one. The
 	// decoded operations are views into the request's pooled buffer: the
 	// backends copy what they keep, so the buffer goes back once the
 	// request is applied, and its slice of operations to opsPool for the
 	// reader to decode into again. At most QueueDepth+2 such slices exist
 	// (queued, being applied, being decoded).
-	opsPool := make(chan []wire.Op, s.opts.QueueDepth+2)
-	decode := func(raw *wire.Raw) request {
-		var ops []wire.Op
-		select {
-		case ops = <-opsPool:
-		default:
-		}
-		bt, err := wire.DecodeBatch(raw.Data, ops)
-		return request{raw: raw, bt: bt, err: err}
-	}
-	lastOut := 0
-	process := func(req request) error {
-		defer func() {
-			req.raw.Free()
-			select {
-			case opsPool <- req.bt.Ops:
-			default:
-			}
-		}()
-		bt := &req.bt
-		if req.err != nil {
-			return status.Errorf(codes.InvalidArgument, "stated: batch of %s: %v", inst.Task, req.err)
-		}
-		if (len(bt.InstanceID) > 0 && string(bt.InstanceID) != string(inst.ID)) || (len(bt.Job) > 0 && string(bt.Job) != inst.Task.Job) {
-			return status.Errorf(codes.InvalidArgument,
-				"stated: batch %d names another instance or job than the stream's first request (instance %s of %s); open one stream per instance",
-				bt.Seq, inst.IDString(), inst.Task)
-		}
-		out := s.apply(inst, bt, lastOut)
-		lastOut = len(out.Data) + len(out.Data)/8
-		return stream.SendMsg(out)
-	}
+	opsPool chan []wire.Op
+	// queue holds the requests received and not yet applied; the reader
+	// closes it when it ends.
+	queue chan request
+	// readErr is the reader's error, written before queue is closed.
+	readErr error
 
-	ctx := stream.Context()
-	queue := make(chan request, s.opts.QueueDepth)
 	// unapplied counts requests received and not yet answered. When the
 	// reader receives one while it is zero, the handler is idle and the
 	// reader answers it itself: a client with one batch in flight (one
 	// operation per round trip) then pays no goroutine hand-off. Order is
 	// kept: the reader only goes inline when nothing is queued or running.
-	var unapplied atomic.Int64
-	unapplied.Store(1)
-	queue <- request{raw: first, bt: hdr}
-	var readErr error // written before queue is closed
+	unapplied atomic.Int64
 	// inlineMu is held while the reader answers a request; drained, set
 	// under it when Drain ends the stream, stops the reader from answering
 	// one after the handler has returned.
-	var inlineMu sync.Mutex
-	drained := false
-	go func() {
-		// Owned by the handler: it ends when the stream ends, which the
-		// handler's return brings about at the latest.
-		defer close(queue)
-		for {
-			raw := &wire.Raw{Pooled: true}
-			if err := stream.RecvMsg(raw); err != nil {
-				if !errors.Is(err, io.EOF) {
-					readErr = err
-				}
-				return
-			}
-			req := decode(raw)
-			if unapplied.Add(1) == 1 {
-				inlineMu.Lock()
-				if drained {
-					inlineMu.Unlock()
-					raw.Free()
-					return
-				}
-				err := process(req)
-				inlineMu.Unlock()
-				unapplied.Add(-1)
-				if err != nil {
-					readErr = err
-					return
-				}
-				continue
-			}
-			select {
-			case queue <- req:
-			case <-ctx.Done():
-				raw.Free()
-				return
-			}
-		}
-	}()
+	inlineMu sync.Mutex
+	drained  bool
+	// lastOut is the size hint of the next response (the last one's size,
+	// plus an eighth). respond uses it, and only one goroutine responds at
+	// a time (unapplied).
+	lastOut int
+}
+
+// serve answers first, then every request the reader receives, until the
+// stream ends, a request cannot be answered, or Drain ends the stream.
+func (b *batchStream) serve(first request) error {
+	b.unapplied.Store(1)
+	b.queue <- first
+	go b.receive()
 	for {
 		select {
-		case req, ok := <-queue:
+		case req, ok := <-b.queue:
 			if !ok {
-				return readErr
+				return b.readErr
 			}
-			if err := process(req); err != nil {
+			if err := b.respond(req); err != nil {
 				// unapplied stays up: the reader never goes inline again.
 				return err
 			}
-			unapplied.Add(-1)
-		case <-s.draining:
-			inlineMu.Lock()
-			drained = true
-			inlineMu.Unlock()
+			b.unapplied.Add(-1)
+		case <-b.s.draining:
+			b.inlineMu.Lock()
+			b.drained = true
+			b.inlineMu.Unlock()
 			return status.Errorf(codes.Unavailable,
-				"stated: the daemon is shutting down: batch stream of %s ended; requests not answered were not applied", inst.Task)
+				"stated: the daemon is shutting down: batch stream of %s ended; requests not answered were not applied", b.inst.Task)
 		}
 	}
+}
+
+// receive is the reader goroutine. Owned by the handler (serve): it ends
+// when the stream ends, which the handler's return brings about at the
+// latest.
+func (b *batchStream) receive() {
+	defer close(b.queue)
+	ctx := b.stream.Context()
+	for {
+		raw := &wire.Raw{Pooled: true}
+		if err := b.stream.RecvMsg(raw); err != nil {
+			if !errors.Is(err, io.EOF) {
+				b.readErr = err
+			}
+			return
+		}
+		req := b.decode(raw)
+		if b.unapplied.Add(1) == 1 {
+			b.inlineMu.Lock()
+			if b.drained {
+				b.inlineMu.Unlock()
+				raw.Free()
+				return
+			}
+			err := b.respond(req)
+			b.inlineMu.Unlock()
+			b.unapplied.Add(-1)
+			if err != nil {
+				b.readErr = err
+				return
+			}
+			continue
+		}
+		select {
+		case b.queue <- req:
+		case <-ctx.Done():
+			raw.Free()
+			return
+		}
+	}
+}
+
+// decode decodes raw into a slice of operations from opsPool.
+func (b *batchStream) decode(raw *wire.Raw) request {
+	var ops []wire.Op
+	select {
+	case ops = <-b.opsPool:
+	default:
+	}
+	bt, err := wire.DecodeBatch(raw.Data, ops)
+	return request{raw: raw, bt: bt, err: err}
+}
+
+// respond applies req and sends its response; an error ends the stream.
+// req's buffer and operations go back to their pools.
+func (b *batchStream) respond(req request) error {
+	defer func() {
+		req.raw.Free()
+		select {
+		case b.opsPool <- req.bt.Ops:
+		default:
+		}
+	}()
+	bt, inst := &req.bt, b.inst
+	if req.err != nil {
+		return status.Errorf(codes.InvalidArgument, "stated: batch of %s: %v", inst.Task, req.err)
+	}
+	if (len(bt.InstanceID) > 0 && string(bt.InstanceID) != string(inst.ID)) || (len(bt.Job) > 0 && string(bt.Job) != inst.Task.Job) {
+		return status.Errorf(codes.InvalidArgument,
+			"stated: batch %d names another instance or job than the stream's first request (instance %s of %s); open one stream per instance",
+			bt.Seq, inst.IDString(), inst.Task)
+	}
+	out := b.s.apply(inst, bt, b.lastOut)
+	b.lastOut = len(out.Data) + len(out.Data)/8
+	return b.stream.SendMsg(out)
 }
 
 // request is a received BatchRequest, decoded (err: it is malformed).

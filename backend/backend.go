@@ -160,6 +160,12 @@ type Backend interface {
 // and returns that error; Group returns the commit's error, and then none
 // of the group's writes was applied. The writer is not valid after Group
 // returns.
+//
+// Grouper is optional, found by type assertion (api's batch apply does
+// it): grouping only saves a cost per write, a commit or a lock hold (lsm
+// writes a run as one Pebble batch), that a backend like heap does not
+// have. A backend without it gets each write through its own Backend
+// method, with the same results, so it need not implement it.
 type Grouper interface {
 	Group(fn func(w GroupWriter)) error
 }
@@ -182,6 +188,10 @@ type GroupWriter interface {
 // and is to be made with the Backend method after ReadGroup returns. fn
 // must not call the backend. The reader is not valid after ReadGroup
 // returns.
+//
+// ReadGrouper is optional, like Grouper and for the same reason: it saves
+// the reader lock taken per read, and a backend without it gets each read
+// through its own Backend method, with the same results.
 type ReadGrouper interface {
 	ReadGroup(fn func(r GroupReader))
 }
