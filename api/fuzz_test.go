@@ -20,7 +20,8 @@ import (
 // FuzzBatch feeds arbitrary bytes to the server's batch decoder and, when
 // they parse, applies them to a heap instance: nothing a client sends may
 // panic the daemon, the response parses with the generated code, and every
-// failed result says why.
+// failed result says why. Each input gets a daemon of its own, so that a
+// failure reproduces from its corpus entry alone.
 func FuzzBatch(f *testing.F) {
 	seed := func(ops ...*pb.Op) []byte {
 		b, _ := proto.Marshal(&pb.BatchRequest{Seq: 1, Ops: ops})
@@ -37,36 +38,6 @@ func FuzzBatch(f *testing.F) {
 	f.Add([]byte{0x22, 0xff})
 	f.Add([]byte{})
 
-	ctx := context.Background()
-	store := memstore.New()
-	cat, err := catalog.Open(ctx, catalog.Options{Store: store})
-	if err != nil {
-		f.Fatal(err)
-	}
-	defer cat.Close()
-	set, err := openers.New(openers.Config{})
-	if err != nil {
-		f.Fatal(err)
-	}
-	defer set.Close()
-	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	d, err := daemon.New(daemon.Config{DataDir: f.TempDir(), Store: store, Catalog: cat, Openers: set.Openers,
-		Logger: quiet, MaxValueSize: 1 << 10})
-	if err != nil {
-		f.Fatal(err)
-	}
-	defer d.Shutdown(ctx)
-	inst, err := d.Open(ctx, daemon.OpenParams{Task: backend.TaskID{Job: "j", Operator: "op"},
-		KeyGroups: backend.KeyGroupRange{Start: 0, End: 63}, Kind: backend.KindHeap,
-		States: []backend.StateDescriptor{
-			{Name: "v", Kind: backend.KindValue}, {Name: "l", Kind: backend.KindList}, {Name: "m", Kind: backend.KindMap},
-			{Name: "a", Kind: backend.KindAggregate, Aggregate: backend.AggMax, Number: backend.NumFloat64},
-			{Name: "t", Kind: backend.KindTimers},
-		}})
-	if err != nil {
-		f.Fatal(err)
-	}
-	s := NewServer(d, ServerOptions{MaxBatchOps: 64, MaxPage: 16, MaxMessageSize: 1 << 16, Logger: quiet})
 	f.Fuzz(func(t *testing.T, data []byte) {
 		bt, err := wire.DecodeBatch(data, nil)
 		if err != nil {
@@ -75,6 +46,7 @@ func FuzzBatch(f *testing.F) {
 			}
 			return
 		}
+		s, inst := newFuzzInstance(t)
 		out := s.apply(inst, &bt, 0).Data
 		if len(out) > 1<<16 {
 			t.Fatalf("response of %d bytes over the 64 KiB message limit", len(out))
@@ -95,4 +67,43 @@ func FuzzBatch(f *testing.F) {
 			}
 		}
 	})
+}
+
+// newFuzzInstance opens a heap instance with one state of each kind on a
+// daemon of its own (in memory but for its data directory), behind a
+// server with small limits; t's cleanup shuts it all down.
+func newFuzzInstance(t *testing.T) (*Server, *daemon.Instance) {
+	ctx := context.Background()
+	store := memstore.New()
+	cat, err := catalog.Open(ctx, catalog.Options{Store: store})
+	if err != nil {
+		t.Fatal(err)
+	}
+	set, err := openers.New(openers.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	d, err := daemon.New(daemon.Config{DataDir: t.TempDir(), Store: store, Catalog: cat, Openers: set.Openers,
+		Logger: quiet, MaxValueSize: 1 << 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Shut the daemon down before what it uses goes.
+	t.Cleanup(func() {
+		_ = d.Shutdown(ctx)
+		_ = set.Close()
+		_ = cat.Close()
+	})
+	inst, err := d.Open(ctx, daemon.OpenParams{Task: backend.TaskID{Job: "j", Operator: "op"},
+		KeyGroups: backend.KeyGroupRange{Start: 0, End: 63}, Kind: backend.KindHeap,
+		States: []backend.StateDescriptor{
+			{Name: "v", Kind: backend.KindValue}, {Name: "l", Kind: backend.KindList}, {Name: "m", Kind: backend.KindMap},
+			{Name: "a", Kind: backend.KindAggregate, Aggregate: backend.AggMax, Number: backend.NumFloat64},
+			{Name: "t", Kind: backend.KindTimers},
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return NewServer(d, ServerOptions{MaxBatchOps: 64, MaxPage: 16, MaxMessageSize: 1 << 16, Logger: quiet}), inst
 }
