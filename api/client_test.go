@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/statedhq/stated/api/client"
+	"github.com/statedhq/stated/api/protocol"
 	pb "github.com/statedhq/stated/api/statedpb"
 	"github.com/statedhq/stated/backend"
 	"github.com/statedhq/stated/daemon"
@@ -308,6 +309,7 @@ func TestSlowClientDoesNotStallOthers(t *testing.T) {
 		t.Fatal(err)
 	}
 	kg := uint32(sin.KeyGroup([]byte("k")))
+	applied := h.d.Metrics().Batches.Load()
 	sent := make(chan int, 1)
 	go func() {
 		// Owned by the test: ends when Send blocks for good and ctx ends,
@@ -324,8 +326,12 @@ func TestSlowClientDoesNotStallOthers(t *testing.T) {
 		}
 		sent <- n
 	}()
-	// Give the slow stream time to fill every buffer on its way.
-	time.Sleep(300 * time.Millisecond)
+	// Wait until the slow stream is stuck: the daemon has answered enough
+	// of its batches (a 64 KiB value each) to fill its stream window with
+	// responses the client never reads, so its handler blocks sending and
+	// stops applying.
+	full := applied + uint64(protocol.StreamWindow/len(big))
+	waitUntil(t, 10*time.Second, "the slow stream to fill its window", func() bool { return h.d.Metrics().Batches.Load() >= full })
 	fast := h.dial(client.Options{})
 	fin := openHeap(t, fast, task("fast", "op", 0))
 	fctx, cancel := context.WithTimeout(ctx, 5*time.Second)

@@ -2,6 +2,7 @@ package api_test
 
 import (
 	"runtime"
+	"strings"
 	"testing"
 	"time"
 
@@ -9,31 +10,54 @@ import (
 	"github.com/statedhq/stated/backend"
 )
 
-// settledGoroutines waits until at most want goroutines run, and fails the
-// test with every goroutine's stack if that does not happen within a few
-// seconds (goroutines of closed connections end asynchronously).
-func settledGoroutines(t *testing.T, want int, what string) {
+// goroutines returns every running goroutine's stack, by goroutine id.
+func goroutines() map[string]string {
+	buf := make([]byte, 1<<20)
+	for {
+		n := runtime.Stack(buf, true)
+		if n < len(buf) {
+			buf = buf[:n]
+			break
+		}
+		buf = make([]byte, 2*len(buf))
+	}
+	all := map[string]string{}
+	for _, g := range strings.Split(string(buf), "\n\n") {
+		// "goroutine 42 [chan receive]:\n..."
+		if id, _, ok := strings.Cut(strings.TrimPrefix(g, "goroutine "), " "); ok {
+			all[id] = g
+		}
+	}
+	return all
+}
+
+// baseGoroutines returns the goroutines running now, for
+// settledGoroutines.
+func baseGoroutines() map[string]string { return goroutines() }
+
+// settledGoroutines waits until every goroutine that started after base
+// was taken has ended, and fails the test with their stacks if that does
+// not happen within a few seconds (goroutines of closed connections end
+// asynchronously). Goroutines of base may end or keep running.
+func settledGoroutines(t *testing.T, base map[string]string, what string) {
 	t.Helper()
 	deadline := time.Now().Add(5 * time.Second)
 	for {
-		n := runtime.NumGoroutine()
-		if n <= want {
+		var extra []string
+		for id, stack := range goroutines() {
+			if _, ok := base[id]; !ok {
+				extra = append(extra, stack)
+			}
+		}
+		if len(extra) == 0 {
 			return
 		}
 		if time.Now().After(deadline) {
-			buf := make([]byte, 1<<20)
-			buf = buf[:runtime.Stack(buf, true)]
-			t.Fatalf("%s: %d goroutines, want at most %d:\n%s", what, n, want, buf)
+			t.Fatalf("%s: %d goroutines started since and still running:\n%s", what, len(extra), strings.Join(extra, "\n\n"))
 		}
-		time.Sleep(20 * time.Millisecond)
+		// The polling interval of the wait, not a synchronization.
+		time.Sleep(10 * time.Millisecond)
 	}
-}
-
-// baseGoroutines is the goroutine count once the ones that started before
-// the call have had time to settle.
-func baseGoroutines() int {
-	time.Sleep(50 * time.Millisecond)
-	return runtime.NumGoroutine()
 }
 
 // TestClientCloseStopsInstanceGoroutines: Client.Close ends the goroutines
