@@ -160,6 +160,13 @@ type Backend interface {
 // and returns that error; Group returns the commit's error, and then none
 // of the group's writes was applied. The writer is not valid after Group
 // returns.
+//
+// Grouper is optional: it is not part of Backend, and a backend that lacks
+// it is still complete. Every backend kind of this module has it (lsm,
+// heap and file declare so at compile time). api's batch path asserts it
+// (api/apply.go); without it each write of a batch is applied with its own
+// Backend method: the same result, without the atomicity of a run and at
+// the cost of a lock per write.
 type Grouper interface {
 	Group(fn func(w GroupWriter)) error
 }
@@ -182,6 +189,10 @@ type GroupWriter interface {
 // and is to be made with the Backend method after ReadGroup returns. fn
 // must not call the backend. The reader is not valid after ReadGroup
 // returns.
+//
+// ReadGrouper is optional, as Grouper is: every backend kind of this module
+// has it, and api's batch path asserts it (api/apply.go); without it each
+// read is made with its own Backend method, a lock per read.
 type ReadGrouper interface {
 	ReadGroup(fn func(r GroupReader))
 }
