@@ -161,6 +161,7 @@ func (b *Backend) restore(ctx context.Context, keepHistory bool) (states []backe
 
 	// The extra lsm handles are downloaded and prepared while the base
 	// downloads and opens.
+	graft := len(extras) > 0 && b.graftUsable()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var (
@@ -178,7 +179,7 @@ func (b *Backend) restore(ctx context.Context, keepHistory bool) (states []backe
 			}
 		}()
 		for i, e := range extras {
-			x, err := b.prepareExtra(ctx, e.j, handles[e.j], e.runs, &es)
+			x, err := b.prepareExtra(ctx, e.j, handles[e.j], e.runs, graft, &es)
 			prepared[i] = x
 			if err != nil {
 				extraErr = err
@@ -192,7 +193,7 @@ func (b *Backend) restore(ctx context.Context, keepHistory bool) (states []backe
 
 	var base *baseStore
 	if baseIdx >= 0 {
-		base, err = b.openBase(ctx, baseIdx, owner, len(extras) > 0)
+		base, err = b.openBase(ctx, baseIdx, owner, graft)
 	} else {
 		b.db, err = pebble.Open(b.dbDir, b.pebbleOptions(false))
 		if err != nil {
@@ -662,13 +663,14 @@ type extraStore struct {
 
 // prepareExtra downloads the files of an extra lsm handle that hold key
 // groups of runs, opens them and excises everything else. The result is
-// grafted into the base (see graft.go) unless a table holds range keys or
-// blob references: then those key groups are rewritten into new SSTs
+// grafted into the base (see graft.go) unless graft is false (see
+// graftUsable) or a table holds range keys or blob references: then those
+// key groups are rewritten into new SSTs
 // (sequence number zero, one value per key: what Pebble ingests) to
 // ingest. The handle's files themselves are never ingested: they carry the
 // sequence numbers of another store and may hold several versions of a
 // key.
-func (b *Backend) prepareExtra(ctx context.Context, j int, h *backend.Handle, runs []backend.KeyGroupRange, st *RestoreStats) (_ *extraStore, err error) {
+func (b *Backend) prepareExtra(ctx context.Context, j int, h *backend.Handle, runs []backend.KeyGroupRange, graft bool, st *RestoreStats) (_ *extraStore, err error) {
 	fs := b.lo.FS
 	dir := fs.PathJoin(b.lo.Dir, "restore", fmt.Sprint(j))
 	start := time.Now()
@@ -723,12 +725,15 @@ func (b *Backend) prepareExtra(ctx context.Context, j int, h *backend.Handle, ru
 	if err != nil {
 		return nil, fail(fmt.Errorf("%w: the files skipped by their key-group bounds are still needed: %v", backend.ErrCorrupt, err))
 	}
-	g := &graftSource{h: h, dir: dir, fetched: map[string]backend.FileRef{}}
-	for _, f := range fetched {
-		g.fetched[f.LocalName] = f
-		if strings.HasSuffix(f.LocalName, ".blob") {
-			g = nil // blob files are not grafted
-			break
+	var g *graftSource // nil: copy instead
+	if graft {
+		g = &graftSource{h: h, dir: dir, fetched: map[string]backend.FileRef{}}
+		for _, f := range fetched {
+			g.fetched[f.LocalName] = f
+			if strings.HasSuffix(f.LocalName, ".blob") {
+				g = nil // blob files are not grafted
+				break
+			}
 		}
 	}
 	lo, hi := kvstate.KeyGroupSpan(backend.KeyGroupRange{Start: runs[0].Start, End: runs[len(runs)-1].End})
