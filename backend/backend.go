@@ -161,11 +161,12 @@ type Backend interface {
 // of the group's writes was applied. The writer is not valid after Group
 // returns.
 //
-// Grouper is optional, found by type assertion (api's batch apply does
-// it): grouping only saves a cost per write, a commit or a lock hold (lsm
-// writes a run as one Pebble batch), that a backend like heap does not
-// have. A backend without it gets each write through its own Backend
-// method, with the same results, so it need not implement it.
+// Grouper is optional: it is not part of Backend, and a backend that lacks
+// it is still complete. Every backend kind of this module has it (lsm,
+// heap and file declare so at compile time). api's batch path asserts it
+// (api/apply.go); without it each write of a batch is applied with its own
+// Backend method: the same result, without the atomicity of a run and at
+// the cost of a lock per write.
 type Grouper interface {
 	Group(fn func(w GroupWriter)) error
 }
@@ -189,9 +190,9 @@ type GroupWriter interface {
 // must not call the backend. The reader is not valid after ReadGroup
 // returns.
 //
-// ReadGrouper is optional, like Grouper and for the same reason: it saves
-// the reader lock taken per read, and a backend without it gets each read
-// through its own Backend method, with the same results.
+// ReadGrouper is optional, as Grouper is: every backend kind of this module
+// has it, and api's batch path asserts it (api/apply.go); without it each
+// read is made with its own Backend method, a lock per read.
 type ReadGrouper interface {
 	ReadGroup(fn func(r GroupReader))
 }

@@ -6,11 +6,21 @@ import (
 	"github.com/statedhq/stated/tiered"
 )
 
-// CanonicalSnapshotter is implemented by every backend. A canonical snapshot
-// is backend-neutral: every entry in stated's shared key/value layout, in
-// the key-group-partitioned file format of the file backend. Any backend
-// kind restores from it, so a user can move from one backend to another
+// CanonicalSnapshotter makes canonical snapshots. A canonical snapshot is
+// backend-neutral: every entry in stated's shared key/value layout, in the
+// key-group-partitioned file format of the file backend. Any backend kind
+// restores from it, so a user can move from one backend to another
 // through a canonical savepoint.
+//
+// It is not part of Backend, so a Backend value may lack it (a wrapper or a
+// test double), but every backend kind must have it: lsm, heap and file
+// declare so at compile time, and backendtest fails a kind without it.
+// Those that assert it, and what they do without it:
+//   - catalog's savepoints (catalog/savepoint.go) refuse a canonical
+//     savepoint with ErrInvalidArgument;
+//   - the daemon's instance wrapper that adds operator state
+//     (daemon/opstate.go) returns ErrUnsupported;
+//   - backendtest (guard.go) fails the suite's canonical tests.
 type CanonicalSnapshotter interface {
 	// CanonicalSnapshot freezes a view (as Snapshot's synchronous part does)
 	// and returns the part that writes it into store under dir ("" for the

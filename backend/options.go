@@ -9,8 +9,12 @@ import (
 )
 
 // DefaultMaxValueSize bounds one value, list element, map user key or map
-// value (and a key or namespace) when Options.MaxValueSize is zero.
-const DefaultMaxValueSize = 16 << 20
+// value (and a key or namespace) when Options.MaxValueSize is zero. It is
+// the one default of the bound: the daemon's Config.MaxValueSize defaults
+// to it too, and "stated serve --max-value-size" defaults to the same 4 MiB
+// (a value must fit in a gRPC message with room to spare: the flag must be
+// at most half of --max-message-size).
+const DefaultMaxValueSize = 4 << 20
 
 // Options are the options every backend kind takes. Each kind's Open takes
 // them plus its own options struct.

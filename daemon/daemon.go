@@ -20,7 +20,6 @@ import (
 
 // Defaults of Config.
 const (
-	DefaultMaxValueSize          = 4 << 20
 	DefaultMaxMemoryState        = 1 << 30
 	DefaultMaxInstances          = 4096
 	DefaultMaxStreamsPerInstance = 4
@@ -77,7 +76,8 @@ type Config struct {
 	// Openers open backends by kind. Required (see DefaultOpeners).
 	Openers map[backend.Kind]Opener
 	// MaxValueSize bounds each key, namespace, value, list element and map
-	// user key or value. Default DefaultMaxValueSize.
+	// user key or value. Default backend.DefaultMaxValueSize (the daemon
+	// and the backends share one default).
 	MaxValueSize int
 	// MaxMemoryState bounds the in-memory state (keys and values) of each
 	// heap or file instance; a write past it fails with
@@ -108,7 +108,7 @@ type Config struct {
 // EnsureDefaults fills zero fields with their defaults.
 func (c *Config) EnsureDefaults() {
 	if c.MaxValueSize == 0 {
-		c.MaxValueSize = DefaultMaxValueSize
+		c.MaxValueSize = backend.DefaultMaxValueSize
 	}
 	if c.MaxMemoryState == 0 {
 		c.MaxMemoryState = DefaultMaxMemoryState

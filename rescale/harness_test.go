@@ -62,26 +62,44 @@ type kindCase struct {
 	kind backend.Kind
 	// open opens an instance with fresh local resources.
 	open func(t testing.TB, o backend.Options) (backend.Backend, error)
+	// name names the case in subtests; default the kind.
+	name string
+	// copies: an lsm case whose restores copy the other handles' key
+	// groups instead of grafting them (lsm.Options.NoGraft).
+	copies bool
+}
+
+func (kc kindCase) String() string {
+	if kc.name != "" {
+		return kc.name
+	}
+	return string(kc.kind)
 }
 
 // testKinds returns the three backends: heap with one snapshot store for
 // the test (as a daemon has), file on an in-memory checkpoint store, lsm
 // with one shared block cache on Pebble's in-memory file system (the same
 // code paths without fsync, which made these tests 2-3x slower on a busy
-// disk; the lsm-only tests in lsm_test.go run on local disk).
+// disk; the lsm-only tests in lsm_test.go run on local disk), and lsm
+// again with restores that copy instead of grafting (both paths must
+// restore the same state).
 func testKinds(t *testing.T) []kindCase {
 	snaps := memstore.New()
 	cache := pebble.NewCache(8 << 20)
 	t.Cleanup(cache.Unref)
 	return []kindCase{
-		{backend.KindHeap, func(t testing.TB, o backend.Options) (backend.Backend, error) {
+		{kind: backend.KindHeap, open: func(t testing.TB, o backend.Options) (backend.Backend, error) {
 			return heap.Open(o, heap.Options{Snapshots: snaps})
 		}},
-		{backend.KindFile, func(t testing.TB, o backend.Options) (backend.Backend, error) {
+		{kind: backend.KindFile, open: func(t testing.TB, o backend.Options) (backend.Backend, error) {
 			return file.Open(o, file.Options{TempDir: t.TempDir()})
 		}},
-		{backend.KindLSM, func(t testing.TB, o backend.Options) (backend.Backend, error) {
+		{kind: backend.KindLSM, open: func(t testing.TB, o backend.Options) (backend.Backend, error) {
 			return lsm.Open(o, lsm.Options{Dir: "instance", FS: vfs.NewMem(), Cache: cache, MemTableSize: 256 << 10, TargetFileSize: 64 << 10})
+		}},
+		{kind: backend.KindLSM, name: "lsm-nograft", copies: true, open: func(t testing.TB, o backend.Options) (backend.Backend, error) {
+			return lsm.Open(o, lsm.Options{Dir: "instance", FS: vfs.NewMem(), Cache: cache, MemTableSize: 256 << 10, TargetFileSize: 64 << 10,
+				NoGraft: true})
 		}},
 	}
 }
@@ -132,7 +150,7 @@ func (j *job) open(t testing.TB, o backend.Options) backend.Backend {
 	t.Helper()
 	b, err := j.kc.open(t, o)
 	if err != nil {
-		t.Fatalf("%s: open %s %s from %d handle(s): %v", j.kc.kind, o.Task, o.KeyGroups, len(o.Restore), err)
+		t.Fatalf("%s: open %s %s from %d handle(s): %v", j.kc, o.Task, o.KeyGroups, len(o.Restore), err)
 	}
 	t.Cleanup(func() { _ = b.Close() })
 	return b
@@ -375,12 +393,27 @@ func (j *job) rescaleTo(t testing.TB, newP int, handles []*backend.Handle) (*res
 		return j.into.open(t, o)
 	})
 	if err != nil {
-		t.Fatalf("%s: rescale %d->%d: %v", j.into.kind, len(handles), newP, err)
+		t.Fatalf("%s: rescale %d->%d: %v", j.into, len(handles), newP, err)
 	}
 	out := make([]restored, newP)
 	for i, b := range bs {
 		t.Cleanup(func() { _ = b.Close() })
 		out[i] = restored{st: plan.Subtasks[i], b: b, clock: clocks[i]}
+		// The lsm cases must take the path they name: graft the other lsm
+		// handles, or copy them.
+		lb, ok := b.(*lsm.Backend)
+		if !ok {
+			continue
+		}
+		lsmHandles := 0
+		for _, h := range plan.Subtasks[i].Handles() {
+			if h.Backend == backend.KindLSM {
+				lsmHandles++
+			}
+		}
+		if rs := lb.RestoreStats(); (j.into.copies && rs.Graft != 0) || (!j.into.copies && lsmHandles > 1 && rs.Graft == 0) {
+			t.Fatalf("%s: subtask %d restored from %d lsm handles: stats %+v", j.into, i, lsmHandles, rs)
+		}
 	}
 	return plan, out
 }

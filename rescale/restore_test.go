@@ -18,7 +18,7 @@ import (
 // open, whatever the parallelism.
 func TestRestoreAllFailureClosesTheOthers(t *testing.T) {
 	snaps := memstore.New()
-	kc := kindCase{backend.KindHeap, func(t testing.TB, o backend.Options) (backend.Backend, error) {
+	kc := kindCase{kind: backend.KindHeap, open: func(t testing.TB, o backend.Options) (backend.Backend, error) {
 		return heap.Open(o, heap.Options{Snapshots: snaps})
 	}}
 	j := newJob(t, kc, 16, 3, []int{0, 5, 6, 15})

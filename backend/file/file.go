@@ -41,6 +41,8 @@ type Backend struct {
 var (
 	_ backend.Backend              = (*Backend)(nil)
 	_ backend.CanonicalSnapshotter = (*Backend)(nil)
+	_ backend.Grouper              = (*Backend)(nil)
+	_ backend.ReadGrouper          = (*Backend)(nil)
 )
 
 // Open opens an instance, restoring it from opts.Restore when that is not

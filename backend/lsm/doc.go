@@ -101,7 +101,11 @@
 // reference machine, which made a 1 GiB rescale 2.3-2.6x a plain restore.
 // Grafting takes a few milliseconds. A store whose tables hold range keys
 // or blob references (kvstate writes neither) is still rewritten into SSTs
-// and ingested. Heap and file handles (canonical snapshots) are read with
+// and ingested, and so is every other store when Options.NoGraft is set or
+// when the self-check that runs before the first graft of the process
+// (graftcheck.go) finds that the Pebble linked in does not read graft's
+// version edit back as written: graft depends on Pebble's MANIFEST format,
+// which a Pebble upgrade may change (TestGraftMatchesPebble guards it). Heap and file handles (canonical snapshots) are read with
 // snapfmt and inserted in batches.
 //
 // Clipped keys never come back: readers and compactions see only the

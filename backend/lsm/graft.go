@@ -44,8 +44,11 @@ import (
 // 8-byte little-endian trailer). Only the fields a table needs are written;
 // tables with range keys or blob references are never grafted (the store
 // is rewritten instead; kvstate writes neither). A Pebble upgrade must
-// re-check this encoding: TestGraftedRescaleMatchesSources fails when a
-// grafted store reads back differently.
+// re-check this encoding: checkGraft (graftcheck.go) grafts a small store
+// and compares what Pebble reads and rewrites with what was written. It
+// runs once per process before the first graft (a mismatch makes restores
+// copy instead: Options.NoGraft), and TestGraftMatchesPebble runs it and
+// compares the edit with Pebble's own tooling.
 const (
 	veTagNextFileNumber     = 3
 	veTagLastSequence       = 4
@@ -185,30 +188,44 @@ func encodeGraftEdit(tables []graftTable, backings map[uint64]uint64, nextFileNu
 	}
 	sort.Slice(nums, func(i, j int) bool { return nums[i] < nums[j] })
 	for _, n := range nums {
-		b = appendUvarint(b, veTagCreatedBackingFile)
-		b = appendUvarint(b, n)
-		b = appendUvarint(b, backings[n])
+		b = appendBacking(b, n, backings[n])
 	}
 	b = appendUvarint(b, veTagLastSequence)
 	b = appendUvarint(b, lastSeq)
 	for _, t := range tables {
-		tag := uint64(veTagNewFile2)
-		if t.info.Virtual {
-			tag = veTagNewFile4
-		}
-		b = appendUvarint(b, tag)
-		b = appendUvarint(b, uint64(t.level))
-		b = appendUvarint(b, t.newNum)
-		b = appendUvarint(b, t.info.Size)
-		b = appendInternalKey(b, t.info.Smallest)
-		b = appendInternalKey(b, t.info.Largest)
-		b = appendUvarint(b, uint64(t.info.SmallestSeqNum))
-		b = appendUvarint(b, uint64(t.info.LargestSeqNum))
-		if t.info.Virtual {
-			b = appendUvarint(b, veCustomTagVirtual)
-			b = appendUvarint(b, t.newBacking)
-			b = appendUvarint(b, veCustomTagTerminate)
-		}
+		b = appendGraftTable(b, t)
+	}
+	return b
+}
+
+// appendBacking appends the field that declares a virtual table's backing
+// file.
+func appendBacking(b []byte, num, size uint64) []byte {
+	b = appendUvarint(b, veTagCreatedBackingFile)
+	b = appendUvarint(b, num)
+	return appendUvarint(b, size)
+}
+
+// appendGraftTable appends the field that adds one table. Pebble encodes
+// a table without creation time, compaction mark, range keys or blob
+// references the same way: checkGraft compares the two.
+func appendGraftTable(b []byte, t graftTable) []byte {
+	tag := uint64(veTagNewFile2)
+	if t.info.Virtual {
+		tag = veTagNewFile4
+	}
+	b = appendUvarint(b, tag)
+	b = appendUvarint(b, uint64(t.level))
+	b = appendUvarint(b, t.newNum)
+	b = appendUvarint(b, t.info.Size)
+	b = appendInternalKey(b, t.info.Smallest)
+	b = appendInternalKey(b, t.info.Largest)
+	b = appendUvarint(b, uint64(t.info.SmallestSeqNum))
+	b = appendUvarint(b, uint64(t.info.LargestSeqNum))
+	if t.info.Virtual {
+		b = appendUvarint(b, veCustomTagVirtual)
+		b = appendUvarint(b, t.newBacking)
+		b = appendUvarint(b, veCustomTagTerminate)
 	}
 	return b
 }
@@ -220,7 +237,13 @@ func encodeGraftEdit(tables []graftTable, backings map[uint64]uint64, nextFileNu
 // files of the handles that now live in the base, by their new local
 // names: the same objects, which later checkpoints may reference.
 func (b *Backend) graft(srcs []*graftSource, next, lastSeq uint64) (fileSet, error) {
-	fs := b.lo.FS
+	_, grafted, err := graftInto(b.lo.FS, b.dbDir, srcs, next, lastSeq)
+	return grafted, err
+}
+
+// graftInto is graft into the closed store in dir of fs. It also returns
+// the tables it added, with their numbers in the base.
+func graftInto(fs vfs.FS, dbDir string, srcs []*graftSource, next, lastSeq uint64) ([]graftTable, fileSet, error) {
 	var tables []graftTable
 	backings := map[uint64]uint64{} // virtual tables' backing files
 	grafted := fileSet{}
@@ -236,8 +259,8 @@ func (b *Backend) graft(srcs []*graftSource, next, lastSeq uint64) (fileSet, err
 				renamed[src] = nb
 				oldName := fmt.Sprintf("%06d.sst", src)
 				newName = fmt.Sprintf("%06d.sst", nb)
-				if err := vfs.LinkOrCopy(fs, fs.PathJoin(s.dir, oldName), fs.PathJoin(b.dbDir, newName)); err != nil {
-					return nil, fmt.Errorf("graft %s of checkpoint %d of %s: %w", oldName, s.h.CheckpointID, s.h.Task, err)
+				if err := vfs.LinkOrCopy(fs, fs.PathJoin(s.dir, oldName), fs.PathJoin(dbDir, newName)); err != nil {
+					return nil, nil, fmt.Errorf("graft %s of checkpoint %d of %s: %w", oldName, s.h.CheckpointID, s.h.Task, err)
 				}
 				if ref, ok := s.fetched[oldName]; ok && ref.Shared {
 					ref.LocalName = newName
@@ -249,9 +272,9 @@ func (b *Backend) graft(srcs []*graftSource, next, lastSeq uint64) (fileSet, err
 			if t.info.Virtual {
 				t.newNum = next
 				next++
-				info, err := fs.Stat(fs.PathJoin(b.dbDir, newName))
+				info, err := fs.Stat(fs.PathJoin(dbDir, newName))
 				if err != nil {
-					return nil, fmt.Errorf("graft: %w", err)
+					return nil, nil, fmt.Errorf("graft: %w", err)
 				}
 				backings[nb] = uint64(info.Size())
 			}
@@ -260,17 +283,17 @@ func (b *Backend) graft(srcs []*graftSource, next, lastSeq uint64) (fileSet, err
 		}
 	}
 	if len(tables) == 0 {
-		return grafted, nil
+		return nil, grafted, nil
 	}
-	manifest, err := currentManifest(fs, b.dbDir)
+	manifest, err := currentManifest(fs, dbDir)
 	if err != nil {
-		return nil, fmt.Errorf("graft: %w", err)
+		return nil, nil, fmt.Errorf("graft: %w", err)
 	}
 	rec := encodeGraftEdit(tables, backings, next, lastSeq)
-	if err := appendManifestRecord(fs, fs.PathJoin(b.dbDir, manifest), rec); err != nil {
-		return nil, fmt.Errorf("graft: write %s: %w", manifest, err)
+	if err := appendManifestRecord(fs, fs.PathJoin(dbDir, manifest), rec); err != nil {
+		return nil, nil, fmt.Errorf("graft: write %s: %w", manifest, err)
 	}
-	return grafted, nil
+	return tables, grafted, nil
 }
 
 // appendManifestRecord rewrites the MANIFEST at path with one more record

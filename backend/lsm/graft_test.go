@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -32,12 +33,16 @@ type graftWorld struct {
 }
 
 func (w *graftWorld) open(sub int, r backend.KeyGroupRange, restore []*backend.Handle, noClaim bool) *Backend {
+	return w.openWith(sub, r, restore, noClaim, false)
+}
+
+func (w *graftWorld) openWith(sub int, r backend.KeyGroupRange, restore []*backend.Handle, noClaim, noGraft bool) *Backend {
 	w.n++
 	b, err := Open(backend.Options{Task: backend.TaskID{Job: "job", Operator: "op", Subtask: sub}, KeyGroups: r,
 		MaxParallelism: w.maxP, States: testStates, Store: w.store, Restore: restore, NoClaim: noClaim,
 		Clock: func() time.Time { return time.Unix(1_700_000_000, 0) }},
 		Options{Dir: fmt.Sprintf("/g%d", w.n), FS: vfs.NewMem(), MemTableSize: 64 << 10, TargetFileSize: 64 << 10,
-			CacheSize: 1 << 20, Logger: silentLogger{}})
+			CacheSize: 1 << 20, Logger: silentLogger{}, NoGraft: noGraft})
 	if err != nil {
 		w.t.Fatalf("open %s from %d handle(s): %v", r, len(restore), err)
 	}
@@ -171,6 +176,15 @@ func (w *graftWorld) generation(p int, hs []*backend.Handle, want map[string]str
 		if rs := b.RestoreStats(); len(srcs) > 1 && (rs.Graft == 0 || rs.BytesCopied != 0) {
 			w.t.Fatalf("%s: stats %+v: the other handles were not grafted", what, rs)
 		}
+		if len(srcs) > 1 {
+			// The copying path (Options.NoGraft) restores the same state.
+			c := w.openWith(i, r, srcs, noClaim, true)
+			sameEntries(w.t, what+", copied instead of grafted", dumpOf(w.t, c), exp)
+			if rs := c.RestoreStats(); rs.Graft != 0 {
+				w.t.Fatalf("%s: NoGraft: stats %+v: grafted", what, rs)
+			}
+			must(w.t, c.Close())
+		}
 		if noClaim {
 			levels, err := b.DB().SSTables()
 			must(w.t, err)
@@ -278,5 +292,108 @@ func TestGraftRefusesStoresThatShareKeys(t *testing.T) {
 		Store: e.store, Restore: []*backend.Handle{hy, &forged}}, Options{Dir: fmt.Sprintf("%s/share-%d", e.root, e.n), Logger: silentLogger{}})
 	if !errors.Is(err, backend.ErrCorrupt) || !strings.Contains(err.Error(), "share keys") {
 		t.Fatalf("restore from stores that share keys: %v, want a corruption error", err)
+	}
+}
+
+// TestGraftMatchesPebble is the guard of graft's coupling to Pebble's
+// MANIFEST format (the version in go.mod): the self-check that restores
+// run before their first graft must pass. It grafts a physical and a
+// virtual table, has Pebble open the store, compares the tables Pebble
+// lists with what graft wrote, reads every entry back, and compares
+// graft's encoding of each table with the bytes of the MANIFEST snapshot
+// Pebble writes at open. (Pebble's manifest tool, pebble/v2/tool, would
+// add modules to go.mod that nothing else needs.)
+func TestGraftMatchesPebble(t *testing.T) {
+	p, err := probeGraft()
+	if err != nil {
+		t.Fatalf("graft's MANIFEST edit does not match Pebble: %v", err)
+	}
+	physical, virtual := 0, 0
+	for _, g := range p.tables {
+		if g.info.Virtual {
+			virtual++
+		} else {
+			physical++
+		}
+	}
+	if physical == 0 || virtual == 0 {
+		t.Fatalf("the probe grafted %d physical and %d virtual tables; it must cover both encodings", physical, virtual)
+	}
+	if err := graftCheck(); err != nil {
+		t.Fatalf("graftCheck: %v", err)
+	}
+}
+
+// recordingLogger keeps Pebble's error lines (and the warnings of lsm).
+type recordingLogger struct {
+	mu    sync.Mutex
+	lines []string
+}
+
+func (l *recordingLogger) Infof(string, ...any) {}
+func (l *recordingLogger) Errorf(f string, args ...any) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.lines = append(l.lines, fmt.Sprintf(f, args...))
+}
+func (l *recordingLogger) Fatalf(f string, args ...any) { quietLogger{}.Fatalf(f, args...) }
+
+func (l *recordingLogger) text() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return strings.Join(l.lines, "\n")
+}
+
+// TestRestoreCopiesWhenGraftUnusable: with Options.NoGraft, or when the
+// self-check finds that graft's edit does not match Pebble, a restore from
+// several handles copies the other handles' key groups instead of
+// grafting (logging a warning in the second case), and ends with the same
+// entries as a grafting restore.
+func TestRestoreCopiesWhenGraftUnusable(t *testing.T) {
+	e := newEnv(t)
+	low := backend.KeyGroupRange{Start: 0, End: 63}
+	high := backend.KeyGroupRange{Start: 64, End: 127}
+	a := e.open(low, nil)
+	fill(t, a, low, 3000, "a")
+	ha := checkpoint(t, a, 1)
+	b := e.open(high, func(o *backend.Options, _ *Options) { o.Task.Subtask = 1 })
+	fill(t, b, high, 3000, "b")
+	hb := checkpoint(t, b, 1)
+	all := dump(t, a)
+	for k, v := range dump(t, b) {
+		all[k] = v
+	}
+	r := backend.KeyGroupRange{Start: 20, End: 120}
+	restore := func(noGraft bool, logger pebble.Logger) *Backend {
+		return e.open(r, func(o *backend.Options, lo *Options) {
+			o.Restore = []*backend.Handle{ha, hb}
+			lo.NoGraft, lo.Logger = noGraft, logger
+		})
+	}
+	grafted := restore(false, silentLogger{})
+	if rs := grafted.RestoreStats(); rs.Graft == 0 || rs.BytesCopied != 0 {
+		t.Fatalf("stats %+v: want the other handle grafted", rs)
+	}
+	want := restrict(t, all, r)
+	sameDump(t, dump(t, grafted), want)
+
+	copied := restore(true, silentLogger{})
+	if rs := copied.RestoreStats(); rs.Graft != 0 || rs.BytesCopied == 0 {
+		t.Fatalf("NoGraft: stats %+v: want the other handle copied", rs)
+	}
+	sameDump(t, dump(t, copied), want)
+
+	saved := graftCheck
+	graftCheck = func() error { return errors.New("probe mismatch") }
+	graftWarning = sync.Once{}
+	t.Cleanup(func() { graftCheck, graftWarning = saved, sync.Once{} })
+	log := &recordingLogger{}
+	fallback := restore(false, log)
+	if rs := fallback.RestoreStats(); rs.Graft != 0 || rs.BytesCopied == 0 {
+		t.Fatalf("failed self-check: stats %+v: want the other handle copied", rs)
+	}
+	sameDump(t, dump(t, fallback), want)
+	if got := log.text(); !strings.Contains(got, "copy instead of grafting") || !strings.Contains(got, "probe mismatch") {
+		t.Fatalf("failed self-check: logged %q, want a warning with the cause", got)
 	}
 }

@@ -63,6 +63,8 @@ type fileSet map[string]backend.FileRef
 var (
 	_ backend.Backend              = (*Backend)(nil)
 	_ backend.CanonicalSnapshotter = (*Backend)(nil)
+	_ backend.Grouper              = (*Backend)(nil)
+	_ backend.ReadGrouper          = (*Backend)(nil)
 )
 
 // Open starts an instance in lo.Dir: empty, or restored from opts.Restore

@@ -62,6 +62,14 @@ type Options struct {
 	// as the new subtasks of a rescaled job are, download each file once.
 	// Optional; it must be on FS.
 	DownloadCache *DownloadCache
+	// NoGraft makes restores from several lsm handles copy the key groups
+	// of the handles other than the base (rewrite them into new SSTs and
+	// ingest those) instead of grafting their stores into the base (see
+	// graft.go): slower, but it does not depend on Pebble's MANIFEST
+	// format. Restores also copy when the self-check at the first graft
+	// finds that the Pebble linked in does not read graft's edit back as
+	// written (it logs a warning then).
+	NoGraft bool
 	// Logger receives Pebble's messages. Default: errors go to the standard
 	// logger, informational lines are dropped.
 	Logger pebble.Logger

@@ -90,6 +90,8 @@ func (b *Backend) RestoreStats() RestoreStats { return b.rstats }
 
 // restore opens b.db from b.opts.Restore and returns the states the handles
 // recorded. keepHistory keeps the base handle's SSTs as the confirmed base.
+// It plans first (planRestore: what to download, clip, graft or copy,
+// without I/O), then carries the plan out.
 func (b *Backend) restore(ctx context.Context, keepHistory bool) (states []backend.StateDescriptor, err error) {
 	began := time.Now()
 	st := &b.rstats
@@ -104,59 +106,15 @@ func (b *Backend) restore(ctx context.Context, keepHistory bool) (states []backe
 	}()
 	handles := b.opts.Restore
 	st.Handles = len(handles)
-	r := b.opts.KeyGroups
 	for _, h := range handles {
 		states = append(states, h.States...)
-		if h.Backend != backend.KindLSM && h.Backend != backend.KindFile && h.Backend != backend.KindHeap {
-			return nil, fmt.Errorf("lsm: restore %s: %w: handle of %s has backend %q", b.opts.Task, backend.ErrIncompatible, h.Task, h.Backend)
-		}
 	}
-	// owner[kg-r.Start] is the handle a key group is restored from: the
-	// first one listed that holds it (backend.ValidateRestore).
-	owner := make([]int, r.Len())
-	for i := range owner {
-		owner[i] = -1
-		for j, h := range handles {
-			if h.KeyGroups.Contains(r.Start + i) {
-				owner[i] = j
-				break
-			}
-		}
+	p, err := planRestore(b.opts.Task, handles, b.opts.KeyGroups, !b.lo.NoGraft)
+	if err != nil {
+		return nil, err
 	}
-	// The base is the lsm handle that owns the most key groups: its files
-	// become the store as they are; the other lsm handles' stores are
-	// grafted in, canonical handles copied in.
-	baseIdx, best := -1, 0
-	for j, h := range handles {
-		if h.Backend != backend.KindLSM {
-			continue
-		}
-		n := 0
-		for _, o := range owner {
-			if o == j {
-				n++
-			}
-		}
-		if n > best {
-			baseIdx, best = j, n
-		}
-	}
-	type source struct {
-		j    int
-		runs []backend.KeyGroupRange
-	}
-	var extras, canonical []source
-	for j, h := range handles {
-		if j == baseIdx {
-			continue
-		}
-		if runs := ownedRuns(r, owner, j); len(runs) > 0 {
-			if h.Backend == backend.KindLSM {
-				extras = append(extras, source{j, runs})
-			} else {
-				canonical = append(canonical, source{j, runs})
-			}
-		}
+	if p.graft {
+		p.graft = b.graftUsable()
 	}
 
 	// The extra lsm handles are downloaded and prepared while the base
@@ -164,7 +122,7 @@ func (b *Backend) restore(ctx context.Context, keepHistory bool) (states []backe
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var (
-		prepared = make([]*extraStore, len(extras))
+		prepared = make([]*extraStore, len(p.extras))
 		extraErr error
 		es       RestoreStats
 	)
@@ -177,8 +135,8 @@ func (b *Backend) restore(ctx context.Context, keepHistory bool) (states []backe
 				cancel()
 			}
 		}()
-		for i, e := range extras {
-			x, err := b.prepareExtra(ctx, e.j, handles[e.j], e.runs, &es)
+		for i, e := range p.extras {
+			x, err := b.prepareExtra(ctx, e, p.graft, &es)
 			prepared[i] = x
 			if err != nil {
 				extraErr = err
@@ -191,8 +149,8 @@ func (b *Backend) restore(ctx context.Context, keepHistory bool) (states []backe
 	defer func() { cancel(); <-done }()
 
 	var base *baseStore
-	if baseIdx >= 0 {
-		base, err = b.openBase(ctx, baseIdx, owner, len(extras) > 0)
+	if p.base != nil {
+		base, err = b.openBase(ctx, p.base, p.reopen())
 	} else {
 		b.db, err = pebble.Open(b.dbDir, b.pebbleOptions(false))
 		if err != nil {
@@ -238,9 +196,9 @@ func (b *Backend) restore(ctx context.Context, keepHistory bool) (states []backe
 		}
 		st.Copy += time.Since(start)
 	}
-	for _, c := range canonical {
+	for _, c := range p.canonical {
 		start := time.Now()
-		if err := b.copyFromCanonical(ctx, handles[c.j], c.runs); err != nil {
+		if err := b.copyFromCanonical(ctx, c.h, c.runs); err != nil {
 			return nil, err
 		}
 		st.Copy += time.Since(start)
@@ -261,41 +219,6 @@ func (b *Backend) restore(ctx context.Context, keepHistory bool) (states []backe
 	return states, nil
 }
 
-// ownedRuns returns the maximal runs of key groups of r that handle j owns.
-func ownedRuns(r backend.KeyGroupRange, owner []int, j int) []backend.KeyGroupRange {
-	var runs []backend.KeyGroupRange
-	for i, o := range owner {
-		if o != j {
-			continue
-		}
-		kg := r.Start + i
-		if n := len(runs); n > 0 && runs[n-1].End == kg-1 {
-			runs[n-1].End = kg
-		} else {
-			runs = append(runs, backend.KeyGroupRange{Start: kg, End: kg})
-		}
-	}
-	return runs
-}
-
-// neededFor returns whether a restore of runs needs file f: every file
-// but an SST whose key-group bounds meet none of the runs. Bounds that
-// reach past the valid key groups are not trusted to skip anything.
-func neededFor(runs []backend.KeyGroupRange) func(f backend.FileRef) bool {
-	return func(f backend.FileRef) bool {
-		kb := f.KeyGroupBounds
-		if kb == nil || !isSST(f.LocalName) || kb.End >= backend.MaxMaxParallelism {
-			return true
-		}
-		for _, run := range runs {
-			if !run.Intersect(*kb).Empty() {
-				return true
-			}
-		}
-		return false
-	}
-}
-
 // baseStore is the base handle's store between its two opens.
 type baseStore struct {
 	h       *backend.Handle
@@ -307,24 +230,23 @@ type baseStore struct {
 }
 
 // openBase downloads the files of the base handle that hold key groups it
-// keeps, opens them as b.db and clips the store to those key groups.
+// keeps, opens them as b.db and clips the store to those key groups: step
+// s of the plan.
 //
 // Pebble opens a store only if every file its MANIFEST lists is there,
 // unless told to skip that check. When files were skipped (or other
 // stores will be grafted in, which needs the store closed), the store is
-// opened without the check, with compactions and table statistics off
-// (nothing reads a table then), and the spans that hold the skipped files
-// are excised (Excise drops a table wholly inside the span from the
+// opened without the check (reopen), with compactions and table statistics
+// off (nothing reads a table then), and the spans that hold the skipped
+// files are excised (Excise drops a table wholly inside the span from the
 // MANIFEST without reading it); finishBase closes it and opens it again
 // normally: that second open checks that every table left is present with
 // the size the MANIFEST says, so bounds that lied cannot go unnoticed.
-func (b *Backend) openBase(ctx context.Context, idx int, owner []int, grafts bool) (*baseStore, error) {
+func (b *Backend) openBase(ctx context.Context, s *restoreStep, reopen bool) (*baseStore, error) {
 	st := &b.rstats
-	h := b.opts.Restore[idx]
-	r := b.opts.KeyGroups
-	keep := func(kg int) bool { return r.Contains(kg) && owner[kg-r.Start] == idx }
+	h := s.h
 	start := time.Now()
-	fetched, skipped, err := b.download(ctx, h, b.dbDir, neededFor(ownedRuns(r, owner, idx)), st)
+	err := b.download(ctx, h, b.dbDir, s.files, st)
 	st.Download = time.Since(start)
 	if err != nil {
 		return nil, err
@@ -332,7 +254,7 @@ func (b *Backend) openBase(ctx context.Context, idx int, owner []int, grafts boo
 	if err := b.checkManifests(h, b.dbDir); err != nil {
 		return nil, err
 	}
-	base := &baseStore{h: h, fetched: fetched, reopen: len(skipped) > 0 || grafts}
+	base := &baseStore{h: h, fetched: s.files.fetch, reopen: reopen}
 	start = time.Now()
 	o := b.pebbleOptions(false)
 	o.ErrorIfNotExists = true
@@ -348,7 +270,7 @@ func (b *Backend) openBase(ctx context.Context, idx int, owner []int, grafts boo
 		return nil, fmt.Errorf("lsm: restore %s from checkpoint %d of %s: %w: open pebble: %v",
 			b.opts.Task, h.CheckpointID, h.Task, backend.ErrCorrupt, err)
 	}
-	if err := b.clip(ctx, h, clipSpans(h, keep, skipped), skipped); err != nil {
+	if err := b.clip(ctx, h, s.clip, s.files.skip); err != nil {
 		return nil, err
 	}
 	return base, nil
@@ -469,52 +391,6 @@ func removeNewWALs(fs vfs.FS, dir string, restored []backend.FileRef) error {
 		}
 	}
 	return nil
-}
-
-// clipSpans returns the key spans of the base handle h to excise: the
-// maximal runs of key groups it must not keep, as key spans that together
-// cover every possible key outside the kept ones (from the empty key up to
-// the first byte 0xff; valid keys start with a key group below 0x8000).
-// Only runs that can hold something are returned: those that meet the
-// handle's key groups (the only ones with visible keys) and those that
-// hold a skipped file. So a restore into a sub-range makes at most two
-// Excise calls, one below and one above the kept key groups.
-func clipSpans(h *backend.Handle, keep func(kg int) bool, skipped []backend.FileRef) []pebble.KeyRange {
-	const limit = backend.MaxMaxParallelism
-	var spans []pebble.KeyRange
-	add := func(first, last int) {
-		run := backend.KeyGroupRange{Start: first, End: last}
-		need := !run.Intersect(h.KeyGroups).Empty()
-		for _, f := range skipped {
-			need = need || run.Covers(*f.KeyGroupBounds)
-		}
-		if !need {
-			return
-		}
-		s, e := kvstate.KeyGroupPrefix(first), kvstate.KeyGroupPrefix(last+1)
-		if first == 0 {
-			s = []byte{}
-		}
-		if last == limit-1 {
-			e = []byte{0xff}
-		}
-		spans = append(spans, pebble.KeyRange{Start: s, End: e})
-	}
-	start := -1
-	for kg := 0; kg < limit; kg++ {
-		if keep(kg) {
-			if start >= 0 {
-				add(start, kg-1)
-				start = -1
-			}
-		} else if start < 0 {
-			start = kg
-		}
-	}
-	if start >= 0 {
-		add(start, limit-1)
-	}
-	return spans
 }
 
 // clip excises spans from the base store. Excise drops whole tables at once
@@ -662,17 +538,19 @@ type extraStore struct {
 
 // prepareExtra downloads the files of an extra lsm handle that hold key
 // groups of runs, opens them and excises everything else. The result is
-// grafted into the base (see graft.go) unless a table holds range keys or
-// blob references: then those key groups are rewritten into new SSTs
+// grafted into the base (see graft.go) unless graft is false (see
+// graftUsable) or a table holds range keys or blob references: then those
+// key groups are rewritten into new SSTs
 // (sequence number zero, one value per key: what Pebble ingests) to
 // ingest. The handle's files themselves are never ingested: they carry the
 // sequence numbers of another store and may hold several versions of a
 // key.
-func (b *Backend) prepareExtra(ctx context.Context, j int, h *backend.Handle, runs []backend.KeyGroupRange, st *RestoreStats) (_ *extraStore, err error) {
+func (b *Backend) prepareExtra(ctx context.Context, s restoreStep, graft bool, st *RestoreStats) (_ *extraStore, err error) {
 	fs := b.lo.FS
-	dir := fs.PathJoin(b.lo.Dir, "restore", fmt.Sprint(j))
+	h, runs := s.h, s.runs
+	dir := fs.PathJoin(b.lo.Dir, "restore", fmt.Sprint(s.index))
 	start := time.Now()
-	fetched, skipped, err := b.download(ctx, h, dir, neededFor(runs), st)
+	err = b.download(ctx, h, dir, s.files, st)
 	st.Download += time.Since(start)
 	if err != nil {
 		return nil, err
@@ -706,16 +584,8 @@ func (b *Backend) prepareExtra(ctx context.Context, j int, h *backend.Handle, ru
 			err = errors.Join(err, src.Close())
 		}
 	}()
-	inRuns := func(kg int) bool {
-		for _, r := range runs {
-			if r.Contains(kg) {
-				return true
-			}
-		}
-		return false
-	}
-	for _, span := range clipSpans(h, inRuns, skipped) {
-		if err := exciseTimed(ctx, src, span, skipped, st); err != nil {
+	for _, span := range s.clip {
+		if err := exciseTimed(ctx, src, span, s.files.skip, st); err != nil {
 			return nil, fail(fmt.Errorf("excise [%x, %x): %w", span.Start, span.End, err))
 		}
 	}
@@ -723,12 +593,15 @@ func (b *Backend) prepareExtra(ctx context.Context, j int, h *backend.Handle, ru
 	if err != nil {
 		return nil, fail(fmt.Errorf("%w: the files skipped by their key-group bounds are still needed: %v", backend.ErrCorrupt, err))
 	}
-	g := &graftSource{h: h, dir: dir, fetched: map[string]backend.FileRef{}}
-	for _, f := range fetched {
-		g.fetched[f.LocalName] = f
-		if strings.HasSuffix(f.LocalName, ".blob") {
-			g = nil // blob files are not grafted
-			break
+	var g *graftSource // nil: copy instead
+	if graft {
+		g = &graftSource{h: h, dir: dir, fetched: map[string]backend.FileRef{}}
+		for _, f := range s.files.fetch {
+			g.fetched[f.LocalName] = f
+			if strings.HasSuffix(f.LocalName, ".blob") {
+				g = nil // blob files are not grafted
+				break
+			}
 		}
 	}
 	lo, hi := kvstate.KeyGroupSpan(backend.KeyGroupRange{Start: runs[0].Start, End: runs[len(runs)-1].End})
@@ -755,7 +628,7 @@ func (b *Backend) prepareExtra(ctx context.Context, j int, h *backend.Handle, ru
 	}
 
 	// Rewrite what the clipped store holds into SSTs.
-	out := fs.PathJoin(b.lo.Dir, "restore", fmt.Sprintf("ingest-%d", j))
+	out := fs.PathJoin(b.lo.Dir, "restore", fmt.Sprintf("ingest-%d", s.index))
 	if err := fs.MkdirAll(out, 0o755); err != nil {
 		return nil, fail(err)
 	}
@@ -891,55 +764,24 @@ func (w *batchWriter) flush() error {
 	return nil
 }
 
-// download copies the files of h that need reports true for into dir,
-// checking each one's size and CRC32C against the handle, and returns the
-// files it fetched and those it skipped. Every file's local name is
-// checked, skipped or not.
-func (b *Backend) download(ctx context.Context, h *backend.Handle, dir string, need func(backend.FileRef) bool, st *RestoreStats) (fetched, skipped []backend.FileRef, err error) {
-	var verify []backend.FileRef
-	seen := map[string]bool{}
-	for _, f := range h.Files {
-		if !localNameRE.MatchString(f.LocalName) {
-			return nil, nil, fmt.Errorf("lsm: restore %s from checkpoint %d of %s: %w: file %s has local name %q",
-				b.opts.Task, h.CheckpointID, h.Task, backend.ErrCorrupt, f.Path, f.LocalName)
-		}
-		if seen[f.LocalName] {
-			return nil, nil, fmt.Errorf("lsm: restore %s from checkpoint %d of %s: %w: local name %q appears twice",
-				b.opts.Task, h.CheckpointID, h.Task, backend.ErrCorrupt, f.LocalName)
-		}
-		seen[f.LocalName] = true
-		if f.Compression != "" {
-			return nil, nil, fmt.Errorf("lsm: restore %s from checkpoint %d of %s: %w: file %s is %s-compressed; lsm files never are",
-				b.opts.Task, h.CheckpointID, h.Task, backend.ErrCorrupt, f.Path, f.Compression)
-		}
-		switch {
-		case f.Size == 0 && strings.HasSuffix(f.LocalName, ".log"):
-			// An empty WAL (the WAL is off: every checkpoint's is empty)
-			// has nothing to replay, and restoring it would cost: Pebble's
-			// Open flushes the (empty) memtable it replays into, the flush
-			// schedules the compaction the restored LSM is due, and Open
-			// waits for that compaction to finish (hundreds of ms for a
-			// checkpoint taken with a full L0). Without it the compaction
-			// runs in the background after Open returns. It is still
-			// checked: the handle lists it.
-			verify = append(verify, f)
-			st.FilesSkipped++
-		case need(f):
-			fetched = append(fetched, f)
-			st.FilesDownloaded++
-			st.BytesDownloaded += f.Size
-		default:
-			skipped = append(skipped, f)
-			st.FilesSkipped++
-			st.BytesSkipped += f.Size
-		}
+// download copies the files fp fetches of h into dir, and checks those it
+// verifies, each one's size and CRC32C against the handle.
+func (b *Backend) download(ctx context.Context, h *backend.Handle, dir string, fp restoreFiles, st *RestoreStats) error {
+	fetched, verify := fp.fetch, fp.verify
+	st.FilesSkipped += len(verify) + len(fp.skip)
+	for _, f := range fp.skip {
+		st.BytesSkipped += f.Size
+	}
+	st.FilesDownloaded += len(fetched)
+	for _, f := range fetched {
+		st.BytesDownloaded += f.Size
 	}
 	fs := b.lo.FS
 	if err := fs.MkdirAll(dir, 0o755); err != nil {
-		return nil, nil, fmt.Errorf("lsm: restore %s: %w", b.opts.Task, err)
+		return fmt.Errorf("lsm: restore %s: %w", b.opts.Task, err)
 	}
 	cached := make([]bool, len(fetched))
-	err = parallel(ctx, b.lo.UploadConcurrency, len(fetched)+len(verify), func(ctx context.Context, i int) error {
+	err := parallel(ctx, b.lo.UploadConcurrency, len(fetched)+len(verify), func(ctx context.Context, i int) error {
 		if i >= len(fetched) {
 			_, err := b.downloadFile(ctx, h, verify[i-len(fetched)], "")
 			return err
@@ -955,7 +797,7 @@ func (b *Backend) download(ctx context.Context, h *backend.Handle, dir string, n
 			st.BytesFromCache += fetched[i].Size
 		}
 	}
-	return fetched, skipped, err
+	return err
 }
 
 // downloadFile copies f into the local file local, or only checks it when

@@ -48,6 +48,8 @@ type Backend struct {
 var (
 	_ backend.Backend              = (*Backend)(nil)
 	_ backend.CanonicalSnapshotter = (*Backend)(nil)
+	_ backend.Grouper              = (*Backend)(nil)
+	_ backend.ReadGrouper          = (*Backend)(nil)
 )
 
 // Open restores (when cfg.Options.Restore is not empty) and opens an
