@@ -81,12 +81,19 @@ type Store interface {
 	Close() error
 }
 
+// ReservedDir is the first segment no object name may have: a directory
+// store (localfs) keeps its temporary files there. Every store refuses it,
+// so a name one store accepts every store accepts.
+const ReservedDir = ".tmp"
+
 // ValidateName checks that name is a clean relative object name: not empty,
 // not absolute, no "." or ".." segment, no empty segment, no backslash or
-// NUL, at most 1024 bytes.
+// NUL, at most 1024 bytes, not ReservedDir or under it. It is the one rule
+// set of every store (Bucket applies it before any I/O).
 func ValidateName(name string) error {
 	bad := name == "" || len(name) > 1024 || strings.HasPrefix(name, "/") || strings.HasSuffix(name, "/") ||
-		strings.ContainsAny(name, "\\\x00") || path.Clean(name) != name
+		strings.ContainsAny(name, "\\\x00") || path.Clean(name) != name ||
+		name == ReservedDir || strings.HasPrefix(name, ReservedDir+"/")
 	if !bad {
 		for _, seg := range strings.Split(name, "/") {
 			if seg == "." || seg == ".." || seg == "" {
