@@ -15,6 +15,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -23,11 +24,18 @@ import (
 	"github.com/statedhq/stated/tiered"
 )
 
-// trailerMagic starts the trailer frame of every cached file. Frozen.
+// trailerMagic starts the metadata frame of every cached file. Frozen.
 const trailerMagic = "STCE"
 
-// trailerVersion is the trailer format version this build writes.
-const trailerVersion = 1
+// trailerVersion is the metadata format version this build writes. Version
+// 1 appended the frame to the copy; version 2 keeps it in a file of its
+// own beside the copy (metaSuffix), so that the copy is exactly the
+// object's bytes and can be hard-linked (LocalCopy). Version 1 files have
+// no metadata file and are removed when the cache opens.
+const trailerVersion = 2
+
+// metaSuffix ends the name of a copy's metadata file.
+const metaSuffix = ".meta"
 
 // ErrCorruptCopy is wrapped when a cached copy fails its checksum.
 var ErrCorruptCopy = errors.New("cache: local copy does not match its checksum")
@@ -89,7 +97,7 @@ var _ tiered.Store = (*Store)(nil)
 type entry struct {
 	name     string
 	size     int64 // object bytes
-	fileSize int64 // size + trailer
+	fileSize int64 // size + metadata file
 	crc      uint32
 	modTime  time.Time
 	verified bool // checked against crc since this process opened the cache
@@ -144,13 +152,14 @@ func (s *driver) objDir() string { return filepath.Join(s.dir, "objects") }
 
 // path is where the copy of name lives: named by a hash, so any object
 // name maps to one flat file (object names may be prefixes of each other).
+// Its metadata is at path+metaSuffix.
 func (s *driver) path(name string) string {
 	h := sha256.Sum256([]byte(name))
 	x := hex.EncodeToString(h[:])
 	return filepath.Join(s.objDir(), x[:2], x)
 }
 
-// load rebuilds the index from the trailers of the cached files, oldest
+// load rebuilds the index from the metadata of the cached files, oldest
 // first in the LRU order, and removes files that are not valid copies.
 func (s *driver) load() error {
 	type found struct {
@@ -162,13 +171,23 @@ func (s *driver) load() error {
 		if err != nil || d.IsDir() {
 			return err
 		}
-		e, err := readTrailer(p)
-		if err != nil || s.path(e.name) != p {
-			// A torn or foreign file: it cannot serve reads.
-			os.Remove(p)
+		data, isMeta := strings.CutSuffix(p, metaSuffix)
+		if !isMeta {
+			if _, err := os.Stat(p + metaSuffix); err != nil {
+				// A copy without metadata (torn publish, or the format
+				// of version 1): it cannot serve reads.
+				os.Remove(p)
+			}
 			return nil
 		}
-		info, err := d.Info()
+		e, err := readTrailer(p, data)
+		if err != nil || s.path(e.name) != data {
+			// Torn or foreign metadata: the copy cannot serve reads.
+			os.Remove(p)
+			os.Remove(data)
+			return nil
+		}
+		info, err := os.Stat(data)
 		if err != nil {
 			return nil
 		}
@@ -196,41 +215,32 @@ func encodeTrailer(name string, size int64, crc uint32, mod time.Time) []byte {
 	payload = binary.LittleEndian.AppendUint32(payload, crc)
 	payload = binary.LittleEndian.AppendUint64(payload, uint64(mod.UnixNano()))
 	payload = append(payload, name...)
-	f := frame.Encode(trailerMagic, trailerVersion, payload)
-	return binary.LittleEndian.AppendUint32(f, uint32(len(f)))
+	return frame.Encode(trailerMagic, trailerVersion, payload)
 }
 
-func trailerLen(name string) int64 { return int64(frame.Overhead + 20 + len(name) + 4) }
+func trailerLen(name string) int64 { return int64(frame.Overhead + 20 + len(name)) }
 
-// readTrailer parses the trailer of a cached file.
-func readTrailer(p string) (*entry, error) {
-	f, err := os.Open(p)
+// readTrailer parses the metadata file meta of the copy data, and checks
+// the copy has the size it records.
+func readTrailer(meta, data string) (*entry, error) {
+	f, err := os.Open(meta)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
-	fi, err := f.Stat()
+	buf, err := io.ReadAll(io.LimitReader(f, frame.Overhead+20+1024+1))
 	if err != nil {
 		return nil, err
 	}
-	var lb [4]byte
-	if fi.Size() < 4 {
-		return nil, fmt.Errorf("cache: %s: too short", p)
-	}
-	if _, err := f.ReadAt(lb[:], fi.Size()-4); err != nil {
-		return nil, err
-	}
-	n := int64(binary.LittleEndian.Uint32(lb[:]))
-	if n < frame.Overhead+20 || n > frame.Overhead+20+1024 || n+4 > fi.Size() {
-		return nil, fmt.Errorf("cache: %s: bad trailer length %d", p, n)
-	}
-	buf := make([]byte, n)
-	if _, err := f.ReadAt(buf, fi.Size()-4-n); err != nil {
-		return nil, err
+	if len(buf) < frame.Overhead+20 || len(buf) > frame.Overhead+20+1024 {
+		return nil, fmt.Errorf("cache: %s: bad metadata length %d", meta, len(buf))
 	}
 	_, payload, err := frame.Decode(trailerMagic, buf)
 	if err != nil {
-		return nil, fmt.Errorf("cache: %s: %w", p, err)
+		return nil, fmt.Errorf("cache: %s: %w", meta, err)
+	}
+	if len(payload) < 20 {
+		return nil, fmt.Errorf("cache: %s: short metadata", meta)
 	}
 	e := &entry{
 		size:    int64(binary.LittleEndian.Uint64(payload)),
@@ -238,9 +248,13 @@ func readTrailer(p string) (*entry, error) {
 		modTime: time.Unix(0, int64(binary.LittleEndian.Uint64(payload[12:]))),
 		name:    string(payload[20:]),
 	}
-	e.fileSize = fi.Size()
-	if e.size < 0 || e.size+n+4 != fi.Size() || tiered.ValidateName(e.name) != nil {
-		return nil, fmt.Errorf("cache: %s: trailer says %d bytes of %q, file has %d", p, e.size, e.name, fi.Size())
+	fi, err := os.Stat(data)
+	if err != nil {
+		return nil, err
+	}
+	e.fileSize = e.size + int64(len(buf))
+	if e.size < 0 || e.size != fi.Size() || tiered.ValidateName(e.name) != nil {
+		return nil, fmt.Errorf("cache: %s: metadata says %d bytes of %q, the copy has %d", meta, e.size, e.name, fi.Size())
 	}
 	return e, nil
 }
@@ -290,7 +304,11 @@ func (s *driver) dropLocked(e *entry) {
 	delete(s.entries, e.name)
 	s.lru.Remove(e.elem)
 	s.used -= e.fileSize
-	os.Remove(s.path(e.name))
+	// Metadata first: a crash in between leaves a copy without metadata,
+	// which load removes.
+	p := s.path(e.name)
+	os.Remove(p + metaSuffix)
+	os.Remove(p)
 }
 
 // reserve sets aside n bytes for a transfer, evicting to make room.
@@ -370,7 +388,12 @@ func (t *tempFile) discard() {
 		return
 	}
 	t.f.Close()
+	t.remove()
+}
+
+func (t *tempFile) remove() {
 	os.Remove(t.path)
+	os.Remove(t.path + metaSuffix)
 }
 
 // fill copies r (exactly size bytes: the Bucket checks) into t.
@@ -379,17 +402,21 @@ func (t *tempFile) fill(r io.Reader) error {
 	return err
 }
 
-// seal appends the trailer. It does not fsync: a copy torn by a power
-// loss fails its trailer or CRC check when the cache next opens or first
-// uses it, and is fetched from the remote, which holds the durable copy.
+// seal closes the copy and writes its metadata file. It does not fsync: a
+// copy torn by a power loss fails its metadata or CRC check when the cache
+// next opens or first uses it, and is fetched from the remote, which holds
+// the durable copy.
 func (t *tempFile) seal(name string, mod time.Time) (*entry, error) {
 	e := &entry{name: name, size: t.n, crc: t.crc.Sum32(), modTime: mod, verified: true}
+	if err := t.f.Close(); err != nil {
+		return nil, err
+	}
 	tr := encodeTrailer(name, e.size, e.crc, mod)
-	if _, err := t.f.Write(tr); err != nil {
+	if err := os.WriteFile(t.path+metaSuffix, tr, 0o644); err != nil {
 		return nil, err
 	}
 	e.fileSize = e.size + int64(len(tr))
-	return e, t.f.Close()
+	return e, nil
 }
 
 // publish moves a sealed temporary file into place as name's copy, unless
@@ -400,21 +427,28 @@ func (s *driver) publish(t *tempFile, e *entry, o *op, reserved int64) {
 	s.used -= reserved
 	s.endLocked(e.name, o)
 	if o.cancelled || s.closed {
-		os.Remove(t.path)
+		t.remove()
 		return
 	}
 	p := s.path(e.name)
 	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-		os.Remove(t.path)
+		t.remove()
 		return
 	}
 	s.invalidateLocked(e.name, o)
 	if !s.evictLocked(e.fileSize) {
-		os.Remove(t.path)
+		t.remove()
 		return
 	}
+	// The copy first: a crash in between leaves a copy without metadata,
+	// which load removes.
 	if err := os.Rename(t.path, p); err != nil {
-		os.Remove(t.path)
+		t.remove()
+		return
+	}
+	if err := os.Rename(t.path+metaSuffix, p+metaSuffix); err != nil {
+		os.Remove(p)
+		t.remove()
 		return
 	}
 	e.elem = s.lru.PushFront(e)
@@ -767,4 +801,63 @@ func (c *ctxReader) Read(p []byte) (int, error) {
 		return 0, err
 	}
 	return c.r.Read(p)
+}
+
+var _ tiered.LocalCopies = (*Store)(nil)
+
+// LocalCopy implements tiered.LocalCopies: the copy is the cache's own
+// file, filled from the remote on a miss (concurrent misses download it
+// once), within the cache's bound. An object larger than the bound has no
+// copy (tiered.ErrNoLocalCopy).
+func (s *Store) LocalCopy(ctx context.Context, name string) (tiered.LocalCopy, error) {
+	if err := tiered.ValidateName(name); err != nil {
+		return tiered.LocalCopy{}, err
+	}
+	d := s.d
+	for attempt := 0; attempt < 2; attempt++ {
+		if err := ctx.Err(); err != nil {
+			return tiered.LocalCopy{}, err
+		}
+		d.mu.Lock()
+		if d.closed {
+			d.mu.Unlock()
+			return tiered.LocalCopy{}, fmt.Errorf("cache: local copy of %s: %w", name, tiered.ErrClosed)
+		}
+		if e := d.entries[name]; e != nil {
+			d.lru.MoveToFront(e.elem)
+			d.mu.Unlock()
+			if attempt == 0 {
+				d.hits.Add(1)
+			} else {
+				d.misses.Add(1)
+			}
+			return tiered.LocalCopy{Path: d.path(name), Size: e.size, CRC32C: e.crc, Hit: attempt == 0}, nil
+		}
+		d.mu.Unlock()
+		if attempt > 0 {
+			break
+		}
+		bypass, err := d.fill(ctx, name)
+		if err != nil {
+			return tiered.LocalCopy{}, err
+		}
+		if bypass {
+			break
+		}
+	}
+	// Too large for the bound, or evicted (or replaced) right after it
+	// was filled.
+	d.misses.Add(1)
+	return tiered.LocalCopy{}, fmt.Errorf("cache: %s: %w", name, tiered.ErrNoLocalCopy)
+}
+
+// DropLocalCopy implements tiered.LocalCopies; it counts as a corrupt copy.
+func (s *Store) DropLocalCopy(name string) {
+	d := s.d
+	d.corruptions.Add(1)
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if e := d.entries[name]; e != nil {
+		d.dropLocked(e)
+	}
 }
