@@ -57,6 +57,14 @@ type ListPage struct {
 //   - DeleteBatch may delete a part and fail: the error names what was not
 //     deleted, and calling it again finishes the job.
 //   - All methods are safe for concurrent use and honour ctx cancellation.
+//
+// Optional interfaces, reached by type assertion (through the helper
+// named, which sees through WithPrefix views):
+//   - LocalCopies (AsLocalCopies): the store keeps checksummed local
+//     copies in files that a caller may hard-link (tiered/cache).
+//
+// Implementations: a Bucket over a Driver (localfs, memstore, s3store,
+// cache), or a wrapper over another Store (WithPrefix, fault, metered).
 type Store interface {
 	// Put stores size bytes read from r under name.
 	Put(ctx context.Context, name string, r io.Reader, size int64) error
