@@ -79,6 +79,9 @@ type DownloadCacheStats struct {
 	// those downloaded without the cache (no room); Corrupt the cached
 	// copies that failed their check and were dropped.
 	Hits, Misses, Bypasses, Corrupt int64
+	// Waits are the fetches that waited for another restore's download
+	// of the same file (each then counts as a hit, or retries).
+	Waits int64
 	// Evictions are the files removed to make room.
 	Evictions int64
 	// Bytes is what the cache holds now (downloads under way included),
@@ -239,6 +242,7 @@ func (c *DownloadCache) fetch(ctx context.Context, key cacheKey, dst string, lin
 				// Being downloaded: wait, then look again (the download may
 				// have failed, or been cancelled with its restore).
 				done := e.done
+				c.stats.Waits++
 				c.mu.Unlock()
 				select {
 				case <-done:
