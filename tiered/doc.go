@@ -2,7 +2,14 @@
 // and its implementations. Nothing here knows about backends or checkpoints;
 // they write and read only through Store.
 //
-// Implementations, one package each:
+// The contract's checks live once, in Bucket (driver.go): name validation,
+// range rules, list paging and order, the context and closed checks before
+// any I/O, exact-size puts, and the mapping of each store's native errors
+// to the sentinels. Each store is a small Driver under a Bucket that does
+// only its own I/O, as gocloud's blob.Bucket sits over blob/driver.
+//
+// Implementations, one package each (the first four are Drivers; fault and
+// metered wrap a Store):
 //   - localfs: a local directory, the embedded default (atomic publish);
 //   - memstore: in memory (the heap backend's snapshots, fast tests);
 //   - s3store: any S3-compatible service through aws-sdk-go-v2 (multipart,

@@ -19,7 +19,7 @@ func TestPrefixAcceptance(t *testing.T) {
 		tiered.PutBytes(ctx, base, "savepoints/sp-2/x", []byte("sibling prefix"))
 		tiered.PutBytes(ctx, base, "a", []byte("outside"))
 		return tiered.WithPrefix(tiered.WithPrefix(base, "savepoints"), "sp/")
-	}, LargeSize: 1 << 20})
+	}, LargeSize: 1 << 20, OpenAfterClose: true})
 }
 
 func TestPrefixNames(t *testing.T) {

@@ -57,6 +57,14 @@ type ListPage struct {
 //   - DeleteBatch may delete a part and fail: the error names what was not
 //     deleted, and calling it again finishes the job.
 //   - All methods are safe for concurrent use and honour ctx cancellation.
+//
+// Optional interfaces, reached by type assertion (through the helper
+// named, which sees through WithPrefix views):
+//   - LocalCopies (AsLocalCopies): the store keeps checksummed local
+//     copies in files that a caller may hard-link (tiered/cache).
+//
+// Implementations: a Bucket over a Driver (localfs, memstore, s3store,
+// cache), or a wrapper over another Store (WithPrefix, fault, metered).
 type Store interface {
 	// Put stores size bytes read from r under name.
 	Put(ctx context.Context, name string, r io.Reader, size int64) error
@@ -81,12 +89,19 @@ type Store interface {
 	Close() error
 }
 
+// ReservedDir is the first segment no object name may have: a directory
+// store (localfs) keeps its temporary files there. Every store refuses it,
+// so a name one store accepts every store accepts.
+const ReservedDir = ".tmp"
+
 // ValidateName checks that name is a clean relative object name: not empty,
 // not absolute, no "." or ".." segment, no empty segment, no backslash or
-// NUL, at most 1024 bytes.
+// NUL, at most 1024 bytes, not ReservedDir or under it. It is the one rule
+// set of every store (Bucket applies it before any I/O).
 func ValidateName(name string) error {
 	bad := name == "" || len(name) > 1024 || strings.HasPrefix(name, "/") || strings.HasSuffix(name, "/") ||
-		strings.ContainsAny(name, "\\\x00") || path.Clean(name) != name
+		strings.ContainsAny(name, "\\\x00") || path.Clean(name) != name ||
+		name == ReservedDir || strings.HasPrefix(name, ReservedDir+"/")
 	if !bad {
 		for _, seg := range strings.Split(name, "/") {
 			if seg == "." || seg == ".." || seg == "" {

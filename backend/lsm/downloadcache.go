@@ -17,6 +17,7 @@ import (
 
 	"github.com/statedhq/stated/backend"
 	"github.com/statedhq/stated/internal/frame"
+	"github.com/statedhq/stated/tiered"
 )
 
 // DefaultDownloadCacheSize is a sensible bound for a DownloadCache.
@@ -48,6 +49,14 @@ const DefaultDownloadCacheSize = 2 << 30
 // file system as the instances' directories (Options.FS) for links to
 // work; otherwise files are copied.
 //
+// When the store a restore reads keeps checksummed local copies itself
+// (tiered.LocalCopies: a tiered/cache in front of S3), the download cache
+// keeps none: it places files from the store's copy, so an object is on
+// local disk once (the store cache's file, plus the hard links into the
+// instances, which share its inode), under the store cache's bound. Its
+// own directory then serves the stores without local copies (a local
+// checkpoint directory), where downloads are still shared by subtasks.
+//
 // Safe for concurrent use by any number of restores.
 type DownloadCache struct {
 	fs  vfs.FS
@@ -70,6 +79,9 @@ type DownloadCacheStats struct {
 	// those downloaded without the cache (no room); Corrupt the cached
 	// copies that failed their check and were dropped.
 	Hits, Misses, Bypasses, Corrupt int64
+	// Waits are the fetches that waited for another restore's download
+	// of the same file (each then counts as a hit, or retries).
+	Waits int64
 	// Evictions are the files removed to make room.
 	Evictions int64
 	// Bytes is what the cache holds now (downloads under way included),
@@ -230,6 +242,7 @@ func (c *DownloadCache) fetch(ctx context.Context, key cacheKey, dst string, lin
 				// Being downloaded: wait, then look again (the download may
 				// have failed, or been cancelled with its restore).
 				done := e.done
+				c.stats.Waits++
 				c.mu.Unlock()
 				select {
 				case <-done:
@@ -295,6 +308,74 @@ func (c *DownloadCache) fetch(ctx context.Context, key cacheKey, dst string, lin
 		c.unpin(e)
 		return false, err
 	}
+}
+
+// fetchFrom is fetch for an object of store: from store's own local copy
+// when it keeps one (see DownloadCache), else through the cache's own
+// directory.
+func (c *DownloadCache) fetchFrom(ctx context.Context, store tiered.Store, key cacheKey, dst string, link bool, get func(path string) error) (hit bool, err error) {
+	lc, ok := tiered.AsLocalCopies(store)
+	if !ok || !sameFS(c.fs, vfs.Default) {
+		// The store's copies are files of the OS: they can be linked
+		// only into directories of vfs.Default.
+		return c.fetch(ctx, key, dst, link, get)
+	}
+	for attempt := 0; ; attempt++ {
+		cp, err := lc.LocalCopy(ctx, key.path)
+		if errors.Is(err, tiered.ErrNoLocalCopy) {
+			c.count(&c.stats.Bypasses)
+			return false, get(dst)
+		}
+		if errors.Is(err, tiered.ErrNotFound) {
+			return false, fmt.Errorf("%w: %w", backend.ErrNotFound, err)
+		}
+		if err != nil {
+			return false, err
+		}
+		if cp.Size != key.size || cp.CRC32C != key.crc {
+			if cp.Hit && attempt == 0 {
+				// A copy of other bytes than the handle's (a stale or
+				// damaged one): download the object again.
+				c.count(&c.stats.Corrupt)
+				lc.DropLocalCopy(key.path)
+				continue
+			}
+			return false, fmt.Errorf("%w: %d bytes with CRC32C %#08x, the handle says %d bytes with %#08x",
+				backend.ErrCorrupt, cp.Size, cp.CRC32C, key.size, key.crc)
+		}
+		// A copy made just now was checksummed as it was written; an
+		// older one is checked again as it is placed.
+		var check *cacheKey
+		if cp.Hit {
+			check = &key
+		}
+		err = c.transfer(cp.Path, dst, link, check)
+		if err == nil {
+			if cp.Hit {
+				c.count(&c.stats.Hits)
+			} else {
+				c.count(&c.stats.Misses)
+			}
+			return cp.Hit, nil
+		}
+		var bad *corruptCopyError
+		_, statErr := os.Stat(cp.Path)
+		evicted := errors.Is(statErr, os.ErrNotExist)
+		if attempt > 0 || (!evicted && !errors.As(err, &bad)) {
+			return false, err
+		}
+		// Evicted before it was placed, or damaged: fetch it again.
+		if !evicted {
+			c.count(&c.stats.Corrupt)
+			lc.DropLocalCopy(key.path)
+		}
+	}
+}
+
+func (c *DownloadCache) count(n *int64) {
+	c.mu.Lock()
+	*n++
+	c.mu.Unlock()
 }
 
 // corruptCopyError is a cached copy that failed its check.

@@ -9,10 +9,10 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 
@@ -137,7 +137,10 @@ func TestDownloadCacheSingleflight(t *testing.T) {
 			hits[i], errs[i] = c.fetch(context.Background(), o.key, filepath.Join(dir, fmt.Sprint(i)), i%2 == 0, slowGet)
 		}()
 	}
-	time.Sleep(50 * time.Millisecond)
+	// Release the download once every other fetch waits for it.
+	for c.Stats().Waits < n-1 {
+		runtime.Gosched()
+	}
 	close(release)
 	wg.Wait()
 	nhits := 0

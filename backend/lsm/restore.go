@@ -809,7 +809,7 @@ func (b *Backend) downloadFile(ctx context.Context, h *backend.Handle, f backend
 	}
 	get := func(path string) error { return b.getFile(ctx, f, path) }
 	if c := b.lo.DownloadCache; c != nil {
-		fromCache, err = c.fetch(ctx, cacheKey{path: f.Path, crc: f.CRC32C, size: f.Size}, local, linkable(f.LocalName), get)
+		fromCache, err = c.fetchFrom(ctx, b.opts.RestoreStore, cacheKey{path: f.Path, crc: f.CRC32C, size: f.Size}, local, linkable(f.LocalName), get)
 	} else {
 		err = get(local)
 	}

@@ -15,6 +15,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -23,11 +24,18 @@ import (
 	"github.com/statedhq/stated/tiered"
 )
 
-// trailerMagic starts the trailer frame of every cached file. Frozen.
+// trailerMagic starts the metadata frame of every cached file. Frozen.
 const trailerMagic = "STCE"
 
-// trailerVersion is the trailer format version this build writes.
-const trailerVersion = 1
+// trailerVersion is the metadata format version this build writes. Version
+// 1 appended the frame to the copy; version 2 keeps it in a file of its
+// own beside the copy (metaSuffix), so that the copy is exactly the
+// object's bytes and can be hard-linked (LocalCopy). Version 1 files have
+// no metadata file and are removed when the cache opens.
+const trailerVersion = 2
+
+// metaSuffix ends the name of a copy's metadata file.
+const metaSuffix = ".meta"
 
 // ErrCorruptCopy is wrapped when a cached copy fails its checksum.
 var ErrCorruptCopy = errors.New("cache: local copy does not match its checksum")
@@ -59,8 +67,14 @@ type Stats struct {
 	Entries int
 }
 
-// Store is a tiered.Store that caches a remote store locally.
+// Store is a tiered.Store that caches a remote store locally: the
+// tiered.Bucket checks in front of a driver that keeps the copies.
 type Store struct {
+	*tiered.Bucket
+	d *driver
+}
+
+type driver struct {
 	remote tiered.Store
 	dir    string
 	max    int64
@@ -83,7 +97,7 @@ var _ tiered.Store = (*Store)(nil)
 type entry struct {
 	name     string
 	size     int64 // object bytes
-	fileSize int64 // size + trailer
+	fileSize int64 // size + metadata file
 	crc      uint32
 	modTime  time.Time
 	verified bool // checked against crc since this process opened the cache
@@ -114,7 +128,7 @@ func New(remote tiered.Store, opts Options) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("cache: %w", err)
 	}
-	s := &Store{
+	s := &driver{
 		remote: remote, dir: dir, max: opts.MaxBytes, keep: !opts.NoKeepOnWrite,
 		entries: map[string]*entry{}, lru: list.New(),
 		pending: map[string]map[*op]struct{}{}, flights: map[string]*flight{},
@@ -130,23 +144,24 @@ func New(remote tiered.Store, opts Options) (*Store, error) {
 	if err := s.load(); err != nil {
 		return nil, err
 	}
-	return s, nil
+	return &Store{Bucket: tiered.New(s), d: s}, nil
 }
 
-func (s *Store) tmpDir() string { return filepath.Join(s.dir, "tmp") }
-func (s *Store) objDir() string { return filepath.Join(s.dir, "objects") }
+func (s *driver) tmpDir() string { return filepath.Join(s.dir, "tmp") }
+func (s *driver) objDir() string { return filepath.Join(s.dir, "objects") }
 
 // path is where the copy of name lives: named by a hash, so any object
 // name maps to one flat file (object names may be prefixes of each other).
-func (s *Store) path(name string) string {
+// Its metadata is at path+metaSuffix.
+func (s *driver) path(name string) string {
 	h := sha256.Sum256([]byte(name))
 	x := hex.EncodeToString(h[:])
 	return filepath.Join(s.objDir(), x[:2], x)
 }
 
-// load rebuilds the index from the trailers of the cached files, oldest
+// load rebuilds the index from the metadata of the cached files, oldest
 // first in the LRU order, and removes files that are not valid copies.
-func (s *Store) load() error {
+func (s *driver) load() error {
 	type found struct {
 		e     *entry
 		mtime time.Time
@@ -156,13 +171,23 @@ func (s *Store) load() error {
 		if err != nil || d.IsDir() {
 			return err
 		}
-		e, err := readTrailer(p)
-		if err != nil || s.path(e.name) != p {
-			// A torn or foreign file: it cannot serve reads.
-			os.Remove(p)
+		data, isMeta := strings.CutSuffix(p, metaSuffix)
+		if !isMeta {
+			if _, err := os.Stat(p + metaSuffix); err != nil {
+				// A copy without metadata (torn publish, or the format
+				// of version 1): it cannot serve reads.
+				os.Remove(p)
+			}
 			return nil
 		}
-		info, err := d.Info()
+		e, err := readTrailer(p, data)
+		if err != nil || s.path(e.name) != data {
+			// Torn or foreign metadata: the copy cannot serve reads.
+			os.Remove(p)
+			os.Remove(data)
+			return nil
+		}
+		info, err := os.Stat(data)
 		if err != nil {
 			return nil
 		}
@@ -190,41 +215,32 @@ func encodeTrailer(name string, size int64, crc uint32, mod time.Time) []byte {
 	payload = binary.LittleEndian.AppendUint32(payload, crc)
 	payload = binary.LittleEndian.AppendUint64(payload, uint64(mod.UnixNano()))
 	payload = append(payload, name...)
-	f := frame.Encode(trailerMagic, trailerVersion, payload)
-	return binary.LittleEndian.AppendUint32(f, uint32(len(f)))
+	return frame.Encode(trailerMagic, trailerVersion, payload)
 }
 
-func trailerLen(name string) int64 { return int64(frame.Overhead + 20 + len(name) + 4) }
+func trailerLen(name string) int64 { return int64(frame.Overhead + 20 + len(name)) }
 
-// readTrailer parses the trailer of a cached file.
-func readTrailer(p string) (*entry, error) {
-	f, err := os.Open(p)
+// readTrailer parses the metadata file meta of the copy data, and checks
+// the copy has the size it records.
+func readTrailer(meta, data string) (*entry, error) {
+	f, err := os.Open(meta)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
-	fi, err := f.Stat()
+	buf, err := io.ReadAll(io.LimitReader(f, frame.Overhead+20+1024+1))
 	if err != nil {
 		return nil, err
 	}
-	var lb [4]byte
-	if fi.Size() < 4 {
-		return nil, fmt.Errorf("cache: %s: too short", p)
-	}
-	if _, err := f.ReadAt(lb[:], fi.Size()-4); err != nil {
-		return nil, err
-	}
-	n := int64(binary.LittleEndian.Uint32(lb[:]))
-	if n < frame.Overhead+20 || n > frame.Overhead+20+1024 || n+4 > fi.Size() {
-		return nil, fmt.Errorf("cache: %s: bad trailer length %d", p, n)
-	}
-	buf := make([]byte, n)
-	if _, err := f.ReadAt(buf, fi.Size()-4-n); err != nil {
-		return nil, err
+	if len(buf) < frame.Overhead+20 || len(buf) > frame.Overhead+20+1024 {
+		return nil, fmt.Errorf("cache: %s: bad metadata length %d", meta, len(buf))
 	}
 	_, payload, err := frame.Decode(trailerMagic, buf)
 	if err != nil {
-		return nil, fmt.Errorf("cache: %s: %w", p, err)
+		return nil, fmt.Errorf("cache: %s: %w", meta, err)
+	}
+	if len(payload) < 20 {
+		return nil, fmt.Errorf("cache: %s: short metadata", meta)
 	}
 	e := &entry{
 		size:    int64(binary.LittleEndian.Uint64(payload)),
@@ -232,39 +248,44 @@ func readTrailer(p string) (*entry, error) {
 		modTime: time.Unix(0, int64(binary.LittleEndian.Uint64(payload[12:]))),
 		name:    string(payload[20:]),
 	}
-	e.fileSize = fi.Size()
-	if e.size < 0 || e.size+n+4 != fi.Size() || tiered.ValidateName(e.name) != nil {
-		return nil, fmt.Errorf("cache: %s: trailer says %d bytes of %q, file has %d", p, e.size, e.name, fi.Size())
+	fi, err := os.Stat(data)
+	if err != nil {
+		return nil, err
+	}
+	e.fileSize = e.size + int64(len(buf))
+	if e.size < 0 || e.size != fi.Size() || tiered.ValidateName(e.name) != nil {
+		return nil, fmt.Errorf("cache: %s: metadata says %d bytes of %q, the copy has %d", meta, e.size, e.name, fi.Size())
 	}
 	return e, nil
 }
 
 // Stats returns the cache's counters.
 func (s *Store) Stats() Stats {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	d := s.d
+	d.mu.Lock()
+	defer d.mu.Unlock()
 	return Stats{
-		Hits: s.hits.Load(), Misses: s.misses.Load(), Evictions: s.evictions.Load(),
-		Corrupt: s.corruptions.Load(), Bytes: s.used, Entries: len(s.entries),
+		Hits: d.hits.Load(), Misses: d.misses.Load(), Evictions: d.evictions.Load(),
+		Corrupt: d.corruptions.Load(), Bytes: d.used, Entries: len(d.entries),
 	}
 }
 
 // Cached reports whether name has a local copy.
 func (s *Store) Cached(name string) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.entries[name] != nil
+	s.d.mu.Lock()
+	defer s.d.mu.Unlock()
+	return s.d.entries[name] != nil
 }
 
 // Dir is the cache directory.
-func (s *Store) Dir() string { return s.dir }
+func (s *Store) Dir() string { return s.d.dir }
 
 // Remote is the store the cache is in front of.
-func (s *Store) Remote() tiered.Store { return s.remote }
+func (s *Store) Remote() tiered.Store { return s.d.remote }
 
 // evictLocked drops least recently used copies until need more bytes fit
 // under the bound, and reports whether they do.
-func (s *Store) evictLocked(need int64) bool {
+func (s *driver) evictLocked(need int64) bool {
 	for s.used+need > s.max {
 		back := s.lru.Back()
 		if back == nil {
@@ -276,18 +297,22 @@ func (s *Store) evictLocked(need int64) bool {
 	return true
 }
 
-func (s *Store) dropLocked(e *entry) {
+func (s *driver) dropLocked(e *entry) {
 	if s.entries[e.name] != e {
 		return
 	}
 	delete(s.entries, e.name)
 	s.lru.Remove(e.elem)
 	s.used -= e.fileSize
-	os.Remove(s.path(e.name))
+	// Metadata first: a crash in between leaves a copy without metadata,
+	// which load removes.
+	p := s.path(e.name)
+	os.Remove(p + metaSuffix)
+	os.Remove(p)
 }
 
 // reserve sets aside n bytes for a transfer, evicting to make room.
-func (s *Store) reserve(n int64) bool {
+func (s *driver) reserve(n int64) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed || n > s.max || !s.evictLocked(n) {
@@ -298,7 +323,7 @@ func (s *Store) reserve(n int64) bool {
 }
 
 // begin registers an op on name.
-func (s *Store) begin(name string) *op {
+func (s *driver) begin(name string) *op {
 	o := &op{}
 	s.mu.Lock()
 	if s.pending[name] == nil {
@@ -309,7 +334,7 @@ func (s *Store) begin(name string) *op {
 	return o
 }
 
-func (s *Store) endLocked(name string, o *op) {
+func (s *driver) endLocked(name string, o *op) {
 	delete(s.pending[name], o)
 	if len(s.pending[name]) == 0 {
 		delete(s.pending, name)
@@ -317,13 +342,13 @@ func (s *Store) endLocked(name string, o *op) {
 }
 
 // invalidate drops the copy of name and cancels every op on it but self.
-func (s *Store) invalidate(name string, self *op) {
+func (s *driver) invalidate(name string, self *op) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.invalidateLocked(name, self)
 }
 
-func (s *Store) invalidateLocked(name string, self *op) {
+func (s *driver) invalidateLocked(name string, self *op) {
 	if e := s.entries[name]; e != nil {
 		s.dropLocked(e)
 	}
@@ -342,7 +367,7 @@ type tempFile struct {
 	n    int64
 }
 
-func (s *Store) newTemp() (*tempFile, error) {
+func (s *driver) newTemp() (*tempFile, error) {
 	p := filepath.Join(s.tmpDir(), fmt.Sprintf("%d", s.seq.Add(1)))
 	f, err := os.OpenFile(p, os.O_CREATE|os.O_EXCL|os.O_RDWR, 0o644)
 	if err != nil {
@@ -363,57 +388,67 @@ func (t *tempFile) discard() {
 		return
 	}
 	t.f.Close()
+	t.remove()
+}
+
+func (t *tempFile) remove() {
 	os.Remove(t.path)
+	os.Remove(t.path + metaSuffix)
 }
 
-// fill copies exactly size bytes of r into t.
-func (t *tempFile) fill(ctx context.Context, r io.Reader, size int64) error {
-	n, err := io.Copy(t, &ctxReader{ctx: ctx, r: io.LimitReader(r, size+1)})
-	if err != nil {
-		return err
-	}
-	if n != size {
-		return fmt.Errorf("read %d bytes, want %d", n, size)
-	}
-	return nil
+// fill copies r (exactly size bytes: the Bucket checks) into t.
+func (t *tempFile) fill(r io.Reader) error {
+	_, err := io.Copy(t, r)
+	return err
 }
 
-// seal appends the trailer. It does not fsync: a copy torn by a power
-// loss fails its trailer or CRC check when the cache next opens or first
-// uses it, and is fetched from the remote, which holds the durable copy.
+// seal closes the copy and writes its metadata file. It does not fsync: a
+// copy torn by a power loss fails its metadata or CRC check when the cache
+// next opens or first uses it, and is fetched from the remote, which holds
+// the durable copy.
 func (t *tempFile) seal(name string, mod time.Time) (*entry, error) {
 	e := &entry{name: name, size: t.n, crc: t.crc.Sum32(), modTime: mod, verified: true}
+	if err := t.f.Close(); err != nil {
+		return nil, err
+	}
 	tr := encodeTrailer(name, e.size, e.crc, mod)
-	if _, err := t.f.Write(tr); err != nil {
+	if err := os.WriteFile(t.path+metaSuffix, tr, 0o644); err != nil {
 		return nil, err
 	}
 	e.fileSize = e.size + int64(len(tr))
-	return e, t.f.Close()
+	return e, nil
 }
 
 // publish moves a sealed temporary file into place as name's copy, unless
 // o was cancelled. reserved is the reservation it replaces.
-func (s *Store) publish(t *tempFile, e *entry, o *op, reserved int64) {
+func (s *driver) publish(t *tempFile, e *entry, o *op, reserved int64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.used -= reserved
 	s.endLocked(e.name, o)
 	if o.cancelled || s.closed {
-		os.Remove(t.path)
+		t.remove()
 		return
 	}
 	p := s.path(e.name)
 	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-		os.Remove(t.path)
+		t.remove()
 		return
 	}
 	s.invalidateLocked(e.name, o)
 	if !s.evictLocked(e.fileSize) {
-		os.Remove(t.path)
+		t.remove()
 		return
 	}
+	// The copy first: a crash in between leaves a copy without metadata,
+	// which load removes.
 	if err := os.Rename(t.path, p); err != nil {
-		os.Remove(t.path)
+		t.remove()
+		return
+	}
+	if err := os.Rename(t.path+metaSuffix, p+metaSuffix); err != nil {
+		os.Remove(p)
+		t.remove()
 		return
 	}
 	e.elem = s.lru.PushFront(e)
@@ -421,7 +456,7 @@ func (s *Store) publish(t *tempFile, e *entry, o *op, reserved int64) {
 	s.used += e.fileSize
 }
 
-func (s *Store) abort(t *tempFile, name string, o *op, reserved int64) {
+func (s *driver) abort(t *tempFile, name string, o *op, reserved int64) {
 	t.discard()
 	s.mu.Lock()
 	s.used -= reserved
@@ -429,26 +464,14 @@ func (s *Store) abort(t *tempFile, name string, o *op, reserved int64) {
 	s.mu.Unlock()
 }
 
-// Put implements tiered.Store.
-func (s *Store) Put(ctx context.Context, name string, r io.Reader, size int64) error {
-	return s.put(ctx, name, r, size, false)
-}
+func (s *driver) Info() tiered.DriverInfo { return tiered.DriverInfo{Name: "cache"} }
 
-// PutIfAbsent implements tiered.Store.
-func (s *Store) PutIfAbsent(ctx context.Context, name string, r io.Reader, size int64) error {
-	return s.put(ctx, name, r, size, true)
-}
+// Classify implements tiered.Driver: what fails is the remote, a Store
+// whose errors wrap the sentinels already.
+func (s *driver) Classify(error) error { return nil }
 
-func (s *Store) put(ctx context.Context, name string, r io.Reader, size int64, ifAbsent bool) error {
-	if err := s.check(name); err != nil {
-		return err
-	}
-	if size < 0 {
-		return fmt.Errorf("cache: put %s: negative size %d", name, size)
-	}
-	if err := ctx.Err(); err != nil {
-		return err
-	}
+// Put implements tiered.Driver.
+func (s *driver) Put(ctx context.Context, name string, r io.Reader, size int64, ifAbsent bool) error {
 	remotePut := s.remote.Put
 	if ifAbsent {
 		remotePut = s.remote.PutIfAbsent
@@ -476,9 +499,9 @@ func (s *Store) put(ctx context.Context, name string, r io.Reader, size int64, i
 		s.abort(nil, name, o, need)
 		return err
 	}
-	if err := t.fill(ctx, r, size); err != nil {
+	if err := t.fill(r); err != nil {
 		s.abort(t, name, o, need)
-		return fmt.Errorf("cache: put %s: %w", name, err)
+		return err
 	}
 	// Upload from the local file: the remote may need to seek or retry.
 	err = remotePut(ctx, name, io.NewSectionReader(t.f, 0, size), size)
@@ -501,23 +524,11 @@ func (s *Store) put(ctx context.Context, name string, r io.Reader, size int64, i
 	return nil
 }
 
-func (s *Store) check(name string) error {
-	if err := tiered.ValidateName(name); err != nil {
-		return err
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
-		return errors.New("cache: store closed")
-	}
-	return nil
-}
-
 // openCopy opens name's copy, verified, and moves it to the front; nil if
 // there is none (or it failed verification and was dropped). The file is
 // opened under the lock, so it is the file of the entry returned even when
 // a concurrent write replaces the copy right after.
-func (s *Store) openCopy(name string) (*entry, *os.File) {
+func (s *driver) openCopy(name string) (*entry, *os.File) {
 	s.mu.Lock()
 	e := s.entries[name]
 	if e == nil {
@@ -562,21 +573,36 @@ func verify(e *entry, f *os.File) error {
 	return nil
 }
 
-func (s *Store) corrupt(e *entry) {
+func (s *driver) corrupt(e *entry) {
 	s.corruptions.Add(1)
 	s.mu.Lock()
 	s.dropLocked(e)
 	s.mu.Unlock()
 }
 
-// Get implements tiered.Store.
-func (s *Store) Get(ctx context.Context, name string) (io.ReadCloser, error) {
-	if err := s.check(name); err != nil {
-		return nil, err
+// GetRange implements tiered.Driver: a whole-object read fills the cache
+// on a miss, a ranged one does not.
+func (s *driver) GetRange(ctx context.Context, name string, offset, length int64) (io.ReadCloser, int64, error) {
+	if offset == 0 && length < 0 {
+		return s.get(ctx, name)
 	}
+	if e, f := s.openCopy(name); e != nil {
+		s.hits.Add(1)
+		n := max(e.size-offset, 0)
+		if length >= 0 {
+			n = min(n, length)
+		}
+		return sectionCloser{io.NewSectionReader(f, offset, n), f}, e.size, nil
+	}
+	s.misses.Add(1)
+	rc, err := s.remote.GetRange(ctx, name, offset, length)
+	return rc, -1, err
+}
+
+func (s *driver) get(ctx context.Context, name string) (io.ReadCloser, int64, error) {
 	for attempt := 0; ; attempt++ {
 		if err := ctx.Err(); err != nil {
-			return nil, err
+			return nil, 0, err
 		}
 		if e, f := s.openCopy(name); e != nil {
 			if attempt == 0 {
@@ -584,28 +610,30 @@ func (s *Store) Get(ctx context.Context, name string) (io.ReadCloser, error) {
 			} else {
 				s.misses.Add(1) // filled from the remote just now
 			}
-			return &checkedReader{s: s, e: e, f: f, r: io.NewSectionReader(f, 0, e.size), crc: crc32.New(frame.Table())}, nil
+			return &checkedReader{s: s, e: e, f: f, r: io.NewSectionReader(f, 0, e.size), crc: crc32.New(frame.Table())}, e.size, nil
 		}
 		if attempt > 0 {
 			// Filled, yet gone again (evicted at once, or invalidated by
 			// a concurrent write): read the remote directly.
 			s.misses.Add(1)
-			return s.remote.Get(ctx, name)
+			rc, err := s.remote.Get(ctx, name)
+			return rc, -1, err
 		}
 		bypass, err := s.fill(ctx, name)
 		if err != nil {
-			return nil, err
+			return nil, 0, err
 		}
 		if bypass {
 			s.misses.Add(1)
-			return s.remote.Get(ctx, name)
+			rc, err := s.remote.Get(ctx, name)
+			return rc, -1, err
 		}
 	}
 }
 
 // fill downloads name into the cache, or joins a download in progress.
 // bypass says the object does not fit and the caller must read the remote.
-func (s *Store) fill(ctx context.Context, name string) (bypass bool, err error) {
+func (s *driver) fill(ctx context.Context, name string) (bypass bool, err error) {
 	s.mu.Lock()
 	if fl := s.flights[name]; fl != nil {
 		s.mu.Unlock()
@@ -639,7 +667,7 @@ func (s *Store) fill(ctx context.Context, name string) (bypass bool, err error) 
 
 var errSizeChanged = errors.New("size changed during download")
 
-func (s *Store) fillOnce(ctx context.Context, name string) (retry, bypass bool, err error) {
+func (s *driver) fillOnce(ctx context.Context, name string) (retry, bypass bool, err error) {
 	o := s.begin(name)
 	info, err := s.remote.Stat(ctx, name)
 	if err != nil {
@@ -679,7 +707,7 @@ func (s *Store) fillOnce(ctx context.Context, name string) (retry, bypass bool, 
 	return false, false, nil
 }
 
-func (s *Store) abortOp(name string, o *op) {
+func (s *driver) abortOp(name string, o *op) {
 	s.mu.Lock()
 	s.endLocked(name, o)
 	s.mu.Unlock()
@@ -687,7 +715,7 @@ func (s *Store) abortOp(name string, o *op) {
 
 // checkedReader streams a cached copy and checks its CRC at the end.
 type checkedReader struct {
-	s   *Store
+	s   *driver
 	e   *entry
 	f   *os.File
 	r   io.Reader
@@ -713,34 +741,8 @@ type sectionCloser struct {
 
 func (s sectionCloser) Close() error { return s.f.Close() }
 
-// GetRange implements tiered.Store.
-func (s *Store) GetRange(ctx context.Context, name string, offset, length int64) (io.ReadCloser, error) {
-	if err := s.check(name); err != nil {
-		return nil, err
-	}
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	if e, f := s.openCopy(name); e != nil {
-		s.hits.Add(1)
-		if offset < 0 || offset > e.size || (offset == e.size && e.size > 0 && length != 0) {
-			f.Close()
-			return nil, fmt.Errorf("cache: %s: %w: offset %d of %d bytes", name, tiered.ErrInvalidRange, offset, e.size)
-		}
-		if length < 0 || offset+length > e.size {
-			length = e.size - offset
-		}
-		return sectionCloser{io.NewSectionReader(f, offset, length), f}, nil
-	}
-	s.misses.Add(1)
-	return s.remote.GetRange(ctx, name, offset, length)
-}
-
-// Stat implements tiered.Store.
-func (s *Store) Stat(ctx context.Context, name string) (tiered.ObjectInfo, error) {
-	if err := s.check(name); err != nil {
-		return tiered.ObjectInfo{}, err
-	}
+// Stat implements tiered.Driver.
+func (s *driver) Stat(ctx context.Context, name string) (tiered.ObjectInfo, error) {
 	s.mu.Lock()
 	e := s.entries[name]
 	s.mu.Unlock()
@@ -752,23 +754,14 @@ func (s *Store) Stat(ctx context.Context, name string) (tiered.ObjectInfo, error
 	return s.remote.Stat(ctx, name)
 }
 
-// List implements tiered.Store; the remote answers.
-func (s *Store) List(ctx context.Context, prefix, startAfter string, limit int) (tiered.ListPage, error) {
-	return s.remote.List(ctx, prefix, startAfter, limit)
+// List implements tiered.Driver; the remote answers.
+func (s *driver) List(ctx context.Context, prefix, startAfter string, limit int) ([]tiered.ObjectInfo, bool, error) {
+	page, err := s.remote.List(ctx, prefix, startAfter, limit)
+	return page.Objects, page.Next != "", err
 }
 
-// Delete implements tiered.Store.
-func (s *Store) Delete(ctx context.Context, name string) error {
-	return s.DeleteBatch(ctx, []string{name})
-}
-
-// DeleteBatch implements tiered.Store.
-func (s *Store) DeleteBatch(ctx context.Context, names []string) error {
-	for _, n := range names {
-		if err := s.check(n); err != nil {
-			return err
-		}
-	}
+// Delete implements tiered.Driver.
+func (s *driver) Delete(ctx context.Context, names []string) error {
 	for _, n := range names {
 		s.invalidate(n, nil)
 	}
@@ -785,9 +778,9 @@ func (s *Store) DeleteBatch(ctx context.Context, names []string) error {
 	return err
 }
 
-// Close implements tiered.Store: it closes the remote. Cached files stay
+// Close implements tiered.Driver: it closes the remote. Cached files stay
 // for the next New on the directory.
-func (s *Store) Close() error {
+func (s *driver) Close() error {
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
@@ -808,4 +801,63 @@ func (c *ctxReader) Read(p []byte) (int, error) {
 		return 0, err
 	}
 	return c.r.Read(p)
+}
+
+var _ tiered.LocalCopies = (*Store)(nil)
+
+// LocalCopy implements tiered.LocalCopies: the copy is the cache's own
+// file, filled from the remote on a miss (concurrent misses download it
+// once), within the cache's bound. An object larger than the bound has no
+// copy (tiered.ErrNoLocalCopy).
+func (s *Store) LocalCopy(ctx context.Context, name string) (tiered.LocalCopy, error) {
+	if err := tiered.ValidateName(name); err != nil {
+		return tiered.LocalCopy{}, err
+	}
+	d := s.d
+	for attempt := 0; attempt < 2; attempt++ {
+		if err := ctx.Err(); err != nil {
+			return tiered.LocalCopy{}, err
+		}
+		d.mu.Lock()
+		if d.closed {
+			d.mu.Unlock()
+			return tiered.LocalCopy{}, fmt.Errorf("cache: local copy of %s: %w", name, tiered.ErrClosed)
+		}
+		if e := d.entries[name]; e != nil {
+			d.lru.MoveToFront(e.elem)
+			d.mu.Unlock()
+			if attempt == 0 {
+				d.hits.Add(1)
+			} else {
+				d.misses.Add(1)
+			}
+			return tiered.LocalCopy{Path: d.path(name), Size: e.size, CRC32C: e.crc, Hit: attempt == 0}, nil
+		}
+		d.mu.Unlock()
+		if attempt > 0 {
+			break
+		}
+		bypass, err := d.fill(ctx, name)
+		if err != nil {
+			return tiered.LocalCopy{}, err
+		}
+		if bypass {
+			break
+		}
+	}
+	// Too large for the bound, or evicted (or replaced) right after it
+	// was filled.
+	d.misses.Add(1)
+	return tiered.LocalCopy{}, fmt.Errorf("cache: %s: %w", name, tiered.ErrNoLocalCopy)
+}
+
+// DropLocalCopy implements tiered.LocalCopies; it counts as a corrupt copy.
+func (s *Store) DropLocalCopy(name string) {
+	d := s.d
+	d.corruptions.Add(1)
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if e := d.entries[name]; e != nil {
+		d.dropLocked(e)
+	}
 }

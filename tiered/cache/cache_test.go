@@ -10,6 +10,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -225,10 +226,12 @@ func TestStatsCountMisses(t *testing.T) {
 	want(3, 2)
 }
 
+// cachedFiles are the copies in the cache directory dir (not their
+// metadata files).
 func cachedFiles(t *testing.T, dir string) []string {
 	var out []string
 	filepath.WalkDir(filepath.Join(dir, "objects"), func(p string, d fs.DirEntry, err error) error {
-		if err == nil && !d.IsDir() {
+		if err == nil && !d.IsDir() && !strings.HasSuffix(p, ".meta") {
 			out = append(out, p)
 		}
 		return nil
@@ -250,7 +253,7 @@ func TestCorruptCopyFallsBackToRemote(t *testing.T) {
 	if len(files) != 1 {
 		t.Fatalf("cached files: %v", files)
 	}
-	// Flip one data byte, keeping the trailer intact.
+	// Flip one data byte, keeping the metadata intact.
 	f, _ := os.OpenFile(files[0], os.O_RDWR, 0)
 	f.WriteAt([]byte{data[1234] ^ 0xff}, 1234)
 	f.Close()
@@ -327,7 +330,7 @@ func TestLRUEviction(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
 	remote := &counting{Store: memstore.New()}
-	// Room for three 1000-byte objects and their trailers, not four.
+	// Room for three 1000-byte objects and their metadata, not four.
 	c := newCache(t, remote, dir, 3*1100)
 	defer c.Close()
 	for _, n := range []string{"a", "b", "c"} {

@@ -27,9 +27,10 @@
 //
 // # Checksums
 //
-// Every cached file ends with a trailer (a frame: object name, size, CRC32C
-// of the data, modification time). When the cache opens, it rebuilds its
-// index from the trailers and removes files that do not parse. A copy
+// Every cached copy is exactly the object's bytes, with a metadata file
+// beside it (a frame: object name, size, CRC32C of the data, modification
+// time). When the cache opens, it rebuilds its index from the metadata
+// files and removes copies whose metadata is missing or does not parse. A copy
 // loaded that way is verified against its CRC on first use; one that does
 // not verify is dropped and the object fetched from the remote again. A
 // full Get also checks the CRC while streaming and fails at the end if the

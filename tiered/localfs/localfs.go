@@ -10,7 +10,6 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"sort"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -18,7 +17,7 @@ import (
 	"github.com/statedhq/stated/tiered"
 )
 
-const tmpDir = ".tmp"
+const tmpDir = tiered.ReservedDir
 
 // DefaultListLimit is the page size of List when the caller passes none.
 const DefaultListLimit = 1000
@@ -42,18 +41,25 @@ type Options struct {
 	TempGrace time.Duration
 }
 
-// Store is a directory-backed tiered.Store.
+// Store is a directory-backed tiered.Store: the tiered.Bucket checks in
+// front of a driver that does only the file I/O.
 type Store struct {
-	root     string
-	readOnly bool
-	seq      atomic.Uint64
-	closed   atomic.Bool
+	*tiered.Bucket
+	d *driver
 }
 
 var _ tiered.Store = (*Store)(nil)
 
+type driver struct {
+	root     string
+	readOnly bool
+	seq      atomic.Uint64
+}
+
 // errReadOnly is returned by writes to a read-only store.
-var errReadOnly = errors.New("localfs: store opened read-only")
+var errReadOnly = errors.New("store opened read-only")
+
+func newStore(d *driver) *Store { return &Store{Bucket: tiered.New(d), d: d} }
 
 // Open opens (creating it if needed) the store rooted at dir with default
 // options, removing temporary files an earlier crash left behind.
@@ -81,7 +87,7 @@ func OpenWith(dir string, o Options) (*Store, error) {
 		}
 	}
 	if o.ReadOnly {
-		return &Store{root: abs, readOnly: true}, nil
+		return newStore(&driver{root: abs, readOnly: true}), nil
 	}
 	tmp := filepath.Join(abs, tmpDir)
 	if err := os.MkdirAll(tmp, 0o755); err != nil {
@@ -98,50 +104,46 @@ func OpenWith(dir string, o Options) (*Store, error) {
 			}
 		}
 	}
-	return &Store{root: abs}, nil
+	return newStore(&driver{root: abs}), nil
 }
 
 // Root is the directory the store lives in.
-func (s *Store) Root() string { return s.root }
+func (s *Store) Root() string { return s.d.root }
 
-func (s *Store) path(name string) (string, error) {
-	if err := tiered.ValidateName(name); err != nil {
-		return "", err
-	}
-	if name == tmpDir || strings.HasPrefix(name, tmpDir+"/") {
-		return "", fmt.Errorf("%w: %q is reserved for temporary files", tiered.ErrInvalidName, name)
-	}
-	if s.closed.Load() {
-		return "", errors.New("localfs: store closed")
-	}
-	return filepath.Join(s.root, filepath.FromSlash(name)), nil
+func (d *driver) Info() tiered.DriverInfo {
+	return tiered.DriverInfo{Name: "localfs", ListPageSize: DefaultListLimit}
 }
 
-// writeTemp copies exactly size bytes from r into a synced temporary file.
-func (s *Store) writeTemp(ctx context.Context, name string, r io.Reader, size int64) (string, error) {
-	tmp := filepath.Join(s.root, tmpDir, fmt.Sprintf("%d-%d-%s", os.Getpid(), s.seq.Add(1), randomSuffix()))
+// Classify implements tiered.Driver.
+func (d *driver) Classify(err error) error {
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return tiered.ErrNotFound
+	case errors.Is(err, fs.ErrExist):
+		return tiered.ErrExists
+	}
+	return nil
+}
+
+func (d *driver) path(name string) string { return filepath.Join(d.root, filepath.FromSlash(name)) }
+
+// writeTemp copies r into a synced temporary file.
+func (d *driver) writeTemp(r io.Reader) (string, error) {
+	tmp := filepath.Join(d.root, tmpDir, fmt.Sprintf("%d-%d-%s", os.Getpid(), d.seq.Add(1), randomSuffix()))
 	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
 	if err != nil {
-		return "", fmt.Errorf("localfs: put %s: %w", name, err)
+		return "", err
 	}
-	fail := func(err error) (string, error) {
-		f.Close()
-		os.Remove(tmp)
-		return "", fmt.Errorf("localfs: put %s: %w", name, err)
+	_, err = io.Copy(f, r)
+	if err == nil {
+		err = f.Sync()
 	}
-	n, err := io.Copy(f, &ctxReader{ctx: ctx, r: io.LimitReader(r, size+1)})
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
 	if err != nil {
-		return fail(err)
-	}
-	if size >= 0 && n != size {
-		return fail(fmt.Errorf("read %d bytes, want %d", n, size))
-	}
-	if err := f.Sync(); err != nil {
-		return fail(err)
-	}
-	if err := f.Close(); err != nil {
 		os.Remove(tmp)
-		return "", fmt.Errorf("localfs: put %s: %w", name, err)
+		return "", err
 	}
 	return tmp, nil
 }
@@ -150,18 +152,6 @@ func randomSuffix() string {
 	var b [6]byte
 	rand.Read(b[:])
 	return hex.EncodeToString(b[:])
-}
-
-type ctxReader struct {
-	ctx context.Context
-	r   io.Reader
-}
-
-func (c *ctxReader) Read(p []byte) (int, error) {
-	if err := c.ctx.Err(); err != nil {
-		return 0, err
-	}
-	return c.r.Read(p)
 }
 
 func syncDir(dir string) error {
@@ -173,91 +163,39 @@ func syncDir(dir string) error {
 	return d.Sync()
 }
 
-// Put implements tiered.Store.
-func (s *Store) Put(ctx context.Context, name string, r io.Reader, size int64) error {
-	return s.put(ctx, name, r, size, false)
-}
-
-// PutIfAbsent implements tiered.Store.
-func (s *Store) PutIfAbsent(ctx context.Context, name string, r io.Reader, size int64) error {
-	return s.put(ctx, name, r, size, true)
-}
-
-func (s *Store) put(ctx context.Context, name string, r io.Reader, size int64, ifAbsent bool) error {
-	p, err := s.path(name)
-	if err != nil {
-		return err
+// Put implements tiered.Driver: a temporary file, synced, then renamed
+// (or, if absent, linked) into place, and the directory synced.
+func (d *driver) Put(ctx context.Context, name string, r io.Reader, size int64, ifAbsent bool) error {
+	if d.readOnly {
+		return errReadOnly
 	}
-	if s.readOnly {
-		return fmt.Errorf("put %s: %w", name, errReadOnly)
-	}
-	if size < 0 {
-		return fmt.Errorf("localfs: put %s: negative size %d", name, size)
-	}
+	p := d.path(name)
 	if ifAbsent {
 		if _, err := os.Lstat(p); err == nil {
-			return fmt.Errorf("localfs: put %s: %w", name, tiered.ErrExists)
+			return tiered.ErrExists
 		}
 	}
 	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-		return fmt.Errorf("localfs: put %s: %w", name, err)
+		return err
 	}
-	tmp, err := s.writeTemp(ctx, name, r, size)
+	tmp, err := d.writeTemp(r)
 	if err != nil {
 		return err
 	}
 	if ifAbsent {
 		err = os.Link(tmp, p)
 		os.Remove(tmp)
-		if errors.Is(err, fs.ErrExist) {
-			return fmt.Errorf("localfs: put %s: %w", name, tiered.ErrExists)
-		}
 	} else {
 		err = os.Rename(tmp, p)
 	}
 	if err != nil {
 		os.Remove(tmp)
-		return fmt.Errorf("localfs: put %s: %w", name, err)
+		return err
 	}
 	if err := syncDir(filepath.Dir(p)); err != nil {
-		return fmt.Errorf("localfs: put %s: sync directory: %w", name, err)
+		return fmt.Errorf("sync directory: %w", err)
 	}
 	return nil
-}
-
-func (s *Store) open(name string) (*os.File, os.FileInfo, error) {
-	p, err := s.path(name)
-	if err != nil {
-		return nil, nil, err
-	}
-	f, err := os.Open(p)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, nil, fmt.Errorf("localfs: %s: %w", name, tiered.ErrNotFound)
-	}
-	if err != nil {
-		return nil, nil, fmt.Errorf("localfs: %s: %w", name, err)
-	}
-	fi, err := f.Stat()
-	if err == nil && fi.IsDir() {
-		err = tiered.ErrNotFound
-	}
-	if err != nil {
-		f.Close()
-		return nil, nil, fmt.Errorf("localfs: %s: %w", name, err)
-	}
-	return f, fi, nil
-}
-
-// Get implements tiered.Store.
-func (s *Store) Get(ctx context.Context, name string) (io.ReadCloser, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	f, _, err := s.open(name)
-	if err != nil {
-		return nil, err
-	}
-	return f, nil
 }
 
 type sectionCloser struct {
@@ -267,62 +205,54 @@ type sectionCloser struct {
 
 func (s sectionCloser) Close() error { return s.f.Close() }
 
-// GetRange implements tiered.Store.
-func (s *Store) GetRange(ctx context.Context, name string, offset, length int64) (io.ReadCloser, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	f, fi, err := s.open(name)
+// GetRange implements tiered.Driver.
+func (d *driver) GetRange(ctx context.Context, name string, offset, length int64) (io.ReadCloser, int64, error) {
+	f, err := os.Open(d.path(name))
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
-	if offset < 0 || offset > fi.Size() || (offset == fi.Size() && fi.Size() > 0 && length != 0) {
+	fi, err := f.Stat()
+	if err == nil && fi.IsDir() {
+		err = tiered.ErrNotFound
+	}
+	if err != nil {
 		f.Close()
-		return nil, fmt.Errorf("localfs: %s: %w: offset %d of %d bytes", name, tiered.ErrInvalidRange, offset, fi.Size())
+		return nil, 0, err
 	}
-	if length < 0 || offset+length > fi.Size() {
-		length = fi.Size() - offset
+	size := fi.Size()
+	if offset == 0 && length < 0 {
+		// The file itself: io.Copy from it can use copy_file_range.
+		return f, size, nil
 	}
-	return sectionCloser{io.NewSectionReader(f, offset, length), f}, nil
+	n := max(size-offset, 0)
+	if length >= 0 {
+		n = min(n, length)
+	}
+	return sectionCloser{io.NewSectionReader(f, offset, n), f}, size, nil
 }
 
-// Stat implements tiered.Store.
-func (s *Store) Stat(ctx context.Context, name string) (tiered.ObjectInfo, error) {
-	p, err := s.path(name)
+// Stat implements tiered.Driver.
+func (d *driver) Stat(ctx context.Context, name string) (tiered.ObjectInfo, error) {
+	fi, err := os.Stat(d.path(name))
+	if err == nil && fi.IsDir() {
+		err = tiered.ErrNotFound
+	}
 	if err != nil {
 		return tiered.ObjectInfo{}, err
-	}
-	fi, err := os.Stat(p)
-	if errors.Is(err, fs.ErrNotExist) || (err == nil && fi.IsDir()) {
-		return tiered.ObjectInfo{}, fmt.Errorf("localfs: %s: %w", name, tiered.ErrNotFound)
-	}
-	if err != nil {
-		return tiered.ObjectInfo{}, fmt.Errorf("localfs: %s: %w", name, err)
 	}
 	return tiered.ObjectInfo{Name: name, Size: fi.Size(), ModTime: fi.ModTime()}, nil
 }
 
-// List implements tiered.Store. It walks only the directory the prefix
+// List implements tiered.Driver. It walks only the directory the prefix
 // names (or its parent), so listing one job does not read the others.
-func (s *Store) List(ctx context.Context, prefix, startAfter string, limit int) (tiered.ListPage, error) {
-	if s.closed.Load() {
-		return tiered.ListPage{}, errors.New("localfs: store closed")
-	}
-	if limit <= 0 {
-		limit = DefaultListLimit
-	}
+func (d *driver) List(ctx context.Context, prefix, startAfter string, limit int) ([]tiered.ObjectInfo, bool, error) {
 	base := ""
 	if i := strings.LastIndex(prefix, "/"); i >= 0 {
 		base = prefix[:i]
 	}
-	if base != "" {
-		if err := tiered.ValidateName(base); err != nil {
-			return tiered.ListPage{}, err
-		}
-	}
 	var names []tiered.ObjectInfo
-	start := filepath.Join(s.root, filepath.FromSlash(base))
-	err := filepath.WalkDir(start, func(p string, d fs.DirEntry, err error) error {
+	start := filepath.Join(d.root, filepath.FromSlash(base))
+	err := filepath.WalkDir(start, func(p string, de fs.DirEntry, err error) error {
 		if err != nil {
 			if errors.Is(err, fs.ErrNotExist) {
 				return nil
@@ -332,9 +262,9 @@ func (s *Store) List(ctx context.Context, prefix, startAfter string, limit int) 
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		rel, _ := filepath.Rel(s.root, p)
+		rel, _ := filepath.Rel(d.root, p)
 		rel = filepath.ToSlash(rel)
-		if d.IsDir() {
+		if de.IsDir() {
 			if rel == tmpDir {
 				return fs.SkipDir
 			}
@@ -347,7 +277,7 @@ func (s *Store) List(ctx context.Context, prefix, startAfter string, limit int) 
 		if !strings.HasPrefix(rel, prefix) || rel <= startAfter {
 			return nil
 		}
-		info, err := d.Info()
+		info, err := de.Info()
 		if err != nil {
 			if errors.Is(err, fs.ErrNotExist) {
 				return nil // deleted while listing
@@ -357,49 +287,20 @@ func (s *Store) List(ctx context.Context, prefix, startAfter string, limit int) 
 		names = append(names, tiered.ObjectInfo{Name: rel, Size: info.Size(), ModTime: info.ModTime()})
 		return nil
 	})
-	if err != nil {
-		return tiered.ListPage{}, fmt.Errorf("localfs: list %q: %w", prefix, err)
-	}
-	sort.Slice(names, func(i, j int) bool { return names[i].Name < names[j].Name })
-	var page tiered.ListPage
-	if len(names) > limit {
-		names = names[:limit]
-		page.Next = names[limit-1].Name
-	}
-	page.Objects = names
-	return page, nil
+	// Every match is returned: Bucket sorts and cuts the page.
+	return names, false, err
 }
 
-// Delete implements tiered.Store. Empty parent directories are removed
+// Delete implements tiered.Driver. Empty parent directories are removed
 // (best effort) so deleted checkpoints leave no directory litter.
-func (s *Store) Delete(ctx context.Context, name string) error {
-	p, err := s.path(name)
-	if err != nil {
-		return err
+func (d *driver) Delete(ctx context.Context, names []string) error {
+	if d.readOnly {
+		return errReadOnly
 	}
-	if s.readOnly {
-		return fmt.Errorf("delete %s: %w", name, errReadOnly)
-	}
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return fmt.Errorf("localfs: delete %s: %w", name, err)
-	}
-	for dir := filepath.Dir(p); dir != s.root && strings.HasPrefix(dir, s.root); dir = filepath.Dir(dir) {
-		if os.Remove(dir) != nil {
-			break
-		}
-	}
-	return nil
-}
-
-// DeleteBatch implements tiered.Store.
-func (s *Store) DeleteBatch(ctx context.Context, names []string) error {
 	var failed []string
 	var first error
 	for _, n := range names {
-		if err := s.Delete(ctx, n); err != nil {
+		if err := d.delete(ctx, n); err != nil {
 			failed = append(failed, n)
 			if first == nil {
 				first = err
@@ -407,14 +308,27 @@ func (s *Store) DeleteBatch(ctx context.Context, names []string) error {
 		}
 	}
 	if len(failed) > 0 {
-		return fmt.Errorf("localfs: %d of %d deletes failed (first: %w); not deleted: %s",
+		return fmt.Errorf("%d of %d deletes failed (first: %w); not deleted: %s",
 			len(failed), len(names), first, strings.Join(failed, ", "))
 	}
 	return nil
 }
 
-// Close implements tiered.Store.
-func (s *Store) Close() error {
-	s.closed.Store(true)
+func (d *driver) delete(ctx context.Context, name string) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	p := d.path(name)
+	if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	for dir := filepath.Dir(p); dir != d.root && strings.HasPrefix(dir, d.root); dir = filepath.Dir(dir) {
+		if os.Remove(dir) != nil {
+			break
+		}
+	}
 	return nil
 }
+
+// Close implements tiered.Driver.
+func (d *driver) Close() error { return nil }

@@ -3,10 +3,7 @@ package memstore
 import (
 	"bytes"
 	"context"
-	"errors"
-	"fmt"
 	"io"
-	"sort"
 	"strings"
 	"sync"
 	"time"
@@ -16,10 +13,14 @@ import (
 
 // Store is an in-memory tiered.Store. Objects are immutable byte slices.
 type Store struct {
+	*tiered.Bucket
+	d *driver
+}
+
+type driver struct {
 	mu      sync.RWMutex
 	objects map[string]object
 	bytes   int64
-	closed  bool
 	now     func() time.Time
 }
 
@@ -31,164 +32,100 @@ type object struct {
 var _ tiered.Store = (*Store)(nil)
 
 // New returns an empty store.
-func New() *Store { return &Store{objects: map[string]object{}, now: time.Now} }
+func New() *Store {
+	d := &driver{objects: map[string]object{}, now: time.Now}
+	return &Store{Bucket: tiered.New(d), d: d}
+}
 
 // Bytes is the total size of the stored objects.
 func (s *Store) Bytes() int64 {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	return s.bytes
+	s.d.mu.RLock()
+	defer s.d.mu.RUnlock()
+	return s.d.bytes
 }
 
-func (s *Store) check(name string) error {
-	if err := tiered.ValidateName(name); err != nil {
-		return err
-	}
-	if s.closed {
-		return errors.New("memstore: store closed")
-	}
-	return nil
-}
+func (d *driver) Info() tiered.DriverInfo { return tiered.DriverInfo{Name: "memstore"} }
 
-// Put implements tiered.Store.
-func (s *Store) Put(ctx context.Context, name string, r io.Reader, size int64) error {
-	return s.put(ctx, name, r, size, false)
-}
+// Classify implements tiered.Driver: the driver returns the sentinels
+// themselves.
+func (d *driver) Classify(error) error { return nil }
 
-// PutIfAbsent implements tiered.Store.
-func (s *Store) PutIfAbsent(ctx context.Context, name string, r io.Reader, size int64) error {
-	return s.put(ctx, name, r, size, true)
-}
-
-func (s *Store) put(ctx context.Context, name string, r io.Reader, size int64, ifAbsent bool) error {
-	if err := tiered.ValidateName(name); err != nil {
-		return err
-	}
-	if size < 0 {
-		return fmt.Errorf("memstore: put %s: negative size %d", name, size)
-	}
-	data, err := io.ReadAll(io.LimitReader(r, size+1))
+// Put implements tiered.Driver.
+func (d *driver) Put(ctx context.Context, name string, r io.Reader, size int64, ifAbsent bool) error {
+	// The size is the caller's word: do not allocate more than a modest
+	// buffer up front on it.
+	data, err := readAll(r, make([]byte, 0, min(size, 64<<20)))
 	if err != nil {
-		return fmt.Errorf("memstore: put %s: %w", name, err)
-	}
-	if int64(len(data)) != size {
-		return fmt.Errorf("memstore: put %s: read %d bytes, want %d", name, len(data), size)
-	}
-	if err := ctx.Err(); err != nil {
 		return err
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if err := s.check(name); err != nil {
-		return err
-	}
-	old, exists := s.objects[name]
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	old, exists := d.objects[name]
 	if ifAbsent && exists {
-		return fmt.Errorf("memstore: put %s: %w", name, tiered.ErrExists)
+		return tiered.ErrExists
 	}
-	s.bytes += int64(len(data)) - int64(len(old.data))
-	s.objects[name] = object{data: data, modTime: s.now()}
+	d.bytes += int64(len(data)) - int64(len(old.data))
+	d.objects[name] = object{data: data, modTime: d.now()}
 	return nil
 }
 
-func (s *Store) get(name string) (object, error) {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	if err := s.check(name); err != nil {
-		return object{}, err
-	}
-	o, ok := s.objects[name]
+// readAll appends r to buf until io.EOF.
+func readAll(r io.Reader, buf []byte) ([]byte, error) {
+	b := bytes.NewBuffer(buf)
+	_, err := b.ReadFrom(r)
+	return b.Bytes(), err
+}
+
+// GetRange implements tiered.Driver.
+func (d *driver) GetRange(ctx context.Context, name string, offset, length int64) (io.ReadCloser, int64, error) {
+	d.mu.RLock()
+	o, ok := d.objects[name]
+	d.mu.RUnlock()
 	if !ok {
-		return object{}, fmt.Errorf("memstore: %s: %w", name, tiered.ErrNotFound)
-	}
-	return o, nil
-}
-
-// Get implements tiered.Store.
-func (s *Store) Get(ctx context.Context, name string) (io.ReadCloser, error) {
-	return s.GetRange(ctx, name, 0, -1)
-}
-
-// GetRange implements tiered.Store.
-func (s *Store) GetRange(ctx context.Context, name string, offset, length int64) (io.ReadCloser, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	o, err := s.get(name)
-	if err != nil {
-		return nil, err
+		return nil, 0, tiered.ErrNotFound
 	}
 	n := int64(len(o.data))
-	if offset < 0 || offset > n || (offset == n && n > 0 && length != 0) {
-		return nil, fmt.Errorf("memstore: %s: %w: offset %d of %d bytes", name, tiered.ErrInvalidRange, offset, n)
+	from, to := min(offset, n), n
+	if length >= 0 {
+		to = min(n, from+length)
 	}
-	end := n
-	if length >= 0 && offset+length < n {
-		end = offset + length
-	}
-	return io.NopCloser(bytes.NewReader(o.data[offset:end])), nil
+	return io.NopCloser(bytes.NewReader(o.data[from:to])), n, nil
 }
 
-// Stat implements tiered.Store.
-func (s *Store) Stat(ctx context.Context, name string) (tiered.ObjectInfo, error) {
-	o, err := s.get(name)
-	if err != nil {
-		return tiered.ObjectInfo{}, err
+// Stat implements tiered.Driver.
+func (d *driver) Stat(ctx context.Context, name string) (tiered.ObjectInfo, error) {
+	d.mu.RLock()
+	o, ok := d.objects[name]
+	d.mu.RUnlock()
+	if !ok {
+		return tiered.ObjectInfo{}, tiered.ErrNotFound
 	}
 	return tiered.ObjectInfo{Name: name, Size: int64(len(o.data)), ModTime: o.modTime}, nil
 }
 
-// List implements tiered.Store.
-func (s *Store) List(ctx context.Context, prefix, startAfter string, limit int) (tiered.ListPage, error) {
-	if err := ctx.Err(); err != nil {
-		return tiered.ListPage{}, err
-	}
-	if limit <= 0 {
-		limit = 1000
-	}
-	s.mu.RLock()
+// List implements tiered.Driver: every match, which Bucket sorts and cuts.
+func (d *driver) List(ctx context.Context, prefix, startAfter string, limit int) ([]tiered.ObjectInfo, bool, error) {
+	d.mu.RLock()
+	defer d.mu.RUnlock()
 	var infos []tiered.ObjectInfo
-	for name, o := range s.objects {
+	for name, o := range d.objects {
 		if strings.HasPrefix(name, prefix) && name > startAfter {
 			infos = append(infos, tiered.ObjectInfo{Name: name, Size: int64(len(o.data)), ModTime: o.modTime})
 		}
 	}
-	s.mu.RUnlock()
-	sort.Slice(infos, func(i, j int) bool { return infos[i].Name < infos[j].Name })
-	var page tiered.ListPage
-	if len(infos) > limit {
-		infos = infos[:limit]
-		page.Next = infos[limit-1].Name
-	}
-	page.Objects = infos
-	return page, nil
+	return infos, false, nil
 }
 
-// Delete implements tiered.Store.
-func (s *Store) Delete(ctx context.Context, name string) error {
-	return s.DeleteBatch(ctx, []string{name})
-}
-
-// DeleteBatch implements tiered.Store.
-func (s *Store) DeleteBatch(ctx context.Context, names []string) error {
+// Delete implements tiered.Driver.
+func (d *driver) Delete(ctx context.Context, names []string) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
 	for _, n := range names {
-		if err := tiered.ValidateName(n); err != nil {
-			return err
-		}
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for _, n := range names {
-		s.bytes -= int64(len(s.objects[n].data))
-		delete(s.objects, n)
+		d.bytes -= int64(len(d.objects[n].data))
+		delete(d.objects, n)
 	}
 	return nil
 }
 
-// Close implements tiered.Store.
-func (s *Store) Close() error {
-	s.mu.Lock()
-	s.closed = true
-	s.mu.Unlock()
-	return nil
-}
+// Close implements tiered.Driver.
+func (d *driver) Close() error { return nil }

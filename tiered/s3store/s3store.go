@@ -7,9 +7,9 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -133,12 +133,17 @@ func (o *Options) Validate() error {
 	return errors.Join(errs...)
 }
 
-// Store is an S3-backed tiered.Store.
+// Store is an S3-backed tiered.Store: the tiered.Bucket checks in front
+// of a driver that makes the S3 requests.
 type Store struct {
+	*tiered.Bucket
+	d *driver
+}
+
+type driver struct {
 	client *s3.Client
 	opts   Options
 	prefix string // "" or ends in "/"
-	closed atomic.Bool
 }
 
 var _ tiered.Store = (*Store)(nil)
@@ -182,7 +187,7 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 		o.RequestChecksumCalculation = aws.RequestChecksumCalculationWhenRequired
 		o.ResponseChecksumValidation = aws.ResponseChecksumValidationWhenRequired
 	})
-	s := &Store{client: client, opts: opts}
+	s := &driver{client: client, opts: opts}
 	if p := strings.TrimSuffix(opts.Prefix, "/"); p != "" {
 		s.prefix = p + "/"
 	}
@@ -193,48 +198,50 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 			return nil, fmt.Errorf("s3store: bucket %q at %s: %w", opts.Bucket, s.where(), err)
 		}
 	}
-	return s, nil
+	return &Store{Bucket: tiered.New(s), d: s}, nil
 }
 
 // Client is the underlying S3 client (for tests and tools).
-func (s *Store) Client() *s3.Client { return s.client }
+func (s *Store) Client() *s3.Client { return s.d.client }
 
 // Options returns the options the store runs with, defaults filled in.
-func (s *Store) Options() Options { return s.opts }
+func (s *Store) Options() Options { return s.d.opts }
 
-func (s *Store) where() string {
+func (s *driver) where() string {
 	if s.opts.Endpoint != "" {
 		return s.opts.Endpoint
 	}
 	return "the default S3 endpoint"
 }
 
-func (s *Store) key(name string) (string, error) {
-	if err := tiered.ValidateName(name); err != nil {
-		return "", err
-	}
-	if s.closed.Load() {
-		return "", errors.New("s3store: store closed")
-	}
-	return s.prefix + name, nil
+func (s *driver) key(name string) string { return s.prefix + name }
+
+func (s *driver) Info() tiered.DriverInfo {
+	return tiered.DriverInfo{Name: "s3store", ListPageSize: maxListPage}
 }
 
-// wrap turns an S3 error into one that names the object and wraps the
-// tiered sentinel for not-found, precondition and range failures.
-func (s *Store) wrap(op, name string, err error) error {
-	if err == nil {
-		return nil
-	}
+// Classify implements tiered.Driver: S3's codes and statuses for a missing
+// object, a failed precondition and an unsatisfiable range.
+func (s *driver) Classify(err error) error {
 	code, status := errorCode(err)
 	switch {
 	case code == "NoSuchKey" || code == "NotFound" || (status == http.StatusNotFound && code != "NoSuchBucket"):
-		return fmt.Errorf("s3store: %s %s: %w", op, name, tiered.ErrNotFound)
+		return tiered.ErrNotFound
 	case code == "PreconditionFailed" || status == http.StatusPreconditionFailed:
-		return fmt.Errorf("s3store: %s %s: %w", op, name, tiered.ErrExists)
+		return tiered.ErrExists
 	case code == "InvalidRange" || status == http.StatusRequestedRangeNotSatisfiable:
-		return fmt.Errorf("s3store: %s %s: %w", op, name, tiered.ErrInvalidRange)
+		return tiered.ErrInvalidRange
 	}
-	return fmt.Errorf("s3store: %s %s (bucket %s): %w", op, name, s.opts.Bucket, err)
+	return nil
+}
+
+// wrap names the request and the bucket in an S3 error; the Bucket in
+// front adds the sentinel Classify finds.
+func (s *driver) wrap(op string, err error) error {
+	if err == nil {
+		return nil
+	}
+	return fmt.Errorf("%s (bucket %s): %w", op, s.opts.Bucket, err)
 }
 
 func errorCode(err error) (code string, status int) {
@@ -249,37 +256,20 @@ func errorCode(err error) (code string, status int) {
 	return code, status
 }
 
-func (s *Store) reqCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+func (s *driver) reqCtx(ctx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(ctx, s.opts.RequestTimeout)
 }
 
-// Put implements tiered.Store.
-func (s *Store) Put(ctx context.Context, name string, r io.Reader, size int64) error {
-	return s.put(ctx, name, r, size, false)
-}
-
-// PutIfAbsent implements tiered.Store.
-func (s *Store) PutIfAbsent(ctx context.Context, name string, r io.Reader, size int64) error {
-	return s.put(ctx, name, r, size, true)
-}
-
-func (s *Store) put(ctx context.Context, name string, r io.Reader, size int64, ifAbsent bool) error {
-	key, err := s.key(name)
-	if err != nil {
-		return err
-	}
-	if size < 0 {
-		return fmt.Errorf("s3store: put %s: negative size %d", name, size)
-	}
-	if err := ctx.Err(); err != nil {
-		return err
-	}
+// Put implements tiered.Driver: one PutObject up to the multipart
+// threshold, a multipart upload above it.
+func (s *driver) Put(ctx context.Context, name string, r io.Reader, size int64, ifAbsent bool) error {
+	key := s.key(name)
 	if size > s.opts.MultipartThreshold {
 		if ifAbsent {
 			// Do not upload a large object only to be refused at the end.
 			if _, err := s.Stat(ctx, name); err == nil {
-				return fmt.Errorf("s3store: put %s: %w", name, tiered.ErrExists)
-			} else if !errors.Is(err, tiered.ErrNotFound) {
+				return tiered.ErrExists
+			} else if s.Classify(err) != tiered.ErrNotFound {
 				return err
 			}
 		}
@@ -287,7 +277,7 @@ func (s *Store) put(ctx context.Context, name string, r io.Reader, size int64, i
 	}
 	buf := make([]byte, size)
 	if err := readExactly(r, buf); err != nil {
-		return fmt.Errorf("s3store: put %s: %w", name, err)
+		return err
 	}
 	in := &s3.PutObjectInput{
 		Bucket:        aws.String(s.opts.Bucket),
@@ -300,7 +290,7 @@ func (s *Store) put(ctx context.Context, name string, r io.Reader, size int64, i
 	}
 	for attempt := 0; ; attempt++ {
 		rctx, cancel := s.reqCtx(ctx)
-		_, err = s.client.PutObject(rctx, in)
+		_, err := s.client.PutObject(rctx, in)
 		cancel()
 		// 409 ConditionalRequestConflict: a concurrent conditional write
 		// was in progress; S3 asks to retry, and the retry sees the winner.
@@ -308,7 +298,7 @@ func (s *Store) put(ctx context.Context, name string, r io.Reader, size int64, i
 			in.Body = bytes.NewReader(buf)
 			continue
 		}
-		return s.wrap("put", name, err)
+		return s.wrap("put", err)
 	}
 }
 
@@ -331,7 +321,7 @@ func readExactly(r io.Reader, buf []byte) error {
 	return nil
 }
 
-func (s *Store) putMultipart(ctx context.Context, name, key string, r io.Reader, size int64, ifAbsent bool) (err error) {
+func (s *driver) putMultipart(ctx context.Context, name, key string, r io.Reader, size int64, ifAbsent bool) (err error) {
 	partSize := max(s.opts.PartSize, (size+MaxParts-1)/MaxParts)
 	nparts := int((size + partSize - 1) / partSize)
 	rctx, cancel := s.reqCtx(ctx)
@@ -340,7 +330,7 @@ func (s *Store) putMultipart(ctx context.Context, name, key string, r io.Reader,
 	})
 	cancel()
 	if err != nil {
-		return s.wrap("put (create multipart upload)", name, err)
+		return s.wrap("create multipart upload", err)
 	}
 	uploadID := created.UploadId
 	defer func() {
@@ -392,7 +382,7 @@ func (s *Store) putMultipart(ctx context.Context, name, key string, r io.Reader,
 		}
 		buf = buf[:n]
 		if _, rerr := io.ReadFull(r, buf); rerr != nil {
-			fail(fmt.Errorf("s3store: put %s: read part %d of %d: %w", name, i+1, nparts, rerr))
+			fail(fmt.Errorf("read part %d of %d: %w", i+1, nparts, rerr))
 			sem <- buf
 			break
 		}
@@ -405,7 +395,7 @@ func (s *Store) putMultipart(ctx context.Context, name, key string, r io.Reader,
 				PartNumber: aws.Int32(int32(i + 1)), Body: bytes.NewReader(buf), ContentLength: aws.Int64(n),
 			})
 			if err != nil {
-				fail(s.wrap(fmt.Sprintf("put (part %d of %d)", i+1, nparts), name, err))
+				fail(s.wrap(fmt.Sprintf("upload part %d of %d", i+1, nparts), err))
 				return
 			}
 			parts[i] = types.CompletedPart{ETag: out.ETag, PartNumber: aws.Int32(int32(i + 1))}
@@ -419,7 +409,7 @@ func (s *Store) putMultipart(ctx context.Context, name, key string, r io.Reader,
 		return err
 	}
 	if err := readExactly(r, nil); err != nil {
-		return fmt.Errorf("s3store: put %s: %w", name, err)
+		return err
 	}
 	in := &s3.CompleteMultipartUploadInput{
 		Bucket: aws.String(s.opts.Bucket), Key: aws.String(key), UploadId: uploadID,
@@ -434,68 +424,55 @@ func (s *Store) putMultipart(ctx context.Context, name, key string, r io.Reader,
 	if code, _ := errorCode(err); code == "ConditionalRequestConflict" {
 		// A concurrent conditional write raced this one; whoever completed
 		// first owns the name.
-		return fmt.Errorf("s3store: put %s: concurrent conditional write: %w", name, tiered.ErrExists)
+		return fmt.Errorf("concurrent conditional write: %w", tiered.ErrExists)
 	}
-	return s.wrap("put (complete multipart upload)", name, err)
+	return s.wrap("complete multipart upload", err)
 }
 
-// Get implements tiered.Store.
-func (s *Store) Get(ctx context.Context, name string) (io.ReadCloser, error) {
-	return s.GetRange(ctx, name, 0, -1)
-}
-
-// GetRange implements tiered.Store.
-func (s *Store) GetRange(ctx context.Context, name string, offset, length int64) (io.ReadCloser, error) {
-	key, err := s.key(name)
-	if err != nil {
-		return nil, err
-	}
-	if offset < 0 {
-		return nil, fmt.Errorf("s3store: get %s: %w: negative offset %d", name, tiered.ErrInvalidRange, offset)
-	}
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
+// GetRange implements tiered.Driver. S3 reports a range that starts past
+// the end itself, so the size is returned only when it is known anyway.
+func (s *driver) GetRange(ctx context.Context, name string, offset, length int64) (io.ReadCloser, int64, error) {
 	if length == 0 {
 		// S3 has no empty range; check existence and bounds with a HEAD.
 		info, err := s.Stat(ctx, name)
 		if err != nil {
-			return nil, err
+			return nil, 0, err
 		}
-		if offset > info.Size {
-			return nil, fmt.Errorf("s3store: get %s: %w: offset %d of %d bytes", name, tiered.ErrInvalidRange, offset, info.Size)
-		}
-		return io.NopCloser(bytes.NewReader(nil)), nil
+		return io.NopCloser(bytes.NewReader(nil)), info.Size, nil
 	}
-	rd := &reader{s: s, ctx: ctx, name: name, key: key, offset: offset, end: -1}
+	rd := &reader{s: s, ctx: ctx, name: name, key: s.key(name), offset: offset, end: -1, total: -1}
 	if length > 0 {
 		rd.end = offset + length // exclusive
 	}
-	err = rd.open()
-	if errors.Is(err, tiered.ErrInvalidRange) {
+	err := rd.open()
+	if s.Classify(err) == tiered.ErrInvalidRange {
 		// S3 refuses a ranged GET of an empty object, and some servers
 		// (gofakes3) one that ends past the object's end; both are valid
 		// here, so look at the size and clip.
 		info, serr := s.Stat(ctx, name)
 		switch {
 		case serr != nil:
-			return nil, serr
-		case info.Size == 0 && offset == 0:
-			return io.NopCloser(bytes.NewReader(nil)), nil
-		case offset < info.Size && (rd.end < 0 || rd.end > info.Size):
-			rd.end = info.Size
-			err = rd.open()
+			return nil, 0, serr
+		case tiered.CheckRange(offset, length, info.Size) != nil:
+			return nil, 0, err
+		case offset == info.Size:
+			return io.NopCloser(bytes.NewReader(nil)), info.Size, nil
 		}
+		rd.end = info.Size
+		if length > 0 {
+			rd.end = min(offset+length, info.Size)
+		}
+		err = rd.open()
 	}
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
-	return rd, nil
+	return rd, rd.total, nil
 }
 
 // reader streams an object's body and resumes after a broken connection.
 type reader struct {
-	s        *Store
+	s        *driver
 	ctx      context.Context
 	cancel   context.CancelFunc
 	name     string
@@ -503,6 +480,7 @@ type reader struct {
 	offset   int64 // next byte to return
 	end      int64 // exclusive end of the wanted range; -1: the object's end
 	etag     *string
+	total    int64 // the object's size from the first response; -1: unknown
 	body     io.ReadCloser
 	resumes  int
 	finished bool
@@ -529,10 +507,16 @@ func (r *reader) open() error {
 				return fmt.Errorf("s3store: get %s: the object was replaced while it was read", r.name)
 			}
 		}
-		return r.s.wrap("get", r.name, err)
+		if c := r.s.Classify(err); c != nil && r.etag != nil {
+			// A resumed read does not go back through the Bucket: name
+			// the sentinel here.
+			return fmt.Errorf("s3store: get %s: %w: %w", r.name, c, err)
+		}
+		return r.s.wrap("get", err)
 	}
 	if r.etag == nil {
 		r.etag = out.ETag
+		r.total = totalSize(out, rng)
 	}
 	if out.ContentLength != nil {
 		// Pin the end to what the server sends (a range past the object's
@@ -597,29 +581,41 @@ func (r *reader) Close() error {
 	return nil
 }
 
-// Stat implements tiered.Store.
-func (s *Store) Stat(ctx context.Context, name string) (tiered.ObjectInfo, error) {
-	key, err := s.key(name)
-	if err != nil {
-		return tiered.ObjectInfo{}, err
+// totalSize is the object's size a GET response gives: the content
+// length of a whole-object GET, the total of a ranged one's Content-Range
+// ("bytes 0-9/100"); -1 when it gives none.
+func totalSize(out *s3.GetObjectOutput, rng string) int64 {
+	if rng == "" {
+		if out.ContentLength != nil {
+			return *out.ContentLength
+		}
+		return -1
 	}
+	_, total, ok := strings.Cut(aws.ToString(out.ContentRange), "/")
+	if !ok {
+		return -1
+	}
+	n, err := strconv.ParseInt(total, 10, 64)
+	if err != nil || n < 0 {
+		return -1
+	}
+	return n
+}
+
+// Stat implements tiered.Driver.
+func (s *driver) Stat(ctx context.Context, name string) (tiered.ObjectInfo, error) {
+	key := s.key(name)
 	rctx, cancel := s.reqCtx(ctx)
 	defer cancel()
 	out, err := s.client.HeadObject(rctx, &s3.HeadObjectInput{Bucket: aws.String(s.opts.Bucket), Key: aws.String(key)})
 	if err != nil {
-		return tiered.ObjectInfo{}, s.wrap("stat", name, err)
+		return tiered.ObjectInfo{}, s.wrap("head", err)
 	}
 	return tiered.ObjectInfo{Name: name, Size: aws.ToInt64(out.ContentLength), ModTime: aws.ToTime(out.LastModified)}, nil
 }
 
-// List implements tiered.Store.
-func (s *Store) List(ctx context.Context, prefix, startAfter string, limit int) (tiered.ListPage, error) {
-	if s.closed.Load() {
-		return tiered.ListPage{}, errors.New("s3store: store closed")
-	}
-	if limit <= 0 || limit > maxListPage {
-		limit = maxListPage
-	}
+// List implements tiered.Driver.
+func (s *driver) List(ctx context.Context, prefix, startAfter string, limit int) ([]tiered.ObjectInfo, bool, error) {
 	in := &s3.ListObjectsV2Input{
 		Bucket:  aws.String(s.opts.Bucket),
 		Prefix:  aws.String(s.prefix + prefix),
@@ -628,60 +624,53 @@ func (s *Store) List(ctx context.Context, prefix, startAfter string, limit int) 
 	if startAfter != "" {
 		in.StartAfter = aws.String(s.prefix + startAfter)
 	}
-	var page tiered.ListPage
+	var objs []tiered.ObjectInfo
 	for {
 		rctx, cancel := s.reqCtx(ctx)
 		out, err := s.client.ListObjectsV2(rctx, in)
 		cancel()
 		if err != nil {
-			return tiered.ListPage{}, s.wrap("list", fmt.Sprintf("%q", prefix), err)
+			return nil, false, s.wrap("list", err)
 		}
 		for _, o := range out.Contents {
 			name, ok := strings.CutPrefix(aws.ToString(o.Key), s.prefix)
 			if !ok {
-				return tiered.ListPage{}, fmt.Errorf("s3store: list %q returned key %q outside prefix %q", prefix, aws.ToString(o.Key), s.prefix)
+				return nil, false, fmt.Errorf("returned key %q outside prefix %q", aws.ToString(o.Key), s.prefix)
 			}
-			page.Objects = append(page.Objects, tiered.ObjectInfo{Name: name, Size: aws.ToInt64(o.Size), ModTime: aws.ToTime(o.LastModified)})
+			objs = append(objs, tiered.ObjectInfo{Name: name, Size: aws.ToInt64(o.Size), ModTime: aws.ToTime(o.LastModified)})
 		}
 		truncated := aws.ToBool(out.IsTruncated)
-		if truncated && len(page.Objects) == 0 && out.NextContinuationToken != nil {
+		if truncated && len(objs) == 0 && out.NextContinuationToken != nil {
 			// A truncated page without keys: ask for the rest.
 			in.ContinuationToken = out.NextContinuationToken
 			continue
 		}
-		if truncated && len(page.Objects) > 0 {
-			page.Next = page.Objects[len(page.Objects)-1].Name
-		}
-		return page, nil
+		return objs, truncated, nil
 	}
 }
 
-// Delete implements tiered.Store.
-func (s *Store) Delete(ctx context.Context, name string) error {
-	key, err := s.key(name)
-	if err != nil {
-		return err
+// Delete implements tiered.Driver: DeleteObject for one name,
+// deleteBatch for more.
+func (s *driver) Delete(ctx context.Context, names []string) error {
+	if len(names) > 1 {
+		return s.deleteBatch(ctx, names)
 	}
 	rctx, cancel := s.reqCtx(ctx)
 	defer cancel()
-	_, err = s.client.DeleteObject(rctx, &s3.DeleteObjectInput{Bucket: aws.String(s.opts.Bucket), Key: aws.String(key)})
-	if err = s.wrap("delete", name, err); errors.Is(err, tiered.ErrNotFound) {
+	_, err := s.client.DeleteObject(rctx, &s3.DeleteObjectInput{Bucket: aws.String(s.opts.Bucket), Key: aws.String(s.key(names[0]))})
+	if s.Classify(err) == tiered.ErrNotFound {
 		return nil
 	}
-	return err
+	return s.wrap("delete", err)
 }
 
-// DeleteBatch implements tiered.Store: DeleteObjects in batches of up to
-// 1000 keys, DeleteConcurrency batches at a time. On failure the error
-// lists the names not deleted; calling again with the same names finishes.
-func (s *Store) DeleteBatch(ctx context.Context, names []string) error {
+// deleteBatch is DeleteObjects in batches of up to 1000 keys,
+// DeleteConcurrency batches at a time. On failure the error lists the
+// names not deleted; calling again with the same names finishes.
+func (s *driver) deleteBatch(ctx context.Context, names []string) error {
 	keys := make([]types.ObjectIdentifier, 0, len(names))
 	for _, n := range names {
-		k, err := s.key(n)
-		if err != nil {
-			return err
-		}
-		keys = append(keys, types.ObjectIdentifier{Key: aws.String(k)})
+		keys = append(keys, types.ObjectIdentifier{Key: aws.String(s.key(n))})
 	}
 	var (
 		mu       sync.Mutex
@@ -723,7 +712,7 @@ func (s *Store) DeleteBatch(ctx context.Context, names []string) error {
 				for _, k := range batch {
 					ns = append(ns, strings.TrimPrefix(aws.ToString(k.Key), s.prefix))
 				}
-				record(ns, s.wrap("delete-batch", fmt.Sprintf("(%d keys from %s)", len(batch), ns[0]), err))
+				record(ns, s.wrap(fmt.Sprintf("delete %d keys from %s", len(batch), ns[0]), err))
 				return
 			}
 			for _, e := range out.Errors {
@@ -731,7 +720,7 @@ func (s *Store) DeleteBatch(ctx context.Context, names []string) error {
 					continue
 				}
 				n := strings.TrimPrefix(aws.ToString(e.Key), s.prefix)
-				record([]string{n}, fmt.Errorf("s3store: delete %s: %s: %s", n, aws.ToString(e.Code), aws.ToString(e.Message)))
+				record([]string{n}, fmt.Errorf("delete %s: %s: %s", n, aws.ToString(e.Code), aws.ToString(e.Message)))
 			}
 		})
 	}
@@ -745,13 +734,10 @@ func (s *Store) DeleteBatch(ctx context.Context, names []string) error {
 		more = fmt.Sprintf(" and %d more", len(shown)-20)
 		shown = shown[:20]
 	}
-	return fmt.Errorf("s3store: %d of %d deletes failed (first: %w); not deleted: %s%s",
+	return fmt.Errorf("%d of %d deletes failed (first: %w); not deleted: %s%s",
 		len(failed), len(names), firstErr, strings.Join(shown, ", "), more)
 }
 
-// Close implements tiered.Store. Readers already returned stay usable
+// Close implements tiered.Driver. Readers already returned stay usable
 // until they are closed.
-func (s *Store) Close() error {
-	s.closed.Store(true)
-	return nil
-}
+func (s *driver) Close() error { return nil }

@@ -43,6 +43,10 @@ type Harness struct {
 	// check If-None-Match on multipart completion, so its harness says
 	// false, and the race runs against a real S3 server in CI instead.
 	ConditionalMultipart bool
+	// OpenAfterClose says Close leaves the store usable: a view
+	// (tiered.WithPrefix) whose Close does not close the store under it.
+	// Otherwise every operation after Close must fail.
+	OpenAfterClose bool
 }
 
 func (h *Harness) defaults() {
@@ -156,7 +160,7 @@ func wantIs(t *testing.T, what string, err, target error) {
 func testInvalidNames(t *testing.T, h Harness) {
 	s := newStore(t, h)
 	ctx := ctxT(t)
-	for _, name := range []string{"", "/abs", "a/../b", "..", "a//b", "a/", "./a", "a/.", "a\\b", "a\x00b", strings.Repeat("x", 1025)} {
+	for _, name := range []string{"", "/abs", "a/../b", "..", "a//b", "a/", "./a", "a/.", "a\\b", "a\x00b", strings.Repeat("x", 1025), ".tmp", ".tmp/x"} {
 		wantIs(t, fmt.Sprintf("put %q", name), tiered.PutBytes(ctx, s, name, []byte("x")), tiered.ErrInvalidName)
 		wantIs(t, fmt.Sprintf("put-if-absent %q", name), s.PutIfAbsent(ctx, name, bytes.NewReader(nil), 0), tiered.ErrInvalidName)
 		_, err := s.Get(ctx, name)
@@ -171,6 +175,12 @@ func testInvalidNames(t *testing.T, h Harness) {
 	page, err := s.List(ctx, "", "", 0)
 	if err != nil || len(page.Objects) != 0 {
 		t.Fatalf("invalid names left objects behind: %+v, %v", page, err)
+	}
+	// A listing prefix may end anywhere, but its directory part must be a
+	// valid name.
+	for _, prefix := range []string{"a//b", "../x", "/abs/x", "a/./b"} {
+		_, err := s.List(ctx, prefix, "", 0)
+		wantIs(t, fmt.Sprintf("list %q", prefix), err, tiered.ErrInvalidName)
 	}
 }
 
@@ -725,6 +735,16 @@ func testCanceled(t *testing.T, h Harness) {
 	if _, err := s.List(ctx, "", "", 0); err == nil {
 		t.Fatal("list with a canceled context succeeded")
 	}
+	if _, err := s.GetRange(ctx, "c", 0, 1); err == nil {
+		t.Fatal("get-range with a canceled context succeeded")
+	}
+	if _, err := s.Stat(ctx, "c"); err == nil {
+		t.Fatal("stat with a canceled context succeeded")
+	}
+	if err := s.Delete(ctx, "c"); err == nil {
+		t.Fatal("delete with a canceled context succeeded")
+	}
+	wantEqual(t, "object a canceled delete was given", get(t, s, "c"), []byte("c"))
 	_, err := s.Stat(context.Background(), "c2")
 	wantIs(t, "object of a canceled put", err, tiered.ErrNotFound)
 }
@@ -757,5 +777,18 @@ func testClose(t *testing.T, h Harness) {
 	}
 	if err := s.Close(); err != nil {
 		t.Fatalf("second close: %v", err)
+	}
+	if h.OpenAfterClose {
+		return
+	}
+	ctx := ctxT(t)
+	if err := tiered.PutBytes(ctx, s, "y", []byte("y")); err == nil {
+		t.Fatal("put after close succeeded")
+	}
+	if _, err := s.Get(ctx, "x"); err == nil {
+		t.Fatal("get after close succeeded")
+	}
+	if _, err := s.List(ctx, "", "", 0); err == nil {
+		t.Fatal("list after close succeeded")
 	}
 }

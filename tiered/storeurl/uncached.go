@@ -2,6 +2,7 @@ package storeurl
 
 import (
 	"context"
+	"fmt"
 	"io"
 
 	"github.com/statedhq/stated/tiered"
@@ -45,4 +46,12 @@ func (p *partialCache) GetRange(ctx context.Context, name string, offset, length
 
 func (p *partialCache) Stat(ctx context.Context, name string) (tiered.ObjectInfo, error) {
 	return p.route(name).Stat(ctx, name)
+}
+
+// LocalCopy implements tiered.LocalCopies: uncached names have none.
+func (p *partialCache) LocalCopy(ctx context.Context, name string) (tiered.LocalCopy, error) {
+	if p.uncached(name) {
+		return tiered.LocalCopy{}, fmt.Errorf("storeurl: %s is not cached: %w", name, tiered.ErrNoLocalCopy)
+	}
+	return p.Store.LocalCopy(ctx, name)
 }

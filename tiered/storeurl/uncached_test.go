@@ -2,6 +2,7 @@ package storeurl_test
 
 import (
 	"context"
+	"errors"
 	"path"
 	"testing"
 
@@ -115,5 +116,32 @@ func TestTierKeepsUncachedNamesOutOfTheCache(t *testing.T) {
 	}
 	if _, err := s.Stat(ctx, "j/_catalog"); !tiered.IsNotFound(err) {
 		t.Fatalf("deleted job file: %v", err)
+	}
+}
+
+// TestPartialCacheLocalCopies: a cached name has a local copy; an
+// uncached one, which the cache never holds, has none.
+func TestPartialCacheLocalCopies(t *testing.T) {
+	ctx := context.Background()
+	remote := memstore.New()
+	s, err := storeurl.Tier(remote, storeurl.Options{CacheDir: t.TempDir(), CacheBytes: 1 << 20, Uncached: metadata})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	for _, n := range []string{"job/chk-1/_metadata", "job/chk-1/x.sst"} {
+		if err := tiered.PutBytes(ctx, remote, n, []byte(n)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	lc, ok := tiered.AsLocalCopies(tiered.WithPrefix(s, "job"))
+	if !ok {
+		t.Fatalf("%T offers no local copies", s)
+	}
+	if cp, err := lc.LocalCopy(ctx, "chk-1/x.sst"); err != nil || cp.Size != int64(len("job/chk-1/x.sst")) {
+		t.Fatalf("local copy of a cached name: %+v, %v", cp, err)
+	}
+	if _, err := lc.LocalCopy(ctx, "chk-1/_metadata"); !errors.Is(err, tiered.ErrNoLocalCopy) {
+		t.Fatalf("local copy of an uncached name: %v", err)
 	}
 }
