@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"sort"
 	"sync"
@@ -66,9 +67,11 @@ type Options struct {
 	// Clock gives the time for history records and the grace period.
 	// Default time.Now.
 	Clock func() time.Time
-	// Logf receives problems that do not fail the call that met them (a
-	// delete that the sweep will retry). Default: discarded.
-	Logf func(format string, args ...any)
+	// Logger receives problems that do not fail the call that met them (a
+	// delete that the sweep will retry) and what the sweep deleted, with
+	// the attribute component=catalog. Default: a logger that discards
+	// everything (the catalog is a library; the daemon passes its own).
+	Logger *slog.Logger
 	// HeapStore is where heap backends keep their snapshot files (the
 	// daemon's one in-memory store), under the same names as in
 	// checkpoint storage ("<job>/chk-<N>/..."). Optional: when set, the
@@ -103,8 +106,8 @@ func (o *Options) EnsureDefaults() {
 	if o.Clock == nil {
 		o.Clock = time.Now
 	}
-	if o.Logf == nil {
-		o.Logf = func(string, ...any) {}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
 	}
 }
 
@@ -202,6 +205,8 @@ type Catalog struct {
 	store tiered.Store
 	// heap is Options.HeapStore (nil: heap files are not managed).
 	heap tiered.Store
+	// log is Options.Logger with component=catalog.
+	log *slog.Logger
 
 	mu          sync.Mutex
 	closed      bool
@@ -239,6 +244,7 @@ func Open(ctx context.Context, opts Options) (*Catalog, error) {
 	}
 	c := &Catalog{
 		opts: opts, store: opts.Store, heap: opts.HeapStore,
+		log:         opts.Logger.With("component", "catalog"),
 		reg:         refcount.New(),
 		entries:     map[ref]*entry{},
 		savepoints:  map[string]*spEntry{},
@@ -429,7 +435,7 @@ func (c *Catalog) Jobs() []string {
 
 func (c *Catalog) saveJobLogged(ctx context.Context, job string) {
 	if err := c.saveJob(ctx, job); err != nil {
-		c.opts.Logf("catalog: %v", err)
+		c.log.Warn("save the job file failed", "job", job, "err", err)
 	}
 }
 

@@ -241,7 +241,7 @@ func (c *Catalog) Complete(ctx context.Context, job string, id uint64, handles .
 
 	for _, d := range drops {
 		if err := c.discard(ctx, d); err != nil {
-			c.opts.Logf("catalog: discard %s after completing %s (the sweep retries): %v", d.ref, r, err)
+			c.log.Warn("discard after a completion failed; the sweep retries", "discarded", d.ref.String(), "completed", r.String(), "err", err)
 		}
 	}
 	c.saveJobLogged(ctx, job)

@@ -99,7 +99,7 @@ func (c *Catalog) deleteNames(ctx context.Context, names []string) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 	defer cancel()
 	if err := c.deleteRetried(ctx, names); err != nil {
-		c.opts.Logf("catalog: delete (the sweep retries): %v", err)
+		c.log.Warn("delete failed; the sweep retries", "err", err)
 	}
 }
 

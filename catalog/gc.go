@@ -284,10 +284,10 @@ func (c *Catalog) Start(ctx context.Context) error {
 			}
 			rep, err := c.GC(ctx, false)
 			if err != nil && ctx.Err() == nil {
-				c.opts.Logf("catalog: sweep: %v", err)
+				c.log.Warn("sweep failed", "err", err)
 			}
 			if rep != nil && len(rep.Orphans) > 0 {
-				c.opts.Logf("catalog: sweep deleted %d orphans (%d bytes)", len(rep.Orphans), rep.Bytes)
+				c.log.Info("sweep deleted orphans", "orphans", len(rep.Orphans), "bytes", rep.Bytes)
 			}
 		}
 	}()

@@ -150,7 +150,7 @@ func (c *Catalog) RestoreSource(ctx context.Context, req RestoreRequest) (*Resto
 				c.mu.Unlock()
 				return nil, fmt.Errorf("catalog: restore %s: record the ownership change: %w", e.ref, err)
 			}
-			c.opts.Logf("catalog: restore %s: %v (the adoption by %s stands)", e.ref, err, req.Job)
+			c.log.Warn("restore: save the job file failed; the adoption stands", "checkpoint", e.ref.String(), "job", req.Job, "err", err)
 		}
 	}
 

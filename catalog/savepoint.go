@@ -335,7 +335,7 @@ func (c *Catalog) abortSavepoint(ctx context.Context, id string) {
 	c.mu.Unlock()
 	listed, err := c.list(ctx, SavepointDir(id)+"/")
 	if err != nil {
-		c.opts.Logf("catalog: clean up failed savepoint %s (the sweep will): %v", id, err)
+		c.log.Warn("clean up of a failed savepoint failed; the sweep will finish it", "savepoint", id, "err", err)
 		return
 	}
 	names := make([]string, len(listed))
@@ -343,7 +343,7 @@ func (c *Catalog) abortSavepoint(ctx context.Context, id string) {
 		names[i] = o.Name
 	}
 	if _, err := c.deleteUnreferenced(ctx, names); err != nil {
-		c.opts.Logf("catalog: clean up failed savepoint %s (the sweep will): %v", id, err)
+		c.log.Warn("clean up of a failed savepoint failed; the sweep will finish it", "savepoint", id, "err", err)
 	}
 }
 

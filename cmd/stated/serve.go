@@ -305,7 +305,7 @@ func runServe(ctx context.Context, f serveFlags, gcFlagSet bool) error {
 				d.CatalogExpired(job, id)
 			}
 		},
-		Logf: func(format string, args ...any) { log.Warn(fmt.Sprintf(format, args...)) },
+		Logger: log,
 	})
 	if err != nil {
 		return err
