@@ -22,7 +22,6 @@ const (
 	DefaultRetain            = 3
 	DefaultGCGrace           = time.Hour
 	DefaultSweepInterval     = 10 * time.Minute
-	DefaultCheckpointTimeout = 10 * time.Minute
 	DefaultDeleteBatch       = 1000
 	DefaultDeleteParallelism = 4
 	DefaultMaxHistory        = 100
@@ -41,20 +40,14 @@ type Options struct {
 	// not counted). Default DefaultRetain.
 	Retain int
 	// GCGrace is how old an unreferenced object must be before the orphan
-	// sweep deletes it; it must exceed CheckpointTimeout so that uploads of
-	// a running checkpoint are never orphans. Default DefaultGCGrace.
+	// sweep deletes it. It must exceed the longest a checkpoint stays in
+	// flight (the daemon's checkpoint timeout, which daemon.New checks
+	// against GCGrace()), so that uploads of a running checkpoint are
+	// never orphans. Default DefaultGCGrace.
 	GCGrace time.Duration
 	// SweepInterval is the period of the background sweep (Start).
 	// Default DefaultSweepInterval.
 	SweepInterval time.Duration
-	// CheckpointTimeout is how long a checkpoint may stay in flight; the
-	// sweep aborts older ones with StatusExpired. Negative: never.
-	// Default DefaultCheckpointTimeout.
-	CheckpointTimeout time.Duration
-	// OnExpire, if set, is called (without catalog locks held) for every
-	// checkpoint the sweep expired, so the caller can tell its backends
-	// (NotifyCheckpointAborted).
-	OnExpire func(job string, id uint64)
 	// DeleteBatch is the most names one DeleteBatch call carries (S3 allows
 	// 1000). Default DefaultDeleteBatch.
 	DeleteBatch int
@@ -91,9 +84,6 @@ func (o *Options) EnsureDefaults() {
 	if o.SweepInterval == 0 {
 		o.SweepInterval = DefaultSweepInterval
 	}
-	if o.CheckpointTimeout == 0 {
-		o.CheckpointTimeout = DefaultCheckpointTimeout
-	}
 	if o.DeleteBatch == 0 {
 		o.DeleteBatch = DefaultDeleteBatch
 	}
@@ -125,10 +115,6 @@ func (o *Options) Validate() error {
 	}
 	if o.SweepInterval <= 0 {
 		errs = append(errs, fmt.Errorf("%w: sweep interval %s must be positive", ErrInvalidArgument, o.SweepInterval))
-	}
-	if o.CheckpointTimeout > 0 && o.GCGrace <= o.CheckpointTimeout {
-		errs = append(errs, fmt.Errorf("%w: gc grace %s must exceed the checkpoint timeout %s, or the sweep could delete uploads of a running checkpoint",
-			ErrInvalidArgument, o.GCGrace, o.CheckpointTimeout))
 	}
 	if o.DeleteBatch < 1 || o.DeleteBatch > 1000 {
 		errs = append(errs, fmt.Errorf("%w: delete batch %d is outside [1,1000]", ErrInvalidArgument, o.DeleteBatch))
@@ -417,6 +403,10 @@ func (c *Catalog) Problems() []string {
 	defer c.mu.Unlock()
 	return slices.Clone(c.problems)
 }
+
+// GCGrace is Options.GCGrace: whoever expires in-flight checkpoints (the
+// daemon) must do so well within it.
+func (c *Catalog) GCGrace() time.Duration { return c.opts.GCGrace }
 
 // Store is the checkpoint root the catalog manages.
 func (c *Catalog) Store() tiered.Store { return c.store }

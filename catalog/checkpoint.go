@@ -15,7 +15,7 @@ import (
 )
 
 // BeginCheckpoint marks checkpoint id of job in flight: until it completes
-// or aborts (or expires), nothing under its directory is deleted by the
+// or aborts, nothing under its directory is deleted by the
 // sweep. Calling it again for the same in-flight checkpoint is a no-op (every
 // task of the job may call it); an id that already completed is ErrExists.
 func (c *Catalog) BeginCheckpoint(job string, id uint64) error {
@@ -449,7 +449,9 @@ func (c *Catalog) discard(ctx context.Context, e *entry) error {
 
 // Abort ends in-flight checkpoint id of job without completing it. why is
 // StatusAborted, StatusDeclined or StatusExpired, reason a text for the
-// history. Abort deletes the checkpoint's private directory now (after
+// history. The catalog never ends a checkpoint on its own: expiry is the
+// caller's (the daemon's per-checkpoint timer aborts with StatusExpired),
+// so one timer with one default decides it. Abort deletes the checkpoint's private directory now (after
 // making sure no manifest for it survives), and its heap snapshot files in
 // Options.HeapStore; the shared files it uploaded
 // are left to the sweep, which deletes them once they are older than the

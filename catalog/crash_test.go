@@ -27,7 +27,7 @@ type crashScene struct {
 
 func newCrashScene(t *testing.T) *crashScene {
 	sc := &crashScene{mem: memstore.New(), clk: &testClock{}, states: map[string]map[backend.TaskID]map[string]string{}}
-	c := openCat(t, sc.mem, sc.clk, func(o *Options) { o.CheckpointTimeout = -1 })
+	c := openCat(t, sc.mem, sc.clk)
 	sc.tasks = []*fakeTask{
 		newFakeTask("j", "op", 0, backend.KeyGroupRange{Start: 0, End: 63}),
 		newFakeTask("j", "op", 1, backend.KeyGroupRange{Start: 64, End: 127}),
@@ -72,7 +72,7 @@ func newCrashScene(t *testing.T) *crashScene {
 	// restart does), so checkpoint 4 is begun again with its handles.
 	c.Close()
 	sc.fs = newFaultStore(sc.mem)
-	sc.c = openCat(t, sc.fs, sc.clk, func(o *Options) { o.CheckpointTimeout = -1 })
+	sc.c = openCat(t, sc.fs, sc.clk)
 	if err := sc.c.BeginCheckpoint("j", 4); err != nil {
 		t.Fatal(err)
 	}

@@ -26,8 +26,6 @@ type GCReport struct {
 	YoungBytes int64
 	// Unknown counts objects outside the layout; GC never touches them.
 	Unknown int
-	// Expired lists the in-flight checkpoints this pass expired.
-	Expired []string
 	// Discarded lists retention discards this pass finished (an earlier
 	// attempt failed).
 	Discarded []string
@@ -55,8 +53,9 @@ type GCReport struct {
 // that no in-flight checkpoint and no retained checkpoint's heap handle
 // holds, without a grace period (see heap.go).
 //
-// Before that (unless dryRun) it expires checkpoints in flight longer than
-// CheckpointTimeout and retries retention discards that failed. Manifests
+// Before that (unless dryRun) it retries retention discards that failed.
+// It never ends an in-flight checkpoint: that is the caller's (Abort with
+// StatusExpired). Manifests
 // the catalog does not know (another process completed them) are read and
 // everything they reference is kept. With dryRun nothing is changed and
 // the report lists what would be deleted. Deletes are batched, run in
@@ -67,7 +66,6 @@ func (c *Catalog) GC(ctx context.Context, dryRun bool) (*GCReport, error) {
 	defer c.gcMu.Unlock()
 	rep := &GCReport{DryRun: dryRun}
 	if !dryRun {
-		c.expire(ctx, rep)
 		c.retryDiscards(ctx, rep)
 	}
 	herr := c.gcHeap(ctx, rep, dryRun)
@@ -203,38 +201,6 @@ func (c *Catalog) gcStore(ctx context.Context, rep *GCReport, dryRun bool) error
 		return fmt.Errorf("catalog: gc: %w", derr)
 	}
 	return nil
-}
-
-// expire aborts checkpoints in flight for longer than CheckpointTimeout.
-func (c *Catalog) expire(ctx context.Context, rep *GCReport) {
-	if c.opts.CheckpointTimeout <= 0 {
-		return
-	}
-	now := c.opts.Clock()
-	var stale []ref
-	c.mu.Lock()
-	for name, j := range c.jobs {
-		for id, inf := range j.inflight {
-			if !inf.completing && now.Sub(inf.started) > c.opts.CheckpointTimeout {
-				stale = append(stale, ref{name, id})
-			}
-		}
-	}
-	c.mu.Unlock()
-	sort.Slice(stale, func(i, j int) bool { return stale[i].String() < stale[j].String() })
-	for _, r := range stale {
-		err := c.Abort(ctx, r.job, r.id, StatusExpired, fmt.Sprintf("in flight for longer than the checkpoint timeout (%s)", c.opts.CheckpointTimeout))
-		if errors.Is(err, ErrState) {
-			continue // it completed meanwhile
-		}
-		if err != nil {
-			rep.Problems = append(rep.Problems, err.Error())
-		}
-		rep.Expired = append(rep.Expired, r.String())
-		if c.opts.OnExpire != nil {
-			c.opts.OnExpire(r.job, r.id)
-		}
-	}
 }
 
 // retryDiscards finishes retention discards whose manifest delete failed.

@@ -40,6 +40,10 @@ type checkpoint struct {
 	// aborted is closed once an abort has finished (the uploads stopped,
 	// the catalog recorded it), so that a repeated abort returns only then.
 	aborted chan struct{}
+	// timedOut: the timer fired while the checkpoint was completing. If
+	// the completion fails, it expires at once: the timer is the only
+	// expiry, and nothing else would end it.
+	timedOut bool
 }
 
 type taskSnapshot struct {
@@ -287,10 +291,15 @@ func (d *Daemon) CompleteCheckpoint(ctx context.Context, job string, id uint64, 
 	d.mu.Unlock()
 	reopen := func() {
 		d.mu.Lock()
+		expired := false
 		if c.status == statusCompleting {
 			c.status = statusInProgress
+			expired = c.timedOut
 		}
 		d.mu.Unlock()
+		if expired {
+			d.expire(c)
+		}
 	}
 
 	for _, ts := range snaps {
@@ -374,19 +383,10 @@ var catalogStatus = [numFailureReasons]catalog.Status{catalog.StatusDeclined, ca
 // "aborted" (the default). Aborting an aborted checkpoint is a no-op;
 // aborting a completed one is an error.
 func (d *Daemon) AbortCheckpoint(ctx context.Context, job string, id uint64, reason string) error {
-	return d.abort(ctx, job, id, reason, true)
+	return d.abort(ctx, job, id, reason)
 }
 
-// CatalogExpired is the catalog's OnExpire hook: its sweep expired
-// checkpoint id of job, so the daemon stops the uploads and tells the
-// backends.
-func (d *Daemon) CatalogExpired(job string, id uint64) {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	_ = d.abort(ctx, job, id, "expired: the catalog's sweep expired it", false)
-}
-
-func (d *Daemon) abort(ctx context.Context, job string, id uint64, reason string, tellCatalog bool) error {
+func (d *Daemon) abort(ctx context.Context, job string, id uint64, reason string) error {
 	if reason == "" {
 		reason = "aborted"
 	}
@@ -438,13 +438,11 @@ func (d *Daemon) abort(ctx context.Context, job string, id uint64, reason string
 		<-ts.done
 	}
 	var err error
-	if tellCatalog {
-		// Also for a checkpoint no task here began: the catalog records it
-		// and cleans what tasks elsewhere may have written.
-		text := strings.TrimPrefix(strings.TrimPrefix(reason, class.String()), ": ")
-		if e := d.cfg.Catalog.Abort(ctx, job, id, catalogStatus[class], text); e != nil {
-			err = fmt.Errorf("daemon: abort checkpoint %d of job %s: %w", id, job, e)
-		}
+	// Also for a checkpoint no task here began: the catalog records it and
+	// cleans what tasks elsewhere may have written.
+	text := strings.TrimPrefix(strings.TrimPrefix(reason, class.String()), ": ")
+	if e := d.cfg.Catalog.Abort(ctx, job, id, catalogStatus[class], text); e != nil {
+		err = fmt.Errorf("daemon: abort checkpoint %d of job %s: %w", id, job, e)
 	}
 	for _, ts := range snaps {
 		ts.inst.Backend.NotifyCheckpointAborted(id)
@@ -454,9 +452,16 @@ func (d *Daemon) abort(ctx context.Context, job string, id uint64, reason string
 	return err
 }
 
-// expire aborts a checkpoint that outlived the timeout.
+// expire aborts a checkpoint that outlived the timeout: the uploads stop,
+// the catalog records it as expired and deletes its files, the backends
+// hear of it, and the expired metric counts it. A checkpoint completing
+// when the timer fires is left to its completion; should that fail, reopen
+// calls expire again.
 func (d *Daemon) expire(c *checkpoint) {
 	d.mu.Lock()
+	if c.status == statusCompleting {
+		c.timedOut = true
+	}
 	skip := d.closing || c.status != statusInProgress
 	d.mu.Unlock()
 	if skip {

@@ -14,15 +14,31 @@ import (
 	"github.com/statedhq/stated/catalog"
 	"github.com/statedhq/stated/daemon"
 	"github.com/statedhq/stated/daemon/openers"
+	"github.com/statedhq/stated/tiered"
 	"github.com/statedhq/stated/tiered/memstore"
 )
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 
 type env struct {
-	d    *daemon.Daemon
-	cat  *catalog.Catalog
-	heap *memstore.Store
+	d     *daemon.Daemon
+	cat   *catalog.Catalog
+	store *memstore.Store
+	heap  *memstore.Store
+}
+
+// storeNames lists the objects of s under prefix.
+func storeNames(t *testing.T, s tiered.Store, prefix string) []string {
+	t.Helper()
+	var out []string
+	err := tiered.Walk(context.Background(), s, prefix, func(o tiered.ObjectInfo) error {
+		out = append(out, o.Name)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
 }
 
 func newEnv(t *testing.T, oc openers.Config, mod func(*daemon.Config)) *env {
@@ -33,9 +49,7 @@ func newEnv(t *testing.T, oc openers.Config, mod func(*daemon.Config)) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var dp *daemon.Daemon
-	cat, err := catalog.Open(ctx, catalog.Options{Store: store, HeapStore: set.HeapSnapshots,
-		OnExpire: func(job string, id uint64) { dp.CatalogExpired(job, id) }})
+	cat, err := catalog.Open(ctx, catalog.Options{Store: store, HeapStore: set.HeapSnapshots})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -48,7 +62,6 @@ func newEnv(t *testing.T, oc openers.Config, mod func(*daemon.Config)) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dp = d
 	t.Cleanup(func() {
 		sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		defer cancel()
@@ -58,7 +71,7 @@ func newEnv(t *testing.T, oc openers.Config, mod func(*daemon.Config)) *env {
 		cat.Close()
 		set.Close()
 	})
-	return &env{d: d, cat: cat, heap: set.HeapSnapshots}
+	return &env{d: d, cat: cat, store: store, heap: set.HeapSnapshots}
 }
 
 var valueState = []backend.StateDescriptor{{Name: "v", Kind: backend.KindValue}}
@@ -211,6 +224,12 @@ func TestDeclinedAndExpired(t *testing.T) {
 		t.Fatalf("snapshot over the heap cap: %v", err)
 	}
 	f := e.open(t, "other", 0, backend.KindFile)
+	// What a task on another host uploaded for the checkpoint: the expiry
+	// must delete it (deterministically there before the timer fires).
+	elsewhere := catalog.CheckpointDir("other", 1) + "/op-1/state-elsewhere"
+	if err := tiered.PutBytes(ctx, e.store, elsewhere, []byte("x")); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := e.d.Snapshot(ctx, f, 1, false); err != nil {
 		t.Fatal(err)
 	}
@@ -223,6 +242,18 @@ func TestDeclinedAndExpired(t *testing.T) {
 	}
 	if _, err := e.d.CompleteCheckpoint(ctx, "other", 1, nil); !errors.Is(err, daemon.ErrCheckpointFailed) || !strings.Contains(err.Error(), "expired") {
 		t.Fatalf("complete of an expired checkpoint: %v", err)
+	}
+	// The daemon's timer is the one expiry: the catalog recorded it as
+	// expired and its private files are gone.
+	if list, _ := e.d.ListCheckpoints(ctx, "other"); len(list) != 1 || list[0].Status != "expired" ||
+		list[0].Reason != "not completed within 50ms" {
+		t.Fatalf("history of the expired checkpoint: %+v", list)
+	}
+	if got := e.cat.InFlight("other"); len(got) != 0 {
+		t.Fatalf("the expired checkpoint is still in flight in the catalog: %v", got)
+	}
+	if left := storeNames(t, e.store, catalog.CheckpointDir("other", 1)+"/"); len(left) != 0 {
+		t.Fatalf("files of the expired checkpoint survive: %v", left)
 	}
 	if n := e.d.Metrics().CheckpointFailures[daemon.FailureDeclined].Load(); n != 1 {
 		t.Fatalf("declined count %d", n)
@@ -580,5 +611,35 @@ func TestIdleInstancesAreReaped(t *testing.T) {
 	waitFor("the instance whose stream ended is closed", func() bool { return gone(live) })
 	if _, err := live.AcquireStream(); err == nil {
 		t.Fatal("a stream attached to a reaped instance")
+	}
+}
+
+// TestCheckpointTimeoutWithinGrace: the daemon's timer is the only expiry,
+// so New refuses a timeout the catalog's sweep would not wait for.
+func TestCheckpointTimeoutWithinGrace(t *testing.T) {
+	ctx := context.Background()
+	store := memstore.New()
+	cat, err := catalog.Open(ctx, catalog.Options{Store: store, GCGrace: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cat.Close()
+	set, err := openers.New(openers.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer set.Close()
+	cfg := daemon.Config{DataDir: t.TempDir(), Store: store, Catalog: cat, Openers: set.Openers, Logger: quiet,
+		CheckpointTimeout: time.Hour}
+	if _, err := daemon.New(cfg); err == nil || !strings.Contains(err.Error(), "gc grace") {
+		t.Fatalf("a checkpoint timeout as long as the gc grace was accepted: %v", err)
+	}
+	cfg.CheckpointTimeout = 59 * time.Minute
+	d, err := daemon.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Shutdown(ctx); err != nil {
+		t.Fatal(err)
 	}
 }

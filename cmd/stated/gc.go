@@ -54,7 +54,7 @@ func runGC(ctx context.Context, out io.Writer, store cliStore, grace time.Durati
 	defer s.Close()
 	// This process knows no in-flight checkpoint: nothing to expire, and
 	// the grace period alone protects a running daemon's uploads.
-	c, err := catalog.Open(ctx, catalog.Options{Store: s, GCGrace: grace, CheckpointTimeout: -1})
+	c, err := catalog.Open(ctx, catalog.Options{Store: s, GCGrace: grace})
 	if err != nil {
 		return err
 	}
