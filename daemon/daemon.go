@@ -522,7 +522,7 @@ func (d *Daemon) Shutdown(ctx context.Context) error {
 	actx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	for _, c := range pending {
-		if err := d.cfg.Catalog.Abort(actx, c.key.job, c.key.id, catalog.StatusAborted, "daemon shutting down"); err != nil {
+		if err := d.cfg.Catalog.Abort(actx, c.key.job, c.key.id, FailureAborted.Status(), "daemon shutting down"); err != nil {
 			errs = append(errs, err)
 		}
 		d.m.CheckpointFailures[FailureAborted].Add(1)

@@ -643,3 +643,35 @@ func TestCheckpointTimeoutWithinGrace(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestParseFailure: the text form of a reason (what the API carries) maps
+// to the typed failure the metrics and the catalog history use.
+func TestParseFailure(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want daemon.Failure
+	}{
+		{"declined: too big", daemon.Failure{Reason: daemon.FailureDeclined, Text: "too big"}},
+		{"expired: not completed within 1s", daemon.Failure{Reason: daemon.FailureExpired, Text: "not completed within 1s"}},
+		{"aborted: job restarts", daemon.Failure{Reason: daemon.FailureAborted, Text: "job restarts"}},
+		{"aborted", daemon.Failure{Reason: daemon.FailureAborted}},
+		{"declined", daemon.Failure{Reason: daemon.FailureDeclined}},
+		{"operator cancelled", daemon.Failure{Reason: daemon.FailureAborted, Text: "operator cancelled"}},
+		{"", daemon.Failure{Reason: daemon.FailureAborted}},
+	} {
+		got := daemon.ParseFailure(tc.in)
+		if got != tc.want {
+			t.Errorf("ParseFailure(%q) = %+v, want %+v", tc.in, got, tc.want)
+		}
+		if tc.in != "" && tc.want.Text != "" && got.String() != tc.in && tc.in != "operator cancelled" {
+			t.Errorf("%+v prints as %q, want %q", got, got.String(), tc.in)
+		}
+	}
+	for r, want := range map[daemon.FailureReason]catalog.Status{
+		daemon.FailureDeclined: catalog.StatusDeclined, daemon.FailureExpired: catalog.StatusExpired, daemon.FailureAborted: catalog.StatusAborted,
+	} {
+		if got := r.Status(); got != want {
+			t.Errorf("%s records as %s, want %s", r, got, want)
+		}
+	}
+}
