@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"sort"
 	"sync"
@@ -219,7 +220,7 @@ type spEntry struct {
 
 // Open reads the catalog back from the store: every checkpoint and
 // savepoint manifest, every job file, and rebuilds the shared-file registry
-// from them. It only reads: retention beyond Retain, orphans and
+// from the manifests (refcount.Rebuild). It only reads: retention beyond Retain, orphans and
 // interrupted deletions are dealt with by the next Complete and sweep.
 // Damaged manifests and job files do not fail Open: they are reported by
 // Problems, and nothing in their directories is ever deleted.
@@ -259,6 +260,11 @@ func Open(ctx context.Context, opts Options) (*Catalog, error) {
 	}
 	adopted := map[ref]claim{}
 	pinned := map[ref]bool{}
+	// owners are what the retained manifests reference, for
+	// refcount.Rebuild; refusedBy says what to keep when Rebuild refuses
+	// an owner.
+	owners := map[string][]refcount.Object{}
+	refusedBy := map[string]func(error){}
 	for _, name := range jobFiles {
 		n := classify(name)
 		j := c.job(n.job)
@@ -309,7 +315,8 @@ func Open(ctx context.Context, opts Options) (*Catalog, error) {
 		}
 		if n.kind == objSavepointManifest {
 			c.savepoints[n.sp] = &spEntry{m: m, enc: data}
-			if err := c.reg.Register(spOwner(n.sp), savepointObjects(m, data)); err != nil {
+			owners[spOwner(n.sp)] = savepointObjects(m, data)
+			refusedBy[spOwner(n.sp)] = func(err error) {
 				c.protectDirs[n.dir()] = err.Error()
 				c.problems = append(c.problems, fmt.Sprintf("savepoint %s: %v", n.sp, err))
 			}
@@ -325,14 +332,24 @@ func Open(ctx context.Context, opts Options) (*Catalog, error) {
 		c.entries[r] = e
 		c.job(r.job)
 		c.job(e.owner)
-		if err := c.reg.Register(r.dir(), checkpointObjects(m, data)); err != nil {
+		objs := checkpointObjects(m, data)
+		owners[r.dir()] = objs
+		refusedBy[r.dir()] = func(err error) {
 			// The store holds two different objects under one name: keep
 			// everything this checkpoint lists, and say so.
-			for _, o := range checkpointObjects(m, data) {
+			for _, o := range objs {
 				c.protect[o.Path]++
 			}
 			c.problems = append(c.problems, fmt.Sprintf("checkpoint %s: %v", r, err))
 		}
+	}
+	// The registry is rebuilt from the retained manifests, never stored:
+	// after a crash, whatever a completion or discard left half done, it
+	// counts exactly what the surviving manifests reference.
+	reg, refused := refcount.Rebuild(owners)
+	c.reg = reg
+	for _, owner := range slices.Sorted(maps.Keys(refused)) {
+		refusedBy[owner](refused[owner])
 	}
 	return c, nil
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/statedhq/stated/backend"
+	"github.com/statedhq/stated/refcount"
 	"github.com/statedhq/stated/tiered"
 	"github.com/statedhq/stated/tiered/memstore"
 )
@@ -135,6 +136,7 @@ func TestCrashAtEveryCall(t *testing.T) {
 					if p := c.Problems(); len(p) != 0 {
 						t.Fatalf("%s: problems after restart: %v", what, p)
 					}
+					sameRegistry(t, what, c.reg, rebuiltFromManifests(t, sc.mem))
 					sc.checkManifests(t, what)
 					sc.clk.Advance(5 * time.Hour)
 					if _, err := c.GC(ctx, false); err != nil {
@@ -200,4 +202,56 @@ func (sc *crashScene) checkManifests(t *testing.T, what string) map[string]bool 
 		}
 	}
 	return live
+}
+
+// rebuiltFromManifests is the registry refcount.Rebuild makes of the
+// retained manifests in s, read here without the catalog.
+func rebuiltFromManifests(t *testing.T, s tiered.Store) *refcount.Registry {
+	t.Helper()
+	owners := map[string][]refcount.Object{}
+	err := tiered.Walk(ctx, s, "", func(o tiered.ObjectInfo) error {
+		n := classify(o.Name)
+		if n.kind != objCheckpointManifest && n.kind != objSavepointManifest {
+			return nil
+		}
+		data, err := tiered.ReadAll(ctx, s, o.Name, maxMetaSize)
+		if err != nil {
+			return err
+		}
+		m, err := DecodeManifest(data)
+		if err != nil {
+			return err
+		}
+		if n.kind == objSavepointManifest {
+			owners[SavepointDir(n.sp)] = savepointObjects(m, data)
+		} else {
+			owners[CheckpointDir(n.job, n.id)] = checkpointObjects(m, data)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, refused := refcount.Rebuild(owners)
+	if refused != nil {
+		t.Fatalf("rebuild from the manifests refused %v", refused)
+	}
+	return r
+}
+
+// sameRegistry fails unless got and want have the same owners, each with
+// the same objects.
+func sameRegistry(t *testing.T, what string, got, want *refcount.Registry) {
+	t.Helper()
+	if g, w := got.Owners(), want.Owners(); !reflect.DeepEqual(g, w) {
+		t.Fatalf("%s: registry owners %v, rebuilt from the manifests %v", what, g, w)
+	}
+	for _, o := range want.Owners() {
+		if g, w := got.Objects(o), want.Objects(o); !reflect.DeepEqual(g, w) {
+			t.Fatalf("%s: registry objects of %s %v, rebuilt from the manifests %v", what, o, g, w)
+		}
+	}
+	if g, w := got.Stats(), want.Stats(); g != w {
+		t.Fatalf("%s: registry stats %+v, rebuilt from the manifests %+v", what, g, w)
+	}
 }
