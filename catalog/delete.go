@@ -21,12 +21,31 @@ func (c *Catalog) list(ctx context.Context, prefix string) ([]tiered.ObjectInfo,
 	return out, err
 }
 
-// liveLocked reports whether name must not be deleted: referenced by a
-// retained checkpoint or savepoint, listed by a pending handle, under an
+// referencedLocked reports whether something refers to name itself: a
+// retained checkpoint or savepoint (registered, or the manifest of one
+// being discarded), a job's base hold, a pending handle, or a delete under
+// way.
+func (c *Catalog) referencedLocked(name string) bool {
+	if c.reg.Count(name) > 0 || c.protect[name] > 0 || c.deleting[name] {
+		return true
+	}
+	n := classify(name)
+	switch n.kind {
+	case objCheckpointManifest:
+		return c.entries[ref{n.job, n.id}] != nil
+	case objSavepointManifest:
+		_, ok := c.savepoints[n.sp]
+		return ok
+	}
+	return false
+}
+
+// liveLocked reports whether name must not be deleted: referenced
+// (referencedLocked), outside the layout or a job file, under an
 // in-flight checkpoint or savepoint, or under a directory with a damaged
 // manifest.
 func (c *Catalog) liveLocked(name string) bool {
-	if c.reg.Count(name) > 0 || c.protect[name] > 0 || c.deleting[name] {
+	if c.referencedLocked(name) {
 		return true
 	}
 	n := classify(name)
@@ -37,14 +56,8 @@ func (c *Catalog) liveLocked(name string) bool {
 		if j := c.jobs[n.job]; j != nil && j.inflight[n.id] != nil {
 			return true
 		}
-		if e := c.entries[ref{n.job, n.id}]; e != nil && n.kind == objCheckpointManifest {
-			return true
-		}
 	case objSavepoint, objSavepointManifest:
 		if c.spInflight[n.sp] {
-			return true
-		}
-		if _, ok := c.savepoints[n.sp]; ok && n.kind == objSavepointManifest {
 			return true
 		}
 	}

@@ -73,53 +73,66 @@ func (c *Catalog) GC(ctx context.Context, dryRun bool) (*GCReport, error) {
 	return rep, errors.Join(err, herr)
 }
 
-// gcStore is the sweep of Store.
+// gcStore is the sweep of Store, in phases: list the root, read the
+// manifests the catalog does not know, snapshot what the catalog protects,
+// decide (planSweep, a pure function), delete (deleteUnreferenced:
+// re-checked under the lock, batched, bounded in parallelism, retried,
+// idempotent).
 func (c *Catalog) gcStore(ctx context.Context, rep *GCReport, dryRun bool) error {
-	now := c.opts.Clock()
-	cutoff := now.Add(-c.opts.GCGrace)
-
-	var objects []tiered.ObjectInfo
-	youngest := map[string]time.Time{}
-	var foreign []string
-	c.mu.Lock()
-	knownManifest := func(n objName) bool {
-		if n.kind == objCheckpointManifest {
-			if _, ok := c.entries[ref{n.job, n.id}]; ok {
-				return true
-			}
-			j := c.jobs[n.job]
-			return j != nil && j.inflight[n.id] != nil
-		}
-		_, ok := c.savepoints[n.sp]
-		return ok || c.spInflight[n.sp]
-	}
-	c.mu.Unlock()
-	err := tiered.Walk(ctx, c.store, "", func(o tiered.ObjectInfo) error {
-		objects = append(objects, o)
-		n := classify(o.Name)
-		if d := n.dir(); d != "" && o.ModTime.After(youngest[d]) {
-			youngest[d] = o.ModTime
-		}
-		if n.kind == objCheckpointManifest || n.kind == objSavepointManifest {
-			c.mu.Lock()
-			known := knownManifest(n)
-			c.mu.Unlock()
-			if !known {
-				foreign = append(foreign, o.Name)
-			}
-		}
-		return nil
-	})
+	objects, err := c.list(ctx, "")
 	if err != nil {
 		return fmt.Errorf("catalog: gc: list the checkpoint root: %w", err)
 	}
 	rep.Scanned = len(objects)
+	keep, keepDirs := c.readForeignManifests(ctx, rep, objects)
+	in := c.protections(objects, keep, keepDirs)
+	plan := planSweep(in)
+	rep.Unknown, rep.Young, rep.YoungBytes = plan.unknown, plan.young, plan.youngBytes
+	if dryRun {
+		rep.Orphans = plan.orphans
+		for _, o := range plan.orphans {
+			rep.Bytes += o.Size
+		}
+		return nil
+	}
+	names := make([]string, len(plan.orphans))
+	for i, o := range plan.orphans {
+		names[i] = o.Name
+	}
+	attempted, derr := c.deleteUnreferenced(ctx, names)
+	tried := map[string]bool{}
+	for _, n := range attempted {
+		tried[n] = true
+	}
+	for _, o := range plan.orphans {
+		if tried[o.Name] {
+			rep.Orphans = append(rep.Orphans, o)
+			rep.Bytes += o.Size
+		}
+	}
+	if derr != nil {
+		rep.Problems = append(rep.Problems, fmt.Sprintf("delete failed (the next pass retries): %v", derr))
+		return fmt.Errorf("catalog: gc: %w", derr)
+	}
+	return nil
+}
 
-	// Whatever a manifest we do not know references stays: another process
-	// (a daemon next to a "stated gc", or an ambiguous write that landed)
-	// completed it.
-	keep := map[string]bool{}
-	keepDirs := map[string]bool{}
+// readForeignManifests reads the listed manifests the catalog does not
+// know and returns what they reference (keep) and the directories of the
+// damaged ones (keepDirs). Whatever a manifest we do not know references
+// stays: another process (a daemon next to a "stated gc", or an ambiguous
+// write that landed) completed it.
+func (c *Catalog) readForeignManifests(ctx context.Context, rep *GCReport, objects []tiered.ObjectInfo) (keep, keepDirs map[string]bool) {
+	var foreign []string
+	c.mu.Lock()
+	for _, o := range objects {
+		n := classify(o.Name)
+		if (n.kind == objCheckpointManifest || n.kind == objSavepointManifest) && !c.knownManifestLocked(n) {
+			foreign = append(foreign, o.Name)
+		}
+	}
+	c.mu.Unlock()
+	keep, keepDirs = map[string]bool{}, map[string]bool{}
 	for _, name := range foreign {
 		n := classify(name)
 		data, err := tiered.ReadAll(ctx, c.store, name, maxMetaSize)
@@ -153,54 +166,115 @@ func (c *Catalog) gcStore(ctx context.Context, rep *GCReport, dryRun bool) error
 		}
 		rep.Problems = append(rep.Problems, fmt.Sprintf("manifest %s is not in this catalog (written by another process?): everything it references is kept", name))
 	}
+	return keep, keepDirs
+}
 
-	var orphans []tiered.ObjectInfo
+// knownManifestLocked reports whether the manifest n is of a checkpoint or
+// savepoint the catalog retains or has in flight.
+func (c *Catalog) knownManifestLocked(n objName) bool {
+	if n.kind == objCheckpointManifest {
+		if _, ok := c.entries[ref{n.job, n.id}]; ok {
+			return true
+		}
+		j := c.jobs[n.job]
+		return j != nil && j.inflight[n.id] != nil
+	}
+	_, ok := c.savepoints[n.sp]
+	return ok || c.spInflight[n.sp]
+}
+
+// protections takes the catalog's protections for the listed objects
+// at one moment (it takes c.mu). keep and keepDirs come from
+// readForeignManifests.
+func (c *Catalog) protections(objects []tiered.ObjectInfo, keep, keepDirs map[string]bool) sweepInput {
+	in := sweepInput{objects: objects, live: keep, inflight: map[string]bool{}, protectedDirs: keepDirs,
+		grace: c.opts.GCGrace, now: c.opts.Clock()}
 	c.mu.Lock()
+	defer c.mu.Unlock()
 	for _, o := range objects {
+		if c.referencedLocked(o.Name) {
+			in.live[o.Name] = true
+		}
+	}
+	for _, j := range c.jobs {
+		for id := range j.inflight {
+			in.inflight[CheckpointDir(j.name, id)] = true
+		}
+	}
+	for sp := range c.spInflight {
+		in.inflight[SavepointDir(sp)] = true
+	}
+	for dir := range c.protectDirs {
+		in.protectedDirs[dir] = true
+	}
+	return in
+}
+
+// sweepInput is everything planSweep decides from, taken at one moment.
+type sweepInput struct {
+	// objects is the listing of the checkpoint root.
+	objects []tiered.ObjectInfo
+	// live are the listed names something references: a retained
+	// checkpoint or savepoint (manifest included), a job's base hold, a
+	// pending handle, a manifest the catalog does not know, or a delete
+	// under way.
+	live map[string]bool
+	// inflight are the directories of in-flight checkpoints and savepoints:
+	// everything under them stays, whatever its age.
+	inflight map[string]bool
+	// protectedDirs are the directories of damaged manifests: kept as they
+	// are for a human to look at.
+	protectedDirs map[string]bool
+	// grace is Options.GCGrace, now the time of the pass.
+	grace time.Duration
+	now   time.Time
+}
+
+// sweepPlan is what planSweep decided.
+type sweepPlan struct {
+	// orphans are the objects to delete, sorted by name.
+	orphans []tiered.ObjectInfo
+	// young and youngBytes count unreferenced objects kept for the grace
+	// period; unknown the objects outside the layout.
+	young      int
+	youngBytes int64
+	unknown    int
+}
+
+// planSweep decides which listed objects the sweep deletes. An object is
+// an orphan when it is inside the layout, not a job file, not live, not
+// under an in-flight or protected directory, and it and every object of
+// its checkpoint or savepoint directory are older than the grace period (a
+// directory written to within it is taken to be in progress, perhaps by
+// another process). It does no I/O and takes no lock.
+func planSweep(in sweepInput) sweepPlan {
+	cutoff := in.now.Add(-in.grace)
+	youngest := map[string]time.Time{}
+	for _, o := range in.objects {
+		if d := classify(o.Name).dir(); d != "" && o.ModTime.After(youngest[d]) {
+			youngest[d] = o.ModTime
+		}
+	}
+	var p sweepPlan
+	for _, o := range in.objects {
 		n := classify(o.Name)
 		if n.kind == objUnknown {
-			rep.Unknown++
+			p.unknown++
 			continue
 		}
-		if n.kind == objJobFile || keep[o.Name] || keepDirs[n.dir()] || c.liveLocked(o.Name) {
+		dir := n.dir()
+		if n.kind == objJobFile || in.live[o.Name] || (dir != "" && (in.inflight[dir] || in.protectedDirs[dir])) {
 			continue
 		}
-		if o.ModTime.After(cutoff) || (n.dir() != "" && youngest[n.dir()].After(cutoff)) {
-			rep.Young++
-			rep.YoungBytes += o.Size
+		if o.ModTime.After(cutoff) || (dir != "" && youngest[dir].After(cutoff)) {
+			p.young++
+			p.youngBytes += o.Size
 			continue
 		}
-		orphans = append(orphans, o)
+		p.orphans = append(p.orphans, o)
 	}
-	c.mu.Unlock()
-	sort.Slice(orphans, func(i, j int) bool { return orphans[i].Name < orphans[j].Name })
-	if dryRun {
-		rep.Orphans = orphans
-		for _, o := range orphans {
-			rep.Bytes += o.Size
-		}
-		return nil
-	}
-	names := make([]string, len(orphans))
-	for i, o := range orphans {
-		names[i] = o.Name
-	}
-	attempted, derr := c.deleteUnreferenced(ctx, names)
-	tried := map[string]bool{}
-	for _, n := range attempted {
-		tried[n] = true
-	}
-	for _, o := range orphans {
-		if tried[o.Name] {
-			rep.Orphans = append(rep.Orphans, o)
-			rep.Bytes += o.Size
-		}
-	}
-	if derr != nil {
-		rep.Problems = append(rep.Problems, fmt.Sprintf("delete failed (the next pass retries): %v", derr))
-		return fmt.Errorf("catalog: gc: %w", derr)
-	}
-	return nil
+	sort.Slice(p.orphans, func(i, j int) bool { return p.orphans[i].Name < p.orphans[j].Name })
+	return p
 }
 
 // retryDiscards finishes retention discards whose manifest delete failed.
