@@ -239,6 +239,10 @@ func (c *Catalog) writeCanonical(ctx context.Context, req SavepointRequest) ([]*
 	}
 	seen := map[backend.TaskID]bool{}
 	for _, b := range req.Backends {
+		// CanonicalSnapshotter is optional: a backend without it cannot
+		// write a canonical savepoint, and the whole savepoint is refused
+		// (ErrInvalidArgument) before anything is written; the caller may
+		// take a native savepoint of it instead.
 		cs, ok := b.(backend.CanonicalSnapshotter)
 		if !ok {
 			release()
