@@ -210,6 +210,9 @@ type Catalog struct {
 	gcMu        sync.Mutex // one GC pass at a time
 	sweepCancel context.CancelFunc
 	sweepDone   chan struct{}
+	// afterSweep, if set (by tests, before Start), is called by the
+	// background sweep after each pass.
+	afterSweep func(*GCReport, error)
 }
 
 // spEntry is a completed savepoint.

@@ -554,18 +554,29 @@ func TestSweeperStartsAndStops(t *testing.T) {
 		t.Fatal(err)
 	}
 	clk.Advance(3 * time.Hour)
+	passes := make(chan *GCReport, 1)
+	c.afterSweep = func(rep *GCReport, _ error) {
+		select {
+		case passes <- rep:
+		default: // the test reads the first pass only
+		}
+	}
 	if err := c.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if err := c.Start(ctx); !errors.Is(err, ErrState) {
 		t.Fatalf("second start: %v", err)
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for exists(t, s, "j/shared/orphan") {
-		if time.Now().After(deadline) {
-			t.Fatal("background sweep never deleted the orphan")
+	select {
+	case rep := <-passes:
+		if rep == nil || len(rep.Orphans) != 1 || rep.Orphans[0].Name != "j/shared/orphan" {
+			t.Fatalf("first background pass: %+v", rep)
 		}
-		time.Sleep(time.Millisecond)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the background sweep never ran")
+	}
+	if exists(t, s, "j/shared/orphan") {
+		t.Fatal("background sweep did not delete the orphan")
 	}
 	if err := c.Close(); err != nil {
 		t.Fatal(err)

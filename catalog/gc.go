@@ -329,6 +329,9 @@ func (c *Catalog) Start(ctx context.Context) error {
 			if rep != nil && len(rep.Orphans) > 0 {
 				c.log.Info("sweep deleted orphans", "orphans", len(rep.Orphans), "bytes", rep.Bytes)
 			}
+			if c.afterSweep != nil {
+				c.afterSweep(rep, err)
+			}
 		}
 	}()
 	return nil
