@@ -81,7 +81,7 @@ func (c *Catalog) dropBaseLocked(e *entry) (deferShared bool) {
 			shared = append(shared, o)
 		}
 	}
-	for _, j := range c.jobs {
+	for _, j := range c.mu.jobs {
 		related := j.base == e.ref || j.prevBase == e.ref || j.name == e.ref.job || j.name == e.owner
 		if related && len(j.inflight) > 0 {
 			deferShared = true

@@ -375,7 +375,7 @@ func TestCompleteRefusesFilesBeingDeleted(t *testing.T) {
 	// The sweep has marked one of the files for deletion (it raced with
 	// the upload of an aborted checkpoint that used the same object).
 	c.mu.Lock()
-	c.deleting[h.Files[1].Path] = true
+	c.mu.guard.deleting[h.Files[1].Path] = true
 	c.mu.Unlock()
 	if err := c.AddTaskHandle("j", 1, h); !errors.Is(err, backend.ErrNotFound) {
 		t.Fatalf("handle with a file being deleted accepted: %v", err)

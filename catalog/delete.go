@@ -26,15 +26,15 @@ func (c *Catalog) list(ctx context.Context, prefix string) ([]tiered.ObjectInfo,
 // being discarded), a job's base hold, a pending handle, or a delete under
 // way.
 func (c *Catalog) referencedLocked(name string) bool {
-	if c.reg.Count(name) > 0 || c.protect[name] > 0 || c.deleting[name] {
+	if c.reg.Count(name) > 0 || c.mu.guard.guards(name, "") {
 		return true
 	}
 	n := classify(name)
 	switch n.kind {
 	case objCheckpointManifest:
-		return c.entries[ref{n.job, n.id}] != nil
+		return c.mu.entries[ref{n.job, n.id}] != nil
 	case objSavepointManifest:
-		_, ok := c.savepoints[n.sp]
+		_, ok := c.mu.savepoints[n.sp]
 		return ok
 	}
 	return false
@@ -53,16 +53,15 @@ func (c *Catalog) liveLocked(name string) bool {
 	case objUnknown, objJobFile:
 		return true
 	case objCheckpoint, objCheckpointManifest:
-		if j := c.jobs[n.job]; j != nil && j.inflight[n.id] != nil {
+		if j := c.mu.jobs[n.job]; j != nil && j.inflight[n.id] != nil {
 			return true
 		}
 	case objSavepoint, objSavepointManifest:
-		if c.spInflight[n.sp] {
+		if c.mu.spInflight[n.sp] {
 			return true
 		}
 	}
-	_, bad := c.protectDirs[n.dir()]
-	return bad
+	return c.mu.guard.guards(name, n.dir())
 }
 
 // deleteUnreferenced deletes those of names that are not live, manifests
@@ -79,7 +78,7 @@ func (c *Catalog) deleteUnreferenced(ctx context.Context, names []string) ([]str
 		if c.liveLocked(n) {
 			continue
 		}
-		c.deleting[n] = true
+		c.mu.guard.deleting[n] = true
 		if strings.HasSuffix(n, "/"+ManifestName) {
 			manifests = append(manifests, n)
 		} else {
@@ -90,10 +89,10 @@ func (c *Catalog) deleteUnreferenced(ctx context.Context, names []string) ([]str
 	defer func() {
 		c.mu.Lock()
 		for _, n := range manifests {
-			delete(c.deleting, n)
+			delete(c.mu.guard.deleting, n)
 		}
 		for _, n := range rest {
-			delete(c.deleting, n)
+			delete(c.mu.guard.deleting, n)
 		}
 		c.mu.Unlock()
 	}()

@@ -149,9 +149,9 @@ func (c *Catalog) readForeignManifests(ctx context.Context, rep *GCReport, objec
 		if err != nil {
 			keepDirs[n.dir()] = true
 			c.mu.Lock()
-			if _, ok := c.protectDirs[n.dir()]; !ok {
-				c.protectDirs[n.dir()] = err.Error()
-				c.problems = append(c.problems, fmt.Sprintf("manifest %s: %v (its directory is kept as it is)", name, err))
+			if _, ok := c.mu.guard.dirs[n.dir()]; !ok {
+				c.mu.guard.dirs[n.dir()] = err.Error()
+				c.mu.problems = append(c.mu.problems, fmt.Sprintf("manifest %s: %v (its directory is kept as it is)", name, err))
 			}
 			c.mu.Unlock()
 			rep.Problems = append(rep.Problems, fmt.Sprintf("manifest %s is damaged (%v): its directory is kept", name, err))
@@ -173,14 +173,14 @@ func (c *Catalog) readForeignManifests(ctx context.Context, rep *GCReport, objec
 // savepoint the catalog retains or has in flight.
 func (c *Catalog) knownManifestLocked(n objName) bool {
 	if n.kind == objCheckpointManifest {
-		if _, ok := c.entries[ref{n.job, n.id}]; ok {
+		if _, ok := c.mu.entries[ref{n.job, n.id}]; ok {
 			return true
 		}
-		j := c.jobs[n.job]
+		j := c.mu.jobs[n.job]
 		return j != nil && j.inflight[n.id] != nil
 	}
-	_, ok := c.savepoints[n.sp]
-	return ok || c.spInflight[n.sp]
+	_, ok := c.mu.savepoints[n.sp]
+	return ok || c.mu.spInflight[n.sp]
 }
 
 // protections takes the catalog's protections for the listed objects
@@ -196,15 +196,15 @@ func (c *Catalog) protections(objects []tiered.ObjectInfo, keep, keepDirs map[st
 			in.live[o.Name] = true
 		}
 	}
-	for _, j := range c.jobs {
+	for _, j := range c.mu.jobs {
 		for id := range j.inflight {
 			in.inflight[CheckpointDir(j.name, id)] = true
 		}
 	}
-	for sp := range c.spInflight {
+	for sp := range c.mu.spInflight {
 		in.inflight[SavepointDir(sp)] = true
 	}
-	for dir := range c.protectDirs {
+	for dir := range c.mu.guard.dirs {
 		in.protectedDirs[dir] = true
 	}
 	return in
@@ -281,7 +281,7 @@ func planSweep(in sweepInput) sweepPlan {
 func (c *Catalog) retryDiscards(ctx context.Context, rep *GCReport) {
 	var todo []*entry
 	c.mu.Lock()
-	for _, e := range c.entries {
+	for _, e := range c.mu.entries {
 		if e.discarding {
 			todo = append(todo, e)
 		}
@@ -303,17 +303,17 @@ func (c *Catalog) retryDiscards(ctx context.Context, rep *GCReport) {
 func (c *Catalog) Start(ctx context.Context) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.closed {
+	if c.mu.closed {
 		return ErrClosed
 	}
-	if c.sweepDone != nil {
+	if c.mu.sweepDone != nil {
 		return fmt.Errorf("%w: the sweep runs already", ErrState)
 	}
 	ctx, cancel := context.WithCancel(ctx)
-	c.sweepCancel = cancel
-	c.sweepDone = make(chan struct{})
+	c.mu.sweepCancel = cancel
+	c.mu.sweepDone = make(chan struct{})
 	go func() {
-		defer close(c.sweepDone)
+		defer close(c.mu.sweepDone)
 		t := time.NewTicker(c.opts.SweepInterval)
 		defer t.Stop()
 		for {
@@ -341,8 +341,8 @@ func (c *Catalog) Start(ctx context.Context) error {
 // catalog fail with ErrClosed. It does not close the store. Idempotent.
 func (c *Catalog) Close() error {
 	c.mu.Lock()
-	c.closed = true
-	cancel, done := c.sweepCancel, c.sweepDone
+	c.mu.closed = true
+	cancel, done := c.mu.sweepCancel, c.mu.sweepDone
 	c.mu.Unlock()
 	if cancel != nil {
 		cancel()

@@ -48,10 +48,10 @@ func (c *Catalog) heapLiveLocked(name string) bool {
 		// Heap backends write nothing else: never touch what is not theirs.
 		return true
 	}
-	if j := c.jobs[n.job]; j != nil && j.inflight[n.id] != nil {
+	if j := c.mu.jobs[n.job]; j != nil && j.inflight[n.id] != nil {
 		return true
 	}
-	e := c.entries[ref{n.job, n.id}]
+	e := c.mu.entries[ref{n.job, n.id}]
 	if e == nil {
 		return false
 	}

@@ -234,10 +234,10 @@ func (w *world) check(t *rapid.T) {
 	// 3. The catalog's view is the store's: the same manifests.
 	known := map[string]bool{}
 	w.c.mu.Lock()
-	for r := range w.c.entries {
+	for r := range w.c.mu.entries {
 		known[r.manifest()] = true
 	}
-	for id := range w.c.savepoints {
+	for id := range w.c.mu.savepoints {
 		known[SavepointDir(id)+"/"+ManifestName] = true
 	}
 	w.c.mu.Unlock()
