@@ -675,3 +675,71 @@ func TestParseFailure(t *testing.T) {
 		}
 	}
 }
+
+// manifestGate holds the catalog's manifest write until release is
+// closed, then fails it: a completion that is slow and then fails.
+type manifestGate struct {
+	tiered.Store
+	entered, release chan struct{}
+}
+
+func (g *manifestGate) PutIfAbsent(ctx context.Context, name string, r io.Reader, size int64) error {
+	if !strings.HasSuffix(name, "/"+catalog.ManifestName) {
+		return g.Store.PutIfAbsent(ctx, name, r, size)
+	}
+	close(g.entered)
+	<-g.release
+	return errors.New("manifestGate: write failed")
+}
+
+// TestExpiryDuringAFailedCompletion: the timer fires while the checkpoint
+// completes, and the completion then fails. The timer is the only expiry,
+// so the checkpoint must expire then, not stay in flight for ever.
+func TestExpiryDuringAFailedCompletion(t *testing.T) {
+	ctx := context.Background()
+	const timeout = 100 * time.Millisecond
+	g := &manifestGate{Store: memstore.New(), entered: make(chan struct{}), release: make(chan struct{})}
+	cat, err := catalog.Open(ctx, catalog.Options{Store: g})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cat.Close()
+	set, err := openers.New(openers.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer set.Close()
+	d, err := daemon.New(daemon.Config{DataDir: t.TempDir(), Store: g, Catalog: cat, Openers: set.Openers, Logger: quiet,
+		CheckpointTimeout: timeout})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Shutdown(ctx)
+	in, err := d.Open(ctx, daemon.OpenParams{Task: backend.TaskID{Job: "j", Operator: "op"}, KeyGroups: backend.KeyGroupRange{Start: 0, End: 127},
+		Kind: backend.KindFile, States: valueState})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.Snapshot(ctx, in, 1, true); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := d.CompleteCheckpoint(ctx, "j", 1, nil)
+		done <- err
+	}()
+	<-g.entered
+	// The timeout passing is what is tested: let the timer fire while the
+	// manifest write hangs.
+	time.Sleep(10 * timeout)
+	close(g.release)
+	if err := <-done; err == nil {
+		t.Fatal("the completion succeeded despite the failed manifest write")
+	}
+	if n := d.Metrics().CheckpointFailures[daemon.FailureExpired].Load(); n != 1 {
+		t.Fatalf("expired count %d after the failed completion, want 1", n)
+	}
+	if list, _ := d.ListCheckpoints(ctx, "j"); len(list) != 1 || list[0].Status != "expired" {
+		t.Fatalf("history: %+v", list)
+	}
+}
