@@ -63,12 +63,7 @@ func startDaemon(t testing.TB, o harnessOpts) *harness {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var dp *daemon.Daemon
-	co := catalog.Options{Store: store, HeapStore: set.HeapSnapshots, OnExpire: func(job string, id uint64) {
-		if dp != nil {
-			dp.CatalogExpired(job, id)
-		}
-	}}
+	co := catalog.Options{Store: store, HeapStore: set.HeapSnapshots}
 	if o.catalog != nil {
 		o.catalog(&co)
 	}
@@ -85,7 +80,6 @@ func startDaemon(t testing.TB, o harnessOpts) *harness {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dp = d
 	o.server.Logger = quietLogger()
 	srv := api.NewServer(d, o.server)
 	g := srv.GRPCServer("", o.grpc...)

@@ -66,7 +66,7 @@ func (c *Catalog) deleteReleased(ctx context.Context, names []string) {
 		return
 	}
 	if _, err := c.deleteUnreferenced(ctx, names); err != nil {
-		c.opts.Logf("catalog: delete the shared files of a former base (the sweep retries): %v", err)
+		c.log.Warn("delete the shared files of a former base failed; the sweep retries", "err", err)
 	}
 }
 
@@ -81,7 +81,7 @@ func (c *Catalog) dropBaseLocked(e *entry) (deferShared bool) {
 			shared = append(shared, o)
 		}
 	}
-	for _, j := range c.jobs {
+	for _, j := range c.mu.jobs {
 		related := j.base == e.ref || j.prevBase == e.ref || j.name == e.ref.job || j.name == e.owner
 		if related && len(j.inflight) > 0 {
 			deferShared = true
@@ -92,7 +92,7 @@ func (c *Catalog) dropBaseLocked(e *entry) (deferShared bool) {
 		if err := c.reg.Register(holdOwner(j.name), shared); err != nil {
 			// Only a name registered with other bytes fails here, which
 			// Complete refuses; keep the files rather than risk them.
-			c.opts.Logf("catalog: job %s: hold the shared files of its base %s: %v", j.name, e.ref, err)
+			c.log.Warn("hold the shared files of a base failed; they are kept", "job", j.name, "base", e.ref.String(), "err", err)
 			deferShared = true
 		}
 	}

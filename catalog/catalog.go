@@ -5,6 +5,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"maps"
 	"slices"
 	"sort"
 	"sync"
@@ -21,7 +23,6 @@ const (
 	DefaultRetain            = 3
 	DefaultGCGrace           = time.Hour
 	DefaultSweepInterval     = 10 * time.Minute
-	DefaultCheckpointTimeout = 10 * time.Minute
 	DefaultDeleteBatch       = 1000
 	DefaultDeleteParallelism = 4
 	DefaultMaxHistory        = 100
@@ -40,20 +41,14 @@ type Options struct {
 	// not counted). Default DefaultRetain.
 	Retain int
 	// GCGrace is how old an unreferenced object must be before the orphan
-	// sweep deletes it; it must exceed CheckpointTimeout so that uploads of
-	// a running checkpoint are never orphans. Default DefaultGCGrace.
+	// sweep deletes it. It must exceed the longest a checkpoint stays in
+	// flight (the daemon's checkpoint timeout, which daemon.New checks
+	// against GCGrace()), so that uploads of a running checkpoint are
+	// never orphans. Default DefaultGCGrace.
 	GCGrace time.Duration
 	// SweepInterval is the period of the background sweep (Start).
 	// Default DefaultSweepInterval.
 	SweepInterval time.Duration
-	// CheckpointTimeout is how long a checkpoint may stay in flight; the
-	// sweep aborts older ones with StatusExpired. Negative: never.
-	// Default DefaultCheckpointTimeout.
-	CheckpointTimeout time.Duration
-	// OnExpire, if set, is called (without catalog locks held) for every
-	// checkpoint the sweep expired, so the caller can tell its backends
-	// (NotifyCheckpointAborted).
-	OnExpire func(job string, id uint64)
 	// DeleteBatch is the most names one DeleteBatch call carries (S3 allows
 	// 1000). Default DefaultDeleteBatch.
 	DeleteBatch int
@@ -66,9 +61,11 @@ type Options struct {
 	// Clock gives the time for history records and the grace period.
 	// Default time.Now.
 	Clock func() time.Time
-	// Logf receives problems that do not fail the call that met them (a
-	// delete that the sweep will retry). Default: discarded.
-	Logf func(format string, args ...any)
+	// Logger receives problems that do not fail the call that met them (a
+	// delete that the sweep will retry) and what the sweep deleted, with
+	// the attribute component=catalog. Default: a logger that discards
+	// everything (the catalog is a library; the daemon passes its own).
+	Logger *slog.Logger
 	// HeapStore is where heap backends keep their snapshot files (the
 	// daemon's one in-memory store), under the same names as in
 	// checkpoint storage ("<job>/chk-<N>/..."). Optional: when set, the
@@ -88,9 +85,6 @@ func (o *Options) EnsureDefaults() {
 	if o.SweepInterval == 0 {
 		o.SweepInterval = DefaultSweepInterval
 	}
-	if o.CheckpointTimeout == 0 {
-		o.CheckpointTimeout = DefaultCheckpointTimeout
-	}
 	if o.DeleteBatch == 0 {
 		o.DeleteBatch = DefaultDeleteBatch
 	}
@@ -103,8 +97,8 @@ func (o *Options) EnsureDefaults() {
 	if o.Clock == nil {
 		o.Clock = time.Now
 	}
-	if o.Logf == nil {
-		o.Logf = func(string, ...any) {}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
 	}
 }
 
@@ -122,10 +116,6 @@ func (o *Options) Validate() error {
 	}
 	if o.SweepInterval <= 0 {
 		errs = append(errs, fmt.Errorf("%w: sweep interval %s must be positive", ErrInvalidArgument, o.SweepInterval))
-	}
-	if o.CheckpointTimeout > 0 && o.GCGrace <= o.CheckpointTimeout {
-		errs = append(errs, fmt.Errorf("%w: gc grace %s must exceed the checkpoint timeout %s, or the sweep could delete uploads of a running checkpoint",
-			ErrInvalidArgument, o.GCGrace, o.CheckpointTimeout))
 	}
 	if o.DeleteBatch < 1 || o.DeleteBatch > 1000 {
 		errs = append(errs, fmt.Errorf("%w: delete batch %d is outside [1,1000]", ErrInvalidArgument, o.DeleteBatch))
@@ -175,6 +165,7 @@ type inflight struct {
 }
 
 // jobState is what the catalog knows of one job besides its checkpoints.
+// Its fields are guarded by Catalog.mu, but saveMu.
 type jobState struct {
 	name     string
 	inflight map[uint64]*inflight
@@ -202,22 +193,110 @@ type Catalog struct {
 	store tiered.Store
 	// heap is Options.HeapStore (nil: heap files are not managed).
 	heap tiered.Store
+	// log is Options.Logger with component=catalog.
+	log *slog.Logger
 
-	mu          sync.Mutex
-	closed      bool
-	reg         *refcount.Registry
-	entries     map[ref]*entry
-	savepoints  map[string]*spEntry
-	spInflight  map[string]bool
-	jobs        map[string]*jobState
-	protect     map[string]int  // paths of pending handles and completions in progress
-	deleting    map[string]bool // paths a delete is under way for
-	protectDirs map[string]string
-	problems    []string
+	// reg counts what retained checkpoints and savepoints (and the jobs'
+	// base holds, base.go) reference. It is safe for concurrent use on its
+	// own, so reads need no lock (writeManifest's Lookup); it is changed
+	// only under mu, so that a registration is atomic with entries and
+	// with the deletion guard's checks.
+	reg *refcount.Registry
 
-	gcMu        sync.Mutex // one GC pass at a time
-	sweepCancel context.CancelFunc
-	sweepDone   chan struct{}
+	// gcMu serializes GC passes. Lock order: gcMu, then a job's saveMu,
+	// then mu.
+	gcMu sync.Mutex
+
+	// mu guards every field in it and the fields of every jobState and
+	// entry (but jobState.saveMu). It is never held across store I/O:
+	// operations take it, decide and mark, let it go for the I/O, and take
+	// it again to record the outcome, re-checking what may have changed.
+	mu struct {
+		sync.Mutex
+		// closed: Close was called; calls that change the catalog fail
+		// with ErrClosed.
+		closed bool
+
+		// entries are the retained checkpoints, those being discarded
+		// included; savepoints the completed savepoints. Invariant: while
+		// an entry is in entries, reg has owner ref.dir() with every
+		// object of its manifest (or Open could not register it and
+		// guard.protect keeps them); the same for a savepoint under
+		// spOwner. A discard deletes the manifest, then removes the entry
+		// and unregisters it in one critical section.
+		entries    map[ref]*entry
+		savepoints map[string]*spEntry
+
+		// jobs holds what the catalog knows of each job besides its
+		// checkpoints: in-flight checkpoints, history, base, no-claim set.
+		// spInflight are the savepoints being written. Nothing under the
+		// directory of an in-flight checkpoint or savepoint is deleted.
+		jobs       map[string]*jobState
+		spInflight map[string]bool
+
+		// guard protects names from deletion that no registration covers,
+		// and marks the names being deleted (see deleteGuard).
+		guard deleteGuard
+
+		// problems are what Open and the sweeps found damaged (Problems).
+		problems []string
+
+		// sweepCancel and sweepDone belong to the background sweep
+		// (Start); nil until it starts.
+		sweepCancel context.CancelFunc
+		sweepDone   chan struct{}
+	}
+
+	// afterSweep, if set (by tests, before Start), is called by the
+	// background sweep after each pass.
+	afterSweep func(*GCReport, error)
+}
+
+// deleteGuard is the catalog's check-and-mark state for deletes, beside
+// the registry. Guarded by Catalog.mu.
+//
+// Invariants: protect[p] is the number of pending handles (added to an
+// in-flight checkpoint, or passed to a Complete in progress) that list p,
+// plus one for good if p is listed by a checkpoint Open could not register
+// (a name with two contents); p is absent at zero. deleting[p] is set by deleteUnreferenced after
+// it checked under mu that p is not live, and cleared when its delete
+// call returns; checkHandleLocked refuses a handle that lists a name being
+// deleted, so a name is never protected and deleted at once. dirs maps the
+// directories of damaged or conflicting manifests to the problem: nothing
+// under them is ever deleted.
+type deleteGuard struct {
+	protect  map[string]int
+	deleting map[string]bool
+	dirs     map[string]string
+}
+
+func newDeleteGuard() deleteGuard {
+	return deleteGuard{protect: map[string]int{}, deleting: map[string]bool{}, dirs: map[string]string{}}
+}
+
+// add changes the protection of the managed files of h by delta (+1 when
+// a handle becomes pending, -1 when it is no longer).
+func (g *deleteGuard) add(h *backend.Handle, delta int) {
+	if !managed(h) {
+		return
+	}
+	for _, f := range h.Files {
+		g.protect[f.Path] += delta
+		if g.protect[f.Path] <= 0 {
+			delete(g.protect, f.Path)
+		}
+	}
+}
+
+// guards reports whether the guard keeps name: a pending handle lists it,
+// a delete of it is under way, or it is under a damaged directory (dir is
+// name's checkpoint or savepoint directory, "" for none).
+func (g *deleteGuard) guards(name, dir string) bool {
+	if g.protect[name] > 0 || g.deleting[name] {
+		return true
+	}
+	_, bad := g.dirs[dir]
+	return bad && dir != ""
 }
 
 // spEntry is a completed savepoint.
@@ -228,7 +307,7 @@ type spEntry struct {
 
 // Open reads the catalog back from the store: every checkpoint and
 // savepoint manifest, every job file, and rebuilds the shared-file registry
-// from them. It only reads: retention beyond Retain, orphans and
+// from the manifests (refcount.Rebuild). It only reads: retention beyond Retain, orphans and
 // interrupted deletions are dealt with by the next Complete and sweep.
 // Damaged manifests and job files do not fail Open: they are reported by
 // Problems, and nothing in their directories is ever deleted.
@@ -239,15 +318,13 @@ func Open(ctx context.Context, opts Options) (*Catalog, error) {
 	}
 	c := &Catalog{
 		opts: opts, store: opts.Store, heap: opts.HeapStore,
-		reg:         refcount.New(),
-		entries:     map[ref]*entry{},
-		savepoints:  map[string]*spEntry{},
-		spInflight:  map[string]bool{},
-		jobs:        map[string]*jobState{},
-		protect:     map[string]int{},
-		deleting:    map[string]bool{},
-		protectDirs: map[string]string{},
+		log: opts.Logger.With("component", "catalog"),
 	}
+	c.mu.entries = map[ref]*entry{}
+	c.mu.savepoints = map[string]*spEntry{}
+	c.mu.spInflight = map[string]bool{}
+	c.mu.jobs = map[string]*jobState{}
+	c.mu.guard = newDeleteGuard()
 	var manifests, jobFiles []string
 	err := tiered.Walk(ctx, c.store, "", func(o tiered.ObjectInfo) error {
 		switch classify(o.Name).kind {
@@ -267,6 +344,11 @@ func Open(ctx context.Context, opts Options) (*Catalog, error) {
 	}
 	adopted := map[ref]claim{}
 	pinned := map[ref]bool{}
+	// owners are what the retained manifests reference, for
+	// refcount.Rebuild; refusedBy says what to keep when Rebuild refuses
+	// an owner.
+	owners := map[string][]refcount.Object{}
+	refusedBy := map[string]func(error){}
 	for _, name := range jobFiles {
 		n := classify(name)
 		j := c.job(n.job)
@@ -283,7 +365,7 @@ func Open(ctx context.Context, opts Options) (*Catalog, error) {
 		}
 		if err != nil {
 			j.degraded = true
-			c.problems = append(c.problems, fmt.Sprintf("job file %s: %v (retention of job %s is off until it is repaired)", name, err, n.job))
+			c.mu.problems = append(c.mu.problems, fmt.Sprintf("job file %s: %v (retention of job %s is off until it is repaired)", name, err, n.job))
 			continue
 		}
 		j.history = f.History
@@ -311,15 +393,16 @@ func Open(ctx context.Context, opts Options) (*Catalog, error) {
 			err = checkManifestPlace(n, m)
 		}
 		if err != nil {
-			c.protectDirs[n.dir()] = err.Error()
-			c.problems = append(c.problems, fmt.Sprintf("manifest %s: %v (its directory is kept as it is)", name, err))
+			c.mu.guard.dirs[n.dir()] = err.Error()
+			c.mu.problems = append(c.mu.problems, fmt.Sprintf("manifest %s: %v (its directory is kept as it is)", name, err))
 			continue
 		}
 		if n.kind == objSavepointManifest {
-			c.savepoints[n.sp] = &spEntry{m: m, enc: data}
-			if err := c.reg.Register(spOwner(n.sp), savepointObjects(m, data)); err != nil {
-				c.protectDirs[n.dir()] = err.Error()
-				c.problems = append(c.problems, fmt.Sprintf("savepoint %s: %v", n.sp, err))
+			c.mu.savepoints[n.sp] = &spEntry{m: m, enc: data}
+			owners[spOwner(n.sp)] = savepointObjects(m, data)
+			refusedBy[spOwner(n.sp)] = func(err error) {
+				c.mu.guard.dirs[n.dir()] = err.Error()
+				c.mu.problems = append(c.mu.problems, fmt.Sprintf("savepoint %s: %v", n.sp, err))
 			}
 			continue
 		}
@@ -330,17 +413,27 @@ func Open(ctx context.Context, opts Options) (*Catalog, error) {
 		} else {
 			e.pinned = pinned[r]
 		}
-		c.entries[r] = e
+		c.mu.entries[r] = e
 		c.job(r.job)
 		c.job(e.owner)
-		if err := c.reg.Register(r.dir(), checkpointObjects(m, data)); err != nil {
+		objs := checkpointObjects(m, data)
+		owners[r.dir()] = objs
+		refusedBy[r.dir()] = func(err error) {
 			// The store holds two different objects under one name: keep
 			// everything this checkpoint lists, and say so.
-			for _, o := range checkpointObjects(m, data) {
-				c.protect[o.Path]++
+			for _, o := range objs {
+				c.mu.guard.protect[o.Path]++
 			}
-			c.problems = append(c.problems, fmt.Sprintf("checkpoint %s: %v", r, err))
+			c.mu.problems = append(c.mu.problems, fmt.Sprintf("checkpoint %s: %v", r, err))
 		}
+	}
+	// The registry is rebuilt from the retained manifests, never stored:
+	// after a crash, whatever a completion or discard left half done, it
+	// counts exactly what the surviving manifests reference.
+	reg, refused := refcount.Rebuild(owners)
+	c.reg = reg
+	for _, owner := range slices.Sorted(maps.Keys(refused)) {
+		refusedBy[owner](refused[owner])
 	}
 	return c, nil
 }
@@ -395,10 +488,10 @@ func savepointObjects(m *Manifest, enc []byte) []refcount.Object {
 }
 
 func (c *Catalog) job(name string) *jobState {
-	j, ok := c.jobs[name]
+	j, ok := c.mu.jobs[name]
 	if !ok {
 		j = &jobState{name: name, inflight: map[uint64]*inflight{}}
-		c.jobs[name] = j
+		c.mu.jobs[name] = j
 	}
 	return j
 }
@@ -409,8 +502,12 @@ func (c *Catalog) job(name string) *jobState {
 func (c *Catalog) Problems() []string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return slices.Clone(c.problems)
+	return slices.Clone(c.mu.problems)
 }
+
+// GCGrace is Options.GCGrace: whoever expires in-flight checkpoints (the
+// daemon) must do so well within it.
+func (c *Catalog) GCGrace() time.Duration { return c.opts.GCGrace }
 
 // Store is the checkpoint root the catalog manages.
 func (c *Catalog) Store() tiered.Store { return c.store }
@@ -420,7 +517,7 @@ func (c *Catalog) Jobs() []string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	var out []string
-	for name := range c.jobs {
+	for name := range c.mu.jobs {
 		out = append(out, name)
 	}
 	sort.Strings(out)
@@ -429,7 +526,7 @@ func (c *Catalog) Jobs() []string {
 
 func (c *Catalog) saveJobLogged(ctx context.Context, job string) {
 	if err := c.saveJob(ctx, job); err != nil {
-		c.opts.Logf("catalog: %v", err)
+		c.log.Warn("save the job file failed", "job", job, "err", err)
 	}
 }
 
@@ -448,7 +545,7 @@ func (c *Catalog) saveJob(ctx context.Context, job string) error {
 		return fmt.Errorf("job file of %s is damaged; not overwriting it", job)
 	}
 	f := &jobFile{Version: JobFileVersion, Job: job, History: slices.Clone(j.history)}
-	for _, e := range c.entries {
+	for _, e := range c.mu.entries {
 		if e.owner != job {
 			continue
 		}
@@ -488,13 +585,13 @@ type Stats struct {
 func (c *Catalog) Stats() Stats {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	s := Stats{Jobs: len(c.jobs), Savepoints: len(c.savepoints), Referenced: c.reg.Stats()}
-	for _, e := range c.entries {
+	s := Stats{Jobs: len(c.mu.jobs), Savepoints: len(c.mu.savepoints), Referenced: c.reg.Stats()}
+	for _, e := range c.mu.entries {
 		if !e.discarding {
 			s.Retained++
 		}
 	}
-	for _, j := range c.jobs {
+	for _, j := range c.mu.jobs {
 		s.InFlight += len(j.inflight)
 	}
 	return s

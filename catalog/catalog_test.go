@@ -306,7 +306,7 @@ func TestAbortLeavesSharedFilesToTheSweep(t *testing.T) {
 func TestGCSparesInFlightCheckpoints(t *testing.T) {
 	s := memstore.New()
 	clk := &testClock{}
-	c := openCat(t, s, clk, func(o *Options) { o.CheckpointTimeout = -1 })
+	c := openCat(t, s, clk)
 	a := newFakeTask("j", "op", 0, backend.KeyGroupRange{Start: 0, End: 127})
 	a.state["k"] = "v"
 	if err := c.BeginCheckpoint("j", 1); err != nil {
@@ -375,33 +375,41 @@ func TestCompleteRefusesFilesBeingDeleted(t *testing.T) {
 	// The sweep has marked one of the files for deletion (it raced with
 	// the upload of an aborted checkpoint that used the same object).
 	c.mu.Lock()
-	c.deleting[h.Files[1].Path] = true
+	c.mu.guard.deleting[h.Files[1].Path] = true
 	c.mu.Unlock()
 	if err := c.AddTaskHandle("j", 1, h); !errors.Is(err, backend.ErrNotFound) {
 		t.Fatalf("handle with a file being deleted accepted: %v", err)
 	}
 }
 
-func TestExpiry(t *testing.T) {
+// TestExpiryIsTheCallers checks the catalog's half of expiry: it never
+// ends an in-flight checkpoint on its own, however old (the daemon owns the
+// one timer), and an Abort with StatusExpired records it and deletes its
+// private files.
+func TestExpiryIsTheCallers(t *testing.T) {
 	s := memstore.New()
 	clk := &testClock{}
-	var expired []uint64
-	c := openCat(t, s, clk, func(o *Options) { o.OnExpire = func(job string, id uint64) { expired = append(expired, id) } })
+	c := openCat(t, s, clk)
 	if err := c.BeginCheckpoint("j", 1); err != nil {
 		t.Fatal(err)
 	}
 	if err := tiered.PutBytes(ctx, s, "j/chk-1/op-0/partial", []byte("x")); err != nil {
 		t.Fatal(err)
 	}
-	clk.Advance(11 * time.Minute)
-	rep, err := c.GC(ctx, false)
-	if err != nil || !reflect.DeepEqual(expired, []uint64{1}) || len(rep.Expired) != 1 {
-		t.Fatalf("expiry: %+v %v %v", rep, expired, err)
+	clk.Advance(c.GCGrace() + time.Hour)
+	if _, err := c.GC(ctx, false); err != nil {
+		t.Fatal(err)
+	}
+	if got := c.InFlight("j"); !reflect.DeepEqual(got, []uint64{1}) || !exists(t, s, "j/chk-1/op-0/partial") {
+		t.Fatalf("the sweep ended an in-flight checkpoint: in flight %v", got)
+	}
+	if err := c.Abort(ctx, "j", 1, StatusExpired, "not completed within 10m0s"); err != nil {
+		t.Fatal(err)
 	}
 	if exists(t, s, "j/chk-1/op-0/partial") {
 		t.Fatal("private file of an expired checkpoint survives")
 	}
-	if h := c.List("j"); len(h) != 1 || h[0].Status != StatusExpired {
+	if h := c.List("j"); len(h) != 1 || h[0].Status != StatusExpired || h[0].Reason != "not completed within 10m0s" {
 		t.Fatalf("history %+v", h)
 	}
 }
@@ -546,18 +554,29 @@ func TestSweeperStartsAndStops(t *testing.T) {
 		t.Fatal(err)
 	}
 	clk.Advance(3 * time.Hour)
+	passes := make(chan *GCReport, 1)
+	c.afterSweep = func(rep *GCReport, _ error) {
+		select {
+		case passes <- rep:
+		default: // the test reads the first pass only
+		}
+	}
 	if err := c.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if err := c.Start(ctx); !errors.Is(err, ErrState) {
 		t.Fatalf("second start: %v", err)
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for exists(t, s, "j/shared/orphan") {
-		if time.Now().After(deadline) {
-			t.Fatal("background sweep never deleted the orphan")
+	select {
+	case rep := <-passes:
+		if rep == nil || len(rep.Orphans) != 1 || rep.Orphans[0].Name != "j/shared/orphan" {
+			t.Fatalf("first background pass: %+v", rep)
 		}
-		time.Sleep(time.Millisecond)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the background sweep never ran")
+	}
+	if exists(t, s, "j/shared/orphan") {
+		t.Fatal("background sweep did not delete the orphan")
 	}
 	if err := c.Close(); err != nil {
 		t.Fatal(err)
@@ -571,7 +590,7 @@ func TestSweeperStartsAndStops(t *testing.T) {
 }
 
 func TestOptionsValidate(t *testing.T) {
-	o := Options{Retain: -1, GCGrace: time.Minute, CheckpointTimeout: time.Hour, DeleteBatch: 5000}
+	o := Options{Retain: -1, GCGrace: -time.Minute, DeleteBatch: 5000}
 	o.EnsureDefaults()
 	err := o.Validate()
 	for _, want := range []string{"no store", "retain", "gc grace", "delete batch"} {

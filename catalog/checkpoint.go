@@ -15,7 +15,7 @@ import (
 )
 
 // BeginCheckpoint marks checkpoint id of job in flight: until it completes
-// or aborts (or expires), nothing under its directory is deleted by the
+// or aborts, nothing under its directory is deleted by the
 // sweep. Calling it again for the same in-flight checkpoint is a no-op (every
 // task of the job may call it); an id that already completed is ErrExists.
 func (c *Catalog) BeginCheckpoint(job string, id uint64) error {
@@ -24,10 +24,10 @@ func (c *Catalog) BeginCheckpoint(job string, id uint64) error {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.closed {
+	if c.mu.closed {
 		return ErrClosed
 	}
-	if _, ok := c.entries[ref{job, id}]; ok {
+	if _, ok := c.mu.entries[ref{job, id}]; ok {
 		return fmt.Errorf("%w: checkpoint %s completed already", ErrExists, CheckpointDir(job, id))
 	}
 	j := c.job(job)
@@ -42,7 +42,7 @@ func (c *Catalog) InFlight(job string) []uint64 {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	var ids []uint64
-	if j, ok := c.jobs[job]; ok {
+	if j, ok := c.mu.jobs[job]; ok {
 		for id := range j.inflight {
 			ids = append(ids, id)
 		}
@@ -85,24 +85,12 @@ func (c *Catalog) checkHandleLocked(j *jobState, id uint64, h *backend.Handle) e
 			return fmt.Errorf("%w: task %s references %s of checkpoint %s, which the job restored in no-claim mode (the first checkpoint after such a restore must be full)",
 				ErrInvalidArgument, h.Task, f.Path, src)
 		}
-		if c.deleting[f.Path] {
+		if c.mu.guard.deleting[f.Path] {
 			return fmt.Errorf("%w: task %s references %s, which is being deleted as unreferenced (an upload of an aborted checkpoint?)",
 				ErrNotFound, h.Task, f.Path)
 		}
 	}
 	return nil
-}
-
-func (c *Catalog) protectLocked(h *backend.Handle, delta int) {
-	if !managed(h) {
-		return
-	}
-	for _, f := range h.Files {
-		c.protect[f.Path] += delta
-		if c.protect[f.Path] <= 0 {
-			delete(c.protect, f.Path)
-		}
-	}
 }
 
 // AddTaskHandle records the handle of one task for in-flight checkpoint id
@@ -111,10 +99,10 @@ func (c *Catalog) protectLocked(h *backend.Handle, delta int) {
 func (c *Catalog) AddTaskHandle(job string, id uint64, h *backend.Handle) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.closed {
+	if c.mu.closed {
 		return ErrClosed
 	}
-	j, ok := c.jobs[job]
+	j, ok := c.mu.jobs[job]
 	var inf *inflight
 	if ok {
 		inf = j.inflight[id]
@@ -135,7 +123,7 @@ func (c *Catalog) AddTaskHandle(job string, id uint64, h *backend.Handle) error 
 	}
 	h = cloneHandle(h)
 	inf.handles = append(inf.handles, h)
-	c.protectLocked(h, +1)
+	c.mu.guard.add(h, +1)
 	return nil
 }
 
@@ -152,16 +140,16 @@ func (c *Catalog) AddTaskHandle(job string, id uint64, h *backend.Handle) error 
 func (c *Catalog) Complete(ctx context.Context, job string, id uint64, handles ...*backend.Handle) (*Manifest, error) {
 	r := ref{job, id}
 	c.mu.Lock()
-	if c.closed {
+	if c.mu.closed {
 		c.mu.Unlock()
 		return nil, ErrClosed
 	}
-	if e, ok := c.entries[r]; ok && !e.discarding {
+	if e, ok := c.mu.entries[r]; ok && !e.discarding {
 		m := cloneManifest(e.m)
 		c.mu.Unlock()
 		return m, nil
 	}
-	j, ok := c.jobs[job]
+	j, ok := c.mu.jobs[job]
 	var inf *inflight
 	if ok {
 		inf = j.inflight[id]
@@ -197,7 +185,7 @@ func (c *Catalog) Complete(ctx context.Context, job string, id uint64, handles .
 		return nil, fmt.Errorf("%w: checkpoint %s has no task handle", ErrInvalidArgument, r)
 	}
 	for _, h := range extra {
-		c.protectLocked(h, +1)
+		c.mu.guard.add(h, +1)
 	}
 	all = append(all, extra...)
 	inf.completing = true
@@ -210,7 +198,7 @@ func (c *Catalog) Complete(ctx context.Context, job string, id uint64, handles .
 	inf.completing = false
 	if err != nil {
 		for _, h := range extra {
-			c.protectLocked(h, -1)
+			c.mu.guard.add(h, -1)
 		}
 		c.mu.Unlock()
 		return nil, err
@@ -218,7 +206,7 @@ func (c *Catalog) Complete(ctx context.Context, job string, id uint64, handles .
 	e := &entry{ref: r, m: m, enc: enc, owner: job}
 	if err := c.reg.Register(r.dir(), checkpointObjects(m, enc)); err != nil {
 		for _, h := range extra {
-			c.protectLocked(h, -1)
+			c.mu.guard.add(h, -1)
 		}
 		c.mu.Unlock()
 		// The manifest must not outlive a failed registration, or a restart
@@ -226,10 +214,10 @@ func (c *Catalog) Complete(ctx context.Context, job string, id uint64, handles .
 		c.deleteNames(ctx, []string{r.manifest()})
 		return nil, fmt.Errorf("catalog: complete %s: %w", r, err)
 	}
-	c.entries[r] = e
+	c.mu.entries[r] = e
 	delete(j.inflight, id)
 	for _, h := range all {
-		c.protectLocked(h, -1)
+		c.mu.guard.add(h, -1)
 	}
 	c.recordLocked(j, Record{ID: id, Status: StatusCompleted, Started: m.Started, Ended: m.Completed,
 		CheckpointedSize: m.CheckpointedSize, FullSize: m.FullSize, Tasks: len(m.Tasks)})
@@ -241,7 +229,7 @@ func (c *Catalog) Complete(ctx context.Context, job string, id uint64, handles .
 
 	for _, d := range drops {
 		if err := c.discard(ctx, d); err != nil {
-			c.opts.Logf("catalog: discard %s after completing %s (the sweep retries): %v", d.ref, r, err)
+			c.log.Warn("discard after a completion failed; the sweep retries", "discarded", d.ref.String(), "completed", r.String(), "err", err)
 		}
 	}
 	c.saveJobLogged(ctx, job)
@@ -365,7 +353,7 @@ func (c *Catalog) recordLocked(j *jobState, r Record) {
 // adopted ones (in adoption order), then its own by id.
 func (c *Catalog) ownedLocked(job string) []*entry {
 	var out []*entry
-	for _, e := range c.entries {
+	for _, e := range c.mu.entries {
 		if e.owner == job && !e.discarding {
 			out = append(out, e)
 		}
@@ -390,7 +378,7 @@ func (c *Catalog) ownedLocked(job string) []*entry {
 // retentionLocked marks the checkpoints beyond Retain for discarding and
 // returns them.
 func (c *Catalog) retentionLocked(job string) []*entry {
-	if j := c.jobs[job]; j != nil && j.degraded {
+	if j := c.mu.jobs[job]; j != nil && j.degraded {
 		return nil
 	}
 	var counted []*entry
@@ -418,8 +406,8 @@ func (c *Catalog) discard(ctx context.Context, e *entry) error {
 		return fmt.Errorf("catalog: discard %s: delete manifest: %w", e.ref, err)
 	}
 	c.mu.Lock()
-	if c.entries[e.ref] == e {
-		delete(c.entries, e.ref)
+	if c.mu.entries[e.ref] == e {
+		delete(c.mu.entries, e.ref)
 	}
 	// Jobs that build on e keep its shared files (base.go) before the
 	// registration that protected them goes.
@@ -449,7 +437,9 @@ func (c *Catalog) discard(ctx context.Context, e *entry) error {
 
 // Abort ends in-flight checkpoint id of job without completing it. why is
 // StatusAborted, StatusDeclined or StatusExpired, reason a text for the
-// history. Abort deletes the checkpoint's private directory now (after
+// history. The catalog never ends a checkpoint on its own: expiry is the
+// caller's (the daemon's per-checkpoint timer aborts with StatusExpired),
+// so one timer with one default decides it. Abort deletes the checkpoint's private directory now (after
 // making sure no manifest for it survives), and its heap snapshot files in
 // Options.HeapStore; the shared files it uploaded
 // are left to the sweep, which deletes them once they are older than the
@@ -478,11 +468,11 @@ func (c *Catalog) abort(ctx context.Context, job string, id uint64, why Status, 
 	}
 	r := ref{job, id}
 	c.mu.Lock()
-	if c.closed {
+	if c.mu.closed {
 		c.mu.Unlock()
 		return ErrClosed
 	}
-	if _, ok := c.entries[r]; ok {
+	if _, ok := c.mu.entries[r]; ok {
 		c.mu.Unlock()
 		return fmt.Errorf("%w: checkpoint %s completed; it cannot be aborted", ErrState, r)
 	}
@@ -495,7 +485,7 @@ func (c *Catalog) abort(ctx context.Context, job string, id uint64, why Status, 
 			return fmt.Errorf("%w: checkpoint %s is completing", ErrState, r)
 		}
 		for _, h := range inf.handles {
-			c.protectLocked(h, -1)
+			c.mu.guard.add(h, -1)
 			rec.CheckpointedSize += h.CheckpointedSize
 			rec.FullSize += h.FullSize
 		}
@@ -533,7 +523,7 @@ func (c *Catalog) abort(ctx context.Context, job string, id uint64, why Status, 
 func (c *Catalog) DeleteCheckpoint(ctx context.Context, job string, id uint64) error {
 	r := ref{job, id}
 	c.mu.Lock()
-	e, ok := c.entries[r]
+	e, ok := c.mu.entries[r]
 	if !ok || e.discarding {
 		c.mu.Unlock()
 		return fmt.Errorf("%w: checkpoint %s is not retained", ErrNotFound, r)
@@ -565,7 +555,7 @@ func (c *Catalog) Latest(job string) (*Manifest, bool) {
 func (c *Catalog) Checkpoint(job string, id uint64) (*Manifest, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	e, ok := c.entries[ref{job, id}]
+	e, ok := c.mu.entries[ref{job, id}]
 	if !ok || e.discarding {
 		return nil, false
 	}
@@ -578,7 +568,7 @@ func (c *Catalog) Retained(job string) []uint64 {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	var ids []uint64
-	for r, e := range c.entries {
+	for r, e := range c.mu.entries {
 		if r.job == job && !e.discarding {
 			ids = append(ids, r.id)
 		}
@@ -592,7 +582,7 @@ func (c *Catalog) Retained(job string) []uint64 {
 func (c *Catalog) List(job string) []Record {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	j, ok := c.jobs[job]
+	j, ok := c.mu.jobs[job]
 	if !ok {
 		return nil
 	}
@@ -600,7 +590,7 @@ func (c *Catalog) List(job string) []Record {
 	for _, r := range j.history {
 		byID[r.ID] = r
 	}
-	for r, e := range c.entries {
+	for r, e := range c.mu.entries {
 		if r.job != job || e.discarding {
 			continue
 		}

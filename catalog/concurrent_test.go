@@ -19,7 +19,7 @@ import (
 func TestConcurrentJobsAndSweeps(t *testing.T) {
 	mem := memstore.New()
 	clk := &testClock{}
-	c := openCat(t, mem, clk, func(o *Options) { o.CheckpointTimeout = -1; o.GCGrace = time.Nanosecond })
+	c := openCat(t, mem, clk, func(o *Options) { o.GCGrace = time.Nanosecond })
 	var wg sync.WaitGroup
 	stop := make(chan struct{})
 	errs := make(chan error, 100)

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/statedhq/stated/backend"
+	"github.com/statedhq/stated/refcount"
 	"github.com/statedhq/stated/tiered"
 	"github.com/statedhq/stated/tiered/memstore"
 )
@@ -27,7 +28,7 @@ type crashScene struct {
 
 func newCrashScene(t *testing.T) *crashScene {
 	sc := &crashScene{mem: memstore.New(), clk: &testClock{}, states: map[string]map[backend.TaskID]map[string]string{}}
-	c := openCat(t, sc.mem, sc.clk, func(o *Options) { o.CheckpointTimeout = -1 })
+	c := openCat(t, sc.mem, sc.clk)
 	sc.tasks = []*fakeTask{
 		newFakeTask("j", "op", 0, backend.KeyGroupRange{Start: 0, End: 63}),
 		newFakeTask("j", "op", 1, backend.KeyGroupRange{Start: 64, End: 127}),
@@ -72,7 +73,7 @@ func newCrashScene(t *testing.T) *crashScene {
 	// restart does), so checkpoint 4 is begun again with its handles.
 	c.Close()
 	sc.fs = newFaultStore(sc.mem)
-	sc.c = openCat(t, sc.fs, sc.clk, func(o *Options) { o.CheckpointTimeout = -1 })
+	sc.c = openCat(t, sc.fs, sc.clk)
 	if err := sc.c.BeginCheckpoint("j", 4); err != nil {
 		t.Fatal(err)
 	}
@@ -135,6 +136,7 @@ func TestCrashAtEveryCall(t *testing.T) {
 					if p := c.Problems(); len(p) != 0 {
 						t.Fatalf("%s: problems after restart: %v", what, p)
 					}
+					sameRegistry(t, what, c.reg, rebuiltFromManifests(t, sc.mem))
 					sc.checkManifests(t, what)
 					sc.clk.Advance(5 * time.Hour)
 					if _, err := c.GC(ctx, false); err != nil {
@@ -200,4 +202,56 @@ func (sc *crashScene) checkManifests(t *testing.T, what string) map[string]bool 
 		}
 	}
 	return live
+}
+
+// rebuiltFromManifests is the registry refcount.Rebuild makes of the
+// retained manifests in s, read here without the catalog.
+func rebuiltFromManifests(t *testing.T, s tiered.Store) *refcount.Registry {
+	t.Helper()
+	owners := map[string][]refcount.Object{}
+	err := tiered.Walk(ctx, s, "", func(o tiered.ObjectInfo) error {
+		n := classify(o.Name)
+		if n.kind != objCheckpointManifest && n.kind != objSavepointManifest {
+			return nil
+		}
+		data, err := tiered.ReadAll(ctx, s, o.Name, maxMetaSize)
+		if err != nil {
+			return err
+		}
+		m, err := DecodeManifest(data)
+		if err != nil {
+			return err
+		}
+		if n.kind == objSavepointManifest {
+			owners[SavepointDir(n.sp)] = savepointObjects(m, data)
+		} else {
+			owners[CheckpointDir(n.job, n.id)] = checkpointObjects(m, data)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, refused := refcount.Rebuild(owners)
+	if refused != nil {
+		t.Fatalf("rebuild from the manifests refused %v", refused)
+	}
+	return r
+}
+
+// sameRegistry fails unless got and want have the same owners, each with
+// the same objects.
+func sameRegistry(t *testing.T, what string, got, want *refcount.Registry) {
+	t.Helper()
+	if g, w := got.Owners(), want.Owners(); !reflect.DeepEqual(g, w) {
+		t.Fatalf("%s: registry owners %v, rebuilt from the manifests %v", what, g, w)
+	}
+	for _, o := range want.Owners() {
+		if g, w := got.Objects(o), want.Objects(o); !reflect.DeepEqual(g, w) {
+			t.Fatalf("%s: registry objects of %s %v, rebuilt from the manifests %v", what, o, g, w)
+		}
+	}
+	if g, w := got.Stats(), want.Stats(); g != w {
+		t.Fatalf("%s: registry stats %+v, rebuilt from the manifests %+v", what, g, w)
+	}
 }

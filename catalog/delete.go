@@ -21,12 +21,31 @@ func (c *Catalog) list(ctx context.Context, prefix string) ([]tiered.ObjectInfo,
 	return out, err
 }
 
-// liveLocked reports whether name must not be deleted: referenced by a
-// retained checkpoint or savepoint, listed by a pending handle, under an
+// referencedLocked reports whether something refers to name itself: a
+// retained checkpoint or savepoint (registered, or the manifest of one
+// being discarded), a job's base hold, a pending handle, or a delete under
+// way.
+func (c *Catalog) referencedLocked(name string) bool {
+	if c.reg.Count(name) > 0 || c.mu.guard.guards(name, "") {
+		return true
+	}
+	n := classify(name)
+	switch n.kind {
+	case objCheckpointManifest:
+		return c.mu.entries[ref{n.job, n.id}] != nil
+	case objSavepointManifest:
+		_, ok := c.mu.savepoints[n.sp]
+		return ok
+	}
+	return false
+}
+
+// liveLocked reports whether name must not be deleted: referenced
+// (referencedLocked), outside the layout or a job file, under an
 // in-flight checkpoint or savepoint, or under a directory with a damaged
 // manifest.
 func (c *Catalog) liveLocked(name string) bool {
-	if c.reg.Count(name) > 0 || c.protect[name] > 0 || c.deleting[name] {
+	if c.referencedLocked(name) {
 		return true
 	}
 	n := classify(name)
@@ -34,22 +53,15 @@ func (c *Catalog) liveLocked(name string) bool {
 	case objUnknown, objJobFile:
 		return true
 	case objCheckpoint, objCheckpointManifest:
-		if j := c.jobs[n.job]; j != nil && j.inflight[n.id] != nil {
-			return true
-		}
-		if e := c.entries[ref{n.job, n.id}]; e != nil && n.kind == objCheckpointManifest {
+		if j := c.mu.jobs[n.job]; j != nil && j.inflight[n.id] != nil {
 			return true
 		}
 	case objSavepoint, objSavepointManifest:
-		if c.spInflight[n.sp] {
-			return true
-		}
-		if _, ok := c.savepoints[n.sp]; ok && n.kind == objSavepointManifest {
+		if c.mu.spInflight[n.sp] {
 			return true
 		}
 	}
-	_, bad := c.protectDirs[n.dir()]
-	return bad
+	return c.mu.guard.guards(name, n.dir())
 }
 
 // deleteUnreferenced deletes those of names that are not live, manifests
@@ -66,7 +78,7 @@ func (c *Catalog) deleteUnreferenced(ctx context.Context, names []string) ([]str
 		if c.liveLocked(n) {
 			continue
 		}
-		c.deleting[n] = true
+		c.mu.guard.deleting[n] = true
 		if strings.HasSuffix(n, "/"+ManifestName) {
 			manifests = append(manifests, n)
 		} else {
@@ -77,10 +89,10 @@ func (c *Catalog) deleteUnreferenced(ctx context.Context, names []string) ([]str
 	defer func() {
 		c.mu.Lock()
 		for _, n := range manifests {
-			delete(c.deleting, n)
+			delete(c.mu.guard.deleting, n)
 		}
 		for _, n := range rest {
-			delete(c.deleting, n)
+			delete(c.mu.guard.deleting, n)
 		}
 		c.mu.Unlock()
 	}()
@@ -99,7 +111,7 @@ func (c *Catalog) deleteNames(ctx context.Context, names []string) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 	defer cancel()
 	if err := c.deleteRetried(ctx, names); err != nil {
-		c.opts.Logf("catalog: delete (the sweep retries): %v", err)
+		c.log.Warn("delete failed; the sweep retries", "err", err)
 	}
 }
 

@@ -63,6 +63,15 @@
 // "stated gc" run by another process against a root a daemon is using
 // sees only manifests and the grace period.
 //
+// # Expiry
+//
+// The catalog never ends an in-flight checkpoint on its own. Expiry has one
+// owner, the daemon: its per-checkpoint timer (daemon.Config.CheckpointTimeout)
+// stops the uploads, calls Abort with StatusExpired, and tells the backends.
+// The catalog takes no callback into the daemon, so the two are built in
+// order (catalog, then daemon) without a cycle. A checkpoint no one ends
+// stays in flight, and its files stay protected, until the process exits.
+//
 // # Garbage collection
 //
 // GC (and the background sweep, Start) deletes an object of the layout
@@ -71,7 +80,7 @@
 // and every object of its checkpoint directory are older than
 // Options.GCGrace. A GC in another process (stated gc) cannot see the
 // daemon's in-flight checkpoints: it relies on the grace period, which must
-// exceed the checkpoint timeout, and keeps everything a manifest it did not
+// exceed the daemon's checkpoint timeout, and keeps everything a manifest it did not
 // know references. Deletes are batched (Options.DeleteBatch names per
 // DeleteBatch call), bounded in parallelism, retried, and idempotent; what
 // still fails is caught by the next sweep (FLINK-38909). A registration,

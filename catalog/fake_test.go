@@ -28,7 +28,7 @@ type testClock struct{ off atomic.Int64 }
 func (c *testClock) Now() time.Time          { return time.Now().Add(time.Duration(c.off.Load())) }
 func (c *testClock) Advance(d time.Duration) { c.off.Add(int64(d)) }
 func (c *testClock) opts(s tiered.Store) Options {
-	return Options{Store: s, Retain: 2, GCGrace: time.Hour, CheckpointTimeout: 10 * time.Minute, Clock: c.Now}
+	return Options{Store: s, Retain: 2, GCGrace: time.Hour, Clock: c.Now}
 }
 
 // errCrashed is what every call of a crashed faultStore returns.

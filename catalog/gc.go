@@ -26,8 +26,6 @@ type GCReport struct {
 	YoungBytes int64
 	// Unknown counts objects outside the layout; GC never touches them.
 	Unknown int
-	// Expired lists the in-flight checkpoints this pass expired.
-	Expired []string
 	// Discarded lists retention discards this pass finished (an earlier
 	// attempt failed).
 	Discarded []string
@@ -55,8 +53,9 @@ type GCReport struct {
 // that no in-flight checkpoint and no retained checkpoint's heap handle
 // holds, without a grace period (see heap.go).
 //
-// Before that (unless dryRun) it expires checkpoints in flight longer than
-// CheckpointTimeout and retries retention discards that failed. Manifests
+// Before that (unless dryRun) it retries retention discards that failed.
+// It never ends an in-flight checkpoint: that is the caller's (Abort with
+// StatusExpired). Manifests
 // the catalog does not know (another process completed them) are read and
 // everything they reference is kept. With dryRun nothing is changed and
 // the report lists what would be deleted. Deletes are batched, run in
@@ -67,7 +66,6 @@ func (c *Catalog) GC(ctx context.Context, dryRun bool) (*GCReport, error) {
 	defer c.gcMu.Unlock()
 	rep := &GCReport{DryRun: dryRun}
 	if !dryRun {
-		c.expire(ctx, rep)
 		c.retryDiscards(ctx, rep)
 	}
 	herr := c.gcHeap(ctx, rep, dryRun)
@@ -75,53 +73,66 @@ func (c *Catalog) GC(ctx context.Context, dryRun bool) (*GCReport, error) {
 	return rep, errors.Join(err, herr)
 }
 
-// gcStore is the sweep of Store.
+// gcStore is the sweep of Store, in phases: list the root, read the
+// manifests the catalog does not know, snapshot what the catalog protects,
+// decide (planSweep, a pure function), delete (deleteUnreferenced:
+// re-checked under the lock, batched, bounded in parallelism, retried,
+// idempotent).
 func (c *Catalog) gcStore(ctx context.Context, rep *GCReport, dryRun bool) error {
-	now := c.opts.Clock()
-	cutoff := now.Add(-c.opts.GCGrace)
-
-	var objects []tiered.ObjectInfo
-	youngest := map[string]time.Time{}
-	var foreign []string
-	c.mu.Lock()
-	knownManifest := func(n objName) bool {
-		if n.kind == objCheckpointManifest {
-			if _, ok := c.entries[ref{n.job, n.id}]; ok {
-				return true
-			}
-			j := c.jobs[n.job]
-			return j != nil && j.inflight[n.id] != nil
-		}
-		_, ok := c.savepoints[n.sp]
-		return ok || c.spInflight[n.sp]
-	}
-	c.mu.Unlock()
-	err := tiered.Walk(ctx, c.store, "", func(o tiered.ObjectInfo) error {
-		objects = append(objects, o)
-		n := classify(o.Name)
-		if d := n.dir(); d != "" && o.ModTime.After(youngest[d]) {
-			youngest[d] = o.ModTime
-		}
-		if n.kind == objCheckpointManifest || n.kind == objSavepointManifest {
-			c.mu.Lock()
-			known := knownManifest(n)
-			c.mu.Unlock()
-			if !known {
-				foreign = append(foreign, o.Name)
-			}
-		}
-		return nil
-	})
+	objects, err := c.list(ctx, "")
 	if err != nil {
 		return fmt.Errorf("catalog: gc: list the checkpoint root: %w", err)
 	}
 	rep.Scanned = len(objects)
+	keep, keepDirs := c.readForeignManifests(ctx, rep, objects)
+	in := c.protections(objects, keep, keepDirs)
+	plan := planSweep(in)
+	rep.Unknown, rep.Young, rep.YoungBytes = plan.unknown, plan.young, plan.youngBytes
+	if dryRun {
+		rep.Orphans = plan.orphans
+		for _, o := range plan.orphans {
+			rep.Bytes += o.Size
+		}
+		return nil
+	}
+	names := make([]string, len(plan.orphans))
+	for i, o := range plan.orphans {
+		names[i] = o.Name
+	}
+	attempted, derr := c.deleteUnreferenced(ctx, names)
+	tried := map[string]bool{}
+	for _, n := range attempted {
+		tried[n] = true
+	}
+	for _, o := range plan.orphans {
+		if tried[o.Name] {
+			rep.Orphans = append(rep.Orphans, o)
+			rep.Bytes += o.Size
+		}
+	}
+	if derr != nil {
+		rep.Problems = append(rep.Problems, fmt.Sprintf("delete failed (the next pass retries): %v", derr))
+		return fmt.Errorf("catalog: gc: %w", derr)
+	}
+	return nil
+}
 
-	// Whatever a manifest we do not know references stays: another process
-	// (a daemon next to a "stated gc", or an ambiguous write that landed)
-	// completed it.
-	keep := map[string]bool{}
-	keepDirs := map[string]bool{}
+// readForeignManifests reads the listed manifests the catalog does not
+// know and returns what they reference (keep) and the directories of the
+// damaged ones (keepDirs). Whatever a manifest we do not know references
+// stays: another process (a daemon next to a "stated gc", or an ambiguous
+// write that landed) completed it.
+func (c *Catalog) readForeignManifests(ctx context.Context, rep *GCReport, objects []tiered.ObjectInfo) (keep, keepDirs map[string]bool) {
+	var foreign []string
+	c.mu.Lock()
+	for _, o := range objects {
+		n := classify(o.Name)
+		if (n.kind == objCheckpointManifest || n.kind == objSavepointManifest) && !c.knownManifestLocked(n) {
+			foreign = append(foreign, o.Name)
+		}
+	}
+	c.mu.Unlock()
+	keep, keepDirs = map[string]bool{}, map[string]bool{}
 	for _, name := range foreign {
 		n := classify(name)
 		data, err := tiered.ReadAll(ctx, c.store, name, maxMetaSize)
@@ -138,9 +149,9 @@ func (c *Catalog) gcStore(ctx context.Context, rep *GCReport, dryRun bool) error
 		if err != nil {
 			keepDirs[n.dir()] = true
 			c.mu.Lock()
-			if _, ok := c.protectDirs[n.dir()]; !ok {
-				c.protectDirs[n.dir()] = err.Error()
-				c.problems = append(c.problems, fmt.Sprintf("manifest %s: %v (its directory is kept as it is)", name, err))
+			if _, ok := c.mu.guard.dirs[n.dir()]; !ok {
+				c.mu.guard.dirs[n.dir()] = err.Error()
+				c.mu.problems = append(c.mu.problems, fmt.Sprintf("manifest %s: %v (its directory is kept as it is)", name, err))
 			}
 			c.mu.Unlock()
 			rep.Problems = append(rep.Problems, fmt.Sprintf("manifest %s is damaged (%v): its directory is kept", name, err))
@@ -155,93 +166,122 @@ func (c *Catalog) gcStore(ctx context.Context, rep *GCReport, dryRun bool) error
 		}
 		rep.Problems = append(rep.Problems, fmt.Sprintf("manifest %s is not in this catalog (written by another process?): everything it references is kept", name))
 	}
-
-	var orphans []tiered.ObjectInfo
-	c.mu.Lock()
-	for _, o := range objects {
-		n := classify(o.Name)
-		if n.kind == objUnknown {
-			rep.Unknown++
-			continue
-		}
-		if n.kind == objJobFile || keep[o.Name] || keepDirs[n.dir()] || c.liveLocked(o.Name) {
-			continue
-		}
-		if o.ModTime.After(cutoff) || (n.dir() != "" && youngest[n.dir()].After(cutoff)) {
-			rep.Young++
-			rep.YoungBytes += o.Size
-			continue
-		}
-		orphans = append(orphans, o)
-	}
-	c.mu.Unlock()
-	sort.Slice(orphans, func(i, j int) bool { return orphans[i].Name < orphans[j].Name })
-	if dryRun {
-		rep.Orphans = orphans
-		for _, o := range orphans {
-			rep.Bytes += o.Size
-		}
-		return nil
-	}
-	names := make([]string, len(orphans))
-	for i, o := range orphans {
-		names[i] = o.Name
-	}
-	attempted, derr := c.deleteUnreferenced(ctx, names)
-	tried := map[string]bool{}
-	for _, n := range attempted {
-		tried[n] = true
-	}
-	for _, o := range orphans {
-		if tried[o.Name] {
-			rep.Orphans = append(rep.Orphans, o)
-			rep.Bytes += o.Size
-		}
-	}
-	if derr != nil {
-		rep.Problems = append(rep.Problems, fmt.Sprintf("delete failed (the next pass retries): %v", derr))
-		return fmt.Errorf("catalog: gc: %w", derr)
-	}
-	return nil
+	return keep, keepDirs
 }
 
-// expire aborts checkpoints in flight for longer than CheckpointTimeout.
-func (c *Catalog) expire(ctx context.Context, rep *GCReport) {
-	if c.opts.CheckpointTimeout <= 0 {
-		return
+// knownManifestLocked reports whether the manifest n is of a checkpoint or
+// savepoint the catalog retains or has in flight.
+func (c *Catalog) knownManifestLocked(n objName) bool {
+	if n.kind == objCheckpointManifest {
+		if _, ok := c.mu.entries[ref{n.job, n.id}]; ok {
+			return true
+		}
+		j := c.mu.jobs[n.job]
+		return j != nil && j.inflight[n.id] != nil
 	}
-	now := c.opts.Clock()
-	var stale []ref
+	_, ok := c.mu.savepoints[n.sp]
+	return ok || c.mu.spInflight[n.sp]
+}
+
+// protections takes the catalog's protections for the listed objects
+// at one moment (it takes c.mu). keep and keepDirs come from
+// readForeignManifests.
+func (c *Catalog) protections(objects []tiered.ObjectInfo, keep, keepDirs map[string]bool) sweepInput {
+	in := sweepInput{objects: objects, live: keep, inflight: map[string]bool{}, protectedDirs: keepDirs,
+		grace: c.opts.GCGrace, now: c.opts.Clock()}
 	c.mu.Lock()
-	for name, j := range c.jobs {
-		for id, inf := range j.inflight {
-			if !inf.completing && now.Sub(inf.started) > c.opts.CheckpointTimeout {
-				stale = append(stale, ref{name, id})
-			}
+	defer c.mu.Unlock()
+	for _, o := range objects {
+		if c.referencedLocked(o.Name) {
+			in.live[o.Name] = true
 		}
 	}
-	c.mu.Unlock()
-	sort.Slice(stale, func(i, j int) bool { return stale[i].String() < stale[j].String() })
-	for _, r := range stale {
-		err := c.Abort(ctx, r.job, r.id, StatusExpired, fmt.Sprintf("in flight for longer than the checkpoint timeout (%s)", c.opts.CheckpointTimeout))
-		if errors.Is(err, ErrState) {
-			continue // it completed meanwhile
-		}
-		if err != nil {
-			rep.Problems = append(rep.Problems, err.Error())
-		}
-		rep.Expired = append(rep.Expired, r.String())
-		if c.opts.OnExpire != nil {
-			c.opts.OnExpire(r.job, r.id)
+	for _, j := range c.mu.jobs {
+		for id := range j.inflight {
+			in.inflight[CheckpointDir(j.name, id)] = true
 		}
 	}
+	for sp := range c.mu.spInflight {
+		in.inflight[SavepointDir(sp)] = true
+	}
+	for dir := range c.mu.guard.dirs {
+		in.protectedDirs[dir] = true
+	}
+	return in
+}
+
+// sweepInput is everything planSweep decides from, taken at one moment.
+type sweepInput struct {
+	// objects is the listing of the checkpoint root.
+	objects []tiered.ObjectInfo
+	// live are the listed names something references: a retained
+	// checkpoint or savepoint (manifest included), a job's base hold, a
+	// pending handle, a manifest the catalog does not know, or a delete
+	// under way.
+	live map[string]bool
+	// inflight are the directories of in-flight checkpoints and savepoints:
+	// everything under them stays, whatever its age.
+	inflight map[string]bool
+	// protectedDirs are the directories of damaged manifests: kept as they
+	// are for a human to look at.
+	protectedDirs map[string]bool
+	// grace is Options.GCGrace, now the time of the pass.
+	grace time.Duration
+	now   time.Time
+}
+
+// sweepPlan is what planSweep decided.
+type sweepPlan struct {
+	// orphans are the objects to delete, sorted by name.
+	orphans []tiered.ObjectInfo
+	// young and youngBytes count unreferenced objects kept for the grace
+	// period; unknown the objects outside the layout.
+	young      int
+	youngBytes int64
+	unknown    int
+}
+
+// planSweep decides which listed objects the sweep deletes. An object is
+// an orphan when it is inside the layout, not a job file, not live, not
+// under an in-flight or protected directory, and it and every object of
+// its checkpoint or savepoint directory are older than the grace period (a
+// directory written to within it is taken to be in progress, perhaps by
+// another process). It does no I/O and takes no lock.
+func planSweep(in sweepInput) sweepPlan {
+	cutoff := in.now.Add(-in.grace)
+	youngest := map[string]time.Time{}
+	for _, o := range in.objects {
+		if d := classify(o.Name).dir(); d != "" && o.ModTime.After(youngest[d]) {
+			youngest[d] = o.ModTime
+		}
+	}
+	var p sweepPlan
+	for _, o := range in.objects {
+		n := classify(o.Name)
+		if n.kind == objUnknown {
+			p.unknown++
+			continue
+		}
+		dir := n.dir()
+		if n.kind == objJobFile || in.live[o.Name] || (dir != "" && (in.inflight[dir] || in.protectedDirs[dir])) {
+			continue
+		}
+		if o.ModTime.After(cutoff) || (dir != "" && youngest[dir].After(cutoff)) {
+			p.young++
+			p.youngBytes += o.Size
+			continue
+		}
+		p.orphans = append(p.orphans, o)
+	}
+	sort.Slice(p.orphans, func(i, j int) bool { return p.orphans[i].Name < p.orphans[j].Name })
+	return p
 }
 
 // retryDiscards finishes retention discards whose manifest delete failed.
 func (c *Catalog) retryDiscards(ctx context.Context, rep *GCReport) {
 	var todo []*entry
 	c.mu.Lock()
-	for _, e := range c.entries {
+	for _, e := range c.mu.entries {
 		if e.discarding {
 			todo = append(todo, e)
 		}
@@ -263,17 +303,17 @@ func (c *Catalog) retryDiscards(ctx context.Context, rep *GCReport) {
 func (c *Catalog) Start(ctx context.Context) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.closed {
+	if c.mu.closed {
 		return ErrClosed
 	}
-	if c.sweepDone != nil {
+	if c.mu.sweepDone != nil {
 		return fmt.Errorf("%w: the sweep runs already", ErrState)
 	}
 	ctx, cancel := context.WithCancel(ctx)
-	c.sweepCancel = cancel
-	c.sweepDone = make(chan struct{})
+	c.mu.sweepCancel = cancel
+	c.mu.sweepDone = make(chan struct{})
 	go func() {
-		defer close(c.sweepDone)
+		defer close(c.mu.sweepDone)
 		t := time.NewTicker(c.opts.SweepInterval)
 		defer t.Stop()
 		for {
@@ -284,10 +324,13 @@ func (c *Catalog) Start(ctx context.Context) error {
 			}
 			rep, err := c.GC(ctx, false)
 			if err != nil && ctx.Err() == nil {
-				c.opts.Logf("catalog: sweep: %v", err)
+				c.log.Warn("sweep failed", "err", err)
 			}
 			if rep != nil && len(rep.Orphans) > 0 {
-				c.opts.Logf("catalog: sweep deleted %d orphans (%d bytes)", len(rep.Orphans), rep.Bytes)
+				c.log.Info("sweep deleted orphans", "orphans", len(rep.Orphans), "bytes", rep.Bytes)
+			}
+			if c.afterSweep != nil {
+				c.afterSweep(rep, err)
 			}
 		}
 	}()
@@ -298,8 +341,8 @@ func (c *Catalog) Start(ctx context.Context) error {
 // catalog fail with ErrClosed. It does not close the store. Idempotent.
 func (c *Catalog) Close() error {
 	c.mu.Lock()
-	c.closed = true
-	cancel, done := c.sweepCancel, c.sweepDone
+	c.mu.closed = true
+	cancel, done := c.mu.sweepCancel, c.mu.sweepDone
 	c.mu.Unlock()
 	if cancel != nil {
 		cancel()

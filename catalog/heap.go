@@ -18,8 +18,7 @@ import (
 // heap file may go depends on exactly the facts the catalog owns: which
 // checkpoints are in flight, which are retained (retention runs inside
 // Complete; DeleteCheckpoint and claims change it too), and which ended
-// aborted, declined or expired (by the daemon, or by the catalog's own
-// sweep). A daemon-side cleaner would need each of those transitions
+// aborted, declined or expired (the daemon's Abort calls). A daemon-side cleaner would need each of those transitions
 // published as an event and the liveness rules written twice, with a race
 // between the two copies. Here the rules are the ones of the private files
 // in Store:
@@ -31,7 +30,7 @@ import (
 //   - Abort and Release delete the checkpoint's heap directory, a discard
 //     (retention, DeleteCheckpoint) does once the manifest is gone, and the
 //     sweep (GC) deletes any other heap file, such as a late upload of a
-//     checkpoint the sweep expired.
+//     checkpoint that expired.
 //
 // Unlike Store, the heap store needs no grace period: it lives in this
 // process's memory and only this process writes it, each file under a
@@ -49,10 +48,10 @@ func (c *Catalog) heapLiveLocked(name string) bool {
 		// Heap backends write nothing else: never touch what is not theirs.
 		return true
 	}
-	if j := c.jobs[n.job]; j != nil && j.inflight[n.id] != nil {
+	if j := c.mu.jobs[n.job]; j != nil && j.inflight[n.id] != nil {
 		return true
 	}
-	e := c.entries[ref{n.job, n.id}]
+	e := c.mu.entries[ref{n.job, n.id}]
 	if e == nil {
 		return false
 	}

@@ -32,9 +32,12 @@ type world struct {
 	spStat map[string]map[backend.TaskID]map[string]string
 	spSeq  int
 	retain int
-	// expired collects OnExpire calls of the running GC.
-	expired []ref
 }
+
+// modelTimeout stands for the daemon's checkpoint timeout: past it, the
+// daemon's timer (not the catalog) aborts a checkpoint as expired, which
+// expireAll models.
+const modelTimeout = 10 * time.Minute
 
 type wjob struct {
 	name     string
@@ -64,7 +67,6 @@ func (w *world) open(t *rapid.T) {
 	w.fs = newFaultStore(w.mem)
 	o := w.clk.opts(w.fs)
 	o.Retain = w.retain
-	o.OnExpire = func(job string, id uint64) { w.expired = append(w.expired, ref{job, id}) }
 	c, err := Open(context.Background(), o)
 	if err != nil {
 		t.Fatalf("open: %v", err)
@@ -74,16 +76,27 @@ func (w *world) open(t *rapid.T) {
 
 func (w *world) jobNames() []string { return []string{"a", "b"} }
 
-// forgetExpired tells the tasks about checkpoints a GC expired.
-func (w *world) forgetExpired() {
-	for _, r := range w.expired {
-		j := w.jobs[r.job]
-		delete(j.inflight, r.id)
-		for _, tk := range j.tasks {
-			tk.notifyAborted(r.id)
+// expireAll is the daemon's timer firing for every checkpoint in flight
+// once the clock passed modelTimeout: abort as expired, tell the tasks.
+func (w *world) expireAll(t *rapid.T) {
+	for _, name := range w.jobNames() {
+		j := w.jobs[name]
+		for _, id := range inflightIDs(j) {
+			if err := w.c.Abort(context.Background(), j.name, id, StatusExpired, "not completed within the timeout"); err != nil {
+				t.Fatalf("expire %s/%d: %v", j.name, id, err)
+			}
+			for _, tk := range j.tasks {
+				tk.notifyAborted(id)
+			}
+			delete(j.inflight, id)
 		}
 	}
-	w.expired = nil
+}
+
+func inflightIDs(j *wjob) []uint64 {
+	ids := slices.Collect(maps.Keys(j.inflight))
+	slices.Sort(ids)
+	return ids
 }
 
 func (w *world) abortAll(t *rapid.T, j *wjob) {
@@ -221,10 +234,10 @@ func (w *world) check(t *rapid.T) {
 	// 3. The catalog's view is the store's: the same manifests.
 	known := map[string]bool{}
 	w.c.mu.Lock()
-	for r := range w.c.entries {
+	for r := range w.c.mu.entries {
 		known[r.manifest()] = true
 	}
-	for id := range w.c.savepoints {
+	for id := range w.c.mu.savepoints {
 		known[SavepointDir(id)+"/"+ManifestName] = true
 	}
 	w.c.mu.Unlock()
@@ -286,11 +299,6 @@ func TestCatalogProperties(t *testing.T) {
 		defer func() { w.c.Close() }()
 		jobGen := rapid.SampledFrom(w.jobNames())
 
-		inflightIDs := func(j *wjob) []uint64 {
-			ids := slices.Collect(maps.Keys(j.inflight))
-			slices.Sort(ids)
-			return ids
-		}
 		complete := func(t *rapid.T, j *wjob, id uint64) error {
 			m, err := w.c.Complete(ctx, j.name, id)
 			if err != nil {
@@ -537,17 +545,16 @@ func TestCatalogProperties(t *testing.T) {
 			},
 			"gc": func(t *rapid.T) {
 				_, err := w.c.GC(ctx, rapid.Bool().Draw(t, "dry"))
-				w.forgetExpired()
 				if err != nil {
 					t.Fatalf("gc: %v", err)
 				}
 			},
 			"gcPastGrace": func(t *rapid.T) {
-				w.clk.Advance(w.c.opts.GCGrace + w.c.opts.CheckpointTimeout + time.Minute)
+				w.clk.Advance(w.c.opts.GCGrace + modelTimeout + time.Minute)
+				w.expireAll(t)
 				if _, err := w.c.GC(ctx, false); err != nil {
 					t.Fatalf("gc: %v", err)
 				}
-				w.forgetExpired()
 				ms := w.manifestsInStore(t)
 				live := referenced(ms)
 				w.baseFiles(live)
@@ -571,7 +578,8 @@ func TestCatalogProperties(t *testing.T) {
 				op := rapid.SampledFrom([]string{"complete", "abort", "gc", "savepoint", "deleteSavepoint", "restore"}).Draw(t, "op")
 				j := w.jobs[jobGen.Draw(t, "job")]
 				if op == "gc" {
-					w.clk.Advance(w.c.opts.GCGrace + w.c.opts.CheckpointTimeout + time.Minute)
+					w.clk.Advance(w.c.opts.GCGrace + modelTimeout + time.Minute)
+					w.expireAll(t)
 				}
 				if op == "complete" {
 					prepare(t, j) // something to complete, and so retention to apply
@@ -587,7 +595,6 @@ func TestCatalogProperties(t *testing.T) {
 					}
 				case "gc":
 					_, _ = w.c.GC(ctx, false)
-					w.expired = nil
 				case "savepoint":
 					_, _ = savepoint(t, rapid.Bool().Draw(t, "live"))
 				case "deleteSavepoint":

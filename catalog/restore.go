@@ -101,7 +101,7 @@ func (c *Catalog) RestoreSource(ctx context.Context, req RestoreRequest) (*Resto
 		return nil, err
 	}
 	c.mu.Lock()
-	if c.closed {
+	if c.mu.closed {
 		c.mu.Unlock()
 		return nil, ErrClosed
 	}
@@ -110,7 +110,7 @@ func (c *Catalog) RestoreSource(ctx context.Context, req RestoreRequest) (*Resto
 		if owned := c.ownedLocked(req.FromJob); len(owned) > 0 {
 			e = owned[len(owned)-1]
 		}
-	} else if x, ok := c.entries[ref{req.FromJob, req.CheckpointID}]; ok && !x.discarding {
+	} else if x, ok := c.mu.entries[ref{req.FromJob, req.CheckpointID}]; ok && !x.discarding {
 		e = x
 	}
 	if e == nil {
@@ -150,7 +150,7 @@ func (c *Catalog) RestoreSource(ctx context.Context, req RestoreRequest) (*Resto
 				c.mu.Unlock()
 				return nil, fmt.Errorf("catalog: restore %s: record the ownership change: %w", e.ref, err)
 			}
-			c.opts.Logf("catalog: restore %s: %v (the adoption by %s stands)", e.ref, err, req.Job)
+			c.log.Warn("restore: save the job file failed; the adoption stands", "checkpoint", e.ref.String(), "job", req.Job, "err", err)
 		}
 	}
 
@@ -177,7 +177,7 @@ func (c *Catalog) RestoreSource(ctx context.Context, req RestoreRequest) (*Resto
 
 func (c *Catalog) restoreSavepoint(ctx context.Context, req RestoreRequest) (*Restore, error) {
 	c.mu.Lock()
-	sp, ok := c.savepoints[req.SavepointID]
+	sp, ok := c.mu.savepoints[req.SavepointID]
 	var m *Manifest
 	var released []string
 	if ok {

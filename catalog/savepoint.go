@@ -141,15 +141,15 @@ func newSavepointID(job string, id uint64) string {
 // files).
 func (c *Catalog) beginSavepoint(ctx context.Context, id string) error {
 	c.mu.Lock()
-	if c.closed {
+	if c.mu.closed {
 		c.mu.Unlock()
 		return ErrClosed
 	}
-	if _, ok := c.savepoints[id]; ok || c.spInflight[id] {
+	if _, ok := c.mu.savepoints[id]; ok || c.mu.spInflight[id] {
 		c.mu.Unlock()
 		return fmt.Errorf("%w: savepoint %s", ErrExists, id)
 	}
-	c.spInflight[id] = true
+	c.mu.spInflight[id] = true
 	c.mu.Unlock()
 	page, err := c.store.List(ctx, SavepointDir(id)+"/", "", 1)
 	if err == nil && len(page.Objects) > 0 {
@@ -157,7 +157,7 @@ func (c *Catalog) beginSavepoint(ctx context.Context, id string) error {
 	}
 	if err != nil {
 		c.mu.Lock()
-		delete(c.spInflight, id)
+		delete(c.mu.spInflight, id)
 		c.mu.Unlock()
 		return err
 	}
@@ -239,6 +239,10 @@ func (c *Catalog) writeCanonical(ctx context.Context, req SavepointRequest) ([]*
 	}
 	seen := map[backend.TaskID]bool{}
 	for _, b := range req.Backends {
+		// CanonicalSnapshotter is optional: a backend without it cannot
+		// write a canonical savepoint, and the whole savepoint is refused
+		// (ErrInvalidArgument) before anything is written; the caller may
+		// take a native savepoint of it instead.
 		cs, ok := b.(backend.CanonicalSnapshotter)
 		if !ok {
 			release()
@@ -323,19 +327,19 @@ func (c *Catalog) completeSavepoint(ctx context.Context, req SavepointRequest, h
 	if err := c.reg.Register(spOwner(req.ID), savepointObjects(m, enc)); err != nil {
 		return nil, fmt.Errorf("catalog: savepoint %s: %w", req.ID, err)
 	}
-	c.savepoints[req.ID] = &spEntry{m: m, enc: enc}
-	delete(c.spInflight, req.ID)
+	c.mu.savepoints[req.ID] = &spEntry{m: m, enc: enc}
+	delete(c.mu.spInflight, req.ID)
 	return cloneManifest(m), nil
 }
 
 // abortSavepoint deletes whatever a failed savepoint wrote.
 func (c *Catalog) abortSavepoint(ctx context.Context, id string) {
 	c.mu.Lock()
-	delete(c.spInflight, id)
+	delete(c.mu.spInflight, id)
 	c.mu.Unlock()
 	listed, err := c.list(ctx, SavepointDir(id)+"/")
 	if err != nil {
-		c.opts.Logf("catalog: clean up failed savepoint %s (the sweep will): %v", id, err)
+		c.log.Warn("clean up of a failed savepoint failed; the sweep will finish it", "savepoint", id, "err", err)
 		return
 	}
 	names := make([]string, len(listed))
@@ -343,7 +347,7 @@ func (c *Catalog) abortSavepoint(ctx context.Context, id string) {
 		names[i] = o.Name
 	}
 	if _, err := c.deleteUnreferenced(ctx, names); err != nil {
-		c.opts.Logf("catalog: clean up failed savepoint %s (the sweep will): %v", id, err)
+		c.log.Warn("clean up of a failed savepoint failed; the sweep will finish it", "savepoint", id, "err", err)
 	}
 }
 
@@ -355,7 +359,7 @@ func (c *Catalog) DeleteSavepoint(ctx context.Context, id string) error {
 		return err
 	}
 	c.mu.Lock()
-	_, ok := c.savepoints[id]
+	_, ok := c.mu.savepoints[id]
 	c.mu.Unlock()
 	if !ok {
 		return fmt.Errorf("%w: savepoint %s", ErrNotFound, id)
@@ -364,7 +368,7 @@ func (c *Catalog) DeleteSavepoint(ctx context.Context, id string) error {
 		return fmt.Errorf("catalog: delete savepoint %s: %w", id, err)
 	}
 	c.mu.Lock()
-	delete(c.savepoints, id)
+	delete(c.mu.savepoints, id)
 	c.reg.Unregister(spOwner(id))
 	c.mu.Unlock()
 	listed, err := c.list(ctx, SavepointDir(id)+"/")
@@ -385,7 +389,7 @@ func (c *Catalog) DeleteSavepoint(ctx context.Context, id string) error {
 func (c *Catalog) Savepoint(id string) (*Manifest, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	sp, ok := c.savepoints[id]
+	sp, ok := c.mu.savepoints[id]
 	if !ok {
 		return nil, false
 	}
@@ -396,8 +400,8 @@ func (c *Catalog) Savepoint(id string) (*Manifest, bool) {
 func (c *Catalog) Savepoints() []*Manifest {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	out := make([]*Manifest, 0, len(c.savepoints))
-	for _, sp := range c.savepoints {
+	out := make([]*Manifest, 0, len(c.mu.savepoints))
+	for _, sp := range c.mu.savepoints {
 		out = append(out, cloneManifest(sp.m))
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].SavepointID < out[j].SavepointID })

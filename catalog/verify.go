@@ -158,7 +158,7 @@ func verifyFile(ctx context.Context, store tiered.Store, f backend.FileRef) *Fil
 // Verify re-reads every file of retained checkpoint id of job (see Verify).
 func (c *Catalog) Verify(ctx context.Context, job string, id uint64) (*VerifyReport, error) {
 	c.mu.Lock()
-	_, ok := c.entries[ref{job, id}]
+	_, ok := c.mu.entries[ref{job, id}]
 	c.mu.Unlock()
 	if !ok {
 		return nil, fmt.Errorf("%w: checkpoint %s is not retained", ErrNotFound, CheckpointDir(job, id))

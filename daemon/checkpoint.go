@@ -33,13 +33,18 @@ type checkpoint struct {
 	cancel context.CancelFunc
 	timer  *time.Timer
 	tasks  map[backend.TaskID]*taskSnapshot
-	// status is statusInProgress, statusCompleting, or a failure reason
-	// class ("aborted", "declined", "expired") once aborted.
+	// status is statusInProgress, statusCompleting, statusCompleted, or
+	// the FailureReason (its String) once aborted; reason is the failure
+	// as errors name it.
 	status string
 	reason string
 	// aborted is closed once an abort has finished (the uploads stopped,
 	// the catalog recorded it), so that a repeated abort returns only then.
 	aborted chan struct{}
+	// timedOut: the timer fired while the checkpoint was completing. If
+	// the completion fails, it expires at once: the timer is the only
+	// expiry, and nothing else would end it.
+	timedOut bool
 }
 
 type taskSnapshot struct {
@@ -134,7 +139,7 @@ func (d *Daemon) Snapshot(ctx context.Context, inst *Instance, id uint64, wait b
 		if errors.Is(err, backend.ErrDeclined) {
 			// The checkpoint cannot complete without this task: stop the
 			// uploads of the others now.
-			_ = d.AbortCheckpoint(ctx, task.Job, id, "declined: "+err.Error())
+			_ = d.abortFor(ctx, task.Job, id, Failure{FailureDeclined, err.Error()})
 		}
 		return SnapshotResult{Sync: ts.sync}, ts.err
 	}
@@ -226,13 +231,9 @@ func (d *Daemon) runSnapshot(c *checkpoint, ts *taskSnapshot, ps backend.Pending
 	if err != nil && c.ctx.Err() == nil {
 		// The checkpoint cannot complete without this task: abort it now so
 		// the other tasks' uploads stop and the catalog records why.
-		reason := "aborted: " + ts.err.Error()
-		if errors.Is(err, backend.ErrDeclined) {
-			reason = "declined: " + ts.err.Error()
-		}
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
-		_ = d.AbortCheckpoint(ctx, inst.Task.Job, id, reason)
+		_ = d.abortFor(ctx, inst.Task.Job, id, snapshotFailure(ts.err))
 	}
 }
 
@@ -287,10 +288,15 @@ func (d *Daemon) CompleteCheckpoint(ctx context.Context, job string, id uint64, 
 	d.mu.Unlock()
 	reopen := func() {
 		d.mu.Lock()
+		expired := false
 		if c.status == statusCompleting {
 			c.status = statusInProgress
+			expired = c.timedOut
 		}
 		d.mu.Unlock()
+		if expired {
+			d.expire(c)
+		}
 	}
 
 	for _, ts := range snaps {
@@ -303,12 +309,8 @@ func (d *Daemon) CompleteCheckpoint(ctx context.Context, job string, id uint64, 
 	}
 	for _, ts := range snaps {
 		if ts.err != nil {
-			reason := "aborted: " + ts.err.Error()
-			if errors.Is(ts.err, backend.ErrDeclined) {
-				reason = "declined: " + ts.err.Error()
-			}
 			reopen()
-			_ = d.AbortCheckpoint(ctx, job, id, reason)
+			_ = d.abortFor(ctx, job, id, snapshotFailure(ts.err))
 			return CheckpointInfo{}, fmt.Errorf("daemon: complete checkpoint %d of job %s: %w: %w", id, job, ErrCheckpointFailed, ts.err)
 		}
 	}
@@ -343,7 +345,7 @@ func (d *Daemon) CompleteCheckpoint(ctx context.Context, job string, id uint64, 
 		ts.inst.Backend.NotifyCheckpointComplete(id)
 	}
 	for _, o := range subsumed {
-		_ = d.AbortCheckpoint(ctx, job, o.key.id, fmt.Sprintf("aborted: subsumed by checkpoint %d", id))
+		_ = d.abortFor(ctx, job, o.key.id, Failure{FailureAborted, fmt.Sprintf("subsumed by checkpoint %d", id)})
 	}
 	d.m.CheckpointsCompleted.Add(1)
 	dur := time.Since(c.started)
@@ -354,43 +356,71 @@ func (d *Daemon) CompleteCheckpoint(ctx context.Context, job string, id uint64, 
 	return info, nil
 }
 
-// classifyReason maps a reason ("declined: ...", "expired: ...", anything
-// else) to its metric class.
-func classifyReason(reason string) FailureReason {
-	switch {
-	case strings.HasPrefix(reason, "declined"):
-		return FailureDeclined
-	case strings.HasPrefix(reason, "expired"):
-		return FailureExpired
-	}
-	return FailureAborted
+// Failure is why a checkpoint failed, typed where the failure happens (a
+// backend declining, an upload failing, the timer, a coordinator's abort):
+// Reason is counted in Metrics.CheckpointFailures and recorded as the
+// catalog status, Text is the history's reason (ListCheckpoints).
+type Failure struct {
+	Reason FailureReason
+	Text   string
 }
 
-var catalogStatus = [numFailureReasons]catalog.Status{catalog.StatusDeclined, catalog.StatusExpired, catalog.StatusAborted}
+// String is the failure as people read it: "declined: <text>", or the
+// class alone without a text.
+func (f Failure) String() string {
+	if f.Text == "" {
+		return f.Reason.String()
+	}
+	return f.Reason.String() + ": " + f.Text
+}
+
+// ParseFailure reads a reason in its text form, as the API's
+// AbortCheckpoint carries it: "declined", "expired" or "aborted",
+// optionally followed by ": " and a text; anything else is an abort with
+// that text. It is the one place a reason is parsed; everything inside the
+// daemon passes a Failure.
+func ParseFailure(reason string) Failure {
+	for r := range numFailureReasons {
+		if name := r.String(); strings.HasPrefix(reason, name) {
+			return Failure{r, strings.TrimPrefix(strings.TrimPrefix(reason, name), ": ")}
+		}
+	}
+	return Failure{FailureAborted, reason}
+}
+
+// snapshotFailure is the failure of a checkpoint one of whose task
+// snapshots failed with err: declined if the backend declined it.
+func snapshotFailure(err error) Failure {
+	if errors.Is(err, backend.ErrDeclined) {
+		return Failure{FailureDeclined, err.Error()}
+	}
+	return Failure{FailureAborted, err.Error()}
+}
 
 // AbortCheckpoint cancels checkpoint id of job: running uploads stop, the
 // catalog discards what only this checkpoint uploaded, and a later
-// Snapshot of it is refused. reason starts with "declined", "expired" or
-// "aborted" (the default). Aborting an aborted checkpoint is a no-op;
+// Snapshot of it is refused. reason is in the text form ParseFailure reads
+// ("aborted" when empty). Aborting an aborted checkpoint is a no-op;
 // aborting a completed one is an error.
 func (d *Daemon) AbortCheckpoint(ctx context.Context, job string, id uint64, reason string) error {
-	return d.abort(ctx, job, id, reason, true)
-}
-
-// CatalogExpired is the catalog's OnExpire hook: its sweep expired
-// checkpoint id of job, so the daemon stops the uploads and tells the
-// backends.
-func (d *Daemon) CatalogExpired(job string, id uint64) {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	_ = d.abort(ctx, job, id, "expired: the catalog's sweep expired it", false)
-}
-
-func (d *Daemon) abort(ctx context.Context, job string, id uint64, reason string, tellCatalog bool) error {
 	if reason == "" {
 		reason = "aborted"
 	}
-	class := classifyReason(reason)
+	return d.abort(ctx, job, id, ParseFailure(reason), reason)
+}
+
+// abortFor aborts with a failure the daemon met itself.
+func (d *Daemon) abortFor(ctx context.Context, job string, id uint64, f Failure) error {
+	return d.abort(ctx, job, id, f, f.String())
+}
+
+// abort is AbortCheckpoint with the failure typed; shown is how errors and
+// logs name it (the caller's text as given, for AbortCheckpoint).
+func (d *Daemon) abort(ctx context.Context, job string, id uint64, f Failure, shown string) error {
+	class := f.Reason
+	if class >= numFailureReasons {
+		class = FailureAborted
+	}
 	key := ckptKey{job, id}
 	d.mu.Lock()
 	c := d.ckpts[key]
@@ -422,7 +452,7 @@ func (d *Daemon) abort(ctx context.Context, job string, id uint64, reason string
 		}
 	}
 	c.status = class.String()
-	c.reason = reason
+	c.reason = shown
 	c.timer.Stop()
 	c.cancel()
 	snaps := make([]*taskSnapshot, 0, len(c.tasks))
@@ -438,25 +468,29 @@ func (d *Daemon) abort(ctx context.Context, job string, id uint64, reason string
 		<-ts.done
 	}
 	var err error
-	if tellCatalog {
-		// Also for a checkpoint no task here began: the catalog records it
-		// and cleans what tasks elsewhere may have written.
-		text := strings.TrimPrefix(strings.TrimPrefix(reason, class.String()), ": ")
-		if e := d.cfg.Catalog.Abort(ctx, job, id, catalogStatus[class], text); e != nil {
-			err = fmt.Errorf("daemon: abort checkpoint %d of job %s: %w", id, job, e)
-		}
+	// Also for a checkpoint no task here began: the catalog records it and
+	// cleans what tasks elsewhere may have written.
+	if e := d.cfg.Catalog.Abort(ctx, job, id, class.Status(), f.Text); e != nil {
+		err = fmt.Errorf("daemon: abort checkpoint %d of job %s: %w", id, job, e)
 	}
 	for _, ts := range snaps {
 		ts.inst.Backend.NotifyCheckpointAborted(id)
 	}
 	d.m.CheckpointFailures[class].Add(1)
-	d.log.Warn("checkpoint aborted", "job", job, "checkpoint", id, "reason", reason)
+	d.log.Warn("checkpoint aborted", "job", job, "checkpoint", id, "reason", shown)
 	return err
 }
 
-// expire aborts a checkpoint that outlived the timeout.
+// expire aborts a checkpoint that outlived the timeout: the uploads stop,
+// the catalog records it as expired and deletes its files, the backends
+// hear of it, and the expired metric counts it. A checkpoint completing
+// when the timer fires is left to its completion; should that fail, reopen
+// calls expire again.
 func (d *Daemon) expire(c *checkpoint) {
 	d.mu.Lock()
+	if c.status == statusCompleting {
+		c.timedOut = true
+	}
 	skip := d.closing || c.status != statusInProgress
 	d.mu.Unlock()
 	if skip {
@@ -464,8 +498,8 @@ func (d *Daemon) expire(c *checkpoint) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	_ = d.AbortCheckpoint(ctx, c.key.job, c.key.id,
-		fmt.Sprintf("expired: not completed within %s", d.cfg.CheckpointTimeout))
+	_ = d.abortFor(ctx, c.key.job, c.key.id,
+		Failure{FailureExpired, fmt.Sprintf("not completed within %s", d.cfg.CheckpointTimeout)})
 }
 
 // ListCheckpoints returns the checkpoint history of job from the catalog,

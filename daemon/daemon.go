@@ -62,8 +62,8 @@ type Config struct {
 	DataDir string
 	// Store is the checkpoint storage. Required.
 	Store tiered.Store
-	// Catalog records checkpoints and savepoints. Required. Wire its
-	// Options.OnExpire to Daemon.CatalogExpired.
+	// Catalog records checkpoints and savepoints. Required. It takes no
+	// callback into the daemon: open it first, then pass it here.
 	Catalog *catalog.Catalog
 	// HeapSnapshots is where heap backends keep their snapshots: native
 	// savepoints of heap instances copy from it, and a restore from a heap
@@ -90,7 +90,10 @@ type Config struct {
 	// DefaultMaxStreamsPerInstance.
 	MaxStreamsPerInstance int
 	// CheckpointTimeout aborts a checkpoint as expired when it has not
-	// completed this long after its first snapshot. Default
+	// completed this long after its first snapshot: the daemon's timer is
+	// the only expiry (the catalog never ends a checkpoint on its own). It
+	// must be shorter than the catalog's GCGrace, or the sweep could
+	// delete uploads of a running checkpoint. Default
 	// DefaultCheckpointTimeout.
 	CheckpointTimeout time.Duration
 	// IdleInstanceTimeout closes an instance that has had no batch stream
@@ -144,7 +147,11 @@ func (c *Config) Validate() error {
 	}
 	if c.Catalog == nil {
 		errs = append(errs, errors.New("daemon: no catalog"))
-	} else if c.HeapSnapshots != nil && c.Catalog.HeapStore() != c.HeapSnapshots {
+	} else if g := c.Catalog.GCGrace(); c.CheckpointTimeout >= g {
+		errs = append(errs, fmt.Errorf("daemon: the checkpoint timeout %s must be shorter than the catalog's gc grace %s, or the sweep could delete uploads of a running checkpoint",
+			c.CheckpointTimeout, g))
+	}
+	if c.Catalog != nil && c.HeapSnapshots != nil && c.Catalog.HeapStore() != c.HeapSnapshots {
 		errs = append(errs, errors.New("daemon: the catalog manages another heap snapshot store than Config.HeapSnapshots "+
 			"(open it with catalog.Options.HeapStore set to the same store, or heap snapshots are never deleted)"))
 	}
@@ -515,7 +522,7 @@ func (d *Daemon) Shutdown(ctx context.Context) error {
 	actx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	for _, c := range pending {
-		if err := d.cfg.Catalog.Abort(actx, c.key.job, c.key.id, catalog.StatusAborted, "daemon shutting down"); err != nil {
+		if err := d.cfg.Catalog.Abort(actx, c.key.job, c.key.id, FailureAborted.Status(), "daemon shutting down"); err != nil {
 			errs = append(errs, err)
 		}
 		d.m.CheckpointFailures[FailureAborted].Add(1)

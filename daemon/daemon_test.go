@@ -14,15 +14,31 @@ import (
 	"github.com/statedhq/stated/catalog"
 	"github.com/statedhq/stated/daemon"
 	"github.com/statedhq/stated/daemon/openers"
+	"github.com/statedhq/stated/tiered"
 	"github.com/statedhq/stated/tiered/memstore"
 )
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 
 type env struct {
-	d    *daemon.Daemon
-	cat  *catalog.Catalog
-	heap *memstore.Store
+	d     *daemon.Daemon
+	cat   *catalog.Catalog
+	store *memstore.Store
+	heap  *memstore.Store
+}
+
+// storeNames lists the objects of s under prefix.
+func storeNames(t *testing.T, s tiered.Store, prefix string) []string {
+	t.Helper()
+	var out []string
+	err := tiered.Walk(context.Background(), s, prefix, func(o tiered.ObjectInfo) error {
+		out = append(out, o.Name)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
 }
 
 func newEnv(t *testing.T, oc openers.Config, mod func(*daemon.Config)) *env {
@@ -33,9 +49,7 @@ func newEnv(t *testing.T, oc openers.Config, mod func(*daemon.Config)) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var dp *daemon.Daemon
-	cat, err := catalog.Open(ctx, catalog.Options{Store: store, HeapStore: set.HeapSnapshots,
-		OnExpire: func(job string, id uint64) { dp.CatalogExpired(job, id) }})
+	cat, err := catalog.Open(ctx, catalog.Options{Store: store, HeapStore: set.HeapSnapshots})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -48,7 +62,6 @@ func newEnv(t *testing.T, oc openers.Config, mod func(*daemon.Config)) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dp = d
 	t.Cleanup(func() {
 		sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		defer cancel()
@@ -58,7 +71,7 @@ func newEnv(t *testing.T, oc openers.Config, mod func(*daemon.Config)) *env {
 		cat.Close()
 		set.Close()
 	})
-	return &env{d: d, cat: cat, heap: set.HeapSnapshots}
+	return &env{d: d, cat: cat, store: store, heap: set.HeapSnapshots}
 }
 
 var valueState = []backend.StateDescriptor{{Name: "v", Kind: backend.KindValue}}
@@ -211,6 +224,12 @@ func TestDeclinedAndExpired(t *testing.T) {
 		t.Fatalf("snapshot over the heap cap: %v", err)
 	}
 	f := e.open(t, "other", 0, backend.KindFile)
+	// What a task on another host uploaded for the checkpoint: the expiry
+	// must delete it (deterministically there before the timer fires).
+	elsewhere := catalog.CheckpointDir("other", 1) + "/op-1/state-elsewhere"
+	if err := tiered.PutBytes(ctx, e.store, elsewhere, []byte("x")); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := e.d.Snapshot(ctx, f, 1, false); err != nil {
 		t.Fatal(err)
 	}
@@ -223,6 +242,18 @@ func TestDeclinedAndExpired(t *testing.T) {
 	}
 	if _, err := e.d.CompleteCheckpoint(ctx, "other", 1, nil); !errors.Is(err, daemon.ErrCheckpointFailed) || !strings.Contains(err.Error(), "expired") {
 		t.Fatalf("complete of an expired checkpoint: %v", err)
+	}
+	// The daemon's timer is the one expiry: the catalog recorded it as
+	// expired and its private files are gone.
+	if list, _ := e.d.ListCheckpoints(ctx, "other"); len(list) != 1 || list[0].Status != "expired" ||
+		list[0].Reason != "not completed within 50ms" {
+		t.Fatalf("history of the expired checkpoint: %+v", list)
+	}
+	if got := e.cat.InFlight("other"); len(got) != 0 {
+		t.Fatalf("the expired checkpoint is still in flight in the catalog: %v", got)
+	}
+	if left := storeNames(t, e.store, catalog.CheckpointDir("other", 1)+"/"); len(left) != 0 {
+		t.Fatalf("files of the expired checkpoint survive: %v", left)
 	}
 	if n := e.d.Metrics().CheckpointFailures[daemon.FailureDeclined].Load(); n != 1 {
 		t.Fatalf("declined count %d", n)
@@ -580,5 +611,135 @@ func TestIdleInstancesAreReaped(t *testing.T) {
 	waitFor("the instance whose stream ended is closed", func() bool { return gone(live) })
 	if _, err := live.AcquireStream(); err == nil {
 		t.Fatal("a stream attached to a reaped instance")
+	}
+}
+
+// TestCheckpointTimeoutWithinGrace: the daemon's timer is the only expiry,
+// so New refuses a timeout the catalog's sweep would not wait for.
+func TestCheckpointTimeoutWithinGrace(t *testing.T) {
+	ctx := context.Background()
+	store := memstore.New()
+	cat, err := catalog.Open(ctx, catalog.Options{Store: store, GCGrace: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cat.Close()
+	set, err := openers.New(openers.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer set.Close()
+	cfg := daemon.Config{DataDir: t.TempDir(), Store: store, Catalog: cat, Openers: set.Openers, Logger: quiet,
+		CheckpointTimeout: time.Hour}
+	if _, err := daemon.New(cfg); err == nil || !strings.Contains(err.Error(), "gc grace") {
+		t.Fatalf("a checkpoint timeout as long as the gc grace was accepted: %v", err)
+	}
+	cfg.CheckpointTimeout = 59 * time.Minute
+	d, err := daemon.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestParseFailure: the text form of a reason (what the API carries) maps
+// to the typed failure the metrics and the catalog history use.
+func TestParseFailure(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want daemon.Failure
+	}{
+		{"declined: too big", daemon.Failure{Reason: daemon.FailureDeclined, Text: "too big"}},
+		{"expired: not completed within 1s", daemon.Failure{Reason: daemon.FailureExpired, Text: "not completed within 1s"}},
+		{"aborted: job restarts", daemon.Failure{Reason: daemon.FailureAborted, Text: "job restarts"}},
+		{"aborted", daemon.Failure{Reason: daemon.FailureAborted}},
+		{"declined", daemon.Failure{Reason: daemon.FailureDeclined}},
+		{"operator cancelled", daemon.Failure{Reason: daemon.FailureAborted, Text: "operator cancelled"}},
+		{"", daemon.Failure{Reason: daemon.FailureAborted}},
+	} {
+		got := daemon.ParseFailure(tc.in)
+		if got != tc.want {
+			t.Errorf("ParseFailure(%q) = %+v, want %+v", tc.in, got, tc.want)
+		}
+		if tc.in != "" && tc.want.Text != "" && got.String() != tc.in && tc.in != "operator cancelled" {
+			t.Errorf("%+v prints as %q, want %q", got, got.String(), tc.in)
+		}
+	}
+	for r, want := range map[daemon.FailureReason]catalog.Status{
+		daemon.FailureDeclined: catalog.StatusDeclined, daemon.FailureExpired: catalog.StatusExpired, daemon.FailureAborted: catalog.StatusAborted,
+	} {
+		if got := r.Status(); got != want {
+			t.Errorf("%s records as %s, want %s", r, got, want)
+		}
+	}
+}
+
+// manifestGate holds the catalog's manifest write until release is
+// closed, then fails it: a completion that is slow and then fails.
+type manifestGate struct {
+	tiered.Store
+	entered, release chan struct{}
+}
+
+func (g *manifestGate) PutIfAbsent(ctx context.Context, name string, r io.Reader, size int64) error {
+	if !strings.HasSuffix(name, "/"+catalog.ManifestName) {
+		return g.Store.PutIfAbsent(ctx, name, r, size)
+	}
+	close(g.entered)
+	<-g.release
+	return errors.New("manifestGate: write failed")
+}
+
+// TestExpiryDuringAFailedCompletion: the timer fires while the checkpoint
+// completes, and the completion then fails. The timer is the only expiry,
+// so the checkpoint must expire then, not stay in flight for ever.
+func TestExpiryDuringAFailedCompletion(t *testing.T) {
+	ctx := context.Background()
+	const timeout = 100 * time.Millisecond
+	g := &manifestGate{Store: memstore.New(), entered: make(chan struct{}), release: make(chan struct{})}
+	cat, err := catalog.Open(ctx, catalog.Options{Store: g})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cat.Close()
+	set, err := openers.New(openers.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer set.Close()
+	d, err := daemon.New(daemon.Config{DataDir: t.TempDir(), Store: g, Catalog: cat, Openers: set.Openers, Logger: quiet,
+		CheckpointTimeout: timeout})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Shutdown(ctx)
+	in, err := d.Open(ctx, daemon.OpenParams{Task: backend.TaskID{Job: "j", Operator: "op"}, KeyGroups: backend.KeyGroupRange{Start: 0, End: 127},
+		Kind: backend.KindFile, States: valueState})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.Snapshot(ctx, in, 1, true); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := d.CompleteCheckpoint(ctx, "j", 1, nil)
+		done <- err
+	}()
+	<-g.entered
+	// The timeout passing is what is tested: let the timer fire while the
+	// manifest write hangs.
+	time.Sleep(10 * timeout)
+	close(g.release)
+	if err := <-done; err == nil {
+		t.Fatal("the completion succeeded despite the failed manifest write")
+	}
+	if n := d.Metrics().CheckpointFailures[daemon.FailureExpired].Load(); n != 1 {
+		t.Fatalf("expired count %d after the failed completion, want 1", n)
+	}
+	if list, _ := d.ListCheckpoints(ctx, "j"); len(list) != 1 || list[0].Status != "expired" {
+		t.Fatalf("history: %+v", list)
 	}
 }

@@ -27,6 +27,8 @@
 // checkpoint's timeout; CompleteCheckpoint waits for them and records the
 // checkpoint in the Catalog, AbortCheckpoint cancels them. A checkpoint that
 // is neither completed nor aborted within the timeout is aborted as expired.
+// That timer (Config.CheckpointTimeout) is the only expiry: the catalog never
+// ends a checkpoint on its own, and takes no callback into the daemon.
 //
 // # Caveats
 //

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/statedhq/stated/backend"
+	"github.com/statedhq/stated/catalog"
 )
 
 // Op is a state operation kind, for metrics and for the api's dispatch,
@@ -86,6 +87,16 @@ func (r FailureReason) String() string {
 		return failureNames[r]
 	}
 	return "aborted"
+}
+
+var failureStatus = [numFailureReasons]catalog.Status{catalog.StatusDeclined, catalog.StatusExpired, catalog.StatusAborted}
+
+// Status is the catalog status a checkpoint failed for r is recorded with.
+func (r FailureReason) Status() catalog.Status {
+	if r < numFailureReasons {
+		return failureStatus[r]
+	}
+	return catalog.StatusAborted
 }
 
 // Histogram is a fixed-bucket latency histogram updated with atomics, so

@@ -209,6 +209,10 @@ type canonicalWithOperatorState struct {
 var _ backend.CanonicalSnapshotter = canonicalWithOperatorState{}
 
 func (c canonicalWithOperatorState) CanonicalSnapshot(ctx context.Context, id uint64, store tiered.Store, dir string) (backend.PendingSnapshot, error) {
+	// CanonicalSnapshotter is optional: without it the instance's backend
+	// cannot take part in a canonical savepoint, which then fails with
+	// ErrUnsupported (the catalog releases the other tasks' snapshots); a
+	// native savepoint still works.
 	cs, ok := c.Backend.(backend.CanonicalSnapshotter)
 	if !ok {
 		return nil, fmt.Errorf("%w: backend %s has no canonical snapshot", ErrUnsupported, c.Info().Kind)

@@ -18,9 +18,10 @@
 // Registering the same name with another size or checksum is an error
 // (ErrConflict): one name must always mean the same bytes (FLINK-29095).
 //
-// The registry holds no state of its own worth persisting: it is rebuilt
-// from the retained manifests after a restart (Rebuild), so a daemon crash
-// loses nothing.
+// The registry holds no state of its own worth persisting: catalog.Open
+// rebuilds it from the retained manifests after a restart (Rebuild), so a
+// daemon crash loses nothing. Rebuild refuses only the owners that
+// conflict, and says which; the catalog then keeps their files.
 //
 // # Caveats
 //

@@ -45,10 +45,15 @@ func New() *Registry {
 	return &Registry{objects: map[string]*entry{}, owners: map[string][]Object{}}
 }
 
-// Rebuild returns a registry holding every owner of owners, as if each had
-// been registered in turn. It is how the catalog recovers after a restart.
-func Rebuild(owners map[string][]Object) (*Registry, error) {
-	r := New()
+// Rebuild returns a registry holding the owners of owners, registered in
+// turn in sorted order. It is how the catalog recovers after a restart:
+// catalog.Open reads every retained manifest and passes what each
+// references. An owner whose registration fails (ErrConflict: a name it
+// lists was registered first with other bytes; ErrInvalid) is left out and
+// its error returned in refused (nil when none was), so one damaged
+// manifest does not hide the others; the caller decides what to keep.
+func Rebuild(owners map[string][]Object) (r *Registry, refused map[string]error) {
+	r = New()
 	names := make([]string, 0, len(owners))
 	for o := range owners {
 		names = append(names, o)
@@ -56,10 +61,13 @@ func Rebuild(owners map[string][]Object) (*Registry, error) {
 	sort.Strings(names)
 	for _, o := range names {
 		if err := r.Register(o, owners[o]); err != nil {
-			return nil, err
+			if refused == nil {
+				refused = map[string]error{}
+			}
+			refused[o] = err
 		}
 	}
-	return r, nil
+	return r, refused
 }
 
 // normalize sorts objs by path and removes duplicates (one owner counts once

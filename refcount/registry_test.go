@@ -165,9 +165,9 @@ func TestRegistryProperties(t *testing.T) {
 			for _, o := range r.Owners() {
 				snap[o] = r.Objects(o)
 			}
-			rb, err := Rebuild(snap)
-			if err != nil {
-				t.Fatal(err)
+			rb, refused := Rebuild(snap)
+			if refused != nil {
+				t.Fatal(refused)
 			}
 			for _, p := range universe {
 				if rb.Count(p) != r.Count(p) {
@@ -187,4 +187,27 @@ func ExampleRegistry() {
 		fmt.Println("delete", o.Path)
 	}
 	// Output: delete job1/shared/a
+}
+
+// TestRebuildRefusesOnlyTheConflictingOwner: an owner that lists a name
+// another owner registered with other bytes is refused alone; the others
+// are registered as if it were absent.
+func TestRebuildRefusesOnlyTheConflictingOwner(t *testing.T) {
+	r, refused := Rebuild(map[string][]Object{
+		"j/chk-1": {{Path: "j/shared/a", Size: 1}, {Path: "j/shared/b", Size: 2}},
+		"j/chk-2": {{Path: "j/shared/b", Size: 3}, {Path: "j/shared/c", Size: 4}},
+		"j/chk-3": {{Path: "j/shared/a", Size: 1}},
+		"":        {{Path: "j/shared/d", Size: 1}},
+	})
+	if len(refused) != 2 || !errors.Is(refused["j/chk-2"], ErrConflict) || !errors.Is(refused[""], ErrInvalid) {
+		t.Fatalf("refused %v, want j/chk-2 (conflict) and the empty owner (invalid)", refused)
+	}
+	if got := r.Owners(); !reflect.DeepEqual(got, []string{"j/chk-1", "j/chk-3"}) {
+		t.Fatalf("owners %v", got)
+	}
+	for path, want := range map[string]int{"j/shared/a": 2, "j/shared/b": 1, "j/shared/c": 0, "j/shared/d": 0} {
+		if got := r.Count(path); got != want {
+			t.Errorf("count(%s) = %d, want %d", path, got, want)
+		}
+	}
 }

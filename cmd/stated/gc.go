@@ -52,9 +52,9 @@ func runGC(ctx context.Context, out io.Writer, store cliStore, grace time.Durati
 		return err
 	}
 	defer s.Close()
-	// This process knows no in-flight checkpoint: nothing to expire, and
-	// the grace period alone protects a running daemon's uploads.
-	c, err := catalog.Open(ctx, catalog.Options{Store: s, GCGrace: grace, CheckpointTimeout: -1})
+	// This process knows no in-flight checkpoint: the grace period alone
+	// protects a running daemon's uploads.
+	c, err := catalog.Open(ctx, catalog.Options{Store: s, GCGrace: grace})
 	if err != nil {
 		return err
 	}

@@ -293,19 +293,12 @@ func runServe(ctx context.Context, f serveFlags, gcFlagSet bool) error {
 		return err
 	}
 	defer set.Close()
-	var dp atomic.Pointer[daemon.Daemon]
 	cat, err := catalog.Open(ctx, catalog.Options{
 		Store: store, Retain: f.retain, GCGrace: f.gcGrace, SweepInterval: f.sweepInterval,
-		CheckpointTimeout: f.checkpointTimeout,
 		// The catalog deletes heap snapshots of checkpoints it no longer
 		// retains from the daemon's memory.
 		HeapStore: set.HeapSnapshots,
-		OnExpire: func(job string, id uint64) {
-			if d := dp.Load(); d != nil {
-				d.CatalogExpired(job, id)
-			}
-		},
-		Logf: func(format string, args ...any) { log.Warn(fmt.Sprintf(format, args...)) },
+		Logger:    log,
 	})
 	if err != nil {
 		return err
@@ -323,7 +316,6 @@ func runServe(ctx context.Context, f serveFlags, gcFlagSet bool) error {
 	if err != nil {
 		return err
 	}
-	dp.Store(d)
 	if err := cat.Start(ctx); err != nil {
 		return err
 	}

@@ -49,6 +49,12 @@ type node struct {
 	logs  atomic.Int64
 }
 
+// countWriter counts the log records written to it (a text handler writes
+// each in one call).
+type countWriter struct{ n *atomic.Int64 }
+
+func (w countWriter) Write(p []byte) (int, error) { w.n.Add(1); return len(p), nil }
+
 func startNode(t *testing.T, remote tiered.Store, dataDir string) *node {
 	t.Helper()
 	ctx := context.Background()
@@ -62,16 +68,9 @@ func startNode(t *testing.T, remote tiered.Store, dataDir string) *node {
 		t.Fatal(err)
 	}
 	n := &node{set: set, store: store}
-	var dp atomic.Pointer[daemon.Daemon]
 	n.cat, err = catalog.Open(ctx, catalog.Options{
 		Store: store, Retain: daemonRetain, GCGrace: daemonGrace, SweepInterval: daemonSweep,
-		CheckpointTimeout: daemonTimeout, HeapStore: set.HeapSnapshots,
-		OnExpire: func(job string, id uint64) {
-			if d := dp.Load(); d != nil {
-				d.CatalogExpired(job, id)
-			}
-		},
-		Logf: func(string, ...any) { n.logs.Add(1) },
+		HeapStore: set.HeapSnapshots, Logger: slog.New(slog.NewTextHandler(countWriter{&n.logs}, nil)),
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -84,7 +83,6 @@ func startNode(t *testing.T, remote tiered.Store, dataDir string) *node {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dp.Store(n.d)
 	if err := n.cat.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -214,8 +212,8 @@ func TestDaemonCheckpointsToS3UnderFaults(t *testing.T) {
 	// The history names every checkpoint, and why each failed one failed.
 	// A checkpoint whose upload failed is aborted by the daemon in the
 	// background (a later AbortCheckpoint returns at once), and one whose
-	// abort the catalog could not record is expired by the sweep: wait for
-	// both.
+	// completion failed and was never retried is expired by the daemon's
+	// timer: wait for both.
 	byID := map[uint64]daemon.CheckpointInfo{}
 	for deadline := time.Now().Add(daemonTimeout + 10*time.Second); ; {
 		infos, err := n.d.ListCheckpoints(ctx, daemonJob)
@@ -285,7 +283,7 @@ func TestDaemonCheckpointsToS3UnderFaults(t *testing.T) {
 	if got := slices.Sorted(maps.Keys(manifests)); !slices.Equal(got, retained) {
 		t.Fatalf("manifests in the bucket %v, want the retained checkpoints %v (retention deletes lost under faults?)", got, retained)
 	}
-	chk, err := catalog.Open(ctx, catalog.Options{Store: s3, GCGrace: daemonGrace, CheckpointTimeout: -1})
+	chk, err := catalog.Open(ctx, catalog.Options{Store: s3, GCGrace: daemonGrace})
 	if err != nil {
 		t.Fatal(err)
 	}
