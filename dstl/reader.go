@@ -115,8 +115,9 @@ func (rd *rangeReader) read(ctx context.Context, ls LogStore, i int, r Range) er
 	var off int64 // within the range
 	first, last := uint64(0), uint64(0)
 	for blk := 0; off < r.Length; blk++ {
+		at := r.Offset + off
 		where := func(format string, args ...any) error {
-			return corruptf(r.Segment, "writer %q range %d block %d at offset %d: %s", rd.h.WriterID, i, blk, r.Offset+off, fmt.Sprintf(format, args...))
+			return corruptf(r.Segment, "writer %q range %d block %d at offset %d: %s", rd.h.WriterID, i, blk, at, fmt.Sprintf(format, args...))
 		}
 		if r.Length-off < BlockOverhead+1 {
 			return where("%d bytes left in the range, too few for a block", r.Length-off)

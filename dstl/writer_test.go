@@ -35,7 +35,7 @@ type appended struct {
 	ch  string
 }
 
-func readAll(t testing.TB, ls LogStore, h Handle, o ReadOptions) ([]appended, error) {
+func readAll(ls LogStore, h Handle, o ReadOptions) ([]appended, error) {
 	var got []appended
 	err := Read(context.Background(), ls, h, o, func(r Record) error {
 		got = append(got, appended{r.Seq, r.KeyGroup, string(r.Change)})
@@ -94,7 +94,7 @@ func TestWriterPersistReadBack(t *testing.T) {
 		if h.From != 1 || h.To != uint64(len(want)) {
 			t.Fatalf("%s: window %d..%d", id, h.From, h.To)
 		}
-		got, err := readAll(t, ls, h, ReadOptions{})
+		got, err := readAll(ls, h, ReadOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -106,12 +106,12 @@ func TestWriterPersistReadBack(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		got, _ = readAll(t, ls, mid, ReadOptions{})
+		got, _ = readAll(ls, mid, ReadOptions{})
 		if fmt.Sprint(got) != fmt.Sprint(want[:50]) {
 			t.Fatalf("%s: window 1..50 read back %d records", id, len(got))
 		}
 		kr := backend.KeyGroupRange{Start: 10, End: 60}
-		got, _ = readAll(t, ls, h, ReadOptions{KeyGroups: &kr})
+		got, _ = readAll(ls, h, ReadOptions{KeyGroups: &kr})
 		var wantKG []appended
 		for _, a := range want {
 			if kr.Contains(a.kg) {
@@ -215,7 +215,7 @@ func TestTruncateReleasesSegments(t *testing.T) {
 	if ha.From != 2 || len(ha.Ranges) != 1 || ha.Ranges[0].Segment == seg1 {
 		t.Fatalf("handle after truncation %+v", ha)
 	}
-	got, err := readAll(t, ls, ha, ReadOptions{})
+	got, err := readAll(ls, ha, ReadOptions{})
 	if err != nil || fmt.Sprint(got) != fmt.Sprint([]appended{{2, 0, "a2"}}) {
 		t.Fatalf("read after truncation %v %v", got, err)
 	}
