@@ -45,9 +45,11 @@ type Options struct {
 	// FlushDelay: the buffer is cut at the latest this long after its first
 	// change arrived. Default 10 ms.
 	FlushDelay time.Duration
-	// MaxBytesInFlight caps the raw bytes of changes held in memory
-	// (buffered or being uploaded). An Append that would pass it blocks
-	// until uploads free room or its ctx ends. Default 100 MiB; at least
+	// MaxBytesInFlight caps the changes held in memory, buffered or being
+	// uploaded, counted as their bytes plus 16 per change (which covers a
+	// record's framing; a segment adds about 30 bytes plus the writer id per
+	// writer and block on top). An Append that would pass it blocks until
+	// uploads free room or its ctx ends. Default 100 MiB; at least
 	// FlushSize.
 	MaxBytesInFlight int64
 	// BlockSize is the raw size at which a writer's block is cut. Default
