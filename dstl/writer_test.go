@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -309,5 +310,36 @@ func TestOptionsValidate(t *testing.T) {
 	o.EnsureDefaults()
 	if err := o.Validate(); strings.Count(err.Error(), "\n") < 2 {
 		t.Fatalf("not every problem reported: %v", err)
+	}
+}
+
+// Close cancels uploads that hang, fails the Persist waiting for them, and
+// leaves no goroutine of the Writer behind.
+func TestCloseStopsHangingUploads(t *testing.T) {
+	before := runtime.NumGoroutine()
+	ls, _ := memLog()
+	sc := &scripted{LogStore: ls, hook: func(ctx context.Context, _ int, _ string) error {
+		<-ctx.Done()
+		return ctx.Err()
+	}}
+	w, err := NewWriter(sc, Options{UploadTimeout: time.Millisecond, MaxAttempts: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.Append(context.Background(), "a", 0, []byte("x"))
+	done := make(chan error)
+	go func() {
+		_, err := w.Persist(context.Background(), "a", 1)
+		done <- err
+	}()
+	waitFor(t, "three hanging attempts", func() bool { return len(sc.names()) == 3 })
+	w.Close()
+	// Close has waited for the flusher, the upload and its attempts: only
+	// the test's Persist goroutine (blocked sending on done) is left.
+	if n := runtime.NumGoroutine(); n > before+1 {
+		t.Fatalf("%d goroutines after Close, %d before", n, before)
+	}
+	if err := <-done; !errors.Is(err, ErrClosed) {
+		t.Fatalf("persist across Close: %v", err)
 	}
 }
