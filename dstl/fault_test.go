@@ -155,6 +155,7 @@ type scripted struct {
 	hook     func(ctx context.Context, call int, name string) error
 	inFlight int64 // bytes of Puts in progress
 	maxSeen  int64
+	running  int
 }
 
 func (s *scripted) Put(ctx context.Context, name string, data []byte) error {
@@ -163,9 +164,11 @@ func (s *scripted) Put(ctx context.Context, name string, data []byte) error {
 	s.calls = append(s.calls, name)
 	s.inFlight += int64(len(data))
 	s.maxSeen = max(s.maxSeen, s.inFlight)
+	s.running++
 	s.mu.Unlock()
 	defer func() {
 		s.mu.Lock()
+		s.running--
 		s.inFlight -= int64(len(data))
 		s.mu.Unlock()
 	}()
@@ -175,6 +178,13 @@ func (s *scripted) Put(ctx context.Context, name string, data []byte) error {
 		}
 	}
 	return s.LogStore.Put(ctx, name, data)
+}
+
+// active is the number of Puts in progress.
+func (s *scripted) active() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.running
 }
 
 func (s *scripted) names() []string {
