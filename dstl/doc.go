@@ -29,6 +29,32 @@
 // Writer.TakeReleased for the refcount registry, which deletes them once
 // no retained checkpoint references them either.
 //
+// # Uploads, memory and failures
+//
+//   - Bytes in flight (changes buffered or uploading) are capped by
+//     Options.MaxBytesInFlight; an Append past the cap blocks until room
+//     frees or its ctx ends (back-pressure), so a slow or failing store
+//     slows the instances down instead of growing memory (FLINK-30863).
+//   - At most Options.UploadConcurrency segments upload at once; while all
+//     slots are busy the buffer keeps filling, so a slow store gets fewer,
+//     bigger segments: objects written per second are bounded by the flush
+//     rate, never by the number of writers.
+//   - Every upload attempt of a segment writes its own name (attempt
+//     suffix). A failed attempt is retried after a backoff (doubling, with
+//     jitter); an attempt still running after Options.UploadTimeout gets a
+//     speculative twin. The first attempt to succeed wins and the segment
+//     is durable under its name; the other attempts are cancelled, waited
+//     for, and their names deleted, since a lost reply or a cancelled Put
+//     may have stored the object anyway. A delete that fails (or is
+//     skipped because the Writer is closing) leaves the object to the
+//     orphan sweep: no handle references it. Distinct names are what make
+//     the delete safe: it can never remove the winner.
+//   - A segment that fails Options.MaxAttempts times is dropped from memory
+//     and every Persist that needs one of its records fails with
+//     ErrUploadFailed until Truncate moves past them (the instance must
+//     materialize again): an acknowledged Persist is never undone, and an
+//     unacknowledged change is never reported durable.
+//
 // # Object names
 //
 // Segments are shared by the instances of all jobs of a daemon, so they
