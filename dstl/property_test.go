@@ -35,7 +35,7 @@ func TestPropertyWriterReader(t *testing.T) {
 			rt.Fatal(err)
 		}
 		defer w.Close()
-		ids := []string{"j/a/0", "j/a/1", "j/b/0", "k/a/0"}
+		ids := []string{"j/a/0", "j/a/1", "j/a/2", "j/b/0", "j/b/1", "k/a/0"}
 		model := map[string][]appended{}
 		truncated := map[string]uint64{}
 		deleted := map[string]bool{}
@@ -72,6 +72,20 @@ func TestPropertyWriterReader(t *testing.T) {
 				rt.Fatalf("%s: window %d..%d filter %v/%v read\n %v\nwant %v", id, h.From, h.To, kr, dropUnkeyed, got, want)
 			}
 		}
+		release := func(rt *rapid.T) {
+			rel := w.TakeReleased()
+			if len(rel) > 0 {
+				if err := ls.Delete(ctx, rel...); err != nil {
+					rt.Fatal(err)
+				}
+			}
+			for _, s := range rel {
+				if deleted[s] {
+					rt.Fatalf("segment %s released twice", s)
+				}
+				deleted[s] = true
+			}
+		}
 		rt.Repeat(map[string]func(*rapid.T){
 			"append": func(rt *rapid.T) {
 				id := rapid.SampledFrom(ids).Draw(rt, "id")
@@ -106,18 +120,15 @@ func TestPropertyWriterReader(t *testing.T) {
 				upto := rapid.Uint64Range(0, uint64(len(model[id]))).Draw(rt, "upto")
 				w.Truncate(id, upto)
 				truncated[id] = max(truncated[id], upto)
-				rel := w.TakeReleased()
-				if len(rel) > 0 {
-					if err := ls.Delete(ctx, rel...); err != nil {
-						rt.Fatal(err)
-					}
-				}
-				for _, s := range rel {
-					if deleted[s] {
-						rt.Fatalf("segment %s released twice", s)
-					}
-					deleted[s] = true
-				}
+				release(rt)
+			},
+			"forget": func(rt *rapid.T) {
+				// the instance is gone; a new one may reuse the id
+				id := rapid.SampledFrom(ids).Draw(rt, "id")
+				w.Forget(id)
+				delete(model, id)
+				delete(truncated, id)
+				release(rt)
 			},
 		})
 		for _, id := range ids {
