@@ -283,10 +283,7 @@ func (w *Writer) Persist(ctx context.Context, id string, upto uint64) (Handle, e
 		ready := true
 		if ws.log != nil && ws.log.blocks[0].first <= upto {
 			ready = false
-			if !w.flushNow {
-				w.flushNow = true
-				w.kick()
-			}
+			w.flushLocked()
 		}
 		for _, sp := range ws.spans {
 			if sp.first > upto || !ready {
@@ -504,11 +501,38 @@ func (w *Writer) flushLoop() {
 	}
 }
 
+// flushLocked cuts the buffer now for a Persist: in the caller when an
+// upload slot is free (one goroutine hand-off less on the path a
+// checkpoint waits for), else through the flusher as soon as one is.
+// w.mu held; the Writer is not closed, so the wg.Add happens before
+// Close's Wait.
+func (w *Writer) flushLocked() {
+	select {
+	case w.slots <- struct{}{}:
+		seg := w.cutLocked()
+		if seg == nil {
+			<-w.slots
+			return
+		}
+		w.wg.Add(1)
+		go w.upload(seg)
+	default:
+		if !w.flushNow {
+			w.flushNow = true
+			w.kick()
+		}
+	}
+}
+
 // cut takes the whole buffer as a new segment and registers its spans, so
 // that a Persist sees them as uploading from now on.
 func (w *Writer) cut() *segment {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	return w.cutLocked()
+}
+
+func (w *Writer) cutLocked() *segment {
 	w.flushNow = false
 	if w.batchCost == 0 || w.closed {
 		return nil
