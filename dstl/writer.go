@@ -408,8 +408,8 @@ func (w *Writer) TakeReleased() []string {
 	return out
 }
 
-// LiveSegments returns, per durable or uploading segment, how many writers'
-// logs still reference it.
+// LiveSegments returns, per durable segment, how many writers' logs still
+// reference it (segments still uploading are not listed).
 func (w *Writer) LiveSegments() map[string]int {
 	w.mu.Lock()
 	defer w.mu.Unlock()
