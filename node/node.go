@@ -26,6 +26,7 @@ import (
 	"github.com/statedhq/stated/daemon"
 	"github.com/statedhq/stated/daemon/openers"
 	"github.com/statedhq/stated/tiered"
+	"github.com/statedhq/stated/tiered/memstore"
 	"github.com/statedhq/stated/tiered/metered"
 	"github.com/statedhq/stated/tiered/storeurl"
 )
@@ -338,7 +339,7 @@ func (n *Node) Server() *api.Server { return n.srv }
 func (n *Node) Store() tiered.Store { return n.store }
 
 // HeapSnapshots returns the daemon's in-memory store of heap snapshots.
-func (n *Node) HeapSnapshots() tiered.Store { return n.set.HeapSnapshots }
+func (n *Node) HeapSnapshots() *memstore.Store { return n.set.HeapSnapshots }
 
 // Registry returns the Prometheus registry /metrics serves.
 func (n *Node) Registry() *prometheus.Registry { return n.reg }
