@@ -48,6 +48,7 @@ type Node struct {
 	mux   *http.ServeMux
 
 	servers   []*grpc.Server
+	local     *grpc.Server // of the local API; nil with NoSocket
 	hs        *http.Server
 	tcpAddr   net.Addr
 	metAddr   net.Addr
@@ -216,7 +217,8 @@ func (n *Node) serve() error {
 			}
 			n.closers = append(n.closers, func() { _ = os.Remove(o.Socket) })
 		}
-		n.start(n.srv.GRPCServer("", o.GRPCOptions...), ln, "unix")
+		n.local = n.srv.GRPCServer("", o.GRPCOptions...)
+		n.start(n.local, ln, "unix")
 	}
 	if o.Listen != "" {
 		tl, err := net.Listen("tcp", o.Listen)
@@ -333,6 +335,11 @@ func (n *Node) Catalog() *catalog.Catalog { return n.cat }
 
 // Server returns the node's API server.
 func (n *Node) Server() *api.Server { return n.srv }
+
+// LocalServer returns the gRPC server of the local API (nil with
+// NoSocket): tests drain or stop it on their own (api.Server.Drain) to
+// check what a shutdown does to calls; Shutdown stops it again, harmlessly.
+func (n *Node) LocalServer() *grpc.Server { return n.local }
 
 // Store returns the checkpoint store as the daemon sees it (behind the
 // cache and the meter).
