@@ -23,13 +23,16 @@ const (
 	// CorruptionSavepoint: a file copied into a savepoint failed its
 	// checksum.
 	CorruptionSavepoint
+	// CorruptionSnapshot: a task snapshot produced inconsistent output (a
+	// handle for another task or checkpoint).
+	CorruptionSnapshot
 	numCorruptionSites
 )
 
 // NumCorruptionSites is the length of Metrics.Corruption.
 const NumCorruptionSites = int(numCorruptionSites)
 
-var corruptionNames = [numCorruptionSites]string{"restore", "catalog", "savepoint"}
+var corruptionNames = [numCorruptionSites]string{"restore", "catalog", "savepoint", "snapshot"}
 
 func (s CorruptionSite) String() string {
 	if s < numCorruptionSites {

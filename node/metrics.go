@@ -50,7 +50,7 @@ func newCollector(m *daemon.Metrics, cat *catalog.Catalog, cs cacheStats, store 
 	}
 	return &collector{
 		m: m, cat: cat, cache: cs, store: store,
-		corruption:      d("corruption_detected_total", "Corrupt data detected, by where: restore, catalog, savepoint (each also logged at level error) and cache (a cached copy that failed its checksum; read from the remote instead).", "where"),
+		corruption:      d("corruption_detected_total", "Corrupt data detected, by where: restore, catalog, savepoint, snapshot (each also logged at level error) and cache (a cached copy that failed its checksum; read from the remote instead).", "where"),
 		storeCalls:      d("store_calls_total", "Calls that reached the checkpoint store (below the cache), by operation.", "op"),
 		storeErrors:     d("store_call_errors_total", "Calls to the checkpoint store that failed, by operation.", "op"),
 		storeDeleted:    d("store_deleted_objects_total", "Object names the daemon asked the checkpoint store to delete."),
