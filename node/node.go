@@ -74,6 +74,9 @@ func Open(ctx context.Context, opts Options) (_ *Node, err error) {
 		if err != nil {
 			n.stopServing()
 			n.release()
+			if opts.Listener != nil && n.local == nil {
+				_ = opts.Listener.Close() // the node owns it, and never served it
+			}
 		}
 	}()
 	if err := os.MkdirAll(opts.DataDir, 0o700); err != nil {

@@ -6,6 +6,7 @@ import (
 	"io"
 	"io/fs"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -176,6 +177,42 @@ func TestOpenServeShutdown(t *testing.T) {
 	}
 	if err := n2.Close(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestInjectedListener: with Options.Listener the local API is served
+// there (no socket of the node's own), and Shutdown closes it.
+func TestInjectedListener(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	path := filepath.Join(dir, "own.sock")
+	ln, err := net.Listen("unix", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := node.Open(ctx, node.Options{DataDir: filepath.Join(dir, "d"), Listener: ln, Logger: quiet()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n.Socket() != "" {
+		t.Fatalf("socket %q with an injected listener", n.Socket())
+	}
+	if _, err := os.Stat(filepath.Join(dir, "d", node.SocketName)); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("the node made its own socket: %v", err)
+	}
+	c, err := client.Dial(path, client.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.ListCheckpoints(ctx, "j"); err != nil {
+		t.Fatalf("call on the injected listener: %v", err)
+	}
+	_ = c.Close()
+	if err := n.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ln.Accept(); err == nil {
+		t.Fatal("the injected listener still accepts after Close")
 	}
 }
 
