@@ -4,8 +4,6 @@ import (
 	"context"
 	"io"
 	"log/slog"
-	"net"
-	"os"
 	"path/filepath"
 	"testing"
 	"time"
@@ -17,35 +15,34 @@ import (
 	"github.com/statedhq/stated/backend"
 	"github.com/statedhq/stated/catalog"
 	"github.com/statedhq/stated/daemon"
-	"github.com/statedhq/stated/daemon/openers"
-	"github.com/statedhq/stated/tiered/localfs"
+	"github.com/statedhq/stated/node"
 )
 
 type harness struct {
 	t      testing.TB
 	dir    string
 	sock   string
+	n      *node.Node
 	d      *daemon.Daemon
 	cat    *catalog.Catalog
-	set    *openers.Set
 	srv    *api.Server
 	g      *grpc.Server
 	stopFn func()
 }
 
 type harnessOpts struct {
-	dir     string // reuse a data dir (restart)
-	server  api.ServerOptions
-	cfg     func(*daemon.Config)
-	catalog func(*catalog.Options)
+	dir    string // reuse a data dir (restart)
+	server api.ServerOptions
+	// node changes the node's options (limits, retention).
+	node func(*node.Options)
 	// grpc options added to the server's.
 	grpc []grpc.ServerOption
 }
 
 func quietLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 
-// startDaemon runs a daemon with a gRPC server on a Unix socket in a
-// temporary directory.
+// startDaemon runs a node, as "stated serve" does, with its checkpoint
+// store and its gRPC server on a Unix socket in a temporary directory.
 func startDaemon(t testing.TB, o harnessOpts) *harness {
 	t.Helper()
 	dir := o.dir
@@ -54,58 +51,27 @@ func startDaemon(t testing.TB, o harnessOpts) *harness {
 		// the test's temp dir.
 		dir = t.TempDir()
 	}
-	store, err := localfs.Open(filepath.Join(dir, "chk"))
+	no := node.Options{DataDir: filepath.Join(dir, "data"), CheckpointStore: "file://" + filepath.Join(dir, "chk"),
+		Socket: filepath.Join(dir, "s.sock"), Logger: quietLogger(), GRPCOptions: o.grpc,
+		MaxMessageSize: o.server.MaxMessageSize, QueueDepth: o.server.QueueDepth,
+		MaxConcurrentStreams: o.server.MaxConcurrentStreams, FirstBatchTimeout: o.server.FirstBatchTimeout}
+	if m := no.MaxMessageSize; m > 0 && m/2 < backend.DefaultMaxValueSize {
+		// A small message limit: values must fit in half of it, as
+		// "stated serve" requires.
+		no.MaxValueSize = m / 2
+	}
+	if o.node != nil {
+		o.node(&no)
+	}
+	n, err := node.Open(context.Background(), no)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx := context.Background()
-	set, err := openers.New(openers.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	co := catalog.Options{Store: store, HeapStore: set.HeapSnapshots}
-	if o.catalog != nil {
-		o.catalog(&co)
-	}
-	cat, err := catalog.Open(ctx, co)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := daemon.Config{DataDir: filepath.Join(dir, "data"), Store: store, Catalog: cat, Openers: set.Openers,
-		HeapSnapshots: set.HeapSnapshots, Logger: quietLogger()}
-	if o.cfg != nil {
-		o.cfg(&cfg)
-	}
-	d, err := daemon.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	o.server.Logger = quietLogger()
-	srv := api.NewServer(d, o.server)
-	g := srv.GRPCServer("", o.grpc...)
-	sock := filepath.Join(dir, "s.sock")
-	_ = os.Remove(sock)
-	ln, err := net.Listen("unix", sock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	served := make(chan struct{})
-	go func() { defer close(served); _ = g.Serve(ln) }()
-	h := &harness{t: t, dir: dir, sock: sock, d: d, cat: cat, set: set, srv: srv, g: g}
-	stopped := false
+	h := &harness{t: t, dir: dir, sock: n.Socket(), n: n, d: n.Daemon(), cat: n.Catalog(), srv: n.Server(), g: n.LocalServer()}
 	h.stopFn = func() {
-		if stopped {
-			return
-		}
-		stopped = true
-		g.Stop()
-		<-served
-		sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		_ = d.Shutdown(sctx)
-		_ = cat.Close()
-		_ = set.Close()
-		_ = store.Close()
+		_ = n.Shutdown(sctx)
 	}
 	t.Cleanup(h.stopFn)
 	return h

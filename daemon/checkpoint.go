@@ -219,6 +219,7 @@ func (d *Daemon) runSnapshot(c *checkpoint, ts *taskSnapshot, ps backend.Pending
 			err = fmt.Errorf("%w (%w)", err, context.Canceled)
 		}
 		ts.err = fmt.Errorf("daemon: snapshot %d of %s: upload: %w", id, inst.Task, err)
+		d.corruption(CorruptionEvent{Site: CorruptionSnapshot, Job: inst.Task.Job, Task: inst.Task, Source: fmt.Sprintf("checkpoint %d of job %s", id, inst.Task.Job), Err: ts.err})
 		d.m.SnapshotFailures[bi].Add(1)
 		d.log.Warn("snapshot failed", "task", inst.Task.String(), "checkpoint", id, "err", err)
 	} else {
@@ -319,7 +320,8 @@ func (d *Daemon) CompleteCheckpoint(ctx context.Context, job string, id uint64, 
 		// The catalog keeps it in flight: the coordinator may retry or
 		// abort.
 		reopen()
-		return CheckpointInfo{}, fmt.Errorf("daemon: complete checkpoint %d of job %s: %w", id, job, err)
+		return CheckpointInfo{}, d.corruption(CorruptionEvent{Site: CorruptionCatalog, Job: job, Source: fmt.Sprintf("checkpoint %d of job %s", id, job),
+			Err: fmt.Errorf("daemon: complete checkpoint %d of job %s: %w", id, job, err)})
 	}
 	var subsumed []*checkpoint
 	d.mu.Lock()

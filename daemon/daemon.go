@@ -106,6 +106,11 @@ type Config struct {
 	Logger *slog.Logger
 	// Metrics receives the counters. Default NewMetrics().
 	Metrics *Metrics
+	// OnCorruption, when set, is called for every detected corruption
+	// after it is counted (Metrics.Corruption) and logged, as Pebble's
+	// EventListener.DataCorruption is. It runs on the goroutine of the
+	// call that met it and must not call the daemon. Default nil.
+	OnCorruption func(CorruptionEvent)
 }
 
 // EnsureDefaults fills zero fields with their defaults.
@@ -372,12 +377,14 @@ func (d *Daemon) open(ctx context.Context, p OpenParams) (*Instance, error) {
 		MaxMemoryBytes: d.cfg.MaxMemoryState,
 	}
 	var restoredFrom uint64
+	var source string // the checkpoint or savepoint restored from
 	var opState []backend.OperatorList
 	if p.Restore != nil {
 		r, err := d.resolveRestore(ctx, p)
 		if err != nil {
-			return nil, err
+			return nil, d.corruption(CorruptionEvent{Site: CorruptionCatalog, Job: task.Job, Task: task, Err: err})
 		}
+		source = restoreSource(r)
 		opts.Restore = r.handles
 		opts.RestoreStore = r.src.Store
 		opts.NoClaim = r.src.NoClaim
@@ -401,7 +408,11 @@ func (d *Daemon) open(ctx context.Context, p OpenParams) (*Instance, error) {
 	b, err := d.cfg.Openers[p.Kind](ctx, opts, OpenEnv{Dir: dir, DataDir: d.cfg.DataDir})
 	if err != nil {
 		_ = os.RemoveAll(dir)
-		return nil, fmt.Errorf("daemon: open %s (%s backend): %w", task, p.Kind, err)
+		err = fmt.Errorf("daemon: open %s (%s backend): %w", task, p.Kind, err)
+		if p.Restore != nil {
+			err = d.corruption(CorruptionEvent{Site: CorruptionRestore, Job: task.Job, Task: task, Source: source, Err: err})
+		}
+		return nil, err
 	}
 	if p.Restore != nil {
 		d.m.Restores.Add(1)

@@ -14,6 +14,7 @@ import (
 	"github.com/statedhq/stated/catalog"
 	"github.com/statedhq/stated/daemon"
 	"github.com/statedhq/stated/daemon/openers"
+	"github.com/statedhq/stated/node"
 	"github.com/statedhq/stated/tiered"
 	"github.com/statedhq/stated/tiered/memstore"
 )
@@ -41,37 +42,28 @@ func storeNames(t *testing.T, s tiered.Store, prefix string) []string {
 	return out
 }
 
-func newEnv(t *testing.T, oc openers.Config, mod func(*daemon.Config)) *env {
+// newEnv runs a node (as "stated serve" assembles it) on an in-memory
+// checkpoint store, without a socket: the tests call its daemon.
+func newEnv(t *testing.T, mod func(*node.Options)) *env {
 	t.Helper()
 	ctx := context.Background()
 	store := memstore.New()
-	set, err := openers.New(oc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cat, err := catalog.Open(ctx, catalog.Options{Store: store, HeapStore: set.HeapSnapshots})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := daemon.Config{DataDir: t.TempDir(), Store: store, Catalog: cat, Openers: set.Openers, HeapSnapshots: set.HeapSnapshots,
-		Logger: quiet}
+	o := node.Options{DataDir: t.TempDir(), Store: store, NoSocket: true, Logger: quiet}
 	if mod != nil {
-		mod(&cfg)
+		mod(&o)
 	}
-	d, err := daemon.New(cfg)
+	n, err := node.Open(ctx, o)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
 		sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		defer cancel()
-		if err := d.Shutdown(sctx); err != nil {
+		if err := n.Shutdown(sctx); err != nil {
 			t.Error(err)
 		}
-		cat.Close()
-		set.Close()
 	})
-	return &env{d: d, cat: cat, store: store, heap: set.HeapSnapshots}
+	return &env{d: n.Daemon(), cat: n.Catalog(), store: store, heap: n.HeapSnapshots()}
 }
 
 var valueState = []backend.StateDescriptor{{Name: "v", Kind: backend.KindValue}}
@@ -88,7 +80,7 @@ func (e *env) open(t *testing.T, job string, sub int, kind backend.Kind) *daemon
 }
 
 func TestLookupIsolationAndReplace(t *testing.T) {
-	e := newEnv(t, openers.Config{}, nil)
+	e := newEnv(t, nil)
 	in := e.open(t, "a", 0, backend.KindHeap)
 	if got, err := e.d.Lookup(in.ID, "a"); err != nil || got != in {
 		t.Fatalf("lookup: %v", err)
@@ -123,7 +115,7 @@ func TestLookupIsolationAndReplace(t *testing.T) {
 }
 
 func TestMaxInstances(t *testing.T) {
-	e := newEnv(t, openers.Config{}, func(c *daemon.Config) { c.MaxInstances = 1 })
+	e := newEnv(t, func(o *node.Options) { o.MaxInstances = 1 })
 	e.open(t, "a", 0, backend.KindHeap)
 	_, err := e.d.Open(context.Background(), daemon.OpenParams{Task: backend.TaskID{Job: "a", Operator: "op", Subtask: 1},
 		KeyGroups: backend.KeyGroupRange{Start: 0, End: 1}, Kind: backend.KindFile})
@@ -134,7 +126,7 @@ func TestMaxInstances(t *testing.T) {
 
 func TestCheckpointFlow(t *testing.T) {
 	ctx := context.Background()
-	e := newEnv(t, openers.Config{}, nil)
+	e := newEnv(t, nil)
 	a := e.open(t, "job", 0, backend.KindFile)
 	b := e.open(t, "job", 1, backend.KindLSM)
 	if _, err := e.d.Snapshot(ctx, a, 1, false); err != nil {
@@ -214,7 +206,7 @@ func TestCheckpointFlow(t *testing.T) {
 
 func TestDeclinedAndExpired(t *testing.T) {
 	ctx := context.Background()
-	e := newEnv(t, openers.Config{HeapSnapshotCap: 1}, func(c *daemon.Config) { c.CheckpointTimeout = 50 * time.Millisecond })
+	e := newEnv(t, func(o *node.Options) { o.HeapSnapshotCap, o.CheckpointTimeout = 1, 50*time.Millisecond })
 	h := e.open(t, "job", 0, backend.KindHeap)
 	if err := h.Backend.Put("v", backend.Key{KeyGroup: h.KeyGroups.Start, Key: []byte("k")}, []byte("a value larger than one byte")); err != nil {
 		t.Fatal(err)
@@ -327,7 +319,6 @@ func TestShutdownAbortsInflightSnapshots(t *testing.T) {
 }
 
 func TestHistogramAndTally(t *testing.T) {
-	m := daemon.NewMetrics()
 	h := daemon.NewHistogram(1e-6, 2, 20)
 	for _, d := range []time.Duration{500 * time.Nanosecond, 3 * time.Microsecond, time.Second} {
 		h.Observe(d)
@@ -336,7 +327,8 @@ func TestHistogramAndTally(t *testing.T) {
 	if s.Count != 3 || s.Buckets[1e-6] != 1 || s.Buckets[4e-6] != 2 {
 		t.Fatalf("histogram %+v", s)
 	}
-	e := newEnv(t, openers.Config{}, func(c *daemon.Config) { c.Metrics = m })
+	e := newEnv(t, nil)
+	m := e.d.Metrics()
 	in := e.open(t, "j", 0, backend.KindHeap)
 	tally := in.Ops.Tally()
 	tally.Add(backend.KindValue, daemon.OpPut, 3*time.Microsecond, false)
@@ -359,8 +351,8 @@ func TestHistogramAndTally(t *testing.T) {
 // operations timed, as in a large batch's samples) still reaches the
 // counters, and its latency histogram stays empty.
 func TestTallyCountsUntimedKinds(t *testing.T) {
-	m := daemon.NewMetrics()
-	e := newEnv(t, openers.Config{}, func(c *daemon.Config) { c.Metrics = m })
+	e := newEnv(t, nil)
+	m := e.d.Metrics()
 	in := e.open(t, "j", 0, backend.KindFile)
 	tally := in.Ops.Tally()
 	tally.Add(backend.KindValue, daemon.OpPut, time.Microsecond, false)
@@ -403,7 +395,7 @@ func TestTallyCountsUntimedKinds(t *testing.T) {
 // and a retained one still restores.
 func TestHeapSnapshotMemoryBounded(t *testing.T) {
 	ctx := context.Background()
-	e := newEnv(t, openers.Config{}, nil)
+	e := newEnv(t, nil)
 	in := e.open(t, "job", 0, backend.KindHeap)
 	val := make([]byte, 1000)
 	var maxSnap int64
@@ -488,7 +480,7 @@ func TestRestoreModeDefault(t *testing.T) {
 	ctx := context.Background()
 	for _, kind := range []backend.Kind{backend.KindFile, backend.KindLSM} {
 		t.Run(string(kind), func(t *testing.T) {
-			e := newEnv(t, openers.Config{}, nil)
+			e := newEnv(t, nil)
 			in := e.open(t, "job", 0, kind)
 			id := uint64(0)
 			checkpoint := func(in *daemon.Instance) {
@@ -577,7 +569,7 @@ func TestRestoreModeDefault(t *testing.T) {
 // is open, and is closed once its stream has been gone that long.
 func TestIdleInstancesAreReaped(t *testing.T) {
 	const idle = 100 * time.Millisecond
-	e := newEnv(t, openers.Config{}, func(c *daemon.Config) { c.IdleInstanceTimeout = idle })
+	e := newEnv(t, func(o *node.Options) { o.IdleInstanceTimeout = idle })
 	orphan := e.open(t, "a", 0, backend.KindHeap)
 	live := e.open(t, "a", 1, backend.KindLSM)
 	release, err := live.AcquireStream()

@@ -204,6 +204,9 @@ type Metrics struct {
 	// CheckpointDuration: from the first Snapshot of a checkpoint in this
 	// daemon to its completion.
 	CheckpointDuration *Histogram
+	// Corruption counts detected corruption by CorruptionSite (each also
+	// logged at level error and passed to Config.OnCorruption).
+	Corruption [numCorruptionSites]atomic.Uint64
 }
 
 // NewMetrics allocates the histograms.

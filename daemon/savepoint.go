@@ -67,7 +67,8 @@ func (d *Daemon) TriggerSavepoint(ctx context.Context, job string, native bool, 
 			Job: job, CheckpointID: checkpointID, Format: catalog.FormatCanonical, Backends: backends})
 	}
 	if err != nil {
-		return Savepoint{}, fmt.Errorf("daemon: savepoint of job %s: %w", job, err)
+		return Savepoint{}, d.corruption(CorruptionEvent{Site: CorruptionSavepoint, Job: job,
+			Err: fmt.Errorf("daemon: savepoint of job %s: %w", job, err)})
 	}
 	sp := Savepoint{Dir: catalog.SavepointDir(m.SavepointID), Tasks: len(m.Tasks), Size: m.FullSize}
 	d.log.Info("savepoint written", "job", job, "dir", sp.Dir, "format", string(m.Format), "tasks", sp.Tasks, "size", sp.Size)

@@ -6,32 +6,22 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
-	"net"
-	"net/http"
 	"os"
 	"os/signal"
 	"path/filepath"
 	"runtime/debug"
 	"strconv"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"syscall"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
-	"google.golang.org/grpc"
 
 	"github.com/statedhq/stated/api"
 	"github.com/statedhq/stated/catalog"
 	"github.com/statedhq/stated/daemon"
-	"github.com/statedhq/stated/daemon/openers"
-	"github.com/statedhq/stated/tiered"
-	"github.com/statedhq/stated/tiered/metered"
+	"github.com/statedhq/stated/node"
 )
 
 // serveFlags are the options of "stated serve"; each flag also reads the
@@ -254,120 +244,14 @@ func runServe(ctx context.Context, f serveFlags, gcFlagSet bool) error {
 	if _, env := os.LookupEnv("GOGC"); gcFlagSet || !env {
 		debug.SetGCPercent(f.gcPercent)
 	}
-	sz, err := f.validate()
+	opts, err := f.nodeOptions(log)
 	if err != nil {
 		return err
 	}
-	if err := os.MkdirAll(f.dataDir, 0o700); err != nil {
-		return fmt.Errorf("data dir: %w", err)
-	}
-	unlock, err := lockDataDir(f.dataDir)
+	n, err := node.Open(ctx, opts)
 	if err != nil {
 		return err
 	}
-	defer unlock()
-	if f.socket == "" {
-		f.socket = filepath.Join(f.dataDir, "stated.sock")
-	}
-	if f.checkpointStore == "" {
-		abs, err := filepath.Abs(filepath.Join(f.dataDir, "checkpoints"))
-		if err != nil {
-			return err
-		}
-		f.checkpointStore = "file://" + abs
-	}
-
-	// Count the calls that reach the checkpoint store itself (below the
-	// cache): what a provider bills and throttles.
-	var meter *metered.Store
-	store, closeStore, err := openCheckpointStore(ctx, &f, log, func(s tiered.Store) tiered.Store {
-		meter = metered.New(s)
-		return meter
-	})
-	if err != nil {
-		return err
-	}
-	defer closeStore()
-	set, err := openers.New(openers.Config{HeapSnapshotCap: sz.heapCap, LSMCacheSize: sz.lsmCache, FileCompression: f.fileCompression})
-	if err != nil {
-		return err
-	}
-	defer set.Close()
-	cat, err := catalog.Open(ctx, catalog.Options{
-		Store: store, Retain: f.retain, GCGrace: f.gcGrace, SweepInterval: f.sweepInterval,
-		// The catalog deletes heap snapshots of checkpoints it no longer
-		// retains from the daemon's memory.
-		HeapStore: set.HeapSnapshots,
-		Logger:    log,
-	})
-	if err != nil {
-		return err
-	}
-	defer cat.Close()
-	for _, p := range cat.Problems() {
-		log.Warn("catalog problem", "problem", p)
-	}
-	metrics := daemon.NewMetrics()
-	d, err := daemon.New(daemon.Config{
-		DataDir: f.dataDir, Store: store, Catalog: cat, Openers: set.Openers, HeapSnapshots: set.HeapSnapshots,
-		MaxValueSize: int(sz.maxValue), MaxMemoryState: sz.maxMemory, MaxInstances: f.maxInstances, MaxStreamsPerInstance: f.maxStreams,
-		CheckpointTimeout: f.checkpointTimeout, IdleInstanceTimeout: f.idleTimeout, Logger: log, Metrics: metrics,
-	})
-	if err != nil {
-		return err
-	}
-	if err := cat.Start(ctx); err != nil {
-		return err
-	}
-	srv := api.NewServer(d, f.serverOptions(sz, log))
-
-	var servers []*grpc.Server
-	var wg sync.WaitGroup
-	serveErr := make(chan error, 3)
-	ln, err := listenUnix(f.socket)
-	if err != nil {
-		return err
-	}
-	defer os.Remove(f.socket)
-	g := srv.GRPCServer("")
-	servers = append(servers, g)
-	wg.Add(1)
-	go func() { defer wg.Done(); serveErr <- serveGRPC(g, ln, "unix") }()
-	if f.listen != "" {
-		tl, err := net.Listen("tcp", f.listen)
-		if err != nil {
-			g.Stop()
-			return fmt.Errorf("--listen: %w", err)
-		}
-		tg := srv.GRPCServer(f.token)
-		servers = append(servers, tg)
-		wg.Add(1)
-		go func() { defer wg.Done(); serveErr <- serveGRPC(tg, tl, "tcp") }()
-		log.Info("serving TCP", "addr", tl.Addr().String())
-	}
-	var healthy atomic.Bool
-	healthy.Store(true)
-	var hs *http.Server
-	if f.metricsAddr != "" {
-		ml, err := net.Listen("tcp", f.metricsAddr)
-		if err != nil {
-			for _, s := range servers {
-				s.Stop()
-			}
-			return fmt.Errorf("--metrics-addr: %w", err)
-		}
-		hs = metricsServer(metrics, cat, storeCache(store), meter, &healthy)
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := hs.Serve(ml); err != nil && !errors.Is(err, http.ErrServerClosed) {
-				serveErr <- fmt.Errorf("metrics: %w", err)
-			}
-		}()
-		log.Info("serving metrics", "addr", ml.Addr().String())
-	}
-	log.Info("stated serving", "socket", f.socket, "dataDir", f.dataDir, "checkpointStore", redactURL(f.checkpointStore), "pid", os.Getpid())
-
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
 	defer signal.Stop(sig)
@@ -375,109 +259,53 @@ func runServe(ctx context.Context, f serveFlags, gcFlagSet bool) error {
 	select {
 	case s := <-sig:
 		log.Info("shutting down", "signal", s.String())
-	case err := <-serveErr:
+	case err := <-n.Err():
 		runErr = err
 		log.Error("server failed; shutting down", "err", err)
 	case <-ctx.Done():
 	}
-	healthy.Store(false)
-	// Stop accepting; let unary calls in flight (a Snapshot waiting for its
-	// upload, a CompleteCheckpoint) finish within the grace, then end the
-	// batch streams (they only end when their clients end them). Drain
-	// returns once no handler runs, so Shutdown never runs under a call.
-	graceCtx, cancel := context.WithTimeout(context.Background(), f.shutdownGrace)
-	defer cancel()
-	if err := srv.Drain(graceCtx, servers...); err != nil {
-		log.Warn("calls still running at the end of --shutdown-grace were cancelled", "err", err)
-	}
-	// In-flight snapshots finish within what is left of the grace, or are
-	// aborted; then every backend (Pebble included) is closed.
-	if err := d.Shutdown(graceCtx); err != nil {
-		log.Warn("shutdown", "err", err)
-	}
-	if hs != nil {
-		sctx, scancel := context.WithTimeout(context.Background(), time.Second)
-		_ = hs.Shutdown(sctx)
-		scancel()
-	}
-	wg.Wait()
-	log.Info("stopped")
+	// Shutdown logs what it had to cancel; the exit status is the
+	// server's failure alone, as it always was.
+	_ = n.Shutdown(context.Background())
 	return runErr
 }
 
-func serveGRPC(g *grpc.Server, ln net.Listener, what string) error {
-	if err := g.Serve(ln); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
-		return fmt.Errorf("%s server: %w", what, err)
-	}
-	return nil
-}
-
-// listenUnix listens on a Unix socket that only the daemon's user can use
-// (mode 0600 from the start: the umask is tightened around the bind). A
-// stale socket file is replaced; a live one (another daemon) is an error.
-func listenUnix(path string) (net.Listener, error) {
-	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
-		return nil, fmt.Errorf("socket: %w", err)
-	}
-	if fi, err := os.Lstat(path); err == nil {
-		if fi.Mode()&os.ModeSocket == 0 {
-			return nil, fmt.Errorf("socket: %s exists and is not a socket", path)
-		}
-		if c, err := net.DialTimeout("unix", path, time.Second); err == nil {
-			c.Close()
-			return nil, fmt.Errorf("socket: %s is in use by another process (another stated?)", path)
-		}
-		if err := os.Remove(path); err != nil {
-			return nil, fmt.Errorf("socket: remove stale %s: %w", path, err)
-		}
-	}
-	old := syscall.Umask(0o177)
-	ln, err := net.Listen("unix", path)
-	syscall.Umask(old)
+// nodeOptions validates the flags (with their names in the messages) and
+// turns them into the node's options.
+func (f *serveFlags) nodeOptions(log *slog.Logger) (node.Options, error) {
+	sz, err := f.validate()
 	if err != nil {
-		return nil, fmt.Errorf("socket: %w", err)
+		return node.Options{}, err
 	}
-	if err := os.Chmod(path, 0o600); err != nil {
-		ln.Close()
-		return nil, fmt.Errorf("socket: %w", err)
-	}
-	return ln, nil
-}
-
-// lockDataDir takes an exclusive lock on <dir>/LOCK so that two daemons
-// never share working state.
-func lockDataDir(dir string) (func(), error) {
-	p := filepath.Join(dir, "LOCK")
-	fh, err := os.OpenFile(p, os.O_CREATE|os.O_RDWR, 0o600)
-	if err != nil {
-		return nil, fmt.Errorf("data dir lock: %w", err)
-	}
-	if err := syscall.Flock(int(fh.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
-		fh.Close()
-		return nil, fmt.Errorf("data dir %s is locked by another stated process: %w", dir, err)
-	}
-	return func() { fh.Close() }, nil
-}
-
-func redactURL(u string) string {
-	if i := strings.Index(u, "?"); i >= 0 {
-		return u[:i] + "?..."
-	}
-	return u
-}
-
-func metricsServer(m *daemon.Metrics, cat *catalog.Catalog, cs cacheStats, meter *metered.Store, healthy *atomic.Bool) *http.Server {
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(newCollector(m, cat, cs, meter), collectors.NewGoCollector(),
-		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
-		if !healthy.Load() {
-			http.Error(w, "shutting down", http.StatusServiceUnavailable)
-			return
+	store := f.checkpointStore
+	if store == "" {
+		abs, err := filepath.Abs(filepath.Join(f.dataDir, "checkpoints"))
+		if err != nil {
+			return node.Options{}, err
 		}
-		_, _ = w.Write([]byte("ok\n"))
-	})
-	return &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+		store = "file://" + abs
+	}
+	cc, err := f.cache.resolve(f.dataDir, store)
+	if err != nil {
+		return node.Options{}, err
+	}
+	cacheBytes := cc.bytes
+	if cc.dir == "" {
+		cacheBytes = -1 // no cache
+	}
+	grace := f.shutdownGrace
+	if grace == 0 {
+		grace = -1 // --shutdown-grace 0: none, not the default
+	}
+	so := f.serverOptions(sz, log)
+	return node.Options{
+		DataDir: f.dataDir, Socket: f.socket, Listen: f.listen, Token: f.token, MetricsAddr: f.metricsAddr,
+		CheckpointStore: store, S3: f.s3.options(), CacheDir: cc.dir, CacheBytes: cacheBytes,
+		Retain: f.retain, GCGrace: f.gcGrace, SweepInterval: f.sweepInterval, CheckpointTimeout: f.checkpointTimeout,
+		IdleInstanceTimeout: f.idleTimeout, HeapSnapshotCap: sz.heapCap, MaxValueSize: int(sz.maxValue),
+		MaxMessageSize: so.MaxMessageSize, MaxMemoryState: sz.maxMemory, MaxInstances: f.maxInstances,
+		MaxStreamsPerInstance: f.maxStreams, QueueDepth: so.QueueDepth, MaxConcurrentStreams: so.MaxConcurrentStreams,
+		FirstBatchTimeout: so.FirstBatchTimeout, LSMCacheSize: sz.lsmCache, FileCompression: f.fileCompression,
+		ShutdownGrace: grace, Logger: log,
+	}, nil
 }

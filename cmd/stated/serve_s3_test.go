@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -45,7 +46,10 @@ func startServe(t *testing.T, sock string, args ...string) *served {
 			t.Fatalf("stated serve exited: %v", err)
 		default:
 		}
-		if _, err := os.Stat(sock); err == nil {
+		// The socket file appears at bind, before the listen: wait until
+		// it accepts.
+		if conn, err := net.Dial("unix", sock); err == nil {
+			conn.Close()
 			return s
 		}
 		if time.Now().After(deadline) {

@@ -1,20 +1,12 @@
 package main
 
 import (
-	"context"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/statedhq/stated/api"
 	"github.com/statedhq/stated/daemon"
-	"github.com/statedhq/stated/tiered"
-	"github.com/statedhq/stated/tiered/metered"
-	"github.com/statedhq/stated/tiered/storeurl"
 )
 
 func TestParseSize(t *testing.T) {
@@ -116,68 +108,5 @@ func TestServeLimitFlags(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("invalid %s: %v", want, err)
 		}
-	}
-}
-
-// The metrics endpoint reports the checkpoint store's local cache (a read
-// of an object written through it is a hit, of one only the remote has a
-// miss) and the calls that reach the store below it.
-func TestCacheAndStoreMetrics(t *testing.T) {
-	ctx := context.Background()
-	remote := t.TempDir()
-	var meter *metered.Store
-	s, err := storeurl.Open(ctx, "file://"+remote, storeurl.Options{CacheDir: t.TempDir(), CacheBytes: 1 << 20,
-		Wrap: func(s tiered.Store) tiered.Store { meter = metered.New(s); return meter }})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	cs := storeCache(s)
-	if cs == nil {
-		t.Fatal("a store opened with a cache dir has no cache stats")
-	}
-	if err := tiered.PutBytes(ctx, s, "j/shared/a", []byte("cached")); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.MkdirAll(filepath.Join(remote, "j", "shared"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(remote, "j", "shared", "b"), []byte("remote only"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	for _, name := range []string{"j/shared/a", "j/shared/b"} {
-		if _, err := tiered.ReadAll(ctx, s, name, 1<<10); err != nil {
-			t.Fatal(err)
-		}
-	}
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(newCollector(daemon.NewMetrics(), nil, cs, meter))
-	got := map[string]float64{}
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		for _, m := range mf.GetMetric() {
-			name := mf.GetName()
-			for _, l := range m.GetLabel() {
-				name += "/" + l.GetValue()
-			}
-			got[name] = m.GetCounter().GetValue() + m.GetGauge().GetValue()
-		}
-	}
-	if got["stated_cache_hits_total"] != 1 || got["stated_cache_misses_total"] != 1 || got["stated_cache_entries"] != 2 {
-		t.Fatalf("cache metrics %v, want 1 hit, 1 miss, 2 entries", got)
-	}
-	// Below the cache: the put (written through), the miss's get, and the
-	// bytes of both.
-	if got["stated_store_calls_total/put"] != 1 || got["stated_store_calls_total/get"] != 1 ||
-		got["stated_store_bytes_total/up"] != 6 || got["stated_store_bytes_total/down"] != 11 {
-		t.Fatalf("store metrics %v, want 1 put of 6 bytes and 1 get of 11", got)
-	}
-	if plain, err := storeurl.Open(ctx, "file://"+t.TempDir(), storeurl.Options{}); err != nil {
-		t.Fatal(err)
-	} else if storeCache(plain) != nil {
-		t.Fatal("a store without a cache reports cache stats")
 	}
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -14,7 +13,6 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
-	"github.com/statedhq/stated/catalog"
 	"github.com/statedhq/stated/daemon"
 	"github.com/statedhq/stated/tiered"
 	"github.com/statedhq/stated/tiered/localfs"
@@ -240,38 +238,4 @@ func (f *cacheFlags) resolve(dataDir, storeURL string) (cacheConfig, error) {
 func within(path, dir string) bool {
 	rel, err := filepath.Rel(dir, path)
 	return err == nil && rel != ".." && !strings.HasPrefix(rel, ".."+string(filepath.Separator))
-}
-
-// openCheckpointStore opens the daemon's checkpoint store: the URL with the
-// S3 flags, behind the cache when one is configured (cacheFlags.resolve). The catalog's
-// metadata bypasses the cache (catalog.IsMetadata). The cache
-// directory is locked like the data directory, so that two daemons never
-// share one. closeStore closes the store and releases the lock.
-func openCheckpointStore(ctx context.Context, f *serveFlags, log *slog.Logger, wrap func(tiered.Store) tiered.Store) (store tiered.Store, closeStore func(), err error) {
-	cc, err := f.cache.resolve(f.dataDir, f.checkpointStore)
-	if err != nil {
-		return nil, nil, err
-	}
-	opts := f.s3.options()
-	opts.Wrap = wrap
-	unlock := func() {}
-	if cc.dir != "" {
-		if err := os.MkdirAll(cc.dir, 0o700); err != nil {
-			return nil, nil, fmt.Errorf("cache dir: %w", err)
-		}
-		if unlock, err = lockDataDir(cc.dir); err != nil {
-			return nil, nil, fmt.Errorf("cache dir: %w", err)
-		}
-		opts.CacheDir, opts.CacheBytes, opts.Uncached = cc.dir, cc.bytes, catalog.IsMetadata
-	}
-	s, err := storeurl.Open(ctx, f.checkpointStore, opts)
-	if err != nil {
-		unlock()
-		return nil, nil, err
-	}
-	if c := storeCache(s); c != nil {
-		st := c.Stats()
-		log.Info("checkpoint cache", "dir", cc.dir, "maxBytes", cc.bytes, "cachedBytes", st.Bytes, "files", st.Entries)
-	}
-	return s, func() { s.Close(); unlock() }, nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"sync"
@@ -37,6 +38,11 @@ type Config struct {
 	// a rescaled job then download each file of the old checkpoint once.
 	// Default lsm.DefaultDownloadCacheSize; negative: no cache.
 	LSMDownloadCacheSize int64
+	// Logger receives Pebble's messages (PebbleLogger): errors at level
+	// error, its informational lines (one per flush or compaction) at
+	// level debug. Default: lsm's own (errors to the standard logger,
+	// informational lines dropped).
+	Logger *slog.Logger
 }
 
 // DefaultLSMCacheSize is the default size of the shared lsm block cache.
@@ -85,6 +91,10 @@ func New(cfg Config) (*Set, error) {
 	s.Openers[backend.KindFile] = func(_ context.Context, opts backend.Options, env daemon.OpenEnv) (backend.Backend, error) {
 		return file.Open(opts, file.Options{Compression: cfg.FileCompression, TempDir: env.Dir})
 	}
+	var pl pebble.Logger // nil: lsm's default
+	if cfg.Logger != nil {
+		pl = PebbleLogger(cfg.Logger)
+	}
 	cache := pebble.NewCache(cfg.LSMCacheSize)
 	s.closers = append(s.closers, func() error { cache.Unref(); return nil })
 	if cfg.LSMDownloadCacheSize == 0 {
@@ -97,7 +107,7 @@ func New(cfg Config) (*Set, error) {
 		if err != nil {
 			return nil, err
 		}
-		return lsm.Open(opts, lsm.Options{Dir: env.Dir, Cache: cache, HeapSnapshots: cfg.HeapSnapshots, DownloadCache: dc})
+		return lsm.Open(opts, lsm.Options{Dir: env.Dir, Cache: cache, HeapSnapshots: cfg.HeapSnapshots, DownloadCache: dc, Logger: pl})
 	}
 	return s, nil
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"maps"
 	"math/rand/v2"
@@ -19,11 +18,10 @@ import (
 	"github.com/statedhq/stated/backend"
 	"github.com/statedhq/stated/catalog"
 	"github.com/statedhq/stated/daemon"
-	"github.com/statedhq/stated/daemon/openers"
+	statednode "github.com/statedhq/stated/node"
 	"github.com/statedhq/stated/tiered"
 	"github.com/statedhq/stated/tiered/cache"
 	"github.com/statedhq/stated/tiered/fault"
-	"github.com/statedhq/stated/tiered/storeurl"
 )
 
 // Settings of the daemon under test: few checkpoints retained and a short
@@ -37,68 +35,54 @@ const (
 	daemonSubtask = 3
 )
 
-// node is a daemon wired as "stated serve" wires it (cmd/stated/serve.go):
-// one checkpoint store, here the tiered cache in front of S3 with the
-// catalog's metadata bypassing it (storeurl.Tier with
-// catalog.IsMetadata), shared by the catalog and the daemon.
+// node is a daemon assembled as "stated serve" assembles it (package
+// node), on an injected store: the tiered cache in front of S3 with the
+// catalog's metadata bypassing it (catalog.IsMetadata), shared by the
+// catalog and the daemon.
 type node struct {
+	n     *statednode.Node
 	d     *daemon.Daemon
 	cat   *catalog.Catalog
-	set   *openers.Set
 	store tiered.Store
-	logs  atomic.Int64
+	logs  *warnings
 }
 
-// countWriter counts the log records written to it (a text handler writes
-// each in one call).
-type countWriter struct{ n *atomic.Int64 }
+// warnings counts the log records at level warn and above (the catalog's
+// retried deletes among them).
+type warnings struct{ n atomic.Int64 }
 
-func (w countWriter) Write(p []byte) (int, error) { w.n.Add(1); return len(p), nil }
+func (w *warnings) Enabled(_ context.Context, l slog.Level) bool { return l >= slog.LevelWarn }
+func (w *warnings) Handle(context.Context, slog.Record) error    { w.n.Add(1); return nil }
+func (w *warnings) WithAttrs([]slog.Attr) slog.Handler           { return w }
+func (w *warnings) WithGroup(string) slog.Handler                { return w }
+func (w *warnings) Load() int64                                  { return w.n.Load() }
 
 func startNode(t *testing.T, remote tiered.Store, dataDir string) *node {
 	t.Helper()
-	ctx := context.Background()
-	store, err := storeurl.Tier(remote, storeurl.Options{CacheDir: filepath.Join(dataDir, "cache"), CacheBytes: 256 << 20,
-		Uncached: catalog.IsMetadata})
-	if err != nil {
-		t.Fatal(err)
-	}
-	set, err := openers.New(openers.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	n := &node{set: set, store: store}
-	n.cat, err = catalog.Open(ctx, catalog.Options{
-		Store: store, Retain: daemonRetain, GCGrace: daemonGrace, SweepInterval: daemonSweep,
-		HeapStore: set.HeapSnapshots, Logger: slog.New(slog.NewTextHandler(countWriter{&n.logs}, nil)),
+	logs := &warnings{}
+	sn, err := statednode.Open(context.Background(), statednode.Options{
+		DataDir: dataDir, Store: remote, NoSocket: true, CacheDir: filepath.Join(dataDir, "cache"), CacheBytes: 256 << 20,
+		Retain: daemonRetain, GCGrace: daemonGrace, SweepInterval: daemonSweep, CheckpointTimeout: daemonTimeout,
+		ShutdownGrace: time.Minute, Logger: slog.New(logs),
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
+	n := &node{n: sn, d: sn.Daemon(), cat: sn.Catalog(), store: sn.Store(), logs: logs}
 	for _, p := range n.cat.Problems() {
 		t.Errorf("catalog problem: %s", p)
-	}
-	n.d, err = daemon.New(daemon.Config{DataDir: dataDir, Store: store, Catalog: n.cat, Openers: set.Openers,
-		HeapSnapshots: set.HeapSnapshots, CheckpointTimeout: daemonTimeout, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := n.cat.Start(ctx); err != nil {
-		t.Fatal(err)
 	}
 	return n
 }
 
-// stop shuts the daemon down as serve does on SIGTERM.
+// stop shuts the node down as serve does on SIGTERM.
 func (n *node) stop(t *testing.T) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if err := n.d.Shutdown(ctx); err != nil {
+	if err := n.n.Shutdown(ctx); err != nil {
 		t.Errorf("shutdown: %v", err)
 	}
-	n.cat.Close()
-	n.set.Close()
 }
 
 // daemonTask is one subtask of the job: its instance and its model.
@@ -199,7 +183,7 @@ func TestDaemonCheckpointsToS3UnderFaults(t *testing.T) {
 	}
 	faulty.SetConfig(fault.Config{})
 	fs := faulty.Stats()
-	t.Logf("%d checkpoints completed, %d failed; store faults %+v; %d catalog warnings", len(models), len(failed), fs, n.logs.Load())
+	t.Logf("%d checkpoints completed, %d failed; store faults %+v; %d warnings logged", len(models), len(failed), fs, n.logs.Load())
 	if len(models) < 2*daemonRetain || len(failed) < 5 || fs.Errors == 0 || fs.LostReplies == 0 {
 		t.Fatalf("%d checkpoints completed and %d failed: the run proves little", len(models), len(failed))
 	}

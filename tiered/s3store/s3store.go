@@ -20,6 +20,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/aws-sdk-go-v2/service/s3/types"
 	"github.com/aws/smithy-go"
+	"github.com/aws/smithy-go/logging"
 
 	"github.com/statedhq/stated/tiered"
 )
@@ -77,6 +78,11 @@ type Options struct {
 	// SkipBucketCheck skips the HeadBucket request Open makes to report a
 	// missing bucket or refused credentials at once.
 	SkipBucketCheck bool
+	// Logger receives the SDK's messages, with LogMode selecting the
+	// optional ones (e.g. aws.LogRetries). Default: the SDK's (standard
+	// error), no optional messages.
+	Logger  logging.Logger
+	LogMode aws.ClientLogMode
 }
 
 // EnsureDefaults fills zero fields with their defaults.
@@ -161,6 +167,9 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 				o.MaxBackoff = opts.MaxBackoff
 			})
 		}),
+	}
+	if opts.Logger != nil {
+		lo = append(lo, config.WithLogger(opts.Logger), config.WithClientLogMode(opts.LogMode))
 	}
 	if opts.Region != "" {
 		lo = append(lo, config.WithRegion(opts.Region))

@@ -1,4 +1,4 @@
-package main
+package node
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
@@ -31,7 +31,7 @@ type collector struct {
 	cacheHits, cacheMisses, cacheEvictions     *prometheus.Desc
 	cacheCorrupt, cacheBytes, cacheEntries     *prometheus.Desc
 	storeCalls, storeErrors, storeDeleted      *prometheus.Desc
-	storeBytes                                 *prometheus.Desc
+	storeBytes, corruption                     *prometheus.Desc
 }
 
 // cacheStats is what the checkpoint store answers when a local cache is in
@@ -50,6 +50,7 @@ func newCollector(m *daemon.Metrics, cat *catalog.Catalog, cs cacheStats, store 
 	}
 	return &collector{
 		m: m, cat: cat, cache: cs, store: store,
+		corruption:      d("corruption_detected_total", "Corrupt data detected, by where: restore, catalog, savepoint, snapshot (each also logged at level error) and cache (a cached copy that failed its checksum; read from the remote instead).", "where"),
 		storeCalls:      d("store_calls_total", "Calls that reached the checkpoint store (below the cache), by operation.", "op"),
 		storeErrors:     d("store_call_errors_total", "Calls to the checkpoint store that failed, by operation.", "op"),
 		storeDeleted:    d("store_deleted_objects_total", "Object names the daemon asked the checkpoint store to delete."),
@@ -145,6 +146,10 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		counter(c.ckFailures, m.CheckpointFailures[r].Load(), daemon.FailureReason(r).String())
 	}
 	histogram(ch, c.ckDuration, m.CheckpointDuration)
+	for s := range daemon.NumCorruptionSites {
+		counter(c.corruption, m.Corruption[s].Load(), daemon.CorruptionSite(s).String())
+	}
+	var cacheCorrupt uint64
 	if c.cat != nil {
 		st := c.cat.Stats()
 		gauge(c.catJobs, float64(st.Jobs))
@@ -170,7 +175,9 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		counter(c.cacheMisses, uint64(st.Misses))
 		counter(c.cacheEvictions, uint64(st.Evictions))
 		counter(c.cacheCorrupt, uint64(st.Corrupt))
+		cacheCorrupt = uint64(st.Corrupt)
 		gauge(c.cacheBytes, float64(st.Bytes))
 		gauge(c.cacheEntries, float64(st.Entries))
 	}
+	counter(c.corruption, cacheCorrupt, "cache")
 }

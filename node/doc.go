@@ -1,0 +1,10 @@
+// Package node assembles a stated node in one place: the checkpoint store
+// (with its meter and local cache), the backends' openers, the catalog,
+// the daemon, the gRPC API on a Unix socket (and optionally TCP), the
+// Prometheus registry with /metrics and /healthz, and the sweeps. Open
+// builds it from Options; Shutdown stops it in reverse order and owns
+// every goroutine it started. "stated serve" is flags -> Options -> Open
+// -> signal -> Shutdown; tests use the same assembly with an injected
+// store and their own listener. docs/node.md describes the order, the
+// goroutines and the shutdown.
+package node

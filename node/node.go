@@ -1,0 +1,427 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"google.golang.org/grpc"
+
+	"github.com/statedhq/stated/api"
+	"github.com/statedhq/stated/catalog"
+	"github.com/statedhq/stated/daemon"
+	"github.com/statedhq/stated/daemon/openers"
+	"github.com/statedhq/stated/tiered"
+	"github.com/statedhq/stated/tiered/memstore"
+	"github.com/statedhq/stated/tiered/metered"
+	"github.com/statedhq/stated/tiered/storeurl"
+)
+
+// Node is one running stated: its checkpoint store, catalog, daemon, API
+// servers and metrics. Open builds it; Shutdown (or Close) stops it.
+type Node struct {
+	opts Options
+	log  *slog.Logger
+
+	store tiered.Store
+	meter *metered.Store // nil with an injected Store
+	cache cacheStats     // nil: no cache
+	set   *openers.Set
+	cat   *catalog.Catalog
+	d     *daemon.Daemon
+	srv   *api.Server
+	reg   *prometheus.Registry
+	mux   *http.ServeMux
+
+	servers   []*grpc.Server
+	local     *grpc.Server // of the local API; nil with NoSocket
+	hs        *http.Server
+	tcpAddr   net.Addr
+	metAddr   net.Addr
+	healthy   atomic.Bool
+	wg        sync.WaitGroup // every goroutine the node starts
+	serveErr  chan error
+	closers   []func() // what Open built, released in reverse order
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// Open assembles and starts a node; see docs/node.md for the order. On
+// error everything built so far is released. ctx bounds Open itself (the
+// store's first requests, the catalog's load); the node's goroutines live
+// until Shutdown.
+func Open(ctx context.Context, opts Options) (_ *Node, err error) {
+	opts.EnsureDefaults()
+	if err := opts.Validate(); err != nil {
+		return nil, err
+	}
+	n := &Node{opts: opts, log: opts.Logger, serveErr: make(chan error, 3)}
+	defer func() {
+		if err != nil {
+			n.stopServing()
+			n.release()
+			if opts.Listener != nil && n.local == nil {
+				_ = opts.Listener.Close() // the node owns it, and never served it
+			}
+		}
+	}()
+	if err := os.MkdirAll(opts.DataDir, 0o700); err != nil {
+		return nil, fmt.Errorf("data dir: %w", err)
+	}
+	unlock, err := lockDir(opts.DataDir)
+	if err != nil {
+		return nil, err
+	}
+	n.closers = append(n.closers, unlock)
+	if err := n.openStore(ctx); err != nil {
+		return nil, err
+	}
+	n.set, err = openers.New(openers.Config{HeapSnapshotCap: opts.HeapSnapshotCap, LSMCacheSize: opts.LSMCacheSize,
+		FileCompression: opts.FileCompression, Logger: n.log})
+	if err != nil {
+		return nil, err
+	}
+	n.closers = append(n.closers, func() { _ = n.set.Close() })
+	co := catalog.Options{
+		Store: n.store, Retain: opts.Retain, GCGrace: opts.GCGrace, SweepInterval: opts.SweepInterval,
+		// The catalog deletes heap snapshots of checkpoints it no longer
+		// retains from the daemon's memory.
+		HeapStore: n.set.HeapSnapshots,
+		Logger:    n.log,
+	}
+	if n.cat, err = catalog.Open(ctx, co); err != nil {
+		return nil, err
+	}
+	n.closers = append(n.closers, func() { _ = n.cat.Close() })
+	for _, p := range n.cat.Problems() {
+		n.log.Warn("catalog problem", "problem", p)
+	}
+	n.d, err = daemon.New(daemon.Config{
+		DataDir: opts.DataDir, Store: n.store, Catalog: n.cat, Openers: n.set.Openers, HeapSnapshots: n.set.HeapSnapshots,
+		MaxValueSize: opts.MaxValueSize, MaxMemoryState: opts.MaxMemoryState, MaxInstances: opts.MaxInstances,
+		MaxStreamsPerInstance: opts.MaxStreamsPerInstance, CheckpointTimeout: opts.CheckpointTimeout,
+		IdleInstanceTimeout: opts.IdleInstanceTimeout, Logger: n.log,
+	})
+	if err != nil {
+		return nil, err
+	}
+	// Until Shutdown has run, a failed Open must still stop the daemon's
+	// reaper and instances.
+	n.closers = append(n.closers, func() { _ = n.d.Shutdown(context.Background()) })
+	// The sweep lives until Close, not until ctx ends.
+	if err := n.cat.Start(context.WithoutCancel(ctx)); err != nil {
+		return nil, err
+	}
+	n.srv = api.NewServer(n.d, api.ServerOptions{MaxMessageSize: opts.MaxMessageSize, QueueDepth: opts.QueueDepth,
+		MaxConcurrentStreams: opts.MaxConcurrentStreams, FirstBatchTimeout: opts.FirstBatchTimeout, Logger: n.log})
+	n.reg = prometheus.NewRegistry()
+	n.reg.MustRegister(newCollector(n.d.Metrics(), n.cat, n.cache, n.meter), collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	n.healthy.Store(true)
+	n.mux = http.NewServeMux()
+	n.mux.Handle("/metrics", promhttp.HandlerFor(n.reg, promhttp.HandlerOpts{}))
+	n.mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+		if !n.healthy.Load() {
+			http.Error(w, "shutting down", http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = w.Write([]byte("ok\n"))
+	})
+	if err := n.serve(); err != nil {
+		return nil, err
+	}
+	n.log.Info("stated serving", "socket", n.Socket(), "dataDir", opts.DataDir, "checkpointStore", redactURL(opts.CheckpointStore), "pid", os.Getpid())
+	return n, nil
+}
+
+// openStore opens the checkpoint store: the URL's (or the injected one)
+// behind the meter, which counts the calls that reach the store itself
+// (what a provider bills and throttles), behind the cache when one is
+// configured. The catalog's metadata bypasses the cache
+// (catalog.IsMetadata). The cache directory is locked like the data
+// directory, so that two nodes never share one.
+func (n *Node) openStore(ctx context.Context) error {
+	o := n.opts
+	dir, bytes, err := o.cache()
+	if err != nil {
+		return err
+	}
+	so := o.S3
+	if so.S3.Logger == nil {
+		so.S3.Logger, so.S3.LogMode = SDKLogger(n.log), aws.LogRetries
+	}
+	so.Wrap = func(s tiered.Store) tiered.Store {
+		n.meter = metered.New(s)
+		return n.meter
+	}
+	if dir != "" {
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			return fmt.Errorf("cache dir: %w", err)
+		}
+		unlock, err := lockDir(dir)
+		if err != nil {
+			return fmt.Errorf("cache dir: %w", err)
+		}
+		n.closers = append(n.closers, unlock)
+		so.CacheDir, so.CacheBytes, so.Uncached = dir, bytes, catalog.IsMetadata
+	}
+	var s tiered.Store
+	if o.Store != nil {
+		// The caller keeps the store: the tier's Close must not close it.
+		s, err = storeurl.Tier(so.Wrap(keepOpen{o.Store}), so)
+	} else {
+		s, err = storeurl.Open(ctx, o.CheckpointStore, so)
+	}
+	if err != nil {
+		return err
+	}
+	n.store = s
+	n.closers = append(n.closers, func() { _ = s.Close() })
+	if c, ok := s.(cacheStats); ok {
+		n.cache = c
+		st := c.Stats()
+		n.log.Info("checkpoint cache", "dir", dir, "maxBytes", bytes, "cachedBytes", st.Bytes, "files", st.Entries)
+	}
+	return nil
+}
+
+// keepOpen is an injected store whose Close is the caller's.
+type keepOpen struct{ tiered.Store }
+
+func (keepOpen) Close() error { return nil }
+
+// serve starts the gRPC servers and the metrics server, one goroutine
+// each.
+func (n *Node) serve() error {
+	o := n.opts
+	if !o.NoSocket {
+		ln := o.Listener
+		if ln == nil {
+			var err error
+			if ln, err = listenUnix(o.Socket); err != nil {
+				return err
+			}
+			n.closers = append(n.closers, func() { _ = os.Remove(o.Socket) })
+		}
+		n.local = n.srv.GRPCServer("", o.GRPCOptions...)
+		n.start(n.local, ln, "unix")
+	}
+	if o.Listen != "" {
+		tl, err := net.Listen("tcp", o.Listen)
+		if err != nil {
+			return fmt.Errorf("--listen: %w", err)
+		}
+		n.tcpAddr = tl.Addr()
+		n.start(n.srv.GRPCServer(o.Token, o.GRPCOptions...), tl, "tcp")
+		n.log.Info("serving TCP", "addr", tl.Addr().String())
+	}
+	if o.MetricsAddr != "" {
+		ml, err := net.Listen("tcp", o.MetricsAddr)
+		if err != nil {
+			return fmt.Errorf("--metrics-addr: %w", err)
+		}
+		n.metAddr = ml.Addr()
+		n.hs = &http.Server{Handler: n.mux, ReadHeaderTimeout: 5 * time.Second}
+		n.wg.Add(1)
+		go func() {
+			defer n.wg.Done()
+			if err := n.hs.Serve(ml); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				n.serveErr <- fmt.Errorf("metrics: %w", err)
+			}
+		}()
+		n.log.Info("serving metrics", "addr", ml.Addr().String())
+	}
+	return nil
+}
+
+func (n *Node) start(g *grpc.Server, ln net.Listener, what string) {
+	n.servers = append(n.servers, g)
+	n.wg.Add(1)
+	go func() {
+		defer n.wg.Done()
+		if err := g.Serve(ln); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+			n.serveErr <- fmt.Errorf("%s server: %w", what, err)
+		}
+	}()
+}
+
+// Err receives the error of a server that stopped on its own (its
+// listener failed); the node keeps running until Shutdown.
+func (n *Node) Err() <-chan error { return n.serveErr }
+
+// Shutdown stops the node: /healthz turns unhealthy; the servers stop
+// accepting; unary calls in flight (a Snapshot waiting for its upload, a
+// CompleteCheckpoint) finish, then the in-flight snapshots, within
+// Options.ShutdownGrace in all (and before ctx ends); batch streams end
+// once no call is left; what is still running at the end of the grace is
+// cancelled or aborted. Then every backend (Pebble included) is closed,
+// the metrics server stops, and the catalog, the openers' shared
+// resources, the store and the locks are released, in reverse order of
+// Open. It returns once every goroutine of the node has ended. Later calls
+// return the first one's result.
+func (n *Node) Shutdown(ctx context.Context) error {
+	n.closeOnce.Do(func() { n.closeErr = n.shutdown(ctx) })
+	return n.closeErr
+}
+
+// Close is Shutdown with no deadline but Options.ShutdownGrace.
+func (n *Node) Close() error { return n.Shutdown(context.Background()) }
+
+func (n *Node) shutdown(ctx context.Context) error {
+	n.healthy.Store(false)
+	grace := max(n.opts.ShutdownGrace, 0)
+	graceCtx, cancel := context.WithTimeout(ctx, grace)
+	defer cancel()
+	var errs []error
+	// Drain returns once no handler runs, so the daemon's Shutdown never
+	// runs under a call.
+	if err := n.srv.Drain(graceCtx, n.servers...); err != nil {
+		n.log.Warn("calls still running at the end of --shutdown-grace were cancelled", "err", err)
+		errs = append(errs, err)
+	}
+	// In-flight snapshots finish within what is left of the grace, or are
+	// aborted; then every backend is closed.
+	if err := n.d.Shutdown(graceCtx); err != nil {
+		n.log.Warn("shutdown", "err", err)
+		errs = append(errs, err)
+	}
+	n.stopServing()
+	n.release()
+	n.log.Info("stopped")
+	return errors.Join(errs...)
+}
+
+// stopServing stops the servers (at once: Shutdown drained them first)
+// and waits for their goroutines.
+func (n *Node) stopServing() {
+	for _, g := range n.servers {
+		g.Stop()
+	}
+	if n.hs != nil {
+		sctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		_ = n.hs.Shutdown(sctx)
+		cancel()
+	}
+	n.wg.Wait()
+}
+
+// release runs the closers in reverse order of Open.
+func (n *Node) release() {
+	for i := len(n.closers) - 1; i >= 0; i-- {
+		n.closers[i]()
+	}
+	n.closers = nil
+}
+
+// Daemon returns the node's daemon.
+func (n *Node) Daemon() *daemon.Daemon { return n.d }
+
+// Catalog returns the node's catalog.
+func (n *Node) Catalog() *catalog.Catalog { return n.cat }
+
+// Server returns the node's API server.
+func (n *Node) Server() *api.Server { return n.srv }
+
+// LocalServer returns the gRPC server of the local API (nil with
+// NoSocket): tests drain or stop it on their own (api.Server.Drain) to
+// check what a shutdown does to calls; Shutdown stops it again, harmlessly.
+func (n *Node) LocalServer() *grpc.Server { return n.local }
+
+// Store returns the checkpoint store as the daemon sees it (behind the
+// cache and the meter).
+func (n *Node) Store() tiered.Store { return n.store }
+
+// HeapSnapshots returns the daemon's in-memory store of heap snapshots.
+func (n *Node) HeapSnapshots() *memstore.Store { return n.set.HeapSnapshots }
+
+// Registry returns the Prometheus registry /metrics serves.
+func (n *Node) Registry() *prometheus.Registry { return n.reg }
+
+// Handler serves /metrics and /healthz, as on Options.MetricsAddr.
+func (n *Node) Handler() http.Handler { return n.mux }
+
+// Socket returns the path of the Unix socket ("" with Listener or
+// NoSocket).
+func (n *Node) Socket() string {
+	if n.opts.NoSocket || n.opts.Listener != nil {
+		return ""
+	}
+	return n.opts.Socket
+}
+
+// TCPAddr returns the address the TCP server listens on (nil: none).
+func (n *Node) TCPAddr() net.Addr { return n.tcpAddr }
+
+// MetricsAddr returns the address of /metrics (nil: none).
+func (n *Node) MetricsAddr() net.Addr { return n.metAddr }
+
+// Options returns the node's options with defaults applied.
+func (n *Node) Options() Options { return n.opts }
+
+// listenUnix listens on a Unix socket that only the daemon's user can use
+// (mode 0600 from the start: the umask is tightened around the bind). A
+// stale socket file is replaced; a live one (another daemon) is an error.
+func listenUnix(path string) (net.Listener, error) {
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return nil, fmt.Errorf("socket: %w", err)
+	}
+	if fi, err := os.Lstat(path); err == nil {
+		if fi.Mode()&os.ModeSocket == 0 {
+			return nil, fmt.Errorf("socket: %s exists and is not a socket", path)
+		}
+		if c, err := net.DialTimeout("unix", path, time.Second); err == nil {
+			c.Close()
+			return nil, fmt.Errorf("socket: %s is in use by another process (another stated?)", path)
+		}
+		if err := os.Remove(path); err != nil {
+			return nil, fmt.Errorf("socket: remove stale %s: %w", path, err)
+		}
+	}
+	old := syscall.Umask(0o177)
+	ln, err := net.Listen("unix", path)
+	syscall.Umask(old)
+	if err != nil {
+		return nil, fmt.Errorf("socket: %w", err)
+	}
+	if err := os.Chmod(path, 0o600); err != nil {
+		ln.Close()
+		return nil, fmt.Errorf("socket: %w", err)
+	}
+	return ln, nil
+}
+
+// lockDir takes an exclusive lock on <dir>/LOCK so that two nodes never
+// share working state (or a cache).
+func lockDir(dir string) (func(), error) {
+	p := filepath.Join(dir, "LOCK")
+	fh, err := os.OpenFile(p, os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("data dir lock: %w", err)
+	}
+	if err := syscall.Flock(int(fh.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		fh.Close()
+		return nil, fmt.Errorf("data dir %s is locked by another stated process: %w", dir, err)
+	}
+	return func() { fh.Close() }, nil
+}
+
+func redactURL(u string) string {
+	if i := strings.Index(u, "?"); i >= 0 {
+		return u[:i] + "?..."
+	}
+	return u
+}

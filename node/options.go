@@ -1,0 +1,332 @@
+package node
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"net"
+	"net/url"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"google.golang.org/grpc"
+
+	"github.com/statedhq/stated/api"
+	"github.com/statedhq/stated/backend"
+	"github.com/statedhq/stated/backend/heap"
+	"github.com/statedhq/stated/catalog"
+	"github.com/statedhq/stated/daemon"
+	"github.com/statedhq/stated/daemon/openers"
+	"github.com/statedhq/stated/tiered"
+	"github.com/statedhq/stated/tiered/storeurl"
+)
+
+// Defaults of Options that no lower package defines.
+const (
+	// DefaultDataDir is where a node keeps its working state.
+	DefaultDataDir = "./stated-data"
+	// DefaultShutdownGrace bounds a Shutdown's drain of calls in flight
+	// and then in-flight snapshots, in all.
+	DefaultShutdownGrace = 30 * time.Second
+	// DefaultCacheBytes bounds the local cache of a remote checkpoint
+	// store.
+	DefaultCacheBytes = 1 << 30
+	// SocketName is the default socket's name in the data dir.
+	SocketName = "stated.sock"
+)
+
+// Options configure a node: every setting of "stated serve" (each field
+// names its flag), plus the seams tests use (Store, Listener, NoSocket,
+// GRPCOptions). Zero values take their defaults (EnsureDefaults); Open
+// calls EnsureDefaults and Validate.
+type Options struct {
+	// DataDir holds working state: instances, the LOCK file and, by
+	// default, the socket, the checkpoint store and the cache. Open
+	// creates it (mode 0700) and locks it for this process (--data-dir).
+	// Default DefaultDataDir.
+	DataDir string
+	// Socket is the path of the Unix socket (mode 0600) of the local API,
+	// which needs no token (--socket). Default <DataDir>/stated.sock.
+	Socket string
+	// Listener, when set, serves the local API (no token) instead of
+	// Socket: tests pass an in-process listener (bufconn) or one on a
+	// socket of their own. The node closes it. Default nil.
+	Listener net.Listener
+	// NoSocket serves no local API (Socket and Listener unused): the
+	// caller uses Daemon or Server directly. Default false.
+	NoSocket bool
+	// Listen is a TCP address to serve the API on too, for clients that
+	// send Token (--listen). Default "": none.
+	Listen string
+	// Token is the bearer token TCP clients must send (--token). Required
+	// with Listen.
+	Token string
+	// MetricsAddr is the TCP address of /metrics and /healthz
+	// (--metrics-addr). Default "": none (Handler still serves both; the
+	// flag's default is 127.0.0.1:9464).
+	MetricsAddr string
+
+	// CheckpointStore is the checkpoint storage URL: file:///dir or
+	// s3://bucket/prefix (--checkpoint-store). Default
+	// file://<absolute DataDir>/checkpoints; unused with Store.
+	CheckpointStore string
+	// Store, when set, is the checkpoint store instead of the one
+	// CheckpointStore names (tests inject a memstore or a faulty store).
+	// The node puts its meter and cache in front of it as in front of a
+	// URL's store, and never closes it: the caller owns it. Default nil.
+	Store tiered.Store
+	// S3 are the S3 settings of an s3:// store (the --s3-* flags). Its
+	// CacheDir, CacheBytes, Uncached and Wrap are the node's: leave them
+	// unset. S3.S3.Logger defaults to Logger's.
+	S3 storeurl.Options
+	// CacheDir is the directory of the local cache of the checkpoint store
+	// (--cache-dir), locked like DataDir. Default <DataDir>/cache for an
+	// s3:// store, no cache otherwise.
+	CacheDir string
+	// CacheBytes bounds the cache (--cache-bytes). Default
+	// DefaultCacheBytes; negative: no cache.
+	CacheBytes int64
+
+	// Retain is how many completed checkpoints each job keeps (--retain).
+	// Default catalog.DefaultRetain.
+	Retain int
+	// GCGrace is the age an unreferenced checkpoint file must reach before
+	// the orphan sweep deletes it (--gc-grace). Default
+	// catalog.DefaultGCGrace.
+	GCGrace time.Duration
+	// SweepInterval is the period of the orphan sweep (--sweep-interval).
+	// Default catalog.DefaultSweepInterval.
+	SweepInterval time.Duration
+	// CheckpointTimeout: a checkpoint not completed this long after its
+	// first snapshot is aborted as expired (--checkpoint-timeout). Default
+	// daemon.DefaultCheckpointTimeout.
+	CheckpointTimeout time.Duration
+	// IdleInstanceTimeout closes an instance with no batch stream for this
+	// long (--idle-instance-timeout). Default
+	// daemon.DefaultIdleInstanceTimeout; negative: never.
+	IdleInstanceTimeout time.Duration
+
+	// HeapSnapshotCap is the largest heap snapshot kept in memory; larger
+	// ones are declined (--heap-snapshot-cap). Default
+	// heap.DefaultMaxSnapshotSize.
+	HeapSnapshotCap int64
+	// MaxValueSize bounds each key, namespace, value, list element and map
+	// user key or value (--max-value-size); at most half of
+	// MaxMessageSize. Default backend.DefaultMaxValueSize.
+	MaxValueSize int
+	// MaxMessageSize bounds a request message (--max-message-size); below
+	// 2 GiB. Default api.DefaultMaxMessageSize.
+	MaxMessageSize int
+	// MaxMemoryState bounds the in-memory state of one heap or file
+	// instance (--max-memory-state). Default daemon.DefaultMaxMemoryState.
+	MaxMemoryState int64
+	// MaxInstances bounds the open instances (--max-instances). Default
+	// daemon.DefaultMaxInstances.
+	MaxInstances int
+	// MaxStreamsPerInstance bounds one instance's batch streams
+	// (--max-streams-per-instance). Default
+	// daemon.DefaultMaxStreamsPerInstance.
+	MaxStreamsPerInstance int
+	// QueueDepth is the batches a stream buffers while one is applied
+	// (--queue-depth). Default api.DefaultQueueDepth.
+	QueueDepth int
+	// MaxConcurrentStreams bounds the streams and calls of one client
+	// connection (--max-concurrent-streams). Default
+	// api.DefaultMaxConcurrentStreams.
+	MaxConcurrentStreams int
+	// FirstBatchTimeout ends a batch stream that has not named its
+	// instance within it (--first-batch-timeout). Default
+	// api.DefaultFirstBatchTimeout.
+	FirstBatchTimeout time.Duration
+	// LSMCacheSize is the block cache every lsm instance shares
+	// (--lsm-cache-size). Default openers.DefaultLSMCacheSize.
+	LSMCacheSize int64
+	// FileCompression compresses file-backend snapshots: "" or "zstd"
+	// (--file-compression). Default "".
+	FileCompression string
+
+	// ShutdownGrace is how long Shutdown lets calls in flight and then
+	// in-flight snapshots take, in all, before it cancels or aborts them
+	// (--shutdown-grace). Default DefaultShutdownGrace; negative: none.
+	ShutdownGrace time.Duration
+	// Logger receives every log line: the node's, the daemon's, the api's,
+	// the catalog's, Pebble's and the AWS SDK's. Default slog.Default().
+	Logger *slog.Logger
+	// GRPCOptions are added to the options of every gRPC server the node
+	// runs (tests add interceptors). Default none.
+	GRPCOptions []grpc.ServerOption
+}
+
+// EnsureDefaults fills zero fields with their defaults. Defaults that
+// depend on the store's scheme (CacheDir) are resolved by Open.
+func (o *Options) EnsureDefaults() {
+	def := func(v *int, d int) {
+		if *v == 0 {
+			*v = d
+		}
+	}
+	def64 := func(v *int64, d int64) {
+		if *v == 0 {
+			*v = d
+		}
+	}
+	dur := func(v *time.Duration, d time.Duration) {
+		if *v == 0 {
+			*v = d
+		}
+	}
+	if o.DataDir == "" {
+		o.DataDir = DefaultDataDir
+	}
+	if o.Socket == "" {
+		o.Socket = filepath.Join(o.DataDir, SocketName)
+	}
+	if o.CheckpointStore == "" && o.Store == nil {
+		dir := filepath.Join(o.DataDir, "checkpoints")
+		if abs, err := filepath.Abs(dir); err == nil {
+			dir = abs
+		}
+		o.CheckpointStore = "file://" + dir
+	}
+	def64(&o.CacheBytes, DefaultCacheBytes)
+	def(&o.Retain, catalog.DefaultRetain)
+	dur(&o.GCGrace, catalog.DefaultGCGrace)
+	dur(&o.SweepInterval, catalog.DefaultSweepInterval)
+	dur(&o.CheckpointTimeout, daemon.DefaultCheckpointTimeout)
+	dur(&o.IdleInstanceTimeout, daemon.DefaultIdleInstanceTimeout)
+	def64(&o.HeapSnapshotCap, heap.DefaultMaxSnapshotSize)
+	def(&o.MaxValueSize, backend.DefaultMaxValueSize)
+	def(&o.MaxMessageSize, api.DefaultMaxMessageSize)
+	def64(&o.MaxMemoryState, daemon.DefaultMaxMemoryState)
+	def(&o.MaxInstances, daemon.DefaultMaxInstances)
+	def(&o.MaxStreamsPerInstance, daemon.DefaultMaxStreamsPerInstance)
+	def(&o.QueueDepth, api.DefaultQueueDepth)
+	def(&o.MaxConcurrentStreams, api.DefaultMaxConcurrentStreams)
+	dur(&o.FirstBatchTimeout, api.DefaultFirstBatchTimeout)
+	def64(&o.LSMCacheSize, openers.DefaultLSMCacheSize)
+	dur(&o.ShutdownGrace, DefaultShutdownGrace)
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+}
+
+// Validate reports every problem of o at once (call EnsureDefaults
+// first: a zero limit is refused). It checks what the flags of "stated
+// serve" check, under the fields' names.
+func (o *Options) Validate() error {
+	var errs []error
+	add := func(format string, args ...any) { errs = append(errs, fmt.Errorf("node: "+format, args...)) }
+	if o.DataDir == "" {
+		add("no DataDir")
+	}
+	if o.Store != nil && o.CheckpointStore != "" {
+		add("both Store and CheckpointStore %q are set", o.CheckpointStore)
+	}
+	if o.Store == nil {
+		if _, err := storeurl.Parse(o.CheckpointStore); err != nil {
+			add("CheckpointStore: %v", err)
+		}
+	}
+	if o.S3.CacheDir != "" || o.S3.CacheBytes != 0 || o.S3.Uncached != nil || o.S3.Wrap != nil {
+		add("S3 sets cache or wrap options: use CacheDir and CacheBytes")
+	}
+	if e := o.S3.Endpoint; e != "" {
+		u, err := url.Parse(e)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			add("S3.Endpoint %q is not an http:// or https:// URL", e)
+		}
+	}
+	if (o.S3.AccessKeyID == "") != (o.S3.SecretAccessKey == "") {
+		add("S3.AccessKeyID and S3.SecretAccessKey go together")
+	}
+	if _, _, err := o.cache(); err != nil {
+		errs = append(errs, err)
+	}
+	if o.MaxMessageSize > 1<<31-1 {
+		add("MaxMessageSize %d must be below 2GiB", o.MaxMessageSize)
+	}
+	if o.MaxValueSize > o.MaxMessageSize/2 && o.MaxMessageSize > 0 {
+		add("MaxValueSize %d must be at most half of MaxMessageSize %d", o.MaxValueSize, o.MaxMessageSize)
+	}
+	for _, l := range []struct {
+		name string
+		n    int64
+	}{{"MaxValueSize", int64(o.MaxValueSize)}, {"MaxMessageSize", int64(o.MaxMessageSize)}, {"MaxMemoryState", o.MaxMemoryState},
+		{"HeapSnapshotCap", o.HeapSnapshotCap}, {"LSMCacheSize", o.LSMCacheSize}, {"Retain", int64(o.Retain)},
+		{"MaxInstances", int64(o.MaxInstances)}, {"MaxStreamsPerInstance", int64(o.MaxStreamsPerInstance)},
+		{"QueueDepth", int64(o.QueueDepth)}, {"MaxConcurrentStreams", int64(o.MaxConcurrentStreams)}} {
+		if l.n < 1 {
+			add("%s %d must be at least 1", l.name, l.n)
+		}
+	}
+	if o.MaxConcurrentStreams > math.MaxUint32 {
+		add("MaxConcurrentStreams %d is above %d", o.MaxConcurrentStreams, uint32(math.MaxUint32))
+	}
+	if o.FirstBatchTimeout <= 0 {
+		add("FirstBatchTimeout must be positive")
+	}
+	if o.GCGrace < 0 || o.SweepInterval <= 0 || o.CheckpointTimeout < 0 {
+		add("GCGrace, SweepInterval and CheckpointTimeout must not be negative")
+	}
+	if o.FileCompression != "" && o.FileCompression != "zstd" {
+		add("FileCompression %q is not \"\" or \"zstd\"", o.FileCompression)
+	}
+	if o.Listen != "" && o.Token == "" {
+		add("Listen needs Token: TCP clients are not protected by the socket's file mode")
+	}
+	if o.Logger == nil {
+		add("no Logger")
+	}
+	return errors.Join(errs...)
+}
+
+// cache resolves the cache's directory and bound: the defaults of
+// CacheDir and CacheBytes for the store's scheme, and the directories the
+// cache must not share. dir "" means no cache.
+func (o *Options) cache() (dir string, bytes int64, err error) {
+	if o.CacheBytes < 0 {
+		if o.CacheDir != "" {
+			return "", 0, fmt.Errorf("node: CacheDir %s is set, but a negative CacheBytes turns the cache off", o.CacheDir)
+		}
+		return "", 0, nil
+	}
+	var loc storeurl.Location
+	if o.Store == nil {
+		if loc, err = storeurl.Parse(o.CheckpointStore); err != nil {
+			return "", 0, nil // reported by Validate
+		}
+	}
+	dir = o.CacheDir
+	if dir == "" {
+		if loc.Scheme != "s3" {
+			return "", 0, nil // a local (or injected) store needs no local cache
+		}
+		dir = filepath.Join(o.DataDir, "cache")
+	}
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return "", 0, fmt.Errorf("node: CacheDir: %w", err)
+	}
+	data, err := filepath.Abs(o.DataDir)
+	if err != nil {
+		return "", 0, fmt.Errorf("node: DataDir: %w", err)
+	}
+	var errs []error
+	if within(data, abs) || within(abs, filepath.Join(data, daemon.InstancesDir)) {
+		errs = append(errs, fmt.Errorf("node: CacheDir %s must not be DataDir %s, a parent of it or inside its instances directory", dir, o.DataDir))
+	}
+	if loc.Scheme == "file" {
+		if root, err := filepath.Abs(loc.Path); err == nil && (within(abs, root) || within(root, abs)) {
+			errs = append(errs, fmt.Errorf("node: CacheDir %s overlaps the checkpoint store %s (its files would look like orphans there)", dir, loc.Path))
+		}
+	}
+	return abs, o.CacheBytes, errors.Join(errs...)
+}
+
+// within reports whether path is dir or inside it (both absolute, clean).
+func within(path, dir string) bool {
+	rel, err := filepath.Rel(dir, path)
+	return err == nil && rel != ".." && !strings.HasPrefix(rel, ".."+string(filepath.Separator))
+}
