@@ -475,11 +475,11 @@ func (s *Server) Batch(stream pb.Stated_BatchServer) error {
 }
 
 // batchStream serves one Batch stream. A reader goroutine (receive)
-// receives requests into a bounded queue (so a client that sends faster
-// than its instance applies is held back by gRPC flow control, and only
-// it); the handler goroutine (serve) decodes, applies and answers them in
-// order (respond), which overlaps the receiving of the next request with
-// the applying of this one.
+// receives and decodes requests into a bounded queue (so a client that
+// sends faster than its instance applies is held back by gRPC flow
+// control, and only it); the handler goroutine (serve) applies and answers
+// them in order (respond), which overlaps the receiving of the next
+// request with the applying of this one.
 type batchStream struct {
 	s      *Server
 	stream pb.Stated_BatchServer

@@ -31,6 +31,13 @@
 // records by another hash (Java's hashCode, say) passes it as KeyHash. The
 // daemon re-checks every key group against the instance's range.
 //
+// # Dependencies
+//
+// The client shares with the server only api/protocol (token header,
+// transport sizes, message converters), the generated code and the batch
+// codec: a program that uses it links none of the daemon, its catalog or
+// its backends (TestNoServerDeps fails if it would).
+//
 // # Caveats
 //
 // Errors are gRPC status errors (codes.InvalidArgument, NotFound, ...). An
