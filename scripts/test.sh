@@ -51,7 +51,10 @@ echo "== go test ./..."
 go test -count=1 -timeout 20m "$@" ./...
 
 # The packages where goroutines meet (streams, groups, checkpoints, the
-# catalog's sweep, the crash test's drivers) once more under the race
+# catalog's sweep, the node's assembly and shutdown, the stores and their
+# cache, lsm restores and their shared download cache, the changelog
+# writer's uploads, the crash test's drivers) once more under the race
 # detector.
 echo "== go test -race (concurrent packages)"
-go test -count=1 -race -timeout 20m "$@" ./api/... ./daemon/... ./backend/internal/... ./catalog/ ./tests/e2e/
+go test -count=1 -race -timeout 20m "$@" ./api/... ./daemon/... ./backend/internal/... ./backend/lsm/ \
+  ./catalog/ ./node/ ./tiered/... ./dstl/ ./tests/e2e/
