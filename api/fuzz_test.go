@@ -2,8 +2,6 @@ package api
 
 import (
 	"context"
-	"io"
-	"log/slog"
 	"testing"
 
 	"google.golang.org/protobuf/proto"
@@ -11,10 +9,7 @@ import (
 	"github.com/statedhq/stated/api/internal/wire"
 	pb "github.com/statedhq/stated/api/statedpb"
 	"github.com/statedhq/stated/backend"
-	"github.com/statedhq/stated/catalog"
 	"github.com/statedhq/stated/daemon"
-	"github.com/statedhq/stated/daemon/openers"
-	"github.com/statedhq/stated/tiered/memstore"
 )
 
 // FuzzBatch feeds arbitrary bytes to the server's batch decoder and, when
@@ -74,27 +69,7 @@ func FuzzBatch(f *testing.F) {
 // server with small limits; t's cleanup shuts it all down.
 func newFuzzInstance(t *testing.T) (*Server, *daemon.Instance) {
 	ctx := context.Background()
-	store := memstore.New()
-	cat, err := catalog.Open(ctx, catalog.Options{Store: store})
-	if err != nil {
-		t.Fatal(err)
-	}
-	set, err := openers.New(openers.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	d, err := daemon.New(daemon.Config{DataDir: t.TempDir(), Store: store, Catalog: cat, Openers: set.Openers,
-		Logger: quiet, MaxValueSize: 1 << 10})
-	if err != nil {
-		t.Fatal(err)
-	}
-	// Shut the daemon down before what it uses goes.
-	t.Cleanup(func() {
-		_ = d.Shutdown(ctx)
-		_ = set.Close()
-		_ = cat.Close()
-	})
+	d := newTestDaemon(t, 1<<10)
 	inst, err := d.Open(ctx, daemon.OpenParams{Task: backend.TaskID{Job: "j", Operator: "op"},
 		KeyGroups: backend.KeyGroupRange{Start: 0, End: 63}, Kind: backend.KindHeap,
 		States: []backend.StateDescriptor{
@@ -105,5 +80,5 @@ func newFuzzInstance(t *testing.T) (*Server, *daemon.Instance) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return NewServer(d, ServerOptions{MaxBatchOps: 64, MaxPage: 16, MaxMessageSize: 1 << 16, Logger: quiet}), inst
+	return NewServer(d, ServerOptions{MaxBatchOps: 64, MaxPage: 16, MaxMessageSize: 1 << 16, Logger: quietLog}), inst
 }

@@ -4,8 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"io"
-	"log/slog"
 	"testing"
 
 	"google.golang.org/grpc/codes"
@@ -14,43 +12,21 @@ import (
 	"github.com/statedhq/stated/api/internal/wire"
 	pb "github.com/statedhq/stated/api/statedpb"
 	"github.com/statedhq/stated/backend"
-	"github.com/statedhq/stated/catalog"
 	"github.com/statedhq/stated/daemon"
-	"github.com/statedhq/stated/daemon/openers"
-	"github.com/statedhq/stated/tiered/memstore"
 )
 
 // newTestInstance opens one instance of kind behind a server with opts.
 func newTestInstance(t *testing.T, kind backend.Kind, maxValue int, opts ServerOptions) (*Server, *daemon.Instance) {
 	t.Helper()
 	ctx := context.Background()
-	store := memstore.New()
-	set, err := openers.New(openers.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cat, err := catalog.Open(ctx, catalog.Options{Store: store, HeapStore: set.HeapSnapshots})
-	if err != nil {
-		t.Fatal(err)
-	}
-	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	d, err := daemon.New(daemon.Config{DataDir: t.TempDir(), Store: store, Catalog: cat, Openers: set.Openers,
-		HeapSnapshots: set.HeapSnapshots, Logger: quiet, MaxValueSize: maxValue})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = d.Shutdown(ctx)
-		_ = cat.Close()
-		_ = set.Close()
-	})
+	d := newTestDaemon(t, maxValue)
 	inst, err := d.Open(ctx, daemon.OpenParams{Task: backend.TaskID{Job: "j", Operator: "op"},
 		KeyGroups: backend.KeyGroupRange{Start: 0, End: 127}, Kind: kind,
 		States: []backend.StateDescriptor{{Name: "v", Kind: backend.KindValue}, {Name: "t", Kind: backend.KindTimers}}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	opts.Logger = quiet
+	opts.Logger = quietLog
 	return NewServer(d, opts), inst
 }
 
