@@ -274,25 +274,19 @@ func (b slowBackend) Snapshot(ctx context.Context, id uint64) (backend.PendingSn
 
 func TestShutdownAbortsInflightSnapshots(t *testing.T) {
 	ctx := context.Background()
-	store := memstore.New()
-	cat, err := catalog.Open(ctx, catalog.Options{Store: store})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cat.Close()
-	set, err := openers.New(openers.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer set.Close()
-	ops := map[backend.Kind]daemon.Opener{backend.KindFile: func(ctx context.Context, o backend.Options, env daemon.OpenEnv) (backend.Backend, error) {
-		b, err := set.Openers[backend.KindFile](ctx, o, env)
-		return slowBackend{b}, err
-	}}
-	d, err := daemon.New(daemon.Config{DataDir: t.TempDir(), Store: store, Catalog: cat, Openers: ops, Logger: quiet})
-	if err != nil {
-		t.Fatal(err)
-	}
+	// File snapshots never finish uploading: Shutdown must abort them.
+	e := newEnv(t, func(o *node.Options) {
+		o.WrapOpener = func(k backend.Kind, op daemon.Opener) daemon.Opener {
+			if k != backend.KindFile {
+				return op
+			}
+			return func(ctx context.Context, o backend.Options, env daemon.OpenEnv) (backend.Backend, error) {
+				b, err := op(ctx, o, env)
+				return slowBackend{b}, err
+			}
+		}
+	})
+	d, cat := e.d, e.cat
 	in, err := d.Open(ctx, daemon.OpenParams{Task: backend.TaskID{Job: "j", Operator: "op"}, KeyGroups: backend.KeyGroupRange{Start: 0, End: 127}, Kind: backend.KindFile})
 	if err != nil {
 		t.Fatal(err)

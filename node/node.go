@@ -22,6 +22,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/statedhq/stated/api"
+	"github.com/statedhq/stated/backend"
 	"github.com/statedhq/stated/catalog"
 	"github.com/statedhq/stated/daemon"
 	"github.com/statedhq/stated/daemon/openers"
@@ -96,6 +97,13 @@ func Open(ctx context.Context, opts Options) (_ *Node, err error) {
 		return nil, err
 	}
 	n.closers = append(n.closers, func() { _ = n.set.Close() })
+	ops := n.set.Openers
+	if opts.WrapOpener != nil {
+		ops = make(map[backend.Kind]daemon.Opener, len(n.set.Openers))
+		for k, op := range n.set.Openers {
+			ops[k] = opts.WrapOpener(k, op)
+		}
+	}
 	co := catalog.Options{
 		Store: n.store, Retain: opts.Retain, GCGrace: opts.GCGrace, SweepInterval: opts.SweepInterval,
 		// The catalog deletes heap snapshots of checkpoints it no longer
@@ -111,7 +119,7 @@ func Open(ctx context.Context, opts Options) (_ *Node, err error) {
 		n.log.Warn("catalog problem", "problem", p)
 	}
 	n.d, err = daemon.New(daemon.Config{
-		DataDir: opts.DataDir, Store: n.store, Catalog: n.cat, Openers: n.set.Openers, HeapSnapshots: n.set.HeapSnapshots,
+		DataDir: opts.DataDir, Store: n.store, Catalog: n.cat, Openers: ops, HeapSnapshots: n.set.HeapSnapshots,
 		MaxValueSize: opts.MaxValueSize, MaxMemoryState: opts.MaxMemoryState, MaxInstances: opts.MaxInstances,
 		MaxStreamsPerInstance: opts.MaxStreamsPerInstance, CheckpointTimeout: opts.CheckpointTimeout,
 		IdleInstanceTimeout: opts.IdleInstanceTimeout, Logger: n.log,

@@ -157,6 +157,9 @@ type Options struct {
 	// GRPCOptions are added to the options of every gRPC server the node
 	// runs (tests add interceptors). Default none.
 	GRPCOptions []grpc.ServerOption
+	// WrapOpener, if set, wraps the opener of every backend kind (tests
+	// wrap backends to slow or fail their snapshots). Default none.
+	WrapOpener func(backend.Kind, daemon.Opener) daemon.Opener
 }
 
 // EnsureDefaults fills zero fields with their defaults. Defaults that
