@@ -239,7 +239,7 @@ type Catalog struct {
 		guard deleteGuard
 
 		// problems are what Open and the sweeps found damaged (Problems).
-		problems []string
+		problems []Problem
 
 		// sweepCancel and sweepDone belong to the background sweep
 		// (Start); nil until it starts.
@@ -365,7 +365,8 @@ func Open(ctx context.Context, opts Options) (*Catalog, error) {
 		}
 		if err != nil {
 			j.degraded = true
-			c.mu.problems = append(c.mu.problems, fmt.Sprintf("job file %s: %v (retention of job %s is off until it is repaired)", name, err, n.job))
+			c.mu.problems = append(c.mu.problems, Problem{What: "job file", Object: name, Job: n.job, Err: err,
+				Effect: fmt.Sprintf("retention of job %s is off until it is repaired", n.job)})
 			continue
 		}
 		j.history = f.History
@@ -394,7 +395,8 @@ func Open(ctx context.Context, opts Options) (*Catalog, error) {
 		}
 		if err != nil {
 			c.mu.guard.dirs[n.dir()] = err.Error()
-			c.mu.problems = append(c.mu.problems, fmt.Sprintf("manifest %s: %v (its directory is kept as it is)", name, err))
+			c.mu.problems = append(c.mu.problems, Problem{What: "manifest", Object: name, Job: n.job, Err: err,
+				Effect: "its directory is kept as it is"})
 			continue
 		}
 		if n.kind == objSavepointManifest {
@@ -402,7 +404,7 @@ func Open(ctx context.Context, opts Options) (*Catalog, error) {
 			owners[spOwner(n.sp)] = savepointObjects(m, data)
 			refusedBy[spOwner(n.sp)] = func(err error) {
 				c.mu.guard.dirs[n.dir()] = err.Error()
-				c.mu.problems = append(c.mu.problems, fmt.Sprintf("savepoint %s: %v", n.sp, err))
+				c.mu.problems = append(c.mu.problems, Problem{What: "savepoint", Object: n.sp, Err: err})
 			}
 			continue
 		}
@@ -424,7 +426,7 @@ func Open(ctx context.Context, opts Options) (*Catalog, error) {
 			for _, o := range objs {
 				c.mu.guard.protect[o.Path]++
 			}
-			c.mu.problems = append(c.mu.problems, fmt.Sprintf("checkpoint %s: %v", r, err))
+			c.mu.problems = append(c.mu.problems, Problem{What: "checkpoint", Object: r.String(), Job: r.job, Err: err})
 		}
 	}
 	// The registry is rebuilt from the retained manifests, never stored:
@@ -496,10 +498,37 @@ func (c *Catalog) job(name string) *jobState {
 	return j
 }
 
+// Problem is one thing Open or a sweep found damaged.
+type Problem struct {
+	// What kind of thing it is: "manifest", "job file", "savepoint" or
+	// "checkpoint".
+	What string
+	// Object names it: the object's name, the savepoint id or the
+	// checkpoint (job/chk-N).
+	Object string
+	// Job is the job it belongs to ("" for a savepoint).
+	Job string
+	// Err says what is wrong; it wraps ErrCorrupt when the data failed its
+	// checks (errors.Is(p.Err, backend.ErrCorrupt)).
+	Err error
+	// Effect says what the catalog does about it ("" when nothing more
+	// than keeping what it references).
+	Effect string
+}
+
+// String is the problem as the CLI and the logs show it.
+func (p Problem) String() string {
+	s := fmt.Sprintf("%s %s: %v", p.What, p.Object, p.Err)
+	if p.Effect != "" {
+		s += " (" + p.Effect + ")"
+	}
+	return s
+}
+
 // Problems lists what Open and the sweeps found damaged: manifests and job
 // files that do not decode, and objects registered twice with different
 // sizes. Their directories are never deleted.
-func (c *Catalog) Problems() []string {
+func (c *Catalog) Problems() []Problem {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return slices.Clone(c.mu.problems)

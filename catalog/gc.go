@@ -151,7 +151,8 @@ func (c *Catalog) readForeignManifests(ctx context.Context, rep *GCReport, objec
 			c.mu.Lock()
 			if _, ok := c.mu.guard.dirs[n.dir()]; !ok {
 				c.mu.guard.dirs[n.dir()] = err.Error()
-				c.mu.problems = append(c.mu.problems, fmt.Sprintf("manifest %s: %v (its directory is kept as it is)", name, err))
+				c.mu.problems = append(c.mu.problems, Problem{What: "manifest", Object: name, Job: n.job, Err: err,
+					Effect: "its directory is kept as it is"})
 			}
 			c.mu.Unlock()
 			rep.Problems = append(rep.Problems, fmt.Sprintf("manifest %s is damaged (%v): its directory is kept", name, err))

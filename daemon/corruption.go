@@ -80,6 +80,12 @@ func (d *Daemon) corruption(ev CorruptionEvent) error {
 	return ev.Err
 }
 
+// ReportCorruption counts, logs and reports corruption that the daemon's
+// owner detected outside the daemon's calls (the node reports what the
+// catalog found damaged when it opened). ev.Err must wrap
+// backend.ErrCorrupt; anything else is ignored.
+func (d *Daemon) ReportCorruption(ev CorruptionEvent) { _ = d.corruption(ev) }
+
 // restoreSource names what r restores from, for the corruption event.
 func restoreSource(r *restorePlan) string {
 	if m := r.src.Manifest; m.SavepointID != "" {

@@ -115,9 +115,6 @@ func Open(ctx context.Context, opts Options) (_ *Node, err error) {
 		return nil, err
 	}
 	n.closers = append(n.closers, func() { _ = n.cat.Close() })
-	for _, p := range n.cat.Problems() {
-		n.log.Warn("catalog problem", "problem", p)
-	}
 	n.d, err = daemon.New(daemon.Config{
 		DataDir: opts.DataDir, Store: n.store, Catalog: n.cat, Openers: ops, HeapSnapshots: n.set.HeapSnapshots,
 		MaxValueSize: opts.MaxValueSize, MaxMemoryState: opts.MaxMemoryState, MaxInstances: opts.MaxInstances,
@@ -126,6 +123,12 @@ func Open(ctx context.Context, opts Options) (_ *Node, err error) {
 	})
 	if err != nil {
 		return nil, err
+	}
+	// What the catalog found damaged as it opened: each logged, and
+	// corrupt data also counted and reported as corruption.
+	for _, p := range n.cat.Problems() {
+		n.log.Warn("catalog problem", "problem", p.String())
+		n.d.ReportCorruption(daemon.CorruptionEvent{Site: daemon.CorruptionCatalog, Job: p.Job, Source: p.What + " " + p.Object, Err: p.Err})
 	}
 	// Until Shutdown has run, a failed Open must still stop the daemon's
 	// reaper and instances.

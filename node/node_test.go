@@ -254,26 +254,7 @@ func TestCorruptionIsCountedAndLogged(t *testing.T) {
 	}
 	defer n.Close()
 	d := n.Daemon()
-	task := backend.TaskID{Job: "job", Operator: "op"}
-	kg := backend.KeyGroupRange{Start: 0, End: 127}
-	in, err := d.Open(ctx, daemon.OpenParams{Task: task, KeyGroups: kg, Kind: backend.KindFile, States: valueState})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i := range 50 {
-		if err := in.Backend.Put("v", backend.Key{KeyGroup: i % 128, Key: []byte{byte(i)}}, []byte("value")); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if _, err := d.Snapshot(ctx, in, 1, true); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := d.CompleteCheckpoint(ctx, "job", 1, nil); err != nil {
-		t.Fatal(err)
-	}
-	if err := d.CloseInstance(in.ID, "job"); err != nil {
-		t.Fatal(err)
-	}
+	task, kg := checkpointOne(t, n)
 	// Flip one byte in the middle of every data file of the checkpoint
 	// (the size stays, so only a checksum can tell).
 	root := filepath.Join(dir, "checkpoints")
@@ -319,6 +300,73 @@ func TestCorruptionIsCountedAndLogged(t *testing.T) {
 	if ev.Level != slog.LevelError || attr(ev, "task") != task.String() || attr(ev, "source") != "checkpoint 1 of job job" ||
 		!strings.Contains(attr(ev, "err"), "checksum mismatch") || !strings.Contains(attr(ev, "err"), "job/chk-1/") {
 		t.Fatalf("event %s %q: task %q source %q err %q", ev.Level, ev.Message, attr(ev, "task"), attr(ev, "source"), attr(ev, "err"))
+	}
+}
+
+// checkpointOne writes 50 entries into a file instance of job "job" and
+// completes checkpoint 1 of it, then closes the instance.
+func checkpointOne(t *testing.T, n *node.Node) (backend.TaskID, backend.KeyGroupRange) {
+	t.Helper()
+	ctx := context.Background()
+	d := n.Daemon()
+	task := backend.TaskID{Job: "job", Operator: "op"}
+	kg := backend.KeyGroupRange{Start: 0, End: 127}
+	in, err := d.Open(ctx, daemon.OpenParams{Task: task, KeyGroups: kg, Kind: backend.KindFile, States: valueState})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 50 {
+		if err := in.Backend.Put("v", backend.Key{KeyGroup: i % 128, Key: []byte{byte(i)}}, []byte("value")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := d.Snapshot(ctx, in, 1, true); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.CompleteCheckpoint(ctx, "job", 1, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.CloseInstance(in.ID, "job"); err != nil {
+		t.Fatal(err)
+	}
+	return task, kg
+}
+
+// TestDamagedManifestIsCountedAtOpen: a checkpoint's _metadata damaged in
+// the store while the node was down is a catalog problem when the node
+// opens again, and counted and logged as corruption where="catalog".
+func TestDamagedManifestIsCountedAtOpen(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	n, err := node.Open(ctx, node.Options{DataDir: dir, NoSocket: true, Logger: quiet()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkpointOne(t, n)
+	if err := n.Close(); err != nil {
+		t.Fatal(err)
+	}
+	p := filepath.Join(dir, "checkpoints", "job", "chk-1", "_metadata")
+	b, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b[len(b)/2] ^= 0x10
+	if err := os.WriteFile(p, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	rec := &recorder{}
+	n, err = node.Open(ctx, node.Options{DataDir: dir, NoSocket: true, Logger: slog.New(rec)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Close()
+	if got := metric(t, n, "stated_corruption_detected_total", "catalog"); got != 1 {
+		t.Fatalf("stated_corruption_detected_total{where=catalog} = %v, want 1", got)
+	}
+	evs := rec.find("corruption detected", "where", "catalog")
+	if len(evs) != 1 || attr(evs[0], "job") != "job" || !strings.Contains(attr(evs[0], "source"), "job/chk-1/_metadata") {
+		t.Fatalf("corruption events %+v", evs)
 	}
 }
 

@@ -83,7 +83,10 @@ func runGC(ctx context.Context, out io.Writer, store cliStore, grace time.Durati
 	if rep.Unknown > 0 {
 		fmt.Fprintf(out, "left %d objects outside the checkpoint layout alone\n", rep.Unknown)
 	}
-	for _, p := range append(c.Problems(), rep.Problems...) {
+	for _, p := range c.Problems() {
+		fmt.Fprintln(out, "problem:", p)
+	}
+	for _, p := range rep.Problems {
 		fmt.Fprintln(out, "problem:", p)
 	}
 	return gcErr
