@@ -112,9 +112,10 @@ func encodeSegment(ws map[string]*writerLog, compress bool) ([]byte, *Index, err
 		return nil, nil, fmt.Errorf("%w: a segment needs at least one record", ErrInvalidArgument)
 	}
 	slices.SortFunc(ids, strings.Compare)
-	enc, _, err := coders()
-	if err != nil && compress {
-		return nil, nil, err
+	if compress {
+		if err := codec.Ready(); err != nil {
+			return nil, nil, fmt.Errorf("dstl: %w", err)
+		}
 	}
 	out := make([]byte, 0, HeaderSize+raw/2+TrailerSize+64*len(ids))
 	out = append(out, encodeHeader()...)
@@ -124,7 +125,7 @@ func encodeSegment(ws map[string]*writerLog, compress bool) ([]byte, *Index, err
 		w := WriterIndex{WriterID: id, Blocks: make([]BlockInfo, 0, len(l.blocks))}
 		for _, b := range l.blocks {
 			off := len(out)
-			out = appendBlock(out, id, b, compress, enc)
+			out = appendBlock(out, id, b, compress)
 			kmin, _ := kgFromCode(b.kgMin)
 			kmax, _ := kgFromCode(b.kgMax)
 			w.Blocks = append(w.Blocks, BlockInfo{Offset: int64(off), Length: int64(len(out) - off),
