@@ -268,6 +268,41 @@ func (d *blockDecoder) decode(blk []byte) (decodedBlock, error) {
 	return out, nil
 }
 
+// open decodes blk (decode) and checks that it is a block of writer id.
+func (d *blockDecoder) open(blk []byte, id string) (decodedBlock, error) {
+	b, err := d.decode(blk)
+	if err != nil {
+		return decodedBlock{}, err
+	}
+	if b.writerID != id {
+		return decodedBlock{}, fmt.Errorf("block belongs to writer %q", b.writerID)
+	}
+	return b, nil
+}
+
+// walk walks the records of a verified block (each): check sees every
+// record first and says whether fn (nil: none) gets it. An error of fn
+// comes back as it is; the block's damage and check's errors come back
+// through where, which says where the block is.
+func (b decodedBlock) walk(where func(string, ...any) error, check func(Record) (deliver bool, err error), fn func(Record) error) error {
+	var fnErr error
+	err := b.each(func(r Record) error {
+		deliver, err := check(r)
+		if err != nil || !deliver || fn == nil {
+			return err
+		}
+		fnErr = fn(r)
+		return fnErr
+	})
+	if fnErr != nil {
+		return fnErr
+	}
+	if err != nil {
+		return where("%v", err)
+	}
+	return nil
+}
+
 // records walks the raw records of a verified block, checking the count,
 // that sequence numbers strictly ascend, and every key group.
 func (b decodedBlock) each(fn func(Record) error) error {
