@@ -117,21 +117,50 @@ func (a *batchApply) run(bt *wire.Batch) {
 
 // one applies ops[i] through the backend's own method.
 func (a *batchApply) one(i int) {
+	o := a.begin(i, true)
+	a.applyOp(o.op, o.state, &o.r, a.budget == a.full)
+	a.end(&o, sinceBegin)
+}
+
+// opRun is one operation on its way from the batch to the response.
+type opRun struct {
+	op    *wire.Op
+	state string
+	kind  backend.StateKind
+	r     wire.Result
+	timed bool      // one of the operations whose latency is sampled
+	t0    time.Time // when a timed operation began, if begin read the clock
+}
+
+// sinceBegin, as end's took, times an operation from its begin.
+const sinceBegin = time.Duration(-1)
+
+// begin starts ops[i]: its state, an empty result, whether it is timed
+// and, with clock, when it began (a group times its operations together
+// and reads no clock per operation).
+func (a *batchApply) begin(i int, clock bool) opRun {
 	op := &a.ops[i]
 	state, sk := a.states.get(a.inst, op.StateBytes)
-	r := wire.Result{Index: uint32(i)}
-	timed := i%a.every == 0
-	var t0 time.Time
-	if timed {
-		t0 = time.Now()
+	o := opRun{op: op, state: state, kind: sk, r: wire.Result{Index: uint32(i)}, timed: i%a.every == 0}
+	if o.timed && clock {
+		o.t0 = time.Now()
 	}
-	a.applyOp(op, state, &r, a.budget == a.full)
-	if timed {
-		a.tally.Add(sk, daemon.Op(op.Type), time.Since(t0), r.Code != 0)
+	return o
+}
+
+// end counts o in the tally, with took as its latency when it is timed
+// (sinceBegin: the time since begin), and appends its result.
+func (a *batchApply) end(o *opRun, took time.Duration) {
+	failed := o.r.Code != 0
+	if o.timed {
+		if took == sinceBegin {
+			took = time.Since(o.t0)
+		}
+		a.tally.Add(o.kind, daemon.Op(o.op.Type), took, failed)
 	} else {
-		a.tally.Count(sk, daemon.Op(op.Type), r.Code != 0)
+		a.tally.Count(o.kind, daemon.Op(o.op.Type), failed)
 	}
-	a.result(&r)
+	a.result(&o.r)
 }
 
 // result appends r to the response unless it is empty.
@@ -212,24 +241,16 @@ func (a *batchApply) group(g backend.Grouper, from, to int) {
 	per := time.Since(t0) / time.Duration(to-from)
 	f := 0
 	for i := from; i < to; i++ {
-		op := &a.ops[i]
-		state, sk := a.states.get(a.inst, op.StateBytes)
-		r := wire.Result{Index: uint32(i)}
+		o := a.begin(i, false)
 		switch {
 		case f < len(fails) && fails[f].i == i:
-			a.fail(op, state, &r, fails[f].code, fails[f].err)
+			a.fail(o.op, o.state, &o.r, fails[f].code, fails[f].err)
 			f++
 		case commitErr != nil:
-			a.fail(op, state, &r, Code(commitErr), commitErr)
-		}
-		failed := r.Code != 0
-		if i%a.every == 0 {
-			a.tally.Add(sk, daemon.Op(op.Type), per, failed)
-		} else {
-			a.tally.Count(sk, daemon.Op(op.Type), failed)
+			a.fail(o.op, o.state, &o.r, Code(commitErr), commitErr)
 		}
 		// Only failures: a blind write that succeeds has no result.
-		a.result(&r)
+		a.end(&o, per)
 	}
 }
 
@@ -251,16 +272,10 @@ func (a *batchApply) readGroup(g backend.ReadGrouper, from, to int) int {
 	end := to
 	g.ReadGroup(func(rd backend.GroupReader) {
 		for i := from; i < to; i++ {
-			op := &a.ops[i]
-			state, sk := a.states.get(a.inst, op.StateBytes)
-			r := wire.Result{Index: uint32(i)}
-			timed := i%a.every == 0
-			var t0 time.Time
-			if timed {
-				t0 = time.Now()
-			}
+			o := a.begin(i, true)
+			op, state, r := o.op, o.state, &o.r
 			if err := checkSizes(a.inst, op); err != nil {
-				a.fail(op, state, &r, codes.ResourceExhausted, err)
+				a.fail(op, state, r, codes.ResourceExhausted, err)
 			} else {
 				k := backend.Key{KeyGroup: int(op.KeyGroup), Key: op.Key, Namespace: op.Namespace}
 				var err error
@@ -277,19 +292,14 @@ func (a *batchApply) readGroup(g backend.ReadGrouper, from, to int) int {
 					return
 				}
 				if err != nil {
-					a.fail(op, state, &r, Code(err), err)
+					a.fail(op, state, r, Code(err), err)
 				} else if !r.Empty() {
-					if n := wire.EncodedResultSize(&r); n > a.budget {
-						a.fail(op, state, &r, codes.ResourceExhausted, a.tooBig(n))
+					if n := wire.EncodedResultSize(r); n > a.budget {
+						a.fail(op, state, r, codes.ResourceExhausted, a.tooBig(n))
 					}
 				}
 			}
-			if timed {
-				a.tally.Add(sk, daemon.Op(op.Type), time.Since(t0), r.Code != 0)
-			} else {
-				a.tally.Count(sk, daemon.Op(op.Type), r.Code != 0)
-			}
-			a.result(&r)
+			a.end(&o, sinceBegin)
 		}
 	})
 	return end - from

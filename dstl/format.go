@@ -4,12 +4,12 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"sync"
 
 	"github.com/klauspost/compress/zstd"
 
 	"github.com/statedhq/stated/backend"
 	"github.com/statedhq/stated/internal/frame"
+	"github.com/statedhq/stated/internal/zstdblock"
 )
 
 // Frozen constants of the segment format (see the package doc).
@@ -41,9 +41,6 @@ const (
 	// maxStoredBlock bounds a block's payload: the raw bound plus room for
 	// the block header and zstd's framing of incompressible data.
 	maxStoredBlock = MaxBlockRawSize + 1<<20
-	// maxZstdRatio bounds how much a zstd frame can expand (see snapfmt):
-	// a declared length above len(frame)*maxZstdRatio is corrupt.
-	maxZstdRatio = 32 << 10
 	// noKeyGroupCode is NoKeyGroup on disk.
 	noKeyGroupCode = 0xFFFF
 
@@ -166,34 +163,14 @@ func (b *rawBlock) add(seq uint64, kg int, change []byte) {
 // recordSize is what a record adds to a raw block at most.
 func recordSize(change []byte) int { return 2*binary.MaxVarintLen64 + 2 + len(change) }
 
-// zstd coders are safe for concurrent EncodeAll/DecodeAll and start no
-// goroutines when used only that way: one pair serves the process.
-var (
-	coderOnce  sync.Once
-	zenc       *zstd.Encoder
-	zdec       *zstd.Decoder
-	coderError error
-)
-
-func coders() (*zstd.Encoder, *zstd.Decoder, error) {
-	coderOnce.Do(func() {
-		zenc, coderError = zstd.NewWriter(nil, zstd.WithEncoderLevel(zstd.SpeedFastest), zstd.WithEncoderConcurrency(1))
-		if coderError != nil {
-			return
-		}
-		zdec, coderError = zstd.NewReader(nil, zstd.WithDecoderConcurrency(0),
-			zstd.WithDecoderMaxMemory(MaxBlockRawSize), zstd.WithDecodeAllCapLimit(true))
-	})
-	if coderError != nil {
-		return nil, nil, fmt.Errorf("dstl: zstd: %w", coderError)
-	}
-	return zenc, zdec, nil
-}
+// codec is the process's zstd encoder and decoder for blocks: the fastest
+// level, one encoder (a segment is cut on one goroutine).
+var codec = zstdblock.New(zstdblock.Options{Level: zstd.SpeedFastest, EncoderConcurrency: 1, MaxRawSize: MaxBlockRawSize})
 
 // appendBlock frames b as one block of writer id and appends it to out.
 // With compress the records are stored zstd-compressed unless that does not
 // make them smaller.
-func appendBlock(out []byte, id string, b *rawBlock, compress bool, enc *zstd.Encoder) []byte {
+func appendBlock(out []byte, id string, b *rawBlock, compress bool) []byte {
 	start := len(out)
 	out = append(out, 0, 0, 0, 0) // payload length, set below
 	p := len(out)
@@ -203,11 +180,11 @@ func appendBlock(out []byte, id string, b *rawBlock, compress bool, enc *zstd.En
 	out = binary.AppendUvarint(out, uint64(b.records))
 	body := len(out)
 	stored := false
-	if compress && enc != nil {
+	if compress {
 		out[p] = compressionZstd
-		out = binary.AppendUvarint(out, uint64(len(b.raw)))
-		out = enc.EncodeAll(b.raw, out)
-		stored = len(out)-body < len(b.raw)
+		var err error
+		out, err = codec.Append(out, b.raw)
+		stored = err == nil && len(out)-body < len(b.raw)
 		if !stored {
 			out = out[:body]
 			out[p] = compressionNone
@@ -234,9 +211,6 @@ type Record struct {
 
 // blockDecoder decodes blocks; its buffer is reused between blocks.
 type blockDecoder struct {
-	dec interface {
-		DecodeAll(src, dst []byte) ([]byte, error)
-	}
 	raw []byte
 }
 
@@ -282,36 +256,51 @@ func (d *blockDecoder) decode(blk []byte) (decodedBlock, error) {
 	case compressionNone:
 		out.raw = p
 	case compressionZstd:
-		rawLen, k := binary.Uvarint(p)
-		if k <= 0 {
-			return decodedBlock{}, fmt.Errorf("block uncompressed length unreadable")
-		}
-		z := p[k:]
-		if rawLen == 0 || rawLen > MaxBlockRawSize || rawLen > uint64(len(z))*maxZstdRatio {
-			return decodedBlock{}, fmt.Errorf("uncompressed length %d is impossible for a %d-byte zstd frame", rawLen, len(z))
-		}
-		if d.dec == nil {
-			_, dec, err := coders()
-			if err != nil {
-				return decodedBlock{}, err
-			}
-			d.dec = dec
-		}
-		if uint64(cap(d.raw)) < rawLen {
-			d.raw = make([]byte, 0, rawLen)
-		}
-		raw, err := d.dec.DecodeAll(z, d.raw[:0:rawLen])
+		raw, err := codec.Decode(p, d.raw)
 		if err != nil {
-			return decodedBlock{}, fmt.Errorf("zstd: %v", err)
+			return decodedBlock{}, err
 		}
-		if uint64(len(raw)) != rawLen {
-			return decodedBlock{}, fmt.Errorf("zstd frame decoded to %d bytes, want %d", len(raw), rawLen)
-		}
+		d.raw = raw
 		out.raw = raw
 	default:
 		return decodedBlock{}, fmt.Errorf("unknown block compression %d", code)
 	}
 	return out, nil
+}
+
+// open decodes blk (decode) and checks that it is a block of writer id.
+func (d *blockDecoder) open(blk []byte, id string) (decodedBlock, error) {
+	b, err := d.decode(blk)
+	if err != nil {
+		return decodedBlock{}, err
+	}
+	if b.writerID != id {
+		return decodedBlock{}, fmt.Errorf("block belongs to writer %q", b.writerID)
+	}
+	return b, nil
+}
+
+// walk walks the records of a verified block (each): check sees every
+// record first and says whether fn (nil: none) gets it. An error of fn
+// comes back as it is; the block's damage and check's errors come back
+// through where, which says where the block is.
+func (b decodedBlock) walk(where func(string, ...any) error, check func(Record) (deliver bool, err error), fn func(Record) error) error {
+	var fnErr error
+	err := b.each(func(r Record) error {
+		deliver, err := check(r)
+		if err != nil || !deliver || fn == nil {
+			return err
+		}
+		fnErr = fn(r)
+		return fnErr
+	})
+	if fnErr != nil {
+		return fnErr
+	}
+	if err != nil {
+		return where("%v", err)
+	}
+	return nil
 }
 
 // records walks the raw records of a verified block, checking the count,

@@ -78,46 +78,32 @@ type Options struct {
 
 // EnsureDefaults fills every zero field with its default.
 func (o *Options) EnsureDefaults() {
-	if o.Prefix == "" {
-		o.Prefix = DefaultPrefix
-	}
+	orDefault(&o.Prefix, DefaultPrefix)
 	if o.RunID == "" {
 		var b [16]byte
 		_, _ = rand.Read(b[:]) // crypto/rand.Read never fails (Go 1.24+)
 		o.RunID = hex.EncodeToString(b[:])
 	}
-	if o.FlushSize == 0 {
-		o.FlushSize = DefaultFlushSize
-	}
-	if o.PreemptiveFlushSize == 0 {
-		o.PreemptiveFlushSize = min(DefaultPreemptiveFlushSize, o.FlushSize)
-	}
-	if o.FlushDelay == 0 {
-		o.FlushDelay = DefaultFlushDelay
-	}
-	if o.MaxBytesInFlight == 0 {
-		o.MaxBytesInFlight = max(DefaultMaxBytesInFlight, int64(o.FlushSize))
-	}
-	if o.BlockSize == 0 {
-		o.BlockSize = DefaultBlockSize
-	}
-	if o.UploadConcurrency == 0 {
-		o.UploadConcurrency = DefaultUploadConcurrency
-	}
-	if o.MaxAttempts == 0 {
-		o.MaxAttempts = DefaultMaxAttempts
-	}
-	if o.RetryDelay == 0 {
-		o.RetryDelay = DefaultRetryDelay
-	}
-	if o.MaxRetryDelay == 0 {
-		o.MaxRetryDelay = max(DefaultMaxRetryDelay, o.RetryDelay)
-	}
-	if o.UploadTimeout == 0 {
-		o.UploadTimeout = DefaultUploadTimeout
-	}
+	orDefault(&o.FlushSize, DefaultFlushSize)
+	orDefault(&o.PreemptiveFlushSize, min(DefaultPreemptiveFlushSize, o.FlushSize))
+	orDefault(&o.FlushDelay, DefaultFlushDelay)
+	orDefault(&o.MaxBytesInFlight, max(DefaultMaxBytesInFlight, int64(o.FlushSize)))
+	orDefault(&o.BlockSize, DefaultBlockSize)
+	orDefault(&o.UploadConcurrency, DefaultUploadConcurrency)
+	orDefault(&o.MaxAttempts, DefaultMaxAttempts)
+	orDefault(&o.RetryDelay, DefaultRetryDelay)
+	orDefault(&o.MaxRetryDelay, max(DefaultMaxRetryDelay, o.RetryDelay))
+	orDefault(&o.UploadTimeout, DefaultUploadTimeout)
 	if o.Now == nil {
 		o.Now = time.Now
+	}
+}
+
+// orDefault sets *v to d when it is zero.
+func orDefault[T comparable](v *T, d T) {
+	var zero T
+	if *v == zero {
+		*v = d
 	}
 }
 

@@ -138,20 +138,16 @@ func (rd *rangeReader) read(ctx context.Context, ls LogStore, i int, r Range) er
 			return rd.readErr(r, where, err)
 		}
 		off += n + BlockOverhead
-		b, err := rd.dec.decode(rd.buf.Bytes())
+		b, err := rd.dec.open(rd.buf.Bytes(), rd.h.WriterID)
 		if err != nil {
 			return where("%v", err)
 		}
-		if b.writerID != rd.h.WriterID {
-			return where("block belongs to writer %q", b.writerID)
-		}
-		var fnErr error
-		err = b.each(func(rec Record) error {
+		err = b.walk(where, func(rec Record) (bool, error) {
 			if rec.Seq <= rd.prev {
-				return fmt.Errorf("seq %d after %d: not ascending", rec.Seq, rd.prev)
+				return false, fmt.Errorf("seq %d after %d: not ascending", rec.Seq, rd.prev)
 			}
 			if rec.Seq < r.FirstSeq || rec.Seq > r.LastSeq {
-				return fmt.Errorf("seq %d outside the range's %d..%d", rec.Seq, r.FirstSeq, r.LastSeq)
+				return false, fmt.Errorf("seq %d outside the range's %d..%d", rec.Seq, r.FirstSeq, r.LastSeq)
 			}
 			rd.prev = rec.Seq
 			if first == 0 {
@@ -159,25 +155,16 @@ func (rd *rangeReader) read(ctx context.Context, ls LogStore, i int, r Range) er
 			}
 			last = rec.Seq
 			if rec.Seq < rd.h.From || rec.Seq > rd.h.To {
-				return nil
+				return false, nil
 			}
 			if rec.Seq != rd.next {
-				return fmt.Errorf("seq %d where %d was due (records missing)", rec.Seq, rd.next)
+				return false, fmt.Errorf("seq %d where %d was due (records missing)", rec.Seq, rd.next)
 			}
 			rd.next++
-			if rd.opts.wants(rec.KeyGroup) && rd.fn != nil {
-				if e := rd.fn(rec); e != nil {
-					fnErr = e
-					return e
-				}
-			}
-			return nil
-		})
-		if fnErr != nil {
-			return fnErr
-		}
+			return rd.opts.wants(rec.KeyGroup), nil
+		}, rd.fn)
 		if err != nil {
-			return where("%v", err)
+			return err
 		}
 	}
 	if first != r.FirstSeq || last != r.LastSeq {

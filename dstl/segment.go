@@ -112,9 +112,10 @@ func encodeSegment(ws map[string]*writerLog, compress bool) ([]byte, *Index, err
 		return nil, nil, fmt.Errorf("%w: a segment needs at least one record", ErrInvalidArgument)
 	}
 	slices.SortFunc(ids, strings.Compare)
-	enc, _, err := coders()
-	if err != nil && compress {
-		return nil, nil, err
+	if compress {
+		if err := codec.Ready(); err != nil {
+			return nil, nil, fmt.Errorf("dstl: %w", err)
+		}
 	}
 	out := make([]byte, 0, HeaderSize+raw/2+TrailerSize+64*len(ids))
 	out = append(out, encodeHeader()...)
@@ -124,7 +125,7 @@ func encodeSegment(ws map[string]*writerLog, compress bool) ([]byte, *Index, err
 		w := WriterIndex{WriterID: id, Blocks: make([]BlockInfo, 0, len(l.blocks))}
 		for _, b := range l.blocks {
 			off := len(out)
-			out = appendBlock(out, id, b, compress, enc)
+			out = appendBlock(out, id, b, compress)
 			kmin, _ := kgFromCode(b.kgMin)
 			kmax, _ := kgFromCode(b.kgMax)
 			w.Blocks = append(w.Blocks, BlockInfo{Offset: int64(off), Length: int64(len(out) - off),
@@ -180,39 +181,30 @@ func (d *blockDecoder) check(name, id string, i int, bl BlockInfo, blk []byte, f
 	where := func(format string, args ...any) error {
 		return corruptf(name, "writer %q block %d at offset %d: %s", id, i, bl.Offset, fmt.Sprintf(format, args...))
 	}
-	b, err := d.decode(blk)
+	b, err := d.open(blk, id)
 	if err != nil {
 		return where("%v", err)
-	}
-	if b.writerID != id {
-		return where("block belongs to writer %q", b.writerID)
 	}
 	if b.records != bl.Records {
 		return where("%d records, the index says %d", b.records, bl.Records)
 	}
 	var first, last uint64
 	kmin, kmax := uint16(noKeyGroupCode), uint16(0)
-	var fnErr error
-	err = b.each(func(r Record) error {
+	var deliver func(Record) error
+	if fn != nil {
+		deliver = func(r Record) error { return fn(id, r) }
+	}
+	err = b.walk(where, func(r Record) (bool, error) {
 		if first == 0 {
 			first = r.Seq
 		}
 		last = r.Seq
 		c := kgCode(r.KeyGroup)
 		kmin, kmax = min(kmin, c), max(kmax, c)
-		if fn != nil {
-			if e := fn(id, r); e != nil {
-				fnErr = e
-				return e
-			}
-		}
-		return nil
-	})
-	if fnErr != nil {
-		return fnErr
-	}
+		return true, nil
+	}, deliver)
 	if err != nil {
-		return where("%v", err)
+		return err
 	}
 	if first != bl.FirstSeq || last != bl.LastSeq || kmin != kgCode(bl.KeyGroupMin) || kmax != kgCode(bl.KeyGroupMax) {
 		return where("records span seq %d..%d, key groups %d..%d; the index says %d..%d, %d..%d",

@@ -478,13 +478,7 @@ func (w *Writer) flushLoop() {
 			case <-w.ctx.Done():
 				return
 			}
-			seg := w.cut()
-			if seg == nil {
-				<-w.slots
-				continue
-			}
-			w.wg.Add(1)
-			go w.upload(seg)
+			w.launch(w.cut())
 			continue
 		}
 		if wait >= 0 {
@@ -501,6 +495,17 @@ func (w *Writer) flushLoop() {
 	}
 }
 
+// launch uploads seg, just cut, in the upload slot the caller took, or
+// gives the slot back when there was nothing to cut.
+func (w *Writer) launch(seg *segment) {
+	if seg == nil {
+		<-w.slots
+		return
+	}
+	w.wg.Add(1)
+	go w.upload(seg)
+}
+
 // flushLocked cuts the buffer now for a Persist: in the caller when an
 // upload slot is free (one goroutine hand-off less on the path a
 // checkpoint waits for), else through the flusher as soon as one is.
@@ -509,13 +514,7 @@ func (w *Writer) flushLoop() {
 func (w *Writer) flushLocked() {
 	select {
 	case w.slots <- struct{}{}:
-		seg := w.cutLocked()
-		if seg == nil {
-			<-w.slots
-			return
-		}
-		w.wg.Add(1)
-		go w.upload(seg)
+		w.launch(w.cutLocked())
 	default:
 		if !w.flushNow {
 			w.flushNow = true

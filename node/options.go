@@ -162,6 +162,16 @@ type Options struct {
 	WrapOpener func(backend.Kind, daemon.Opener) daemon.Opener
 }
 
+// DefaultCheckpointStore is the default of CheckpointStore for a node
+// with data dir dataDir: file://<absolute dataDir>/checkpoints.
+func DefaultCheckpointStore(dataDir string) string {
+	dir := filepath.Join(dataDir, "checkpoints")
+	if abs, err := filepath.Abs(dir); err == nil {
+		dir = abs
+	}
+	return "file://" + dir
+}
+
 // EnsureDefaults fills zero fields with their defaults. Defaults that
 // depend on the store's scheme (CacheDir) are resolved by Open.
 func (o *Options) EnsureDefaults() {
@@ -187,11 +197,7 @@ func (o *Options) EnsureDefaults() {
 		o.Socket = filepath.Join(o.DataDir, SocketName)
 	}
 	if o.CheckpointStore == "" && o.Store == nil {
-		dir := filepath.Join(o.DataDir, "checkpoints")
-		if abs, err := filepath.Abs(dir); err == nil {
-			dir = abs
-		}
-		o.CheckpointStore = "file://" + dir
+		o.CheckpointStore = DefaultCheckpointStore(o.DataDir)
 	}
 	def64(&o.CacheBytes, DefaultCacheBytes)
 	def(&o.Retain, catalog.DefaultRetain)
@@ -215,43 +221,38 @@ func (o *Options) EnsureDefaults() {
 	}
 }
 
-// Validate reports every problem of o at once (call EnsureDefaults
-// first: a zero limit is refused). It checks what the flags of "stated
-// serve" check, under the fields' names.
+// Validate reports every problem of o at once, each an *OptionError
+// (joined with errors.Join) that names its field. Call EnsureDefaults
+// first: a zero limit is refused. "stated serve" calls it on the options
+// its flags give, before any default, so that a flag set to 0 is refused
+// rather than taken for the default; it names the fields by their flags
+// (OptionError.Text).
 func (o *Options) Validate() error {
 	var errs []error
-	add := func(format string, args ...any) { errs = append(errs, fmt.Errorf("node: "+format, args...)) }
+	bad := func(field, format string, args ...any) { errs = append(errs, optionError(field, format, args...)) }
 	if o.DataDir == "" {
-		add("no DataDir")
+		bad("DataDir", "%s is empty", ref("DataDir"))
 	}
 	if o.Store != nil && o.CheckpointStore != "" {
-		add("both Store and CheckpointStore %q are set", o.CheckpointStore)
+		bad("Store", "both %s and %s %q are set", ref("Store"), ref("CheckpointStore"), o.CheckpointStore)
 	}
 	if o.Store == nil {
 		if _, err := storeurl.Parse(o.CheckpointStore); err != nil {
-			add("CheckpointStore: %v", err)
+			bad("CheckpointStore", "%s: %v", ref("CheckpointStore"), err)
 		}
 	}
 	if o.S3.CacheDir != "" || o.S3.CacheBytes != 0 || o.S3.Uncached != nil || o.S3.Wrap != nil {
-		add("S3 sets cache or wrap options: use CacheDir and CacheBytes")
+		bad("S3", "%s sets cache or wrap options: use %s and %s", ref("S3"), ref("CacheDir"), ref("CacheBytes"))
 	}
-	if e := o.S3.Endpoint; e != "" {
-		u, err := url.Parse(e)
-		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			add("S3.Endpoint %q is not an http:// or https:// URL", e)
-		}
-	}
-	if (o.S3.AccessKeyID == "") != (o.S3.SecretAccessKey == "") {
-		add("S3.AccessKeyID and S3.SecretAccessKey go together")
-	}
+	errs = append(errs, validateS3(o.S3)...)
 	if _, _, err := o.cache(); err != nil {
 		errs = append(errs, err)
 	}
 	if o.MaxMessageSize > 1<<31-1 {
-		add("MaxMessageSize %d must be below 2GiB", o.MaxMessageSize)
+		bad("MaxMessageSize", "%s %d must be below 2GiB", ref("MaxMessageSize"), o.MaxMessageSize)
 	}
 	if o.MaxValueSize > o.MaxMessageSize/2 && o.MaxMessageSize > 0 {
-		add("MaxValueSize %d must be at most half of MaxMessageSize %d", o.MaxValueSize, o.MaxMessageSize)
+		bad("MaxValueSize", "%s %d must be at most half of %s %d", ref("MaxValueSize"), o.MaxValueSize, ref("MaxMessageSize"), o.MaxMessageSize)
 	}
 	for _, l := range []struct {
 		name string
@@ -261,28 +262,56 @@ func (o *Options) Validate() error {
 		{"MaxInstances", int64(o.MaxInstances)}, {"MaxStreamsPerInstance", int64(o.MaxStreamsPerInstance)},
 		{"QueueDepth", int64(o.QueueDepth)}, {"MaxConcurrentStreams", int64(o.MaxConcurrentStreams)}} {
 		if l.n < 1 {
-			add("%s %d must be at least 1", l.name, l.n)
+			bad(l.name, "%s %d must be at least 1", ref(l.name), l.n)
 		}
 	}
 	if o.MaxConcurrentStreams > math.MaxUint32 {
-		add("MaxConcurrentStreams %d is above %d", o.MaxConcurrentStreams, uint32(math.MaxUint32))
+		bad("MaxConcurrentStreams", "%s %d is above %d", ref("MaxConcurrentStreams"), o.MaxConcurrentStreams, uint32(math.MaxUint32))
 	}
 	if o.FirstBatchTimeout <= 0 {
-		add("FirstBatchTimeout must be positive")
+		bad("FirstBatchTimeout", "%s must be positive", ref("FirstBatchTimeout"))
 	}
-	if o.GCGrace < 0 || o.SweepInterval <= 0 || o.CheckpointTimeout < 0 {
-		add("GCGrace, SweepInterval and CheckpointTimeout must not be negative")
+	if o.SweepInterval <= 0 {
+		bad("SweepInterval", "%s %v must be positive", ref("SweepInterval"), o.SweepInterval)
+	}
+	for _, d := range []struct {
+		name string
+		d    time.Duration
+	}{{"GCGrace", o.GCGrace}, {"CheckpointTimeout", o.CheckpointTimeout}} {
+		if d.d < 0 {
+			bad(d.name, "%s %v must not be negative", ref(d.name), d.d)
+		}
 	}
 	if o.FileCompression != "" && o.FileCompression != "zstd" {
-		add("FileCompression %q is not \"\" or \"zstd\"", o.FileCompression)
+		bad("FileCompression", "%s %q is not \"\" or \"zstd\"", ref("FileCompression"), o.FileCompression)
 	}
 	if o.Listen != "" && o.Token == "" {
-		add("Listen needs Token: TCP clients are not protected by the socket's file mode")
+		bad("Listen", "%s needs %s: TCP clients are not protected by the socket's file mode", ref("Listen"), ref("Token"))
 	}
 	if o.Logger == nil {
-		add("no Logger")
+		bad("Logger", "no %s", ref("Logger"))
 	}
 	return errors.Join(errs...)
+}
+
+// ValidateS3 reports every problem of the S3 settings, as Validate does
+// for Options.S3 (the fields are named "S3.Endpoint" and so on): for the
+// commands that open a store without a node.
+func ValidateS3(s storeurl.Options) error { return errors.Join(validateS3(s)...) }
+
+func validateS3(s storeurl.Options) []error {
+	var errs []error
+	if e := s.Endpoint; e != "" {
+		u, err := url.Parse(e)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			errs = append(errs, optionError("S3.Endpoint", "%s %q is not an http:// or https:// URL", ref("S3.Endpoint"), e))
+		}
+	}
+	if (s.AccessKeyID == "") != (s.SecretAccessKey == "") {
+		errs = append(errs, optionError("S3.AccessKeyID", "%s and %s go together (or leave both to AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY)",
+			ref("S3.AccessKeyID"), ref("S3.SecretAccessKey")))
+	}
+	return errs
 }
 
 // cache resolves the cache's directory and bound: the defaults of
@@ -291,7 +320,7 @@ func (o *Options) Validate() error {
 func (o *Options) cache() (dir string, bytes int64, err error) {
 	if o.CacheBytes < 0 {
 		if o.CacheDir != "" {
-			return "", 0, fmt.Errorf("node: CacheDir %s is set, but a negative CacheBytes turns the cache off", o.CacheDir)
+			return "", 0, optionError("CacheDir", "%s %s is set, but %s turns the cache off", ref("CacheDir"), o.CacheDir, ref("CacheBytes"))
 		}
 		return "", 0, nil
 	}
@@ -310,22 +339,58 @@ func (o *Options) cache() (dir string, bytes int64, err error) {
 	}
 	abs, err := filepath.Abs(dir)
 	if err != nil {
-		return "", 0, fmt.Errorf("node: CacheDir: %w", err)
+		return "", 0, optionError("CacheDir", "%s: %v", ref("CacheDir"), err)
 	}
 	data, err := filepath.Abs(o.DataDir)
 	if err != nil {
-		return "", 0, fmt.Errorf("node: DataDir: %w", err)
+		return "", 0, optionError("DataDir", "%s: %v", ref("DataDir"), err)
 	}
 	var errs []error
 	if within(data, abs) || within(abs, filepath.Join(data, daemon.InstancesDir)) {
-		errs = append(errs, fmt.Errorf("node: CacheDir %s must not be DataDir %s, a parent of it or inside its instances directory", dir, o.DataDir))
+		errs = append(errs, optionError("CacheDir", "%s %s must not be %s %s, a parent of it or inside its instances directory",
+			ref("CacheDir"), dir, ref("DataDir"), o.DataDir))
 	}
 	if loc.Scheme == "file" {
 		if root, err := filepath.Abs(loc.Path); err == nil && (within(abs, root) || within(root, abs)) {
-			errs = append(errs, fmt.Errorf("node: CacheDir %s overlaps the checkpoint store %s (its files would look like orphans there)", dir, loc.Path))
+			errs = append(errs, optionError("CacheDir", "%s %s overlaps the checkpoint store %s (its files would look like orphans there)",
+				ref("CacheDir"), dir, loc.Path))
 		}
 	}
 	return abs, o.CacheBytes, errors.Join(errs...)
+}
+
+// OptionError is one problem of Options. Field is the field at fault
+// ("MaxValueSize", "S3.Endpoint"); the message may name other fields too.
+// Error names them as Options does; Text lets a caller name them its own
+// way, as "stated serve" names them by their flags.
+type OptionError struct {
+	Field  string
+	format string
+	args   []any // a ref among them is a field's name
+}
+
+// ref marks an argument of an OptionError's format that is a field's name.
+type ref string
+
+func optionError(field, format string, args ...any) *OptionError {
+	return &OptionError{Field: field, format: format, args: args}
+}
+
+// Error implements error, with the fields' own names.
+func (e *OptionError) Error() string {
+	return "node: " + e.Text(func(field string) string { return field })
+}
+
+// Text is the problem with every field it names written as name(field).
+func (e *OptionError) Text(name func(field string) string) string {
+	args := make([]any, len(e.args))
+	for i, a := range e.args {
+		if f, ok := a.(ref); ok {
+			a = name(string(f))
+		}
+		args[i] = a
+	}
+	return fmt.Sprintf(e.format, args...)
 }
 
 // within reports whether path is dir or inside it (both absolute, clean).

@@ -5,10 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math"
 	"os"
 	"os/signal"
-	"path/filepath"
 	"runtime/debug"
 	"strconv"
 	"strings"
@@ -174,65 +172,6 @@ func newLogger(level, format string) (*slog.Logger, error) {
 	return nil, fmt.Errorf("--log-format %q is not text or json", format)
 }
 
-type sizes struct{ heapCap, maxValue, maxMessage, lsmCache, maxMemory int64 }
-
-func (f *serveFlags) validate() (sizes, error) {
-	var s sizes
-	var errs []error
-	parse := func(flag, v string, dst *int64) {
-		n, err := parseSize(v)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("--%s: %w", flag, err))
-		}
-		*dst = n
-	}
-	parse("heap-snapshot-cap", f.heapSnapshotCap, &s.heapCap)
-	parse("max-value-size", f.maxValueSize, &s.maxValue)
-	parse("max-memory-state", f.maxMemoryState, &s.maxMemory)
-	parse("max-message-size", f.maxMessageSize, &s.maxMessage)
-	parse("lsm-cache-size", f.lsmCacheSize, &s.lsmCache)
-	if s.maxMessage > 1<<31-1 {
-		errs = append(errs, errors.New("--max-message-size must be below 2GiB"))
-	}
-	if s.maxValue > s.maxMessage/2 && s.maxMessage > 0 {
-		errs = append(errs, fmt.Errorf("--max-value-size %d must be at most half of --max-message-size %d", s.maxValue, s.maxMessage))
-	}
-	if s.maxValue == 0 || s.maxMessage == 0 || s.maxMemory == 0 {
-		errs = append(errs, errors.New("--max-value-size, --max-message-size and --max-memory-state must be positive"))
-	}
-	if f.listen != "" && f.token == "" {
-		errs = append(errs, errors.New("--listen needs --token: TCP clients are not protected by the socket's file mode"))
-	}
-	if f.retain < 1 {
-		errs = append(errs, fmt.Errorf("--retain %d must be at least 1", f.retain))
-	}
-	if f.shutdownGrace < 0 {
-		errs = append(errs, errors.New("--shutdown-grace is negative"))
-	}
-	for _, l := range []struct {
-		flag string
-		n    int
-	}{{"max-streams-per-instance", f.maxStreams}, {"queue-depth", f.queueDepth}, {"max-concurrent-streams", f.maxConnStreams}} {
-		if l.n < 1 {
-			errs = append(errs, fmt.Errorf("--%s %d must be at least 1", l.flag, l.n))
-		}
-	}
-	if f.maxConnStreams > math.MaxUint32 {
-		errs = append(errs, fmt.Errorf("--max-concurrent-streams %d is above %d", f.maxConnStreams, uint32(math.MaxUint32)))
-	}
-	if f.firstBatchTimeout <= 0 {
-		errs = append(errs, errors.New("--first-batch-timeout must be positive"))
-	}
-	errs = append(errs, f.s3.validate(), f.cache.validate())
-	return s, errors.Join(errs...)
-}
-
-// serverOptions are the api limits the flags set.
-func (f *serveFlags) serverOptions(sz sizes, log *slog.Logger) api.ServerOptions {
-	return api.ServerOptions{MaxMessageSize: int(sz.maxMessage), QueueDepth: f.queueDepth,
-		MaxConcurrentStreams: f.maxConnStreams, FirstBatchTimeout: f.firstBatchTimeout, Logger: log}
-}
-
 func runServe(ctx context.Context, f serveFlags, gcFlagSet bool) error {
 	if ctx == nil {
 		ctx = context.Background()
@@ -270,42 +209,89 @@ func runServe(ctx context.Context, f serveFlags, gcFlagSet bool) error {
 	return runErr
 }
 
-// nodeOptions validates the flags (with their names in the messages) and
-// turns them into the node's options.
+// nodeOptions turns the flags into the node's options and validates them
+// with node's rules, reporting each problem under its flag's name. The
+// options are validated as the flags give them, before the node's
+// defaults: every flag has its own default, so a zero is the user's and a
+// limit of 0 is refused rather than taken for the node's default.
 func (f *serveFlags) nodeOptions(log *slog.Logger) (node.Options, error) {
-	sz, err := f.validate()
-	if err != nil {
-		return node.Options{}, err
-	}
-	store := f.checkpointStore
-	if store == "" {
-		abs, err := filepath.Abs(filepath.Join(f.dataDir, "checkpoints"))
+	var errs []error
+	size := func(flag, v string) int64 {
+		n, err := parseSize(v)
 		if err != nil {
-			return node.Options{}, err
+			errs = append(errs, fmt.Errorf("--%s: %w", flag, err))
 		}
-		store = "file://" + abs
+		return n
 	}
-	cc, err := f.cache.resolve(f.dataDir, store)
-	if err != nil {
+	o := node.Options{
+		DataDir: f.dataDir, Socket: f.socket, Listen: f.listen, Token: f.token, MetricsAddr: f.metricsAddr,
+		CheckpointStore: f.checkpointStore, S3: f.s3.options(), CacheDir: f.cache.dir, CacheBytes: size("cache-bytes", f.cache.bytes),
+		Retain: f.retain, GCGrace: f.gcGrace, SweepInterval: f.sweepInterval, CheckpointTimeout: f.checkpointTimeout,
+		IdleInstanceTimeout: f.idleTimeout, HeapSnapshotCap: size("heap-snapshot-cap", f.heapSnapshotCap),
+		MaxValueSize: int(size("max-value-size", f.maxValueSize)), MaxMessageSize: int(size("max-message-size", f.maxMessageSize)),
+		MaxMemoryState: size("max-memory-state", f.maxMemoryState), MaxInstances: f.maxInstances,
+		MaxStreamsPerInstance: f.maxStreams, QueueDepth: f.queueDepth, MaxConcurrentStreams: f.maxConnStreams,
+		FirstBatchTimeout: f.firstBatchTimeout, LSMCacheSize: size("lsm-cache-size", f.lsmCacheSize), FileCompression: f.fileCompression,
+		ShutdownGrace: f.shutdownGrace, Logger: log,
+	}
+	if o.CheckpointStore == "" {
+		o.CheckpointStore = node.DefaultCheckpointStore(o.DataDir)
+	}
+	if o.CacheBytes == 0 {
+		o.CacheBytes = -1 // --cache-bytes 0: no cache (the node's 0 is its default)
+	}
+	switch {
+	case f.shutdownGrace < 0:
+		errs = append(errs, errors.New("--shutdown-grace is negative"))
+	case f.shutdownGrace == 0:
+		o.ShutdownGrace = -1 // --shutdown-grace 0: none, not the default
+	}
+	if len(errs) > 0 {
+		return node.Options{}, errors.Join(errs...)
+	}
+	if err := flagErrors(o.Validate()); err != nil {
 		return node.Options{}, err
 	}
-	cacheBytes := cc.bytes
-	if cc.dir == "" {
-		cacheBytes = -1 // no cache
+	return o, nil
+}
+
+// flagOf names each node.Options field that a flag of "stated serve" sets
+// by that flag, so that node's problems are reported under the flags'
+// names (TestFlagOfCoversOptions keeps it complete).
+var flagOf = map[string]string{
+	"DataDir": "data-dir", "Socket": "socket", "Listen": "listen", "Token": "token", "MetricsAddr": "metrics-addr",
+	"CheckpointStore": "checkpoint-store", "CacheDir": "cache-dir", "CacheBytes": "cache-bytes",
+	"S3.Endpoint": "s3-endpoint", "S3.Region": "s3-region", "S3.Addressing": "s3-path-style",
+	"S3.AccessKeyID": "s3-access-key-id", "S3.SecretAccessKey": "s3-secret-access-key",
+	"Retain": "retain", "GCGrace": "gc-grace", "SweepInterval": "sweep-interval", "CheckpointTimeout": "checkpoint-timeout",
+	"IdleInstanceTimeout": "idle-instance-timeout", "HeapSnapshotCap": "heap-snapshot-cap", "MaxValueSize": "max-value-size",
+	"MaxMessageSize": "max-message-size", "MaxMemoryState": "max-memory-state", "MaxInstances": "max-instances",
+	"MaxStreamsPerInstance": "max-streams-per-instance", "QueueDepth": "queue-depth", "MaxConcurrentStreams": "max-concurrent-streams",
+	"FirstBatchTimeout": "first-batch-timeout", "LSMCacheSize": "lsm-cache-size", "FileCompression": "file-compression",
+	"ShutdownGrace": "shutdown-grace",
+}
+
+// flagName is how the CLI names an option field: by its flag.
+func flagName(field string) string {
+	if f, ok := flagOf[field]; ok {
+		return "--" + f
 	}
-	grace := f.shutdownGrace
-	if grace == 0 {
-		grace = -1 // --shutdown-grace 0: none, not the default
+	return field
+}
+
+// flagErrors rewrites node's option problems (joined or alone) with the
+// flags' names; other errors pass unchanged.
+func flagErrors(err error) error {
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		var out []error
+		for _, e := range j.Unwrap() {
+			out = append(out, flagErrors(e))
+		}
+		return errors.Join(out...)
 	}
-	so := f.serverOptions(sz, log)
-	return node.Options{
-		DataDir: f.dataDir, Socket: f.socket, Listen: f.listen, Token: f.token, MetricsAddr: f.metricsAddr,
-		CheckpointStore: store, S3: f.s3.options(), CacheDir: cc.dir, CacheBytes: cacheBytes,
-		Retain: f.retain, GCGrace: f.gcGrace, SweepInterval: f.sweepInterval, CheckpointTimeout: f.checkpointTimeout,
-		IdleInstanceTimeout: f.idleTimeout, HeapSnapshotCap: sz.heapCap, MaxValueSize: int(sz.maxValue),
-		MaxMessageSize: so.MaxMessageSize, MaxMemoryState: sz.maxMemory, MaxInstances: f.maxInstances,
-		MaxStreamsPerInstance: f.maxStreams, QueueDepth: so.QueueDepth, MaxConcurrentStreams: so.MaxConcurrentStreams,
-		FirstBatchTimeout: so.FirstBatchTimeout, LSMCacheSize: sz.lsmCache, FileCompression: f.fileCompression,
-		ShutdownGrace: grace, Logger: log,
-	}, nil
+	var oe *node.OptionError
+	if errors.As(err, &oe) {
+		return errors.New(oe.Text(flagName))
+	}
+	return err
 }

@@ -1,12 +1,15 @@
 package main
 
 import (
+	"log/slog"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/statedhq/stated/api"
 	"github.com/statedhq/stated/daemon"
+	"github.com/statedhq/stated/node"
 )
 
 func TestParseSize(t *testing.T) {
@@ -45,14 +48,47 @@ func TestServeFlagsFromEnv(t *testing.T) {
 	}
 }
 
+// validServeFlags are flags that pass validation, as the command's
+// defaults are, with the data dir in a temporary directory.
+func validServeFlags(t *testing.T) serveFlags {
+	t.Helper()
+	return serveFlags{dataDir: t.TempDir(), heapSnapshotCap: "5MiB", maxValueSize: "4MiB", maxMessageSize: "16MiB", lsmCacheSize: "1MiB",
+		maxMemoryState: "1GiB", retain: 3, cache: cacheFlags{bytes: defaultCacheBytes}, maxInstances: daemon.DefaultMaxInstances,
+		maxStreams: 2, queueDepth: 7, maxConnStreams: 50, firstBatchTimeout: 3 * time.Second, sweepInterval: time.Minute,
+		logLevel: "info", logFormat: "text"}
+}
+
 func TestServeFlagValidation(t *testing.T) {
-	f := serveFlags{heapSnapshotCap: "5MiB", maxValueSize: "4MiB", maxMessageSize: "16MiB", lsmCacheSize: "1MiB", maxMemoryState: "1GiB", retain: 3, listen: "127.0.0.1:1"}
-	if _, err := f.validate(); err == nil || !strings.Contains(err.Error(), "--token") {
+	f := validServeFlags(t)
+	f.listen = "127.0.0.1:1"
+	if _, err := f.nodeOptions(slog.Default()); err == nil || !strings.Contains(err.Error(), "--listen needs --token") {
 		t.Fatalf("TCP without token: %v", err)
 	}
 	f.token, f.maxValueSize = "t", "12MiB"
-	if _, err := f.validate(); err == nil || !strings.Contains(err.Error(), "half") {
+	if _, err := f.nodeOptions(slog.Default()); err == nil || !strings.Contains(err.Error(), "--max-value-size 12582912 must be at most half of --max-message-size") {
 		t.Fatalf("value size over half the message size: %v", err)
+	}
+	f = validServeFlags(t)
+	f.maxMessageSize, f.maxValueSize, f.maxMemoryState, f.shutdownGrace = "3GiB", "0", "0", -time.Second
+	_, err := f.nodeOptions(slog.Default())
+	if err == nil || !strings.Contains(err.Error(), "--shutdown-grace is negative") {
+		t.Fatalf("negative --shutdown-grace: %v", err)
+	}
+	f.shutdownGrace = 0
+	ok := validServeFlags(t)
+	o, err := ok.nodeOptions(slog.Default())
+	if err != nil || o.ShutdownGrace != -1 || !strings.HasPrefix(o.CheckpointStore, "file:///") {
+		t.Fatalf("defaults: %+v %v", o, err)
+	}
+	_, err = f.nodeOptions(slog.Default())
+	for _, want := range []string{"--max-message-size 3221225472 must be below 2GiB", "--max-value-size 0 must be at least 1",
+		"--max-memory-state 0 must be at least 1"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("want %q in %v", want, err)
+		}
+	}
+	if err != nil && strings.Contains(err.Error(), "node:") {
+		t.Errorf("a problem named by its field, not its flag: %v", err)
 	}
 }
 
@@ -89,24 +125,60 @@ func TestServeLimitFlags(t *testing.T) {
 		}
 	}
 
-	f := serveFlags{heapSnapshotCap: "5MiB", maxValueSize: "4MiB", maxMessageSize: "16MiB", lsmCacheSize: "1MiB", maxMemoryState: "1GiB", retain: 3,
-		cache: cacheFlags{bytes: defaultCacheBytes}, maxStreams: 2, queueDepth: 7, maxConnStreams: 50, firstBatchTimeout: 3 * time.Second}
-	sz, err := f.validate()
+	f := validServeFlags(t)
+	o, err := f.nodeOptions(slog.Default())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if sz.maxMemory != 1<<30 {
-		t.Fatalf("--max-memory-state 1GiB parsed as %d", sz.maxMemory)
+	if o.MaxMemoryState != 1<<30 {
+		t.Fatalf("--max-memory-state 1GiB parsed as %d", o.MaxMemoryState)
 	}
-	o := f.serverOptions(sz, nil)
-	if o.QueueDepth != 7 || o.MaxConcurrentStreams != 50 || o.FirstBatchTimeout != 3*time.Second || o.MaxMessageSize != 16<<20 {
-		t.Fatalf("server options %+v", o)
+	if o.QueueDepth != 7 || o.MaxStreamsPerInstance != 2 || o.MaxConcurrentStreams != 50 || o.FirstBatchTimeout != 3*time.Second ||
+		o.MaxMessageSize != 16<<20 {
+		t.Fatalf("node options %+v", o)
 	}
 	f.queueDepth, f.maxStreams, f.maxConnStreams, f.firstBatchTimeout = 0, -1, 0, 0
-	_, err = f.validate()
+	_, err = f.nodeOptions(slog.Default())
 	for _, want := range []string{"--queue-depth", "--max-streams-per-instance", "--max-concurrent-streams", "--first-batch-timeout"} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("invalid %s: %v", want, err)
+		}
+	}
+}
+
+// TestFlagOfCoversOptions: every node.Options field (and S3 setting) is
+// either set by a flag of "stated serve", named in flagOf, or has no
+// flag; and flagOf names only real fields and flags. A field added to
+// node.Options without a decision here fails it, so that node's problems
+// are never reported to a CLI user under a Go field name.
+func TestFlagOfCoversOptions(t *testing.T) {
+	noFlag := map[string]bool{"Listener": true, "NoSocket": true, "Store": true, "Logger": true, "GRPCOptions": true, "S3": true,
+		"S3.S3": true, "S3.CacheDir": true, "S3.CacheBytes": true, "S3.Uncached": true, "S3.Wrap": true}
+	fields := map[string]bool{}
+	var walk func(prefix string, typ reflect.Type)
+	walk = func(prefix string, typ reflect.Type) {
+		for i := 0; i < typ.NumField(); i++ {
+			sf := typ.Field(i)
+			name := prefix + sf.Name
+			fields[name] = true
+			if name == "S3" {
+				walk("S3.", sf.Type)
+			}
+		}
+	}
+	walk("", reflect.TypeOf(node.Options{}))
+	for name := range fields {
+		if _, ok := flagOf[name]; ok == noFlag[name] {
+			t.Errorf("node.Options field %s: in flagOf %v, without a flag %v; want exactly one", name, ok, noFlag[name])
+		}
+	}
+	cmd := newServeCmd()
+	for field, flag := range flagOf {
+		if !fields[field] {
+			t.Errorf("flagOf names %s, not a field of node.Options", field)
+		}
+		if cmd.Flags().Lookup(flag) == nil {
+			t.Errorf("flagOf names --%s, not a flag of stated serve", flag)
 		}
 	}
 }

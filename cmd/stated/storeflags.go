@@ -2,18 +2,14 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"net/url"
 	"os"
-	"path/filepath"
 	"strconv"
-	"strings"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
-	"github.com/statedhq/stated/daemon"
+	"github.com/statedhq/stated/node"
 	"github.com/statedhq/stated/tiered"
 	"github.com/statedhq/stated/tiered/localfs"
 	"github.com/statedhq/stated/tiered/storeurl"
@@ -46,20 +42,8 @@ func addS3Flags(fs *pflag.FlagSet, f *s3Flags) {
 	fs.StringVar(&f.secretAccessKey, "s3-secret-access-key", "", "S3 secret access key; prefer $STATED_S3_SECRET_ACCESS_KEY or $AWS_SECRET_ACCESS_KEY: a flag's value shows in the process list (default $AWS_SECRET_ACCESS_KEY)")
 }
 
-// validate reports every problem of the S3 flags.
-func (f *s3Flags) validate() error {
-	var errs []error
-	if f.endpoint != "" {
-		u, err := url.Parse(f.endpoint)
-		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			errs = append(errs, fmt.Errorf("--s3-endpoint %q is not an http:// or https:// URL", f.endpoint))
-		}
-	}
-	if (f.accessKeyID == "") != (f.secretAccessKey == "") {
-		errs = append(errs, errors.New("--s3-access-key-id and --s3-secret-access-key go together (or leave both to AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY)"))
-	}
-	return errors.Join(errs...)
-}
+// validate reports every problem of the S3 flags (node's rules).
+func (f *s3Flags) validate() error { return flagErrors(node.ValidateS3(f.options())) }
 
 // options are the storeurl options the flags give.
 func (f *s3Flags) options() storeurl.Options {
@@ -173,69 +157,4 @@ const defaultCacheBytes = "1GiB"
 func addCacheFlags(fs *pflag.FlagSet, f *cacheFlags) {
 	fs.StringVar(&f.dir, "cache-dir", "", "local cache of the checkpoint store: uploaded checkpoint files are kept there and restores read them from there (local recovery), checked against their CRC, falling back to the store; default <data-dir>/cache for s3:// stores, no cache for local ones")
 	fs.StringVar(&f.bytes, "cache-bytes", defaultCacheBytes, "bound of the cache; least recently used files are evicted; 0 turns the cache off")
-}
-
-// cacheConfig says where the daemon caches checkpoint files, and how many
-// bytes; dir "" means no cache.
-type cacheConfig struct {
-	dir   string
-	bytes int64
-}
-
-// validate checks the flags that need no other.
-func (f *cacheFlags) validate() error {
-	if _, err := parseSize(f.bytes); err != nil {
-		return fmt.Errorf("--cache-bytes: %w", err)
-	}
-	return nil
-}
-
-// resolve applies the defaults of the cache flags for a daemon with
-// dataDir and checkpoint store storeURL, and reports every problem.
-func (f *cacheFlags) resolve(dataDir, storeURL string) (cacheConfig, error) {
-	n, err := parseSize(f.bytes)
-	if err != nil {
-		return cacheConfig{}, fmt.Errorf("--cache-bytes: %w", err)
-	}
-	if n == 0 {
-		if f.dir != "" {
-			return cacheConfig{}, fmt.Errorf("--cache-dir %s is set, but --cache-bytes 0 turns the cache off", f.dir)
-		}
-		return cacheConfig{}, nil
-	}
-	loc, err := storeurl.Parse(storeURL)
-	if err != nil {
-		return cacheConfig{}, err
-	}
-	dir := f.dir
-	if dir == "" {
-		if loc.Scheme != "s3" {
-			return cacheConfig{}, nil // a local store needs no local cache
-		}
-		dir = filepath.Join(dataDir, "cache")
-	}
-	abs, err := filepath.Abs(dir)
-	if err != nil {
-		return cacheConfig{}, fmt.Errorf("--cache-dir: %w", err)
-	}
-	data, err := filepath.Abs(dataDir)
-	if err != nil {
-		return cacheConfig{}, fmt.Errorf("--data-dir: %w", err)
-	}
-	var errs []error
-	if within(data, abs) || within(abs, filepath.Join(data, daemon.InstancesDir)) {
-		errs = append(errs, fmt.Errorf("--cache-dir %s must not be --data-dir %s, a parent of it or inside its instances directory", dir, dataDir))
-	}
-	if loc.Scheme == "file" {
-		if root, err := filepath.Abs(loc.Path); err == nil && (within(abs, root) || within(root, abs)) {
-			errs = append(errs, fmt.Errorf("--cache-dir %s overlaps the checkpoint store %s (its files would look like orphans there)", dir, loc.Path))
-		}
-	}
-	return cacheConfig{dir: abs, bytes: n}, errors.Join(errs...)
-}
-
-// within reports whether path is dir or inside it (both absolute, clean).
-func within(path, dir string) bool {
-	rel, err := filepath.Rel(dir, path)
-	return err == nil && rel != ".." && !strings.HasPrefix(rel, ".."+string(filepath.Separator))
 }

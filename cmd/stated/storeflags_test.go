@@ -1,6 +1,7 @@
 package main
 
 import (
+	"log/slog"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -96,46 +97,42 @@ func TestS3FlagsPathStyleAndValidation(t *testing.T) {
 	}
 }
 
-func TestCacheFlagsResolve(t *testing.T) {
-	data := t.TempDir()
-	abs := func(p string) string {
-		a, err := filepath.Abs(p)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return a
-	}
+// TestCacheFlags: the cache flags reach the node's options (--cache-bytes
+// 0 turns the cache off), and the node's rules on the cache directory are
+// reported under the flags' names. node's TestCacheResolve covers the
+// defaults by scheme.
+func TestCacheFlags(t *testing.T) {
 	other := t.TempDir()
 	cases := []struct {
 		dir, bytes, store string
-		want              cacheConfig
+		wantDir           string
+		wantBytes         int64
 		err               string
 	}{
-		// s3: on by default, under the data dir, 1 GiB.
-		{"", defaultCacheBytes, "s3://b/p", cacheConfig{abs(filepath.Join(data, "cache")), 1 << 30}, ""},
-		{other, "64MiB", "s3://b/p", cacheConfig{other, 64 << 20}, ""},
-		{"", "0", "s3://b/p", cacheConfig{}, ""},
-		// Local stores: off unless asked for.
-		{"", defaultCacheBytes, "file://" + filepath.Join(data, "checkpoints"), cacheConfig{}, ""},
-		{other, defaultCacheBytes, "file:///mnt/nfs/ckpt", cacheConfig{other, 1 << 30}, ""},
-		{other, "0", "s3://b/p", cacheConfig{}, "--cache-bytes 0"},
-		{"", "lots", "s3://b/p", cacheConfig{}, "--cache-bytes"},
-		{data, defaultCacheBytes, "s3://b/p", cacheConfig{}, "must not be --data-dir"},
-		{filepath.Dir(data), defaultCacheBytes, "s3://b/p", cacheConfig{}, "must not be --data-dir"},
-		{filepath.Join(data, "instances", "c"), defaultCacheBytes, "s3://b/p", cacheConfig{}, "instances"},
-		{filepath.Join(other, "ckpt", "cache"), defaultCacheBytes, "file://" + filepath.Join(other, "ckpt"), cacheConfig{}, "overlaps the checkpoint store"},
+		{"", defaultCacheBytes, "s3://b/p", "", 1 << 30, ""},
+		{other, "64MiB", "s3://b/p", other, 64 << 20, ""},
+		{"", "0", "s3://b/p", "", -1, ""},
+		{other, "0", "s3://b/p", "", 0, "--cache-dir " + other + " is set, but --cache-bytes"},
+		{"", "lots", "s3://b/p", "", 0, "--cache-bytes"},
+		{".", defaultCacheBytes, "s3://b/p", "", 0, "must not be --data-dir"},
+		{"instances/c", defaultCacheBytes, "s3://b/p", "", 0, "instances"},
+		{filepath.Join(other, "ckpt", "cache"), defaultCacheBytes, "file://" + filepath.Join(other, "ckpt"), "", 0, "overlaps the checkpoint store"},
 	}
 	for _, c := range cases {
-		f := cacheFlags{dir: c.dir, bytes: c.bytes}
-		got, err := f.resolve(data, c.store)
+		f := validServeFlags(t)
+		f.cache, f.checkpointStore = cacheFlags{dir: c.dir, bytes: c.bytes}, c.store
+		if c.dir == "." || strings.HasPrefix(c.dir, "instances") {
+			f.cache.dir = filepath.Join(f.dataDir, c.dir)
+		}
+		o, err := f.nodeOptions(slog.Default())
 		if c.err != "" {
 			if err == nil || !strings.Contains(err.Error(), c.err) {
 				t.Errorf("%+v: %v, want an error mentioning %q", c, err, c.err)
 			}
 			continue
 		}
-		if err != nil || got != c.want {
-			t.Errorf("%+v: %+v %v, want %+v", c, got, err, c.want)
+		if err != nil || o.CacheDir != c.wantDir || o.CacheBytes != c.wantBytes {
+			t.Errorf("%+v: cache dir %q bytes %d %v", c, o.CacheDir, o.CacheBytes, err)
 		}
 	}
 }

@@ -4,12 +4,12 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"sync"
 
 	"github.com/klauspost/compress/zstd"
 
 	"github.com/statedhq/stated/backend"
 	"github.com/statedhq/stated/internal/frame"
+	"github.com/statedhq/stated/internal/zstdblock"
 )
 
 // Frozen constants of the format (see the package doc).
@@ -26,10 +26,6 @@ const (
 	// maxStoredBlock bounds a stored block: the raw bound plus room for the
 	// length prefix, zstd's framing of incompressible data and the CRC.
 	maxStoredBlock = MaxBlockRawSize + 1<<20
-	// maxZstdRatio bounds how much a zstd frame can expand: a 4-byte RLE
-	// block yields at most 128 KiB. A declared length above
-	// len(frame)*maxZstdRatio is corrupt without decoding anything.
-	maxZstdRatio = 32 << 10
 
 	compressionNone = 0
 	compressionZstd = 1
@@ -100,27 +96,5 @@ func decodeHeader(b []byte) (header, error) {
 // reported as backend.ErrIncompatible rather than ErrCorrupt.
 var errVersion = errors.New("unsupported version")
 
-// zstd coders are stateless for EncodeAll/DecodeAll and safe for concurrent
-// use; one pair serves the process. Neither starts goroutines when only
-// EncodeAll/DecodeAll are used.
-var (
-	coderOnce  sync.Once
-	encoder    *zstd.Encoder
-	decoder    *zstd.Decoder
-	coderError error
-)
-
-func coders() (*zstd.Encoder, *zstd.Decoder, error) {
-	coderOnce.Do(func() {
-		encoder, coderError = zstd.NewWriter(nil, zstd.WithEncoderLevel(zstd.SpeedDefault))
-		if coderError != nil {
-			return
-		}
-		decoder, coderError = zstd.NewReader(nil, zstd.WithDecoderConcurrency(0),
-			zstd.WithDecoderMaxMemory(MaxBlockRawSize), zstd.WithDecodeAllCapLimit(true))
-	})
-	if coderError != nil {
-		return nil, nil, fmt.Errorf("snapfmt: zstd: %w", coderError)
-	}
-	return encoder, decoder, nil
-}
+// codec is the process's zstd encoder and decoder for snapshot blocks.
+var codec = zstdblock.New(zstdblock.Options{Level: zstd.SpeedDefault, MaxRawSize: MaxBlockRawSize})

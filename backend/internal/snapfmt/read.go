@@ -43,8 +43,8 @@ func Read(ctx context.Context, store tiered.Store, ref backend.FileRef, fileRang
 	}
 	rd := &reader{path: ref.Path, code: code, fn: fn}
 	if code == compressionZstd {
-		if _, rd.dec, err = coders(); err != nil {
-			return err
+		if err := codec.Ready(); err != nil {
+			return fmt.Errorf("snapfmt: %w", err)
 		}
 	}
 	if in == fileRange {
@@ -98,12 +98,9 @@ func checkRef(ref backend.FileRef, r backend.KeyGroupRange) (byte, error) {
 }
 
 type reader struct {
-	path string
-	code byte
-	fn   func(k, v []byte) error
-	dec  interface {
-		DecodeAll(src, dst []byte) ([]byte, error)
-	}
+	path  string
+	code  byte
+	fn    func(k, v []byte) error
 	block bytes.Buffer
 	raw   []byte
 }
@@ -258,24 +255,11 @@ func (rd *reader) decode(kg int, block []byte) error {
 	}
 	records := payload
 	if rd.code == compressionZstd {
-		rawLen, w := binary.Uvarint(payload)
-		if w <= 0 {
-			return corruptf(rd.path, kg, "bad uncompressed length")
-		}
-		zframe := payload[w:]
-		if rawLen == 0 || rawLen > MaxBlockRawSize || rawLen > uint64(len(zframe))*maxZstdRatio {
-			return corruptf(rd.path, kg, "uncompressed length %d is impossible for a %d-byte zstd frame", rawLen, len(zframe))
-		}
-		if uint64(cap(rd.raw)) < rawLen {
-			rd.raw = make([]byte, 0, rawLen)
-		}
-		raw, err := rd.dec.DecodeAll(zframe, rd.raw[:0:rawLen])
+		raw, err := codec.Decode(payload, rd.raw)
 		if err != nil {
-			return corruptf(rd.path, kg, "zstd: %v", err)
+			return corruptf(rd.path, kg, "%v", err)
 		}
-		if uint64(len(raw)) != rawLen {
-			return corruptf(rd.path, kg, "zstd frame decoded to %d bytes, want %d", len(raw), rawLen)
-		}
+		rd.raw = raw
 		records = raw
 	}
 	return rd.records(kg, records)

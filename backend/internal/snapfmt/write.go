@@ -79,8 +79,8 @@ func Write(ctx context.Context, store tiered.Store, path string, r backend.KeyGr
 	}
 	defer w.out.close()
 	if code == compressionZstd {
-		if w.enc, _, err = coders(); err != nil {
-			return backend.FileRef{}, err
+		if err := codec.Ready(); err != nil {
+			return backend.FileRef{}, fmt.Errorf("snapfmt: %w", err)
 		}
 	}
 	if _, err := w.out.Write(encodeHeader(code, r)); err != nil {
@@ -125,7 +125,6 @@ type writer struct {
 	path    string
 	r       backend.KeyGroupRange
 	code    byte
-	enc     interface{ EncodeAll(src, dst []byte) []byte }
 	cur     int    // key group whose block is being filled
 	block   []byte // raw records of cur
 	prev    []byte // last key added (copied), for the ordering check
@@ -169,8 +168,10 @@ func (w *writer) finishUpTo(last int) error {
 		if len(w.block) > 0 {
 			payload := w.block
 			if w.code == compressionZstd {
-				w.scratch = binary.AppendUvarint(w.scratch[:0], uint64(len(w.block)))
-				w.scratch = w.enc.EncodeAll(w.block, w.scratch)
+				var err error
+				if w.scratch, err = codec.Append(w.scratch[:0], w.block); err != nil {
+					return err
+				}
 				payload = w.scratch
 			}
 			payload = binary.LittleEndian.AppendUint32(payload, frame.Checksum(payload))
