@@ -182,3 +182,46 @@ func TestFlagOfCoversOptions(t *testing.T) {
 		}
 	}
 }
+
+// TestFlagDefaultsAreNodeDefaults: every flag of "stated serve" that sets
+// a numeric or duration field of node.Options defaults to the value the
+// node itself fills in (EnsureDefaults), so a default has one value
+// whether a node is run by the CLI or built in Go.
+func TestFlagDefaultsAreNodeDefaults(t *testing.T) {
+	var o node.Options
+	o.EnsureDefaults()
+	v := reflect.ValueOf(o)
+	fl := newServeCmd().Flags()
+	checked := 0
+	for field, flag := range flagOf {
+		if strings.Contains(field, ".") {
+			continue
+		}
+		fv := v.FieldByName(field)
+		def := fl.Lookup(flag).DefValue
+		var got, want int64
+		switch fv.Interface().(type) {
+		case time.Duration:
+			d, err := time.ParseDuration(def)
+			if err != nil {
+				t.Fatalf("--%s default %q: %v", flag, def, err)
+			}
+			got, want = int64(d), fv.Int()
+		case int, int64:
+			n, err := parseSize(def)
+			if err != nil {
+				t.Fatalf("--%s default %q: %v", flag, def, err)
+			}
+			got, want = n, fv.Int()
+		default:
+			continue
+		}
+		checked++
+		if got != want {
+			t.Errorf("--%s defaults to %q (%d), node.Options.%s to %d", flag, def, got, field, want)
+		}
+	}
+	if checked < 15 {
+		t.Fatalf("only %d numeric flags checked", checked)
+	}
+}
