@@ -199,6 +199,7 @@ func trim(h dstl.Handle, from uint64) dstl.Handle {
 type restoreSource struct {
 	h    *backend.Handle
 	base *backend.Handle
+	seq  uint64
 	log  *dstl.Handle
 }
 
@@ -261,7 +262,7 @@ func readRestores(ctx context.Context, store tiered.Store, handles []*backend.Ha
 			return nil, fmt.Errorf("%w: changelog manifest %s: log window %d..%d does not follow base seq %d",
 				backend.ErrCorrupt, f.Path, l.From, l.To, mf.BaseSeq)
 		}
-		out[i].base, out[i].log = &base, mf.Log
+		out[i].base, out[i].seq, out[i].log = &base, mf.BaseSeq, mf.Log
 	}
 	return out, nil
 }
@@ -385,4 +386,28 @@ func (b *Backend) apply(c *Change) error {
 		err = fmt.Errorf("%w: %v", backend.ErrCorrupt, err)
 	}
 	return err
+}
+
+// Layout is what a changelog handle is made of.
+type Layout struct {
+	// Base is the materialized handle the inner backend restores (for a
+	// handle without a manifest, the handle itself).
+	Base *backend.Handle
+	// BaseSeq is the last log seq the base covers.
+	BaseSeq uint64
+	// Log is the log window replayed after the base; nil when empty.
+	Log *dstl.Handle
+}
+
+// ReadLayout reads and verifies the manifest of h from store (the store
+// h's paths are relative to): what a restore would use. The daemon needs
+// it to register the log segments a checkpoint references
+// (Layout.Log.Segments) with the refcount registry, and to report the log
+// bytes of a checkpoint.
+func ReadLayout(ctx context.Context, store tiered.Store, h *backend.Handle) (*Layout, error) {
+	rs, err := readRestores(ctx, store, []*backend.Handle{h})
+	if err != nil {
+		return nil, err
+	}
+	return &Layout{Base: rs[0].base, BaseSeq: rs[0].seq, Log: rs[0].log}, nil
 }
