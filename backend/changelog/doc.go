@@ -17,6 +17,15 @@
 // base: restores then always go through the inner backend's own restore,
 // which already clips bases to the new key-group range.
 //
+// A checkpoint references a base only if it uploads it itself, is the
+// first checkpoint to reference it (a Materialize result is claimed by one
+// checkpoint), or a checkpoint that references it was confirmed. The
+// refcount registry deletes the files of an aborted checkpoint that no
+// confirmed checkpoint references, so an unconfirmed base shared by two
+// pending checkpoints could vanish under the second; lsm follows the same
+// rule for its SSTs. Until the first confirmation, every checkpoint
+// therefore uploads its own base.
+//
 // Restore opens the inner backend from the bases and replays each handle's
 // log in sequence order with the inner backend's clock set to each
 // change's time, so TTL expiries come out as they did. The replay reads
@@ -39,7 +48,10 @@
 // the handle is caught), the log sequence number the base covers and the
 // dstl.Handle of the log window after it. A handle without a manifest (a
 // savepoint, a checkpoint of a plain backend) restores as a base with no
-// log.
+// log. ReadLayout reads a handle's base, base seq and log window: the
+// daemon registers Layout.Log.Segments() with the refcount registry (the
+// segments are not in Files: they live in the log store, and their
+// lifetime is dstl's Truncate/TakeReleased).
 //
 // Materializations are canonical snapshots written under
 // <job>/shared/changelog/<operator>-<subtask>-<run>-<n>: an ordinary

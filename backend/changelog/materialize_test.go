@@ -245,3 +245,42 @@ func TestAbortedBaseNotReused(t *testing.T) {
 	}
 	e.check(h3, m, "checkpoint after an aborted one")
 }
+
+// TestRefusedChangeRematerializes: a change the log refuses (larger than
+// dstl.MaxChangeSize) is applied but not logged, so the instance drops its
+// base and the next checkpoint materializes a view that holds it.
+func TestRefusedChangeRematerializes(t *testing.T) {
+	e := newEnv(t)
+	b, err := changelog.Open(backend.Options{
+		Task: propTask, KeyGroups: backend.KeyGroupRange{Start: 0, End: propMaxP - 1}, MaxParallelism: propMaxP,
+		States: propStates, Store: e.store, Clock: e.clock.Now, MaxValueSize: dstl.MaxChangeSize + 1024,
+	}, changelog.Options{
+		OpenInner: func(o backend.Options) (backend.Backend, error) { return inners[backend.KindHeap](t, o) },
+		Writer:    e.w, Log: e.ls,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	m := backendtest.NewModel(propStates...)
+	e.puts(b, m, 20)
+	h1, l1 := e.checkpoint(b)
+	b.NotifyCheckpointComplete(h1.CheckpointID)
+	big := make([]byte, dstl.MaxChangeSize)
+	k := backend.Key{KeyGroup: 3, Key: []byte("big")}
+	if err := b.Put("v", k, big); err != nil {
+		t.Fatal(err)
+	}
+	m.Put("v", k, big, e.clock.Ms())
+	e.puts(b, m, 5)
+	h2, l2 := e.checkpoint(b)
+	if baseDir(l2) == baseDir(l1) || l2.BaseSeq != 25 || l2.Log != nil {
+		t.Fatalf("after a refused change: base %s at %d, log %+v; want a new base at seq 25 (the refused change has no seq) and no log",
+			baseDir(l2), l2.BaseSeq, l2.Log)
+	}
+	e.check(h2, m, "checkpoint after a refused change")
+	r := e.open(h2)
+	if got, ok, err := r.Get("v", k); err != nil || !ok || len(got) != len(big) {
+		t.Fatalf("restored big value: %d bytes, %v, %v; want %d bytes", len(got), ok, err, len(big))
+	}
+}
