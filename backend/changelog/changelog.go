@@ -191,9 +191,7 @@ func (b *Backend) startMaterialization(ctx context.Context) (*materialization, b
 	return &materialization{seq: b.lastSeq, n: b.matN, epoch: b.epoch, done: make(chan struct{})}, p, nil
 }
 
-// runMaterialization uploads m and, on success, makes it the base of later
-// checkpoints unless a newer one already is or the log lost a change
-// after it.
+// runMaterialization uploads m; the caller decides who may use it.
 func (b *Backend) runMaterialization(ctx context.Context, m *materialization, p backend.PendingSnapshot) {
 	h, err := p.Run(ctx)
 	if err != nil {

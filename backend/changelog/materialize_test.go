@@ -132,6 +132,9 @@ func TestMaterializeTruncates(t *testing.T) {
 			l1.BaseSeq, l1.Log, h1.CheckpointedSize, h1.FullSize)
 	}
 	m1 := m.Clone()
+	if !changelog.IsChangelog(h1) {
+		t.Fatal("IsChangelog is false for a changelog handle")
+	}
 	if got := e.logFrom(b); got != 1 {
 		t.Fatalf("log starts at %d before any confirmation, want 1", got)
 	}
@@ -194,8 +197,8 @@ func TestSavepointKeepsMaterialization(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if sh.Backend != backend.KindFile || sh.CheckpointID != e.ids {
-		t.Fatalf("savepoint handle %s checkpoint %d: want a canonical handle of checkpoint %d", sh.Backend, sh.CheckpointID, e.ids)
+	if sh.Backend != backend.KindFile || sh.CheckpointID != e.ids || changelog.IsChangelog(sh) {
+		t.Fatalf("savepoint handle %s checkpoint %d: want a plain canonical handle of checkpoint %d", sh.Backend, sh.CheckpointID, e.ids)
 	}
 	e.puts(b, m, 5)
 	h2, l2 := e.checkpoint(b)

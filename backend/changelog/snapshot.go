@@ -203,18 +203,28 @@ type restoreSource struct {
 	log  *dstl.Handle
 }
 
+// IsChangelog reports whether h was written in changelog mode (it holds a
+// manifest). Such a handle restores only through Open: the daemon must
+// route it here even when changelog mode was switched off since.
+func IsChangelog(h *backend.Handle) bool { return manifestIndex(h) >= 0 }
+
+// manifestIndex is the index of h's manifest in Files, or -1.
+func manifestIndex(h *backend.Handle) int {
+	for j, f := range h.Files {
+		if !f.Shared && path.Base(f.Path) == manifestName {
+			return j
+		}
+	}
+	return -1
+}
+
 // readRestores reads the manifests of handles; a handle without one is a
 // base with no log.
 func readRestores(ctx context.Context, store tiered.Store, handles []*backend.Handle) ([]restoreSource, error) {
 	out := make([]restoreSource, len(handles))
 	for i, h := range handles {
 		out[i] = restoreSource{h: h, base: h}
-		mi := -1
-		for j, f := range h.Files {
-			if !f.Shared && path.Base(f.Path) == manifestName {
-				mi = j
-			}
-		}
+		mi := manifestIndex(h)
 		if mi < 0 {
 			continue
 		}
@@ -309,6 +319,18 @@ func (b *Backend) replay(ctx context.Context, rs []restoreSource) error {
 			if err != nil {
 				return err
 			}
+		}
+	}
+	// A state registered after a base is in the log of the handle that
+	// registered it, but a handle that owns no key group of this range is
+	// not read: register what the handles list (identical ones are no-ops,
+	// conflicting ones ErrIncompatible, as for the bases).
+	for _, s := range rs {
+		for _, d := range s.h.States {
+			if err := b.inner.RegisterState(d); err != nil {
+				return fmt.Errorf("changelog: restore of %s: state %q: %w", s.h.Task, d.Name, err)
+			}
+			b.states[d.Name] = d
 		}
 	}
 	return nil
