@@ -509,3 +509,30 @@ func (b *Backend) Close() error {
 
 // WriterID is the instance's log id in the shared writer.
 func (b *Backend) WriterID() string { return b.id }
+
+// Stats is what an instance reports for the daemon's changelog metrics.
+type Stats struct {
+	// LastSeq is the seq of the last logged change; TruncatedSeq the seq
+	// the log was truncated to. LastSeq - TruncatedSeq is the log an
+	// instance still holds: it grows without bound when checkpoints keep
+	// failing or materializations never get confirmed (FLINK-30863).
+	LastSeq, TruncatedSeq uint64
+	// ConfirmedBaseSeq is the seq the latest confirmed base covers (0:
+	// none yet).
+	ConfirmedBaseSeq uint64
+	// Materializations counts the bases taken (by Materialize and by
+	// checkpoints); LostChanges the changes the log refused.
+	Materializations int
+	LostChanges      uint64
+}
+
+// Stats returns the instance's counters.
+func (b *Backend) Stats() Stats {
+	b.wmu.Lock()
+	defer b.wmu.Unlock()
+	s := Stats{LastSeq: b.lastSeq, TruncatedSeq: b.truncated, Materializations: b.matN, LostChanges: b.epoch}
+	if b.conf != nil {
+		s.ConfirmedBaseSeq = b.conf.seq
+	}
+	return s
+}

@@ -167,6 +167,9 @@ func TestMaterializeTruncates(t *testing.T) {
 	if got := e.logFrom(b); got != 351 {
 		t.Fatalf("log starts at %d after the checkpoint with the new base completed, want 351", got)
 	}
+	if st := b.Stats(); st != (changelog.Stats{LastSeq: 360, TruncatedSeq: 350, ConfirmedBaseSeq: 350, Materializations: 2}) {
+		t.Fatalf("stats %+v", st)
+	}
 	e.check(h1, m1, "first checkpoint")
 	e.check(h2, m2, "second checkpoint")
 	e.check(h3, m, "third checkpoint")
