@@ -1,8 +1,11 @@
 package changelog_test
 
 import (
+	"bytes"
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"math"
 	"strings"
 	"testing"
@@ -289,4 +292,62 @@ func TestRefusedChangeRematerializes(t *testing.T) {
 	if got, ok, err := r.Get("v", k); err != nil || !ok || len(got) != len(big) {
 		t.Fatalf("restored big value: %d bytes, %v, %v; want %d bytes", len(got), ok, err, len(big))
 	}
+}
+
+// TestDamagedLogFailsRestore: a flipped byte in a log segment fails the
+// restore with ErrCorrupt, a missing segment with ErrNotFound; neither
+// restores a partial state.
+func TestDamagedLogFailsRestore(t *testing.T) {
+	e := newEnv(t)
+	b := e.open()
+	m := backendtest.NewModel(propStates...)
+	e.puts(b, m, 10)
+	h1, _ := e.checkpoint(b)
+	b.NotifyCheckpointComplete(h1.CheckpointID)
+	e.puts(b, m, 40)
+	h2, l2 := e.checkpoint(b)
+	if l2.Log == nil || len(l2.Log.Ranges) == 0 {
+		t.Fatalf("no log in %+v", l2)
+	}
+	r := l2.Log.Ranges[0]
+	raw, err := e.ls.GetRange(e.ctx, r.Segment, 0, -1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var orig []byte
+	if orig, err = io.ReadAll(raw); err != nil {
+		t.Fatal(err)
+	}
+	_ = raw.Close()
+	restore := func() error {
+		rb, err := changelog.Open(backend.Options{
+			Task: propTask, KeyGroups: backend.KeyGroupRange{Start: 0, End: propMaxP - 1}, MaxParallelism: propMaxP,
+			States: propStates, Store: e.store, Clock: e.clock.Now, Restore: []*backend.Handle{h2},
+		}, changelog.Options{
+			OpenInner: func(o backend.Options) (backend.Backend, error) { return inners[backend.KindHeap](t, o) },
+			Writer:    e.w, Log: e.ls,
+		})
+		if err == nil {
+			_ = rb.Close()
+		}
+		return err
+	}
+	bad := bytes.Clone(orig)
+	bad[r.Offset+r.Length/2] ^= 0x40
+	if err := e.ls.Put(e.ctx, r.Segment, bad); err != nil {
+		t.Fatal(err)
+	}
+	if err := restore(); !errors.Is(err, backend.ErrCorrupt) {
+		t.Fatalf("restore with a flipped byte in %s: %v, want ErrCorrupt", r.Segment, err)
+	}
+	if err := e.ls.Delete(e.ctx, r.Segment); err != nil {
+		t.Fatal(err)
+	}
+	if err := restore(); !errors.Is(err, backend.ErrNotFound) {
+		t.Fatalf("restore without %s: %v, want ErrNotFound", r.Segment, err)
+	}
+	if err := e.ls.Put(e.ctx, r.Segment, orig); err != nil {
+		t.Fatal(err)
+	}
+	e.check(h2, m, "restore from the repaired log")
 }
