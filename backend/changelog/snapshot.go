@@ -1,0 +1,435 @@
+package changelog
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"path"
+	"sync"
+
+	"github.com/statedhq/stated/backend"
+	"github.com/statedhq/stated/dstl"
+	"github.com/statedhq/stated/internal/frame"
+	"github.com/statedhq/stated/tiered"
+)
+
+// Manifest framing. Frozen.
+const (
+	manifestMagic   = "STCM"
+	manifestVersion = 1
+	// manifestName is the manifest's file name in the checkpoint's task
+	// directory; a handle holding a private file of this name is a
+	// changelog handle.
+	manifestName = "_changelog"
+	// maxManifestSize bounds what a restore reads for a manifest.
+	maxManifestSize = 64 << 20
+)
+
+// manifest is the JSON payload of a changelog handle's manifest file.
+type manifest struct {
+	Version int `json:"version"`
+	// Base is the materialized canonical handle without its files: those
+	// are the changelog handle's files other than the manifest, in order.
+	Base *backend.Handle `json:"base"`
+	// BaseSeq is the last log seq the base covers.
+	BaseSeq uint64 `json:"baseSeq"`
+	// Log is the log window after the base; nil when it is empty.
+	Log *dstl.Handle `json:"log,omitempty"`
+}
+
+// Snapshot implements backend.Backend. The synchronous part records the
+// log's end (and, when the instance has no base yet, freezes one); the
+// asynchronous part persists the log up to there and writes the manifest.
+func (b *Backend) Snapshot(ctx context.Context, checkpointID uint64) (backend.PendingSnapshot, error) {
+	b.wmu.Lock()
+	defer b.wmu.Unlock()
+	if b.closed {
+		return nil, backend.ErrClosed
+	}
+	p := &pending{b: b, id: checkpointID, upto: b.lastSeq, states: b.inner.States(), info: b.inner.Info()}
+	switch {
+	case b.mat != nil:
+		// The first checkpoint to reference a base claims it.
+		p.m, b.mat = b.mat, nil
+	case b.conf != nil:
+		p.m = b.conf
+	default:
+		m, mp, err := b.startMaterialization(ctx)
+		if err != nil {
+			return nil, err
+		}
+		p.m, p.upload = m, mp
+	}
+	b.pendingN++
+	return p, nil
+}
+
+type pending struct {
+	b      *Backend
+	id     uint64
+	upto   uint64
+	m      *materialization
+	upload backend.PendingSnapshot // uploads m, when this checkpoint took it
+	info   backend.Info
+	states []backend.StateDescriptor
+	once   sync.Once
+}
+
+// Release frees the base this checkpoint froze, or hands a claimed base
+// back to the next checkpoint.
+func (p *pending) Release() {
+	p.once.Do(func() {
+		defer p.b.snapshotDone()
+		if p.upload != nil {
+			p.upload.Release()
+			return
+		}
+		b := p.b
+		b.wmu.Lock()
+		if p.m != b.conf {
+			b.offer(p.m)
+		}
+		b.wmu.Unlock()
+	})
+}
+
+func (p *pending) Run(ctx context.Context) (*backend.Handle, error) {
+	ran := false
+	p.once.Do(func() {
+		ran = true
+		if p.upload != nil {
+			p.b.runMaterialization(ctx, p.m, p.upload)
+		}
+	})
+	if !ran {
+		return nil, fmt.Errorf("%w: changelog: snapshot %d already ran or was released", backend.ErrInvalidArgument, p.id)
+	}
+	defer p.b.snapshotDone()
+	b, m := p.b, p.m
+	select {
+	case <-m.done:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	if m.err != nil {
+		return nil, fmt.Errorf("changelog: checkpoint %d: %w", p.id, m.err)
+	}
+	mf := manifest{Version: manifestVersion, BaseSeq: m.seq}
+	if p.upto > m.seq {
+		lh, err := b.w.Persist(ctx, b.id, p.upto)
+		if err != nil {
+			return nil, fmt.Errorf("changelog: checkpoint %d of %s: persist the log: %w", p.id, b.opts.Task, err)
+		}
+		lh = trim(lh, m.seq+1)
+		if lh.From != m.seq+1 || lh.To != p.upto {
+			// A later checkpoint completed and truncated the log past this
+			// one's base: this older checkpoint can no longer be written.
+			return nil, fmt.Errorf("%w: changelog: checkpoint %d of %s: the log was truncated past its base (window %d..%d, want %d..%d)",
+				backend.ErrDeclined, p.id, b.opts.Task, lh.From, lh.To, m.seq+1, p.upto)
+		}
+		mf.Log = &lh
+	}
+	base := *m.h
+	base.Files = nil
+	mf.Base = &base
+	payload, err := json.Marshal(&mf)
+	if err != nil {
+		return nil, fmt.Errorf("changelog: encode manifest: %w", err)
+	}
+	data := frame.Encode(manifestMagic, manifestVersion, payload)
+	info := p.info
+	name := fmt.Sprintf("%s/chk-%d/%s/%s", info.Task.Job, p.id, info.Task.Dir(), manifestName)
+	if err := b.opts.Store.Put(ctx, name, bytes.NewReader(data), int64(len(data))); err != nil {
+		return nil, fmt.Errorf("changelog: checkpoint %d of %s: write %s: %w", p.id, info.Task, name, err)
+	}
+	h := &backend.Handle{
+		Version: backend.HandleFormatVersion, Backend: info.Kind, Task: info.Task, CheckpointID: p.id,
+		KeyGroups: info.KeyGroups, MaxParallelism: info.MaxParallelism, States: p.states,
+	}
+	for _, f := range m.h.Files {
+		f.Shared = true
+		h.Files = append(h.Files, f)
+		h.FullSize += f.Size
+	}
+	if p.upload != nil {
+		h.CheckpointedSize = h.FullSize
+	}
+	h.Files = append(h.Files, backend.FileRef{Path: name, Size: int64(len(data)), CRC32C: frame.Checksum(data)})
+	h.FullSize += int64(len(data))
+	h.CheckpointedSize += int64(len(data))
+	b.wmu.Lock()
+	b.used[p.id] = m
+	b.wmu.Unlock()
+	return h, nil
+}
+
+// snapshotDone ends a pending snapshot; the last one to end after Close
+// drops the instance's log from the writer.
+func (b *Backend) snapshotDone() {
+	b.wmu.Lock()
+	b.pendingN--
+	forget := b.closed && b.pendingN == 0
+	b.wmu.Unlock()
+	if forget {
+		b.w.Forget(b.id)
+	}
+}
+
+// trim narrows a log handle to start at from: Persist's window starts at
+// the writer's truncation mark, which may lie before the base.
+func trim(h dstl.Handle, from uint64) dstl.Handle {
+	if h.From >= from {
+		return h
+	}
+	h.From = from
+	var rs []dstl.Range
+	for _, r := range h.Ranges {
+		if r.LastSeq >= from {
+			rs = append(rs, r)
+		}
+	}
+	h.Ranges = rs
+	return h
+}
+
+// restoreSource is one restored handle: the base the inner backend
+// restores and the log to replay after it.
+type restoreSource struct {
+	h    *backend.Handle
+	base *backend.Handle
+	seq  uint64
+	log  *dstl.Handle
+}
+
+// IsChangelog reports whether h was written in changelog mode (it holds a
+// manifest). Such a handle restores only through Open: the daemon must
+// route it here even when changelog mode was switched off since.
+func IsChangelog(h *backend.Handle) bool { return manifestIndex(h) >= 0 }
+
+// manifestIndex is the index of h's manifest in Files, or -1.
+func manifestIndex(h *backend.Handle) int {
+	for j, f := range h.Files {
+		if !f.Shared && path.Base(f.Path) == manifestName {
+			return j
+		}
+	}
+	return -1
+}
+
+// readRestores reads the manifests of handles; a handle without one is a
+// base with no log.
+func readRestores(ctx context.Context, store tiered.Store, handles []*backend.Handle) ([]restoreSource, error) {
+	out := make([]restoreSource, len(handles))
+	for i, h := range handles {
+		out[i] = restoreSource{h: h, base: h}
+		mi := manifestIndex(h)
+		if mi < 0 {
+			continue
+		}
+		f := h.Files[mi]
+		data, err := tiered.ReadAll(ctx, store, f.Path, maxManifestSize)
+		if err != nil {
+			if errors.Is(err, tiered.ErrNotFound) {
+				return nil, fmt.Errorf("%w: changelog manifest %s of %s: %v", backend.ErrNotFound, f.Path, h.Task, err)
+			}
+			return nil, fmt.Errorf("changelog: read manifest %s of %s: %w", f.Path, h.Task, err)
+		}
+		if int64(len(data)) != f.Size || frame.Checksum(data) != f.CRC32C {
+			return nil, fmt.Errorf("%w: changelog manifest %s of %s has %d bytes crc %08x, the handle says %d bytes crc %08x",
+				backend.ErrCorrupt, f.Path, h.Task, len(data), frame.Checksum(data), f.Size, f.CRC32C)
+		}
+		version, payload, err := frame.Decode(manifestMagic, data)
+		if err != nil {
+			return nil, fmt.Errorf("%w: changelog manifest %s: %v", backend.ErrCorrupt, f.Path, err)
+		}
+		if version < 1 || version > manifestVersion {
+			return nil, fmt.Errorf("%w: changelog manifest %s has version %d (this build reads 1..%d)", backend.ErrIncompatible, f.Path, version, manifestVersion)
+		}
+		var mf manifest
+		dec := json.NewDecoder(bytes.NewReader(payload))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&mf); err != nil || mf.Base == nil || mf.Version != int(version) {
+			return nil, fmt.Errorf("%w: changelog manifest %s: bad payload (%v)", backend.ErrCorrupt, f.Path, err)
+		}
+		base := *mf.Base
+		base.Files = nil
+		for j, bf := range h.Files {
+			if j != mi {
+				bf.Shared = false // canonical files are private to the base's own handle
+				base.Files = append(base.Files, bf)
+			}
+		}
+		if err := base.Validate(); err != nil {
+			return nil, fmt.Errorf("changelog manifest %s: base: %w", f.Path, err)
+		}
+		if base.KeyGroups != h.KeyGroups || base.MaxParallelism != h.MaxParallelism {
+			return nil, fmt.Errorf("%w: changelog manifest %s: base of %s/%d in a handle of %s/%d",
+				backend.ErrCorrupt, f.Path, base.KeyGroups, base.MaxParallelism, h.KeyGroups, h.MaxParallelism)
+		}
+		if l := mf.Log; l != nil && (l.WriterID == "" || l.From != mf.BaseSeq+1 || l.Empty()) {
+			return nil, fmt.Errorf("%w: changelog manifest %s: log window %d..%d does not follow base seq %d",
+				backend.ErrCorrupt, f.Path, l.From, l.To, mf.BaseSeq)
+		}
+		out[i].base, out[i].seq, out[i].log = &base, mf.BaseSeq, mf.Log
+	}
+	return out, nil
+}
+
+// replay applies the logs of the restored handles: each key group of the
+// instance from the first handle that holds it (the rule of
+// backend.ValidateRestore), so overlapping and rescaled handles replay
+// every key group exactly once.
+func (b *Backend) replay(ctx context.Context, rs []restoreSource) error {
+	r := b.opts.KeyGroups
+	owner := make([]int, r.Len())
+	for i := range owner {
+		owner[i] = -1
+	}
+	for i, s := range rs {
+		in := s.h.KeyGroups.Intersect(r)
+		for kg := in.Start; kg <= in.End && in.Len() > 0; kg++ {
+			if owner[kg-r.Start] < 0 {
+				owner[kg-r.Start] = i
+			}
+		}
+	}
+	defer b.pin.Store(nil)
+	for i, s := range rs {
+		if s.log == nil {
+			continue
+		}
+		for _, run := range runsOf(owner, i, r.Start) {
+			run := run
+			err := dstl.Read(ctx, b.log, *s.log, dstl.ReadOptions{KeyGroups: &run}, func(rec dstl.Record) error {
+				c, err := DecodeChange(rec.Change)
+				if err != nil {
+					return fmt.Errorf("changelog: replay of %s seq %d: %w", s.log.WriterID, rec.Seq, err)
+				}
+				if kg := c.KeyGroup(); kg != rec.KeyGroup && !(c.Op == OpRegister && rec.KeyGroup == dstl.NoKeyGroup) {
+					return fmt.Errorf("%w: changelog: replay of %s seq %d: change of key group %d logged under %d",
+						backend.ErrCorrupt, s.log.WriterID, rec.Seq, kg, rec.KeyGroup)
+				}
+				if err := b.apply(c); err != nil {
+					return fmt.Errorf("changelog: replay of %s seq %d (op %d): %w", s.log.WriterID, rec.Seq, c.Op, err)
+				}
+				return nil
+			})
+			if err != nil {
+				return err
+			}
+		}
+	}
+	// A state registered after a base is in the log of the handle that
+	// registered it, but a handle that owns no key group of this range is
+	// not read: register what the handles list (identical ones are no-ops,
+	// conflicting ones ErrIncompatible, as for the bases).
+	for _, s := range rs {
+		for _, d := range s.h.States {
+			if err := b.inner.RegisterState(d); err != nil {
+				return fmt.Errorf("changelog: restore of %s: state %q: %w", s.h.Task, d.Name, err)
+			}
+			b.states[d.Name] = d
+		}
+	}
+	return nil
+}
+
+// runsOf lists the contiguous key-group ranges owned by handle i.
+func runsOf(owner []int, i, start int) []backend.KeyGroupRange {
+	var out []backend.KeyGroupRange
+	for j := 0; j < len(owner); j++ {
+		if owner[j] != i {
+			continue
+		}
+		k := j
+		for k+1 < len(owner) && owner[k+1] == i {
+			k++
+		}
+		out = append(out, backend.KeyGroupRange{Start: start + j, End: start + k})
+		j = k
+	}
+	return out
+}
+
+// apply replays one change on the inner backend at the change's time.
+func (b *Backend) apply(c *Change) error {
+	t := timeOf(c.Time)
+	b.pin.Store(&t)
+	in := b.inner
+	var err error
+	switch c.Op {
+	case OpPut:
+		err = in.Put(c.State, c.Key, c.Values[0])
+	case OpDelete:
+		err = in.Delete(c.State, c.Key)
+	case OpListAppend:
+		err = in.ListAppend(c.State, c.Key, c.Values...)
+	case OpMapPut:
+		err = in.MapPut(c.State, c.Key, c.UserKey, c.Value)
+	case OpMapRemove:
+		err = in.MapRemove(c.State, c.Key, c.UserKey)
+	case OpAggregate:
+		err = in.AggregateAdd(c.State, c.Key, c.Number)
+	case OpTimerAdd:
+		err = in.RegisterTimer(c.State, c.Timer)
+	case OpTimerDelete:
+		err = in.DeleteTimer(c.State, c.Timer)
+	case OpRegister:
+		if err = in.RegisterState(c.Desc); err == nil {
+			b.smu.Lock()
+			b.states[c.Desc.Name] = c.Desc
+			b.smu.Unlock()
+		}
+	case OpGet:
+		_, _, err = in.Get(c.State, c.Key)
+	case OpListGet:
+		_, err = in.ListGet(c.State, c.Key)
+	case OpMapGet:
+		_, _, err = in.MapGet(c.State, c.Key, c.UserKey)
+	case OpMapIterate:
+		var after []byte
+		if c.HasAfter {
+			after = c.After
+			if after == nil {
+				after = []byte{}
+			}
+		}
+		_, _, err = in.MapIterate(c.State, c.Key, after, int(c.Limit))
+	case OpAggGet:
+		_, _, err = in.AggregateGet(c.State, c.Key)
+	default:
+		err = fmt.Errorf("%w: unknown op %d", backend.ErrCorrupt, c.Op)
+	}
+	if err != nil && !errors.Is(err, backend.ErrIncompatible) && !errors.Is(err, backend.ErrCorrupt) {
+		// The change applied once: failing now means the log does not
+		// match the base it follows.
+		err = fmt.Errorf("%w: %v", backend.ErrCorrupt, err)
+	}
+	return err
+}
+
+// Layout is what a changelog handle is made of.
+type Layout struct {
+	// Base is the materialized handle the inner backend restores (for a
+	// handle without a manifest, the handle itself).
+	Base *backend.Handle
+	// BaseSeq is the last log seq the base covers.
+	BaseSeq uint64
+	// Log is the log window replayed after the base; nil when empty.
+	Log *dstl.Handle
+}
+
+// ReadLayout reads and verifies the manifest of h from store (the store
+// h's paths are relative to): what a restore would use. The daemon needs
+// it to register the log segments a checkpoint references
+// (Layout.Log.Segments) with the refcount registry, and to report the log
+// bytes of a checkpoint.
+func ReadLayout(ctx context.Context, store tiered.Store, h *backend.Handle) (*Layout, error) {
+	rs, err := readRestores(ctx, store, []*backend.Handle{h})
+	if err != nil {
+		return nil, err
+	}
+	return &Layout{Base: rs[0].base, BaseSeq: rs[0].seq, Log: rs[0].log}, nil
+}
