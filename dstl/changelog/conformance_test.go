@@ -8,7 +8,7 @@ import (
 
 	"github.com/statedhq/stated/backend"
 	"github.com/statedhq/stated/backend/backendtest"
-	"github.com/statedhq/stated/backend/changelog"
+	"github.com/statedhq/stated/dstl/changelog"
 	"github.com/statedhq/stated/backend/file"
 	"github.com/statedhq/stated/backend/heap"
 	"github.com/statedhq/stated/backend/lsm"
