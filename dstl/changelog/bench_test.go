@@ -8,9 +8,9 @@ import (
 	"time"
 
 	"github.com/statedhq/stated/backend"
-	"github.com/statedhq/stated/dstl/changelog"
 	"github.com/statedhq/stated/backend/heap"
 	"github.com/statedhq/stated/dstl"
+	"github.com/statedhq/stated/dstl/changelog"
 	"github.com/statedhq/stated/tiered/memstore"
 )
 

@@ -8,11 +8,11 @@ import (
 
 	"github.com/statedhq/stated/backend"
 	"github.com/statedhq/stated/backend/backendtest"
-	"github.com/statedhq/stated/dstl/changelog"
 	"github.com/statedhq/stated/backend/file"
 	"github.com/statedhq/stated/backend/heap"
 	"github.com/statedhq/stated/backend/lsm"
 	"github.com/statedhq/stated/dstl"
+	"github.com/statedhq/stated/dstl/changelog"
 	"github.com/statedhq/stated/tiered"
 	"github.com/statedhq/stated/tiered/memstore"
 )

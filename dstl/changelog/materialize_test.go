@@ -13,8 +13,8 @@ import (
 
 	"github.com/statedhq/stated/backend"
 	"github.com/statedhq/stated/backend/backendtest"
-	"github.com/statedhq/stated/dstl/changelog"
 	"github.com/statedhq/stated/dstl"
+	"github.com/statedhq/stated/dstl/changelog"
 	"github.com/statedhq/stated/tiered/memstore"
 )
 
