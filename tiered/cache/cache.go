@@ -644,6 +644,14 @@ func (s *driver) fill(ctx context.Context, name string) (bypass bool, err error)
 			return false, ctx.Err()
 		}
 	}
+	if s.entries[name] != nil {
+		// Filled by a flight that ended after the caller found no copy
+		// and before it got here: a second fill would read the remote
+		// again and replace the copy, and a caller that had hard-linked
+		// the first one would leave two copies on disk.
+		s.mu.Unlock()
+		return false, nil
+	}
 	fl := &flight{done: make(chan struct{})}
 	s.flights[name] = fl
 	s.mu.Unlock()
