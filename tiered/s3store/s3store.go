@@ -346,12 +346,7 @@ func (s *driver) putMultipart(ctx context.Context, name, key string, r io.Reader
 		if err == nil {
 			return
 		}
-		// Abort even when ctx is done: an incomplete upload costs storage.
-		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.opts.RequestTimeout)
-		defer cancel()
-		if _, aerr := s.client.AbortMultipartUpload(actx, &s3.AbortMultipartUploadInput{
-			Bucket: aws.String(s.opts.Bucket), Key: aws.String(key), UploadId: uploadID,
-		}); aerr != nil {
+		if aerr := s.abortUpload(context.WithoutCancel(ctx), key, uploadID); aerr != nil {
 			err = fmt.Errorf("%w (and aborting upload %s failed: %v)", err, aws.ToString(uploadID), aerr)
 		}
 	}()
@@ -391,7 +386,14 @@ func (s *driver) putMultipart(ctx context.Context, name, key string, r io.Reader
 		}
 		buf = buf[:n]
 		if _, rerr := io.ReadFull(r, buf); rerr != nil {
-			fail(fmt.Errorf("read part %d of %d: %w", i+1, nparts, rerr))
+			// Let the parts in flight finish rather than cancel them: a
+			// part cancelled client-side may still land on the server
+			// after the abort below and bring the upload back.
+			mu.Lock()
+			if firstErr == nil {
+				firstErr = fmt.Errorf("read part %d of %d: %w", i+1, nparts, rerr)
+			}
+			mu.Unlock()
 			sem <- buf
 			break
 		}
@@ -750,3 +752,37 @@ func (s *driver) deleteBatch(ctx context.Context, names []string) error {
 // Close implements tiered.Driver. Readers already returned stay usable
 // until they are closed.
 func (s *driver) Close() error { return nil }
+
+// abortUpload aborts a multipart upload, even when the caller's ctx is
+// done (an incomplete upload costs storage). A part whose request was
+// cancelled client-side may still land on the server after the abort and
+// bring the upload back (S3's documentation says to abort again then): so
+// while the upload still lists parts, abort again, a few times.
+func (s *driver) abortUpload(ctx context.Context, key string, uploadID *string) error {
+	abort := func() error {
+		actx, cancel := context.WithTimeout(ctx, s.opts.RequestTimeout)
+		defer cancel()
+		_, err := s.client.AbortMultipartUpload(actx, &s3.AbortMultipartUploadInput{
+			Bucket: aws.String(s.opts.Bucket), Key: aws.String(key), UploadId: uploadID,
+		})
+		return err
+	}
+	if err := abort(); err != nil {
+		return err
+	}
+	for i := range 3 {
+		time.Sleep(time.Duration(i+1) * 20 * time.Millisecond)
+		lctx, cancel := context.WithTimeout(ctx, s.opts.RequestTimeout)
+		_, err := s.client.ListParts(lctx, &s3.ListPartsInput{
+			Bucket: aws.String(s.opts.Bucket), Key: aws.String(key), UploadId: uploadID,
+		})
+		cancel()
+		if err != nil {
+			return nil // gone (NoSuchUpload), or not listable: nothing more to do
+		}
+		if err := abort(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
