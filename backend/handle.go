@@ -9,9 +9,19 @@ import (
 	"github.com/statedhq/stated/internal/frame"
 )
 
-// HandleFormatVersion is the version of the handle encoding this build
-// writes. Readers accept versions 1..HandleFormatVersion.
-const HandleFormatVersion = 1
+// Handle format versions. Readers accept 1..HandleFormatVersion. A handle
+// is written at the lowest version that can hold it, so that daemons that
+// predate a field still read every handle that does not use it.
+const (
+	// HandleVersionBase is version 1: every handle without Log.
+	HandleVersionBase = 1
+	// HandleVersionLog is version 2: it adds Log (changelog mode). A
+	// reader of version 1 refuses such a handle as incompatible instead
+	// of ignoring the segments it must keep.
+	HandleVersionLog = 2
+	// HandleFormatVersion is the newest version this build reads.
+	HandleFormatVersion = HandleVersionLog
+)
 
 // handleMagic starts every encoded handle. Frozen.
 const handleMagic = "STH1"
@@ -42,7 +52,30 @@ type Handle struct {
 	// checkpoint uploaded (smaller for incremental snapshots).
 	FullSize         int64 `json:"fullSize"`
 	CheckpointedSize int64 `json:"checkpointedSize"`
+	// Log is set on the handles of changelog mode (dstl/changelog): the
+	// log segments the handle's log window reads. Nil otherwise. It needs
+	// HandleVersionLog.
+	Log *HandleLog `json:"log,omitempty"`
 }
+
+// HandleLog is what a changelog-mode handle references in the log store.
+type HandleLog struct {
+	// Segments are the names of the log segments the handle's window reads,
+	// sorted, in the log store (the checkpoint store unless the daemon runs
+	// with a separate changelog store). They are shared by the checkpoints
+	// of many instances and jobs and reference-counted like shared files;
+	// their blocks carry their own checksums, so no size or CRC is kept
+	// here. Empty when the window is.
+	Segments []string `json:"segments,omitempty"`
+	// Bytes is the number of log bytes the window's ranges cover (the
+	// changelog part of the handle's size; FullSize holds the rest).
+	Bytes int64 `json:"bytes"`
+}
+
+// IsChangelog reports whether h was written in changelog mode: such a
+// handle restores only through the changelog wrapper (its files are a
+// materialized base plus a manifest of the log window).
+func (h *Handle) IsChangelog() bool { return h.Log != nil }
 
 // FileRef points at one data file of a handle.
 type FileRef struct {
@@ -112,6 +145,22 @@ func (h *Handle) Validate() error {
 	if err := ValidateOperatorState(h.OperatorState); err != nil {
 		return fmt.Errorf("%w: handle of %s: %v", ErrCorrupt, h.Task, err)
 	}
+	if l := h.Log; l != nil {
+		if h.Version < HandleVersionLog {
+			return fmt.Errorf("%w: handle of %s: a log in a version %d handle (logs need version %d)", ErrCorrupt, h.Task, h.Version, HandleVersionLog)
+		}
+		if l.Bytes < 0 {
+			return fmt.Errorf("%w: handle of %s: negative log size", ErrCorrupt, h.Task)
+		}
+		for i, s := range l.Segments {
+			if err := ValidatePath(s); err != nil {
+				return fmt.Errorf("handle of %s, log segment %d: %w", h.Task, i, err)
+			}
+			if i > 0 && s <= l.Segments[i-1] {
+				return fmt.Errorf("%w: handle of %s: log segments not sorted and distinct at %q", ErrCorrupt, h.Task, s)
+			}
+		}
+	}
 	for i, f := range h.Files {
 		if err := ValidatePath(f.Path); err != nil {
 			return fmt.Errorf("handle of %s, file %d: %w", h.Task, i, err)
@@ -150,7 +199,7 @@ func EncodeHandle(h *Handle) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("backend: encode handle: %w", err)
 	}
-	return frame.Encode(handleMagic, HandleFormatVersion, payload), nil
+	return frame.Encode(handleMagic, uint16(h.Version), payload), nil
 }
 
 // DecodeHandle parses and validates an encoded handle. Any damage is an

@@ -190,7 +190,7 @@ func (p *checkpointSnapshot) upload(ctx context.Context, base fileSet) (*backend
 		return nil, err
 	}
 	h := &backend.Handle{
-		Version:        backend.HandleFormatVersion,
+		Version:        backend.HandleVersionBase,
 		Backend:        backend.KindLSM,
 		Task:           task,
 		CheckpointID:   p.id,

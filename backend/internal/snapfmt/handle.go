@@ -53,7 +53,7 @@ func ReadHandle(ctx context.Context, stores []tiered.Store, h *backend.Handle, r
 func NewHandle(kind backend.Kind, task backend.TaskID, checkpointID uint64, r backend.KeyGroupRange, maxParallelism int,
 	states []backend.StateDescriptor, ref backend.FileRef) (*backend.Handle, error) {
 	h := &backend.Handle{
-		Version:          backend.HandleFormatVersion,
+		Version:          backend.HandleVersionBase,
 		Backend:          kind,
 		Task:             task,
 		CheckpointID:     checkpointID,
