@@ -68,7 +68,11 @@ type Backend struct {
 	epoch     uint64           // bumped when the log lost a change
 	matN      int
 	truncated uint64
-	pendingN  int                         // snapshots returned and neither run nor released
+	// confirmed is the seq of the newest confirmed base: the log may be
+	// truncated up to it, but never past the base of a snapshot still
+	// pending (truncateLocked), whose Persist reads the log from its base.
+	confirmed uint64
+	pend      map[*pending]struct{}       // snapshots returned and neither run nor released
 	used      map[uint64]*materialization // checkpoint id -> its base, until notified
 }
 
@@ -114,6 +118,7 @@ func Open(opts backend.Options, o Options) (*Backend, error) {
 		id:     fmt.Sprintf("%s/%s/%d/%s", opts.Task.Job, opts.Task.Operator, opts.Task.Subtask, o.RunID),
 		states: map[string]backend.StateDescriptor{},
 		used:   map[uint64]*materialization{},
+		pend:   map[*pending]struct{}{},
 	}
 	ctx := context.Background()
 	restores, err := readRestores(ctx, opts.RestoreStore, opts.Restore)
@@ -465,9 +470,23 @@ func (b *Backend) NotifyCheckpointComplete(checkpointID uint64) {
 			b.mat = nil
 		}
 	}
-	if m.seq > b.truncated {
-		b.w.Truncate(b.id, m.seq)
-		b.truncated = m.seq
+	b.confirmed = max(b.confirmed, m.seq)
+	b.truncateLocked()
+}
+
+// truncateLocked truncates the log up to the newest confirmed base, but
+// not past the base of a pending snapshot: a checkpoint snapshotted on an
+// older base before a newer one was confirmed still persists its window
+// from there. snapshotDone calls it again when such a snapshot ends. Call
+// with wmu held.
+func (b *Backend) truncateLocked() {
+	upto := b.confirmed
+	for p := range b.pend {
+		upto = min(upto, p.m.seq)
+	}
+	if upto > b.truncated && !b.closed {
+		b.w.Truncate(b.id, upto)
+		b.truncated = upto
 	}
 }
 
@@ -498,7 +517,7 @@ func (b *Backend) Close() error {
 		return nil
 	}
 	b.closed = true
-	forget := b.pendingN == 0
+	forget := len(b.pend) == 0
 	b.wmu.Unlock()
 	err := b.inner.Close()
 	if forget {

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"path"
+	"slices"
 	"sync"
 
 	"github.com/statedhq/stated/backend"
@@ -62,7 +63,7 @@ func (b *Backend) Snapshot(ctx context.Context, checkpointID uint64) (backend.Pe
 		}
 		p.m, p.upload = m, mp
 	}
-	b.pendingN++
+	b.pend[p] = struct{}{}
 	return p, nil
 }
 
@@ -81,7 +82,7 @@ type pending struct {
 // back to the next checkpoint.
 func (p *pending) Release() {
 	p.once.Do(func() {
-		defer p.b.snapshotDone()
+		defer p.b.snapshotDone(p)
 		if p.upload != nil {
 			p.upload.Release()
 			return
@@ -106,7 +107,7 @@ func (p *pending) Run(ctx context.Context) (*backend.Handle, error) {
 	if !ran {
 		return nil, fmt.Errorf("%w: changelog: snapshot %d already ran or was released", backend.ErrInvalidArgument, p.id)
 	}
-	defer p.b.snapshotDone()
+	defer p.b.snapshotDone(p)
 	b, m := p.b, p.m
 	select {
 	case <-m.done:
@@ -145,8 +146,13 @@ func (p *pending) Run(ctx context.Context) (*backend.Handle, error) {
 		return nil, fmt.Errorf("changelog: checkpoint %d of %s: write %s: %w", p.id, info.Task, name, err)
 	}
 	h := &backend.Handle{
-		Version: backend.HandleFormatVersion, Backend: info.Kind, Task: info.Task, CheckpointID: p.id,
+		Version: backend.HandleVersionLog, Backend: info.Kind, Task: info.Task, CheckpointID: p.id,
 		KeyGroups: info.KeyGroups, MaxParallelism: info.MaxParallelism, States: p.states,
+		Log: &backend.HandleLog{},
+	}
+	if mf.Log != nil {
+		h.Log.Segments = sortedSegments(*mf.Log)
+		h.Log.Bytes = mf.Log.Bytes()
 	}
 	for _, f := range m.h.Files {
 		f.Shared = true
@@ -167,10 +173,11 @@ func (p *pending) Run(ctx context.Context) (*backend.Handle, error) {
 
 // snapshotDone ends a pending snapshot; the last one to end after Close
 // drops the instance's log from the writer.
-func (b *Backend) snapshotDone() {
+func (b *Backend) snapshotDone(p *pending) {
 	b.wmu.Lock()
-	b.pendingN--
-	forget := b.closed && b.pendingN == 0
+	delete(b.pend, p)
+	b.truncateLocked()
+	forget := b.closed && len(b.pend) == 0
 	b.wmu.Unlock()
 	if forget {
 		b.w.Forget(b.id)
@@ -203,10 +210,19 @@ type restoreSource struct {
 	log  *dstl.Handle
 }
 
-// IsChangelog reports whether h was written in changelog mode (it holds a
-// manifest). Such a handle restores only through Open: the daemon must
-// route it here even when changelog mode was switched off since.
-func IsChangelog(h *backend.Handle) bool { return manifestIndex(h) >= 0 }
+// IsChangelog reports whether h was written in changelog mode (it has a
+// Log and holds a manifest). Such a handle restores only through Open: the
+// daemon must route it here even when changelog mode was switched off
+// since.
+func IsChangelog(h *backend.Handle) bool { return h.IsChangelog() }
+
+// sortedSegments is the handle's Log.Segments: the log window's segments,
+// sorted and distinct.
+func sortedSegments(l dstl.Handle) []string {
+	segs := slices.Clone(l.Segments())
+	slices.Sort(segs)
+	return slices.Compact(segs)
+}
 
 // manifestIndex is the index of h's manifest in Files, or -1.
 func manifestIndex(h *backend.Handle) int {
@@ -225,8 +241,14 @@ func readRestores(ctx context.Context, store tiered.Store, handles []*backend.Ha
 	for i, h := range handles {
 		out[i] = restoreSource{h: h, base: h}
 		mi := manifestIndex(h)
-		if mi < 0 {
+		if !h.IsChangelog() {
+			if mi >= 0 {
+				return nil, fmt.Errorf("%w: handle of %s holds a changelog manifest %s but no log", backend.ErrCorrupt, h.Task, h.Files[mi].Path)
+			}
 			continue
+		}
+		if mi < 0 {
+			return nil, fmt.Errorf("%w: changelog handle of %s has no manifest (%s) among its files", backend.ErrCorrupt, h.Task, manifestName)
 		}
 		f := h.Files[mi]
 		data, err := tiered.ReadAll(ctx, store, f.Path, maxManifestSize)
@@ -271,6 +293,16 @@ func readRestores(ctx context.Context, store tiered.Store, handles []*backend.Ha
 		if l := mf.Log; l != nil && (l.WriterID == "" || l.From != mf.BaseSeq+1 || l.Empty()) {
 			return nil, fmt.Errorf("%w: changelog manifest %s: log window %d..%d does not follow base seq %d",
 				backend.ErrCorrupt, f.Path, l.From, l.To, mf.BaseSeq)
+		}
+		var segs []string
+		if mf.Log != nil {
+			segs = sortedSegments(*mf.Log)
+		}
+		if !slices.Equal(segs, h.Log.Segments) {
+			// The catalog keeps the segments the handle lists: a window that
+			// reads others could read deleted ones.
+			return nil, fmt.Errorf("%w: changelog manifest %s reads log segments %v, but the handle lists %v",
+				backend.ErrCorrupt, f.Path, segs, h.Log.Segments)
 		}
 		out[i].base, out[i].seq, out[i].log = &base, mf.BaseSeq, mf.Log
 	}
