@@ -72,6 +72,17 @@ type Options struct {
 	// catalog deletes heap files there as it deletes other files in Store
 	// (see heap.go); without it nothing ever deletes them.
 	HeapStore tiered.Store
+	// LogStore is where the changelog's segments live (the names a
+	// handle's Log lists, under LogDir). Default Store. The catalog
+	// counts them with the other shared files, deletes them here when no
+	// retained checkpoint or savepoint references them and LogHeld does
+	// not hold them, and sweeps orphans under LogDir here.
+	LogStore tiered.Store
+	// LogHeld reports whether the live changelog still holds a segment
+	// (dstl.Writer.Holds): records in it are not yet truncated, so a
+	// later checkpoint may reference it even if no retained one does
+	// now. Default: nothing is held (no changelog writes to this store).
+	LogHeld func(name string) bool
 }
 
 // EnsureDefaults fills zero fields with their defaults.
@@ -99,6 +110,12 @@ func (o *Options) EnsureDefaults() {
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.LogStore == nil {
+		o.LogStore = o.Store
+	}
+	if o.LogHeld == nil {
+		o.LogHeld = func(string) bool { return false }
 	}
 }
 
@@ -193,6 +210,8 @@ type Catalog struct {
 	store tiered.Store
 	// heap is Options.HeapStore (nil: heap files are not managed).
 	heap tiered.Store
+	// logStore is Options.LogStore: where names under LogDir live.
+	logStore tiered.Store
 	// log is Options.Logger with component=catalog.
 	log *slog.Logger
 
@@ -277,13 +296,10 @@ func newDeleteGuard() deleteGuard {
 // add changes the protection of the managed files of h by delta (+1 when
 // a handle becomes pending, -1 when it is no longer).
 func (g *deleteGuard) add(h *backend.Handle, delta int) {
-	if !managed(h) {
-		return
-	}
-	for _, f := range h.Files {
-		g.protect[f.Path] += delta
-		if g.protect[f.Path] <= 0 {
-			delete(g.protect, f.Path)
+	for _, o := range managedObjects(h) {
+		g.protect[o.Path] += delta
+		if g.protect[o.Path] <= 0 {
+			delete(g.protect, o.Path)
 		}
 	}
 }
@@ -317,7 +333,7 @@ func Open(ctx context.Context, opts Options) (*Catalog, error) {
 		return nil, err
 	}
 	c := &Catalog{
-		opts: opts, store: opts.Store, heap: opts.HeapStore,
+		opts: opts, store: opts.Store, heap: opts.HeapStore, logStore: opts.LogStore,
 		log: opts.Logger.With("component", "catalog"),
 	}
 	c.mu.entries = map[ref]*entry{}
@@ -459,20 +475,34 @@ func spOwner(id string) string { return SavepointDir(id) }
 
 // managed reports whether the catalog manages h's files in its store. Heap
 // snapshots live in the heap backend's own in-memory store: the catalog
-// neither checks, counts nor deletes them.
-func managed(h *backend.Handle) bool { return h.Backend != backend.KindHeap }
+// neither checks, counts nor deletes them. A heap instance in changelog
+// mode writes its bases and manifests to the checkpoint store like the
+// other kinds.
+func managed(h *backend.Handle) bool { return h.Backend != backend.KindHeap || h.IsChangelog() }
+
+// managedObjects are the objects of h the catalog counts: its files, if
+// managed, and its log segments (always: they are in the log store).
+func managedObjects(h *backend.Handle) []refcount.Object {
+	var objs []refcount.Object
+	if managed(h) {
+		for _, f := range h.Files {
+			objs = append(objs, refcount.Object{Path: f.Path, Size: f.Size, CRC32C: f.CRC32C})
+		}
+	}
+	if h.Log != nil {
+		for _, s := range h.Log.Segments {
+			objs = append(objs, refcount.Object{Path: s})
+		}
+	}
+	return objs
+}
 
 // checkpointObjects are the objects a checkpoint references: its manifest
 // and the files of its managed handles.
 func checkpointObjects(m *Manifest, enc []byte) []refcount.Object {
 	objs := []refcount.Object{{Path: CheckpointManifest(m.Job, m.CheckpointID), Size: int64(len(enc)), CRC32C: frame.Checksum(enc)}}
 	for _, h := range m.Tasks {
-		if !managed(h) {
-			continue
-		}
-		for _, f := range h.Files {
-			objs = append(objs, refcount.Object{Path: f.Path, Size: f.Size, CRC32C: f.CRC32C})
-		}
+		objs = append(objs, managedObjects(h)...)
 	}
 	return objs
 }
@@ -484,6 +514,13 @@ func savepointObjects(m *Manifest, enc []byte) []refcount.Object {
 	for _, h := range m.Tasks {
 		for _, f := range h.Files {
 			objs = append(objs, refcount.Object{Path: dir + f.Path, Size: f.Size, CRC32C: f.CRC32C})
+		}
+		// A native savepoint of a changelog instance reads its log from
+		// the log store, under the segments' own names.
+		if h.Log != nil {
+			for _, s := range h.Log.Segments {
+				objs = append(objs, refcount.Object{Path: s})
+			}
 		}
 	}
 	return objs

@@ -70,6 +70,17 @@ func (c *Catalog) checkHandleLocked(j *jobState, id uint64, h *backend.Handle) e
 		return fmt.Errorf("%w: handle of task %s is for checkpoint %d, not %d", ErrInvalidArgument, h.Task, h.CheckpointID, id)
 	}
 	private := CheckpointDir(j.name, id) + "/"
+	if h.Log != nil {
+		for _, s := range h.Log.Segments {
+			if classify(s).kind != objLog {
+				return fmt.Errorf("%w: task %s: log segment %s is not under %s/", ErrInvalidArgument, h.Task, s, LogDir)
+			}
+			if c.mu.guard.deleting[s] {
+				return fmt.Errorf("%w: task %s references log segment %s, which is being deleted as unreferenced",
+					ErrNotFound, h.Task, s)
+			}
+		}
+	}
 	for _, f := range h.Files {
 		n := classify(f.Path)
 		switch {

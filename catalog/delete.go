@@ -31,6 +31,8 @@ func (c *Catalog) referencedLocked(name string) bool {
 	}
 	n := classify(name)
 	switch n.kind {
+	case objLog:
+		return c.opts.LogHeld(name)
 	case objCheckpointManifest:
 		return c.mu.entries[ref{n.job, n.id}] != nil
 	case objSavepointManifest:
@@ -122,7 +124,18 @@ const cleanupTimeout = 30 * time.Second
 // at a time, retrying each batch. Deleting a missing object succeeds, so a
 // retry never fails on what the first attempt managed.
 func (c *Catalog) deleteRetried(ctx context.Context, names []string) error {
-	return c.deleteRetriedIn(ctx, c.store, names)
+	var logs, rest []string
+	for _, n := range names {
+		if classify(n).kind == objLog {
+			logs = append(logs, n)
+		} else {
+			rest = append(rest, n)
+		}
+	}
+	if len(logs) == 0 {
+		return c.deleteRetriedIn(ctx, c.store, names)
+	}
+	return errors.Join(c.deleteRetriedIn(ctx, c.store, rest), c.deleteRetriedIn(ctx, c.logStore, logs))
 }
 
 // deleteRetriedIn is deleteRetried in store (Store or HeapStore).
@@ -181,4 +194,26 @@ func (c *Catalog) forEach(ctx context.Context, n int, fn func(ctx context.Contex
 	}
 	wg.Wait()
 	return errors.Join(errs...)
+}
+
+// ReleaseLog deletes the changelog segments of names (the live log let go
+// of them: dstl.Writer.TakeReleased) that no retained checkpoint or
+// savepoint and no pending handle references; the others are deleted when
+// their last reference goes. Names outside LogDir are ignored. A failed
+// delete is left to the sweep.
+func (c *Catalog) ReleaseLog(ctx context.Context, names []string) error {
+	var logs []string
+	for _, n := range names {
+		if classify(n).kind == objLog {
+			logs = append(logs, n)
+		}
+	}
+	if len(logs) == 0 {
+		return nil
+	}
+	_, err := c.deleteUnreferenced(ctx, logs)
+	if err != nil {
+		return fmt.Errorf("catalog: release log segments (the sweep retries): %w", err)
+	}
+	return nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"time"
 
@@ -83,11 +84,27 @@ func (c *Catalog) gcStore(ctx context.Context, rep *GCReport, dryRun bool) error
 	if err != nil {
 		return fmt.Errorf("catalog: gc: list the checkpoint root: %w", err)
 	}
+	if c.logStore != c.store {
+		// The log lives in a store of its own: names under LogDir in the
+		// checkpoint root are not ours to judge (a former configuration),
+		// and the log store's are swept with the rest.
+		n := len(objects)
+		objects = slices.DeleteFunc(objects, func(o tiered.ObjectInfo) bool { return classify(o.Name).kind == objLog })
+		rep.Unknown += n - len(objects)
+		err := tiered.Walk(ctx, c.logStore, LogDir+"/", func(o tiered.ObjectInfo) error {
+			objects = append(objects, o)
+			return nil
+		})
+		if err != nil {
+			return fmt.Errorf("catalog: gc: list the log store: %w", err)
+		}
+	}
 	rep.Scanned = len(objects)
 	keep, keepDirs := c.readForeignManifests(ctx, rep, objects)
 	in := c.protections(objects, keep, keepDirs)
 	plan := planSweep(in)
-	rep.Unknown, rep.Young, rep.YoungBytes = plan.unknown, plan.young, plan.youngBytes
+	rep.Unknown += plan.unknown
+	rep.Young, rep.YoungBytes = plan.young, plan.youngBytes
 	if dryRun {
 		rep.Orphans = plan.orphans
 		for _, o := range plan.orphans {

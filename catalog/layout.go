@@ -23,6 +23,12 @@ const (
 	// savepointDataDir is where a native savepoint puts its copies:
 	// "savepoints/<id>/data/<original object name>".
 	savepointDataDir = "data"
+	// LogDir holds the changelog's segments in the log store
+	// ("_changelog/..."), shared by every job of a daemon (package dstl
+	// names them). Job names start with a letter or digit, so it never
+	// collides with a job directory when the log store is the checkpoint
+	// store.
+	LogDir = "_changelog"
 )
 
 var nameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
@@ -69,6 +75,7 @@ const (
 	objJobFile                           // <job>/_catalog
 	objSavepoint                         // savepoints/<id>/... (not the manifest)
 	objSavepointManifest                 // savepoints/<id>/_metadata
+	objLog                               // _changelog/... (in the log store)
 )
 
 // objName is a parsed object name.
@@ -106,6 +113,9 @@ func classify(name string) objName {
 	seg := strings.SplitN(name, "/", 3)
 	if len(seg) < 2 {
 		return objName{}
+	}
+	if seg[0] == LogDir {
+		return objName{kind: objLog}
 	}
 	if seg[0] == SavepointsDir {
 		if len(seg) < 3 || ValidateSavepointID(seg[1]) != nil {
