@@ -131,7 +131,10 @@ type Writer struct {
 	counter    uint64
 	changed    chan struct{} // closed and replaced on every change waiters care about
 	released   []string
-	metrics    Metrics
+	// held are the durable segments some writer's log still references
+	// (Holds): the refcount registry must not delete them.
+	held    map[string]bool
+	metrics Metrics
 }
 
 // NewWriter starts a Writer over ls. Close it.
@@ -150,6 +153,7 @@ func NewWriter(ls LogStore, opts Options) (*Writer, error) {
 		slots:   make(chan struct{}, opts.UploadConcurrency),
 		writers: map[string]*wstate{},
 		batch:   map[string]*wstate{},
+		held:    map[string]bool{},
 		changed: make(chan struct{}),
 		metrics: Metrics{FlushLatency: newHistogram(FlushLatencyBounds)},
 	}
@@ -367,6 +371,7 @@ func (w *Writer) unref(sp *span) {
 	sp.live = false
 	sp.seg.refs--
 	if sp.seg.refs == 0 && sp.seg.state == segDurable {
+		delete(w.held, sp.seg.name)
 		w.released = append(w.released, sp.seg.name)
 		w.metrics.TruncatedSegments++
 	}
@@ -406,6 +411,16 @@ func (w *Writer) TakeReleased() []string {
 	out := w.released
 	w.released = nil
 	return out
+}
+
+// Holds reports whether segment name is durable and some writer's log still
+// references it: a checkpoint may yet reference it, so it must not be
+// deleted even if no retained checkpoint references it now. A segment the
+// Writer let go of is reported by TakeReleased.
+func (w *Writer) Holds(name string) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.held[name]
 }
 
 // LiveSegments returns, per durable segment, how many writers' logs still
@@ -707,6 +722,8 @@ func (w *Writer) finish(seg *segment, name string, idx *Index, err error) {
 	if seg.refs == 0 {
 		w.released = append(w.released, name)
 		w.metrics.TruncatedSegments++
+	} else {
+		w.held[name] = true
 	}
 	w.broadcast()
 }

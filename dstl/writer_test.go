@@ -207,6 +207,9 @@ func TestTruncateReleasesSegments(t *testing.T) {
 	if live := w.LiveSegments(); len(live) != 3 || live[seg1] != 2 {
 		t.Fatalf("live %v", live)
 	}
+	if !w.Holds(seg1) || !w.Holds(seg3) {
+		t.Fatalf("durable live segments not held: %v %v", w.Holds(seg1), w.Holds(seg3))
+	}
 	w.Truncate("a", 1)
 	if r := w.TakeReleased(); len(r) != 0 {
 		t.Fatalf("released %v while b still references %s", r, seg1)
@@ -222,6 +225,9 @@ func TestTruncateReleasesSegments(t *testing.T) {
 	w.Truncate("b", 1)
 	if r := w.TakeReleased(); fmt.Sprint(r) != fmt.Sprint([]string{seg1}) {
 		t.Fatalf("released %v, want [%s]", r, seg1)
+	}
+	if w.Holds(seg1) || !w.Holds(seg3) {
+		t.Fatalf("after truncation: holds %s %v (want false), %s %v (want true)", seg1, w.Holds(seg1), seg3, w.Holds(seg3))
 	}
 	w.Forget("b")
 	if r := w.TakeReleased(); fmt.Sprint(r) != fmt.Sprint([]string{seg3}) {
