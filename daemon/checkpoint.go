@@ -124,10 +124,13 @@ func (d *Daemon) Snapshot(ctx context.Context, inst *Instance, id uint64, wait b
 	// caller applied every operation it wants in this snapshot.
 	ts.ops = inst.OperatorState()
 	var ps backend.PendingSnapshot
-	err := inst.snapshotLocked(func() (err error) {
-		ps, err = inst.Backend.Snapshot(ctx, id)
-		return err
-	})
+	err := inst.materializeFailure()
+	if err == nil {
+		err = inst.snapshotLocked(func() (err error) {
+			ps, err = inst.Backend.Snapshot(ctx, id)
+			return err
+		})
+	}
 	ts.sync = time.Since(t0)
 	d.m.CheckpointSync[bi].Observe(ts.sync)
 	if err != nil {
@@ -143,7 +146,14 @@ func (d *Daemon) Snapshot(ctx context.Context, inst *Instance, id uint64, wait b
 		}
 		return SnapshotResult{Sync: ts.sync}, ts.err
 	}
-	go d.runSnapshot(c, ts, ps, id)
+	release := func() {}
+	if d.keeper != nil {
+		release = d.keeper.hold()
+	}
+	go func() {
+		defer release()
+		d.runSnapshot(c, ts, ps, id)
+	}()
 	res := SnapshotResult{Sync: ts.sync}
 	if !wait {
 		return res, nil
@@ -345,6 +355,9 @@ func (d *Daemon) CompleteCheckpoint(ctx context.Context, job string, id uint64, 
 	d.mu.Unlock()
 	for _, ts := range snaps {
 		ts.inst.Backend.NotifyCheckpointComplete(id)
+	}
+	if d.keeper != nil {
+		d.keeper.nudge() // the logs were likely truncated
 	}
 	for _, o := range subsumed {
 		_ = d.abortFor(ctx, job, o.key.id, Failure{FailureAborted, fmt.Sprintf("subsumed by checkpoint %d", id)})

@@ -9,12 +9,14 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"sync"
 	"time"
 
 	"github.com/statedhq/stated/backend"
 	"github.com/statedhq/stated/catalog"
+	"github.com/statedhq/stated/dstl/changelog"
 	"github.com/statedhq/stated/tiered"
 )
 
@@ -111,6 +113,10 @@ type Config struct {
 	// EventListener.DataCorruption is. It runs on the goroutine of the
 	// call that met it and must not call the daemon. Default nil.
 	OnCorruption func(CorruptionEvent)
+	// Changelog makes changelog mode available. Optional: without it,
+	// instances asking for the changelog and restores of checkpoints
+	// written in it are refused (ErrUnsupported).
+	Changelog *ChangelogConfig
 }
 
 // EnsureDefaults fills zero fields with their defaults.
@@ -139,6 +145,9 @@ func (c *Config) EnsureDefaults() {
 	if c.Metrics == nil {
 		c.Metrics = NewMetrics()
 	}
+	if c.Changelog != nil {
+		c.Changelog.EnsureDefaults()
+	}
 }
 
 // Validate reports every problem of c at once.
@@ -162,6 +171,11 @@ func (c *Config) Validate() error {
 	}
 	if len(c.Openers) == 0 {
 		errs = append(errs, errors.New("daemon: no backend openers"))
+	}
+	if c.Changelog != nil {
+		if err := c.Changelog.Validate(); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	if c.MaxValueSize < 0 || c.MaxMemoryState < 0 || c.MaxInstances < 0 || c.MaxStreamsPerInstance < 0 || c.CheckpointTimeout < 0 {
 		errs = append(errs, errors.New("daemon: negative limit"))
@@ -192,6 +206,9 @@ type Daemon struct {
 	lastCompleted map[string]uint64
 	// reaper runs reap (idle.go); nil when IdleInstanceTimeout < 0.
 	reaper *time.Timer
+	// keeper runs the changelog's chores (changelog.go); nil without
+	// Config.Changelog.
+	keeper *logKeeper
 }
 
 // New starts a daemon. It clears the instances directory under DataDir.
@@ -222,6 +239,9 @@ func New(cfg Config) (*Daemon, error) {
 	if cfg.IdleInstanceTimeout > 0 {
 		d.reaper = time.AfterFunc(reapInterval(cfg.IdleInstanceTimeout), d.reap)
 	}
+	if cfg.Changelog != nil {
+		d.keeper = newLogKeeper(d)
+	}
 	return d, nil
 }
 
@@ -247,9 +267,13 @@ type OpenParams struct {
 	Restore     *RestoreSpec
 	// Replace closes an instance already open for the task.
 	Replace bool
+	// Changelog chooses changelog mode for this instance (default: the
+	// daemon's ChangelogConfig.Default). A restore of a checkpoint written
+	// in changelog mode works either way.
+	Changelog ChangelogMode
 }
 
-func (p *OpenParams) validate(openers map[backend.Kind]Opener) error {
+func (p *OpenParams) validate(openers map[backend.Kind]Opener, cl *ChangelogConfig) error {
 	var errs []error
 	if err := p.Task.Validate(); err != nil {
 		errs = append(errs, err)
@@ -275,6 +299,15 @@ func (p *OpenParams) validate(openers map[backend.Kind]Opener) error {
 		errs = append(errs, err)
 	} else if openers[p.Kind] == nil {
 		errs = append(errs, fmt.Errorf("%w: backend %s is not available in this daemon", ErrUnsupported, p.Kind))
+	}
+	switch p.Changelog {
+	case ChangelogDefault, ChangelogOff:
+	case ChangelogOn:
+		if cl == nil {
+			errs = append(errs, fmt.Errorf("%w: changelog mode is not available in this daemon (start it with --changelog-store or --changelog)", ErrUnsupported))
+		}
+	default:
+		errs = append(errs, fmt.Errorf("%w: changelog mode %d", backend.ErrInvalidArgument, p.Changelog))
 	}
 	seen := map[string]bool{}
 	for _, s := range p.States {
@@ -312,7 +345,7 @@ func (p *OpenParams) validate(openers map[backend.Kind]Opener) error {
 
 // Open creates an instance for a task, restoring it when p.Restore is set.
 func (d *Daemon) Open(ctx context.Context, p OpenParams) (*Instance, error) {
-	if err := p.validate(d.cfg.Openers); err != nil {
+	if err := p.validate(d.cfg.Openers, d.cfg.Changelog); err != nil {
 		d.m.OpenFailures.Add(1)
 		return nil, err
 	}
@@ -405,7 +438,21 @@ func (d *Daemon) open(ctx context.Context, p OpenParams) (*Instance, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("daemon: open %s: %w", task, err)
 	}
-	b, err := d.cfg.Openers[p.Kind](ctx, opts, OpenEnv{Dir: dir, DataDir: d.cfg.DataDir})
+	env := OpenEnv{Dir: dir, DataDir: d.cfg.DataDir}
+	opener := func(o backend.Options) (backend.Backend, error) { return d.cfg.Openers[p.Kind](ctx, o, env) }
+	wantCL := d.wantChangelog(p.Changelog)
+	restoreCL := slices.ContainsFunc(opts.Restore, (*backend.Handle).IsChangelog)
+	var b backend.Backend
+	var cb *changelog.Backend
+	var err error
+	switch {
+	case (wantCL || restoreCL) && d.cfg.Changelog == nil:
+		err = fmt.Errorf("%w: the checkpoint was written in changelog mode, which this daemon does not have (start it with --changelog-store or --changelog)", ErrUnsupported)
+	case wantCL || restoreCL:
+		b, cb, err = d.openChangelog(opts, wantCL, opener)
+	default:
+		b, err = opener(opts)
+	}
 	if err != nil {
 		_ = os.RemoveAll(dir)
 		err = fmt.Errorf("daemon: open %s (%s backend): %w", task, p.Kind, err)
@@ -418,6 +465,12 @@ func (d *Daemon) open(ctx context.Context, p OpenParams) (*Instance, error) {
 		d.m.Restores.Add(1)
 	}
 	inst := newInstance(d, id, task, p.Kind, b, dir, restoredFrom, opState)
+	if cb != nil {
+		inst.cl = &clState{b: cb, next: d.nextMaterialization(time.Now())}
+		if p.Restore != nil {
+			d.m.ReplayDuration.Observe(cb.Stats().ReplayDuration)
+		}
+	}
 	d.mu.Lock()
 	if d.closing {
 		d.mu.Unlock()
@@ -464,7 +517,11 @@ func (d *Daemon) CloseInstance(id []byte, job string) error {
 	d.removeLocked(inst)
 	d.mu.Unlock()
 	d.log.Info("instance closed", "task", inst.Task.String(), "instance", inst.IDString())
-	return inst.close()
+	err = inst.close()
+	if d.keeper != nil {
+		d.keeper.nudge() // the instance's log was let go of
+	}
+	return err
 }
 
 // removeLocked unregisters inst; the caller closes it.
@@ -542,6 +599,11 @@ func (d *Daemon) Shutdown(ctx context.Context) error {
 		if err := in.close(); err != nil {
 			errs = append(errs, err)
 		}
+	}
+	if d.keeper != nil {
+		// The instances let go of their logs: delete what no retained
+		// checkpoint references (the sweep would, later).
+		d.keeper.close(actx)
 	}
 	d.cancelAll()
 	return errors.Join(errs...)

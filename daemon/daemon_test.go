@@ -22,6 +22,7 @@ import (
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 
 type env struct {
+	node  *node.Node
 	d     *daemon.Daemon
 	cat   *catalog.Catalog
 	store *memstore.Store
@@ -46,8 +47,14 @@ func storeNames(t *testing.T, s tiered.Store, prefix string) []string {
 // checkpoint store, without a socket: the tests call its daemon.
 func newEnv(t *testing.T, mod func(*node.Options)) *env {
 	t.Helper()
+	return newEnvOn(t, memstore.New(), mod)
+}
+
+// newEnvOn is newEnv on a given checkpoint store (a second node restoring
+// what a first one wrote).
+func newEnvOn(t *testing.T, store *memstore.Store, mod func(*node.Options)) *env {
+	t.Helper()
 	ctx := context.Background()
-	store := memstore.New()
 	o := node.Options{DataDir: t.TempDir(), Store: store, NoSocket: true, Logger: quiet}
 	if mod != nil {
 		mod(&o)
@@ -63,7 +70,7 @@ func newEnv(t *testing.T, mod func(*node.Options)) *env {
 			t.Error(err)
 		}
 	})
-	return &env{d: n.Daemon(), cat: n.Catalog(), store: store, heap: n.HeapSnapshots()}
+	return &env{d: n.Daemon(), cat: n.Catalog(), store: store, heap: n.HeapSnapshots(), node: n}
 }
 
 var valueState = []backend.StateDescriptor{{Name: "v", Kind: backend.KindValue}}

@@ -47,6 +47,9 @@ type Instance struct {
 	// reaped: the idle reaper is closing it; no stream may attach.
 	reaped bool
 	closed bool
+	// cl is the instance's changelog state (changelog.go); nil when it is
+	// not in changelog mode. Guarded by mu.
+	cl *clState
 }
 
 func newInstance(d *Daemon, id []byte, task backend.TaskID, kind backend.Kind, b backend.Backend, dir string, restoredFrom uint64,

@@ -207,11 +207,22 @@ type Metrics struct {
 	// Corruption counts detected corruption by CorruptionSite (each also
 	// logged at level error and passed to Config.OnCorruption).
 	Corruption [numCorruptionSites]atomic.Uint64
+
+	// Materializations counts completed materializations of instances in
+	// changelog mode, MaterializeDuration their durations, and
+	// MaterializeFailures the failed or abandoned ones.
+	Materializations    atomic.Uint64
+	MaterializeDuration *Histogram
+	MaterializeFailures atomic.Uint64
+	// ReplayDuration is the time restores in changelog mode spent
+	// replaying the log after restoring the base.
+	ReplayDuration *Histogram
 }
 
 // NewMetrics allocates the histograms.
 func NewMetrics() *Metrics {
-	m := &Metrics{CheckpointDuration: NewHistogram(0.001, 2, 20)}
+	m := &Metrics{CheckpointDuration: NewHistogram(0.001, 2, 20),
+		MaterializeDuration: NewHistogram(0.001, 2, 20), ReplayDuration: NewHistogram(1e-4, 2, 21)}
 	for b := range numBackendKinds {
 		for s := range numStateKinds {
 			// 1 us .. ~0.5 s.

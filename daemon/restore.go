@@ -91,7 +91,9 @@ func (d *Daemon) resolveRestore(ctx context.Context, p OpenParams) (*restorePlan
 // catalog deletes them only once the checkpoint is no longer retained).
 // Without a configured store the backend's restore reports a missing file.
 func (d *Daemon) heapHeld(ctx context.Context, h *backend.Handle) error {
-	if d.cfg.HeapSnapshots == nil {
+	if d.cfg.HeapSnapshots == nil || h.IsChangelog() {
+		// A heap instance in changelog mode writes its bases and log to
+		// the checkpoint store: they outlive the daemon process.
 		return nil
 	}
 	for _, f := range h.Files {

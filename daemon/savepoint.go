@@ -86,6 +86,9 @@ func (d *Daemon) nativeSavepoint(ctx context.Context, job string, id uint64, ins
 		if in.Kind == backend.KindHeap {
 			heap++
 		}
+		if in.Changelog() {
+			return nil, fmt.Errorf("%w: a native savepoint of %s, which is in changelog mode (use the canonical format)", ErrUnsupported, in.Task)
+		}
 	}
 	var source tiered.Store
 	switch {

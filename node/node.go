@@ -26,6 +26,7 @@ import (
 	"github.com/statedhq/stated/catalog"
 	"github.com/statedhq/stated/daemon"
 	"github.com/statedhq/stated/daemon/openers"
+	"github.com/statedhq/stated/dstl"
 	"github.com/statedhq/stated/tiered"
 	"github.com/statedhq/stated/tiered/memstore"
 	"github.com/statedhq/stated/tiered/metered"
@@ -40,13 +41,18 @@ type Node struct {
 
 	store tiered.Store
 	meter *metered.Store // nil with an injected Store
-	cache cacheStats     // nil: no cache
-	set   *openers.Set
-	cat   *catalog.Catalog
-	d     *daemon.Daemon
-	srv   *api.Server
-	reg   *prometheus.Registry
-	mux   *http.ServeMux
+	// logStore is where the changelog's segments go: store, or the store
+	// of Options.ChangelogStore (or LogStore) behind logMeter.
+	logStore tiered.Store
+	logMeter *metered.Store // nil when logStore is store
+	writer   *dstl.Writer
+	cache    cacheStats // nil: no cache
+	set      *openers.Set
+	cat      *catalog.Catalog
+	d        *daemon.Daemon
+	srv      *api.Server
+	reg      *prometheus.Registry
+	mux      *http.ServeMux
 
 	servers   []*grpc.Server
 	local     *grpc.Server // of the local API; nil with NoSocket
@@ -91,6 +97,9 @@ func Open(ctx context.Context, opts Options) (_ *Node, err error) {
 	if err := n.openStore(ctx); err != nil {
 		return nil, err
 	}
+	if err := n.openLog(ctx); err != nil {
+		return nil, err
+	}
 	n.set, err = openers.New(openers.Config{HeapSnapshotCap: opts.HeapSnapshotCap, LSMCacheSize: opts.LSMCacheSize,
 		FileCompression: opts.FileCompression, Logger: n.log})
 	if err != nil {
@@ -110,6 +119,9 @@ func Open(ctx context.Context, opts Options) (_ *Node, err error) {
 		// retains from the daemon's memory.
 		HeapStore: n.set.HeapSnapshots,
 		Logger:    n.log,
+		// The changelog's segments: counted with the shared files, kept
+		// while the live log holds them.
+		LogStore: n.logStore, LogHeld: n.writer.Holds,
 	}
 	if n.cat, err = catalog.Open(ctx, co); err != nil {
 		return nil, err
@@ -120,6 +132,8 @@ func Open(ctx context.Context, opts Options) (_ *Node, err error) {
 		MaxValueSize: opts.MaxValueSize, MaxMemoryState: opts.MaxMemoryState, MaxInstances: opts.MaxInstances,
 		MaxStreamsPerInstance: opts.MaxStreamsPerInstance, CheckpointTimeout: opts.CheckpointTimeout,
 		IdleInstanceTimeout: opts.IdleInstanceTimeout, Logger: n.log,
+		Changelog: &daemon.ChangelogConfig{Writer: n.writer, Log: dstl.TieredLogStore{Store: n.logStore}, Default: opts.Changelog,
+			MaterializeInterval: opts.MaterializeInterval, MaxMaterializeFailures: opts.MaxMaterializeFailures},
 	})
 	if err != nil {
 		return nil, err
@@ -207,6 +221,42 @@ func (n *Node) openStore(ctx context.Context) error {
 		st := c.Stats()
 		n.log.Info("checkpoint cache", "dir", dir, "maxBytes", bytes, "cachedBytes", st.Bytes, "files", st.Entries)
 	}
+	return nil
+}
+
+// openLog opens the changelog's store (the checkpoint store unless
+// Options.ChangelogStore or LogStore names another, which gets a meter of
+// its own and no cache: segments are written once and read only on
+// restore) and the daemon's one log Writer.
+func (n *Node) openLog(ctx context.Context) error {
+	o := n.opts
+	n.logStore = n.store
+	var ls tiered.Store
+	switch {
+	case o.LogStore != nil:
+		ls = keepOpen{o.LogStore}
+	case o.ChangelogStore != "":
+		so := o.S3
+		if so.S3.Logger == nil {
+			so.S3.Logger, so.S3.LogMode = SDKLogger(n.log), aws.LogRetries
+		}
+		s, err := storeurl.Open(ctx, o.ChangelogStore, so)
+		if err != nil {
+			return fmt.Errorf("changelog store: %w", err)
+		}
+		n.closers = append(n.closers, func() { _ = s.Close() })
+		ls = s
+	}
+	if ls != nil {
+		n.logMeter = metered.New(ls)
+		n.logStore = n.logMeter
+	}
+	w, err := dstl.NewWriter(dstl.TieredLogStore{Store: n.logStore}, dstl.Options{FlushDelay: o.ChangelogFlushDelay, MaxBytesInFlight: o.ChangelogMaxInFlight})
+	if err != nil {
+		return fmt.Errorf("changelog: %w", err)
+	}
+	n.writer = w
+	n.closers = append(n.closers, func() { _ = w.Close() })
 	return nil
 }
 
@@ -436,3 +486,6 @@ func redactURL(u string) string {
 	}
 	return u
 }
+
+// ChangelogWriter returns the node's one changelog writer.
+func (n *Node) ChangelogWriter() *dstl.Writer { return n.writer }

@@ -19,6 +19,7 @@ import (
 	"github.com/statedhq/stated/catalog"
 	"github.com/statedhq/stated/daemon"
 	"github.com/statedhq/stated/daemon/openers"
+	"github.com/statedhq/stated/dstl"
 	"github.com/statedhq/stated/tiered"
 	"github.com/statedhq/stated/tiered/storeurl"
 )
@@ -160,6 +161,36 @@ type Options struct {
 	// WrapOpener, if set, wraps the opener of every backend kind (tests
 	// wrap backends to slow or fail their snapshots). Default none.
 	WrapOpener func(backend.Kind, daemon.Opener) daemon.Opener
+
+	// Changelog puts every instance in changelog mode unless its open
+	// request chooses (--changelog). Changelog mode is available to every
+	// instance whatever this says. Default false.
+	Changelog bool
+	// ChangelogStore is the URL of a store of its own for the changelog's
+	// segments, e.g. a faster bucket or a local disk (--changelog-store).
+	// It must stay the same while checkpoints written with it are
+	// retained. Default "": the checkpoint store.
+	ChangelogStore string
+	// LogStore, when set, is the changelog's store instead of the one
+	// ChangelogStore names (tests); the caller owns it. Default nil.
+	LogStore tiered.Store
+	// MaterializeInterval is how often each instance in changelog mode
+	// takes a new base (--materialize-interval). Default
+	// daemon.DefaultMaterializeInterval.
+	MaterializeInterval time.Duration
+	// MaxMaterializeFailures: after this many failed materializations of
+	// an instance in a row its checkpoints fail until one succeeds
+	// (--materialize-max-failures). Default
+	// daemon.DefaultMaxMaterializeFailures.
+	MaxMaterializeFailures int
+	// ChangelogFlushDelay is the longest a change waits before its
+	// segment is cut (--changelog-flush-delay). Default 10ms
+	// (dstl.Options.FlushDelay).
+	ChangelogFlushDelay time.Duration
+	// ChangelogMaxInFlight caps the changes held in memory, buffered or
+	// uploading; writes slow down past it (--changelog-max-in-flight).
+	// Default 100MiB (dstl.Options.MaxBytesInFlight).
+	ChangelogMaxInFlight int64
 }
 
 // DefaultCheckpointStore is the default of CheckpointStore for a node
@@ -216,6 +247,10 @@ func (o *Options) EnsureDefaults() {
 	dur(&o.FirstBatchTimeout, api.DefaultFirstBatchTimeout)
 	def64(&o.LSMCacheSize, openers.DefaultLSMCacheSize)
 	dur(&o.ShutdownGrace, DefaultShutdownGrace)
+	dur(&o.MaterializeInterval, daemon.DefaultMaterializeInterval)
+	def(&o.MaxMaterializeFailures, daemon.DefaultMaxMaterializeFailures)
+	dur(&o.ChangelogFlushDelay, dstl.DefaultFlushDelay)
+	def64(&o.ChangelogMaxInFlight, dstl.DefaultMaxBytesInFlight)
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
@@ -260,7 +295,8 @@ func (o *Options) Validate() error {
 	}{{"MaxValueSize", int64(o.MaxValueSize)}, {"MaxMessageSize", int64(o.MaxMessageSize)}, {"MaxMemoryState", o.MaxMemoryState},
 		{"HeapSnapshotCap", o.HeapSnapshotCap}, {"LSMCacheSize", o.LSMCacheSize}, {"Retain", int64(o.Retain)},
 		{"MaxInstances", int64(o.MaxInstances)}, {"MaxStreamsPerInstance", int64(o.MaxStreamsPerInstance)},
-		{"QueueDepth", int64(o.QueueDepth)}, {"MaxConcurrentStreams", int64(o.MaxConcurrentStreams)}} {
+		{"QueueDepth", int64(o.QueueDepth)}, {"MaxConcurrentStreams", int64(o.MaxConcurrentStreams)},
+		{"MaxMaterializeFailures", int64(o.MaxMaterializeFailures)}} {
 		if l.n < 1 {
 			bad(l.name, "%s %d must be at least 1", ref(l.name), l.n)
 		}
@@ -273,6 +309,25 @@ func (o *Options) Validate() error {
 	}
 	if o.SweepInterval <= 0 {
 		bad("SweepInterval", "%s %v must be positive", ref("SweepInterval"), o.SweepInterval)
+	}
+	for _, d := range []struct {
+		name string
+		d    time.Duration
+	}{{"MaterializeInterval", o.MaterializeInterval}, {"ChangelogFlushDelay", o.ChangelogFlushDelay}} {
+		if d.d <= 0 {
+			bad(d.name, "%s %v must be positive", ref(d.name), d.d)
+		}
+	}
+	if o.ChangelogMaxInFlight < dstl.DefaultFlushSize {
+		bad("ChangelogMaxInFlight", "%s %d must be at least the segment size %d", ref("ChangelogMaxInFlight"), o.ChangelogMaxInFlight, dstl.DefaultFlushSize)
+	}
+	if o.LogStore != nil && o.ChangelogStore != "" {
+		bad("LogStore", "both %s and %s %q are set", ref("LogStore"), ref("ChangelogStore"), o.ChangelogStore)
+	}
+	if o.ChangelogStore != "" {
+		if _, err := storeurl.Parse(o.ChangelogStore); err != nil {
+			bad("ChangelogStore", "%s: %v", ref("ChangelogStore"), err)
+		}
 	}
 	for _, d := range []struct {
 		name string

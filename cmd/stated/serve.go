@@ -19,6 +19,7 @@ import (
 	"github.com/statedhq/stated/api"
 	"github.com/statedhq/stated/catalog"
 	"github.com/statedhq/stated/daemon"
+	"github.com/statedhq/stated/dstl"
 	"github.com/statedhq/stated/node"
 )
 
@@ -53,6 +54,12 @@ type serveFlags struct {
 	logLevel          string
 	logFormat         string
 	gcPercent         int
+	changelog         bool
+	changelogStore    string
+	materialize       time.Duration
+	materializeFails  int
+	changelogDelay    time.Duration
+	changelogInFlight string
 }
 
 func newServeCmd() *cobra.Command {
@@ -105,6 +112,12 @@ the grace ends, closes every backend and exits 0.`,
 	fl.DurationVar(&f.sweepInterval, "sweep-interval", catalog.DefaultSweepInterval, "period of the orphan sweep")
 	fl.DurationVar(&f.shutdownGrace, "shutdown-grace", 30*time.Second, "on SIGTERM, how long calls in flight and then in-flight snapshots may take in all before they are cancelled or aborted")
 	fl.IntVar(&f.gcPercent, "gc-percent", daemon.DefaultGCPercent, "Go GC target (as GOGC; GOGC in the environment wins over the default): higher trades memory for throughput; heap and file state lives in the Go heap, so with much of it lower this or set GOMEMLIMIT")
+	fl.BoolVar(&f.changelog, "changelog", false, "changelog mode for every instance whose open request does not choose: each change is logged as it happens, so checkpoints cost a log flush, not a snapshot")
+	fl.StringVar(&f.changelogStore, "changelog-store", "", "store of the changelog's segments, e.g. a faster bucket or a local disk (default: the checkpoint store); keep it while checkpoints written with it are retained")
+	fl.DurationVar(&f.materialize, "materialize-interval", daemon.DefaultMaterializeInterval, "how often each instance in changelog mode takes a new base snapshot (jittered by 20%)")
+	fl.IntVar(&f.materializeFails, "materialize-max-failures", daemon.DefaultMaxMaterializeFailures, "after this many failed materializations of an instance in a row, its checkpoints fail until one succeeds")
+	fl.DurationVar(&f.changelogDelay, "changelog-flush-delay", dstl.DefaultFlushDelay, "longest a change waits before the changelog cuts and uploads a segment")
+	fl.StringVar(&f.changelogInFlight, "changelog-max-in-flight", "100MiB", "most changelog bytes held in memory (buffered or uploading); writes slow down past it")
 	fl.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
 	fl.StringVar(&f.logFormat, "log-format", "text", "text or json")
 	return cmd
@@ -233,6 +246,9 @@ func (f *serveFlags) nodeOptions(log *slog.Logger) (node.Options, error) {
 		MaxStreamsPerInstance: f.maxStreams, QueueDepth: f.queueDepth, MaxConcurrentStreams: f.maxConnStreams,
 		FirstBatchTimeout: f.firstBatchTimeout, LSMCacheSize: size("lsm-cache-size", f.lsmCacheSize), FileCompression: f.fileCompression,
 		ShutdownGrace: f.shutdownGrace, Logger: log,
+		Changelog: f.changelog, ChangelogStore: f.changelogStore, MaterializeInterval: f.materialize,
+		MaxMaterializeFailures: f.materializeFails, ChangelogFlushDelay: f.changelogDelay,
+		ChangelogMaxInFlight: size("changelog-max-in-flight", f.changelogInFlight),
 	}
 	if o.CheckpointStore == "" {
 		o.CheckpointStore = node.DefaultCheckpointStore(o.DataDir)
@@ -268,7 +284,9 @@ var flagOf = map[string]string{
 	"MaxMessageSize": "max-message-size", "MaxMemoryState": "max-memory-state", "MaxInstances": "max-instances",
 	"MaxStreamsPerInstance": "max-streams-per-instance", "QueueDepth": "queue-depth", "MaxConcurrentStreams": "max-concurrent-streams",
 	"FirstBatchTimeout": "first-batch-timeout", "LSMCacheSize": "lsm-cache-size", "FileCompression": "file-compression",
-	"ShutdownGrace": "shutdown-grace",
+	"ShutdownGrace": "shutdown-grace", "Changelog": "changelog", "ChangelogStore": "changelog-store",
+	"MaterializeInterval": "materialize-interval", "MaxMaterializeFailures": "materialize-max-failures",
+	"ChangelogFlushDelay": "changelog-flush-delay", "ChangelogMaxInFlight": "changelog-max-in-flight",
 }
 
 // flagName is how the CLI names an option field: by its flag.

@@ -55,7 +55,8 @@ func validServeFlags(t *testing.T) serveFlags {
 	return serveFlags{dataDir: t.TempDir(), heapSnapshotCap: "5MiB", maxValueSize: "4MiB", maxMessageSize: "16MiB", lsmCacheSize: "1MiB",
 		maxMemoryState: "1GiB", retain: 3, cache: cacheFlags{bytes: defaultCacheBytes}, maxInstances: daemon.DefaultMaxInstances,
 		maxStreams: 2, queueDepth: 7, maxConnStreams: 50, firstBatchTimeout: 3 * time.Second, sweepInterval: time.Minute,
-		logLevel: "info", logFormat: "text"}
+		logLevel: "info", logFormat: "text", materialize: time.Minute, materializeFails: 3, changelogDelay: 10 * time.Millisecond,
+		changelogInFlight: "100MiB"}
 }
 
 func TestServeFlagValidation(t *testing.T) {
@@ -152,7 +153,7 @@ func TestServeLimitFlags(t *testing.T) {
 // node.Options without a decision here fails it, so that node's problems
 // are never reported to a CLI user under a Go field name.
 func TestFlagOfCoversOptions(t *testing.T) {
-	noFlag := map[string]bool{"Listener": true, "NoSocket": true, "Store": true, "Logger": true, "GRPCOptions": true, "WrapOpener": true, "S3": true,
+	noFlag := map[string]bool{"Listener": true, "NoSocket": true, "Store": true, "Logger": true, "GRPCOptions": true, "WrapOpener": true, "S3": true, "LogStore": true,
 		"S3.S3": true, "S3.CacheDir": true, "S3.CacheBytes": true, "S3.Uncached": true, "S3.Wrap": true}
 	fields := map[string]bool{}
 	var walk func(prefix string, typ reflect.Type)

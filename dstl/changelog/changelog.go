@@ -73,6 +73,7 @@ type Backend struct {
 	// pending (truncateLocked), whose Persist reads the log from its base.
 	confirmed uint64
 	pend      map[*pending]struct{}       // snapshots returned and neither run nor released
+	replayDur time.Duration               // set by Open
 	used      map[uint64]*materialization // checkpoint id -> its base, until notified
 }
 
@@ -144,10 +145,12 @@ func Open(opts backend.Options, o Options) (*Backend, error) {
 	for _, d := range inner.States() {
 		b.states[d.Name] = d
 	}
+	t0 := time.Now()
 	if err := b.replay(ctx, restores); err != nil {
 		_ = inner.Close()
 		return nil, err
 	}
+	b.replayDur = time.Since(t0)
 	return b, nil
 }
 
@@ -526,6 +529,23 @@ func (b *Backend) Close() error {
 	return err
 }
 
+// Unwrap ends changelog mode after a restore: it drops the instance's log
+// from the writer and returns the inner backend, which the caller owns
+// from now on (a task restored from changelog checkpoints with changelog
+// mode switched off since). Call it before any snapshot; the Backend is
+// closed afterwards.
+func (b *Backend) Unwrap() (backend.Backend, error) {
+	b.wmu.Lock()
+	if b.closed || len(b.pend) > 0 {
+		b.wmu.Unlock()
+		return nil, fmt.Errorf("%w: changelog: unwrap of %s: closed or snapshotting", backend.ErrInvalidArgument, b.opts.Task)
+	}
+	b.closed = true
+	b.wmu.Unlock()
+	b.w.Forget(b.id)
+	return b.inner, nil
+}
+
 // WriterID is the instance's log id in the shared writer.
 func (b *Backend) WriterID() string { return b.id }
 
@@ -543,13 +563,17 @@ type Stats struct {
 	// checkpoints); LostChanges the changes the log refused.
 	Materializations int
 	LostChanges      uint64
+	// ReplayDuration is the time Open spent replaying logs after the
+	// inner backend restored its bases.
+	ReplayDuration time.Duration
 }
 
 // Stats returns the instance's counters.
 func (b *Backend) Stats() Stats {
 	b.wmu.Lock()
 	defer b.wmu.Unlock()
-	s := Stats{LastSeq: b.lastSeq, TruncatedSeq: b.truncated, Materializations: b.matN, LostChanges: b.epoch}
+	s := Stats{LastSeq: b.lastSeq, TruncatedSeq: b.truncated, Materializations: b.matN, LostChanges: b.epoch,
+		ReplayDuration: b.replayDur}
 	if b.conf != nil {
 		s.ConfirmedBaseSeq = b.conf.seq
 	}
