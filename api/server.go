@@ -284,6 +284,7 @@ func (s *Server) Open(ctx context.Context, req *pb.OpenRequest) (*pb.OpenRespons
 		MaxValueSize:         int64(inst.MaxValueSize()),
 		MaxMessageSize:       int64(s.opts.MaxMessageSize),
 		MaxBatchOps:          int32(s.opts.MaxBatchOps),
+		Changelog:            inst.Changelog(),
 	}
 	for _, d := range inst.Backend.States() {
 		resp.States = append(resp.States, protocol.StateToPB(d))
@@ -301,6 +302,15 @@ func openParams(req *pb.OpenRequest) (daemon.OpenParams, error) {
 	}
 	if req.GetTask() == nil {
 		return p, fmt.Errorf("api: open: %w: no task", backend.ErrInvalidArgument)
+	}
+	switch m := req.GetChangelog(); m {
+	case pb.ChangelogMode_CHANGELOG_MODE_UNSPECIFIED:
+	case pb.ChangelogMode_CHANGELOG_MODE_ON:
+		p.Changelog = daemon.ChangelogOn
+	case pb.ChangelogMode_CHANGELOG_MODE_OFF:
+		p.Changelog = daemon.ChangelogOff
+	default:
+		return p, fmt.Errorf("api: open: %w: unknown changelog mode %d", backend.ErrInvalidArgument, m)
 	}
 	switch {
 	case req.GetKeyGroups() != nil:

@@ -217,7 +217,22 @@ type OpenSpec struct {
 	Restore   *Restore
 	// Replace closes an instance already open for the task.
 	Replace bool
+	// Changelog chooses changelog mode for the instance (default: the
+	// daemon's --changelog).
+	Changelog Changelog
 }
+
+// Changelog is an instance's choice of changelog mode: every change logged
+// as it happens, so that a checkpoint only makes the recent changes durable.
+type Changelog int
+
+const (
+	// ChangelogDefault follows the daemon's --changelog.
+	ChangelogDefault Changelog = iota
+	// ChangelogOn and ChangelogOff choose for the instance.
+	ChangelogOn
+	ChangelogOff
+)
 
 // Open opens an instance and its batch stream.
 func (c *Client) Open(ctx context.Context, spec OpenSpec) (*Instance, error) {
@@ -239,6 +254,15 @@ func (c *Client) Open(ctx context.Context, spec OpenSpec) (*Instance, error) {
 		Parallelism:    int32(max(spec.Parallelism, 0)),
 		Backend:        string(spec.Backend),
 		Replace:        spec.Replace,
+	}
+	switch spec.Changelog {
+	case ChangelogDefault:
+	case ChangelogOn:
+		req.Changelog = pb.ChangelogMode_CHANGELOG_MODE_ON
+	case ChangelogOff:
+		req.Changelog = pb.ChangelogMode_CHANGELOG_MODE_OFF
+	default:
+		return nil, status.Errorf(codes.InvalidArgument, "client: open %s: changelog choice %d", spec.Task, spec.Changelog)
 	}
 	for _, s := range spec.States {
 		req.States = append(req.States, protocol.StateToPB(s))

@@ -104,6 +104,7 @@ type Instance struct {
 	keyGroups backend.KeyGroupRange
 	states    []backend.StateDescriptor
 	restored  uint64
+	changelog bool
 	maxValue  int
 
 	stream grpc.ClientStream
@@ -161,6 +162,7 @@ func newInstance(ctx context.Context, c *Client, task backend.TaskID, resp *pb.O
 		maxPar:    int(resp.GetMaxParallelism()),
 		keyGroups: backend.KeyGroupRange{Start: int(resp.GetKeyGroups().GetStart()), End: int(resp.GetKeyGroups().GetEnd())},
 		restored:  resp.GetRestoredCheckpointId(),
+		changelog: resp.GetChangelog(),
 		maxValue:  int(resp.GetMaxValueSize()),
 		stream:    stream, cancel: cancel, cb: newRunner(),
 		pending:  make(chan *batch, opts.MaxInFlight),
@@ -218,6 +220,9 @@ func (in *Instance) States() []backend.StateDescriptor { return in.states }
 // RestoredCheckpoint is the checkpoint the instance was restored from (0:
 // none, or a savepoint).
 func (in *Instance) RestoredCheckpoint() uint64 { return in.restored }
+
+// Changelog reports whether the instance is in changelog mode.
+func (in *Instance) Changelog() bool { return in.changelog }
 
 // KeyGroup returns the key group of key (see the package doc).
 func (in *Instance) KeyGroup(key []byte) int {

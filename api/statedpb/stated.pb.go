@@ -308,6 +308,55 @@ func (RestoreMode) EnumDescriptor() ([]byte, []int) {
 	return file_stated_proto_rawDescGZIP(), []int{4}
 }
 
+type ChangelogMode int32
+
+const (
+	ChangelogMode_CHANGELOG_MODE_UNSPECIFIED ChangelogMode = 0
+	ChangelogMode_CHANGELOG_MODE_ON          ChangelogMode = 1
+	ChangelogMode_CHANGELOG_MODE_OFF         ChangelogMode = 2
+)
+
+// Enum value maps for ChangelogMode.
+var (
+	ChangelogMode_name = map[int32]string{
+		0: "CHANGELOG_MODE_UNSPECIFIED",
+		1: "CHANGELOG_MODE_ON",
+		2: "CHANGELOG_MODE_OFF",
+	}
+	ChangelogMode_value = map[string]int32{
+		"CHANGELOG_MODE_UNSPECIFIED": 0,
+		"CHANGELOG_MODE_ON":          1,
+		"CHANGELOG_MODE_OFF":         2,
+	}
+)
+
+func (x ChangelogMode) Enum() *ChangelogMode {
+	p := new(ChangelogMode)
+	*p = x
+	return p
+}
+
+func (x ChangelogMode) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (ChangelogMode) Descriptor() protoreflect.EnumDescriptor {
+	return file_stated_proto_enumTypes[5].Descriptor()
+}
+
+func (ChangelogMode) Type() protoreflect.EnumType {
+	return &file_stated_proto_enumTypes[5]
+}
+
+func (x ChangelogMode) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use ChangelogMode.Descriptor instead.
+func (ChangelogMode) EnumDescriptor() ([]byte, []int) {
+	return file_stated_proto_rawDescGZIP(), []int{5}
+}
+
 type OpType int32
 
 const (
@@ -415,11 +464,11 @@ func (x OpType) String() string {
 }
 
 func (OpType) Descriptor() protoreflect.EnumDescriptor {
-	return file_stated_proto_enumTypes[5].Descriptor()
+	return file_stated_proto_enumTypes[6].Descriptor()
 }
 
 func (OpType) Type() protoreflect.EnumType {
-	return &file_stated_proto_enumTypes[5]
+	return &file_stated_proto_enumTypes[6]
 }
 
 func (x OpType) Number() protoreflect.EnumNumber {
@@ -428,7 +477,7 @@ func (x OpType) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use OpType.Descriptor instead.
 func (OpType) EnumDescriptor() ([]byte, []int) {
-	return file_stated_proto_rawDescGZIP(), []int{5}
+	return file_stated_proto_rawDescGZIP(), []int{6}
 }
 
 // OperatorStateMode says how an operator-state list is redistributed when
@@ -469,11 +518,11 @@ func (x OperatorStateMode) String() string {
 }
 
 func (OperatorStateMode) Descriptor() protoreflect.EnumDescriptor {
-	return file_stated_proto_enumTypes[6].Descriptor()
+	return file_stated_proto_enumTypes[7].Descriptor()
 }
 
 func (OperatorStateMode) Type() protoreflect.EnumType {
-	return &file_stated_proto_enumTypes[6]
+	return &file_stated_proto_enumTypes[7]
 }
 
 func (x OperatorStateMode) Number() protoreflect.EnumNumber {
@@ -482,7 +531,7 @@ func (x OperatorStateMode) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use OperatorStateMode.Descriptor instead.
 func (OperatorStateMode) EnumDescriptor() ([]byte, []int) {
-	return file_stated_proto_rawDescGZIP(), []int{6}
+	return file_stated_proto_rawDescGZIP(), []int{7}
 }
 
 type SavepointFormat int32
@@ -519,11 +568,11 @@ func (x SavepointFormat) String() string {
 }
 
 func (SavepointFormat) Descriptor() protoreflect.EnumDescriptor {
-	return file_stated_proto_enumTypes[7].Descriptor()
+	return file_stated_proto_enumTypes[8].Descriptor()
 }
 
 func (SavepointFormat) Type() protoreflect.EnumType {
-	return &file_stated_proto_enumTypes[7]
+	return &file_stated_proto_enumTypes[8]
 }
 
 func (x SavepointFormat) Number() protoreflect.EnumNumber {
@@ -532,7 +581,7 @@ func (x SavepointFormat) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use SavepointFormat.Descriptor instead.
 func (SavepointFormat) EnumDescriptor() ([]byte, []int) {
-	return file_stated_proto_rawDescGZIP(), []int{7}
+	return file_stated_proto_rawDescGZIP(), []int{8}
 }
 
 type TaskId struct {
@@ -868,7 +917,13 @@ type OpenRequest struct {
 	// union lists to everyone). It needs parallelism unless key_groups fits
 	// only one. max_parallelism must be the one the state was written with
 	// (FailedPrecondition otherwise).
-	Parallelism   int32 `protobuf:"varint,8,opt,name=parallelism,proto3" json:"parallelism,omitempty"`
+	Parallelism int32 `protobuf:"varint,8,opt,name=parallelism,proto3" json:"parallelism,omitempty"`
+	// changelog chooses changelog mode for this instance: every change is
+	// logged as it happens, so a checkpoint only makes the recent changes
+	// durable and the state's snapshot ("materialization") runs in the
+	// background. UNSPECIFIED follows the daemon's --changelog. A restore of
+	// a checkpoint written in changelog mode works with either choice.
+	Changelog     ChangelogMode `protobuf:"varint,9,opt,name=changelog,proto3,enum=stated.v1.ChangelogMode" json:"changelog,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -959,6 +1014,13 @@ func (x *OpenRequest) GetParallelism() int32 {
 	return 0
 }
 
+func (x *OpenRequest) GetChangelog() ChangelogMode {
+	if x != nil {
+		return x.Changelog
+	}
+	return ChangelogMode_CHANGELOG_MODE_UNSPECIFIED
+}
+
 type OpenResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// instance_id names the instance in every later call. It is random and
@@ -974,8 +1036,10 @@ type OpenResponse struct {
 	MaxValueSize   int64 `protobuf:"varint,6,opt,name=max_value_size,json=maxValueSize,proto3" json:"max_value_size,omitempty"`
 	MaxMessageSize int64 `protobuf:"varint,7,opt,name=max_message_size,json=maxMessageSize,proto3" json:"max_message_size,omitempty"`
 	MaxBatchOps    int32 `protobuf:"varint,8,opt,name=max_batch_ops,json=maxBatchOps,proto3" json:"max_batch_ops,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// changelog says whether the instance is in changelog mode.
+	Changelog     bool `protobuf:"varint,9,opt,name=changelog,proto3" json:"changelog,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *OpenResponse) Reset() {
@@ -1062,6 +1126,13 @@ func (x *OpenResponse) GetMaxBatchOps() int32 {
 		return x.MaxBatchOps
 	}
 	return 0
+}
+
+func (x *OpenResponse) GetChangelog() bool {
+	if x != nil {
+		return x.Changelog
+	}
+	return false
 }
 
 // Op is one state operation. It is flat (no oneof) so that a batch of
@@ -2723,7 +2794,7 @@ const file_stated_proto_rawDesc = "" +
 	"\rcheckpoint_id\x18\x02 \x01(\x04H\x00R\fcheckpointId\x12\x1e\n" +
 	"\tsavepoint\x18\x03 \x01(\tH\x00R\tsavepoint\x12*\n" +
 	"\x04mode\x18\x04 \x01(\x0e2\x16.stated.v1.RestoreModeR\x04modeB\b\n" +
-	"\x06source\"\xd4\x02\n" +
+	"\x06source\"\x8c\x03\n" +
 	"\vOpenRequest\x12%\n" +
 	"\x04task\x18\x01 \x01(\v2\x11.stated.v1.TaskIdR\x04task\x127\n" +
 	"\n" +
@@ -2733,7 +2804,8 @@ const file_stated_proto_rawDesc = "" +
 	"\x06states\x18\x05 \x03(\v2\x1a.stated.v1.StateDescriptorR\x06states\x122\n" +
 	"\arestore\x18\x06 \x01(\v2\x18.stated.v1.RestoreSourceR\arestore\x12\x18\n" +
 	"\areplace\x18\a \x01(\bR\areplace\x12 \n" +
-	"\vparallelism\x18\b \x01(\x05R\vparallelism\"\xef\x02\n" +
+	"\vparallelism\x18\b \x01(\x05R\vparallelism\x126\n" +
+	"\tchangelog\x18\t \x01(\x0e2\x18.stated.v1.ChangelogModeR\tchangelog\"\x8d\x03\n" +
 	"\fOpenResponse\x12\x1f\n" +
 	"\vinstance_id\x18\x01 \x01(\fR\n" +
 	"instanceId\x12'\n" +
@@ -2744,7 +2816,8 @@ const file_stated_proto_rawDesc = "" +
 	"\x16restored_checkpoint_id\x18\x05 \x01(\x04R\x14restoredCheckpointId\x12$\n" +
 	"\x0emax_value_size\x18\x06 \x01(\x03R\fmaxValueSize\x12(\n" +
 	"\x10max_message_size\x18\a \x01(\x03R\x0emaxMessageSize\x12\"\n" +
-	"\rmax_batch_ops\x18\b \x01(\x05R\vmaxBatchOps\"\xc4\x03\n" +
+	"\rmax_batch_ops\x18\b \x01(\x05R\vmaxBatchOps\x12\x1c\n" +
+	"\tchangelog\x18\t \x01(\bR\tchangelog\"\xc4\x03\n" +
 	"\x02Op\x12%\n" +
 	"\x04type\x18\x01 \x01(\x0e2\x11.stated.v1.OpTypeR\x04type\x12\x14\n" +
 	"\x05state\x18\x02 \x01(\tR\x05state\x12\x1b\n" +
@@ -2900,7 +2973,11 @@ const file_stated_proto_rawDesc = "" +
 	"\vRestoreMode\x12\x1c\n" +
 	"\x18RESTORE_MODE_UNSPECIFIED\x10\x00\x12\x16\n" +
 	"\x12RESTORE_MODE_CLAIM\x10\x01\x12\x19\n" +
-	"\x15RESTORE_MODE_NO_CLAIM\x10\x02*\xd0\x03\n" +
+	"\x15RESTORE_MODE_NO_CLAIM\x10\x02*^\n" +
+	"\rChangelogMode\x12\x1e\n" +
+	"\x1aCHANGELOG_MODE_UNSPECIFIED\x10\x00\x12\x15\n" +
+	"\x11CHANGELOG_MODE_ON\x10\x01\x12\x16\n" +
+	"\x12CHANGELOG_MODE_OFF\x10\x02*\xd0\x03\n" +
 	"\x06OpType\x12\x17\n" +
 	"\x13OP_TYPE_UNSPECIFIED\x10\x00\x12\x0f\n" +
 	"\vOP_TYPE_GET\x10\x01\x12\x0f\n" +
@@ -2953,7 +3030,7 @@ func file_stated_proto_rawDescGZIP() []byte {
 	return file_stated_proto_rawDescData
 }
 
-var file_stated_proto_enumTypes = make([]protoimpl.EnumInfo, 8)
+var file_stated_proto_enumTypes = make([]protoimpl.EnumInfo, 9)
 var file_stated_proto_msgTypes = make([]protoimpl.MessageInfo, 29)
 var file_stated_proto_goTypes = []any{
 	(StateKind)(0),                     // 0: stated.v1.StateKind
@@ -2961,38 +3038,39 @@ var file_stated_proto_goTypes = []any{
 	(AggregateFunc)(0),                 // 2: stated.v1.AggregateFunc
 	(NumberType)(0),                    // 3: stated.v1.NumberType
 	(RestoreMode)(0),                   // 4: stated.v1.RestoreMode
-	(OpType)(0),                        // 5: stated.v1.OpType
-	(OperatorStateMode)(0),             // 6: stated.v1.OperatorStateMode
-	(SavepointFormat)(0),               // 7: stated.v1.SavepointFormat
-	(*TaskId)(nil),                     // 8: stated.v1.TaskId
-	(*KeyGroupRange)(nil),              // 9: stated.v1.KeyGroupRange
-	(*StateDescriptor)(nil),            // 10: stated.v1.StateDescriptor
-	(*RestoreSource)(nil),              // 11: stated.v1.RestoreSource
-	(*OpenRequest)(nil),                // 12: stated.v1.OpenRequest
-	(*OpenResponse)(nil),               // 13: stated.v1.OpenResponse
-	(*Op)(nil),                         // 14: stated.v1.Op
-	(*BatchRequest)(nil),               // 15: stated.v1.BatchRequest
-	(*MapEntry)(nil),                   // 16: stated.v1.MapEntry
-	(*Timer)(nil),                      // 17: stated.v1.Timer
-	(*Result)(nil),                     // 18: stated.v1.Result
-	(*BatchResponse)(nil),              // 19: stated.v1.BatchResponse
-	(*SnapshotRequest)(nil),            // 20: stated.v1.SnapshotRequest
-	(*SnapshotResponse)(nil),           // 21: stated.v1.SnapshotResponse
-	(*CompleteCheckpointRequest)(nil),  // 22: stated.v1.CompleteCheckpointRequest
-	(*CheckpointInfo)(nil),             // 23: stated.v1.CheckpointInfo
-	(*CompleteCheckpointResponse)(nil), // 24: stated.v1.CompleteCheckpointResponse
-	(*AbortCheckpointRequest)(nil),     // 25: stated.v1.AbortCheckpointRequest
-	(*AbortCheckpointResponse)(nil),    // 26: stated.v1.AbortCheckpointResponse
-	(*ListCheckpointsRequest)(nil),     // 27: stated.v1.ListCheckpointsRequest
-	(*ListCheckpointsResponse)(nil),    // 28: stated.v1.ListCheckpointsResponse
-	(*TriggerSavepointRequest)(nil),    // 29: stated.v1.TriggerSavepointRequest
-	(*TriggerSavepointResponse)(nil),   // 30: stated.v1.TriggerSavepointResponse
-	(*PlanRescaleRequest)(nil),         // 31: stated.v1.PlanRescaleRequest
-	(*RescaleSource)(nil),              // 32: stated.v1.RescaleSource
-	(*RescaleSubtask)(nil),             // 33: stated.v1.RescaleSubtask
-	(*PlanRescaleResponse)(nil),        // 34: stated.v1.PlanRescaleResponse
-	(*CloseRequest)(nil),               // 35: stated.v1.CloseRequest
-	(*CloseResponse)(nil),              // 36: stated.v1.CloseResponse
+	(ChangelogMode)(0),                 // 5: stated.v1.ChangelogMode
+	(OpType)(0),                        // 6: stated.v1.OpType
+	(OperatorStateMode)(0),             // 7: stated.v1.OperatorStateMode
+	(SavepointFormat)(0),               // 8: stated.v1.SavepointFormat
+	(*TaskId)(nil),                     // 9: stated.v1.TaskId
+	(*KeyGroupRange)(nil),              // 10: stated.v1.KeyGroupRange
+	(*StateDescriptor)(nil),            // 11: stated.v1.StateDescriptor
+	(*RestoreSource)(nil),              // 12: stated.v1.RestoreSource
+	(*OpenRequest)(nil),                // 13: stated.v1.OpenRequest
+	(*OpenResponse)(nil),               // 14: stated.v1.OpenResponse
+	(*Op)(nil),                         // 15: stated.v1.Op
+	(*BatchRequest)(nil),               // 16: stated.v1.BatchRequest
+	(*MapEntry)(nil),                   // 17: stated.v1.MapEntry
+	(*Timer)(nil),                      // 18: stated.v1.Timer
+	(*Result)(nil),                     // 19: stated.v1.Result
+	(*BatchResponse)(nil),              // 20: stated.v1.BatchResponse
+	(*SnapshotRequest)(nil),            // 21: stated.v1.SnapshotRequest
+	(*SnapshotResponse)(nil),           // 22: stated.v1.SnapshotResponse
+	(*CompleteCheckpointRequest)(nil),  // 23: stated.v1.CompleteCheckpointRequest
+	(*CheckpointInfo)(nil),             // 24: stated.v1.CheckpointInfo
+	(*CompleteCheckpointResponse)(nil), // 25: stated.v1.CompleteCheckpointResponse
+	(*AbortCheckpointRequest)(nil),     // 26: stated.v1.AbortCheckpointRequest
+	(*AbortCheckpointResponse)(nil),    // 27: stated.v1.AbortCheckpointResponse
+	(*ListCheckpointsRequest)(nil),     // 28: stated.v1.ListCheckpointsRequest
+	(*ListCheckpointsResponse)(nil),    // 29: stated.v1.ListCheckpointsResponse
+	(*TriggerSavepointRequest)(nil),    // 30: stated.v1.TriggerSavepointRequest
+	(*TriggerSavepointResponse)(nil),   // 31: stated.v1.TriggerSavepointResponse
+	(*PlanRescaleRequest)(nil),         // 32: stated.v1.PlanRescaleRequest
+	(*RescaleSource)(nil),              // 33: stated.v1.RescaleSource
+	(*RescaleSubtask)(nil),             // 34: stated.v1.RescaleSubtask
+	(*PlanRescaleResponse)(nil),        // 35: stated.v1.PlanRescaleResponse
+	(*CloseRequest)(nil),               // 36: stated.v1.CloseRequest
+	(*CloseResponse)(nil),              // 37: stated.v1.CloseResponse
 }
 var file_stated_proto_depIdxs = []int32{
 	0,  // 0: stated.v1.StateDescriptor.kind:type_name -> stated.v1.StateKind
@@ -3000,54 +3078,55 @@ var file_stated_proto_depIdxs = []int32{
 	2,  // 2: stated.v1.StateDescriptor.aggregate:type_name -> stated.v1.AggregateFunc
 	3,  // 3: stated.v1.StateDescriptor.number:type_name -> stated.v1.NumberType
 	4,  // 4: stated.v1.RestoreSource.mode:type_name -> stated.v1.RestoreMode
-	8,  // 5: stated.v1.OpenRequest.task:type_name -> stated.v1.TaskId
-	9,  // 6: stated.v1.OpenRequest.key_groups:type_name -> stated.v1.KeyGroupRange
-	10, // 7: stated.v1.OpenRequest.states:type_name -> stated.v1.StateDescriptor
-	11, // 8: stated.v1.OpenRequest.restore:type_name -> stated.v1.RestoreSource
-	9,  // 9: stated.v1.OpenResponse.key_groups:type_name -> stated.v1.KeyGroupRange
-	10, // 10: stated.v1.OpenResponse.states:type_name -> stated.v1.StateDescriptor
-	5,  // 11: stated.v1.Op.type:type_name -> stated.v1.OpType
-	3,  // 12: stated.v1.Op.number_type:type_name -> stated.v1.NumberType
-	6,  // 13: stated.v1.Op.operator_mode:type_name -> stated.v1.OperatorStateMode
-	14, // 14: stated.v1.BatchRequest.ops:type_name -> stated.v1.Op
-	16, // 15: stated.v1.Result.entries:type_name -> stated.v1.MapEntry
-	3,  // 16: stated.v1.Result.number_type:type_name -> stated.v1.NumberType
-	17, // 17: stated.v1.Result.timers:type_name -> stated.v1.Timer
-	6,  // 18: stated.v1.Result.operator_mode:type_name -> stated.v1.OperatorStateMode
-	18, // 19: stated.v1.BatchResponse.results:type_name -> stated.v1.Result
-	8,  // 20: stated.v1.CompleteCheckpointRequest.tasks:type_name -> stated.v1.TaskId
-	23, // 21: stated.v1.CompleteCheckpointResponse.checkpoint:type_name -> stated.v1.CheckpointInfo
-	23, // 22: stated.v1.ListCheckpointsResponse.checkpoints:type_name -> stated.v1.CheckpointInfo
-	7,  // 23: stated.v1.TriggerSavepointRequest.format:type_name -> stated.v1.SavepointFormat
-	8,  // 24: stated.v1.RescaleSource.task:type_name -> stated.v1.TaskId
-	9,  // 25: stated.v1.RescaleSource.key_groups:type_name -> stated.v1.KeyGroupRange
-	9,  // 26: stated.v1.RescaleSource.overlap:type_name -> stated.v1.KeyGroupRange
-	9,  // 27: stated.v1.RescaleSubtask.key_groups:type_name -> stated.v1.KeyGroupRange
-	32, // 28: stated.v1.RescaleSubtask.sources:type_name -> stated.v1.RescaleSource
-	33, // 29: stated.v1.PlanRescaleResponse.subtasks:type_name -> stated.v1.RescaleSubtask
-	12, // 30: stated.v1.Stated.Open:input_type -> stated.v1.OpenRequest
-	15, // 31: stated.v1.Stated.Batch:input_type -> stated.v1.BatchRequest
-	20, // 32: stated.v1.Stated.Snapshot:input_type -> stated.v1.SnapshotRequest
-	22, // 33: stated.v1.Stated.CompleteCheckpoint:input_type -> stated.v1.CompleteCheckpointRequest
-	25, // 34: stated.v1.Stated.AbortCheckpoint:input_type -> stated.v1.AbortCheckpointRequest
-	27, // 35: stated.v1.Stated.ListCheckpoints:input_type -> stated.v1.ListCheckpointsRequest
-	29, // 36: stated.v1.Stated.TriggerSavepoint:input_type -> stated.v1.TriggerSavepointRequest
-	31, // 37: stated.v1.Stated.PlanRescale:input_type -> stated.v1.PlanRescaleRequest
-	35, // 38: stated.v1.Stated.Close:input_type -> stated.v1.CloseRequest
-	13, // 39: stated.v1.Stated.Open:output_type -> stated.v1.OpenResponse
-	19, // 40: stated.v1.Stated.Batch:output_type -> stated.v1.BatchResponse
-	21, // 41: stated.v1.Stated.Snapshot:output_type -> stated.v1.SnapshotResponse
-	24, // 42: stated.v1.Stated.CompleteCheckpoint:output_type -> stated.v1.CompleteCheckpointResponse
-	26, // 43: stated.v1.Stated.AbortCheckpoint:output_type -> stated.v1.AbortCheckpointResponse
-	28, // 44: stated.v1.Stated.ListCheckpoints:output_type -> stated.v1.ListCheckpointsResponse
-	30, // 45: stated.v1.Stated.TriggerSavepoint:output_type -> stated.v1.TriggerSavepointResponse
-	34, // 46: stated.v1.Stated.PlanRescale:output_type -> stated.v1.PlanRescaleResponse
-	36, // 47: stated.v1.Stated.Close:output_type -> stated.v1.CloseResponse
-	39, // [39:48] is the sub-list for method output_type
-	30, // [30:39] is the sub-list for method input_type
-	30, // [30:30] is the sub-list for extension type_name
-	30, // [30:30] is the sub-list for extension extendee
-	0,  // [0:30] is the sub-list for field type_name
+	9,  // 5: stated.v1.OpenRequest.task:type_name -> stated.v1.TaskId
+	10, // 6: stated.v1.OpenRequest.key_groups:type_name -> stated.v1.KeyGroupRange
+	11, // 7: stated.v1.OpenRequest.states:type_name -> stated.v1.StateDescriptor
+	12, // 8: stated.v1.OpenRequest.restore:type_name -> stated.v1.RestoreSource
+	5,  // 9: stated.v1.OpenRequest.changelog:type_name -> stated.v1.ChangelogMode
+	10, // 10: stated.v1.OpenResponse.key_groups:type_name -> stated.v1.KeyGroupRange
+	11, // 11: stated.v1.OpenResponse.states:type_name -> stated.v1.StateDescriptor
+	6,  // 12: stated.v1.Op.type:type_name -> stated.v1.OpType
+	3,  // 13: stated.v1.Op.number_type:type_name -> stated.v1.NumberType
+	7,  // 14: stated.v1.Op.operator_mode:type_name -> stated.v1.OperatorStateMode
+	15, // 15: stated.v1.BatchRequest.ops:type_name -> stated.v1.Op
+	17, // 16: stated.v1.Result.entries:type_name -> stated.v1.MapEntry
+	3,  // 17: stated.v1.Result.number_type:type_name -> stated.v1.NumberType
+	18, // 18: stated.v1.Result.timers:type_name -> stated.v1.Timer
+	7,  // 19: stated.v1.Result.operator_mode:type_name -> stated.v1.OperatorStateMode
+	19, // 20: stated.v1.BatchResponse.results:type_name -> stated.v1.Result
+	9,  // 21: stated.v1.CompleteCheckpointRequest.tasks:type_name -> stated.v1.TaskId
+	24, // 22: stated.v1.CompleteCheckpointResponse.checkpoint:type_name -> stated.v1.CheckpointInfo
+	24, // 23: stated.v1.ListCheckpointsResponse.checkpoints:type_name -> stated.v1.CheckpointInfo
+	8,  // 24: stated.v1.TriggerSavepointRequest.format:type_name -> stated.v1.SavepointFormat
+	9,  // 25: stated.v1.RescaleSource.task:type_name -> stated.v1.TaskId
+	10, // 26: stated.v1.RescaleSource.key_groups:type_name -> stated.v1.KeyGroupRange
+	10, // 27: stated.v1.RescaleSource.overlap:type_name -> stated.v1.KeyGroupRange
+	10, // 28: stated.v1.RescaleSubtask.key_groups:type_name -> stated.v1.KeyGroupRange
+	33, // 29: stated.v1.RescaleSubtask.sources:type_name -> stated.v1.RescaleSource
+	34, // 30: stated.v1.PlanRescaleResponse.subtasks:type_name -> stated.v1.RescaleSubtask
+	13, // 31: stated.v1.Stated.Open:input_type -> stated.v1.OpenRequest
+	16, // 32: stated.v1.Stated.Batch:input_type -> stated.v1.BatchRequest
+	21, // 33: stated.v1.Stated.Snapshot:input_type -> stated.v1.SnapshotRequest
+	23, // 34: stated.v1.Stated.CompleteCheckpoint:input_type -> stated.v1.CompleteCheckpointRequest
+	26, // 35: stated.v1.Stated.AbortCheckpoint:input_type -> stated.v1.AbortCheckpointRequest
+	28, // 36: stated.v1.Stated.ListCheckpoints:input_type -> stated.v1.ListCheckpointsRequest
+	30, // 37: stated.v1.Stated.TriggerSavepoint:input_type -> stated.v1.TriggerSavepointRequest
+	32, // 38: stated.v1.Stated.PlanRescale:input_type -> stated.v1.PlanRescaleRequest
+	36, // 39: stated.v1.Stated.Close:input_type -> stated.v1.CloseRequest
+	14, // 40: stated.v1.Stated.Open:output_type -> stated.v1.OpenResponse
+	20, // 41: stated.v1.Stated.Batch:output_type -> stated.v1.BatchResponse
+	22, // 42: stated.v1.Stated.Snapshot:output_type -> stated.v1.SnapshotResponse
+	25, // 43: stated.v1.Stated.CompleteCheckpoint:output_type -> stated.v1.CompleteCheckpointResponse
+	27, // 44: stated.v1.Stated.AbortCheckpoint:output_type -> stated.v1.AbortCheckpointResponse
+	29, // 45: stated.v1.Stated.ListCheckpoints:output_type -> stated.v1.ListCheckpointsResponse
+	31, // 46: stated.v1.Stated.TriggerSavepoint:output_type -> stated.v1.TriggerSavepointResponse
+	35, // 47: stated.v1.Stated.PlanRescale:output_type -> stated.v1.PlanRescaleResponse
+	37, // 48: stated.v1.Stated.Close:output_type -> stated.v1.CloseResponse
+	40, // [40:49] is the sub-list for method output_type
+	31, // [31:40] is the sub-list for method input_type
+	31, // [31:31] is the sub-list for extension type_name
+	31, // [31:31] is the sub-list for extension extendee
+	0,  // [0:31] is the sub-list for field type_name
 }
 
 func init() { file_stated_proto_init() }
@@ -3065,7 +3144,7 @@ func file_stated_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_stated_proto_rawDesc), len(file_stated_proto_rawDesc)),
-			NumEnums:      8,
+			NumEnums:      9,
 			NumMessages:   29,
 			NumExtensions: 0,
 			NumServices:   1,
