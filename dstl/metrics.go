@@ -64,6 +64,7 @@ type Metrics struct {
 	// BackPressureWaits how many Appends waited.
 	BackPressureTime  time.Duration
 	BackPressureWaits uint64
-	// TruncatedSegments counts segments no writer references any more.
-	TruncatedSegments uint64
+	// TruncatedSegments counts segments no writer references any more, and
+	// TruncatedBytes their sizes.
+	TruncatedSegments, TruncatedBytes uint64
 }

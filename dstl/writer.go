@@ -374,6 +374,7 @@ func (w *Writer) unref(sp *span) {
 		delete(w.held, sp.seg.name)
 		w.released = append(w.released, sp.seg.name)
 		w.metrics.TruncatedSegments++
+		w.metrics.TruncatedBytes += uint64(sp.seg.size)
 	}
 }
 
@@ -722,6 +723,7 @@ func (w *Writer) finish(seg *segment, name string, idx *Index, err error) {
 	if seg.refs == 0 {
 		w.released = append(w.released, name)
 		w.metrics.TruncatedSegments++
+		w.metrics.TruncatedBytes += uint64(size)
 	} else {
 		w.held[name] = true
 	}

@@ -2,14 +2,17 @@ package node
 
 import (
 	"context"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/statedhq/stated/backend"
 	"github.com/statedhq/stated/daemon"
 	"github.com/statedhq/stated/tiered"
+	"github.com/statedhq/stated/tiered/memstore"
 	"github.com/statedhq/stated/tiered/metered"
 	"github.com/statedhq/stated/tiered/storeurl"
 )
@@ -74,5 +77,61 @@ func TestCacheAndStoreMetrics(t *testing.T) {
 		t.Fatal(err)
 	} else if _, ok := plain.(cacheStats); ok {
 		t.Fatal("a store without a cache reports cache stats")
+	}
+}
+
+// A node in changelog mode reports the log's work under
+// stated_changelog_*: changes appended, segments written, flush latency,
+// and the log's own store's calls when it has one.
+func TestChangelogMetrics(t *testing.T) {
+	ctx := context.Background()
+	logStore := memstore.New()
+	n, err := Open(ctx, Options{DataDir: t.TempDir(), Store: memstore.New(), LogStore: logStore, NoSocket: true,
+		Changelog: true, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Close()
+	d := n.Daemon()
+	task := backend.TaskID{Job: "j", Operator: "op", Subtask: 0}
+	in, err := d.Open(ctx, daemon.OpenParams{Task: task, KeyGroups: backend.KeyGroupRange{Start: 0, End: 127}, Kind: backend.KindFile,
+		States: []backend.StateDescriptor{{Name: "v", Kind: backend.KindValue}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for id := uint64(1); id <= 2; id++ {
+		for i := range 10 {
+			if err := in.Backend.Put("v", backend.Key{KeyGroup: i, Key: []byte("k")}, []byte("value")); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if _, err := d.Snapshot(ctx, in, id, true); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := d.CompleteCheckpoint(ctx, "j", id, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mfs, err := n.Registry().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]float64{}
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			name := mf.GetName()
+			for _, l := range m.GetLabel() {
+				name += "/" + l.GetValue()
+			}
+			got[name] = m.GetCounter().GetValue() + m.GetGauge().GetValue() + float64(m.GetHistogram().GetSampleCount())
+		}
+	}
+	// 20 puts (the registration of the state is logged too).
+	if got["stated_changelog_appended_records_total"] < 20 || got["stated_changelog_segments_written_total"] < 1 ||
+		got["stated_changelog_flush_duration_seconds"] < 1 || got["stated_changelog_store_calls_total/put"] < 1 {
+		t.Fatalf("changelog metrics after 20 logged puts and 2 checkpoints: %v", got)
+	}
+	if !in.Changelog() {
+		t.Fatal("--changelog did not put the instance in changelog mode")
 	}
 }
