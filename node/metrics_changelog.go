@@ -60,7 +60,9 @@ func newChangelogCollector(w *dstl.Writer, m *daemon.Metrics, store *metered.Sto
 }
 
 // Describe implements prometheus.Collector.
-func (c *changelogCollector) Describe(ch chan<- *prometheus.Desc) { prometheus.DescribeByCollect(c, ch) }
+func (c *changelogCollector) Describe(ch chan<- *prometheus.Desc) {
+	prometheus.DescribeByCollect(c, ch)
+}
 
 // Collect implements prometheus.Collector.
 func (c *changelogCollector) Collect(ch chan<- prometheus.Metric) {
