@@ -389,6 +389,7 @@ func infoToPB(in daemon.CheckpointInfo) *pb.CheckpointInfo {
 		Job: in.Job, CheckpointId: in.ID, Status: in.Status, Tasks: int32(in.Tasks),
 		CheckpointedSize: in.CheckpointedSize, FullSize: in.FullSize,
 		DurationMillis: in.Duration.Milliseconds(), Reason: in.Reason, Retained: in.Retained, Pinned: in.Pinned,
+		ChangelogSize: in.ChangelogSize,
 	}
 	if !in.Completed.IsZero() {
 		out.CompletedUnixMillis = in.Completed.UnixMilli()

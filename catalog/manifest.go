@@ -316,3 +316,16 @@ func cloneManifest(m *Manifest) *Manifest {
 	}
 	return &c
 }
+
+// ChangelogSize is the number of log bytes the manifest's changelog-mode
+// handles read (their Log.Bytes); FullSize holds the rest, the
+// materialized part.
+func (m *Manifest) ChangelogSize() int64 {
+	var n int64
+	for _, h := range m.Tasks {
+		if h.Log != nil {
+			n += h.Log.Bytes
+		}
+	}
+	return n
+}

@@ -25,13 +25,17 @@ type CheckpointInfo struct {
 	// Pinned: a no-claim restore of its own job pinned it, so the job's
 	// retention never deletes it.
 	Pinned bool
+	// ChangelogSize is the log bytes its changelog-mode tasks read after
+	// their bases (FullSize is the materialized rest); known for retained
+	// checkpoints only.
+	ChangelogSize int64
 }
 
 func infoFromManifest(m *catalog.Manifest) CheckpointInfo {
 	return CheckpointInfo{
 		Job: m.Job, ID: m.CheckpointID, Status: string(catalog.StatusCompleted), Tasks: len(m.Tasks),
 		CheckpointedSize: m.CheckpointedSize, FullSize: m.FullSize, Duration: m.Duration(),
-		Completed: m.Completed, Retained: true,
+		Completed: m.Completed, Retained: true, ChangelogSize: m.ChangelogSize(),
 	}
 }
 

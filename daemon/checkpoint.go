@@ -526,7 +526,11 @@ func (d *Daemon) ListCheckpoints(ctx context.Context, job string) ([]CheckpointI
 	now := time.Now()
 	var out []CheckpointInfo
 	for _, r := range d.cfg.Catalog.List(job) {
-		out = append(out, infoFromRecord(job, r, now))
+		in := infoFromRecord(job, r, now)
+		if m, ok := d.cfg.Catalog.Checkpoint(job, r.ID); ok && r.Retained {
+			in.ChangelogSize = m.ChangelogSize()
+		}
+		out = append(out, in)
 	}
 	return out, nil
 }

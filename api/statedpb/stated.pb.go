@@ -1920,7 +1920,11 @@ type CheckpointInfo struct {
 	Retained bool `protobuf:"varint,10,opt,name=retained,proto3" json:"retained,omitempty"`
 	// pinned: a no-claim restore of its own job pinned it, so the job's
 	// retention never deletes it.
-	Pinned        bool `protobuf:"varint,11,opt,name=pinned,proto3" json:"pinned,omitempty"`
+	Pinned bool `protobuf:"varint,11,opt,name=pinned,proto3" json:"pinned,omitempty"`
+	// changelog_size: the log bytes its changelog-mode tasks read after their
+	// materialized bases (full_size is the materialized part); retained
+	// checkpoints only.
+	ChangelogSize int64 `protobuf:"varint,12,opt,name=changelog_size,json=changelogSize,proto3" json:"changelog_size,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2030,6 +2034,13 @@ func (x *CheckpointInfo) GetPinned() bool {
 		return x.Pinned
 	}
 	return false
+}
+
+func (x *CheckpointInfo) GetChangelogSize() int64 {
+	if x != nil {
+		return x.ChangelogSize
+	}
+	return 0
 }
 
 type CompleteCheckpointResponse struct {
@@ -2886,7 +2897,7 @@ const file_stated_proto_rawDesc = "" +
 	"\x19CompleteCheckpointRequest\x12\x10\n" +
 	"\x03job\x18\x01 \x01(\tR\x03job\x12#\n" +
 	"\rcheckpoint_id\x18\x02 \x01(\x04R\fcheckpointId\x12'\n" +
-	"\x05tasks\x18\x03 \x03(\v2\x11.stated.v1.TaskIdR\x05tasks\"\xe8\x02\n" +
+	"\x05tasks\x18\x03 \x03(\v2\x11.stated.v1.TaskIdR\x05tasks\"\x8f\x03\n" +
 	"\x0eCheckpointInfo\x12\x10\n" +
 	"\x03job\x18\x01 \x01(\tR\x03job\x12#\n" +
 	"\rcheckpoint_id\x18\x02 \x01(\x04R\fcheckpointId\x12\x16\n" +
@@ -2899,7 +2910,8 @@ const file_stated_proto_rawDesc = "" +
 	"\x15completed_unix_millis\x18\t \x01(\x03R\x13completedUnixMillis\x12\x1a\n" +
 	"\bretained\x18\n" +
 	" \x01(\bR\bretained\x12\x16\n" +
-	"\x06pinned\x18\v \x01(\bR\x06pinned\"W\n" +
+	"\x06pinned\x18\v \x01(\bR\x06pinned\x12%\n" +
+	"\x0echangelog_size\x18\f \x01(\x03R\rchangelogSize\"W\n" +
 	"\x1aCompleteCheckpointResponse\x129\n" +
 	"\n" +
 	"checkpoint\x18\x01 \x01(\v2\x19.stated.v1.CheckpointInfoR\n" +

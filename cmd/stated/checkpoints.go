@@ -21,7 +21,9 @@ func newCheckpointsCmd() *cobra.Command {
 		Short: "Print the checkpoint history and the savepoints",
 		Long: `Checkpoints prints, per job, the checkpoint history kept in the checkpoint store:
 id, status, duration, checkpointed size (what the checkpoint uploaded), full size
-(all its files) and the reason of failed ones; then the savepoints. It reads the
+(all its files; for tasks in changelog mode, the materialized bases), changelog
+size (the log its changelog-mode tasks replay after their bases; "-" when none
+or no longer retained) and the reason of failed ones; then the savepoints. It reads the
 store only, so it works while the daemon runs and after it stopped. Checkpoints
 that were in flight when a daemon stopped are not listed (their files are
 orphans that the sweep or "stated gc" removes).`,
@@ -72,10 +74,10 @@ func runCheckpoints(ctx context.Context, out, errOut io.Writer, store cliStore, 
 		}
 		fmt.Fprintf(out, "job %s\n", j)
 		tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
-		fmt.Fprintln(tw, "ID\tSTATUS\tDURATION\tCHECKPOINTED\tFULL\tREASON")
+		fmt.Fprintln(tw, "ID\tSTATUS\tDURATION\tCHECKPOINTED\tFULL\tCHANGELOG\tREASON")
 		for _, r := range c.List(j) {
-			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\n", r.ID, statusText(r), r.Duration(now).Round(time.Millisecond),
-				humanBytes(r.CheckpointedSize), humanBytes(r.FullSize), r.Reason)
+			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\n", r.ID, statusText(r), r.Duration(now).Round(time.Millisecond),
+				humanBytes(r.CheckpointedSize), humanBytes(r.FullSize), changelogText(c, j, r), r.Reason)
 		}
 		tw.Flush()
 	}
@@ -100,6 +102,21 @@ func runCheckpoints(ctx context.Context, out, errOut io.Writer, store cliStore, 
 		fmt.Fprintf(out, "no checkpoints in %s\n", store.url)
 	}
 	return nil
+}
+
+// changelogText is the log bytes a retained checkpoint's changelog-mode
+// tasks replay, "-" when it has none or is gone.
+func changelogText(c *catalog.Catalog, job string, r catalog.Record) string {
+	m, ok := c.Checkpoint(job, r.ID)
+	if !ok || !r.Retained {
+		return "-"
+	}
+	for _, h := range m.Tasks {
+		if h.IsChangelog() {
+			return humanBytes(m.ChangelogSize())
+		}
+	}
+	return "-"
 }
 
 // statusText says whether a completed checkpoint can still be restored and

@@ -1,0 +1,67 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"log/slog"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/statedhq/stated/backend"
+	"github.com/statedhq/stated/daemon"
+	"github.com/statedhq/stated/node"
+)
+
+// TestCheckpointsTableChangelog: "stated checkpoints" shows the log bytes
+// of checkpoints written in changelog mode next to their materialized size.
+func TestCheckpointsTableChangelog(t *testing.T) {
+	ctx := context.Background()
+	root := filepath.Join(t.TempDir(), "checkpoints")
+	n, err := node.Open(ctx, node.Options{DataDir: t.TempDir(), CheckpointStore: "file://" + root, NoSocket: true,
+		Changelog: true, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := n.Daemon()
+	in, err := d.Open(ctx, daemon.OpenParams{Task: backend.TaskID{Job: "j", Operator: "op", Subtask: 0},
+		KeyGroups: backend.KeyGroupRange{Start: 0, End: 127}, Kind: backend.KindFile,
+		States: []backend.StateDescriptor{{Name: "v", Kind: backend.KindValue}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for id := uint64(1); id <= 2; id++ {
+		for i := range 100 {
+			if err := in.Backend.Put("v", backend.Key{KeyGroup: i, Key: []byte{byte(id)}}, bytes.Repeat([]byte("x"), 100)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if _, err := d.Snapshot(ctx, in, id, true); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := d.CompleteCheckpoint(ctx, "j", id, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	m, _ := n.Catalog().Checkpoint("j", 2)
+	logBytes := m.ChangelogSize()
+	if err := n.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if logBytes == 0 {
+		t.Fatal("checkpoint 2 reads no log")
+	}
+	var out, errOut bytes.Buffer
+	if err := runCheckpoints(ctx, &out, &errOut, cliStore{url: "file://" + root}, ""); err != nil {
+		t.Fatal(err)
+	}
+	var row2 string
+	for _, l := range strings.Split(out.String(), "\n") {
+		if strings.HasPrefix(l, "2 ") {
+			row2 = l
+		}
+	}
+	if !strings.Contains(out.String(), "CHANGELOG") || !strings.Contains(row2, humanBytes(logBytes)) {
+		t.Fatalf("checkpoint 2 reads %d log bytes (%s); the table says:\n%s", logBytes, humanBytes(logBytes), out.String())
+	}
+}
