@@ -371,6 +371,19 @@ func (t *crashTask) verify(ctx context.Context) error {
 // model; several times. A heap checkpoint must refuse to restore after a
 // restart.
 func TestCrashRestartEndToEnd(t *testing.T) {
+	runCrashRestart(t, false)
+}
+
+// TestCrashRestartChangelog is the same with every instance in changelog
+// mode (--changelog), materializing often so that kills land in
+// materializations and log truncations too, and with heap tasks among
+// them: in changelog mode a heap instance's checkpoints live in the
+// checkpoint store and survive the kill.
+func TestCrashRestartChangelog(t *testing.T) {
+	runCrashRestart(t, true, "--changelog", "--materialize-interval", "150ms")
+}
+
+func runCrashRestart(t *testing.T, changelog bool, args ...string) {
 	seed := uint64(time.Now().UnixNano())
 	if s := os.Getenv("STATED_E2E_SEED"); s != "" {
 		seed, _ = strconv.ParseUint(s, 10, 64)
@@ -386,10 +399,11 @@ func TestCrashRestartEndToEnd(t *testing.T) {
 	probe := mustProbe(t)
 	tasks := make([]*crashTask, parallelism)
 	for i := range tasks {
-		kind := backend.KindFile
-		if i%2 == 1 {
-			kind = backend.KindLSM
+		kinds := []backend.Kind{backend.KindFile, backend.KindLSM}
+		if changelog {
+			kinds = append(kinds, backend.KindHeap)
 		}
+		kind := kinds[i%len(kinds)]
 		tk := &crashTask{id: backend.TaskID{Job: crashJob, Operator: "op", Subtask: i}, kind: kind,
 			rng: rand.New(rand.NewPCG(seed, uint64(i))), m: newModel(), snaps: map[uint64]*model{}, kg: map[string]int{}}
 		r := backend.KeyGroupRangeForOperator(backend.DefaultMaxParallelism, parallelism, i)
@@ -407,7 +421,7 @@ func TestCrashRestartEndToEnd(t *testing.T) {
 	heapID := uint64(1)
 	for round := 0; round <= rounds; round++ {
 		ctx := ctxT(t, 60*time.Second)
-		p := start(t, dir)
+		p := start(t, dir, args...)
 		c, err := client.Dial(p.sock, client.Options{})
 		if err != nil {
 			t.Fatal(err)
@@ -440,6 +454,9 @@ func TestCrashRestartEndToEnd(t *testing.T) {
 			if err != nil {
 				t.Fatalf("round %d: open %s: %v", round, tk.id, err)
 			}
+			if tk.in.Changelog() != changelog {
+				t.Fatalf("%s: changelog mode %v, want %v", tk.id, tk.in.Changelog(), changelog)
+			}
 			if tk.in.RestoredCheckpoint() != last {
 				t.Fatalf("%s restored checkpoint %d, want %d", tk.id, tk.in.RestoredCheckpoint(), last)
 			}
@@ -461,7 +478,7 @@ func TestCrashRestartEndToEnd(t *testing.T) {
 			}
 			closeTasks(tasks)
 			c.Close()
-			p2 := start(t, dir)
+			p2 := start(t, dir, args...)
 			for _, tk := range tasks {
 				tk.m = tk.snaps[confirmed].clone()
 				tk.c = p2.dial(client.Options{})
@@ -543,7 +560,10 @@ func runCheckpoint(ctx context.Context, t *testing.T, c *client.Client, tasks []
 func checkHeap(ctx context.Context, t *testing.T, c *client.Client, round int, heapID *uint64) {
 	tk := backend.TaskID{Job: "heapjob", Operator: "op", Subtask: 0}
 	states := []backend.StateDescriptor{{Name: "v", Kind: backend.KindValue}}
-	spec := client.OpenSpec{Task: tk, Parallelism: 1, Backend: backend.KindHeap, States: states, Restore: &client.Restore{Latest: true}}
+	// Outside changelog mode, whatever the daemon's default: heap
+	// snapshots then live in daemon memory.
+	spec := client.OpenSpec{Task: tk, Parallelism: 1, Backend: backend.KindHeap, States: states, Restore: &client.Restore{Latest: true},
+		Changelog: client.ChangelogOff}
 	if round > 0 {
 		_, err := c.Open(ctx, spec)
 		if status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "heap") || !strings.Contains(err.Error(), "daemon memory") {
