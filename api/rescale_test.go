@@ -25,6 +25,8 @@ type rescaleJob struct {
 	kind backend.Kind
 	keys [][]byte
 	ins  []*client.Instance
+	// changelog is the mode every subtask opens in.
+	changelog client.Changelog
 }
 
 const rsJob, rsOp = "rs", "op"
@@ -37,9 +39,12 @@ func (j *rescaleJob) open(par int, from *client.Restore) {
 	j.ins = nil
 	for sub := 0; sub < par; sub++ {
 		in, err := j.c.Open(ctxT(j.t), client.OpenSpec{Task: task(rsJob, rsOp, sub), Parallelism: par, Backend: j.kind,
-			States: allStates, Restore: from, Replace: true})
+			States: allStates, Restore: from, Replace: true, Changelog: j.changelog})
 		if err != nil {
 			j.t.Fatalf("open subtask %d of %d from %+v: %v", sub, par, from, err)
+		}
+		if in.Changelog() != (j.changelog == client.ChangelogOn) {
+			j.t.Fatalf("subtask %d opened with changelog %d is in changelog mode: %v", sub, j.changelog, in.Changelog())
 		}
 		j.ins = append(j.ins, in)
 	}
@@ -270,5 +275,64 @@ func TestOpenParallelism(t *testing.T) {
 		if _, err := c.RPC().Open(ctx, req); status.Code(err) != codes.InvalidArgument {
 			t.Fatalf("open %v: %v", req, err)
 		}
+	}
+}
+
+// TestRescaleChangelog: rescale 3 -> 4 -> 2 with every subtask in
+// changelog mode, where each restore replays, besides the clipped bases,
+// only the log records of its own key groups from every old subtask that
+// overlaps it: every key ends in exactly the subtask that owns it, with
+// the value of the last checkpoint (written after the base, so it comes
+// from the log).
+func TestRescaleChangelog(t *testing.T) {
+	for _, kind := range []backend.Kind{backend.KindFile, backend.KindLSM, backend.KindHeap} {
+		t.Run(string(kind), func(t *testing.T) {
+			h := startDaemon(t, harnessOpts{})
+			j := &rescaleJob{t: t, c: h.dial(client.Options{}), kind: kind, changelog: client.ChangelogOn}
+			for i := 0; i < 300; i++ {
+				j.keys = append(j.keys, []byte(fmt.Sprint("key-", i)))
+			}
+			j.open(3, nil)
+			write := func(prefix string) {
+				for i, k := range j.keys {
+					in := j.owner(k)
+					in.Put("v", k, nil, []byte(fmt.Sprint(prefix, i)))
+					in.MapPut("m", k, nil, []byte("u"), []byte(fmt.Sprint(i)))
+				}
+			}
+			write("base-")
+			for i, k := range j.keys {
+				if i%2 == 0 {
+					j.owner(k).RegisterTimer("t", k, nil, int64(i))
+				}
+			}
+			j.checkpoint(1) // the first checkpoint materializes: all in the base
+			write("log3-")
+			for i, k := range j.keys {
+				if i%2 == 1 {
+					j.owner(k).RegisterTimer("t", k, nil, int64(i)) // in the log only
+				}
+			}
+			j.checkpoint(2)
+			j.open(4, &client.Restore{Latest: true})
+			j.checkValues("log3-")
+			j.checkTimers() // polling deletes them (logged): register them again
+			for i, k := range j.keys {
+				j.owner(k).RegisterTimer("t", k, nil, int64(i))
+			}
+			write("log4-")
+			j.checkpoint(3)
+			j.checkpoint(4) // a log window on the restored bases, twice
+			j.open(2, &client.Restore{Latest: true})
+			if j.ins[0].RestoredCheckpoint() != 4 {
+				t.Fatalf("restored %d, want 4", j.ins[0].RestoredCheckpoint())
+			}
+			j.checkValues("log4-")
+			j.checkTimers()
+			for _, in := range j.ins {
+				in.Abandon()
+			}
+			j.ins = nil
+		})
 	}
 }
