@@ -339,3 +339,101 @@ func TestChangelogSharedSegmentOutlivesOneJob(t *testing.T) {
 	r := e2.openCL(t, "b", 0, backend.KindFile, daemon.ChangelogOn, &daemon.RestoreSpec{Latest: true, NoClaim: true})
 	checkN(t, r, 0, 10, "b2-")
 }
+
+// flakyStore fails a share of the calls that reach it and delays them.
+type flakyStore struct {
+	tiered.Store
+	on    atomic.Bool
+	n     atomic.Uint64
+	fails atomic.Uint64
+}
+
+func (f *flakyStore) fault() error {
+	if !f.on.Load() {
+		return nil
+	}
+	n := f.n.Add(1)
+	time.Sleep(time.Duration(n%3) * time.Millisecond)
+	if n%10 == 7 { // 10% of the calls
+		f.fails.Add(1)
+		return errors.New("injected: log store call failed")
+	}
+	return nil
+}
+
+func (f *flakyStore) Put(ctx context.Context, name string, r io.Reader, size int64) error {
+	if err := f.fault(); err != nil {
+		return err
+	}
+	return f.Store.Put(ctx, name, r, size)
+}
+
+func (f *flakyStore) GetRange(ctx context.Context, name string, off, n int64) (io.ReadCloser, error) {
+	if err := f.fault(); err != nil {
+		return nil, err
+	}
+	return f.Store.GetRange(ctx, name, off, n)
+}
+
+func (f *flakyStore) DeleteBatch(ctx context.Context, names []string) error {
+	if err := f.fault(); err != nil {
+		return err
+	}
+	return f.Store.DeleteBatch(ctx, names)
+}
+
+// TestChangelogFaultyLogStore: with a log store that fails 10% of its
+// calls and adds latency, every checkpoint completes or fails with a
+// reason, and the last completed one restores exactly what was
+// acknowledged.
+func TestChangelogFaultyLogStore(t *testing.T) {
+	store, logs := memstore.New(), &flakyStore{Store: memstore.New()}
+	logs.on.Store(true)
+	mod := func(o *node.Options) { o.LogStore = logs; o.MaterializeInterval = 30 * time.Millisecond }
+	e := newEnvOn(t, store, mod)
+	ctx := context.Background()
+	ins := []*daemon.Instance{
+		e.openCL(t, "j", 0, backend.KindFile, daemon.ChangelogOn, nil),
+		e.openCL(t, "j", 1, backend.KindLSM, daemon.ChangelogOn, nil),
+	}
+	completed, failed := 0, 0
+	var lastGood uint64
+	for id := uint64(1); id <= 60; id++ {
+		for _, in := range ins {
+			putN(t, in, 0, 30, fmt.Sprintf("c%d-", id))
+			time.Sleep(3 * time.Millisecond) // a segment of its own now and then
+		}
+		var err error
+		for _, in := range ins {
+			if _, err = e.d.Snapshot(ctx, in, id, false); err != nil {
+				break
+			}
+		}
+		if err == nil {
+			_, err = e.d.CompleteCheckpoint(ctx, "j", id, nil)
+		}
+		if err != nil {
+			failed++
+			if !errors.Is(err, daemon.ErrCheckpointFailed) || strings.TrimSpace(err.Error()) == "" {
+				t.Fatalf("checkpoint %d failed without a reason the caller can act on: %v", id, err)
+			}
+			_ = e.d.AbortCheckpoint(ctx, "j", id, "aborted: test")
+			continue
+		}
+		completed++
+		lastGood = id
+	}
+	t.Logf("%d checkpoints completed, %d failed, %d injected store failures", completed, failed, logs.fails.Load())
+	if completed == 0 || logs.fails.Load() == 0 {
+		t.Fatalf("%d completed, %d injected failures: the test did not test", completed, logs.fails.Load())
+	}
+	logs.on.Store(false)
+	e2 := newEnvOn(t, store, mod)
+	for sub, kind := range []backend.Kind{backend.KindFile, backend.KindLSM} {
+		r := e2.openCL(t, "j", sub, kind, daemon.ChangelogOn, &daemon.RestoreSpec{Latest: true, NoClaim: true})
+		if r.RestoredFrom != lastGood {
+			t.Fatalf("restored %d, want the last completed %d", r.RestoredFrom, lastGood)
+		}
+		checkN(t, r, 0, 30, fmt.Sprintf("c%d-", lastGood))
+	}
+}
