@@ -490,12 +490,19 @@ func (c *Catalog) abort(ctx context.Context, job string, id uint64, why Status, 
 	j := c.job(job)
 	now := c.opts.Clock()
 	rec := Record{ID: id, Status: why, Started: now, Ended: now, Reason: reason}
+	// The log segments its handles read: the live log may have let go of
+	// them while this checkpoint protected them, and then nothing else
+	// would delete them before the sweep.
+	var logs []string
 	if inf := j.inflight[id]; inf != nil {
 		if inf.completing {
 			c.mu.Unlock()
 			return fmt.Errorf("%w: checkpoint %s is completing", ErrState, r)
 		}
 		for _, h := range inf.handles {
+			if h.Log != nil {
+				logs = append(logs, h.Log.Segments...)
+			}
 			c.mu.guard.add(h, -1)
 			rec.CheckpointedSize += h.CheckpointedSize
 			rec.FullSize += h.FullSize
@@ -513,10 +520,11 @@ func (c *Catalog) abort(ctx context.Context, job string, id uint64, why Status, 
 	if listed, lerr := c.list(ctx, r.dir()+"/"); lerr != nil {
 		err = fmt.Errorf("catalog: abort %s: list its directory (the sweep will clean it): %w", r, lerr)
 	} else {
-		names := make([]string, len(listed))
+		names := make([]string, len(listed), len(listed)+len(logs))
 		for i, o := range listed {
 			names[i] = o.Name
 		}
+		names = append(names, logs...)
 		if _, derr := c.deleteUnreferenced(ctx, names); derr != nil {
 			err = fmt.Errorf("catalog: abort %s (the sweep will finish the cleanup): %w", r, derr)
 		}
