@@ -21,7 +21,7 @@ const (
 	DefaultMaterializeTimeout     = 10 * time.Minute
 	DefaultMaxMaterializeFailures = 3
 	DefaultMaterializeParallelism = 2
-	DefaultLogReleaseInterval     = time.Second
+	DefaultLogReleaseInterval     = 100 * time.Millisecond
 )
 
 // ChangelogConfig makes changelog mode available (package dstl/changelog):

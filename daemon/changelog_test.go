@@ -67,53 +67,67 @@ func (e *env) checkpoint(t *testing.T, job string, id uint64, ins ...*daemon.Ins
 
 // segmentsOK checks the log's lifecycle invariant: every segment a retained
 // checkpoint references is in the store, and every segment in the store is
-// referenced by one or held by the live log.
+// referenced by one or held by the live log. It returns the segments in
+// the store.
 func segmentsOK(t *testing.T, e *env, job string) (inStore int) {
 	t.Helper()
-	// Segments the log let go of are deleted by the daemon's next release
-	// pass, a moment later.
+	n, err := segmentsSettled(e, job)
+	if err != nil {
+		t.Error(err)
+	}
+	return n
+}
+
+// segmentsSettled is segmentsOK's check. Segments the log let go of are
+// deleted by the daemon's next release pass, a moment later: it waits up
+// to 3s for those.
+func segmentsSettled(e *env, job string) (inStore int, err error) {
 	deadline := time.Now().Add(3 * time.Second)
 	for {
-		n, bad := segmentsCheck(t, e, job)
-		if len(bad) == 0 {
-			return n
-		}
-		if time.Now().After(deadline) {
-			for _, b := range bad {
-				t.Error(b)
-			}
-			return n
+		n, err := segmentsCheck(e, job)
+		if err == nil || time.Now().After(deadline) {
+			return n, err
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
 }
 
-func segmentsCheck(t *testing.T, e *env, job string) (inStore int, bad []string) {
-	t.Helper()
-	referenced := map[string]bool{}
-	for _, id := range e.cat.Retained(job) {
-		m, _ := e.cat.Checkpoint(job, id)
-		for _, h := range m.Tasks {
-			if h.Log != nil {
-				for _, s := range h.Log.Segments {
-					referenced[s] = true
+func segmentsCheck(e *env, job string) (inStore int, err error) {
+	// Segments are shared by every job of the daemon: job's must be there,
+	// and any job's reference keeps one.
+	referenced, mine := map[string]bool{}, map[string]bool{}
+	for _, j := range e.cat.Jobs() {
+		for _, id := range e.cat.Retained(j) {
+			m, _ := e.cat.Checkpoint(j, id)
+			for _, h := range m.Tasks {
+				if h.Log != nil {
+					for _, s := range h.Log.Segments {
+						referenced[s] = true
+						mine[s] = mine[s] || j == job
+					}
 				}
 			}
 		}
 	}
 	present := map[string]bool{}
-	for _, n := range storeNames(t, e.store, catalog.LogDir+"/") {
-		present[n] = true
-		if !referenced[n] && !e.node.ChangelogWriter().Holds(n) {
-			bad = append(bad, fmt.Sprintf("segment %s is neither referenced by a retained checkpoint nor held by the log", n))
+	var bad []error
+	werr := tiered.Walk(context.Background(), e.store, catalog.LogDir+"/", func(o tiered.ObjectInfo) error {
+		present[o.Name] = true
+		if !referenced[o.Name] && !e.node.ChangelogWriter().Holds(o.Name) {
+			bad = append(bad, fmt.Errorf("segment %s is neither referenced by a retained checkpoint nor held by the log", o.Name))
 		}
+		return nil
+	})
+	if werr != nil {
+		return 0, werr
 	}
-	for s := range referenced {
+	for s := range mine {
 		if !present[s] {
-			t.Fatalf("segment %s of a retained checkpoint is missing", s)
+			// Never transient: a missing segment is lost data.
+			return len(present), fmt.Errorf("segment %s of a retained checkpoint of %s is missing", s, job)
 		}
 	}
-	return len(present), bad
+	return len(present), errors.Join(bad...)
 }
 
 // TestChangelogCheckpointAndRestore: an instance in changelog mode writes

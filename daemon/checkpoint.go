@@ -150,10 +150,7 @@ func (d *Daemon) Snapshot(ctx context.Context, inst *Instance, id uint64, wait b
 	if d.keeper != nil {
 		release = d.keeper.hold()
 	}
-	go func() {
-		defer release()
-		d.runSnapshot(c, ts, ps, id)
-	}()
+	go d.runSnapshot(c, ts, ps, id, release)
 	res := SnapshotResult{Sync: ts.sync}
 	if !wait {
 		return res, nil
@@ -208,8 +205,10 @@ func (d *Daemon) pruneLocked() {
 	}
 }
 
-// runSnapshot is the asynchronous part of one task snapshot.
-func (d *Daemon) runSnapshot(c *checkpoint, ts *taskSnapshot, ps backend.PendingSnapshot, id uint64) {
+// runSnapshot is the asynchronous part of one task snapshot. It calls
+// handedOver once the handle is with the catalog (or the part failed),
+// before anyone waiting for the part hears of it.
+func (d *Daemon) runSnapshot(c *checkpoint, ts *taskSnapshot, ps backend.PendingSnapshot, id uint64, handedOver func()) {
 	defer d.wg.Done()
 	inst := ts.inst
 	bi := BackendIndex(inst.Kind)
@@ -222,6 +221,7 @@ func (d *Daemon) runSnapshot(c *checkpoint, ts *taskSnapshot, ps backend.Pending
 		h = withOperatorState(h, ts.ops)
 		err = d.cfg.Catalog.AddTaskHandle(inst.Task.Job, id, h)
 	}
+	handedOver()
 	ts.async = time.Since(t0)
 	d.m.CheckpointAsync[bi].Observe(ts.async)
 	if err != nil {
