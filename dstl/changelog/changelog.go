@@ -74,6 +74,7 @@ type Backend struct {
 	confirmed uint64
 	pend      map[*pending]struct{}       // snapshots returned and neither run nor released
 	replayDur time.Duration               // set by Open
+	gbuf      []byte                      // Group's encoding buffer, kept between groups
 	used      map[uint64]*materialization // checkpoint id -> its base, until notified
 }
 
@@ -150,7 +151,9 @@ func Open(opts backend.Options, o Options) (*Backend, error) {
 		_ = inner.Close()
 		return nil, err
 	}
-	b.replayDur = time.Since(t0)
+	if len(restores) > 0 {
+		b.replayDur = time.Since(t0)
+	}
 	return b, nil
 }
 
@@ -270,7 +273,16 @@ func (b *Backend) appendChange(c *Change) {
 		b.appendChange(&r)
 		return
 	}
-	seq, err := b.w.Append(context.Background(), b.id, c.KeyGroup(), data)
+	b.appendEncoded(c.KeyGroup(), data)
+}
+
+// appendEncoded logs an encoded change of key group kg (the Writer copies
+// it). Call with wmu held, the Backend open.
+func (b *Backend) appendEncoded(kg int, data []byte) {
+	if b.closed {
+		return
+	}
+	seq, err := b.w.Append(context.Background(), b.id, kg, data)
 	if err != nil {
 		b.epoch++
 		b.conf, b.mat = nil, nil
