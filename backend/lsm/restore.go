@@ -24,9 +24,6 @@ import (
 	"github.com/statedhq/stated/tiered"
 )
 
-// restoreBatchBytes is the size at which restore copies commit a batch.
-const restoreBatchBytes = 4 << 20
-
 // localNameRE is what a Pebble file name looks like. A handle is input from
 // disk: a local name like "../x" must not write outside the directory.
 var localNameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,254}$`)
@@ -196,9 +193,9 @@ func (b *Backend) restore(ctx context.Context, keepHistory bool) (states []backe
 		}
 		st.Copy += time.Since(start)
 	}
-	for _, c := range p.canonical {
+	for i, c := range p.canonical {
 		start := time.Now()
-		if err := b.copyFromCanonical(ctx, c.h, c.runs); err != nil {
+		if err := b.copyFromCanonical(ctx, c.h, c.runs, i); err != nil {
 			return nil, err
 		}
 		st.Copy += time.Since(start)
@@ -719,49 +716,6 @@ func (w *sstWriter) abort() {
 		_ = w.w.Close()
 		w.w = nil
 	}
-}
-
-// batchWriter inserts restored entries in batches of restoreBatchBytes.
-type batchWriter struct {
-	db    *pebble.DB
-	batch *pebble.Batch
-}
-
-func (b *Backend) newBatchWriter() *batchWriter {
-	return &batchWriter{db: b.db, batch: b.db.NewBatch()}
-}
-
-func (w *batchWriter) set(k, v []byte) error {
-	if err := w.batch.Set(k, v, nil); err != nil {
-		return fmt.Errorf("lsm: restore: batch set: %w", err)
-	}
-	if w.batch.Len() >= restoreBatchBytes {
-		return w.commit()
-	}
-	return nil
-}
-
-func (w *batchWriter) commit() error {
-	err := w.db.Apply(w.batch, pebble.NoSync)
-	w.batch.Close()
-	w.batch = w.db.NewBatch()
-	if err != nil {
-		return fmt.Errorf("lsm: restore: write batch: %w", err)
-	}
-	return nil
-}
-
-// flush commits what is left and releases the batch.
-func (w *batchWriter) flush() error {
-	var err error
-	if !w.batch.Empty() {
-		err = w.db.Apply(w.batch, pebble.NoSync)
-	}
-	w.batch.Close()
-	if err != nil {
-		return fmt.Errorf("lsm: restore: write batch: %w", err)
-	}
-	return nil
 }
 
 // download copies the files fp fetches of h into dir, and checks those it
