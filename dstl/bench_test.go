@@ -15,6 +15,8 @@ import (
 	"github.com/statedhq/stated/tiered"
 	"github.com/statedhq/stated/tiered/localfs"
 	"github.com/statedhq/stated/tiered/metered"
+	"github.com/statedhq/stated/tiered/s3store"
+	"github.com/statedhq/stated/tiered/s3store/s3test"
 )
 
 func openLocal(b *testing.B) tiered.Store {
@@ -40,60 +42,86 @@ func percentile(sorted []time.Duration, p float64) time.Duration {
 // millisecond each (~16 MB/s) meanwhile, so segments also carry their
 // changes. It reports exact p50/p99/p99.9 of the Persist latencies, and
 // p99.9 of the Writer's own flush-latency histogram (a bucket bound).
+//
+// The "s3-server" cases write to the S3 server STATED_TEST_S3_ENDPOINT
+// names (scripts/s3-server.sh starts versitygw), "s3-gofakes3" to an
+// in-process fake when none is set.
 func BenchmarkFlushLatency(b *testing.B) {
-	for _, loaded := range []bool{false, true} {
-		b.Run(fmt.Sprintf("loaded=%v", loaded), func(b *testing.B) {
-			ctx := context.Background()
-			w, err := NewWriter(TieredLogStore{Store: openLocal(b)}, Options{})
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer w.Close()
-			stop := make(chan struct{})
-			var wg sync.WaitGroup
-			if loaded {
-				for g := 0; g < 16; g++ {
-					wg.Add(1)
-					go func() {
-						defer wg.Done()
-						t := time.NewTicker(time.Millisecond)
-						defer t.Stop()
-						for {
-							select {
-							case <-stop:
-								return
-							case <-t.C:
-								w.Append(ctx, fmt.Sprint("bg/", g), g, make([]byte, 1024))
-							}
-						}
-					}()
-				}
-			}
-			change := make([]byte, 1024)
-			lat := make([]time.Duration, 0, b.N)
-			b.ResetTimer()
-			for i := 0; i < b.N; i++ {
-				seq, err := w.Append(ctx, "fg", 1, change)
-				if err != nil {
-					b.Fatal(err)
-				}
-				start := time.Now()
-				if _, err := w.Persist(ctx, "fg", seq); err != nil {
-					b.Fatal(err)
-				}
-				lat = append(lat, time.Since(start))
-			}
-			b.StopTimer()
-			close(stop)
-			wg.Wait()
-			slices.Sort(lat)
-			b.ReportMetric(float64(percentile(lat, 0.5).Microseconds())/1000, "p50-ms")
-			b.ReportMetric(float64(percentile(lat, 0.99).Microseconds())/1000, "p99-ms")
-			b.ReportMetric(float64(percentile(lat, 0.999).Microseconds())/1000, "p99.9-ms")
-			h := w.Metrics().FlushLatency
-			b.ReportMetric(float64(histPercentile(h, 0.999).Microseconds())/1000, "hist-p99.9-ms")
-		})
+	s3opts, real := s3test.Options(b)
+	s3name := "s3-gofakes3"
+	if real {
+		s3name = "s3-server"
 	}
+	stores := []struct {
+		name string
+		open func(b *testing.B) tiered.Store
+	}{{"local", openLocal}, {s3name, func(b *testing.B) tiered.Store {
+		s, err := s3store.Open(context.Background(), s3opts)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { s.Close() })
+		return s
+	}}}
+	for _, st := range stores {
+		for _, loaded := range []bool{false, true} {
+			b.Run(fmt.Sprintf("store=%s/loaded=%v", st.name, loaded), func(b *testing.B) {
+				flushLatency(b, st.open(b), loaded)
+			})
+		}
+	}
+}
+
+func flushLatency(b *testing.B, store tiered.Store, loaded bool) {
+	ctx := context.Background()
+	w, err := NewWriter(TieredLogStore{Store: store}, Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer w.Close()
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	if loaded {
+		for g := 0; g < 16; g++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				t := time.NewTicker(time.Millisecond)
+				defer t.Stop()
+				for {
+					select {
+					case <-stop:
+						return
+					case <-t.C:
+						w.Append(ctx, fmt.Sprint("bg/", g), g, make([]byte, 1024))
+					}
+				}
+			}()
+		}
+	}
+	change := make([]byte, 1024)
+	lat := make([]time.Duration, 0, b.N)
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		seq, err := w.Append(ctx, "fg", 1, change)
+		if err != nil {
+			b.Fatal(err)
+		}
+		start := time.Now()
+		if _, err := w.Persist(ctx, "fg", seq); err != nil {
+			b.Fatal(err)
+		}
+		lat = append(lat, time.Since(start))
+	}
+	b.StopTimer()
+	close(stop)
+	wg.Wait()
+	slices.Sort(lat)
+	b.ReportMetric(float64(percentile(lat, 0.5).Microseconds())/1000, "p50-ms")
+	b.ReportMetric(float64(percentile(lat, 0.99).Microseconds())/1000, "p99-ms")
+	b.ReportMetric(float64(percentile(lat, 0.999).Microseconds())/1000, "p99.9-ms")
+	h := w.Metrics().FlushLatency
+	b.ReportMetric(float64(histPercentile(h, 0.999).Microseconds())/1000, "hist-p99.9-ms")
 }
 
 // BenchmarkLocalPutLatency is the floor under BenchmarkFlushLatency: one
