@@ -168,6 +168,17 @@ func (d *Daemon) nextMaterialization(now time.Time) time.Time {
 	return now.Add(time.Duration(float64(cl.MaterializeInterval) * f))
 }
 
+// changelogBackend is in's changelog wrapper, nil when in is not in
+// changelog mode.
+func (in *Instance) changelogBackend() *changelog.Backend {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if in.cl == nil {
+		return nil
+	}
+	return in.cl.b
+}
+
 // Changelog reports whether in is in changelog mode.
 func (in *Instance) Changelog() bool {
 	in.mu.Lock()

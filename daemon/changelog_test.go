@@ -277,9 +277,10 @@ func waitFor(t *testing.T, cond func() bool) {
 	}
 }
 
-// TestChangelogModeChecked: a mode that does not exist is refused, and a
-// native savepoint of an instance in changelog mode is refused with a
-// pointer to the canonical format.
+// TestChangelogModeChecked: a mode that does not exist is refused; native
+// and canonical savepoints of an instance in changelog mode restore, the
+// native one also after it is moved to another store and the log store is
+// emptied (it is self-contained).
 func TestChangelogModeChecked(t *testing.T) {
 	e := newEnv(t, nil)
 	_, err := e.d.Open(context.Background(), daemon.OpenParams{
@@ -290,9 +291,40 @@ func TestChangelogModeChecked(t *testing.T) {
 	}
 	in := e.openCL(t, "j", 0, backend.KindFile, daemon.ChangelogOn, nil)
 	putN(t, in, 0, 5, "a")
-	if _, err := e.d.TriggerSavepoint(context.Background(), "j", true, 99); !errors.Is(err, daemon.ErrUnsupported) {
+	e.checkpoint(t, "j", 1, in) // a base
+	putN(t, in, 3, 9, "b")      // and a log after it
+	nsp, err := e.d.TriggerSavepoint(context.Background(), "j", true, 99)
+	if err != nil {
 		t.Fatalf("native savepoint of a changelog instance: %v", err)
 	}
+	spm, ok := e.cat.Savepoint(strings.TrimPrefix(nsp.Dir, "savepoints/"))
+	if !ok || spm.Tasks[0].Log == nil || len(spm.Tasks[0].Log.Segments) != 0 || spm.Tasks[0].Log.Bytes == 0 {
+		t.Fatalf("native savepoint of a changelog instance: manifest %v; want a log copied into the savepoint", spm)
+	}
+	// Copy it alone into another store and restore it in a daemon there:
+	// its log store holds no segment.
+	moved := memstore.New()
+	for _, n := range storeNames(t, e.store, nsp.Dir+"/") {
+		data, err := tiered.ReadAll(context.Background(), e.store, n, 1<<30)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := tiered.PutBytes(context.Background(), moved, n, data); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e3 := newEnvOn(t, moved, nil)
+	for _, mode := range []daemon.ChangelogMode{daemon.ChangelogOn, daemon.ChangelogOff} {
+		r := e3.openCL(t, "j", 0, backend.KindLSM, mode, &daemon.RestoreSpec{Savepoint: nsp.Dir})
+		checkN(t, r, 0, 3, "a")
+		checkN(t, r, 3, 9, "b")
+		if err := e3.d.CloseInstance(r.ID, "j"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The savepoint took no materialization from the checkpoints: the next
+	// checkpoint still works, and the savepoint outlives its log segments.
+	e.checkpoint(t, "j", 100, in)
 	sp, err := e.d.TriggerSavepoint(context.Background(), "j", false, 0)
 	if err != nil {
 		t.Fatalf("canonical savepoint of a changelog instance: %v", err)
@@ -301,7 +333,8 @@ func TestChangelogModeChecked(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := e.openCL(t, "j", 0, backend.KindLSM, daemon.ChangelogDefault, &daemon.RestoreSpec{Savepoint: sp.Dir})
-	checkN(t, r, 0, 5, "a")
+	checkN(t, r, 0, 3, "a")
+	checkN(t, r, 3, 9, "b")
 	if r.Changelog() {
 		t.Fatal("the default mode of a daemon without --changelog is on")
 	}

@@ -83,11 +83,10 @@ func (d *Daemon) nativeSavepoint(ctx context.Context, job string, id uint64, ins
 	}
 	heap := 0
 	for _, in := range insts {
-		if in.Kind == backend.KindHeap {
+		// A heap instance in changelog mode keeps its files in the
+		// checkpoint store.
+		if in.Kind == backend.KindHeap && !in.Changelog() {
 			heap++
-		}
-		if in.Changelog() {
-			return nil, fmt.Errorf("%w: a native savepoint of %s, which is in changelog mode (use the canonical format)", ErrUnsupported, in.Task)
 		}
 	}
 	var source tiered.Store
@@ -125,6 +124,12 @@ func (d *Daemon) nativeSavepoint(ctx context.Context, job string, id uint64, ins
 		ops := in.OperatorState()
 		var p backend.PendingSnapshot
 		err := in.snapshotLocked(func() (err error) {
+			if cb := in.changelogBackend(); cb != nil {
+				// Self-contained (the log window copied out) and no
+				// materialization taken from the checkpoints.
+				p, err = cb.SavepointSnapshot(ctx, id)
+				return err
+			}
 			p, err = in.Backend.Snapshot(ctx, id)
 			return err
 		})

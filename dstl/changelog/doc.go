@@ -37,21 +37,32 @@
 //
 // # Handle layout
 //
-// The handle is an ordinary backend.Handle of the inner backend's kind:
+// The handle is an ordinary backend.Handle of the inner backend's kind,
+// with Log set (handle version 2):
 //
 //	Files = base files (Shared, under <job>/shared/changelog/...)
 //	      + <job>/chk-<N>/<operator>-<subtask>/_changelog   (the manifest, private)
+//	Log   = the segments the window reads (in the log store) and its bytes
 //
-// The manifest is an internal/frame envelope, magic "STCM", version 1,
-// whose JSON payload holds the base handle (a canonical handle, without
-// its file list: the files are the handle's own, so a checksum changed in
-// the handle is caught), the log sequence number the base covers and the
-// dstl.Handle of the log window after it. A handle without a manifest (a
+// The manifest is an internal/frame envelope, magic "STCM", whose JSON
+// payload holds the base handle (a canonical handle, without its file
+// list: the files are the handle's own, so a checksum changed in the
+// handle is caught), the log sequence number the base covers and the
+// dstl.Handle of the log window after it. A restore refuses a manifest
+// whose window reads other segments than the handle's Log lists (the
+// catalog keeps exactly those). A handle without Log (a canonical
 // savepoint, a checkpoint of a plain backend) restores as a base with no
-// log. ReadLayout reads a handle's base, base seq and log window: the
-// daemon registers Layout.Log.Segments() with the refcount registry (the
-// segments are not in Files: they live in the log store, and their
-// lifetime is dstl's Truncate/TakeReleased).
+// log; the catalog counts Log.Segments with the shared files, and the
+// daemon hands it what the Writer lets go of (TakeReleased).
+//
+// A native savepoint's snapshot (SavepointSnapshot) copies its window out
+// of the shared segments into segments of its own among the handle's
+// private files (<dir>/_changelog-<n>.log, at most about 32 MiB of
+// records each), lists no segment in Log, and writes manifest version 2,
+// whose "logFiles" field gives, per range of the window, the index of the
+// file holding it; a restore reads those from the store the handle is
+// restored from, so the savepoint can be moved anywhere. Every other
+// manifest is written as version 1.
 //
 // Materializations are canonical snapshots written under
 // <job>/shared/changelog/<operator>-<subtask>-<run>-<n>: an ordinary

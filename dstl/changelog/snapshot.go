@@ -18,8 +18,11 @@ import (
 
 // Manifest framing. Frozen.
 const (
-	manifestMagic   = "STCM"
-	manifestVersion = 1
+	manifestMagic = "STCM"
+	// manifestVersion is the newest manifest version this build reads.
+	// Version 2 adds LogFile (a native savepoint's copied log); manifests
+	// without it are written as version 1.
+	manifestVersion = 2
 	// manifestName is the manifest's file name in the checkpoint's task
 	// directory; a handle holding a private file of this name is a
 	// changelog handle.
@@ -38,6 +41,12 @@ type manifest struct {
 	BaseSeq uint64 `json:"baseSeq"`
 	// Log is the log window after the base; nil when it is empty.
 	Log *dstl.Handle `json:"log,omitempty"`
+	// LogFiles, when set (version 2), are the indexes in the handle's files
+	// of the segments that hold the window, one per range of Log in order:
+	// the window's records copied out of the shared segments (a native
+	// savepoint, which must need nothing from the log store). The ranges
+	// are read from those files, in the store the handle is restored from.
+	LogFiles []int `json:"logFiles,omitempty"`
 }
 
 // Snapshot implements backend.Backend. The synchronous part records the
@@ -68,14 +77,16 @@ func (b *Backend) Snapshot(ctx context.Context, checkpointID uint64) (backend.Pe
 }
 
 type pending struct {
-	b      *Backend
-	id     uint64
-	upto   uint64
-	m      *materialization
-	upload backend.PendingSnapshot // uploads m, when this checkpoint took it
-	info   backend.Info
-	states []backend.StateDescriptor
-	once   sync.Once
+	b    *Backend
+	id   uint64
+	upto uint64
+	m    *materialization
+	// savepoint: a native savepoint's snapshot (SavepointSnapshot).
+	savepoint bool
+	upload    backend.PendingSnapshot // uploads m, when this checkpoint took it
+	info      backend.Info
+	states    []backend.StateDescriptor
+	once      sync.Once
 }
 
 // Release frees the base this checkpoint froze, or hands a claimed base
@@ -117,7 +128,10 @@ func (p *pending) Run(ctx context.Context) (*backend.Handle, error) {
 	if m.err != nil {
 		return nil, fmt.Errorf("changelog: checkpoint %d: %w", p.id, m.err)
 	}
-	mf := manifest{Version: manifestVersion, BaseSeq: m.seq}
+	if p.savepoint {
+		return p.runSavepoint(ctx, m)
+	}
+	mf := manifest{Version: 1, BaseSeq: m.seq}
 	if p.upto > m.seq {
 		lh, err := b.w.Persist(ctx, b.id, p.upto)
 		if err != nil {
@@ -139,7 +153,7 @@ func (p *pending) Run(ctx context.Context) (*backend.Handle, error) {
 	if err != nil {
 		return nil, fmt.Errorf("changelog: encode manifest: %w", err)
 	}
-	data := frame.Encode(manifestMagic, manifestVersion, payload)
+	data := frame.Encode(manifestMagic, uint16(mf.Version), payload)
 	info := p.info
 	name := fmt.Sprintf("%s/chk-%d/%s/%s", info.Task.Job, p.id, info.Task.Dir(), manifestName)
 	if err := b.opts.Store.Put(ctx, name, bytes.NewReader(data), int64(len(data))); err != nil {
@@ -208,6 +222,9 @@ type restoreSource struct {
 	base *backend.Handle
 	seq  uint64
 	log  *dstl.Handle
+	// ls is where log is read from: nil for the daemon's log store; the
+	// restore store for a log copied into the handle's files.
+	ls dstl.LogStore
 }
 
 // IsChangelog reports whether h was written in changelog mode (it has a
@@ -275,10 +292,29 @@ func readRestores(ctx context.Context, store tiered.Store, handles []*backend.Ha
 		if err := dec.Decode(&mf); err != nil || mf.Base == nil || mf.Version != int(version) {
 			return nil, fmt.Errorf("%w: changelog manifest %s: bad payload (%v)", backend.ErrCorrupt, f.Path, err)
 		}
+		logFiles := map[int]bool{}
+		if len(mf.LogFiles) > 0 {
+			if mf.Version < 2 || mf.Log == nil || len(mf.LogFiles) != len(mf.Log.Ranges) || len(h.Log.Segments) > 0 {
+				return nil, fmt.Errorf("%w: changelog manifest %s: %d log files for a window of %d ranges, in a handle with log segments %v",
+					backend.ErrCorrupt, f.Path, len(mf.LogFiles), len(mf.Log.Ranges), h.Log.Segments)
+			}
+			// The blocks are in the handle's own files, wherever the handle
+			// was copied to: read them from the store it is restored from.
+			for k, fi := range mf.LogFiles {
+				if fi < 0 || fi >= len(h.Files) || fi == mi || h.Files[fi].Shared || logFiles[fi] {
+					return nil, fmt.Errorf("%w: changelog manifest %s: log file %d of a handle with %d files",
+						backend.ErrCorrupt, f.Path, fi, len(h.Files))
+				}
+				logFiles[fi] = true
+				r := &mf.Log.Ranges[k]
+				r.Segment, r.SegmentSize = h.Files[fi].Path, h.Files[fi].Size
+			}
+			out[i].ls = dstl.TieredLogStore{Store: store}
+		}
 		base := *mf.Base
 		base.Files = nil
 		for j, bf := range h.Files {
-			if j != mi {
+			if j != mi && !logFiles[j] {
 				bf.Shared = false // canonical files are private to the base's own handle
 				base.Files = append(base.Files, bf)
 			}
@@ -295,7 +331,7 @@ func readRestores(ctx context.Context, store tiered.Store, handles []*backend.Ha
 				backend.ErrCorrupt, f.Path, l.From, l.To, mf.BaseSeq)
 		}
 		var segs []string
-		if mf.Log != nil {
+		if mf.Log != nil && len(mf.LogFiles) == 0 {
 			segs = sortedSegments(*mf.Log)
 		}
 		if !slices.Equal(segs, h.Log.Segments) {
@@ -334,7 +370,11 @@ func (b *Backend) replay(ctx context.Context, rs []restoreSource) error {
 		}
 		for _, run := range runsOf(owner, i, r.Start) {
 			run := run
-			err := dstl.Read(ctx, b.log, *s.log, dstl.ReadOptions{KeyGroups: &run}, func(rec dstl.Record) error {
+			ls := b.log
+			if s.ls != nil {
+				ls = s.ls
+			}
+			err := dstl.Read(ctx, ls, *s.log, dstl.ReadOptions{KeyGroups: &run}, func(rec dstl.Record) error {
 				c, err := DecodeChange(rec.Change)
 				if err != nil {
 					return fmt.Errorf("changelog: replay of %s seq %d: %w", s.log.WriterID, rec.Seq, err)

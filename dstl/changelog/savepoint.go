@@ -1,0 +1,151 @@
+package changelog
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+
+	"github.com/statedhq/stated/backend"
+	"github.com/statedhq/stated/dstl"
+	"github.com/statedhq/stated/internal/frame"
+)
+
+// savepointSegmentSize is the raw size at which a native savepoint's copy
+// of the log window starts another segment file: it bounds the memory the
+// copy takes.
+const savepointSegmentSize = 32 << 20
+
+// SavepointSnapshot is Snapshot for a native savepoint. It neither claims
+// nor consumes a materialization (FLINK-40302): it uses the newest
+// uploaded base, or takes one of its own that no checkpoint will use. Its
+// handle is self-contained: the log window's blocks are copied out of the
+// shared segments into a private file of the snapshot, so a savepoint
+// copied elsewhere needs nothing from the log store. The daemon copies the
+// handle's files into the savepoint and then tells the backend
+// NotifyCheckpointAborted(checkpointID).
+func (b *Backend) SavepointSnapshot(ctx context.Context, checkpointID uint64) (backend.PendingSnapshot, error) {
+	b.wmu.Lock()
+	defer b.wmu.Unlock()
+	if b.closed {
+		return nil, backend.ErrClosed
+	}
+	p := &pending{b: b, id: checkpointID, upto: b.lastSeq, states: b.inner.States(), info: b.inner.Info(), savepoint: true}
+	switch {
+	case b.mat != nil:
+		p.m = b.mat // used, not claimed: the next checkpoint still takes it
+	case b.conf != nil:
+		p.m = b.conf
+	default:
+		m, mp, err := b.startMaterialization(ctx)
+		if err != nil {
+			return nil, err
+		}
+		p.m, p.upload = m, mp
+	}
+	b.pend[p] = struct{}{}
+	return p, nil
+}
+
+// runSavepoint is Run of a SavepointSnapshot once its base is uploaded:
+// persist the window, copy its blocks into one file, write the manifest.
+func (p *pending) runSavepoint(ctx context.Context, m *materialization) (*backend.Handle, error) {
+	b, info := p.b, p.info
+	dir := fmt.Sprintf("%s/chk-%d/%s", info.Task.Job, p.id, info.Task.Dir())
+	h := &backend.Handle{
+		Version: backend.HandleVersionLog, Backend: info.Kind, Task: info.Task, CheckpointID: p.id,
+		KeyGroups: info.KeyGroups, MaxParallelism: info.MaxParallelism, States: p.states,
+		Log: &backend.HandleLog{},
+	}
+	for _, f := range m.h.Files {
+		f.Shared = true
+		h.Files = append(h.Files, f)
+		h.FullSize += f.Size
+	}
+	mf := manifest{Version: 1, BaseSeq: m.seq}
+	if p.upto > m.seq {
+		lh, err := b.w.Persist(ctx, b.id, p.upto)
+		if err != nil {
+			return nil, fmt.Errorf("changelog: savepoint snapshot %d of %s: persist the log: %w", p.id, info.Task, err)
+		}
+		lh = trim(lh, m.seq+1)
+		if lh.From != m.seq+1 || lh.To != p.upto {
+			return nil, fmt.Errorf("%w: changelog: savepoint snapshot %d of %s: the log was truncated past its base (window %d..%d, want %d..%d)",
+				backend.ErrDeclined, p.id, info.Task, lh.From, lh.To, m.seq+1, p.upto)
+		}
+		refs, ranges, err := b.copyLog(ctx, lh, dir)
+		if err != nil {
+			return nil, fmt.Errorf("changelog: savepoint snapshot %d of %s: %w", p.id, info.Task, err)
+		}
+		lh.Ranges = ranges
+		var idx []int
+		for _, ref := range refs {
+			idx = append(idx, len(h.Files))
+			h.Files = append(h.Files, ref)
+			h.FullSize += ref.Size
+			h.Log.Bytes += ref.Size
+		}
+		mf.Version, mf.Log, mf.LogFiles = 2, &lh, idx
+	}
+	base := *m.h
+	base.Files = nil
+	mf.Base = &base
+	payload, err := json.Marshal(&mf)
+	if err != nil {
+		return nil, fmt.Errorf("changelog: encode manifest: %w", err)
+	}
+	data := frame.Encode(manifestMagic, uint16(mf.Version), payload)
+	name := dir + "/" + manifestName
+	if err := b.opts.Store.Put(ctx, name, bytes.NewReader(data), int64(len(data))); err != nil {
+		return nil, fmt.Errorf("changelog: savepoint snapshot %d of %s: write %s: %w", p.id, info.Task, name, err)
+	}
+	h.Files = append(h.Files, backend.FileRef{Path: name, Size: int64(len(data)), CRC32C: frame.Checksum(data)})
+	h.FullSize += int64(len(data))
+	h.CheckpointedSize = h.FullSize
+	return h, nil
+}
+
+// copyLog reads the records of lh's window (verifying every block) and
+// writes them into segments of their own under dir, each at most about
+// savepointSegmentSize, and returns those files and the window's ranges
+// in them (one per file; their names are resolved again on restore).
+func (b *Backend) copyLog(ctx context.Context, lh dstl.Handle, dir string) ([]backend.FileRef, []dstl.Range, error) {
+	var refs []backend.FileRef
+	var ranges []dstl.Range
+	sb := dstl.NewSegmentBuilder(0, true)
+	flush := func() error {
+		data, idx, err := sb.Encode()
+		if err != nil {
+			return err
+		}
+		sb.Reset()
+		wi, ok := idx.Writer(b.id)
+		if !ok {
+			return fmt.Errorf("the copied segment has no blocks of %s", b.id)
+		}
+		name := fmt.Sprintf("%s/_changelog-%d.log", dir, len(refs))
+		if err := b.opts.Store.Put(ctx, name, bytes.NewReader(data), int64(len(data))); err != nil {
+			return fmt.Errorf("copy the log window into %s: %w", name, err)
+		}
+		refs = append(refs, backend.FileRef{Path: name, Size: int64(len(data)), CRC32C: frame.Checksum(data)})
+		ranges = append(ranges, dstl.Range{Segment: name, SegmentSize: int64(len(data)), Offset: wi.Offset(), Length: wi.Length(),
+			FirstSeq: wi.FirstSeq(), LastSeq: wi.LastSeq()})
+		return nil
+	}
+	err := dstl.Read(ctx, b.log, lh, dstl.ReadOptions{}, func(r dstl.Record) error {
+		if err := sb.Add(b.id, r.Seq, r.KeyGroup, r.Change); err != nil {
+			return err
+		}
+		if sb.Len() >= savepointSegmentSize {
+			return flush()
+		}
+		return nil
+	})
+	if err == nil && sb.Len() > 0 {
+		err = flush()
+	}
+	if err != nil {
+		return nil, nil, fmt.Errorf("copy the log window: %w", err)
+	}
+	return refs, ranges, nil
+}
