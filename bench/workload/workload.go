@@ -118,8 +118,9 @@ type Spec struct {
 	States []string
 	// mix is the run phase's operations with their weights.
 	mix []weighted
-	// load is what the load phase writes for one key.
-	load func(g *Gen, id uint64, emit func(*Op))
+	// load returns the j-th operation the load phase applies to key id,
+	// nil past the last.
+	load func(g *Gen, id uint64, j int) *Op
 	// dist is the default distribution.
 	dist string
 	// fixed overrides Params (the Flink shapes pin their sizes).
@@ -145,42 +146,57 @@ func flinkSizes(p *Params) {
 	p.ValueSize, p.ListLen, p.MapKeys = flinkValueLen, flinkListLen, flinkMapKeys
 }
 
-func loadValue(g *Gen, id uint64, emit func(*Op)) {
+func loadValue(g *Gen, id uint64, j int) *Op {
+	if j > 0 {
+		return nil
+	}
 	g.op = Op{Kind: Put, State: ValueState, Key: g.key(id), Value: g.value(id)}
-	emit(&g.op)
+	return &g.op
 }
 
-func loadList(g *Gen, id uint64, emit func(*Op)) {
+func loadList(g *Gen, id uint64, j int) *Op {
+	if j > 0 {
+		return nil
+	}
 	n := g.p.ListLen
 	if g.listOnly1 {
 		n = 1
 	}
 	g.op = Op{Kind: ListAppend, State: ListState, Key: g.key(id), Values: g.elems(n)}
-	emit(&g.op)
+	return &g.op
 }
 
-func loadMap(g *Gen, id uint64, emit func(*Op)) {
-	k := g.key(id)
-	for j := 0; j < g.p.MapKeys; j++ {
-		g.op = Op{Kind: MapPut, State: MapState, Key: k, UserKey: g.userKey(uint64(j)), Value: g.value(id + uint64(j))}
-		emit(&g.op)
+func loadMap(g *Gen, id uint64, j int) *Op {
+	if j >= g.p.MapKeys {
+		return nil
 	}
+	g.op = Op{Kind: MapPut, State: MapState, Key: g.key(id), UserKey: g.userKey(uint64(j)), Value: g.value(id + uint64(j))}
+	return &g.op
 }
 
-func loadAggregate(g *Gen, id uint64, emit func(*Op)) {
+func loadAggregate(g *Gen, id uint64, j int) *Op {
+	if j > 0 {
+		return nil
+	}
 	g.op = Op{Kind: AggregateAdd, State: AggregateState, Key: g.key(id), Number: 1}
-	emit(&g.op)
+	return &g.op
 }
 
-func loadTimer(g *Gen, id uint64, emit func(*Op)) {
+func loadTimer(g *Gen, id uint64, j int) *Op {
+	if j > 0 {
+		return nil
+	}
 	g.op = Op{Kind: TimerRegister, State: TimerState, Key: g.key(id), Timestamp: int64(id)}
-	emit(&g.op)
+	return &g.op
 }
 
 // loadYCSBE writes the record as a map entry under its bucket key.
-func loadYCSBE(g *Gen, id uint64, emit func(*Op)) {
+func loadYCSBE(g *Gen, id uint64, j int) *Op {
+	if j > 0 {
+		return nil
+	}
 	g.op = Op{Kind: MapPut, State: MapState, Key: g.bucketKey(id), UserKey: g.userKey(id), Value: g.value(id)}
-	emit(&g.op)
+	return &g.op
 }
 
 var specs = []*Spec{
@@ -341,6 +357,9 @@ type Gen struct {
 	polled  int64 // timers: watermark of the last poll
 	// listOnly1: list-append loads one element per key, list-get ListLen.
 	listOnly1 bool
+	// loaded is the number of ids the load phase writes (inserts come
+	// after); loadAt and loadSub are where NextLoad is.
+	loaded, loadAt, loadSub int
 }
 
 // NewGen returns the generator of one task that owns ids (its share of the
@@ -356,7 +375,7 @@ func NewGen(s *Spec, p Params, ids []uint64, owns func(uint64) bool, firstNew ui
 		return nil, err
 	}
 	g := &Gen{s: s, p: p, r: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), ids: slices.Clone(ids),
-		owns: owns, nextID: firstNew, choose: ch, valBuf: make([]byte, p.ValueSize), listOnly1: s.Name != "list-get" && s.Name != "flink-list-get"}
+		owns: owns, nextID: firstNew, choose: ch, loaded: len(ids), valBuf: make([]byte, p.ValueSize), listOnly1: s.Name != "list-get" && s.Name != "flink-list-get"}
 	var total float64
 	for i, w := range s.mix {
 		wt := w.weight
@@ -383,20 +402,26 @@ func NewGen(s *Spec, p Params, ids []uint64, owns func(uint64) bool, firstNew ui
 // Params are the effective parameters.
 func (g *Gen) Params() Params { return g.p }
 
-// Load calls emit with every operation of the load phase, key by key.
-// emit must not keep the Op past its return.
-func (g *Gen) Load(emit func(*Op)) {
-	for _, id := range g.ids {
-		g.s.load(g, id, emit)
+// NextLoad returns the next operation of the load phase, key by key, or
+// nil when the load is done; the result is valid until the next call.
+func (g *Gen) NextLoad() *Op {
+	for g.loadAt < g.loaded {
+		if op := g.s.load(g, g.ids[g.loadAt], g.loadSub); op != nil {
+			g.loadSub++
+			return op
+		}
+		g.loadAt++
+		g.loadSub = 0
 	}
+	return nil
 }
 
 // LoadOps is the number of operations Load emits.
 func (g *Gen) LoadOps() int {
 	if g.s.Name == "map-put" || g.s.Name == "map-get" || g.s.Name == "map-iterate" || strings.HasPrefix(g.s.Name, "flink-map") {
-		return len(g.ids) * g.p.MapKeys
+		return g.loaded * g.p.MapKeys
 	}
-	return len(g.ids)
+	return g.loaded
 }
 
 // Next fills the next operation of the run phase and returns it; the

@@ -15,12 +15,12 @@ func TestEveryWorkloadGenerates(t *testing.T) {
 				t.Fatal(err)
 			}
 			loads := 0
-			g.Load(func(op *Op) {
+			for op := g.NextLoad(); op != nil; op = g.NextLoad() {
 				loads++
 				if !s.hasState(op.State) {
 					t.Fatalf("load writes state %q, not registered", op.State)
 				}
-			})
+			}
 			if loads != g.LoadOps() {
 				t.Fatalf("Load emitted %d operations, LoadOps says %d", loads, g.LoadOps())
 			}
