@@ -146,3 +146,28 @@ func TestReportJSONRoundTrip(t *testing.T) {
 		t.Fatalf("version 99: %v", err)
 	}
 }
+
+func TestPlotShowsEveryConfiguration(t *testing.T) {
+	runs := []Run{
+		{Config: "lsm", Repeat: 1, Figures: map[string]float64{"run.ops_per_sec": 100, "run.get.ops_per_sec": 100, "run.get.p50_us": 5, "run.get.p99_us": 50, "run.get.p999_us": 500, "restore.ms": 3}},
+		{Config: "lsm", Repeat: 2, Figures: map[string]float64{"run.ops_per_sec": 300, "run.get.ops_per_sec": 300, "run.get.p50_us": 6, "run.get.p99_us": 60, "run.get.p999_us": 600, "restore.ms": 4}},
+		{Config: "<heap>", Repeat: 1, Figures: map[string]float64{"run.ops_per_sec": 200, "run.get.ops_per_sec": 200, "run.get.p50_us": 1, "run.get.p99_us": 9, "run.get.p999_us": 90}},
+	}
+	rep := &Report{Params: Params{Workload: "value-get"}, Runs: runs, Summary: summarize([]string{"lsm", "<heap>"}, runs)}
+	page := PlotHTML(rep)
+	for _, want := range []string{"<svg", "Throughput", "Latency of get", "Checkpoint, restore and rescale", "&lt;heap&gt;", "p999", ">200<", "<line "} {
+		if !strings.Contains(page, want) {
+			t.Errorf("plot lacks %q", want)
+		}
+	}
+	if strings.Contains(page, "<heap>") || strings.Contains(page, "<script") || strings.Contains(page, "http://") && !strings.Contains(page, "http://www.w3.org/2000/svg") {
+		t.Error("plot has unescaped text, a script or an external reference")
+	}
+	if strings.Count(page, "<svg") != 3 {
+		t.Errorf("plot has %d charts, want 3", strings.Count(page, "<svg"))
+	}
+	path := filepath.Join(t.TempDir(), "p.html")
+	if err := WritePlot(path, rep); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -51,6 +51,7 @@ type benchRunFlags struct {
 	p         bench.Params
 	changelog []string
 	jsonPath  string
+	plotPath  string
 }
 
 func newBenchRunCmd() *cobra.Command {
@@ -63,8 +64,8 @@ warm-up) measuring throughput and latency per operation kind, takes checkpoint
 2, restores every task from it and rescales to --rescale-to subtasks, once per
 configuration of the matrix (--backend x --changelog, plus --baseline pebble:
 the same load and run on raw in-process Pebble) and --repeat times, interleaved.
-It prints a table (median, and min-max with repeats) and writes --json when
-asked. Progress goes to stderr: a bar on a terminal, lines
+It prints a table (median, and min-max with repeats) and writes --json and
+--plot when asked. Progress goes to stderr: a bar on a terminal, lines
 otherwise.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -99,6 +100,7 @@ otherwise.`,
 	fl.StringVar(&p.Dir, "dir", "", "where embedded daemons and baselines keep their temporary data (default the system's temp dir)")
 	fl.Uint64Var(&p.Seed, "seed", 1, "seed of the operations (same seed, same operations)")
 	fl.StringVar(&f.jsonPath, "json", "", "write every figure, the parameters, the machine and the revision to this file")
+	fl.StringVar(&f.plotPath, "plot", "", "write a self-contained HTML page with SVG charts of throughput and latency to this file")
 	return cmd
 }
 
@@ -141,6 +143,12 @@ func runBench(cmd *cobra.Command, f benchRunFlags) error {
 			return err
 		}
 		fmt.Fprintln(errOut, "wrote", f.jsonPath)
+	}
+	if f.plotPath != "" {
+		if err := bench.WritePlot(f.plotPath, rep); err != nil {
+			return err
+		}
+		fmt.Fprintln(errOut, "wrote", f.plotPath)
 	}
 	return nil
 }
