@@ -96,20 +96,25 @@ type Git struct {
 }
 
 // FigureUnit returns a figure's unit and whether higher is better, from
-// its name's suffix: _per_sec (ops/s), _us, _ms, _s, _bytes.
+// its name's last word (after the last '.' or '_'): ops_per_sec (ops/s),
+// us_per_op, us, ms, s, bytes. Other figures (counts, parallelism) have
+// no unit and no direction.
 func FigureUnit(name string) (unit string, higherBetter bool) {
+	has := func(suffix string) bool {
+		return strings.HasSuffix(name, "."+suffix) || strings.HasSuffix(name, "_"+suffix)
+	}
 	switch {
-	case strings.HasSuffix(name, "_per_sec"):
+	case has("ops_per_sec"):
 		return "ops/s", true
-	case strings.HasSuffix(name, "_us_per_op"):
+	case has("us_per_op"):
 		return "µs/op", false
-	case strings.HasSuffix(name, "_us"):
+	case has("us"):
 		return "µs", false
-	case strings.HasSuffix(name, "_ms"):
+	case has("ms"):
 		return "ms", false
-	case strings.HasSuffix(name, "_s"):
+	case has("s"):
 		return "s", false
-	case strings.HasSuffix(name, "_bytes"):
+	case has("bytes"):
 		return "B", false
 	}
 	return "", false

@@ -27,7 +27,7 @@ external one (--socket). "stated bench run --help" lists the parameters,
 "stated bench workloads" the workloads.`,
 		Args: cobra.NoArgs,
 	}
-	cmd.AddCommand(newBenchRunCmd(), newBenchWorkloadsCmd())
+	cmd.AddCommand(newBenchRunCmd(), newBenchWorkloadsCmd(), newBenchCompareCmd())
 	return cmd
 }
 
@@ -164,6 +164,35 @@ func newBenchWorkloadsCmd() *cobra.Command {
 				fmt.Fprintf(tw, "%s\t%s\n", s.Name, s.Doc)
 			}
 			return tw.Flush()
+		},
+	}
+}
+
+func newBenchCompareCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "compare A.json B.json",
+		Short: "Compare two reports of stated bench run figure by figure",
+		Long: `Compare prints, for every configuration and figure both reports have, A and B
+as median (min-max), the ratio B/A and a verdict: noise when the two min-max
+bands overlap (the difference is within what repeats already showed), else
+better or worse by the figure's direction; "no band" when a side has one run
+(use --repeat 3 or more). It also lists the parameters and machine that differ.`,
+		Args: cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			a, err := bench.ReadJSON(args[0])
+			if err != nil {
+				return err
+			}
+			b, err := bench.ReadJSON(args[1])
+			if err != nil {
+				return err
+			}
+			cs, err := bench.Compare(a, b)
+			if err != nil {
+				return err
+			}
+			bench.PrintCompare(cmd.OutOrStdout(), a, b, cs)
+			return nil
 		},
 	}
 }
