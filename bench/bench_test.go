@@ -171,3 +171,33 @@ func TestPlotShowsEveryConfiguration(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+func TestInstancesReportsCosts(t *testing.T) {
+	for _, b := range []string{"heap", "lsm"} {
+		r, err := Instances(context.Background(), InstancesParams{Backend: b, Count: 12, Connections: 3, Dir: t.TempDir()}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !r.Embedded || r.Count != 12 || r.OpensPerSec <= 0 || r.ClosesPerSec <= 0 || r.RSSAfter <= 0 || r.FDLimit == 0 {
+			t.Fatalf("%s: %+v", b, r)
+		}
+		// An lsm instance is a Pebble store: it holds files open.
+		if b == "lsm" && r.FDsPerInstance <= 0 {
+			t.Fatalf("lsm: %v descriptors per instance", r.FDsPerInstance)
+		}
+	}
+}
+
+func TestInstancesRefuseToPassTheFDLimit(t *testing.T) {
+	// A limit just above what the process holds: the probe fits, the rest
+	// would not.
+	limit := uint64(fds() + 120)
+	_, err := Instances(context.Background(), InstancesParams{Backend: "lsm", Count: 5000, Connections: 2, Dir: t.TempDir(), fdLimit: limit}, nil)
+	if !errors.Is(err, ErrFDLimit) || !strings.Contains(err.Error(), "RLIMIT_NOFILE") || !strings.Contains(err.Error(), "5000 lsm instances") {
+		t.Fatalf("5000 instances under a limit of %d: %v", limit, err)
+	}
+	if _, err := Instances(context.Background(), InstancesParams{Backend: "rocks", Count: -1}, nil); err == nil ||
+		!strings.Contains(err.Error(), `backend "rocks"`) || !strings.Contains(err.Error(), "count -1") {
+		t.Fatalf("bad params: %v", err)
+	}
+}

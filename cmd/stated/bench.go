@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -27,7 +28,7 @@ external one (--socket). "stated bench run --help" lists the parameters,
 "stated bench workloads" the workloads.`,
 		Args: cobra.NoArgs,
 	}
-	cmd.AddCommand(newBenchRunCmd(), newBenchWorkloadsCmd(), newBenchCompareCmd())
+	cmd.AddCommand(newBenchRunCmd(), newBenchWorkloadsCmd(), newBenchCompareCmd(), newBenchInstancesCmd())
 	return cmd
 }
 
@@ -195,4 +196,49 @@ better or worse by the figure's direction; "no band" when a side has one run
 			return nil
 		},
 	}
+}
+
+func newBenchInstancesCmd() *cobra.Command {
+	var p bench.InstancesParams
+	var jsonPath string
+	cmd := &cobra.Command{
+		Use:   "instances",
+		Short: "Open many idle instances and report their memory, descriptors and open time",
+		Long: `Instances opens --count idle instances of --backend (one value state each, no
+data) over --connections client connections, as that many task processes
+would, and reports the time to open and close them and, on the embedded daemon,
+the resident memory (VmRSS), Go heap and file descriptors per instance of this
+process (daemon and clients). It opens a few first and stops with a clear error
+when the rest would pass the file-descriptor limit (RLIMIT_NOFILE).`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if p.Token == "" {
+				p.Token = os.Getenv("STATED_TOKEN")
+			}
+			ctx, cancel := signalContext(cmd.Context())
+			defer cancel()
+			r, err := bench.Instances(ctx, p, cmd.ErrOrStderr())
+			if err != nil {
+				return err
+			}
+			bench.PrintInstances(cmd.OutOrStdout(), r)
+			if jsonPath != "" {
+				b, err := json.MarshalIndent(r, "", "  ")
+				if err != nil {
+					return err
+				}
+				return os.WriteFile(jsonPath, append(b, '\n'), 0o644)
+			}
+			return nil
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&p.Backend, "backend", "lsm", "backend of the instances: heap, file or lsm")
+	fl.IntVar(&p.Count, "count", 100, "idle instances to open")
+	fl.IntVar(&p.Connections, "connections", 4, "client connections the instances are opened over, in parallel")
+	fl.StringVar(&p.Socket, "socket", "", "an external daemon's Unix socket or host:port (default: an embedded daemon)")
+	fl.StringVar(&p.Token, "token", "", "bearer token of an external daemon on TCP (or STATED_TOKEN)")
+	fl.StringVar(&p.Dir, "dir", "", "where the embedded daemon keeps its temporary data dir (default the system's temp dir)")
+	fl.StringVar(&jsonPath, "json", "", "write the figures to this file")
+	return cmd
 }
