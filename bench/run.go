@@ -464,7 +464,8 @@ func load(ctx context.Context, p Params, gens []*workload.Gen, targets []target,
 func runPhase(ctx context.Context, p Params, spec *workload.Spec, gens []*workload.Gen, targets []target, figs map[string]float64, pr *progress) error {
 	if p.Warmup > 0 {
 		var done atomic.Int64
-		stop := pr.phase("warm-up", p.Warmup.Milliseconds(), func() int64 { return done.Load() })
+		wstart := time.Now()
+		stop := pr.phase("warm-up", p.Warmup.Milliseconds(), func() int64 { return time.Since(wstart).Milliseconds() })
 		err := timedRun(ctx, p.Warmup, 0, p.InFlight, gens, targets, nil, &done)
 		stop()
 		if err != nil {
