@@ -89,7 +89,7 @@ otherwise.`,
 	fl.IntVar(&p.InFlight, "in-flight", bench.DefaultInFlight, "operations per task issued and not yet answered")
 	fl.DurationVar(&p.Duration, "duration", bench.DefaultDuration, "length of the measured run phase")
 	fl.Int64Var(&p.Ops, "ops", 0, "operations of the run phase over all tasks (instead of --duration)")
-	fl.DurationVar(&p.Warmup, "warmup", bench.DefaultWarmup, "unmeasured run before the run phase; negative: none")
+	fl.DurationVar(&p.Warmup, "warmup", bench.DefaultWarmup, "unmeasured run before the run phase; 0: none")
 	fl.StringSliceVar(&p.Backends, "backend", []string{"lsm"}, "backends of the matrix: heap, file, lsm")
 	fl.StringSliceVar(&f.changelog, "changelog", []string{"off"}, "changelog settings of the matrix: off, on")
 	fl.IntVar(&p.Repeat, "repeat", 1, "runs of the whole matrix, interleaved")
@@ -120,7 +120,24 @@ func parseChangelog(vals []string) ([]bool, error) {
 	return out, nil
 }
 
+// zeroIsDefault are the flags whose zero the bench parameters read as
+// "default": given explicitly on the command line, a zero is refused
+// rather than silently replaced.
+var zeroIsDefault = []string{"tasks", "keys", "value-size", "batch", "in-flight", "duration", "repeat", "max-parallelism", "list-len", "map-keys", "scan-len", "seed"}
+
 func runBench(cmd *cobra.Command, f benchRunFlags) error {
+	var errs []string
+	for _, name := range zeroIsDefault {
+		if fl := cmd.Flags().Lookup(name); fl.Changed && (fl.Value.String() == "0" || fl.Value.String() == "0s") {
+			errs = append(errs, fmt.Sprintf("--%s 0: must be positive", name))
+		}
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("bench: %s", strings.Join(errs, "; "))
+	}
+	if cmd.Flags().Changed("warmup") && f.p.Warmup == 0 {
+		f.p.Warmup = -1 // --warmup 0: no warm-up
+	}
 	var err error
 	if f.p.Changelog, err = parseChangelog(f.changelog); err != nil {
 		return err
