@@ -53,6 +53,7 @@ type benchRunFlags struct {
 	changelog []string
 	jsonPath  string
 	plotPath  string
+	logLevel  string
 }
 
 func newBenchRunCmd() *cobra.Command {
@@ -101,6 +102,7 @@ otherwise.`,
 	fl.StringVar(&p.Dir, "dir", "", "where embedded daemons and baselines keep their temporary data (default the system's temp dir)")
 	fl.Uint64Var(&p.Seed, "seed", 1, "seed of the operations (same seed, same operations)")
 	fl.StringVar(&f.jsonPath, "json", "", "write every figure, the parameters, the machine and the revision to this file")
+	fl.StringVar(&f.logLevel, "log-level", "warn", "log level of the embedded daemon (debug, info, warn, error), logged to stderr")
 	fl.StringVar(&f.plotPath, "plot", "", "write a self-contained HTML page with SVG charts of throughput and latency to this file")
 	return cmd
 }
@@ -147,8 +149,12 @@ func runBench(cmd *cobra.Command, f benchRunFlags) error {
 	}
 	ctx, cancel := signalContext(cmd.Context())
 	defer cancel()
+	log, err := newLogger(f.logLevel, "text")
+	if err != nil {
+		return err
+	}
 	errOut := cmd.ErrOrStderr()
-	r := &bench.Runner{Params: f.p, Progress: errOut, Terminal: isTerminal(errOut)}
+	r := &bench.Runner{Params: f.p, Progress: errOut, Terminal: isTerminal(errOut), Logger: log}
 	rep, err := r.Run(ctx)
 	if err != nil {
 		return err
