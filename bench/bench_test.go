@@ -51,7 +51,7 @@ func TestSmokeEveryWorkload(t *testing.T) {
 				}
 			}
 			for _, name := range []string{"load.ops_per_sec", "checkpoint1.full_bytes", "checkpoint2.full_bytes",
-				"checkpoint2.total_ms", "restore.ms", "rescale.ms"} {
+				"checkpoint2.total_ms", "restore.close_ms", "restore.ms", "rescale.close_ms", "rescale.ms"} {
 				if daemon[name].Median <= 0 {
 					t.Fatalf("%s = %v", name, daemon[name])
 				}

@@ -683,9 +683,13 @@ func maxInto(a *atomic.Int64, v int64) {
 // from checkpoint id, timing the opens (all tasks at once, as a job's
 // restart or rescale opens them).
 func (s *session) reopen(ctx context.Context, parallelism int, id uint64, name string, figs map[string]float64, pr *progress) error {
+	// Closing is timed apart: a job's restart waits for its old
+	// instances to go too, and an lsm close flushes and may take seconds.
+	closeStart := time.Now()
 	if err := s.closeInstances(ctx); err != nil {
 		return fmt.Errorf("%s: close: %w", name, err)
 	}
+	figs[name+".close_ms"] = float64(time.Since(closeStart).Microseconds()) / 1e3
 	for _, c := range s.cs {
 		c.Close()
 	}

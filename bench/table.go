@@ -59,7 +59,7 @@ func splitLast(name string) (prefix, last string) {
 // latency percentiles, then the rest by name.
 func suffixOrder(s string) int {
 	order := []string{"ops_per_sec", "cpu_us_per_op", "p50_us", "p99_us", "p999_us", "s", "ms",
-		"sync_ms", "async_ms", "complete_ms", "total_ms", "checkpointed_bytes", "full_bytes"}
+		"close_ms", "sync_ms", "async_ms", "complete_ms", "total_ms", "checkpointed_bytes", "full_bytes"}
 	if i := slices.Index(order, s); i >= 0 {
 		return i
 	}
