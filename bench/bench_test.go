@@ -105,16 +105,21 @@ func TestBadParamsAreRefusedTogether(t *testing.T) {
 	}
 }
 
-func TestChangelogOnIsRefusedClearly(t *testing.T) {
-	r := &Runner{Params: Params{Workload: "value-get", Changelog: []bool{false, true}, Dir: t.TempDir()}}
-	_, err := r.Run(context.Background())
-	if !errors.Is(err, ErrChangelogUnavailable) {
-		t.Fatalf("changelog on: %v", err)
+// TestChangelogMatrix: --changelog off,on runs both, each instance in the
+// mode its configuration names (the session checks what Open answers).
+func TestChangelogMatrix(t *testing.T) {
+	r := &Runner{Params: Params{Workload: "value-put", Changelog: []bool{false, true}, Backends: []string{"file"}, Dir: t.TempDir(),
+		Ops: 2000, Keys: 500}}
+	rep, err := r.Run(context.Background())
+	if err != nil {
+		t.Fatal(err)
 	}
-	p := Params{Workload: "value-get", Changelog: []bool{true}, Socket: "/x.sock"}
-	p.EnsureDefaults()
-	if err := p.Validate(); err == nil || !strings.Contains(err.Error(), "external daemon") {
-		t.Fatalf("changelog on with --socket: %v", err)
+	var names []string
+	for _, run := range rep.Runs {
+		names = append(names, run.Config)
+	}
+	if len(rep.Runs) != 2 || !strings.Contains(strings.Join(names, " "), "changelog") {
+		t.Fatalf("runs %v, want one with the changelog off and one on", names)
 	}
 }
 

@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -41,10 +40,6 @@ const (
 	// and a declined checkpoint measures nothing.
 	embeddedHeapSnapshotCap = 1 << 30
 )
-
-// ErrChangelogUnavailable is what --changelog on gives while the daemon
-// cannot run backends in changelog mode.
-var ErrChangelogUnavailable = errors.New("bench: --changelog on is not available in this build: the daemon has no changelog option yet")
 
 // Params are the parameters of "stated bench run". Zero values take the
 // defaults (EnsureDefaults).
@@ -192,9 +187,6 @@ func (p *Params) Validate() error {
 	if p.Baseline != "" && p.Baseline != Baseline {
 		bad("baseline %q is not %q", p.Baseline, Baseline)
 	}
-	if p.Socket != "" && slices.Contains(p.Changelog, true) {
-		bad("changelog on with --socket: an external daemon's changelog is set by its own flags; run the matrix with --changelog off")
-	}
 	if p.Token != "" && p.Socket == "" {
 		bad("token without socket: the embedded daemon needs none")
 	}
@@ -238,17 +230,6 @@ func (p *Params) Matrix() []Config {
 	return out
 }
 
-// applyChangelog sets the changelog of an embedded daemon's options. The
-// node has no changelog setting yet; once it has, this is the one line to
-// change (o.Changelog = on).
-func applyChangelog(o *node.Options, on bool) error {
-	_ = o
-	if on {
-		return ErrChangelogUnavailable
-	}
-	return nil
-}
-
 // Runner runs the matrix. Progress and phase lines go to Progress.
 type Runner struct {
 	Params Params
@@ -279,14 +260,6 @@ func (r *Runner) Run(ctx context.Context) (*Report, error) {
 	}
 	rep := &Report{Version: ReportVersion, Started: time.Now().UTC(), Params: p, Machine: machineInfo(), Git: gitInfo(ctx)}
 	matrix := p.Matrix()
-	// A changelog that this build cannot run fails before anything runs.
-	for _, c := range matrix {
-		if !c.Baseline && p.Socket == "" {
-			if err := applyChangelog(&node.Options{}, c.Changelog); err != nil {
-				return nil, err
-			}
-		}
-	}
 	keys := assignKeys(spec, p)
 	var names []string
 	for _, c := range matrix {
@@ -358,9 +331,6 @@ func (r *Runner) runOne(ctx context.Context, c Config, spec *workload.Spec, keys
 		}
 		defer os.RemoveAll(dir)
 		o := node.Options{DataDir: dir, Logger: r.Logger, HeapSnapshotCap: embeddedHeapSnapshotCap}
-		if err := applyChangelog(&o, c.Changelog); err != nil {
-			return nil, err
-		}
 		n, err := node.Open(ctx, o)
 		if err != nil {
 			return nil, fmt.Errorf("start embedded daemon: %w", err)
@@ -368,7 +338,7 @@ func (r *Runner) runOne(ctx context.Context, c Config, spec *workload.Spec, keys
 		defer n.Close()
 		socket = n.Socket()
 	}
-	s := &session{p: p, spec: spec, socket: socket, kind: backend.Kind(c.Backend),
+	s := &session{p: p, spec: spec, socket: socket, kind: backend.Kind(c.Backend), changelog: c.Changelog,
 		job: fmt.Sprintf("bench-%d-%s-%d", time.Now().UnixNano(), c.Backend, repeat)}
 	defer s.close()
 	if err := s.open(ctx, p.Tasks, nil); err != nil {
@@ -570,8 +540,11 @@ type session struct {
 	socket string
 	kind   backend.Kind
 	job    string
-	cs     []*client.Client
-	ins    []*client.Instance
+	// changelog opens every instance in changelog mode (OpenSpec, so it
+	// works on an external daemon too).
+	changelog bool
+	cs        []*client.Client
+	ins       []*client.Instance
 }
 
 func (s *session) open(ctx context.Context, parallelism int, restore *client.Restore) error {
@@ -588,10 +561,13 @@ func (s *session) open(ctx context.Context, parallelism int, restore *client.Res
 		in, err := s.cs[i].Open(ctx, client.OpenSpec{
 			Task:           backend.TaskID{Job: s.job, Operator: "bench", Subtask: i},
 			MaxParallelism: s.p.MaxParallelism, Parallelism: parallelism,
-			Backend: s.kind, States: s.spec.Descriptors(), Restore: restore,
+			Backend: s.kind, States: s.spec.Descriptors(), Restore: restore, Changelog: changelogChoice(s.changelog),
 		})
 		if err != nil {
 			return fmt.Errorf("open subtask %d of %d: %w", i, parallelism, err)
+		}
+		if in.Changelog() != s.changelog {
+			return fmt.Errorf("subtask %d: changelog mode %v, asked for %v", i, in.Changelog(), s.changelog)
 		}
 		if restore != nil && in.RestoredCheckpoint() != restore.CheckpointID {
 			return fmt.Errorf("subtask %d restored checkpoint %d, not %d", i, in.RestoredCheckpoint(), restore.CheckpointID)
@@ -720,4 +696,12 @@ func humanBytes(n int64) string {
 		exp++
 	}
 	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
+}
+
+// changelogChoice is the client's changelog choice for on.
+func changelogChoice(on bool) client.Changelog {
+	if on {
+		return client.ChangelogOn
+	}
+	return client.ChangelogOff
 }
