@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/statedhq/stated/internal/bytesize"
 	"io"
 	"log/slog"
 	"os"
@@ -310,8 +311,8 @@ func PrintInstances(w io.Writer, r *InstancesResult) {
 	fmt.Fprintf(tw, "open\t%.2f s (%.0f per second)\n", r.OpenSeconds, r.OpensPerSec)
 	fmt.Fprintf(tw, "close\t%.2f s (%.0f per second)\n", r.CloseSeconds, r.ClosesPerSec)
 	if r.Embedded {
-		fmt.Fprintf(tw, "RSS per instance\t%s (%s before, %s after)\n", humanBytes(int64(r.RSSPerInstance)), humanBytes(r.RSSBefore), humanBytes(r.RSSAfter))
-		fmt.Fprintf(tw, "Go heap per instance\t%s\n", humanBytes(int64(r.HeapPerInstance)))
+		fmt.Fprintf(tw, "RSS per instance\t%s (%s before, %s after)\n", bytesize.Format(int64(r.RSSPerInstance)), bytesize.Format(r.RSSBefore), bytesize.Format(r.RSSAfter))
+		fmt.Fprintf(tw, "Go heap per instance\t%s\n", bytesize.Format(int64(r.HeapPerInstance)))
 		fmt.Fprintf(tw, "file descriptors per instance\t%.2f (%d before, %d after, limit %d)\n", r.FDsPerInstance, r.FDsBefore, r.FDsAfter, r.FDLimit)
 	} else {
 		fmt.Fprintf(tw, "memory, descriptors\tnot measured: the daemon is another process (use an embedded one)\n")

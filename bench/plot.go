@@ -2,6 +2,7 @@ package bench
 
 import (
 	"fmt"
+	"github.com/statedhq/stated/internal/bytesize"
 	"html"
 	"math"
 	"os"
@@ -42,7 +43,7 @@ func PlotHTML(rep *Report) string {
 	fmt.Fprintf(&b, "<h1>stated bench: %s</h1>\n", html.EscapeString(p.Workload))
 	fmt.Fprintf(&b, "<p class=\"meta\">%d keys, %d tasks, %d-byte values, %s keys; batch %d, %d in flight per task; %d repeat(s). %s, %d cores, %s; %s; revision %s. Bars are medians, whiskers min to max.</p>\n",
 		p.Keys, p.Tasks, p.Effective.ValueSize, html.EscapeString(p.Effective.Distribution), p.Batch, p.InFlight, p.Repeat,
-		html.EscapeString(rep.Machine.CPU), rep.Machine.Cores, html.EscapeString(humanBytes(rep.Machine.MemoryBytes)),
+		html.EscapeString(rep.Machine.CPU), rep.Machine.Cores, html.EscapeString(bytesize.Format(rep.Machine.MemoryBytes)),
 		html.EscapeString(rep.Machine.Go), html.EscapeString(rep.Git.Revision))
 
 	kinds := runKinds(rep.Summary)

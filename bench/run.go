@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/statedhq/stated/internal/bytesize"
 	"io"
 	"log/slog"
 	"os"
@@ -642,7 +643,7 @@ func (s *session) checkpoint(ctx context.Context, id uint64, name string, figs m
 	figs[name+".full_bytes"] = float64(info.GetFullSize())
 	pr.line("%s: sync %.1f ms, async %.1f ms, complete %.1f ms; %s checkpointed of %s", name,
 		figs[name+".sync_ms"], figs[name+".async_ms"], figs[name+".complete_ms"],
-		humanBytes(info.GetCheckpointedSize()), humanBytes(info.GetFullSize()))
+		bytesize.Format(info.GetCheckpointedSize()), bytesize.Format(info.GetFullSize()))
 	return nil
 }
 
@@ -683,19 +684,6 @@ func (s *session) reopen(ctx context.Context, parallelism int, id uint64, name s
 	}
 	pr.line("%s: %d subtasks restored from checkpoint %d in %s", name, parallelism, id, elapsed.Round(time.Millisecond))
 	return nil
-}
-
-func humanBytes(n int64) string {
-	const unit = 1024
-	if n < unit {
-		return fmt.Sprintf("%d B", n)
-	}
-	div, exp := int64(unit), 0
-	for m := n / unit; m >= unit; m /= unit {
-		div *= unit
-		exp++
-	}
-	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
 }
 
 // changelogChoice is the client's changelog choice for on.

@@ -2,6 +2,7 @@ package bench
 
 import (
 	"fmt"
+	"github.com/statedhq/stated/internal/bytesize"
 	"io"
 	"math"
 	"slices"
@@ -71,7 +72,7 @@ func formatValue(name string, v float64) string {
 	unit, _ := FigureUnit(name)
 	switch unit {
 	case "B":
-		return humanBytes(int64(v))
+		return bytesize.Format(int64(v))
 	case "ops/s":
 		switch {
 		case v >= 1e6:
@@ -156,5 +157,5 @@ func PrintHeader(w io.Writer, r *Report) {
 		rev += " (modified)"
 	}
 	fmt.Fprintf(w, "machine: %s, %d cores, %s memory, kernel %s, %s, load %.2f; revision %s\n\n",
-		m.CPU, m.Cores, humanBytes(m.MemoryBytes), m.Kernel, m.Go, m.LoadAverage, rev)
+		m.CPU, m.Cores, bytesize.Format(m.MemoryBytes), m.Kernel, m.Go, m.LoadAverage, rev)
 }

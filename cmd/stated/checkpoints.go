@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"github.com/statedhq/stated/internal/bytesize"
 	"io"
 	"slices"
 	"text/tabwriter"
@@ -77,7 +78,7 @@ func runCheckpoints(ctx context.Context, out, errOut io.Writer, store cliStore, 
 		fmt.Fprintln(tw, "ID\tSTATUS\tDURATION\tCHECKPOINTED\tFULL\tCHANGELOG\tREASON")
 		for _, r := range c.List(j) {
 			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\n", r.ID, statusText(r), r.Duration(now).Round(time.Millisecond),
-				humanBytes(r.CheckpointedSize), humanBytes(r.FullSize), changelogText(c, j, r), r.Reason)
+				bytesize.Format(r.CheckpointedSize), bytesize.Format(r.FullSize), changelogText(c, j, r), r.Reason)
 		}
 		tw.Flush()
 	}
@@ -94,7 +95,7 @@ func runCheckpoints(ctx context.Context, out, errOut io.Writer, store cliStore, 
 		fmt.Fprintln(tw, "ID\tJOB\tCHECKPOINT\tFORMAT\tTAKEN\tSIZE")
 		for _, m := range sps {
 			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\n", m.SavepointID, m.Job, m.CheckpointID, m.Format,
-				m.Completed.Local().Format(time.DateTime), humanBytes(m.FullSize))
+				m.Completed.Local().Format(time.DateTime), bytesize.Format(m.FullSize))
 		}
 		tw.Flush()
 	}
@@ -113,7 +114,7 @@ func changelogText(c *catalog.Catalog, job string, r catalog.Record) string {
 	}
 	for _, h := range m.Tasks {
 		if h.IsChangelog() {
-			return humanBytes(m.ChangelogSize())
+			return bytesize.Format(m.ChangelogSize())
 		}
 	}
 	return "-"

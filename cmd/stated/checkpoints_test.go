@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"github.com/statedhq/stated/internal/bytesize"
 	"log/slog"
 	"path/filepath"
 	"strings"
@@ -61,7 +62,7 @@ func TestCheckpointsTableChangelog(t *testing.T) {
 			row2 = l
 		}
 	}
-	if !strings.Contains(out.String(), "CHANGELOG") || !strings.Contains(row2, humanBytes(logBytes)) {
-		t.Fatalf("checkpoint 2 reads %d log bytes (%s); the table says:\n%s", logBytes, humanBytes(logBytes), out.String())
+	if !strings.Contains(out.String(), "CHANGELOG") || !strings.Contains(row2, bytesize.Format(logBytes)) {
+		t.Fatalf("checkpoint 2 reads %d log bytes (%s); the table says:\n%s", logBytes, bytesize.Format(logBytes), out.String())
 	}
 }

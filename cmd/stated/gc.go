@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"github.com/statedhq/stated/internal/bytesize"
 	"io"
 	"text/tabwriter"
 	"time"
@@ -71,14 +72,14 @@ func runGC(ctx context.Context, out io.Writer, store cliStore, grace time.Durati
 		tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
 		fmt.Fprintln(tw, "OBJECT\tSIZE\tMODIFIED")
 		for _, o := range rep.Orphans {
-			fmt.Fprintf(tw, "%s\t%s\t%s\n", o.Name, humanBytes(o.Size), o.ModTime.Local().Format(time.DateTime))
+			fmt.Fprintf(tw, "%s\t%s\t%s\n", o.Name, bytesize.Format(o.Size), o.ModTime.Local().Format(time.DateTime))
 		}
 		tw.Flush()
 	}
 	fmt.Fprintf(out, "%s %d unreferenced objects, %s (%d bytes); scanned %d objects\n",
-		verb, len(rep.Orphans), humanBytes(rep.Bytes), rep.Bytes, rep.Scanned)
+		verb, len(rep.Orphans), bytesize.Format(rep.Bytes), rep.Bytes, rep.Scanned)
 	if rep.Young > 0 {
-		fmt.Fprintf(out, "kept %d unreferenced objects younger than %s (%s)\n", rep.Young, grace, humanBytes(rep.YoungBytes))
+		fmt.Fprintf(out, "kept %d unreferenced objects younger than %s (%s)\n", rep.Young, grace, bytesize.Format(rep.YoungBytes))
 	}
 	if rep.Unknown > 0 {
 		fmt.Fprintf(out, "left %d objects outside the checkpoint layout alone\n", rep.Unknown)

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"github.com/statedhq/stated/internal/bytesize"
 	"io"
 	"os"
 	"path/filepath"
@@ -75,7 +76,7 @@ func runVerify(ctx context.Context, out io.Writer, target string, store cliStore
 	if m.Kind == catalog.KindSavepoint {
 		what = fmt.Sprintf("%s savepoint %s of job %s (checkpoint %d)", m.Format, m.SavepointID, m.Job, m.CheckpointID)
 	}
-	fmt.Fprintf(out, "%s: %d tasks, %d files, %s\n", what, len(m.Tasks), rep.Files, humanBytes(rep.Bytes))
+	fmt.Fprintf(out, "%s: %d tasks, %d files, %s\n", what, len(m.Tasks), rep.Files, bytesize.Format(rep.Bytes))
 	if rep.Skipped > 0 {
 		fmt.Fprintf(out, "%d files of heap snapshots skipped (they live in the daemon's memory)\n", rep.Skipped)
 	}
@@ -97,15 +98,3 @@ func runVerify(ctx context.Context, out io.Writer, target string, store cliStore
 }
 
 // humanBytes formats a byte count with a binary unit.
-func humanBytes(n int64) string {
-	const unit = 1024
-	if n < unit {
-		return fmt.Sprintf("%d B", n)
-	}
-	div, exp := int64(unit), 0
-	for m := n / unit; m >= unit; m /= unit {
-		div *= unit
-		exp++
-	}
-	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
-}
