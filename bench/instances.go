@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/statedhq/stated/internal/bytesize"
 	"io"
 	"log/slog"
 	"os"
@@ -23,6 +22,7 @@ import (
 	"github.com/statedhq/stated/backend"
 	"github.com/statedhq/stated/bench/workload"
 	"github.com/statedhq/stated/daemon"
+	"github.com/statedhq/stated/internal/bytesize"
 	"github.com/statedhq/stated/node"
 )
 

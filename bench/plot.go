@@ -2,11 +2,12 @@ package bench
 
 import (
 	"fmt"
-	"github.com/statedhq/stated/internal/bytesize"
 	"html"
 	"math"
 	"os"
 	"strings"
+
+	"github.com/statedhq/stated/internal/bytesize"
 )
 
 // WritePlot writes a self-contained HTML page (inline SVG, no script, no

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/statedhq/stated/internal/bytesize"
 	"io"
 	"log/slog"
 	"os"
@@ -21,6 +20,7 @@ import (
 	"github.com/statedhq/stated/backend"
 	"github.com/statedhq/stated/bench/hist"
 	"github.com/statedhq/stated/bench/workload"
+	"github.com/statedhq/stated/internal/bytesize"
 	"github.com/statedhq/stated/node"
 )
 

@@ -2,12 +2,13 @@ package bench
 
 import (
 	"fmt"
-	"github.com/statedhq/stated/internal/bytesize"
 	"io"
 	"math"
 	"slices"
 	"strings"
 	"text/tabwriter"
+
+	"github.com/statedhq/stated/internal/bytesize"
 )
 
 // phaseOrder ranks a figure by its phase so tables read in run order.

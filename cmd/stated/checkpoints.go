@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"github.com/statedhq/stated/internal/bytesize"
 	"io"
 	"slices"
 	"text/tabwriter"
@@ -12,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/statedhq/stated/catalog"
+	"github.com/statedhq/stated/internal/bytesize"
 )
 
 func newCheckpointsCmd() *cobra.Command {

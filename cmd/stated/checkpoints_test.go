@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"github.com/statedhq/stated/internal/bytesize"
 	"log/slog"
 	"path/filepath"
 	"strings"
@@ -11,6 +10,7 @@ import (
 
 	"github.com/statedhq/stated/backend"
 	"github.com/statedhq/stated/daemon"
+	"github.com/statedhq/stated/internal/bytesize"
 	"github.com/statedhq/stated/node"
 )
 

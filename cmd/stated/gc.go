@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"github.com/statedhq/stated/internal/bytesize"
 	"io"
 	"text/tabwriter"
 	"time"
@@ -11,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/statedhq/stated/catalog"
+	"github.com/statedhq/stated/internal/bytesize"
 )
 
 func newGCCmd() *cobra.Command {

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"github.com/statedhq/stated/internal/bytesize"
 	"io"
 	"os"
 	"path/filepath"
@@ -13,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/statedhq/stated/catalog"
+	"github.com/statedhq/stated/internal/bytesize"
 	"github.com/statedhq/stated/tiered"
 	"github.com/statedhq/stated/tiered/localfs"
 )
