@@ -31,19 +31,10 @@ func (b *Backend) SavepointSnapshot(ctx context.Context, checkpointID uint64) (b
 		return nil, backend.ErrClosed
 	}
 	p := &pending{b: b, id: checkpointID, upto: b.lastSeq, states: b.inner.States(), info: b.inner.Info(), savepoint: true}
-	switch {
-	case b.mat != nil:
-		p.m = b.mat // used, not claimed: the next checkpoint still takes it
-	case b.conf != nil:
-		p.m = b.conf
-	default:
-		m, mp, err := b.startMaterialization(ctx)
-		if err != nil {
-			return nil, err
-		}
-		p.m, p.upload = m, mp
+	// Used, not claimed: the next checkpoint still takes the newest base.
+	if err := b.baseFor(ctx, p, false); err != nil {
+		return nil, err
 	}
-	b.pend[p] = struct{}{}
 	return p, nil
 }
 

@@ -59,21 +59,35 @@ func (b *Backend) Snapshot(ctx context.Context, checkpointID uint64) (backend.Pe
 		return nil, backend.ErrClosed
 	}
 	p := &pending{b: b, id: checkpointID, upto: b.lastSeq, states: b.inner.States(), info: b.inner.Info()}
+	// The first checkpoint to reference a base claims it.
+	if err := b.baseFor(ctx, p, true); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// baseFor gives p its base and registers it as pending: the newest
+// uploaded base (taken from the next checkpoints if claim), else the
+// confirmed one, else a new materialization that p's Run uploads. Call
+// with wmu held.
+func (b *Backend) baseFor(ctx context.Context, p *pending, claim bool) error {
 	switch {
 	case b.mat != nil:
-		// The first checkpoint to reference a base claims it.
-		p.m, b.mat = b.mat, nil
+		p.m = b.mat
+		if claim {
+			b.mat = nil
+		}
 	case b.conf != nil:
 		p.m = b.conf
 	default:
 		m, mp, err := b.startMaterialization(ctx)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		p.m, p.upload = m, mp
 	}
 	b.pend[p] = struct{}{}
-	return p, nil
+	return nil
 }
 
 type pending struct {
