@@ -2,7 +2,9 @@ package api_test
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"strconv"
 	"strings"
@@ -73,13 +75,24 @@ func (cb *clBench) open(b *testing.B, on bool, restore *client.Restore) *client.
 	return in
 }
 
-// put writes keys [from, to) with a value that names round, then waits.
+// randomPool holds incompressible bytes that values are cut from, so that
+// neither the log's nor Pebble's compression shrinks the state.
+var randomPool = func() []byte {
+	p := make([]byte, 8<<20)
+	r := rand.New(rand.NewPCG(1, 2))
+	for i := 0; i+8 <= len(p); i += 8 {
+		binary.LittleEndian.PutUint64(p[i:], r.Uint64())
+	}
+	return p
+}()
+
+// put writes keys [from, to) with values of size random bytes (a different
+// cut of the pool per key and round), then waits.
 func put(b *testing.B, in *client.Instance, from, to, round int, size int) {
 	ctx := context.Background()
-	val := make([]byte, size)
-	copy(val, fmt.Sprint(round))
 	for i := from; i < to; i++ {
-		in.Put("v", benchKey(i), nil, val)
+		off := ((i+round*7919)*1031 + round) % (len(randomPool) - size)
+		in.Put("v", benchKey(i), nil, randomPool[off:off+size])
 	}
 	if err := in.Sync(ctx); err != nil {
 		b.Fatal(err)
@@ -87,17 +100,23 @@ func put(b *testing.B, in *client.Instance, from, to, round int, size int) {
 }
 
 // checkpoint snapshots in and completes the checkpoint, and returns how
-// long that took.
-func (cb *clBench) checkpoint(b *testing.B, in *client.Instance, id uint64) time.Duration {
+// long that took and its size: what it uploaded without the changelog
+// (new SSTs and the lsm metadata), the log window since the base with it
+// (what a restore replays).
+func (cb *clBench) checkpoint(b *testing.B, in *client.Instance, id uint64) (time.Duration, int64) {
 	ctx := context.Background()
 	t0 := time.Now()
 	if _, err := in.Snapshot(ctx, id, false); err != nil {
 		b.Fatal(err)
 	}
-	if _, err := cb.c.CompleteCheckpoint(ctx, in.Task().Job, id); err != nil {
+	info, err := cb.c.CompleteCheckpoint(ctx, in.Task().Job, id)
+	if err != nil {
 		b.Fatal(err)
 	}
-	return time.Since(t0)
+	if info.GetChangelogSize() > 0 {
+		return time.Since(t0), info.GetChangelogSize()
+	}
+	return time.Since(t0), info.GetCheckpointedSize()
 }
 
 func BenchmarkChangelogThroughput(b *testing.B) {
@@ -155,6 +174,7 @@ func BenchmarkChangelogCheckpoint(b *testing.B) {
 				cb.checkpoint(b, cb.ins[on], 1) // the full one, not timed
 			}
 			var took [2]time.Duration
+			var uploaded [2]int64
 			id := uint64(2)
 			round := 0
 			for b.Loop() {
@@ -170,10 +190,14 @@ func BenchmarkChangelogCheckpoint(b *testing.B) {
 						put(b, cb.ins[on], lo, hi, round, clValueSize)
 						time.Sleep(50 * time.Millisecond)
 					}
-					took[map[bool]int{false: 0, true: 1}[on]] += cb.checkpoint(b, cb.ins[on], id)
+					d, n := cb.checkpoint(b, cb.ins[on], id)
+					took[map[bool]int{false: 0, true: 1}[on]] += d
+					uploaded[map[bool]int{false: 0, true: 1}[on]] += n
 				}
 				id++
 			}
+			b.ReportMetric(float64(uploaded[0])/float64(round)/(1<<20), "off-uploaded-MiB")
+			b.ReportMetric(float64(uploaded[1])/float64(round)/(1<<20), "on-window-MiB")
 			off := took[0].Seconds() * 1e3 / float64(round)
 			on := took[1].Seconds() * 1e3 / float64(round)
 			b.ReportMetric(off, "off-ms/ckpt")
