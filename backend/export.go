@@ -29,3 +29,18 @@ type CanonicalSnapshotter interface {
 	// checkpoints reuse.
 	CanonicalSnapshot(ctx context.Context, checkpointID uint64, store tiered.Store, dir string) (PendingSnapshot, error)
 }
+
+// BaseSnapshotter is a backend whose own incremental snapshots can serve
+// as the bases of changelog mode (dstl/changelog), so that a
+// materialization uploads only what changed since the last confirmed one
+// and a restore reads native files. Implemented by lsm; heap and file
+// snapshots are full anyway, and their bases are canonical.
+//
+// BaseSnapshot is Snapshot, except that the snapshot's private files go
+// under dir instead of the checkpoint's directory (every file of a base
+// is shared by the checkpoints that use it). id numbers the bases of the
+// instance, ascending, in a sequence of their own: the wrapper confirms
+// one with NotifyCheckpointComplete(id) and never passes checkpoint ids.
+type BaseSnapshotter interface {
+	BaseSnapshot(ctx context.Context, id uint64, dir string) (PendingSnapshot, error)
+}

@@ -63,6 +63,7 @@ type fileSet map[string]backend.FileRef
 var (
 	_ backend.Backend              = (*Backend)(nil)
 	_ backend.CanonicalSnapshotter = (*Backend)(nil)
+	_ backend.BaseSnapshotter      = (*Backend)(nil)
 	_ backend.Grouper              = (*Backend)(nil)
 	_ backend.ReadGrouper          = (*Backend)(nil)
 )

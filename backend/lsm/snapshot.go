@@ -22,6 +22,23 @@ import (
 // takes a Pebble checkpoint: hard links that freeze the current SSTs, which
 // Run uploads while the task keeps writing.
 func (b *Backend) Snapshot(ctx context.Context, checkpointID uint64) (backend.PendingSnapshot, error) {
+	task := b.opts.Task
+	return b.snapshot(ctx, checkpointID, fmt.Sprintf("%s/chk-%d/%s/", task.Job, checkpointID, task.Dir()))
+}
+
+// BaseSnapshot implements backend.BaseSnapshotter: an incremental
+// snapshot whose private files (MANIFEST, OPTIONS) go under dir; its SSTs
+// are shared files like a checkpoint's, reused by later ones once id is
+// confirmed.
+func (b *Backend) BaseSnapshot(ctx context.Context, id uint64, dir string) (backend.PendingSnapshot, error) {
+	if err := backend.ValidatePath(dir); err != nil {
+		return nil, fmt.Errorf("lsm: base snapshot %d of %s: %w", id, b.opts.Task, err)
+	}
+	return b.snapshot(ctx, id, dir+"/")
+}
+
+// snapshot is Snapshot with the object-name prefix of the private files.
+func (b *Backend) snapshot(ctx context.Context, checkpointID uint64, privatePrefix string) (backend.PendingSnapshot, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("lsm: checkpoint %d of %s: %w", checkpointID, b.opts.Task, err)
 	}
@@ -42,7 +59,7 @@ func (b *Backend) Snapshot(ctx context.Context, checkpointID uint64) (backend.Pe
 		if err := b.db.Checkpoint(dir); err != nil {
 			return fmt.Errorf("lsm: checkpoint %d of %s: pebble checkpoint into %s: %w", checkpointID, b.opts.Task, dir, err)
 		}
-		p = &checkpointSnapshot{b: b, id: checkpointID, dir: dir, states: states}
+		p = &checkpointSnapshot{b: b, id: checkpointID, dir: dir, states: states, privatePrefix: privatePrefix}
 		return nil
 	})
 	if err != nil {
@@ -57,7 +74,10 @@ type checkpointSnapshot struct {
 	id     uint64
 	dir    string
 	states []backend.StateDescriptor
-	used   atomic.Bool // Run or Release happened
+	// privatePrefix is where the private files go: the checkpoint's
+	// directory, or a changelog base's.
+	privatePrefix string
+	used          atomic.Bool // Run or Release happened
 }
 
 // Release implements backend.PendingSnapshot.
@@ -131,7 +151,7 @@ func (p *checkpointSnapshot) upload(ctx context.Context, base fileSet) (*backend
 		return nil, fail("list %s: %w", p.dir, err)
 	}
 	sort.Strings(names)
-	privatePrefix := fmt.Sprintf("%s/chk-%d/%s/", task.Job, p.id, task.Dir())
+	privatePrefix := p.privatePrefix
 	files := make([]backend.FileRef, 0, len(names))
 	// todo are the files to upload; bounds the referenced SSTs whose refs
 	// have no key-group bounds yet (handles written before they existed).

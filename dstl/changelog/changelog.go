@@ -84,9 +84,12 @@ type materialization struct {
 	seq   uint64
 	n     int
 	epoch uint64
-	done  chan struct{}
-	h     *backend.Handle // valid after done, when err is nil
-	err   error
+	// native: the inner backend's own snapshot (BaseSnapshotter), which it
+	// must hear confirmed to reuse its files in the next one.
+	native bool
+	done   chan struct{}
+	h      *backend.Handle // valid after done, when err is nil
+	err    error
 }
 
 var (
@@ -195,11 +198,22 @@ func (b *Backend) startMaterialization(ctx context.Context) (*materialization, b
 	b.matN++
 	t := b.opts.Task
 	dir := fmt.Sprintf("%s/shared/changelog/%s-%s-%d", t.Job, t.Dir(), b.run, b.matN)
-	p, err := b.canon.CanonicalSnapshot(ctx, uint64(b.matN), b.opts.Store, dir)
+	var p backend.PendingSnapshot
+	var err error
+	native := false
+	if bs, ok := b.inner.(backend.BaseSnapshotter); ok {
+		// The inner backend's own incremental snapshot: a materialization
+		// uploads what changed since the last confirmed base, and a
+		// restore reads native files.
+		p, err = bs.BaseSnapshot(ctx, uint64(b.matN), dir)
+		native = true
+	} else {
+		p, err = b.canon.CanonicalSnapshot(ctx, uint64(b.matN), b.opts.Store, dir)
+	}
 	if err != nil {
 		return nil, nil, fmt.Errorf("changelog: materialization %d of %s: %w", b.matN, t, err)
 	}
-	return &materialization{seq: b.lastSeq, n: b.matN, epoch: b.epoch, done: make(chan struct{})}, p, nil
+	return &materialization{seq: b.lastSeq, n: b.matN, epoch: b.epoch, native: native, done: make(chan struct{})}, p, nil
 }
 
 // runMaterialization uploads m; the caller decides who may use it.
@@ -483,6 +497,9 @@ func (b *Backend) NotifyCheckpointComplete(checkpointID uint64) {
 		b.conf = m
 		if b.mat != nil && b.mat.seq <= m.seq {
 			b.mat = nil
+		}
+		if m.native {
+			b.inner.NotifyCheckpointComplete(uint64(m.n))
 		}
 	}
 	b.confirmed = max(b.confirmed, m.seq)

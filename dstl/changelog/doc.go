@@ -64,11 +64,16 @@
 // restored from, so the savepoint can be moved anywhere. Every other
 // manifest is written as version 1.
 //
-// Materializations are canonical snapshots written under
+// Materializations are the inner backend's own incremental snapshots when
+// it implements backend.BaseSnapshotter (lsm: a base uploads only the SSTs
+// that are not in the last confirmed one, which the wrapper confirms to it
+// with NotifyCheckpointComplete(n), and a restore reads native files), and
+// canonical snapshots otherwise (heap and file, whose snapshots are full
+// anyway). Either way their private files go under
 // <job>/shared/changelog/<operator>-<subtask>-<run>-<n>: an ordinary
 // snapshot's private files live under chk-<id> and belong to that one
 // checkpoint, while a base is referenced by every checkpoint until the next
-// materialization, so it must be a shared file.
+// materialization, so all its files are shared.
 //
 // # Change encoding (version 1; frozen)
 //

@@ -28,6 +28,8 @@ type env struct {
 	w     *dstl.Writer
 	clock *backendtest.Clock
 	ids   uint64
+	// kind is the inner backend (default heap).
+	kind backend.Kind
 }
 
 func newEnv(t *testing.T) *env {
@@ -45,7 +47,13 @@ func (e *env) open(restore ...*backend.Handle) *changelog.Backend {
 		Task: propTask, KeyGroups: backend.KeyGroupRange{Start: 0, End: propMaxP - 1}, MaxParallelism: propMaxP,
 		States: propStates, Store: e.store, Clock: e.clock.Now, Restore: restore,
 	}, changelog.Options{
-		OpenInner: func(o backend.Options) (backend.Backend, error) { return inners[backend.KindHeap](e.t, o) },
+		OpenInner: func(o backend.Options) (backend.Backend, error) {
+			kind := e.kind
+			if kind == "" {
+				kind = backend.KindHeap
+			}
+			return inners[kind](e.t, o)
+		},
 		Writer:    e.w, Log: e.ls,
 	})
 	if err != nil {
@@ -350,4 +358,53 @@ func TestDamagedLogFailsRestore(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.check(h2, m, "restore from the repaired log")
+}
+
+// TestNativeLSMBase: over lsm, a materialization is the lsm's own
+// incremental snapshot: the second base reuses the SSTs of the confirmed
+// first one and uploads only what changed, and a checkpoint on it restores.
+func TestNativeLSMBase(t *testing.T) {
+	e := newEnv(t)
+	e.kind = backend.KindLSM
+	b := e.open()
+	m := backendtest.NewModel(propStates...)
+	for i := 0; i < 3000; i++ {
+		k := backend.Key{KeyGroup: i % propMaxP, Key: []byte(fmt.Sprint("k", i))}
+		v := bytes.Repeat([]byte{byte(i)}, 100)
+		if err := b.Put("v", k, v); err != nil {
+			t.Fatal(err)
+		}
+		m.Put("v", k, v, e.clock.Ms())
+	}
+	h1, l1 := e.checkpoint(b)
+	if l1.Base.Backend != backend.KindLSM {
+		t.Fatalf("the base over lsm is a %s handle, want lsm's own", l1.Base.Backend)
+	}
+	b.NotifyCheckpointComplete(h1.CheckpointID)
+	e.puts(b, m, 10)
+	if err := b.Materialize(e.ctx); err != nil {
+		t.Fatal(err)
+	}
+	h2, l2 := e.checkpoint(b)
+	if baseDir(l2) == baseDir(l1) {
+		t.Fatal("the checkpoint after a materialization kept the old base")
+	}
+	old := map[string]bool{}
+	var full int64
+	for _, f := range h1.Files {
+		old[f.Path] = true
+		full += f.Size
+	}
+	var reused, fresh int64
+	for _, f := range h2.Files {
+		if old[f.Path] {
+			reused += f.Size
+		} else {
+			fresh += f.Size
+		}
+	}
+	if reused == 0 || fresh*4 > full {
+		t.Fatalf("second base: %d bytes reused, %d new, of a %d-byte first base: not incremental", reused, fresh, full)
+	}
+	e.check(h2, m, "checkpoint on the second base")
 }

@@ -329,7 +329,10 @@ func readRestores(ctx context.Context, store tiered.Store, handles []*backend.Ha
 		base.Files = nil
 		for j, bf := range h.Files {
 			if j != mi && !logFiles[j] {
-				bf.Shared = false // canonical files are private to the base's own handle
+				// Canonical files are private to the base's own handle; a
+				// native lsm base's SSTs stay shared, so that the restored
+				// instance reuses them in its next base.
+				bf.Shared = base.Backend == backend.KindLSM
 				base.Files = append(base.Files, bf)
 			}
 		}
