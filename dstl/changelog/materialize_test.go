@@ -54,7 +54,7 @@ func (e *env) open(restore ...*backend.Handle) *changelog.Backend {
 			}
 			return inners[kind](e.t, o)
 		},
-		Writer:    e.w, Log: e.ls,
+		Writer: e.w, Log: e.ls,
 	})
 	if err != nil {
 		e.t.Fatalf("open: %v", err)
