@@ -61,6 +61,14 @@ func (r *VerifyReport) OK() bool { return r.Manifest != nil && len(r.Problems) =
 // decoded is an error; missing and damaged files are listed in the report.
 // parallelism bounds concurrent reads (<= 0: 4).
 func Verify(ctx context.Context, store tiered.Store, dir string, parallelism int) (*VerifyReport, error) {
+	return VerifyWithLog(ctx, store, store, dir, parallelism)
+}
+
+// VerifyWithLog is Verify that also reads back every changelog segment the
+// handles list (Handle.Log) from logStore, the daemon's --changelog-store
+// (or the checkpoint store), verifying each whole segment's every
+// checksum: a checkpoint in changelog mode restores only with them.
+func VerifyWithLog(ctx context.Context, store, logStore tiered.Store, dir string, parallelism int) (*VerifyReport, error) {
 	name := ManifestName
 	if dir != "" {
 		name = strings.TrimSuffix(dir, "/") + "/" + ManifestName
@@ -84,10 +92,20 @@ func Verify(ctx context.Context, store tiered.Store, dir string, parallelism int
 	type job struct {
 		f    backend.FileRef
 		task backend.TaskID
+		// segment: f.Path names a changelog segment in logStore.
+		segment bool
 	}
 	var jobs []job
 	seen := map[string]bool{}
 	for _, h := range m.Tasks {
+		if h.Log != nil {
+			for _, s := range h.Log.Segments {
+				if !seen[s] {
+					seen[s] = true
+					jobs = append(jobs, job{f: backend.FileRef{Path: s}, task: h.Task, segment: true})
+				}
+			}
+		}
 		if m.Kind == KindCheckpoint && !managed(h) {
 			rep.Skipped += len(h.Files)
 			continue
@@ -95,7 +113,7 @@ func Verify(ctx context.Context, store tiered.Store, dir string, parallelism int
 		for _, f := range h.Files {
 			if !seen[f.Path] {
 				seen[f.Path] = true
-				jobs = append(jobs, job{f, h.Task})
+				jobs = append(jobs, job{f: f, task: h.Task})
 			}
 		}
 	}
@@ -113,11 +131,17 @@ func Verify(ctx context.Context, store tiered.Store, dir string, parallelism int
 		wg.Add(1)
 		go func(j job) {
 			defer func() { <-sem; wg.Done() }()
-			prob := verifyFile(ctx, root, j.f)
+			var prob *FileProblem
+			size := j.f.Size
+			if j.segment {
+				size, prob = verifySegment(ctx, logStore, j.f.Path)
+			} else {
+				prob = verifyFile(ctx, root, j.f)
+			}
 			mu.Lock()
 			defer mu.Unlock()
 			rep.Files++
-			rep.Bytes += j.f.Size
+			rep.Bytes += size
 			if prob != nil {
 				prob.Task = j.task
 				rep.Problems = append(rep.Problems, *prob)
@@ -163,7 +187,7 @@ func (c *Catalog) Verify(ctx context.Context, job string, id uint64) (*VerifyRep
 	if !ok {
 		return nil, fmt.Errorf("%w: checkpoint %s is not retained", ErrNotFound, CheckpointDir(job, id))
 	}
-	return Verify(ctx, c.store, CheckpointDir(job, id), c.opts.DeleteParallelism)
+	return VerifyWithLog(ctx, c.store, c.logStore, CheckpointDir(job, id), c.opts.DeleteParallelism)
 }
 
 // VerifySavepoint re-reads every file of savepoint id (see Verify).

@@ -53,9 +53,17 @@ func runGC(ctx context.Context, out io.Writer, store cliStore, grace time.Durati
 		return err
 	}
 	defer s.Close()
-	// This process knows no in-flight checkpoint: the grace period alone
-	// protects a running daemon's uploads.
-	c, err := catalog.Open(ctx, catalog.Options{Store: s, GCGrace: grace})
+	logStore, err := openCLILogStore(ctx, store, !dryRun)
+	if err != nil {
+		return err
+	}
+	if logStore != nil {
+		defer logStore.Close()
+	}
+	// This process knows no in-flight checkpoint, and no running daemon's
+	// live changelog: the grace period alone protects a running daemon's
+	// uploads and the segments its log still needs.
+	c, err := catalog.Open(ctx, catalog.Options{Store: s, LogStore: logStore, GCGrace: grace})
 	if err != nil {
 		return err
 	}

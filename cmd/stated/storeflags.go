@@ -83,6 +83,9 @@ func (b *optBool) Type() string { return "bool" }
 type cliStore struct {
 	url string
 	s3  s3Flags
+	// changelogURL is the daemon's --changelog-store ("": the checkpoint
+	// store holds the changelog's segments).
+	changelogURL string
 }
 
 // defaultCLIStore is the checkpoint store of "stated serve" with its
@@ -98,6 +101,8 @@ func storeFlags(cmd *cobra.Command, dst *cliStore) {
 		def = v
 	}
 	cmd.Flags().StringVar(&dst.url, "store", def, "checkpoint storage: a directory, file:///dir or s3://bucket/prefix (env STATED_CHECKPOINT_STORE)")
+	cmd.Flags().StringVar(&dst.changelogURL, "changelog-store", os.Getenv("STATED_CHANGELOG_STORE"),
+		"the daemon's --changelog-store, if it has one: where the changelog's segments are (env STATED_CHANGELOG_STORE)")
 	addS3Flags(cmd.Flags(), &dst.s3)
 	prev := cmd.PreRunE
 	cmd.PreRunE = func(cmd *cobra.Command, args []string) error {
@@ -131,7 +136,24 @@ func s3FlagsFromEnv(fs *pflag.FlagSet) error {
 // deletes are allowed (stated gc). Nothing here ever writes an object, and
 // nothing is cached: the CLI reads the store itself.
 func openCLIStore(ctx context.Context, st cliStore, writable bool) (tiered.Store, error) {
-	loc, err := storeurl.Parse(st.url)
+	return openCLIURL(ctx, st.url, st.s3, writable)
+}
+
+// openCLILogStore opens the changelog store --changelog-store names; nil
+// when it names none (the checkpoint store holds the segments).
+func openCLILogStore(ctx context.Context, st cliStore, writable bool) (tiered.Store, error) {
+	if st.changelogURL == "" {
+		return nil, nil
+	}
+	s, err := openCLIURL(ctx, st.changelogURL, st.s3, writable)
+	if err != nil {
+		return nil, fmt.Errorf("changelog store: %w", err)
+	}
+	return s, nil
+}
+
+func openCLIURL(ctx context.Context, url string, s3 s3Flags, writable bool) (tiered.Store, error) {
+	loc, err := storeurl.Parse(url)
 	if err != nil {
 		return nil, err
 	}
@@ -142,7 +164,7 @@ func openCLIStore(ctx context.Context, st cliStore, writable bool) (tiered.Store
 		}
 		return s, nil
 	}
-	return storeurl.Open(ctx, st.url, st.s3.options())
+	return storeurl.Open(ctx, url, s3.options())
 }
 
 // cacheFlags are the tiered-cache options of "stated serve".

@@ -67,7 +67,16 @@ func runVerify(ctx context.Context, out io.Writer, target string, store cliStore
 		s, dir = ro, d
 	}
 	defer s.Close()
-	rep, err := catalog.Verify(ctx, s, dir, 0)
+	logStore, err := openCLILogStore(ctx, store, false)
+	if err != nil {
+		return err
+	}
+	if logStore == nil {
+		logStore = s
+	} else {
+		defer logStore.Close()
+	}
+	rep, err := catalog.VerifyWithLog(ctx, s, logStore, dir, 0)
 	if err != nil {
 		return err
 	}
@@ -96,5 +105,3 @@ func runVerify(ctx context.Context, out io.Writer, target string, store cliStore
 	tw.Flush()
 	return fmt.Errorf("verify: %d of %d files missing or corrupt", len(rep.Problems), rep.Files)
 }
-
-// humanBytes formats a byte count with a binary unit.
