@@ -207,6 +207,9 @@ type Metrics struct {
 	// Corruption counts detected corruption by CorruptionSite (each also
 	// logged at level error and passed to Config.OnCorruption).
 	Corruption [numCorruptionSites]atomic.Uint64
+	// RestoreFallbacks counts restores of the latest checkpoint that
+	// skipped damaged newer ones (RestoreSpec.AllowFallback).
+	RestoreFallbacks atomic.Uint64
 }
 
 // NewMetrics allocates the histograms.
