@@ -245,6 +245,9 @@ type Catalog struct {
 		// (damage.go).
 		problems []Problem
 		damaged  map[ref]DamagedCheckpoint
+		// damagedSavepoints are the errors of restores of the savepoints
+		// whose manifest is damaged, by id.
+		damagedSavepoints map[string]error
 
 		// sweepCancel and sweepDone belong to the background sweep
 		// (Start); nil until it starts.
@@ -331,6 +334,7 @@ func Open(ctx context.Context, opts Options) (*Catalog, error) {
 	c.mu.jobs = map[string]*jobState{}
 	c.mu.guard = newDeleteGuard()
 	c.mu.damaged = map[ref]DamagedCheckpoint{}
+	c.mu.damagedSavepoints = map[string]error{}
 	var manifests, jobFiles []string
 	err := tiered.Walk(ctx, c.store, "", func(o tiered.ObjectInfo) error {
 		switch classify(o.Name).kind {

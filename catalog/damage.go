@@ -34,9 +34,12 @@ func (c *Catalog) noteDamagedManifestLocked(n objName, name string, err error) {
 	c.mu.guard.dirs[n.dir()] = err.Error()
 	c.mu.problems = append(c.mu.problems, Problem{What: "manifest", Object: name, Job: n.job, Err: err,
 		Effect: "its directory is kept as it is"})
-	if n.kind == objCheckpointManifest {
+	switch n.kind {
+	case objCheckpointManifest:
 		c.job(n.job) // listed even when nothing else of the job is left
 		c.mu.damaged[ref{n.job, n.id}] = DamagedCheckpoint{Job: n.job, ID: n.id, Manifest: name, Err: err}
+	case objSavepointManifest:
+		c.mu.damagedSavepoints[n.sp] = fmt.Errorf("catalog: savepoint %s cannot be restored: its manifest %s is damaged: %w", n.sp, name, err)
 	}
 }
 

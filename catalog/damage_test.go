@@ -145,3 +145,33 @@ func TestDamagedJobFileIsDataLoss(t *testing.T) {
 	}
 	wantMention(t, err, "j/_catalog", "checksum mismatch")
 }
+
+// TestDamagedSavepointIsCorrupt: a savepoint whose manifest fails its
+// checks is not "not found" either.
+func TestDamagedSavepointIsCorrupt(t *testing.T) {
+	s := memstore.New()
+	clk := &testClock{}
+	c := openCat(t, s, clk)
+	a := newFakeTask("j", "op", 0, backend.KeyGroupRange{Start: 0, End: 127})
+	a.state["k"] = "v"
+	checkpoint(t, c, s, 1, a)
+	if _, err := c.SavepointFromCheckpoint(ctx, "sp1", "j", 1); err != nil {
+		t.Fatal(err)
+	}
+	c.Close()
+	name := SavepointDir("sp1") + "/" + ManifestName
+	b := []byte(storeSnapshot(t, s, name)[name])
+	b[len(b)/2] ^= 2
+	if err := tiered.PutBytes(ctx, s, name, b); err != nil {
+		t.Fatal(err)
+	}
+	c = openCat(t, s, clk)
+	_, err := c.RestoreSource(ctx, RestoreRequest{Job: "j", SavepointID: "sp1"})
+	if !errors.Is(err, backend.ErrCorrupt) {
+		t.Fatalf("restore of a damaged savepoint: %v, want corruption", err)
+	}
+	wantMention(t, err, name, "checksum mismatch")
+	if _, err := c.RestoreSource(ctx, RestoreRequest{Job: "j", SavepointID: "sp2"}); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("restore of an unknown savepoint: %v, want not found", err)
+	}
+}

@@ -221,6 +221,10 @@ func latestDamagedErr(job string, damaged []DamagedCheckpoint, intact *entry) er
 func (c *Catalog) restoreSavepoint(ctx context.Context, req RestoreRequest) (*Restore, error) {
 	c.mu.Lock()
 	sp, ok := c.mu.savepoints[req.SavepointID]
+	if err := c.mu.damagedSavepoints[req.SavepointID]; !ok && err != nil {
+		c.mu.Unlock()
+		return nil, err
+	}
 	var m *Manifest
 	var released []string
 	if ok {
