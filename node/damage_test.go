@@ -166,3 +166,40 @@ func TestDamagedJobFileRefusedOverTheSocket(t *testing.T) {
 		Restore: &client.Restore{Latest: true}})
 	wantDataLoss(t, "restore with a damaged job file", err, "job/_catalog")
 }
+
+// TestMissingFileIsDataLossOverTheSocket: a data file of a retained
+// checkpoint that is gone from the store is data loss naming the file,
+// not "not found".
+func TestMissingFileIsDataLossOverTheSocket(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	n, err := node.Open(ctx, node.Options{DataDir: dir, NoSocket: true, Logger: quiet()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	task, kg := checkpointTwice(t, n)
+	m, ok := n.Catalog().Checkpoint("job", 2)
+	if !ok || len(m.Tasks[0].Files) == 0 {
+		t.Fatal("no file in checkpoint 2")
+	}
+	if err := n.Close(); err != nil {
+		t.Fatal(err)
+	}
+	gone := m.Tasks[0].Files[0].Path
+	if err := os.Remove(filepath.Join(dir, "checkpoints", filepath.FromSlash(gone))); err != nil {
+		t.Fatal(err)
+	}
+	n, err = node.Open(ctx, node.Options{DataDir: dir, Logger: quiet()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Close()
+	c, err := client.Dial(n.Socket(), client.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_, err = c.Open(ctx, client.OpenSpec{Task: task, KeyGroups: kg, Backend: backend.KindFile, States: valueState,
+		Restore: &client.Restore{CheckpointID: 2}})
+	wantDataLoss(t, "restore with a missing file", err, gone, "missing")
+}
