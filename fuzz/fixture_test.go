@@ -212,6 +212,9 @@ func buildFixture(kind backend.Kind) (*fixture, error) {
 			if err := applyTo(in.Backend, ckpt, in.KeyGroups); err != nil {
 				return nil, err
 			}
+			if err := setOperatorState(in, in.Task.Subtask, ckpt); err != nil {
+				return nil, err
+			}
 			if _, err := e.d.Snapshot(ctx, in, uint64(ckpt), true); err != nil {
 				return nil, err
 			}
@@ -294,14 +297,6 @@ func (s source) String() string {
 	return fmt.Sprintf("%s into %s subtask %d/%d", from, s.into, s.subtask, s.parallelism)
 }
 
-// want is the model the restore must give.
-func (s source) want() *model {
-	if s.ckpt == 1 || s.ckpt == 0 && s.savepoint == "" && s.latestIs == 1 {
-		return modelAt(1)
-	}
-	return modelAt(2)
-}
-
 // errMismatch marks a restore that succeeded with state other than the
 // model's: never acceptable.
 var errMismatch = errors.New("restored state differs from the model")
@@ -334,7 +329,14 @@ func restore(ctx context.Context, root string, f *fixture, objects map[string][]
 	if err != nil {
 		return err
 	}
-	if err := check(in.Backend, src.want(), kg); err != nil {
+	want := 2
+	if src.ckpt == 1 || src.ckpt == 0 && src.savepoint == "" && src.latestIs == 1 {
+		want = 1
+	}
+	if err := check(in.Backend, modelAt(want), kg); err != nil {
+		return fmt.Errorf("%w: %s: %v", errMismatch, src, err)
+	}
+	if err := checkOperatorState(in, src.subtask, src.parallelism, want); err != nil {
 		return fmt.Errorf("%w: %s: %v", errMismatch, src, err)
 	}
 	return nil

@@ -8,6 +8,7 @@ import (
 	"sort"
 
 	"github.com/statedhq/stated/backend"
+	"github.com/statedhq/stated/daemon"
 )
 
 // The model: one operator ("op") of job "j" with maxParallelism 8, whose
@@ -260,4 +261,59 @@ func strs(bs [][]byte) []string {
 		out = append(out, string(b))
 	}
 	return out
+}
+
+// Operator state: each subtask sets a split list and a union list at each
+// checkpoint.
+const (
+	splitList = "offsets"
+	unionList = "bcast"
+)
+
+func splitElem(sub, ckpt int) string { return fmt.Sprintf("s%d.%d", sub, ckpt) }
+func unionElem(sub, ckpt int) string { return fmt.Sprintf("u%d.%d", sub, ckpt) }
+
+// setOperatorState sets subtask sub's operator lists for checkpoint ckpt.
+func setOperatorState(in *daemon.Instance, sub, ckpt int) error {
+	if err := in.OperatorSet(splitList, backend.OperatorSplit, [][]byte{[]byte(splitElem(sub, ckpt))}); err != nil {
+		return err
+	}
+	return in.OperatorSet(unionList, backend.OperatorUnion, [][]byte{[]byte(unionElem(sub, ckpt))})
+}
+
+// checkOperatorState compares the restored operator lists of subtask sub
+// of parallelism par with what checkpoint ckpt holds: the union list of
+// every old subtask everywhere; the split list of its own at the old
+// parallelism, all of them at parallelism 1 (a rescale deals split
+// elements out, which rescale's tests cover).
+func checkOperatorState(in *daemon.Instance, sub, par, ckpt int) error {
+	var union []string
+	for s := range oldPar {
+		union = append(union, unionElem(s, ckpt))
+	}
+	if err := checkList(in, unionList, union); err != nil {
+		return err
+	}
+	switch par {
+	case oldPar:
+		return checkList(in, splitList, []string{splitElem(sub, ckpt)})
+	case 1:
+		var all []string
+		for s := range oldPar {
+			all = append(all, splitElem(s, ckpt))
+		}
+		return checkList(in, splitList, all)
+	}
+	return nil
+}
+
+func checkList(in *daemon.Instance, name string, want []string) error {
+	l, found, err := in.OperatorGet(name)
+	if err != nil {
+		return fmt.Errorf("operator list %s: %w", name, err)
+	}
+	if got := strs(l.Elements); !found || !slices.Equal(got, want) {
+		return fmt.Errorf("operator list %s: %q (found %v), model %q", name, got, found, want)
+	}
+	return nil
 }
