@@ -19,6 +19,23 @@
 //   - TestSingleBitFlips flips one bit of every byte of a checkpoint of
 //     each backend and counts refusals and exact restores.
 //
+//   - TestPinned decodes the committed files in testdata/pinned, one of
+//     every frozen format at its current version (internal/frame, handle,
+//     manifest, job file, snapfmt snapshot files of heap and file, native
+//     and canonical savepoints, an lsm checkpoint directory, batch
+//     messages, a dstl segment of changelog changes), checks their
+//     content field by field against the model that generated them, and
+//     restores every checkpoint and savepoint. A format change that is not
+//     a new version fails it (a build writing the same version must also
+//     write the same bytes); a new version must keep reading these files.
+//     Regenerate them, only for a new version and keeping the old ones,
+//     with
+//
+//     go test ./fuzz -run TestPinned -update
+//
+//     Object names carry random suffixes (as in production), so
+//     regenerating changes names, never contents.
+//
 // Seed corpora are in testdata/fuzz/<Target>; scripts/fuzz.sh runs one
 // target for a while.
 //
