@@ -131,7 +131,8 @@ var frameMagics = []string{"STMF", "STJC"}
 
 // editField changes one leaf of the JSON payload of a framed object and
 // frames it again with a valid checksum, as a writer with a bug would:
-// field picks the leaf (in sorted path order), hi and val the new value.
+// field picks the leaf (in sorted path order, operator state left out),
+// hi and val the new value.
 // It reports false for objects that are not framed JSON.
 func editField(b []byte, field, hi, val int) ([]byte, bool) {
 	if len(b) < 4 {
@@ -154,7 +155,14 @@ func editField(b []byte, field, hi, val int) ([]byte, bool) {
 		return nil, false
 	}
 	var leaves []string
-	walkLeaves(doc, "", func(p string, _ any) { leaves = append(leaves, p) })
+	walkLeaves(doc, "", func(p string, _ any) {
+		// Operator state is inline data of the manifest, guarded by its
+		// checksum alone: edited and framed again, it is other state, not
+		// damage a restore could see.
+		if !strings.Contains(p, "/operatorState/") {
+			leaves = append(leaves, p)
+		}
+	})
 	if len(leaves) == 0 {
 		return nil, false
 	}

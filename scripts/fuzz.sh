@@ -22,4 +22,4 @@ pkg=./fuzz
 if [[ $target == *:* ]]; then
   pkg=${target%%:*} target=${target#*:}
 fi
-exec go test "$pkg" -run '^$' -fuzz "^${target}\$" -fuzztime "$duration" "$@"
+exec go test "$pkg" -run '^$' -fuzz "^${target}\$" -fuzztime "$duration" -timeout 0 "$@"
