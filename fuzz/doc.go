@@ -46,7 +46,9 @@
 //     error with a gRPC code other than Internal is accepted (a state of
 //     another type is an incompatibility, handles that leave key groups
 //     out are an invalid argument, as for a checkpoint of only some
-//     subtasks).
+//     subtasks). Inline operator state and a handle's operator are never
+//     edited: changed, they are other valid state that no check can tell
+//     from the original.
 //   - A deleted manifest cannot be told from a checkpoint that retention
 //     removed: the restore answers not found, and latest is then the
 //     checkpoint before.

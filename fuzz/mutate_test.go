@@ -131,8 +131,8 @@ var frameMagics = []string{"STMF", "STJC"}
 
 // editField changes one leaf of the JSON payload of a framed object and
 // frames it again with a valid checksum, as a writer with a bug would:
-// field picks the leaf (in sorted path order, operator state left out),
-// hi and val the new value.
+// field picks the leaf (in sorted path order; operator state and a
+// handle's operator left out), hi and val the new value.
 // It reports false for objects that are not framed JSON.
 func editField(b []byte, field, hi, val int) ([]byte, bool) {
 	if len(b) < 4 {
@@ -157,9 +157,11 @@ func editField(b []byte, field, hi, val int) ([]byte, bool) {
 	var leaves []string
 	walkLeaves(doc, "", func(p string, _ any) {
 		// Operator state is inline data of the manifest, guarded by its
-		// checksum alone: edited and framed again, it is other state, not
+		// checksum alone, and a handle's operator says whose state it is
+		// (a checkpoint may hold some subtasks of an operator only):
+		// edited and framed again, either is other valid state, not
 		// damage a restore could see.
-		if !strings.Contains(p, "/operatorState/") {
+		if !strings.Contains(p, "/operatorState/") && !strings.HasSuffix(p, "/task/operator") {
 			leaves = append(leaves, p)
 		}
 	})
