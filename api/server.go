@@ -331,7 +331,7 @@ func openParams(req *pb.OpenRequest) (daemon.OpenParams, error) {
 		p.States = append(p.States, protocol.StateFromPB(sd))
 	}
 	if r := req.GetRestore(); r != nil {
-		spec := &daemon.RestoreSpec{}
+		spec := &daemon.RestoreSpec{AllowFallback: r.GetAllowFallback()}
 		switch r.GetMode() {
 		case pb.RestoreMode_RESTORE_MODE_UNSPECIFIED:
 			// The daemon picks by source (see daemon.RestoreSpec).

@@ -200,7 +200,9 @@ type jobState struct {
 	// degraded: the job file could not be read. Retention is off (a pin may
 	// be lost) and the file is left as it is for a human to look at.
 	degraded bool
-	saveMu   sync.Mutex // orders writes of the job file
+	// damage is what was found wrong with the job file when degraded.
+	damage error
+	saveMu sync.Mutex // orders writes of the job file
 }
 
 // Catalog is the per-store registry of completed checkpoints and
@@ -257,8 +259,14 @@ type Catalog struct {
 		// and marks the names being deleted (see deleteGuard).
 		guard deleteGuard
 
-		// problems are what Open and the sweeps found damaged (Problems).
+		// problems are what Open and the sweeps found damaged (Problems);
+		// damaged the checkpoints among them whose manifest is damaged
+		// (damage.go).
 		problems []Problem
+		damaged  map[ref]DamagedCheckpoint
+		// damagedSavepoints are the errors of restores of the savepoints
+		// whose manifest is damaged, by id.
+		damagedSavepoints map[string]error
 
 		// sweepCancel and sweepDone belong to the background sweep
 		// (Start); nil until it starts.
@@ -341,6 +349,8 @@ func Open(ctx context.Context, opts Options) (*Catalog, error) {
 	c.mu.spInflight = map[string]bool{}
 	c.mu.jobs = map[string]*jobState{}
 	c.mu.guard = newDeleteGuard()
+	c.mu.damaged = map[ref]DamagedCheckpoint{}
+	c.mu.damagedSavepoints = map[string]error{}
 	var manifests, jobFiles []string
 	err := tiered.Walk(ctx, c.store, "", func(o tiered.ObjectInfo) error {
 		switch classify(o.Name).kind {
@@ -380,7 +390,7 @@ func Open(ctx context.Context, opts Options) (*Catalog, error) {
 			err = fmt.Errorf("%w: job file %s names job %q", ErrCorrupt, name, f.Job)
 		}
 		if err != nil {
-			j.degraded = true
+			j.degraded, j.damage = true, err
 			c.mu.problems = append(c.mu.problems, Problem{What: "job file", Object: name, Job: n.job, Err: err,
 				Effect: fmt.Sprintf("retention of job %s is off until it is repaired", n.job)})
 			continue
@@ -410,9 +420,7 @@ func Open(ctx context.Context, opts Options) (*Catalog, error) {
 			err = checkManifestPlace(n, m)
 		}
 		if err != nil {
-			c.mu.guard.dirs[n.dir()] = err.Error()
-			c.mu.problems = append(c.mu.problems, Problem{What: "manifest", Object: name, Job: n.job, Err: err,
-				Effect: "its directory is kept as it is"})
+			c.noteDamagedManifestLocked(n, name, err)
 			continue
 		}
 		if n.kind == objSavepointManifest {
@@ -608,7 +616,7 @@ func (c *Catalog) saveJob(ctx context.Context, job string) error {
 	c.mu.Lock()
 	if j.degraded {
 		c.mu.Unlock()
-		return fmt.Errorf("job file of %s is damaged; not overwriting it", job)
+		return jobFileErr(j)
 	}
 	f := &jobFile{Version: JobFileVersion, Job: job, History: slices.Clone(j.history)}
 	for _, e := range c.mu.entries {

@@ -627,6 +627,17 @@ func (c *Catalog) List(job string) []Record {
 	for id, inf := range j.inflight {
 		byID[id] = Record{ID: id, Status: StatusInProgress, Started: inf.started, Tasks: len(inf.handles)}
 	}
+	for r, d := range c.mu.damaged {
+		if r.job != job {
+			continue
+		}
+		rec, ok := byID[r.id]
+		if !ok {
+			rec = Record{ID: r.id, Status: StatusCompleted}
+		}
+		rec.Damaged = d.Err
+		byID[r.id] = rec
+	}
 	out := make([]Record, 0, len(byID))
 	for _, r := range byID {
 		out = append(out, r)

@@ -98,6 +98,20 @@
 // LoadSavepoint(store rooted at the directory). Taking one never changes
 // what later incremental checkpoints reuse.
 //
+// # Damage
+//
+// Open and the sweep never fail on a damaged manifest or job file: they
+// report it (Problems), and nothing under its directory is ever deleted or
+// overwritten. A restore never passes over damage silently: one of a
+// checkpoint or savepoint whose manifest is damaged, or of a job whose job
+// file is (a pin or adoption may be lost), fails with an error wrapping
+// ErrCorrupt that names the object and what is wrong; so does one of the
+// latest checkpoint when a newer one is damaged, naming both, unless
+// RestoreRequest.AllowFallback (Restore.Skipped then lists what was
+// skipped). List marks damaged checkpoints (Record.Damaged); Damaged lists
+// them. A manifest that is missing altogether cannot be told from one
+// retention deleted.
+//
 // # Caveats
 //
 // Heap snapshots live in the heap backend's in-memory store: the catalog

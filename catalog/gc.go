@@ -166,11 +166,7 @@ func (c *Catalog) readForeignManifests(ctx context.Context, rep *GCReport, objec
 		if err != nil {
 			keepDirs[n.dir()] = true
 			c.mu.Lock()
-			if _, ok := c.mu.guard.dirs[n.dir()]; !ok {
-				c.mu.guard.dirs[n.dir()] = err.Error()
-				c.mu.problems = append(c.mu.problems, Problem{What: "manifest", Object: name, Job: n.job, Err: err,
-					Effect: "its directory is kept as it is"})
-			}
+			c.noteDamagedManifestLocked(n, name, err)
 			c.mu.Unlock()
 			rep.Problems = append(rep.Problems, fmt.Sprintf("manifest %s is damaged (%v): its directory is kept", name, err))
 			continue

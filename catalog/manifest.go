@@ -230,6 +230,9 @@ type Record struct {
 	// Pinned says that the owner restored it in no-claim mode, so
 	// retention never deletes it; computed.
 	Pinned bool `json:"-"`
+	// Damaged says what is wrong with the checkpoint's manifest when it is
+	// in the store but failed its checks (see DamagedCheckpoint); computed.
+	Damaged error `json:"-"`
 }
 
 // Duration is how long the checkpoint ran (until now for one in progress).

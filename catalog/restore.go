@@ -47,6 +47,13 @@ type RestoreRequest struct {
 	// Mode is claim or no-claim. Default ModeNoClaim (the safe one, as in
 	// Flink).
 	Mode Mode
+	// AllowFallback lets a restore of the newest checkpoint (CheckpointID
+	// 0) fall back to the newest intact one when newer ones are damaged
+	// (Restore.Skipped lists them). Without it such a restore fails with
+	// an error wrapping ErrCorrupt that names the damaged checkpoint and
+	// the newest intact one: an engine with exactly-once sinks must not
+	// silently go back further than it believes.
+	AllowFallback bool
 }
 
 // Restore is everything a backend needs to restore: pass Handles (the ones
@@ -58,6 +65,10 @@ type Restore struct {
 	Handles  []*backend.Handle
 	Store    tiered.Store
 	NoClaim  bool
+	// Skipped are the damaged checkpoints, newer than the one restored,
+	// that a restore of the latest checkpoint with AllowFallback skipped
+	// (oldest first).
+	Skipped []DamagedCheckpoint
 }
 
 // HandlesFor returns the handles of operator whose key groups overlap kg:
@@ -105,17 +116,37 @@ func (c *Catalog) RestoreSource(ctx context.Context, req RestoreRequest) (*Resto
 		c.mu.Unlock()
 		return nil, ErrClosed
 	}
+	// A damaged job file may have lost a pin or an adoption: which
+	// checkpoint is the job's latest, and who may delete it, is unknown.
+	for _, job := range []string{req.Job, req.FromJob} {
+		if j := c.mu.jobs[job]; j != nil && j.degraded {
+			c.mu.Unlock()
+			return nil, jobFileErr(j)
+		}
+	}
 	var e *entry
+	var skipped []DamagedCheckpoint
 	if req.CheckpointID == 0 {
 		if owned := c.ownedLocked(req.FromJob); len(owned) > 0 {
 			e = owned[len(owned)-1]
 		}
+		skipped = c.newerDamagedLocked(req.FromJob, e)
+		if len(skipped) > 0 && !req.AllowFallback {
+			c.mu.Unlock()
+			return nil, latestDamagedErr(req.FromJob, skipped, e)
+		}
 	} else if x, ok := c.mu.entries[ref{req.FromJob, req.CheckpointID}]; ok && !x.discarding {
 		e = x
+	} else if d, ok := c.mu.damaged[ref{req.FromJob, req.CheckpointID}]; ok {
+		c.mu.Unlock()
+		return nil, damagedErr(d)
 	}
 	if e == nil {
 		c.mu.Unlock()
 		if req.CheckpointID == 0 {
+			if len(skipped) > 0 {
+				return nil, latestDamagedErr(req.FromJob, skipped, nil)
+			}
 			return nil, fmt.Errorf("%w: job %s has no retained checkpoint", ErrNotFound, req.FromJob)
 		}
 		return nil, fmt.Errorf("%w: checkpoint %s is not retained", ErrNotFound, CheckpointDir(req.FromJob, req.CheckpointID))
@@ -172,12 +203,28 @@ func (c *Catalog) RestoreSource(ctx context.Context, req RestoreRequest) (*Resto
 	released := c.setBaseLocked(j, base)
 	c.mu.Unlock()
 	c.deleteReleased(ctx, released)
-	return &Restore{Manifest: m, Handles: m.Tasks, Store: c.store, NoClaim: req.Mode == ModeNoClaim}, nil
+	return &Restore{Manifest: m, Handles: m.Tasks, Store: c.store, NoClaim: req.Mode == ModeNoClaim, Skipped: skipped}, nil
+}
+
+// latestDamagedErr is the error of a restore of job's latest checkpoint
+// when damaged ones are newer than intact (nil: none retained).
+func latestDamagedErr(job string, damaged []DamagedCheckpoint, intact *entry) error {
+	newest := damaged[len(damaged)-1]
+	fallback := "no intact checkpoint is retained"
+	if intact != nil {
+		fallback = fmt.Sprintf("the newest intact checkpoint is %s (restore it by id, or allow the fallback)", intact.ref)
+	}
+	return fmt.Errorf("catalog: the latest checkpoint of job %s, %s, cannot be restored: its manifest %s is damaged; %s: %w",
+		job, CheckpointDir(newest.Job, newest.ID), newest.Manifest, fallback, newest.Err)
 }
 
 func (c *Catalog) restoreSavepoint(ctx context.Context, req RestoreRequest) (*Restore, error) {
 	c.mu.Lock()
 	sp, ok := c.mu.savepoints[req.SavepointID]
+	if err := c.mu.damagedSavepoints[req.SavepointID]; !ok && err != nil {
+		c.mu.Unlock()
+		return nil, err
+	}
 	var m *Manifest
 	var released []string
 	if ok {

@@ -67,6 +67,12 @@ type RestoreSpec struct {
 	// do not pile up pinned checkpoints) and no-claim for an explicit
 	// CheckpointID. Savepoints are never owned by a job.
 	Claim, NoClaim bool
+	// AllowFallback, with Latest: when the newest checkpoints are damaged,
+	// restore the newest intact one (logged at level error and counted in
+	// Metrics.RestoreFallbacks). Without it such a restore fails with an
+	// error wrapping backend.ErrCorrupt that names the damaged checkpoint
+	// and the newest intact one.
+	AllowFallback bool
 }
 
 // claim resolves the mode (see Claim).

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 
 	"github.com/statedhq/stated/backend"
+	"github.com/statedhq/stated/tiered"
 )
 
 // CorruptionSite says where corruption was detected, for the counter and
@@ -85,6 +86,18 @@ func (d *Daemon) corruption(ev CorruptionEvent) error {
 // catalog found damaged when it opened). ev.Err must wrap
 // backend.ErrCorrupt; anything else is ignored.
 func (d *Daemon) ReportCorruption(ev CorruptionEvent) { _ = d.corruption(ev) }
+
+// missingIsCorrupt marks err, the failed restore of an instance from
+// source, as corruption when a file was not found: the catalog resolved
+// the source, so every file its handles list must exist, and one that
+// does not is data lost from the store (the error names it), not a
+// request for something that does not exist.
+func missingIsCorrupt(err error, source string) error {
+	if errors.Is(err, backend.ErrCorrupt) || !(errors.Is(err, backend.ErrNotFound) || errors.Is(err, tiered.ErrNotFound)) {
+		return err
+	}
+	return fmt.Errorf("%w: a file of %s is missing: %w", backend.ErrCorrupt, source, err)
+}
 
 // restoreSource names what r restores from, for the corruption event.
 func restoreSource(r *restorePlan) string {

@@ -457,6 +457,7 @@ func (d *Daemon) open(ctx context.Context, p OpenParams) (*Instance, error) {
 		_ = os.RemoveAll(dir)
 		err = fmt.Errorf("daemon: open %s (%s backend): %w", task, p.Kind, err)
 		if p.Restore != nil {
+			err = missingIsCorrupt(err, source)
 			err = d.corruption(CorruptionEvent{Site: CorruptionRestore, Job: task.Job, Task: task, Source: source, Err: err})
 		}
 		return nil, err

@@ -217,6 +217,9 @@ type Metrics struct {
 	// ReplayDuration is the time restores in changelog mode spent
 	// replaying the log after restoring the base.
 	ReplayDuration *Histogram
+	// RestoreFallbacks counts restores of the latest checkpoint that
+	// skipped damaged newer ones (RestoreSpec.AllowFallback).
+	RestoreFallbacks atomic.Uint64
 }
 
 // NewMetrics allocates the histograms.

@@ -42,7 +42,8 @@ type restorePlan struct {
 func (d *Daemon) resolveRestore(ctx context.Context, p OpenParams) (*restorePlan, error) {
 	task := p.Task
 	spec := p.Restore
-	req := catalog.RestoreRequest{Job: task.Job, CheckpointID: spec.CheckpointID, Mode: catalog.ModeNoClaim}
+	req := catalog.RestoreRequest{Job: task.Job, CheckpointID: spec.CheckpointID, Mode: catalog.ModeNoClaim,
+		AllowFallback: spec.AllowFallback && spec.Latest}
 	if spec.claim() {
 		req.Mode = catalog.ModeClaim
 	}
@@ -54,6 +55,17 @@ func (d *Daemon) resolveRestore(ctx context.Context, p OpenParams) (*restorePlan
 		return nil, fmt.Errorf("daemon: restore %s: %w", task, err)
 	}
 	src := fmt.Sprintf("checkpoint %d of job %s", r.Manifest.CheckpointID, r.Manifest.Job)
+	if len(r.Skipped) > 0 {
+		// The caller allowed it, but it goes back further than the engine
+		// believes its state is: say so loudly.
+		d.m.RestoreFallbacks.Add(1)
+		skipped := make([]string, len(r.Skipped))
+		for i, s := range r.Skipped {
+			skipped[i] = s.String()
+		}
+		d.log.Error("restore of the latest checkpoint fell back past damaged checkpoints", "task", task.String(),
+			"restored", src, "skipped", strings.Join(skipped, "; "))
+	}
 	if req.SavepointID != "" {
 		src = "savepoint " + req.SavepointID
 	}

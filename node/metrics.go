@@ -23,7 +23,7 @@ type collector struct {
 	ops, opErrors, opDur                       *prometheus.Desc
 	batches, batchesRejected, streams          *prometheus.Desc
 	openInstances, opens, openFailures, resto  *prometheus.Desc
-	reaped                                     *prometheus.Desc
+	reaped, restoFallbacks                     *prometheus.Desc
 	ckSync, ckAsync, ckBytes, fullBytes, snapF *prometheus.Desc
 	ckCompleted, ckFailures, ckDuration        *prometheus.Desc
 	catJobs, catRetained, catSavepoints        *prometheus.Desc
@@ -71,6 +71,7 @@ func newCollector(m *daemon.Metrics, cat *catalog.Catalog, cs cacheStats, store 
 		opens:           d("instance_opens_total", "Instances opened."),
 		openFailures:    d("instance_open_failures_total", "Open requests that failed."),
 		resto:           d("restores_total", "Instances opened from a checkpoint or savepoint."),
+		restoFallbacks:  d("restore_fallbacks_total", "Restores of the latest checkpoint that skipped damaged newer checkpoints because the caller allowed the fallback (each logged at level error)."),
 		reaped:          d("instances_reaped_total", "Instances closed because they had no batch stream for --idle-instance-timeout."),
 		ckSync:          d("checkpoint_sync_duration_seconds", "Synchronous part of a task snapshot.", "backend"),
 		ckAsync:         d("checkpoint_async_duration_seconds", "Asynchronous part (upload) of a task snapshot.", "backend"),
@@ -140,6 +141,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	counter(c.opens, m.Opens.Load())
 	counter(c.openFailures, m.OpenFailures.Load())
 	counter(c.resto, m.Restores.Load())
+	counter(c.restoFallbacks, m.RestoreFallbacks.Load())
 	counter(c.reaped, m.InstancesReaped.Load())
 	counter(c.ckCompleted, m.CheckpointsCompleted.Load())
 	for r := range m.CheckpointFailures {

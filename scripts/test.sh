@@ -7,7 +7,9 @@
 #    STATED_TEST_S3_ENDPOINT already points at one;
 # 3. runs `go test ./...` (plain `go test ./...` also passes without step 2:
 #    the S3 tests then use an in-process server), then the packages where
-#    goroutines meet once more with -race.
+#    goroutines meet once more with -race;
+# 4. runs every restore-path fuzz target of fuzz/ briefly (FUZZTIME each,
+#    default 10s; scripts/fuzz.sh runs one for longer).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -58,3 +60,10 @@ go test -count=1 -timeout 20m "$@" ./...
 echo "== go test -race (concurrent packages)"
 go test -count=1 -race -timeout 20m "$@" ./api/... ./daemon/... ./backend/internal/... ./backend/lsm/ \
   ./catalog/ ./node/ ./tiered/... ./dstl/ ./tests/e2e/
+
+# The restore-path fuzz targets, briefly: new inputs beyond the committed
+# corpus (which step 3 already ran).
+echo "== fuzz (restore path, ${FUZZTIME:-10s} each)"
+for target in $(go test ./fuzz -list '^Fuzz' | grep '^Fuzz'); do
+  scripts/fuzz.sh "$target" "${FUZZTIME:-10s}"
+done

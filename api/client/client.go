@@ -196,6 +196,10 @@ type Restore struct {
 	// restarts do not pile up pinned checkpoints), no-claim for an
 	// explicit CheckpointID. Savepoints are never claimed.
 	Claim, NoClaim bool
+	// AllowFallback, with Latest: when the newest checkpoints are damaged,
+	// restore the newest intact one instead of failing with DataLoss (the
+	// daemon logs and counts it).
+	AllowFallback bool
 }
 
 // OpenSpec describes an instance to open.
@@ -271,7 +275,7 @@ func (c *Client) Open(ctx context.Context, spec OpenSpec) (*Instance, error) {
 		if r.Claim && r.NoClaim {
 			return nil, status.Errorf(codes.InvalidArgument, "client: open %s: a restore is either claim or no-claim, not both", spec.Task)
 		}
-		rs := &pb.RestoreSource{}
+		rs := &pb.RestoreSource{AllowFallback: r.AllowFallback}
 		switch {
 		case r.Claim:
 			rs.Mode = pb.RestoreMode_RESTORE_MODE_CLAIM

@@ -790,8 +790,13 @@ type RestoreSource struct {
 	//	*RestoreSource_Latest
 	//	*RestoreSource_CheckpointId
 	//	*RestoreSource_Savepoint
-	Source        isRestoreSource_Source `protobuf_oneof:"source"`
-	Mode          RestoreMode            `protobuf:"varint,4,opt,name=mode,proto3,enum=stated.v1.RestoreMode" json:"mode,omitempty"`
+	Source isRestoreSource_Source `protobuf_oneof:"source"`
+	Mode   RestoreMode            `protobuf:"varint,4,opt,name=mode,proto3,enum=stated.v1.RestoreMode" json:"mode,omitempty"`
+	// allow_fallback: when the source is latest and the newest checkpoints
+	// are damaged, restore the newest intact one (logged, and counted in
+	// stated_restore_fallbacks_total). Without it such an Open fails with
+	// DataLoss naming the damaged checkpoint and the newest intact one.
+	AllowFallback bool `protobuf:"varint,5,opt,name=allow_fallback,json=allowFallback,proto3" json:"allow_fallback,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -865,6 +870,13 @@ func (x *RestoreSource) GetMode() RestoreMode {
 		return x.Mode
 	}
 	return RestoreMode_RESTORE_MODE_UNSPECIFIED
+}
+
+func (x *RestoreSource) GetAllowFallback() bool {
+	if x != nil {
+		return x.AllowFallback
+	}
+	return false
 }
 
 type isRestoreSource_Source interface {
@@ -2799,12 +2811,13 @@ const file_stated_proto_rawDesc = "" +
 	"\n" +
 	"ttl_update\x18\x04 \x01(\x0e2\x14.stated.v1.TtlUpdateR\tttlUpdate\x126\n" +
 	"\taggregate\x18\x05 \x01(\x0e2\x18.stated.v1.AggregateFuncR\taggregate\x12-\n" +
-	"\x06number\x18\x06 \x01(\x0e2\x15.stated.v1.NumberTypeR\x06number\"\xa6\x01\n" +
+	"\x06number\x18\x06 \x01(\x0e2\x15.stated.v1.NumberTypeR\x06number\"\xcd\x01\n" +
 	"\rRestoreSource\x12\x18\n" +
 	"\x06latest\x18\x01 \x01(\bH\x00R\x06latest\x12%\n" +
 	"\rcheckpoint_id\x18\x02 \x01(\x04H\x00R\fcheckpointId\x12\x1e\n" +
 	"\tsavepoint\x18\x03 \x01(\tH\x00R\tsavepoint\x12*\n" +
-	"\x04mode\x18\x04 \x01(\x0e2\x16.stated.v1.RestoreModeR\x04modeB\b\n" +
+	"\x04mode\x18\x04 \x01(\x0e2\x16.stated.v1.RestoreModeR\x04mode\x12%\n" +
+	"\x0eallow_fallback\x18\x05 \x01(\bR\rallowFallbackB\b\n" +
 	"\x06source\"\x8c\x03\n" +
 	"\vOpenRequest\x12%\n" +
 	"\x04task\x18\x01 \x01(\v2\x11.stated.v1.TaskIdR\x04task\x127\n" +

@@ -264,8 +264,8 @@ func (b *Backend) openBase(ctx context.Context, s *restoreStep, reopen bool) (*b
 	b.db, err = pebble.Open(b.dbDir, o)
 	st.Open = time.Since(start)
 	if err != nil {
-		return nil, fmt.Errorf("lsm: restore %s from checkpoint %d of %s: %w: open pebble: %v",
-			b.opts.Task, h.CheckpointID, h.Task, backend.ErrCorrupt, err)
+		return nil, fmt.Errorf("lsm: restore %s from checkpoint %d of %s: %w: open pebble on %s: %v",
+			b.opts.Task, h.CheckpointID, h.Task, backend.ErrCorrupt, describeFiles(h), err)
 	}
 	if err := b.clip(ctx, h, s.clip, s.files.skip); err != nil {
 		return nil, err
@@ -573,7 +573,7 @@ func (b *Backend) prepareExtra(ctx context.Context, s restoreStep, graft bool, s
 	defer o.Cache.Unref()
 	src, err := pebble.Open(dir, o)
 	if err != nil {
-		return nil, fail(fmt.Errorf("%w: open pebble: %v", backend.ErrCorrupt, err))
+		return nil, fail(fmt.Errorf("%w: open pebble on %s: %v", backend.ErrCorrupt, describeFiles(h), err))
 	}
 	closed := false
 	defer func() {
@@ -868,4 +868,16 @@ func (b *Backend) checkManifests(h *backend.Handle, dir string) error {
 			b.opts.Task, h.CheckpointID, h.Task, backend.ErrCorrupt)
 	}
 	return nil
+}
+
+// describeFiles names the files of h that Pebble opens first, for an error
+// of a restore whose files pass their checksums yet do not open (a handle
+// whose local names or file list do not fit the files): the MANIFEST.
+func describeFiles(h *backend.Handle) string {
+	for _, f := range h.Files {
+		if strings.HasPrefix(f.LocalName, "MANIFEST-") {
+			return fmt.Sprintf("the files of the handle (MANIFEST %s, local name %s)", f.Path, f.LocalName)
+		}
+	}
+	return fmt.Sprintf("the %d files of the handle (no MANIFEST among them)", len(h.Files))
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -27,7 +28,9 @@ size (the log its changelog-mode tasks replay after their bases; "-" when none
 or no longer retained) and the reason of failed ones; then the savepoints. It reads the
 store only, so it works while the daemon runs and after it stopped. Checkpoints
 that were in flight when a daemon stopped are not listed (their files are
-orphans that the sweep or "stated gc" removes).`,
+orphans that the sweep or "stated gc" removes). A checkpoint whose manifest is
+damaged is marked DAMAGED with what is wrong, and the command then exits non-zero,
+as it does for any other problem it finds (a damaged job file or savepoint).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return runCheckpoints(cmd.Context(), cmd.OutOrStdout(), cmd.ErrOrStderr(), store, job)
@@ -55,9 +58,15 @@ func runCheckpoints(ctx context.Context, out, errOut io.Writer, store cliStore, 
 		return err
 	}
 	defer c.Close()
+	problems := 0
 	for _, p := range c.Problems() {
 		fmt.Fprintln(errOut, "problem:", p)
+		if job == "" || p.Job == job {
+			problems++
+		}
 	}
+	// damaged are the listed checkpoints whose manifest is damaged.
+	var damaged []string
 	jobs := c.Jobs()
 	if job != "" {
 		if err := catalog.ValidateJob(job); err != nil {
@@ -77,8 +86,13 @@ func runCheckpoints(ctx context.Context, out, errOut io.Writer, store cliStore, 
 		tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
 		fmt.Fprintln(tw, "ID\tSTATUS\tDURATION\tCHECKPOINTED\tFULL\tCHANGELOG\tREASON")
 		for _, r := range c.List(j) {
+			reason := r.Reason
+			if r.Damaged != nil {
+				damaged = append(damaged, catalog.CheckpointDir(j, r.ID))
+				reason = r.Damaged.Error()
+			}
 			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\n", r.ID, statusText(r), r.Duration(now).Round(time.Millisecond),
-				bytesize.Format(r.CheckpointedSize), bytesize.Format(r.FullSize), changelogText(c, j, r), r.Reason)
+				bytesize.Format(r.CheckpointedSize), bytesize.Format(r.FullSize), changelogText(c, j, r), reason)
 		}
 		tw.Flush()
 	}
@@ -99,8 +113,16 @@ func runCheckpoints(ctx context.Context, out, errOut io.Writer, store cliStore, 
 		}
 		tw.Flush()
 	}
-	if len(jobs) == 0 && len(sps) == 0 {
+	if len(jobs) == 0 && len(sps) == 0 && problems == 0 {
 		fmt.Fprintf(out, "no checkpoints in %s\n", store.url)
+	}
+	// Damage fails the command, so that scripts and operators cannot miss
+	// it: an engine restoring the latest checkpoint would be refused.
+	switch {
+	case len(damaged) > 0:
+		return fmt.Errorf("%d damaged checkpoint(s) that cannot be restored: %s", len(damaged), strings.Join(damaged, ", "))
+	case problems > 0:
+		return fmt.Errorf("%d problem(s) found in %s (printed above)", problems, store.url)
 	}
 	return nil
 }
@@ -124,6 +146,9 @@ func changelogText(c *catalog.Catalog, job string, r catalog.Record) string {
 // who owns it.
 func statusText(r catalog.Record) string {
 	s := string(r.Status)
+	if r.Damaged != nil {
+		return s + " (DAMAGED: cannot be restored)"
+	}
 	if r.Status != catalog.StatusCompleted {
 		return s
 	}

@@ -150,6 +150,39 @@ func TestCheckpointsTable(t *testing.T) {
 	}
 }
 
+// TestCheckpointsMarksDamaged: a flipped bit in a retained checkpoint's
+// manifest is shown as DAMAGED with the reason, not as subsumed, and the
+// command fails naming the checkpoint.
+func TestCheckpointsMarksDamaged(t *testing.T) {
+	root, _ := realCheckpoints(t, 3)
+	p := filepath.Join(root, "j", "chk-3", "_metadata")
+	data, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data[len(data)/2] ^= 0x04
+	if err := os.WriteFile(p, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var out, errOut bytes.Buffer
+	err = runCheckpoints(context.Background(), &out, &errOut, cliStore{url: root}, "j")
+	if err == nil || !strings.Contains(err.Error(), "j/chk-3") {
+		t.Fatalf("checkpoints with a damaged manifest: %v", err)
+	}
+	var row string
+	for _, l := range strings.Split(out.String(), "\n") {
+		if strings.HasPrefix(l, "3 ") {
+			row = l
+		}
+	}
+	if !strings.Contains(row, "DAMAGED") || !strings.Contains(row, "checksum mismatch") || strings.Contains(row, "subsumed") {
+		t.Fatalf("row of chk-3 %q in:\n%s", row, out.String())
+	}
+	if !strings.Contains(errOut.String(), "j/chk-3/_metadata") {
+		t.Fatalf("problems: %s", errOut.String())
+	}
+}
+
 func TestGCDryRunAndDelete(t *testing.T) {
 	root, _ := realCheckpoints(t, 2)
 	// An orphan: an upload of a checkpoint that never completed.

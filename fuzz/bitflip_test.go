@@ -1,0 +1,153 @@
+package fuzz
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/statedhq/stated/backend"
+	"github.com/statedhq/stated/catalog"
+)
+
+// flipTally counts the outcomes of single-bit flips.
+type flipTally struct {
+	bytes, refused, equal atomic.Int64
+}
+
+// checkpointObjects are the objects a restore of checkpoint 2 of f reads:
+// its manifest and every file its handles list (heap snapshots in the heap
+// store), sorted.
+func checkpointObjects(t *testing.T, f *fixture) []string {
+	t.Helper()
+	name := catalog.CheckpointManifest(job, 2)
+	m, err := catalog.DecodeManifest(f.objects[name])
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := []string{name}
+	for _, h := range m.Tasks {
+		for _, fr := range h.Files {
+			p := fr.Path
+			if h.Backend == backend.KindHeap {
+				p = heapPrefix + p
+			}
+			if _, ok := f.objects[p]; !ok {
+				t.Fatalf("the fixture lacks %s", p)
+			}
+			out = append(out, p)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// allBytes makes TestSingleBitFlips flip every byte of the lsm checkpoint
+// too (about 13,000 restores, a minute and a half on two cores).
+var allBytes = flag.Bool("allbytes", false, "TestSingleBitFlips: flip every byte of every backend's checkpoint")
+
+// TestSingleBitFlips flips one bit of every byte of every object of
+// checkpoint 2 of each backend (the bit is the byte's offset mod 8), one
+// flip per restore, and restores both subtasks: each must be refused with
+// an error that wraps backend.ErrCorrupt and names the object, or restore
+// the model exactly. Every byte of heap and file checkpoints, every 4th of
+// the larger lsm one unless -allbytes; with -short every 13th byte.
+func TestSingleBitFlips(t *testing.T) {
+	defer silence()()
+	for _, kind := range kinds {
+		stride := 1
+		switch {
+		case testing.Short():
+			stride = 13
+		case kind == backend.KindLSM && !*allBytes:
+			stride = 4
+		}
+		t.Run(string(kind), func(t *testing.T) {
+			f := fixtureOf(t, kind)
+			root := scratchDir(t)
+			var tally flipTally
+			read := checkpointObjects(t, f)
+			type job struct {
+				name string
+				off  int
+			}
+			jobs := make(chan job)
+			var wg sync.WaitGroup
+			var failMu sync.Mutex
+			var failures []string
+			for range 2 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for j := range jobs {
+						if msg := flipOne(f, root, read, j.name, j.off, &tally); msg != "" {
+							failMu.Lock()
+							failures = append(failures, msg)
+							failMu.Unlock()
+						}
+					}
+				}()
+			}
+			for _, name := range read {
+				for off := 0; off < len(f.objects[name]); off += stride {
+					jobs <- job{name, off}
+				}
+			}
+			close(jobs)
+			wg.Wait()
+			for i, msg := range failures {
+				if i == 10 {
+					t.Errorf("... and %d more", len(failures)-10)
+					break
+				}
+				t.Error(msg)
+			}
+			t.Logf("%s: %d bytes flipped, %d refused as corrupt, %d restored equal to the model",
+				kind, tally.bytes.Load(), tally.refused.Load(), tally.equal.Load())
+			if tally.bytes.Load() == 0 || tally.refused.Load()+tally.equal.Load() != tally.bytes.Load() {
+				t.Errorf("%d flips, %d refused + %d equal", tally.bytes.Load(), tally.refused.Load(), tally.equal.Load())
+			}
+		})
+	}
+}
+
+// flipOne flips bit off%8 of byte off of name and restores both subtasks
+// of checkpoint 2; it returns what went wrong ("" for an acceptable
+// outcome, which it counts).
+func flipOne(f *fixture, root string, read []string, name string, off int, tally *flipTally) string {
+	// Only what the restore reads, and the job file: the rest would only
+	// cost writes.
+	objects := map[string][]byte{}
+	for _, n := range append(read, job+"/"+catalog.JobFileName) {
+		objects[n] = append([]byte(nil), f.objects[n]...)
+	}
+	objects[name][off] ^= 1 << (off % 8)
+	tally.bytes.Add(1)
+	// The subtask that reads the damaged file first: the other one
+	// restores exactly without reading it.
+	subs := []int{0, 1}
+	if strings.Contains(name, "/op-1/") {
+		subs = []int{1, 0}
+	}
+	var err error
+	for _, sub := range subs {
+		err = restore(context.Background(), root, f, objects, source{ckpt: 2, parallelism: oldPar, subtask: sub, into: f.kind})
+		if err != nil {
+			break
+		}
+	}
+	switch {
+	case err == nil:
+		tally.equal.Add(1)
+		return ""
+	case errors.Is(err, backend.ErrCorrupt) && strings.Contains(err.Error(), strings.TrimPrefix(name, heapPrefix)):
+		tally.refused.Add(1)
+		return ""
+	}
+	return fmt.Sprintf("flip of bit %d of byte %d of %s: %v", off%8, off, name, err)
+}

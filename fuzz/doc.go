@@ -1,0 +1,59 @@
+// Package fuzz holds the tests that guard stated's restore path as a
+// whole, above the per-package decoder fuzzers.
+//
+// Every test here builds its input the way a user would: real checkpoints
+// and savepoints written through the daemon (heap, file and lsm backends,
+// two subtasks) from a small model of every state kind, in a local
+// directory store. Then:
+//
+//   - the fuzz targets (FuzzRestoreHeap, FuzzRestoreFile, FuzzRestoreLSM)
+//     damage those files as the fuzz input says (bit flips, truncation,
+//     zeroed ranges, missing or swapped files, a file of another
+//     checkpoint under the right name, manifest fields edited, appended
+//     bytes) and restore through the daemon (catalog.Open, daemon.Open
+//     with a RestoreSpec), at the old parallelism and rescaled. The
+//     outcome must be an error that wraps backend.ErrCorrupt (or
+//     backend.ErrIncompatible) and names a damaged object, or state equal
+//     to the model; never a panic or a hang.
+//
+//   - TestSingleBitFlips flips one bit of every byte of a checkpoint of
+//     each backend and counts refusals and exact restores.
+//
+//   - TestPinned decodes the committed files in testdata/pinned, one of
+//     every frozen format at its current version (internal/frame, handle,
+//     manifest, job file, snapfmt snapshot files of heap and file, native
+//     and canonical savepoints, an lsm checkpoint directory, batch
+//     messages, a dstl segment of changelog changes), checks their
+//     content field by field against the model that generated them, and
+//     restores every checkpoint and savepoint. A format change that is not
+//     a new version fails it (a build writing the same version must also
+//     write the same bytes); a new version must keep reading these files.
+//     Regenerate them, only for a new version and keeping the old ones,
+//     with
+//
+//     go test ./fuzz -run TestPinned -update
+//
+//     Object names carry random suffixes (as in production), so
+//     regenerating changes names, never contents.
+//
+// Seed corpora are in testdata/fuzz/<Target>; scripts/fuzz.sh runs one
+// target for a while.
+//
+// # Caveats
+//
+//   - A field edit frames the manifest validly again, as a writer with a
+//     bug would: the manifest then describes another checkpoint, and any
+//     error with a gRPC code other than Internal is accepted (a state of
+//     another type is an incompatibility, handles that leave key groups
+//     out are an invalid argument, as for a checkpoint of only some
+//     subtasks). Inline operator state and a handle's operator are never
+//     edited: changed, they are other valid state that no check can tell
+//     from the original.
+//   - A deleted manifest cannot be told from a checkpoint that retention
+//     removed: the restore answers not found, and latest is then the
+//     checkpoint before.
+//   - An input picks objects by their index in an order that ignores the
+//     random parts of object names. The lsm fixture's files depend on
+//     Pebble's flushes, which vary between processes, so an lsm input may
+//     pick other objects in another process.
+package fuzz

@@ -1,0 +1,516 @@
+package fuzz
+
+import (
+	"bytes"
+	"context"
+	"flag"
+	"fmt"
+	"io/fs"
+	"math"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	pb "github.com/statedhq/stated/api/statedpb"
+	"github.com/statedhq/stated/backend"
+	"github.com/statedhq/stated/catalog"
+	"github.com/statedhq/stated/dstl"
+	"github.com/statedhq/stated/dstl/changelog"
+	"github.com/statedhq/stated/internal/frame"
+)
+
+// update regenerates testdata/pinned. Only for a new format version: keep
+// the files of the old version (move them to a directory named after it)
+// and add a test that still reads them.
+var update = flag.Bool("update", false, "regenerate the pinned format files in testdata/pinned")
+
+const pinnedDir = "testdata/pinned"
+
+// The pinned files (under pinnedDir):
+//
+//	frame.bin                  internal/frame envelope of pinnedPayload
+//	handle.bin                 backend.EncodeHandle(pinnedHandle())
+//	batch-request.bin          pb.BatchRequest pinnedBatchRequest(), deterministic protobuf
+//	batch-response.bin         pb.BatchResponse pinnedBatchResponse()
+//	segment.bin                dstl segment of pinnedChanges() (two writers), uncompressed
+//	segment-zstd.bin           the same, zstd-compressed blocks
+//	checkpoints/<kind>/root/   a checkpoint root: job file, checkpoints 1 and 2, a native
+//	                           and a canonical savepoint (the fixture of kind)
+//	checkpoints/heap/heap/     the heap snapshot store (daemon memory) of the heap fixture
+const (
+	pinnedMagic   = "PINx"
+	pinnedVersion = 7
+)
+
+var pinnedPayload = []byte("stated pinned frame payload\x00\xff")
+
+// pinnedHandle has every field of a handle set.
+func pinnedHandle() *backend.Handle {
+	return &backend.Handle{
+		Version: backend.HandleFormatVersion, Backend: backend.KindLSM,
+		Task:         backend.TaskID{Job: "j", Operator: "op", Subtask: 1},
+		CheckpointID: 42, KeyGroups: backend.KeyGroupRange{Start: 4, End: 7}, MaxParallelism: 8,
+		States: []backend.StateDescriptor{
+			{Name: "a", Kind: backend.KindAggregate, Aggregate: backend.AggMax, Number: backend.NumFloat64},
+			{Name: "v", Kind: backend.KindValue, TTL: 90 * time.Second, TTLUpdate: backend.TTLOnReadAndWrite},
+		},
+		Files: []backend.FileRef{
+			{Path: "j/shared/0011-000004.sst", LocalName: "000004.sst", Size: 1234, CRC32C: 0xdeadbeef, Shared: true,
+				KeyGroupBounds: &backend.KeyGroupRange{Start: 4, End: 6}},
+			{Path: "j/chk-42/op-1/state-00ff", Size: 99, CRC32C: 7, KeyGroupOffsets: []int64{16, 20, 20, 50, 99}, Compression: "zstd"},
+		},
+		OperatorState: []backend.OperatorList{
+			{Name: "bcast", Mode: backend.OperatorUnion, Elements: [][]byte{[]byte("u"), {}}},
+			{Name: "offsets", Mode: backend.OperatorSplit},
+		},
+		FullSize: 1333, CheckpointedSize: 99,
+	}
+}
+
+func pinnedBatchRequest() *pb.BatchRequest {
+	r := &pb.BatchRequest{InstanceId: []byte{1, 2, 3, 4}, Job: "j", Seq: 9}
+	for t := pb.OpType_OP_TYPE_GET; t <= pb.OpType_OP_TYPE_OPERATOR_GET; t++ {
+		r.Ops = append(r.Ops, &pb.Op{Type: t, State: "s" + t.String()[8:], KeyGroup: uint32(t), Key: []byte("key"),
+			Namespace: []byte{byte(t)}, UserKey: []byte("uk"), Value: []byte("value"), Values: [][]byte{[]byte("a"), {}},
+			NumberType: pb.NumberType_NUMBER_TYPE_FLOAT64, IntValue: -int64(t), FloatValue: 1.5, Timestamp: math.MaxInt64 - int64(t),
+			Limit: int32(t), OperatorMode: pb.OperatorStateMode_OPERATOR_STATE_MODE_UNION})
+	}
+	return r
+}
+
+func pinnedBatchResponse() *pb.BatchResponse {
+	return &pb.BatchResponse{Seq: 9, Results: []*pb.Result{
+		{Code: 5, Error: "not found: state x", Index: 0},
+		{Found: true, Value: []byte("v"), Index: 1},
+		{Values: [][]byte{[]byte("a"), []byte("b")}, Index: 2},
+		{Entries: []*pb.MapEntry{{UserKey: []byte("k"), Value: []byte("v")}}, More: true, Index: 3},
+		{Found: true, NumberType: pb.NumberType_NUMBER_TYPE_INT64, IntValue: -3, FloatValue: 2.25, Index: 4},
+		{Timers: []*pb.Timer{{KeyGroup: 3, Key: []byte("k"), Namespace: []byte("n"), Timestamp: -1}}, Index: 5},
+		{Found: true, Values: [][]byte{[]byte("e")}, OperatorMode: pb.OperatorStateMode_OPERATOR_STATE_MODE_SPLIT, Index: 6},
+	}}
+}
+
+// pinnedChange is one change record as a writer logs it.
+type pinnedChange struct {
+	writer string
+	seq    uint64
+	c      changelog.Change
+}
+
+// pinnedChanges has a change of every op, over two writers.
+func pinnedChanges() []pinnedChange {
+	k := backend.Key{KeyGroup: 5, Key: []byte("key"), Namespace: []byte("ns")}
+	cs := []changelog.Change{
+		{Op: changelog.OpRegister, Time: 1, Desc: backend.StateDescriptor{Name: "a", Kind: backend.KindAggregate,
+			TTL: time.Minute, TTLUpdate: backend.TTLOnReadAndWrite, Aggregate: backend.AggSum, Number: backend.NumInt64}},
+		{Op: changelog.OpPut, Time: 2, State: "v", Key: k, Values: [][]byte{[]byte("value")}},
+		{Op: changelog.OpDelete, Time: 3, State: "v", Key: k},
+		{Op: changelog.OpListAppend, Time: 4, State: "l", Key: k, Values: [][]byte{[]byte("e0"), []byte("e1")}},
+		{Op: changelog.OpMapPut, Time: 5, State: "m", Key: k, UserKey: []byte("uk"), Value: []byte("mv")},
+		{Op: changelog.OpMapRemove, Time: 6, State: "m", Key: k, UserKey: []byte("uk")},
+		{Op: changelog.OpAggregate, Time: 7, State: "a", Key: k, Number: backend.Int64(-12)},
+		{Op: changelog.OpTimerAdd, Time: 8, State: "t", Timer: backend.Timer{KeyGroup: 5, Key: []byte("key"), Namespace: []byte("ns"), Timestamp: 1000}},
+		{Op: changelog.OpTimerDelete, Time: 9, State: "t", Timer: backend.Timer{KeyGroup: 5, Key: []byte("key"), Timestamp: 1000}},
+		{Op: changelog.OpGet, Time: 10, State: "v", Key: k},
+		{Op: changelog.OpListGet, Time: 11, State: "l", Key: k},
+		{Op: changelog.OpMapGet, Time: 12, State: "m", Key: k, UserKey: []byte("uk")},
+		{Op: changelog.OpMapIterate, Time: 13, State: "m", Key: k, After: []byte("a"), HasAfter: true, Limit: 10},
+		{Op: changelog.OpAggGet, Time: 14, State: "a", Key: k},
+	}
+	var out []pinnedChange
+	for i, c := range cs {
+		w := "op-0"
+		if i%3 == 2 {
+			w = "op-1"
+		}
+		out = append(out, pinnedChange{writer: w, c: c})
+	}
+	seqs := map[string]uint64{}
+	for i := range out {
+		seqs[out[i].writer]++
+		out[i].seq = seqs[out[i].writer]
+	}
+	return out
+}
+
+func encodeSegment(compress bool) ([]byte, error) {
+	b := dstl.NewSegmentBuilder(0, compress)
+	for _, p := range pinnedChanges() {
+		if err := b.Add(p.writer, p.seq, p.c.KeyGroup(), p.c.Encode(nil)); err != nil {
+			return nil, err
+		}
+	}
+	seg, _, err := b.Encode()
+	return seg, err
+}
+
+// generatePinned writes every pinned file from the models above and the
+// fixtures.
+func generatePinned(t *testing.T) {
+	if err := os.RemoveAll(pinnedDir); err != nil {
+		t.Fatal(err)
+	}
+	files := map[string][]byte{"frame.bin": frame.Encode(pinnedMagic, pinnedVersion, pinnedPayload)}
+	var err error
+	if files["handle.bin"], err = backend.EncodeHandle(pinnedHandle()); err != nil {
+		t.Fatal(err)
+	}
+	det := proto.MarshalOptions{Deterministic: true}
+	if files["batch-request.bin"], err = det.Marshal(pinnedBatchRequest()); err != nil {
+		t.Fatal(err)
+	}
+	if files["batch-response.bin"], err = det.Marshal(pinnedBatchResponse()); err != nil {
+		t.Fatal(err)
+	}
+	if files["segment.bin"], err = encodeSegment(false); err != nil {
+		t.Fatal(err)
+	}
+	if files["segment-zstd.bin"], err = encodeSegment(true); err != nil {
+		t.Fatal(err)
+	}
+	for _, kind := range kinds {
+		f, err := buildFixture(kind)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for name, b := range f.objects {
+			p := filepath.Join("checkpoints", string(kind), "root", filepath.FromSlash(name))
+			if n, ok := strings.CutPrefix(name, heapPrefix); ok {
+				p = filepath.Join("checkpoints", string(kind), "heap", filepath.FromSlash(n))
+			}
+			files[p] = b
+		}
+	}
+	total := 0
+	for p, b := range files {
+		p = filepath.Join(pinnedDir, p)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		total += len(b)
+	}
+	t.Logf("wrote %d pinned files, %d bytes", len(files), total)
+}
+
+func readPinned(t *testing.T, name string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(pinnedDir, name))
+	if err != nil {
+		t.Fatalf("pinned file: %v (regenerate with -update only for a new format version)", err)
+	}
+	return b
+}
+
+// sameAtVersion fails when this build, writing the same format version as
+// the pinned file, writes other bytes for the same content: a format
+// change without a new version.
+func sameAtVersion(t *testing.T, what string, pinned, now []byte, pinnedVersion, currentVersion int) {
+	t.Helper()
+	if pinnedVersion == currentVersion && !bytes.Equal(pinned, now) {
+		t.Errorf("%s: this build writes version %d differently from the pinned file (%d vs %d bytes): a format change needs a new version",
+			what, currentVersion, len(now), len(pinned))
+	}
+}
+
+// TestPinned decodes every pinned file and checks its content field by
+// field against the model that generated it; the checkpoint roots are
+// restored through the daemon, every source of each. Run with -update to
+// regenerate (see update).
+func TestPinned(t *testing.T) {
+	if *update {
+		generatePinned(t)
+	}
+	t.Run("frame", func(t *testing.T) {
+		b := readPinned(t, "frame.bin")
+		v, payload, err := frame.Decode(pinnedMagic, b)
+		if err != nil || v != pinnedVersion || !bytes.Equal(payload, pinnedPayload) {
+			t.Fatalf("frame: version %d payload %q, %v", v, payload, err)
+		}
+		sameAtVersion(t, "frame", b, frame.Encode(pinnedMagic, pinnedVersion, pinnedPayload), 0, 0)
+	})
+	t.Run("handle", func(t *testing.T) {
+		b := readPinned(t, "handle.bin")
+		h, err := backend.DecodeHandle(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := pinnedHandle()
+		compareFields(t, "handle", reflect.ValueOf(*h), reflect.ValueOf(*want))
+		now, err := backend.EncodeHandle(want)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sameAtVersion(t, "handle", b, now, h.Version, backend.HandleFormatVersion)
+	})
+	t.Run("batch", func(t *testing.T) {
+		for name, want := range map[string]proto.Message{"batch-request.bin": pinnedBatchRequest(), "batch-response.bin": pinnedBatchResponse()} {
+			b := readPinned(t, name)
+			got := want.ProtoReflect().New().Interface()
+			if err := proto.Unmarshal(b, got); err != nil {
+				t.Fatalf("%s: %v", name, err)
+			}
+			if !proto.Equal(got, want) {
+				t.Errorf("%s decodes to\n%v\nwant\n%v", name, got, want)
+			}
+			if len(got.ProtoReflect().GetUnknown()) != 0 {
+				t.Errorf("%s: fields this build does not know", name)
+			}
+			now, err := proto.MarshalOptions{Deterministic: true}.Marshal(want)
+			if err != nil {
+				t.Fatal(err)
+			}
+			sameAtVersion(t, name, b, now, 0, 0)
+		}
+	})
+	t.Run("segment", func(t *testing.T) {
+		for _, name := range []string{"segment.bin", "segment-zstd.bin"} {
+			b := readPinned(t, name)
+			want := pinnedChanges()
+			i := 0
+			// DecodeSegment gives each writer's records in sequence order,
+			// writers in id order.
+			byWriter := map[string][]pinnedChange{}
+			for _, p := range want {
+				byWriter[p.writer] = append(byWriter[p.writer], p)
+			}
+			next := map[string]int{}
+			_, err := dstl.DecodeSegment(name, b, func(w string, r dstl.Record) error {
+				i++
+				if next[w] >= len(byWriter[w]) {
+					return fmt.Errorf("record %d of writer %s is one too many", r.Seq, w)
+				}
+				p := byWriter[w][next[w]]
+				next[w]++
+				if r.Seq != p.seq || r.KeyGroup != p.c.KeyGroup() {
+					return fmt.Errorf("writer %s: record seq %d key group %d, want %d %d", w, r.Seq, r.KeyGroup, p.seq, p.c.KeyGroup())
+				}
+				c, err := changelog.DecodeChange(r.Change)
+				if err != nil {
+					return err
+				}
+				compareFields(t, fmt.Sprintf("%s: %s record %d", name, w, r.Seq), reflect.ValueOf(*c), reflect.ValueOf(p.c))
+				sameAtVersion(t, fmt.Sprintf("change %s/%d", w, r.Seq), r.Change, p.c.Encode(nil), int(r.Change[0]), changelog.ChangeVersion)
+				return nil
+			})
+			if err != nil {
+				t.Fatalf("%s: %v", name, err)
+			}
+			if i != len(want) {
+				t.Fatalf("%s: %d records, want %d", name, i, len(want))
+			}
+			if name == "segment.bin" {
+				// zstd's output may change with the library; the
+				// uncompressed encoding may not.
+				now, err := encodeSegment(false)
+				if err != nil {
+					t.Fatal(err)
+				}
+				sameAtVersion(t, name, b, now, int(b[4]), dstl.Version)
+			}
+		}
+	})
+	for _, kind := range kinds {
+		t.Run(string(kind), func(t *testing.T) {
+			defer silence()()
+			f := loadPinnedFixture(t, kind)
+			checkPinnedMetadata(t, f)
+			ctx := context.Background()
+			root := scratchDir(t)
+			for _, src := range sources(kind) {
+				if err := restore(ctx, root, f, f.objects, src); err != nil {
+					t.Errorf("%s: %v", src, err)
+				}
+			}
+		})
+	}
+	t.Run("size", func(t *testing.T) {
+		total := int64(0)
+		err := filepath.WalkDir(pinnedDir, func(_ string, e fs.DirEntry, err error) error {
+			if err != nil || e.IsDir() {
+				return err
+			}
+			fi, err := e.Info()
+			total += fi.Size()
+			return err
+		})
+		if err != nil || total > 1<<20 {
+			t.Fatalf("pinned files hold %d bytes (keep them under 1 MiB): %v", total, err)
+		}
+	})
+}
+
+// loadPinnedFixture reads the pinned checkpoint root of kind.
+func loadPinnedFixture(t *testing.T, kind backend.Kind) *fixture {
+	t.Helper()
+	f := &fixture{kind: kind, objects: map[string][]byte{}}
+	dir := filepath.Join(pinnedDir, "checkpoints", string(kind))
+	err := filepath.WalkDir(dir, func(p string, e fs.DirEntry, err error) error {
+		if err != nil || e.IsDir() {
+			return err
+		}
+		rel, err := filepath.Rel(dir, p)
+		if err != nil {
+			return err
+		}
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		rel = filepath.ToSlash(rel)
+		switch top, name, _ := strings.Cut(rel, "/"); top {
+		case "root":
+			f.objects[name] = b
+		case "heap":
+			f.objects[heapPrefix+name] = b
+		default:
+			return fmt.Errorf("unexpected pinned file %s", p)
+		}
+		return nil
+	})
+	if err != nil || len(f.objects) == 0 {
+		t.Fatalf("pinned %s checkpoints: %d files, %v", kind, len(f.objects), err)
+	}
+	for name, b := range f.objects {
+		rest, ok := strings.CutPrefix(name, catalog.SavepointsDir+"/")
+		if !ok || !strings.HasSuffix(rest, "/"+catalog.ManifestName) {
+			continue
+		}
+		m, err := catalog.DecodeManifest(b)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		switch m.Format {
+		case catalog.FormatNative:
+			f.native = m.SavepointID
+		case catalog.FormatCanonical:
+			f.canonical = m.SavepointID
+		}
+	}
+	if f.native == "" || f.canonical == "" {
+		t.Fatalf("pinned %s checkpoints: native savepoint %q, canonical %q", kind, f.native, f.canonical)
+	}
+	return f
+}
+
+// checkPinnedMetadata checks the manifests and the job file of a pinned
+// root field by field, and that this build writes them byte for byte the
+// same at the same version.
+func checkPinnedMetadata(t *testing.T, f *fixture) {
+	t.Helper()
+	for name, b := range f.objects {
+		if !strings.HasSuffix(name, "/"+catalog.ManifestName) {
+			continue
+		}
+		m, err := catalog.DecodeManifest(b)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		wantKind, wantID, wantFormat, wantBackend := catalog.KindCheckpoint, uint64(0), catalog.Format(""), f.kind
+		switch {
+		case name == catalog.CheckpointManifest(job, 1):
+			wantID = 1
+		case name == catalog.CheckpointManifest(job, 2):
+			wantID = 2
+		case m.SavepointID == f.native:
+			wantKind, wantID, wantFormat = catalog.KindSavepoint, 3, catalog.FormatNative
+		case m.SavepointID == f.canonical:
+			wantKind, wantID, wantFormat, wantBackend = catalog.KindSavepoint, 2, catalog.FormatCanonical, backend.KindFile
+		default:
+			t.Fatalf("unexpected manifest %s", name)
+		}
+		if m.Version != catalog.ManifestVersion || m.Kind != wantKind || m.Job != job || m.CheckpointID != wantID ||
+			m.Format != wantFormat || !m.Started.Equal(epoch) || !m.Completed.Equal(epoch) || len(m.Tasks) != oldPar {
+			t.Errorf("%s: version %d kind %s job %s checkpoint %d format %q started %s completed %s tasks %d",
+				name, m.Version, m.Kind, m.Job, m.CheckpointID, m.Format, m.Started, m.Completed, len(m.Tasks))
+		}
+		var full int64
+		for i, h := range m.Tasks {
+			if h.Backend != wantBackend || h.Task != task(i) || h.CheckpointID != wantID || h.MaxParallelism != maxPar ||
+				h.KeyGroups != backend.KeyGroupRangeForOperator(maxPar, oldPar, i) || !reflect.DeepEqual(h.States, states) ||
+				len(h.OperatorState) != 2 || len(h.Files) == 0 {
+				t.Errorf("%s: task %d: %+v", name, i, h)
+			}
+			full += h.FullSize
+		}
+		if m.FullSize != full {
+			t.Errorf("%s: full size %d, its tasks' %d", name, m.FullSize, full)
+		}
+		if m.Version == catalog.ManifestVersion {
+			now, err := catalog.EncodeManifest(m)
+			if err != nil {
+				t.Fatal(err)
+			}
+			sameAtVersion(t, name, b, now, 0, 0)
+		}
+	}
+	// The job file: catalog.Open reads it (the history of checkpoints 1
+	// and 2, the native savepoint's released id 3 not in it).
+	dir := scratchDir(t)
+	e, err := openEnv(context.Background(), dir, f.objects)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.close()
+	if p := e.cat.Problems(); len(p) != 0 {
+		t.Fatalf("problems: %v", p)
+	}
+	recs := e.cat.List(job)
+	if len(recs) != 2 {
+		t.Fatalf("history %+v", recs)
+	}
+	for i, r := range recs {
+		if r.ID != uint64(i+1) || r.Status != catalog.StatusCompleted || !r.Started.Equal(epoch) || !r.Ended.Equal(epoch) ||
+			r.Tasks != oldPar || !r.Retained || r.Damaged != nil {
+			t.Errorf("history record %d: %+v", i, r)
+		}
+	}
+}
+
+// compareFields compares got and want field by field (recursively), and
+// names the first field that differs.
+func compareFields(t *testing.T, what string, got, want reflect.Value) {
+	t.Helper()
+	switch got.Kind() {
+	case reflect.Struct:
+		for i := range got.NumField() {
+			compareFields(t, what+"."+got.Type().Field(i).Name, got.Field(i), want.Field(i))
+		}
+		return
+	case reflect.Pointer:
+		if got.IsNil() || want.IsNil() {
+			if got.IsNil() != want.IsNil() {
+				t.Errorf("%s: %v, want %v", what, got.Interface(), want.Interface())
+			}
+			return
+		}
+		compareFields(t, what, got.Elem(), want.Elem())
+		return
+	case reflect.Slice:
+		// Decoders may give an empty slice for an absent one.
+		if got.Type().Elem().Kind() == reflect.Uint8 {
+			if !bytes.Equal(got.Bytes(), want.Bytes()) {
+				t.Errorf("%s: %q, want %q", what, got.Bytes(), want.Bytes())
+			}
+			return
+		}
+		if got.Len() != want.Len() {
+			t.Errorf("%s: %d elements, want %d", what, got.Len(), want.Len())
+			return
+		}
+		for i := range got.Len() {
+			compareFields(t, fmt.Sprintf("%s[%d]", what, i), got.Index(i), want.Index(i))
+		}
+		return
+	}
+	if !reflect.DeepEqual(got.Interface(), want.Interface()) {
+		t.Errorf("%s: %#v, want %#v", what, got.Interface(), want.Interface())
+	}
+}
