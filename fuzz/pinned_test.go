@@ -35,6 +35,7 @@ const pinnedDir = "testdata/pinned"
 //
 //	frame.bin                  internal/frame envelope of pinnedPayload
 //	handle.bin                 backend.EncodeHandle(pinnedHandle())
+//	handle-changelog.bin       backend.EncodeHandle(pinnedChangelogHandle()), version 2
 //	batch-request.bin          pb.BatchRequest pinnedBatchRequest(), deterministic protobuf
 //	batch-response.bin         pb.BatchResponse pinnedBatchResponse()
 //	segment.bin                dstl segment of pinnedChanges() (two writers), uncompressed
@@ -52,7 +53,7 @@ var pinnedPayload = []byte("stated pinned frame payload\x00\xff")
 // pinnedHandle has every field of a handle set.
 func pinnedHandle() *backend.Handle {
 	return &backend.Handle{
-		Version: backend.HandleFormatVersion, Backend: backend.KindLSM,
+		Version: backend.HandleVersionBase, Backend: backend.KindLSM,
 		Task:         backend.TaskID{Job: "j", Operator: "op", Subtask: 1},
 		CheckpointID: 42, KeyGroups: backend.KeyGroupRange{Start: 4, End: 7}, MaxParallelism: 8,
 		States: []backend.StateDescriptor{
@@ -69,6 +70,23 @@ func pinnedHandle() *backend.Handle {
 			{Name: "offsets", Mode: backend.OperatorSplit},
 		},
 		FullSize: 1333, CheckpointedSize: 99,
+	}
+}
+
+// pinnedChangelogHandle is a changelog-mode handle: version 2, with Log.
+func pinnedChangelogHandle() *backend.Handle {
+	return &backend.Handle{
+		Version: backend.HandleVersionLog, Backend: backend.KindFile,
+		Task:         backend.TaskID{Job: "j", Operator: "op", Subtask: 0},
+		CheckpointID: 7, KeyGroups: backend.KeyGroupRange{Start: 0, End: 3}, MaxParallelism: 8,
+		States: []backend.StateDescriptor{{Name: "v", Kind: backend.KindValue}},
+		Files: []backend.FileRef{
+			{Path: "j/shared/changelog/op-0-ab12-1/canonical-77", Size: 500, CRC32C: 0x1234, Shared: true,
+				KeyGroupOffsets: []int64{8, 100, 200, 300, 500}},
+			{Path: "j/chk-7/op-0/_changelog", Size: 321, CRC32C: 0x4321},
+		},
+		FullSize: 821, CheckpointedSize: 321,
+		Log: &backend.HandleLog{Segments: []string{"_changelog/shared/r1/0000000000000003-0", "_changelog/shared/r1/0000000000000004-1"}, Bytes: 4096},
 	}
 }
 
@@ -160,6 +178,9 @@ func generatePinned(t *testing.T) {
 	if files["handle.bin"], err = backend.EncodeHandle(pinnedHandle()); err != nil {
 		t.Fatal(err)
 	}
+	if files["handle-changelog.bin"], err = backend.EncodeHandle(pinnedChangelogHandle()); err != nil {
+		t.Fatal(err)
+	}
 	det := proto.MarshalOptions{Deterministic: true}
 	if files["batch-request.bin"], err = det.Marshal(pinnedBatchRequest()); err != nil {
 		t.Fatal(err)
@@ -248,7 +269,21 @@ func TestPinned(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		sameAtVersion(t, "handle", b, now, h.Version, backend.HandleFormatVersion)
+		sameAtVersion(t, "handle", b, now, h.Version, backend.HandleVersionBase)
+	})
+	t.Run("handle-changelog", func(t *testing.T) {
+		b := readPinned(t, "handle-changelog.bin")
+		h, err := backend.DecodeHandle(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := pinnedChangelogHandle()
+		compareFields(t, "changelog handle", reflect.ValueOf(*h), reflect.ValueOf(*want))
+		now, err := backend.EncodeHandle(want)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sameAtVersion(t, "changelog handle", b, now, h.Version, backend.HandleVersionLog)
 	})
 	t.Run("batch", func(t *testing.T) {
 		for name, want := range map[string]proto.Message{"batch-request.bin": pinnedBatchRequest(), "batch-response.bin": pinnedBatchResponse()} {
