@@ -117,7 +117,9 @@
 // trailer and the index (ReadIndex: two ranged reads) to find a writer's
 // range; DecodeSegment verifies a whole segment.
 //
-// A block is stored uncompressed when zstd does not make it smaller. Its
+// A block is stored uncompressed when zstd does not save at least a quarter
+// of it (and a writer whose blocks did not shrink skips zstd for its next
+// few segments: the choice is the writer's, readers accept both). Its
 // raw size is bounded by MaxBlockRawSize and a change by MaxChangeSize;
 // every length read from a segment is bounded before it is used, so a
 // corrupt length cannot trigger a huge allocation. Every damage is an

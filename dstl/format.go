@@ -170,7 +170,7 @@ var codec = zstdblock.New(zstdblock.Options{Level: zstd.SpeedFastest, EncoderCon
 // appendBlock frames b as one block of writer id and appends it to out.
 // With compress the records are stored zstd-compressed unless that does not
 // make them smaller.
-func appendBlock(out []byte, id string, b *rawBlock, compress bool) []byte {
+func appendBlock(out []byte, id string, b *rawBlock, compress bool) (_ []byte, compressed bool) {
 	start := len(out)
 	out = append(out, 0, 0, 0, 0) // payload length, set below
 	p := len(out)
@@ -184,7 +184,10 @@ func appendBlock(out []byte, id string, b *rawBlock, compress bool) []byte {
 		out[p] = compressionZstd
 		var err error
 		out, err = codec.Append(out, b.raw)
-		stored = err == nil && len(out)-body < len(b.raw)
+		// Compressed only when zstd saves at least a quarter: a log lives
+		// minutes, and a smaller saving is not worth the CPU of the
+		// compression and of every replay's decompression.
+		stored = err == nil && len(out)-body <= len(b.raw)*3/4
 		if !stored {
 			out = out[:body]
 			out[p] = compressionNone
@@ -194,7 +197,7 @@ func appendBlock(out []byte, id string, b *rawBlock, compress bool) []byte {
 		out = append(out, b.raw...)
 	}
 	binary.LittleEndian.PutUint32(out[start:], uint32(len(out)-p))
-	return binary.LittleEndian.AppendUint32(out, frame.Checksum(out[start:]))
+	return binary.LittleEndian.AppendUint32(out, frame.Checksum(out[start:])), stored
 }
 
 // Record is one change of a writer as the reader delivers it.

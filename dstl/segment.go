@@ -16,6 +16,11 @@ type writerLog struct {
 	blocks []*rawBlock
 	bytes  int // raw bytes of all blocks
 	last   uint64
+	// noCompress: store the blocks without trying zstd (the writer's
+	// recent blocks did not shrink). tried and won count, after encoding,
+	// the blocks zstd was tried on and those it made smaller.
+	noCompress bool
+	tried, won int
 }
 
 func (l *writerLog) add(seq uint64, kg int, change []byte, blockSize int) int {
@@ -125,7 +130,15 @@ func encodeSegment(ws map[string]*writerLog, compress bool) ([]byte, *Index, err
 		w := WriterIndex{WriterID: id, Blocks: make([]BlockInfo, 0, len(l.blocks))}
 		for _, b := range l.blocks {
 			off := len(out)
-			out = appendBlock(out, id, b, compress)
+			var smaller bool
+			try := compress && !l.noCompress
+			out, smaller = appendBlock(out, id, b, try)
+			if try {
+				l.tried++
+				if smaller {
+					l.won++
+				}
+			}
 			kmin, _ := kgFromCode(b.kgMin)
 			kmax, _ := kgFromCode(b.kgMax)
 			w.Blocks = append(w.Blocks, BlockInfo{Offset: int64(off), Length: int64(len(out) - off),

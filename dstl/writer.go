@@ -102,7 +102,17 @@ type wstate struct {
 	cost      int64      // in-flight accounting of log
 	spans     []*span    // cut, not yet truncated, in seq order
 	truncated uint64     // Truncate's mark: records <= it are dropped
+	// skipCompress is how many more of this writer's cuts store their
+	// blocks without trying zstd: set when none of its blocks in a
+	// segment shrank (random or already compressed values, where zstd
+	// costs as much CPU as the rest of the log for nothing), so that the
+	// writer probes again every compressProbe segments.
+	skipCompress int
 }
+
+// compressProbe is how many segments a writer whose blocks did not shrink
+// skips compression for before it tries again.
+const compressProbe = 8
 
 // Writer is the daemon's one changelog writer: it batches the changes of
 // all writers (backend instances) into shared segments and uploads them.
@@ -555,6 +565,10 @@ func (w *Writer) cutLocked() *segment {
 	w.counter++
 	seg := &segment{counter: w.counter, cut: w.opts.Now(), cost: w.batchCost, logs: make(map[string]*writerLog, len(w.batch))}
 	for id, ws := range w.batch {
+		if ws.skipCompress > 0 {
+			ws.log.noCompress = true
+			ws.skipCompress--
+		}
 		sp := &span{ws: ws, seg: seg, first: ws.log.blocks[0].first, last: ws.log.last}
 		if sp.last > ws.truncated {
 			sp.live = true
@@ -588,6 +602,17 @@ func (w *Writer) upload(seg *segment) {
 	defer w.wg.Done()
 	defer func() { <-w.slots }()
 	data, idx, err := encodeSegment(seg.logs, !w.opts.DisableCompression)
+	w.mu.Lock()
+	for id, l := range seg.logs {
+		if ws := w.writers[id]; ws != nil && l.tried > 0 {
+			if l.won == 0 {
+				ws.skipCompress = compressProbe
+			} else {
+				ws.skipCompress = 0
+			}
+		}
+	}
+	w.mu.Unlock()
 	seg.logs = nil
 	if err != nil {
 		w.finish(seg, "", nil, fmt.Errorf("encode: %w", err))

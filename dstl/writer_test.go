@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"strings"
 	"testing"
 	"time"
@@ -344,5 +345,50 @@ func TestCloseStopsHangingUploads(t *testing.T) {
 	}
 	if err := <-done; !errors.Is(err, ErrClosed) {
 		t.Fatalf("persist across Close: %v", err)
+	}
+}
+
+// TestIncompressibleWritersSkipZstd: once none of a writer's blocks in a
+// segment shrank, its next compressProbe segments store their blocks
+// without trying zstd, and the one after tries again, so a writer whose
+// values became compressible gets compressed again.
+func TestIncompressibleWritersSkipZstd(t *testing.T) {
+	ctx := context.Background()
+	ls, mem := memLog()
+	w := newTestWriter(t, ls, Options{FlushDelay: time.Hour})
+	r := rand.New(rand.NewPCG(1, 2))
+	random := make([]byte, 4096)
+	for i := range random {
+		random[i] = byte(r.Uint32())
+	}
+	zeros := make([]byte, 4096)
+	// compressionOf is the compression byte of the first block of the
+	// segment a Persist up to seq wrote.
+	compressionOf := func(seq uint64) byte {
+		t.Helper()
+		h, err := w.Persist(ctx, "a", seq)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rg := h.Ranges[len(h.Ranges)-1]
+		data, err := tiered.ReadAll(ctx, mem, rg.Segment, 1<<20)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return data[rg.Offset+4]
+	}
+	seq, _ := w.Append(ctx, "a", 0, random)
+	if c := compressionOf(seq); c != compressionNone {
+		t.Fatalf("random block stored with compression %d", c)
+	}
+	for i := 0; i < compressProbe; i++ {
+		seq, _ = w.Append(ctx, "a", 0, zeros)
+		if c := compressionOf(seq); c != compressionNone {
+			t.Fatalf("segment %d after an incompressible one: compression %d, want none (zstd not tried)", i+1, c)
+		}
+	}
+	seq, _ = w.Append(ctx, "a", 0, zeros)
+	if c := compressionOf(seq); c != compressionZstd {
+		t.Fatalf("the probe after %d skipped segments stored compression %d, want zstd", compressProbe, c)
 	}
 }
