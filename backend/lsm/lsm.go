@@ -157,7 +157,7 @@ func sameStore(a, b tiered.Store) bool {
 // the live one and, read-only, temporary copies of restore handles.
 func (b *Backend) pebbleOptions(readOnly bool) *pebble.Options {
 	o := &pebble.Options{
-		FS:                  b.lo.FS,
+		FS:                  lazyDirFS{b.lo.FS},
 		Cache:               b.cache,
 		Merger:              concatMerger,
 		DisableWAL:          true,
