@@ -2,10 +2,12 @@ package client
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"hash/fnv"
 	"math"
+	"net"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -13,12 +15,14 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
 	"github.com/statedhq/stated/api/protocol"
 	pb "github.com/statedhq/stated/api/statedpb"
 	"github.com/statedhq/stated/backend"
+	"github.com/statedhq/stated/internal/tlsconf"
 )
 
 // Defaults of Options.
@@ -31,8 +35,18 @@ const (
 
 // Options configure a Client.
 type Options struct {
-	// Token is sent on every call when set; the daemon requires it on TCP.
+	// Token is sent on every call when set; the daemon requires it on TCP
+	// (unless it asks for client certificates instead).
 	Token string
+	// TLS, when set, makes the connection TLS with this configuration:
+	// RootCAs verify the daemon (--tls-cert), Certificates are presented
+	// to a daemon that asks for them (--tls-client-ca). Build it from PEM
+	// files with LoadTLS. Default nil: plaintext.
+	TLS *tls.Config
+	// AllowPlaintextToken sends Token without TLS to an address that is
+	// not loopback, where anyone on the network path can read it.
+	// Default false: Dial refuses.
+	AllowPlaintextToken bool
 	// MaxBatchOps sends a batch when it holds this many operations.
 	// Default DefaultMaxBatchOps (capped by the daemon's limit).
 	MaxBatchOps int
@@ -113,6 +127,39 @@ func Target(addr string) (string, error) {
 	return "unix://" + abs, nil
 }
 
+// tcpHost returns the host of a TCP target as Target builds them and as
+// gRPC's resolvers name them ("dns:///host:port", "passthrough:///...");
+// false for Unix sockets and targets it does not recognise.
+func tcpHost(target string) (string, bool) {
+	for _, p := range []string{"passthrough:///", "dns:///", "ipv4:", "ipv6:"} {
+		if strings.HasPrefix(target, p) {
+			host, _, err := net.SplitHostPort(strings.TrimPrefix(target, p))
+			return host, err == nil
+		}
+	}
+	return "", false
+}
+
+// loopbackHost reports whether host is this machine only.
+func loopbackHost(host string) bool {
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// LoadTLS builds Options.TLS from PEM files: caFile verifies the daemon
+// (empty: the system's roots); certFile and keyFile, both or neither, are
+// the client's certificate for a daemon that requires one.
+func LoadTLS(caFile, certFile, keyFile string) (*tls.Config, error) {
+	c, err := tlsconf.ClientConfig(tlsconf.Client{CAFile: caFile, CertFile: certFile, KeyFile: keyFile})
+	if err != nil {
+		return nil, fmt.Errorf("client: %w", err)
+	}
+	return c, nil
+}
+
 // Dial connects to the daemon at addr (see Target). The connection is
 // established lazily, on the first call.
 func Dial(addr string, opts Options) (*Client, error) {
@@ -121,8 +168,16 @@ func Dial(addr string, opts Options) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
+	creds := insecure.NewCredentials()
+	if opts.TLS != nil {
+		creds = credentials.NewTLS(opts.TLS)
+	} else if opts.Token != "" && !opts.AllowPlaintextToken {
+		if host, ok := tcpHost(target); ok && !loopbackHost(host) {
+			return nil, fmt.Errorf("client: %s is not a loopback address and the connection has no TLS: the token would cross the network in the clear (set Options.TLS, or AllowPlaintextToken to accept that)", addr)
+		}
+	}
 	dopts := []grpc.DialOption{
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithTransportCredentials(creds),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(math.MaxInt32), grpc.MaxCallSendMsgSize(math.MaxInt32)),
 		// Batches are large: big socket buffers cut system calls, and
 		// windows of a few batches keep flow control off the hot path.

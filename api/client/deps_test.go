@@ -16,10 +16,11 @@ const module = "github.com/statedhq/stated/"
 // generated code, the batch codec) and the backend's types, with what those
 // pull in (tiered's Store interface, which backend.Options names, and
 // internal/frame, the handle codec; both import only the standard
-// library).
+// library), and internal/tlsconf, which builds TLS settings from PEM files
+// with the standard library.
 var clientPackages = []string{
 	"api/client", "api/protocol", "api/statedpb", "api/internal/wire",
-	"backend", "tiered", "internal/frame",
+	"backend", "tiered", "internal/frame", "internal/tlsconf",
 }
 
 // serverModules are third-party modules only the daemon uses.
