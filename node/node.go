@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -20,6 +21,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 
 	"github.com/statedhq/stated/api"
 	"github.com/statedhq/stated/backend"
@@ -58,6 +60,7 @@ type Node struct {
 	local     *grpc.Server // of the local API; nil with NoSocket
 	hs        *http.Server
 	tcpAddr   net.Addr
+	tls       *tls.Config // of the TCP API; nil: plaintext
 	metAddr   net.Addr
 	healthy   atomic.Bool
 	wg        sync.WaitGroup // every goroutine the node starts
@@ -77,6 +80,11 @@ func Open(ctx context.Context, opts Options) (_ *Node, err error) {
 		return nil, err
 	}
 	n := &Node{opts: opts, log: opts.Logger, serveErr: make(chan error, 3)}
+	// The certificate files are read before anything is created: a wrong
+	// path fails here, not after the data dir exists.
+	if n.tls, err = tcpTLS(opts); err != nil {
+		return nil, err
+	}
 	defer func() {
 		if err != nil {
 			n.stopServing()
@@ -288,8 +296,12 @@ func (n *Node) serve() error {
 			return fmt.Errorf("--listen: %w", err)
 		}
 		n.tcpAddr = tl.Addr()
-		n.start(n.srv.GRPCServer(o.Token, o.GRPCOptions...), tl, "tcp")
-		n.log.Info("serving TCP", "addr", tl.Addr().String())
+		gopts := o.GRPCOptions
+		if n.tls != nil {
+			gopts = append(append([]grpc.ServerOption{}, gopts...), grpc.Creds(credentials.NewTLS(n.tls)))
+		}
+		n.start(n.srv.GRPCServer(o.Token, gopts...), tl, "tcp")
+		n.log.Info("serving TCP", "addr", tl.Addr().String(), "tls", n.tls != nil, "client_certificates", o.TLSClientCA != "")
 	}
 	if o.MetricsAddr != "" {
 		ml, err := net.Listen("tcp", o.MetricsAddr)

@@ -61,9 +61,23 @@ type Options struct {
 	// Listen is a TCP address to serve the API on too, for clients that
 	// send Token (--listen). Default "": none.
 	Listen string
-	// Token is the bearer token TCP clients must send (--token). Required
-	// with Listen.
+	// Token is the bearer token TCP clients must send (--token). Listen
+	// needs Token, TLSClientCA, or both.
 	Token string
+	// TLSCert and TLSKey are the PEM certificate and key of the TCP API
+	// (--tls-cert, --tls-key): with them, Listen serves TLS only. The
+	// files are re-read when they change, so certificates rotate without
+	// a restart. Default "": plaintext.
+	TLSCert, TLSKey string
+	// TLSClientCA is a PEM bundle of the authorities whose certificates
+	// TCP clients must present (mutual TLS, --tls-client-ca). It needs
+	// TLSCert. Default "": no client certificate asked for.
+	TLSClientCA string
+	// AllowPlaintextToken lets Listen serve a token without TLS on an
+	// address that is not loopback (--allow-plaintext-token), where
+	// anyone on the network path can read the token. Default false:
+	// refused.
+	AllowPlaintextToken bool
 	// MetricsAddr is the TCP address of /metrics and /healthz
 	// (--metrics-addr). Default "": none (Handler still serves both; the
 	// flag's default is 127.0.0.1:9464).
@@ -340,9 +354,7 @@ func (o *Options) Validate() error {
 	if o.FileCompression != "" && o.FileCompression != "zstd" {
 		bad("FileCompression", "%s %q is not \"\" or \"zstd\"", ref("FileCompression"), o.FileCompression)
 	}
-	if o.Listen != "" && o.Token == "" {
-		bad("Listen", "%s needs %s: TCP clients are not protected by the socket's file mode", ref("Listen"), ref("Token"))
-	}
+	validateTCP(o, bad)
 	if o.Logger == nil {
 		bad("Logger", "no %s", ref("Logger"))
 	}

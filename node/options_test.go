@@ -75,7 +75,7 @@ func TestOptionErrorText(t *testing.T) {
 	upper := func(f string) string { return "<" + strings.ToUpper(f) + ">" }
 	want := map[string]string{
 		"MaxValueSize": "<MAXVALUESIZE> 12582912 must be at most half of <MAXMESSAGESIZE> 16777216",
-		"Listen":       "<LISTEN> needs <TOKEN>: TCP clients are not protected by the socket's file mode",
+		"Listen":       "<LISTEN> needs <TOKEN> or <TLSCLIENTCA>: TCP clients are not protected by the socket's file mode",
 	}
 	if len(found) != len(want) {
 		t.Fatalf("problems %v, want %d", found, len(want))
