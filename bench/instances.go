@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -51,7 +52,9 @@ type InstancesParams struct {
 	// temporary data dir under Dir). Memory and descriptors are measured
 	// only on an embedded daemon: it is this process.
 	Socket, Token string
-	Dir           string
+	// TLS of the connections to an external daemon (client.Options.TLS).
+	TLS *tls.Config
+	Dir string
 	// fdLimit replaces RLIMIT_NOFILE's soft limit in tests.
 	fdLimit uint64
 	// Logger of the embedded daemon (default: warnings to stderr).
@@ -159,7 +162,7 @@ func Instances(ctx context.Context, p InstancesParams, progress io.Writer) (*Ins
 		}
 	}()
 	for i := range cs {
-		c, err := client.Dial(socket, client.Options{Token: p.Token})
+		c, err := client.Dial(socket, client.Options{Token: p.Token, TLS: p.TLS})
 		if err != nil {
 			return nil, err
 		}

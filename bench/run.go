@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -86,6 +87,9 @@ type Params struct {
 	Socket string `json:"socket,omitempty"`
 	// Token is sent to an external daemon on TCP.
 	Token string `json:"-"`
+	// TLS, when set, is the TLS configuration of the connection to an
+	// external daemon (client.Options.TLS).
+	TLS *tls.Config `json:"-"`
 	// Dir is where embedded daemons and baselines keep their temporary
 	// data dirs (default os.TempDir()).
 	Dir string `json:"dir,omitempty"`
@@ -551,7 +555,7 @@ type session struct {
 func (s *session) open(ctx context.Context, parallelism int, restore *client.Restore) error {
 	s.cs = make([]*client.Client, parallelism)
 	for i := range s.cs {
-		c, err := client.Dial(s.socket, client.Options{Token: s.p.Token, MaxBatchOps: s.p.Batch})
+		c, err := client.Dial(s.socket, client.Options{Token: s.p.Token, TLS: s.p.TLS, MaxBatchOps: s.p.Batch})
 		if err != nil {
 			return err
 		}

@@ -54,6 +54,7 @@ type benchRunFlags struct {
 	jsonPath  string
 	plotPath  string
 	logLevel  string
+	tls       clientTLSFlags
 }
 
 func newBenchRunCmd() *cobra.Command {
@@ -99,6 +100,7 @@ otherwise.`,
 	fl.IntVar(&p.MaxParallelism, "max-parallelism", 128, "key groups of the job")
 	fl.StringVar(&p.Socket, "socket", "", "an external daemon's Unix socket or host:port (default: an embedded daemon per run)")
 	fl.StringVar(&p.Token, "token", "", "bearer token of an external daemon on TCP (or STATED_TOKEN)")
+	addClientTLSFlags(fl, &f.tls)
 	fl.StringVar(&p.Dir, "dir", "", "where embedded daemons and baselines keep their temporary data (default the system's temp dir)")
 	fl.Uint64Var(&p.Seed, "seed", 1, "seed of the operations (same seed, same operations)")
 	fl.StringVar(&f.jsonPath, "json", "", "write every figure, the parameters, the machine and the revision to this file")
@@ -146,6 +148,9 @@ func runBench(cmd *cobra.Command, f benchRunFlags) error {
 	}
 	if f.p.Token == "" {
 		f.p.Token = os.Getenv("STATED_TOKEN")
+	}
+	if f.p.TLS, err = f.tls.config(); err != nil {
+		return err
 	}
 	ctx, cancel := signalContext(cmd.Context())
 	defer cancel()
@@ -224,6 +229,7 @@ better or worse by the figure's direction; "no band" when a side has one run
 func newBenchInstancesCmd() *cobra.Command {
 	var p bench.InstancesParams
 	var jsonPath string
+	var tlsFlags clientTLSFlags
 	cmd := &cobra.Command{
 		Use:   "instances",
 		Short: "Open many idle instances and report their memory, descriptors and open time",
@@ -237,6 +243,10 @@ when the rest would pass the file-descriptor limit (RLIMIT_NOFILE).`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if p.Token == "" {
 				p.Token = os.Getenv("STATED_TOKEN")
+			}
+			var err error
+			if p.TLS, err = tlsFlags.config(); err != nil {
+				return err
 			}
 			ctx, cancel := signalContext(cmd.Context())
 			defer cancel()
@@ -261,6 +271,7 @@ when the rest would pass the file-descriptor limit (RLIMIT_NOFILE).`,
 	fl.IntVar(&p.Connections, "connections", 4, "client connections the instances are opened over, in parallel")
 	fl.StringVar(&p.Socket, "socket", "", "an external daemon's Unix socket or host:port (default: an embedded daemon)")
 	fl.StringVar(&p.Token, "token", "", "bearer token of an external daemon on TCP (or STATED_TOKEN)")
+	addClientTLSFlags(fl, &tlsFlags)
 	fl.StringVar(&p.Dir, "dir", "", "where the embedded daemon keeps its temporary data dir (default the system's temp dir)")
 	fl.StringVar(&jsonPath, "json", "", "write the figures to this file")
 	return cmd

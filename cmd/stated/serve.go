@@ -30,6 +30,10 @@ type serveFlags struct {
 	socket            string
 	listen            string
 	token             string
+	tlsCert           string
+	tlsKey            string
+	tlsClientCA       string
+	plaintextToken    bool
 	metricsAddr       string
 	checkpointStore   string
 	s3                s3Flags
@@ -68,7 +72,8 @@ func newServeCmd() *cobra.Command {
 		Use:   "serve",
 		Short: "Run the state daemon",
 		Long: `Run the state daemon: a gRPC API on a Unix socket (mode 0600) for the tasks of
-this host, and optionally on TCP (which requires --token). Every flag can also be
+this host, and optionally on TCP (which requires --token or --tls-client-ca;
+with --tls-cert and --tls-key it speaks TLS only). Every flag can also be
 set with an environment variable STATED_<FLAG>, e.g. STATED_DATA_DIR.
 
 Stop it with SIGTERM (or SIGINT): it stops accepting, lets the calls in flight
@@ -87,8 +92,12 @@ the grace ends, closes every backend and exits 0.`,
 	fl := cmd.Flags()
 	fl.StringVar(&f.dataDir, "data-dir", "./stated-data", "directory for working state (and the default checkpoint store and socket)")
 	fl.StringVar(&f.socket, "socket", "", "Unix socket path (default <data-dir>/stated.sock)")
-	fl.StringVar(&f.listen, "listen", "", "also serve on this TCP address (requires --token)")
+	fl.StringVar(&f.listen, "listen", "", "also serve on this TCP address (requires --token or --tls-client-ca; without TLS, only a loopback address unless --allow-plaintext-token)")
 	fl.StringVar(&f.token, "token", "", "token TCP clients must send (authorization: Bearer <token>)")
+	fl.StringVar(&f.tlsCert, "tls-cert", "", "PEM certificate of the TCP API: with --tls-key, --listen serves TLS only (re-read when the file changes)")
+	fl.StringVar(&f.tlsKey, "tls-key", "", "PEM private key of --tls-cert")
+	fl.StringVar(&f.tlsClientCA, "tls-client-ca", "", "PEM bundle of the authorities whose certificates TCP clients must present (mutual TLS)")
+	fl.BoolVar(&f.plaintextToken, "allow-plaintext-token", false, "serve --token without TLS on an address that is not loopback, readable by anyone on the network path")
 	fl.StringVar(&f.metricsAddr, "metrics-addr", "127.0.0.1:9464", `address of /metrics and /healthz ("" to disable)`)
 	fl.StringVar(&f.checkpointStore, "checkpoint-store", "", "checkpoint storage URL: file:///dir or s3://bucket/prefix (default file://<data-dir>/checkpoints)")
 	addS3Flags(fl, &f.s3)
@@ -238,6 +247,7 @@ func (f *serveFlags) nodeOptions(log *slog.Logger) (node.Options, error) {
 	}
 	o := node.Options{
 		DataDir: f.dataDir, Socket: f.socket, Listen: f.listen, Token: f.token, MetricsAddr: f.metricsAddr,
+		TLSCert: f.tlsCert, TLSKey: f.tlsKey, TLSClientCA: f.tlsClientCA, AllowPlaintextToken: f.plaintextToken,
 		CheckpointStore: f.checkpointStore, S3: f.s3.options(), CacheDir: f.cache.dir, CacheBytes: size("cache-bytes", f.cache.bytes),
 		Retain: f.retain, GCGrace: f.gcGrace, SweepInterval: f.sweepInterval, CheckpointTimeout: f.checkpointTimeout,
 		IdleInstanceTimeout: f.idleTimeout, HeapSnapshotCap: size("heap-snapshot-cap", f.heapSnapshotCap),
@@ -276,6 +286,7 @@ func (f *serveFlags) nodeOptions(log *slog.Logger) (node.Options, error) {
 // names (TestFlagOfCoversOptions keeps it complete).
 var flagOf = map[string]string{
 	"DataDir": "data-dir", "Socket": "socket", "Listen": "listen", "Token": "token", "MetricsAddr": "metrics-addr",
+	"TLSCert": "tls-cert", "TLSKey": "tls-key", "TLSClientCA": "tls-client-ca", "AllowPlaintextToken": "allow-plaintext-token",
 	"CheckpointStore": "checkpoint-store", "CacheDir": "cache-dir", "CacheBytes": "cache-bytes",
 	"S3.Endpoint": "s3-endpoint", "S3.Region": "s3-region", "S3.Addressing": "s3-path-style",
 	"S3.AccessKeyID": "s3-access-key-id", "S3.SecretAccessKey": "s3-secret-access-key",

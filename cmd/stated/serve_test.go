@@ -65,6 +65,21 @@ func TestServeFlagValidation(t *testing.T) {
 	if _, err := f.nodeOptions(slog.Default()); err == nil || !strings.Contains(err.Error(), "--listen needs --token") {
 		t.Fatalf("TCP without token: %v", err)
 	}
+	f.listen, f.token = ":7000", "t"
+	if _, err := f.nodeOptions(slog.Default()); err == nil || !strings.Contains(err.Error(), `--listen ":7000" is not a loopback address`) ||
+		!strings.Contains(err.Error(), "--tls-cert and --tls-key, or --allow-plaintext-token") {
+		t.Fatalf("token in the clear on every interface: %v", err)
+	}
+	f.plaintextToken = true
+	if _, err := f.nodeOptions(slog.Default()); err != nil {
+		t.Fatalf("--allow-plaintext-token: %v", err)
+	}
+	f.tlsCert = "cert.pem"
+	if _, err := f.nodeOptions(slog.Default()); err == nil || !strings.Contains(err.Error(), "--tls-cert and --tls-key go together") {
+		t.Fatalf("--tls-cert alone: %v", err)
+	}
+	f = validServeFlags(t)
+	f.listen = "127.0.0.1:1"
 	f.token, f.maxValueSize = "t", "12MiB"
 	if _, err := f.nodeOptions(slog.Default()); err == nil || !strings.Contains(err.Error(), "--max-value-size 12582912 must be at most half of --max-message-size") {
 		t.Fatalf("value size over half the message size: %v", err)
