@@ -1,12 +1,12 @@
 package daemon
 
 import (
-	"math"
 	"sync/atomic"
 	"time"
 
 	"github.com/statedhq/stated/backend"
 	"github.com/statedhq/stated/catalog"
+	"github.com/statedhq/stated/internal/latency"
 )
 
 // Op is a state operation kind, for metrics and for the api's dispatch,
@@ -99,67 +99,6 @@ func (r FailureReason) Status() catalog.Status {
 	return catalog.StatusAborted
 }
 
-// Histogram is a fixed-bucket latency histogram updated with atomics, so
-// that recording costs no lock. Bounds are upper bounds in seconds, as
-// Prometheus expects.
-type Histogram struct {
-	bounds []float64
-	counts []atomic.Uint64 // len(bounds)+1; the last is +Inf
-	sumNs  atomic.Int64
-	count  atomic.Uint64
-}
-
-// NewHistogram returns a histogram with n exponential buckets starting at
-// first (seconds) and growing by factor.
-func NewHistogram(first, factor float64, n int) *Histogram {
-	b := make([]float64, n)
-	for i := range b {
-		b[i] = first * math.Pow(factor, float64(i))
-	}
-	return &Histogram{bounds: b, counts: make([]atomic.Uint64, n+1)}
-}
-
-// Observe records one duration.
-func (h *Histogram) Observe(d time.Duration) {
-	h.counts[h.bucket(d)].Add(1)
-	h.sumNs.Add(int64(d))
-	h.count.Add(1)
-}
-
-func (h *Histogram) bucket(d time.Duration) int {
-	s := d.Seconds()
-	// Few buckets: a linear scan beats a binary search here.
-	i := 0
-	for i < len(h.bounds) && s > h.bounds[i] {
-		i++
-	}
-	return i
-}
-
-// HistogramSnapshot is a consistent-enough copy for export: cumulative
-// bucket counts keyed by upper bound.
-type HistogramSnapshot struct {
-	Count   uint64
-	Sum     float64 // seconds
-	Buckets map[float64]uint64
-}
-
-// Snapshot copies the histogram.
-func (h *Histogram) Snapshot() HistogramSnapshot {
-	s := HistogramSnapshot{Buckets: make(map[float64]uint64, len(h.bounds))}
-	var cum uint64
-	for i, b := range h.bounds {
-		cum += h.counts[i].Load()
-		s.Buckets[b] = cum
-	}
-	cum += h.counts[len(h.bounds)].Load()
-	// Count is the sum of the buckets, so that a concurrent Observe never
-	// makes +Inf smaller than the last finite bucket.
-	s.Count = cum
-	s.Sum = float64(h.sumNs.Load()) / 1e9
-	return s
-}
-
 // Metrics are the daemon's counters. All fields are updated with atomics
 // and read by the exporter at scrape time.
 type Metrics struct {
@@ -170,7 +109,7 @@ type Metrics struct {
 	// OpLatency is the time one operation took in the backend, per backend
 	// kind and state kind; in large batches it samples operations (see
 	// api), so its count can be below Ops.
-	OpLatency [numBackendKinds][numStateKinds]*Histogram
+	OpLatency [numBackendKinds][numStateKinds]*latency.Histogram
 	// Batches counts batch requests; BatchesRejected those refused whole
 	// (too many operations).
 	Batches         atomic.Uint64
@@ -188,8 +127,8 @@ type Metrics struct {
 
 	// CheckpointSync and CheckpointAsync are the durations of the two parts
 	// of each task snapshot, per backend kind.
-	CheckpointSync  [numBackendKinds]*Histogram
-	CheckpointAsync [numBackendKinds]*Histogram
+	CheckpointSync  [numBackendKinds]*latency.Histogram
+	CheckpointAsync [numBackendKinds]*latency.Histogram
 	// CheckpointedBytes and FullBytes sum Handle.CheckpointedSize and
 	// Handle.FullSize of successful task snapshots per backend kind: their
 	// ratio is how much incremental checkpoints save.
@@ -203,7 +142,7 @@ type Metrics struct {
 	CheckpointFailures   [numFailureReasons]atomic.Uint64
 	// CheckpointDuration: from the first Snapshot of a checkpoint in this
 	// daemon to its completion.
-	CheckpointDuration *Histogram
+	CheckpointDuration *latency.Histogram
 	// Corruption counts detected corruption by CorruptionSite (each also
 	// logged at level error and passed to Config.OnCorruption).
 	Corruption [numCorruptionSites]atomic.Uint64
@@ -212,11 +151,11 @@ type Metrics struct {
 	// changelog mode, MaterializeDuration their durations, and
 	// MaterializeFailures the failed or abandoned ones.
 	Materializations    atomic.Uint64
-	MaterializeDuration *Histogram
+	MaterializeDuration *latency.Histogram
 	MaterializeFailures atomic.Uint64
 	// ReplayDuration is the time restores in changelog mode spent
 	// replaying the log after restoring the base.
-	ReplayDuration *Histogram
+	ReplayDuration *latency.Histogram
 	// RestoreFallbacks counts restores of the latest checkpoint that
 	// skipped damaged newer ones (RestoreSpec.AllowFallback).
 	RestoreFallbacks atomic.Uint64
@@ -224,16 +163,16 @@ type Metrics struct {
 
 // NewMetrics allocates the histograms.
 func NewMetrics() *Metrics {
-	m := &Metrics{CheckpointDuration: NewHistogram(0.001, 2, 20),
-		MaterializeDuration: NewHistogram(0.001, 2, 20), ReplayDuration: NewHistogram(1e-4, 2, 21)}
+	m := &Metrics{CheckpointDuration: latency.New(0.001, 2, 20),
+		MaterializeDuration: latency.New(0.001, 2, 20), ReplayDuration: latency.New(1e-4, 2, 21)}
 	for b := range numBackendKinds {
 		for s := range numStateKinds {
 			// 1 us .. ~0.5 s.
-			m.OpLatency[b][s] = NewHistogram(1e-6, 2, opLatencyBuckets)
+			m.OpLatency[b][s] = latency.New(1e-6, 2, opLatencyBuckets)
 		}
 		// 100 us .. ~100 s.
-		m.CheckpointSync[b] = NewHistogram(1e-4, 2, 21)
-		m.CheckpointAsync[b] = NewHistogram(1e-3, 2, 20)
+		m.CheckpointSync[b] = latency.New(1e-4, 2, 21)
+		m.CheckpointAsync[b] = latency.New(1e-3, 2, 20)
 	}
 	return m
 }
@@ -280,7 +219,7 @@ func (t *OpTally) Add(sk backend.StateKind, op Op, d time.Duration, failed bool)
 	if failed {
 		t.errs[s][op]++
 	}
-	t.counts[s][t.c.m.OpLatency[t.c.b][s].bucket(d)]++
+	t.counts[s][t.c.m.OpLatency[t.c.b][s].Bucket(d)]++
 	t.sumNs[s] += int64(d)
 	t.used[s] = true
 }
@@ -308,16 +247,7 @@ func (t *OpTally) Flush() {
 		if !t.used[s] {
 			continue
 		}
-		h := m.OpLatency[b][s]
-		var n uint64
-		for i, c := range t.counts[s] {
-			if c > 0 {
-				h.counts[i].Add(uint64(c))
-				n += uint64(c)
-			}
-		}
-		h.sumNs.Add(t.sumNs[s])
-		h.count.Add(n)
+		m.OpLatency[b][s].Merge(t.counts[s][:], t.sumNs[s])
 		for op, c := range t.ops[s] {
 			if c > 0 {
 				m.Ops[b][s][op].Add(uint64(c))

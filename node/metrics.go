@@ -5,6 +5,7 @@ import (
 
 	"github.com/statedhq/stated/catalog"
 	"github.com/statedhq/stated/daemon"
+	"github.com/statedhq/stated/internal/latency"
 	"github.com/statedhq/stated/tiered"
 	"github.com/statedhq/stated/tiered/cache"
 	"github.com/statedhq/stated/tiered/metered"
@@ -93,7 +94,7 @@ func newCollector(m *daemon.Metrics, cat *catalog.Catalog, cs cacheStats, store 
 // Describe implements prometheus.Collector.
 func (c *collector) Describe(ch chan<- *prometheus.Desc) { prometheus.DescribeByCollect(c, ch) }
 
-func histogram(ch chan<- prometheus.Metric, desc *prometheus.Desc, h *daemon.Histogram, labels ...string) {
+func histogram(ch chan<- prometheus.Metric, desc *prometheus.Desc, h *latency.Histogram, labels ...string) {
 	s := h.Snapshot()
 	ch <- prometheus.MustNewConstHistogram(desc, s.Count, s.Sum, s.Buckets, labels...)
 }
