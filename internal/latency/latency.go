@@ -85,4 +85,3 @@ func (h *Histogram) Snapshot() Snapshot {
 	s.Sum = float64(h.sumNs.Load()) / 1e9
 	return s
 }
-

@@ -63,13 +63,20 @@ func (ca *CA) Server(t testing.TB, name string) Pair {
 	return ca.issue(t, name, x509.ExtKeyUsageServerAuth)
 }
 
+// Peer issues a certificate good for both sides of a connection, as the
+// nodes of a cluster use, each dialling and accepting.
+func (ca *CA) Peer(t testing.TB, name string) Pair {
+	t.Helper()
+	return ca.issue(t, name, x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth)
+}
+
 // Client issues a client certificate.
 func (ca *CA) Client(t testing.TB, name string) Pair {
 	t.Helper()
 	return ca.issue(t, name, x509.ExtKeyUsageClientAuth)
 }
 
-func (ca *CA) issue(t testing.TB, name string, usage x509.ExtKeyUsage) Pair {
+func (ca *CA) issue(t testing.TB, name string, usage ...x509.ExtKeyUsage) Pair {
 	key := newKey(t)
 	tmpl := &x509.Certificate{
 		SerialNumber: serial(t),
@@ -77,7 +84,7 @@ func (ca *CA) issue(t testing.TB, name string, usage x509.ExtKeyUsage) Pair {
 		NotBefore:    time.Now().Add(-time.Hour),
 		NotAfter:     time.Now().Add(24 * time.Hour),
 		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{usage},
+		ExtKeyUsage:  usage,
 		DNSNames:     []string{"localhost"},
 		IPAddresses:  []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback},
 	}

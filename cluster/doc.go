@@ -1,0 +1,44 @@
+// Package cluster is a stated node's membership in a cluster of daemons:
+// a raft group (hashicorp/raft, its log in raft-wal) whose replicated
+// state machine holds what every node must agree on, and the node-to-node
+// service that forwards to the leader what only the leader may decide.
+//
+// # What is replicated
+//
+// Fencing tokens: opening a task, (job, operator, subtask), on any node
+// takes a new token (Acquire). Tokens grow across all tasks and are never
+// reused, so the newest holder of a task is the one with the largest
+// token, and an older holder — a daemon cut off by a partition, a task
+// reopened elsewhere — fails Check with ErrFenced naming the newer holder.
+// The state machine decides from commands alone: no clock, no randomness,
+// no I/O, so every node reaches the same state from the same log.
+//
+// # Formats
+//
+// Commands (the raft log's entries) and the machine's snapshots are JSON
+// with a version field "v" (version 1); a node refuses a version it does
+// not know, naming it, rather than misreading it. raft-wal checksums every
+// log entry and raft's file snapshot store every snapshot; both live in
+// the node's --raft-dir.
+//
+// # Transport and authentication
+//
+// One TCP port per node (--raft-addr) carries both the raft traffic and
+// the node-to-node gRPC service (clusterpb: Apply, Join, Leave, Status).
+// Each connection starts with TLS (with client certificates: both sides
+// present a certificate of the cluster's CA) when it is configured, then a
+// header naming the service and carrying the shared cluster token, which
+// the listener compares in constant time before handing the connection to
+// raft or to gRPC. Without TLS the token is required: without either,
+// anyone who reaches the port could join the cluster.
+//
+// # Leaders and retries
+//
+// Any node accepts every call. A follower forwards a command to the leader
+// it knows; a command that meets a leader change is retried until the
+// caller's deadline (or Options.ApplyTimeout), so a command may be applied
+// twice when its first answer was lost with the old leader: every command
+// is safe to repeat (an acquire hands out a newer token; check and release
+// read the newest). VerifyLeader confirms leadership with a quorum, for
+// effects only a leader may cause.
+package cluster

@@ -1,0 +1,209 @@
+package cluster
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"sync"
+
+	"github.com/hashicorp/raft"
+)
+
+// The replicated state machine. Commands and snapshots are JSON behind a
+// version number, so that a node of a later version can read what an
+// earlier one wrote, and refuses, naming the version, what it cannot.
+// The machine is deterministic: it decides from the commands alone (no
+// clock, no randomness, no I/O), which is what lets every node reach the
+// same state from the same log.
+const (
+	commandVersion  = 1
+	snapshotVersion = 1
+)
+
+// Operations of the machine.
+const (
+	opAcquire = "acquire" // take a new fencing token for a task
+	opCheck   = "check"   // is a token still the task's newest?
+	opRelease = "release" // a holder gives a task up
+)
+
+// command is one entry of the raft log.
+type command struct {
+	V  int    `json:"v"`
+	Op string `json:"op"`
+	// Task names the fenced unit: "<job>/<operator>/<subtask>".
+	Task string `json:"task"`
+	// Holder is the node id that acquires or releases.
+	Holder string `json:"holder,omitempty"`
+	// Token is the token checked or released.
+	Token uint64 `json:"token,omitempty"`
+}
+
+// result is what a command returns.
+type result struct {
+	Token  uint64 `json:"token,omitempty"`
+	Holder string `json:"holder,omitempty"`
+	// Fenced: the token checked or released is not the task's newest.
+	Fenced bool   `json:"fenced,omitempty"`
+	Err    string `json:"err,omitempty"`
+}
+
+// fence is the newest token of a task and who holds it.
+type fence struct {
+	Token  uint64 `json:"token"`
+	Holder string `json:"holder"`
+}
+
+// state is the machine's whole state, as snapshots hold it.
+type state struct {
+	V int `json:"v"`
+	// Next is the last token handed out: tokens grow across all tasks,
+	// so a token is never reused, even for a task released and taken
+	// again.
+	Next   uint64           `json:"next"`
+	Fences map[string]fence `json:"fences"`
+}
+
+// fsm is the raft.FSM of a node.
+type fsm struct {
+	mu sync.RWMutex
+	st state
+	// applied is the index of the last log entry applied.
+	applied uint64
+}
+
+func newFSM() *fsm { return &fsm{st: state{V: snapshotVersion, Fences: map[string]fence{}}} }
+
+func encodeCommand(c command) []byte {
+	c.V = commandVersion
+	b, err := json.Marshal(c)
+	if err != nil {
+		panic(err) // a struct of strings and integers always encodes
+	}
+	return b
+}
+
+func decodeCommand(b []byte) (command, error) {
+	var c command
+	if err := json.Unmarshal(b, &c); err != nil {
+		return c, fmt.Errorf("cluster: command: %w", err)
+	}
+	if c.V < 1 || c.V > commandVersion {
+		return c, fmt.Errorf("cluster: command version %d: this node reads 1..%d", c.V, commandVersion)
+	}
+	return c, nil
+}
+
+// Apply implements raft.FSM. An undecodable command fails that command
+// only: the log is the same on every node, so every node fails it alike.
+func (f *fsm) Apply(l *raft.Log) any {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.applied = l.Index
+	if l.Type != raft.LogCommand {
+		return nil
+	}
+	c, err := decodeCommand(l.Data)
+	if err != nil {
+		return result{Err: err.Error()}
+	}
+	return f.st.apply(c)
+}
+
+func (s *state) apply(c command) result {
+	if c.Task == "" {
+		return result{Err: "cluster: a command without a task"}
+	}
+	cur, held := s.Fences[c.Task]
+	switch c.Op {
+	case opAcquire:
+		if c.Holder == "" {
+			return result{Err: "cluster: acquire without a holder"}
+		}
+		s.Next++
+		s.Fences[c.Task] = fence{Token: s.Next, Holder: c.Holder}
+		return result{Token: s.Next, Holder: c.Holder}
+	case opCheck:
+		if !held || cur.Token != c.Token {
+			return result{Fenced: true, Token: cur.Token, Holder: cur.Holder}
+		}
+		return result{Token: cur.Token, Holder: cur.Holder}
+	case opRelease:
+		if !held || cur.Token != c.Token {
+			return result{Fenced: true, Token: cur.Token, Holder: cur.Holder}
+		}
+		delete(s.Fences, c.Task)
+		return result{}
+	default:
+		return result{Err: fmt.Sprintf("cluster: unknown operation %q", c.Op)}
+	}
+}
+
+// Snapshot implements raft.FSM.
+func (f *fsm) Snapshot() (raft.FSMSnapshot, error) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	st := state{V: snapshotVersion, Next: f.st.Next, Fences: maps.Clone(f.st.Fences)}
+	return &snapshot{st: st}, nil
+}
+
+// Restore implements raft.FSM.
+func (f *fsm) Restore(rc io.ReadCloser) error {
+	defer rc.Close()
+	st, err := decodeState(rc)
+	if err != nil {
+		return err
+	}
+	f.mu.Lock()
+	f.st = st
+	f.mu.Unlock()
+	return nil
+}
+
+func decodeState(r io.Reader) (state, error) {
+	var st state
+	dec := json.NewDecoder(io.LimitReader(r, 1<<30))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&st); err != nil {
+		return st, fmt.Errorf("cluster: snapshot: %w", err)
+	}
+	if st.V < 1 || st.V > snapshotVersion {
+		return st, fmt.Errorf("cluster: snapshot version %d: this node reads 1..%d", st.V, snapshotVersion)
+	}
+	if st.Fences == nil {
+		st.Fences = map[string]fence{}
+	}
+	for t, fe := range st.Fences {
+		if fe.Token == 0 || fe.Token > st.Next {
+			return st, fmt.Errorf("cluster: snapshot: task %q has token %d beyond the last issued %d", t, fe.Token, st.Next)
+		}
+	}
+	return st, nil
+}
+
+// lookup reads a task's fence from this node's copy (not linearizable).
+func (f *fsm) lookup(task string) (fence, bool) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	fe, ok := f.st.Fences[task]
+	return fe, ok
+}
+
+func (f *fsm) appliedIndex() uint64 {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return f.applied
+}
+
+type snapshot struct{ st state }
+
+func (s *snapshot) Persist(sink raft.SnapshotSink) error {
+	if err := json.NewEncoder(sink).Encode(s.st); err != nil {
+		return errors.Join(err, sink.Cancel())
+	}
+	return sink.Close()
+}
+
+func (s *snapshot) Release() {}

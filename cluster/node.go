@@ -1,0 +1,716 @@
+package cluster
+
+import (
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/raft"
+	wal "github.com/hashicorp/raft-wal"
+	"github.com/hashicorp/raft-wal/metadb"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+
+	pb "github.com/statedhq/stated/cluster/clusterpb"
+	"github.com/statedhq/stated/internal/latency"
+	"github.com/statedhq/stated/internal/tlsconf"
+)
+
+// ErrFenced is wrapped by the error of an operation whose fencing token is
+// no longer the newest of its task: another holder took the task since.
+var ErrFenced = errors.New("cluster: fenced")
+
+// ErrNoLeader is wrapped when no leader could be reached before the
+// deadline (no quorum, or an election that does not end).
+var ErrNoLeader = errors.New("cluster: no leader")
+
+// Node is one member of a stated cluster: its raft instance, the
+// replicated state machine, and the node-to-node service. Its methods are
+// safe for concurrent use; any member accepts every call and forwards to
+// the leader what the leader must decide.
+type Node struct {
+	opts      Options
+	log       *slog.Logger
+	raft      *raft.Raft
+	fsm       *fsm
+	mux       *mux
+	trans     *raft.NetworkTransport
+	wal       *wal.WAL
+	meta      *metadb.BoltMetaDB
+	grpc      *grpc.Server
+	advertise string
+	clientTLS *tls.Config
+
+	mu    sync.Mutex
+	conns map[string]*grpc.ClientConn // by raft address, to forward and probe
+
+	obsCh   chan raft.Observation
+	obs     *raft.Observer
+	wg      sync.WaitGroup
+	stop    chan struct{}
+	closeMu sync.Once
+
+	leaderChanges atomic.Uint64
+	forwarded     atomic.Uint64
+	forwardErrors atomic.Uint64
+	refused       atomic.Uint64
+	commit        *latency.Histogram
+}
+
+// Open starts a node: it opens its raft log in Dir, listens on Addr,
+// bootstraps a new cluster of Peers when Dir holds no raft state, and
+// joins the elections. It does not wait for a leader.
+func Open(opts Options) (_ *Node, err error) {
+	opts.EnsureDefaults()
+	if err := opts.Validate(); err != nil {
+		return nil, err
+	}
+	n := &Node{opts: opts, log: opts.Logger.With("component", "cluster"), fsm: newFSM(),
+		conns: map[string]*grpc.ClientConn{}, stop: make(chan struct{}), commit: latency.New(1e-4, 2, 18)}
+	var serverTLS *tls.Config
+	if opts.ServerTLS.set() {
+		if serverTLS, err = tlsconf.ServerConfig(tlsconf.Server{CertFile: opts.ServerTLS.CertFile, KeyFile: opts.ServerTLS.KeyFile,
+			ClientCAFile: opts.ServerTLS.CAFile}); err != nil {
+			return nil, fmt.Errorf("cluster: node-to-node TLS: %w", err)
+		}
+		if n.clientTLS, err = tlsconf.ClientConfig(tlsconf.Client{CAFile: opts.ClientTLS.CAFile, CertFile: opts.ClientTLS.CertFile,
+			KeyFile: opts.ClientTLS.KeyFile}); err != nil {
+			return nil, fmt.Errorf("cluster: node-to-node TLS: %w", err)
+		}
+	}
+	for _, d := range []string{filepath.Join(opts.Dir, "wal"), filepath.Join(opts.Dir, "snapshots")} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			return nil, fmt.Errorf("cluster: raft dir: %w", err)
+		}
+	}
+	ln := opts.Listener
+	if ln == nil {
+		if ln, err = net.Listen("tcp", opts.Addr); err != nil {
+			return nil, fmt.Errorf("cluster: --raft-addr: %w", err)
+		}
+	}
+	var closers []func()
+	defer func() {
+		if err != nil {
+			for i := len(closers) - 1; i >= 0; i-- {
+				closers[i]()
+			}
+		}
+	}()
+	closers = append(closers, func() { _ = ln.Close() })
+	n.advertise = opts.Advertise
+	if n.advertise == "" {
+		n.advertise = ln.Addr().String()
+		if host, _, _ := net.SplitHostPort(n.advertise); net.ParseIP(host) != nil && net.ParseIP(host).IsUnspecified() {
+			return nil, fmt.Errorf("cluster: raft address %s listens on every interface: set the address other nodes reach this one at (--raft-advertise)", n.advertise)
+		}
+	}
+	advAddr, err := net.ResolveTCPAddr("tcp", n.advertise)
+	if err != nil {
+		return nil, fmt.Errorf("cluster: advertised address %q: %w", n.advertise, err)
+	}
+	n.mux = newMux(ln, serverTLS, n.clientTLS, opts.Token, func() { n.refused.Add(1) })
+	closers = append(closers, n.mux.close)
+	n.trans = raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
+		Stream:  &raftLayer{chanListener: n.mux.raft, m: n.mux, advertise: advAddr},
+		MaxPool: 3, Timeout: 10 * time.Second, Logger: newRaftLogger(n.log, "raft-net"),
+	})
+	closers = append(closers, func() { _ = n.trans.Close() })
+	// raft-wal's Close does not close the metadata store it opened, whose
+	// file lock would then keep a reopened node waiting forever: the node
+	// owns the store and closes it after the log.
+	n.meta = &metadb.BoltMetaDB{}
+	closers = append(closers, func() { _ = n.meta.Close() })
+	if n.wal, err = wal.Open(filepath.Join(opts.Dir, "wal"), wal.WithLogger(newRaftLogger(n.log, "raft-wal")),
+		wal.WithMetaStore(n.meta)); err != nil {
+		return nil, fmt.Errorf("cluster: raft log in %s: %w", opts.Dir, err)
+	}
+	closers = append(closers, func() { _ = n.wal.Close() })
+	snaps, err := raft.NewFileSnapshotStoreWithLogger(filepath.Join(opts.Dir, "snapshots"), opts.SnapshotsRetained, newRaftLogger(n.log, "raft-snapshots"))
+	if err != nil {
+		return nil, fmt.Errorf("cluster: raft snapshots in %s: %w", opts.Dir, err)
+	}
+	conf := raft.DefaultConfig()
+	conf.LocalID = raft.ServerID(opts.ID)
+	conf.HeartbeatTimeout, conf.ElectionTimeout = opts.HeartbeatTimeout, opts.ElectionTimeout
+	conf.LeaderLeaseTimeout, conf.CommitTimeout = opts.LeaderLeaseTimeout, opts.CommitTimeout
+	conf.SnapshotThreshold, conf.TrailingLogs = opts.SnapshotThreshold, opts.TrailingLogs
+	conf.Logger = newRaftLogger(n.log, "raft")
+	if err := raft.ValidateConfig(conf); err != nil {
+		return nil, fmt.Errorf("cluster: %w", err)
+	}
+	has, err := raft.HasExistingState(n.wal, n.wal, snaps)
+	if err != nil {
+		return nil, fmt.Errorf("cluster: raft state in %s: %w", opts.Dir, err)
+	}
+	if !has && len(opts.Peers) > 0 {
+		var cfg raft.Configuration
+		for _, p := range opts.Peers {
+			addr := p.Addr
+			if p.ID == opts.ID {
+				addr = n.advertise
+			}
+			cfg.Servers = append(cfg.Servers, raft.Server{Suffrage: raft.Voter, ID: raft.ServerID(p.ID), Address: raft.ServerAddress(addr)})
+		}
+		if err := raft.BootstrapCluster(conf, n.wal, n.wal, snaps, n.trans, cfg); err != nil {
+			return nil, fmt.Errorf("cluster: bootstrap: %w", err)
+		}
+		n.log.Info("bootstrapped a new cluster", "members", len(cfg.Servers))
+	}
+	if n.raft, err = raft.NewRaft(conf, n.fsm, n.wal, n.wal, snaps, n.trans); err != nil {
+		return nil, fmt.Errorf("cluster: %w", err)
+	}
+	closers = append(closers, func() { _ = n.raft.Shutdown().Error() })
+	n.obsCh = make(chan raft.Observation, 16)
+	n.obs = raft.NewObserver(n.obsCh, false, func(o *raft.Observation) bool {
+		_, ok := o.Data.(raft.LeaderObservation)
+		return ok
+	})
+	n.raft.RegisterObserver(n.obs)
+	n.wg.Add(1)
+	go n.observe()
+	n.grpc = grpc.NewServer()
+	pb.RegisterClusterServer(n.grpc, &service{n: n})
+	n.wg.Add(1)
+	go func() {
+		defer n.wg.Done()
+		_ = n.grpc.Serve(n.mux.rpc)
+	}()
+	n.log.Info("raft started", "id", opts.ID, "addr", n.advertise, "existing_state", has, "tls", serverTLS != nil)
+	return n, nil
+}
+
+// observe counts leader changes and logs them.
+func (n *Node) observe() {
+	defer n.wg.Done()
+	for {
+		select {
+		case <-n.stop:
+			return
+		case o := <-n.obsCh:
+			if lo, ok := o.Data.(raft.LeaderObservation); ok {
+				n.leaderChanges.Add(1)
+				n.log.Info("leader changed", "leader", string(lo.LeaderID), "addr", string(lo.LeaderAddr))
+			}
+		}
+	}
+}
+
+// Close leaves the elections and stops every goroutine and connection. It
+// does not remove the node from the cluster (Leave does).
+func (n *Node) Close() error {
+	var err error
+	n.closeMu.Do(func() {
+		n.raft.DeregisterObserver(n.obs)
+		err = n.raft.Shutdown().Error()
+		close(n.stop)
+		n.grpc.Stop()
+		_ = n.trans.Close()
+		n.mux.close()
+		n.mu.Lock()
+		for _, c := range n.conns {
+			_ = c.Close()
+		}
+		n.conns = map[string]*grpc.ClientConn{}
+		n.mu.Unlock()
+		n.wg.Wait()
+		if cerr := n.wal.Close(); err == nil {
+			err = cerr
+		}
+		if cerr := n.meta.Close(); err == nil {
+			err = cerr
+		}
+	})
+	return err
+}
+
+// ID is the node's id; Addr the address other nodes reach it at.
+func (n *Node) ID() string   { return n.opts.ID }
+func (n *Node) Addr() string { return n.advertise }
+
+// IsLeader reports whether this node believes it leads (it may have been
+// deposed without knowing: deletes check with VerifyLeader).
+func (n *Node) IsLeader() bool { return n.raft.State() == raft.Leader }
+
+// VerifyLeader confirms with a quorum that this node still leads: a
+// deposed leader cut off from the others gets an error. Callers check it
+// before effects only the leader may cause (deletes).
+func (n *Node) VerifyLeader() error {
+	if err := n.raft.VerifyLeader().Error(); err != nil {
+		return fmt.Errorf("cluster: %s is not the leader: %w", n.opts.ID, err)
+	}
+	return nil
+}
+
+// Leader returns the leader's id and address as this node knows them
+// ("" when none).
+func (n *Node) Leader() (id, addr string) {
+	a, i := n.raft.LeaderWithID()
+	return string(i), string(a)
+}
+
+// WaitLeader waits until this node knows a leader.
+func (n *Node) WaitLeader(ctx context.Context) error {
+	for {
+		if id, _ := n.Leader(); id != "" {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%w known to %s: %w", ErrNoLeader, n.opts.ID, ctx.Err())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// apply runs a command on the leader, here or forwarded, retrying through
+// leader changes until ctx (or ApplyTimeout) ends. A command may then run
+// twice (its first attempt committed but the answer was lost with the
+// leader), so every command must be safe to repeat: acquire hands out a
+// newer token, check and release read the newest.
+func (n *Node) apply(ctx context.Context, cmd []byte) ([]byte, error) {
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, n.opts.ApplyTimeout)
+		defer cancel()
+	}
+	var last error
+	for attempt := 0; ; attempt++ {
+		if attempt > 0 {
+			select {
+			case <-ctx.Done():
+				return nil, fmt.Errorf("%w: %v (last: %v)", ErrNoLeader, ctx.Err(), last)
+			case <-time.After(min(time.Duration(attempt)*25*time.Millisecond, 250*time.Millisecond)):
+			}
+		}
+		if n.raft.State() == raft.Leader {
+			res, err := n.applyLocal(ctx, cmd)
+			if err == nil {
+				return res, nil
+			}
+			if !retryable(err) {
+				return nil, err
+			}
+			last = err
+			continue
+		}
+		_, addr := n.Leader()
+		if addr == "" {
+			last = fmt.Errorf("no leader known to %s", n.opts.ID)
+			continue
+		}
+		res, err := n.forward(ctx, addr, cmd)
+		if err == nil {
+			return res, nil
+		}
+		last = err
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("%w: %v (last: %v)", ErrNoLeader, ctx.Err(), last)
+		}
+	}
+}
+
+func retryable(err error) bool {
+	return errors.Is(err, raft.ErrNotLeader) || errors.Is(err, raft.ErrLeadershipLost) ||
+		errors.Is(err, raft.ErrLeadershipTransferInProgress) || errors.Is(err, raft.ErrEnqueueTimeout)
+}
+
+// applyLocal applies cmd through this node's raft, which must lead.
+func (n *Node) applyLocal(ctx context.Context, cmd []byte) ([]byte, error) {
+	timeout := n.opts.ApplyTimeout
+	if d, ok := ctx.Deadline(); ok {
+		timeout = max(time.Until(d), time.Millisecond)
+	}
+	t0 := time.Now()
+	f := n.raft.Apply(cmd, timeout)
+	if err := f.Error(); err != nil {
+		return nil, err
+	}
+	n.commit.Observe(time.Since(t0))
+	res, ok := f.Response().(result)
+	if !ok {
+		return nil, fmt.Errorf("cluster: the state machine answered %T", f.Response())
+	}
+	return json.Marshal(res)
+}
+
+// forward sends cmd to the leader at addr.
+func (n *Node) forward(ctx context.Context, addr string, cmd []byte) ([]byte, error) {
+	n.forwarded.Add(1)
+	cc, err := n.conn(addr)
+	if err != nil {
+		n.forwardErrors.Add(1)
+		return nil, err
+	}
+	resp, err := pb.NewClusterClient(cc).Apply(ctx, &pb.ApplyRequest{Command: cmd, From: n.opts.ID})
+	if err != nil {
+		n.forwardErrors.Add(1)
+		return nil, fmt.Errorf("cluster: forward to %s: %w", addr, err)
+	}
+	return resp.GetResult(), nil
+}
+
+// conn returns the (lazily connecting) gRPC connection to a node.
+func (n *Node) conn(addr string) (*grpc.ClientConn, error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	select {
+	case <-n.stop:
+		return nil, raft.ErrRaftShutdown
+	default:
+	}
+	if c, ok := n.conns[addr]; ok {
+		return c, nil
+	}
+	c, err := dialRPC(addr, n.clientTLS, n.opts.Token)
+	if err != nil {
+		return nil, err
+	}
+	n.conns[addr] = c
+	return c, nil
+}
+
+// dialRPC makes a gRPC connection to a node's service over the mux.
+func dialRPC(addr string, clientTLS *tls.Config, token string) (*grpc.ClientConn, error) {
+	return grpc.NewClient("passthrough:///"+addr,
+		// The connection is authenticated (and encrypted, with TLS) by the
+		// mux's handshake below gRPC, so gRPC itself adds nothing.
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithContextDialer(func(ctx context.Context, a string) (net.Conn, error) {
+			return dialPeer(ctx, a, kindRPC, clientTLS, token)
+		}))
+}
+
+func decodeResult(b []byte) (result, error) {
+	var r result
+	if err := json.Unmarshal(b, &r); err != nil {
+		return r, fmt.Errorf("cluster: result: %w", err)
+	}
+	if r.Err != "" {
+		return r, errors.New(r.Err)
+	}
+	return r, nil
+}
+
+func (n *Node) run(ctx context.Context, c command) (result, error) {
+	b, err := n.apply(ctx, encodeCommand(c))
+	if err != nil {
+		return result{}, err
+	}
+	return decodeResult(b)
+}
+
+// Acquire takes a new fencing token for task, held by holder (a node id):
+// every token handed out is larger than any before it, and from now on
+// only this token passes Check for the task.
+func (n *Node) Acquire(ctx context.Context, task, holder string) (uint64, error) {
+	r, err := n.run(ctx, command{Op: opAcquire, Task: task, Holder: holder})
+	if err != nil {
+		return 0, err
+	}
+	return r.Token, nil
+}
+
+// Check confirms, linearizably (through the log), that token is still
+// task's newest; otherwise the error wraps ErrFenced and names the newer
+// token and its holder.
+func (n *Node) Check(ctx context.Context, task string, token uint64) error {
+	r, err := n.run(ctx, command{Op: opCheck, Task: task, Token: token})
+	if err != nil {
+		return err
+	}
+	if r.Fenced {
+		return fenced(task, token, r)
+	}
+	return nil
+}
+
+// Release gives task up if token is still its newest (a closed instance);
+// a newer holder is left alone and the error wraps ErrFenced.
+func (n *Node) Release(ctx context.Context, task string, token uint64) error {
+	r, err := n.run(ctx, command{Op: opRelease, Task: task, Token: token})
+	if err != nil {
+		return err
+	}
+	if r.Fenced {
+		return fenced(task, token, r)
+	}
+	return nil
+}
+
+func fenced(task string, token uint64, r result) error {
+	if r.Token == 0 {
+		return fmt.Errorf("%w: task %s: fencing token %d was released and no one holds the task now", ErrFenced, task, token)
+	}
+	return fmt.Errorf("%w: task %s: fencing token %d is stale: node %s holds token %d since", ErrFenced, task, token, r.Holder, r.Token)
+}
+
+// Holder reads task's newest token and holder from this node's copy of
+// the state, which may lag the leader's (Check is the linearizable read).
+func (n *Node) Holder(task string) (token uint64, holder string, ok bool) {
+	fe, ok := n.fsm.lookup(task)
+	return fe.Token, fe.Holder, ok
+}
+
+// Join adds a voter, on the leader (forwarded when this node is not it).
+func (n *Node) Join(ctx context.Context, id, addr string) error {
+	if id == "" || addr == "" {
+		return errors.New("cluster: join needs a node id and its raft address")
+	}
+	return n.onLeader(ctx, func() error {
+		return n.raft.AddVoter(raft.ServerID(id), raft.ServerAddress(addr), 0, n.opts.ApplyTimeout).Error()
+	}, func(c pb.ClusterClient) error {
+		_, err := c.Join(ctx, &pb.JoinRequest{NodeId: id, RaftAddr: addr})
+		return err
+	})
+}
+
+// Leave removes a member, on the leader (forwarded when this node is not
+// it). A leader may remove itself: the others elect a new one.
+func (n *Node) Leave(ctx context.Context, id string) error {
+	if id == "" {
+		return errors.New("cluster: leave needs a node id")
+	}
+	return n.onLeader(ctx, func() error {
+		return n.raft.RemoveServer(raft.ServerID(id), 0, n.opts.ApplyTimeout).Error()
+	}, func(c pb.ClusterClient) error {
+		_, err := c.Leave(ctx, &pb.LeaveRequest{NodeId: id})
+		return err
+	})
+}
+
+func (n *Node) onLeader(ctx context.Context, local func() error, remote func(pb.ClusterClient) error) error {
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, n.opts.ApplyTimeout)
+		defer cancel()
+	}
+	var last error
+	for attempt := 0; ; attempt++ {
+		if attempt > 0 {
+			select {
+			case <-ctx.Done():
+				return fmt.Errorf("%w: %v (last: %v)", ErrNoLeader, ctx.Err(), last)
+			case <-time.After(min(time.Duration(attempt)*25*time.Millisecond, 250*time.Millisecond)):
+			}
+		}
+		if n.raft.State() == raft.Leader {
+			err := local()
+			if err == nil || !retryable(err) {
+				return err
+			}
+			last = err
+			continue
+		}
+		_, addr := n.Leader()
+		if addr == "" {
+			last = fmt.Errorf("no leader known to %s", n.opts.ID)
+			continue
+		}
+		cc, err := n.conn(addr)
+		if err != nil {
+			last = err
+			continue
+		}
+		err = remote(pb.NewClusterClient(cc))
+		if err == nil {
+			return nil
+		}
+		if status.Code(err) != codes.FailedPrecondition && status.Code(err) != codes.Unavailable {
+			return err
+		}
+		last = err
+	}
+}
+
+// Status is this node's view of the cluster; with probe, every member is
+// asked for its own indexes within ProbeTimeout.
+func (n *Node) Status(ctx context.Context, probe bool) (*pb.StatusResponse, error) {
+	st := n.raft.Stats()
+	num := func(k string) uint64 { v, _ := strconv.ParseUint(st[k], 10, 64); return v }
+	lid, laddr := n.Leader()
+	resp := &pb.StatusResponse{NodeId: n.opts.ID, State: stateName(n.raft.State()), LeaderId: lid, LeaderAddr: laddr,
+		Term: num("term"), CommitIndex: num("commit_index"), AppliedIndex: n.raft.AppliedIndex(), LastLogIndex: num("last_log_index")}
+	cf := n.raft.GetConfiguration()
+	if err := cf.Error(); err != nil {
+		return resp, fmt.Errorf("cluster: configuration: %w", err)
+	}
+	members := cf.Configuration().Servers
+	resp.Members = make([]*pb.Member, len(members))
+	var wg sync.WaitGroup
+	for i, s := range members {
+		m := &pb.Member{NodeId: string(s.ID), RaftAddr: string(s.Address), Suffrage: suffrageName(s.Suffrage), Leader: string(s.ID) == lid}
+		resp.Members[i] = m
+		if !probe {
+			continue
+		}
+		if string(s.ID) == n.opts.ID {
+			m.Healthy, m.CommitIndex, m.AppliedIndex = true, resp.CommitIndex, resp.AppliedIndex
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			pctx, cancel := context.WithTimeout(ctx, n.opts.ProbeTimeout)
+			defer cancel()
+			cc, err := n.conn(m.RaftAddr)
+			if err == nil {
+				var r *pb.StatusResponse
+				if r, err = pb.NewClusterClient(cc).Status(pctx, &pb.StatusRequest{}); err == nil {
+					m.Healthy, m.CommitIndex, m.AppliedIndex = true, r.GetCommitIndex(), r.GetAppliedIndex()
+				}
+			}
+			if err != nil {
+				m.Error = err.Error()
+			}
+		}()
+	}
+	wg.Wait()
+	return resp, nil
+}
+
+func stateName(s raft.RaftState) string {
+	switch s {
+	case raft.Leader:
+		return "leader"
+	case raft.Follower:
+		return "follower"
+	case raft.Candidate:
+		return "candidate"
+	default:
+		return "shutdown"
+	}
+}
+
+func suffrageName(s raft.ServerSuffrage) string {
+	switch s {
+	case raft.Voter:
+		return "voter"
+	case raft.Nonvoter:
+		return "nonvoter"
+	default:
+		return "staging"
+	}
+}
+
+// Stats are the node's counters for metrics.
+type Stats struct {
+	Leader        bool
+	Term          uint64
+	CommitIndex   uint64
+	AppliedIndex  uint64
+	LastLogIndex  uint64
+	Members       int
+	LeaderChanges uint64
+	// Forwarded counts commands sent to the leader by this node;
+	// ForwardErrors those that failed (and were retried or given up).
+	Forwarded, ForwardErrors uint64
+	// Refused counts connections from peers that failed authentication.
+	Refused uint64
+	// Commit is the time from Apply to commit on this node as leader.
+	Commit latency.Snapshot
+}
+
+// Stats reads the counters.
+func (n *Node) Stats() Stats {
+	st := n.raft.Stats()
+	num := func(k string) uint64 { v, _ := strconv.ParseUint(st[k], 10, 64); return v }
+	members := 0
+	if cf := n.raft.GetConfiguration(); cf.Error() == nil {
+		members = len(cf.Configuration().Servers)
+	}
+	return Stats{Leader: n.IsLeader(), Term: num("term"), CommitIndex: num("commit_index"), AppliedIndex: n.raft.AppliedIndex(),
+		LastLogIndex: num("last_log_index"), Members: members, LeaderChanges: n.leaderChanges.Load(),
+		Forwarded: n.forwarded.Load(), ForwardErrors: n.forwardErrors.Load(), Refused: n.refused.Load(), Commit: n.commit.Snapshot()}
+}
+
+// service is the node-to-node gRPC service.
+type service struct {
+	pb.UnimplementedClusterServer
+	n *Node
+}
+
+func (s *service) Apply(ctx context.Context, req *pb.ApplyRequest) (*pb.ApplyResponse, error) {
+	if s.n.raft.State() != raft.Leader {
+		return nil, status.Errorf(codes.FailedPrecondition, "%s is not the leader", s.n.opts.ID)
+	}
+	if _, err := decodeCommand(req.GetCommand()); err != nil {
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+	res, err := s.n.applyLocal(ctx, req.GetCommand())
+	if err != nil {
+		if retryable(err) {
+			return nil, status.Errorf(codes.FailedPrecondition, "%s: %v", s.n.opts.ID, err)
+		}
+		return nil, status.Error(codes.Internal, err.Error())
+	}
+	return &pb.ApplyResponse{Result: res}, nil
+}
+
+func (s *service) Join(ctx context.Context, req *pb.JoinRequest) (*pb.JoinResponse, error) {
+	if s.n.raft.State() != raft.Leader {
+		return nil, status.Errorf(codes.FailedPrecondition, "%s is not the leader", s.n.opts.ID)
+	}
+	if err := s.n.Join(ctx, req.GetNodeId(), req.GetRaftAddr()); err != nil {
+		return nil, status.Error(codes.FailedPrecondition, err.Error())
+	}
+	return &pb.JoinResponse{}, nil
+}
+
+func (s *service) Leave(ctx context.Context, req *pb.LeaveRequest) (*pb.LeaveResponse, error) {
+	if s.n.raft.State() != raft.Leader {
+		return nil, status.Errorf(codes.FailedPrecondition, "%s is not the leader", s.n.opts.ID)
+	}
+	if err := s.n.Leave(ctx, req.GetNodeId()); err != nil {
+		return nil, status.Error(codes.FailedPrecondition, err.Error())
+	}
+	return &pb.LeaveResponse{}, nil
+}
+
+func (s *service) Status(ctx context.Context, req *pb.StatusRequest) (*pb.StatusResponse, error) {
+	r, err := s.n.Status(ctx, req.GetProbe())
+	if err != nil {
+		return nil, status.Error(codes.Unavailable, err.Error())
+	}
+	return r, nil
+}
+
+// Client is a connection to one node's service, for the CLI (stated
+// cluster status, join, leave).
+type Client struct {
+	pb.ClusterClient
+	cc *grpc.ClientConn
+}
+
+// Dial connects to the node at addr (its --raft-addr) with the cluster's
+// credentials: TLS files (a client certificate the nodes accept) and/or
+// the cluster token.
+func Dial(addr string, t TLS, token string) (*Client, error) {
+	var cfg *tls.Config
+	if t.set() {
+		var err error
+		if cfg, err = tlsconf.ClientConfig(tlsconf.Client{CAFile: t.CAFile, CertFile: t.CertFile, KeyFile: t.KeyFile}); err != nil {
+			return nil, fmt.Errorf("cluster: %w", err)
+		}
+	}
+	cc, err := dialRPC(addr, cfg, token)
+	if err != nil {
+		return nil, err
+	}
+	return &Client{ClusterClient: pb.NewClusterClient(cc), cc: cc}, nil
+}
+
+// Close closes the connection.
+func (c *Client) Close() error { return c.cc.Close() }

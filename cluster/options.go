@@ -1,0 +1,196 @@
+package cluster
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"strings"
+	"time"
+)
+
+// Defaults of Options. The raft timeouts are hashicorp/raft's own
+// defaults: a follower that hears nothing for HeartbeatTimeout starts an
+// election, so a new leader normally serves 1-2 s after the old one died.
+const (
+	DefaultHeartbeatTimeout   = time.Second
+	DefaultElectionTimeout    = time.Second
+	DefaultLeaderLeaseTimeout = 500 * time.Millisecond
+	DefaultCommitTimeout      = 50 * time.Millisecond
+	DefaultApplyTimeout       = 10 * time.Second
+	DefaultSnapshotThreshold  = 8192
+	DefaultTrailingLogs       = 10240
+	DefaultSnapshotsRetained  = 2
+	DefaultProbeTimeout       = 2 * time.Second
+)
+
+// Peer is a member of the cluster: its node id and raft address.
+type Peer struct {
+	ID   string
+	Addr string
+}
+
+// ParsePeers reads "id=host:port,id=host:port" (--raft-peers).
+func ParsePeers(s string) ([]Peer, error) {
+	if strings.TrimSpace(s) == "" {
+		return nil, nil
+	}
+	var out []Peer
+	seen := map[string]bool{}
+	for _, part := range strings.Split(s, ",") {
+		id, addr, ok := strings.Cut(strings.TrimSpace(part), "=")
+		if !ok || id == "" || addr == "" {
+			return nil, fmt.Errorf("peer %q: want id=host:port", part)
+		}
+		if _, _, err := net.SplitHostPort(addr); err != nil {
+			return nil, fmt.Errorf("peer %q: %v", part, err)
+		}
+		if seen[id] {
+			return nil, fmt.Errorf("peer id %q appears twice", id)
+		}
+		seen[id] = true
+		out = append(out, Peer{ID: id, Addr: addr})
+	}
+	return out, nil
+}
+
+// Options configure a Node.
+type Options struct {
+	// ID is this node's id, unique in the cluster (--node-id). Required.
+	ID string
+	// Addr is the host:port the raft transport and the node-to-node
+	// service listen on (--raft-addr). Required unless Listener is set.
+	Addr string
+	// Advertise is the address other nodes reach this one at. Default
+	// Addr (or the listener's address); it must name a host, not
+	// 0.0.0.0.
+	Advertise string
+	// Listener, when set, is used instead of listening on Addr (tests).
+	// The node closes it.
+	Listener net.Listener
+	// Dir holds the raft log (raft-wal) and snapshots (--raft-dir).
+	// Required.
+	Dir string
+	// Peers bootstraps a new cluster with these voters, this node among
+	// them (--raft-peers). Ignored when Dir already holds raft state.
+	// Empty: the node waits to be joined (stated cluster join).
+	Peers []Peer
+	// ServerTLS and ClientTLS secure the traffic between nodes: the
+	// listener requires a client certificate (ServerTLS.ClientAuth) and
+	// the dialer presents one. Both or neither (--cluster-tls-*).
+	ServerTLS, ClientTLS TLS
+	// Token is the shared secret every connection between nodes carries
+	// (--cluster-token). Required without TLS; checked with it too.
+	Token string
+	// Logger receives raft's lines and the node's own. Default: discard.
+	Logger *slog.Logger
+
+	HeartbeatTimeout   time.Duration
+	ElectionTimeout    time.Duration
+	LeaderLeaseTimeout time.Duration
+	CommitTimeout      time.Duration
+	// ApplyTimeout bounds one command's wait for the leader, forwarding
+	// and retries included, when the caller's context has no deadline.
+	ApplyTimeout      time.Duration
+	SnapshotThreshold uint64
+	TrailingLogs      uint64
+	SnapshotsRetained int
+	// ProbeTimeout bounds each member's answer in Status(probe).
+	ProbeTimeout time.Duration
+}
+
+// TLS names the PEM files of one side of the node-to-node TLS.
+type TLS struct {
+	CertFile, KeyFile, CAFile string
+}
+
+func (t TLS) set() bool { return t.CertFile != "" || t.KeyFile != "" || t.CAFile != "" }
+
+// EnsureDefaults fills zero fields.
+func (o *Options) EnsureDefaults() {
+	def := func(d *time.Duration, v time.Duration) {
+		if *d == 0 {
+			*d = v
+		}
+	}
+	def(&o.HeartbeatTimeout, DefaultHeartbeatTimeout)
+	def(&o.ElectionTimeout, DefaultElectionTimeout)
+	def(&o.LeaderLeaseTimeout, DefaultLeaderLeaseTimeout)
+	def(&o.CommitTimeout, DefaultCommitTimeout)
+	def(&o.ApplyTimeout, DefaultApplyTimeout)
+	def(&o.ProbeTimeout, DefaultProbeTimeout)
+	if o.SnapshotThreshold == 0 {
+		o.SnapshotThreshold = DefaultSnapshotThreshold
+	}
+	if o.TrailingLogs == 0 {
+		o.TrailingLogs = DefaultTrailingLogs
+	}
+	if o.SnapshotsRetained == 0 {
+		o.SnapshotsRetained = DefaultSnapshotsRetained
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+}
+
+// Validate reports every problem of o at once.
+func (o *Options) Validate() error {
+	var errs []error
+	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf("cluster: "+format, args...)) }
+	if o.ID == "" {
+		bad("no node id")
+	}
+	if o.Addr == "" && o.Listener == nil {
+		bad("no raft address")
+	}
+	if o.Addr != "" {
+		if _, _, err := net.SplitHostPort(o.Addr); err != nil {
+			bad("raft address %q: %v", o.Addr, err)
+		}
+	}
+	if o.Advertise != "" {
+		host, _, err := net.SplitHostPort(o.Advertise)
+		if err != nil {
+			bad("advertised address %q: %v", o.Advertise, err)
+		} else if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) {
+			bad("advertised address %q names no host other nodes can reach", o.Advertise)
+		}
+	}
+	if o.Dir == "" {
+		bad("no raft directory")
+	}
+	if o.ServerTLS.set() != o.ClientTLS.set() {
+		bad("node-to-node TLS needs both its server and client side")
+	}
+	if o.ServerTLS.set() && (o.ServerTLS.CertFile == "" || o.ServerTLS.KeyFile == "" || o.ServerTLS.CAFile == "") {
+		bad("node-to-node TLS needs a certificate, its key and the CA that signs every node's certificate")
+	}
+	if !o.ServerTLS.set() && o.Token == "" {
+		bad("nodes must share a cluster token or use TLS: without either anyone who reaches the raft address can join the cluster")
+	}
+	if len(o.Token) > maxTokenLen {
+		bad("cluster token longer than %d bytes", maxTokenLen)
+	}
+	if len(o.Peers) > 0 {
+		self := false
+		for _, p := range o.Peers {
+			if p.ID == o.ID {
+				self = true
+			}
+		}
+		if !self {
+			bad("the bootstrap peers do not include this node %q", o.ID)
+		}
+	}
+	for _, d := range []struct {
+		name string
+		d    time.Duration
+	}{{"heartbeat timeout", o.HeartbeatTimeout}, {"election timeout", o.ElectionTimeout},
+		{"leader lease timeout", o.LeaderLeaseTimeout}, {"commit timeout", o.CommitTimeout},
+		{"apply timeout", o.ApplyTimeout}, {"probe timeout", o.ProbeTimeout}} {
+		if d.d <= 0 {
+			bad("%s %v must be positive", d.name, d.d)
+		}
+	}
+	return errors.Join(errs...)
+}
