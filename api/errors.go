@@ -44,7 +44,7 @@ func Code(err error) codes.Code {
 		return codes.Unavailable
 	case errors.Is(err, daemon.ErrUnsupported):
 		return codes.Unimplemented
-	case errors.Is(err, daemon.ErrAlreadyOpen), errors.Is(err, daemon.ErrCheckpointFailed),
+	case errors.Is(err, daemon.ErrAlreadyOpen), errors.Is(err, daemon.ErrCheckpointFailed), errors.Is(err, daemon.ErrFenced),
 		errors.Is(err, daemon.ErrSnapshotGone), errors.Is(err, backend.ErrIncompatible),
 		errors.Is(err, backend.ErrDeclined), errors.Is(err, backend.ErrClosed), errors.Is(err, catalog.ErrState),
 		errors.Is(err, rescale.ErrMaxParallelismChanged):

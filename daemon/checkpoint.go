@@ -218,6 +218,11 @@ func (d *Daemon) runSnapshot(c *checkpoint, ts *taskSnapshot, ps backend.Pending
 		err = fmt.Errorf("%w: the backend returned a handle for another task or checkpoint", backend.ErrCorrupt)
 	}
 	if err == nil {
+		// A fenced instance must not report: the task's newer holder
+		// reports its own handle for this checkpoint.
+		err = d.checkFence(c.ctx, inst, fmt.Sprintf("snapshot %d", id))
+	}
+	if err == nil {
 		h = withOperatorState(h, ts.ops)
 		err = d.cfg.Catalog.AddTaskHandle(inst.Task.Job, id, h)
 	}
@@ -323,6 +328,12 @@ func (d *Daemon) CompleteCheckpoint(ctx context.Context, job string, id uint64, 
 			reopen()
 			_ = d.abortFor(ctx, job, id, snapshotFailure(ts.err))
 			return CheckpointInfo{}, fmt.Errorf("daemon: complete checkpoint %d of job %s: %w: %w", id, job, ErrCheckpointFailed, ts.err)
+		}
+	}
+	for _, ts := range snaps {
+		if err := d.checkFence(ctx, ts.inst, fmt.Sprintf("complete checkpoint %d", id)); err != nil {
+			reopen()
+			return CheckpointInfo{}, err
 		}
 	}
 	m, err := d.cfg.Catalog.Complete(ctx, job, id)

@@ -113,6 +113,12 @@ type Config struct {
 	// EventListener.DataCorruption is. It runs on the goroutine of the
 	// call that met it and must not call the daemon. Default nil.
 	OnCorruption func(CorruptionEvent)
+	// Fence, when set, fences tasks: each open takes a new token, and an
+	// instance whose token is no longer its task's newest can no longer
+	// report a snapshot's handle or complete a checkpoint (ErrFenced).
+	// Cluster mode sets it; a daemon alone needs none (one open per task
+	// is enforced here). Default nil.
+	Fence Fencer
 	// Changelog makes changelog mode available. Optional: without it,
 	// instances asking for the changelog and restores of checkpoints
 	// written in it are refused (ErrUnsupported).
@@ -462,10 +468,17 @@ func (d *Daemon) open(ctx context.Context, p OpenParams) (*Instance, error) {
 		}
 		return nil, err
 	}
+	fence, err := d.acquireFence(ctx, task)
+	if err != nil {
+		_ = b.Close()
+		_ = os.RemoveAll(dir)
+		return nil, err
+	}
 	if p.Restore != nil {
 		d.m.Restores.Add(1)
 	}
 	inst := newInstance(d, id, task, p.Kind, b, dir, restoredFrom, opState)
+	inst.fence = fence
 	if cb != nil {
 		inst.cl = &clState{b: cb, next: d.nextMaterialization(time.Now())}
 		if p.Restore != nil {
@@ -519,6 +532,7 @@ func (d *Daemon) CloseInstance(id []byte, job string) error {
 	d.mu.Unlock()
 	d.log.Info("instance closed", "task", inst.Task.String(), "instance", inst.IDString())
 	err = inst.close()
+	d.releaseFence(inst)
 	if d.keeper != nil {
 		d.keeper.nudge() // the instance's log was let go of
 	}

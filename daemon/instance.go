@@ -31,6 +31,8 @@ type Instance struct {
 	d      *Daemon
 	dir    string
 	states map[string]stateInfo
+	// fence is the task's fencing token taken at open (0: not fenced).
+	fence uint64
 	// ops is the instance's operator state (opstate.go).
 	ops *operatorState
 	// timerMu makes PollTimers, which may put timers back, atomic with
