@@ -42,3 +42,5 @@
 // read the newest). VerifyLeader confirms leadership with a quorum, for
 // effects only a leader may cause.
 package cluster
+
+//go:generate protoc --go_out=. --go_opt=module=github.com/statedhq/stated/cluster --go-grpc_out=. --go-grpc_opt=module=github.com/statedhq/stated/cluster cluster.proto

@@ -659,20 +659,18 @@ func (s *service) Apply(ctx context.Context, req *pb.ApplyRequest) (*pb.ApplyRes
 	return &pb.ApplyResponse{Result: res}, nil
 }
 
+// Join forwards to the leader when this node does not lead, so that an
+// operator may ask any member.
 func (s *service) Join(ctx context.Context, req *pb.JoinRequest) (*pb.JoinResponse, error) {
-	if s.n.raft.State() != raft.Leader {
-		return nil, status.Errorf(codes.FailedPrecondition, "%s is not the leader", s.n.opts.ID)
-	}
 	if err := s.n.Join(ctx, req.GetNodeId(), req.GetRaftAddr()); err != nil {
 		return nil, status.Error(codes.FailedPrecondition, err.Error())
 	}
 	return &pb.JoinResponse{}, nil
 }
 
+// Leave forwards to the leader when this node does not lead, so that an
+// operator may ask any member.
 func (s *service) Leave(ctx context.Context, req *pb.LeaveRequest) (*pb.LeaveResponse, error) {
-	if s.n.raft.State() != raft.Leader {
-		return nil, status.Errorf(codes.FailedPrecondition, "%s is not the leader", s.n.opts.ID)
-	}
 	if err := s.n.Leave(ctx, req.GetNodeId()); err != nil {
 		return nil, status.Error(codes.FailedPrecondition, err.Error())
 	}

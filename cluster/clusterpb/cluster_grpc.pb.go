@@ -39,9 +39,10 @@ type ClusterClient interface {
 	// FAILED_PRECONDITION: this node is not the leader (the caller looks it
 	// up again and retries).
 	Apply(ctx context.Context, in *ApplyRequest, opts ...grpc.CallOption) (*ApplyResponse, error)
-	// Join adds a voter; only the leader accepts it.
+	// Join adds a voter; a node that does not lead forwards it to the
+	// leader.
 	Join(ctx context.Context, in *JoinRequest, opts ...grpc.CallOption) (*JoinResponse, error)
-	// Leave removes a member; only the leader accepts it.
+	// Leave removes a member; a node that does not lead forwards it.
 	Leave(ctx context.Context, in *LeaveRequest, opts ...grpc.CallOption) (*LeaveResponse, error)
 	// Status is this node's view of the cluster.
 	Status(ctx context.Context, in *StatusRequest, opts ...grpc.CallOption) (*StatusResponse, error)
@@ -104,9 +105,10 @@ type ClusterServer interface {
 	// FAILED_PRECONDITION: this node is not the leader (the caller looks it
 	// up again and retries).
 	Apply(context.Context, *ApplyRequest) (*ApplyResponse, error)
-	// Join adds a voter; only the leader accepts it.
+	// Join adds a voter; a node that does not lead forwards it to the
+	// leader.
 	Join(context.Context, *JoinRequest) (*JoinResponse, error)
-	// Leave removes a member; only the leader accepts it.
+	// Leave removes a member; a node that does not lead forwards it.
 	Leave(context.Context, *LeaveRequest) (*LeaveResponse, error)
 	// Status is this node's view of the cluster.
 	Status(context.Context, *StatusRequest) (*StatusResponse, error)
