@@ -26,6 +26,7 @@ import (
 	"github.com/statedhq/stated/api"
 	"github.com/statedhq/stated/backend"
 	"github.com/statedhq/stated/catalog"
+	"github.com/statedhq/stated/cluster"
 	"github.com/statedhq/stated/daemon"
 	"github.com/statedhq/stated/daemon/openers"
 	"github.com/statedhq/stated/dstl"
@@ -60,7 +61,8 @@ type Node struct {
 	local     *grpc.Server // of the local API; nil with NoSocket
 	hs        *http.Server
 	tcpAddr   net.Addr
-	tls       *tls.Config // of the TCP API; nil: plaintext
+	tls       *tls.Config   // of the TCP API; nil: plaintext
+	cluster   *cluster.Node // nil: alone
 	metAddr   net.Addr
 	healthy   atomic.Bool
 	wg        sync.WaitGroup // every goroutine the node starts
@@ -102,6 +104,9 @@ func Open(ctx context.Context, opts Options) (_ *Node, err error) {
 		return nil, err
 	}
 	n.closers = append(n.closers, unlock)
+	if err := n.openCluster(); err != nil {
+		return nil, err
+	}
 	if err := n.openStore(ctx); err != nil {
 		return nil, err
 	}
@@ -139,7 +144,7 @@ func Open(ctx context.Context, opts Options) (_ *Node, err error) {
 		DataDir: opts.DataDir, Store: n.store, Catalog: n.cat, Openers: ops, HeapSnapshots: n.set.HeapSnapshots,
 		MaxValueSize: opts.MaxValueSize, MaxMemoryState: opts.MaxMemoryState, MaxInstances: opts.MaxInstances,
 		MaxStreamsPerInstance: opts.MaxStreamsPerInstance, CheckpointTimeout: opts.CheckpointTimeout,
-		IdleInstanceTimeout: opts.IdleInstanceTimeout, Logger: n.log,
+		IdleInstanceTimeout: opts.IdleInstanceTimeout, Logger: n.log, Fence: n.fencer(),
 		Changelog: &daemon.ChangelogConfig{Writer: n.writer, Log: dstl.TieredLogStore{Store: n.logStore}, Default: opts.Changelog,
 			MaterializeInterval: opts.MaterializeInterval, MaxMaterializeFailures: opts.MaxMaterializeFailures},
 	})
@@ -165,6 +170,9 @@ func Open(ctx context.Context, opts Options) (_ *Node, err error) {
 	n.reg.MustRegister(newCollector(n.d.Metrics(), n.cat, n.cache, n.meter), newChangelogCollector(n.writer, n.d.Metrics(), n.logMeter),
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	if n.cluster != nil {
+		n.reg.MustRegister(newClusterCollector(n.cluster))
+	}
 	n.healthy.Store(true)
 	n.mux = http.NewServeMux()
 	n.mux.Handle("/metrics", promhttp.HandlerFor(n.reg, promhttp.HandlerOpts{}))

@@ -17,6 +17,7 @@ import (
 	"github.com/statedhq/stated/backend"
 	"github.com/statedhq/stated/backend/heap"
 	"github.com/statedhq/stated/catalog"
+	"github.com/statedhq/stated/cluster"
 	"github.com/statedhq/stated/daemon"
 	"github.com/statedhq/stated/daemon/openers"
 	"github.com/statedhq/stated/dstl"
@@ -78,6 +79,39 @@ type Options struct {
 	// anyone on the network path can read the token. Default false:
 	// refused.
 	AllowPlaintextToken bool
+	// NodeID, RaftAddr and the other Raft and Cluster fields run the node
+	// in cluster mode: a member of a raft group that replicates the
+	// fencing tokens of tasks (package cluster). Without RaftAddr the
+	// daemon runs alone, without raft.
+	//
+	// NodeID is this node's id, unique in the cluster (--node-id).
+	NodeID string
+	// RaftAddr is the host:port of the raft transport and the
+	// node-to-node service (--raft-addr).
+	RaftAddr string
+	// RaftAdvertise is the address other nodes reach this one at
+	// (--raft-advertise). Default RaftAddr.
+	RaftAdvertise string
+	// RaftPeers bootstraps a new cluster: "id=host:port,..." with this
+	// node among them (--raft-peers). Ignored once RaftDir holds raft
+	// state; empty: the node waits to be joined ("stated cluster join").
+	RaftPeers string
+	// RaftDir holds the raft log and snapshots (--raft-dir). Default
+	// <DataDir>/raft.
+	RaftDir string
+	// ClusterTLSCert, ClusterTLSKey and ClusterTLSCA secure the traffic
+	// between nodes with TLS and client certificates
+	// (--cluster-tls-cert/-key/-ca). All three or none.
+	ClusterTLSCert, ClusterTLSKey, ClusterTLSCA string
+	// ClusterToken is the secret every node-to-node connection carries
+	// (--cluster-token). Required without the cluster TLS files.
+	ClusterToken string
+	// TuneCluster, when set, adjusts the cluster options before the
+	// member starts (tests shorten the raft timeouts). Default nil.
+	TuneCluster func(*cluster.Options)
+	// Fence, when set, fences tasks instead of the cluster (tests).
+	// Default nil: the cluster's tokens in cluster mode, none alone.
+	Fence daemon.Fencer
 	// MetricsAddr is the TCP address of /metrics and /healthz
 	// (--metrics-addr). Default "": none (Handler still serves both; the
 	// flag's default is 127.0.0.1:9464).
@@ -355,6 +389,7 @@ func (o *Options) Validate() error {
 		bad("FileCompression", "%s %q is not \"\" or \"zstd\"", ref("FileCompression"), o.FileCompression)
 	}
 	validateTCP(o, bad)
+	validateCluster(o, bad)
 	if o.Logger == nil {
 		bad("Logger", "no %s", ref("Logger"))
 	}

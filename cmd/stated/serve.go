@@ -34,6 +34,15 @@ type serveFlags struct {
 	tlsKey            string
 	tlsClientCA       string
 	plaintextToken    bool
+	nodeID            string
+	raftAddr          string
+	raftAdvertise     string
+	raftPeers         string
+	raftDir           string
+	clusterTLSCert    string
+	clusterTLSKey     string
+	clusterTLSCA      string
+	clusterToken      string
 	metricsAddr       string
 	checkpointStore   string
 	s3                s3Flags
@@ -98,6 +107,15 @@ the grace ends, closes every backend and exits 0.`,
 	fl.StringVar(&f.tlsKey, "tls-key", "", "PEM private key of --tls-cert")
 	fl.StringVar(&f.tlsClientCA, "tls-client-ca", "", "PEM bundle of the authorities whose certificates TCP clients must present (mutual TLS)")
 	fl.BoolVar(&f.plaintextToken, "allow-plaintext-token", false, "serve --token without TLS on an address that is not loopback, readable by anyone on the network path")
+	fl.StringVar(&f.nodeID, "node-id", "", "cluster mode: this node's id, unique in the cluster")
+	fl.StringVar(&f.raftAddr, "raft-addr", "", "cluster mode: host:port of the raft transport and node-to-node service (without it the daemon runs alone)")
+	fl.StringVar(&f.raftAdvertise, "raft-advertise", "", "cluster mode: the address other nodes reach this one at (default --raft-addr)")
+	fl.StringVar(&f.raftPeers, "raft-peers", "", "cluster mode: id=host:port,... of every node, this one included, to bootstrap a new cluster (ignored once --raft-dir holds state; empty: wait for 'stated cluster join')")
+	fl.StringVar(&f.raftDir, "raft-dir", "", "cluster mode: the raft log and snapshots (default <data-dir>/raft)")
+	fl.StringVar(&f.clusterTLSCert, "cluster-tls-cert", "", "cluster mode: this node's PEM certificate for node-to-node TLS (client and server use)")
+	fl.StringVar(&f.clusterTLSKey, "cluster-tls-key", "", "cluster mode: the PEM key of --cluster-tls-cert")
+	fl.StringVar(&f.clusterTLSCA, "cluster-tls-ca", "", "cluster mode: the PEM CA every node's certificate is checked against")
+	fl.StringVar(&f.clusterToken, "cluster-token", "", "cluster mode: the secret every node-to-node connection carries (required without --cluster-tls-*; prefer STATED_CLUSTER_TOKEN to the flag)")
 	fl.StringVar(&f.metricsAddr, "metrics-addr", "127.0.0.1:9464", `address of /metrics and /healthz ("" to disable)`)
 	fl.StringVar(&f.checkpointStore, "checkpoint-store", "", "checkpoint storage URL: file:///dir or s3://bucket/prefix (default file://<data-dir>/checkpoints)")
 	addS3Flags(fl, &f.s3)
@@ -248,6 +266,8 @@ func (f *serveFlags) nodeOptions(log *slog.Logger) (node.Options, error) {
 	o := node.Options{
 		DataDir: f.dataDir, Socket: f.socket, Listen: f.listen, Token: f.token, MetricsAddr: f.metricsAddr,
 		TLSCert: f.tlsCert, TLSKey: f.tlsKey, TLSClientCA: f.tlsClientCA, AllowPlaintextToken: f.plaintextToken,
+		NodeID: f.nodeID, RaftAddr: f.raftAddr, RaftAdvertise: f.raftAdvertise, RaftPeers: f.raftPeers, RaftDir: f.raftDir,
+		ClusterTLSCert: f.clusterTLSCert, ClusterTLSKey: f.clusterTLSKey, ClusterTLSCA: f.clusterTLSCA, ClusterToken: f.clusterToken,
 		CheckpointStore: f.checkpointStore, S3: f.s3.options(), CacheDir: f.cache.dir, CacheBytes: size("cache-bytes", f.cache.bytes),
 		Retain: f.retain, GCGrace: f.gcGrace, SweepInterval: f.sweepInterval, CheckpointTimeout: f.checkpointTimeout,
 		IdleInstanceTimeout: f.idleTimeout, HeapSnapshotCap: size("heap-snapshot-cap", f.heapSnapshotCap),
@@ -287,6 +307,8 @@ func (f *serveFlags) nodeOptions(log *slog.Logger) (node.Options, error) {
 var flagOf = map[string]string{
 	"DataDir": "data-dir", "Socket": "socket", "Listen": "listen", "Token": "token", "MetricsAddr": "metrics-addr",
 	"TLSCert": "tls-cert", "TLSKey": "tls-key", "TLSClientCA": "tls-client-ca", "AllowPlaintextToken": "allow-plaintext-token",
+	"NodeID": "node-id", "RaftAddr": "raft-addr", "RaftAdvertise": "raft-advertise", "RaftPeers": "raft-peers", "RaftDir": "raft-dir",
+	"ClusterTLSCert": "cluster-tls-cert", "ClusterTLSKey": "cluster-tls-key", "ClusterTLSCA": "cluster-tls-ca", "ClusterToken": "cluster-token",
 	"CheckpointStore": "checkpoint-store", "CacheDir": "cache-dir", "CacheBytes": "cache-bytes",
 	"S3.Endpoint": "s3-endpoint", "S3.Region": "s3-region", "S3.Addressing": "s3-path-style",
 	"S3.AccessKeyID": "s3-access-key-id", "S3.SecretAccessKey": "s3-secret-access-key",

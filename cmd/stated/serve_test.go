@@ -168,7 +168,7 @@ func TestServeLimitFlags(t *testing.T) {
 // node.Options without a decision here fails it, so that node's problems
 // are never reported to a CLI user under a Go field name.
 func TestFlagOfCoversOptions(t *testing.T) {
-	noFlag := map[string]bool{"Listener": true, "NoSocket": true, "Store": true, "Logger": true, "GRPCOptions": true, "WrapOpener": true, "S3": true, "LogStore": true,
+	noFlag := map[string]bool{"Listener": true, "NoSocket": true, "Store": true, "Logger": true, "GRPCOptions": true, "WrapOpener": true, "S3": true, "LogStore": true, "TuneCluster": true, "Fence": true,
 		"S3.S3": true, "S3.CacheDir": true, "S3.CacheBytes": true, "S3.Uncached": true, "S3.Wrap": true}
 	fields := map[string]bool{}
 	var walk func(prefix string, typ reflect.Type)

@@ -1,0 +1,185 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"github.com/statedhq/stated/cluster"
+	pb "github.com/statedhq/stated/cluster/clusterpb"
+)
+
+// clusterFlags name the node a "stated cluster" command asks and the
+// cluster's credentials, as "stated serve" takes them (and from the same
+// STATED_* variables).
+type clusterFlags struct {
+	addr, token, cert, key, ca string
+	timeout                    time.Duration
+}
+
+func addClusterFlags(fl *pflag.FlagSet, f *clusterFlags) {
+	fl.StringVar(&f.addr, "raft-addr", "", "the --raft-addr of any node of the cluster")
+	fl.StringVar(&f.token, "cluster-token", "", "the cluster's token (or STATED_CLUSTER_TOKEN)")
+	fl.StringVar(&f.cert, "cluster-tls-cert", "", "a PEM certificate of the cluster's CA, with client use")
+	fl.StringVar(&f.key, "cluster-tls-key", "", "the PEM key of --cluster-tls-cert")
+	fl.StringVar(&f.ca, "cluster-tls-ca", "", "the cluster's PEM CA")
+	fl.DurationVar(&f.timeout, "timeout", 10*time.Second, "how long to wait for the answer")
+}
+
+func (f *clusterFlags) dial() (*cluster.Client, error) {
+	if f.addr == "" {
+		return nil, errors.New("--raft-addr is required: the address of a node of the cluster (or STATED_RAFT_ADDR)")
+	}
+	return cluster.Dial(f.addr, cluster.TLS{CertFile: f.cert, KeyFile: f.key, CAFile: f.ca}, f.token)
+}
+
+func newClusterCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "cluster",
+		Short: "Inspect and change the membership of a stated cluster",
+		Long: `The cluster commands talk to one node of a cluster (--raft-addr) with the
+cluster's credentials (--cluster-token and/or --cluster-tls-*, or their
+STATED_* variables, as "stated serve" takes them). A node that does not lead
+forwards join and leave to the leader.`,
+	}
+	cmd.AddCommand(newClusterStatusCmd(), newClusterJoinCmd(), newClusterLeaveCmd())
+	return cmd
+}
+
+func init() { rootCmd.AddCommand(newClusterCmd()) }
+
+func newClusterStatusCmd() *cobra.Command {
+	var f clusterFlags
+	cmd := &cobra.Command{
+		Use:   "status",
+		Short: "Show the leader, term, commit index and every member's health",
+		Long: `Status asks one node for its view of the cluster, and that node asks every
+member for its own indexes: a member that does not answer is shown unhealthy
+with the reason. It exits non-zero when a member is unhealthy or no leader is
+known.`,
+		Args:    cobra.NoArgs,
+		PreRunE: func(cmd *cobra.Command, _ []string) error { return flagsFromEnv(cmd.Flags()) },
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := f.dial()
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			ctx, cancel := context.WithTimeout(cmd.Context(), f.timeout)
+			defer cancel()
+			st, err := c.Status(ctx, &pb.StatusRequest{Probe: true})
+			if err != nil {
+				return fmt.Errorf("cluster status from %s: %w", f.addr, err)
+			}
+			return printClusterStatus(cmd.OutOrStdout(), st)
+		},
+	}
+	addClusterFlags(cmd.Flags(), &f)
+	return cmd
+}
+
+// printClusterStatus prints st and says whether all is well.
+func printClusterStatus(w io.Writer, st *pb.StatusResponse) error {
+	leader := st.GetLeaderId()
+	if leader == "" {
+		leader = "(none known)"
+	}
+	fmt.Fprintf(w, "node %s (%s), leader %s %s, term %d, commit index %d, applied %d\n\n",
+		st.GetNodeId(), st.GetState(), leader, st.GetLeaderAddr(), st.GetTerm(), st.GetCommitIndex(), st.GetAppliedIndex())
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "NODE\tADDRESS\tROLE\tHEALTH\tCOMMIT\tAPPLIED")
+	unhealthy := 0
+	for _, m := range st.GetMembers() {
+		role := m.GetSuffrage()
+		if m.GetLeader() {
+			role = "leader"
+		}
+		health := "ok"
+		if !m.GetHealthy() {
+			health = "UNREACHABLE: " + m.GetError()
+			unhealthy++
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\n", m.GetNodeId(), m.GetRaftAddr(), role, health, m.GetCommitIndex(), m.GetAppliedIndex())
+	}
+	_ = tw.Flush()
+	switch {
+	case st.GetLeaderId() == "":
+		return errors.New("no leader known: fewer than a quorum of the members may be up")
+	case unhealthy > 0:
+		return fmt.Errorf("%d of %d members unreachable", unhealthy, len(st.GetMembers()))
+	}
+	return nil
+}
+
+func newClusterJoinCmd() *cobra.Command {
+	var f clusterFlags
+	var id, addr string
+	cmd := &cobra.Command{
+		Use:   "join",
+		Short: "Add a node (started with --raft-addr and no --raft-peers) as a voter",
+		Args:  cobra.NoArgs,
+		PreRunE: func(cmd *cobra.Command, _ []string) error {
+			return flagsFromEnv(cmd.Flags())
+		},
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if id == "" || addr == "" {
+				return errors.New("join needs --new-node-id and --new-raft-addr: the id and raft address of the node to add")
+			}
+			c, err := f.dial()
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			ctx, cancel := context.WithTimeout(cmd.Context(), f.timeout)
+			defer cancel()
+			if _, err := c.Join(ctx, &pb.JoinRequest{NodeId: id, RaftAddr: addr}); err != nil {
+				return fmt.Errorf("cluster join %s through %s: %w", id, f.addr, err)
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "%s (%s) joined\n", id, addr)
+			return nil
+		},
+	}
+	addClusterFlags(cmd.Flags(), &f)
+	cmd.Flags().StringVar(&id, "new-node-id", "", "the --node-id of the node to add")
+	cmd.Flags().StringVar(&addr, "new-raft-addr", "", "the raft address of the node to add")
+	return cmd
+}
+
+func newClusterLeaveCmd() *cobra.Command {
+	var f clusterFlags
+	var id string
+	cmd := &cobra.Command{
+		Use:   "leave",
+		Short: "Remove a node from the cluster",
+		Args:  cobra.NoArgs,
+		PreRunE: func(cmd *cobra.Command, _ []string) error {
+			return flagsFromEnv(cmd.Flags())
+		},
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if id == "" {
+				return errors.New("leave needs --leaving-node-id: the id of the node to remove")
+			}
+			c, err := f.dial()
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			ctx, cancel := context.WithTimeout(cmd.Context(), f.timeout)
+			defer cancel()
+			if _, err := c.Leave(ctx, &pb.LeaveRequest{NodeId: id}); err != nil {
+				return fmt.Errorf("cluster leave %s through %s: %w", id, f.addr, err)
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "%s left\n", id)
+			return nil
+		},
+	}
+	addClusterFlags(cmd.Flags(), &f)
+	cmd.Flags().StringVar(&id, "leaving-node-id", "", "the --node-id of the node to remove")
+	return cmd
+}

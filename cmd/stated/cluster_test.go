@@ -1,0 +1,90 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/statedhq/stated/cluster"
+	"github.com/statedhq/stated/node"
+)
+
+func clusterNode(t *testing.T, id, peers string, ln net.Listener) *node.Node {
+	t.Helper()
+	nd, err := node.Open(context.Background(), node.Options{DataDir: filepath.Join(t.TempDir(), "d"), NoSocket: true,
+		Logger: slog.New(slog.DiscardHandler), NodeID: id, RaftAddr: ln.Addr().String(), RaftPeers: peers, ClusterToken: "secret",
+		TuneCluster: func(o *cluster.Options) {
+			o.Listener = ln
+			o.HeartbeatTimeout, o.ElectionTimeout = 150*time.Millisecond, 150*time.Millisecond
+			o.LeaderLeaseTimeout, o.CommitTimeout = 100*time.Millisecond, 5*time.Millisecond
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = nd.Close() })
+	return nd
+}
+
+// TestClusterCommands: status shows the leader and every member healthy,
+// join adds a node through a member, leave removes it, and a wrong token
+// is refused with an error that says so.
+func TestClusterCommands(t *testing.T) {
+	var lns []net.Listener
+	var peers []string
+	for i := range 3 {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		lns = append(lns, ln)
+		peers = append(peers, fmt.Sprintf("n%d=%s", i, ln.Addr()))
+	}
+	var nodes []*node.Node
+	for i := range 3 {
+		nodes = append(nodes, clusterNode(t, fmt.Sprintf("n%d", i), strings.Join(peers, ","), lns[i]))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for _, nd := range nodes {
+		if err := nd.Cluster().WaitLeader(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	addr := lns[1].Addr().String()
+	out, err := runCLI(t, newClusterCmd(), "status", "--raft-addr", addr, "--cluster-token", "secret")
+	if err != nil || !strings.Contains(out, "leader n") || strings.Count(out, "  ok  ") != 3 {
+		t.Fatalf("status: %v\n%s", err, out)
+	}
+	if _, err := runCLI(t, newClusterCmd(), "status", "--raft-addr", addr, "--cluster-token", "wrong"); err == nil ||
+		!strings.Contains(err.Error(), "refused") {
+		t.Fatalf("status with a wrong token: %v", err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n3 := clusterNode(t, "n3", "", ln)
+	if out, err := runCLI(t, newClusterCmd(), "join", "--raft-addr", addr, "--cluster-token", "secret",
+		"--new-node-id", "n3", "--new-raft-addr", ln.Addr().String()); err != nil {
+		t.Fatalf("join: %v\n%s", err, out)
+	}
+	if err := n3.Cluster().WaitLeader(ctx); err != nil {
+		t.Fatal(err)
+	}
+	out, err = runCLI(t, newClusterCmd(), "status", "--raft-addr", ln.Addr().String(), "--cluster-token", "secret")
+	if err != nil || !strings.Contains(out, "n3") || strings.Count(out, "  ok  ") != 4 {
+		t.Fatalf("status after join: %v\n%s", err, out)
+	}
+	if out, err := runCLI(t, newClusterCmd(), "leave", "--raft-addr", addr, "--cluster-token", "secret", "--leaving-node-id", "n3"); err != nil {
+		t.Fatalf("leave: %v\n%s", err, out)
+	}
+	out, err = runCLI(t, newClusterCmd(), "status", "--raft-addr", addr, "--cluster-token", "secret")
+	if err != nil || strings.Contains(out, "n3 ") {
+		t.Fatalf("status after leave: %v\n%s", err, out)
+	}
+}

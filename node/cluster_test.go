@@ -1,0 +1,154 @@
+package node_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/statedhq/stated/api/client"
+	"github.com/statedhq/stated/backend"
+	"github.com/statedhq/stated/cluster"
+	"github.com/statedhq/stated/node"
+)
+
+// fastRaft shortens the raft timeouts of a test cluster.
+func fastRaft(ln net.Listener) func(*cluster.Options) {
+	return func(o *cluster.Options) {
+		o.Listener = ln
+		o.HeartbeatTimeout, o.ElectionTimeout = 150*time.Millisecond, 150*time.Millisecond
+		o.LeaderLeaseTimeout, o.CommitTimeout = 100*time.Millisecond, 5*time.Millisecond
+	}
+}
+
+// startNodes starts n nodes in cluster mode on 127.0.0.1, each with its
+// own data dir and socket.
+func startNodes(t *testing.T, n int, token string) []*node.Node {
+	t.Helper()
+	lns := make([]net.Listener, n)
+	var peers []string
+	for i := range n {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		lns[i] = ln
+		peers = append(peers, fmt.Sprintf("n%d=%s", i, ln.Addr()))
+	}
+	nodes := make([]*node.Node, n)
+	for i := range n {
+		nd, err := node.Open(context.Background(), node.Options{DataDir: filepath.Join(t.TempDir(), "d"), Logger: quiet(),
+			NodeID: fmt.Sprintf("n%d", i), RaftAddr: lns[i].Addr().String(), RaftPeers: strings.Join(peers, ","),
+			ClusterToken: token, TuneCluster: fastRaft(lns[i])})
+		if err != nil {
+			t.Fatal(err)
+		}
+		nodes[i] = nd
+		t.Cleanup(func() { _ = nd.Close() })
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for _, nd := range nodes {
+		if err := nd.Cluster().WaitLeader(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return nodes
+}
+
+// TestZombieFenced: a task reopened on another node fences the instance
+// on the first: its snapshot's handle report and its completion are
+// refused with FailedPrecondition naming the newer token, while the new
+// holder checkpoints normally.
+func TestZombieFenced(t *testing.T) {
+	nodes := startNodes(t, 3, "secret")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	task := backend.TaskID{Job: "j", Operator: "op"}
+	spec := client.OpenSpec{Task: task, KeyGroups: backend.KeyGroupRange{Start: 0, End: 127}, Backend: backend.KindHeap, States: valueState}
+	dial := func(nd *node.Node) *client.Client {
+		c, err := client.Dial(nd.Socket(), client.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = c.Close() })
+		return c
+	}
+	ca, cb := dial(nodes[0]), dial(nodes[1])
+	old, err := ca.Open(ctx, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	old.Put("v", []byte("k"), nil, []byte("old"))
+	if _, err := old.Snapshot(ctx, 1, true); err != nil {
+		t.Fatalf("snapshot before the task moved: %v", err)
+	}
+	if _, err := ca.CompleteCheckpoint(ctx, "j", 1); err != nil {
+		t.Fatalf("complete before the task moved: %v", err)
+	}
+	// The task reopens on node 1, as after a presumed failure of node 0.
+	moved, err := cb.Open(ctx, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	moved.Put("v", []byte("k"), nil, []byte("new"))
+	if _, err := moved.Snapshot(ctx, 2, true); err != nil {
+		t.Fatalf("the new holder's snapshot: %v", err)
+	}
+	if _, err := cb.CompleteCheckpoint(ctx, "j", 2); err != nil {
+		t.Fatalf("the new holder's completion: %v", err)
+	}
+	_, err = old.Snapshot(ctx, 2, true)
+	if status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "fencing token") ||
+		!strings.Contains(err.Error(), "node n1 holds token") {
+		t.Fatalf("the zombie's snapshot: %v", err)
+	}
+	if _, err := ca.CompleteCheckpoint(ctx, "j", 2); status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "fenced") {
+		t.Fatalf("the zombie's node completing a checkpoint its instance was fenced from: %v", err)
+	}
+	if got := metric(t, nodes[1], "stated_raft_members"); got != 3 {
+		t.Fatalf("stated_raft_members %v", got)
+	}
+	leaders := 0.0
+	for _, nd := range nodes {
+		leaders += metric(t, nd, "stated_raft_leader")
+	}
+	if leaders != 1 {
+		t.Fatalf("%v nodes report they lead", leaders)
+	}
+}
+
+// TestClusterOptionsRefused: cluster settings that cannot work are refused
+// before anything is created, each naming its fields.
+func TestClusterOptionsRefused(t *testing.T) {
+	for _, c := range []struct {
+		o    node.Options
+		want string
+	}{
+		{node.Options{NodeID: "a"}, "without RaftAddr"},
+		{node.Options{RaftAddr: "127.0.0.1:0", ClusterToken: "t"}, "RaftAddr needs NodeID"},
+		{node.Options{RaftAddr: "127.0.0.1:0", NodeID: "a"}, "cluster mode needs ClusterToken or ClusterTLSCert"},
+		{node.Options{RaftAddr: "127.0.0.1:0", NodeID: "a", ClusterToken: "t", RaftPeers: "b=h:1"}, `does not list this node's NodeID "a"`},
+		{node.Options{RaftAddr: "127.0.0.1:0", NodeID: "a", ClusterToken: "t", RaftPeers: "a"}, "want id=host:port"},
+		{node.Options{RaftAddr: "127.0.0.1:0", NodeID: "a", ClusterTLSCert: "c"}, "go together"},
+	} {
+		c.o.DataDir, c.o.Logger, c.o.NoSocket = filepath.Join(t.TempDir(), "d"), quiet(), true
+		n, err := node.Open(context.Background(), c.o)
+		if err == nil {
+			n.Close()
+			t.Errorf("%+v: opened", c.o)
+			continue
+		}
+		var oe *node.OptionError
+		if !errors.As(err, &oe) || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%v, want an option error naming %q", err, c.want)
+		}
+	}
+}
