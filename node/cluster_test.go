@@ -17,6 +17,7 @@ import (
 	"github.com/statedhq/stated/backend"
 	"github.com/statedhq/stated/cluster"
 	"github.com/statedhq/stated/node"
+	"github.com/statedhq/stated/tiered/memstore"
 )
 
 // fastRaft shortens the raft timeouts of a test cluster.
@@ -151,4 +152,38 @@ func TestClusterOptionsRefused(t *testing.T) {
 			t.Errorf("%v, want an option error naming %q", err, c.want)
 		}
 	}
+}
+
+// TestClusterStoreOwned: a second cluster node pointed at a checkpoint
+// store another node uses is refused, naming the owner and the fix; the
+// owner itself reopens on it.
+func TestClusterStoreOwned(t *testing.T) {
+	store := memstore.New()
+	open := func(id string) (*node.Node, error) {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return node.Open(context.Background(), node.Options{DataDir: filepath.Join(t.TempDir(), "d"), Logger: quiet(), NoSocket: true,
+			Store: store, NodeID: id, RaftAddr: ln.Addr().String(), RaftPeers: id + "=" + ln.Addr().String(),
+			ClusterToken: "secret", TuneCluster: fastRaft(ln)})
+	}
+	a, err := open("a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, err := open("b"); err == nil || !strings.Contains(err.Error(), `--checkpoint-store is used by cluster node "a"`) {
+		if b != nil {
+			b.Close()
+		}
+		t.Fatalf("a second node on the same store: %v", err)
+	}
+	if err := a.Close(); err != nil {
+		t.Fatal(err)
+	}
+	a2, err := open("a")
+	if err != nil {
+		t.Fatalf("the owner reopening: %v", err)
+	}
+	a2.Close()
 }

@@ -113,6 +113,9 @@ func Open(ctx context.Context, opts Options) (_ *Node, err error) {
 	if err := n.openLog(ctx); err != nil {
 		return nil, err
 	}
+	if err := n.claimStores(ctx); err != nil {
+		return nil, err
+	}
 	n.set, err = openers.New(openers.Config{HeapSnapshotCap: opts.HeapSnapshotCap, LSMCacheSize: opts.LSMCacheSize,
 		FileCompression: opts.FileCompression, Logger: n.log})
 	if err != nil {
