@@ -330,11 +330,9 @@ func (d *Daemon) CompleteCheckpoint(ctx context.Context, job string, id uint64, 
 			return CheckpointInfo{}, fmt.Errorf("daemon: complete checkpoint %d of job %s: %w: %w", id, job, ErrCheckpointFailed, ts.err)
 		}
 	}
-	for _, ts := range snaps {
-		if err := d.checkFence(ctx, ts.inst, fmt.Sprintf("complete checkpoint %d", id)); err != nil {
-			reopen()
-			return CheckpointInfo{}, err
-		}
+	if err := d.checkFences(ctx, snaps, fmt.Sprintf("complete checkpoint %d", id)); err != nil {
+		reopen()
+		return CheckpointInfo{}, err
 	}
 	m, err := d.cfg.Catalog.Complete(ctx, job, id)
 	if err != nil {

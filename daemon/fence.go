@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/statedhq/stated/backend"
@@ -55,6 +56,26 @@ func (d *Daemon) checkFence(ctx context.Context, inst *Instance, what string) er
 		return fmt.Errorf("daemon: %s of %s: checking its fencing token %d: %w", what, inst.Task, inst.fence, err)
 	}
 	return nil
+}
+
+// checkFences checks the tokens of every task of a completion at once:
+// concurrent commands share the cluster's log writes, so a job's
+// completion costs about one round trip, not one per task.
+func (d *Daemon) checkFences(ctx context.Context, snaps []*taskSnapshot, what string) error {
+	if d.cfg.Fence == nil {
+		return nil
+	}
+	errs := make([]error, len(snaps))
+	var wg sync.WaitGroup
+	for i, ts := range snaps {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = d.checkFence(ctx, ts.inst, what)
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
 }
 
 // releaseFence gives the task up at close; failures are only logged (the

@@ -1,0 +1,118 @@
+package node_test
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/statedhq/stated/api/client"
+	"github.com/statedhq/stated/backend"
+	"github.com/statedhq/stated/cluster"
+	"github.com/statedhq/stated/node"
+)
+
+// BenchmarkCheckpointCompletion: checkpoints of a job of 6 heap subtasks
+// (snapshot of each, then completion) on a daemon alone and on a member
+// of a 3-node cluster (raft with its default timeouts, fsync'd log), in
+// one run. The cluster adds the fencing checks: one raft command per task
+// at the handle report and at completion.
+//
+//	go test ./node -run '^$' -bench CheckpointCompletion -benchtime 200x
+func BenchmarkCheckpointCompletion(b *testing.B) {
+	for _, mode := range []string{"alone", "cluster3"} {
+		b.Run(mode, func(b *testing.B) {
+			nd := benchNode(b, mode == "cluster3")
+			c, err := client.Dial(nd.Socket(), client.Options{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer c.Close()
+			ctx := context.Background()
+			const subtasks = 6
+			var ins []*client.Instance
+			for i := range subtasks {
+				in, err := c.Open(ctx, client.OpenSpec{Task: backend.TaskID{Job: "j", Operator: "op", Subtask: i},
+					KeyGroups: backend.KeyGroupRangeForOperator(128, subtasks, i), MaxParallelism: 128, Parallelism: subtasks,
+					Backend: backend.KindHeap, States: valueState})
+				if err != nil {
+					b.Fatal(err)
+				}
+				for k := range 100 {
+					in.Put("v", fmt.Appendf(nil, "k%d", k), nil, []byte("value"))
+				}
+				if err := in.Sync(ctx); err != nil {
+					b.Fatal(err)
+				}
+				ins = append(ins, in)
+			}
+			var lat []time.Duration
+			id := uint64(0)
+			t0 := time.Now()
+			for b.Loop() {
+				id++
+				s := time.Now()
+				for _, in := range ins {
+					if _, err := in.Snapshot(ctx, id, false); err != nil {
+						b.Fatal(err)
+					}
+				}
+				if _, err := c.CompleteCheckpoint(ctx, "j", id); err != nil {
+					b.Fatal(err)
+				}
+				lat = append(lat, time.Since(s))
+			}
+			total := time.Since(t0)
+			slices.Sort(lat)
+			b.ReportMetric(float64(lat[len(lat)/2].Microseconds())/1e3, "p50-ms")
+			b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds())/1e3, "p99-ms")
+			b.ReportMetric(float64(len(lat))/total.Seconds(), "completions/s")
+		})
+	}
+}
+
+// benchNode opens a daemon alone, or member n0 of a 3-node cluster whose
+// other members run in this process too (each with its own data dir).
+func benchNode(b *testing.B, clustered bool) *node.Node {
+	if !clustered {
+		nd, err := node.Open(context.Background(), node.Options{DataDir: filepath.Join(b.TempDir(), "d"), Logger: quiet()})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { _ = nd.Close() })
+		return nd
+	}
+	var lns []net.Listener
+	var peers []string
+	for i := range 3 {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			b.Fatal(err)
+		}
+		lns = append(lns, ln)
+		peers = append(peers, fmt.Sprintf("n%d=%s", i, ln.Addr()))
+	}
+	var nodes []*node.Node
+	for i := range 3 {
+		nd, err := node.Open(context.Background(), node.Options{DataDir: filepath.Join(b.TempDir(), "d"), Logger: quiet(),
+			NodeID: fmt.Sprintf("n%d", i), RaftAddr: lns[i].Addr().String(), RaftPeers: strings.Join(peers, ","), ClusterToken: "secret",
+			TuneCluster: func(o *cluster.Options) { o.Listener = lns[i] }})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { _ = nd.Close() })
+		nodes = append(nodes, nd)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for _, nd := range nodes {
+		if err := nd.Cluster().WaitLeader(ctx); err != nil {
+			b.Fatal(err)
+		}
+	}
+	return nodes[0]
+}
