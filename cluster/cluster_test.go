@@ -22,7 +22,7 @@ func fast(o *Options) {
 	o.LeaderLeaseTimeout, o.CommitTimeout = 100*time.Millisecond, 5*time.Millisecond
 }
 
-func testLogger(t *testing.T) *slog.Logger {
+func testLogger(t testing.TB) *slog.Logger {
 	if os.Getenv("STATED_TEST_CLUSTER_LOG") != "" {
 		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}
@@ -31,12 +31,12 @@ func testLogger(t *testing.T) *slog.Logger {
 
 // testCluster is n nodes on 127.0.0.1, bootstrapped together.
 type testCluster struct {
-	t     *testing.T
+	t     testing.TB
 	nodes []*Node
 	opts  []Options
 }
 
-func startCluster(t *testing.T, n int, mod func(i int, o *Options)) *testCluster {
+func startCluster(t testing.TB, n int, mod func(i int, o *Options)) *testCluster {
 	t.Helper()
 	c := &testCluster{t: t, nodes: make([]*Node, n), opts: make([]Options, n)}
 	var peers []Peer
