@@ -47,6 +47,7 @@ func runCheckpoints(ctx context.Context, out, errOut io.Writer, store cliStore, 
 	if ctx == nil {
 		ctx = context.Background()
 	}
+	store.announce(errOut)
 	s, err := openCLIStore(ctx, store, false)
 	if err != nil {
 		return err

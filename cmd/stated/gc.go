@@ -30,6 +30,7 @@ progress). It cannot see a running daemon's in-flight checkpoints, so --grace
 must exceed the daemon's --checkpoint-timeout (it does by default).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			store.announce(cmd.ErrOrStderr())
 			return runGC(cmd.Context(), cmd.OutOrStdout(), store, grace, dryRun)
 		},
 	}

@@ -2,9 +2,11 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
-	"os"
+	"io"
 	"strconv"
+	"strings"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -78,35 +80,41 @@ func (b *optBool) Set(s string) error {
 
 func (b *optBool) Type() string { return "bool" }
 
-// cliStore is the checkpoint store of a CLI command: --store and the S3
-// flags.
+// cliStore is the checkpoint store of a CLI command: --data-dir,
+// --checkpoint-store (or its deprecated alias --store) and the S3 flags,
+// resolved as "stated serve" resolves them.
 type cliStore struct {
 	url string
 	s3  s3Flags
 	// changelogURL is the daemon's --changelog-store ("": the checkpoint
 	// store holds the changelog's segments).
 	changelogURL string
+	// dataDir is --data-dir: the store defaults to its checkpoints
+	// directory, as the daemon's does.
+	dataDir string
+	// explicit says the store was named (--checkpoint-store, --store or
+	// STATED_CHECKPOINT_STORE) rather than derived from the data dir.
+	explicit bool
+	// legacy is the deprecated --store.
+	legacy string
 }
 
-// defaultCLIStore is the checkpoint store of "stated serve" with its
-// default --data-dir.
-const defaultCLIStore = "./stated-data/checkpoints"
-
-// storeFlags adds --store and the S3 flags to cmd. The default of --store
-// is $STATED_CHECKPOINT_STORE (the variable "stated serve" reads too), then
-// defaultCLIStore; the S3 flags read STATED_S3_* as "stated serve" does.
+// storeFlags adds --data-dir, --checkpoint-store, the deprecated --store,
+// --changelog-store and the S3 flags to cmd. Each reads STATED_<FLAG> when
+// not given, as "stated serve" does, so that a command run with the
+// daemon's environment reads the daemon's store.
 func storeFlags(cmd *cobra.Command, dst *cliStore) {
-	def := defaultCLIStore
-	if v := os.Getenv("STATED_CHECKPOINT_STORE"); v != "" {
-		def = v
-	}
-	cmd.Flags().StringVar(&dst.url, "store", def, "checkpoint storage: a directory, file:///dir or s3://bucket/prefix (env STATED_CHECKPOINT_STORE)")
-	cmd.Flags().StringVar(&dst.changelogURL, "changelog-store", os.Getenv("STATED_CHANGELOG_STORE"),
+	fl := cmd.Flags()
+	fl.StringVar(&dst.dataDir, "data-dir", node.DefaultDataDir, "the daemon's data directory: the checkpoint store defaults to <data-dir>/checkpoints (env STATED_DATA_DIR)")
+	fl.StringVar(&dst.url, "checkpoint-store", "", "checkpoint storage URL: file:///dir, a directory or s3://bucket/prefix (env STATED_CHECKPOINT_STORE; default file://<data-dir>/checkpoints)")
+	fl.StringVar(&dst.legacy, "store", "", "deprecated: use --checkpoint-store")
+	_ = fl.MarkDeprecated("store", "use --checkpoint-store (the flag of \"stated serve\")")
+	fl.StringVar(&dst.changelogURL, "changelog-store", "",
 		"the daemon's --changelog-store, if it has one: where the changelog's segments are (env STATED_CHANGELOG_STORE)")
-	addS3Flags(cmd.Flags(), &dst.s3)
+	addS3Flags(fl, &dst.s3)
 	prev := cmd.PreRunE
 	cmd.PreRunE = func(cmd *cobra.Command, args []string) error {
-		if err := s3FlagsFromEnv(cmd.Flags()); err != nil {
+		if err := dst.resolve(cmd.Flags()); err != nil {
 			return err
 		}
 		if err := dst.s3.validate(); err != nil {
@@ -119,15 +127,63 @@ func storeFlags(cmd *cobra.Command, dst *cliStore) {
 	}
 }
 
-// s3FlagsFromEnv sets the S3 flags not given on the command line from
-// their STATED_* variables (the CLI commands read no other flag from the
-// environment).
-func s3FlagsFromEnv(fs *pflag.FlagSet) error {
-	sub := pflag.NewFlagSet("s3", pflag.ContinueOnError)
-	for _, n := range s3FlagNames {
+// storeFlagNames are the flags storeFlags reads from the environment.
+var storeFlagNames = append([]string{"data-dir", "checkpoint-store", "changelog-store"}, s3FlagNames...)
+
+// resolve fills the flags not given from the environment and derives the
+// store URL: --checkpoint-store, else --store, else
+// file://<absolute data dir>/checkpoints.
+func (st *cliStore) resolve(fs *pflag.FlagSet) error {
+	legacySet := fs.Changed("store")
+	sub := pflag.NewFlagSet("store", pflag.ContinueOnError)
+	for _, n := range storeFlagNames {
+		// The deprecated flag on the command line wins over the
+		// environment, as any flag does.
+		if n == "checkpoint-store" && legacySet {
+			continue
+		}
 		sub.AddFlag(fs.Lookup(n))
 	}
-	return flagsFromEnv(sub)
+	if err := flagsFromEnv(sub); err != nil {
+		return err
+	}
+	storeSet := fs.Changed("checkpoint-store")
+	switch {
+	case storeSet && legacySet && st.legacy != st.url:
+		return fmt.Errorf("--store %q and --checkpoint-store %q disagree: --store is the old name of --checkpoint-store, give only that", st.legacy, st.url)
+	case legacySet:
+		st.url = st.legacy
+	}
+	st.explicit = storeSet || legacySet
+	if st.dataDir == "" {
+		return errors.New("--data-dir is empty")
+	}
+	if st.url == "" {
+		st.url = node.DefaultCheckpointStore(st.dataDir)
+	}
+	return nil
+}
+
+// announce says on w which store the command reads, so that an operator
+// who reads another store than the daemon's sees it.
+func (st cliStore) announce(w io.Writer) {
+	how := "from --data-dir " + st.dataDir
+	if st.explicit {
+		how = "named by --checkpoint-store or STATED_CHECKPOINT_STORE"
+	}
+	fmt.Fprintf(w, "reading checkpoint store %s (%s)\n", redactStoreURL(st.url), how)
+	if st.changelogURL != "" {
+		fmt.Fprintf(w, "reading changelog store %s\n", redactStoreURL(st.changelogURL))
+	}
+}
+
+// redactStoreURL drops a URL's query, which may carry settings an
+// operator does not want in a log.
+func redactStoreURL(u string) string {
+	if i := strings.IndexByte(u, '?'); i >= 0 {
+		return u[:i] + "?..."
+	}
+	return u
 }
 
 // openCLIStore opens the checkpoint store for a CLI command. A local
@@ -160,7 +216,7 @@ func openCLIURL(ctx context.Context, url string, s3 s3Flags, writable bool) (tie
 	if loc.Scheme == "file" {
 		s, err := localfs.OpenWith(loc.Path, localfs.Options{ReadOnly: !writable, MustExist: true})
 		if err != nil {
-			return nil, fmt.Errorf("checkpoint store %s: %w", loc.Path, err)
+			return nil, fmt.Errorf("checkpoint store %s: %w (give the daemon's --data-dir or --checkpoint-store, or set STATED_DATA_DIR or STATED_CHECKPOINT_STORE as for \"stated serve\")", loc.Path, err)
 		}
 		return s, nil
 	}

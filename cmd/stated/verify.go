@@ -26,13 +26,23 @@ func newVerifyCmd() *cobra.Command {
 every file of every task handle and checks its size and CRC32C. It lists every
 missing or corrupt file and exits non-zero if there is one.
 
-The argument is a local directory: a checkpoint "<root>/<job>/chk-<N>" (its files
-are read relative to <root>) or a savepoint directory, wherever it was moved to.
-With --store, the argument is instead a name inside that store: "<job>/chk-<N>"
-or "savepoints/<id>".`,
+The argument is a name inside the checkpoint store: "<job>/chk-<N>" or
+"savepoints/<id>". The store is the daemon's, found as "stated serve" finds it:
+--checkpoint-store (or STATED_CHECKPOINT_STORE), else <data-dir>/checkpoints
+with --data-dir (or STATED_DATA_DIR, default ./stated-data).
+
+When no store is named and the argument is an existing local directory, it is
+read from there instead: a checkpoint "<root>/<job>/chk-<N>" (its files are read
+relative to <root>) or a savepoint directory, wherever it was moved to.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return runVerify(cmd.Context(), cmd.OutOrStdout(), args[0], store, cmd.Flags().Changed("store"))
+			inStore := store.explicit || !isDir(args[0])
+			if inStore {
+				store.announce(cmd.ErrOrStderr())
+			} else {
+				fmt.Fprintf(cmd.ErrOrStderr(), "reading the local directory %s\n", args[0])
+			}
+			return runVerify(cmd.Context(), cmd.OutOrStdout(), args[0], store, inStore)
 		},
 	}
 	storeFlags(cmd, &store)
@@ -40,6 +50,12 @@ or "savepoints/<id>".`,
 }
 
 func init() { rootCmd.AddCommand(newVerifyCmd()) }
+
+// isDir reports whether p is an existing directory.
+func isDir(p string) bool {
+	fi, err := os.Stat(p)
+	return err == nil && fi.IsDir()
+}
 
 func runVerify(ctx context.Context, out io.Writer, target string, store cliStore, inStore bool) error {
 	if ctx == nil {
