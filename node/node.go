@@ -30,6 +30,7 @@ import (
 	"github.com/statedhq/stated/daemon"
 	"github.com/statedhq/stated/daemon/openers"
 	"github.com/statedhq/stated/dstl"
+	"github.com/statedhq/stated/internal/buildinfo"
 	"github.com/statedhq/stated/tiered"
 	"github.com/statedhq/stated/tiered/memstore"
 	"github.com/statedhq/stated/tiered/metered"
@@ -176,6 +177,11 @@ func Open(ctx context.Context, opts Options) (_ *Node, err error) {
 	if n.cluster != nil {
 		n.reg.MustRegister(newClusterCollector(n.cluster))
 	}
+	build := buildinfo.Read()
+	n.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "stated_build_info", Help: "Always 1; its labels say which build of stated runs.",
+		ConstLabels: prometheus.Labels{"version": build.Version, "revision": build.ShortRevision(), "go_version": build.GoVersion},
+	}, func() float64 { return 1 }))
 	n.healthy.Store(true)
 	n.mux = http.NewServeMux()
 	n.mux.Handle("/metrics", promhttp.HandlerFor(n.reg, promhttp.HandlerOpts{}))
@@ -189,7 +195,7 @@ func Open(ctx context.Context, opts Options) (_ *Node, err error) {
 	if err := n.serve(); err != nil {
 		return nil, err
 	}
-	n.log.Info("stated serving", "socket", n.Socket(), "dataDir", opts.DataDir, "checkpointStore", redactURL(opts.CheckpointStore), "pid", os.Getpid())
+	n.log.Info("stated serving", "version", build.Version, "revision", build.ShortRevision(), "socket", n.Socket(), "dataDir", opts.DataDir, "checkpointStore", redactURL(opts.CheckpointStore), "pid", os.Getpid())
 	return n, nil
 }
 

@@ -11,6 +11,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -153,7 +154,8 @@ func TestOpenServeShutdown(t *testing.T) {
 		return resp.StatusCode, string(b)
 	}
 	if code, body := get("/metrics"); code != 200 || !strings.Contains(body, "stated_instance_opens_total 1") ||
-		!strings.Contains(body, `stated_corruption_detected_total{where="restore"} 0`) {
+		!strings.Contains(body, `stated_corruption_detected_total{where="restore"} 0`) ||
+		!strings.Contains(body, `stated_build_info{go_version="`+runtime.Version()+`"`) {
 		t.Fatalf("/metrics %d:\n%s", code, body)
 	}
 	if code, _ := get("/healthz"); code != 200 {
