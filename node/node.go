@@ -62,6 +62,8 @@ type Node struct {
 	local     *grpc.Server // of the local API; nil with NoSocket
 	hs        *http.Server
 	tcpAddr   net.Addr
+	tcpLn     net.Listener  // of Options.Listen, bound first thing in Open
+	metLn     net.Listener  // of Options.MetricsAddr, likewise
 	tls       *tls.Config   // of the TCP API; nil: plaintext
 	cluster   *cluster.Node // nil: alone
 	metAddr   net.Addr
@@ -97,6 +99,11 @@ func Open(ctx context.Context, opts Options) (_ *Node, err error) {
 			}
 		}
 	}()
+	// The TCP addresses are bound before anything is created, so that a
+	// port in use fails here, not after the data dir exists.
+	if err := n.listenTCP(); err != nil {
+		return nil, err
+	}
 	if err := os.MkdirAll(opts.DataDir, 0o700); err != nil {
 		return nil, fmt.Errorf("data dir: %w", err)
 	}
@@ -307,11 +314,7 @@ func (n *Node) serve() error {
 		n.local = n.srv.GRPCServer("", o.GRPCOptions...)
 		n.start(n.local, ln, "unix")
 	}
-	if o.Listen != "" {
-		tl, err := net.Listen("tcp", o.Listen)
-		if err != nil {
-			return fmt.Errorf("--listen: %w", err)
-		}
+	if tl := n.tcpLn; tl != nil {
 		n.tcpAddr = tl.Addr()
 		gopts := o.GRPCOptions
 		if n.tls != nil {
@@ -320,11 +323,7 @@ func (n *Node) serve() error {
 		n.start(n.srv.GRPCServer(o.Token, gopts...), tl, "tcp")
 		n.log.Info("serving TCP", "addr", tl.Addr().String(), "tls", n.tls != nil, "client_certificates", o.TLSClientCA != "")
 	}
-	if o.MetricsAddr != "" {
-		ml, err := net.Listen("tcp", o.MetricsAddr)
-		if err != nil {
-			return fmt.Errorf("--metrics-addr: %w", err)
-		}
+	if ml := n.metLn; ml != nil {
 		n.metAddr = ml.Addr()
 		n.hs = &http.Server{Handler: n.mux, ReadHeaderTimeout: 5 * time.Second}
 		n.wg.Add(1)
@@ -335,6 +334,34 @@ func (n *Node) serve() error {
 			}
 		}()
 		n.log.Info("serving metrics", "addr", ml.Addr().String())
+	}
+	return nil
+}
+
+// listenTCP binds the TCP API's and the metrics' addresses; serve uses
+// the listeners, and release closes them if Open fails first.
+func (n *Node) listenTCP() error {
+	bind := func(addr, flag string) (net.Listener, error) {
+		ln, err := net.Listen("tcp", addr)
+		if err != nil {
+			if errors.Is(err, syscall.EADDRINUSE) {
+				return nil, fmt.Errorf("%s %s: the address is in use (another stated, or another program?): pick a free port, or \"\" to turn it off: %w", flag, addr, err)
+			}
+			return nil, fmt.Errorf("%s %s: %w", flag, addr, err)
+		}
+		n.closers = append(n.closers, func() { _ = ln.Close() })
+		return ln, nil
+	}
+	var err error
+	if n.opts.Listen != "" {
+		if n.tcpLn, err = bind(n.opts.Listen, "--listen"); err != nil {
+			return err
+		}
+	}
+	if n.opts.MetricsAddr != "" {
+		if n.metLn, err = bind(n.opts.MetricsAddr, "--metrics-addr"); err != nil {
+			return err
+		}
 	}
 	return nil
 }

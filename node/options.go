@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/url"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"time"
 
@@ -241,6 +242,16 @@ type Options struct {
 	ChangelogMaxInFlight int64
 }
 
+// MaxSocketPath is the longest Unix socket path that binds: sockaddr_un's
+// sun_path holds 108 bytes on Linux (104 on the BSDs and macOS), the
+// terminating NUL included.
+var MaxSocketPath = func() int {
+	if runtime.GOOS == "linux" {
+		return 107
+	}
+	return 103
+}()
+
 // DefaultCheckpointStore is the default of CheckpointStore for a node
 // with data dir dataDir: file://<absolute dataDir>/checkpoints.
 func DefaultCheckpointStore(dataDir string) string {
@@ -315,6 +326,18 @@ func (o *Options) Validate() error {
 	bad := func(field, format string, args ...any) { errs = append(errs, optionError(field, format, args...)) }
 	if o.DataDir == "" {
 		bad("DataDir", "%s is empty", ref("DataDir"))
+	}
+	if !o.NoSocket && o.Listener == nil {
+		// The kernel refuses a longer path with a bare EINVAL at bind
+		// time, after the data dir was created: say so here instead.
+		sock := o.Socket
+		if sock == "" {
+			sock = filepath.Join(o.DataDir, SocketName)
+		}
+		if len(sock) > MaxSocketPath {
+			bad("Socket", "%s %s is %d bytes, over the kernel's limit of %d bytes for a Unix socket path (sun_path, with its NUL): give a shorter %s, or a shorter %s",
+				ref("Socket"), sock, len(sock), MaxSocketPath, ref("Socket"), ref("DataDir"))
+		}
 	}
 	if o.Store != nil && o.CheckpointStore != "" {
 		bad("Store", "both %s and %s %q are set", ref("Store"), ref("CheckpointStore"), o.CheckpointStore)
