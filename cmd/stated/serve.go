@@ -200,7 +200,8 @@ func parseSize(s string) (int64, error) {
 func newLogger(level, format string) (*slog.Logger, error) {
 	var l slog.Level
 	if err := l.UnmarshalText([]byte(level)); err != nil {
-		return nil, fmt.Errorf("--log-level %q: %w", level, err)
+		// slog's own error names no valid level.
+		return nil, fmt.Errorf("--log-level %q is not one of debug, info, warn, error", level)
 	}
 	opts := &slog.HandlerOptions{Level: l}
 	switch format {
