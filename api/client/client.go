@@ -187,6 +187,8 @@ func Dial(addr string, opts Options) (*Client, error) {
 	if opts.Token != "" {
 		dopts = append(dopts, grpc.WithPerRPCCredentials(tokenCreds(opts.Token)))
 	}
+	unary, stream := noDaemonHint(addr, target)
+	dopts = append(dopts, grpc.WithChainUnaryInterceptor(unary), grpc.WithChainStreamInterceptor(stream))
 	cc, err := grpc.NewClient(target, append(dopts, opts.DialOptions...)...)
 	if err != nil {
 		return nil, fmt.Errorf("client: dial %s: %w", addr, err)
