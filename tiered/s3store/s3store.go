@@ -204,6 +204,9 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 		rctx, cancel := context.WithTimeout(ctx, opts.RequestTimeout)
 		defer cancel()
 		if _, err := client.HeadBucket(rctx, &s3.HeadBucketInput{Bucket: aws.String(opts.Bucket)}); err != nil {
+			if h := s.hint(err, true); h != "" {
+				return nil, fmt.Errorf("s3store: bucket %q at %s: %s: %w", opts.Bucket, s.where(), h, err)
+			}
 			return nil, fmt.Errorf("s3store: bucket %q at %s: %w", opts.Bucket, s.where(), err)
 		}
 	}
@@ -249,6 +252,9 @@ func (s *driver) Classify(err error) error {
 func (s *driver) wrap(op string, err error) error {
 	if err == nil {
 		return nil
+	}
+	if h := s.hint(err, false); h != "" {
+		return fmt.Errorf("%s (bucket %s): %s: %w", op, s.opts.Bucket, h, err)
 	}
 	return fmt.Errorf("%s (bucket %s): %w", op, s.opts.Bucket, err)
 }
