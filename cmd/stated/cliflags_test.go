@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/aws/smithy-go/logging"
 	"github.com/spf13/cobra"
 )
 
@@ -123,5 +124,22 @@ func TestCLICommandsReadTheDaemonsStore(t *testing.T) {
 	_, _, err = run(newCheckpointsCmd(), "--data-dir", t.TempDir())
 	if err == nil || !strings.Contains(err.Error(), "--data-dir") {
 		t.Fatalf("checkpoints of an empty data dir: %v", err)
+	}
+}
+
+// TestCLISDKWarningsAreStructured: the AWS SDK's warnings reach the CLI's
+// stderr as slog lines with component=aws.
+func TestCLISDKWarningsAreStructured(t *testing.T) {
+	var buf bytes.Buffer
+	o := cliS3Options(s3Flags{}, &buf)
+	if o.S3.Logger == nil {
+		t.Fatal("no SDK logger")
+	}
+	o.S3.Logger.Logf(logging.Warn, "Response has no supported checksum. Not validating response payload.")
+	o.S3.Logger.Logf(logging.Debug, "retrying")
+	got := buf.String()
+	if !strings.Contains(got, "level=WARN") || !strings.Contains(got, "component=aws") ||
+		!strings.Contains(got, "no supported checksum") || strings.Contains(got, "retrying") {
+		t.Fatalf("stderr:\n%s", got)
 	}
 }

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
+	"os"
 	"strconv"
 	"strings"
 
@@ -220,7 +222,16 @@ func openCLIURL(ctx context.Context, url string, s3 s3Flags, writable bool) (tie
 		}
 		return s, nil
 	}
-	return storeurl.Open(ctx, url, s3.options())
+	return storeurl.Open(ctx, url, cliS3Options(s3, os.Stderr))
+}
+
+// cliS3Options are the storeurl options of a CLI command: the S3 flags,
+// with the SDK's own warnings written to w as structured log lines
+// (component=aws) rather than in the SDK's format.
+func cliS3Options(s3 s3Flags, w io.Writer) storeurl.Options {
+	o := s3.options()
+	o.S3.Logger = node.SDKLogger(slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelWarn})))
+	return o
 }
 
 // cacheFlags are the tiered-cache options of "stated serve".
