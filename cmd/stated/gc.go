@@ -31,7 +31,7 @@ must exceed the daemon's --checkpoint-timeout (it does by default).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			store.announce(cmd.ErrOrStderr())
-			return runGC(cmd.Context(), cmd.OutOrStdout(), store, grace, dryRun)
+			return runGC(cmd.Context(), cmd.OutOrStdout(), store, grace, dryRun, stderrProgress())
 		},
 	}
 	storeFlags(cmd, &store)
@@ -42,7 +42,7 @@ must exceed the daemon's --checkpoint-timeout (it does by default).`,
 
 func init() { rootCmd.AddCommand(newGCCmd()) }
 
-func runGC(ctx context.Context, out io.Writer, store cliStore, grace time.Duration, dryRun bool) error {
+func runGC(ctx context.Context, out io.Writer, store cliStore, grace time.Duration, dryRun bool, prog progressOpts) error {
 	if ctx == nil {
 		ctx = context.Background()
 	}
@@ -64,12 +64,31 @@ func runGC(ctx context.Context, out io.Writer, store cliStore, grace time.Durati
 	// This process knows no in-flight checkpoint, and no running daemon's
 	// live changelog: the grace period alone protects a running daemon's
 	// uploads and the segments its log still needs.
-	c, err := catalog.Open(ctx, catalog.Options{Store: s, LogStore: logStore, GCGrace: grace})
+	// Count what is listed, read and deleted, to show how far it got.
+	cs := &countingStore{Store: s}
+	var cl *countingStore
+	if logStore != nil {
+		cl = &countingStore{Store: logStore}
+	}
+	stop := prog.start("gc", 0, func() (int64, string) {
+		listed, read, deleted := cs.listed.Load(), cs.read.Load(), cs.deleted.Load()
+		if cl != nil {
+			listed, read, deleted = listed+cl.listed.Load(), read+cl.read.Load(), deleted+cl.deleted.Load()
+		}
+		return read, fmt.Sprintf("listed %d objects, read %s of manifests, deleted %d objects", listed, bytesize.Format(read), deleted)
+	})
+	defer stop()
+	co := catalog.Options{Store: cs, GCGrace: grace}
+	if cl != nil {
+		co.LogStore = cl
+	}
+	c, err := catalog.Open(ctx, co)
 	if err != nil {
 		return err
 	}
 	defer c.Close()
 	rep, gcErr := c.GC(ctx, dryRun)
+	stop()
 	if rep == nil {
 		return gcErr
 	}

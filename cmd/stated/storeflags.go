@@ -210,7 +210,19 @@ func openCLILogStore(ctx context.Context, st cliStore, writable bool) (tiered.St
 	return s, nil
 }
 
+// cliStoreWrap, when set, wraps every store a CLI command opens (tests
+// slow it down).
+var cliStoreWrap func(tiered.Store) tiered.Store
+
 func openCLIURL(ctx context.Context, url string, s3 s3Flags, writable bool) (tiered.Store, error) {
+	s, err := openCLIURLUnwrapped(ctx, url, s3, writable)
+	if err != nil || cliStoreWrap == nil {
+		return s, err
+	}
+	return cliStoreWrap(s), nil
+}
+
+func openCLIURLUnwrapped(ctx context.Context, url string, s3 s3Flags, writable bool) (tiered.Store, error) {
 	loc, err := storeurl.Parse(url)
 	if err != nil {
 		return nil, err

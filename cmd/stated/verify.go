@@ -42,7 +42,7 @@ relative to <root>) or a savepoint directory, wherever it was moved to.`,
 			} else {
 				fmt.Fprintf(cmd.ErrOrStderr(), "reading the local directory %s\n", args[0])
 			}
-			return runVerify(cmd.Context(), cmd.OutOrStdout(), args[0], store, inStore)
+			return runVerify(cmd.Context(), cmd.OutOrStdout(), args[0], store, inStore, stderrProgress())
 		},
 	}
 	storeFlags(cmd, &store)
@@ -51,13 +51,37 @@ relative to <root>) or a savepoint directory, wherever it was moved to.`,
 
 func init() { rootCmd.AddCommand(newVerifyCmd()) }
 
+// manifestBytes is the size of the files the manifest in dir lists, for
+// verify's progress; 0 when it cannot be read (Verify then says why).
+func manifestBytes(ctx context.Context, s tiered.Store, dir string) int64 {
+	name := catalog.ManifestName
+	if dir != "" {
+		name = strings.TrimSuffix(dir, "/") + "/" + name
+	}
+	data, err := tiered.ReadAll(ctx, s, name, 64<<20)
+	if err != nil {
+		return 0
+	}
+	m, err := catalog.DecodeManifest(data)
+	if err != nil {
+		return 0
+	}
+	var n int64
+	for _, h := range m.Tasks {
+		for _, f := range h.Files {
+			n += f.Size
+		}
+	}
+	return n
+}
+
 // isDir reports whether p is an existing directory.
 func isDir(p string) bool {
 	fi, err := os.Stat(p)
 	return err == nil && fi.IsDir()
 }
 
-func runVerify(ctx context.Context, out io.Writer, target string, store cliStore, inStore bool) error {
+func runVerify(ctx context.Context, out io.Writer, target string, store cliStore, inStore bool, prog progressOpts) error {
 	if ctx == nil {
 		ctx = context.Background()
 	}
@@ -92,7 +116,22 @@ func runVerify(ctx context.Context, out io.Writer, target string, store cliStore
 	} else {
 		defer logStore.Close()
 	}
-	rep, err := catalog.VerifyWithLog(ctx, s, logStore, dir, 0)
+	// Count what is read, against the files the manifest lists.
+	cs := &countingStore{Store: s}
+	cl := cs
+	if logStore != s {
+		cl = &countingStore{Store: logStore}
+	}
+	total := manifestBytes(ctx, s, dir)
+	stop := prog.start("verify "+dir, total, func() (int64, string) {
+		n := cs.read.Load()
+		if cl != cs {
+			n += cl.read.Load()
+		}
+		return n, readText(n, total)
+	})
+	rep, err := catalog.VerifyWithLog(ctx, cs, cl, dir, 0)
+	stop()
 	if err != nil {
 		return err
 	}

@@ -3,9 +3,11 @@ package main
 import (
 	"bytes"
 	"context"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -77,7 +79,7 @@ func TestVerifyFindsFlippedByteAndDeletedFile(t *testing.T) {
 	root, m := realCheckpoints(t, 2)
 	dir := filepath.Join(root, "j", "chk-2")
 	var out bytes.Buffer
-	if err := runVerify(context.Background(), &out, dir, cliStore{}, false); err != nil {
+	if err := runVerify(context.Background(), &out, dir, cliStore{}, false, progressOpts{}); err != nil {
 		t.Fatalf("clean checkpoint: %v\n%s", err, out.String())
 	}
 	if !strings.Contains(out.String(), "OK") {
@@ -101,7 +103,7 @@ func TestVerifyFindsFlippedByteAndDeletedFile(t *testing.T) {
 		t.Fatal(err)
 	}
 	out.Reset()
-	err = runVerify(context.Background(), &out, dir, cliStore{}, false)
+	err = runVerify(context.Background(), &out, dir, cliStore{}, false, progressOpts{})
 	if err == nil || !strings.Contains(out.String(), files[0]) || !strings.Contains(out.String(), "crc32c") {
 		t.Fatalf("flipped byte not found: %v\n%s", err, out.String())
 	}
@@ -110,7 +112,7 @@ func TestVerifyFindsFlippedByteAndDeletedFile(t *testing.T) {
 		t.Fatal(err)
 	}
 	out.Reset()
-	err = runVerify(context.Background(), &out, "j/chk-2", cliStore{url: root}, true)
+	err = runVerify(context.Background(), &out, "j/chk-2", cliStore{url: root}, true, progressOpts{})
 	if err == nil || !strings.Contains(out.String(), files[0]) || !strings.Contains(out.String(), "missing") {
 		t.Fatalf("deleted file not found: %v\n%s", err, out.String())
 	}
@@ -120,11 +122,11 @@ func TestVerifyFindsFlippedByteAndDeletedFile(t *testing.T) {
 		t.Fatal(err)
 	}
 	out.Reset()
-	if err := runVerify(context.Background(), &out, moved, cliStore{}, false); err != nil || !strings.Contains(out.String(), "savepoint sp1") {
+	if err := runVerify(context.Background(), &out, moved, cliStore{}, false, progressOpts{}); err != nil || !strings.Contains(out.String(), "savepoint sp1") {
 		t.Fatalf("moved savepoint: %v\n%s", err, out.String())
 	}
 	// A directory without a manifest is an error, not a pass.
-	if err := runVerify(context.Background(), &out, t.TempDir(), cliStore{}, false); err == nil {
+	if err := runVerify(context.Background(), &out, t.TempDir(), cliStore{}, false, progressOpts{}); err == nil {
 		t.Fatal("verify of an empty directory passed")
 	}
 }
@@ -202,7 +204,7 @@ func TestGCDryRunAndDelete(t *testing.T) {
 		t.Fatal(err)
 	}
 	var out bytes.Buffer
-	if err := runGC(context.Background(), &out, cliStore{url: root}, time.Hour, true); err != nil {
+	if err := runGC(context.Background(), &out, cliStore{url: root}, time.Hour, true, progressOpts{}); err != nil {
 		t.Fatal(err)
 	}
 	if !strings.Contains(out.String(), "would delete 1 unreferenced objects") || !strings.Contains(out.String(), "j/shared/lost-upload") ||
@@ -213,7 +215,7 @@ func TestGCDryRunAndDelete(t *testing.T) {
 		t.Fatal("dry run deleted the orphan")
 	}
 	out.Reset()
-	if err := runGC(context.Background(), &out, cliStore{url: root}, time.Hour, false); err != nil {
+	if err := runGC(context.Background(), &out, cliStore{url: root}, time.Hour, false, progressOpts{}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := os.Stat(orphan); !os.IsNotExist(err) {
@@ -236,4 +238,99 @@ func TestGCDryRunAndDelete(t *testing.T) {
 		t.Fatal(err)
 	}
 	var _ tiered.Store = s
+}
+
+// syncBuffer is a bytes.Buffer safe for the progress goroutine.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// slowStore makes every read and list take a while, so that a command
+// runs across several progress periods.
+type slowStore struct{ tiered.Store }
+
+func (s slowStore) GetRange(ctx context.Context, name string, off, n int64) (io.ReadCloser, error) {
+	time.Sleep(20 * time.Millisecond)
+	return s.Store.GetRange(ctx, name, off, n)
+}
+
+func (s slowStore) Get(ctx context.Context, name string) (io.ReadCloser, error) {
+	time.Sleep(20 * time.Millisecond)
+	return s.Store.Get(ctx, name)
+}
+
+func (s slowStore) List(ctx context.Context, prefix, after string, limit int) (tiered.ListPage, error) {
+	time.Sleep(20 * time.Millisecond)
+	return s.Store.List(ctx, prefix, after, limit)
+}
+
+// TestProgressPlainLines: off a terminal, verify and gc print periodic
+// plain lines that say how far they got, and the bytes verify reports
+// reach the manifest's total.
+func TestProgressPlainLines(t *testing.T) {
+	root, m := realCheckpoints(t, 2)
+	var total int64
+	for _, h := range m.Tasks {
+		for _, f := range h.Files {
+			total += f.Size
+		}
+	}
+	s, err := localfs.Open(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	var prog syncBuffer
+	p := progressOpts{w: &prog, every: 5 * time.Millisecond}
+	stop := p.start("verify j/chk-2", total, func() (int64, string) { return total / 2, readText(total/2, total) })
+	time.Sleep(30 * time.Millisecond)
+	stop()
+	stop() // idempotent
+	lines := strings.Split(strings.TrimSpace(prog.String()), "\n")
+	if len(lines) < 2 || !strings.HasPrefix(lines[0], "verify j/chk-2: read ") || !strings.HasSuffix(lines[0], "(50%)") {
+		t.Fatalf("progress lines:\n%s", prog.String())
+	}
+	after := prog.String()
+	time.Sleep(20 * time.Millisecond)
+	if prog.String() != after {
+		t.Fatal("progress printed after stop")
+	}
+
+	// The counting store sees every byte verify reads.
+	cs := &countingStore{Store: slowStore{s}}
+	if _, err := catalog.Verify(context.Background(), cs, "j/chk-2", 1); err != nil {
+		t.Fatal(err)
+	}
+	if got := cs.read.Load(); got < total {
+		t.Fatalf("counted %d bytes read, the manifest lists %d", got, total)
+	}
+	if got := manifestBytes(context.Background(), s, "j/chk-2"); got != total {
+		t.Fatalf("manifestBytes %d, want %d", got, total)
+	}
+
+	// gc through the command, on a slow store: lines while it lists and
+	// reads.
+	cliStoreWrap = func(s tiered.Store) tiered.Store { return slowStore{s} }
+	defer func() { cliStoreWrap = nil }()
+	prog = syncBuffer{}
+	var out bytes.Buffer
+	if err := runGC(context.Background(), &out, cliStore{url: root}, time.Hour, true, p); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(prog.String(), "gc: listed ") {
+		t.Fatalf("gc printed no progress line:\n%s", prog.String())
+	}
 }
