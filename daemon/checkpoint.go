@@ -362,6 +362,7 @@ func (d *Daemon) CompleteCheckpoint(ctx context.Context, job string, id uint64, 
 		}
 	}
 	d.mu.Unlock()
+	d.timing.record(key, snaps)
 	for _, ts := range snaps {
 		ts.inst.Backend.NotifyCheckpointComplete(id)
 	}

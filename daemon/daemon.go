@@ -215,6 +215,8 @@ type Daemon struct {
 	// keeper runs the changelog's chores (changelog.go); nil without
 	// Config.Changelog.
 	keeper *logKeeper
+	// timing keeps the sync and async durations of recent completions.
+	timing timings
 }
 
 // New starts a daemon. It clears the instances directory under DataDir.
