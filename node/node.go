@@ -31,6 +31,7 @@ import (
 	"github.com/statedhq/stated/daemon/openers"
 	"github.com/statedhq/stated/dstl"
 	"github.com/statedhq/stated/internal/buildinfo"
+	"github.com/statedhq/stated/node/webui"
 	"github.com/statedhq/stated/tiered"
 	"github.com/statedhq/stated/tiered/memstore"
 	"github.com/statedhq/stated/tiered/metered"
@@ -199,6 +200,9 @@ func Open(ctx context.Context, opts Options) (_ *Node, err error) {
 		}
 		_, _ = w.Write([]byte("ok\n"))
 	})
+	// The read-only checkpoint history page, next to /metrics.
+	n.mux.Handle("/ui/", webui.Handler(webui.Source{Catalog: n.cat, Daemon: n.d, Gatherer: n.reg, Token: opts.Token}))
+	n.mux.Handle("GET /{$}", http.RedirectHandler("/ui/", http.StatusFound))
 	if err := n.serve(); err != nil {
 		return nil, err
 	}
@@ -469,7 +473,8 @@ func (n *Node) HeapSnapshots() *memstore.Store { return n.set.HeapSnapshots }
 // Registry returns the Prometheus registry /metrics serves.
 func (n *Node) Registry() *prometheus.Registry { return n.reg }
 
-// Handler serves /metrics and /healthz, as on Options.MetricsAddr.
+// Handler serves /metrics, /healthz and the web page (/ui/), as on
+// Options.MetricsAddr.
 func (n *Node) Handler() http.Handler { return n.mux }
 
 // Socket returns the path of the Unix socket ("" with Listener or
