@@ -52,6 +52,8 @@ func msText(v float64) string {
 		return (time.Duration(v) * time.Millisecond).Round(time.Second).String()
 	case v >= 1000:
 		return strconv.FormatFloat(v/1000, 'f', 2, 64) + " s"
+	case v > 0 && v < 1:
+		return strconv.FormatFloat(v*1000, 'f', 0, 64) + " µs"
 	}
 	return strconv.FormatFloat(v, 'f', 1, 64) + " ms"
 }

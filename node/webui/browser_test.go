@@ -1,0 +1,193 @@
+package webui_test
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+)
+
+// chromium finds the browser: $STATED_CHROMIUM, else chromium (Debian's
+// package) or chromium-browser on PATH, else /usr/bin/chromium. Without
+// one the test fails when STATED_REQUIRE_BROWSER=1 (scripts/test.sh sets
+// it after installing chromium) and is skipped otherwise, saying how to
+// run it.
+func chromium(t *testing.T) string {
+	t.Helper()
+	if p := os.Getenv("STATED_CHROMIUM"); p != "" {
+		return p
+	}
+	for _, name := range []string{"chromium", "chromium-browser"} {
+		if p, err := exec.LookPath(name); err == nil {
+			return p
+		}
+	}
+	if _, err := os.Stat("/usr/bin/chromium"); err == nil {
+		return "/usr/bin/chromium"
+	}
+	const how = "no chromium found (install Debian's package: apt-get install -y chromium, or set STATED_CHROMIUM); scripts/test.sh installs it"
+	if os.Getenv("STATED_REQUIRE_BROWSER") == "1" {
+		t.Fatal("STATED_REQUIRE_BROWSER=1: " + how)
+	}
+	t.Skip(how)
+	return ""
+}
+
+// artifactDir is where the screenshot goes: $STATED_TEST_ARTIFACTS when
+// set (CI keeps it), else the test's temporary directory.
+func artifactDir(t *testing.T) string {
+	if d := os.Getenv("STATED_TEST_ARTIFACTS"); d != "" {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	return t.TempDir()
+}
+
+type row struct {
+	ID     string `json:"id"`
+	Status string `json:"status"`
+	Failed bool   `json:"failed"`
+	Reason string `json:"reason"`
+	Bg     string `json:"bg"`
+	Sync   string `json:"sync"`
+}
+
+type bar struct {
+	ID     string  `json:"id"`
+	Class  string  `json:"cls"`
+	Height float64 `json:"h"`
+	Fill   string  `json:"fill"`
+}
+
+// TestPageInChromium drives the page in headless Chromium: a daemon with
+// three completed checkpoints and a failed one; the page shows the four
+// rows newest first, the failed one set apart with its reason, and both
+// charts with a bar per checkpoint (the failed one red, the sizes
+// growing). It saves a screenshot.
+func TestPageInChromium(t *testing.T) {
+	exe := chromium(t)
+	_, base := history(t, "")
+
+	opts := []chromedp.ExecAllocatorOption{
+		chromedp.ExecPath(exe),
+		chromedp.Flag("headless", true),
+		chromedp.NoSandbox,
+		chromedp.DisableGPU,
+		chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true),
+		chromedp.NoFirstRun,
+		chromedp.NoDefaultBrowserCheck,
+		chromedp.Flag("disable-dev-shm-usage", true),
+		chromedp.UserDataDir(t.TempDir()),
+		chromedp.WindowSize(1400, 1800),
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	actx, acancel := chromedp.NewExecAllocator(ctx, opts...)
+	defer acancel()
+	bctx, bcancel := chromedp.NewContext(actx, chromedp.WithLogf(t.Logf))
+	defer bcancel()
+
+	if err := chromedp.Do(bctx, chromedp.Navigate(base+"/ui/"), chromedp.WaitVisible(`table.history`)); err != nil {
+		t.Fatalf("chromium: %v", err)
+	}
+	run := func(what string, f func() error) {
+		t.Helper()
+		if err := f(); err != nil {
+			t.Fatalf("chromium: %s: %v", what, err)
+		}
+	}
+	var (
+		title          string
+		rows           []row
+		duration, size []bar
+		shot           []byte
+		err            error
+	)
+	run("title", func() error { title, err = chromedp.Run(bctx, chromedp.Title()); return err })
+	run("rows", func() error {
+		rows, err = chromedp.Run(bctx, chromedp.Evaluate[[]row](`Array.from(document.querySelectorAll('tr.checkpoint')).map(r => ({
+			id: r.dataset.id, status: r.dataset.status, failed: r.classList.contains('failed'),
+			reason: r.querySelector('td.reason').innerText,
+			bg: getComputedStyle(r.querySelector('td')).backgroundColor,
+			sync: r.querySelectorAll('td')[4].innerText}))`))
+		return err
+	})
+	run("duration chart", func() error {
+		duration, err = chromedp.Run(bctx, chromedp.Evaluate[[]bar](barsJS("duration")))
+		return err
+	})
+	run("size chart", func() error { size, err = chromedp.Run(bctx, chromedp.Evaluate[[]bar](barsJS("size"))); return err })
+	run("screenshot", func() error { shot, err = chromedp.Run(bctx, chromedp.FullScreenshot(100)); return err })
+	path := filepath.Join(artifactDir(t), "webui.png")
+	if err := os.WriteFile(path, shot, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("screenshot: %s (%d bytes)", path, len(shot))
+	if len(shot) < 1000 {
+		t.Fatalf("screenshot of %d bytes", len(shot))
+	}
+
+	if !strings.Contains(title, "stated") {
+		t.Errorf("title %q", title)
+	}
+	if len(rows) != 4 {
+		t.Fatalf("rows: %+v", rows)
+	}
+	for i, r := range rows {
+		if want := []string{"4", "3", "2", "1"}[i]; r.ID != want {
+			t.Fatalf("row %d is checkpoint %s, want %s", i, r.ID, want)
+		}
+	}
+	failed, ok := rows[0], rows[1]
+	if !failed.Failed || failed.Status != "aborted" || !strings.Contains(failed.Reason, failReason) {
+		t.Errorf("failed row: %+v", failed)
+	}
+	if failed.Bg == ok.Bg {
+		t.Errorf("the failed row's background %s is the completed rows' (%s): it does not stand out", failed.Bg, ok.Bg)
+	}
+	if ok.Failed || ok.Reason != "" || ok.Sync == "-" || ok.Sync == "" {
+		t.Errorf("completed row: %+v", ok)
+	}
+
+	// One duration bar per checkpoint, the failed one red; sync parts on
+	// top of the completed ones.
+	byID := map[string]bar{}
+	for _, b := range duration {
+		if b.Class == "bar ok" || b.Class == "bar failed" {
+			byID[b.ID] = b
+		}
+	}
+	if len(byID) != 4 || byID["4"].Class != "bar failed" || byID["4"].Fill != "rgb(192, 38, 45)" || byID["3"].Fill == byID["4"].Fill {
+		t.Errorf("duration bars: %+v", duration)
+	}
+	for _, id := range []string{"1", "2", "3", "4"} {
+		if byID[id].Height <= 0 {
+			t.Errorf("duration bar of %s has height %v", id, byID[id].Height)
+		}
+	}
+	// Full sizes grow with the state: 1 < 2 < 3.
+	full := map[string]float64{}
+	for _, b := range size {
+		if b.Class == "bar full" {
+			full[b.ID] = b.Height
+		}
+	}
+	if len(full) != 3 || !(full["1"] < full["2"] && full["2"] < full["3"]) {
+		t.Errorf("size bars: %+v", size)
+	}
+}
+
+// barsJS lists the bars of a job's chart as the browser laid them out.
+func barsJS(chart string) string {
+	return `Array.from(document.querySelectorAll('svg[data-chart="` + chart + `"] rect')).map(r => ({
+		id: r.dataset.id, cls: r.getAttribute('class'), h: r.getBBox().height, fill: getComputedStyle(r).fill}))`
+}
