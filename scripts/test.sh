@@ -2,13 +2,16 @@
 # Runs everything the tests need, then the tests. Usage: scripts/test.sh [go test flags]
 #
 # 1. checks formatting, that go.mod is tidy, and go vet;
-# 2. starts a real S3-protocol server (versitygw, installed with `go install`
+# 2. installs Debian's chromium if it is missing (the web page's test drives
+#    it headless) and makes that test required (STATED_REQUIRE_BROWSER=1);
+# 3. starts a real S3-protocol server (versitygw, installed with `go install`
 #    the first time) on 127.0.0.1 for the S3 acceptance suite, unless
 #    STATED_TEST_S3_ENDPOINT already points at one;
-# 3. runs `go test ./...` (plain `go test ./...` also passes without step 2:
-#    the S3 tests then use an in-process server), then the packages where
+# 4. runs `go test ./...` (plain `go test ./...` also passes without steps 2
+#    and 3: the S3 tests then use an in-process server, and the browser test
+#    is skipped with a message), then the packages where
 #    goroutines meet once more with -race;
-# 4. runs every restore-path fuzz target of fuzz/ briefly (FUZZTIME each,
+# 5. runs every restore-path fuzz target of fuzz/ briefly (FUZZTIME each,
 #    default 10s; scripts/fuzz.sh runs one for longer).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -28,6 +31,22 @@ fi
 
 echo "== go vet"
 go vet ./...
+
+# The web page's browser test needs Chromium; plain `go test ./...` skips it
+# without one, but here it must run.
+if ! command -v chromium >/dev/null 2>&1 && ! command -v chromium-browser >/dev/null 2>&1 && [ -z "${STATED_CHROMIUM:-}" ]; then
+  echo "== installing chromium (apt-get)"
+  sudo=""
+  if [ "$(id -u)" != 0 ] && command -v sudo >/dev/null 2>&1; then sudo="sudo"; fi
+  if command -v apt-get >/dev/null 2>&1; then
+    $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null ||
+      { $sudo apt-get update -qq >/dev/null && $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; } ||
+      echo "could not install chromium: the browser test will fail"
+  else
+    echo "no apt-get: install chromium (or set STATED_CHROMIUM); the browser test will fail"
+  fi
+fi
+export STATED_REQUIRE_BROWSER=1
 
 s3dir=""
 cleanup() {
