@@ -57,6 +57,7 @@ type row struct {
 	Reason string `json:"reason"`
 	Bg     string `json:"bg"`
 	Sync   string `json:"sync"`
+	Badges string `json:"badges"`
 }
 
 type bar struct {
@@ -70,7 +71,8 @@ type bar struct {
 // three completed checkpoints and a failed one; the page shows the four
 // rows newest first, the failed one set apart with its reason, and both
 // charts with a bar per checkpoint (the failed one red, the sizes
-// growing). It saves a screenshot.
+// growing), and checkpoint 2 pinned and marked as the one the open
+// instance was restored from. It saves a screenshot.
 func TestPageInChromium(t *testing.T) {
 	exe := chromium(t)
 	_, base := history(t, "")
@@ -118,7 +120,8 @@ func TestPageInChromium(t *testing.T) {
 			id: r.dataset.id, status: r.dataset.status, failed: r.classList.contains('failed'),
 			reason: r.querySelector('td.reason').innerText,
 			bg: getComputedStyle(r.querySelector('td')).backgroundColor,
-			sync: r.querySelectorAll('td')[4].innerText}))`))
+			sync: r.querySelectorAll('td')[4].innerText,
+			badges: Array.from(r.querySelectorAll('.badge')).map(b => b.innerText).join(',')}))`))
 		return err
 	})
 	run("duration chart", func() error {
@@ -156,6 +159,10 @@ func TestPageInChromium(t *testing.T) {
 	}
 	if ok.Failed || ok.Reason != "" || ok.Sync == "-" || ok.Sync == "" {
 		t.Errorf("completed row: %+v", ok)
+	}
+	// The open instance was restored from 2, no-claim: pinned.
+	if rows[2].Badges != "retained,pinned,restored from" || rows[1].Badges != "retained" {
+		t.Errorf("badges: 3 %q, 2 %q", rows[1].Badges, rows[2].Badges)
 	}
 
 	// One duration bar per checkpoint, the failed one red; sync parts on

@@ -22,8 +22,9 @@ import (
 const failReason = "upload quota of the test exceeded"
 
 // history starts a daemon (with token, when not empty), completes
-// checkpoints 1-3 of job "orders" with growing state, fails checkpoint 4
-// and takes a native savepoint with id 5. It returns the page's base URL.
+// checkpoints 1-3 of job "orders" with growing state, fails checkpoint 4,
+// takes a native savepoint with id 5 and reopens the task from checkpoint
+// 2 (no-claim). It returns the page's base URL.
 func history(t *testing.T, token string) (*node.Node, string) {
 	t.Helper()
 	ctx := context.Background()
@@ -49,13 +50,12 @@ func history(t *testing.T, token string) (*node.Node, string) {
 	}
 	t.Cleanup(func() { c.Close() })
 	task := backend.TaskID{Job: "orders", Operator: "sum", Subtask: 0}
-	in, err := c.Open(ctx, client.OpenSpec{Task: task, KeyGroups: backend.KeyGroupRange{Start: 0, End: 127},
-		Backend: backend.KindFile, States: []backend.StateDescriptor{{Name: "v", Kind: backend.KindValue}}})
+	spec := client.OpenSpec{Task: task, KeyGroups: backend.KeyGroupRange{Start: 0, End: 127},
+		Backend: backend.KindFile, States: []backend.StateDescriptor{{Name: "v", Kind: backend.KindValue}}}
+	in, err := c.Open(ctx, spec)
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Left open: the page lists it.
-	t.Cleanup(func() { in.Close(ctx) })
 	for id := uint64(1); id <= 4; id++ {
 		for i := range 200 * int(id) {
 			in.Put("v", []byte(fmt.Sprintf("k%d-%d", id, i)), nil, []byte(strings.Repeat("x", 100)))
@@ -76,6 +76,17 @@ func history(t *testing.T, token string) (*node.Node, string) {
 	if _, err := c.TriggerSavepoint(ctx, "orders", true, 5); err != nil {
 		t.Fatal(err)
 	}
+	// The task restarts from checkpoint 2, no-claim: 2 is pinned, and the
+	// open instance was restored from it.
+	if err := in.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	spec.Restore = &client.Restore{CheckpointID: 2}
+	if in, err = c.Open(ctx, spec); err != nil {
+		t.Fatal(err)
+	}
+	// Left open: the page lists it.
+	t.Cleanup(func() { in.Close(ctx) })
 	return n, "http://" + n.MetricsAddr().String()
 }
 
@@ -134,8 +145,11 @@ func TestStateAndPage(t *testing.T) {
 		t.Fatalf("full size did not grow: 3 %d, 1 %d", j.Checkpoints[1].FullSize, j.Checkpoints[3].FullSize)
 	}
 	if len(st.Instances) != 1 || st.Instances[0].Backend != "file" || st.Instances[0].KeyGroups != "0–127" ||
-		st.Instances[0].LastCheckpoint != 3 || st.Instances[0].FullSize != j.Checkpoints[1].FullSize {
+		st.Instances[0].LastCheckpoint != 3 || st.Instances[0].FullSize != j.Checkpoints[1].FullSize || st.Instances[0].RestoredFrom != 2 {
 		t.Fatalf("instances: %+v", st.Instances)
+	}
+	if j.RestoredFrom != 2 || !j.Checkpoints[2].RestoredFrom || !j.Checkpoints[2].Pinned || j.Checkpoints[1].RestoredFrom || j.Checkpoints[1].Pinned {
+		t.Fatalf("restored-from and pinned: job %d, checkpoints %+v", j.RestoredFrom, j.Checkpoints)
 	}
 	if len(st.Savepoints) != 1 || st.Savepoints[0].Checkpoint != 5 {
 		t.Fatalf("savepoints: %+v", st.Savepoints)
@@ -153,7 +167,8 @@ func TestStateAndPage(t *testing.T) {
 		t.Fatalf("/ui/ %d", code)
 	}
 	for _, want := range []string{`data-id="4" data-status="aborted"`, `class="checkpoint failed"`, failReason,
-		`data-chart="duration"`, `data-chart="size"`, `class="bar failed"`, `data-task="orders/sum/0"`} {
+		`data-chart="duration"`, `data-chart="size"`, `class="bar failed"`, `data-task="orders/sum/0"`,
+		`<span class="badge pinned">pinned</span><span class="badge restored">restored from</span>`, "restored from checkpoint 2"} {
 		if !strings.Contains(page, want) {
 			t.Errorf("page lacks %s", want)
 		}
