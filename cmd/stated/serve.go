@@ -228,6 +228,7 @@ func runServe(ctx context.Context, f serveFlags, gcFlagSet bool) error {
 	if err != nil {
 		return err
 	}
+	followGoRun(log)
 	n, err := node.Open(ctx, opts)
 	if err != nil {
 		return err
