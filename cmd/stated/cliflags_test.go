@@ -2,6 +2,10 @@ package main
 
 import (
 	"bytes"
+	"errors"
+	"io"
+	"io/fs"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -141,5 +145,41 @@ func TestCLISDKWarningsAreStructured(t *testing.T) {
 	if !strings.Contains(got, "level=WARN") || !strings.Contains(got, "component=aws") ||
 		!strings.Contains(got, "no supported checksum") || strings.Contains(got, "retrying") {
 		t.Fatalf("stderr:\n%s", got)
+	}
+}
+
+// TestServeRefusesBeforeCreatingTheDataDir: "stated serve" with a socket
+// path over the kernel's limit, or a metrics port in use, fails naming
+// the flags, and leaves no data dir behind.
+func TestServeRefusesBeforeCreatingTheDataDir(t *testing.T) {
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	base := t.TempDir()
+	cases := []struct {
+		args []string
+		want []string
+	}{
+		{[]string{"--data-dir", filepath.Join(base, strings.Repeat("d", 120))}, []string{"--socket", "--data-dir", "limit"}},
+		{[]string{"--data-dir", filepath.Join(base, "m"), "--metrics-addr", taken.Addr().String()}, []string{"--metrics-addr", "in use"}},
+	}
+	for _, c := range cases {
+		cmd := newServeCmd()
+		cmd.SetArgs(append(c.args, "--log-level", "warn"))
+		cmd.SetOut(io.Discard)
+		err := cmd.Execute()
+		if err == nil {
+			t.Fatalf("%v: served", c.args)
+		}
+		for _, w := range c.want {
+			if !strings.Contains(err.Error(), w) {
+				t.Errorf("%v: %v does not say %s", c.args, err, w)
+			}
+		}
+		if _, serr := os.Stat(c.args[1]); !errors.Is(serr, fs.ErrNotExist) {
+			t.Errorf("%v: the data dir exists (%v)", c.args, serr)
+		}
 	}
 }
