@@ -228,16 +228,40 @@ func runServe(ctx context.Context, f serveFlags, gcFlagSet bool) error {
 	if err != nil {
 		return err
 	}
-	followGoRun(log)
-	n, err := node.Open(ctx, opts)
-	if err != nil {
-		return err
-	}
+	// Signals are caught from before Open: one that arrives while the node
+	// opens (followGoRun's too) cancels the opening, which releases what it
+	// built, rather than killing the process between the socket's bind and
+	// the handler, which left the socket file behind.
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
 	defer signal.Stop(sig)
+	followGoRun(log)
+	openCtx, cancelOpen := context.WithCancel(ctx)
+	defer cancelOpen()
+	opened := make(chan struct{})
+	caught := make(chan os.Signal, 1)
+	go func() {
+		select {
+		case s := <-sig:
+			caught <- s
+			cancelOpen()
+		case <-opened:
+		}
+	}()
+	n, err := node.Open(openCtx, opts)
+	close(opened)
+	if err != nil {
+		select {
+		case s := <-caught:
+			return fmt.Errorf("stopped by %s while starting: %w", s, err)
+		default:
+		}
+		return err
+	}
 	var runErr error
 	select {
+	case s := <-caught:
+		log.Info("shutting down", "signal", s.String())
 	case s := <-sig:
 		log.Info("shutting down", "signal", s.String())
 	case err := <-n.Err():
