@@ -7,4 +7,9 @@
 // it, also after a crash. PutIfAbsent publishes with link(2), which fails if
 // the name exists, so exactly one of concurrent callers wins. Open removes
 // temporary files a crash left behind; one Store owns a directory at a time.
+//
+// Every file and directory operation, fsyncs included, goes through
+// Options.FS (the operating system's by default), so that tests can run
+// the store on a file system that loses unsynced writes in a simulated
+// power loss (vfs.NewCrashableMem).
 package localfs
