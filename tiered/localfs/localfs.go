@@ -103,7 +103,7 @@ func OpenWith(dir string, o Options) (*Store, error) {
 		return newStore(d), nil
 	}
 	tmp := filepath.Join(abs, tmpDir)
-	if err := d.fs.MkdirAll(tmp, 0o755); err != nil {
+	if err := d.mkdirAll(tmp); err != nil {
 		return nil, fmt.Errorf("localfs: %w", err)
 	}
 	names, err := d.fs.List(tmp)
@@ -183,6 +183,35 @@ func (d *driver) syncDir(dir string) error {
 	return f.Sync()
 }
 
+// mkdirAll creates dir and its missing parents, syncing the parent of each
+// directory it creates: a file renamed into a new directory, and the
+// directory synced, is still lost in a power loss if the directory's own
+// entry in its parent never reached the disk.
+func (d *driver) mkdirAll(dir string) error {
+	if fi, err := d.fs.Stat(dir); err == nil {
+		if !fi.IsDir() {
+			return fmt.Errorf("%s is not a directory", dir)
+		}
+		return nil
+	}
+	parent := filepath.Dir(dir)
+	if parent != dir {
+		if err := d.mkdirAll(parent); err != nil {
+			return err
+		}
+	}
+	if err := d.fs.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	if parent == dir {
+		return nil
+	}
+	if err := d.syncDir(parent); err != nil {
+		return fmt.Errorf("sync directory: %w", err)
+	}
+	return nil
+}
+
 // Put implements tiered.Driver: a temporary file, synced, then renamed
 // (or, if absent, linked) into place, and the directory synced.
 func (d *driver) Put(ctx context.Context, name string, r io.Reader, size int64, ifAbsent bool) error {
@@ -200,7 +229,7 @@ func (d *driver) Put(ctx context.Context, name string, r io.Reader, size int64, 
 			return tiered.ErrExists
 		}
 	}
-	if err := d.fs.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+	if err := d.mkdirAll(filepath.Dir(p)); err != nil {
 		return err
 	}
 	tmp, err := d.writeTemp(r)
@@ -355,7 +384,11 @@ func (d *driver) walk(ctx context.Context, rel, prefix, startAfter string, out *
 }
 
 // Delete implements tiered.Driver. Empty parent directories are removed
-// (best effort) so deleted checkpoints leave no directory litter.
+// (best effort) so deleted checkpoints leave no directory litter. The
+// directories are synced before Delete returns: a delete the caller was
+// told is done must not come back after a power loss (the catalog deletes
+// a manifest before the files only it referenced; a manifest that came
+// back would name files that are gone).
 func (d *driver) Delete(ctx context.Context, names []string) error {
 	if d.readOnly {
 		return errReadOnly
@@ -366,6 +399,22 @@ func (d *driver) Delete(ctx context.Context, names []string) error {
 	for _, n := range names {
 		if err := d.delete(ctx, n, dirty); err != nil {
 			failed = append(failed, n)
+			if first == nil {
+				first = err
+			}
+		}
+	}
+	dirs := make([]string, 0, len(dirty))
+	for dir := range dirty {
+		dirs = append(dirs, dir)
+	}
+	// Deepest first, so a directory is synced after its children were.
+	sort.Slice(dirs, func(i, j int) bool { return len(dirs[i]) > len(dirs[j]) })
+	for _, dir := range dirs {
+		if err := d.syncDir(dir); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			// A directory removed since by a concurrent delete was
+			// synced out of its parent by that delete.
+			failed = append(failed, "sync "+dir)
 			if first == nil {
 				first = err
 			}
