@@ -73,7 +73,8 @@ type op struct {
 	stamp int64
 }
 
-// writes are the writes between checkpoint ckpt-1 and ckpt (1 or 2).
+// writes are the writes between checkpoint ckpt-1 and ckpt (the fixtures
+// and pinned files use 1 and 2; the power-loss suite goes on).
 func writes(ckpt int) []op {
 	var out []op
 	for i := range numKeys {
@@ -100,6 +101,21 @@ func writes(ckpt int) []op {
 				out = append(out, op{kind: "append", k: k, a: fmt.Sprintf("e%d.2", i)}, op{kind: "mput", k: k, a: "z", b: "z"})
 			case 3:
 				out = append(out, op{kind: "add", k: k, n: 1000}, op{kind: "timer", k: k, stamp: int64(200 + i)})
+			}
+		default:
+			// Later checkpoints (the power-loss suite's cycles) change a
+			// third of the keys each, every state kind in turn.
+			switch (i + ckpt) % 3 {
+			case 0:
+				out = append(out, op{kind: "put", k: k, a: fmt.Sprintf("value-%d-%d", i, ckpt)},
+					op{kind: "timer", k: k, stamp: int64(100*ckpt + i)})
+			case 1:
+				// The key's timer of the checkpoint before goes.
+				out = append(out, op{kind: "append", k: k, a: fmt.Sprintf("e%d.%d", i, ckpt)},
+					op{kind: "mput", k: k, a: "x", b: fmt.Sprintf("x%d.%d", i, ckpt)},
+					op{kind: "untimer", k: k, stamp: int64(100*(ckpt-1) + i)})
+			case 2:
+				out = append(out, op{kind: "add", k: k, n: int64(ckpt)}, op{kind: "mdel", k: k, a: "y"})
 			}
 		}
 	}
