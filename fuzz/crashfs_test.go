@@ -89,16 +89,20 @@ func (w *crashWorld) summary() string {
 	return strings.TrimSuffix(b.String(), "; ")
 }
 
-// cloneCfg is the mix of crash clones the suite takes: at even points
-// exactly the synced data survives; at odd ones each unsynced block and
-// directory entry survives with probability 1/2 (torn writes, entries
-// that reached the disk in another order than they were made), drawn
-// from an RNG seeded by the point, so a failure reproduces.
+// cloneCfg is the mix of crash clones the suite takes, by point: at even
+// points exactly the synced data survives; at the others each unsynced
+// 4 KiB block and directory entry survives with probability 1/2 or 9/10
+// (torn writes, entries that reached the disk in another order than they
+// were made), drawn from an RNG seeded by the point, so that a failure
+// reproduces.
 func cloneCfg(i int64, seed uint64) vfs.CrashCloneCfg {
-	if i%2 == 0 {
-		return vfs.CrashCloneCfg{}
+	switch i % 4 {
+	case 1:
+		return vfs.CrashCloneCfg{UnsyncedDataPercent: 50, RNG: rand.New(rand.NewPCG(seed, uint64(i)))}
+	case 3:
+		return vfs.CrashCloneCfg{UnsyncedDataPercent: 90, RNG: rand.New(rand.NewPCG(seed, uint64(i)))}
 	}
-	return vfs.CrashCloneCfg{UnsyncedDataPercent: 50, RNG: rand.New(rand.NewPCG(seed, uint64(i)))}
+	return vfs.CrashCloneCfg{}
 }
 
 // crashFS is a vfs.FS over a crashable MemFS whose mutating operations

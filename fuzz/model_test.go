@@ -2,10 +2,13 @@ package fuzz
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"math"
 	"slices"
 	"sort"
+	"strings"
 
 	"github.com/statedhq/stated/backend"
 	"github.com/statedhq/stated/daemon"
@@ -107,7 +110,9 @@ func writes(ckpt int) []op {
 			// third of the keys each, every state kind in turn.
 			switch (i + ckpt) % 3 {
 			case 0:
-				out = append(out, op{kind: "put", k: k, a: fmt.Sprintf("value-%d-%d", i, ckpt)},
+				// Values of a few KiB make files of several 4 KiB blocks,
+				// which a power loss can tear in the middle.
+				out = append(out, op{kind: "put", k: k, a: bigValue(i, ckpt)},
 					op{kind: "timer", k: k, stamp: int64(100*ckpt + i)})
 			case 1:
 				// The key's timer of the checkpoint before goes.
@@ -120,6 +125,18 @@ func writes(ckpt int) []op {
 		}
 	}
 	return out
+}
+
+// bigValue is a value of 6 KiB that no block compression shrinks much
+// (hex of a hash chain), so that files span several 4 KiB blocks.
+func bigValue(i, ckpt int) string {
+	var b strings.Builder
+	sum := sha256.Sum256([]byte(fmt.Sprintf("value-%d-%d", i, ckpt)))
+	for b.Len() < 6<<10 {
+		b.WriteString(hex.EncodeToString(sum[:]))
+		sum = sha256.Sum256(sum[:])
+	}
+	return b.String()
 }
 
 // modelAt is the state at checkpoint ckpt (0: empty).

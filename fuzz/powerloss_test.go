@@ -27,7 +27,7 @@ import (
 )
 
 var plPoints = flag.Int("powerloss.points", 0,
-	"crash points per scenario of TestPowerLoss (0: 250, 40 with -short; more than the script's operations: every one)")
+	"crash points per scenario of TestPowerLoss (0: 150, 40 with -short; more than the script's operations: every one)")
 
 // Where the simulated host keeps its files. The daemon's data directory
 // (the lsm working directories) is a real temporary directory's path:
@@ -121,6 +121,13 @@ func plOpen(ctx context.Context, sc plScenario, local, remote vfs.FS, dataDir st
 	closers = append(closers, func() { _ = e.cat.Close() })
 	bc := pebble.NewCache(8 << 20)
 	closers = append(closers, bc.Unref)
+	var dl *lsm.DownloadCache
+	if sc.cache {
+		if dl, err = lsm.OpenDownloadCache(local, dataDir+"/lsm-download-cache", 1<<20); err != nil {
+			return nil, err
+		}
+		closers = append(closers, func() { _ = dl.Close() })
+	}
 	ops := map[backend.Kind]daemon.Opener{
 		backend.KindHeap: func(_ context.Context, o backend.Options, _ daemon.OpenEnv) (backend.Backend, error) {
 			return heap.Open(o, heap.Options{Snapshots: e.heap})
@@ -131,7 +138,7 @@ func plOpen(ctx context.Context, sc plScenario, local, remote vfs.FS, dataDir st
 			return file.Open(o, file.Options{TempDir: env.Dir})
 		},
 		backend.KindLSM: func(_ context.Context, o backend.Options, env daemon.OpenEnv) (backend.Backend, error) {
-			return lsm.Open(o, lsm.Options{Dir: env.Dir, FS: local, Cache: bc, HeapSnapshots: e.heap})
+			return lsm.Open(o, lsm.Options{Dir: env.Dir, FS: local, Cache: bc, HeapSnapshots: e.heap, DownloadCache: dl})
 		},
 	}
 	dc := daemon.Config{DataDir: dataDir, Store: e.store, Catalog: e.cat, HeapSnapshots: e.heap, Openers: ops,
@@ -170,17 +177,18 @@ func (m *plModel) set(acked, inflight int) {
 
 // plCrash is one simulated power loss.
 type plCrash struct {
-	i                int64  // before the i-th mutating operation
-	op, path         string // that operation
-	acked, inflight  int
-	local, remote    *vfs.MemFS
-	unsyncedSurvives bool
+	i               int64  // before the i-th mutating operation
+	op, path        string // that operation
+	acked, inflight int
+	local, remote   *vfs.MemFS
+	// unsynced is the percentage of unsynced blocks and entries kept.
+	unsynced int
 }
 
 func (c plCrash) String() string {
 	mode := "synced data only"
-	if c.unsyncedSurvives {
-		mode = "half the unsynced data"
+	if c.unsynced > 0 {
+		mode = fmt.Sprintf("%d%% of the unsynced data", c.unsynced)
 	}
 	return fmt.Sprintf("crash before op %d (%s %s; %s; acked %d, completing %d)", c.i, c.op, c.path, mode, c.acked, c.inflight)
 }
@@ -454,7 +462,7 @@ func TestPowerLoss(t *testing.T) {
 	defer silence()()
 	points := *plPoints
 	if points == 0 {
-		points = 250
+		points = 150
 		if testing.Short() {
 			points = 40
 		}
@@ -514,14 +522,14 @@ func plRun(t *testing.T, sc plScenario, points int) int {
 	w.cfg = func(i int64, fs int) vfs.CrashCloneCfg {
 		if fs == 1 {
 			// The remote object store keeps every write it acknowledged.
-			return vfs.CrashCloneCfg{UnsyncedDataPercent: 100, RNG: cloneCfg(1, 0).RNG}
+			return plRemoteCfg()
 		}
 		return cloneCfg(i/stride, 1)
 	}
 	w.onCrash = func(i int64, op, path string, clones []*vfs.MemFS) {
 		m.mu.Lock()
 		c := plCrash{i: i, op: op, path: path, acked: m.acked, inflight: m.inflight, local: clones[0],
-			unsyncedSurvives: (i/stride)%2 == 1}
+			unsynced: cloneCfg(i/stride, 1).UnsyncedDataPercent}
 		m.mu.Unlock()
 		if len(clones) > 1 {
 			c.remote = clones[1]
@@ -535,7 +543,7 @@ func plRun(t *testing.T, sc plScenario, points int) int {
 		local: w.fss[0].mem.CrashClone(vfs.CrashCloneCfg{})})
 	m.mu.Unlock()
 	if sc.cache {
-		crashes[len(crashes)-1].remote = w.fss[1].mem.CrashClone(cloneCfg(1, 0))
+		crashes[len(crashes)-1].remote = w.fss[1].mem.CrashClone(plRemoteCfg())
 	}
 	dataDir := t.TempDir()
 	failed := 0
