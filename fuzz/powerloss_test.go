@@ -324,18 +324,18 @@ func plLateClock() time.Time { return time.Now().Add(24 * time.Hour) }
 // both subtasks equals the model at that checkpoint. A heap checkpoint
 // without the changelog lives in daemon memory, which the crash took:
 // its restore must say so (daemon.ErrSnapshotGone).
-func plCheck(ctx context.Context, sc plScenario, c plCrash, m *plModel, dataDir string) error {
+func plCheck(ctx context.Context, sc plScenario, c plCrash, m *plModel, dataDir string) (outcome string, err error) {
 	var remote vfs.FS
 	if c.remote != nil {
 		remote = c.remote
 	}
 	e, err := plOpen(ctx, sc, c.local, remote, dataDir, plLateClock, time.Hour)
 	if err != nil {
-		return fmt.Errorf("reopen: %w", err)
+		return "", fmt.Errorf("reopen: %w", err)
 	}
 	defer e.close()
 	if ps := e.cat.Problems(); len(ps) > 0 {
-		return fmt.Errorf("the catalog found problems: %v", ps)
+		return "", fmt.Errorf("the catalog found problems: %v", ps)
 	}
 	retained := e.cat.Retained(job)
 	latest := 0
@@ -343,7 +343,7 @@ func plCheck(ctx context.Context, sc plScenario, c plCrash, m *plModel, dataDir 
 		latest = int(slices.Max(retained))
 	}
 	if latest != c.acked && (c.inflight == 0 || latest != c.inflight) {
-		return fmt.Errorf("the newest retained checkpoint is %d (retained %v)", latest, retained)
+		return "", fmt.Errorf("the newest retained checkpoint is %d (retained %v)", latest, retained)
 	}
 	verifyAll := func(when string) error {
 		for _, id := range retained {
@@ -358,23 +358,34 @@ func plCheck(ctx context.Context, sc plScenario, c plCrash, m *plModel, dataDir 
 		return nil
 	}
 	if err := verifyAll("before the sweep"); err != nil {
-		return err
+		return "", err
 	}
 	if _, err := e.cat.GC(ctx, false); err != nil {
-		return fmt.Errorf("sweep: %w", err)
+		return "", fmt.Errorf("sweep: %w", err)
 	}
 	again, err := e.cat.GC(ctx, true)
 	if err != nil {
-		return fmt.Errorf("second sweep: %w", err)
+		return "", fmt.Errorf("second sweep: %w", err)
 	}
 	if len(again.Orphans) > 0 || len(again.Problems) > 0 {
-		return fmt.Errorf("the second sweep still finds orphans %v, problems %v", again.Orphans, again.Problems)
+		return "", fmt.Errorf("the second sweep still finds orphans %v, problems %v", again.Orphans, again.Problems)
 	}
 	if err := plOnlyReferenced(ctx, e, retained); err != nil {
-		return err
+		return "", err
 	}
 	if err := verifyAll("after the sweep"); err != nil {
-		return err
+		return "", err
+	}
+	switch {
+	case latest == 0:
+		outcome = "no checkpoint yet, restore refused as not found"
+	case sc.kind == backend.KindHeap && !sc.changelog:
+		outcome = "heap snapshots gone with the process, restore refused"
+	default:
+		outcome = "restored equal to the model"
+	}
+	if latest != 0 && latest == c.inflight {
+		outcome += " (the completion in flight)"
 	}
 	for sub := range oldPar {
 		kg := backend.KeyGroupRangeForOperator(maxPar, oldPar, sub)
@@ -383,33 +394,33 @@ func plCheck(ctx context.Context, sc plScenario, c plCrash, m *plModel, dataDir 
 		switch {
 		case latest == 0:
 			if !errors.Is(err, catalog.ErrNotFound) {
-				return fmt.Errorf("restore of latest with no checkpoint: %v, want not found", err)
+				return "", fmt.Errorf("restore of latest with no checkpoint: %v, want not found", err)
 			}
 			continue
 		case sc.kind == backend.KindHeap && !sc.changelog:
 			if !errors.Is(err, daemon.ErrSnapshotGone) {
-				return fmt.Errorf("restore of heap checkpoint %d after a crash: %v, want %v", latest, err, daemon.ErrSnapshotGone)
+				return "", fmt.Errorf("restore of heap checkpoint %d after a crash: %v, want %v", latest, err, daemon.ErrSnapshotGone)
 			}
 			continue
 		case err != nil:
-			return fmt.Errorf("restore of checkpoint %d into subtask %d: %w", latest, sub, err)
+			return "", fmt.Errorf("restore of checkpoint %d into subtask %d: %w", latest, sub, err)
 		}
 		if err := check(in.Backend, modelAt(latest), kg); err != nil {
-			return fmt.Errorf("checkpoint %d restored into subtask %d: %w", latest, sub, err)
+			return "", fmt.Errorf("checkpoint %d restored into subtask %d: %w", latest, sub, err)
 		}
 		m.mu.Lock()
 		par := m.par[latest]
 		m.mu.Unlock()
 		if par == oldPar {
 			if err := checkOperatorState(in, sub, oldPar, latest); err != nil {
-				return fmt.Errorf("checkpoint %d restored into subtask %d: %w", latest, sub, err)
+				return "", fmt.Errorf("checkpoint %d restored into subtask %d: %w", latest, sub, err)
 			}
 		}
 		if err := e.d.CloseInstance(in.ID, job); err != nil {
-			return err
+			return "", err
 		}
 	}
-	return nil
+	return outcome, nil
 }
 
 // plOnlyReferenced checks that every object left in the store is a
@@ -547,8 +558,11 @@ func plRun(t *testing.T, sc plScenario, points int) int {
 	}
 	dataDir := t.TempDir()
 	failed := 0
+	outcomes := map[string]int{}
 	for _, c := range crashes {
-		if err := plCheck(ctx, sc, c, m, dataDir); err != nil {
+		outcome, err := plCheck(ctx, sc, c, m, dataDir)
+		outcomes[outcome]++
+		if err != nil {
 			failed++
 			if failed <= 5 {
 				t.Errorf("%s: %s: %v", sc, c, err)
@@ -558,11 +572,26 @@ func plRun(t *testing.T, sc plScenario, points int) int {
 	if failed > 5 {
 		t.Errorf("%s: %d more crash points failed", sc, failed-5)
 	}
-	t.Logf("%s: %d crash points checked, %d failed", sc, len(crashes), failed)
+	t.Logf("%s: %d crash points checked, %d failed; %s", sc, len(crashes), failed, plOutcomes(outcomes))
 	return len(crashes)
 }
 
 // plCacheStore is filled in by the cache scenarios (powerloss_cache_test.go).
 var plCacheStore = func(local, remote vfs.FS) (tiered.Store, error) {
 	return nil, errors.New("no cache scenario")
+}
+
+func plOutcomes(m map[string]int) string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		if k != "" {
+			keys = append(keys, k)
+		}
+	}
+	slices.Sort(keys)
+	var parts []string
+	for _, k := range keys {
+		parts = append(parts, fmt.Sprintf("%s: %d", k, m[k]))
+	}
+	return strings.Join(parts, "; ")
 }
