@@ -41,8 +41,8 @@ type crashWorld struct {
 
 func newCrashWorld() *crashWorld { return &crashWorld{kinds: map[string]int64{}} }
 
-// add puts a fresh crashable MemFS into the world; area names it in the
-// operation counts, and areas(path) may name parts of it more finely.
+// add puts a fresh crashable MemFS into the world; area(path) names the
+// part of it a path is in, for the operation counts.
 func (w *crashWorld) add(area func(path string) string) *crashFS {
 	fs := &crashFS{mem: vfs.NewCrashableMem(), w: w, area: area}
 	w.fss = append(w.fss, fs)
