@@ -59,7 +59,7 @@ go test -count=1 -timeout 20m "$@" ./...
 # detector.
 echo "== go test -race (concurrent packages)"
 go test -count=1 -race -timeout 20m "$@" ./api/... ./daemon/... ./backend/internal/... ./backend/lsm/ \
-  ./catalog/ ./node/ ./tiered/... ./dstl/ ./tests/e2e/
+  ./catalog/ ./node/ ./cluster/ ./tiered/... ./dstl/ ./tests/e2e/
 # The power-loss suite briefly: the lsm directories and the cache on a
 # MemFS that, in race builds, scrambles every buffer it was asked to
 # write (vfs.File allows it), while Pebble and the daemon work in the
