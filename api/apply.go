@@ -2,6 +2,7 @@ package api
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"time"
@@ -23,9 +24,25 @@ const latencySample = 4
 // gRPC's pool that goes back to it once sent. sizeHint is the expected
 // response size (the stream's last one), to allocate it once.
 func (s *Server) apply(inst *daemon.Instance, bt *wire.Batch, sizeHint int) *wire.Raw {
+	return s.applyBatch(context.Background(), inst, bt, sizeHint)
+}
+
+// applyBatch is apply, then the request's snapshot barrier if it has one,
+// under ctx (the stream's).
+func (s *Server) applyBatch(ctx context.Context, inst *daemon.Instance, bt *wire.Batch, sizeHint int) *wire.Raw {
 	orig := wire.OutBuffer(min(max(sizeHint, 64), s.opts.MaxMessageSize))
 	a := batchApply{s: s, inst: inst, out: *orig}
-	a.run(bt)
+	applied := a.run(bt)
+	switch {
+	case !bt.HasSnapshot:
+	case !applied:
+		// A snapshot now would miss the operations sent before it.
+		a.out = wire.AppendSnapshotOutcome(a.out, encodeOutcome(&pb.SnapshotOutcome{Code: uint32(codes.ResourceExhausted),
+			Error: fmt.Sprintf("stated: snapshot %d of %s not taken: the operations of its request were refused (more than %d)",
+				bt.Snapshot.CheckpointID, inst.Task, s.opts.MaxBatchOps)}))
+	default:
+		a.out = wire.AppendSnapshotOutcome(a.out, s.barrier(ctx, inst, bt.Snapshot))
+	}
 	return wire.NewOutgoing(orig, a.out)
 }
 
@@ -48,7 +65,8 @@ type batchApply struct {
 	tally  daemon.OpTally
 }
 
-func (a *batchApply) run(bt *wire.Batch) {
+// run applies bt's operations; false: it refused the whole batch.
+func (a *batchApply) run(bt *wire.Batch) bool {
 	s, inst := a.s, a.inst
 	m := s.d.Metrics()
 	m.Batches.Add(1)
@@ -63,7 +81,7 @@ func (a *batchApply) run(bt *wire.Batch) {
 			a.out = wire.AppendResult(a.out, &r)
 		}
 		a.out = wire.AppendResponseSeq(a.out, bt.Seq)
-		return
+		return false
 	}
 	a.full = s.opts.MaxMessageSize - wire.MaxSeqSize
 	a.budget = a.full
@@ -113,6 +131,7 @@ func (a *batchApply) run(bt *wire.Batch) {
 	}
 	a.tally.Flush()
 	a.out = wire.AppendResponseSeq(a.out, bt.Seq)
+	return true
 }
 
 // one applies ops[i] through the backend's own method.
