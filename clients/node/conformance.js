@@ -422,10 +422,13 @@ async function restart(c, d) {
   return c2;
 }
 
-// --bench: batched puts then gets of 100-byte values, one instance, batches
-// of 1000 operations, up to 8 in flight.
-async function bench(c, n) {
-  const inst = await c.open(openSpec('bench', 'BACKEND_KIND_HEAP', { replace: true }), { maxInFlight: 8 });
+// --bench: batched puts then gets of 100-byte values, one instance on the
+// file backend, batches of 1000 operations, up to 8 in flight; then the Go
+// client's figures on the same daemon: the same loop (xcheck bench), and
+// stated bench's value-put and value-get (random keys, latency recorded).
+async function bench(c, d, args) {
+  const n = args.benchKeys;
+  const inst = await c.open(openSpec('bench', 'BACKEND_KIND_FILE', { replace: true }), { maxInFlight: 8 });
   const value = Buffer.alloc(100, 'v');
   const batch = 1000;
   const keys = new Array(n);
@@ -445,9 +448,19 @@ async function bench(c, n) {
   };
   const puts = await run((k) => ({ type: 'OP_TYPE_PUT', state: 'v', key: k, keyGroup: keyGroup(k, inst.maxParallelism), value }));
   const gets = await run((k) => ({ type: 'OP_TYPE_GET', state: 'v', key: k, keyGroup: keyGroup(k, inst.maxParallelism) }));
-  console.log(`bench node: ${n} ops, batches of ${batch}, 8 in flight, 100-byte values: ` +
+  console.log(`bench node: ${n} keys, batches of ${batch}, 8 in flight, 100-byte values: ` +
     `put ${Math.round(puts / 1000)}k ops/s, get ${Math.round(gets / 1000)}k ops/s`);
   await inst.closeInstance();
+  const same = execFileSync(args.xcheck, ['bench', d.sock, 'bench-go', String(n)], { encoding: 'utf8' }).trim();
+  console.log(`bench go (xcheck bench, the same loop): ${same}`);
+  for (const workload of ['value-put', 'value-get']) {
+    const bargs = ['bench', 'run', '--socket', d.sock, '--workload', workload, '--backend', 'file', '--keys', String(n),
+      '--value-size', '100', '--batch', String(batch), '--in-flight', String(8 * batch), '--duration', '3s', '--warmup', '1s',
+      '--rescale-to', '-1'];
+    const out = execFileSync(args.stated, bargs, { encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'] });
+    const line = out.split('\n').find((l) => /^run\.(put|get)\.ops_per_sec/.test(l));
+    console.log(`bench go (stated ${bargs.join(' ')}): ${line ? line.replace(/\s+/g, ' ') : out}`);
+  }
 }
 
 async function main() {
@@ -470,7 +483,7 @@ async function main() {
     await step('cross-check with the Go client', () => crossCheck(c, d, args.xcheck));
     await step('bad input', () => badInput(c));
     await step('kill, restart, restore', async () => { c = await restart(c, d); });
-    if (args.bench) await bench(c, args.benchKeys);
+    if (args.bench) await bench(c, d, args);
     c.close();
     ok = true;
   } catch (err) {

@@ -5,6 +5,7 @@
 //
 //	xcheck write <socket> <job> <writer>   write the data set, checkpoint 1
 //	xcheck read <socket> <job> <writer>    restore the job's latest, check it
+//	xcheck bench <socket> <job> <keys>     the conformance script's --bench, in Go
 //
 // The data set (the same in conformance.js) is, for i in 0..49 and key
 // "x<i>": value state "v" = "<writer>-<i>"; list "l" = ["<writer>", "<i>"];

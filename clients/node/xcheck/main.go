@@ -23,12 +23,16 @@ var states = []backend.StateDescriptor{
 }
 
 func main() {
-	if len(os.Args) != 5 || (os.Args[1] != "write" && os.Args[1] != "read") {
-		fmt.Fprintln(os.Stderr, "usage: xcheck write|read <socket> <job> <writer>")
+	if len(os.Args) != 5 || (os.Args[1] != "write" && os.Args[1] != "read" && os.Args[1] != "bench") {
+		fmt.Fprintln(os.Stderr, "usage: xcheck write|read <socket> <job> <writer> | xcheck bench <socket> <job> <keys>")
 		os.Exit(2)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
+	run := run
+	if os.Args[1] == "bench" {
+		run = bench
+	}
 	if err := run(ctx, os.Args[1], os.Args[2], os.Args[3], os.Args[4]); err != nil {
 		fmt.Fprintln(os.Stderr, "xcheck:", err)
 		os.Exit(1)
@@ -128,5 +132,52 @@ func check(ctx context.Context, in *client.Instance, writer string) error {
 	if len(ops.Elements) != 1 || string(ops.Elements[0]) != writer {
 		return fmt.Errorf("operator list ops = %q", ops.Elements)
 	}
+	return nil
+}
+
+// bench is the Node script's --bench, through the Go client: puts of keys
+// "key-<i>" with 100-byte values, then gets of them, one instance on the
+// file backend, batches of 1000 operations, 8 in flight.
+func bench(ctx context.Context, _, sock, job, keys string) error {
+	n, err := strconv.Atoi(keys)
+	if err != nil {
+		return err
+	}
+	const batch = 1000
+	c, err := client.Dial(sock, client.Options{MaxBatchOps: batch, MaxInFlight: 8, FlushDelay: time.Minute})
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	in, err := c.Open(ctx, client.OpenSpec{Task: backend.TaskID{Job: job, Operator: "op"}, Parallelism: 1, Backend: backend.KindFile,
+		States: states[:1], Replace: true})
+	if err != nil {
+		return err
+	}
+	defer in.Close(ctx)
+	key := make([][]byte, n)
+	for i := range key {
+		key[i] = []byte("key-" + strconv.Itoa(i))
+	}
+	val := make([]byte, 100)
+	var rate [2]float64
+	for op := range 2 {
+		t0 := time.Now()
+		for _, k := range key {
+			if op == 0 {
+				in.Put("v", k, nil, val)
+			} else {
+				in.Get("v", k, nil)
+			}
+		}
+		if err := in.Sync(ctx); err != nil {
+			return err
+		}
+		if err := in.Err(); err != nil {
+			return err
+		}
+		rate[op] = float64(n) / time.Since(t0).Seconds()
+	}
+	fmt.Printf("put %.0fk ops/s, get %.0fk ops/s\n", rate[0]/1000, rate[1]/1000)
 	return nil
 }
