@@ -2345,9 +2345,11 @@ func (x *SnapshotResponse) GetFiles() int32 {
 }
 
 type CompleteCheckpointRequest struct {
-	state        protoimpl.MessageState `protogen:"open.v1"`
-	Job          string                 `protobuf:"bytes,1,opt,name=job,proto3" json:"job,omitempty"`
-	CheckpointId uint64                 `protobuf:"varint,2,opt,name=checkpoint_id,json=checkpointId,proto3" json:"checkpoint_id,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Job   string                 `protobuf:"bytes,1,opt,name=job,proto3" json:"job,omitempty"`
+	// checkpoint_id: a checkpoint the tasks snapshotted. One already
+	// completed (and still retained) is returned again: a retry succeeds.
+	CheckpointId uint64 `protobuf:"varint,2,opt,name=checkpoint_id,json=checkpointId,proto3" json:"checkpoint_id,omitempty"`
 	// tasks, when set, are the tasks the checkpoint must contain; otherwise
 	// every instance of the job open in this daemon must have snapshotted it.
 	Tasks         []*TaskId `protobuf:"bytes,3,rep,name=tasks,proto3" json:"tasks,omitempty"`

@@ -92,9 +92,10 @@ type StatedClient interface {
 	// buffers OpenResponse.stream_queue_depth of them; HTTP/2 flow control
 	// holds back the rest). The stream ends (with a status) only for a
 	// request that cannot be decoded or names another instance, the daemon
-	// shutting down (UNAVAILABLE; requests not answered were not applied),
-	// or the instance being closed; errors of single operations come back in
-	// their results and the stream goes on.
+	// shutting down (UNAVAILABLE; requests not answered were not applied);
+	// errors of single operations come back in their results and the stream
+	// goes on (after CloseInstance, every operation fails with
+	// FAILED_PRECONDITION).
 	Batch(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[BatchRequest, BatchResponse], error)
 	// Snapshot runs the synchronous part of checkpoint checkpoint_id on one
 	// instance and starts its asynchronous upload in the daemon. Prefer the
@@ -120,8 +121,9 @@ type StatedClient interface {
 	// changes nothing (Open with the new parallelism does the restore).
 	PlanRescale(ctx context.Context, in *PlanRescaleRequest, opts ...grpc.CallOption) (*PlanRescaleResponse, error)
 	// CloseInstance releases an instance: its working state is dropped (what
-	// checkpoints hold stays), its batch streams end, and its id becomes
-	// unknown (NOT_FOUND afterwards). It was named Close, which collides with
+	// checkpoints hold stays), operations still sent on its batch stream
+	// fail with FAILED_PRECONDITION, and its id becomes unknown (NOT_FOUND
+	// for later calls). End the batch stream first. It was named Close, which collides with
 	// the close() that gRPC clients in other languages (grpc-js) give every
 	// stub.
 	CloseInstance(ctx context.Context, in *CloseRequest, opts ...grpc.CallOption) (*CloseResponse, error)
@@ -247,9 +249,10 @@ type StatedServer interface {
 	// buffers OpenResponse.stream_queue_depth of them; HTTP/2 flow control
 	// holds back the rest). The stream ends (with a status) only for a
 	// request that cannot be decoded or names another instance, the daemon
-	// shutting down (UNAVAILABLE; requests not answered were not applied),
-	// or the instance being closed; errors of single operations come back in
-	// their results and the stream goes on.
+	// shutting down (UNAVAILABLE; requests not answered were not applied);
+	// errors of single operations come back in their results and the stream
+	// goes on (after CloseInstance, every operation fails with
+	// FAILED_PRECONDITION).
 	Batch(grpc.BidiStreamingServer[BatchRequest, BatchResponse]) error
 	// Snapshot runs the synchronous part of checkpoint checkpoint_id on one
 	// instance and starts its asynchronous upload in the daemon. Prefer the
@@ -275,8 +278,9 @@ type StatedServer interface {
 	// changes nothing (Open with the new parallelism does the restore).
 	PlanRescale(context.Context, *PlanRescaleRequest) (*PlanRescaleResponse, error)
 	// CloseInstance releases an instance: its working state is dropped (what
-	// checkpoints hold stays), its batch streams end, and its id becomes
-	// unknown (NOT_FOUND afterwards). It was named Close, which collides with
+	// checkpoints hold stays), operations still sent on its batch stream
+	// fail with FAILED_PRECONDITION, and its id becomes unknown (NOT_FOUND
+	// for later calls). End the batch stream first. It was named Close, which collides with
 	// the close() that gRPC clients in other languages (grpc-js) give every
 	// stub.
 	CloseInstance(context.Context, *CloseRequest) (*CloseResponse, error)
