@@ -128,7 +128,7 @@ func TestSnapshotBarrierOrdered(t *testing.T) {
 				continue
 			}
 			if ci.State != pb.CheckpointStatus_CHECKPOINT_STATUS_COMPLETED {
-				t.Fatalf("checkpoint %d: state %v, status %q", ci.CheckpointId, ci.State, ci.Status) //nolint:staticcheck // checks both
+				t.Fatalf("checkpoint %d: state %v, status %q", ci.CheckpointId, ci.State, ci.Status)
 			}
 			checked++
 			want := fmt.Sprint(ci.CheckpointId)
@@ -236,7 +236,7 @@ func TestSnapshotBarrierFailures(t *testing.T) {
 	}
 	// Enums and their strings agree; a mismatch is refused.
 	_, err = rpc.Open(ctx, &pb.OpenRequest{Task: &pb.TaskId{Job: "bfail", Operator: "op2"}, Parallelism: 1,
-		Backend: "lsm", BackendKind: pb.BackendKind_BACKEND_KIND_HEAP}) //nolint:staticcheck // the deprecated field, on purpose
+		Backend: "lsm", BackendKind: pb.BackendKind_BACKEND_KIND_HEAP})
 	if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "different backends") {
 		t.Fatalf("open with disagreeing backend fields: %v", err)
 	}
@@ -254,7 +254,7 @@ func TestSnapshotBarrierFailures(t *testing.T) {
 			got = ci
 		}
 	}
-	if got.GetState() != pb.CheckpointStatus_CHECKPOINT_STATUS_DECLINED || got.GetStatus() != "declined" || !strings.Contains(got.GetReason(), "disk full") { //nolint:staticcheck // checks both
+	if got.GetState() != pb.CheckpointStatus_CHECKPOINT_STATUS_DECLINED || got.GetStatus() != "declined" || !strings.Contains(got.GetReason(), "disk full") {
 		t.Fatalf("aborted checkpoint 2: %v", got)
 	}
 }

@@ -324,7 +324,8 @@ func backendKindToPB(k backend.Kind) pb.BackendKind {
 // openKind is the backend an Open asks for: backend_kind, or the
 // deprecated string, which must agree when both are set.
 func openKind(req *pb.OpenRequest) (backend.Kind, error) {
-	name := backend.Kind(req.GetBackend()) //nolint:staticcheck // the deprecated field is still accepted
+	// The deprecated string stays accepted: older clients send only it.
+	name := backend.Kind(req.GetBackend())
 	e := req.GetBackendKind()
 	if e == pb.BackendKind_BACKEND_KIND_UNSPECIFIED {
 		return name, nil
