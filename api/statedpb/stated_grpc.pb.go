@@ -90,12 +90,12 @@ type StatedClient interface {
 	// responses come back in the same order, one per request. A client keeps
 	// one stream per instance and many requests in flight on it (the daemon
 	// buffers OpenResponse.stream_queue_depth of them; HTTP/2 flow control
-	// holds back the rest). The stream ends (with a status) only for a
-	// request that cannot be decoded or names another instance, the daemon
-	// shutting down (UNAVAILABLE; requests not answered were not applied);
-	// errors of single operations come back in their results and the stream
-	// goes on (after CloseInstance, every operation fails with
-	// FAILED_PRECONDITION).
+	// holds back the rest). The stream ends with a status only when a request
+	// cannot be decoded, exceeds max_message_size or names another instance,
+	// or when the daemon shuts down (UNAVAILABLE: requests not answered were
+	// not applied). Errors of single operations come back in their results
+	// and the stream goes on (after CloseInstance, every operation fails
+	// with FAILED_PRECONDITION).
 	Batch(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[BatchRequest, BatchResponse], error)
 	// Snapshot runs the synchronous part of checkpoint checkpoint_id on one
 	// instance and starts its asynchronous upload in the daemon. Prefer the
@@ -123,9 +123,9 @@ type StatedClient interface {
 	// CloseInstance releases an instance: its working state is dropped (what
 	// checkpoints hold stays), operations still sent on its batch stream
 	// fail with FAILED_PRECONDITION, and its id becomes unknown (NOT_FOUND
-	// for later calls). End the batch stream first. It was named Close, which collides with
-	// the close() that gRPC clients in other languages (grpc-js) give every
-	// stub.
+	// for later calls). End the batch stream first. It was named Close,
+	// which collides with the close() that gRPC clients in other languages
+	// (grpc-js) give every stub.
 	CloseInstance(ctx context.Context, in *CloseRequest, opts ...grpc.CallOption) (*CloseResponse, error)
 }
 
@@ -247,12 +247,12 @@ type StatedServer interface {
 	// responses come back in the same order, one per request. A client keeps
 	// one stream per instance and many requests in flight on it (the daemon
 	// buffers OpenResponse.stream_queue_depth of them; HTTP/2 flow control
-	// holds back the rest). The stream ends (with a status) only for a
-	// request that cannot be decoded or names another instance, the daemon
-	// shutting down (UNAVAILABLE; requests not answered were not applied);
-	// errors of single operations come back in their results and the stream
-	// goes on (after CloseInstance, every operation fails with
-	// FAILED_PRECONDITION).
+	// holds back the rest). The stream ends with a status only when a request
+	// cannot be decoded, exceeds max_message_size or names another instance,
+	// or when the daemon shuts down (UNAVAILABLE: requests not answered were
+	// not applied). Errors of single operations come back in their results
+	// and the stream goes on (after CloseInstance, every operation fails
+	// with FAILED_PRECONDITION).
 	Batch(grpc.BidiStreamingServer[BatchRequest, BatchResponse]) error
 	// Snapshot runs the synchronous part of checkpoint checkpoint_id on one
 	// instance and starts its asynchronous upload in the daemon. Prefer the
@@ -280,9 +280,9 @@ type StatedServer interface {
 	// CloseInstance releases an instance: its working state is dropped (what
 	// checkpoints hold stays), operations still sent on its batch stream
 	// fail with FAILED_PRECONDITION, and its id becomes unknown (NOT_FOUND
-	// for later calls). End the batch stream first. It was named Close, which collides with
-	// the close() that gRPC clients in other languages (grpc-js) give every
-	// stub.
+	// for later calls). End the batch stream first. It was named Close,
+	// which collides with the close() that gRPC clients in other languages
+	// (grpc-js) give every stub.
 	CloseInstance(context.Context, *CloseRequest) (*CloseResponse, error)
 	mustEmbedUnimplementedStatedServer()
 }
