@@ -298,6 +298,9 @@ func (s *Server) Open(ctx context.Context, req *pb.OpenRequest) (*pb.OpenRespons
 		MaxOperatorStateBytes:     backend.MaxOperatorStateBytes,
 		LastCompletedCheckpointId: s.d.LastCompleted(inst.Task.Job),
 	}
+	if inst.VerifyKeyGroups {
+		resp.KeyHash = pb.KeyHash_KEY_HASH_FNV1A_MURMUR
+	}
 	for _, d := range inst.Backend.States() {
 		resp.States = append(resp.States, protocol.StateToPB(d))
 	}
@@ -355,6 +358,13 @@ func openParams(req *pb.OpenRequest) (daemon.OpenParams, error) {
 		return p, fmt.Errorf("api: open %s: %w", p.Task, err)
 	}
 	p.Kind = kind
+	switch h := req.GetKeyHash(); h {
+	case pb.KeyHash_KEY_HASH_UNSPECIFIED:
+	case pb.KeyHash_KEY_HASH_FNV1A_MURMUR:
+		p.VerifyKeyGroups = true
+	default:
+		return p, fmt.Errorf("api: open %s: %w: unknown key_hash %d", p.Task, backend.ErrInvalidArgument, h)
+	}
 	switch m := req.GetChangelog(); m {
 	case pb.ChangelogMode_CHANGELOG_MODE_UNSPECIFIED:
 	case pb.ChangelogMode_CHANGELOG_MODE_ON:

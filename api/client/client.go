@@ -7,6 +7,7 @@ import (
 	"hash/fnv"
 	"math"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"sync"
 	"time"
@@ -291,6 +292,12 @@ func (c *Client) Open(ctx context.Context, spec OpenSpec) (*Instance, error) {
 			rs.Source = &pb.RestoreSource_Latest{Latest: true}
 		}
 		req.Restore = rs
+	}
+	if c.opts.KeyHash == nil || reflect.ValueOf(c.opts.KeyHash).Pointer() == reflect.ValueOf(FNV1a32).Pointer() {
+		// The client computes key groups with the hash stated.proto
+		// specifies: declare it, so that the daemon checks every key group
+		// too. (Functions compare only through reflect.)
+		req.KeyHash = pb.KeyHash_KEY_HASH_FNV1A_MURMUR
 	}
 	resp, err := c.rpc.Open(ctx, req)
 	if err != nil {

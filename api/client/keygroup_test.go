@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/statedhq/stated/api/client"
+	"github.com/statedhq/stated/api/protocol"
 	"github.com/statedhq/stated/backend"
 )
 
@@ -65,6 +66,10 @@ func TestKeyGroupVectors(t *testing.T) {
 			}
 			if got := backend.KeyGroupForHash(h, p); got != want {
 				t.Errorf("key %s, max parallelism %d: key group %d, want %d", v.KeyHex, p, got, want)
+			}
+			// What the daemon checks declared key groups with.
+			if got := protocol.KeyGroup(key, p); got != want {
+				t.Errorf("key %s, max parallelism %d: protocol.KeyGroup %d, want %d", v.KeyHex, p, got, want)
 			}
 		}
 	}

@@ -30,7 +30,9 @@
 //   key_group = m % max_parallelism.
 // ">>>" is the unsigned shift. api/testdata/keygroups.json holds vectors
 // (key bytes -> h -> m -> key group for several max parallelisms) that the
-// Go and Node clients check themselves against.
+// Go and Node clients check themselves against. A client that declares this
+// hash at Open (OpenRequest.key_hash) has every key group checked against
+// its key by the daemon as well.
 //
 // Errors are gRPC status codes with messages that name the job, task, state
 // and key group involved: InvalidArgument (malformed request, key group
@@ -329,6 +331,61 @@ func (BackendKind) EnumDescriptor() ([]byte, []int) {
 	return file_stated_proto_rawDescGZIP(), []int{4}
 }
 
+// KeyHash is the hash a client computes key groups with (see the top of
+// this file).
+type KeyHash int32
+
+const (
+	// UNSPECIFIED: not declared; the daemon checks only that key groups lie in
+	// the instance's range (an engine that routes records by another hash
+	// computes key groups with it).
+	KeyHash_KEY_HASH_UNSPECIFIED KeyHash = 0
+	// FNV1A_MURMUR: FNV-1a 32 read as a signed int, then Flink's murmur step,
+	// as specified above. The daemon recomputes the key group of every keyed
+	// operation and refuses one that is not its key's (INVALID_ARGUMENT in
+	// the operation's result).
+	KeyHash_KEY_HASH_FNV1A_MURMUR KeyHash = 1
+)
+
+// Enum value maps for KeyHash.
+var (
+	KeyHash_name = map[int32]string{
+		0: "KEY_HASH_UNSPECIFIED",
+		1: "KEY_HASH_FNV1A_MURMUR",
+	}
+	KeyHash_value = map[string]int32{
+		"KEY_HASH_UNSPECIFIED":  0,
+		"KEY_HASH_FNV1A_MURMUR": 1,
+	}
+)
+
+func (x KeyHash) Enum() *KeyHash {
+	p := new(KeyHash)
+	*p = x
+	return p
+}
+
+func (x KeyHash) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (KeyHash) Descriptor() protoreflect.EnumDescriptor {
+	return file_stated_proto_enumTypes[5].Descriptor()
+}
+
+func (KeyHash) Type() protoreflect.EnumType {
+	return &file_stated_proto_enumTypes[5]
+}
+
+func (x KeyHash) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use KeyHash.Descriptor instead.
+func (KeyHash) EnumDescriptor() ([]byte, []int) {
+	return file_stated_proto_rawDescGZIP(), []int{5}
+}
+
 // RestoreMode says who owns the restored checkpoint afterwards.
 type RestoreMode int32
 
@@ -375,11 +432,11 @@ func (x RestoreMode) String() string {
 }
 
 func (RestoreMode) Descriptor() protoreflect.EnumDescriptor {
-	return file_stated_proto_enumTypes[5].Descriptor()
+	return file_stated_proto_enumTypes[6].Descriptor()
 }
 
 func (RestoreMode) Type() protoreflect.EnumType {
-	return &file_stated_proto_enumTypes[5]
+	return &file_stated_proto_enumTypes[6]
 }
 
 func (x RestoreMode) Number() protoreflect.EnumNumber {
@@ -388,7 +445,7 @@ func (x RestoreMode) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use RestoreMode.Descriptor instead.
 func (RestoreMode) EnumDescriptor() ([]byte, []int) {
-	return file_stated_proto_rawDescGZIP(), []int{5}
+	return file_stated_proto_rawDescGZIP(), []int{6}
 }
 
 type ChangelogMode int32
@@ -424,11 +481,11 @@ func (x ChangelogMode) String() string {
 }
 
 func (ChangelogMode) Descriptor() protoreflect.EnumDescriptor {
-	return file_stated_proto_enumTypes[6].Descriptor()
+	return file_stated_proto_enumTypes[7].Descriptor()
 }
 
 func (ChangelogMode) Type() protoreflect.EnumType {
-	return &file_stated_proto_enumTypes[6]
+	return &file_stated_proto_enumTypes[7]
 }
 
 func (x ChangelogMode) Number() protoreflect.EnumNumber {
@@ -437,7 +494,7 @@ func (x ChangelogMode) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use ChangelogMode.Descriptor instead.
 func (ChangelogMode) EnumDescriptor() ([]byte, []int) {
-	return file_stated_proto_rawDescGZIP(), []int{6}
+	return file_stated_proto_rawDescGZIP(), []int{7}
 }
 
 type OpType int32
@@ -547,11 +604,11 @@ func (x OpType) String() string {
 }
 
 func (OpType) Descriptor() protoreflect.EnumDescriptor {
-	return file_stated_proto_enumTypes[7].Descriptor()
+	return file_stated_proto_enumTypes[8].Descriptor()
 }
 
 func (OpType) Type() protoreflect.EnumType {
-	return &file_stated_proto_enumTypes[7]
+	return &file_stated_proto_enumTypes[8]
 }
 
 func (x OpType) Number() protoreflect.EnumNumber {
@@ -560,7 +617,7 @@ func (x OpType) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use OpType.Descriptor instead.
 func (OpType) EnumDescriptor() ([]byte, []int) {
-	return file_stated_proto_rawDescGZIP(), []int{7}
+	return file_stated_proto_rawDescGZIP(), []int{8}
 }
 
 // OperatorStateMode says how an operator-state list is redistributed when
@@ -601,11 +658,11 @@ func (x OperatorStateMode) String() string {
 }
 
 func (OperatorStateMode) Descriptor() protoreflect.EnumDescriptor {
-	return file_stated_proto_enumTypes[8].Descriptor()
+	return file_stated_proto_enumTypes[9].Descriptor()
 }
 
 func (OperatorStateMode) Type() protoreflect.EnumType {
-	return &file_stated_proto_enumTypes[8]
+	return &file_stated_proto_enumTypes[9]
 }
 
 func (x OperatorStateMode) Number() protoreflect.EnumNumber {
@@ -614,7 +671,7 @@ func (x OperatorStateMode) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use OperatorStateMode.Descriptor instead.
 func (OperatorStateMode) EnumDescriptor() ([]byte, []int) {
-	return file_stated_proto_rawDescGZIP(), []int{8}
+	return file_stated_proto_rawDescGZIP(), []int{9}
 }
 
 // CheckpointStatus is where a checkpoint is in its life.
@@ -663,11 +720,11 @@ func (x CheckpointStatus) String() string {
 }
 
 func (CheckpointStatus) Descriptor() protoreflect.EnumDescriptor {
-	return file_stated_proto_enumTypes[9].Descriptor()
+	return file_stated_proto_enumTypes[10].Descriptor()
 }
 
 func (CheckpointStatus) Type() protoreflect.EnumType {
-	return &file_stated_proto_enumTypes[9]
+	return &file_stated_proto_enumTypes[10]
 }
 
 func (x CheckpointStatus) Number() protoreflect.EnumNumber {
@@ -676,7 +733,7 @@ func (x CheckpointStatus) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use CheckpointStatus.Descriptor instead.
 func (CheckpointStatus) EnumDescriptor() ([]byte, []int) {
-	return file_stated_proto_rawDescGZIP(), []int{9}
+	return file_stated_proto_rawDescGZIP(), []int{10}
 }
 
 // AbortReason is why a checkpoint is cancelled.
@@ -721,11 +778,11 @@ func (x AbortReason) String() string {
 }
 
 func (AbortReason) Descriptor() protoreflect.EnumDescriptor {
-	return file_stated_proto_enumTypes[10].Descriptor()
+	return file_stated_proto_enumTypes[11].Descriptor()
 }
 
 func (AbortReason) Type() protoreflect.EnumType {
-	return &file_stated_proto_enumTypes[10]
+	return &file_stated_proto_enumTypes[11]
 }
 
 func (x AbortReason) Number() protoreflect.EnumNumber {
@@ -734,7 +791,7 @@ func (x AbortReason) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use AbortReason.Descriptor instead.
 func (AbortReason) EnumDescriptor() ([]byte, []int) {
-	return file_stated_proto_rawDescGZIP(), []int{10}
+	return file_stated_proto_rawDescGZIP(), []int{11}
 }
 
 type SavepointFormat int32
@@ -771,11 +828,11 @@ func (x SavepointFormat) String() string {
 }
 
 func (SavepointFormat) Descriptor() protoreflect.EnumDescriptor {
-	return file_stated_proto_enumTypes[11].Descriptor()
+	return file_stated_proto_enumTypes[12].Descriptor()
 }
 
 func (SavepointFormat) Type() protoreflect.EnumType {
-	return &file_stated_proto_enumTypes[11]
+	return &file_stated_proto_enumTypes[12]
 }
 
 func (x SavepointFormat) Number() protoreflect.EnumNumber {
@@ -784,7 +841,7 @@ func (x SavepointFormat) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use SavepointFormat.Descriptor instead.
 func (SavepointFormat) EnumDescriptor() ([]byte, []int) {
-	return file_stated_proto_rawDescGZIP(), []int{11}
+	return file_stated_proto_rawDescGZIP(), []int{12}
 }
 
 type TaskId struct {
@@ -1147,7 +1204,12 @@ type OpenRequest struct {
 	Changelog ChangelogMode `protobuf:"varint,9,opt,name=changelog,proto3,enum=stated.v1.ChangelogMode" json:"changelog,omitempty"`
 	// backend_kind is the instance's backend. One of backend_kind and backend
 	// is required.
-	BackendKind   BackendKind `protobuf:"varint,10,opt,name=backend_kind,json=backendKind,proto3,enum=stated.v1.BackendKind" json:"backend_kind,omitempty"`
+	BackendKind BackendKind `protobuf:"varint,10,opt,name=backend_kind,json=backendKind,proto3,enum=stated.v1.BackendKind" json:"backend_kind,omitempty"`
+	// key_hash declares the hash the client computes key groups with, so that
+	// the daemon checks them (see KeyHash). A client of the specified hash
+	// should declare it: a wrong key group is then refused, not stored where
+	// a rescale hands it to the wrong subtask.
+	KeyHash       KeyHash `protobuf:"varint,11,opt,name=key_hash,json=keyHash,proto3,enum=stated.v1.KeyHash" json:"key_hash,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1253,6 +1315,13 @@ func (x *OpenRequest) GetBackendKind() BackendKind {
 	return BackendKind_BACKEND_KIND_UNSPECIFIED
 }
 
+func (x *OpenRequest) GetKeyHash() KeyHash {
+	if x != nil {
+		return x.KeyHash
+	}
+	return KeyHash_KEY_HASH_UNSPECIFIED
+}
+
 type OpenResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// instance_id names the instance in every later call. It is random and
@@ -1308,8 +1377,11 @@ type OpenResponse struct {
 	// when the instance opened (0: none): the next checkpoint id must be
 	// larger.
 	LastCompletedCheckpointId uint64 `protobuf:"varint,17,opt,name=last_completed_checkpoint_id,json=lastCompletedCheckpointId,proto3" json:"last_completed_checkpoint_id,omitempty"`
-	unknownFields             protoimpl.UnknownFields
-	sizeCache                 protoimpl.SizeCache
+	// key_hash is the hash the daemon checks key groups against (the one
+	// declared at Open; UNSPECIFIED from a daemon that checks none).
+	KeyHash       KeyHash `protobuf:"varint,18,opt,name=key_hash,json=keyHash,proto3,enum=stated.v1.KeyHash" json:"key_hash,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *OpenResponse) Reset() {
@@ -1459,6 +1531,13 @@ func (x *OpenResponse) GetLastCompletedCheckpointId() uint64 {
 		return x.LastCompletedCheckpointId
 	}
 	return 0
+}
+
+func (x *OpenResponse) GetKeyHash() KeyHash {
+	if x != nil {
+		return x.KeyHash
+	}
+	return KeyHash_KEY_HASH_UNSPECIFIED
 }
 
 // Op is one state operation. It is flat (no oneof) so that a batch of
@@ -3352,7 +3431,7 @@ const file_stated_proto_rawDesc = "" +
 	"\tsavepoint\x18\x03 \x01(\tH\x00R\tsavepoint\x12*\n" +
 	"\x04mode\x18\x04 \x01(\x0e2\x16.stated.v1.RestoreModeR\x04mode\x12%\n" +
 	"\x0eallow_fallback\x18\x05 \x01(\bR\rallowFallbackB\b\n" +
-	"\x06source\"\xcb\x03\n" +
+	"\x06source\"\xfa\x03\n" +
 	"\vOpenRequest\x12%\n" +
 	"\x04task\x18\x01 \x01(\v2\x11.stated.v1.TaskIdR\x04task\x127\n" +
 	"\n" +
@@ -3365,7 +3444,8 @@ const file_stated_proto_rawDesc = "" +
 	"\vparallelism\x18\b \x01(\x05R\vparallelism\x126\n" +
 	"\tchangelog\x18\t \x01(\x0e2\x18.stated.v1.ChangelogModeR\tchangelog\x129\n" +
 	"\fbackend_kind\x18\n" +
-	" \x01(\x0e2\x16.stated.v1.BackendKindR\vbackendKind\"\xc2\x06\n" +
+	" \x01(\x0e2\x16.stated.v1.BackendKindR\vbackendKind\x12-\n" +
+	"\bkey_hash\x18\v \x01(\x0e2\x12.stated.v1.KeyHashR\akeyHash\"\xf1\x06\n" +
 	"\fOpenResponse\x12\x1f\n" +
 	"\vinstance_id\x18\x01 \x01(\fR\n" +
 	"instanceId\x12'\n" +
@@ -3386,7 +3466,8 @@ const file_stated_proto_rawDesc = "" +
 	"\x1afirst_batch_timeout_millis\x18\x0e \x01(\x03R\x17firstBatchTimeoutMillis\x12?\n" +
 	"\x1cidle_instance_timeout_millis\x18\x0f \x01(\x03R\x19idleInstanceTimeoutMillis\x127\n" +
 	"\x18max_operator_state_bytes\x18\x10 \x01(\x03R\x15maxOperatorStateBytes\x12?\n" +
-	"\x1clast_completed_checkpoint_id\x18\x11 \x01(\x04R\x19lastCompletedCheckpointId\"\xc4\x03\n" +
+	"\x1clast_completed_checkpoint_id\x18\x11 \x01(\x04R\x19lastCompletedCheckpointId\x12-\n" +
+	"\bkey_hash\x18\x12 \x01(\x0e2\x12.stated.v1.KeyHashR\akeyHash\"\xc4\x03\n" +
 	"\x02Op\x12%\n" +
 	"\x04type\x18\x01 \x01(\x0e2\x11.stated.v1.OpTypeR\x04type\x12\x14\n" +
 	"\x05state\x18\x02 \x01(\tR\x05state\x12\x1b\n" +
@@ -3558,7 +3639,10 @@ const file_stated_proto_rawDesc = "" +
 	"\x18BACKEND_KIND_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11BACKEND_KIND_HEAP\x10\x01\x12\x15\n" +
 	"\x11BACKEND_KIND_FILE\x10\x02\x12\x14\n" +
-	"\x10BACKEND_KIND_LSM\x10\x03*^\n" +
+	"\x10BACKEND_KIND_LSM\x10\x03*>\n" +
+	"\aKeyHash\x12\x18\n" +
+	"\x14KEY_HASH_UNSPECIFIED\x10\x00\x12\x19\n" +
+	"\x15KEY_HASH_FNV1A_MURMUR\x10\x01*^\n" +
 	"\vRestoreMode\x12\x1c\n" +
 	"\x18RESTORE_MODE_UNSPECIFIED\x10\x00\x12\x16\n" +
 	"\x12RESTORE_MODE_CLAIM\x10\x01\x12\x19\n" +
@@ -3631,7 +3715,7 @@ func file_stated_proto_rawDescGZIP() []byte {
 	return file_stated_proto_rawDescData
 }
 
-var file_stated_proto_enumTypes = make([]protoimpl.EnumInfo, 12)
+var file_stated_proto_enumTypes = make([]protoimpl.EnumInfo, 13)
 var file_stated_proto_msgTypes = make([]protoimpl.MessageInfo, 31)
 var file_stated_proto_goTypes = []any{
 	(StateKind)(0),                     // 0: stated.v1.StateKind
@@ -3639,108 +3723,111 @@ var file_stated_proto_goTypes = []any{
 	(AggregateFunc)(0),                 // 2: stated.v1.AggregateFunc
 	(NumberType)(0),                    // 3: stated.v1.NumberType
 	(BackendKind)(0),                   // 4: stated.v1.BackendKind
-	(RestoreMode)(0),                   // 5: stated.v1.RestoreMode
-	(ChangelogMode)(0),                 // 6: stated.v1.ChangelogMode
-	(OpType)(0),                        // 7: stated.v1.OpType
-	(OperatorStateMode)(0),             // 8: stated.v1.OperatorStateMode
-	(CheckpointStatus)(0),              // 9: stated.v1.CheckpointStatus
-	(AbortReason)(0),                   // 10: stated.v1.AbortReason
-	(SavepointFormat)(0),               // 11: stated.v1.SavepointFormat
-	(*TaskId)(nil),                     // 12: stated.v1.TaskId
-	(*KeyGroupRange)(nil),              // 13: stated.v1.KeyGroupRange
-	(*StateDescriptor)(nil),            // 14: stated.v1.StateDescriptor
-	(*RestoreSource)(nil),              // 15: stated.v1.RestoreSource
-	(*OpenRequest)(nil),                // 16: stated.v1.OpenRequest
-	(*OpenResponse)(nil),               // 17: stated.v1.OpenResponse
-	(*Op)(nil),                         // 18: stated.v1.Op
-	(*BatchRequest)(nil),               // 19: stated.v1.BatchRequest
-	(*SnapshotBarrier)(nil),            // 20: stated.v1.SnapshotBarrier
-	(*SnapshotOutcome)(nil),            // 21: stated.v1.SnapshotOutcome
-	(*MapEntry)(nil),                   // 22: stated.v1.MapEntry
-	(*Timer)(nil),                      // 23: stated.v1.Timer
-	(*Result)(nil),                     // 24: stated.v1.Result
-	(*BatchResponse)(nil),              // 25: stated.v1.BatchResponse
-	(*SnapshotRequest)(nil),            // 26: stated.v1.SnapshotRequest
-	(*SnapshotResponse)(nil),           // 27: stated.v1.SnapshotResponse
-	(*CompleteCheckpointRequest)(nil),  // 28: stated.v1.CompleteCheckpointRequest
-	(*CheckpointInfo)(nil),             // 29: stated.v1.CheckpointInfo
-	(*CompleteCheckpointResponse)(nil), // 30: stated.v1.CompleteCheckpointResponse
-	(*AbortCheckpointRequest)(nil),     // 31: stated.v1.AbortCheckpointRequest
-	(*AbortCheckpointResponse)(nil),    // 32: stated.v1.AbortCheckpointResponse
-	(*ListCheckpointsRequest)(nil),     // 33: stated.v1.ListCheckpointsRequest
-	(*ListCheckpointsResponse)(nil),    // 34: stated.v1.ListCheckpointsResponse
-	(*TriggerSavepointRequest)(nil),    // 35: stated.v1.TriggerSavepointRequest
-	(*TriggerSavepointResponse)(nil),   // 36: stated.v1.TriggerSavepointResponse
-	(*PlanRescaleRequest)(nil),         // 37: stated.v1.PlanRescaleRequest
-	(*RescaleSource)(nil),              // 38: stated.v1.RescaleSource
-	(*RescaleSubtask)(nil),             // 39: stated.v1.RescaleSubtask
-	(*PlanRescaleResponse)(nil),        // 40: stated.v1.PlanRescaleResponse
-	(*CloseRequest)(nil),               // 41: stated.v1.CloseRequest
-	(*CloseResponse)(nil),              // 42: stated.v1.CloseResponse
+	(KeyHash)(0),                       // 5: stated.v1.KeyHash
+	(RestoreMode)(0),                   // 6: stated.v1.RestoreMode
+	(ChangelogMode)(0),                 // 7: stated.v1.ChangelogMode
+	(OpType)(0),                        // 8: stated.v1.OpType
+	(OperatorStateMode)(0),             // 9: stated.v1.OperatorStateMode
+	(CheckpointStatus)(0),              // 10: stated.v1.CheckpointStatus
+	(AbortReason)(0),                   // 11: stated.v1.AbortReason
+	(SavepointFormat)(0),               // 12: stated.v1.SavepointFormat
+	(*TaskId)(nil),                     // 13: stated.v1.TaskId
+	(*KeyGroupRange)(nil),              // 14: stated.v1.KeyGroupRange
+	(*StateDescriptor)(nil),            // 15: stated.v1.StateDescriptor
+	(*RestoreSource)(nil),              // 16: stated.v1.RestoreSource
+	(*OpenRequest)(nil),                // 17: stated.v1.OpenRequest
+	(*OpenResponse)(nil),               // 18: stated.v1.OpenResponse
+	(*Op)(nil),                         // 19: stated.v1.Op
+	(*BatchRequest)(nil),               // 20: stated.v1.BatchRequest
+	(*SnapshotBarrier)(nil),            // 21: stated.v1.SnapshotBarrier
+	(*SnapshotOutcome)(nil),            // 22: stated.v1.SnapshotOutcome
+	(*MapEntry)(nil),                   // 23: stated.v1.MapEntry
+	(*Timer)(nil),                      // 24: stated.v1.Timer
+	(*Result)(nil),                     // 25: stated.v1.Result
+	(*BatchResponse)(nil),              // 26: stated.v1.BatchResponse
+	(*SnapshotRequest)(nil),            // 27: stated.v1.SnapshotRequest
+	(*SnapshotResponse)(nil),           // 28: stated.v1.SnapshotResponse
+	(*CompleteCheckpointRequest)(nil),  // 29: stated.v1.CompleteCheckpointRequest
+	(*CheckpointInfo)(nil),             // 30: stated.v1.CheckpointInfo
+	(*CompleteCheckpointResponse)(nil), // 31: stated.v1.CompleteCheckpointResponse
+	(*AbortCheckpointRequest)(nil),     // 32: stated.v1.AbortCheckpointRequest
+	(*AbortCheckpointResponse)(nil),    // 33: stated.v1.AbortCheckpointResponse
+	(*ListCheckpointsRequest)(nil),     // 34: stated.v1.ListCheckpointsRequest
+	(*ListCheckpointsResponse)(nil),    // 35: stated.v1.ListCheckpointsResponse
+	(*TriggerSavepointRequest)(nil),    // 36: stated.v1.TriggerSavepointRequest
+	(*TriggerSavepointResponse)(nil),   // 37: stated.v1.TriggerSavepointResponse
+	(*PlanRescaleRequest)(nil),         // 38: stated.v1.PlanRescaleRequest
+	(*RescaleSource)(nil),              // 39: stated.v1.RescaleSource
+	(*RescaleSubtask)(nil),             // 40: stated.v1.RescaleSubtask
+	(*PlanRescaleResponse)(nil),        // 41: stated.v1.PlanRescaleResponse
+	(*CloseRequest)(nil),               // 42: stated.v1.CloseRequest
+	(*CloseResponse)(nil),              // 43: stated.v1.CloseResponse
 }
 var file_stated_proto_depIdxs = []int32{
 	0,  // 0: stated.v1.StateDescriptor.kind:type_name -> stated.v1.StateKind
 	1,  // 1: stated.v1.StateDescriptor.ttl_update:type_name -> stated.v1.TtlUpdate
 	2,  // 2: stated.v1.StateDescriptor.aggregate:type_name -> stated.v1.AggregateFunc
 	3,  // 3: stated.v1.StateDescriptor.number:type_name -> stated.v1.NumberType
-	5,  // 4: stated.v1.RestoreSource.mode:type_name -> stated.v1.RestoreMode
-	12, // 5: stated.v1.OpenRequest.task:type_name -> stated.v1.TaskId
-	13, // 6: stated.v1.OpenRequest.key_groups:type_name -> stated.v1.KeyGroupRange
-	14, // 7: stated.v1.OpenRequest.states:type_name -> stated.v1.StateDescriptor
-	15, // 8: stated.v1.OpenRequest.restore:type_name -> stated.v1.RestoreSource
-	6,  // 9: stated.v1.OpenRequest.changelog:type_name -> stated.v1.ChangelogMode
+	6,  // 4: stated.v1.RestoreSource.mode:type_name -> stated.v1.RestoreMode
+	13, // 5: stated.v1.OpenRequest.task:type_name -> stated.v1.TaskId
+	14, // 6: stated.v1.OpenRequest.key_groups:type_name -> stated.v1.KeyGroupRange
+	15, // 7: stated.v1.OpenRequest.states:type_name -> stated.v1.StateDescriptor
+	16, // 8: stated.v1.OpenRequest.restore:type_name -> stated.v1.RestoreSource
+	7,  // 9: stated.v1.OpenRequest.changelog:type_name -> stated.v1.ChangelogMode
 	4,  // 10: stated.v1.OpenRequest.backend_kind:type_name -> stated.v1.BackendKind
-	13, // 11: stated.v1.OpenResponse.key_groups:type_name -> stated.v1.KeyGroupRange
-	14, // 12: stated.v1.OpenResponse.states:type_name -> stated.v1.StateDescriptor
-	4,  // 13: stated.v1.OpenResponse.backend_kind:type_name -> stated.v1.BackendKind
-	7,  // 14: stated.v1.Op.type:type_name -> stated.v1.OpType
-	3,  // 15: stated.v1.Op.number_type:type_name -> stated.v1.NumberType
-	8,  // 16: stated.v1.Op.operator_mode:type_name -> stated.v1.OperatorStateMode
-	18, // 17: stated.v1.BatchRequest.ops:type_name -> stated.v1.Op
-	20, // 18: stated.v1.BatchRequest.snapshot:type_name -> stated.v1.SnapshotBarrier
-	27, // 19: stated.v1.SnapshotOutcome.result:type_name -> stated.v1.SnapshotResponse
-	22, // 20: stated.v1.Result.entries:type_name -> stated.v1.MapEntry
-	3,  // 21: stated.v1.Result.number_type:type_name -> stated.v1.NumberType
-	23, // 22: stated.v1.Result.timers:type_name -> stated.v1.Timer
-	8,  // 23: stated.v1.Result.operator_mode:type_name -> stated.v1.OperatorStateMode
-	24, // 24: stated.v1.BatchResponse.results:type_name -> stated.v1.Result
-	21, // 25: stated.v1.BatchResponse.snapshot:type_name -> stated.v1.SnapshotOutcome
-	12, // 26: stated.v1.CompleteCheckpointRequest.tasks:type_name -> stated.v1.TaskId
-	9,  // 27: stated.v1.CheckpointInfo.state:type_name -> stated.v1.CheckpointStatus
-	29, // 28: stated.v1.CompleteCheckpointResponse.checkpoint:type_name -> stated.v1.CheckpointInfo
-	10, // 29: stated.v1.AbortCheckpointRequest.reason_code:type_name -> stated.v1.AbortReason
-	29, // 30: stated.v1.ListCheckpointsResponse.checkpoints:type_name -> stated.v1.CheckpointInfo
-	11, // 31: stated.v1.TriggerSavepointRequest.format:type_name -> stated.v1.SavepointFormat
-	12, // 32: stated.v1.RescaleSource.task:type_name -> stated.v1.TaskId
-	13, // 33: stated.v1.RescaleSource.key_groups:type_name -> stated.v1.KeyGroupRange
-	13, // 34: stated.v1.RescaleSource.overlap:type_name -> stated.v1.KeyGroupRange
-	4,  // 35: stated.v1.RescaleSource.backend_kind:type_name -> stated.v1.BackendKind
-	13, // 36: stated.v1.RescaleSubtask.key_groups:type_name -> stated.v1.KeyGroupRange
-	38, // 37: stated.v1.RescaleSubtask.sources:type_name -> stated.v1.RescaleSource
-	39, // 38: stated.v1.PlanRescaleResponse.subtasks:type_name -> stated.v1.RescaleSubtask
-	16, // 39: stated.v1.Stated.Open:input_type -> stated.v1.OpenRequest
-	19, // 40: stated.v1.Stated.Batch:input_type -> stated.v1.BatchRequest
-	26, // 41: stated.v1.Stated.Snapshot:input_type -> stated.v1.SnapshotRequest
-	28, // 42: stated.v1.Stated.CompleteCheckpoint:input_type -> stated.v1.CompleteCheckpointRequest
-	31, // 43: stated.v1.Stated.AbortCheckpoint:input_type -> stated.v1.AbortCheckpointRequest
-	33, // 44: stated.v1.Stated.ListCheckpoints:input_type -> stated.v1.ListCheckpointsRequest
-	35, // 45: stated.v1.Stated.TriggerSavepoint:input_type -> stated.v1.TriggerSavepointRequest
-	37, // 46: stated.v1.Stated.PlanRescale:input_type -> stated.v1.PlanRescaleRequest
-	41, // 47: stated.v1.Stated.CloseInstance:input_type -> stated.v1.CloseRequest
-	17, // 48: stated.v1.Stated.Open:output_type -> stated.v1.OpenResponse
-	25, // 49: stated.v1.Stated.Batch:output_type -> stated.v1.BatchResponse
-	27, // 50: stated.v1.Stated.Snapshot:output_type -> stated.v1.SnapshotResponse
-	30, // 51: stated.v1.Stated.CompleteCheckpoint:output_type -> stated.v1.CompleteCheckpointResponse
-	32, // 52: stated.v1.Stated.AbortCheckpoint:output_type -> stated.v1.AbortCheckpointResponse
-	34, // 53: stated.v1.Stated.ListCheckpoints:output_type -> stated.v1.ListCheckpointsResponse
-	36, // 54: stated.v1.Stated.TriggerSavepoint:output_type -> stated.v1.TriggerSavepointResponse
-	40, // 55: stated.v1.Stated.PlanRescale:output_type -> stated.v1.PlanRescaleResponse
-	42, // 56: stated.v1.Stated.CloseInstance:output_type -> stated.v1.CloseResponse
-	48, // [48:57] is the sub-list for method output_type
-	39, // [39:48] is the sub-list for method input_type
-	39, // [39:39] is the sub-list for extension type_name
-	39, // [39:39] is the sub-list for extension extendee
-	0,  // [0:39] is the sub-list for field type_name
+	5,  // 11: stated.v1.OpenRequest.key_hash:type_name -> stated.v1.KeyHash
+	14, // 12: stated.v1.OpenResponse.key_groups:type_name -> stated.v1.KeyGroupRange
+	15, // 13: stated.v1.OpenResponse.states:type_name -> stated.v1.StateDescriptor
+	4,  // 14: stated.v1.OpenResponse.backend_kind:type_name -> stated.v1.BackendKind
+	5,  // 15: stated.v1.OpenResponse.key_hash:type_name -> stated.v1.KeyHash
+	8,  // 16: stated.v1.Op.type:type_name -> stated.v1.OpType
+	3,  // 17: stated.v1.Op.number_type:type_name -> stated.v1.NumberType
+	9,  // 18: stated.v1.Op.operator_mode:type_name -> stated.v1.OperatorStateMode
+	19, // 19: stated.v1.BatchRequest.ops:type_name -> stated.v1.Op
+	21, // 20: stated.v1.BatchRequest.snapshot:type_name -> stated.v1.SnapshotBarrier
+	28, // 21: stated.v1.SnapshotOutcome.result:type_name -> stated.v1.SnapshotResponse
+	23, // 22: stated.v1.Result.entries:type_name -> stated.v1.MapEntry
+	3,  // 23: stated.v1.Result.number_type:type_name -> stated.v1.NumberType
+	24, // 24: stated.v1.Result.timers:type_name -> stated.v1.Timer
+	9,  // 25: stated.v1.Result.operator_mode:type_name -> stated.v1.OperatorStateMode
+	25, // 26: stated.v1.BatchResponse.results:type_name -> stated.v1.Result
+	22, // 27: stated.v1.BatchResponse.snapshot:type_name -> stated.v1.SnapshotOutcome
+	13, // 28: stated.v1.CompleteCheckpointRequest.tasks:type_name -> stated.v1.TaskId
+	10, // 29: stated.v1.CheckpointInfo.state:type_name -> stated.v1.CheckpointStatus
+	30, // 30: stated.v1.CompleteCheckpointResponse.checkpoint:type_name -> stated.v1.CheckpointInfo
+	11, // 31: stated.v1.AbortCheckpointRequest.reason_code:type_name -> stated.v1.AbortReason
+	30, // 32: stated.v1.ListCheckpointsResponse.checkpoints:type_name -> stated.v1.CheckpointInfo
+	12, // 33: stated.v1.TriggerSavepointRequest.format:type_name -> stated.v1.SavepointFormat
+	13, // 34: stated.v1.RescaleSource.task:type_name -> stated.v1.TaskId
+	14, // 35: stated.v1.RescaleSource.key_groups:type_name -> stated.v1.KeyGroupRange
+	14, // 36: stated.v1.RescaleSource.overlap:type_name -> stated.v1.KeyGroupRange
+	4,  // 37: stated.v1.RescaleSource.backend_kind:type_name -> stated.v1.BackendKind
+	14, // 38: stated.v1.RescaleSubtask.key_groups:type_name -> stated.v1.KeyGroupRange
+	39, // 39: stated.v1.RescaleSubtask.sources:type_name -> stated.v1.RescaleSource
+	40, // 40: stated.v1.PlanRescaleResponse.subtasks:type_name -> stated.v1.RescaleSubtask
+	17, // 41: stated.v1.Stated.Open:input_type -> stated.v1.OpenRequest
+	20, // 42: stated.v1.Stated.Batch:input_type -> stated.v1.BatchRequest
+	27, // 43: stated.v1.Stated.Snapshot:input_type -> stated.v1.SnapshotRequest
+	29, // 44: stated.v1.Stated.CompleteCheckpoint:input_type -> stated.v1.CompleteCheckpointRequest
+	32, // 45: stated.v1.Stated.AbortCheckpoint:input_type -> stated.v1.AbortCheckpointRequest
+	34, // 46: stated.v1.Stated.ListCheckpoints:input_type -> stated.v1.ListCheckpointsRequest
+	36, // 47: stated.v1.Stated.TriggerSavepoint:input_type -> stated.v1.TriggerSavepointRequest
+	38, // 48: stated.v1.Stated.PlanRescale:input_type -> stated.v1.PlanRescaleRequest
+	42, // 49: stated.v1.Stated.CloseInstance:input_type -> stated.v1.CloseRequest
+	18, // 50: stated.v1.Stated.Open:output_type -> stated.v1.OpenResponse
+	26, // 51: stated.v1.Stated.Batch:output_type -> stated.v1.BatchResponse
+	28, // 52: stated.v1.Stated.Snapshot:output_type -> stated.v1.SnapshotResponse
+	31, // 53: stated.v1.Stated.CompleteCheckpoint:output_type -> stated.v1.CompleteCheckpointResponse
+	33, // 54: stated.v1.Stated.AbortCheckpoint:output_type -> stated.v1.AbortCheckpointResponse
+	35, // 55: stated.v1.Stated.ListCheckpoints:output_type -> stated.v1.ListCheckpointsResponse
+	37, // 56: stated.v1.Stated.TriggerSavepoint:output_type -> stated.v1.TriggerSavepointResponse
+	41, // 57: stated.v1.Stated.PlanRescale:output_type -> stated.v1.PlanRescaleResponse
+	43, // 58: stated.v1.Stated.CloseInstance:output_type -> stated.v1.CloseResponse
+	50, // [50:59] is the sub-list for method output_type
+	41, // [41:50] is the sub-list for method input_type
+	41, // [41:41] is the sub-list for extension type_name
+	41, // [41:41] is the sub-list for extension extendee
+	0,  // [0:41] is the sub-list for field type_name
 }
 
 func init() { file_stated_proto_init() }
@@ -3758,7 +3845,7 @@ func file_stated_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_stated_proto_rawDesc), len(file_stated_proto_rawDesc)),
-			NumEnums:      12,
+			NumEnums:      13,
 			NumMessages:   31,
 			NumExtensions: 0,
 			NumServices:   1,

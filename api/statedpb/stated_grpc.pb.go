@@ -30,7 +30,9 @@
 //   key_group = m % max_parallelism.
 // ">>>" is the unsigned shift. api/testdata/keygroups.json holds vectors
 // (key bytes -> h -> m -> key group for several max parallelisms) that the
-// Go and Node clients check themselves against.
+// Go and Node clients check themselves against. A client that declares this
+// hash at Open (OpenRequest.key_hash) has every key group checked against
+// its key by the daemon as well.
 //
 // Errors are gRPC status codes with messages that name the job, task, state
 // and key group involved: InvalidArgument (malformed request, key group
