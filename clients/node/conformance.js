@@ -120,8 +120,10 @@ const ALL_STATES = [
   { name: 't', kind: 'STATE_KIND_TIMERS' },
 ];
 
+// openSpec declares the specified key hash: the daemon then checks every key
+// group this client computes.
 function openSpec(job, backendKind, extra = {}) {
-  return { task: { job, operator: 'op', subtask: 0 }, parallelism: 1, backendKind, states: ALL_STATES, ...extra };
+  return { task: { job, operator: 'op', subtask: 0 }, parallelism: 1, backendKind, states: ALL_STATES, keyHash: 'KEY_HASH_FNV1A_MURMUR', ...extra };
 }
 
 // 1. Key-group vectors, computed from the spec in stated.proto.
@@ -340,8 +342,15 @@ async function crossCheck(c, d, xcheck) {
 
 // 6. Bad input: clear errors, and nothing else breaks.
 async function badInput(c) {
-  const spec = { task: { job: 'bad', operator: 'op', subtask: 0 }, parallelism: 2, backendKind: 'BACKEND_KIND_HEAP', states: ALL_STATES };
+  const spec = { task: { job: 'bad', operator: 'op', subtask: 0 }, parallelism: 2, backendKind: 'BACKEND_KIND_HEAP', states: ALL_STATES,
+    keyHash: 'KEY_HASH_FNV1A_MURMUR' };
   const inst = await c.open(spec);
+  check(inst.open.keyHash === 'KEY_HASH_FNV1A_MURMUR', `open: key hash ${inst.open.keyHash}`);
+  // A key group in the range that is not the key's: refused, since the hash
+  // was declared.
+  let inside = 0;
+  while (keyGroup(Buffer.from(`i${inside}`), inst.maxParallelism) === inst.keyGroups.start) inside++;
+  const misrouted = { ...inst.op('OP_TYPE_PUT', 'v', `i${inside}`, { value: toBuffer('x') }), keyGroup: inst.keyGroups.start };
   let outside = 0;
   while (keyGroup(Buffer.from(`o${outside}`), inst.maxParallelism) <= inst.keyGroups.end) outside++;
   const big = Buffer.alloc(inst.open.maxValueSize + 1);
@@ -353,6 +362,7 @@ async function badInput(c) {
     inst.op('OP_TYPE_PUT', 'v', 'k', { value: big }),
     { type: 'OP_TYPE_UNSPECIFIED', state: 'v', key: toBuffer('k') },
     inst.op('OP_TYPE_PUT', 'v', 'fine', { value: toBuffer('ok') }),
+    misrouted,
   ]);
   expectCode('key group outside the range', r[0], status.INVALID_ARGUMENT, 'key group');
   expectCode('unknown state', r[1], status.INVALID_ARGUMENT, '"nope"');
@@ -361,6 +371,7 @@ async function badInput(c) {
   expectCode('value too large', r[4], status.RESOURCE_EXHAUSTED);
   expectCode('unknown operation type', r[5], status.INVALID_ARGUMENT);
   check(r[6].code === 0, `a good operation after bad ones: ${r[6].error}`);
+  expectCode('key group not the key\'s', r[7], status.INVALID_ARGUMENT, 'not the key\'s');
   const many = await inst.send(putOps(inst, 0, inst.open.maxBatchOps + 1, 'x'));
   expectCode('too many operations', many.results[0], status.RESOURCE_EXHAUSTED, String(inst.open.maxBatchOps));
   await rejects('checkpoint id 0', inst.snapshot(0), status.INVALID_ARGUMENT, 'id 0');
