@@ -40,7 +40,7 @@ func TestInstanceKeyGroupVectors(t *testing.T) {
 	c := h.dial(client.Options{})
 	for i, p := range doc.MaxParallelisms {
 		in, err := c.Open(ctx, client.OpenSpec{Task: task("kg", "op"+strconv.Itoa(i), 0), MaxParallelism: p, Parallelism: 1,
-			Backend: backend.KindHeap, States: []backend.StateDescriptor{{Name: "v", Kind: backend.KindValue}}})
+			Backend: backend.KindHeap, States: []backend.StateDescriptor{{Name: "v", Kind: backend.KindValue}}, CheckKeyGroups: true})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -69,15 +69,22 @@ func TestInstanceKeyGroupVectors(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	// A client that routes by another hash declares none.
-	other := h.dial(client.Options{KeyHash: func(k []byte) int32 { return int32(len(k)) }})
-	in, err := other.Open(ctx, client.OpenSpec{Task: task("kg", "other", 0), Parallelism: 1,
+	// Without CheckKeyGroups nothing is declared (the Go client's default,
+	// as before the declaration existed); a client that routes by another
+	// hash cannot declare the specified one.
+	in, err := c.Open(ctx, client.OpenSpec{Task: task("kg", "plain", 0), Parallelism: 1,
 		Backend: backend.KindHeap, States: []backend.StateDescriptor{{Name: "v", Kind: backend.KindValue}}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if di, err := h.d.Lookup(in.ID(), "kg"); err != nil || di.VerifyKeyGroups {
-		t.Fatalf("a client with its own hash declared the specified one (%v)", err)
+		t.Fatalf("declared without CheckKeyGroups (%v)", err)
+	}
+	other := h.dial(client.Options{KeyHash: func(k []byte) int32 { return int32(len(k)) }})
+	_, err = other.Open(ctx, client.OpenSpec{Task: task("kg", "other", 0), Parallelism: 1, CheckKeyGroups: true,
+		Backend: backend.KindHeap, States: []backend.StateDescriptor{{Name: "v", Kind: backend.KindValue}}})
+	if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "KeyHash") {
+		t.Fatalf("CheckKeyGroups with another KeyHash: %v", err)
 	}
 }
 

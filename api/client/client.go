@@ -225,6 +225,11 @@ type OpenSpec struct {
 	// Changelog chooses changelog mode for the instance (default: the
 	// daemon's --changelog).
 	Changelog Changelog
+	// CheckKeyGroups declares at Open that key groups are computed with the
+	// hash stated.proto specifies (the default KeyHash; Open fails with
+	// another), and the daemon then refuses any operation whose key group
+	// is not its key's, also from other clients of the instance.
+	CheckKeyGroups bool
 }
 
 // Changelog is an instance's choice of changelog mode: every change logged
@@ -293,10 +298,12 @@ func (c *Client) Open(ctx context.Context, spec OpenSpec) (*Instance, error) {
 		}
 		req.Restore = rs
 	}
-	if c.opts.KeyHash == nil || reflect.ValueOf(c.opts.KeyHash).Pointer() == reflect.ValueOf(FNV1a32).Pointer() {
-		// The client computes key groups with the hash stated.proto
-		// specifies: declare it, so that the daemon checks every key group
-		// too. (Functions compare only through reflect.)
+	if spec.CheckKeyGroups {
+		// Functions compare only through reflect.
+		if reflect.ValueOf(c.opts.KeyHash).Pointer() != reflect.ValueOf(FNV1a32).Pointer() {
+			return nil, status.Errorf(codes.InvalidArgument,
+				"client: open %s: CheckKeyGroups declares the key hash stated.proto specifies, which Options.KeyHash replaces", spec.Task)
+		}
 		req.KeyHash = pb.KeyHash_KEY_HASH_FNV1A_MURMUR
 	}
 	resp, err := c.rpc.Open(ctx, req)

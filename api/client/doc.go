@@ -29,10 +29,10 @@
 // int32 (two's complement); a client in another language that wants to
 // share state with this one implements exactly that. An engine that routes
 // records by another hash (Java's hashCode, say) passes it as KeyHash. The
-// daemon re-checks every key group against the instance's range; with the
-// default KeyHash, Open declares it (OpenRequest.key_hash) and the daemon
-// also checks that each key group is its key's. The hash is specified in
-// stated.proto, with vectors in api/testdata/keygroups.json
+// daemon re-checks every key group against the instance's range; with
+// OpenSpec.CheckKeyGroups (and the default KeyHash), Open declares the hash
+// (OpenRequest.key_hash) and the daemon also checks that each key group is
+// its key's. The hash is specified in stated.proto, with vectors in api/testdata/keygroups.json
 // (TestKeyGroupVectors checks this client against them).
 //
 // # Checkpoints
