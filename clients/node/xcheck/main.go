@@ -46,7 +46,7 @@ func run(ctx context.Context, mode, sock, job, writer string) error {
 	}
 	defer c.Close()
 	spec := client.OpenSpec{Task: backend.TaskID{Job: job, Operator: "op"}, Parallelism: 1, Backend: backend.KindFile,
-		States: states, Replace: true}
+		States: states, Replace: true, CheckKeyGroups: true}
 	if mode == "read" {
 		spec.Restore = &client.Restore{Latest: true}
 	}
