@@ -150,7 +150,7 @@ func bench(ctx context.Context, _, sock, job, keys string) error {
 	}
 	defer c.Close()
 	in, err := c.Open(ctx, client.OpenSpec{Task: backend.TaskID{Job: job, Operator: "op"}, Parallelism: 1, Backend: backend.KindFile,
-		States: states[:1], Replace: true})
+		States: states[:1], Replace: true, CheckKeyGroups: true})
 	if err != nil {
 		return err
 	}
