@@ -8,7 +8,9 @@
 # 3. runs `go test ./...` (plain `go test ./...` also passes without step 2:
 #    the S3 tests then use an in-process server), then the packages where
 #    goroutines meet once more with -race;
-# 4. runs every restore-path fuzz target of fuzz/ briefly (FUZZTIME each,
+# 4. runs the Node client's conformance script against a real daemon
+#    (scripts/node-conformance.sh; needs node and npm);
+# 5. runs every restore-path fuzz target of fuzz/ briefly (FUZZTIME each,
 #    default 10s; scripts/fuzz.sh runs one for longer).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -65,6 +67,12 @@ go test -count=1 -race -timeout 20m "$@" ./api/... ./daemon/... ./backend/intern
 # write (vfs.File allows it), while Pebble and the daemon work in the
 # background.
 go test -count=1 -race "$@" -run TestPowerLoss ./fuzz/ -powerloss.points=10
+
+# A second client, in Node.js, written from api/stated.proto alone, against
+# a real daemon (clients/node/conformance.js): the protocol works for a
+# client that is not the Go one.
+echo "== Node client conformance"
+scripts/node-conformance.sh
 
 # The restore-path fuzz targets, briefly: new inputs beyond the committed
 # corpus (which step 3 already ran).
