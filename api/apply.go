@@ -2,6 +2,7 @@ package api
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"time"
@@ -23,9 +24,25 @@ const latencySample = 4
 // gRPC's pool that goes back to it once sent. sizeHint is the expected
 // response size (the stream's last one), to allocate it once.
 func (s *Server) apply(inst *daemon.Instance, bt *wire.Batch, sizeHint int) *wire.Raw {
+	return s.applyBatch(context.Background(), inst, bt, sizeHint)
+}
+
+// applyBatch is apply, then the request's snapshot barrier if it has one,
+// under ctx (the stream's).
+func (s *Server) applyBatch(ctx context.Context, inst *daemon.Instance, bt *wire.Batch, sizeHint int) *wire.Raw {
 	orig := wire.OutBuffer(min(max(sizeHint, 64), s.opts.MaxMessageSize))
 	a := batchApply{s: s, inst: inst, out: *orig}
-	a.run(bt)
+	applied := a.run(bt)
+	switch {
+	case !bt.HasSnapshot:
+	case !applied:
+		// A snapshot now would miss the operations sent before it.
+		a.out = wire.AppendSnapshotOutcome(a.out, encodeOutcome(&pb.SnapshotOutcome{Code: uint32(codes.ResourceExhausted),
+			Error: fmt.Sprintf("stated: snapshot %d of %s not taken: the operations of its request were refused (more than %d)",
+				bt.Snapshot.CheckpointID, inst.Task, s.opts.MaxBatchOps)}))
+	default:
+		a.out = wire.AppendSnapshotOutcome(a.out, s.barrier(ctx, inst, bt.Snapshot))
+	}
 	return wire.NewOutgoing(orig, a.out)
 }
 
@@ -48,7 +65,8 @@ type batchApply struct {
 	tally  daemon.OpTally
 }
 
-func (a *batchApply) run(bt *wire.Batch) {
+// run applies bt's operations; false: it refused the whole batch.
+func (a *batchApply) run(bt *wire.Batch) bool {
 	s, inst := a.s, a.inst
 	m := s.d.Metrics()
 	m.Batches.Add(1)
@@ -63,7 +81,7 @@ func (a *batchApply) run(bt *wire.Batch) {
 			a.out = wire.AppendResult(a.out, &r)
 		}
 		a.out = wire.AppendResponseSeq(a.out, bt.Seq)
-		return
+		return false
 	}
 	a.full = s.opts.MaxMessageSize - wire.MaxSeqSize
 	a.budget = a.full
@@ -113,6 +131,7 @@ func (a *batchApply) run(bt *wire.Batch) {
 	}
 	a.tally.Flush()
 	a.out = wire.AppendResponseSeq(a.out, bt.Seq)
+	return true
 }
 
 // one applies ops[i] through the backend's own method.
@@ -274,8 +293,8 @@ func (a *batchApply) readGroup(g backend.ReadGrouper, from, to int) int {
 		for i := from; i < to; i++ {
 			o := a.begin(i, true)
 			op, state, r := o.op, o.state, &o.r
-			if err := checkSizes(a.inst, op); err != nil {
-				a.fail(op, state, r, codes.ResourceExhausted, err)
+			if code, err := a.check(op); err != nil {
+				a.fail(op, state, r, code, err)
 			} else {
 				k := backend.Key{KeyGroup: int(op.KeyGroup), Key: op.Key, Namespace: op.Namespace}
 				var err error
@@ -308,8 +327,8 @@ func (a *batchApply) readGroup(g backend.ReadGrouper, from, to int) int {
 // groupOp makes one blind write of a group (groupable) through w; it
 // returns the operation's error and its code.
 func (a *batchApply) groupOp(w backend.GroupWriter, op *wire.Op, state string) (codes.Code, error) {
-	if err := checkSizes(a.inst, op); err != nil {
-		return codes.ResourceExhausted, err
+	if code, err := a.check(op); err != nil {
+		return code, err
 	}
 	k := backend.Key{KeyGroup: int(op.KeyGroup), Key: op.Key, Namespace: op.Namespace}
 	if err := writeOp(w, op, state, k); err != nil {
@@ -356,6 +375,41 @@ func (a *batchApply) fail(op *wire.Op, state string, r *wire.Result, code codes.
 	r.Error = fmt.Sprintf("stated: %s on %s %q%s of task %s: %v", daemon.Op(op.Type), what, state, kg, a.inst.Task, err)
 }
 
+// check validates op before it reaches the backend: its operands' sizes
+// and, on an instance that declared the specified key hash at Open, its
+// key group.
+func (a *batchApply) check(op *wire.Op) (codes.Code, error) {
+	if err := checkSizes(a.inst, op); err != nil {
+		return codes.ResourceExhausted, err
+	}
+	if a.inst.VerifyKeyGroups && keyed(op.Type) {
+		if kg := protocol.KeyGroup(op.Key, a.inst.MaxParallelism); kg != int(op.KeyGroup) {
+			return codes.InvalidArgument, fmt.Errorf("key group %d is not the key's: the key hash declared at open (FNV-1a, then murmur) "+
+				"puts key %q in key group %d; the client computes key groups another way", op.KeyGroup, truncateKey(op.Key), kg)
+		}
+	}
+	return codes.OK, nil
+}
+
+// keyed reports whether an operation of type t addresses a key (and so
+// carries the key's group).
+func keyed(t int32) bool {
+	switch daemon.Op(t) {
+	case daemon.OpTimerPoll, daemon.OpOperatorSet, daemon.OpOperatorAppend, daemon.OpOperatorGet:
+		return false
+	}
+	// An unknown type is refused where it is applied.
+	return t >= int32(daemon.OpGet) && t <= int32(daemon.OpOperatorGet)
+}
+
+// truncateKey keeps error messages short for long keys.
+func truncateKey(k []byte) []byte {
+	if len(k) > 64 {
+		return k[:64]
+	}
+	return k
+}
+
 // checkSizes rejects operands over the instance's value size limit before
 // the backend sees them.
 func checkSizes(inst *daemon.Instance, op *wire.Op) error {
@@ -390,8 +444,8 @@ func checkSizes(inst *daemon.Instance, op *wire.Op) error {
 // earlier result used any of the budget.
 func (a *batchApply) applyOp(op *wire.Op, state string, r *wire.Result, alone bool) {
 	inst := a.inst
-	if err := checkSizes(inst, op); err != nil {
-		a.fail(op, state, r, codes.ResourceExhausted, err)
+	if code, err := a.check(op); err != nil {
+		a.fail(op, state, r, code, err)
 		return
 	}
 	b := inst.Backend

@@ -14,8 +14,12 @@
 //
 //	go generate ./api
 //
-// A change to Op, Result, BatchRequest or BatchResponse must be made in
-// api/internal/wire too; its tests compare both encodings both ways and
+// A snapshot barrier (BatchRequest.snapshot) is applied by the stream that
+// carries it, after the request's operations (apply.go): that is what
+// orders checkpoints with writes for every client.
+//
+// A change to Op, Result, BatchRequest, SnapshotBarrier or BatchResponse
+// must be made in api/internal/wire too; its tests compare both encodings both ways and
 // fail until it is.
 package api
 

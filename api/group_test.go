@@ -69,7 +69,7 @@ func TestSnapshotDuringGroupedWrites(t *testing.T) {
 	floors := map[uint64]int64{}
 	for id := uint64(1); id <= snaps; id++ {
 		floors[id] = acked.Load()
-		if _, err := raw.Snapshot(ctx, &pb.SnapshotRequest{InstanceId: in.ID(), Job: tk.Job, CheckpointId: id, Wait: true}); err != nil {
+		if _, err := raw.Snapshot(ctx, &pb.SnapshotRequest{InstanceId: in.ID(), Job: tk.Job, CheckpointId: id, Wait: true, BatchesAnswered: true}); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := c.CompleteCheckpoint(ctx, "grp", id); err != nil {

@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/statedhq/stated/api/internal/wire"
 	"github.com/statedhq/stated/api/protocol"
@@ -276,6 +277,7 @@ func (s *Server) Open(ctx context.Context, req *pb.OpenRequest) (*pb.OpenRespons
 	if err != nil {
 		return nil, toStatus(err)
 	}
+	cfg := s.d.Config()
 	resp := &pb.OpenResponse{
 		InstanceId:           inst.ID,
 		MaxParallelism:       int32(inst.MaxParallelism),
@@ -285,6 +287,19 @@ func (s *Server) Open(ctx context.Context, req *pb.OpenRequest) (*pb.OpenRespons
 		MaxMessageSize:       int64(s.opts.MaxMessageSize),
 		MaxBatchOps:          int32(s.opts.MaxBatchOps),
 		Changelog:            inst.Changelog(),
+		BackendKind:          backendKindToPB(inst.Kind),
+		MaxPage:              int32(s.opts.MaxPage),
+		StreamQueueDepth:     int32(s.opts.QueueDepth),
+		// Clamped: a daemon configured beyond int32 still tells clients a
+		// bound they can use.
+		MaxStreamsPerInstance:     int32(min(cfg.MaxStreamsPerInstance, math.MaxInt32)),
+		FirstBatchTimeoutMillis:   s.opts.FirstBatchTimeout.Milliseconds(),
+		IdleInstanceTimeoutMillis: max(cfg.IdleInstanceTimeout.Milliseconds(), 0),
+		MaxOperatorStateBytes:     backend.MaxOperatorStateBytes,
+		LastCompletedCheckpointId: s.d.LastCompleted(inst.Task.Job),
+	}
+	if inst.VerifyKeyGroups {
+		resp.KeyHash = pb.KeyHash_KEY_HASH_FNV1A_MURMUR
 	}
 	for _, d := range inst.Backend.States() {
 		resp.States = append(resp.States, protocol.StateToPB(d))
@@ -292,16 +307,63 @@ func (s *Server) Open(ctx context.Context, req *pb.OpenRequest) (*pb.OpenRespons
 	return resp, nil
 }
 
+// backendKinds maps BackendKind to the backend's names; the string field
+// of older clients carries the same names.
+var backendKinds = map[pb.BackendKind]backend.Kind{
+	pb.BackendKind_BACKEND_KIND_HEAP: backend.KindHeap,
+	pb.BackendKind_BACKEND_KIND_FILE: backend.KindFile,
+	pb.BackendKind_BACKEND_KIND_LSM:  backend.KindLSM,
+}
+
+func backendKindToPB(k backend.Kind) pb.BackendKind {
+	for e, name := range backendKinds {
+		if name == k {
+			return e
+		}
+	}
+	return pb.BackendKind_BACKEND_KIND_UNSPECIFIED
+}
+
+// openKind is the backend an Open asks for: backend_kind, or the
+// deprecated string, which must agree when both are set.
+func openKind(req *pb.OpenRequest) (backend.Kind, error) {
+	// The deprecated string stays accepted: older clients send only it.
+	name := backend.Kind(req.GetBackend())
+	e := req.GetBackendKind()
+	if e == pb.BackendKind_BACKEND_KIND_UNSPECIFIED {
+		return name, nil
+	}
+	k, ok := backendKinds[e]
+	if !ok {
+		return "", fmt.Errorf("%w: unknown backend_kind %d", backend.ErrInvalidArgument, e)
+	}
+	if name != "" && name != k {
+		return "", fmt.Errorf("%w: backend %q and backend_kind %s name different backends", backend.ErrInvalidArgument, name, e)
+	}
+	return k, nil
+}
+
 func openParams(req *pb.OpenRequest) (daemon.OpenParams, error) {
 	p := daemon.OpenParams{
 		Task:           protocol.TaskFromPB(req.GetTask()),
 		MaxParallelism: int(req.GetMaxParallelism()),
 		Parallelism:    int(req.GetParallelism()),
-		Kind:           backend.Kind(req.GetBackend()),
 		Replace:        req.GetReplace(),
 	}
 	if req.GetTask() == nil {
 		return p, fmt.Errorf("api: open: %w: no task", backend.ErrInvalidArgument)
+	}
+	kind, err := openKind(req)
+	if err != nil {
+		return p, fmt.Errorf("api: open %s: %w", p.Task, err)
+	}
+	p.Kind = kind
+	switch h := req.GetKeyHash(); h {
+	case pb.KeyHash_KEY_HASH_UNSPECIFIED:
+	case pb.KeyHash_KEY_HASH_FNV1A_MURMUR:
+		p.VerifyKeyGroups = true
+	default:
+		return p, fmt.Errorf("api: open %s: %w: unknown key_hash %d", p.Task, backend.ErrInvalidArgument, h)
 	}
 	switch m := req.GetChangelog(); m {
 	case pb.ChangelogMode_CHANGELOG_MODE_UNSPECIFIED:
@@ -361,14 +423,54 @@ func (s *Server) Snapshot(ctx context.Context, req *pb.SnapshotRequest) (*pb.Sna
 	if err != nil {
 		return nil, toStatus(err)
 	}
+	// The daemon cannot tell which batch requests are still on their way
+	// (sent, not yet received): only the client knows that it waited for
+	// their responses. Without that word a snapshot here could silently
+	// miss writes, which the barrier on the stream never does.
+	if !req.GetBatchesAnswered() {
+		return nil, status.Errorf(codes.FailedPrecondition,
+			"stated: snapshot %d of %s: the unary Snapshot is not ordered with the batch stream, so it would miss requests still in flight; "+
+				"send the snapshot as a barrier on the batch stream (BatchRequest.snapshot), or set batches_answered once every batch response it must cover has arrived",
+			req.GetCheckpointId(), inst.Task)
+	}
 	res, err := s.d.Snapshot(ctx, inst, req.GetCheckpointId(), req.GetWait())
 	if err != nil {
 		return nil, toStatus(err)
 	}
+	return snapshotToPB(res), nil
+}
+
+func snapshotToPB(res daemon.SnapshotResult) *pb.SnapshotResponse {
 	return &pb.SnapshotResponse{
 		SyncMicros: res.Sync.Microseconds(), AsyncMicros: res.Async.Microseconds(),
 		CheckpointedSize: res.CheckpointedSize, FullSize: res.FullSize, Files: int32(res.Files),
-	}, nil
+	}
+}
+
+// barrier takes the snapshot a batch request carries, once its operations
+// are applied, and returns the encoded SnapshotOutcome. The stream applies
+// nothing else meanwhile, which is what orders the snapshot with the
+// operations.
+func (s *Server) barrier(ctx context.Context, inst *daemon.Instance, br wire.Barrier) []byte {
+	var out pb.SnapshotOutcome
+	res, err := s.d.Snapshot(ctx, inst, br.CheckpointID, br.Wait)
+	if err != nil {
+		out.Code = uint32(Code(err))
+		out.Error = err.Error()
+	} else {
+		out.Result = snapshotToPB(res)
+	}
+	return encodeOutcome(&out)
+}
+
+func encodeOutcome(out *pb.SnapshotOutcome) []byte {
+	b, err := proto.Marshal(out)
+	if err != nil {
+		// Marshal fails only on invalid UTF-8 in error, which daemon
+		// messages do not hold; say so rather than send nothing.
+		b, _ = proto.Marshal(&pb.SnapshotOutcome{Code: uint32(codes.Internal), Error: "stated: snapshot outcome not encodable"})
+	}
+	return b
 }
 
 // CompleteCheckpoint implements pb.StatedServer.
@@ -386,7 +488,7 @@ func (s *Server) CompleteCheckpoint(ctx context.Context, req *pb.CompleteCheckpo
 
 func infoToPB(in daemon.CheckpointInfo) *pb.CheckpointInfo {
 	out := &pb.CheckpointInfo{
-		Job: in.Job, CheckpointId: in.ID, Status: in.Status, Tasks: int32(in.Tasks),
+		Job: in.Job, CheckpointId: in.ID, Status: in.Status, State: checkpointStatus(in.Status), Tasks: int32(in.Tasks),
 		CheckpointedSize: in.CheckpointedSize, FullSize: in.FullSize,
 		DurationMillis: in.Duration.Milliseconds(), Reason: in.Reason, Retained: in.Retained, Pinned: in.Pinned,
 		ChangelogSize: in.ChangelogSize,
@@ -397,9 +499,54 @@ func infoToPB(in daemon.CheckpointInfo) *pb.CheckpointInfo {
 	return out
 }
 
+// checkpointStatus is CheckpointInfo.status as an enum. The daemon's
+// "in-progress" and "completing" are in progress to a client.
+func checkpointStatus(s string) pb.CheckpointStatus {
+	switch s {
+	case "in_progress", "in-progress", "completing":
+		return pb.CheckpointStatus_CHECKPOINT_STATUS_IN_PROGRESS
+	case "completed":
+		return pb.CheckpointStatus_CHECKPOINT_STATUS_COMPLETED
+	case "aborted":
+		return pb.CheckpointStatus_CHECKPOINT_STATUS_ABORTED
+	case "declined":
+		return pb.CheckpointStatus_CHECKPOINT_STATUS_DECLINED
+	case "expired":
+		return pb.CheckpointStatus_CHECKPOINT_STATUS_EXPIRED
+	}
+	return pb.CheckpointStatus_CHECKPOINT_STATUS_UNSPECIFIED
+}
+
+// abortReason is the reason text the daemon parses: reason_code, when set,
+// names the cause, and reason is the explanation after it.
+func abortReason(req *pb.AbortCheckpointRequest) (string, error) {
+	var name string
+	switch c := req.GetReasonCode(); c {
+	case pb.AbortReason_ABORT_REASON_UNSPECIFIED:
+		return req.GetReason(), nil
+	case pb.AbortReason_ABORT_REASON_ABORTED:
+		name = "aborted"
+	case pb.AbortReason_ABORT_REASON_DECLINED:
+		name = "declined"
+	case pb.AbortReason_ABORT_REASON_EXPIRED:
+		name = "expired"
+	default:
+		return "", fmt.Errorf("api: abort checkpoint %d of job %s: %w: unknown reason_code %d",
+			req.GetCheckpointId(), req.GetJob(), backend.ErrInvalidArgument, c)
+	}
+	if text := req.GetReason(); text != "" {
+		return name + ": " + text, nil
+	}
+	return name, nil
+}
+
 // AbortCheckpoint implements pb.StatedServer.
 func (s *Server) AbortCheckpoint(ctx context.Context, req *pb.AbortCheckpointRequest) (*pb.AbortCheckpointResponse, error) {
-	if err := s.d.AbortCheckpoint(ctx, req.GetJob(), req.GetCheckpointId(), req.GetReason()); err != nil {
+	reason, err := abortReason(req)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	if err := s.d.AbortCheckpoint(ctx, req.GetJob(), req.GetCheckpointId(), reason); err != nil {
 		return nil, toStatus(err)
 	}
 	return &pb.AbortCheckpointResponse{}, nil
@@ -440,15 +587,15 @@ func (s *Server) PlanRescale(ctx context.Context, req *pb.PlanRescaleRequest) (*
 		ps := &pb.RescaleSubtask{Index: int32(st.Index), KeyGroups: protocol.KeyGroupsToPB(st.KeyGroups)}
 		for _, src := range st.Sources {
 			ps.Sources = append(ps.Sources, &pb.RescaleSource{Task: protocol.TaskToPB(src.Handle.Task), KeyGroups: protocol.KeyGroupsToPB(src.Handle.KeyGroups),
-				Overlap: protocol.KeyGroupsToPB(src.Overlap), Backend: string(src.Handle.Backend)})
+				Overlap: protocol.KeyGroupsToPB(src.Overlap), Backend: string(src.Handle.Backend), BackendKind: backendKindToPB(src.Handle.Backend)})
 		}
 		resp.Subtasks = append(resp.Subtasks, ps)
 	}
 	return resp, nil
 }
 
-// Close implements pb.StatedServer.
-func (s *Server) Close(ctx context.Context, req *pb.CloseRequest) (*pb.CloseResponse, error) {
+// CloseInstance implements pb.StatedServer.
+func (s *Server) CloseInstance(ctx context.Context, req *pb.CloseRequest) (*pb.CloseResponse, error) {
 	if err := s.d.CloseInstance(req.GetInstanceId(), req.GetJob()); err != nil {
 		return nil, toStatus(err)
 	}
@@ -624,7 +771,7 @@ func (b *batchStream) respond(req request) error {
 			"stated: batch %d names another instance or job than the stream's first request (instance %s of %s); open one stream per instance",
 			bt.Seq, inst.IDString(), inst.Task)
 	}
-	out := b.s.apply(inst, bt, b.lastOut)
+	out := b.s.applyBatch(b.stream.Context(), inst, bt, b.lastOut)
 	b.lastOut = len(out.Data) + len(out.Data)/8
 	return b.stream.SendMsg(out)
 }

@@ -394,3 +394,29 @@ func TestOptionsRefused(t *testing.T) {
 		t.Errorf("peers %v %v", p, err)
 	}
 }
+
+// TestRetriedCommandAppliesOnce: an acquire or release applied twice with
+// one request id (its first answer lost with a leader) takes effect once
+// and answers the same; remembered answers stay bounded.
+func TestRetriedCommandAppliesOnce(t *testing.T) {
+	s := newFSM().st
+	a := command{V: 1, Op: opAcquire, Task: "t", Holder: "n0", Req: "r1"}
+	first := s.apply(a)
+	other := s.apply(command{V: 1, Op: opAcquire, Task: "t", Holder: "n1", Req: "r2"})
+	if again := s.apply(a); again != first || s.Next != 2 || s.Fences["t"].Token != other.Token {
+		t.Fatalf("retried acquire: %+v then %+v, next %d, fence %+v", first, again, s.Next, s.Fences["t"])
+	}
+	rel := command{V: 1, Op: opRelease, Task: "t", Token: other.Token, Req: "r3"}
+	if r := s.apply(rel); r.Fenced || r.Err != "" {
+		t.Fatalf("release: %+v", r)
+	}
+	if r := s.apply(rel); r.Fenced || r.Err != "" {
+		t.Fatalf("retried release answered %+v, not its first answer", r)
+	}
+	for i := range maxDone + 10 {
+		s.apply(command{V: 1, Op: opAcquire, Task: "u", Holder: "n0", Req: fmt.Sprint("bulk", i)})
+	}
+	if len(s.Done) != maxDone || len(s.DoneOrder) != maxDone {
+		t.Fatalf("remembered %d answers (%d in order), want %d", len(s.Done), len(s.DoneOrder), maxDone)
+	}
+}

@@ -36,10 +36,11 @@
 //
 // Any node accepts every call. A follower forwards a command to the leader
 // it knows; a command that meets a leader change is retried until the
-// caller's deadline (or Options.ApplyTimeout), so a command may be applied
-// twice when its first answer was lost with the old leader: every command
-// is safe to repeat (an acquire hands out a newer token; check and release
-// read the newest). VerifyLeader confirms leadership with a quorum, for
+// caller's deadline (or Options.ApplyTimeout). A command whose first answer
+// was lost with the old leader may reach the log twice: acquires and
+// releases carry a request id, and the machine answers a repeated id with
+// its first answer (it remembers the newest 4096), so each takes effect
+// once; checks only read. VerifyLeader confirms leadership with a quorum, for
 // effects only a leader may cause.
 package cluster
 

@@ -22,7 +22,7 @@ func BenchmarkFailover(b *testing.B) {
 	})
 	var took []time.Duration
 	for b.Loop() {
-		l := waitLeader(b, c)
+		l := c.leader()
 		via := (l + 1) % 3
 		t0 := time.Now()
 		_ = c.nodes[l].Close()
@@ -46,18 +46,4 @@ func BenchmarkFailover(b *testing.B) {
 	slices.Sort(took)
 	b.ReportMetric(took[len(took)/2].Seconds(), "median-s")
 	b.ReportMetric(took[len(took)-1].Seconds(), "max-s")
-}
-
-func waitLeader(b *testing.B, c *testCluster) int {
-	deadline := time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) {
-		for i, n := range c.nodes {
-			if n != nil && n.IsLeader() {
-				return i
-			}
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	b.Fatal("no leader within 30s")
-	return -1
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"slices"
 	"sync"
 
 	"github.com/hashicorp/raft"
@@ -39,7 +40,17 @@ type command struct {
 	Holder string `json:"holder,omitempty"`
 	// Token is the token checked or released.
 	Token uint64 `json:"token,omitempty"`
+	// Req identifies the caller's operation: a retry of an acquire or a
+	// release whose first attempt was applied (its answer lost with a
+	// leader) gets that first answer again instead of applying twice.
+	Req string `json:"req,omitempty"`
 }
+
+// maxDone bounds the remembered answers of acquires and releases. A retry
+// comes within the caller's deadline (seconds), so the newest few
+// thousand answers are plenty; the bound keeps the state, and snapshots,
+// from growing with every open.
+const maxDone = 4096
 
 // result is what a command returns.
 type result struct {
@@ -64,6 +75,10 @@ type state struct {
 	// again.
 	Next   uint64           `json:"next"`
 	Fences map[string]fence `json:"fences"`
+	// Done are the answers of the newest acquires and releases by
+	// request id, DoneOrder their ids oldest first (at most maxDone).
+	Done      map[string]result `json:"done,omitempty"`
+	DoneOrder []string          `json:"done_order,omitempty"`
 }
 
 // fsm is the raft.FSM of a node.
@@ -74,7 +89,9 @@ type fsm struct {
 	applied uint64
 }
 
-func newFSM() *fsm { return &fsm{st: state{V: snapshotVersion, Fences: map[string]fence{}}} }
+func newFSM() *fsm {
+	return &fsm{st: state{V: snapshotVersion, Fences: map[string]fence{}, Done: map[string]result{}}}
+}
 
 func encodeCommand(c command) []byte {
 	c.V = commandVersion
@@ -116,6 +133,23 @@ func (s *state) apply(c command) result {
 	if c.Task == "" {
 		return result{Err: "cluster: a command without a task"}
 	}
+	if c.Req != "" && c.Op != opCheck {
+		if r, ok := s.Done[c.Req]; ok {
+			return r
+		}
+		r := s.applyOnce(c)
+		s.Done[c.Req] = r
+		s.DoneOrder = append(s.DoneOrder, c.Req)
+		if len(s.DoneOrder) > maxDone {
+			delete(s.Done, s.DoneOrder[0])
+			s.DoneOrder = s.DoneOrder[1:]
+		}
+		return r
+	}
+	return s.applyOnce(c)
+}
+
+func (s *state) applyOnce(c command) result {
 	cur, held := s.Fences[c.Task]
 	switch c.Op {
 	case opAcquire:
@@ -145,7 +179,8 @@ func (s *state) apply(c command) result {
 func (f *fsm) Snapshot() (raft.FSMSnapshot, error) {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
-	st := state{V: snapshotVersion, Next: f.st.Next, Fences: maps.Clone(f.st.Fences)}
+	st := state{V: snapshotVersion, Next: f.st.Next, Fences: maps.Clone(f.st.Fences), Done: maps.Clone(f.st.Done),
+		DoneOrder: slices.Clone(f.st.DoneOrder)}
 	return &snapshot{st: st}, nil
 }
 
@@ -174,6 +209,17 @@ func decodeState(r io.Reader) (state, error) {
 	}
 	if st.Fences == nil {
 		st.Fences = map[string]fence{}
+	}
+	if st.Done == nil {
+		st.Done = map[string]result{}
+	}
+	if len(st.Done) != len(st.DoneOrder) || len(st.DoneOrder) > maxDone {
+		return st, fmt.Errorf("cluster: snapshot: %d remembered answers with %d ids in order (at most %d)", len(st.Done), len(st.DoneOrder), maxDone)
+	}
+	for _, id := range st.DoneOrder {
+		if _, ok := st.Done[id]; !ok {
+			return st, fmt.Errorf("cluster: snapshot: answer %q in order but not remembered", id)
+		}
 	}
 	for t, fe := range st.Fences {
 		if fe.Token == 0 || fe.Token > st.Next {

@@ -2,7 +2,9 @@ package cluster
 
 import (
 	"context"
+	"crypto/rand"
 	"crypto/tls"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -275,51 +277,19 @@ func (n *Node) WaitLeader(ctx context.Context) error {
 	}
 }
 
-// apply runs a command on the leader, here or forwarded, retrying through
-// leader changes until ctx (or ApplyTimeout) ends. A command may then run
-// twice (its first attempt committed but the answer was lost with the
-// leader), so every command must be safe to repeat: acquire hands out a
-// newer token, check and release read the newest.
-func (n *Node) apply(ctx context.Context, cmd []byte) ([]byte, error) {
-	if _, ok := ctx.Deadline(); !ok {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, n.opts.ApplyTimeout)
-		defer cancel()
-	}
-	var last error
-	for attempt := 0; ; attempt++ {
-		if attempt > 0 {
-			select {
-			case <-ctx.Done():
-				return nil, fmt.Errorf("%w: %v (last: %v)", ErrNoLeader, ctx.Err(), last)
-			case <-time.After(min(time.Duration(attempt)*25*time.Millisecond, 250*time.Millisecond)):
-			}
-		}
-		if n.raft.State() == raft.Leader {
-			res, err := n.applyLocal(ctx, cmd)
-			if err == nil {
-				return res, nil
-			}
-			if !retryable(err) {
-				return nil, err
-			}
-			last = err
-			continue
-		}
-		_, addr := n.Leader()
-		if addr == "" {
-			last = fmt.Errorf("no leader known to %s", n.opts.ID)
-			continue
-		}
-		res, err := n.forward(ctx, addr, cmd)
-		if err == nil {
-			return res, nil
-		}
-		last = err
-		if ctx.Err() != nil {
-			return nil, fmt.Errorf("%w: %v (last: %v)", ErrNoLeader, ctx.Err(), last)
-		}
-	}
+// apply runs a command on the leader, here or forwarded (see onLeader).
+// A command may reach the log twice (its first attempt committed but the
+// answer was lost with the leader): run gives acquires and releases a
+// request id, which the machine answers once.
+func (n *Node) apply(ctx context.Context, cmd []byte) (res []byte, err error) {
+	err = n.onLeader(ctx, func(ctx context.Context) (err error) {
+		res, err = n.applyLocal(ctx, cmd)
+		return err
+	}, func(ctx context.Context, addr string) (err error) {
+		res, err = n.forward(ctx, addr, cmd)
+		return err
+	})
+	return res, err
 }
 
 func retryable(err error) bool {
@@ -405,6 +375,11 @@ func decodeResult(b []byte) (result, error) {
 }
 
 func (n *Node) run(ctx context.Context, c command) (result, error) {
+	if c.Op != opCheck {
+		var id [16]byte
+		_, _ = rand.Read(id[:]) // crypto/rand never fails on Linux
+		c.Req = hex.EncodeToString(id[:])
+	}
 	b, err := n.apply(ctx, encodeCommand(c))
 	if err != nil {
 		return result{}, err
@@ -469,10 +444,14 @@ func (n *Node) Join(ctx context.Context, id, addr string) error {
 	if id == "" || addr == "" {
 		return errors.New("cluster: join needs a node id and its raft address")
 	}
-	return n.onLeader(ctx, func() error {
+	return n.onLeader(ctx, func(context.Context) error {
 		return n.raft.AddVoter(raft.ServerID(id), raft.ServerAddress(addr), 0, n.opts.ApplyTimeout).Error()
-	}, func(c pb.ClusterClient) error {
-		_, err := c.Join(ctx, &pb.JoinRequest{NodeId: id, RaftAddr: addr})
+	}, func(ctx context.Context, leader string) error {
+		cc, err := n.conn(leader)
+		if err != nil {
+			return err
+		}
+		_, err = pb.NewClusterClient(cc).Join(ctx, &pb.JoinRequest{NodeId: id, RaftAddr: addr})
 		return err
 	})
 }
@@ -483,15 +462,24 @@ func (n *Node) Leave(ctx context.Context, id string) error {
 	if id == "" {
 		return errors.New("cluster: leave needs a node id")
 	}
-	return n.onLeader(ctx, func() error {
+	return n.onLeader(ctx, func(context.Context) error {
 		return n.raft.RemoveServer(raft.ServerID(id), 0, n.opts.ApplyTimeout).Error()
-	}, func(c pb.ClusterClient) error {
-		_, err := c.Leave(ctx, &pb.LeaveRequest{NodeId: id})
+	}, func(ctx context.Context, leader string) error {
+		cc, err := n.conn(leader)
+		if err != nil {
+			return err
+		}
+		_, err = pb.NewClusterClient(cc).Leave(ctx, &pb.LeaveRequest{NodeId: id})
 		return err
 	})
 }
 
-func (n *Node) onLeader(ctx context.Context, local func() error, remote func(pb.ClusterClient) error) error {
+// onLeader runs local when this node leads, else remote against the
+// leader's address, retrying through leader changes until ctx (or
+// ApplyTimeout) ends: raft's errors of a lost or moving leadership, and a
+// remote node's answer that it does not lead or cannot be reached, are
+// retried after a short backoff; any other error is returned.
+func (n *Node) onLeader(ctx context.Context, local func(context.Context) error, remote func(ctx context.Context, addr string) error) error {
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, n.opts.ApplyTimeout)
@@ -507,7 +495,7 @@ func (n *Node) onLeader(ctx context.Context, local func() error, remote func(pb.
 			}
 		}
 		if n.raft.State() == raft.Leader {
-			err := local()
+			err := local(ctx)
 			if err == nil || !retryable(err) {
 				return err
 			}
@@ -519,16 +507,11 @@ func (n *Node) onLeader(ctx context.Context, local func() error, remote func(pb.
 			last = fmt.Errorf("no leader known to %s", n.opts.ID)
 			continue
 		}
-		cc, err := n.conn(addr)
-		if err != nil {
-			last = err
-			continue
-		}
-		err = remote(pb.NewClusterClient(cc))
+		err := remote(ctx, addr)
 		if err == nil {
 			return nil
 		}
-		if status.Code(err) != codes.FailedPrecondition && status.Code(err) != codes.Unavailable {
+		if s, ok := status.FromError(err); ok && s.Code() != codes.FailedPrecondition && s.Code() != codes.Unavailable {
 			return err
 		}
 		last = err

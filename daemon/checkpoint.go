@@ -422,6 +422,19 @@ func snapshotFailure(err error) Failure {
 	return Failure{FailureAborted, err.Error()}
 }
 
+// LastCompleted is the highest checkpoint id of job completed as far as
+// this daemon knows, in this run or retained in the catalog (0: none): a
+// new checkpoint id must be larger.
+func (d *Daemon) LastCompleted(job string) uint64 {
+	d.mu.Lock()
+	last := d.lastCompleted[job]
+	d.mu.Unlock()
+	if ids := d.cfg.Catalog.Retained(job); len(ids) > 0 {
+		last = max(last, ids[len(ids)-1])
+	}
+	return last
+}
+
 // AbortCheckpoint cancels checkpoint id of job: running uploads stop, the
 // catalog discards what only this checkpoint uploaded, and a later
 // Snapshot of it is refused. reason is in the text form ParseFailure reads

@@ -279,6 +279,9 @@ type OpenParams struct {
 	// daemon's ChangelogConfig.Default). A restore of a checkpoint written
 	// in changelog mode works either way.
 	Changelog ChangelogMode
+	// VerifyKeyGroups: the client declared the specified key hash, and the
+	// API checks every operation's key group against its key.
+	VerifyKeyGroups bool
 }
 
 func (p *OpenParams) validate(openers map[backend.Kind]Opener, cl *ChangelogConfig) error {
@@ -481,6 +484,7 @@ func (d *Daemon) open(ctx context.Context, p OpenParams) (*Instance, error) {
 	}
 	inst := newInstance(d, id, task, p.Kind, b, dir, restoredFrom, opState)
 	inst.fence = fence
+	inst.VerifyKeyGroups = p.VerifyKeyGroups
 	if cb != nil {
 		inst.cl = &clState{b: cb, next: d.nextMaterialization(time.Now())}
 		if p.Restore != nil {

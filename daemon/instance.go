@@ -23,6 +23,8 @@ type Instance struct {
 	// RestoredFrom is the checkpoint the instance was restored from (0:
 	// none or a savepoint).
 	RestoredFrom uint64
+	// VerifyKeyGroups is OpenParams.VerifyKeyGroups, fixed at open.
+	VerifyKeyGroups bool
 	// Backend does the work. Its methods are safe for concurrent use.
 	Backend backend.Backend
 	// Ops records operations into the daemon's metrics.

@@ -36,6 +36,28 @@
 //     Object names carry random suffixes (as in production), so
 //     regenerating changes names, never contents.
 //
+//   - TestPowerLoss simulates power losses. The checkpoint store
+//     (tiered/localfs), the lsm working directories and, in the cache
+//     scenarios, the tiered cache's copies live on a crashable
+//     vfs.MemFS seen through a file system that counts every mutating
+//     operation (create, write, sync, rename, remove, link, mkdir); the
+//     cache's remote lives on one that keeps every acknowledged write.
+//     A script runs cycles through the daemon (writes, snapshots,
+//     completions, retention, an aborted checkpoint, sweeps, a restore,
+//     a rescale; with the changelog, materializations and truncations)
+//     for heap, file and lsm, changelog off and on, once to count the
+//     operations and again taking a crash clone before every stride-th
+//     one (synced data only, or half or 90% of the unsynced blocks and
+//     directory entries). Each clone is reopened as a restarted process
+//     would: the catalog opens without problems, the newest retained
+//     checkpoint is the last acknowledged completion or the one in
+//     flight, every retained checkpoint verifies before and after a
+//     sweep, the sweep leaves only objects a retained checkpoint
+//     references, and a restore of latest equals the model (plain heap
+//     keeps its snapshots in the dead process's memory: the restore
+//     must say so). -powerloss.points=N sets the points per scenario;
+//     a number above the operation count checks every operation.
+//
 // Seed corpora are in testdata/fuzz/<Target>; scripts/fuzz.sh runs one
 // target for a while.
 //
@@ -52,6 +74,11 @@
 //   - A deleted manifest cannot be told from a checkpoint that retention
 //     removed: the restore answers not found, and latest is then the
 //     checkpoint before.
+//   - TestPowerLoss keeps on the real disk what a restarted daemon never
+//     reads: its instance directories (New clears them; lsm writes under
+//     the same paths on the crashable FS) and the file backend's
+//     snapshot spool files. Its sweeps after a crash run with a clock a
+//     day ahead, so that the grace period keeps nothing back.
 //   - An input picks objects by their index in an order that ignores the
 //     random parts of object names. The lsm fixture's files depend on
 //     Pebble's flushes, which vary between processes, so an lsm input may

@@ -2,10 +2,13 @@ package fuzz
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"math"
 	"slices"
 	"sort"
+	"strings"
 
 	"github.com/statedhq/stated/backend"
 	"github.com/statedhq/stated/daemon"
@@ -73,7 +76,8 @@ type op struct {
 	stamp int64
 }
 
-// writes are the writes between checkpoint ckpt-1 and ckpt (1 or 2).
+// writes are the writes between checkpoint ckpt-1 and ckpt (the fixtures
+// and pinned files use 1 and 2; the power-loss suite goes on).
 func writes(ckpt int) []op {
 	var out []op
 	for i := range numKeys {
@@ -101,9 +105,38 @@ func writes(ckpt int) []op {
 			case 3:
 				out = append(out, op{kind: "add", k: k, n: 1000}, op{kind: "timer", k: k, stamp: int64(200 + i)})
 			}
+		default:
+			// Later checkpoints (the power-loss suite's cycles) change a
+			// third of the keys each, every state kind in turn.
+			switch (i + ckpt) % 3 {
+			case 0:
+				// Values of a few KiB make files of several 4 KiB blocks,
+				// which a power loss can tear in the middle.
+				out = append(out, op{kind: "put", k: k, a: bigValue(i, ckpt)},
+					op{kind: "timer", k: k, stamp: int64(100*ckpt + i)})
+			case 1:
+				// The key's timer of the checkpoint before goes.
+				out = append(out, op{kind: "append", k: k, a: fmt.Sprintf("e%d.%d", i, ckpt)},
+					op{kind: "mput", k: k, a: "x", b: fmt.Sprintf("x%d.%d", i, ckpt)},
+					op{kind: "untimer", k: k, stamp: int64(100*(ckpt-1) + i)})
+			case 2:
+				out = append(out, op{kind: "add", k: k, n: int64(ckpt)}, op{kind: "mdel", k: k, a: "y"})
+			}
 		}
 	}
 	return out
+}
+
+// bigValue is a value of 6 KiB that no block compression shrinks much
+// (hex of a hash chain), so that files span several 4 KiB blocks.
+func bigValue(i, ckpt int) string {
+	var b strings.Builder
+	sum := sha256.Sum256([]byte(fmt.Sprintf("value-%d-%d", i, ckpt)))
+	for b.Len() < 6<<10 {
+		b.WriteString(hex.EncodeToString(sum[:]))
+		sum = sha256.Sum256(sum[:])
+	}
+	return b.String()
 }
 
 // modelAt is the state at checkpoint ckpt (0: empty).

@@ -11,7 +11,9 @@
 #    and 3: the S3 tests then use an in-process server, and the browser test
 #    is skipped with a message), then the packages where
 #    goroutines meet once more with -race;
-# 5. runs every restore-path fuzz target of fuzz/ briefly (FUZZTIME each,
+# 5. runs the Node client's conformance script against a real daemon
+#    (scripts/node-conformance.sh; needs node and npm);
+# 6. runs every restore-path fuzz target of fuzz/ briefly (FUZZTIME each,
 #    default 10s; scripts/fuzz.sh runs one for longer).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -78,7 +80,18 @@ go test -count=1 -timeout 20m "$@" ./...
 # detector.
 echo "== go test -race (concurrent packages)"
 go test -count=1 -race -timeout 20m "$@" ./api/... ./daemon/... ./backend/internal/... ./backend/lsm/ \
-  ./catalog/ ./node/ ./tiered/... ./dstl/ ./tests/e2e/
+  ./catalog/ ./node/ ./cluster/ ./tiered/... ./dstl/ ./tests/e2e/
+# The power-loss suite briefly: the lsm directories and the cache on a
+# MemFS that, in race builds, scrambles every buffer it was asked to
+# write (vfs.File allows it), while Pebble and the daemon work in the
+# background.
+go test -count=1 -race "$@" -run TestPowerLoss ./fuzz/ -powerloss.points=10
+
+# A second client, in Node.js, written from api/stated.proto alone, against
+# a real daemon (clients/node/conformance.js): the protocol works for a
+# client that is not the Go one.
+echo "== Node client conformance"
+scripts/node-conformance.sh
 
 # The restore-path fuzz targets, briefly: new inputs beyond the committed
 # corpus (which step 3 already ran).

@@ -9,6 +9,7 @@ import (
 	"math"
 	"net"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"sync"
 	"time"
@@ -281,6 +282,11 @@ type OpenSpec struct {
 	// Changelog chooses changelog mode for the instance (default: the
 	// daemon's --changelog).
 	Changelog Changelog
+	// CheckKeyGroups declares at Open that key groups are computed with the
+	// hash stated.proto specifies (the default KeyHash; Open fails with
+	// another), and the daemon then refuses any operation whose key group
+	// is not its key's, also from other clients of the instance.
+	CheckKeyGroups bool
 }
 
 // Changelog is an instance's choice of changelog mode: every change logged
@@ -348,6 +354,14 @@ func (c *Client) Open(ctx context.Context, spec OpenSpec) (*Instance, error) {
 			rs.Source = &pb.RestoreSource_Latest{Latest: true}
 		}
 		req.Restore = rs
+	}
+	if spec.CheckKeyGroups {
+		// Functions compare only through reflect.
+		if reflect.ValueOf(c.opts.KeyHash).Pointer() != reflect.ValueOf(FNV1a32).Pointer() {
+			return nil, status.Errorf(codes.InvalidArgument,
+				"client: open %s: CheckKeyGroups declares the key hash stated.proto specifies, which Options.KeyHash replaces", spec.Task)
+		}
+		req.KeyHash = pb.KeyHash_KEY_HASH_FNV1A_MURMUR
 	}
 	resp, err := c.rpc.Open(ctx, req)
 	if err != nil {

@@ -29,7 +29,18 @@
 // int32 (two's complement); a client in another language that wants to
 // share state with this one implements exactly that. An engine that routes
 // records by another hash (Java's hashCode, say) passes it as KeyHash. The
-// daemon re-checks every key group against the instance's range.
+// daemon re-checks every key group against the instance's range; with
+// OpenSpec.CheckKeyGroups (and the default KeyHash), Open declares the hash
+// (OpenRequest.key_hash) and the daemon also checks that each key group is
+// its key's. The hash is specified in stated.proto, with vectors in api/testdata/keygroups.json
+// (TestKeyGroupVectors checks this client against them).
+//
+// # Checkpoints
+//
+// Instance.Snapshot sends the snapshot as a barrier on the instance's
+// batch stream (stated.proto, BatchRequest.snapshot), in the batch being
+// filled: the daemon takes it once every operation issued before it is
+// applied and before any issued after, with no wait for earlier responses.
 //
 // # Dependencies
 //

@@ -12,6 +12,7 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	"google.golang.org/grpc"
 
@@ -195,7 +196,7 @@ func newInstance(ctx context.Context, c *Client, task backend.TaskID, resp *pb.O
 		// Best effort: the daemon would otherwise keep the instance, and a
 		// new Open of the task would need Replace.
 		cctx, ccancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		_, _ = c.rpc.Close(cctx, &pb.CloseRequest{InstanceId: in.id, Job: task.Job})
+		_, _ = c.rpc.CloseInstance(cctx, &pb.CloseRequest{InstanceId: in.id, Job: task.Job})
 		ccancel()
 		return nil, fmt.Errorf("client: open %s: batch stream: %w", task, err)
 	}
@@ -500,14 +501,59 @@ func (in *Instance) Sync(ctx context.Context) error {
 	}
 }
 
-// Snapshot takes checkpoint id of the instance: it applies every operation
-// issued before (Sync), then runs the synchronous part in the daemon. With
-// wait it also waits for the upload.
+// Snapshot takes checkpoint id of the instance, holding every operation
+// issued before it and none issued after: it goes out as a barrier on the
+// batch stream (stated.proto, BatchRequest.snapshot), in the batch of the
+// operations issued last, and the daemon runs the synchronous part once
+// that batch is applied. It returns once the daemon has answered; with
+// wait, only once the upload has finished (the stream applies nothing
+// else meanwhile).
 func (in *Instance) Snapshot(ctx context.Context, id uint64, wait bool) (*pb.SnapshotResponse, error) {
-	if err := in.Sync(ctx); err != nil {
-		return nil, err
+	in.sendMu.Lock()
+	in.mu.Lock()
+	if in.closed {
+		in.mu.Unlock()
+		in.sendMu.Unlock()
+		return nil, status.Error(codes.FailedPrecondition, errClosed.Error())
 	}
-	return in.c.rpc.Snapshot(ctx, &pb.SnapshotRequest{InstanceId: in.id, Job: in.task.Job, CheckpointId: id, Wait: wait})
+	b := in.cur
+	in.cur = nil
+	if b == nil {
+		b = &batch{in: in, done: make(chan struct{}), orig: wire.OutBuffer(64)}
+		b.buf = *b.orig
+	}
+	in.taken = b
+	in.mu.Unlock()
+	// b is out of cur: no operation is added to it any more.
+	b.buf = wire.AppendSnapshotBarrier(b.buf, wire.Barrier{CheckpointID: id, Wait: wait})
+	in.sendLocked(b)
+	in.sendMu.Unlock()
+	select {
+	case <-b.done:
+	case <-ctx.Done():
+		return nil, status.FromContextError(ctx.Err()).Err()
+	}
+	if b.err != nil {
+		return nil, b.err
+	}
+	enc, ok, err := wire.ResponseSnapshot(b.resp)
+	if err == nil && !ok {
+		err = errors.New("no snapshot outcome in the response to a barrier")
+	}
+	var out pb.SnapshotOutcome
+	if err == nil {
+		err = proto.Unmarshal(enc, &out)
+	}
+	if err != nil {
+		return nil, status.Errorf(codes.Internal, "client: snapshot %d of %s: %v", id, in.task, err)
+	}
+	if out.GetCode() != 0 {
+		return nil, status.Error(codes.Code(out.GetCode()), out.GetError())
+	}
+	if out.GetResult() == nil {
+		return &pb.SnapshotResponse{}, nil
+	}
+	return out.GetResult(), nil
 }
 
 // Close applies what was issued, ends the stream and closes the instance in
@@ -533,7 +579,7 @@ func (in *Instance) Close(ctx context.Context) error {
 	<-in.recvDone
 	in.cb.close()
 	in.c.unregister(in)
-	_, err := in.c.rpc.Close(ctx, &pb.CloseRequest{InstanceId: in.id, Job: in.task.Job})
+	_, err := in.c.rpc.CloseInstance(ctx, &pb.CloseRequest{InstanceId: in.id, Job: in.task.Job})
 	if err != nil {
 		return err
 	}

@@ -20,6 +20,20 @@ const (
 	ConnWindow       = 16 << 20
 )
 
+// KeyGroup is the key group of key under the key hash stated.proto
+// specifies (KEY_HASH_FNV1A_MURMUR): FNV-1a 32 of the key read as a signed
+// int, then backend.KeyGroupForHash. The FNV loop is written out so that it
+// allocates nothing: the daemon runs it on every keyed operation of an
+// instance that declared the hash.
+func KeyGroup(key []byte, maxParallelism int) int {
+	h := uint32(2166136261)
+	for _, c := range key {
+		h ^= uint32(c)
+		h *= 16777619
+	}
+	return backend.KeyGroupForHash(int32(h), maxParallelism)
+}
+
 // TaskFromPB and the other converters map API messages to backend types.
 func TaskFromPB(t *pb.TaskId) backend.TaskID {
 	return backend.TaskID{Job: t.GetJob(), Operator: t.GetOperator(), Subtask: int(t.GetSubtask())}

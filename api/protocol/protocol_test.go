@@ -32,3 +32,17 @@ func TestRoundTrip(t *testing.T) {
 		t.Error("unknown operator mode accepted")
 	}
 }
+
+// BenchmarkKeyGroup is the daemon's cost per operation of checking a
+// declared key hash (a 12-byte key), to set against an operation's cost
+// through the batch stream (api's BenchmarkLSM).
+func BenchmarkKeyGroup(b *testing.B) {
+	key := []byte("key-00012345")
+	sum := 0
+	for b.Loop() {
+		sum += KeyGroup(key, 128)
+	}
+	if sum < 0 {
+		b.Fatal(sum)
+	}
+}

@@ -3,8 +3,36 @@
 //
 // Flow of a task: Open an instance (its key-group range, backend kind,
 // states, optional restore source), keep one Batch stream open for all state
-// operations, Snapshot each checkpoint, and let the engine's coordinator
-// CompleteCheckpoint or AbortCheckpoint it. Close when the task ends.
+// operations, snapshot each checkpoint with a barrier on that stream
+// (BatchRequest.snapshot), and let the engine's coordinator
+// CompleteCheckpoint or AbortCheckpoint it. CloseInstance when the task
+// ends. docs/protocol.md is the guide to writing a client from this file.
+//
+// Ordering: a snapshot covers exactly the operations that were sent before
+// it on the instance's batch stream, because the barrier travels in that
+// stream and the daemon applies a stream's requests in order. The unary
+// Snapshot cannot see requests still in flight on the stream, so it refuses
+// unless the client states that it received the response of every batch
+// request it wants covered (SnapshotRequest.batches_answered).
+//
+// Key groups: the client computes each key's key group and the daemon checks
+// only that it lies in the instance's range, so every client (and the
+// engine that routes records) must hash keys exactly as follows, or state
+// lands in key groups that a rescale hands to the wrong subtask:
+//   h  = FNV-1a 32 of the key bytes (offset basis 2166136261, prime
+//        16777619, arithmetic mod 2^32), then read as a signed 32-bit int;
+//   m  = Flink's MathUtils.murmurHash(h) on that signed int:
+//          k = h * 0xcc9e2d51; k = rotl32(k, 15); k = k * 0x1b873593;
+//          x = rotl32(k, 13); x = x * 5 + 0xe6546b64;   (all mod 2^32)
+//          x ^= 4; x ^= x >>> 16; x = x * 0x85ebca6b; x ^= x >>> 13;
+//          x = x * 0xc2b2ae35; x ^= x >>> 16;
+//          as a signed int: x >= 0 ? x : (x == -2^31 ? 0 : -x);
+//   key_group = m % max_parallelism.
+// ">>>" is the unsigned shift. api/testdata/keygroups.json holds vectors
+// (key bytes -> h -> m -> key group for several max parallelisms) that the
+// Go and Node clients check themselves against. A client that declares this
+// hash at Open (OpenRequest.key_hash) has every key group checked against
+// its key by the daemon as well.
 //
 // Errors are gRPC status codes with messages that name the job, task, state
 // and key group involved: InvalidArgument (malformed request, key group
@@ -246,6 +274,118 @@ func (NumberType) EnumDescriptor() ([]byte, []int) {
 	return file_stated_proto_rawDescGZIP(), []int{3}
 }
 
+// BackendKind is where an instance keeps its working state.
+type BackendKind int32
+
+const (
+	BackendKind_BACKEND_KIND_UNSPECIFIED BackendKind = 0
+	// HEAP: in daemon memory, snapshots too (dev/test; a daemon restart loses
+	// them and a restore then fails with FAILED_PRECONDITION).
+	BackendKind_BACKEND_KIND_HEAP BackendKind = 1
+	// FILE: in memory, full snapshots written to checkpoint storage.
+	BackendKind_BACKEND_KIND_FILE BackendKind = 2
+	// LSM: in Pebble on local disk, incremental snapshots.
+	BackendKind_BACKEND_KIND_LSM BackendKind = 3
+)
+
+// Enum value maps for BackendKind.
+var (
+	BackendKind_name = map[int32]string{
+		0: "BACKEND_KIND_UNSPECIFIED",
+		1: "BACKEND_KIND_HEAP",
+		2: "BACKEND_KIND_FILE",
+		3: "BACKEND_KIND_LSM",
+	}
+	BackendKind_value = map[string]int32{
+		"BACKEND_KIND_UNSPECIFIED": 0,
+		"BACKEND_KIND_HEAP":        1,
+		"BACKEND_KIND_FILE":        2,
+		"BACKEND_KIND_LSM":         3,
+	}
+)
+
+func (x BackendKind) Enum() *BackendKind {
+	p := new(BackendKind)
+	*p = x
+	return p
+}
+
+func (x BackendKind) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (BackendKind) Descriptor() protoreflect.EnumDescriptor {
+	return file_stated_proto_enumTypes[4].Descriptor()
+}
+
+func (BackendKind) Type() protoreflect.EnumType {
+	return &file_stated_proto_enumTypes[4]
+}
+
+func (x BackendKind) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use BackendKind.Descriptor instead.
+func (BackendKind) EnumDescriptor() ([]byte, []int) {
+	return file_stated_proto_rawDescGZIP(), []int{4}
+}
+
+// KeyHash is the hash a client computes key groups with (see the top of
+// this file).
+type KeyHash int32
+
+const (
+	// UNSPECIFIED: not declared; the daemon checks only that key groups lie in
+	// the instance's range (an engine that routes records by another hash
+	// computes key groups with it).
+	KeyHash_KEY_HASH_UNSPECIFIED KeyHash = 0
+	// FNV1A_MURMUR: FNV-1a 32 read as a signed int, then Flink's murmur step,
+	// as specified above. The daemon recomputes the key group of every keyed
+	// operation and refuses one that is not its key's (INVALID_ARGUMENT in
+	// the operation's result).
+	KeyHash_KEY_HASH_FNV1A_MURMUR KeyHash = 1
+)
+
+// Enum value maps for KeyHash.
+var (
+	KeyHash_name = map[int32]string{
+		0: "KEY_HASH_UNSPECIFIED",
+		1: "KEY_HASH_FNV1A_MURMUR",
+	}
+	KeyHash_value = map[string]int32{
+		"KEY_HASH_UNSPECIFIED":  0,
+		"KEY_HASH_FNV1A_MURMUR": 1,
+	}
+)
+
+func (x KeyHash) Enum() *KeyHash {
+	p := new(KeyHash)
+	*p = x
+	return p
+}
+
+func (x KeyHash) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (KeyHash) Descriptor() protoreflect.EnumDescriptor {
+	return file_stated_proto_enumTypes[5].Descriptor()
+}
+
+func (KeyHash) Type() protoreflect.EnumType {
+	return &file_stated_proto_enumTypes[5]
+}
+
+func (x KeyHash) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use KeyHash.Descriptor instead.
+func (KeyHash) EnumDescriptor() ([]byte, []int) {
+	return file_stated_proto_rawDescGZIP(), []int{5}
+}
+
 // RestoreMode says who owns the restored checkpoint afterwards.
 type RestoreMode int32
 
@@ -292,11 +432,11 @@ func (x RestoreMode) String() string {
 }
 
 func (RestoreMode) Descriptor() protoreflect.EnumDescriptor {
-	return file_stated_proto_enumTypes[4].Descriptor()
+	return file_stated_proto_enumTypes[6].Descriptor()
 }
 
 func (RestoreMode) Type() protoreflect.EnumType {
-	return &file_stated_proto_enumTypes[4]
+	return &file_stated_proto_enumTypes[6]
 }
 
 func (x RestoreMode) Number() protoreflect.EnumNumber {
@@ -305,7 +445,7 @@ func (x RestoreMode) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use RestoreMode.Descriptor instead.
 func (RestoreMode) EnumDescriptor() ([]byte, []int) {
-	return file_stated_proto_rawDescGZIP(), []int{4}
+	return file_stated_proto_rawDescGZIP(), []int{6}
 }
 
 type ChangelogMode int32
@@ -341,11 +481,11 @@ func (x ChangelogMode) String() string {
 }
 
 func (ChangelogMode) Descriptor() protoreflect.EnumDescriptor {
-	return file_stated_proto_enumTypes[5].Descriptor()
+	return file_stated_proto_enumTypes[7].Descriptor()
 }
 
 func (ChangelogMode) Type() protoreflect.EnumType {
-	return &file_stated_proto_enumTypes[5]
+	return &file_stated_proto_enumTypes[7]
 }
 
 func (x ChangelogMode) Number() protoreflect.EnumNumber {
@@ -354,7 +494,7 @@ func (x ChangelogMode) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use ChangelogMode.Descriptor instead.
 func (ChangelogMode) EnumDescriptor() ([]byte, []int) {
-	return file_stated_proto_rawDescGZIP(), []int{5}
+	return file_stated_proto_rawDescGZIP(), []int{7}
 }
 
 type OpType int32
@@ -464,11 +604,11 @@ func (x OpType) String() string {
 }
 
 func (OpType) Descriptor() protoreflect.EnumDescriptor {
-	return file_stated_proto_enumTypes[6].Descriptor()
+	return file_stated_proto_enumTypes[8].Descriptor()
 }
 
 func (OpType) Type() protoreflect.EnumType {
-	return &file_stated_proto_enumTypes[6]
+	return &file_stated_proto_enumTypes[8]
 }
 
 func (x OpType) Number() protoreflect.EnumNumber {
@@ -477,7 +617,7 @@ func (x OpType) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use OpType.Descriptor instead.
 func (OpType) EnumDescriptor() ([]byte, []int) {
-	return file_stated_proto_rawDescGZIP(), []int{6}
+	return file_stated_proto_rawDescGZIP(), []int{8}
 }
 
 // OperatorStateMode says how an operator-state list is redistributed when
@@ -518,11 +658,11 @@ func (x OperatorStateMode) String() string {
 }
 
 func (OperatorStateMode) Descriptor() protoreflect.EnumDescriptor {
-	return file_stated_proto_enumTypes[7].Descriptor()
+	return file_stated_proto_enumTypes[9].Descriptor()
 }
 
 func (OperatorStateMode) Type() protoreflect.EnumType {
-	return &file_stated_proto_enumTypes[7]
+	return &file_stated_proto_enumTypes[9]
 }
 
 func (x OperatorStateMode) Number() protoreflect.EnumNumber {
@@ -531,7 +671,127 @@ func (x OperatorStateMode) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use OperatorStateMode.Descriptor instead.
 func (OperatorStateMode) EnumDescriptor() ([]byte, []int) {
-	return file_stated_proto_rawDescGZIP(), []int{7}
+	return file_stated_proto_rawDescGZIP(), []int{9}
+}
+
+// CheckpointStatus is where a checkpoint is in its life.
+type CheckpointStatus int32
+
+const (
+	CheckpointStatus_CHECKPOINT_STATUS_UNSPECIFIED CheckpointStatus = 0
+	// IN_PROGRESS: snapshots taken or running, not completed yet.
+	CheckpointStatus_CHECKPOINT_STATUS_IN_PROGRESS CheckpointStatus = 1
+	CheckpointStatus_CHECKPOINT_STATUS_COMPLETED   CheckpointStatus = 2
+	// ABORTED, DECLINED, EXPIRED: failed (AbortReason says the same three
+	// causes); reason holds the explanation.
+	CheckpointStatus_CHECKPOINT_STATUS_ABORTED  CheckpointStatus = 3
+	CheckpointStatus_CHECKPOINT_STATUS_DECLINED CheckpointStatus = 4
+	CheckpointStatus_CHECKPOINT_STATUS_EXPIRED  CheckpointStatus = 5
+)
+
+// Enum value maps for CheckpointStatus.
+var (
+	CheckpointStatus_name = map[int32]string{
+		0: "CHECKPOINT_STATUS_UNSPECIFIED",
+		1: "CHECKPOINT_STATUS_IN_PROGRESS",
+		2: "CHECKPOINT_STATUS_COMPLETED",
+		3: "CHECKPOINT_STATUS_ABORTED",
+		4: "CHECKPOINT_STATUS_DECLINED",
+		5: "CHECKPOINT_STATUS_EXPIRED",
+	}
+	CheckpointStatus_value = map[string]int32{
+		"CHECKPOINT_STATUS_UNSPECIFIED": 0,
+		"CHECKPOINT_STATUS_IN_PROGRESS": 1,
+		"CHECKPOINT_STATUS_COMPLETED":   2,
+		"CHECKPOINT_STATUS_ABORTED":     3,
+		"CHECKPOINT_STATUS_DECLINED":    4,
+		"CHECKPOINT_STATUS_EXPIRED":     5,
+	}
+)
+
+func (x CheckpointStatus) Enum() *CheckpointStatus {
+	p := new(CheckpointStatus)
+	*p = x
+	return p
+}
+
+func (x CheckpointStatus) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (CheckpointStatus) Descriptor() protoreflect.EnumDescriptor {
+	return file_stated_proto_enumTypes[10].Descriptor()
+}
+
+func (CheckpointStatus) Type() protoreflect.EnumType {
+	return &file_stated_proto_enumTypes[10]
+}
+
+func (x CheckpointStatus) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use CheckpointStatus.Descriptor instead.
+func (CheckpointStatus) EnumDescriptor() ([]byte, []int) {
+	return file_stated_proto_rawDescGZIP(), []int{10}
+}
+
+// AbortReason is why a checkpoint is cancelled.
+type AbortReason int32
+
+const (
+	// Unspecified: taken from the text of AbortCheckpointRequest.reason
+	// (its "declined", "expired" or "aborted" prefix), else ABORTED.
+	AbortReason_ABORT_REASON_UNSPECIFIED AbortReason = 0
+	// ABORTED: cancelled by the coordinator (a task failed, the job stops).
+	AbortReason_ABORT_REASON_ABORTED AbortReason = 1
+	// DECLINED: a task could not take its snapshot.
+	AbortReason_ABORT_REASON_DECLINED AbortReason = 2
+	// EXPIRED: not completed within its timeout.
+	AbortReason_ABORT_REASON_EXPIRED AbortReason = 3
+)
+
+// Enum value maps for AbortReason.
+var (
+	AbortReason_name = map[int32]string{
+		0: "ABORT_REASON_UNSPECIFIED",
+		1: "ABORT_REASON_ABORTED",
+		2: "ABORT_REASON_DECLINED",
+		3: "ABORT_REASON_EXPIRED",
+	}
+	AbortReason_value = map[string]int32{
+		"ABORT_REASON_UNSPECIFIED": 0,
+		"ABORT_REASON_ABORTED":     1,
+		"ABORT_REASON_DECLINED":    2,
+		"ABORT_REASON_EXPIRED":     3,
+	}
+)
+
+func (x AbortReason) Enum() *AbortReason {
+	p := new(AbortReason)
+	*p = x
+	return p
+}
+
+func (x AbortReason) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (AbortReason) Descriptor() protoreflect.EnumDescriptor {
+	return file_stated_proto_enumTypes[11].Descriptor()
+}
+
+func (AbortReason) Type() protoreflect.EnumType {
+	return &file_stated_proto_enumTypes[11]
+}
+
+func (x AbortReason) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use AbortReason.Descriptor instead.
+func (AbortReason) EnumDescriptor() ([]byte, []int) {
+	return file_stated_proto_rawDescGZIP(), []int{11}
 }
 
 type SavepointFormat int32
@@ -568,11 +828,11 @@ func (x SavepointFormat) String() string {
 }
 
 func (SavepointFormat) Descriptor() protoreflect.EnumDescriptor {
-	return file_stated_proto_enumTypes[8].Descriptor()
+	return file_stated_proto_enumTypes[12].Descriptor()
 }
 
 func (SavepointFormat) Type() protoreflect.EnumType {
-	return &file_stated_proto_enumTypes[8]
+	return &file_stated_proto_enumTypes[12]
 }
 
 func (x SavepointFormat) Number() protoreflect.EnumNumber {
@@ -581,7 +841,7 @@ func (x SavepointFormat) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use SavepointFormat.Descriptor instead.
 func (SavepointFormat) EnumDescriptor() ([]byte, []int) {
-	return file_stated_proto_rawDescGZIP(), []int{8}
+	return file_stated_proto_rawDescGZIP(), []int{12}
 }
 
 type TaskId struct {
@@ -884,7 +1144,10 @@ type isRestoreSource_Source interface {
 }
 
 type RestoreSource_Latest struct {
-	// latest: the last completed checkpoint of the job.
+	// latest: the last completed checkpoint of the job. A job with no
+	// completed checkpoint (a new job) has none: Open fails with NOT_FOUND,
+	// so a task that may be new opens without restore, or handles NOT_FOUND
+	// by opening again without it.
 	Latest bool `protobuf:"varint,1,opt,name=latest,proto3,oneof"`
 }
 
@@ -911,7 +1174,10 @@ type OpenRequest struct {
 	KeyGroups *KeyGroupRange         `protobuf:"bytes,2,opt,name=key_groups,json=keyGroups,proto3" json:"key_groups,omitempty"`
 	// max_parallelism is the job's number of key groups; 0: 128.
 	MaxParallelism int32 `protobuf:"varint,3,opt,name=max_parallelism,json=maxParallelism,proto3" json:"max_parallelism,omitempty"`
-	// backend is "heap", "file" or "lsm".
+	// backend is "heap", "file" or "lsm". Deprecated: set backend_kind. When
+	// both are set they must name the same kind (INVALID_ARGUMENT otherwise).
+	//
+	// Deprecated: Marked as deprecated in stated.proto.
 	Backend string             `protobuf:"bytes,4,opt,name=backend,proto3" json:"backend,omitempty"`
 	States  []*StateDescriptor `protobuf:"bytes,5,rep,name=states,proto3" json:"states,omitempty"`
 	// restore, when set, restores the instance's key groups from a checkpoint
@@ -935,7 +1201,15 @@ type OpenRequest struct {
 	// durable and the state's snapshot ("materialization") runs in the
 	// background. UNSPECIFIED follows the daemon's --changelog. A restore of
 	// a checkpoint written in changelog mode works with either choice.
-	Changelog     ChangelogMode `protobuf:"varint,9,opt,name=changelog,proto3,enum=stated.v1.ChangelogMode" json:"changelog,omitempty"`
+	Changelog ChangelogMode `protobuf:"varint,9,opt,name=changelog,proto3,enum=stated.v1.ChangelogMode" json:"changelog,omitempty"`
+	// backend_kind is the instance's backend. One of backend_kind and backend
+	// is required.
+	BackendKind BackendKind `protobuf:"varint,10,opt,name=backend_kind,json=backendKind,proto3,enum=stated.v1.BackendKind" json:"backend_kind,omitempty"`
+	// key_hash declares the hash the client computes key groups with, so that
+	// the daemon checks them (see KeyHash). A client of the specified hash
+	// should declare it: a wrong key group is then refused, not stored where
+	// a rescale hands it to the wrong subtask.
+	KeyHash       KeyHash `protobuf:"varint,11,opt,name=key_hash,json=keyHash,proto3,enum=stated.v1.KeyHash" json:"key_hash,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -991,6 +1265,7 @@ func (x *OpenRequest) GetMaxParallelism() int32 {
 	return 0
 }
 
+// Deprecated: Marked as deprecated in stated.proto.
 func (x *OpenRequest) GetBackend() string {
 	if x != nil {
 		return x.Backend
@@ -1033,6 +1308,20 @@ func (x *OpenRequest) GetChangelog() ChangelogMode {
 	return ChangelogMode_CHANGELOG_MODE_UNSPECIFIED
 }
 
+func (x *OpenRequest) GetBackendKind() BackendKind {
+	if x != nil {
+		return x.BackendKind
+	}
+	return BackendKind_BACKEND_KIND_UNSPECIFIED
+}
+
+func (x *OpenRequest) GetKeyHash() KeyHash {
+	if x != nil {
+		return x.KeyHash
+	}
+	return KeyHash_KEY_HASH_UNSPECIFIED
+}
+
 type OpenResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// instance_id names the instance in every later call. It is random and
@@ -1045,11 +1334,52 @@ type OpenResponse struct {
 	// restored_checkpoint_id is the checkpoint restored from (0: none).
 	RestoredCheckpointId uint64 `protobuf:"varint,5,opt,name=restored_checkpoint_id,json=restoredCheckpointId,proto3" json:"restored_checkpoint_id,omitempty"`
 	// Limits the daemon enforces; a client sizes its batches by them.
-	MaxValueSize   int64 `protobuf:"varint,6,opt,name=max_value_size,json=maxValueSize,proto3" json:"max_value_size,omitempty"`
+	// max_value_size bounds a key, value, user key or list element
+	// (RESOURCE_EXHAUSTED in the operation's result beyond).
+	MaxValueSize int64 `protobuf:"varint,6,opt,name=max_value_size,json=maxValueSize,proto3" json:"max_value_size,omitempty"`
+	// max_message_size bounds every message the daemon receives (a request
+	// beyond it ends the batch stream with RESOURCE_EXHAUSTED) and the
+	// responses of read operations: a client must accept responses of this
+	// size (gRPC clients accept 4 MiB by default; raise the receive limit to
+	// at least this, or a large response ends the stream and every batch in
+	// flight with it). Read results that would push a response past it fail
+	// one by one with RESOURCE_EXHAUSTED ("resend in a smaller batch");
+	// MAP_ITERATE and TIMER_POLL pages are cut instead (more set).
 	MaxMessageSize int64 `protobuf:"varint,7,opt,name=max_message_size,json=maxMessageSize,proto3" json:"max_message_size,omitempty"`
-	MaxBatchOps    int32 `protobuf:"varint,8,opt,name=max_batch_ops,json=maxBatchOps,proto3" json:"max_batch_ops,omitempty"`
+	// max_batch_ops bounds the operations of one request; a larger one has
+	// every operation fail with RESOURCE_EXHAUSTED (none is applied).
+	MaxBatchOps int32 `protobuf:"varint,8,opt,name=max_batch_ops,json=maxBatchOps,proto3" json:"max_batch_ops,omitempty"`
 	// changelog says whether the instance is in changelog mode.
-	Changelog     bool `protobuf:"varint,9,opt,name=changelog,proto3" json:"changelog,omitempty"`
+	Changelog bool `protobuf:"varint,9,opt,name=changelog,proto3" json:"changelog,omitempty"`
+	// backend_kind is the instance's backend.
+	BackendKind BackendKind `protobuf:"varint,10,opt,name=backend_kind,json=backendKind,proto3,enum=stated.v1.BackendKind" json:"backend_kind,omitempty"`
+	// max_page caps the entries of one MAP_ITERATE and the timers of one
+	// TIMER_POLL, whatever Op.limit asks.
+	MaxPage int32 `protobuf:"varint,11,opt,name=max_page,json=maxPage,proto3" json:"max_page,omitempty"`
+	// stream_queue_depth is the number of received requests a batch stream
+	// buffers while one is applied: keeping about this many (plus one or
+	// two) requests in flight keeps the instance busy; more only wait in
+	// HTTP/2 flow control.
+	StreamQueueDepth int32 `protobuf:"varint,12,opt,name=stream_queue_depth,json=streamQueueDepth,proto3" json:"stream_queue_depth,omitempty"`
+	// max_streams_per_instance bounds the batch streams open at once on one
+	// instance (RESOURCE_EXHAUSTED beyond).
+	MaxStreamsPerInstance int32 `protobuf:"varint,13,opt,name=max_streams_per_instance,json=maxStreamsPerInstance,proto3" json:"max_streams_per_instance,omitempty"`
+	// first_batch_timeout_millis bounds the wait for the first request of a
+	// batch stream.
+	FirstBatchTimeoutMillis int64 `protobuf:"varint,14,opt,name=first_batch_timeout_millis,json=firstBatchTimeoutMillis,proto3" json:"first_batch_timeout_millis,omitempty"`
+	// idle_instance_timeout_millis: an instance with no batch stream for this
+	// long is closed (0: never).
+	IdleInstanceTimeoutMillis int64 `protobuf:"varint,15,opt,name=idle_instance_timeout_millis,json=idleInstanceTimeoutMillis,proto3" json:"idle_instance_timeout_millis,omitempty"`
+	// max_operator_state_bytes bounds all operator-state lists of the
+	// instance together.
+	MaxOperatorStateBytes int64 `protobuf:"varint,16,opt,name=max_operator_state_bytes,json=maxOperatorStateBytes,proto3" json:"max_operator_state_bytes,omitempty"`
+	// last_completed_checkpoint_id is the job's last completed checkpoint id
+	// when the instance opened (0: none): the next checkpoint id must be
+	// larger.
+	LastCompletedCheckpointId uint64 `protobuf:"varint,17,opt,name=last_completed_checkpoint_id,json=lastCompletedCheckpointId,proto3" json:"last_completed_checkpoint_id,omitempty"`
+	// key_hash is the hash the daemon checks key groups against (the one
+	// declared at Open; UNSPECIFIED from a daemon that checks none).
+	KeyHash       KeyHash `protobuf:"varint,18,opt,name=key_hash,json=keyHash,proto3,enum=stated.v1.KeyHash" json:"key_hash,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1147,6 +1477,69 @@ func (x *OpenResponse) GetChangelog() bool {
 	return false
 }
 
+func (x *OpenResponse) GetBackendKind() BackendKind {
+	if x != nil {
+		return x.BackendKind
+	}
+	return BackendKind_BACKEND_KIND_UNSPECIFIED
+}
+
+func (x *OpenResponse) GetMaxPage() int32 {
+	if x != nil {
+		return x.MaxPage
+	}
+	return 0
+}
+
+func (x *OpenResponse) GetStreamQueueDepth() int32 {
+	if x != nil {
+		return x.StreamQueueDepth
+	}
+	return 0
+}
+
+func (x *OpenResponse) GetMaxStreamsPerInstance() int32 {
+	if x != nil {
+		return x.MaxStreamsPerInstance
+	}
+	return 0
+}
+
+func (x *OpenResponse) GetFirstBatchTimeoutMillis() int64 {
+	if x != nil {
+		return x.FirstBatchTimeoutMillis
+	}
+	return 0
+}
+
+func (x *OpenResponse) GetIdleInstanceTimeoutMillis() int64 {
+	if x != nil {
+		return x.IdleInstanceTimeoutMillis
+	}
+	return 0
+}
+
+func (x *OpenResponse) GetMaxOperatorStateBytes() int64 {
+	if x != nil {
+		return x.MaxOperatorStateBytes
+	}
+	return 0
+}
+
+func (x *OpenResponse) GetLastCompletedCheckpointId() uint64 {
+	if x != nil {
+		return x.LastCompletedCheckpointId
+	}
+	return 0
+}
+
+func (x *OpenResponse) GetKeyHash() KeyHash {
+	if x != nil {
+		return x.KeyHash
+	}
+	return KeyHash_KEY_HASH_UNSPECIFIED
+}
+
 // Op is one state operation. It is flat (no oneof) so that a batch of
 // thousands decodes with few allocations; each type uses the fields its
 // comment names.
@@ -1163,7 +1556,9 @@ type Op struct {
 	Value     []byte `protobuf:"bytes,7,opt,name=value,proto3" json:"value,omitempty"`
 	// values are the elements of LIST_APPEND.
 	Values [][]byte `protobuf:"bytes,8,rep,name=values,proto3" json:"values,omitempty"`
-	// The number of AGGREGATE_ADD: number_type must be the state's type.
+	// The number of AGGREGATE_ADD: number_type must be the state's number
+	// type (INVALID_ARGUMENT otherwise), also for a COUNT aggregate, which
+	// counts the adds and ignores int_value and float_value.
 	NumberType NumberType `protobuf:"varint,9,opt,name=number_type,json=numberType,proto3,enum=stated.v1.NumberType" json:"number_type,omitempty"`
 	IntValue   int64      `protobuf:"zigzag64,10,opt,name=int_value,json=intValue,proto3" json:"int_value,omitempty"`
 	FloatValue float64    `protobuf:"fixed64,11,opt,name=float_value,json=floatValue,proto3" json:"float_value,omitempty"`
@@ -1311,9 +1706,20 @@ type BatchRequest struct {
 	// may be left out of later ones (if set they must not change).
 	InstanceId []byte `protobuf:"bytes,1,opt,name=instance_id,json=instanceId,proto3" json:"instance_id,omitempty"`
 	Job        string `protobuf:"bytes,2,opt,name=job,proto3" json:"job,omitempty"`
-	// seq is echoed in the response.
-	Seq           uint64 `protobuf:"varint,3,opt,name=seq,proto3" json:"seq,omitempty"`
-	Ops           []*Op  `protobuf:"bytes,4,rep,name=ops,proto3" json:"ops,omitempty"`
+	// seq is echoed in the response. The daemon does not interpret it;
+	// increasing numbers let a client match responses to requests.
+	Seq uint64 `protobuf:"varint,3,opt,name=seq,proto3" json:"seq,omitempty"`
+	// ops are applied in order, each seeing the effects of those before it;
+	// at most OpenResponse.max_batch_ops of them.
+	Ops []*Op `protobuf:"bytes,4,rep,name=ops,proto3" json:"ops,omitempty"`
+	// snapshot, when set, is a snapshot barrier: once the request's ops are
+	// applied, the daemon takes the snapshot of the instance for
+	// checkpoint_id, before it applies any later request of the stream. The
+	// snapshot therefore holds every operation sent before it on this stream
+	// (and in this request), and none sent after, without the client waiting
+	// for any response. The response carries the outcome in
+	// BatchResponse.snapshot. A request may carry ops, a barrier, or both.
+	Snapshot      *SnapshotBarrier `protobuf:"bytes,5,opt,name=snapshot,proto3" json:"snapshot,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1376,6 +1782,139 @@ func (x *BatchRequest) GetOps() []*Op {
 	return nil
 }
 
+func (x *BatchRequest) GetSnapshot() *SnapshotBarrier {
+	if x != nil {
+		return x.Snapshot
+	}
+	return nil
+}
+
+// SnapshotBarrier is the snapshot of a checkpoint taken in order on the
+// batch stream (see BatchRequest.snapshot).
+type SnapshotBarrier struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// checkpoint_id as in SnapshotRequest: ids start at 1, must be larger than
+	// the job's last completed checkpoint, and each task snapshots an id
+	// once.
+	CheckpointId uint64 `protobuf:"varint,1,opt,name=checkpoint_id,json=checkpointId,proto3" json:"checkpoint_id,omitempty"`
+	// wait: answer only once the asynchronous part (the upload) has finished.
+	// The stream applies nothing else meanwhile; leave it unset and let
+	// CompleteCheckpoint wait for the uploads, unless the sizes are needed.
+	Wait          bool `protobuf:"varint,2,opt,name=wait,proto3" json:"wait,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SnapshotBarrier) Reset() {
+	*x = SnapshotBarrier{}
+	mi := &file_stated_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SnapshotBarrier) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SnapshotBarrier) ProtoMessage() {}
+
+func (x *SnapshotBarrier) ProtoReflect() protoreflect.Message {
+	mi := &file_stated_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SnapshotBarrier.ProtoReflect.Descriptor instead.
+func (*SnapshotBarrier) Descriptor() ([]byte, []int) {
+	return file_stated_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *SnapshotBarrier) GetCheckpointId() uint64 {
+	if x != nil {
+		return x.CheckpointId
+	}
+	return 0
+}
+
+func (x *SnapshotBarrier) GetWait() bool {
+	if x != nil {
+		return x.Wait
+	}
+	return false
+}
+
+// SnapshotOutcome is the result of a snapshot barrier. A failed snapshot
+// fails only the barrier: the request's ops were applied and the stream goes
+// on.
+type SnapshotOutcome struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// code is a google.rpc.Code (0: OK), with the same meanings as the
+	// Snapshot RPC's status; error says what went wrong.
+	Code  uint32 `protobuf:"varint,1,opt,name=code,proto3" json:"code,omitempty"`
+	Error string `protobuf:"bytes,2,opt,name=error,proto3" json:"error,omitempty"`
+	// result is set when code is 0.
+	Result        *SnapshotResponse `protobuf:"bytes,3,opt,name=result,proto3" json:"result,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SnapshotOutcome) Reset() {
+	*x = SnapshotOutcome{}
+	mi := &file_stated_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SnapshotOutcome) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SnapshotOutcome) ProtoMessage() {}
+
+func (x *SnapshotOutcome) ProtoReflect() protoreflect.Message {
+	mi := &file_stated_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SnapshotOutcome.ProtoReflect.Descriptor instead.
+func (*SnapshotOutcome) Descriptor() ([]byte, []int) {
+	return file_stated_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *SnapshotOutcome) GetCode() uint32 {
+	if x != nil {
+		return x.Code
+	}
+	return 0
+}
+
+func (x *SnapshotOutcome) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
+func (x *SnapshotOutcome) GetResult() *SnapshotResponse {
+	if x != nil {
+		return x.Result
+	}
+	return nil
+}
+
 type MapEntry struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	UserKey       []byte                 `protobuf:"bytes,1,opt,name=user_key,json=userKey,proto3" json:"user_key,omitempty"`
@@ -1386,7 +1925,7 @@ type MapEntry struct {
 
 func (x *MapEntry) Reset() {
 	*x = MapEntry{}
-	mi := &file_stated_proto_msgTypes[8]
+	mi := &file_stated_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1398,7 +1937,7 @@ func (x *MapEntry) String() string {
 func (*MapEntry) ProtoMessage() {}
 
 func (x *MapEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_stated_proto_msgTypes[8]
+	mi := &file_stated_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1411,7 +1950,7 @@ func (x *MapEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MapEntry.ProtoReflect.Descriptor instead.
 func (*MapEntry) Descriptor() ([]byte, []int) {
-	return file_stated_proto_rawDescGZIP(), []int{8}
+	return file_stated_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *MapEntry) GetUserKey() []byte {
@@ -1440,7 +1979,7 @@ type Timer struct {
 
 func (x *Timer) Reset() {
 	*x = Timer{}
-	mi := &file_stated_proto_msgTypes[9]
+	mi := &file_stated_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1452,7 +1991,7 @@ func (x *Timer) String() string {
 func (*Timer) ProtoMessage() {}
 
 func (x *Timer) ProtoReflect() protoreflect.Message {
-	mi := &file_stated_proto_msgTypes[9]
+	mi := &file_stated_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1465,7 +2004,7 @@ func (x *Timer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Timer.ProtoReflect.Descriptor instead.
 func (*Timer) Descriptor() ([]byte, []int) {
-	return file_stated_proto_rawDescGZIP(), []int{9}
+	return file_stated_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *Timer) GetKeyGroup() uint32 {
@@ -1497,6 +2036,9 @@ func (x *Timer) GetTimestamp() int64 {
 }
 
 // Result is the outcome of one Op. Only the fields of the op's type are set.
+// A client expands BatchResponse.results into one Result per operation:
+// start from the empty Result (code 0: success; found false; no value) for
+// every operation, then put each received Result at its index.
 type Result struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// code is a google.rpc.Code (0: OK); error says what went wrong, naming
@@ -1529,7 +2071,7 @@ type Result struct {
 
 func (x *Result) Reset() {
 	*x = Result{}
-	mi := &file_stated_proto_msgTypes[10]
+	mi := &file_stated_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1541,7 +2083,7 @@ func (x *Result) String() string {
 func (*Result) ProtoMessage() {}
 
 func (x *Result) ProtoReflect() protoreflect.Message {
-	mi := &file_stated_proto_msgTypes[10]
+	mi := &file_stated_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1554,7 +2096,7 @@ func (x *Result) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Result.ProtoReflect.Descriptor instead.
 func (*Result) Descriptor() ([]byte, []int) {
-	return file_stated_proto_rawDescGZIP(), []int{10}
+	return file_stated_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *Result) GetCode() uint32 {
@@ -1656,14 +2198,17 @@ type BatchResponse struct {
 	// in the request. An operation without an entry succeeded and returned
 	// nothing (a write, a read that found nothing): batches of writes cost a
 	// few bytes to answer.
-	Results       []*Result `protobuf:"bytes,2,rep,name=results,proto3" json:"results,omitempty"`
+	Results []*Result `protobuf:"bytes,2,rep,name=results,proto3" json:"results,omitempty"`
+	// snapshot is the outcome of the request's snapshot barrier; set if and
+	// only if the request carried one.
+	Snapshot      *SnapshotOutcome `protobuf:"bytes,3,opt,name=snapshot,proto3" json:"snapshot,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *BatchResponse) Reset() {
 	*x = BatchResponse{}
-	mi := &file_stated_proto_msgTypes[11]
+	mi := &file_stated_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1675,7 +2220,7 @@ func (x *BatchResponse) String() string {
 func (*BatchResponse) ProtoMessage() {}
 
 func (x *BatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_stated_proto_msgTypes[11]
+	mi := &file_stated_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1688,7 +2233,7 @@ func (x *BatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchResponse.ProtoReflect.Descriptor instead.
 func (*BatchResponse) Descriptor() ([]byte, []int) {
-	return file_stated_proto_rawDescGZIP(), []int{11}
+	return file_stated_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *BatchResponse) GetSeq() uint64 {
@@ -1705,20 +2250,39 @@ func (x *BatchResponse) GetResults() []*Result {
 	return nil
 }
 
+func (x *BatchResponse) GetSnapshot() *SnapshotOutcome {
+	if x != nil {
+		return x.Snapshot
+	}
+	return nil
+}
+
 type SnapshotRequest struct {
-	state        protoimpl.MessageState `protogen:"open.v1"`
-	InstanceId   []byte                 `protobuf:"bytes,1,opt,name=instance_id,json=instanceId,proto3" json:"instance_id,omitempty"`
-	Job          string                 `protobuf:"bytes,2,opt,name=job,proto3" json:"job,omitempty"`
-	CheckpointId uint64                 `protobuf:"varint,3,opt,name=checkpoint_id,json=checkpointId,proto3" json:"checkpoint_id,omitempty"`
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	InstanceId []byte                 `protobuf:"bytes,1,opt,name=instance_id,json=instanceId,proto3" json:"instance_id,omitempty"`
+	Job        string                 `protobuf:"bytes,2,opt,name=job,proto3" json:"job,omitempty"`
+	// checkpoint_id: ids start at 1 and must be larger than the job's last
+	// completed checkpoint (FAILED_PRECONDITION otherwise); a task snapshots
+	// each id once (INVALID_ARGUMENT for a second time). Ids of aborted
+	// checkpoints are not reused either. Ids need not be consecutive.
+	CheckpointId uint64 `protobuf:"varint,3,opt,name=checkpoint_id,json=checkpointId,proto3" json:"checkpoint_id,omitempty"`
 	// wait: return only when the asynchronous part has finished.
-	Wait          bool `protobuf:"varint,4,opt,name=wait,proto3" json:"wait,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Wait bool `protobuf:"varint,4,opt,name=wait,proto3" json:"wait,omitempty"`
+	// batches_answered: the client has received the response of every batch
+	// request whose operations this snapshot must include. The snapshot
+	// holds what the daemon applied when it runs, and requests still in
+	// flight on the batch stream are not applied yet; so the daemon refuses
+	// the call (FAILED_PRECONDITION) without this assurance. A client that
+	// does not want to wait for responses sends the snapshot as a barrier on
+	// the stream instead (BatchRequest.snapshot).
+	BatchesAnswered bool `protobuf:"varint,5,opt,name=batches_answered,json=batchesAnswered,proto3" json:"batches_answered,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *SnapshotRequest) Reset() {
 	*x = SnapshotRequest{}
-	mi := &file_stated_proto_msgTypes[12]
+	mi := &file_stated_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1730,7 +2294,7 @@ func (x *SnapshotRequest) String() string {
 func (*SnapshotRequest) ProtoMessage() {}
 
 func (x *SnapshotRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_stated_proto_msgTypes[12]
+	mi := &file_stated_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1743,7 +2307,7 @@ func (x *SnapshotRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotRequest.ProtoReflect.Descriptor instead.
 func (*SnapshotRequest) Descriptor() ([]byte, []int) {
-	return file_stated_proto_rawDescGZIP(), []int{12}
+	return file_stated_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *SnapshotRequest) GetInstanceId() []byte {
@@ -1774,10 +2338,18 @@ func (x *SnapshotRequest) GetWait() bool {
 	return false
 }
 
+func (x *SnapshotRequest) GetBatchesAnswered() bool {
+	if x != nil {
+		return x.BatchesAnswered
+	}
+	return false
+}
+
 type SnapshotResponse struct {
 	state      protoimpl.MessageState `protogen:"open.v1"`
 	SyncMicros int64                  `protobuf:"varint,1,opt,name=sync_micros,json=syncMicros,proto3" json:"sync_micros,omitempty"`
-	// Set when wait was set.
+	// async_micros, checkpointed_size, full_size and files are known only
+	// once the upload has finished: they are 0 unless wait was set.
 	AsyncMicros      int64 `protobuf:"varint,2,opt,name=async_micros,json=asyncMicros,proto3" json:"async_micros,omitempty"`
 	CheckpointedSize int64 `protobuf:"varint,3,opt,name=checkpointed_size,json=checkpointedSize,proto3" json:"checkpointed_size,omitempty"`
 	FullSize         int64 `protobuf:"varint,4,opt,name=full_size,json=fullSize,proto3" json:"full_size,omitempty"`
@@ -1788,7 +2360,7 @@ type SnapshotResponse struct {
 
 func (x *SnapshotResponse) Reset() {
 	*x = SnapshotResponse{}
-	mi := &file_stated_proto_msgTypes[13]
+	mi := &file_stated_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1800,7 +2372,7 @@ func (x *SnapshotResponse) String() string {
 func (*SnapshotResponse) ProtoMessage() {}
 
 func (x *SnapshotResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_stated_proto_msgTypes[13]
+	mi := &file_stated_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1813,7 +2385,7 @@ func (x *SnapshotResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotResponse.ProtoReflect.Descriptor instead.
 func (*SnapshotResponse) Descriptor() ([]byte, []int) {
-	return file_stated_proto_rawDescGZIP(), []int{13}
+	return file_stated_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *SnapshotResponse) GetSyncMicros() int64 {
@@ -1852,9 +2424,11 @@ func (x *SnapshotResponse) GetFiles() int32 {
 }
 
 type CompleteCheckpointRequest struct {
-	state        protoimpl.MessageState `protogen:"open.v1"`
-	Job          string                 `protobuf:"bytes,1,opt,name=job,proto3" json:"job,omitempty"`
-	CheckpointId uint64                 `protobuf:"varint,2,opt,name=checkpoint_id,json=checkpointId,proto3" json:"checkpoint_id,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Job   string                 `protobuf:"bytes,1,opt,name=job,proto3" json:"job,omitempty"`
+	// checkpoint_id: a checkpoint the tasks snapshotted. One already
+	// completed (and still retained) is returned again: a retry succeeds.
+	CheckpointId uint64 `protobuf:"varint,2,opt,name=checkpoint_id,json=checkpointId,proto3" json:"checkpoint_id,omitempty"`
 	// tasks, when set, are the tasks the checkpoint must contain; otherwise
 	// every instance of the job open in this daemon must have snapshotted it.
 	Tasks         []*TaskId `protobuf:"bytes,3,rep,name=tasks,proto3" json:"tasks,omitempty"`
@@ -1864,7 +2438,7 @@ type CompleteCheckpointRequest struct {
 
 func (x *CompleteCheckpointRequest) Reset() {
 	*x = CompleteCheckpointRequest{}
-	mi := &file_stated_proto_msgTypes[14]
+	mi := &file_stated_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1876,7 +2450,7 @@ func (x *CompleteCheckpointRequest) String() string {
 func (*CompleteCheckpointRequest) ProtoMessage() {}
 
 func (x *CompleteCheckpointRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_stated_proto_msgTypes[14]
+	mi := &file_stated_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1889,7 +2463,7 @@ func (x *CompleteCheckpointRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompleteCheckpointRequest.ProtoReflect.Descriptor instead.
 func (*CompleteCheckpointRequest) Descriptor() ([]byte, []int) {
-	return file_stated_proto_rawDescGZIP(), []int{14}
+	return file_stated_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *CompleteCheckpointRequest) GetJob() string {
@@ -1918,6 +2492,9 @@ type CheckpointInfo struct {
 	Job          string                 `protobuf:"bytes,1,opt,name=job,proto3" json:"job,omitempty"`
 	CheckpointId uint64                 `protobuf:"varint,2,opt,name=checkpoint_id,json=checkpointId,proto3" json:"checkpoint_id,omitempty"`
 	// status: "completed", "in_progress", "aborted", "declined", "expired".
+	// Deprecated: read state, which names the same values.
+	//
+	// Deprecated: Marked as deprecated in stated.proto.
 	Status string `protobuf:"bytes,3,opt,name=status,proto3" json:"status,omitempty"`
 	// tasks: the number of task handles.
 	Tasks            int32 `protobuf:"varint,4,opt,name=tasks,proto3" json:"tasks,omitempty"`
@@ -1937,13 +2514,15 @@ type CheckpointInfo struct {
 	// materialized bases (full_size is the materialized part); retained
 	// checkpoints only.
 	ChangelogSize int64 `protobuf:"varint,12,opt,name=changelog_size,json=changelogSize,proto3" json:"changelog_size,omitempty"`
+	// state is status as an enum.
+	State         CheckpointStatus `protobuf:"varint,13,opt,name=state,proto3,enum=stated.v1.CheckpointStatus" json:"state,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *CheckpointInfo) Reset() {
 	*x = CheckpointInfo{}
-	mi := &file_stated_proto_msgTypes[15]
+	mi := &file_stated_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1955,7 +2534,7 @@ func (x *CheckpointInfo) String() string {
 func (*CheckpointInfo) ProtoMessage() {}
 
 func (x *CheckpointInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_stated_proto_msgTypes[15]
+	mi := &file_stated_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1968,7 +2547,7 @@ func (x *CheckpointInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckpointInfo.ProtoReflect.Descriptor instead.
 func (*CheckpointInfo) Descriptor() ([]byte, []int) {
-	return file_stated_proto_rawDescGZIP(), []int{15}
+	return file_stated_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *CheckpointInfo) GetJob() string {
@@ -1985,6 +2564,7 @@ func (x *CheckpointInfo) GetCheckpointId() uint64 {
 	return 0
 }
 
+// Deprecated: Marked as deprecated in stated.proto.
 func (x *CheckpointInfo) GetStatus() string {
 	if x != nil {
 		return x.Status
@@ -2055,6 +2635,13 @@ func (x *CheckpointInfo) GetChangelogSize() int64 {
 	return 0
 }
 
+func (x *CheckpointInfo) GetState() CheckpointStatus {
+	if x != nil {
+		return x.State
+	}
+	return CheckpointStatus_CHECKPOINT_STATUS_UNSPECIFIED
+}
+
 type CompleteCheckpointResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Checkpoint    *CheckpointInfo        `protobuf:"bytes,1,opt,name=checkpoint,proto3" json:"checkpoint,omitempty"`
@@ -2064,7 +2651,7 @@ type CompleteCheckpointResponse struct {
 
 func (x *CompleteCheckpointResponse) Reset() {
 	*x = CompleteCheckpointResponse{}
-	mi := &file_stated_proto_msgTypes[16]
+	mi := &file_stated_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2076,7 +2663,7 @@ func (x *CompleteCheckpointResponse) String() string {
 func (*CompleteCheckpointResponse) ProtoMessage() {}
 
 func (x *CompleteCheckpointResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_stated_proto_msgTypes[16]
+	mi := &file_stated_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2089,7 +2676,7 @@ func (x *CompleteCheckpointResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompleteCheckpointResponse.ProtoReflect.Descriptor instead.
 func (*CompleteCheckpointResponse) Descriptor() ([]byte, []int) {
-	return file_stated_proto_rawDescGZIP(), []int{16}
+	return file_stated_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *CompleteCheckpointResponse) GetCheckpoint() *CheckpointInfo {
@@ -2099,20 +2686,27 @@ func (x *CompleteCheckpointResponse) GetCheckpoint() *CheckpointInfo {
 	return nil
 }
 
+// AbortCheckpoint of a checkpoint already aborted succeeds again; of one
+// already completed it fails with FAILED_PRECONDITION. An abort before any
+// task snapshotted the checkpoint makes later snapshots of it fail.
 type AbortCheckpointRequest struct {
 	state        protoimpl.MessageState `protogen:"open.v1"`
 	Job          string                 `protobuf:"bytes,1,opt,name=job,proto3" json:"job,omitempty"`
 	CheckpointId uint64                 `protobuf:"varint,2,opt,name=checkpoint_id,json=checkpointId,proto3" json:"checkpoint_id,omitempty"`
-	// reason: "declined", "expired" or "aborted", optionally followed by ": "
-	// and a free-text explanation.
-	Reason        string `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
+	// reason: a free-text explanation, recorded with the checkpoint. Without
+	// reason_code, a "declined", "expired" or "aborted" prefix (optionally
+	// followed by ": " and the explanation) gives the cause, as before
+	// reason_code existed.
+	Reason string `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
+	// reason_code is the cause; unspecified: from reason's prefix.
+	ReasonCode    AbortReason `protobuf:"varint,4,opt,name=reason_code,json=reasonCode,proto3,enum=stated.v1.AbortReason" json:"reason_code,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *AbortCheckpointRequest) Reset() {
 	*x = AbortCheckpointRequest{}
-	mi := &file_stated_proto_msgTypes[17]
+	mi := &file_stated_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2124,7 +2718,7 @@ func (x *AbortCheckpointRequest) String() string {
 func (*AbortCheckpointRequest) ProtoMessage() {}
 
 func (x *AbortCheckpointRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_stated_proto_msgTypes[17]
+	mi := &file_stated_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2137,7 +2731,7 @@ func (x *AbortCheckpointRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AbortCheckpointRequest.ProtoReflect.Descriptor instead.
 func (*AbortCheckpointRequest) Descriptor() ([]byte, []int) {
-	return file_stated_proto_rawDescGZIP(), []int{17}
+	return file_stated_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *AbortCheckpointRequest) GetJob() string {
@@ -2161,6 +2755,13 @@ func (x *AbortCheckpointRequest) GetReason() string {
 	return ""
 }
 
+func (x *AbortCheckpointRequest) GetReasonCode() AbortReason {
+	if x != nil {
+		return x.ReasonCode
+	}
+	return AbortReason_ABORT_REASON_UNSPECIFIED
+}
+
 type AbortCheckpointResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -2169,7 +2770,7 @@ type AbortCheckpointResponse struct {
 
 func (x *AbortCheckpointResponse) Reset() {
 	*x = AbortCheckpointResponse{}
-	mi := &file_stated_proto_msgTypes[18]
+	mi := &file_stated_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2181,7 +2782,7 @@ func (x *AbortCheckpointResponse) String() string {
 func (*AbortCheckpointResponse) ProtoMessage() {}
 
 func (x *AbortCheckpointResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_stated_proto_msgTypes[18]
+	mi := &file_stated_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2194,7 +2795,7 @@ func (x *AbortCheckpointResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AbortCheckpointResponse.ProtoReflect.Descriptor instead.
 func (*AbortCheckpointResponse) Descriptor() ([]byte, []int) {
-	return file_stated_proto_rawDescGZIP(), []int{18}
+	return file_stated_proto_rawDescGZIP(), []int{20}
 }
 
 type ListCheckpointsRequest struct {
@@ -2206,7 +2807,7 @@ type ListCheckpointsRequest struct {
 
 func (x *ListCheckpointsRequest) Reset() {
 	*x = ListCheckpointsRequest{}
-	mi := &file_stated_proto_msgTypes[19]
+	mi := &file_stated_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2218,7 +2819,7 @@ func (x *ListCheckpointsRequest) String() string {
 func (*ListCheckpointsRequest) ProtoMessage() {}
 
 func (x *ListCheckpointsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_stated_proto_msgTypes[19]
+	mi := &file_stated_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2231,7 +2832,7 @@ func (x *ListCheckpointsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListCheckpointsRequest.ProtoReflect.Descriptor instead.
 func (*ListCheckpointsRequest) Descriptor() ([]byte, []int) {
-	return file_stated_proto_rawDescGZIP(), []int{19}
+	return file_stated_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ListCheckpointsRequest) GetJob() string {
@@ -2250,7 +2851,7 @@ type ListCheckpointsResponse struct {
 
 func (x *ListCheckpointsResponse) Reset() {
 	*x = ListCheckpointsResponse{}
-	mi := &file_stated_proto_msgTypes[20]
+	mi := &file_stated_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2262,7 +2863,7 @@ func (x *ListCheckpointsResponse) String() string {
 func (*ListCheckpointsResponse) ProtoMessage() {}
 
 func (x *ListCheckpointsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_stated_proto_msgTypes[20]
+	mi := &file_stated_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2275,7 +2876,7 @@ func (x *ListCheckpointsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListCheckpointsResponse.ProtoReflect.Descriptor instead.
 func (*ListCheckpointsResponse) Descriptor() ([]byte, []int) {
-	return file_stated_proto_rawDescGZIP(), []int{20}
+	return file_stated_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ListCheckpointsResponse) GetCheckpoints() []*CheckpointInfo {
@@ -2299,7 +2900,7 @@ type TriggerSavepointRequest struct {
 
 func (x *TriggerSavepointRequest) Reset() {
 	*x = TriggerSavepointRequest{}
-	mi := &file_stated_proto_msgTypes[21]
+	mi := &file_stated_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2311,7 +2912,7 @@ func (x *TriggerSavepointRequest) String() string {
 func (*TriggerSavepointRequest) ProtoMessage() {}
 
 func (x *TriggerSavepointRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_stated_proto_msgTypes[21]
+	mi := &file_stated_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2324,7 +2925,7 @@ func (x *TriggerSavepointRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TriggerSavepointRequest.ProtoReflect.Descriptor instead.
 func (*TriggerSavepointRequest) Descriptor() ([]byte, []int) {
-	return file_stated_proto_rawDescGZIP(), []int{21}
+	return file_stated_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *TriggerSavepointRequest) GetJob() string {
@@ -2361,7 +2962,7 @@ type TriggerSavepointResponse struct {
 
 func (x *TriggerSavepointResponse) Reset() {
 	*x = TriggerSavepointResponse{}
-	mi := &file_stated_proto_msgTypes[22]
+	mi := &file_stated_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2373,7 +2974,7 @@ func (x *TriggerSavepointResponse) String() string {
 func (*TriggerSavepointResponse) ProtoMessage() {}
 
 func (x *TriggerSavepointResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_stated_proto_msgTypes[22]
+	mi := &file_stated_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2386,7 +2987,7 @@ func (x *TriggerSavepointResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TriggerSavepointResponse.ProtoReflect.Descriptor instead.
 func (*TriggerSavepointResponse) Descriptor() ([]byte, []int) {
-	return file_stated_proto_rawDescGZIP(), []int{22}
+	return file_stated_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *TriggerSavepointResponse) GetPath() string {
@@ -2426,7 +3027,7 @@ type PlanRescaleRequest struct {
 
 func (x *PlanRescaleRequest) Reset() {
 	*x = PlanRescaleRequest{}
-	mi := &file_stated_proto_msgTypes[23]
+	mi := &file_stated_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2438,7 +3039,7 @@ func (x *PlanRescaleRequest) String() string {
 func (*PlanRescaleRequest) ProtoMessage() {}
 
 func (x *PlanRescaleRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_stated_proto_msgTypes[23]
+	mi := &file_stated_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2451,7 +3052,7 @@ func (x *PlanRescaleRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlanRescaleRequest.ProtoReflect.Descriptor instead.
 func (*PlanRescaleRequest) Descriptor() ([]byte, []int) {
-	return file_stated_proto_rawDescGZIP(), []int{23}
+	return file_stated_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *PlanRescaleRequest) GetJob() string {
@@ -2496,16 +3097,20 @@ type RescaleSource struct {
 	Task  *TaskId                `protobuf:"bytes,1,opt,name=task,proto3" json:"task,omitempty"`
 	// key_groups is the old handle's range; overlap the part of the new
 	// range it holds.
-	KeyGroups     *KeyGroupRange `protobuf:"bytes,2,opt,name=key_groups,json=keyGroups,proto3" json:"key_groups,omitempty"`
-	Overlap       *KeyGroupRange `protobuf:"bytes,3,opt,name=overlap,proto3" json:"overlap,omitempty"`
-	Backend       string         `protobuf:"bytes,4,opt,name=backend,proto3" json:"backend,omitempty"`
+	KeyGroups *KeyGroupRange `protobuf:"bytes,2,opt,name=key_groups,json=keyGroups,proto3" json:"key_groups,omitempty"`
+	Overlap   *KeyGroupRange `protobuf:"bytes,3,opt,name=overlap,proto3" json:"overlap,omitempty"`
+	// backend: "heap", "file" or "lsm". Deprecated: read backend_kind.
+	//
+	// Deprecated: Marked as deprecated in stated.proto.
+	Backend       string      `protobuf:"bytes,4,opt,name=backend,proto3" json:"backend,omitempty"`
+	BackendKind   BackendKind `protobuf:"varint,5,opt,name=backend_kind,json=backendKind,proto3,enum=stated.v1.BackendKind" json:"backend_kind,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *RescaleSource) Reset() {
 	*x = RescaleSource{}
-	mi := &file_stated_proto_msgTypes[24]
+	mi := &file_stated_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2517,7 +3122,7 @@ func (x *RescaleSource) String() string {
 func (*RescaleSource) ProtoMessage() {}
 
 func (x *RescaleSource) ProtoReflect() protoreflect.Message {
-	mi := &file_stated_proto_msgTypes[24]
+	mi := &file_stated_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2530,7 +3135,7 @@ func (x *RescaleSource) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RescaleSource.ProtoReflect.Descriptor instead.
 func (*RescaleSource) Descriptor() ([]byte, []int) {
-	return file_stated_proto_rawDescGZIP(), []int{24}
+	return file_stated_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *RescaleSource) GetTask() *TaskId {
@@ -2554,11 +3159,19 @@ func (x *RescaleSource) GetOverlap() *KeyGroupRange {
 	return nil
 }
 
+// Deprecated: Marked as deprecated in stated.proto.
 func (x *RescaleSource) GetBackend() string {
 	if x != nil {
 		return x.Backend
 	}
 	return ""
+}
+
+func (x *RescaleSource) GetBackendKind() BackendKind {
+	if x != nil {
+		return x.BackendKind
+	}
+	return BackendKind_BACKEND_KIND_UNSPECIFIED
 }
 
 type RescaleSubtask struct {
@@ -2575,7 +3188,7 @@ type RescaleSubtask struct {
 
 func (x *RescaleSubtask) Reset() {
 	*x = RescaleSubtask{}
-	mi := &file_stated_proto_msgTypes[25]
+	mi := &file_stated_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2587,7 +3200,7 @@ func (x *RescaleSubtask) String() string {
 func (*RescaleSubtask) ProtoMessage() {}
 
 func (x *RescaleSubtask) ProtoReflect() protoreflect.Message {
-	mi := &file_stated_proto_msgTypes[25]
+	mi := &file_stated_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2600,7 +3213,7 @@ func (x *RescaleSubtask) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RescaleSubtask.ProtoReflect.Descriptor instead.
 func (*RescaleSubtask) Descriptor() ([]byte, []int) {
-	return file_stated_proto_rawDescGZIP(), []int{25}
+	return file_stated_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *RescaleSubtask) GetIndex() int32 {
@@ -2640,7 +3253,7 @@ type PlanRescaleResponse struct {
 
 func (x *PlanRescaleResponse) Reset() {
 	*x = PlanRescaleResponse{}
-	mi := &file_stated_proto_msgTypes[26]
+	mi := &file_stated_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2652,7 +3265,7 @@ func (x *PlanRescaleResponse) String() string {
 func (*PlanRescaleResponse) ProtoMessage() {}
 
 func (x *PlanRescaleResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_stated_proto_msgTypes[26]
+	mi := &file_stated_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2665,7 +3278,7 @@ func (x *PlanRescaleResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlanRescaleResponse.ProtoReflect.Descriptor instead.
 func (*PlanRescaleResponse) Descriptor() ([]byte, []int) {
-	return file_stated_proto_rawDescGZIP(), []int{26}
+	return file_stated_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *PlanRescaleResponse) GetCheckpointId() uint64 {
@@ -2713,7 +3326,7 @@ type CloseRequest struct {
 
 func (x *CloseRequest) Reset() {
 	*x = CloseRequest{}
-	mi := &file_stated_proto_msgTypes[27]
+	mi := &file_stated_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2725,7 +3338,7 @@ func (x *CloseRequest) String() string {
 func (*CloseRequest) ProtoMessage() {}
 
 func (x *CloseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_stated_proto_msgTypes[27]
+	mi := &file_stated_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2738,7 +3351,7 @@ func (x *CloseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseRequest.ProtoReflect.Descriptor instead.
 func (*CloseRequest) Descriptor() ([]byte, []int) {
-	return file_stated_proto_rawDescGZIP(), []int{27}
+	return file_stated_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *CloseRequest) GetInstanceId() []byte {
@@ -2763,7 +3376,7 @@ type CloseResponse struct {
 
 func (x *CloseResponse) Reset() {
 	*x = CloseResponse{}
-	mi := &file_stated_proto_msgTypes[28]
+	mi := &file_stated_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2775,7 +3388,7 @@ func (x *CloseResponse) String() string {
 func (*CloseResponse) ProtoMessage() {}
 
 func (x *CloseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_stated_proto_msgTypes[28]
+	mi := &file_stated_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2788,7 +3401,7 @@ func (x *CloseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseResponse.ProtoReflect.Descriptor instead.
 func (*CloseResponse) Descriptor() ([]byte, []int) {
-	return file_stated_proto_rawDescGZIP(), []int{28}
+	return file_stated_proto_rawDescGZIP(), []int{30}
 }
 
 var File_stated_proto protoreflect.FileDescriptor
@@ -2818,18 +3431,21 @@ const file_stated_proto_rawDesc = "" +
 	"\tsavepoint\x18\x03 \x01(\tH\x00R\tsavepoint\x12*\n" +
 	"\x04mode\x18\x04 \x01(\x0e2\x16.stated.v1.RestoreModeR\x04mode\x12%\n" +
 	"\x0eallow_fallback\x18\x05 \x01(\bR\rallowFallbackB\b\n" +
-	"\x06source\"\x8c\x03\n" +
+	"\x06source\"\xfa\x03\n" +
 	"\vOpenRequest\x12%\n" +
 	"\x04task\x18\x01 \x01(\v2\x11.stated.v1.TaskIdR\x04task\x127\n" +
 	"\n" +
 	"key_groups\x18\x02 \x01(\v2\x18.stated.v1.KeyGroupRangeR\tkeyGroups\x12'\n" +
-	"\x0fmax_parallelism\x18\x03 \x01(\x05R\x0emaxParallelism\x12\x18\n" +
-	"\abackend\x18\x04 \x01(\tR\abackend\x122\n" +
+	"\x0fmax_parallelism\x18\x03 \x01(\x05R\x0emaxParallelism\x12\x1c\n" +
+	"\abackend\x18\x04 \x01(\tB\x02\x18\x01R\abackend\x122\n" +
 	"\x06states\x18\x05 \x03(\v2\x1a.stated.v1.StateDescriptorR\x06states\x122\n" +
 	"\arestore\x18\x06 \x01(\v2\x18.stated.v1.RestoreSourceR\arestore\x12\x18\n" +
 	"\areplace\x18\a \x01(\bR\areplace\x12 \n" +
 	"\vparallelism\x18\b \x01(\x05R\vparallelism\x126\n" +
-	"\tchangelog\x18\t \x01(\x0e2\x18.stated.v1.ChangelogModeR\tchangelog\"\x8d\x03\n" +
+	"\tchangelog\x18\t \x01(\x0e2\x18.stated.v1.ChangelogModeR\tchangelog\x129\n" +
+	"\fbackend_kind\x18\n" +
+	" \x01(\x0e2\x16.stated.v1.BackendKindR\vbackendKind\x12-\n" +
+	"\bkey_hash\x18\v \x01(\x0e2\x12.stated.v1.KeyHashR\akeyHash\"\xf1\x06\n" +
 	"\fOpenResponse\x12\x1f\n" +
 	"\vinstance_id\x18\x01 \x01(\fR\n" +
 	"instanceId\x12'\n" +
@@ -2841,7 +3457,17 @@ const file_stated_proto_rawDesc = "" +
 	"\x0emax_value_size\x18\x06 \x01(\x03R\fmaxValueSize\x12(\n" +
 	"\x10max_message_size\x18\a \x01(\x03R\x0emaxMessageSize\x12\"\n" +
 	"\rmax_batch_ops\x18\b \x01(\x05R\vmaxBatchOps\x12\x1c\n" +
-	"\tchangelog\x18\t \x01(\bR\tchangelog\"\xc4\x03\n" +
+	"\tchangelog\x18\t \x01(\bR\tchangelog\x129\n" +
+	"\fbackend_kind\x18\n" +
+	" \x01(\x0e2\x16.stated.v1.BackendKindR\vbackendKind\x12\x19\n" +
+	"\bmax_page\x18\v \x01(\x05R\amaxPage\x12,\n" +
+	"\x12stream_queue_depth\x18\f \x01(\x05R\x10streamQueueDepth\x127\n" +
+	"\x18max_streams_per_instance\x18\r \x01(\x05R\x15maxStreamsPerInstance\x12;\n" +
+	"\x1afirst_batch_timeout_millis\x18\x0e \x01(\x03R\x17firstBatchTimeoutMillis\x12?\n" +
+	"\x1cidle_instance_timeout_millis\x18\x0f \x01(\x03R\x19idleInstanceTimeoutMillis\x127\n" +
+	"\x18max_operator_state_bytes\x18\x10 \x01(\x03R\x15maxOperatorStateBytes\x12?\n" +
+	"\x1clast_completed_checkpoint_id\x18\x11 \x01(\x04R\x19lastCompletedCheckpointId\x12-\n" +
+	"\bkey_hash\x18\x12 \x01(\x0e2\x12.stated.v1.KeyHashR\akeyHash\"\xc4\x03\n" +
 	"\x02Op\x12%\n" +
 	"\x04type\x18\x01 \x01(\x0e2\x11.stated.v1.OpTypeR\x04type\x12\x14\n" +
 	"\x05state\x18\x02 \x01(\tR\x05state\x12\x1b\n" +
@@ -2859,13 +3485,21 @@ const file_stated_proto_rawDesc = "" +
 	"floatValue\x12\x1c\n" +
 	"\ttimestamp\x18\f \x01(\x03R\ttimestamp\x12\x14\n" +
 	"\x05limit\x18\r \x01(\x05R\x05limit\x12A\n" +
-	"\roperator_mode\x18\x0e \x01(\x0e2\x1c.stated.v1.OperatorStateModeR\foperatorMode\"t\n" +
+	"\roperator_mode\x18\x0e \x01(\x0e2\x1c.stated.v1.OperatorStateModeR\foperatorMode\"\xac\x01\n" +
 	"\fBatchRequest\x12\x1f\n" +
 	"\vinstance_id\x18\x01 \x01(\fR\n" +
 	"instanceId\x12\x10\n" +
 	"\x03job\x18\x02 \x01(\tR\x03job\x12\x10\n" +
 	"\x03seq\x18\x03 \x01(\x04R\x03seq\x12\x1f\n" +
-	"\x03ops\x18\x04 \x03(\v2\r.stated.v1.OpR\x03ops\";\n" +
+	"\x03ops\x18\x04 \x03(\v2\r.stated.v1.OpR\x03ops\x126\n" +
+	"\bsnapshot\x18\x05 \x01(\v2\x1a.stated.v1.SnapshotBarrierR\bsnapshot\"J\n" +
+	"\x0fSnapshotBarrier\x12#\n" +
+	"\rcheckpoint_id\x18\x01 \x01(\x04R\fcheckpointId\x12\x12\n" +
+	"\x04wait\x18\x02 \x01(\bR\x04wait\"p\n" +
+	"\x0fSnapshotOutcome\x12\x12\n" +
+	"\x04code\x18\x01 \x01(\rR\x04code\x12\x14\n" +
+	"\x05error\x18\x02 \x01(\tR\x05error\x123\n" +
+	"\x06result\x18\x03 \x01(\v2\x1b.stated.v1.SnapshotResponseR\x06result\";\n" +
 	"\bMapEntry\x12\x19\n" +
 	"\buser_key\x18\x01 \x01(\fR\auserKey\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\fR\x05value\"r\n" +
@@ -2890,16 +3524,18 @@ const file_stated_proto_rawDesc = "" +
 	"floatValue\x12(\n" +
 	"\x06timers\x18\v \x03(\v2\x10.stated.v1.TimerR\x06timers\x12\x14\n" +
 	"\x05index\x18\f \x01(\rR\x05index\x12A\n" +
-	"\roperator_mode\x18\r \x01(\x0e2\x1c.stated.v1.OperatorStateModeR\foperatorMode\"N\n" +
+	"\roperator_mode\x18\r \x01(\x0e2\x1c.stated.v1.OperatorStateModeR\foperatorMode\"\x86\x01\n" +
 	"\rBatchResponse\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12+\n" +
-	"\aresults\x18\x02 \x03(\v2\x11.stated.v1.ResultR\aresults\"}\n" +
+	"\aresults\x18\x02 \x03(\v2\x11.stated.v1.ResultR\aresults\x126\n" +
+	"\bsnapshot\x18\x03 \x01(\v2\x1a.stated.v1.SnapshotOutcomeR\bsnapshot\"\xa8\x01\n" +
 	"\x0fSnapshotRequest\x12\x1f\n" +
 	"\vinstance_id\x18\x01 \x01(\fR\n" +
 	"instanceId\x12\x10\n" +
 	"\x03job\x18\x02 \x01(\tR\x03job\x12#\n" +
 	"\rcheckpoint_id\x18\x03 \x01(\x04R\fcheckpointId\x12\x12\n" +
-	"\x04wait\x18\x04 \x01(\bR\x04wait\"\xb6\x01\n" +
+	"\x04wait\x18\x04 \x01(\bR\x04wait\x12)\n" +
+	"\x10batches_answered\x18\x05 \x01(\bR\x0fbatchesAnswered\"\xb6\x01\n" +
 	"\x10SnapshotResponse\x12\x1f\n" +
 	"\vsync_micros\x18\x01 \x01(\x03R\n" +
 	"syncMicros\x12!\n" +
@@ -2910,11 +3546,11 @@ const file_stated_proto_rawDesc = "" +
 	"\x19CompleteCheckpointRequest\x12\x10\n" +
 	"\x03job\x18\x01 \x01(\tR\x03job\x12#\n" +
 	"\rcheckpoint_id\x18\x02 \x01(\x04R\fcheckpointId\x12'\n" +
-	"\x05tasks\x18\x03 \x03(\v2\x11.stated.v1.TaskIdR\x05tasks\"\x8f\x03\n" +
+	"\x05tasks\x18\x03 \x03(\v2\x11.stated.v1.TaskIdR\x05tasks\"\xc6\x03\n" +
 	"\x0eCheckpointInfo\x12\x10\n" +
 	"\x03job\x18\x01 \x01(\tR\x03job\x12#\n" +
-	"\rcheckpoint_id\x18\x02 \x01(\x04R\fcheckpointId\x12\x16\n" +
-	"\x06status\x18\x03 \x01(\tR\x06status\x12\x14\n" +
+	"\rcheckpoint_id\x18\x02 \x01(\x04R\fcheckpointId\x12\x1a\n" +
+	"\x06status\x18\x03 \x01(\tB\x02\x18\x01R\x06status\x12\x14\n" +
 	"\x05tasks\x18\x04 \x01(\x05R\x05tasks\x12+\n" +
 	"\x11checkpointed_size\x18\x05 \x01(\x03R\x10checkpointedSize\x12\x1b\n" +
 	"\tfull_size\x18\x06 \x01(\x03R\bfullSize\x12'\n" +
@@ -2924,15 +3560,18 @@ const file_stated_proto_rawDesc = "" +
 	"\bretained\x18\n" +
 	" \x01(\bR\bretained\x12\x16\n" +
 	"\x06pinned\x18\v \x01(\bR\x06pinned\x12%\n" +
-	"\x0echangelog_size\x18\f \x01(\x03R\rchangelogSize\"W\n" +
+	"\x0echangelog_size\x18\f \x01(\x03R\rchangelogSize\x121\n" +
+	"\x05state\x18\r \x01(\x0e2\x1b.stated.v1.CheckpointStatusR\x05state\"W\n" +
 	"\x1aCompleteCheckpointResponse\x129\n" +
 	"\n" +
 	"checkpoint\x18\x01 \x01(\v2\x19.stated.v1.CheckpointInfoR\n" +
-	"checkpoint\"g\n" +
+	"checkpoint\"\xa0\x01\n" +
 	"\x16AbortCheckpointRequest\x12\x10\n" +
 	"\x03job\x18\x01 \x01(\tR\x03job\x12#\n" +
 	"\rcheckpoint_id\x18\x02 \x01(\x04R\fcheckpointId\x12\x16\n" +
-	"\x06reason\x18\x03 \x01(\tR\x06reason\"\x19\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\x127\n" +
+	"\vreason_code\x18\x04 \x01(\x0e2\x16.stated.v1.AbortReasonR\n" +
+	"reasonCode\"\x19\n" +
 	"\x17AbortCheckpointResponse\"*\n" +
 	"\x16ListCheckpointsRequest\x12\x10\n" +
 	"\x03job\x18\x01 \x01(\tR\x03job\"V\n" +
@@ -2951,13 +3590,14 @@ const file_stated_proto_rawDesc = "" +
 	"\boperator\x18\x02 \x01(\tR\boperator\x12'\n" +
 	"\x0fnew_parallelism\x18\x03 \x01(\x05R\x0enewParallelism\x12#\n" +
 	"\rcheckpoint_id\x18\x04 \x01(\x04R\fcheckpointId\x12\x1c\n" +
-	"\tsavepoint\x18\x05 \x01(\tR\tsavepoint\"\xbd\x01\n" +
+	"\tsavepoint\x18\x05 \x01(\tR\tsavepoint\"\xfc\x01\n" +
 	"\rRescaleSource\x12%\n" +
 	"\x04task\x18\x01 \x01(\v2\x11.stated.v1.TaskIdR\x04task\x127\n" +
 	"\n" +
 	"key_groups\x18\x02 \x01(\v2\x18.stated.v1.KeyGroupRangeR\tkeyGroups\x122\n" +
-	"\aoverlap\x18\x03 \x01(\v2\x18.stated.v1.KeyGroupRangeR\aoverlap\x12\x18\n" +
-	"\abackend\x18\x04 \x01(\tR\abackend\"\x93\x01\n" +
+	"\aoverlap\x18\x03 \x01(\v2\x18.stated.v1.KeyGroupRangeR\aoverlap\x12\x1c\n" +
+	"\abackend\x18\x04 \x01(\tB\x02\x18\x01R\abackend\x129\n" +
+	"\fbackend_kind\x18\x05 \x01(\x0e2\x16.stated.v1.BackendKindR\vbackendKind\"\x93\x01\n" +
 	"\x0eRescaleSubtask\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\x05R\x05index\x127\n" +
 	"\n" +
@@ -2994,7 +3634,15 @@ const file_stated_proto_rawDesc = "" +
 	"NumberType\x12\x1b\n" +
 	"\x17NUMBER_TYPE_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11NUMBER_TYPE_INT64\x10\x01\x12\x17\n" +
-	"\x13NUMBER_TYPE_FLOAT64\x10\x02*^\n" +
+	"\x13NUMBER_TYPE_FLOAT64\x10\x02*o\n" +
+	"\vBackendKind\x12\x1c\n" +
+	"\x18BACKEND_KIND_UNSPECIFIED\x10\x00\x12\x15\n" +
+	"\x11BACKEND_KIND_HEAP\x10\x01\x12\x15\n" +
+	"\x11BACKEND_KIND_FILE\x10\x02\x12\x14\n" +
+	"\x10BACKEND_KIND_LSM\x10\x03*>\n" +
+	"\aKeyHash\x12\x18\n" +
+	"\x14KEY_HASH_UNSPECIFIED\x10\x00\x12\x19\n" +
+	"\x15KEY_HASH_FNV1A_MURMUR\x10\x01*^\n" +
 	"\vRestoreMode\x12\x1c\n" +
 	"\x18RESTORE_MODE_UNSPECIFIED\x10\x00\x12\x16\n" +
 	"\x12RESTORE_MODE_CLAIM\x10\x01\x12\x19\n" +
@@ -3027,11 +3675,23 @@ const file_stated_proto_rawDesc = "" +
 	"\x11OperatorStateMode\x12#\n" +
 	"\x1fOPERATOR_STATE_MODE_UNSPECIFIED\x10\x00\x12\x1d\n" +
 	"\x19OPERATOR_STATE_MODE_SPLIT\x10\x01\x12\x1d\n" +
-	"\x19OPERATOR_STATE_MODE_UNION\x10\x02*p\n" +
+	"\x19OPERATOR_STATE_MODE_UNION\x10\x02*\xd7\x01\n" +
+	"\x10CheckpointStatus\x12!\n" +
+	"\x1dCHECKPOINT_STATUS_UNSPECIFIED\x10\x00\x12!\n" +
+	"\x1dCHECKPOINT_STATUS_IN_PROGRESS\x10\x01\x12\x1f\n" +
+	"\x1bCHECKPOINT_STATUS_COMPLETED\x10\x02\x12\x1d\n" +
+	"\x19CHECKPOINT_STATUS_ABORTED\x10\x03\x12\x1e\n" +
+	"\x1aCHECKPOINT_STATUS_DECLINED\x10\x04\x12\x1d\n" +
+	"\x19CHECKPOINT_STATUS_EXPIRED\x10\x05*z\n" +
+	"\vAbortReason\x12\x1c\n" +
+	"\x18ABORT_REASON_UNSPECIFIED\x10\x00\x12\x18\n" +
+	"\x14ABORT_REASON_ABORTED\x10\x01\x12\x19\n" +
+	"\x15ABORT_REASON_DECLINED\x10\x02\x12\x18\n" +
+	"\x14ABORT_REASON_EXPIRED\x10\x03*p\n" +
 	"\x0fSavepointFormat\x12 \n" +
 	"\x1cSAVEPOINT_FORMAT_UNSPECIFIED\x10\x00\x12\x1e\n" +
 	"\x1aSAVEPOINT_FORMAT_CANONICAL\x10\x01\x12\x1b\n" +
-	"\x17SAVEPOINT_FORMAT_NATIVE\x10\x022\xc4\x05\n" +
+	"\x17SAVEPOINT_FORMAT_NATIVE\x10\x022\xcc\x05\n" +
 	"\x06Stated\x127\n" +
 	"\x04Open\x12\x16.stated.v1.OpenRequest\x1a\x17.stated.v1.OpenResponse\x12>\n" +
 	"\x05Batch\x12\x17.stated.v1.BatchRequest\x1a\x18.stated.v1.BatchResponse(\x010\x01\x12C\n" +
@@ -3040,8 +3700,8 @@ const file_stated_proto_rawDesc = "" +
 	"\x0fAbortCheckpoint\x12!.stated.v1.AbortCheckpointRequest\x1a\".stated.v1.AbortCheckpointResponse\x12X\n" +
 	"\x0fListCheckpoints\x12!.stated.v1.ListCheckpointsRequest\x1a\".stated.v1.ListCheckpointsResponse\x12[\n" +
 	"\x10TriggerSavepoint\x12\".stated.v1.TriggerSavepointRequest\x1a#.stated.v1.TriggerSavepointResponse\x12L\n" +
-	"\vPlanRescale\x12\x1d.stated.v1.PlanRescaleRequest\x1a\x1e.stated.v1.PlanRescaleResponse\x12:\n" +
-	"\x05Close\x12\x17.stated.v1.CloseRequest\x1a\x18.stated.v1.CloseResponseB)Z'github.com/statedhq/stated/api/statedpbb\x06proto3"
+	"\vPlanRescale\x12\x1d.stated.v1.PlanRescaleRequest\x1a\x1e.stated.v1.PlanRescaleResponse\x12B\n" +
+	"\rCloseInstance\x12\x17.stated.v1.CloseRequest\x1a\x18.stated.v1.CloseResponseB)Z'github.com/statedhq/stated/api/statedpbb\x06proto3"
 
 var (
 	file_stated_proto_rawDescOnce sync.Once
@@ -3055,103 +3715,119 @@ func file_stated_proto_rawDescGZIP() []byte {
 	return file_stated_proto_rawDescData
 }
 
-var file_stated_proto_enumTypes = make([]protoimpl.EnumInfo, 9)
-var file_stated_proto_msgTypes = make([]protoimpl.MessageInfo, 29)
+var file_stated_proto_enumTypes = make([]protoimpl.EnumInfo, 13)
+var file_stated_proto_msgTypes = make([]protoimpl.MessageInfo, 31)
 var file_stated_proto_goTypes = []any{
 	(StateKind)(0),                     // 0: stated.v1.StateKind
 	(TtlUpdate)(0),                     // 1: stated.v1.TtlUpdate
 	(AggregateFunc)(0),                 // 2: stated.v1.AggregateFunc
 	(NumberType)(0),                    // 3: stated.v1.NumberType
-	(RestoreMode)(0),                   // 4: stated.v1.RestoreMode
-	(ChangelogMode)(0),                 // 5: stated.v1.ChangelogMode
-	(OpType)(0),                        // 6: stated.v1.OpType
-	(OperatorStateMode)(0),             // 7: stated.v1.OperatorStateMode
-	(SavepointFormat)(0),               // 8: stated.v1.SavepointFormat
-	(*TaskId)(nil),                     // 9: stated.v1.TaskId
-	(*KeyGroupRange)(nil),              // 10: stated.v1.KeyGroupRange
-	(*StateDescriptor)(nil),            // 11: stated.v1.StateDescriptor
-	(*RestoreSource)(nil),              // 12: stated.v1.RestoreSource
-	(*OpenRequest)(nil),                // 13: stated.v1.OpenRequest
-	(*OpenResponse)(nil),               // 14: stated.v1.OpenResponse
-	(*Op)(nil),                         // 15: stated.v1.Op
-	(*BatchRequest)(nil),               // 16: stated.v1.BatchRequest
-	(*MapEntry)(nil),                   // 17: stated.v1.MapEntry
-	(*Timer)(nil),                      // 18: stated.v1.Timer
-	(*Result)(nil),                     // 19: stated.v1.Result
-	(*BatchResponse)(nil),              // 20: stated.v1.BatchResponse
-	(*SnapshotRequest)(nil),            // 21: stated.v1.SnapshotRequest
-	(*SnapshotResponse)(nil),           // 22: stated.v1.SnapshotResponse
-	(*CompleteCheckpointRequest)(nil),  // 23: stated.v1.CompleteCheckpointRequest
-	(*CheckpointInfo)(nil),             // 24: stated.v1.CheckpointInfo
-	(*CompleteCheckpointResponse)(nil), // 25: stated.v1.CompleteCheckpointResponse
-	(*AbortCheckpointRequest)(nil),     // 26: stated.v1.AbortCheckpointRequest
-	(*AbortCheckpointResponse)(nil),    // 27: stated.v1.AbortCheckpointResponse
-	(*ListCheckpointsRequest)(nil),     // 28: stated.v1.ListCheckpointsRequest
-	(*ListCheckpointsResponse)(nil),    // 29: stated.v1.ListCheckpointsResponse
-	(*TriggerSavepointRequest)(nil),    // 30: stated.v1.TriggerSavepointRequest
-	(*TriggerSavepointResponse)(nil),   // 31: stated.v1.TriggerSavepointResponse
-	(*PlanRescaleRequest)(nil),         // 32: stated.v1.PlanRescaleRequest
-	(*RescaleSource)(nil),              // 33: stated.v1.RescaleSource
-	(*RescaleSubtask)(nil),             // 34: stated.v1.RescaleSubtask
-	(*PlanRescaleResponse)(nil),        // 35: stated.v1.PlanRescaleResponse
-	(*CloseRequest)(nil),               // 36: stated.v1.CloseRequest
-	(*CloseResponse)(nil),              // 37: stated.v1.CloseResponse
+	(BackendKind)(0),                   // 4: stated.v1.BackendKind
+	(KeyHash)(0),                       // 5: stated.v1.KeyHash
+	(RestoreMode)(0),                   // 6: stated.v1.RestoreMode
+	(ChangelogMode)(0),                 // 7: stated.v1.ChangelogMode
+	(OpType)(0),                        // 8: stated.v1.OpType
+	(OperatorStateMode)(0),             // 9: stated.v1.OperatorStateMode
+	(CheckpointStatus)(0),              // 10: stated.v1.CheckpointStatus
+	(AbortReason)(0),                   // 11: stated.v1.AbortReason
+	(SavepointFormat)(0),               // 12: stated.v1.SavepointFormat
+	(*TaskId)(nil),                     // 13: stated.v1.TaskId
+	(*KeyGroupRange)(nil),              // 14: stated.v1.KeyGroupRange
+	(*StateDescriptor)(nil),            // 15: stated.v1.StateDescriptor
+	(*RestoreSource)(nil),              // 16: stated.v1.RestoreSource
+	(*OpenRequest)(nil),                // 17: stated.v1.OpenRequest
+	(*OpenResponse)(nil),               // 18: stated.v1.OpenResponse
+	(*Op)(nil),                         // 19: stated.v1.Op
+	(*BatchRequest)(nil),               // 20: stated.v1.BatchRequest
+	(*SnapshotBarrier)(nil),            // 21: stated.v1.SnapshotBarrier
+	(*SnapshotOutcome)(nil),            // 22: stated.v1.SnapshotOutcome
+	(*MapEntry)(nil),                   // 23: stated.v1.MapEntry
+	(*Timer)(nil),                      // 24: stated.v1.Timer
+	(*Result)(nil),                     // 25: stated.v1.Result
+	(*BatchResponse)(nil),              // 26: stated.v1.BatchResponse
+	(*SnapshotRequest)(nil),            // 27: stated.v1.SnapshotRequest
+	(*SnapshotResponse)(nil),           // 28: stated.v1.SnapshotResponse
+	(*CompleteCheckpointRequest)(nil),  // 29: stated.v1.CompleteCheckpointRequest
+	(*CheckpointInfo)(nil),             // 30: stated.v1.CheckpointInfo
+	(*CompleteCheckpointResponse)(nil), // 31: stated.v1.CompleteCheckpointResponse
+	(*AbortCheckpointRequest)(nil),     // 32: stated.v1.AbortCheckpointRequest
+	(*AbortCheckpointResponse)(nil),    // 33: stated.v1.AbortCheckpointResponse
+	(*ListCheckpointsRequest)(nil),     // 34: stated.v1.ListCheckpointsRequest
+	(*ListCheckpointsResponse)(nil),    // 35: stated.v1.ListCheckpointsResponse
+	(*TriggerSavepointRequest)(nil),    // 36: stated.v1.TriggerSavepointRequest
+	(*TriggerSavepointResponse)(nil),   // 37: stated.v1.TriggerSavepointResponse
+	(*PlanRescaleRequest)(nil),         // 38: stated.v1.PlanRescaleRequest
+	(*RescaleSource)(nil),              // 39: stated.v1.RescaleSource
+	(*RescaleSubtask)(nil),             // 40: stated.v1.RescaleSubtask
+	(*PlanRescaleResponse)(nil),        // 41: stated.v1.PlanRescaleResponse
+	(*CloseRequest)(nil),               // 42: stated.v1.CloseRequest
+	(*CloseResponse)(nil),              // 43: stated.v1.CloseResponse
 }
 var file_stated_proto_depIdxs = []int32{
 	0,  // 0: stated.v1.StateDescriptor.kind:type_name -> stated.v1.StateKind
 	1,  // 1: stated.v1.StateDescriptor.ttl_update:type_name -> stated.v1.TtlUpdate
 	2,  // 2: stated.v1.StateDescriptor.aggregate:type_name -> stated.v1.AggregateFunc
 	3,  // 3: stated.v1.StateDescriptor.number:type_name -> stated.v1.NumberType
-	4,  // 4: stated.v1.RestoreSource.mode:type_name -> stated.v1.RestoreMode
-	9,  // 5: stated.v1.OpenRequest.task:type_name -> stated.v1.TaskId
-	10, // 6: stated.v1.OpenRequest.key_groups:type_name -> stated.v1.KeyGroupRange
-	11, // 7: stated.v1.OpenRequest.states:type_name -> stated.v1.StateDescriptor
-	12, // 8: stated.v1.OpenRequest.restore:type_name -> stated.v1.RestoreSource
-	5,  // 9: stated.v1.OpenRequest.changelog:type_name -> stated.v1.ChangelogMode
-	10, // 10: stated.v1.OpenResponse.key_groups:type_name -> stated.v1.KeyGroupRange
-	11, // 11: stated.v1.OpenResponse.states:type_name -> stated.v1.StateDescriptor
-	6,  // 12: stated.v1.Op.type:type_name -> stated.v1.OpType
-	3,  // 13: stated.v1.Op.number_type:type_name -> stated.v1.NumberType
-	7,  // 14: stated.v1.Op.operator_mode:type_name -> stated.v1.OperatorStateMode
-	15, // 15: stated.v1.BatchRequest.ops:type_name -> stated.v1.Op
-	17, // 16: stated.v1.Result.entries:type_name -> stated.v1.MapEntry
-	3,  // 17: stated.v1.Result.number_type:type_name -> stated.v1.NumberType
-	18, // 18: stated.v1.Result.timers:type_name -> stated.v1.Timer
-	7,  // 19: stated.v1.Result.operator_mode:type_name -> stated.v1.OperatorStateMode
-	19, // 20: stated.v1.BatchResponse.results:type_name -> stated.v1.Result
-	9,  // 21: stated.v1.CompleteCheckpointRequest.tasks:type_name -> stated.v1.TaskId
-	24, // 22: stated.v1.CompleteCheckpointResponse.checkpoint:type_name -> stated.v1.CheckpointInfo
-	24, // 23: stated.v1.ListCheckpointsResponse.checkpoints:type_name -> stated.v1.CheckpointInfo
-	8,  // 24: stated.v1.TriggerSavepointRequest.format:type_name -> stated.v1.SavepointFormat
-	9,  // 25: stated.v1.RescaleSource.task:type_name -> stated.v1.TaskId
-	10, // 26: stated.v1.RescaleSource.key_groups:type_name -> stated.v1.KeyGroupRange
-	10, // 27: stated.v1.RescaleSource.overlap:type_name -> stated.v1.KeyGroupRange
-	10, // 28: stated.v1.RescaleSubtask.key_groups:type_name -> stated.v1.KeyGroupRange
-	33, // 29: stated.v1.RescaleSubtask.sources:type_name -> stated.v1.RescaleSource
-	34, // 30: stated.v1.PlanRescaleResponse.subtasks:type_name -> stated.v1.RescaleSubtask
-	13, // 31: stated.v1.Stated.Open:input_type -> stated.v1.OpenRequest
-	16, // 32: stated.v1.Stated.Batch:input_type -> stated.v1.BatchRequest
-	21, // 33: stated.v1.Stated.Snapshot:input_type -> stated.v1.SnapshotRequest
-	23, // 34: stated.v1.Stated.CompleteCheckpoint:input_type -> stated.v1.CompleteCheckpointRequest
-	26, // 35: stated.v1.Stated.AbortCheckpoint:input_type -> stated.v1.AbortCheckpointRequest
-	28, // 36: stated.v1.Stated.ListCheckpoints:input_type -> stated.v1.ListCheckpointsRequest
-	30, // 37: stated.v1.Stated.TriggerSavepoint:input_type -> stated.v1.TriggerSavepointRequest
-	32, // 38: stated.v1.Stated.PlanRescale:input_type -> stated.v1.PlanRescaleRequest
-	36, // 39: stated.v1.Stated.Close:input_type -> stated.v1.CloseRequest
-	14, // 40: stated.v1.Stated.Open:output_type -> stated.v1.OpenResponse
-	20, // 41: stated.v1.Stated.Batch:output_type -> stated.v1.BatchResponse
-	22, // 42: stated.v1.Stated.Snapshot:output_type -> stated.v1.SnapshotResponse
-	25, // 43: stated.v1.Stated.CompleteCheckpoint:output_type -> stated.v1.CompleteCheckpointResponse
-	27, // 44: stated.v1.Stated.AbortCheckpoint:output_type -> stated.v1.AbortCheckpointResponse
-	29, // 45: stated.v1.Stated.ListCheckpoints:output_type -> stated.v1.ListCheckpointsResponse
-	31, // 46: stated.v1.Stated.TriggerSavepoint:output_type -> stated.v1.TriggerSavepointResponse
-	35, // 47: stated.v1.Stated.PlanRescale:output_type -> stated.v1.PlanRescaleResponse
-	37, // 48: stated.v1.Stated.Close:output_type -> stated.v1.CloseResponse
-	40, // [40:49] is the sub-list for method output_type
-	31, // [31:40] is the sub-list for method input_type
-	31, // [31:31] is the sub-list for extension type_name
-	31, // [31:31] is the sub-list for extension extendee
-	0,  // [0:31] is the sub-list for field type_name
+	6,  // 4: stated.v1.RestoreSource.mode:type_name -> stated.v1.RestoreMode
+	13, // 5: stated.v1.OpenRequest.task:type_name -> stated.v1.TaskId
+	14, // 6: stated.v1.OpenRequest.key_groups:type_name -> stated.v1.KeyGroupRange
+	15, // 7: stated.v1.OpenRequest.states:type_name -> stated.v1.StateDescriptor
+	16, // 8: stated.v1.OpenRequest.restore:type_name -> stated.v1.RestoreSource
+	7,  // 9: stated.v1.OpenRequest.changelog:type_name -> stated.v1.ChangelogMode
+	4,  // 10: stated.v1.OpenRequest.backend_kind:type_name -> stated.v1.BackendKind
+	5,  // 11: stated.v1.OpenRequest.key_hash:type_name -> stated.v1.KeyHash
+	14, // 12: stated.v1.OpenResponse.key_groups:type_name -> stated.v1.KeyGroupRange
+	15, // 13: stated.v1.OpenResponse.states:type_name -> stated.v1.StateDescriptor
+	4,  // 14: stated.v1.OpenResponse.backend_kind:type_name -> stated.v1.BackendKind
+	5,  // 15: stated.v1.OpenResponse.key_hash:type_name -> stated.v1.KeyHash
+	8,  // 16: stated.v1.Op.type:type_name -> stated.v1.OpType
+	3,  // 17: stated.v1.Op.number_type:type_name -> stated.v1.NumberType
+	9,  // 18: stated.v1.Op.operator_mode:type_name -> stated.v1.OperatorStateMode
+	19, // 19: stated.v1.BatchRequest.ops:type_name -> stated.v1.Op
+	21, // 20: stated.v1.BatchRequest.snapshot:type_name -> stated.v1.SnapshotBarrier
+	28, // 21: stated.v1.SnapshotOutcome.result:type_name -> stated.v1.SnapshotResponse
+	23, // 22: stated.v1.Result.entries:type_name -> stated.v1.MapEntry
+	3,  // 23: stated.v1.Result.number_type:type_name -> stated.v1.NumberType
+	24, // 24: stated.v1.Result.timers:type_name -> stated.v1.Timer
+	9,  // 25: stated.v1.Result.operator_mode:type_name -> stated.v1.OperatorStateMode
+	25, // 26: stated.v1.BatchResponse.results:type_name -> stated.v1.Result
+	22, // 27: stated.v1.BatchResponse.snapshot:type_name -> stated.v1.SnapshotOutcome
+	13, // 28: stated.v1.CompleteCheckpointRequest.tasks:type_name -> stated.v1.TaskId
+	10, // 29: stated.v1.CheckpointInfo.state:type_name -> stated.v1.CheckpointStatus
+	30, // 30: stated.v1.CompleteCheckpointResponse.checkpoint:type_name -> stated.v1.CheckpointInfo
+	11, // 31: stated.v1.AbortCheckpointRequest.reason_code:type_name -> stated.v1.AbortReason
+	30, // 32: stated.v1.ListCheckpointsResponse.checkpoints:type_name -> stated.v1.CheckpointInfo
+	12, // 33: stated.v1.TriggerSavepointRequest.format:type_name -> stated.v1.SavepointFormat
+	13, // 34: stated.v1.RescaleSource.task:type_name -> stated.v1.TaskId
+	14, // 35: stated.v1.RescaleSource.key_groups:type_name -> stated.v1.KeyGroupRange
+	14, // 36: stated.v1.RescaleSource.overlap:type_name -> stated.v1.KeyGroupRange
+	4,  // 37: stated.v1.RescaleSource.backend_kind:type_name -> stated.v1.BackendKind
+	14, // 38: stated.v1.RescaleSubtask.key_groups:type_name -> stated.v1.KeyGroupRange
+	39, // 39: stated.v1.RescaleSubtask.sources:type_name -> stated.v1.RescaleSource
+	40, // 40: stated.v1.PlanRescaleResponse.subtasks:type_name -> stated.v1.RescaleSubtask
+	17, // 41: stated.v1.Stated.Open:input_type -> stated.v1.OpenRequest
+	20, // 42: stated.v1.Stated.Batch:input_type -> stated.v1.BatchRequest
+	27, // 43: stated.v1.Stated.Snapshot:input_type -> stated.v1.SnapshotRequest
+	29, // 44: stated.v1.Stated.CompleteCheckpoint:input_type -> stated.v1.CompleteCheckpointRequest
+	32, // 45: stated.v1.Stated.AbortCheckpoint:input_type -> stated.v1.AbortCheckpointRequest
+	34, // 46: stated.v1.Stated.ListCheckpoints:input_type -> stated.v1.ListCheckpointsRequest
+	36, // 47: stated.v1.Stated.TriggerSavepoint:input_type -> stated.v1.TriggerSavepointRequest
+	38, // 48: stated.v1.Stated.PlanRescale:input_type -> stated.v1.PlanRescaleRequest
+	42, // 49: stated.v1.Stated.CloseInstance:input_type -> stated.v1.CloseRequest
+	18, // 50: stated.v1.Stated.Open:output_type -> stated.v1.OpenResponse
+	26, // 51: stated.v1.Stated.Batch:output_type -> stated.v1.BatchResponse
+	28, // 52: stated.v1.Stated.Snapshot:output_type -> stated.v1.SnapshotResponse
+	31, // 53: stated.v1.Stated.CompleteCheckpoint:output_type -> stated.v1.CompleteCheckpointResponse
+	33, // 54: stated.v1.Stated.AbortCheckpoint:output_type -> stated.v1.AbortCheckpointResponse
+	35, // 55: stated.v1.Stated.ListCheckpoints:output_type -> stated.v1.ListCheckpointsResponse
+	37, // 56: stated.v1.Stated.TriggerSavepoint:output_type -> stated.v1.TriggerSavepointResponse
+	41, // 57: stated.v1.Stated.PlanRescale:output_type -> stated.v1.PlanRescaleResponse
+	43, // 58: stated.v1.Stated.CloseInstance:output_type -> stated.v1.CloseResponse
+	50, // [50:59] is the sub-list for method output_type
+	41, // [41:50] is the sub-list for method input_type
+	41, // [41:41] is the sub-list for extension type_name
+	41, // [41:41] is the sub-list for extension extendee
+	0,  // [0:41] is the sub-list for field type_name
 }
 
 func init() { file_stated_proto_init() }
@@ -3169,8 +3845,8 @@ func file_stated_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_stated_proto_rawDesc), len(file_stated_proto_rawDesc)),
-			NumEnums:      9,
-			NumMessages:   29,
+			NumEnums:      13,
+			NumMessages:   31,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

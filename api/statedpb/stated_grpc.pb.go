@@ -3,8 +3,36 @@
 //
 // Flow of a task: Open an instance (its key-group range, backend kind,
 // states, optional restore source), keep one Batch stream open for all state
-// operations, Snapshot each checkpoint, and let the engine's coordinator
-// CompleteCheckpoint or AbortCheckpoint it. Close when the task ends.
+// operations, snapshot each checkpoint with a barrier on that stream
+// (BatchRequest.snapshot), and let the engine's coordinator
+// CompleteCheckpoint or AbortCheckpoint it. CloseInstance when the task
+// ends. docs/protocol.md is the guide to writing a client from this file.
+//
+// Ordering: a snapshot covers exactly the operations that were sent before
+// it on the instance's batch stream, because the barrier travels in that
+// stream and the daemon applies a stream's requests in order. The unary
+// Snapshot cannot see requests still in flight on the stream, so it refuses
+// unless the client states that it received the response of every batch
+// request it wants covered (SnapshotRequest.batches_answered).
+//
+// Key groups: the client computes each key's key group and the daemon checks
+// only that it lies in the instance's range, so every client (and the
+// engine that routes records) must hash keys exactly as follows, or state
+// lands in key groups that a rescale hands to the wrong subtask:
+//   h  = FNV-1a 32 of the key bytes (offset basis 2166136261, prime
+//        16777619, arithmetic mod 2^32), then read as a signed 32-bit int;
+//   m  = Flink's MathUtils.murmurHash(h) on that signed int:
+//          k = h * 0xcc9e2d51; k = rotl32(k, 15); k = k * 0x1b873593;
+//          x = rotl32(k, 13); x = x * 5 + 0xe6546b64;   (all mod 2^32)
+//          x ^= 4; x ^= x >>> 16; x = x * 0x85ebca6b; x ^= x >>> 13;
+//          x = x * 0xc2b2ae35; x ^= x >>> 16;
+//          as a signed int: x >= 0 ? x : (x == -2^31 ? 0 : -x);
+//   key_group = m % max_parallelism.
+// ">>>" is the unsigned shift. api/testdata/keygroups.json holds vectors
+// (key bytes -> h -> m -> key group for several max parallelisms) that the
+// Go and Node clients check themselves against. A client that declares this
+// hash at Open (OpenRequest.key_hash) has every key group checked against
+// its key by the daemon as well.
 //
 // Errors are gRPC status codes with messages that name the job, task, state
 // and key group involved: InvalidArgument (malformed request, key group
@@ -44,7 +72,7 @@ const (
 	Stated_ListCheckpoints_FullMethodName    = "/stated.v1.Stated/ListCheckpoints"
 	Stated_TriggerSavepoint_FullMethodName   = "/stated.v1.Stated/TriggerSavepoint"
 	Stated_PlanRescale_FullMethodName        = "/stated.v1.Stated/PlanRescale"
-	Stated_Close_FullMethodName              = "/stated.v1.Stated/Close"
+	Stated_CloseInstance_FullMethodName      = "/stated.v1.Stated/CloseInstance"
 )
 
 // StatedClient is the client API for Stated service.
@@ -56,18 +84,31 @@ type StatedClient interface {
 	// the daemon's idle-instance timeout (default 10m) is taken for the
 	// instance of a task that died, and closed.
 	Open(ctx context.Context, in *OpenRequest, opts ...grpc.CallOption) (*OpenResponse, error)
-	// Batch carries state operations. The first request of a stream names the
-	// instance and must arrive within the daemon's first-batch timeout
-	// (default 10s; it may carry no operations), or the stream ends with
-	// DEADLINE_EXCEEDED; responses come back in request order, one per
-	// request, with one result per operation in operation order. A client
-	// keeps one stream per instance and many requests in flight on it.
+	// Batch carries state operations and snapshot barriers. The first request
+	// of a stream names the instance and must arrive within the daemon's
+	// first-batch timeout (OpenResponse.first_batch_timeout_millis; it may
+	// carry no operations), or the stream ends with DEADLINE_EXCEEDED.
+	// Requests are applied in the order they were sent, one after the other;
+	// responses come back in the same order, one per request. A client keeps
+	// one stream per instance and many requests in flight on it (the daemon
+	// buffers OpenResponse.stream_queue_depth of them; HTTP/2 flow control
+	// holds back the rest). The stream ends with a status only when a request
+	// cannot be decoded, exceeds max_message_size or names another instance,
+	// or when the daemon shuts down (UNAVAILABLE: requests not answered were
+	// not applied). Errors of single operations come back in their results
+	// and the stream goes on (after CloseInstance, every operation fails
+	// with FAILED_PRECONDITION).
 	Batch(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[BatchRequest, BatchResponse], error)
 	// Snapshot runs the synchronous part of checkpoint checkpoint_id on one
-	// instance and starts its asynchronous upload in the daemon.
+	// instance and starts its asynchronous upload in the daemon. Prefer the
+	// barrier on the batch stream (BatchRequest.snapshot), which is ordered
+	// with the operations by construction. This call is not: it refuses with
+	// FAILED_PRECONDITION unless batches_answered is set.
 	Snapshot(ctx context.Context, in *SnapshotRequest, opts ...grpc.CallOption) (*SnapshotResponse, error)
 	// CompleteCheckpoint waits for the uploads of every task of the job in
 	// this checkpoint and records it as completed (the job's _metadata).
+	// Completing a checkpoint that is already completed succeeds again and
+	// returns it: a coordinator may retry.
 	CompleteCheckpoint(ctx context.Context, in *CompleteCheckpointRequest, opts ...grpc.CallOption) (*CompleteCheckpointResponse, error)
 	// AbortCheckpoint cancels a checkpoint; its uploads are never referenced.
 	AbortCheckpoint(ctx context.Context, in *AbortCheckpointRequest, opts ...grpc.CallOption) (*AbortCheckpointResponse, error)
@@ -81,8 +122,13 @@ type StatedClient interface {
 	// its key-group range and the old subtasks' handles that overlap it. It
 	// changes nothing (Open with the new parallelism does the restore).
 	PlanRescale(ctx context.Context, in *PlanRescaleRequest, opts ...grpc.CallOption) (*PlanRescaleResponse, error)
-	// Close releases an instance.
-	Close(ctx context.Context, in *CloseRequest, opts ...grpc.CallOption) (*CloseResponse, error)
+	// CloseInstance releases an instance: its working state is dropped (what
+	// checkpoints hold stays), operations still sent on its batch stream
+	// fail with FAILED_PRECONDITION, and its id becomes unknown (NOT_FOUND
+	// for later calls). End the batch stream first. It was named Close,
+	// which collides with the close() that gRPC clients in other languages
+	// (grpc-js) give every stub.
+	CloseInstance(ctx context.Context, in *CloseRequest, opts ...grpc.CallOption) (*CloseResponse, error)
 }
 
 type statedClient struct {
@@ -176,10 +222,10 @@ func (c *statedClient) PlanRescale(ctx context.Context, in *PlanRescaleRequest, 
 	return out, nil
 }
 
-func (c *statedClient) Close(ctx context.Context, in *CloseRequest, opts ...grpc.CallOption) (*CloseResponse, error) {
+func (c *statedClient) CloseInstance(ctx context.Context, in *CloseRequest, opts ...grpc.CallOption) (*CloseResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(CloseResponse)
-	err := c.cc.Invoke(ctx, Stated_Close_FullMethodName, in, out, cOpts...)
+	err := c.cc.Invoke(ctx, Stated_CloseInstance_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -195,18 +241,31 @@ type StatedServer interface {
 	// the daemon's idle-instance timeout (default 10m) is taken for the
 	// instance of a task that died, and closed.
 	Open(context.Context, *OpenRequest) (*OpenResponse, error)
-	// Batch carries state operations. The first request of a stream names the
-	// instance and must arrive within the daemon's first-batch timeout
-	// (default 10s; it may carry no operations), or the stream ends with
-	// DEADLINE_EXCEEDED; responses come back in request order, one per
-	// request, with one result per operation in operation order. A client
-	// keeps one stream per instance and many requests in flight on it.
+	// Batch carries state operations and snapshot barriers. The first request
+	// of a stream names the instance and must arrive within the daemon's
+	// first-batch timeout (OpenResponse.first_batch_timeout_millis; it may
+	// carry no operations), or the stream ends with DEADLINE_EXCEEDED.
+	// Requests are applied in the order they were sent, one after the other;
+	// responses come back in the same order, one per request. A client keeps
+	// one stream per instance and many requests in flight on it (the daemon
+	// buffers OpenResponse.stream_queue_depth of them; HTTP/2 flow control
+	// holds back the rest). The stream ends with a status only when a request
+	// cannot be decoded, exceeds max_message_size or names another instance,
+	// or when the daemon shuts down (UNAVAILABLE: requests not answered were
+	// not applied). Errors of single operations come back in their results
+	// and the stream goes on (after CloseInstance, every operation fails
+	// with FAILED_PRECONDITION).
 	Batch(grpc.BidiStreamingServer[BatchRequest, BatchResponse]) error
 	// Snapshot runs the synchronous part of checkpoint checkpoint_id on one
-	// instance and starts its asynchronous upload in the daemon.
+	// instance and starts its asynchronous upload in the daemon. Prefer the
+	// barrier on the batch stream (BatchRequest.snapshot), which is ordered
+	// with the operations by construction. This call is not: it refuses with
+	// FAILED_PRECONDITION unless batches_answered is set.
 	Snapshot(context.Context, *SnapshotRequest) (*SnapshotResponse, error)
 	// CompleteCheckpoint waits for the uploads of every task of the job in
 	// this checkpoint and records it as completed (the job's _metadata).
+	// Completing a checkpoint that is already completed succeeds again and
+	// returns it: a coordinator may retry.
 	CompleteCheckpoint(context.Context, *CompleteCheckpointRequest) (*CompleteCheckpointResponse, error)
 	// AbortCheckpoint cancels a checkpoint; its uploads are never referenced.
 	AbortCheckpoint(context.Context, *AbortCheckpointRequest) (*AbortCheckpointResponse, error)
@@ -220,8 +279,13 @@ type StatedServer interface {
 	// its key-group range and the old subtasks' handles that overlap it. It
 	// changes nothing (Open with the new parallelism does the restore).
 	PlanRescale(context.Context, *PlanRescaleRequest) (*PlanRescaleResponse, error)
-	// Close releases an instance.
-	Close(context.Context, *CloseRequest) (*CloseResponse, error)
+	// CloseInstance releases an instance: its working state is dropped (what
+	// checkpoints hold stays), operations still sent on its batch stream
+	// fail with FAILED_PRECONDITION, and its id becomes unknown (NOT_FOUND
+	// for later calls). End the batch stream first. It was named Close,
+	// which collides with the close() that gRPC clients in other languages
+	// (grpc-js) give every stub.
+	CloseInstance(context.Context, *CloseRequest) (*CloseResponse, error)
 	mustEmbedUnimplementedStatedServer()
 }
 
@@ -256,8 +320,8 @@ func (UnimplementedStatedServer) TriggerSavepoint(context.Context, *TriggerSavep
 func (UnimplementedStatedServer) PlanRescale(context.Context, *PlanRescaleRequest) (*PlanRescaleResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method PlanRescale not implemented")
 }
-func (UnimplementedStatedServer) Close(context.Context, *CloseRequest) (*CloseResponse, error) {
-	return nil, status.Error(codes.Unimplemented, "method Close not implemented")
+func (UnimplementedStatedServer) CloseInstance(context.Context, *CloseRequest) (*CloseResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method CloseInstance not implemented")
 }
 func (UnimplementedStatedServer) mustEmbedUnimplementedStatedServer() {}
 func (UnimplementedStatedServer) testEmbeddedByValue()                {}
@@ -413,20 +477,20 @@ func _Stated_PlanRescale_Handler(srv interface{}, ctx context.Context, dec func(
 	return interceptor(ctx, in, info, handler)
 }
 
-func _Stated_Close_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+func _Stated_CloseInstance_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(CloseRequest)
 	if err := dec(in); err != nil {
 		return nil, err
 	}
 	if interceptor == nil {
-		return srv.(StatedServer).Close(ctx, in)
+		return srv.(StatedServer).CloseInstance(ctx, in)
 	}
 	info := &grpc.UnaryServerInfo{
 		Server:     srv,
-		FullMethod: Stated_Close_FullMethodName,
+		FullMethod: Stated_CloseInstance_FullMethodName,
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
-		return srv.(StatedServer).Close(ctx, req.(*CloseRequest))
+		return srv.(StatedServer).CloseInstance(ctx, req.(*CloseRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -467,8 +531,8 @@ var Stated_ServiceDesc = grpc.ServiceDesc{
 			Handler:    _Stated_PlanRescale_Handler,
 		},
 		{
-			MethodName: "Close",
-			Handler:    _Stated_Close_Handler,
+			MethodName: "CloseInstance",
+			Handler:    _Stated_CloseInstance_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

@@ -359,7 +359,7 @@ func (c *DownloadCache) fetchFrom(ctx context.Context, store tiered.Store, key c
 			return cp.Hit, nil
 		}
 		var bad *corruptCopyError
-		_, statErr := os.Stat(cp.Path)
+		_, statErr := c.fs.Stat(cp.Path)
 		evicted := errors.Is(statErr, os.ErrNotExist)
 		if attempt > 0 || (!evicted && !errors.As(err, &bad)) {
 			return false, err

@@ -180,7 +180,7 @@ func TestBadInput(t *testing.T) {
 		wantCode(t, "batch", err, codes.NotFound, "unknown instance")
 		_, err = rpc.Snapshot(ctx, &pb.SnapshotRequest{InstanceId: id, Job: "jobA", CheckpointId: 1})
 		wantCode(t, "snapshot", err, codes.NotFound)
-		_, err = rpc.Close(ctx, &pb.CloseRequest{InstanceId: id, Job: "jobA"})
+		_, err = rpc.CloseInstance(ctx, &pb.CloseRequest{InstanceId: id, Job: "jobA"})
 		wantCode(t, "close", err, codes.NotFound)
 	})
 
@@ -277,7 +277,7 @@ func TestBadInput(t *testing.T) {
 		}
 		_, err = rpc.Snapshot(ctx, &pb.SnapshotRequest{InstanceId: in.ID(), Job: "jobB", CheckpointId: 5})
 		wantCode(t, "snapshot", err, codes.PermissionDenied)
-		_, err = rpc.Close(ctx, &pb.CloseRequest{InstanceId: in.ID(), Job: "jobB"})
+		_, err = rpc.CloseInstance(ctx, &pb.CloseRequest{InstanceId: in.ID(), Job: "jobB"})
 		wantCode(t, "close", err, codes.PermissionDenied)
 		// A stream bound to jobA may not switch.
 		resp, err := func() (*pb.BatchResponse, error) {

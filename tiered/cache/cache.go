@@ -11,7 +11,6 @@ import (
 	"hash"
 	"hash/crc32"
 	"io"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"sort"
@@ -19,6 +18,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
 
 	"github.com/statedhq/stated/internal/frame"
 	"github.com/statedhq/stated/tiered"
@@ -50,6 +51,11 @@ type Options struct {
 	// NoKeepOnWrite makes Put upload without keeping a local copy (objects
 	// are then cached only when read). Default false: writes are cached.
 	NoKeepOnWrite bool
+	// FS is the file system of Dir; every file operation of the cache goes
+	// through it. Default vfs.Default (the operating system's); tests pass
+	// a crashable vfs.MemFS to simulate power losses. A caller of
+	// LocalCopy opens the path it returns on this FS.
+	FS vfs.FS
 }
 
 // Stats counts what the cache did.
@@ -75,6 +81,7 @@ type Store struct {
 }
 
 type driver struct {
+	fs     vfs.FS
 	remote tiered.Store
 	dir    string
 	max    int64
@@ -124,20 +131,23 @@ func New(remote tiered.Store, opts Options) (*Store, error) {
 	if opts.MaxBytes <= 0 {
 		return nil, fmt.Errorf("cache: max bytes %d must be positive", opts.MaxBytes)
 	}
+	if opts.FS == nil {
+		opts.FS = vfs.Default
+	}
 	dir, err := filepath.Abs(opts.Dir)
 	if err != nil {
 		return nil, fmt.Errorf("cache: %w", err)
 	}
 	s := &driver{
-		remote: remote, dir: dir, max: opts.MaxBytes, keep: !opts.NoKeepOnWrite,
+		fs: opts.FS, remote: remote, dir: dir, max: opts.MaxBytes, keep: !opts.NoKeepOnWrite,
 		entries: map[string]*entry{}, lru: list.New(),
 		pending: map[string]map[*op]struct{}{}, flights: map[string]*flight{},
 	}
-	if err := os.RemoveAll(s.tmpDir()); err != nil {
+	if err := s.fs.RemoveAll(s.tmpDir()); err != nil {
 		return nil, fmt.Errorf("cache: clean temporary files in %s: %w", dir, err)
 	}
 	for _, d := range []string{s.tmpDir(), s.objDir()} {
-		if err := os.MkdirAll(d, 0o755); err != nil {
+		if err := s.fs.MkdirAll(d, 0o755); err != nil {
 			return nil, fmt.Errorf("cache: %w", err)
 		}
 	}
@@ -167,33 +177,58 @@ func (s *driver) load() error {
 		mtime time.Time
 	}
 	var all []found
-	err := filepath.WalkDir(s.objDir(), func(p string, d fs.DirEntry, err error) error {
-		if err != nil || d.IsDir() {
-			return err
-		}
+	visit := func(p string) {
 		data, isMeta := strings.CutSuffix(p, metaSuffix)
 		if !isMeta {
-			if _, err := os.Stat(p + metaSuffix); err != nil {
+			if _, err := s.fs.Stat(p + metaSuffix); err != nil {
 				// A copy without metadata (torn publish, or the format
 				// of version 1): it cannot serve reads.
-				os.Remove(p)
+				s.fs.Remove(p)
 			}
-			return nil
+			return
 		}
-		e, err := readTrailer(p, data)
+		e, err := readTrailer(s.fs, p, data)
 		if err != nil || s.path(e.name) != data {
 			// Torn or foreign metadata: the copy cannot serve reads.
-			os.Remove(p)
-			os.Remove(data)
-			return nil
+			s.fs.Remove(p)
+			s.fs.Remove(data)
+			return
 		}
-		info, err := os.Stat(data)
+		info, err := s.fs.Stat(data)
 		if err != nil {
-			return nil
+			return
 		}
 		all = append(all, found{e, info.ModTime()})
+	}
+	// Every file under the objects directory, as filepath.WalkDir would.
+	var walk func(dir string) error
+	walk = func(dir string) error {
+		names, err := s.fs.List(dir)
+		if err != nil {
+			return err
+		}
+		sort.Strings(names)
+		for _, n := range names {
+			p := filepath.Join(dir, n)
+			info, err := s.fs.Stat(p)
+			if errors.Is(err, os.ErrNotExist) {
+				continue // a torn copy's data file, removed with its metadata
+			}
+			if err != nil {
+				return err
+			}
+			if info.IsDir() {
+				err = walk(p)
+			} else {
+				visit(p)
+			}
+			if err != nil {
+				return err
+			}
+		}
 		return nil
-	})
+	}
+	err := walk(s.objDir())
 	if err != nil {
 		return fmt.Errorf("cache: load index from %s: %w", s.dir, err)
 	}
@@ -222,8 +257,8 @@ func trailerLen(name string) int64 { return int64(frame.Overhead + 20 + len(name
 
 // readTrailer parses the metadata file meta of the copy data, and checks
 // the copy has the size it records.
-func readTrailer(meta, data string) (*entry, error) {
-	f, err := os.Open(meta)
+func readTrailer(fs vfs.FS, meta, data string) (*entry, error) {
+	f, err := fs.Open(meta)
 	if err != nil {
 		return nil, err
 	}
@@ -248,7 +283,7 @@ func readTrailer(meta, data string) (*entry, error) {
 		modTime: time.Unix(0, int64(binary.LittleEndian.Uint64(payload[12:]))),
 		name:    string(payload[20:]),
 	}
-	fi, err := os.Stat(data)
+	fi, err := fs.Stat(data)
 	if err != nil {
 		return nil, err
 	}
@@ -307,8 +342,8 @@ func (s *driver) dropLocked(e *entry) {
 	// Metadata first: a crash in between leaves a copy without metadata,
 	// which load removes.
 	p := s.path(e.name)
-	os.Remove(p + metaSuffix)
-	os.Remove(p)
+	s.fs.Remove(p + metaSuffix)
+	s.fs.Remove(p)
 }
 
 // reserve sets aside n bytes for a transfer, evicting to make room.
@@ -361,7 +396,8 @@ func (s *driver) invalidateLocked(name string, self *op) {
 
 // tempFile is a cache file being written, checksummed as it goes.
 type tempFile struct {
-	f    *os.File
+	fs   vfs.FS
+	f    vfs.File
 	path string
 	crc  hash.Hash32
 	n    int64
@@ -369,16 +405,19 @@ type tempFile struct {
 
 func (s *driver) newTemp() (*tempFile, error) {
 	p := filepath.Join(s.tmpDir(), fmt.Sprintf("%d", s.seq.Add(1)))
-	f, err := os.OpenFile(p, os.O_CREATE|os.O_EXCL|os.O_RDWR, 0o644)
+	f, err := s.fs.Create(p, vfs.WriteCategoryUnspecified)
 	if err != nil {
 		return nil, fmt.Errorf("cache: %w", err)
 	}
-	return &tempFile{f: f, path: p, crc: crc32.New(frame.Table())}, nil
+	return &tempFile{fs: s.fs, f: f, path: p, crc: crc32.New(frame.Table())}, nil
 }
 
 func (t *tempFile) Write(p []byte) (int, error) {
+	// The CRC first: a vfs.File may modify p as it writes it (vfs.MemFS
+	// does in race and invariants builds). A short write fails the copy,
+	// so the CRC of bytes not written is never used.
+	t.crc.Write(p)
 	n, err := t.f.Write(p)
-	t.crc.Write(p[:n])
 	t.n += int64(n)
 	return n, err
 }
@@ -392,8 +431,8 @@ func (t *tempFile) discard() {
 }
 
 func (t *tempFile) remove() {
-	os.Remove(t.path)
-	os.Remove(t.path + metaSuffix)
+	t.fs.Remove(t.path)
+	t.fs.Remove(t.path + metaSuffix)
 }
 
 // fill copies r (exactly size bytes: the Bucket checks) into t.
@@ -412,7 +451,15 @@ func (t *tempFile) seal(name string, mod time.Time) (*entry, error) {
 		return nil, err
 	}
 	tr := encodeTrailer(name, e.size, e.crc, mod)
-	if err := os.WriteFile(t.path+metaSuffix, tr, 0o644); err != nil {
+	mf, err := t.fs.Create(t.path+metaSuffix, vfs.WriteCategoryUnspecified)
+	if err != nil {
+		return nil, err
+	}
+	_, err = mf.Write(tr)
+	if cerr := mf.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
 		return nil, err
 	}
 	e.fileSize = e.size + int64(len(tr))
@@ -431,7 +478,7 @@ func (s *driver) publish(t *tempFile, e *entry, o *op, reserved int64) {
 		return
 	}
 	p := s.path(e.name)
-	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+	if err := s.fs.MkdirAll(filepath.Dir(p), 0o755); err != nil {
 		t.remove()
 		return
 	}
@@ -442,12 +489,12 @@ func (s *driver) publish(t *tempFile, e *entry, o *op, reserved int64) {
 	}
 	// The copy first: a crash in between leaves a copy without metadata,
 	// which load removes.
-	if err := os.Rename(t.path, p); err != nil {
+	if err := s.fs.Rename(t.path, p); err != nil {
 		t.remove()
 		return
 	}
-	if err := os.Rename(t.path+metaSuffix, p+metaSuffix); err != nil {
-		os.Remove(p)
+	if err := s.fs.Rename(t.path+metaSuffix, p+metaSuffix); err != nil {
+		s.fs.Remove(p)
 		t.remove()
 		return
 	}
@@ -528,26 +575,31 @@ func (s *driver) Put(ctx context.Context, name string, r io.Reader, size int64, 
 // there is none (or it failed verification and was dropped). The file is
 // opened under the lock, so it is the file of the entry returned even when
 // a concurrent write replaces the copy right after.
-func (s *driver) openCopy(name string) (*entry, *os.File) {
+func (s *driver) openCopy(name string) (*entry, vfs.File) {
 	s.mu.Lock()
 	e := s.entries[name]
 	if e == nil {
 		s.mu.Unlock()
 		return nil, nil
 	}
-	f, err := os.Open(s.path(name))
+	vf, err := s.fs.Open(s.path(name))
 	if err != nil {
 		// Removed behind the cache's back.
 		s.dropLocked(e)
 		s.mu.Unlock()
 		return nil, nil
 	}
+	f := &onceFile{File: vf}
 	s.lru.MoveToFront(e.elem)
 	verified := e.verified
 	s.mu.Unlock()
 	// Keep the recency across restarts (load sorts by it); best effort.
-	now := time.Now()
-	os.Chtimes(f.Name(), now, now)
+	// vfs.FS cannot set times: on another FS (a test's MemFS) only the
+	// LRU order across restarts is lost.
+	if s.fs == vfs.Default {
+		now := time.Now()
+		os.Chtimes(s.path(name), now, now)
+	}
 	if verified {
 		return e, f
 	}
@@ -562,7 +614,7 @@ func (s *driver) openCopy(name string) (*entry, *os.File) {
 	return e, f
 }
 
-func verify(e *entry, f *os.File) error {
+func verify(e *entry, f vfs.File) error {
 	h := crc32.New(frame.Table())
 	if n, err := io.Copy(h, io.NewSectionReader(f, 0, e.size)); err != nil || n != e.size {
 		return fmt.Errorf("%w: %s: read %d of %d bytes: %v", ErrCorruptCopy, e.name, n, e.size, err)
@@ -725,7 +777,7 @@ func (s *driver) abortOp(name string, o *op) {
 type checkedReader struct {
 	s   *driver
 	e   *entry
-	f   *os.File
+	f   vfs.File
 	r   io.Reader
 	crc hash.Hash32
 }
@@ -744,10 +796,24 @@ func (c *checkedReader) Close() error { return c.f.Close() }
 
 type sectionCloser struct {
 	*io.SectionReader
-	f *os.File
+	f vfs.File
 }
 
 func (s sectionCloser) Close() error { return s.f.Close() }
+
+// onceFile is a copy opened for reading; a second Close is a no-op, as
+// for an *os.File (a vfs.MemFS file panics on it).
+type onceFile struct {
+	vfs.File
+	closed atomic.Bool
+}
+
+func (f *onceFile) Close() error {
+	if f.closed.Swap(true) {
+		return nil
+	}
+	return f.File.Close()
+}
 
 // Stat implements tiered.Driver.
 func (s *driver) Stat(ctx context.Context, name string) (tiered.ObjectInfo, error) {
@@ -869,3 +935,6 @@ func (s *Store) DropLocalCopy(name string) {
 		d.dropLocked(e)
 	}
 }
+
+// FS is the file system the copies live on (Options.FS).
+func (s *Store) FS() vfs.FS { return s.d.fs }

@@ -36,6 +36,12 @@
 // full Get also checks the CRC while streaming and fails at the end if the
 // bytes changed underneath (the copy is then dropped).
 //
+// # File system
+//
+// Every file operation goes through Options.FS (the operating system's by
+// default), so that tests can tear the copies in a simulated power loss
+// (vfs.NewCrashableMem); the paths LocalCopy returns are on that FS.
+//
 // # Consistency
 //
 // The cache assumes it is the only writer of the names it caches (stated

@@ -4,7 +4,15 @@
 // Every object is a file under the root directory at its name. Put writes a
 // temporary file under <root>/.tmp, fsyncs it, renames it into place and
 // fsyncs the parent directory, so a reader sees the whole object or none of
-// it, also after a crash. PutIfAbsent publishes with link(2), which fails if
+// it, also after a crash. A directory Put creates is synced into its
+// parent, and Delete syncs the directories it changed before it returns:
+// what a caller was told is stored (or deleted) stays so across a power
+// loss. PutIfAbsent publishes with link(2), which fails if
 // the name exists, so exactly one of concurrent callers wins. Open removes
 // temporary files a crash left behind; one Store owns a directory at a time.
+//
+// Every file and directory operation, fsyncs included, goes through
+// Options.FS (the operating system's by default), so that tests can run
+// the store on a file system that loses unsynced writes in a simulated
+// power loss (vfs.NewCrashableMem).
 package localfs

@@ -10,9 +10,12 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"sort"
 	"strings"
 	"sync/atomic"
 	"time"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
 
 	"github.com/statedhq/stated/tiered"
 )
@@ -39,6 +42,11 @@ type Options struct {
 	// daemon writing while "stated gc" opens the same directory), so they
 	// stay. Default DefaultTempGrace.
 	TempGrace time.Duration
+	// FS is the file system every file and directory operation goes
+	// through, fsyncs included. Default vfs.Default (the operating
+	// system's); tests pass a crashable vfs.MemFS to simulate power
+	// losses. With another FS, the directory should be absolute.
+	FS vfs.FS
 }
 
 // Store is a directory-backed tiered.Store: the tiered.Bucket checks in
@@ -51,6 +59,7 @@ type Store struct {
 var _ tiered.Store = (*Store)(nil)
 
 type driver struct {
+	fs       vfs.FS
 	root     string
 	readOnly bool
 	seq      atomic.Uint64
@@ -73,12 +82,16 @@ func OpenWith(dir string, o Options) (*Store, error) {
 	if o.TempGrace <= 0 {
 		o.TempGrace = DefaultTempGrace
 	}
+	if o.FS == nil {
+		o.FS = vfs.Default
+	}
 	abs, err := filepath.Abs(dir)
 	if err != nil {
 		return nil, fmt.Errorf("localfs: %w", err)
 	}
+	d := &driver{fs: o.FS, root: abs, readOnly: o.ReadOnly}
 	if o.MustExist || o.ReadOnly {
-		fi, err := os.Stat(abs)
+		fi, err := d.fs.Stat(abs)
 		if err != nil {
 			return nil, fmt.Errorf("localfs: %w", err)
 		}
@@ -87,24 +100,25 @@ func OpenWith(dir string, o Options) (*Store, error) {
 		}
 	}
 	if o.ReadOnly {
-		return newStore(&driver{root: abs, readOnly: true}), nil
+		return newStore(d), nil
 	}
 	tmp := filepath.Join(abs, tmpDir)
-	if err := os.MkdirAll(tmp, 0o755); err != nil {
+	if err := d.mkdirAll(tmp); err != nil {
 		return nil, fmt.Errorf("localfs: %w", err)
 	}
-	entries, err := os.ReadDir(tmp)
+	names, err := d.fs.List(tmp)
 	if err != nil {
 		return nil, fmt.Errorf("localfs: clean temporary files: %w", err)
 	}
-	for _, e := range entries {
-		if info, err := e.Info(); err == nil && time.Since(info.ModTime()) > o.TempGrace {
-			if err := os.RemoveAll(filepath.Join(tmp, e.Name())); err != nil {
+	for _, n := range names {
+		p := filepath.Join(tmp, n)
+		if info, err := d.fs.Stat(p); err == nil && time.Since(info.ModTime()) > o.TempGrace {
+			if err := d.fs.RemoveAll(p); err != nil {
 				return nil, fmt.Errorf("localfs: clean temporary files: %w", err)
 			}
 		}
 	}
-	return newStore(&driver{root: abs}), nil
+	return newStore(d), nil
 }
 
 // Root is the directory the store lives in.
@@ -130,11 +144,17 @@ func (d *driver) path(name string) string { return filepath.Join(d.root, filepat
 // writeTemp copies r into a synced temporary file.
 func (d *driver) writeTemp(r io.Reader) (string, error) {
 	tmp := filepath.Join(d.root, tmpDir, fmt.Sprintf("%d-%d-%s", os.Getpid(), d.seq.Add(1), randomSuffix()))
-	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
+	f, err := d.fs.Create(tmp, vfs.WriteCategoryUnspecified)
 	if err != nil {
 		return "", err
 	}
-	_, err = io.Copy(f, r)
+	n, err := io.Copy(f, r)
+	if err == nil && n == 0 {
+		// An empty write stamps the modification time on a file system
+		// that sets it only on writes (vfs.MemFS); GC's grace period
+		// reads it.
+		_, err = f.Write(nil)
+	}
 	if err == nil {
 		err = f.Sync()
 	}
@@ -142,7 +162,7 @@ func (d *driver) writeTemp(r io.Reader) (string, error) {
 		err = cerr
 	}
 	if err != nil {
-		os.Remove(tmp)
+		d.fs.Remove(tmp)
 		return "", err
 	}
 	return tmp, nil
@@ -154,13 +174,42 @@ func randomSuffix() string {
 	return hex.EncodeToString(b[:])
 }
 
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
+func (d *driver) syncDir(dir string) error {
+	f, err := d.fs.OpenDir(dir)
 	if err != nil {
 		return err
 	}
-	defer d.Close()
-	return d.Sync()
+	defer f.Close()
+	return f.Sync()
+}
+
+// mkdirAll creates dir and its missing parents, syncing the parent of each
+// directory it creates: a file renamed into a new directory, and the
+// directory synced, is still lost in a power loss if the directory's own
+// entry in its parent never reached the disk.
+func (d *driver) mkdirAll(dir string) error {
+	if fi, err := d.fs.Stat(dir); err == nil {
+		if !fi.IsDir() {
+			return fmt.Errorf("%s is not a directory", dir)
+		}
+		return nil
+	}
+	parent := filepath.Dir(dir)
+	if parent != dir {
+		if err := d.mkdirAll(parent); err != nil {
+			return err
+		}
+	}
+	if err := d.fs.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	if parent == dir {
+		return nil
+	}
+	if err := d.syncDir(parent); err != nil {
+		return fmt.Errorf("sync directory: %w", err)
+	}
+	return nil
 }
 
 // Put implements tiered.Driver: a temporary file, synced, then renamed
@@ -170,12 +219,17 @@ func (d *driver) Put(ctx context.Context, name string, r io.Reader, size int64, 
 		return errReadOnly
 	}
 	p := d.path(name)
-	if ifAbsent {
-		if _, err := os.Lstat(p); err == nil {
+	if fi, err := d.fs.Stat(p); err == nil {
+		switch {
+		case fi.IsDir():
+			// rename(2) refuses to replace a directory with a file; not
+			// every FS does (vfs.MemFS would drop the objects under it).
+			return fmt.Errorf("%s is a directory of other objects", name)
+		case ifAbsent:
 			return tiered.ErrExists
 		}
 	}
-	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+	if err := d.mkdirAll(filepath.Dir(p)); err != nil {
 		return err
 	}
 	tmp, err := d.writeTemp(r)
@@ -183,16 +237,16 @@ func (d *driver) Put(ctx context.Context, name string, r io.Reader, size int64, 
 		return err
 	}
 	if ifAbsent {
-		err = os.Link(tmp, p)
-		os.Remove(tmp)
+		err = d.fs.Link(tmp, p)
+		d.fs.Remove(tmp)
 	} else {
-		err = os.Rename(tmp, p)
+		err = d.fs.Rename(tmp, p)
 	}
 	if err != nil {
-		os.Remove(tmp)
+		d.fs.Remove(tmp)
 		return err
 	}
-	if err := syncDir(filepath.Dir(p)); err != nil {
+	if err := d.syncDir(filepath.Dir(p)); err != nil {
 		return fmt.Errorf("sync directory: %w", err)
 	}
 	return nil
@@ -200,17 +254,41 @@ func (d *driver) Put(ctx context.Context, name string, r io.Reader, size int64, 
 
 type sectionCloser struct {
 	*io.SectionReader
-	f *os.File
+	f *onceFile
 }
 
 func (s sectionCloser) Close() error { return s.f.Close() }
 
+// onceFile is an object's file opened for reading; a second Close is a
+// no-op, as for an *os.File (a vfs.MemFS file panics on it).
+type onceFile struct {
+	vfs.File
+	closed atomic.Bool
+}
+
+func (f *onceFile) Close() error {
+	if f.closed.Swap(true) {
+		return nil
+	}
+	return f.File.Close()
+}
+
+// WriteTo lets io.Copy reach the *os.File's own WriteTo on the default FS
+// (copy_file_range, sendfile).
+func (f *onceFile) WriteTo(w io.Writer) (int64, error) {
+	if wt, ok := f.File.(io.WriterTo); ok {
+		return wt.WriteTo(w)
+	}
+	return io.Copy(w, struct{ io.Reader }{f.File})
+}
+
 // GetRange implements tiered.Driver.
 func (d *driver) GetRange(ctx context.Context, name string, offset, length int64) (io.ReadCloser, int64, error) {
-	f, err := os.Open(d.path(name))
+	vf, err := d.fs.Open(d.path(name))
 	if err != nil {
 		return nil, 0, err
 	}
+	f := &onceFile{File: vf}
 	fi, err := f.Stat()
 	if err == nil && fi.IsDir() {
 		err = tiered.ErrNotFound
@@ -233,7 +311,7 @@ func (d *driver) GetRange(ctx context.Context, name string, offset, length int64
 
 // Stat implements tiered.Driver.
 func (d *driver) Stat(ctx context.Context, name string) (tiered.ObjectInfo, error) {
-	fi, err := os.Stat(d.path(name))
+	fi, err := d.fs.Stat(d.path(name))
 	if err == nil && fi.IsDir() {
 		err = tiered.ErrNotFound
 	}
@@ -251,57 +329,92 @@ func (d *driver) List(ctx context.Context, prefix, startAfter string, limit int)
 		base = prefix[:i]
 	}
 	var names []tiered.ObjectInfo
-	start := filepath.Join(d.root, filepath.FromSlash(base))
-	err := filepath.WalkDir(start, func(p string, de fs.DirEntry, err error) error {
-		if err != nil {
-			if errors.Is(err, fs.ErrNotExist) {
-				return nil
-			}
-			return err
-		}
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		rel, _ := filepath.Rel(d.root, p)
-		rel = filepath.ToSlash(rel)
-		if de.IsDir() {
-			if rel == tmpDir {
-				return fs.SkipDir
-			}
-			// Skip directories that cannot contain a match.
-			if rel != "." && !strings.HasPrefix(rel+"/", prefix) && !strings.HasPrefix(prefix, rel+"/") {
-				return fs.SkipDir
-			}
-			return nil
-		}
-		if !strings.HasPrefix(rel, prefix) || rel <= startAfter {
-			return nil
-		}
-		info, err := de.Info()
-		if err != nil {
-			if errors.Is(err, fs.ErrNotExist) {
-				return nil // deleted while listing
-			}
-			return err
-		}
-		names = append(names, tiered.ObjectInfo{Name: rel, Size: info.Size(), ModTime: info.ModTime()})
-		return nil
-	})
+	err := d.walk(ctx, base, prefix, startAfter, &names)
 	// Every match is returned: Bucket sorts and cuts the page.
 	return names, false, err
 }
 
+// walk adds the objects under the directory rel (slash-separated, ""
+// for the root) that match prefix and sort after startAfter.
+func (d *driver) walk(ctx context.Context, rel, prefix, startAfter string, out *[]tiered.ObjectInfo) error {
+	dir := d.path(rel)
+	if rel == "" {
+		dir = d.root
+	}
+	entries, err := d.fs.List(dir)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil // the prefix names no directory, or it was deleted while listing
+		}
+		return err
+	}
+	sort.Strings(entries)
+	for _, e := range entries {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		name := e
+		if rel != "" {
+			name = rel + "/" + e
+		}
+		info, err := d.fs.Stat(d.path(name))
+		if err != nil {
+			if errors.Is(err, fs.ErrNotExist) {
+				continue // deleted while listing
+			}
+			return err
+		}
+		if info.IsDir() {
+			// Skip the temporary files and directories that cannot
+			// contain a match.
+			if name == tmpDir || !strings.HasPrefix(name+"/", prefix) && !strings.HasPrefix(prefix, name+"/") {
+				continue
+			}
+			if err := d.walk(ctx, name, prefix, startAfter, out); err != nil {
+				return err
+			}
+			continue
+		}
+		if !strings.HasPrefix(name, prefix) || name <= startAfter {
+			continue
+		}
+		*out = append(*out, tiered.ObjectInfo{Name: name, Size: info.Size(), ModTime: info.ModTime()})
+	}
+	return nil
+}
+
 // Delete implements tiered.Driver. Empty parent directories are removed
-// (best effort) so deleted checkpoints leave no directory litter.
+// (best effort) so deleted checkpoints leave no directory litter. The
+// directories are synced before Delete returns: a delete the caller was
+// told is done must not come back after a power loss (the catalog deletes
+// a manifest before the files only it referenced; a manifest that came
+// back would name files that are gone).
 func (d *driver) Delete(ctx context.Context, names []string) error {
 	if d.readOnly {
 		return errReadOnly
 	}
 	var failed []string
 	var first error
+	dirty := map[string]bool{}
 	for _, n := range names {
-		if err := d.delete(ctx, n); err != nil {
+		if err := d.delete(ctx, n, dirty); err != nil {
 			failed = append(failed, n)
+			if first == nil {
+				first = err
+			}
+		}
+	}
+	dirs := make([]string, 0, len(dirty))
+	for dir := range dirty {
+		dirs = append(dirs, dir)
+	}
+	// Deepest first, so a directory is synced after its children were.
+	sort.Slice(dirs, func(i, j int) bool { return len(dirs[i]) > len(dirs[j]) })
+	for _, dir := range dirs {
+		if err := d.syncDir(dir); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			// A directory removed since by a concurrent delete was
+			// synced out of its parent by that delete.
+			failed = append(failed, "sync "+dir)
 			if first == nil {
 				first = err
 			}
@@ -314,21 +427,33 @@ func (d *driver) Delete(ctx context.Context, names []string) error {
 	return nil
 }
 
-func (d *driver) delete(ctx context.Context, name string) error {
+// delete removes name and its emptied parent directories, and marks the
+// directories whose entries changed in dirty.
+func (d *driver) delete(ctx context.Context, name string, dirty map[string]bool) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
 	p := d.path(name)
-	if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return err
+	if err := d.fs.Remove(p); err != nil {
+		if !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
+		return nil
 	}
-	for dir := filepath.Dir(p); dir != d.root && strings.HasPrefix(dir, d.root); dir = filepath.Dir(dir) {
-		if os.Remove(dir) != nil {
+	dir := filepath.Dir(p)
+	dirty[dir] = true
+	for ; dir != d.root && strings.HasPrefix(dir, d.root); dir = filepath.Dir(dir) {
+		if d.fs.Remove(dir) != nil {
 			break
 		}
+		delete(dirty, dir)
+		dirty[filepath.Dir(dir)] = true
 	}
 	return nil
 }
 
 // Close implements tiered.Driver.
 func (d *driver) Close() error { return nil }
+
+// FS is the file system the store lives on.
+func (s *Store) FS() vfs.FS { return s.d.fs }

@@ -19,6 +19,10 @@ const (
 	reqJob        = 2
 	reqSeq        = 3
 	reqOps        = 4
+	reqSnapshot   = 5
+
+	barrierCheckpointID = 1
+	barrierWait         = 2
 
 	opType       = 1
 	opState      = 2
@@ -35,8 +39,9 @@ const (
 	opLimit      = 13
 	opOpMode     = 14
 
-	respSeq     = 1
-	respResults = 2
+	respSeq      = 1
+	respResults  = 2
+	respSnapshot = 3
 
 	resCode       = 1
 	resError      = 2
@@ -88,6 +93,16 @@ type Batch struct {
 	Job        []byte
 	Seq        uint64
 	Ops        []Op
+	// HasSnapshot: the request carries a snapshot barrier (Snapshot), to be
+	// taken once Ops are applied.
+	HasSnapshot bool
+	Snapshot    Barrier
+}
+
+// Barrier is a decoded stated.v1.SnapshotBarrier.
+type Barrier struct {
+	CheckpointID uint64
+	Wait         bool
 }
 
 // Result is the result of one operation (Number.Type 0: no number).
@@ -212,6 +227,58 @@ func AppendBatchHeader(b []byte, seq uint64, instanceID []byte, job string) []by
 	return appendVarintField(b, reqSeq, seq)
 }
 
+// AppendSnapshotBarrier appends BatchRequest.snapshot. The message is
+// written even when empty: its presence is the barrier.
+func AppendSnapshotBarrier(b []byte, br Barrier) []byte {
+	n := sizeVarintField(barrierCheckpointID, br.CheckpointID) + sizeVarintField(barrierWait, boolWire(br.Wait))
+	b = protowire.AppendTag(b, reqSnapshot, protowire.BytesType)
+	b = protowire.AppendVarint(b, uint64(n))
+	b = appendVarintField(b, barrierCheckpointID, br.CheckpointID)
+	return appendVarintField(b, barrierWait, boolWire(br.Wait))
+}
+
+// AppendSnapshotOutcome appends BatchResponse.snapshot: outcome is an
+// encoded stated.v1.SnapshotOutcome (written even when empty).
+func AppendSnapshotOutcome(b, outcome []byte) []byte {
+	b = protowire.AppendTag(b, respSnapshot, protowire.BytesType)
+	return protowire.AppendBytes(b, outcome)
+}
+
+// ResponseSnapshot returns the encoded SnapshotOutcome of a BatchResponse
+// (a view into data) and whether the response has one.
+func ResponseSnapshot(data []byte) ([]byte, bool, error) {
+	var out []byte
+	found := false
+	for len(data) > 0 {
+		f, rest, err := next(data)
+		if err != nil {
+			return nil, false, malformed("batch response", err)
+		}
+		if f.num == respSnapshot && f.typ == protowire.BytesType {
+			out, found = f.b, true
+		}
+		data = rest
+	}
+	return out, found, nil
+}
+
+func decodeBarrier(data []byte, br *Barrier) error {
+	for len(data) > 0 {
+		f, rest, err := next(data)
+		if err != nil {
+			return err
+		}
+		data = rest
+		switch {
+		case f.num == barrierCheckpointID && f.typ == protowire.VarintType:
+			br.CheckpointID = f.v
+		case f.num == barrierWait && f.typ == protowire.VarintType:
+			br.Wait = f.v != 0
+		}
+	}
+	return nil
+}
+
 // ErrMalformed wraps every decoding error.
 var ErrMalformed = errors.New("malformed message")
 
@@ -302,6 +369,12 @@ func DecodeBatch(data []byte, ops []Op) (Batch, error) {
 			bt.Ops = append(bt.Ops, Op{})
 			if err := decodeOp(f.b, &bt.Ops[len(bt.Ops)-1]); err != nil {
 				return bt, malformed(fmt.Sprintf("operation %d", len(bt.Ops)-1), err)
+			}
+		case f.num == reqSnapshot && f.typ == protowire.BytesType:
+			// Repeated singular message fields merge, as in protobuf.
+			bt.HasSnapshot = true
+			if err := decodeBarrier(f.b, &bt.Snapshot); err != nil {
+				return bt, malformed("snapshot barrier", err)
 			}
 		}
 	}
