@@ -267,22 +267,30 @@ func TestJoinAndLeave(t *testing.T) {
 	if err != nil {
 		t.Fatalf("acquire through the new member: %v", err)
 	}
-	st, err := n3.Status(ctx, true)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(st.Members) != 4 {
-		t.Fatalf("members %v", st.Members)
-	}
-	for _, m := range st.Members {
-		if !m.Healthy {
-			t.Fatalf("member %s unhealthy: %s", m.NodeId, m.Error)
+	// The new member learns the configuration from the leader's appends:
+	// ask until it lists all four, healthy.
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		st, err := n3.Status(ctx, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		healthy := 0
+		for _, m := range st.Members {
+			if m.Healthy {
+				healthy++
+			}
+		}
+		if len(st.Members) == 4 && healthy == 4 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("members after join: %v", st.Members)
 		}
 	}
 	if err := c.nodes[f].Leave(ctx, "n3"); err != nil {
 		t.Fatal(err)
 	}
-	st, err = c.nodes[l].Status(ctx, false)
+	st, err := c.nodes[l].Status(ctx, false)
 	if err != nil || len(st.Members) != 3 {
 		t.Fatalf("after leave: %v %v", st, err)
 	}

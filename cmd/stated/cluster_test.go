@@ -68,23 +68,41 @@ func TestClusterCommands(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	n3 := clusterNode(t, "n3", "", ln)
+	clusterNode(t, "n3", "", ln)
 	if out, err := runCLI(t, newClusterCmd(), "join", "--raft-addr", addr, "--cluster-token", "secret",
 		"--new-node-id", "n3", "--new-raft-addr", ln.Addr().String()); err != nil {
 		t.Fatalf("join: %v\n%s", err, out)
 	}
-	if err := n3.Cluster().WaitLeader(ctx); err != nil {
-		t.Fatal(err)
-	}
-	out, err = runCLI(t, newClusterCmd(), "status", "--raft-addr", ln.Addr().String(), "--cluster-token", "secret")
-	if err != nil || !strings.Contains(out, "n3") || strings.Count(out, "  ok  ") != 4 {
+	// The new member learns the configuration, with itself in it, from
+	// the leader's next append: ask until it has.
+	out, err = pollStatus(t, ln.Addr().String(), func(out string, err error) bool {
+		return err == nil && strings.Contains(out, "n3") && strings.Count(out, "  ok  ") == 4
+	})
+	if err != nil {
 		t.Fatalf("status after join: %v\n%s", err, out)
 	}
 	if out, err := runCLI(t, newClusterCmd(), "leave", "--raft-addr", addr, "--cluster-token", "secret", "--leaving-node-id", "n3"); err != nil {
 		t.Fatalf("leave: %v\n%s", err, out)
 	}
-	out, err = runCLI(t, newClusterCmd(), "status", "--raft-addr", addr, "--cluster-token", "secret")
-	if err != nil || strings.Contains(out, "n3 ") {
+	if out, err = pollStatus(t, addr, func(out string, err error) bool { return err == nil && !strings.Contains(out, "n3 ") }); err != nil {
 		t.Fatalf("status after leave: %v\n%s", err, out)
 	}
+}
+
+// pollStatus runs "stated cluster status" through addr until done says the
+// answer is the one awaited, for at most 10 s; it returns the last answer,
+// and an error when it never came.
+func pollStatus(t *testing.T, addr string, done func(string, error) bool) (string, error) {
+	t.Helper()
+	var out string
+	var err error
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		if out, err = runCLI(t, newClusterCmd(), "status", "--raft-addr", addr, "--cluster-token", "secret"); done(out, err) {
+			return out, nil
+		}
+	}
+	if err == nil {
+		err = fmt.Errorf("status never became what the test awaits")
+	}
+	return out, err
 }
