@@ -23,6 +23,7 @@ import (
 
 	"github.com/statedhq/stated/internal/frame"
 	"github.com/statedhq/stated/tiered"
+	"github.com/statedhq/stated/tiered/vfsfile"
 )
 
 // trailerMagic starts the metadata frame of every cached file. Frozen.
@@ -589,7 +590,7 @@ func (s *driver) openCopy(name string) (*entry, vfs.File) {
 		s.mu.Unlock()
 		return nil, nil
 	}
-	f := &onceFile{File: vf}
+	f := vfsfile.NewOnce(vf)
 	s.lru.MoveToFront(e.elem)
 	verified := e.verified
 	s.mu.Unlock()
@@ -644,7 +645,7 @@ func (s *driver) GetRange(ctx context.Context, name string, offset, length int64
 		if length >= 0 {
 			n = min(n, length)
 		}
-		return sectionCloser{io.NewSectionReader(f, offset, n), f}, e.size, nil
+		return vfsfile.Section(f, f, offset, n), e.size, nil
 	}
 	s.misses.Add(1)
 	rc, err := s.remote.GetRange(ctx, name, offset, length)
@@ -793,27 +794,6 @@ func (c *checkedReader) Read(p []byte) (int, error) {
 }
 
 func (c *checkedReader) Close() error { return c.f.Close() }
-
-type sectionCloser struct {
-	*io.SectionReader
-	f vfs.File
-}
-
-func (s sectionCloser) Close() error { return s.f.Close() }
-
-// onceFile is a copy opened for reading; a second Close is a no-op, as
-// for an *os.File (a vfs.MemFS file panics on it).
-type onceFile struct {
-	vfs.File
-	closed atomic.Bool
-}
-
-func (f *onceFile) Close() error {
-	if f.closed.Swap(true) {
-		return nil
-	}
-	return f.File.Close()
-}
 
 // Stat implements tiered.Driver.
 func (s *driver) Stat(ctx context.Context, name string) (tiered.ObjectInfo, error) {

@@ -18,6 +18,7 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 
 	"github.com/statedhq/stated/tiered"
+	"github.com/statedhq/stated/tiered/vfsfile"
 )
 
 const tmpDir = tiered.ReservedDir
@@ -252,43 +253,13 @@ func (d *driver) Put(ctx context.Context, name string, r io.Reader, size int64, 
 	return nil
 }
 
-type sectionCloser struct {
-	*io.SectionReader
-	f *onceFile
-}
-
-func (s sectionCloser) Close() error { return s.f.Close() }
-
-// onceFile is an object's file opened for reading; a second Close is a
-// no-op, as for an *os.File (a vfs.MemFS file panics on it).
-type onceFile struct {
-	vfs.File
-	closed atomic.Bool
-}
-
-func (f *onceFile) Close() error {
-	if f.closed.Swap(true) {
-		return nil
-	}
-	return f.File.Close()
-}
-
-// WriteTo lets io.Copy reach the *os.File's own WriteTo on the default FS
-// (copy_file_range, sendfile).
-func (f *onceFile) WriteTo(w io.Writer) (int64, error) {
-	if wt, ok := f.File.(io.WriterTo); ok {
-		return wt.WriteTo(w)
-	}
-	return io.Copy(w, struct{ io.Reader }{f.File})
-}
-
 // GetRange implements tiered.Driver.
 func (d *driver) GetRange(ctx context.Context, name string, offset, length int64) (io.ReadCloser, int64, error) {
 	vf, err := d.fs.Open(d.path(name))
 	if err != nil {
 		return nil, 0, err
 	}
-	f := &onceFile{File: vf}
+	f := vfsfile.NewOnce(vf)
 	fi, err := f.Stat()
 	if err == nil && fi.IsDir() {
 		err = tiered.ErrNotFound
@@ -306,7 +277,7 @@ func (d *driver) GetRange(ctx context.Context, name string, offset, length int64
 	if length >= 0 {
 		n = min(n, length)
 	}
-	return sectionCloser{io.NewSectionReader(f, offset, n), f}, size, nil
+	return vfsfile.Section(f, f, offset, n), size, nil
 }
 
 // Stat implements tiered.Driver.
