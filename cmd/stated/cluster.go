@@ -32,11 +32,19 @@ func addClusterFlags(fl *pflag.FlagSet, f *clusterFlags) {
 	fl.DurationVar(&f.timeout, "timeout", 10*time.Second, "how long to wait for the answer")
 }
 
-func (f *clusterFlags) dial() (*cluster.Client, error) {
+// call connects to the node the flags name and runs do within --timeout.
+func (f *clusterFlags) call(ctx context.Context, do func(context.Context, *cluster.Client) error) error {
 	if f.addr == "" {
-		return nil, errors.New("--raft-addr is required: the address of a node of the cluster (or STATED_RAFT_ADDR)")
+		return errors.New("--raft-addr is required: the address of a node of the cluster (or STATED_RAFT_ADDR)")
 	}
-	return cluster.Dial(f.addr, cluster.TLS{CertFile: f.cert, KeyFile: f.key, CAFile: f.ca}, f.token)
+	c, err := cluster.Dial(f.addr, cluster.TLS{CertFile: f.cert, KeyFile: f.key, CAFile: f.ca}, f.token)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(ctx, f.timeout)
+	defer cancel()
+	return do(ctx, c)
 }
 
 func newClusterCmd() *cobra.Command {
@@ -66,18 +74,13 @@ known.`,
 		Args:    cobra.NoArgs,
 		PreRunE: func(cmd *cobra.Command, _ []string) error { return flagsFromEnv(cmd.Flags()) },
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := f.dial()
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			ctx, cancel := context.WithTimeout(cmd.Context(), f.timeout)
-			defer cancel()
-			st, err := c.Status(ctx, &pb.StatusRequest{Probe: true})
-			if err != nil {
-				return fmt.Errorf("cluster status from %s: %w", f.addr, err)
-			}
-			return printClusterStatus(cmd.OutOrStdout(), st)
+			return f.call(cmd.Context(), func(ctx context.Context, c *cluster.Client) error {
+				st, err := c.Status(ctx, &pb.StatusRequest{Probe: true})
+				if err != nil {
+					return fmt.Errorf("cluster status from %s: %w", f.addr, err)
+				}
+				return printClusterStatus(cmd.OutOrStdout(), st)
+			})
 		},
 	}
 	addClusterFlags(cmd.Flags(), &f)
@@ -131,18 +134,13 @@ func newClusterJoinCmd() *cobra.Command {
 			if id == "" || addr == "" {
 				return errors.New("join needs --new-node-id and --new-raft-addr: the id and raft address of the node to add")
 			}
-			c, err := f.dial()
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			ctx, cancel := context.WithTimeout(cmd.Context(), f.timeout)
-			defer cancel()
-			if _, err := c.Join(ctx, &pb.JoinRequest{NodeId: id, RaftAddr: addr}); err != nil {
-				return fmt.Errorf("cluster join %s through %s: %w", id, f.addr, err)
-			}
-			fmt.Fprintf(cmd.OutOrStdout(), "%s (%s) joined\n", id, addr)
-			return nil
+			return f.call(cmd.Context(), func(ctx context.Context, c *cluster.Client) error {
+				if _, err := c.Join(ctx, &pb.JoinRequest{NodeId: id, RaftAddr: addr}); err != nil {
+					return fmt.Errorf("cluster join %s through %s: %w", id, f.addr, err)
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "%s (%s) joined\n", id, addr)
+				return nil
+			})
 		},
 	}
 	addClusterFlags(cmd.Flags(), &f)
@@ -165,18 +163,13 @@ func newClusterLeaveCmd() *cobra.Command {
 			if id == "" {
 				return errors.New("leave needs --leaving-node-id: the id of the node to remove")
 			}
-			c, err := f.dial()
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			ctx, cancel := context.WithTimeout(cmd.Context(), f.timeout)
-			defer cancel()
-			if _, err := c.Leave(ctx, &pb.LeaveRequest{NodeId: id}); err != nil {
-				return fmt.Errorf("cluster leave %s through %s: %w", id, f.addr, err)
-			}
-			fmt.Fprintf(cmd.OutOrStdout(), "%s left\n", id)
-			return nil
+			return f.call(cmd.Context(), func(ctx context.Context, c *cluster.Client) error {
+				if _, err := c.Leave(ctx, &pb.LeaveRequest{NodeId: id}); err != nil {
+					return fmt.Errorf("cluster leave %s through %s: %w", id, f.addr, err)
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "%s left\n", id)
+				return nil
+			})
 		},
 	}
 	addClusterFlags(cmd.Flags(), &f)
