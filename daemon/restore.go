@@ -78,6 +78,9 @@ func (d *Daemon) resolveRestore(ctx context.Context, p OpenParams) (*restorePlan
 	if err := sameMaxParallelism(old, p.MaxParallelism); err != nil {
 		return nil, fail(err)
 	}
+	if err := disjoint(old); err != nil {
+		return nil, fail(err)
+	}
 	plan, err := pickHandles(old, p)
 	if err != nil {
 		return nil, fail(err)
@@ -132,6 +135,21 @@ func operatorHandles(hs []*backend.Handle, operator string) []*backend.Handle {
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].KeyGroups.Start < out[j].KeyGroups.Start })
 	return out
+}
+
+// disjoint refuses handles of one operator whose key groups overlap (old
+// sorted by start): every key group has one owner in a checkpoint, so an
+// overlap is a manifest that describes impossible state. Taken as it
+// reads, a restore would pick one of the claimants and silently lose what
+// the other holds.
+func disjoint(old []*backend.Handle) error {
+	for i := 1; i < len(old); i++ {
+		if a, b := old[i-1], old[i]; b.KeyGroups.Start <= a.KeyGroups.End {
+			return fmt.Errorf("%w: the handles of %s (key groups %s) and %s (key groups %s) overlap: a key group has one owner in a checkpoint",
+				backend.ErrCorrupt, a.Task, a.KeyGroups, b.Task, b.KeyGroups)
+		}
+	}
+	return nil
 }
 
 // sameMaxParallelism refuses state written with another maxParallelism.
