@@ -8,11 +8,12 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
-	"runtime/debug"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/statedhq/stated/internal/buildinfo"
 )
 
 // ReportVersion is the version of the JSON report's layout; compare
@@ -270,22 +271,8 @@ func loadAverage() float64 {
 // gitInfo takes the revision from the binary's build info; without one it
 // asks git about the working directory (bounded to 2 s).
 func gitInfo(ctx context.Context) Git {
-	if bi, ok := debug.ReadBuildInfo(); ok {
-		var g Git
-		for _, s := range bi.Settings {
-			switch s.Key {
-			case "vcs.revision":
-				g.Revision = s.Value
-			case "vcs.time":
-				g.Time = s.Value
-			case "vcs.modified":
-				g.Modified = s.Value == "true"
-			}
-		}
-		if g.Revision != "" {
-			g.Source = "build info"
-			return g
-		}
+	if in := buildinfo.Read(); in.Revision != "" {
+		return Git{Revision: in.Revision, Time: in.Time, Modified: in.Modified, Source: "build info"}
 	}
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
