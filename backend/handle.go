@@ -19,8 +19,12 @@ const (
 	// reader of version 1 refuses such a handle as incompatible instead
 	// of ignoring the segments it must keep.
 	HandleVersionLog = 2
+	// HandleVersionChannels is version 3: it adds Channels (unaligned
+	// checkpoints' in-flight data). A reader of an older version refuses
+	// such a handle instead of restoring without the data.
+	HandleVersionChannels = 3
 	// HandleFormatVersion is the newest version this build reads.
-	HandleFormatVersion = HandleVersionLog
+	HandleFormatVersion = HandleVersionChannels
 )
 
 // handleMagic starts every encoded handle. Frozen.
@@ -56,6 +60,10 @@ type Handle struct {
 	// log segments the handle's log window reads. Nil otherwise. It needs
 	// HandleVersionLog.
 	Log *HandleLog `json:"log,omitempty"`
+	// Channels is the task's channel state (in-flight data of an unaligned
+	// checkpoint), sorted by channel; empty for aligned snapshots. It needs
+	// HandleVersionChannels.
+	Channels []ChannelState `json:"channels,omitempty"`
 }
 
 // HandleLog is what a changelog-mode handle references in the log store.
@@ -159,6 +167,14 @@ func (h *Handle) Validate() error {
 			if i > 0 && s <= l.Segments[i-1] {
 				return fmt.Errorf("%w: handle of %s: log segments not sorted and distinct at %q", ErrCorrupt, h.Task, s)
 			}
+		}
+	}
+	if len(h.Channels) > 0 {
+		if h.Version < HandleVersionChannels {
+			return fmt.Errorf("%w: handle of %s: channel state in a version %d handle (it needs version %d)", ErrCorrupt, h.Task, h.Version, HandleVersionChannels)
+		}
+		if err := validateChannels(h.Task, h.Channels); err != nil {
+			return err
 		}
 	}
 	for i, f := range h.Files {
