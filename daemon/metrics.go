@@ -159,6 +159,13 @@ type Metrics struct {
 	// RestoreFallbacks counts restores of the latest checkpoint that
 	// skipped damaged newer ones (RestoreSpec.AllowFallback).
 	RestoreFallbacks atomic.Uint64
+	// ChannelStateSkipped counts restores that skipped a checkpoint's
+	// channel state (RestoreSpec.WithoutChannelState); ChannelStateBytes
+	// the stored bytes of channel state in the handles of snapshots, and
+	// UnalignedSnapshots the snapshots their engine reported unaligned.
+	ChannelStateSkipped atomic.Uint64
+	ChannelStateBytes   atomic.Uint64
+	UnalignedSnapshots  atomic.Uint64
 }
 
 // NewMetrics allocates the histograms.
