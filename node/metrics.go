@@ -25,6 +25,7 @@ type collector struct {
 	batches, batchesRejected, streams          *prometheus.Desc
 	openInstances, opens, openFailures, resto  *prometheus.Desc
 	reaped, restoFallbacks                     *prometheus.Desc
+	chanBytes, chanSkipped, unaligned          *prometheus.Desc
 	ckSync, ckAsync, ckBytes, fullBytes, snapF *prometheus.Desc
 	ckCompleted, ckFailures, ckDuration        *prometheus.Desc
 	catJobs, catRetained, catSavepoints        *prometheus.Desc
@@ -73,6 +74,9 @@ func newCollector(m *daemon.Metrics, cat *catalog.Catalog, cs cacheStats, store 
 		openFailures:    d("instance_open_failures_total", "Open requests that failed."),
 		resto:           d("restores_total", "Instances opened from a checkpoint or savepoint."),
 		restoFallbacks:  d("restore_fallbacks_total", "Restores of the latest checkpoint that skipped damaged newer checkpoints because the caller allowed the fallback (each logged at level error)."),
+		chanBytes:       d("channel_state_bytes_total", "Stored bytes of channel state (the persisted in-flight data of unaligned checkpoints) in task snapshots."),
+		chanSkipped:     d("channel_state_skipped_total", "Restores that skipped a checkpoint's channel state on request (the in-flight data was knowingly lost)."),
+		unaligned:       d("unaligned_snapshots_total", "Task snapshots their engine reported as unaligned."),
 		reaped:          d("instances_reaped_total", "Instances closed because they had no batch stream for --idle-instance-timeout."),
 		ckSync:          d("checkpoint_sync_duration_seconds", "Synchronous part of a task snapshot.", "backend"),
 		ckAsync:         d("checkpoint_async_duration_seconds", "Asynchronous part (upload) of a task snapshot.", "backend"),
@@ -143,6 +147,9 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	counter(c.openFailures, m.OpenFailures.Load())
 	counter(c.resto, m.Restores.Load())
 	counter(c.restoFallbacks, m.RestoreFallbacks.Load())
+	counter(c.chanBytes, m.ChannelStateBytes.Load())
+	counter(c.chanSkipped, m.ChannelStateSkipped.Load())
+	counter(c.unaligned, m.UnalignedSnapshots.Load())
 	counter(c.reaped, m.InstancesReaped.Load())
 	counter(c.ckCompleted, m.CheckpointsCompleted.Load())
 	for r := range m.CheckpointFailures {
