@@ -352,6 +352,15 @@ func TestChannelStateLifecycle(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(root, filepath.FromSlash(objs[0]))); !os.IsNotExist(err) {
 		t.Fatalf("channel state of an aborted checkpoint is still there: %v", err)
 	}
+	// Savepoints are aligned: channel state written for an id makes that
+	// id a checkpoint in flight, which a native savepoint cannot use (the
+	// catalog also refuses channel state in a savepoint's handles).
+	if err := in.WriteChannelState(ctxT(t), 3, inflight(in, 0, 3, false)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.TriggerSavepoint(ctxT(t), chJob, true, 3); status.Code(err) != codes.InvalidArgument {
+		t.Fatalf("native savepoint over channel state: %v, want a refusal", err)
+	}
 	// A bad key group is refused and names the channel.
 	bad := []client.ChannelState{{Channel: backend.ChannelID{Direction: backend.ChannelInput}, Kind: backend.ChannelKeyed,
 		Buffers: [][]client.ChannelRecord{{{KeyGroup: 4096, Data: []byte("x")}}}}}
