@@ -257,6 +257,10 @@ func (d *Daemon) runSnapshot(c *checkpoint, ts *taskSnapshot, ps backend.Pending
 		if h.Stats != nil && h.Stats.Unaligned {
 			d.m.UnalignedSnapshots.Add(1)
 		}
+		if s := ts.stats; s != nil {
+			d.m.Alignment.Observe(s.Alignment)
+			d.m.StartDelay.Observe(s.StartDelay)
+		}
 		d.m.CheckpointedBytes[bi].Add(uint64(max(0, h.CheckpointedSize)))
 		d.m.FullBytes[bi].Add(uint64(max(0, h.FullSize)))
 	}
