@@ -254,7 +254,9 @@ func AppendSnapshotBarrier(b []byte, br Barrier) []byte {
 	n := sizeVarintField(barrierCheckpointID, br.CheckpointID) + sizeVarintField(barrierWait, boolWire(br.Wait))
 	sn := statsSize(br.Stats)
 	if br.HasStats {
-		n += sizeBytesField(barrierStats, sn)
+		// Present even when empty (all zero): sizeBytesField would count
+		// an empty message as absent.
+		n += protowire.SizeTag(barrierStats) + protowire.SizeBytes(sn)
 	}
 	b = protowire.AppendTag(b, reqSnapshot, protowire.BytesType)
 	b = protowire.AppendVarint(b, uint64(n))
