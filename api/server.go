@@ -393,7 +393,7 @@ func openParams(req *pb.OpenRequest) (daemon.OpenParams, error) {
 		p.States = append(p.States, protocol.StateFromPB(sd))
 	}
 	if r := req.GetRestore(); r != nil {
-		spec := &daemon.RestoreSpec{AllowFallback: r.GetAllowFallback()}
+		spec := &daemon.RestoreSpec{AllowFallback: r.GetAllowFallback(), WithoutChannelState: r.GetWithoutChannelStateCheckpointId()}
 		switch r.GetMode() {
 		case pb.RestoreMode_RESTORE_MODE_UNSPECIFIED:
 			// The daemon picks by source (see daemon.RestoreSpec).
@@ -433,7 +433,7 @@ func (s *Server) Snapshot(ctx context.Context, req *pb.SnapshotRequest) (*pb.Sna
 				"send the snapshot as a barrier on the batch stream (BatchRequest.snapshot), or set batches_answered once every batch response it must cover has arrived",
 			req.GetCheckpointId(), inst.Task)
 	}
-	res, err := s.d.Snapshot(ctx, inst, req.GetCheckpointId(), req.GetWait())
+	res, err := s.d.SnapshotWith(ctx, inst, req.GetCheckpointId(), daemon.SnapshotOptions{Wait: req.GetWait(), Stats: statsFromPB(req.GetStats())})
 	if err != nil {
 		return nil, toStatus(err)
 	}
@@ -453,7 +453,12 @@ func snapshotToPB(res daemon.SnapshotResult) *pb.SnapshotResponse {
 // operations.
 func (s *Server) barrier(ctx context.Context, inst *daemon.Instance, br wire.Barrier) []byte {
 	var out pb.SnapshotOutcome
-	res, err := s.d.Snapshot(ctx, inst, br.CheckpointID, br.Wait)
+	o := daemon.SnapshotOptions{Wait: br.Wait}
+	if br.HasStats {
+		o.Stats = &daemon.SnapshotStats{Unaligned: br.Stats.Unaligned,
+			Alignment: time.Duration(br.Stats.AlignmentMicros) * time.Microsecond, StartDelay: time.Duration(br.Stats.StartDelayMicros) * time.Microsecond}
+	}
+	res, err := s.d.SnapshotWith(ctx, inst, br.CheckpointID, o)
 	if err != nil {
 		out.Code = uint32(Code(err))
 		out.Error = err.Error()
@@ -492,6 +497,9 @@ func infoToPB(in daemon.CheckpointInfo) *pb.CheckpointInfo {
 		CheckpointedSize: in.CheckpointedSize, FullSize: in.FullSize,
 		DurationMillis: in.Duration.Milliseconds(), Reason: in.Reason, Retained: in.Retained, Pinned: in.Pinned,
 		ChangelogSize: in.ChangelogSize,
+		Unaligned:     in.Stats.Unaligned, AlignmentMicros: in.Stats.AlignmentMicros, StartDelayMicros: in.Stats.StartDelayMicros,
+		SyncMicros: in.Stats.SyncMicros, AsyncMicros: in.Stats.AsyncMicros, PersistedInFlightBytes: in.Stats.InFlightBytes,
+		WithoutChannelState: in.WithoutChannelState,
 	}
 	if !in.Completed.IsZero() {
 		out.CompletedUnixMillis = in.Completed.UnixMilli()

@@ -190,3 +190,23 @@ func (h *Handle) ChannelBytes() int64 {
 	}
 	return n
 }
+
+// TaskStats is how a task took its part in a checkpoint, as the engine
+// reported it (alignment, start delay, unaligned) and the daemon measured
+// it (synchronous and asynchronous parts). Handles carry it so that the
+// checkpoint's manifest and history show it; it needs
+// HandleVersionChannels.
+type TaskStats struct {
+	Unaligned        bool  `json:"unaligned,omitempty"`
+	AlignmentMicros  int64 `json:"alignmentMicros,omitempty"`
+	StartDelayMicros int64 `json:"startDelayMicros,omitempty"`
+	SyncMicros       int64 `json:"syncMicros,omitempty"`
+	AsyncMicros      int64 `json:"asyncMicros,omitempty"`
+}
+
+func (s *TaskStats) validate(task TaskID) error {
+	if s.AlignmentMicros < 0 || s.StartDelayMicros < 0 || s.SyncMicros < 0 || s.AsyncMicros < 0 {
+		return fmt.Errorf("%w: handle of %s: negative checkpoint statistics", ErrCorrupt, task)
+	}
+	return nil
+}

@@ -64,6 +64,9 @@ type Handle struct {
 	// checkpoint), sorted by channel; empty for aligned snapshots. It needs
 	// HandleVersionChannels.
 	Channels []ChannelState `json:"channels,omitempty"`
+	// Stats is how the task took the snapshot (nil: not reported). It
+	// needs HandleVersionChannels.
+	Stats *TaskStats `json:"stats,omitempty"`
 }
 
 // HandleLog is what a changelog-mode handle references in the log store.
@@ -169,11 +172,14 @@ func (h *Handle) Validate() error {
 			}
 		}
 	}
-	if len(h.Channels) > 0 {
-		if h.Version < HandleVersionChannels {
-			return fmt.Errorf("%w: handle of %s: channel state in a version %d handle (it needs version %d)", ErrCorrupt, h.Task, h.Version, HandleVersionChannels)
-		}
-		if err := validateChannels(h.Task, h.Channels); err != nil {
+	if (len(h.Channels) > 0 || h.Stats != nil) && h.Version < HandleVersionChannels {
+		return fmt.Errorf("%w: handle of %s: channel state or statistics in a version %d handle (they need version %d)", ErrCorrupt, h.Task, h.Version, HandleVersionChannels)
+	}
+	if err := validateChannels(h.Task, h.Channels); err != nil {
+		return err
+	}
+	if h.Stats != nil {
+		if err := h.Stats.validate(h.Task); err != nil {
 			return err
 		}
 	}

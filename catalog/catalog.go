@@ -502,6 +502,12 @@ func managedObjects(h *backend.Handle) []refcount.Object {
 			objs = append(objs, refcount.Object{Path: s})
 		}
 	}
+	// Channel state objects are always in the checkpoint store (also for
+	// heap handles), and shared by the tasks of one daemon: the registry
+	// counts each once per checkpoint.
+	for _, name := range h.ChannelObjects() {
+		objs = append(objs, refcount.Object{Path: name})
+	}
 	return objs
 }
 

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"sort"
 	"strings"
@@ -79,6 +80,16 @@ func (c *Catalog) checkHandleLocked(j *jobState, id uint64, h *backend.Handle) e
 				return fmt.Errorf("%w: task %s references log segment %s, which is being deleted as unreferenced",
 					ErrNotFound, h.Task, s)
 			}
+		}
+	}
+	for _, name := range h.ChannelObjects() {
+		// Channel state belongs to this checkpoint alone: it lives and
+		// dies with the checkpoint's directory.
+		if !strings.HasPrefix(name, private) || classify(name).kind != objCheckpoint {
+			return fmt.Errorf("%w: task %s: channel state object %s is not under %s", ErrInvalidArgument, h.Task, name, private)
+		}
+		if c.mu.guard.deleting[name] {
+			return fmt.Errorf("%w: task %s references channel state %s, which is being deleted as unreferenced", ErrNotFound, h.Task, name)
 		}
 	}
 	for _, f := range h.Files {
@@ -230,8 +241,10 @@ func (c *Catalog) Complete(ctx context.Context, job string, id uint64, handles .
 	for _, h := range all {
 		c.mu.guard.add(h, -1)
 	}
-	c.recordLocked(j, Record{ID: id, Status: StatusCompleted, Started: m.Started, Ended: m.Completed,
-		CheckpointedSize: m.CheckpointedSize, FullSize: m.FullSize, Tasks: len(m.Tasks)})
+	rec := Record{ID: id, Status: StatusCompleted, Started: m.Started, Ended: m.Completed,
+		CheckpointedSize: m.CheckpointedSize, FullSize: m.FullSize, Tasks: len(m.Tasks)}
+	rec.Stats = m.Stats()
+	c.recordLocked(j, rec)
 	released := c.setBaseLocked(j, r)
 	drops := c.retentionLocked(job)
 	c.mu.Unlock()
@@ -274,6 +287,21 @@ func (c *Catalog) writeManifest(ctx context.Context, r ref, started time.Time, h
 			check = append(check, f)
 		}
 	}
+	// Channel state objects must hold every segment the handles read.
+	chanEnd := map[string]int64{}
+	for _, h := range hs {
+		for _, cs := range h.Channels {
+			for _, sg := range cs.Segments {
+				chanEnd[sg.Path] = max(chanEnd[sg.Path], sg.Offset+sg.Length)
+			}
+		}
+	}
+	for _, name := range slices.Sorted(maps.Keys(chanEnd)) {
+		if !seen[name] {
+			seen[name] = true
+			check = append(check, backend.FileRef{Path: name, Size: -chanEnd[name]})
+		}
+	}
 	err := c.forEach(ctx, len(check), func(ctx context.Context, i int) error {
 		f := check[i]
 		info, err := c.store.Stat(ctx, f.Path)
@@ -282,6 +310,13 @@ func (c *Catalog) writeManifest(ctx context.Context, r ref, started time.Time, h
 		}
 		if err != nil {
 			return fmt.Errorf("catalog: checkpoint %s: stat %s: %w", r, f.Path, err)
+		}
+		if f.Size < 0 {
+			// A channel state object: at least as long as its segments.
+			if info.Size < -f.Size {
+				return fmt.Errorf("%w: checkpoint %s: channel state %s has %d bytes, its segments reach %d", ErrCorrupt, r, f.Path, info.Size, -f.Size)
+			}
+			return nil
 		}
 		if info.Size != f.Size {
 			return fmt.Errorf("%w: checkpoint %s: file %s has %d bytes, its handle says %d", ErrCorrupt, r, f.Path, info.Size, f.Size)
@@ -644,4 +679,26 @@ func (c *Catalog) List(job string) []Record {
 	}
 	sort.Slice(out, func(a, b int) bool { return out[a].ID < out[b].ID })
 	return out
+}
+
+// NoteWithoutChannelState records in job's history that a restore skipped
+// the channel state of checkpoint id (knowingly losing its in-flight
+// data), so that whoever reads the history later knows why records went
+// missing. A checkpoint no longer in the history is logged only.
+func (c *Catalog) NoteWithoutChannelState(ctx context.Context, job string, id uint64) {
+	c.log.Warn("restore without channel state: the checkpoint's in-flight data is skipped", "checkpoint", CheckpointDir(job, id))
+	c.mu.Lock()
+	j, ok := c.mu.jobs[job]
+	found := false
+	if ok {
+		for i := range j.history {
+			if j.history[i].ID == id {
+				j.history[i].WithoutChannelState, found = true, true
+			}
+		}
+	}
+	c.mu.Unlock()
+	if found {
+		c.saveJobLogged(ctx, job)
+	}
 }

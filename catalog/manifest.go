@@ -79,6 +79,35 @@ type Manifest struct {
 // Duration is how long the checkpoint took.
 func (m *Manifest) Duration() time.Duration { return m.Completed.Sub(m.Started) }
 
+// CheckpointStats sums up the tasks' statistics of one checkpoint as
+// Flink's checkpoint page shows them: unaligned if any task was, the
+// slowest task's alignment, start delay, synchronous and asynchronous
+// part, and the persisted in-flight bytes of all tasks.
+type CheckpointStats struct {
+	Unaligned        bool  `json:"unaligned,omitempty"`
+	AlignmentMicros  int64 `json:"alignmentMicros,omitempty"`
+	StartDelayMicros int64 `json:"startDelayMicros,omitempty"`
+	SyncMicros       int64 `json:"syncMicros,omitempty"`
+	AsyncMicros      int64 `json:"asyncMicros,omitempty"`
+	InFlightBytes    int64 `json:"inFlightBytes,omitempty"`
+}
+
+// Stats sums up the statistics the manifest's handles carry.
+func (m *Manifest) Stats() CheckpointStats {
+	var st CheckpointStats
+	for _, h := range m.Tasks {
+		st.InFlightBytes += h.ChannelBytes()
+		if t := h.Stats; t != nil {
+			st.Unaligned = st.Unaligned || t.Unaligned
+			st.AlignmentMicros = max(st.AlignmentMicros, t.AlignmentMicros)
+			st.StartDelayMicros = max(st.StartDelayMicros, t.StartDelayMicros)
+			st.SyncMicros = max(st.SyncMicros, t.SyncMicros)
+			st.AsyncMicros = max(st.AsyncMicros, t.AsyncMicros)
+		}
+	}
+	return st
+}
+
 func sortTasks(hs []*backend.Handle) {
 	slices.SortFunc(hs, func(a, b *backend.Handle) int {
 		if c := cmpString(a.Task.Operator, b.Task.Operator); c != 0 {
@@ -221,6 +250,12 @@ type Record struct {
 	Tasks            int       `json:"tasks,omitempty"`
 	// Reason is why a checkpoint failed.
 	Reason string `json:"reason,omitempty"`
+	// Stats sums up how the tasks took a completed checkpoint (zero when
+	// none reported).
+	Stats CheckpointStats `json:"stats,omitzero"`
+	// WithoutChannelState: a restore skipped this checkpoint's channel
+	// state, knowingly losing it (the in-flight data was damaged).
+	WithoutChannelState bool `json:"withoutChannelState,omitempty"`
 	// Retained says whether the checkpoint is still restorable; it is
 	// computed when the history is listed, never stored.
 	Retained bool `json:"-"`

@@ -171,6 +171,12 @@ func (c *Catalog) copyNative(ctx context.Context, id string, hs []*backend.Handl
 	files := map[string]backend.FileRef{}
 	var out []*backend.Handle
 	for _, h := range hs {
+		if len(h.Channels) > 0 {
+			// Savepoints are aligned (as Flink's): in-flight data would tie
+			// a relocatable savepoint to the job's network layout.
+			return nil, fmt.Errorf("%w: savepoint %s: task %s wrote channel state for it; savepoints are taken aligned, without in-flight data",
+				ErrInvalidArgument, id, h.Task)
+		}
 		h = cloneHandle(h)
 		for i, f := range h.Files {
 			if old, ok := files[f.Path]; ok && (old.Size != f.Size || old.CRC32C != f.CRC32C) {

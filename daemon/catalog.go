@@ -29,13 +29,18 @@ type CheckpointInfo struct {
 	// their bases (FullSize is the materialized rest); known for retained
 	// checkpoints only.
 	ChangelogSize int64
+	// Stats sums up the tasks' statistics (completed checkpoints whose
+	// tasks reported them); WithoutChannelState says a restore skipped its
+	// channel state.
+	Stats               catalog.CheckpointStats
+	WithoutChannelState bool
 }
 
 func infoFromManifest(m *catalog.Manifest) CheckpointInfo {
 	return CheckpointInfo{
 		Job: m.Job, ID: m.CheckpointID, Status: string(catalog.StatusCompleted), Tasks: len(m.Tasks),
 		CheckpointedSize: m.CheckpointedSize, FullSize: m.FullSize, Duration: m.Duration(),
-		Completed: m.Completed, Retained: true, ChangelogSize: m.ChangelogSize(),
+		Completed: m.Completed, Retained: true, ChangelogSize: m.ChangelogSize(), Stats: m.Stats(),
 	}
 }
 
@@ -44,6 +49,7 @@ func infoFromRecord(job string, r catalog.Record, now time.Time) CheckpointInfo 
 		Job: job, ID: r.ID, Status: string(r.Status), Tasks: r.Tasks,
 		CheckpointedSize: r.CheckpointedSize, FullSize: r.FullSize, Duration: r.Duration(now),
 		Reason: r.Reason, Retained: r.Retained, Pinned: r.Pinned,
+		Stats: r.Stats, WithoutChannelState: r.WithoutChannelState,
 	}
 	if r.Status == catalog.StatusCompleted {
 		in.Completed = r.Ended
@@ -67,6 +73,11 @@ type RestoreSpec struct {
 	// do not pile up pinned checkpoints) and no-claim for an explicit
 	// CheckpointID. Savepoints are never owned by a job.
 	Claim, NoClaim bool
+	// WithoutChannelState, when set, must be the id of the checkpoint the
+	// restore resolves to: its keyed and operator state are restored and
+	// its channel state is skipped (knowingly lost: it was damaged). The
+	// catalog's history records it.
+	WithoutChannelState uint64
 	// AllowFallback, with Latest: when the newest checkpoints are damaged,
 	// restore the newest intact one (logged at level error and counted in
 	// Metrics.RestoreFallbacks). Without it such a restore fails with an

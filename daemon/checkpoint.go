@@ -45,6 +45,9 @@ type checkpoint struct {
 	// the completion fails, it expires at once: the timer is the only
 	// expiry, and nothing else would end it.
 	timedOut bool
+	// chans is the channel state the tasks here write for it (nil until
+	// one does). Set under d.mu.
+	chans *checkpointChannels
 }
 
 type taskSnapshot struct {
@@ -57,6 +60,18 @@ type taskSnapshot struct {
 	err    error
 	sync   time.Duration
 	async  time.Duration
+	// channels is the task's channel state for the checkpoint; stats what
+	// the engine reported (nil: nothing).
+	channels []backend.ChannelState
+	stats    *SnapshotStats
+}
+
+// SnapshotOptions are the options of SnapshotWith.
+type SnapshotOptions struct {
+	// Wait returns only once the asynchronous part has finished.
+	Wait bool
+	// Stats is what the engine reports of the task's part (nil: nothing).
+	Stats *SnapshotStats
 }
 
 // SnapshotResult describes one task snapshot.
@@ -76,33 +91,23 @@ type SnapshotResult struct {
 // when that part has finished. The caller must have applied every write the
 // snapshot should contain before calling it.
 func (d *Daemon) Snapshot(ctx context.Context, inst *Instance, id uint64, wait bool) (SnapshotResult, error) {
+	return d.SnapshotWith(ctx, inst, id, SnapshotOptions{Wait: wait})
+}
+
+// SnapshotWith is Snapshot with the engine's statistics. The channel state
+// the task wrote for id (WriteChannelState) goes into the snapshot.
+func (d *Daemon) SnapshotWith(ctx context.Context, inst *Instance, id uint64, o SnapshotOptions) (SnapshotResult, error) {
 	task := inst.Task
+	wait := o.Wait
 	if id == 0 {
 		return SnapshotResult{}, fmt.Errorf("daemon: snapshot of %s: %w: checkpoint id 0 (ids start at 1)", task, backend.ErrInvalidArgument)
 	}
 	key := ckptKey{task.Job, id}
 	d.mu.Lock()
-	if d.closing {
+	c, err := d.inProgressLocked(key, task)
+	if err != nil {
 		d.mu.Unlock()
-		return SnapshotResult{}, fmt.Errorf("daemon: snapshot %d of %s: %w", id, task, ErrShuttingDown)
-	}
-	c := d.ckpts[key]
-	if c == nil {
-		if last := d.lastCompleted[task.Job]; id <= last {
-			d.mu.Unlock()
-			return SnapshotResult{}, fmt.Errorf("daemon: snapshot %d of %s: %w: checkpoint %d of job %s already completed",
-				id, task, ErrCheckpointFailed, last, task.Job)
-		}
-		if err := d.cfg.Catalog.BeginCheckpoint(task.Job, id); err != nil {
-			d.mu.Unlock()
-			return SnapshotResult{}, fmt.Errorf("daemon: snapshot %d of %s: %w", id, task, err)
-		}
-		c = d.newCheckpointLocked(key)
-	}
-	if c.status != statusInProgress {
-		d.mu.Unlock()
-		return SnapshotResult{}, fmt.Errorf("daemon: snapshot %d of %s: %w: checkpoint %d of job %s is %s%s",
-			id, task, ErrCheckpointFailed, id, task.Job, c.status, reasonSuffix(c.reason))
+		return SnapshotResult{}, fmt.Errorf("daemon: snapshot %d of %s: %w", id, task, err)
 	}
 	if c.tasks[task] != nil {
 		d.mu.Unlock()
@@ -113,10 +118,15 @@ func (d *Daemon) Snapshot(ctx context.Context, inst *Instance, id uint64, wait b
 		d.mu.Unlock()
 		return SnapshotResult{}, err
 	}
-	ts := &taskSnapshot{inst: inst, done: make(chan struct{})}
+	ts := &taskSnapshot{inst: inst, done: make(chan struct{}), stats: o.Stats}
 	c.tasks[task] = ts
 	d.wg.Add(1)
+	if c.chans != nil && d.allSnapshottedLocked(c) {
+		c.chans.trigger()
+	}
 	d.mu.Unlock()
+	// No write can add to the task's channel state any more.
+	ts.channels = takeChannels(c, task)
 
 	bi := BackendIndex(inst.Kind)
 	t0 := time.Now()
@@ -124,7 +134,7 @@ func (d *Daemon) Snapshot(ctx context.Context, inst *Instance, id uint64, wait b
 	// caller applied every operation it wants in this snapshot.
 	ts.ops = inst.OperatorState()
 	var ps backend.PendingSnapshot
-	err := inst.materializeFailure()
+	err = inst.materializeFailure()
 	if err == nil {
 		err = inst.snapshotLocked(func() (err error) {
 			ps, err = inst.Backend.Snapshot(ctx, id)
@@ -222,8 +232,12 @@ func (d *Daemon) runSnapshot(c *checkpoint, ts *taskSnapshot, ps backend.Pending
 		// reports its own handle for this checkpoint.
 		err = d.checkFence(c.ctx, inst, fmt.Sprintf("snapshot %d", id))
 	}
+	if err == nil && len(ts.channels) > 0 {
+		err = d.sealChannels(c)
+	}
 	if err == nil {
 		h = withOperatorState(h, ts.ops)
+		h = withChannels(h, ts.channels, ts.taskStats(time.Since(t0)))
 		err = d.cfg.Catalog.AddTaskHandle(inst.Task.Job, id, h)
 	}
 	handedOver()
@@ -239,6 +253,14 @@ func (d *Daemon) runSnapshot(c *checkpoint, ts *taskSnapshot, ps backend.Pending
 		d.log.Warn("snapshot failed", "task", inst.Task.String(), "checkpoint", id, "err", err)
 	} else {
 		ts.handle = h
+		d.m.ChannelStateBytes.Add(uint64(h.ChannelBytes()))
+		if h.Stats != nil && h.Stats.Unaligned {
+			d.m.UnalignedSnapshots.Add(1)
+		}
+		if s := ts.stats; s != nil {
+			d.m.Alignment.Observe(s.Alignment)
+			d.m.StartDelay.Observe(s.StartDelay)
+		}
 		d.m.CheckpointedBytes[bi].Add(uint64(max(0, h.CheckpointedSize)))
 		d.m.FullBytes[bi].Add(uint64(max(0, h.FullSize)))
 	}
@@ -297,6 +319,10 @@ func (d *Daemon) CompleteCheckpoint(ctx context.Context, job string, id uint64, 
 			id, job, ErrCheckpointFailed, strings.Join(missing, ", "))
 	}
 	c.status = statusCompleting
+	if c.chans != nil {
+		// The coordinator is waiting: upload the shared channel state now.
+		c.chans.trigger()
+	}
 	snaps := make([]*taskSnapshot, 0, len(c.tasks))
 	for _, ts := range c.tasks {
 		snaps = append(snaps, ts)
@@ -362,6 +388,7 @@ func (d *Daemon) CompleteCheckpoint(ctx context.Context, job string, id uint64, 
 		}
 	}
 	d.mu.Unlock()
+	d.closeChannels(c)
 	d.timing.record(key, snaps)
 	for _, ts := range snaps {
 		ts.inst.Backend.NotifyCheckpointComplete(id)
@@ -505,6 +532,9 @@ func (d *Daemon) abort(ctx context.Context, job string, id uint64, f Failure, sh
 	for _, ts := range snaps {
 		<-ts.done
 	}
+	// Its uploads have stopped: the catalog's cleanup below sees every
+	// channel state object there will be.
+	d.closeChannels(c)
 	var err error
 	// Also for a checkpoint no task here began: the catalog records it and
 	// cleans what tasks elsewhere may have written.
@@ -556,4 +586,20 @@ func (d *Daemon) ListCheckpoints(ctx context.Context, job string) ([]CheckpointI
 		out = append(out, in)
 	}
 	return out, nil
+}
+
+// taskStats is what the handle records of how the task took the snapshot:
+// nil unless the engine reported statistics or the task wrote channel
+// state (so handles of engines that do neither keep their older format).
+func (ts *taskSnapshot) taskStats(async time.Duration) *backend.TaskStats {
+	if ts.stats == nil && len(ts.channels) == 0 {
+		return nil
+	}
+	st := &backend.TaskStats{SyncMicros: ts.sync.Microseconds(), AsyncMicros: async.Microseconds()}
+	if s := ts.stats; s != nil {
+		st.Unaligned = s.Unaligned
+		st.AlignmentMicros = max(0, s.Alignment.Microseconds())
+		st.StartDelayMicros = max(0, s.StartDelay.Microseconds())
+	}
+	return st
 }

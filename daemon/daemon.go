@@ -16,6 +16,7 @@ import (
 
 	"github.com/statedhq/stated/backend"
 	"github.com/statedhq/stated/catalog"
+	"github.com/statedhq/stated/chanstate"
 	"github.com/statedhq/stated/dstl/changelog"
 	"github.com/statedhq/stated/tiered"
 )
@@ -27,6 +28,17 @@ const (
 	DefaultMaxStreamsPerInstance = 4
 	DefaultCheckpointTimeout     = 10 * time.Minute
 	DefaultIdleInstanceTimeout   = 10 * time.Minute
+	// DefaultMaxChannelStateBytes: 1 GiB of in-flight data per task and
+	// checkpoint is far beyond any engine's network buffers.
+	DefaultMaxChannelStateBytes = 1 << 30
+	// DefaultChannelStateObjectBytes: 64 MiB objects keep one checkpoint's
+	// channel state in one or a few objects, and a restore's ranged reads
+	// short.
+	DefaultChannelStateObjectBytes = 64 << 20
+	// DefaultChannelStateLinger: the tasks of a job snapshot within
+	// milliseconds of each other under a barrier; longer means a task is
+	// not taking part here.
+	DefaultChannelStateLinger = 250 * time.Millisecond
 	// DefaultGCPercent is the Go GC target "stated serve" runs with (GOGC
 	// 100 is Go's default): batches allocate request and response buffers
 	// at a high rate, and collecting four times less often buys about 20%
@@ -119,6 +131,20 @@ type Config struct {
 	// Cluster mode sets it; a daemon alone needs none (one open per task
 	// is enforced here). Default nil.
 	Fence Fencer
+	// MaxChannelStateBytes bounds the stored channel state one task writes
+	// for one checkpoint (ErrResourceExhausted past it): in-flight data is
+	// bounded by the engine's network buffers, so more is a client bug
+	// that would fill the spool. Default DefaultMaxChannelStateBytes.
+	MaxChannelStateBytes int64
+	// ChannelStateObjectBytes is the size past which a checkpoint's shared
+	// channel state object is cut and a new one begun. Default
+	// DefaultChannelStateObjectBytes.
+	ChannelStateObjectBytes int64
+	// ChannelStateLinger is how long a task's upload waits for the other
+	// tasks of its job here to snapshot before it uploads the shared
+	// channel state object without them (their state then goes into
+	// another object). Default DefaultChannelStateLinger.
+	ChannelStateLinger time.Duration
 	// Changelog makes changelog mode available. Optional: without it,
 	// instances asking for the changelog and restores of checkpoints
 	// written in it are refused (ErrUnsupported).
@@ -150,6 +176,15 @@ func (c *Config) EnsureDefaults() {
 	}
 	if c.Metrics == nil {
 		c.Metrics = NewMetrics()
+	}
+	if c.MaxChannelStateBytes == 0 {
+		c.MaxChannelStateBytes = DefaultMaxChannelStateBytes
+	}
+	if c.ChannelStateObjectBytes == 0 {
+		c.ChannelStateObjectBytes = DefaultChannelStateObjectBytes
+	}
+	if c.ChannelStateLinger == 0 {
+		c.ChannelStateLinger = DefaultChannelStateLinger
 	}
 	if c.Changelog != nil {
 		c.Changelog.EnsureDefaults()
@@ -183,7 +218,8 @@ func (c *Config) Validate() error {
 			errs = append(errs, err)
 		}
 	}
-	if c.MaxValueSize < 0 || c.MaxMemoryState < 0 || c.MaxInstances < 0 || c.MaxStreamsPerInstance < 0 || c.CheckpointTimeout < 0 {
+	if c.MaxValueSize < 0 || c.MaxMemoryState < 0 || c.MaxInstances < 0 || c.MaxStreamsPerInstance < 0 || c.CheckpointTimeout < 0 ||
+		c.MaxChannelStateBytes < 0 || c.ChannelStateObjectBytes < 0 || c.ChannelStateLinger < 0 {
 		errs = append(errs, errors.New("daemon: negative limit"))
 	}
 	return errors.Join(errs...)
@@ -217,6 +253,9 @@ type Daemon struct {
 	keeper *logKeeper
 	// timing keeps the sync and async durations of recent completions.
 	timing timings
+	// chanName is the stem of this process's channel state objects: two
+	// daemons (or two runs of one) never write the same name.
+	chanName string
 }
 
 // New starts a daemon. It clears the instances directory under DataDir.
@@ -234,6 +273,18 @@ func New(cfg Config) (*Daemon, error) {
 	if err := os.MkdirAll(inst, 0o700); err != nil {
 		return nil, fmt.Errorf("daemon: create %s: %w", inst, err)
 	}
+	// Spools of channel state are as dead as the working state.
+	spool := filepath.Join(cfg.DataDir, ChannelsDir)
+	if err := os.RemoveAll(spool); err != nil {
+		return nil, fmt.Errorf("daemon: clear %s: %w", spool, err)
+	}
+	if err := os.MkdirAll(spool, 0o700); err != nil {
+		return nil, fmt.Errorf("daemon: create %s: %w", spool, err)
+	}
+	nonce := make([]byte, 6)
+	if _, err := rand.Read(nonce); err != nil {
+		return nil, fmt.Errorf("daemon: channel state name: %w", err)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	d := &Daemon{
 		cfg: cfg, log: cfg.Logger, m: cfg.Metrics,
@@ -243,6 +294,7 @@ func New(cfg Config) (*Daemon, error) {
 		opening:       map[backend.TaskID]bool{},
 		ckpts:         map[ckptKey]*checkpoint{},
 		lastCompleted: map[string]uint64{},
+		chanName:      fmt.Sprintf("channels-%x", nonce),
 	}
 	if cfg.IdleInstanceTimeout > 0 {
 		d.reaper = time.AfterFunc(reapInterval(cfg.IdleInstanceTimeout), d.reap)
@@ -423,12 +475,14 @@ func (d *Daemon) open(ctx context.Context, p OpenParams) (*Instance, error) {
 	var restoredFrom uint64
 	var source string // the checkpoint or savepoint restored from
 	var opState []backend.OperatorList
+	var rplan *restorePlan
 	if p.Restore != nil {
 		r, err := d.resolveRestore(ctx, p)
 		if err != nil {
 			return nil, d.corruption(CorruptionEvent{Site: CorruptionCatalog, Job: task.Job, Task: task, Err: err})
 		}
 		source = restoreSource(r)
+		rplan = r
 		opts.Restore = r.handles
 		opts.RestoreStore = r.src.Store
 		opts.NoClaim = r.src.NoClaim
@@ -479,10 +533,19 @@ func (d *Daemon) open(ctx context.Context, p OpenParams) (*Instance, error) {
 		_ = os.RemoveAll(dir)
 		return nil, err
 	}
+	var chans *chanstate.Restored
 	if p.Restore != nil {
+		chans, err = d.restoreChannels(ctx, p, rplan)
+		if err != nil {
+			_ = b.Close()
+			_ = os.RemoveAll(dir)
+			err = fmt.Errorf("daemon: open %s: %w", task, err)
+			return nil, d.corruption(CorruptionEvent{Site: CorruptionRestore, Job: task.Job, Task: task, Source: source, Err: err})
+		}
 		d.m.Restores.Add(1)
 	}
 	inst := newInstance(d, id, task, p.Kind, b, dir, restoredFrom, opState)
+	inst.chans = chans
 	inst.fence = fence
 	inst.VerifyKeyGroups = p.VerifyKeyGroups
 	if cb != nil {
@@ -611,6 +674,7 @@ func (d *Daemon) Shutdown(ctx context.Context) error {
 	actx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	for _, c := range pending {
+		d.closeChannels(c)
 		if err := d.cfg.Catalog.Abort(actx, c.key.job, c.key.id, FailureAborted.Status(), "daemon shutting down"); err != nil {
 			errs = append(errs, err)
 		}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/statedhq/stated/backend"
+	"github.com/statedhq/stated/chanstate"
 )
 
 // Instance is one open backend of one task.
@@ -54,6 +55,9 @@ type Instance struct {
 	// cl is the instance's changelog state (changelog.go); nil when it is
 	// not in changelog mode. Guarded by mu.
 	cl *clState
+	// chans is the restored channel state, spooled on local disk until
+	// the instance closes; nil when there is none.
+	chans *chanstate.Restored
 }
 
 func newInstance(d *Daemon, id []byte, task backend.TaskID, kind backend.Kind, b backend.Backend, dir string, restoredFrom uint64,
@@ -124,6 +128,20 @@ func (in *Instance) AcquireStream() (release func(), err error) {
 	}, nil
 }
 
+// checkOpen fails once the instance is closed.
+func (in *Instance) checkOpen() error {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if in.closed {
+		return fmt.Errorf("daemon: %w %s of %s: closed", ErrUnknownInstance, in.IDString(), in.Task)
+	}
+	return nil
+}
+
+// RestoredChannels is the channel state the instance restored (nil: none);
+// ReadChannelState streams it.
+func (in *Instance) RestoredChannels() *chanstate.Restored { return in.chans }
+
 // startSnapshot counts an asynchronous part that will run.
 func (in *Instance) startSnapshot() error {
 	in.mu.Lock()
@@ -157,7 +175,13 @@ func (in *Instance) close() error {
 	in.mu.Lock()
 	in.closed = true
 	remove := in.pending == 0
+	chans := in.chans
 	in.mu.Unlock()
+	if chans != nil {
+		if cerr := chans.Close(); cerr != nil {
+			in.d.log.Warn("remove restored channel state", "task", in.Task.String(), "err", cerr)
+		}
+	}
 	if remove {
 		in.removeDir()
 	}

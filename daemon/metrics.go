@@ -159,11 +159,21 @@ type Metrics struct {
 	// RestoreFallbacks counts restores of the latest checkpoint that
 	// skipped damaged newer ones (RestoreSpec.AllowFallback).
 	RestoreFallbacks atomic.Uint64
+	// ChannelStateSkipped counts restores that skipped a checkpoint's
+	// channel state (RestoreSpec.WithoutChannelState); ChannelStateBytes
+	// the stored bytes of channel state in the handles of snapshots, and
+	// UnalignedSnapshots the snapshots their engine reported unaligned.
+	ChannelStateSkipped atomic.Uint64
+	// Alignment and StartDelay are what engines reported of task
+	// snapshots (SnapshotStats), as Flink's checkpoint page shows them.
+	Alignment, StartDelay *latency.Histogram
+	ChannelStateBytes     atomic.Uint64
+	UnalignedSnapshots    atomic.Uint64
 }
 
 // NewMetrics allocates the histograms.
 func NewMetrics() *Metrics {
-	m := &Metrics{CheckpointDuration: latency.New(0.001, 2, 20),
+	m := &Metrics{CheckpointDuration: latency.New(0.001, 2, 20), Alignment: latency.New(0.001, 2, 20), StartDelay: latency.New(0.001, 2, 20),
 		MaterializeDuration: latency.New(0.001, 2, 20), ReplayDuration: latency.New(1e-4, 2, 21)}
 	for b := range numBackendKinds {
 		for s := range numStateKinds {

@@ -22,6 +22,9 @@ type restorePlan struct {
 	opState []backend.OperatorList
 	// rescaled: the state was written at another parallelism.
 	rescaled bool
+	// all are the operator's old handles (channel state of a rescale may
+	// come from any of them).
+	all []*backend.Handle
 }
 
 // resolveRestore resolves p.Restore in the catalog and picks what the
@@ -86,6 +89,7 @@ func (d *Daemon) resolveRestore(ctx context.Context, p OpenParams) (*restorePlan
 		return nil, fail(err)
 	}
 	plan.src = r
+	plan.all = old
 	if err := backend.ValidateOperatorState(plan.opState); err != nil {
 		return nil, fail(fmt.Errorf("operator state: %w", err))
 	}

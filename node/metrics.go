@@ -25,6 +25,8 @@ type collector struct {
 	batches, batchesRejected, streams          *prometheus.Desc
 	openInstances, opens, openFailures, resto  *prometheus.Desc
 	reaped, restoFallbacks                     *prometheus.Desc
+	chanBytes, chanSkipped, unaligned          *prometheus.Desc
+	alignment, startDelay                      *prometheus.Desc
 	ckSync, ckAsync, ckBytes, fullBytes, snapF *prometheus.Desc
 	ckCompleted, ckFailures, ckDuration        *prometheus.Desc
 	catJobs, catRetained, catSavepoints        *prometheus.Desc
@@ -73,6 +75,11 @@ func newCollector(m *daemon.Metrics, cat *catalog.Catalog, cs cacheStats, store 
 		openFailures:    d("instance_open_failures_total", "Open requests that failed."),
 		resto:           d("restores_total", "Instances opened from a checkpoint or savepoint."),
 		restoFallbacks:  d("restore_fallbacks_total", "Restores of the latest checkpoint that skipped damaged newer checkpoints because the caller allowed the fallback (each logged at level error)."),
+		chanBytes:       d("channel_state_bytes_total", "Stored bytes of channel state (the persisted in-flight data of unaligned checkpoints) in task snapshots."),
+		chanSkipped:     d("channel_state_skipped_total", "Restores that skipped a checkpoint's channel state on request (the in-flight data was knowingly lost)."),
+		unaligned:       d("unaligned_snapshots_total", "Task snapshots their engine reported as unaligned."),
+		alignment:       d("checkpoint_alignment_seconds", "Alignment of task snapshots as their engine reported it (first to last barrier at the task's inputs)."),
+		startDelay:      d("checkpoint_start_delay_seconds", "Start delay of task snapshots as their engine reported it (checkpoint trigger to the first barrier at the task)."),
 		reaped:          d("instances_reaped_total", "Instances closed because they had no batch stream for --idle-instance-timeout."),
 		ckSync:          d("checkpoint_sync_duration_seconds", "Synchronous part of a task snapshot.", "backend"),
 		ckAsync:         d("checkpoint_async_duration_seconds", "Asynchronous part (upload) of a task snapshot.", "backend"),
@@ -143,12 +150,17 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	counter(c.openFailures, m.OpenFailures.Load())
 	counter(c.resto, m.Restores.Load())
 	counter(c.restoFallbacks, m.RestoreFallbacks.Load())
+	counter(c.chanBytes, m.ChannelStateBytes.Load())
+	counter(c.chanSkipped, m.ChannelStateSkipped.Load())
+	counter(c.unaligned, m.UnalignedSnapshots.Load())
 	counter(c.reaped, m.InstancesReaped.Load())
 	counter(c.ckCompleted, m.CheckpointsCompleted.Load())
 	for r := range m.CheckpointFailures {
 		counter(c.ckFailures, m.CheckpointFailures[r].Load(), daemon.FailureReason(r).String())
 	}
 	histogram(ch, c.ckDuration, m.CheckpointDuration)
+	histogram(ch, c.alignment, m.Alignment)
+	histogram(ch, c.startDelay, m.StartDelay)
 	for s := range daemon.NumCorruptionSites {
 		counter(c.corruption, m.Corruption[s].Load(), daemon.CorruptionSite(s).String())
 	}

@@ -153,6 +153,10 @@ type Options struct {
 	// first snapshot is aborted as expired (--checkpoint-timeout). Default
 	// daemon.DefaultCheckpointTimeout.
 	CheckpointTimeout time.Duration
+	// ChannelStateLinger is how long a task's upload of unaligned channel
+	// state waits for the job's other tasks here to snapshot, so that one
+	// object holds them all. Default daemon.DefaultChannelStateLinger.
+	ChannelStateLinger time.Duration
 	// IdleInstanceTimeout closes an instance with no batch stream for this
 	// long (--idle-instance-timeout). Default
 	// daemon.DefaultIdleInstanceTimeout; negative: never.
@@ -294,6 +298,7 @@ func (o *Options) EnsureDefaults() {
 	dur(&o.GCGrace, catalog.DefaultGCGrace)
 	dur(&o.SweepInterval, catalog.DefaultSweepInterval)
 	dur(&o.CheckpointTimeout, daemon.DefaultCheckpointTimeout)
+	dur(&o.ChannelStateLinger, daemon.DefaultChannelStateLinger)
 	dur(&o.IdleInstanceTimeout, daemon.DefaultIdleInstanceTimeout)
 	def64(&o.HeapSnapshotCap, heap.DefaultMaxSnapshotSize)
 	def(&o.MaxValueSize, backend.DefaultMaxValueSize)
@@ -403,7 +408,7 @@ func (o *Options) Validate() error {
 	for _, d := range []struct {
 		name string
 		d    time.Duration
-	}{{"GCGrace", o.GCGrace}, {"CheckpointTimeout", o.CheckpointTimeout}} {
+	}{{"GCGrace", o.GCGrace}, {"CheckpointTimeout", o.CheckpointTimeout}, {"ChannelStateLinger", o.ChannelStateLinger}} {
 		if d.d < 0 {
 			bad(d.name, "%s %v must not be negative", ref(d.name), d.d)
 		}

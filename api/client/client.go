@@ -258,6 +258,11 @@ type Restore struct {
 	// restore the newest intact one instead of failing with DataLoss (the
 	// daemon logs and counts it).
 	AllowFallback bool
+	// WithoutChannelState, when set, is the id of the checkpoint the
+	// restore resolves to: its keyed and operator state are restored, its
+	// channel state (in-flight data) is skipped and lost. For a checkpoint
+	// whose channel state is damaged (Open fails with DataLoss naming it).
+	WithoutChannelState uint64
 }
 
 // OpenSpec describes an instance to open.
@@ -338,7 +343,7 @@ func (c *Client) Open(ctx context.Context, spec OpenSpec) (*Instance, error) {
 		if r.Claim && r.NoClaim {
 			return nil, status.Errorf(codes.InvalidArgument, "client: open %s: a restore is either claim or no-claim, not both", spec.Task)
 		}
-		rs := &pb.RestoreSource{AllowFallback: r.AllowFallback}
+		rs := &pb.RestoreSource{AllowFallback: r.AllowFallback, WithoutChannelStateCheckpointId: r.WithoutChannelState}
 		switch {
 		case r.Claim:
 			rs.Mode = pb.RestoreMode_RESTORE_MODE_CLAIM

@@ -509,6 +509,35 @@ func (in *Instance) Sync(ctx context.Context) error {
 // wait, only once the upload has finished (the stream applies nothing
 // else meanwhile).
 func (in *Instance) Snapshot(ctx context.Context, id uint64, wait bool) (*pb.SnapshotResponse, error) {
+	return in.SnapshotWith(ctx, id, SnapshotOptions{Wait: wait})
+}
+
+// SnapshotOptions are the options of SnapshotWith.
+type SnapshotOptions struct {
+	// Wait: return only once the upload has finished.
+	Wait bool
+	// Stats, when set, reports how the engine took the task's part of the
+	// checkpoint; the checkpoint's statistics (ListCheckpoints, stated
+	// checkpoints, metrics) show them.
+	Stats *CheckpointStats
+}
+
+// CheckpointStats is what an engine reports of a task's part in a
+// checkpoint (stated.proto TaskCheckpointStats).
+type CheckpointStats struct {
+	// Unaligned: the barrier overtook the in-flight buffers (written with
+	// WriteChannelState before the snapshot).
+	Unaligned bool
+	// Alignment: from the first barrier to the last at the task's inputs.
+	Alignment time.Duration
+	// StartDelay: from the checkpoint's trigger to the first barrier here.
+	StartDelay time.Duration
+}
+
+// SnapshotWith is Snapshot with options. The channel state written for id
+// (WriteChannelState) before it goes into the snapshot.
+func (in *Instance) SnapshotWith(ctx context.Context, id uint64, o SnapshotOptions) (*pb.SnapshotResponse, error) {
+	wait := o.Wait
 	in.sendMu.Lock()
 	in.mu.Lock()
 	if in.closed {
@@ -525,7 +554,12 @@ func (in *Instance) Snapshot(ctx context.Context, id uint64, wait bool) (*pb.Sna
 	in.taken = b
 	in.mu.Unlock()
 	// b is out of cur: no operation is added to it any more.
-	b.buf = wire.AppendSnapshotBarrier(b.buf, wire.Barrier{CheckpointID: id, Wait: wait})
+	br := wire.Barrier{CheckpointID: id, Wait: wait}
+	if st := o.Stats; st != nil {
+		br.HasStats = true
+		br.Stats = wire.Stats{Unaligned: st.Unaligned, AlignmentMicros: st.Alignment.Microseconds(), StartDelayMicros: st.StartDelay.Microseconds()}
+	}
+	b.buf = wire.AppendSnapshotBarrier(b.buf, br)
 	in.sendLocked(b)
 	in.sendMu.Unlock()
 	select {

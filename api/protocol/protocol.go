@@ -103,3 +103,52 @@ func OperatorModeToPB(m backend.OperatorStateMode) pb.OperatorStateMode {
 	}
 	return pb.OperatorStateMode_OPERATOR_STATE_MODE_UNSPECIFIED
 }
+
+// ChannelFromPB converts a channel id; an unknown direction comes back as
+// a direction that backend.ChannelID.Validate refuses.
+func ChannelFromPB(c *pb.ChannelId) backend.ChannelID {
+	dir := backend.ChannelDirection(fmt.Sprintf("direction %d", c.GetDirection()))
+	switch c.GetDirection() {
+	case pb.ChannelDirection_CHANNEL_DIRECTION_INPUT:
+		dir = backend.ChannelInput
+	case pb.ChannelDirection_CHANNEL_DIRECTION_OUTPUT:
+		dir = backend.ChannelOutput
+	}
+	return backend.ChannelID{Direction: dir, Gate: c.GetGate(), Index: c.GetIndex()}
+}
+
+// ChannelToPB converts a channel id.
+func ChannelToPB(c backend.ChannelID) *pb.ChannelId {
+	dir := pb.ChannelDirection_CHANNEL_DIRECTION_INPUT
+	if c.Direction == backend.ChannelOutput {
+		dir = pb.ChannelDirection_CHANNEL_DIRECTION_OUTPUT
+	}
+	return &pb.ChannelId{Direction: dir, Gate: c.Gate, Index: c.Index}
+}
+
+// ChannelKindFromPB converts a channel kind; unspecified or unknown is an
+// error naming it.
+func ChannelKindFromPB(k pb.ChannelKind) (backend.ChannelKind, error) {
+	switch k {
+	case pb.ChannelKind_CHANNEL_KIND_KEYED:
+		return backend.ChannelKeyed, nil
+	case pb.ChannelKind_CHANNEL_KIND_FORWARD:
+		return backend.ChannelForward, nil
+	case pb.ChannelKind_CHANNEL_KIND_BROADCAST:
+		return backend.ChannelBroadcast, nil
+	}
+	return "", fmt.Errorf("%w: channel kind %s (keyed, forward or broadcast)", backend.ErrInvalidArgument, k)
+}
+
+// ChannelKindToPB converts a channel kind.
+func ChannelKindToPB(k backend.ChannelKind) pb.ChannelKind {
+	switch k {
+	case backend.ChannelKeyed:
+		return pb.ChannelKind_CHANNEL_KIND_KEYED
+	case backend.ChannelForward:
+		return pb.ChannelKind_CHANNEL_KIND_FORWARD
+	case backend.ChannelBroadcast:
+		return pb.ChannelKind_CHANNEL_KIND_BROADCAST
+	}
+	return pb.ChannelKind_CHANNEL_KIND_UNSPECIFIED
+}

@@ -844,6 +844,116 @@ func (SavepointFormat) EnumDescriptor() ([]byte, []int) {
 	return file_stated_proto_rawDescGZIP(), []int{12}
 }
 
+type ChannelDirection int32
+
+const (
+	ChannelDirection_CHANNEL_DIRECTION_UNSPECIFIED ChannelDirection = 0
+	// INPUT: an input channel (gate: input gate index, index: channel).
+	ChannelDirection_CHANNEL_DIRECTION_INPUT ChannelDirection = 1
+	// OUTPUT: an output subpartition (gate: result partition index, index:
+	// subpartition).
+	ChannelDirection_CHANNEL_DIRECTION_OUTPUT ChannelDirection = 2
+)
+
+// Enum value maps for ChannelDirection.
+var (
+	ChannelDirection_name = map[int32]string{
+		0: "CHANNEL_DIRECTION_UNSPECIFIED",
+		1: "CHANNEL_DIRECTION_INPUT",
+		2: "CHANNEL_DIRECTION_OUTPUT",
+	}
+	ChannelDirection_value = map[string]int32{
+		"CHANNEL_DIRECTION_UNSPECIFIED": 0,
+		"CHANNEL_DIRECTION_INPUT":       1,
+		"CHANNEL_DIRECTION_OUTPUT":      2,
+	}
+)
+
+func (x ChannelDirection) Enum() *ChannelDirection {
+	p := new(ChannelDirection)
+	*p = x
+	return p
+}
+
+func (x ChannelDirection) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (ChannelDirection) Descriptor() protoreflect.EnumDescriptor {
+	return file_stated_proto_enumTypes[13].Descriptor()
+}
+
+func (ChannelDirection) Type() protoreflect.EnumType {
+	return &file_stated_proto_enumTypes[13]
+}
+
+func (x ChannelDirection) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use ChannelDirection.Descriptor instead.
+func (ChannelDirection) EnumDescriptor() ([]byte, []int) {
+	return file_stated_proto_rawDescGZIP(), []int{13}
+}
+
+// ChannelKind is how the connection routed records; it decides what a
+// rescale can do with the channel's state.
+type ChannelKind int32
+
+const (
+	ChannelKind_CHANNEL_KIND_UNSPECIFIED ChannelKind = 0
+	// KEYED: by key group; every record carries its key group, and a rescale
+	// hands it to the new subtask that owns it.
+	ChannelKind_CHANNEL_KIND_KEYED ChannelKind = 1
+	// FORWARD and BROADCAST cannot be redistributed: a rescale of a
+	// checkpoint with such channel state fails with FAILED_PRECONDITION.
+	ChannelKind_CHANNEL_KIND_FORWARD   ChannelKind = 2
+	ChannelKind_CHANNEL_KIND_BROADCAST ChannelKind = 3
+)
+
+// Enum value maps for ChannelKind.
+var (
+	ChannelKind_name = map[int32]string{
+		0: "CHANNEL_KIND_UNSPECIFIED",
+		1: "CHANNEL_KIND_KEYED",
+		2: "CHANNEL_KIND_FORWARD",
+		3: "CHANNEL_KIND_BROADCAST",
+	}
+	ChannelKind_value = map[string]int32{
+		"CHANNEL_KIND_UNSPECIFIED": 0,
+		"CHANNEL_KIND_KEYED":       1,
+		"CHANNEL_KIND_FORWARD":     2,
+		"CHANNEL_KIND_BROADCAST":   3,
+	}
+)
+
+func (x ChannelKind) Enum() *ChannelKind {
+	p := new(ChannelKind)
+	*p = x
+	return p
+}
+
+func (x ChannelKind) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (ChannelKind) Descriptor() protoreflect.EnumDescriptor {
+	return file_stated_proto_enumTypes[14].Descriptor()
+}
+
+func (ChannelKind) Type() protoreflect.EnumType {
+	return &file_stated_proto_enumTypes[14]
+}
+
+func (x ChannelKind) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use ChannelKind.Descriptor instead.
+func (ChannelKind) EnumDescriptor() ([]byte, []int) {
+	return file_stated_proto_rawDescGZIP(), []int{14}
+}
+
 type TaskId struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Job           string                 `protobuf:"bytes,1,opt,name=job,proto3" json:"job,omitempty"`
@@ -1057,8 +1167,15 @@ type RestoreSource struct {
 	// stated_restore_fallbacks_total). Without it such an Open fails with
 	// DataLoss naming the damaged checkpoint and the newest intact one.
 	AllowFallback bool `protobuf:"varint,5,opt,name=allow_fallback,json=allowFallback,proto3" json:"allow_fallback,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// without_channel_state_checkpoint_id: restore this checkpoint's keyed and
+	// operator state but not its channel state (in-flight data), which is
+	// knowingly lost; for a checkpoint whose channel state is damaged. It
+	// must be the id of the checkpoint the source resolves to
+	// (FAILED_PRECONDITION otherwise), so that it never skips the channel
+	// state of another checkpoint by accident. The history records it.
+	WithoutChannelStateCheckpointId uint64 `protobuf:"varint,6,opt,name=without_channel_state_checkpoint_id,json=withoutChannelStateCheckpointId,proto3" json:"without_channel_state_checkpoint_id,omitempty"`
+	unknownFields                   protoimpl.UnknownFields
+	sizeCache                       protoimpl.SizeCache
 }
 
 func (x *RestoreSource) Reset() {
@@ -1137,6 +1254,13 @@ func (x *RestoreSource) GetAllowFallback() bool {
 		return x.AllowFallback
 	}
 	return false
+}
+
+func (x *RestoreSource) GetWithoutChannelStateCheckpointId() uint64 {
+	if x != nil {
+		return x.WithoutChannelStateCheckpointId
+	}
+	return 0
 }
 
 type isRestoreSource_Source interface {
@@ -1800,7 +1924,9 @@ type SnapshotBarrier struct {
 	// wait: answer only once the asynchronous part (the upload) has finished.
 	// The stream applies nothing else meanwhile; leave it unset and let
 	// CompleteCheckpoint wait for the uploads, unless the sizes are needed.
-	Wait          bool `protobuf:"varint,2,opt,name=wait,proto3" json:"wait,omitempty"`
+	Wait bool `protobuf:"varint,2,opt,name=wait,proto3" json:"wait,omitempty"`
+	// stats: how the engine took this task's part of the checkpoint.
+	Stats         *TaskCheckpointStats `protobuf:"bytes,3,opt,name=stats,proto3" json:"stats,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1849,6 +1975,82 @@ func (x *SnapshotBarrier) GetWait() bool {
 	return false
 }
 
+func (x *SnapshotBarrier) GetStats() *TaskCheckpointStats {
+	if x != nil {
+		return x.Stats
+	}
+	return nil
+}
+
+// TaskCheckpointStats is what the engine reports of one task's part in a
+// checkpoint, shown with the checkpoint (CheckpointInfo, stated
+// checkpoints, metrics).
+type TaskCheckpointStats struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// unaligned: the barrier overtook the in-flight buffers (which the task
+	// wrote with WriteChannelState).
+	Unaligned bool `protobuf:"varint,1,opt,name=unaligned,proto3" json:"unaligned,omitempty"`
+	// alignment_micros: from the first barrier to the last at the task's
+	// inputs (0 for unaligned ones).
+	AlignmentMicros int64 `protobuf:"varint,2,opt,name=alignment_micros,json=alignmentMicros,proto3" json:"alignment_micros,omitempty"`
+	// start_delay_micros: from the checkpoint's trigger to the first barrier
+	// at the task.
+	StartDelayMicros int64 `protobuf:"varint,3,opt,name=start_delay_micros,json=startDelayMicros,proto3" json:"start_delay_micros,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *TaskCheckpointStats) Reset() {
+	*x = TaskCheckpointStats{}
+	mi := &file_stated_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TaskCheckpointStats) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TaskCheckpointStats) ProtoMessage() {}
+
+func (x *TaskCheckpointStats) ProtoReflect() protoreflect.Message {
+	mi := &file_stated_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TaskCheckpointStats.ProtoReflect.Descriptor instead.
+func (*TaskCheckpointStats) Descriptor() ([]byte, []int) {
+	return file_stated_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *TaskCheckpointStats) GetUnaligned() bool {
+	if x != nil {
+		return x.Unaligned
+	}
+	return false
+}
+
+func (x *TaskCheckpointStats) GetAlignmentMicros() int64 {
+	if x != nil {
+		return x.AlignmentMicros
+	}
+	return 0
+}
+
+func (x *TaskCheckpointStats) GetStartDelayMicros() int64 {
+	if x != nil {
+		return x.StartDelayMicros
+	}
+	return 0
+}
+
 // SnapshotOutcome is the result of a snapshot barrier. A failed snapshot
 // fails only the barrier: the request's ops were applied and the stream goes
 // on.
@@ -1866,7 +2068,7 @@ type SnapshotOutcome struct {
 
 func (x *SnapshotOutcome) Reset() {
 	*x = SnapshotOutcome{}
-	mi := &file_stated_proto_msgTypes[9]
+	mi := &file_stated_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1878,7 +2080,7 @@ func (x *SnapshotOutcome) String() string {
 func (*SnapshotOutcome) ProtoMessage() {}
 
 func (x *SnapshotOutcome) ProtoReflect() protoreflect.Message {
-	mi := &file_stated_proto_msgTypes[9]
+	mi := &file_stated_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1891,7 +2093,7 @@ func (x *SnapshotOutcome) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotOutcome.ProtoReflect.Descriptor instead.
 func (*SnapshotOutcome) Descriptor() ([]byte, []int) {
-	return file_stated_proto_rawDescGZIP(), []int{9}
+	return file_stated_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *SnapshotOutcome) GetCode() uint32 {
@@ -1925,7 +2127,7 @@ type MapEntry struct {
 
 func (x *MapEntry) Reset() {
 	*x = MapEntry{}
-	mi := &file_stated_proto_msgTypes[10]
+	mi := &file_stated_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1937,7 +2139,7 @@ func (x *MapEntry) String() string {
 func (*MapEntry) ProtoMessage() {}
 
 func (x *MapEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_stated_proto_msgTypes[10]
+	mi := &file_stated_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1950,7 +2152,7 @@ func (x *MapEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MapEntry.ProtoReflect.Descriptor instead.
 func (*MapEntry) Descriptor() ([]byte, []int) {
-	return file_stated_proto_rawDescGZIP(), []int{10}
+	return file_stated_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *MapEntry) GetUserKey() []byte {
@@ -1979,7 +2181,7 @@ type Timer struct {
 
 func (x *Timer) Reset() {
 	*x = Timer{}
-	mi := &file_stated_proto_msgTypes[11]
+	mi := &file_stated_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1991,7 +2193,7 @@ func (x *Timer) String() string {
 func (*Timer) ProtoMessage() {}
 
 func (x *Timer) ProtoReflect() protoreflect.Message {
-	mi := &file_stated_proto_msgTypes[11]
+	mi := &file_stated_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2004,7 +2206,7 @@ func (x *Timer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Timer.ProtoReflect.Descriptor instead.
 func (*Timer) Descriptor() ([]byte, []int) {
-	return file_stated_proto_rawDescGZIP(), []int{11}
+	return file_stated_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *Timer) GetKeyGroup() uint32 {
@@ -2071,7 +2273,7 @@ type Result struct {
 
 func (x *Result) Reset() {
 	*x = Result{}
-	mi := &file_stated_proto_msgTypes[12]
+	mi := &file_stated_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2083,7 +2285,7 @@ func (x *Result) String() string {
 func (*Result) ProtoMessage() {}
 
 func (x *Result) ProtoReflect() protoreflect.Message {
-	mi := &file_stated_proto_msgTypes[12]
+	mi := &file_stated_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2096,7 +2298,7 @@ func (x *Result) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Result.ProtoReflect.Descriptor instead.
 func (*Result) Descriptor() ([]byte, []int) {
-	return file_stated_proto_rawDescGZIP(), []int{12}
+	return file_stated_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *Result) GetCode() uint32 {
@@ -2208,7 +2410,7 @@ type BatchResponse struct {
 
 func (x *BatchResponse) Reset() {
 	*x = BatchResponse{}
-	mi := &file_stated_proto_msgTypes[13]
+	mi := &file_stated_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2220,7 +2422,7 @@ func (x *BatchResponse) String() string {
 func (*BatchResponse) ProtoMessage() {}
 
 func (x *BatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_stated_proto_msgTypes[13]
+	mi := &file_stated_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2233,7 +2435,7 @@ func (x *BatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchResponse.ProtoReflect.Descriptor instead.
 func (*BatchResponse) Descriptor() ([]byte, []int) {
-	return file_stated_proto_rawDescGZIP(), []int{13}
+	return file_stated_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *BatchResponse) GetSeq() uint64 {
@@ -2276,13 +2478,15 @@ type SnapshotRequest struct {
 	// does not want to wait for responses sends the snapshot as a barrier on
 	// the stream instead (BatchRequest.snapshot).
 	BatchesAnswered bool `protobuf:"varint,5,opt,name=batches_answered,json=batchesAnswered,proto3" json:"batches_answered,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// stats as in SnapshotBarrier.stats.
+	Stats         *TaskCheckpointStats `protobuf:"bytes,6,opt,name=stats,proto3" json:"stats,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *SnapshotRequest) Reset() {
 	*x = SnapshotRequest{}
-	mi := &file_stated_proto_msgTypes[14]
+	mi := &file_stated_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2294,7 +2498,7 @@ func (x *SnapshotRequest) String() string {
 func (*SnapshotRequest) ProtoMessage() {}
 
 func (x *SnapshotRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_stated_proto_msgTypes[14]
+	mi := &file_stated_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2307,7 +2511,7 @@ func (x *SnapshotRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotRequest.ProtoReflect.Descriptor instead.
 func (*SnapshotRequest) Descriptor() ([]byte, []int) {
-	return file_stated_proto_rawDescGZIP(), []int{14}
+	return file_stated_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *SnapshotRequest) GetInstanceId() []byte {
@@ -2345,6 +2549,13 @@ func (x *SnapshotRequest) GetBatchesAnswered() bool {
 	return false
 }
 
+func (x *SnapshotRequest) GetStats() *TaskCheckpointStats {
+	if x != nil {
+		return x.Stats
+	}
+	return nil
+}
+
 type SnapshotResponse struct {
 	state      protoimpl.MessageState `protogen:"open.v1"`
 	SyncMicros int64                  `protobuf:"varint,1,opt,name=sync_micros,json=syncMicros,proto3" json:"sync_micros,omitempty"`
@@ -2360,7 +2571,7 @@ type SnapshotResponse struct {
 
 func (x *SnapshotResponse) Reset() {
 	*x = SnapshotResponse{}
-	mi := &file_stated_proto_msgTypes[15]
+	mi := &file_stated_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2372,7 +2583,7 @@ func (x *SnapshotResponse) String() string {
 func (*SnapshotResponse) ProtoMessage() {}
 
 func (x *SnapshotResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_stated_proto_msgTypes[15]
+	mi := &file_stated_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2385,7 +2596,7 @@ func (x *SnapshotResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotResponse.ProtoReflect.Descriptor instead.
 func (*SnapshotResponse) Descriptor() ([]byte, []int) {
-	return file_stated_proto_rawDescGZIP(), []int{15}
+	return file_stated_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *SnapshotResponse) GetSyncMicros() int64 {
@@ -2438,7 +2649,7 @@ type CompleteCheckpointRequest struct {
 
 func (x *CompleteCheckpointRequest) Reset() {
 	*x = CompleteCheckpointRequest{}
-	mi := &file_stated_proto_msgTypes[16]
+	mi := &file_stated_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2450,7 +2661,7 @@ func (x *CompleteCheckpointRequest) String() string {
 func (*CompleteCheckpointRequest) ProtoMessage() {}
 
 func (x *CompleteCheckpointRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_stated_proto_msgTypes[16]
+	mi := &file_stated_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2463,7 +2674,7 @@ func (x *CompleteCheckpointRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompleteCheckpointRequest.ProtoReflect.Descriptor instead.
 func (*CompleteCheckpointRequest) Descriptor() ([]byte, []int) {
-	return file_stated_proto_rawDescGZIP(), []int{16}
+	return file_stated_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *CompleteCheckpointRequest) GetJob() string {
@@ -2515,14 +2726,27 @@ type CheckpointInfo struct {
 	// checkpoints only.
 	ChangelogSize int64 `protobuf:"varint,12,opt,name=changelog_size,json=changelogSize,proto3" json:"changelog_size,omitempty"`
 	// state is status as an enum.
-	State         CheckpointStatus `protobuf:"varint,13,opt,name=state,proto3,enum=stated.v1.CheckpointStatus" json:"state,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	State CheckpointStatus `protobuf:"varint,13,opt,name=state,proto3,enum=stated.v1.CheckpointStatus" json:"state,omitempty"`
+	// Statistics of completed checkpoints whose tasks reported them (zero
+	// otherwise): unaligned if any task was; the largest alignment, start
+	// delay, synchronous and asynchronous part of a task; the stored bytes
+	// of all tasks' channel state (persisted in-flight data).
+	Unaligned              bool  `protobuf:"varint,14,opt,name=unaligned,proto3" json:"unaligned,omitempty"`
+	AlignmentMicros        int64 `protobuf:"varint,15,opt,name=alignment_micros,json=alignmentMicros,proto3" json:"alignment_micros,omitempty"`
+	StartDelayMicros       int64 `protobuf:"varint,16,opt,name=start_delay_micros,json=startDelayMicros,proto3" json:"start_delay_micros,omitempty"`
+	SyncMicros             int64 `protobuf:"varint,17,opt,name=sync_micros,json=syncMicros,proto3" json:"sync_micros,omitempty"`
+	AsyncMicros            int64 `protobuf:"varint,18,opt,name=async_micros,json=asyncMicros,proto3" json:"async_micros,omitempty"`
+	PersistedInFlightBytes int64 `protobuf:"varint,19,opt,name=persisted_in_flight_bytes,json=persistedInFlightBytes,proto3" json:"persisted_in_flight_bytes,omitempty"`
+	// without_channel_state: a restore skipped this checkpoint's channel
+	// state (RestoreSource.without_channel_state_checkpoint_id).
+	WithoutChannelState bool `protobuf:"varint,20,opt,name=without_channel_state,json=withoutChannelState,proto3" json:"without_channel_state,omitempty"`
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
 }
 
 func (x *CheckpointInfo) Reset() {
 	*x = CheckpointInfo{}
-	mi := &file_stated_proto_msgTypes[17]
+	mi := &file_stated_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2534,7 +2758,7 @@ func (x *CheckpointInfo) String() string {
 func (*CheckpointInfo) ProtoMessage() {}
 
 func (x *CheckpointInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_stated_proto_msgTypes[17]
+	mi := &file_stated_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2547,7 +2771,7 @@ func (x *CheckpointInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckpointInfo.ProtoReflect.Descriptor instead.
 func (*CheckpointInfo) Descriptor() ([]byte, []int) {
-	return file_stated_proto_rawDescGZIP(), []int{17}
+	return file_stated_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *CheckpointInfo) GetJob() string {
@@ -2642,6 +2866,55 @@ func (x *CheckpointInfo) GetState() CheckpointStatus {
 	return CheckpointStatus_CHECKPOINT_STATUS_UNSPECIFIED
 }
 
+func (x *CheckpointInfo) GetUnaligned() bool {
+	if x != nil {
+		return x.Unaligned
+	}
+	return false
+}
+
+func (x *CheckpointInfo) GetAlignmentMicros() int64 {
+	if x != nil {
+		return x.AlignmentMicros
+	}
+	return 0
+}
+
+func (x *CheckpointInfo) GetStartDelayMicros() int64 {
+	if x != nil {
+		return x.StartDelayMicros
+	}
+	return 0
+}
+
+func (x *CheckpointInfo) GetSyncMicros() int64 {
+	if x != nil {
+		return x.SyncMicros
+	}
+	return 0
+}
+
+func (x *CheckpointInfo) GetAsyncMicros() int64 {
+	if x != nil {
+		return x.AsyncMicros
+	}
+	return 0
+}
+
+func (x *CheckpointInfo) GetPersistedInFlightBytes() int64 {
+	if x != nil {
+		return x.PersistedInFlightBytes
+	}
+	return 0
+}
+
+func (x *CheckpointInfo) GetWithoutChannelState() bool {
+	if x != nil {
+		return x.WithoutChannelState
+	}
+	return false
+}
+
 type CompleteCheckpointResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Checkpoint    *CheckpointInfo        `protobuf:"bytes,1,opt,name=checkpoint,proto3" json:"checkpoint,omitempty"`
@@ -2651,7 +2924,7 @@ type CompleteCheckpointResponse struct {
 
 func (x *CompleteCheckpointResponse) Reset() {
 	*x = CompleteCheckpointResponse{}
-	mi := &file_stated_proto_msgTypes[18]
+	mi := &file_stated_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2663,7 +2936,7 @@ func (x *CompleteCheckpointResponse) String() string {
 func (*CompleteCheckpointResponse) ProtoMessage() {}
 
 func (x *CompleteCheckpointResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_stated_proto_msgTypes[18]
+	mi := &file_stated_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2676,7 +2949,7 @@ func (x *CompleteCheckpointResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompleteCheckpointResponse.ProtoReflect.Descriptor instead.
 func (*CompleteCheckpointResponse) Descriptor() ([]byte, []int) {
-	return file_stated_proto_rawDescGZIP(), []int{18}
+	return file_stated_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *CompleteCheckpointResponse) GetCheckpoint() *CheckpointInfo {
@@ -2706,7 +2979,7 @@ type AbortCheckpointRequest struct {
 
 func (x *AbortCheckpointRequest) Reset() {
 	*x = AbortCheckpointRequest{}
-	mi := &file_stated_proto_msgTypes[19]
+	mi := &file_stated_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2718,7 +2991,7 @@ func (x *AbortCheckpointRequest) String() string {
 func (*AbortCheckpointRequest) ProtoMessage() {}
 
 func (x *AbortCheckpointRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_stated_proto_msgTypes[19]
+	mi := &file_stated_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2731,7 +3004,7 @@ func (x *AbortCheckpointRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AbortCheckpointRequest.ProtoReflect.Descriptor instead.
 func (*AbortCheckpointRequest) Descriptor() ([]byte, []int) {
-	return file_stated_proto_rawDescGZIP(), []int{19}
+	return file_stated_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *AbortCheckpointRequest) GetJob() string {
@@ -2770,7 +3043,7 @@ type AbortCheckpointResponse struct {
 
 func (x *AbortCheckpointResponse) Reset() {
 	*x = AbortCheckpointResponse{}
-	mi := &file_stated_proto_msgTypes[20]
+	mi := &file_stated_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2782,7 +3055,7 @@ func (x *AbortCheckpointResponse) String() string {
 func (*AbortCheckpointResponse) ProtoMessage() {}
 
 func (x *AbortCheckpointResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_stated_proto_msgTypes[20]
+	mi := &file_stated_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2795,7 +3068,7 @@ func (x *AbortCheckpointResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AbortCheckpointResponse.ProtoReflect.Descriptor instead.
 func (*AbortCheckpointResponse) Descriptor() ([]byte, []int) {
-	return file_stated_proto_rawDescGZIP(), []int{20}
+	return file_stated_proto_rawDescGZIP(), []int{21}
 }
 
 type ListCheckpointsRequest struct {
@@ -2807,7 +3080,7 @@ type ListCheckpointsRequest struct {
 
 func (x *ListCheckpointsRequest) Reset() {
 	*x = ListCheckpointsRequest{}
-	mi := &file_stated_proto_msgTypes[21]
+	mi := &file_stated_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2819,7 +3092,7 @@ func (x *ListCheckpointsRequest) String() string {
 func (*ListCheckpointsRequest) ProtoMessage() {}
 
 func (x *ListCheckpointsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_stated_proto_msgTypes[21]
+	mi := &file_stated_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2832,7 +3105,7 @@ func (x *ListCheckpointsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListCheckpointsRequest.ProtoReflect.Descriptor instead.
 func (*ListCheckpointsRequest) Descriptor() ([]byte, []int) {
-	return file_stated_proto_rawDescGZIP(), []int{21}
+	return file_stated_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ListCheckpointsRequest) GetJob() string {
@@ -2851,7 +3124,7 @@ type ListCheckpointsResponse struct {
 
 func (x *ListCheckpointsResponse) Reset() {
 	*x = ListCheckpointsResponse{}
-	mi := &file_stated_proto_msgTypes[22]
+	mi := &file_stated_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2863,7 +3136,7 @@ func (x *ListCheckpointsResponse) String() string {
 func (*ListCheckpointsResponse) ProtoMessage() {}
 
 func (x *ListCheckpointsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_stated_proto_msgTypes[22]
+	mi := &file_stated_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2876,7 +3149,7 @@ func (x *ListCheckpointsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListCheckpointsResponse.ProtoReflect.Descriptor instead.
 func (*ListCheckpointsResponse) Descriptor() ([]byte, []int) {
-	return file_stated_proto_rawDescGZIP(), []int{22}
+	return file_stated_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ListCheckpointsResponse) GetCheckpoints() []*CheckpointInfo {
@@ -2900,7 +3173,7 @@ type TriggerSavepointRequest struct {
 
 func (x *TriggerSavepointRequest) Reset() {
 	*x = TriggerSavepointRequest{}
-	mi := &file_stated_proto_msgTypes[23]
+	mi := &file_stated_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2912,7 +3185,7 @@ func (x *TriggerSavepointRequest) String() string {
 func (*TriggerSavepointRequest) ProtoMessage() {}
 
 func (x *TriggerSavepointRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_stated_proto_msgTypes[23]
+	mi := &file_stated_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2925,7 +3198,7 @@ func (x *TriggerSavepointRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TriggerSavepointRequest.ProtoReflect.Descriptor instead.
 func (*TriggerSavepointRequest) Descriptor() ([]byte, []int) {
-	return file_stated_proto_rawDescGZIP(), []int{23}
+	return file_stated_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *TriggerSavepointRequest) GetJob() string {
@@ -2962,7 +3235,7 @@ type TriggerSavepointResponse struct {
 
 func (x *TriggerSavepointResponse) Reset() {
 	*x = TriggerSavepointResponse{}
-	mi := &file_stated_proto_msgTypes[24]
+	mi := &file_stated_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2974,7 +3247,7 @@ func (x *TriggerSavepointResponse) String() string {
 func (*TriggerSavepointResponse) ProtoMessage() {}
 
 func (x *TriggerSavepointResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_stated_proto_msgTypes[24]
+	mi := &file_stated_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2987,7 +3260,7 @@ func (x *TriggerSavepointResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TriggerSavepointResponse.ProtoReflect.Descriptor instead.
 func (*TriggerSavepointResponse) Descriptor() ([]byte, []int) {
-	return file_stated_proto_rawDescGZIP(), []int{24}
+	return file_stated_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *TriggerSavepointResponse) GetPath() string {
@@ -3027,7 +3300,7 @@ type PlanRescaleRequest struct {
 
 func (x *PlanRescaleRequest) Reset() {
 	*x = PlanRescaleRequest{}
-	mi := &file_stated_proto_msgTypes[25]
+	mi := &file_stated_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3039,7 +3312,7 @@ func (x *PlanRescaleRequest) String() string {
 func (*PlanRescaleRequest) ProtoMessage() {}
 
 func (x *PlanRescaleRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_stated_proto_msgTypes[25]
+	mi := &file_stated_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3052,7 +3325,7 @@ func (x *PlanRescaleRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlanRescaleRequest.ProtoReflect.Descriptor instead.
 func (*PlanRescaleRequest) Descriptor() ([]byte, []int) {
-	return file_stated_proto_rawDescGZIP(), []int{25}
+	return file_stated_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *PlanRescaleRequest) GetJob() string {
@@ -3110,7 +3383,7 @@ type RescaleSource struct {
 
 func (x *RescaleSource) Reset() {
 	*x = RescaleSource{}
-	mi := &file_stated_proto_msgTypes[26]
+	mi := &file_stated_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3122,7 +3395,7 @@ func (x *RescaleSource) String() string {
 func (*RescaleSource) ProtoMessage() {}
 
 func (x *RescaleSource) ProtoReflect() protoreflect.Message {
-	mi := &file_stated_proto_msgTypes[26]
+	mi := &file_stated_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3135,7 +3408,7 @@ func (x *RescaleSource) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RescaleSource.ProtoReflect.Descriptor instead.
 func (*RescaleSource) Descriptor() ([]byte, []int) {
-	return file_stated_proto_rawDescGZIP(), []int{26}
+	return file_stated_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *RescaleSource) GetTask() *TaskId {
@@ -3188,7 +3461,7 @@ type RescaleSubtask struct {
 
 func (x *RescaleSubtask) Reset() {
 	*x = RescaleSubtask{}
-	mi := &file_stated_proto_msgTypes[27]
+	mi := &file_stated_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3200,7 +3473,7 @@ func (x *RescaleSubtask) String() string {
 func (*RescaleSubtask) ProtoMessage() {}
 
 func (x *RescaleSubtask) ProtoReflect() protoreflect.Message {
-	mi := &file_stated_proto_msgTypes[27]
+	mi := &file_stated_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3213,7 +3486,7 @@ func (x *RescaleSubtask) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RescaleSubtask.ProtoReflect.Descriptor instead.
 func (*RescaleSubtask) Descriptor() ([]byte, []int) {
-	return file_stated_proto_rawDescGZIP(), []int{27}
+	return file_stated_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *RescaleSubtask) GetIndex() int32 {
@@ -3253,7 +3526,7 @@ type PlanRescaleResponse struct {
 
 func (x *PlanRescaleResponse) Reset() {
 	*x = PlanRescaleResponse{}
-	mi := &file_stated_proto_msgTypes[28]
+	mi := &file_stated_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3265,7 +3538,7 @@ func (x *PlanRescaleResponse) String() string {
 func (*PlanRescaleResponse) ProtoMessage() {}
 
 func (x *PlanRescaleResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_stated_proto_msgTypes[28]
+	mi := &file_stated_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3278,7 +3551,7 @@ func (x *PlanRescaleResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlanRescaleResponse.ProtoReflect.Descriptor instead.
 func (*PlanRescaleResponse) Descriptor() ([]byte, []int) {
-	return file_stated_proto_rawDescGZIP(), []int{28}
+	return file_stated_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *PlanRescaleResponse) GetCheckpointId() uint64 {
@@ -3326,7 +3599,7 @@ type CloseRequest struct {
 
 func (x *CloseRequest) Reset() {
 	*x = CloseRequest{}
-	mi := &file_stated_proto_msgTypes[29]
+	mi := &file_stated_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3338,7 +3611,7 @@ func (x *CloseRequest) String() string {
 func (*CloseRequest) ProtoMessage() {}
 
 func (x *CloseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_stated_proto_msgTypes[29]
+	mi := &file_stated_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3351,7 +3624,7 @@ func (x *CloseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseRequest.ProtoReflect.Descriptor instead.
 func (*CloseRequest) Descriptor() ([]byte, []int) {
-	return file_stated_proto_rawDescGZIP(), []int{29}
+	return file_stated_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *CloseRequest) GetInstanceId() []byte {
@@ -3376,7 +3649,7 @@ type CloseResponse struct {
 
 func (x *CloseResponse) Reset() {
 	*x = CloseResponse{}
-	mi := &file_stated_proto_msgTypes[30]
+	mi := &file_stated_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3388,7 +3661,7 @@ func (x *CloseResponse) String() string {
 func (*CloseResponse) ProtoMessage() {}
 
 func (x *CloseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_stated_proto_msgTypes[30]
+	mi := &file_stated_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3401,7 +3674,462 @@ func (x *CloseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseResponse.ProtoReflect.Descriptor instead.
 func (*CloseResponse) Descriptor() ([]byte, []int) {
-	return file_stated_proto_rawDescGZIP(), []int{30}
+	return file_stated_proto_rawDescGZIP(), []int{31}
+}
+
+type ChannelId struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Direction     ChannelDirection       `protobuf:"varint,1,opt,name=direction,proto3,enum=stated.v1.ChannelDirection" json:"direction,omitempty"`
+	Gate          int32                  `protobuf:"varint,2,opt,name=gate,proto3" json:"gate,omitempty"`
+	Index         int32                  `protobuf:"varint,3,opt,name=index,proto3" json:"index,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ChannelId) Reset() {
+	*x = ChannelId{}
+	mi := &file_stated_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ChannelId) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ChannelId) ProtoMessage() {}
+
+func (x *ChannelId) ProtoReflect() protoreflect.Message {
+	mi := &file_stated_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ChannelId.ProtoReflect.Descriptor instead.
+func (*ChannelId) Descriptor() ([]byte, []int) {
+	return file_stated_proto_rawDescGZIP(), []int{32}
+}
+
+func (x *ChannelId) GetDirection() ChannelDirection {
+	if x != nil {
+		return x.Direction
+	}
+	return ChannelDirection_CHANNEL_DIRECTION_UNSPECIFIED
+}
+
+func (x *ChannelId) GetGate() int32 {
+	if x != nil {
+		return x.Gate
+	}
+	return 0
+}
+
+func (x *ChannelId) GetIndex() int32 {
+	if x != nil {
+		return x.Index
+	}
+	return 0
+}
+
+type ChannelRecord struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// key_group of the record (keyed channels; must lie in [0,
+	// max_parallelism)); 0 for the other kinds.
+	KeyGroup      int32  `protobuf:"varint,1,opt,name=key_group,json=keyGroup,proto3" json:"key_group,omitempty"`
+	Data          []byte `protobuf:"bytes,2,opt,name=data,proto3" json:"data,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ChannelRecord) Reset() {
+	*x = ChannelRecord{}
+	mi := &file_stated_proto_msgTypes[33]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ChannelRecord) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ChannelRecord) ProtoMessage() {}
+
+func (x *ChannelRecord) ProtoReflect() protoreflect.Message {
+	mi := &file_stated_proto_msgTypes[33]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ChannelRecord.ProtoReflect.Descriptor instead.
+func (*ChannelRecord) Descriptor() ([]byte, []int) {
+	return file_stated_proto_rawDescGZIP(), []int{33}
+}
+
+func (x *ChannelRecord) GetKeyGroup() int32 {
+	if x != nil {
+		return x.KeyGroup
+	}
+	return 0
+}
+
+func (x *ChannelRecord) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
+type ChannelBuffer struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Records       []*ChannelRecord       `protobuf:"bytes,1,rep,name=records,proto3" json:"records,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ChannelBuffer) Reset() {
+	*x = ChannelBuffer{}
+	mi := &file_stated_proto_msgTypes[34]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ChannelBuffer) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ChannelBuffer) ProtoMessage() {}
+
+func (x *ChannelBuffer) ProtoReflect() protoreflect.Message {
+	mi := &file_stated_proto_msgTypes[34]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ChannelBuffer.ProtoReflect.Descriptor instead.
+func (*ChannelBuffer) Descriptor() ([]byte, []int) {
+	return file_stated_proto_rawDescGZIP(), []int{34}
+}
+
+func (x *ChannelBuffer) GetRecords() []*ChannelRecord {
+	if x != nil {
+		return x.Records
+	}
+	return nil
+}
+
+// ChannelChunk is a channel's next buffers.
+type ChannelChunk struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Channel *ChannelId             `protobuf:"bytes,1,opt,name=channel,proto3" json:"channel,omitempty"`
+	// kind must be the same in every chunk of a channel.
+	Kind          ChannelKind      `protobuf:"varint,2,opt,name=kind,proto3,enum=stated.v1.ChannelKind" json:"kind,omitempty"`
+	Buffers       []*ChannelBuffer `protobuf:"bytes,3,rep,name=buffers,proto3" json:"buffers,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ChannelChunk) Reset() {
+	*x = ChannelChunk{}
+	mi := &file_stated_proto_msgTypes[35]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ChannelChunk) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ChannelChunk) ProtoMessage() {}
+
+func (x *ChannelChunk) ProtoReflect() protoreflect.Message {
+	mi := &file_stated_proto_msgTypes[35]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ChannelChunk.ProtoReflect.Descriptor instead.
+func (*ChannelChunk) Descriptor() ([]byte, []int) {
+	return file_stated_proto_rawDescGZIP(), []int{35}
+}
+
+func (x *ChannelChunk) GetChannel() *ChannelId {
+	if x != nil {
+		return x.Channel
+	}
+	return nil
+}
+
+func (x *ChannelChunk) GetKind() ChannelKind {
+	if x != nil {
+		return x.Kind
+	}
+	return ChannelKind_CHANNEL_KIND_UNSPECIFIED
+}
+
+func (x *ChannelChunk) GetBuffers() []*ChannelBuffer {
+	if x != nil {
+		return x.Buffers
+	}
+	return nil
+}
+
+type WriteChannelStateRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// instance_id, job and checkpoint_id are required in the first request
+	// and must not change.
+	InstanceId    []byte          `protobuf:"bytes,1,opt,name=instance_id,json=instanceId,proto3" json:"instance_id,omitempty"`
+	Job           string          `protobuf:"bytes,2,opt,name=job,proto3" json:"job,omitempty"`
+	CheckpointId  uint64          `protobuf:"varint,3,opt,name=checkpoint_id,json=checkpointId,proto3" json:"checkpoint_id,omitempty"`
+	Chunks        []*ChannelChunk `protobuf:"bytes,4,rep,name=chunks,proto3" json:"chunks,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WriteChannelStateRequest) Reset() {
+	*x = WriteChannelStateRequest{}
+	mi := &file_stated_proto_msgTypes[36]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WriteChannelStateRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WriteChannelStateRequest) ProtoMessage() {}
+
+func (x *WriteChannelStateRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_stated_proto_msgTypes[36]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WriteChannelStateRequest.ProtoReflect.Descriptor instead.
+func (*WriteChannelStateRequest) Descriptor() ([]byte, []int) {
+	return file_stated_proto_rawDescGZIP(), []int{36}
+}
+
+func (x *WriteChannelStateRequest) GetInstanceId() []byte {
+	if x != nil {
+		return x.InstanceId
+	}
+	return nil
+}
+
+func (x *WriteChannelStateRequest) GetJob() string {
+	if x != nil {
+		return x.Job
+	}
+	return ""
+}
+
+func (x *WriteChannelStateRequest) GetCheckpointId() uint64 {
+	if x != nil {
+		return x.CheckpointId
+	}
+	return 0
+}
+
+func (x *WriteChannelStateRequest) GetChunks() []*ChannelChunk {
+	if x != nil {
+		return x.Chunks
+	}
+	return nil
+}
+
+type WriteChannelStateResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// What the instance holds for the checkpoint after the stream.
+	Channels      int32 `protobuf:"varint,1,opt,name=channels,proto3" json:"channels,omitempty"`
+	Buffers       int64 `protobuf:"varint,2,opt,name=buffers,proto3" json:"buffers,omitempty"`
+	Records       int64 `protobuf:"varint,3,opt,name=records,proto3" json:"records,omitempty"`
+	Bytes         int64 `protobuf:"varint,4,opt,name=bytes,proto3" json:"bytes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WriteChannelStateResponse) Reset() {
+	*x = WriteChannelStateResponse{}
+	mi := &file_stated_proto_msgTypes[37]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WriteChannelStateResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WriteChannelStateResponse) ProtoMessage() {}
+
+func (x *WriteChannelStateResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_stated_proto_msgTypes[37]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WriteChannelStateResponse.ProtoReflect.Descriptor instead.
+func (*WriteChannelStateResponse) Descriptor() ([]byte, []int) {
+	return file_stated_proto_rawDescGZIP(), []int{37}
+}
+
+func (x *WriteChannelStateResponse) GetChannels() int32 {
+	if x != nil {
+		return x.Channels
+	}
+	return 0
+}
+
+func (x *WriteChannelStateResponse) GetBuffers() int64 {
+	if x != nil {
+		return x.Buffers
+	}
+	return 0
+}
+
+func (x *WriteChannelStateResponse) GetRecords() int64 {
+	if x != nil {
+		return x.Records
+	}
+	return 0
+}
+
+func (x *WriteChannelStateResponse) GetBytes() int64 {
+	if x != nil {
+		return x.Bytes
+	}
+	return 0
+}
+
+type ReadChannelStateRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	InstanceId    []byte                 `protobuf:"bytes,1,opt,name=instance_id,json=instanceId,proto3" json:"instance_id,omitempty"`
+	Job           string                 `protobuf:"bytes,2,opt,name=job,proto3" json:"job,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReadChannelStateRequest) Reset() {
+	*x = ReadChannelStateRequest{}
+	mi := &file_stated_proto_msgTypes[38]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReadChannelStateRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReadChannelStateRequest) ProtoMessage() {}
+
+func (x *ReadChannelStateRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_stated_proto_msgTypes[38]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReadChannelStateRequest.ProtoReflect.Descriptor instead.
+func (*ReadChannelStateRequest) Descriptor() ([]byte, []int) {
+	return file_stated_proto_rawDescGZIP(), []int{38}
+}
+
+func (x *ReadChannelStateRequest) GetInstanceId() []byte {
+	if x != nil {
+		return x.InstanceId
+	}
+	return nil
+}
+
+func (x *ReadChannelStateRequest) GetJob() string {
+	if x != nil {
+		return x.Job
+	}
+	return ""
+}
+
+type ReadChannelStateResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Chunks        []*ChannelChunk        `protobuf:"bytes,1,rep,name=chunks,proto3" json:"chunks,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReadChannelStateResponse) Reset() {
+	*x = ReadChannelStateResponse{}
+	mi := &file_stated_proto_msgTypes[39]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReadChannelStateResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReadChannelStateResponse) ProtoMessage() {}
+
+func (x *ReadChannelStateResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_stated_proto_msgTypes[39]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReadChannelStateResponse.ProtoReflect.Descriptor instead.
+func (*ReadChannelStateResponse) Descriptor() ([]byte, []int) {
+	return file_stated_proto_rawDescGZIP(), []int{39}
+}
+
+func (x *ReadChannelStateResponse) GetChunks() []*ChannelChunk {
+	if x != nil {
+		return x.Chunks
+	}
+	return nil
 }
 
 var File_stated_proto protoreflect.FileDescriptor
@@ -3424,13 +4152,14 @@ const file_stated_proto_rawDesc = "" +
 	"\n" +
 	"ttl_update\x18\x04 \x01(\x0e2\x14.stated.v1.TtlUpdateR\tttlUpdate\x126\n" +
 	"\taggregate\x18\x05 \x01(\x0e2\x18.stated.v1.AggregateFuncR\taggregate\x12-\n" +
-	"\x06number\x18\x06 \x01(\x0e2\x15.stated.v1.NumberTypeR\x06number\"\xcd\x01\n" +
+	"\x06number\x18\x06 \x01(\x0e2\x15.stated.v1.NumberTypeR\x06number\"\x9b\x02\n" +
 	"\rRestoreSource\x12\x18\n" +
 	"\x06latest\x18\x01 \x01(\bH\x00R\x06latest\x12%\n" +
 	"\rcheckpoint_id\x18\x02 \x01(\x04H\x00R\fcheckpointId\x12\x1e\n" +
 	"\tsavepoint\x18\x03 \x01(\tH\x00R\tsavepoint\x12*\n" +
 	"\x04mode\x18\x04 \x01(\x0e2\x16.stated.v1.RestoreModeR\x04mode\x12%\n" +
-	"\x0eallow_fallback\x18\x05 \x01(\bR\rallowFallbackB\b\n" +
+	"\x0eallow_fallback\x18\x05 \x01(\bR\rallowFallback\x12L\n" +
+	"#without_channel_state_checkpoint_id\x18\x06 \x01(\x04R\x1fwithoutChannelStateCheckpointIdB\b\n" +
 	"\x06source\"\xfa\x03\n" +
 	"\vOpenRequest\x12%\n" +
 	"\x04task\x18\x01 \x01(\v2\x11.stated.v1.TaskIdR\x04task\x127\n" +
@@ -3492,10 +4221,15 @@ const file_stated_proto_rawDesc = "" +
 	"\x03job\x18\x02 \x01(\tR\x03job\x12\x10\n" +
 	"\x03seq\x18\x03 \x01(\x04R\x03seq\x12\x1f\n" +
 	"\x03ops\x18\x04 \x03(\v2\r.stated.v1.OpR\x03ops\x126\n" +
-	"\bsnapshot\x18\x05 \x01(\v2\x1a.stated.v1.SnapshotBarrierR\bsnapshot\"J\n" +
+	"\bsnapshot\x18\x05 \x01(\v2\x1a.stated.v1.SnapshotBarrierR\bsnapshot\"\x80\x01\n" +
 	"\x0fSnapshotBarrier\x12#\n" +
 	"\rcheckpoint_id\x18\x01 \x01(\x04R\fcheckpointId\x12\x12\n" +
-	"\x04wait\x18\x02 \x01(\bR\x04wait\"p\n" +
+	"\x04wait\x18\x02 \x01(\bR\x04wait\x124\n" +
+	"\x05stats\x18\x03 \x01(\v2\x1e.stated.v1.TaskCheckpointStatsR\x05stats\"\x8c\x01\n" +
+	"\x13TaskCheckpointStats\x12\x1c\n" +
+	"\tunaligned\x18\x01 \x01(\bR\tunaligned\x12)\n" +
+	"\x10alignment_micros\x18\x02 \x01(\x03R\x0falignmentMicros\x12,\n" +
+	"\x12start_delay_micros\x18\x03 \x01(\x03R\x10startDelayMicros\"p\n" +
 	"\x0fSnapshotOutcome\x12\x12\n" +
 	"\x04code\x18\x01 \x01(\rR\x04code\x12\x14\n" +
 	"\x05error\x18\x02 \x01(\tR\x05error\x123\n" +
@@ -3528,14 +4262,15 @@ const file_stated_proto_rawDesc = "" +
 	"\rBatchResponse\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12+\n" +
 	"\aresults\x18\x02 \x03(\v2\x11.stated.v1.ResultR\aresults\x126\n" +
-	"\bsnapshot\x18\x03 \x01(\v2\x1a.stated.v1.SnapshotOutcomeR\bsnapshot\"\xa8\x01\n" +
+	"\bsnapshot\x18\x03 \x01(\v2\x1a.stated.v1.SnapshotOutcomeR\bsnapshot\"\xde\x01\n" +
 	"\x0fSnapshotRequest\x12\x1f\n" +
 	"\vinstance_id\x18\x01 \x01(\fR\n" +
 	"instanceId\x12\x10\n" +
 	"\x03job\x18\x02 \x01(\tR\x03job\x12#\n" +
 	"\rcheckpoint_id\x18\x03 \x01(\x04R\fcheckpointId\x12\x12\n" +
 	"\x04wait\x18\x04 \x01(\bR\x04wait\x12)\n" +
-	"\x10batches_answered\x18\x05 \x01(\bR\x0fbatchesAnswered\"\xb6\x01\n" +
+	"\x10batches_answered\x18\x05 \x01(\bR\x0fbatchesAnswered\x124\n" +
+	"\x05stats\x18\x06 \x01(\v2\x1e.stated.v1.TaskCheckpointStatsR\x05stats\"\xb6\x01\n" +
 	"\x10SnapshotResponse\x12\x1f\n" +
 	"\vsync_micros\x18\x01 \x01(\x03R\n" +
 	"syncMicros\x12!\n" +
@@ -3546,7 +4281,7 @@ const file_stated_proto_rawDesc = "" +
 	"\x19CompleteCheckpointRequest\x12\x10\n" +
 	"\x03job\x18\x01 \x01(\tR\x03job\x12#\n" +
 	"\rcheckpoint_id\x18\x02 \x01(\x04R\fcheckpointId\x12'\n" +
-	"\x05tasks\x18\x03 \x03(\v2\x11.stated.v1.TaskIdR\x05tasks\"\xc6\x03\n" +
+	"\x05tasks\x18\x03 \x03(\v2\x11.stated.v1.TaskIdR\x05tasks\"\xf0\x05\n" +
 	"\x0eCheckpointInfo\x12\x10\n" +
 	"\x03job\x18\x01 \x01(\tR\x03job\x12#\n" +
 	"\rcheckpoint_id\x18\x02 \x01(\x04R\fcheckpointId\x12\x1a\n" +
@@ -3561,7 +4296,15 @@ const file_stated_proto_rawDesc = "" +
 	" \x01(\bR\bretained\x12\x16\n" +
 	"\x06pinned\x18\v \x01(\bR\x06pinned\x12%\n" +
 	"\x0echangelog_size\x18\f \x01(\x03R\rchangelogSize\x121\n" +
-	"\x05state\x18\r \x01(\x0e2\x1b.stated.v1.CheckpointStatusR\x05state\"W\n" +
+	"\x05state\x18\r \x01(\x0e2\x1b.stated.v1.CheckpointStatusR\x05state\x12\x1c\n" +
+	"\tunaligned\x18\x0e \x01(\bR\tunaligned\x12)\n" +
+	"\x10alignment_micros\x18\x0f \x01(\x03R\x0falignmentMicros\x12,\n" +
+	"\x12start_delay_micros\x18\x10 \x01(\x03R\x10startDelayMicros\x12\x1f\n" +
+	"\vsync_micros\x18\x11 \x01(\x03R\n" +
+	"syncMicros\x12!\n" +
+	"\fasync_micros\x18\x12 \x01(\x03R\vasyncMicros\x129\n" +
+	"\x19persisted_in_flight_bytes\x18\x13 \x01(\x03R\x16persistedInFlightBytes\x122\n" +
+	"\x15without_channel_state\x18\x14 \x01(\bR\x13withoutChannelState\"W\n" +
 	"\x1aCompleteCheckpointResponse\x129\n" +
 	"\n" +
 	"checkpoint\x18\x01 \x01(\v2\x19.stated.v1.CheckpointInfoR\n" +
@@ -3613,7 +4356,37 @@ const file_stated_proto_rawDesc = "" +
 	"\vinstance_id\x18\x01 \x01(\fR\n" +
 	"instanceId\x12\x10\n" +
 	"\x03job\x18\x02 \x01(\tR\x03job\"\x0f\n" +
-	"\rCloseResponse*\x97\x01\n" +
+	"\rCloseResponse\"p\n" +
+	"\tChannelId\x129\n" +
+	"\tdirection\x18\x01 \x01(\x0e2\x1b.stated.v1.ChannelDirectionR\tdirection\x12\x12\n" +
+	"\x04gate\x18\x02 \x01(\x05R\x04gate\x12\x14\n" +
+	"\x05index\x18\x03 \x01(\x05R\x05index\"@\n" +
+	"\rChannelRecord\x12\x1b\n" +
+	"\tkey_group\x18\x01 \x01(\x05R\bkeyGroup\x12\x12\n" +
+	"\x04data\x18\x02 \x01(\fR\x04data\"C\n" +
+	"\rChannelBuffer\x122\n" +
+	"\arecords\x18\x01 \x03(\v2\x18.stated.v1.ChannelRecordR\arecords\"\x9e\x01\n" +
+	"\fChannelChunk\x12.\n" +
+	"\achannel\x18\x01 \x01(\v2\x14.stated.v1.ChannelIdR\achannel\x12*\n" +
+	"\x04kind\x18\x02 \x01(\x0e2\x16.stated.v1.ChannelKindR\x04kind\x122\n" +
+	"\abuffers\x18\x03 \x03(\v2\x18.stated.v1.ChannelBufferR\abuffers\"\xa3\x01\n" +
+	"\x18WriteChannelStateRequest\x12\x1f\n" +
+	"\vinstance_id\x18\x01 \x01(\fR\n" +
+	"instanceId\x12\x10\n" +
+	"\x03job\x18\x02 \x01(\tR\x03job\x12#\n" +
+	"\rcheckpoint_id\x18\x03 \x01(\x04R\fcheckpointId\x12/\n" +
+	"\x06chunks\x18\x04 \x03(\v2\x17.stated.v1.ChannelChunkR\x06chunks\"\x81\x01\n" +
+	"\x19WriteChannelStateResponse\x12\x1a\n" +
+	"\bchannels\x18\x01 \x01(\x05R\bchannels\x12\x18\n" +
+	"\abuffers\x18\x02 \x01(\x03R\abuffers\x12\x18\n" +
+	"\arecords\x18\x03 \x01(\x03R\arecords\x12\x14\n" +
+	"\x05bytes\x18\x04 \x01(\x03R\x05bytes\"L\n" +
+	"\x17ReadChannelStateRequest\x12\x1f\n" +
+	"\vinstance_id\x18\x01 \x01(\fR\n" +
+	"instanceId\x12\x10\n" +
+	"\x03job\x18\x02 \x01(\tR\x03job\"K\n" +
+	"\x18ReadChannelStateResponse\x12/\n" +
+	"\x06chunks\x18\x01 \x03(\v2\x17.stated.v1.ChannelChunkR\x06chunks*\x97\x01\n" +
 	"\tStateKind\x12\x1a\n" +
 	"\x16STATE_KIND_UNSPECIFIED\x10\x00\x12\x14\n" +
 	"\x10STATE_KIND_VALUE\x10\x01\x12\x13\n" +
@@ -3691,7 +4464,16 @@ const file_stated_proto_rawDesc = "" +
 	"\x0fSavepointFormat\x12 \n" +
 	"\x1cSAVEPOINT_FORMAT_UNSPECIFIED\x10\x00\x12\x1e\n" +
 	"\x1aSAVEPOINT_FORMAT_CANONICAL\x10\x01\x12\x1b\n" +
-	"\x17SAVEPOINT_FORMAT_NATIVE\x10\x022\xcc\x05\n" +
+	"\x17SAVEPOINT_FORMAT_NATIVE\x10\x02*p\n" +
+	"\x10ChannelDirection\x12!\n" +
+	"\x1dCHANNEL_DIRECTION_UNSPECIFIED\x10\x00\x12\x1b\n" +
+	"\x17CHANNEL_DIRECTION_INPUT\x10\x01\x12\x1c\n" +
+	"\x18CHANNEL_DIRECTION_OUTPUT\x10\x02*y\n" +
+	"\vChannelKind\x12\x1c\n" +
+	"\x18CHANNEL_KIND_UNSPECIFIED\x10\x00\x12\x16\n" +
+	"\x12CHANNEL_KIND_KEYED\x10\x01\x12\x18\n" +
+	"\x14CHANNEL_KIND_FORWARD\x10\x02\x12\x1a\n" +
+	"\x16CHANNEL_KIND_BROADCAST\x10\x032\x8d\a\n" +
 	"\x06Stated\x127\n" +
 	"\x04Open\x12\x16.stated.v1.OpenRequest\x1a\x17.stated.v1.OpenResponse\x12>\n" +
 	"\x05Batch\x12\x17.stated.v1.BatchRequest\x1a\x18.stated.v1.BatchResponse(\x010\x01\x12C\n" +
@@ -3701,7 +4483,9 @@ const file_stated_proto_rawDesc = "" +
 	"\x0fListCheckpoints\x12!.stated.v1.ListCheckpointsRequest\x1a\".stated.v1.ListCheckpointsResponse\x12[\n" +
 	"\x10TriggerSavepoint\x12\".stated.v1.TriggerSavepointRequest\x1a#.stated.v1.TriggerSavepointResponse\x12L\n" +
 	"\vPlanRescale\x12\x1d.stated.v1.PlanRescaleRequest\x1a\x1e.stated.v1.PlanRescaleResponse\x12B\n" +
-	"\rCloseInstance\x12\x17.stated.v1.CloseRequest\x1a\x18.stated.v1.CloseResponseB)Z'github.com/statedhq/stated/api/statedpbb\x06proto3"
+	"\rCloseInstance\x12\x17.stated.v1.CloseRequest\x1a\x18.stated.v1.CloseResponse\x12`\n" +
+	"\x11WriteChannelState\x12#.stated.v1.WriteChannelStateRequest\x1a$.stated.v1.WriteChannelStateResponse(\x01\x12]\n" +
+	"\x10ReadChannelState\x12\".stated.v1.ReadChannelStateRequest\x1a#.stated.v1.ReadChannelStateResponse0\x01B)Z'github.com/statedhq/stated/api/statedpbb\x06proto3"
 
 var (
 	file_stated_proto_rawDescOnce sync.Once
@@ -3715,8 +4499,8 @@ func file_stated_proto_rawDescGZIP() []byte {
 	return file_stated_proto_rawDescData
 }
 
-var file_stated_proto_enumTypes = make([]protoimpl.EnumInfo, 13)
-var file_stated_proto_msgTypes = make([]protoimpl.MessageInfo, 31)
+var file_stated_proto_enumTypes = make([]protoimpl.EnumInfo, 15)
+var file_stated_proto_msgTypes = make([]protoimpl.MessageInfo, 40)
 var file_stated_proto_goTypes = []any{
 	(StateKind)(0),                     // 0: stated.v1.StateKind
 	(TtlUpdate)(0),                     // 1: stated.v1.TtlUpdate
@@ -3731,37 +4515,48 @@ var file_stated_proto_goTypes = []any{
 	(CheckpointStatus)(0),              // 10: stated.v1.CheckpointStatus
 	(AbortReason)(0),                   // 11: stated.v1.AbortReason
 	(SavepointFormat)(0),               // 12: stated.v1.SavepointFormat
-	(*TaskId)(nil),                     // 13: stated.v1.TaskId
-	(*KeyGroupRange)(nil),              // 14: stated.v1.KeyGroupRange
-	(*StateDescriptor)(nil),            // 15: stated.v1.StateDescriptor
-	(*RestoreSource)(nil),              // 16: stated.v1.RestoreSource
-	(*OpenRequest)(nil),                // 17: stated.v1.OpenRequest
-	(*OpenResponse)(nil),               // 18: stated.v1.OpenResponse
-	(*Op)(nil),                         // 19: stated.v1.Op
-	(*BatchRequest)(nil),               // 20: stated.v1.BatchRequest
-	(*SnapshotBarrier)(nil),            // 21: stated.v1.SnapshotBarrier
-	(*SnapshotOutcome)(nil),            // 22: stated.v1.SnapshotOutcome
-	(*MapEntry)(nil),                   // 23: stated.v1.MapEntry
-	(*Timer)(nil),                      // 24: stated.v1.Timer
-	(*Result)(nil),                     // 25: stated.v1.Result
-	(*BatchResponse)(nil),              // 26: stated.v1.BatchResponse
-	(*SnapshotRequest)(nil),            // 27: stated.v1.SnapshotRequest
-	(*SnapshotResponse)(nil),           // 28: stated.v1.SnapshotResponse
-	(*CompleteCheckpointRequest)(nil),  // 29: stated.v1.CompleteCheckpointRequest
-	(*CheckpointInfo)(nil),             // 30: stated.v1.CheckpointInfo
-	(*CompleteCheckpointResponse)(nil), // 31: stated.v1.CompleteCheckpointResponse
-	(*AbortCheckpointRequest)(nil),     // 32: stated.v1.AbortCheckpointRequest
-	(*AbortCheckpointResponse)(nil),    // 33: stated.v1.AbortCheckpointResponse
-	(*ListCheckpointsRequest)(nil),     // 34: stated.v1.ListCheckpointsRequest
-	(*ListCheckpointsResponse)(nil),    // 35: stated.v1.ListCheckpointsResponse
-	(*TriggerSavepointRequest)(nil),    // 36: stated.v1.TriggerSavepointRequest
-	(*TriggerSavepointResponse)(nil),   // 37: stated.v1.TriggerSavepointResponse
-	(*PlanRescaleRequest)(nil),         // 38: stated.v1.PlanRescaleRequest
-	(*RescaleSource)(nil),              // 39: stated.v1.RescaleSource
-	(*RescaleSubtask)(nil),             // 40: stated.v1.RescaleSubtask
-	(*PlanRescaleResponse)(nil),        // 41: stated.v1.PlanRescaleResponse
-	(*CloseRequest)(nil),               // 42: stated.v1.CloseRequest
-	(*CloseResponse)(nil),              // 43: stated.v1.CloseResponse
+	(ChannelDirection)(0),              // 13: stated.v1.ChannelDirection
+	(ChannelKind)(0),                   // 14: stated.v1.ChannelKind
+	(*TaskId)(nil),                     // 15: stated.v1.TaskId
+	(*KeyGroupRange)(nil),              // 16: stated.v1.KeyGroupRange
+	(*StateDescriptor)(nil),            // 17: stated.v1.StateDescriptor
+	(*RestoreSource)(nil),              // 18: stated.v1.RestoreSource
+	(*OpenRequest)(nil),                // 19: stated.v1.OpenRequest
+	(*OpenResponse)(nil),               // 20: stated.v1.OpenResponse
+	(*Op)(nil),                         // 21: stated.v1.Op
+	(*BatchRequest)(nil),               // 22: stated.v1.BatchRequest
+	(*SnapshotBarrier)(nil),            // 23: stated.v1.SnapshotBarrier
+	(*TaskCheckpointStats)(nil),        // 24: stated.v1.TaskCheckpointStats
+	(*SnapshotOutcome)(nil),            // 25: stated.v1.SnapshotOutcome
+	(*MapEntry)(nil),                   // 26: stated.v1.MapEntry
+	(*Timer)(nil),                      // 27: stated.v1.Timer
+	(*Result)(nil),                     // 28: stated.v1.Result
+	(*BatchResponse)(nil),              // 29: stated.v1.BatchResponse
+	(*SnapshotRequest)(nil),            // 30: stated.v1.SnapshotRequest
+	(*SnapshotResponse)(nil),           // 31: stated.v1.SnapshotResponse
+	(*CompleteCheckpointRequest)(nil),  // 32: stated.v1.CompleteCheckpointRequest
+	(*CheckpointInfo)(nil),             // 33: stated.v1.CheckpointInfo
+	(*CompleteCheckpointResponse)(nil), // 34: stated.v1.CompleteCheckpointResponse
+	(*AbortCheckpointRequest)(nil),     // 35: stated.v1.AbortCheckpointRequest
+	(*AbortCheckpointResponse)(nil),    // 36: stated.v1.AbortCheckpointResponse
+	(*ListCheckpointsRequest)(nil),     // 37: stated.v1.ListCheckpointsRequest
+	(*ListCheckpointsResponse)(nil),    // 38: stated.v1.ListCheckpointsResponse
+	(*TriggerSavepointRequest)(nil),    // 39: stated.v1.TriggerSavepointRequest
+	(*TriggerSavepointResponse)(nil),   // 40: stated.v1.TriggerSavepointResponse
+	(*PlanRescaleRequest)(nil),         // 41: stated.v1.PlanRescaleRequest
+	(*RescaleSource)(nil),              // 42: stated.v1.RescaleSource
+	(*RescaleSubtask)(nil),             // 43: stated.v1.RescaleSubtask
+	(*PlanRescaleResponse)(nil),        // 44: stated.v1.PlanRescaleResponse
+	(*CloseRequest)(nil),               // 45: stated.v1.CloseRequest
+	(*CloseResponse)(nil),              // 46: stated.v1.CloseResponse
+	(*ChannelId)(nil),                  // 47: stated.v1.ChannelId
+	(*ChannelRecord)(nil),              // 48: stated.v1.ChannelRecord
+	(*ChannelBuffer)(nil),              // 49: stated.v1.ChannelBuffer
+	(*ChannelChunk)(nil),               // 50: stated.v1.ChannelChunk
+	(*WriteChannelStateRequest)(nil),   // 51: stated.v1.WriteChannelStateRequest
+	(*WriteChannelStateResponse)(nil),  // 52: stated.v1.WriteChannelStateResponse
+	(*ReadChannelStateRequest)(nil),    // 53: stated.v1.ReadChannelStateRequest
+	(*ReadChannelStateResponse)(nil),   // 54: stated.v1.ReadChannelStateResponse
 }
 var file_stated_proto_depIdxs = []int32{
 	0,  // 0: stated.v1.StateDescriptor.kind:type_name -> stated.v1.StateKind
@@ -3769,65 +4564,78 @@ var file_stated_proto_depIdxs = []int32{
 	2,  // 2: stated.v1.StateDescriptor.aggregate:type_name -> stated.v1.AggregateFunc
 	3,  // 3: stated.v1.StateDescriptor.number:type_name -> stated.v1.NumberType
 	6,  // 4: stated.v1.RestoreSource.mode:type_name -> stated.v1.RestoreMode
-	13, // 5: stated.v1.OpenRequest.task:type_name -> stated.v1.TaskId
-	14, // 6: stated.v1.OpenRequest.key_groups:type_name -> stated.v1.KeyGroupRange
-	15, // 7: stated.v1.OpenRequest.states:type_name -> stated.v1.StateDescriptor
-	16, // 8: stated.v1.OpenRequest.restore:type_name -> stated.v1.RestoreSource
+	15, // 5: stated.v1.OpenRequest.task:type_name -> stated.v1.TaskId
+	16, // 6: stated.v1.OpenRequest.key_groups:type_name -> stated.v1.KeyGroupRange
+	17, // 7: stated.v1.OpenRequest.states:type_name -> stated.v1.StateDescriptor
+	18, // 8: stated.v1.OpenRequest.restore:type_name -> stated.v1.RestoreSource
 	7,  // 9: stated.v1.OpenRequest.changelog:type_name -> stated.v1.ChangelogMode
 	4,  // 10: stated.v1.OpenRequest.backend_kind:type_name -> stated.v1.BackendKind
 	5,  // 11: stated.v1.OpenRequest.key_hash:type_name -> stated.v1.KeyHash
-	14, // 12: stated.v1.OpenResponse.key_groups:type_name -> stated.v1.KeyGroupRange
-	15, // 13: stated.v1.OpenResponse.states:type_name -> stated.v1.StateDescriptor
+	16, // 12: stated.v1.OpenResponse.key_groups:type_name -> stated.v1.KeyGroupRange
+	17, // 13: stated.v1.OpenResponse.states:type_name -> stated.v1.StateDescriptor
 	4,  // 14: stated.v1.OpenResponse.backend_kind:type_name -> stated.v1.BackendKind
 	5,  // 15: stated.v1.OpenResponse.key_hash:type_name -> stated.v1.KeyHash
 	8,  // 16: stated.v1.Op.type:type_name -> stated.v1.OpType
 	3,  // 17: stated.v1.Op.number_type:type_name -> stated.v1.NumberType
 	9,  // 18: stated.v1.Op.operator_mode:type_name -> stated.v1.OperatorStateMode
-	19, // 19: stated.v1.BatchRequest.ops:type_name -> stated.v1.Op
-	21, // 20: stated.v1.BatchRequest.snapshot:type_name -> stated.v1.SnapshotBarrier
-	28, // 21: stated.v1.SnapshotOutcome.result:type_name -> stated.v1.SnapshotResponse
-	23, // 22: stated.v1.Result.entries:type_name -> stated.v1.MapEntry
-	3,  // 23: stated.v1.Result.number_type:type_name -> stated.v1.NumberType
-	24, // 24: stated.v1.Result.timers:type_name -> stated.v1.Timer
-	9,  // 25: stated.v1.Result.operator_mode:type_name -> stated.v1.OperatorStateMode
-	25, // 26: stated.v1.BatchResponse.results:type_name -> stated.v1.Result
-	22, // 27: stated.v1.BatchResponse.snapshot:type_name -> stated.v1.SnapshotOutcome
-	13, // 28: stated.v1.CompleteCheckpointRequest.tasks:type_name -> stated.v1.TaskId
-	10, // 29: stated.v1.CheckpointInfo.state:type_name -> stated.v1.CheckpointStatus
-	30, // 30: stated.v1.CompleteCheckpointResponse.checkpoint:type_name -> stated.v1.CheckpointInfo
-	11, // 31: stated.v1.AbortCheckpointRequest.reason_code:type_name -> stated.v1.AbortReason
-	30, // 32: stated.v1.ListCheckpointsResponse.checkpoints:type_name -> stated.v1.CheckpointInfo
-	12, // 33: stated.v1.TriggerSavepointRequest.format:type_name -> stated.v1.SavepointFormat
-	13, // 34: stated.v1.RescaleSource.task:type_name -> stated.v1.TaskId
-	14, // 35: stated.v1.RescaleSource.key_groups:type_name -> stated.v1.KeyGroupRange
-	14, // 36: stated.v1.RescaleSource.overlap:type_name -> stated.v1.KeyGroupRange
-	4,  // 37: stated.v1.RescaleSource.backend_kind:type_name -> stated.v1.BackendKind
-	14, // 38: stated.v1.RescaleSubtask.key_groups:type_name -> stated.v1.KeyGroupRange
-	39, // 39: stated.v1.RescaleSubtask.sources:type_name -> stated.v1.RescaleSource
-	40, // 40: stated.v1.PlanRescaleResponse.subtasks:type_name -> stated.v1.RescaleSubtask
-	17, // 41: stated.v1.Stated.Open:input_type -> stated.v1.OpenRequest
-	20, // 42: stated.v1.Stated.Batch:input_type -> stated.v1.BatchRequest
-	27, // 43: stated.v1.Stated.Snapshot:input_type -> stated.v1.SnapshotRequest
-	29, // 44: stated.v1.Stated.CompleteCheckpoint:input_type -> stated.v1.CompleteCheckpointRequest
-	32, // 45: stated.v1.Stated.AbortCheckpoint:input_type -> stated.v1.AbortCheckpointRequest
-	34, // 46: stated.v1.Stated.ListCheckpoints:input_type -> stated.v1.ListCheckpointsRequest
-	36, // 47: stated.v1.Stated.TriggerSavepoint:input_type -> stated.v1.TriggerSavepointRequest
-	38, // 48: stated.v1.Stated.PlanRescale:input_type -> stated.v1.PlanRescaleRequest
-	42, // 49: stated.v1.Stated.CloseInstance:input_type -> stated.v1.CloseRequest
-	18, // 50: stated.v1.Stated.Open:output_type -> stated.v1.OpenResponse
-	26, // 51: stated.v1.Stated.Batch:output_type -> stated.v1.BatchResponse
-	28, // 52: stated.v1.Stated.Snapshot:output_type -> stated.v1.SnapshotResponse
-	31, // 53: stated.v1.Stated.CompleteCheckpoint:output_type -> stated.v1.CompleteCheckpointResponse
-	33, // 54: stated.v1.Stated.AbortCheckpoint:output_type -> stated.v1.AbortCheckpointResponse
-	35, // 55: stated.v1.Stated.ListCheckpoints:output_type -> stated.v1.ListCheckpointsResponse
-	37, // 56: stated.v1.Stated.TriggerSavepoint:output_type -> stated.v1.TriggerSavepointResponse
-	41, // 57: stated.v1.Stated.PlanRescale:output_type -> stated.v1.PlanRescaleResponse
-	43, // 58: stated.v1.Stated.CloseInstance:output_type -> stated.v1.CloseResponse
-	50, // [50:59] is the sub-list for method output_type
-	41, // [41:50] is the sub-list for method input_type
-	41, // [41:41] is the sub-list for extension type_name
-	41, // [41:41] is the sub-list for extension extendee
-	0,  // [0:41] is the sub-list for field type_name
+	21, // 19: stated.v1.BatchRequest.ops:type_name -> stated.v1.Op
+	23, // 20: stated.v1.BatchRequest.snapshot:type_name -> stated.v1.SnapshotBarrier
+	24, // 21: stated.v1.SnapshotBarrier.stats:type_name -> stated.v1.TaskCheckpointStats
+	31, // 22: stated.v1.SnapshotOutcome.result:type_name -> stated.v1.SnapshotResponse
+	26, // 23: stated.v1.Result.entries:type_name -> stated.v1.MapEntry
+	3,  // 24: stated.v1.Result.number_type:type_name -> stated.v1.NumberType
+	27, // 25: stated.v1.Result.timers:type_name -> stated.v1.Timer
+	9,  // 26: stated.v1.Result.operator_mode:type_name -> stated.v1.OperatorStateMode
+	28, // 27: stated.v1.BatchResponse.results:type_name -> stated.v1.Result
+	25, // 28: stated.v1.BatchResponse.snapshot:type_name -> stated.v1.SnapshotOutcome
+	24, // 29: stated.v1.SnapshotRequest.stats:type_name -> stated.v1.TaskCheckpointStats
+	15, // 30: stated.v1.CompleteCheckpointRequest.tasks:type_name -> stated.v1.TaskId
+	10, // 31: stated.v1.CheckpointInfo.state:type_name -> stated.v1.CheckpointStatus
+	33, // 32: stated.v1.CompleteCheckpointResponse.checkpoint:type_name -> stated.v1.CheckpointInfo
+	11, // 33: stated.v1.AbortCheckpointRequest.reason_code:type_name -> stated.v1.AbortReason
+	33, // 34: stated.v1.ListCheckpointsResponse.checkpoints:type_name -> stated.v1.CheckpointInfo
+	12, // 35: stated.v1.TriggerSavepointRequest.format:type_name -> stated.v1.SavepointFormat
+	15, // 36: stated.v1.RescaleSource.task:type_name -> stated.v1.TaskId
+	16, // 37: stated.v1.RescaleSource.key_groups:type_name -> stated.v1.KeyGroupRange
+	16, // 38: stated.v1.RescaleSource.overlap:type_name -> stated.v1.KeyGroupRange
+	4,  // 39: stated.v1.RescaleSource.backend_kind:type_name -> stated.v1.BackendKind
+	16, // 40: stated.v1.RescaleSubtask.key_groups:type_name -> stated.v1.KeyGroupRange
+	42, // 41: stated.v1.RescaleSubtask.sources:type_name -> stated.v1.RescaleSource
+	43, // 42: stated.v1.PlanRescaleResponse.subtasks:type_name -> stated.v1.RescaleSubtask
+	13, // 43: stated.v1.ChannelId.direction:type_name -> stated.v1.ChannelDirection
+	48, // 44: stated.v1.ChannelBuffer.records:type_name -> stated.v1.ChannelRecord
+	47, // 45: stated.v1.ChannelChunk.channel:type_name -> stated.v1.ChannelId
+	14, // 46: stated.v1.ChannelChunk.kind:type_name -> stated.v1.ChannelKind
+	49, // 47: stated.v1.ChannelChunk.buffers:type_name -> stated.v1.ChannelBuffer
+	50, // 48: stated.v1.WriteChannelStateRequest.chunks:type_name -> stated.v1.ChannelChunk
+	50, // 49: stated.v1.ReadChannelStateResponse.chunks:type_name -> stated.v1.ChannelChunk
+	19, // 50: stated.v1.Stated.Open:input_type -> stated.v1.OpenRequest
+	22, // 51: stated.v1.Stated.Batch:input_type -> stated.v1.BatchRequest
+	30, // 52: stated.v1.Stated.Snapshot:input_type -> stated.v1.SnapshotRequest
+	32, // 53: stated.v1.Stated.CompleteCheckpoint:input_type -> stated.v1.CompleteCheckpointRequest
+	35, // 54: stated.v1.Stated.AbortCheckpoint:input_type -> stated.v1.AbortCheckpointRequest
+	37, // 55: stated.v1.Stated.ListCheckpoints:input_type -> stated.v1.ListCheckpointsRequest
+	39, // 56: stated.v1.Stated.TriggerSavepoint:input_type -> stated.v1.TriggerSavepointRequest
+	41, // 57: stated.v1.Stated.PlanRescale:input_type -> stated.v1.PlanRescaleRequest
+	45, // 58: stated.v1.Stated.CloseInstance:input_type -> stated.v1.CloseRequest
+	51, // 59: stated.v1.Stated.WriteChannelState:input_type -> stated.v1.WriteChannelStateRequest
+	53, // 60: stated.v1.Stated.ReadChannelState:input_type -> stated.v1.ReadChannelStateRequest
+	20, // 61: stated.v1.Stated.Open:output_type -> stated.v1.OpenResponse
+	29, // 62: stated.v1.Stated.Batch:output_type -> stated.v1.BatchResponse
+	31, // 63: stated.v1.Stated.Snapshot:output_type -> stated.v1.SnapshotResponse
+	34, // 64: stated.v1.Stated.CompleteCheckpoint:output_type -> stated.v1.CompleteCheckpointResponse
+	36, // 65: stated.v1.Stated.AbortCheckpoint:output_type -> stated.v1.AbortCheckpointResponse
+	38, // 66: stated.v1.Stated.ListCheckpoints:output_type -> stated.v1.ListCheckpointsResponse
+	40, // 67: stated.v1.Stated.TriggerSavepoint:output_type -> stated.v1.TriggerSavepointResponse
+	44, // 68: stated.v1.Stated.PlanRescale:output_type -> stated.v1.PlanRescaleResponse
+	46, // 69: stated.v1.Stated.CloseInstance:output_type -> stated.v1.CloseResponse
+	52, // 70: stated.v1.Stated.WriteChannelState:output_type -> stated.v1.WriteChannelStateResponse
+	54, // 71: stated.v1.Stated.ReadChannelState:output_type -> stated.v1.ReadChannelStateResponse
+	61, // [61:72] is the sub-list for method output_type
+	50, // [50:61] is the sub-list for method input_type
+	50, // [50:50] is the sub-list for extension type_name
+	50, // [50:50] is the sub-list for extension extendee
+	0,  // [0:50] is the sub-list for field type_name
 }
 
 func init() { file_stated_proto_init() }
@@ -3845,8 +4653,8 @@ func file_stated_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_stated_proto_rawDesc), len(file_stated_proto_rawDesc)),
-			NumEnums:      13,
-			NumMessages:   31,
+			NumEnums:      15,
+			NumMessages:   40,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

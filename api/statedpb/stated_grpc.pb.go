@@ -73,6 +73,8 @@ const (
 	Stated_TriggerSavepoint_FullMethodName   = "/stated.v1.Stated/TriggerSavepoint"
 	Stated_PlanRescale_FullMethodName        = "/stated.v1.Stated/PlanRescale"
 	Stated_CloseInstance_FullMethodName      = "/stated.v1.Stated/CloseInstance"
+	Stated_WriteChannelState_FullMethodName  = "/stated.v1.Stated/WriteChannelState"
+	Stated_ReadChannelState_FullMethodName   = "/stated.v1.Stated/ReadChannelState"
 )
 
 // StatedClient is the client API for Stated service.
@@ -129,6 +131,23 @@ type StatedClient interface {
 	// which collides with the close() that gRPC clients in other languages
 	// (grpc-js) give every stub.
 	CloseInstance(ctx context.Context, in *CloseRequest, opts ...grpc.CallOption) (*CloseResponse, error)
+	// WriteChannelState stores the channel state (the in-flight buffers of an
+	// unaligned checkpoint) of one instance for one checkpoint. The first
+	// request names the instance, job and checkpoint; every request carries
+	// chunks, each a channel's next buffers in order (a channel may span many
+	// chunks and requests). The stream must end (its response received)
+	// before the instance takes the snapshot of that checkpoint, which then
+	// holds the channel state; a write after the snapshot, for a checkpoint
+	// already completed or aborted, fails with FAILED_PRECONDITION. The
+	// daemon merges the channel state of all its tasks of one checkpoint
+	// into as few objects as possible.
+	WriteChannelState(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[WriteChannelStateRequest, WriteChannelStateResponse], error)
+	// ReadChannelState streams the channel state an instance restored (Open
+	// with restore), channel by channel, each channel's buffers in order,
+	// then ends. On a rescale the records of keyed channels were handed to
+	// the subtask owning their key group; an instance restored without
+	// channel state (or from an aligned checkpoint) gets an empty stream.
+	ReadChannelState(ctx context.Context, in *ReadChannelStateRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ReadChannelStateResponse], error)
 }
 
 type statedClient struct {
@@ -232,6 +251,38 @@ func (c *statedClient) CloseInstance(ctx context.Context, in *CloseRequest, opts
 	return out, nil
 }
 
+func (c *statedClient) WriteChannelState(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[WriteChannelStateRequest, WriteChannelStateResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &Stated_ServiceDesc.Streams[1], Stated_WriteChannelState_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[WriteChannelStateRequest, WriteChannelStateResponse]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Stated_WriteChannelStateClient = grpc.ClientStreamingClient[WriteChannelStateRequest, WriteChannelStateResponse]
+
+func (c *statedClient) ReadChannelState(ctx context.Context, in *ReadChannelStateRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ReadChannelStateResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &Stated_ServiceDesc.Streams[2], Stated_ReadChannelState_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[ReadChannelStateRequest, ReadChannelStateResponse]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Stated_ReadChannelStateClient = grpc.ServerStreamingClient[ReadChannelStateResponse]
+
 // StatedServer is the server API for Stated service.
 // All implementations must embed UnimplementedStatedServer
 // for forward compatibility.
@@ -286,6 +337,23 @@ type StatedServer interface {
 	// which collides with the close() that gRPC clients in other languages
 	// (grpc-js) give every stub.
 	CloseInstance(context.Context, *CloseRequest) (*CloseResponse, error)
+	// WriteChannelState stores the channel state (the in-flight buffers of an
+	// unaligned checkpoint) of one instance for one checkpoint. The first
+	// request names the instance, job and checkpoint; every request carries
+	// chunks, each a channel's next buffers in order (a channel may span many
+	// chunks and requests). The stream must end (its response received)
+	// before the instance takes the snapshot of that checkpoint, which then
+	// holds the channel state; a write after the snapshot, for a checkpoint
+	// already completed or aborted, fails with FAILED_PRECONDITION. The
+	// daemon merges the channel state of all its tasks of one checkpoint
+	// into as few objects as possible.
+	WriteChannelState(grpc.ClientStreamingServer[WriteChannelStateRequest, WriteChannelStateResponse]) error
+	// ReadChannelState streams the channel state an instance restored (Open
+	// with restore), channel by channel, each channel's buffers in order,
+	// then ends. On a rescale the records of keyed channels were handed to
+	// the subtask owning their key group; an instance restored without
+	// channel state (or from an aligned checkpoint) gets an empty stream.
+	ReadChannelState(*ReadChannelStateRequest, grpc.ServerStreamingServer[ReadChannelStateResponse]) error
 	mustEmbedUnimplementedStatedServer()
 }
 
@@ -322,6 +390,12 @@ func (UnimplementedStatedServer) PlanRescale(context.Context, *PlanRescaleReques
 }
 func (UnimplementedStatedServer) CloseInstance(context.Context, *CloseRequest) (*CloseResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method CloseInstance not implemented")
+}
+func (UnimplementedStatedServer) WriteChannelState(grpc.ClientStreamingServer[WriteChannelStateRequest, WriteChannelStateResponse]) error {
+	return status.Error(codes.Unimplemented, "method WriteChannelState not implemented")
+}
+func (UnimplementedStatedServer) ReadChannelState(*ReadChannelStateRequest, grpc.ServerStreamingServer[ReadChannelStateResponse]) error {
+	return status.Error(codes.Unimplemented, "method ReadChannelState not implemented")
 }
 func (UnimplementedStatedServer) mustEmbedUnimplementedStatedServer() {}
 func (UnimplementedStatedServer) testEmbeddedByValue()                {}
@@ -495,6 +569,24 @@ func _Stated_CloseInstance_Handler(srv interface{}, ctx context.Context, dec fun
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Stated_WriteChannelState_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(StatedServer).WriteChannelState(&grpc.GenericServerStream[WriteChannelStateRequest, WriteChannelStateResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Stated_WriteChannelStateServer = grpc.ClientStreamingServer[WriteChannelStateRequest, WriteChannelStateResponse]
+
+func _Stated_ReadChannelState_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(ReadChannelStateRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(StatedServer).ReadChannelState(m, &grpc.GenericServerStream[ReadChannelStateRequest, ReadChannelStateResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Stated_ReadChannelStateServer = grpc.ServerStreamingServer[ReadChannelStateResponse]
+
 // Stated_ServiceDesc is the grpc.ServiceDesc for Stated service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -541,6 +633,16 @@ var Stated_ServiceDesc = grpc.ServiceDesc{
 			Handler:       _Stated_Batch_Handler,
 			ServerStreams: true,
 			ClientStreams: true,
+		},
+		{
+			StreamName:    "WriteChannelState",
+			Handler:       _Stated_WriteChannelState_Handler,
+			ClientStreams: true,
+		},
+		{
+			StreamName:    "ReadChannelState",
+			Handler:       _Stated_ReadChannelState_Handler,
+			ServerStreams: true,
 		},
 	},
 	Metadata: "stated.proto",

@@ -297,6 +297,60 @@ async function restores(c) {
   await re.closeInstance();
 }
 
+// Unaligned checkpoints: each subtask's in-flight buffers written before its
+// barrier, the statistics reported with it, the buffers read back after a
+// restore, and keyed records handed to their key group's owner on a rescale.
+async function channelState(c) {
+  const job = 'unaligned';
+  const spec = (sub, par, extra = {}) => ({ task: { job, operator: 'win', subtask: sub }, parallelism: par,
+    backendKind: 'BACKEND_KIND_FILE', states: [{ name: 'v', kind: 'STATE_KIND_VALUE' }], replace: true, ...extra });
+  const written = [];
+  const ins = [];
+  for (let sub = 0; sub < 2; sub++) {
+    const inst = await c.open(spec(sub, 2));
+    ins.push(inst);
+    const records = [];
+    for (let i = 0; i < 40; i++) {
+      const key = Buffer.from(`in-flight-${sub}-${i}`);
+      // An input channel of a keyed connection holds records of the
+      // subtask's own key groups; take the keys that land here.
+      const kg = keyGroup(key, inst.maxParallelism);
+      if (kg >= inst.keyGroups.start && kg <= inst.keyGroups.end) records.push({ keyGroup: kg, data: key });
+    }
+    written.push(...records.map((r) => r.data.toString()));
+    const chunk = { channel: { direction: 'CHANNEL_DIRECTION_INPUT', gate: 0, index: 0 }, kind: 'CHANNEL_KIND_KEYED',
+      buffers: [{ records: records.slice(0, 5) }, { records: records.slice(5) }] };
+    const resp = await inst.writeChannelState(1, [chunk]);
+    check(Number(resp.records) === records.length, `write channel state: ${JSON.stringify(resp)}`);
+    await inst.snapshot(1, false, { unaligned: true, alignmentMicros: 0, startDelayMicros: 5000 });
+  }
+  await rejects('channel state after the snapshot', ins[0].writeChannelState(1, []), status.FAILED_PRECONDITION);
+  const info = (await c.completeCheckpoint(job, 1)).checkpoint;
+  check(info.unaligned && Number(info.persistedInFlightBytes) > 0 && Number(info.startDelayMicros) === 5000,
+    `checkpoint statistics: ${JSON.stringify(info)}`);
+  for (const inst of ins) await inst.closeInstance();
+  // Rescale 2 -> 3: every record comes back once, at its key group's owner.
+  const got = [];
+  for (let sub = 0; sub < 3; sub++) {
+    const inst = await c.open(spec(sub, 3, { restore: { latest: true } }));
+    for (const ch of await inst.readChannelState()) {
+      check(ch.kind === 'CHANNEL_KIND_KEYED', `restored channel kind ${ch.kind}`);
+      for (const b of ch.buffers) {
+        for (const r of b.records) {
+          check(r.keyGroup >= inst.keyGroups.start && r.keyGroup <= inst.keyGroups.end,
+            `subtask ${sub} got key group ${r.keyGroup} outside ${JSON.stringify(inst.keyGroups)}`);
+          check(keyGroup(r.data, inst.maxParallelism) === r.keyGroup, `record ${r.data} carries another key group`);
+          got.push(r.data.toString());
+        }
+      }
+    }
+    await inst.closeInstance();
+  }
+  got.sort();
+  written.sort();
+  check(JSON.stringify(got) === JSON.stringify(written), `rescaled channel state: ${got.length} records, want ${written.length}`);
+}
+
 // 5. State written by the Go client, read here, and the other way round.
 async function crossCheck(c, d, xcheck) {
   execFileSync(xcheck, ['write', d.sock, 'xgo', 'go'], { stdio: 'inherit' });
@@ -491,6 +545,7 @@ async function main() {
     await step('every state kind on every backend', () => stateKinds(c));
     await step('snapshot barriers after unacknowledged batches', () => barriers(c));
     await step('restore modes', () => restores(c));
+    await step('unaligned checkpoints: channel state', () => channelState(c));
     await step('cross-check with the Go client', () => crossCheck(c, d, args.xcheck));
     await step('bad input', () => badInput(c));
     await step('kill, restart, restore', async () => { c = await restart(c, d); });

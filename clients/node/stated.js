@@ -203,10 +203,49 @@ class Instance {
   }
 
   // snapshot takes checkpoint id as a barrier: it holds every operation
-  // sent before it. Rejects with the barrier's error.
-  async snapshot(checkpointId, wait = false) {
-    const { snapshot } = await this.send([], { checkpointId, wait });
+  // sent before it. Rejects with the barrier's error. stats, when given, is
+  // a TaskCheckpointStats ({unaligned, alignmentMicros, startDelayMicros}).
+  async snapshot(checkpointId, wait = false, stats = undefined) {
+    const barrier = { checkpointId, wait };
+    if (stats) barrier.stats = stats;
+    const { snapshot } = await this.send([], barrier);
     return snapshotResult(snapshot);
+  }
+
+  // writeChannelState streams an unaligned checkpoint's in-flight buffers
+  // (ChannelChunk messages: {channel, kind, buffers: [{records:
+  // [{keyGroup, data}]}]}) for checkpointId, one request per chunk. Call
+  // it, and wait for it, before the snapshot barrier of that checkpoint.
+  writeChannelState(checkpointId, chunks) {
+    return new Promise((resolve, reject) => {
+      const call = this.client.rpc.WriteChannelState(this.client.meta, (err, resp) => {
+        if (err) reject(new StatedError(err.code, err.details || err.message));
+        else resolve(resp);
+      });
+      call.write({ instanceId: this.id, job: this.job, checkpointId, chunks: [] });
+      for (const chunk of chunks) call.write({ chunks: [chunk] });
+      call.end();
+    });
+  }
+
+  // readChannelState collects the restored channel state: the chunks the
+  // daemon streams, merged per channel (in stream order).
+  readChannelState() {
+    return new Promise((resolve, reject) => {
+      const out = [];
+      const call = this.client.rpc.ReadChannelState({ instanceId: this.id, job: this.job }, this.client.meta);
+      call.on('data', (resp) => {
+        for (const c of resp.chunks) {
+          const last = out[out.length - 1];
+          const same = last && last.channel.direction === c.channel.direction && last.channel.gate === c.channel.gate &&
+            last.channel.index === c.channel.index;
+          if (same) last.buffers.push(...c.buffers);
+          else out.push({ channel: c.channel, kind: c.kind, buffers: [...c.buffers] });
+        }
+      });
+      call.on('error', (err) => reject(new StatedError(err.code, err.details || err.message)));
+      call.on('end', () => resolve(out));
+    });
   }
 
   // Op builders: the key group is computed from the key.

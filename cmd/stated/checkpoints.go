@@ -25,7 +25,10 @@ func newCheckpointsCmd() *cobra.Command {
 id, status, duration, checkpointed size (what the checkpoint uploaded), full size
 (all its files; for tasks in changelog mode, the materialized bases), changelog
 size (the log its changelog-mode tasks replay after their bases; "-" when none
-or no longer retained) and the reason of failed ones; then the savepoints. It reads the
+or no longer retained), what the engine reported of how its tasks took it (type
+aligned or unaligned; the slowest task's synchronous and asynchronous part,
+alignment and start delay; the persisted in-flight bytes of unaligned ones; "-"
+when the tasks reported nothing) and the reason of failed ones; then the savepoints. It reads the
 store only, so it works while the daemon runs and after it stopped. Checkpoints
 that were in flight when a daemon stopped are not listed (their files are
 orphans that the sweep or "stated gc" removes). A checkpoint whose manifest is
@@ -85,15 +88,18 @@ func runCheckpoints(ctx context.Context, out, errOut io.Writer, store cliStore, 
 		}
 		fmt.Fprintf(out, "job %s\n", j)
 		tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
-		fmt.Fprintln(tw, "ID\tSTATUS\tDURATION\tCHECKPOINTED\tFULL\tCHANGELOG\tREASON")
+		fmt.Fprintln(tw, "ID\tSTATUS\tDURATION\tCHECKPOINTED\tFULL\tCHANGELOG\tTYPE\tSYNC\tASYNC\tALIGNMENT\tSTART DELAY\tIN-FLIGHT\tREASON")
 		for _, r := range c.List(j) {
 			reason := r.Reason
 			if r.Damaged != nil {
 				damaged = append(damaged, catalog.CheckpointDir(j, r.ID))
 				reason = r.Damaged.Error()
 			}
-			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\n", r.ID, statusText(r), r.Duration(now).Round(time.Millisecond),
-				bytesize.Format(r.CheckpointedSize), bytesize.Format(r.FullSize), changelogText(c, j, r), reason)
+			if r.WithoutChannelState {
+				reason = strings.TrimPrefix(reason+"; restored without its channel state", "; ")
+			}
+			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.ID, statusText(r), r.Duration(now).Round(time.Millisecond),
+				bytesize.Format(r.CheckpointedSize), bytesize.Format(r.FullSize), changelogText(c, j, r), statsText(r.Stats), reason)
 		}
 		tw.Flush()
 	}
@@ -162,4 +168,20 @@ func statusText(r catalog.Record) string {
 		return s + " (retained, pinned: restored without claim)"
 	}
 	return s + " (retained)"
+}
+
+// statsText is the TYPE, SYNC, ASYNC, ALIGNMENT, START DELAY and IN-FLIGHT
+// columns: what the tasks reported of how they took the checkpoint ("-"
+// when they reported nothing, as engines that do not report statistics).
+func statsText(st catalog.CheckpointStats) string {
+	if st == (catalog.CheckpointStats{}) {
+		return "-\t-\t-\t-\t-\t-"
+	}
+	typ := "aligned"
+	if st.Unaligned {
+		typ = "unaligned"
+	}
+	us := func(v int64) string { return (time.Duration(v) * time.Microsecond).Round(time.Microsecond).String() }
+	return strings.Join([]string{typ, us(st.SyncMicros), us(st.AsyncMicros), us(st.AlignmentMicros), us(st.StartDelayMicros),
+		bytesize.Format(st.InFlightBytes)}, "\t")
 }

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/statedhq/stated/backend"
+	"github.com/statedhq/stated/catalog"
 	"github.com/statedhq/stated/daemon"
 	"github.com/statedhq/stated/internal/bytesize"
 	"github.com/statedhq/stated/node"
@@ -64,5 +65,21 @@ func TestCheckpointsTableChangelog(t *testing.T) {
 	}
 	if !strings.Contains(out.String(), "CHANGELOG") || !strings.Contains(row2, bytesize.Format(logBytes)) {
 		t.Fatalf("checkpoint 2 reads %d log bytes (%s); the table says:\n%s", logBytes, bytesize.Format(logBytes), out.String())
+	}
+}
+
+// The statistics columns: "-" for a checkpoint whose tasks reported
+// nothing, the type and figures otherwise.
+func TestStatsText(t *testing.T) {
+	if got := statsText(catalog.CheckpointStats{}); got != "-\t-\t-\t-\t-\t-" {
+		t.Fatalf("nothing reported: %q", got)
+	}
+	got := statsText(catalog.CheckpointStats{Unaligned: true, SyncMicros: 1500, AsyncMicros: 2_000_000, AlignmentMicros: 0,
+		StartDelayMicros: 40_000, InFlightBytes: 3 << 20})
+	if want := "unaligned\t1.5ms\t2s\t0s\t40ms\t3.0 MiB"; got != want {
+		t.Fatalf("got %q, want %q", got, want)
+	}
+	if got := statsText(catalog.CheckpointStats{AlignmentMicros: 7}); !strings.HasPrefix(got, "aligned\t") {
+		t.Fatalf("aligned: %q", got)
 	}
 }

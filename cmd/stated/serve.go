@@ -60,6 +60,7 @@ type serveFlags struct {
 	lsmCacheSize      string
 	fileCompression   string
 	checkpointTimeout time.Duration
+	channelLinger     time.Duration
 	idleTimeout       time.Duration
 	gcGrace           time.Duration
 	sweepInterval     time.Duration
@@ -133,6 +134,7 @@ the grace ends, closes every backend and exits 0.`,
 	fl.StringVar(&f.lsmCacheSize, "lsm-cache-size", "128MiB", "block cache shared by every lsm instance")
 	fl.StringVar(&f.fileCompression, "file-compression", "", `compression of file-backend snapshots: "" or "zstd"`)
 	fl.DurationVar(&f.checkpointTimeout, "checkpoint-timeout", daemon.DefaultCheckpointTimeout, "a checkpoint not completed within this is aborted as expired")
+	fl.DurationVar(&f.channelLinger, "channel-state-linger", daemon.DefaultChannelStateLinger, "how long a task's upload of unaligned channel state waits for the job's other tasks here, so that one object holds them all")
 	fl.DurationVar(&f.idleTimeout, "idle-instance-timeout", daemon.DefaultIdleInstanceTimeout,
 		"an instance with no batch stream (its task died without closing it) for this long is closed; negative: never")
 	fl.DurationVar(&f.gcGrace, "gc-grace", catalog.DefaultGCGrace, "age an unreferenced checkpoint file must reach before the sweep deletes it")
@@ -295,7 +297,7 @@ func (f *serveFlags) nodeOptions(log *slog.Logger) (node.Options, error) {
 		NodeID: f.nodeID, RaftAddr: f.raftAddr, RaftAdvertise: f.raftAdvertise, RaftPeers: f.raftPeers, RaftDir: f.raftDir,
 		ClusterTLSCert: f.clusterTLSCert, ClusterTLSKey: f.clusterTLSKey, ClusterTLSCA: f.clusterTLSCA, ClusterToken: f.clusterToken,
 		CheckpointStore: f.checkpointStore, S3: f.s3.options(), CacheDir: f.cache.dir, CacheBytes: size("cache-bytes", f.cache.bytes),
-		Retain: f.retain, GCGrace: f.gcGrace, SweepInterval: f.sweepInterval, CheckpointTimeout: f.checkpointTimeout,
+		Retain: f.retain, GCGrace: f.gcGrace, SweepInterval: f.sweepInterval, CheckpointTimeout: f.checkpointTimeout, ChannelStateLinger: f.channelLinger,
 		IdleInstanceTimeout: f.idleTimeout, HeapSnapshotCap: size("heap-snapshot-cap", f.heapSnapshotCap),
 		MaxValueSize: int(size("max-value-size", f.maxValueSize)), MaxMessageSize: int(size("max-message-size", f.maxMessageSize)),
 		MaxMemoryState: size("max-memory-state", f.maxMemoryState), MaxInstances: f.maxInstances,
@@ -338,7 +340,7 @@ var flagOf = map[string]string{
 	"CheckpointStore": "checkpoint-store", "CacheDir": "cache-dir", "CacheBytes": "cache-bytes",
 	"S3.Endpoint": "s3-endpoint", "S3.Region": "s3-region", "S3.Addressing": "s3-path-style",
 	"S3.AccessKeyID": "s3-access-key-id", "S3.SecretAccessKey": "s3-secret-access-key",
-	"Retain": "retain", "GCGrace": "gc-grace", "SweepInterval": "sweep-interval", "CheckpointTimeout": "checkpoint-timeout",
+	"Retain": "retain", "GCGrace": "gc-grace", "SweepInterval": "sweep-interval", "CheckpointTimeout": "checkpoint-timeout", "ChannelStateLinger": "channel-state-linger",
 	"IdleInstanceTimeout": "idle-instance-timeout", "HeapSnapshotCap": "heap-snapshot-cap", "MaxValueSize": "max-value-size",
 	"MaxMessageSize": "max-message-size", "MaxMemoryState": "max-memory-state", "MaxInstances": "max-instances",
 	"MaxStreamsPerInstance": "max-streams-per-instance", "QueueDepth": "queue-depth", "MaxConcurrentStreams": "max-concurrent-streams",

@@ -84,6 +84,14 @@ type Checkpoint struct {
 	Owner            string    `json:"owner,omitempty"`
 	RestoredFrom     bool      `json:"restoredFrom"` // open instances were restored from it
 	Damaged          string    `json:"damaged,omitempty"`
+	// What the tasks reported of how they took it (unaligned checkpoints'
+	// statistics); Reported is false when they reported nothing.
+	Reported            bool    `json:"reported"`
+	Unaligned           bool    `json:"unaligned"`
+	AlignmentMS         float64 `json:"alignmentMs"`
+	StartDelayMS        float64 `json:"startDelayMs"`
+	InFlightBytes       int64   `json:"inFlightBytes"`
+	WithoutChannelState bool    `json:"withoutChannelState,omitempty"`
 }
 
 // Instance is one open backend instance.
@@ -229,6 +237,16 @@ func Collect(src Source) State {
 				cp.Failed = true
 				j.Failed++
 			}
+			if st := r.Stats; st != (catalog.CheckpointStats{}) {
+				cp.Reported, cp.Unaligned, cp.InFlightBytes = true, st.Unaligned, st.InFlightBytes
+				cp.AlignmentMS = float64(st.AlignmentMicros) / 1000
+				cp.StartDelayMS = float64(st.StartDelayMicros) / 1000
+				// The tasks' own measure, also when another daemon
+				// completed it.
+				s, a := float64(st.SyncMicros)/1000, float64(st.AsyncMicros)/1000
+				cp.SyncMS, cp.AsyncMS = &s, &a
+			}
+			cp.WithoutChannelState = r.WithoutChannelState
 			if r.Damaged != nil {
 				cp.Damaged = r.Damaged.Error()
 				cp.Failed = true

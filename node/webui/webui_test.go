@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/statedhq/stated/api/client"
 	"github.com/statedhq/stated/backend"
@@ -60,7 +61,17 @@ func history(t *testing.T, token string) (*node.Node, string) {
 		for i := range 200 * int(id) {
 			in.Put("v", []byte(fmt.Sprintf("k%d-%d", id, i)), nil, []byte(strings.Repeat("x", 100)))
 		}
-		if _, err := in.Snapshot(ctx, id, true); err != nil {
+		o := client.SnapshotOptions{Wait: true}
+		if id == 3 {
+			// An unaligned checkpoint with in-flight data.
+			err := in.WriteChannelState(ctx, id, []client.ChannelState{{Channel: backend.ChannelID{Direction: backend.ChannelInput},
+				Kind: backend.ChannelForward, Buffers: [][]client.ChannelRecord{{{Data: []byte("in flight")}}}}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			o.Stats = &client.CheckpointStats{Unaligned: true, StartDelay: 7 * time.Millisecond}
+		}
+		if _, err := in.SnapshotWith(ctx, id, o); err != nil {
 			t.Fatal(err)
 		}
 		if id == 4 {
@@ -141,6 +152,12 @@ func TestStateAndPage(t *testing.T) {
 			t.Fatalf("completed checkpoint %d: %+v", cp.ID, cp)
 		}
 	}
+	if cp := j.Checkpoints[1]; !cp.Reported || !cp.Unaligned || cp.InFlightBytes <= 0 || cp.StartDelayMS != 7 {
+		t.Fatalf("unaligned checkpoint 3: %+v", cp)
+	}
+	if cp := j.Checkpoints[2]; cp.Reported || cp.Unaligned || cp.InFlightBytes != 0 {
+		t.Fatalf("checkpoint 2 reported nothing: %+v", cp)
+	}
 	if j.Checkpoints[1].FullSize <= j.Checkpoints[3].FullSize {
 		t.Fatalf("full size did not grow: 3 %d, 1 %d", j.Checkpoints[1].FullSize, j.Checkpoints[3].FullSize)
 	}
@@ -167,7 +184,7 @@ func TestStateAndPage(t *testing.T) {
 		t.Fatalf("/ui/ %d", code)
 	}
 	for _, want := range []string{`data-id="4" data-status="aborted"`, `class="checkpoint failed"`, failReason,
-		`data-chart="duration"`, `data-chart="size"`, `class="bar failed"`, `data-task="orders/sum/0"`,
+		`data-chart="duration"`, `data-chart="size"`, `<td class="type">unaligned</td>`, `class="bar failed"`, `data-task="orders/sum/0"`,
 		`<span class="badge pinned">pinned</span><span class="badge restored">restored from</span>`, "restored from checkpoint 2"} {
 		if !strings.Contains(page, want) {
 			t.Errorf("page lacks %s", want)

@@ -7,6 +7,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"os"
+	"reflect"
 	"slices"
 	"sort"
 	"strconv"
@@ -115,6 +116,63 @@ type crashTask struct {
 	in    *client.Instance
 	mu    sync.Mutex
 	snaps map[uint64]*model // model at each Snapshot
+	// chans is the channel state written before each unaligned snapshot.
+	chans map[uint64][]client.ChannelState
+}
+
+// snapshot takes checkpoint id; odd ids are unaligned: the task first
+// writes in-flight buffers (a keyed input channel whose records carry its
+// own keys, and a forward output subpartition), which a restore from id
+// must give back.
+func (t *crashTask) snapshot(ctx context.Context, id uint64) error {
+	t.mu.Lock()
+	t.snaps[id] = t.m.clone()
+	t.mu.Unlock()
+	o := client.SnapshotOptions{}
+	if id%2 == 1 {
+		in := client.ChannelState{Channel: backend.ChannelID{Direction: backend.ChannelInput, Gate: 0, Index: int32(id % 3)}, Kind: backend.ChannelKeyed}
+		for b := range 1 + int(id%4) {
+			var buf []client.ChannelRecord
+			for r := range 3 {
+				k := t.keys[(int(id)+b*3+r)%len(t.keys)]
+				buf = append(buf, client.ChannelRecord{KeyGroup: int32(t.kg[k]), Data: fmt.Appendf(nil, "%s@%d/%d/%d", k, id, b, r)})
+			}
+			in.Buffers = append(in.Buffers, buf)
+		}
+		out := client.ChannelState{Channel: backend.ChannelID{Direction: backend.ChannelOutput}, Kind: backend.ChannelForward,
+			Buffers: [][]client.ChannelRecord{{{Data: fmt.Appendf(nil, "%s forward %d", t.id, id)}}}}
+		chans := []client.ChannelState{in, out}
+		t.mu.Lock()
+		t.chans[id] = chans
+		t.mu.Unlock()
+		if err := t.in.WriteChannelState(ctx, id, chans); err != nil {
+			return fmt.Errorf("%s: channel state %d: %w", t.id, id, err)
+		}
+		o.Stats = &client.CheckpointStats{Unaligned: true}
+	}
+	if _, err := t.in.SnapshotWith(ctx, id, o); err != nil {
+		return fmt.Errorf("%s: snapshot %d: %w", t.id, id, err)
+	}
+	return nil
+}
+
+// verifyChannels compares the restored channel state with what the task
+// wrote for checkpoint id (none for an aligned one).
+func (t *crashTask) verifyChannels(ctx context.Context, id uint64) error {
+	got, err := t.in.ReadChannelState(ctx)
+	if err != nil {
+		return fmt.Errorf("%s: read channel state: %w", t.id, err)
+	}
+	t.mu.Lock()
+	want := t.chans[id]
+	t.mu.Unlock()
+	if len(got) == 0 && len(want) == 0 {
+		return nil
+	}
+	if !reflect.DeepEqual(got, want) {
+		return fmt.Errorf("%s: channel state restored from %d:\n%v\nwant\n%v", t.id, id, got, want)
+	}
+	return nil
 }
 
 // checks collects read checks of one burst; they run after it is issued.
@@ -405,7 +463,8 @@ func runCrashRestart(t *testing.T, changelog bool, args ...string) {
 		}
 		kind := kinds[i%len(kinds)]
 		tk := &crashTask{id: backend.TaskID{Job: crashJob, Operator: "op", Subtask: i}, kind: kind,
-			rng: rand.New(rand.NewPCG(seed, uint64(i))), m: newModel(), snaps: map[uint64]*model{}, kg: map[string]int{}}
+			rng: rand.New(rand.NewPCG(seed, uint64(i))), m: newModel(), snaps: map[uint64]*model{}, kg: map[string]int{},
+			chans: map[uint64][]client.ChannelState{}}
 		r := backend.KeyGroupRangeForOperator(backend.DefaultMaxParallelism, parallelism, i)
 		for j := 0; len(tk.keys) < 24; j++ {
 			k := fmt.Sprintf("key-%d-%d", i, j)
@@ -463,6 +522,9 @@ func runCrashRestart(t *testing.T, changelog bool, args ...string) {
 			if err := tk.verify(ctx); err != nil {
 				t.Fatalf("round %d, after restore from %d: %v", round, last, err)
 			}
+			if err := tk.verifyChannels(ctx, last); err != nil {
+				t.Fatalf("round %d: %v", round, err)
+			}
 		}
 		checkHeap(ctx, t, c, round, &heapID)
 		if round == rounds {
@@ -488,6 +550,9 @@ func runCrashRestart(t *testing.T, changelog bool, args ...string) {
 					t.Fatal(err)
 				}
 				if err := tk.verify(ctx); err != nil {
+					t.Fatalf("after SIGTERM and restart: %v", err)
+				}
+				if err := tk.verifyChannels(ctx, confirmed); err != nil {
 					t.Fatalf("after SIGTERM and restart: %v", err)
 				}
 			}
@@ -543,10 +608,7 @@ func closeTasks(tasks []*crashTask) {
 // runCheckpoint snapshots every task with id and completes it.
 func runCheckpoint(ctx context.Context, t *testing.T, c *client.Client, tasks []*crashTask, id uint64) {
 	for _, tk := range tasks {
-		tk.mu.Lock()
-		tk.snaps[id] = tk.m.clone()
-		tk.mu.Unlock()
-		if _, err := tk.in.Snapshot(ctx, id, false); err != nil {
+		if err := tk.snapshot(ctx, id); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -631,11 +693,8 @@ func runUntilKill(ctx context.Context, t *testing.T, p *proc, c *client.Client, 
 				case <-stop:
 					return
 				case id := <-reqs[i]:
-					tk.mu.Lock()
-					tk.snaps[id] = tk.m.clone()
-					tk.mu.Unlock()
-					if _, err := tk.in.Snapshot(ctx, id, false); err != nil {
-						fail(fmt.Errorf("%s: snapshot %d: %w", tk.id, id, err))
+					if err := tk.snapshot(ctx, id); err != nil {
+						fail(err)
 						return
 					}
 					select {

@@ -23,6 +23,11 @@ const (
 
 	barrierCheckpointID = 1
 	barrierWait         = 2
+	barrierStats        = 3
+
+	statsUnaligned  = 1
+	statsAlignment  = 2
+	statsStartDelay = 3
 
 	opType       = 1
 	opState      = 2
@@ -103,6 +108,22 @@ type Batch struct {
 type Barrier struct {
 	CheckpointID uint64
 	Wait         bool
+	// HasStats: the barrier carries TaskCheckpointStats (Stats).
+	HasStats bool
+	Stats    Stats
+}
+
+// Stats is a decoded stated.v1.TaskCheckpointStats.
+type Stats struct {
+	Unaligned        bool
+	AlignmentMicros  int64
+	StartDelayMicros int64
+}
+
+func statsSize(st Stats) int {
+	return sizeVarintField(statsUnaligned, boolWire(st.Unaligned)) +
+		sizeVarintField(statsAlignment, uint64(st.AlignmentMicros)) +
+		sizeVarintField(statsStartDelay, uint64(st.StartDelayMicros))
 }
 
 // Result is the result of one operation (Number.Type 0: no number).
@@ -231,10 +252,22 @@ func AppendBatchHeader(b []byte, seq uint64, instanceID []byte, job string) []by
 // written even when empty: its presence is the barrier.
 func AppendSnapshotBarrier(b []byte, br Barrier) []byte {
 	n := sizeVarintField(barrierCheckpointID, br.CheckpointID) + sizeVarintField(barrierWait, boolWire(br.Wait))
+	sn := statsSize(br.Stats)
+	if br.HasStats {
+		n += sizeBytesField(barrierStats, sn)
+	}
 	b = protowire.AppendTag(b, reqSnapshot, protowire.BytesType)
 	b = protowire.AppendVarint(b, uint64(n))
 	b = appendVarintField(b, barrierCheckpointID, br.CheckpointID)
-	return appendVarintField(b, barrierWait, boolWire(br.Wait))
+	b = appendVarintField(b, barrierWait, boolWire(br.Wait))
+	if br.HasStats {
+		b = protowire.AppendTag(b, barrierStats, protowire.BytesType)
+		b = protowire.AppendVarint(b, uint64(sn))
+		b = appendVarintField(b, statsUnaligned, boolWire(br.Stats.Unaligned))
+		b = appendVarintField(b, statsAlignment, uint64(br.Stats.AlignmentMicros))
+		b = appendVarintField(b, statsStartDelay, uint64(br.Stats.StartDelayMicros))
+	}
+	return b
 }
 
 // AppendSnapshotOutcome appends BatchResponse.snapshot: outcome is an
@@ -274,6 +307,33 @@ func decodeBarrier(data []byte, br *Barrier) error {
 			br.CheckpointID = f.v
 		case f.num == barrierWait && f.typ == protowire.VarintType:
 			br.Wait = f.v != 0
+		case f.num == barrierStats && f.typ == protowire.BytesType:
+			br.HasStats = true
+			if err := decodeStats(f.b, &br.Stats); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func decodeStats(data []byte, st *Stats) error {
+	for len(data) > 0 {
+		f, rest, err := next(data)
+		if err != nil {
+			return err
+		}
+		data = rest
+		if f.typ != protowire.VarintType {
+			continue
+		}
+		switch f.num {
+		case statsUnaligned:
+			st.Unaligned = f.v != 0
+		case statsAlignment:
+			st.AlignmentMicros = int64(f.v)
+		case statsStartDelay:
+			st.StartDelayMicros = int64(f.v)
 		}
 	}
 	return nil

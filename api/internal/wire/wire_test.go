@@ -69,6 +69,10 @@ func TestBatchRequestMatchesProto(t *testing.T) {
 		if rapid.Bool().Draw(t, "barrier") {
 			// An empty barrier (id 0, no wait) is still a barrier.
 			req.Snapshot = &pb.SnapshotBarrier{CheckpointId: rapid.Uint64Range(0, 1<<40).Draw(t, "ckpt"), Wait: rapid.Bool().Draw(t, "wait")}
+			if rapid.Bool().Draw(t, "stats") {
+				req.Snapshot.Stats = &pb.TaskCheckpointStats{Unaligned: rapid.Bool().Draw(t, "unaligned"),
+					AlignmentMicros: rapid.Int64().Draw(t, "align"), StartDelayMicros: rapid.Int64().Draw(t, "delay")}
+			}
 		}
 		// generated -> hand decoder
 		data, err := proto.Marshal(req)
@@ -88,6 +92,10 @@ func TestBatchRequestMatchesProto(t *testing.T) {
 		if bt.HasSnapshot != (req.Snapshot != nil) || bt.Snapshot.CheckpointID != req.Snapshot.GetCheckpointId() || bt.Snapshot.Wait != req.Snapshot.GetWait() {
 			t.Fatalf("barrier %v %+v, want %v", bt.HasSnapshot, bt.Snapshot, req.Snapshot)
 		}
+		st := req.Snapshot.GetStats()
+		if bt.Snapshot.HasStats != (st != nil) || bt.Snapshot.Stats != (Stats{st.GetUnaligned(), st.GetAlignmentMicros(), st.GetStartDelayMicros()}) {
+			t.Fatalf("barrier stats %+v, want %v", bt.Snapshot, st)
+		}
 		// hand encoder -> generated decoder, byte for byte what the
 		// generated encoder writes (deterministic, canonical).
 		var b []byte
@@ -98,7 +106,11 @@ func TestBatchRequestMatchesProto(t *testing.T) {
 		}
 		b = AppendBatchHeader(b, req.Seq, req.InstanceId, req.Job)
 		if req.Snapshot != nil {
-			b = AppendSnapshotBarrier(b, Barrier{CheckpointID: req.Snapshot.CheckpointId, Wait: req.Snapshot.Wait})
+			br := Barrier{CheckpointID: req.Snapshot.CheckpointId, Wait: req.Snapshot.Wait}
+			if st := req.Snapshot.Stats; st != nil {
+				br.HasStats, br.Stats = true, Stats{st.Unaligned, st.AlignmentMicros, st.StartDelayMicros}
+			}
+			b = AppendSnapshotBarrier(b, br)
 		}
 		var back pb.BatchRequest
 		if err := proto.Unmarshal(b, &back); err != nil {
@@ -225,12 +237,13 @@ func TestSchemaMatchesCodec(t *testing.T) {
 		"BatchRequest": {"1 instance_id", "2 job", "3 seq", "4 ops", "5 snapshot"},
 		// The response's snapshot outcome is passed through encoded by the
 		// generated code; the barrier is encoded by hand.
-		"SnapshotBarrier": {"1 checkpoint_id", "2 wait"},
-		"Op":              {"1 type", "2 state", "3 key_group", "4 key", "5 namespace", "6 user_key", "7 value", "8 values", "9 number_type", "10 int_value", "11 float_value", "12 timestamp", "13 limit", "14 operator_mode"},
-		"BatchResponse":   {"1 seq", "2 results", "3 snapshot"},
-		"Result":          {"1 code", "2 error", "3 found", "4 value", "5 values", "6 entries", "7 more", "8 number_type", "9 int_value", "10 float_value", "11 timers", "12 index", "13 operator_mode"},
-		"MapEntry":        {"1 user_key", "2 value"},
-		"Timer":           {"1 key_group", "2 key", "3 namespace", "4 timestamp"},
+		"SnapshotBarrier":     {"1 checkpoint_id", "2 wait", "3 stats"},
+		"TaskCheckpointStats": {"1 unaligned", "2 alignment_micros", "3 start_delay_micros"},
+		"Op":                  {"1 type", "2 state", "3 key_group", "4 key", "5 namespace", "6 user_key", "7 value", "8 values", "9 number_type", "10 int_value", "11 float_value", "12 timestamp", "13 limit", "14 operator_mode"},
+		"BatchResponse":       {"1 seq", "2 results", "3 snapshot"},
+		"Result":              {"1 code", "2 error", "3 found", "4 value", "5 values", "6 entries", "7 more", "8 number_type", "9 int_value", "10 float_value", "11 timers", "12 index", "13 operator_mode"},
+		"MapEntry":            {"1 user_key", "2 value"},
+		"Timer":               {"1 key_group", "2 key", "3 namespace", "4 timestamp"},
 	}
 	msgs := pb.File_stated_proto.Messages()
 	for name, fields := range want {
