@@ -2,11 +2,10 @@ package checkpointsim
 
 import (
 	"context"
-	"encoding/binary"
-	"errors"
 	"fmt"
 	"time"
 
+	"github.com/statedhq/stated/api/client"
 	pb "github.com/statedhq/stated/api/statedpb"
 	"github.com/statedhq/stated/backend"
 )
@@ -25,10 +24,6 @@ type snapOptions struct {
 	alignment, startDelay time.Duration
 }
 
-type snapResult struct {
-	syncMicros, asyncMicros int64
-}
-
 // channelStore is the part of the daemon's API the simulator needs for
 // checkpoints: channel state written before a task's snapshot of the
 // same checkpoint, read back after a restore, and the snapshot.
@@ -39,96 +34,75 @@ type channelStore interface {
 	// read returns t's restored channel state; rescaled says t's operator
 	// changed parallelism (its keyed records were redistributed).
 	read(ctx context.Context, t *task, rescaled bool) ([]chanState, error)
-	snapshot(ctx context.Context, t *task, id uint64, o snapOptions) (snapResult, error)
+	snapshot(ctx context.Context, t *task, id uint64, o snapOptions) error
 }
 
-// listChannels is the channel state the union operator list
-// channel-state holds, until the daemon's channel-state API is there.
-// Every subtask gets every element of a union list back: an element names
-// its old subtask, and a task keeps its own, or, rescaled, the keyed
-// records whose key group it owns.
-type listChannels struct{}
+// daemonChannels is the daemon's channel-state API.
+type daemonChannels struct{}
 
-const listChannelState = "channel-state"
-
-func (listChannels) write(_ context.Context, t *task, _ uint64, cs []chanState, _ int) error {
-	var elems [][]byte
-	for _, c := range cs {
-		for _, r := range c.recs {
-			e := binary.AppendUvarint(nil, uint64(t.idx))
-			e = append(e, dirByte(c.id.Direction))
-			e = binary.AppendUvarint(e, uint64(c.id.Index))
-			elems = append(elems, append(e, r.encode()...))
+func (daemonChannels) write(ctx context.Context, t *task, id uint64, cs []chanState, perBuffer int) error {
+	if len(cs) == 0 {
+		return nil
+	}
+	out := make([]client.ChannelState, len(cs))
+	for i, c := range cs {
+		out[i] = client.ChannelState{Channel: c.id, Kind: c.kind}
+		for len(c.recs) > 0 {
+			n := min(perBuffer, len(c.recs))
+			buf := make([]client.ChannelRecord, n)
+			for k, r := range c.recs[:n] {
+				buf[k] = client.ChannelRecord{KeyGroup: r.kg, Data: r.encode()}
+			}
+			out[i].Buffers = append(out[i].Buffers, buf)
+			c.recs = c.recs[n:]
 		}
 	}
-	// No elements removes the list: a checkpoint without channel state.
-	t.inst.SetOperatorList(listChannelState, backend.OperatorUnion, elems...)
-	return nil
+	return t.inst.WriteChannelState(ctx, id, out)
 }
 
-func dirByte(d backend.ChannelDirection) byte {
-	if d == backend.ChannelOutput {
-		return 1
-	}
-	return 0
-}
-
-var errBadElement = errors.New("checkpointsim: bad channel-state element")
-
-func (listChannels) read(ctx context.Context, t *task, rescaled bool) ([]chanState, error) {
-	l, err := t.inst.GetOperatorList(listChannelState).Wait(ctx)
+// read decodes t's restored channel state. The daemon already handed a
+// rescaled task the keyed records of its key groups; a record outside
+// them would be the daemon's error, and is refused.
+func (daemonChannels) read(ctx context.Context, t *task, rescaled bool) ([]chanState, error) {
+	in, err := t.inst.ReadChannelState(ctx)
 	if err != nil {
 		return nil, err
 	}
-	byID := map[backend.ChannelID]int{}
-	var out []chanState
-	for _, e := range l.Elements {
-		sub, n := binary.Uvarint(e)
-		if n <= 0 || len(e) < n+1 {
-			return nil, errBadElement
-		}
-		dir := backend.ChannelInput
-		if e[n] == 1 {
-			dir = backend.ChannelOutput
-		}
-		idx, m := binary.Uvarint(e[n+1:])
-		if m <= 0 || idx > 1<<20 {
-			return nil, errBadElement
-		}
-		r, err := decodeRecord(e[n+1+m:], t.j.o.Keys, t.j.kgs)
-		if err != nil {
-			return nil, err
-		}
-		if rescaled {
-			if !t.inst.KeyGroups().Contains(int(r.kg)) {
-				continue
+	out := make([]chanState, 0, len(in))
+	for _, c := range in {
+		cs := chanState{id: c.Channel, kind: c.Kind}
+		for _, buf := range c.Buffers {
+			for _, cr := range buf {
+				r, err := decodeRecord(cr.Data, t.j.o.Keys, t.j.kgs)
+				if err != nil {
+					return nil, fmt.Errorf("channel %s: %w", c.Channel, err)
+				}
+				if r.kg != cr.KeyGroup {
+					return nil, fmt.Errorf("channel %s: a record of key group %d stored under %d", c.Channel, r.kg, cr.KeyGroup)
+				}
+				if rescaled && !t.inst.KeyGroups().Contains(int(r.kg)) {
+					return nil, fmt.Errorf("channel %s: key group %d is outside %s", c.Channel, r.kg, t.inst.KeyGroups())
+				}
+				cs.recs = append(cs.recs, r)
 			}
-		} else if sub != uint64(t.idx) {
-			continue
 		}
-		id := backend.ChannelID{Direction: dir, Index: int32(idx)}
-		i, ok := byID[id]
-		if !ok {
-			i = len(out)
-			byID[id] = i
-			out = append(out, chanState{id: id, kind: backend.ChannelKeyed})
-		}
-		out[i].recs = append(out[i].recs, r)
+		out = append(out, cs)
 	}
 	return out, nil
 }
 
-func (listChannels) snapshot(ctx context.Context, t *task, id uint64, _ snapOptions) (snapResult, error) {
-	resp, err := t.inst.Snapshot(ctx, id, true)
-	if err != nil {
-		return snapResult{}, err
-	}
-	return snapResult{syncMicros: resp.GetSyncMicros(), asyncMicros: resp.GetAsyncMicros()}, nil
+func (daemonChannels) snapshot(ctx context.Context, t *task, id uint64, o snapOptions) error {
+	// Without waiting for the upload: the daemon seals the checkpoint's
+	// shared channel state object once every task here has snapshotted,
+	// which a task waiting on its own upload would hold back.
+	_, err := t.inst.SnapshotWith(ctx, id, client.SnapshotOptions{
+		Stats: &client.CheckpointStats{Unaligned: o.unaligned, Alignment: o.alignment, StartDelay: o.startDelay}})
+	return err
 }
 
 // daemonInFlight is the persisted in-flight data the daemon reports for a
 // checkpoint.
-func daemonInFlight(*pb.CheckpointInfo) int64 { return 0 }
+func daemonInFlight(info *pb.CheckpointInfo) int64 { return info.GetPersistedInFlightBytes() }
 
 // external is the system the sinks write to (a transactional message
 // queue, say): it outlives the job's failures. A transaction is named by

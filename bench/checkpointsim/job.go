@@ -769,7 +769,7 @@ func (j *job) snapshot(t *task, cs []chanState, unaligned bool, alignment, start
 		j.fail(fmt.Errorf("checkpointsim: %s: channel state of checkpoint %d: %w", t, cur.id, err))
 		return
 	}
-	res, err := j.chans.snapshot(j.ctx, t, cur.id, snapOptions{unaligned: unaligned,
+	err := j.chans.snapshot(j.ctx, t, cur.id, snapOptions{unaligned: unaligned,
 		alignment: time.Duration(alignment) * time.Microsecond, startDelay: time.Duration(startDelay) * time.Microsecond})
 	if err != nil {
 		j.fail(fmt.Errorf("checkpointsim: %s: snapshot %d: %w", t, cur.id, err))
@@ -779,8 +779,6 @@ func (j *job) snapshot(t *task, cs []chanState, unaligned bool, alignment, start
 	cur.acked[t] = true
 	st.AlignmentMs = max(st.AlignmentMs, ms(alignment))
 	st.StartDelayMs = max(st.StartDelayMs, ms(startDelay))
-	st.SyncMs = max(st.SyncMs, float64(res.syncMicros)/1e3)
-	st.AsyncMs = max(st.AsyncMs, float64(res.asyncMicros)/1e3)
 	if unaligned {
 		st.UnalignedTasks++
 	}
@@ -816,6 +814,12 @@ func (j *job) complete(id uint64) {
 	st.CheckpointedSize = info.GetCheckpointedSize()
 	st.FullSize = info.GetFullSize()
 	st.DaemonInFlightBytes = daemonInFlight(info)
+	// The daemon's figures, largest over the tasks; the asynchronous part
+	// is known only once the uploads finished, at completion.
+	st.SyncMs = float64(info.GetSyncMicros()) / 1e3
+	st.AsyncMs = float64(info.GetAsyncMicros()) / 1e3
+	st.Daemon = DaemonStats{Unaligned: info.GetUnaligned(), AlignmentMs: float64(info.GetAlignmentMicros()) / 1e3,
+		StartDelayMs: float64(info.GetStartDelayMicros()) / 1e3}
 	j.stats = append(j.stats, st)
 	j.completed++
 	j.cur = nil

@@ -146,7 +146,7 @@ func Run(ctx context.Context, o Options, progress io.Writer) (*Report, error) {
 
 func runOne(ctx context.Context, s *session, o Options, spec jobSpec) (*RunResult, error) {
 	start := time.Now()
-	j, err := startJob(ctx, s.c, listChannels{}, newExternal(), o, spec)
+	j, err := startJob(ctx, s.c, daemonChannels{}, newExternal(), o, spec)
 	if err != nil {
 		return nil, err
 	}
@@ -213,7 +213,7 @@ func ExactlyOnce(ctx context.Context, o Options, mode Mode, killAt time.Duration
 	res := &ExactlyOnceResult{}
 	// The reference run.
 	ref := newExternal()
-	j, err := startJob(ctx, s.c, listChannels{}, ref, o, jobSpec{name: jobName(&o, s.embedded, string(mode), "reference"), mode: mode, windowPar: o.Parallelism})
+	j, err := startJob(ctx, s.c, daemonChannels{}, ref, o, jobSpec{name: jobName(&o, s.embedded, string(mode), "reference"), mode: mode, windowPar: o.Parallelism})
 	if err != nil {
 		return nil, err
 	}
@@ -224,7 +224,7 @@ func ExactlyOnce(ctx context.Context, o Options, mode Mode, killAt time.Duration
 
 	out := newExternal()
 	name := jobName(&o, s.embedded, string(mode), "killed")
-	j, err = startJob(ctx, s.c, listChannels{}, out, o, jobSpec{name: name, mode: mode, windowPar: o.Parallelism})
+	j, err = startJob(ctx, s.c, daemonChannels{}, out, o, jobSpec{name: name, mode: mode, windowPar: o.Parallelism})
 	if err != nil {
 		return nil, err
 	}
@@ -244,7 +244,7 @@ func ExactlyOnce(ctx context.Context, o Options, mode Mode, killAt time.Duration
 		// The coordinator aborts what was in flight when the job failed.
 		_ = s.c.AbortCheckpoint(ctx, name, j.cur.id, "aborted: job failed")
 	}
-	j, err = startJob(ctx, s.c, listChannels{}, out, o, jobSpec{name: name, mode: mode, windowPar: rescaleTo, restore: last.ID, firstID: next})
+	j, err = startJob(ctx, s.c, daemonChannels{}, out, o, jobSpec{name: name, mode: mode, windowPar: rescaleTo, restore: last.ID, firstID: next})
 	if err != nil {
 		return nil, err
 	}

@@ -21,6 +21,15 @@ func TestShapes(t *testing.T) {
 			t.Fatalf("%s: %d checkpoints, want %d", r.Name(), len(r.Checkpoints), rep.Options.Checkpoints)
 		}
 		runs[r.Name()] = r
+		// Pair check: the daemon recorded what the tasks reported.
+		for _, c := range r.Checkpoints {
+			d := c.Daemon
+			if d.Unaligned != c.Unaligned || d.AlignmentMs != c.AlignmentMs || d.StartDelayMs != c.StartDelayMs ||
+				(c.InFlightBytes > 0) != (c.DaemonInFlightBytes > 0) {
+				t.Errorf("%s checkpoint %d: the daemon recorded %+v and %d in-flight bytes; the simulator reported unaligned %v, alignment %.3f ms, start delay %.3f ms, %d in-flight bytes",
+					r.Name(), c.ID, d, c.DaemonInFlightBytes, c.Unaligned, c.AlignmentMs, c.StartDelayMs, c.InFlightBytes)
+			}
+		}
 	}
 	timeout := float64(rep.Options.Timeout.Milliseconds())
 

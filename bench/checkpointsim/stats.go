@@ -31,4 +31,14 @@ type CheckpointStats struct {
 	UnalignedTasks int  `json:"unaligned_tasks"`
 	// BacklogRecords is the records in the job's channels at the trigger.
 	BacklogRecords int64 `json:"backlog_records"`
+	// Daemon is what the daemon recorded of the tasks' reports.
+	Daemon DaemonStats `json:"daemon"`
+}
+
+// DaemonStats are the statistics the daemon keeps of a checkpoint from
+// what the tasks reported with their snapshots (CheckpointInfo).
+type DaemonStats struct {
+	Unaligned    bool    `json:"unaligned"`
+	AlignmentMs  float64 `json:"alignment_ms"`
+	StartDelayMs float64 `json:"start_delay_ms"`
 }
