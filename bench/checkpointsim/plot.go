@@ -19,6 +19,7 @@ type point struct {
 type series struct {
 	name   string
 	color  string
+	dashed bool // with debloating
 	points []point
 }
 
@@ -28,7 +29,7 @@ type series struct {
 func PlotSVG(rep *Report) string {
 	var dur, inflight []series
 	for i, r := range rep.Runs {
-		d := series{name: r.Name(), color: palette[i%len(palette)]}
+		d := series{name: r.Name(), color: palette[i%len(palette)], dashed: r.Debloat}
 		f := d
 		for _, c := range r.Checkpoints {
 			d.points = append(d.points, point{float64(c.ID), c.DurationMs / 1e3, c.Unaligned})
@@ -36,7 +37,7 @@ func PlotSVG(rep *Report) string {
 		}
 		dur, inflight = append(dur, d), append(inflight, f)
 	}
-	const w, h, panelW, panelH = 960, 420, 420, 300
+	const w, h, panelW, panelH = 1000, 470, 400, 300
 	var b strings.Builder
 	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" font-family="sans-serif" font-size="12">`+"\n", w, h, w, h)
 	fmt.Fprintf(&b, `<rect width="%d" height="%d" fill="white"/>`+"\n", w, h)
@@ -44,16 +45,16 @@ func PlotSVG(rep *Report) string {
 	fmt.Fprintf(&b, `<text x="20" y="22" font-size="14" font-weight="bold">stated bench checkpoint-sim: %d sources at %.0f rec/s, sink %s/record, %d buffers x %d records, timeout %s</text>`+"\n",
 		o.Parallelism, o.SourceRate, o.SinkCost, o.Buffers, o.RecordsPerBuffer, o.Timeout)
 	panel(&b, 60, 50, panelW, panelH, "End-to-end duration (simulated s)", dur)
-	panel(&b, 540, 50, panelW, panelH, "Persisted in-flight data (KiB)", inflight)
-	// Legend.
-	x := 60.0
-	for _, s := range dur {
-		fmt.Fprintf(&b, `<line x1="%.0f" y1="395" x2="%.0f" y2="395" stroke="%s" stroke-width="2"/><text x="%.0f" y="399">%s</text>`+"\n",
-			x, x+18, s.color, x+22, html.EscapeString(s.name))
-		x += 30 + 7*float64(len(s.name))
+	panel(&b, 560, 50, panelW, panelH, "Persisted in-flight data (KiB)", inflight)
+	// Legend: four entries a row.
+	for i, s := range dur {
+		x, y := 60+float64(i%4)*230, 400+float64(i/4)*20
+		fmt.Fprintf(&b, `<line x1="%.0f" y1="%.0f" x2="%.0f" y2="%.0f" stroke="%s" stroke-width="2"%s/><text x="%.0f" y="%.0f">%s</text>`+"\n",
+			x, y, x+24, y, s.color, dash(s.dashed), x+30, y+4, html.EscapeString(s.name))
 	}
-	fmt.Fprintf(&b, `<circle cx="%.0f" cy="395" r="3.5" fill="#444"/><text x="%.0f" y="399">unaligned</text>`, x+5, x+12)
-	fmt.Fprintf(&b, `<circle cx="%.0f" cy="395" r="3.5" fill="white" stroke="#444"/><text x="%.0f" y="399">aligned</text>`+"\n", x+82, x+89)
+	y := 400 + float64((len(dur)+3)/4)*20
+	fmt.Fprintf(&b, `<circle cx="64" cy="%.0f" r="3.5" fill="#444"/><text x="72" y="%.0f">unaligned checkpoint</text>`, y, y+4)
+	fmt.Fprintf(&b, `<circle cx="294" cy="%.0f" r="3.5" fill="white" stroke="#444"/><text x="302" y="%.0f">aligned checkpoint</text>`+"\n", y, y+4)
 	b.WriteString("</svg>\n")
 	return b.String()
 }
@@ -86,7 +87,7 @@ func panel(b *strings.Builder, x0, y0, w, h float64, title string, ss []series) 
 		for _, p := range s.points {
 			pts = append(pts, fmt.Sprintf("%.1f,%.1f", px(p.x), py(p.y)))
 		}
-		fmt.Fprintf(b, `<polyline fill="none" stroke="%s" stroke-width="2" points="%s"/>`+"\n", s.color, strings.Join(pts, " "))
+		fmt.Fprintf(b, `<polyline fill="none" stroke="%s" stroke-width="2"%s points="%s"/>`+"\n", s.color, dash(s.dashed), strings.Join(pts, " "))
 		for _, p := range s.points {
 			fill := "white"
 			if p.filled {
@@ -95,6 +96,13 @@ func panel(b *strings.Builder, x0, y0, w, h float64, title string, ss []series) 
 			fmt.Fprintf(b, `<circle cx="%.1f" cy="%.1f" r="3.5" fill="%s" stroke="%s"/>`+"\n", px(p.x), py(p.y), fill, s.color)
 		}
 	}
+}
+
+func dash(dashed bool) string {
+	if dashed {
+		return ` stroke-dasharray="6 3"`
+	}
+	return ""
 }
 
 // niceCeil rounds v up to 1, 2 or 5 times a power of ten (1 for 0).
