@@ -4,6 +4,7 @@ import (
 	"encoding/xml"
 	"errors"
 	"io"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -42,6 +43,28 @@ func TestPlotSVG(t *testing.T) {
 	for _, c := range []struct{ in, want float64 }{{0, 1}, {7, 10}, {7000, 10000}, {1.5, 2}, {0.3, 0.5}} {
 		if got := niceCeil(c.in); got != c.want {
 			t.Errorf("niceCeil(%g) = %g, want %g", c.in, got, c.want)
+		}
+	}
+}
+
+func TestPrintSummary(t *testing.T) {
+	rep := &Report{Runs: []RunResult{
+		{Mode: ModeAligned, Checkpoints: []CheckpointStats{{ID: 1, DurationMs: 400, AlignmentMs: 390}, {ID: 2, DurationMs: 7000, StartDelayMs: 3000}}},
+		{Mode: ModeUnaligned, Debloat: true, Checkpoints: []CheckpointStats{{ID: 1, DurationMs: 1, Unaligned: true, InFlightBytes: 2048}}},
+		{Mode: ModeAlignedTimeout},
+	}}
+	var b strings.Builder
+	PrintSummary(&b, rep)
+	lines := strings.Split(strings.TrimSpace(b.String()), "\n")
+	if len(lines) != 4 {
+		t.Fatalf("%d lines:\n%s", len(lines), b.String())
+	}
+	for i, want := range [][]string{{"aligned", "2", "0", "400ms", "7s", "3s", "390ms", "0 B"}, {"unaligned+debloat", "1", "1", "1ms", "2.0 KiB"}, {"aligned-timeout", "0"}} {
+		f := strings.Fields(lines[i+1])
+		for _, w := range want {
+			if !slices.Contains(f, w) && !(strings.Contains(w, " ") && strings.HasSuffix(lines[i+1], w)) {
+				t.Errorf("row %q lacks %q", lines[i+1], w)
+			}
 		}
 	}
 }

@@ -29,6 +29,33 @@ func PrintTable(w io.Writer, rep *Report) {
 	tw.Flush()
 }
 
+// PrintSummary writes one row per run: its first and last checkpoint's
+// duration, the largest start delay, alignment and persisted in-flight
+// data, and how many checkpoints were unaligned.
+func PrintSummary(w io.Writer, rep *Report) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "run	checkpoints	unaligned	first duration	last duration	max start delay	max alignment	max in-flight	")
+	for _, r := range rep.Runs {
+		cs := r.Checkpoints
+		if len(cs) == 0 {
+			fmt.Fprintf(tw, "%s\t0\t\t\t\t\t\t\t\n", r.Name())
+			continue
+		}
+		var un int
+		var delay, align float64
+		var inflight int64
+		for _, c := range cs {
+			if c.Unaligned {
+				un++
+			}
+			delay, align, inflight = max(delay, c.StartDelayMs), max(align, c.AlignmentMs), max(inflight, c.InFlightBytes)
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%s\t%s\t%s\t%s\t\n", r.Name(), len(cs), un, simMs(cs[0].DurationMs), simMs(cs[len(cs)-1].DurationMs),
+			simMs(delay), simMs(align), bytesize.Format(inflight))
+	}
+	tw.Flush()
+}
+
 func simMs(v float64) string {
 	return time.Duration(v * float64(time.Millisecond)).Round(time.Millisecond).String()
 }

@@ -113,7 +113,10 @@ func runCheckpointSim(cmd *cobra.Command, f checkpointSimFlags) error {
 	if err != nil {
 		return err
 	}
-	checkpointsim.PrintTable(cmd.OutOrStdout(), rep)
+	out := cmd.OutOrStdout()
+	checkpointsim.PrintTable(out, rep)
+	fmt.Fprintln(out)
+	checkpointsim.PrintSummary(out, rep)
 	if f.jsonPath != "" {
 		if err := checkpointsim.WriteJSON(f.jsonPath, rep); err != nil {
 			return err

@@ -29,8 +29,8 @@ func TestBenchCheckpointSim(t *testing.T) {
 			rows++
 		}
 	}
-	if rows != 4 {
-		t.Fatalf("%d rows of aligned-timeout, want 4:\n%s", rows, out.String())
+	if rows != 5 { // 4 checkpoints and the summary
+		t.Fatalf("%d rows of aligned-timeout, want 5:\n%s", rows, out.String())
 	}
 	b, err := os.ReadFile(jsonPath)
 	if err != nil {
