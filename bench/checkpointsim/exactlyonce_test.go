@@ -70,3 +70,57 @@ func TestExactlyOnceUnalignedRescale(t *testing.T) {
 func TestExactlyOnceAlignedTimeout(t *testing.T) {
 	checkExactlyOnce(t, ModeAlignedTimeout, 6700*time.Millisecond, 3)
 }
+
+// TestExactlyOnceKillBeforeNotify kills the job after a checkpoint
+// completed and before its sinks heard of it: the restore must commit the
+// transactions that checkpoint pre-committed, once.
+func TestExactlyOnceKillBeforeNotify(t *testing.T) {
+	o := boundedOptions(t)
+	ctx := context.Background()
+	ref, err := ExactlyOnce(ctx, o, ModeUnaligned, 2500*time.Millisecond, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := openSession(ctx, &o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.close()
+	out := newExternal()
+	j, err := startJob(ctx, s.c, daemonChannels{}, out, o, jobSpec{name: "notify", mode: ModeUnaligned, windowPar: o.Parallelism})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for j.completed < 3 && j.err == nil && j.clk.next(inf) {
+	}
+	if j.err != nil || j.completed != 3 {
+		t.Fatalf("%d checkpoints completed: %v", j.completed, j.err)
+	}
+	committed := 0
+	for _, x := range out.txns {
+		if x.committed {
+			committed++
+		}
+	}
+	if committed != 2*len(j.sinks) {
+		t.Fatalf("%d transactions committed before the notification of checkpoint 3, want those of checkpoints 1 and 2", committed)
+	}
+	next := j.nextID
+	j.abandon()
+	j, err = startJob(ctx, s.c, daemonChannels{}, out, o, jobSpec{name: "notify", mode: ModeUnaligned, windowPar: o.Parallelism, restore: 3, firstID: next})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := finish(j, &o); err != nil {
+		t.Fatal(err)
+	}
+	got := out.committed()
+	if len(got) != len(ref.Reference) {
+		t.Fatalf("%d distinct results after the restore, %d without failure", len(got), len(ref.Reference))
+	}
+	for r, n := range ref.Reference {
+		if got[r] != n {
+			t.Fatalf("%+v: %d times after the restore, %d without failure", r, got[r], n)
+		}
+	}
+}

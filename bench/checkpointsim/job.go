@@ -823,17 +823,24 @@ func (j *job) complete(id uint64) {
 	j.stats = append(j.stats, st)
 	j.completed++
 	j.cur = nil
-	for _, t := range j.sinks {
-		var keep []uint64
-		for _, tid := range t.pendingTxns {
-			if tid <= id {
-				j.ext.commit(t.idx, tid)
-			} else {
-				keep = append(keep, tid)
-			}
+	// The notification reaches the sinks one ack latency later; a failure
+	// in between leaves the transactions to the restore to commit.
+	j.clk.at(j.clk.now+j.o.AckLatency.Microseconds(), func() {
+		if j.stopped {
+			return
 		}
-		t.pendingTxns = keep
-	}
+		for _, t := range j.sinks {
+			var keep []uint64
+			for _, tid := range t.pendingTxns {
+				if tid <= id {
+					j.ext.commit(t.idx, tid)
+				} else {
+					keep = append(keep, tid)
+				}
+			}
+			t.pendingTxns = keep
+		}
+	})
 	if j.completed >= j.o.Checkpoints && j.o.Records == 0 {
 		j.stopped = true // unbounded input: the run is its checkpoints
 		return
