@@ -325,6 +325,37 @@ func TestChannelStateDamagedRestoreWithout(t *testing.T) {
 	}
 }
 
+// A task reopened with replace before its snapshot does not inherit what
+// its dead predecessor wrote for the checkpoint.
+func TestChannelStateNotInheritedOnReplace(t *testing.T) {
+	h, _, _ := chanHarness(t, time.Millisecond)
+	c := h.dial(client.Options{})
+	old := openOp(t, c, 1, nil)[0]
+	if err := old.WriteChannelState(ctxT(t), 1, inflight(old, 0, 100, true)); err != nil {
+		t.Fatal(err)
+	}
+	old.Abandon()
+	in := openOp(t, c, 1, nil)[0]
+	want := inflight(in, 0, 1, false)
+	if err := in.WriteChannelState(ctxT(t), 1, want); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := in.SnapshotWith(ctxT(t), 1, client.SnapshotOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.CompleteCheckpoint(ctxT(t), chJob, 1); err != nil {
+		t.Fatal(err)
+	}
+	re := openOp(t, c, 1, &client.Restore{Latest: true})[0]
+	got, err := re.ReadChannelState(ctxT(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("restored %v\nwant %v", got, want)
+	}
+}
+
 // Channel state written after the task's snapshot is refused, and the
 // objects of an aborted checkpoint are deleted with it.
 func TestChannelStateLifecycle(t *testing.T) {

@@ -52,8 +52,10 @@ type checkpointChannels struct {
 	// mu orders a task's appends with the recording of their segments
 	// and with the snapshot that takes them.
 	mu sync.Mutex
-	// pending is the channel state of tasks that have not snapshotted yet.
-	pending map[backend.TaskID]map[backend.ChannelID]*backend.ChannelState
+	// pending is the channel state of instances that have not snapshotted
+	// yet. By instance, not task: a task reopened with replace must not
+	// inherit what its dead predecessor wrote.
+	pending map[*Instance]map[backend.ChannelID]*backend.ChannelState
 	// sealNow is closed when every task of the job here has snapshotted
 	// (or a completion waits): the shared object may be uploaded.
 	sealNow  chan struct{}
@@ -78,7 +80,7 @@ func (d *Daemon) channelsLocked(c *checkpoint) (*checkpointChannels, error) {
 	if err != nil {
 		return nil, err
 	}
-	c.chans = &checkpointChannels{w: w, pending: map[backend.TaskID]map[backend.ChannelID]*backend.ChannelState{},
+	c.chans = &checkpointChannels{w: w, pending: map[*Instance]map[backend.ChannelID]*backend.ChannelState{},
 		sealNow: make(chan struct{})}
 	return c.chans, nil
 }
@@ -143,7 +145,7 @@ func (d *Daemon) WriteChannelState(ctx context.Context, inst *Instance, id uint6
 
 	cc.mu.Lock()
 	defer cc.mu.Unlock()
-	mine := cc.pending[task]
+	mine := cc.pending[inst]
 	var size int64
 	for _, cs := range mine {
 		size += cs.StoredBytes()
@@ -184,7 +186,7 @@ func (d *Daemon) WriteChannelState(ctx context.Context, inst *Instance, id uint6
 	}
 	if mine == nil {
 		mine = map[backend.ChannelID]*backend.ChannelState{}
-		cc.pending[task] = mine
+		cc.pending[inst] = mine
 	}
 	for _, a := range adds {
 		cs := mine[a.ch.Channel]
@@ -226,18 +228,18 @@ func (d *Daemon) inProgressLocked(key ckptKey, task backend.TaskID) (*checkpoint
 	return c, nil
 }
 
-// takeChannels removes and returns task's channel state of c, sorted by
-// channel, once the task's snapshot has registered (no write can add to
-// it any more).
-func takeChannels(c *checkpoint, task backend.TaskID) []backend.ChannelState {
+// takeChannels removes and returns inst's channel state of c, sorted by
+// channel, once its snapshot has registered (no write can add to it any
+// more).
+func takeChannels(c *checkpoint, inst *Instance) []backend.ChannelState {
 	cc := c.chans
 	if cc == nil {
 		return nil
 	}
 	cc.mu.Lock()
 	defer cc.mu.Unlock()
-	mine := cc.pending[task]
-	delete(cc.pending, task)
+	mine := cc.pending[inst]
+	delete(cc.pending, inst)
 	out := make([]backend.ChannelState, 0, len(mine))
 	for _, cs := range mine {
 		out = append(out, *cs)

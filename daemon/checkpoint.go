@@ -126,7 +126,7 @@ func (d *Daemon) SnapshotWith(ctx context.Context, inst *Instance, id uint64, o 
 	}
 	d.mu.Unlock()
 	// No write can add to the task's channel state any more.
-	ts.channels = takeChannels(c, task)
+	ts.channels = takeChannels(c, inst)
 
 	bi := BackendIndex(inst.Kind)
 	t0 := time.Now()
