@@ -577,8 +577,8 @@ func (t *task) maybeFire() {
 				j.fail(fmt.Errorf("checkpointsim: %s: read count: %w", t, err))
 				return
 			}
-			k, err := strconv.Atoi(string(tm.Key[1:]))
-			if err != nil || len(tm.Namespace) != 8 || k < 0 || k >= j.o.Keys || !a.Found {
+			k, err := keyIndex(tm.Key)
+			if err != nil || len(tm.Namespace) != 8 || k >= j.o.Keys || !a.Found {
 				j.fail(fmt.Errorf("checkpointsim: %s: timer %q/%x without its count", t, tm.Key, tm.Namespace))
 				return
 			}
@@ -588,6 +588,18 @@ func (t *task) maybeFire() {
 			t.pending = append(t.pending, record{window: w, key: int32(k), count: a.Value.Int, kg: j.kgs[k]})
 		}
 	}
+}
+
+// keyIndex parses a key name ("k" and the key's index) back.
+func keyIndex(key []byte) (int, error) {
+	if len(key) < 2 || key[0] != 'k' {
+		return 0, fmt.Errorf("key %q is not one of the simulation's", key)
+	}
+	k, err := strconv.Atoi(string(key[1:]))
+	if err != nil || k < 0 {
+		return 0, fmt.Errorf("key %q is not one of the simulation's", key)
+	}
+	return k, nil
 }
 
 // debloatTick sets every channel's capacity to what its consumer

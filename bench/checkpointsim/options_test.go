@@ -53,3 +53,16 @@ func TestDecodeRecord(t *testing.T) {
 		}
 	}
 }
+
+func TestKeyIndex(t *testing.T) {
+	for _, c := range []struct {
+		in   string
+		want int
+		ok   bool
+	}{{"k0000042", 42, true}, {"k1", 1, true}, {"", 0, false}, {"k", 0, false}, {"x12", 0, false}, {"k-3", 0, false}, {"k1x", 0, false}} {
+		got, err := keyIndex([]byte(c.in))
+		if (err == nil) != c.ok || got != c.want {
+			t.Errorf("keyIndex(%q) = %d, %v", c.in, got, err)
+		}
+	}
+}
