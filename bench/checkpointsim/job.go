@@ -315,7 +315,12 @@ func (j *job) fail(err error) {
 
 // run runs events up to simulated time until (µs) or until the job stops.
 func (j *job) run(until int64) error {
-	for !j.stopped && j.err == nil && j.clk.next(until) {
+	for n := 0; !j.stopped && j.err == nil && j.clk.next(until); n++ {
+		// Most events call the daemon without waiting: look at the
+		// context now and then, so that an interrupt stops the run.
+		if n%4096 == 0 && j.ctx.Err() != nil {
+			j.fail(fmt.Errorf("checkpointsim: %s: %w", j.name, j.ctx.Err()))
+		}
 	}
 	if j.err == nil {
 		for _, t := range j.all {
