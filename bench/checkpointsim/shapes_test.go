@@ -4,7 +4,9 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"reflect"
 	"testing"
+	"time"
 )
 
 // TestShapes runs every mode with and without debloating under
@@ -113,5 +115,29 @@ func TestShapes(t *testing.T) {
 	dl := runs["aligned+debloat"].Checkpoints
 	if dl[len(dl)-1].DurationMs >= last.DurationMs {
 		t.Errorf("last aligned checkpoint: %.0f ms with debloating, %.0f ms without", dl[len(dl)-1].DurationMs, last.DurationMs)
+	}
+}
+
+// TestDeterministic: the same options give the same simulated figures.
+func TestDeterministic(t *testing.T) {
+	o := Options{Dir: t.TempDir(), Backend: "heap", Checkpoints: 4, Modes: []Mode{ModeAlignedTimeout}, Debloat: []bool{true},
+		Timeout: 500 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	var runs [2][]CheckpointStats
+	for i := range runs {
+		rep, err := Run(context.Background(), o, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range rep.Runs[0].Checkpoints {
+			// Only the simulated figures: the daemon's times and sizes vary.
+			c.SyncMs, c.AsyncMs, c.CheckpointedSize, c.FullSize, c.DaemonInFlightBytes = 0, 0, 0, 0, 0
+			runs[i] = append(runs[i], c)
+		}
+	}
+	if !reflect.DeepEqual(runs[0], runs[1]) {
+		t.Fatalf("two runs differ:\n%+v\n%+v", runs[0], runs[1])
+	}
+	if len(runs[0]) != 4 {
+		t.Fatalf("%d checkpoints", len(runs[0]))
 	}
 }
