@@ -12,18 +12,21 @@ import (
 )
 
 // PrintTable writes one row per checkpoint of every run, with the columns
-// of Flink's checkpoint history.
+// of Flink's checkpoint history; in-flight is the records' bytes the tasks
+// wrote as channel state, stored what the daemon stored for them (with
+// its framing and checksums).
 func PrintTable(w io.Writer, rep *Report) {
 	o := rep.Options
 	fmt.Fprintf(w, "simulated job: %d sources at %.0f records/s -> keyBy -> window (%d keys, %d-record windows, %s/record) -> sink (%s/record); %d buffers x %d records per channel side; interval %s, timeout %s; %s backend, %s daemon\n",
 		o.Parallelism, o.SourceRate, o.Keys, o.Window, o.WindowCost, o.SinkCost, o.Buffers, o.RecordsPerBuffer, o.Interval, o.Timeout, o.Backend, map[bool]string{true: "embedded", false: "external"}[rep.Embedded])
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "run\tid\ttrigger\tbacklog\tduration\tstart delay\talignment\tsync\tasync\tcheckpointed\tfull\tin-flight\tunaligned\t")
+	fmt.Fprintln(tw, "run\tid\ttrigger\tbacklog\tduration\tstart delay\talignment\tsync\tasync\tcheckpointed\tfull\tin-flight\tstored\tunaligned\t")
 	for _, r := range rep.Runs {
 		for _, c := range r.Checkpoints {
-			fmt.Fprintf(tw, "%s\t%d\t%s\t%d\t%s\t%s\t%s\t%.2fms\t%.2fms\t%s\t%s\t%s\t%v\t\n",
+			fmt.Fprintf(tw, "%s\t%d\t%s\t%d\t%s\t%s\t%s\t%.2fms\t%.2fms\t%s\t%s\t%s\t%s\t%v\t\n",
 				r.Name(), c.ID, simMs(c.TriggerMs), c.BacklogRecords, simMs(c.DurationMs), simMs(c.StartDelayMs), simMs(c.AlignmentMs),
-				c.SyncMs, c.AsyncMs, bytesize.Format(c.CheckpointedSize), bytesize.Format(c.FullSize), bytesize.Format(c.InFlightBytes), c.Unaligned)
+				c.SyncMs, c.AsyncMs, bytesize.Format(c.CheckpointedSize), bytesize.Format(c.FullSize), bytesize.Format(c.InFlightBytes),
+				bytesize.Format(c.DaemonInFlightBytes), c.Unaligned)
 		}
 	}
 	tw.Flush()
