@@ -58,6 +58,7 @@ const (
 	maxParallelismOfTheSim   = 64
 	maxBuffersPerChannel     = 10_000
 	maxRecordsPerBufferLimit = 10_000
+	maxInFlightRecords       = 10_000_000
 )
 
 // Options configure a simulation. Zero values take the defaults
@@ -218,6 +219,13 @@ func (o *Options) Validate() error {
 	}
 	if o.RecordsPerBuffer < 1 || o.RecordsPerBuffer > maxRecordsPerBufferLimit {
 		bad("records per buffer %d is outside [1, %d]", o.RecordsPerBuffer, maxRecordsPerBufferLimit)
+	}
+	// Every record in flight is held in memory: bound the job's capacity
+	// (two sides of P x P channels on each of the two connections).
+	if o.Buffers > 0 && o.RecordsPerBuffer > 0 && o.Parallelism > 0 {
+		if c := 4 * int64(o.Parallelism) * int64(o.Parallelism) * int64(o.Buffers) * int64(o.RecordsPerBuffer); c > maxInFlightRecords {
+			bad("buffers x records per buffer x 4 x parallelism^2 = %d records in flight at most, above %d", c, maxInFlightRecords)
+		}
 	}
 	if !(o.SourceRate > 0 && o.SourceRate <= 1e6) {
 		bad("source rate %g is outside (0, 1e6] records per second", o.SourceRate)

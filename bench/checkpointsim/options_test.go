@@ -31,6 +31,11 @@ func TestOptionsValidate(t *testing.T) {
 			t.Errorf("error %q does not name %q", err, want)
 		}
 	}
+	big := Options{Parallelism: 64, Buffers: 100, RecordsPerBuffer: 100}
+	big.EnsureDefaults()
+	if err := big.Validate(); err == nil || !strings.Contains(err.Error(), "records in flight at most") {
+		t.Errorf("64 x 64 channels of 10,000 records: %v", err)
+	}
 	if _, err := ParseMode("all"); err != nil {
 		t.Error(err)
 	}
