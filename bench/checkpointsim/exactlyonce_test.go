@@ -36,6 +36,9 @@ func checkExactlyOnce(t *testing.T, mode Mode, killAt time.Duration, rescaleTo i
 		t.Fatalf("restored checkpoint %d: unaligned %v with %d in-flight records; want unaligned with channel state",
 			res.RestoredFrom, res.RestoredUnaligned, res.RestoredInFlight)
 	}
+	if d := res.Differences(); d != 0 {
+		t.Errorf("Differences() = %d", d)
+	}
 	diff := 0
 	for r, n := range res.Reference {
 		if res.Restored[r] != n {
@@ -122,5 +125,17 @@ func TestExactlyOnceKillBeforeNotify(t *testing.T) {
 		if got[r] != n {
 			t.Fatalf("%+v: %d times after the restore, %d without failure", r, got[r], n)
 		}
+	}
+}
+
+func TestDifferences(t *testing.T) {
+	a, b, c := Result{Window: 1, Key: 2, Count: 3}, Result{Window: 1, Key: 3, Count: 1}, Result{Window: 2, Key: 2, Count: 1}
+	r := &ExactlyOnceResult{Reference: map[Result]int{a: 1, b: 1}, Restored: map[Result]int{a: 2, c: 1}}
+	if d := r.Differences(); d != 3 { // a twice, b lost, c new
+		t.Fatalf("Differences() = %d, want 3", d)
+	}
+	r.Restored = map[Result]int{a: 1, b: 1}
+	if d := r.Differences(); d != 0 {
+		t.Fatalf("Differences() = %d, want 0", d)
 	}
 }

@@ -59,6 +59,18 @@ func PrintSummary(w io.Writer, rep *Report) {
 	tw.Flush()
 }
 
+// PrintExactlyOnce writes a row per exactly-once check.
+func PrintExactlyOnce(w io.Writer, rs []*ExactlyOnceResult) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "mode\tkilled at\trestored from\tunaligned\tin-flight records\twindow parallelism\tresults\tdifferent\texactly once\t")
+	for _, r := range rs {
+		d := r.Differences()
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%v\t%d\t%d\t%d\t%d\t%v\t\n", r.Mode, simMs(r.KillAtMs), r.RestoredFrom, r.RestoredUnaligned,
+			r.RestoredInFlight, r.RescaleTo, len(r.Reference), d, d == 0)
+	}
+	tw.Flush()
+}
+
 func simMs(v float64) string {
 	return time.Duration(v * float64(time.Millisecond)).Round(time.Millisecond).String()
 }

@@ -171,16 +171,38 @@ func runOne(ctx context.Context, s *session, o Options, spec jobSpec) (*RunResul
 // ExactlyOnceResult compares a run's committed output with that of the
 // same run killed and restored.
 type ExactlyOnceResult struct {
+	Mode Mode `json:"mode"`
+	// KillAtMs is when the job was killed (simulated); RescaleTo the
+	// window operator's parallelism after the restore.
+	KillAtMs  float64 `json:"kill_at_ms"`
+	RescaleTo int     `json:"rescale_to"`
 	// Reference is the output of the run without failure, Restored that of
 	// the run killed at the kill time and restored: (window, key, count)
 	// with multiplicities.
-	Reference, Restored map[Result]int
+	Reference, Restored map[Result]int `json:"-"`
 	// RestoredFrom is the checkpoint restored; RestoredUnaligned says it
 	// was unaligned and RestoredInFlight how many records its channel
 	// state held.
-	RestoredFrom      uint64
-	RestoredUnaligned bool
-	RestoredInFlight  int64
+	RestoredFrom      uint64 `json:"restored_from"`
+	RestoredUnaligned bool   `json:"restored_unaligned"`
+	RestoredInFlight  int64  `json:"restored_in_flight_records"`
+}
+
+// Differences counts the results whose multiplicity differs between the
+// two outputs (0: exactly once).
+func (r *ExactlyOnceResult) Differences() int {
+	n := 0
+	for k, v := range r.Reference {
+		if r.Restored[k] != v {
+			n++
+		}
+	}
+	for k := range r.Restored {
+		if _, ok := r.Reference[k]; !ok {
+			n++
+		}
+	}
+	return n
 }
 
 // ErrNoCheckpoint: the job was killed before any checkpoint completed.
@@ -210,7 +232,7 @@ func ExactlyOnce(ctx context.Context, o Options, mode Mode, killAt time.Duration
 		return nil, err
 	}
 	defer s.close()
-	res := &ExactlyOnceResult{}
+	res := &ExactlyOnceResult{Mode: mode, KillAtMs: ms(killAt.Microseconds()), RescaleTo: rescaleTo}
 	// The reference run.
 	ref := newExternal()
 	j, err := startJob(ctx, s.c, daemonChannels{}, ref, o, jobSpec{name: jobName(&o, s.embedded, string(mode), "reference"), mode: mode, windowPar: o.Parallelism})
