@@ -1,9 +1,12 @@
 package main
 
 import (
+	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -19,12 +22,15 @@ type checkpointSimFlags struct {
 	jsonPath string
 	plotPath string
 	logLevel string
+	// The exactly-once check.
+	killAt    time.Duration
+	rescaleTo int
 }
 
 // checkpointSimZeroIsDefault are the flags whose zero the options read as
 // "default": given explicitly, a zero is refused rather than replaced.
 var checkpointSimZeroIsDefault = []string{"parallelism", "buffers", "records-per-buffer", "debloat-target", "source-rate",
-	"window-cost", "sink-cost", "interval", "checkpoints", "timeout", "keys", "window", "seed", "max-parallelism"}
+	"window-cost", "sink-cost", "interval", "checkpoints", "timeout", "keys", "window", "seed", "max-parallelism", "records", "rescale-to"}
 
 func newBenchCheckpointSimCmd() *cobra.Command {
 	var f checkpointSimFlags
@@ -40,7 +46,13 @@ state. It runs each --mode with buffer debloating off and on (--debloat) and
 prints, per checkpoint, what Flink's checkpoint history shows: end-to-end
 duration, start delay, alignment, sync and async parts, checkpointed and full
 size, persisted in-flight data and whether it was unaligned. Simulated times
-are reproducible; sync and async are the daemon's, measured.`,
+are reproducible; sync and async are the daemon's, measured.
+
+With --kill-at it checks exactly-once output instead: per mode, a job on
+--records records per source runs to the end, then again killed at --kill-at
+(simulated), restored from its latest completed checkpoint with the window
+operator at --rescale-to subtasks and run to the end; the committed outputs
+must be equal. It fails when they are not.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return runCheckpointSim(cmd, f) },
 	}
@@ -69,6 +81,9 @@ are reproducible; sync and async are the daemon's, measured.`,
 	fl.StringVar(&f.jsonPath, "json", "", "write the options and every checkpoint's figures to this file")
 	fl.StringVar(&f.plotPath, "plot", "", "write an SVG chart of durations and persisted in-flight data to this file")
 	fl.StringVar(&f.logLevel, "log-level", "warn", "log level of the embedded daemon (debug, info, warn, error), logged to stderr")
+	fl.DurationVar(&f.killAt, "kill-at", 0, "check exactly-once output: kill the job at this simulated time and restore it")
+	fl.Int64Var(&o.Records, "records", 12_000, "with --kill-at: records per source (bounded input)")
+	fl.IntVar(&f.rescaleTo, "rescale-to", 0, "with --kill-at: the window operator's parallelism after the restore (default --parallelism)")
 	return cmd
 }
 
@@ -93,6 +108,16 @@ func runCheckpointSim(cmd *cobra.Command, f checkpointSimFlags) error {
 	default:
 		errs = append(errs, fmt.Sprintf("--debloat %q: want off, on or both", f.debloat))
 	}
+	if f.killAt < 0 {
+		errs = append(errs, fmt.Sprintf("--kill-at %s is negative", f.killAt))
+	}
+	if f.killAt == 0 {
+		for _, name := range []string{"records", "rescale-to"} {
+			if cmd.Flags().Changed(name) {
+				errs = append(errs, fmt.Sprintf("--%s needs --kill-at", name))
+			}
+		}
+	}
 	if len(errs) > 0 {
 		return fmt.Errorf("checkpoint-sim: %s", strings.Join(errs, "; "))
 	}
@@ -109,6 +134,10 @@ func runCheckpointSim(cmd *cobra.Command, f checkpointSimFlags) error {
 	ctx, cancel := signalContext(cmd.Context())
 	defer cancel()
 	errOut := cmd.ErrOrStderr()
+	if f.killAt > 0 {
+		return runExactlyOnce(ctx, cmd, f)
+	}
+	f.o.Records = 0 // the table's runs: unbounded input, stopped after the checkpoints
 	rep, err := checkpointsim.Run(ctx, f.o, errOut)
 	if err != nil {
 		return err
@@ -128,6 +157,41 @@ func runCheckpointSim(cmd *cobra.Command, f checkpointSimFlags) error {
 			return err
 		}
 		fmt.Fprintln(errOut, "wrote", f.plotPath)
+	}
+	return nil
+}
+
+// runExactlyOnce runs the exactly-once check of every mode asked for.
+func runExactlyOnce(ctx context.Context, cmd *cobra.Command, f checkpointSimFlags) error {
+	f.o.EnsureDefaults()
+	if !cmd.Flags().Changed("checkpoints") {
+		// Checkpoints until the bounded input ends.
+		f.o.Checkpoints = 10_000
+	}
+	var rs []*checkpointsim.ExactlyOnceResult
+	failed := 0
+	for _, m := range f.o.Modes {
+		r, err := checkpointsim.ExactlyOnce(ctx, f.o, m, f.killAt, f.rescaleTo)
+		if err != nil {
+			return err
+		}
+		if r.Differences() > 0 {
+			failed++
+		}
+		rs = append(rs, r)
+	}
+	checkpointsim.PrintExactlyOnce(cmd.OutOrStdout(), rs)
+	if f.jsonPath != "" {
+		b, err := json.MarshalIndent(rs, "", "  ")
+		if err != nil {
+			return err
+		}
+		if err := os.WriteFile(f.jsonPath, append(b, '\n'), 0o644); err != nil {
+			return fmt.Errorf("checkpoint-sim: %w", err)
+		}
+	}
+	if failed > 0 {
+		return fmt.Errorf("checkpoint-sim: %d of %d modes did not restore exactly once", failed, len(rs))
 	}
 	return nil
 }

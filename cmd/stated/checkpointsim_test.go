@@ -53,12 +53,12 @@ func TestBenchCheckpointSimBadFlags(t *testing.T) {
 	cmd := newBenchCheckpointSimCmd()
 	cmd.SetOut(&bytes.Buffer{})
 	cmd.SetErr(&bytes.Buffer{})
-	cmd.SetArgs([]string{"--mode", "diagonal", "--debloat", "maybe", "--buffers", "0", "--backend", "rocks", "--dir", t.TempDir()})
+	cmd.SetArgs([]string{"--mode", "diagonal", "--debloat", "maybe", "--buffers", "0", "--records", "5", "--backend", "rocks", "--dir", t.TempDir()})
 	err := cmd.Execute()
 	if err == nil {
 		t.Fatal("no error")
 	}
-	for _, want := range []string{"--mode", "--debloat", "--buffers 0"} {
+	for _, want := range []string{"--mode", "--debloat", "--buffers 0", "--records needs --kill-at"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error %q does not name %s", err, want)
 		}
@@ -69,5 +69,32 @@ func TestBenchCheckpointSimBadFlags(t *testing.T) {
 	cmd.SetArgs([]string{"--backend", "rocks", "--parallelism", "-3", "--dir", t.TempDir()})
 	if err := cmd.Execute(); err == nil || !strings.Contains(err.Error(), `backend "rocks"`) || !strings.Contains(err.Error(), "parallelism -3") {
 		t.Fatalf("error %v, want the backend and the parallelism named", err)
+	}
+}
+
+func TestBenchCheckpointSimExactlyOnce(t *testing.T) {
+	dir := t.TempDir()
+	cmd := newBenchCheckpointSimCmd()
+	var out, errOut bytes.Buffer
+	cmd.SetOut(&out)
+	cmd.SetErr(&errOut)
+	cmd.SetArgs([]string{"--kill-at", "4300ms", "--rescale-to", "3", "--mode", "unaligned", "--backend", "heap", "--log-level", "error",
+		"--dir", dir, "--json", filepath.Join(dir, "eo.json")})
+	if err := cmd.Execute(); err != nil {
+		t.Fatalf("%v\n%s%s", err, out.String(), errOut.String())
+	}
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	if len(lines) != 2 {
+		t.Fatalf("want a header and a row:\n%s", out.String())
+	}
+	f := strings.Fields(lines[1])
+	// mode, killed at, restored from, unaligned, in-flight, parallelism, results, different, exactly once
+	if len(f) != 9 || f[0] != "unaligned" || f[3] != "true" || f[4] == "0" || f[5] != "3" || f[7] != "0" || f[8] != "true" {
+		t.Fatalf("row %q", lines[1])
+	}
+	var rs []checkpointsim.ExactlyOnceResult
+	b, err := os.ReadFile(filepath.Join(dir, "eo.json"))
+	if err != nil || json.Unmarshal(b, &rs) != nil || len(rs) != 1 || rs[0].RescaleTo != 3 {
+		t.Fatalf("json %s: %v", b, err)
 	}
 }
