@@ -82,12 +82,11 @@ type taskCheckpoint struct {
 
 // checkpoint is the coordinator's view of the checkpoint in flight.
 type checkpoint struct {
-	id       uint64
-	trigger  int64
-	acks     int
-	lastSnap int64
-	acked    map[*task]bool
-	stats    CheckpointStats
+	id      uint64
+	trigger int64
+	acks    int
+	acked   map[*task]bool
+	stats   CheckpointStats
 }
 
 // job is one simulated run of source -> keyBy -> window -> sink.
@@ -806,7 +805,6 @@ func (j *job) snapshot(t *task, cs []chanState, unaligned bool, alignment, start
 		}
 	}
 	cur.acks++
-	cur.lastSnap = j.clk.now
 	if cur.acks == len(j.all) {
 		id := cur.id
 		j.clk.at(j.clk.now+j.o.AckLatency.Microseconds(), func() { j.complete(id) })
