@@ -28,7 +28,7 @@ external one (--socket). "stated bench run --help" lists the parameters,
 "stated bench workloads" the workloads.`,
 		Args: cobra.NoArgs,
 	}
-	cmd.AddCommand(newBenchRunCmd(), newBenchWorkloadsCmd(), newBenchCompareCmd(), newBenchInstancesCmd())
+	cmd.AddCommand(newBenchRunCmd(), newBenchWorkloadsCmd(), newBenchCompareCmd(), newBenchInstancesCmd(), newBenchCheckpointSimCmd())
 	return cmd
 }
 
