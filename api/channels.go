@@ -103,45 +103,20 @@ func (s *Server) ReadChannelState(req *pb.ReadChannelStateRequest, stream pb.Sta
 	if rs == nil {
 		return nil
 	}
-	limit := s.opts.MaxMessageSize / 4
-	var resp pb.ReadChannelStateResponse
-	size := 0
-	flush := func() error {
-		if len(resp.Chunks) == 0 {
-			return nil
-		}
-		err := stream.Send(&resp)
-		resp.Chunks, size = nil, 0
-		return err
-	}
+	pk := protocol.NewChannelPacker(s.opts.MaxMessageSize/4, func(chunks []*pb.ChannelChunk) error {
+		return stream.Send(&pb.ReadChannelStateResponse{Chunks: chunks})
+	})
 	for i, ch := range rs.Channels() {
-		var cur *pb.ChannelChunk
 		err := rs.Read(i, func(buf []chanstate.Record) error {
-			n := 16
-			for _, r := range buf {
-				n += len(r.Data) + 16
-			}
-			if size > 0 && size+n > limit {
-				if err := flush(); err != nil {
-					return err
-				}
-				cur = nil
-			}
-			if cur == nil {
-				cur = &pb.ChannelChunk{Channel: protocol.ChannelToPB(ch.Channel), Kind: protocol.ChannelKindToPB(ch.Kind)}
-				resp.Chunks = append(resp.Chunks, cur)
-			}
 			b := &pb.ChannelBuffer{Records: make([]*pb.ChannelRecord, len(buf))}
 			for k, r := range buf {
 				b.Records[k] = &pb.ChannelRecord{KeyGroup: r.KeyGroup, Data: r.Data}
 			}
-			cur.Buffers = append(cur.Buffers, b)
-			size += n
-			return nil
+			return pk.Add(ch.Channel, ch.Kind, b)
 		})
 		if err != nil {
 			return toStatus(fmt.Errorf("api: read channel state of %s: %w", inst.Task, err))
 		}
 	}
-	return flush()
+	return pk.Flush()
 }

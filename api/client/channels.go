@@ -38,43 +38,34 @@ func (in *Instance) WriteChannelState(ctx context.Context, id uint64, chans []Ch
 	if err != nil {
 		return err
 	}
-	req := &pb.WriteChannelStateRequest{InstanceId: in.id, Job: in.task.Job, CheckpointId: id}
-	size := 0
-	send := func() error {
-		err := stream.Send(req)
-		req, size = &pb.WriteChannelStateRequest{}, 0
-		return err
-	}
-	sent := false
+	first := true
+	pk := protocol.NewChannelPacker(channelChunkBytes, func(chunks []*pb.ChannelChunk) error {
+		req := &pb.WriteChannelStateRequest{Chunks: chunks}
+		if first {
+			// The first request names the instance and checkpoint.
+			req.InstanceId, req.Job, req.CheckpointId, first = in.id, in.task.Job, id, false
+		}
+		return stream.Send(req)
+	})
 	for _, ch := range chans {
-		var cur *pb.ChannelChunk
 		for _, buf := range ch.Buffers {
-			n := 16
-			for _, r := range buf {
-				n += len(r.Data) + 16
-			}
-			if size > 0 && size+n > channelChunkBytes {
-				if err := send(); err != nil {
-					return closeErr(stream, err)
-				}
-				sent, cur = true, nil
-			}
-			if cur == nil {
-				cur = &pb.ChannelChunk{Channel: protocol.ChannelToPB(ch.Channel), Kind: protocol.ChannelKindToPB(ch.Kind)}
-				req.Chunks = append(req.Chunks, cur)
-			}
 			b := &pb.ChannelBuffer{Records: make([]*pb.ChannelRecord, len(buf))}
 			for i, r := range buf {
 				b.Records[i] = &pb.ChannelRecord{KeyGroup: r.KeyGroup, Data: r.Data}
 			}
-			cur.Buffers = append(cur.Buffers, b)
-			size += n
+			if err := pk.Add(ch.Channel, ch.Kind, b); err != nil {
+				return closeErr(stream, err)
+			}
 		}
 	}
-	if size > 0 || !sent {
-		if err := send(); err != nil {
-			return closeErr(stream, err)
-		}
+	err = pk.Flush()
+	if err == nil && pk.Sent() == 0 {
+		// Nothing to write: the stream still names the instance, so that
+		// the daemon checks it.
+		err = stream.Send(&pb.WriteChannelStateRequest{InstanceId: in.id, Job: in.task.Job, CheckpointId: id})
+	}
+	if err != nil {
+		return closeErr(stream, err)
 	}
 	_, err = stream.CloseAndRecv()
 	return err

@@ -152,3 +152,58 @@ func ChannelKindToPB(k backend.ChannelKind) pb.ChannelKind {
 	}
 	return pb.ChannelKind_CHANNEL_KIND_UNSPECIFIED
 }
+
+// ChannelPacker packs a stream of channel buffers into lists of chunks of
+// about limit bytes each (WriteChannelState requests, ReadChannelState
+// responses), so that no message passes the daemon's limit whatever the
+// number of buffers. Consecutive buffers of one channel share a chunk.
+type ChannelPacker struct {
+	limit  int
+	flush  func([]*pb.ChannelChunk) error
+	chunks []*pb.ChannelChunk
+	cur    backend.ChannelID
+	size   int
+	sent   int
+}
+
+// NewChannelPacker returns a packer that hands each full list to flush.
+func NewChannelPacker(limit int, flush func([]*pb.ChannelChunk) error) *ChannelPacker {
+	return &ChannelPacker{limit: limit, flush: flush}
+}
+
+// Add appends buffer b of channel ch, flushing the list first when b
+// would take it past the limit (a buffer larger than the limit goes
+// alone).
+func (p *ChannelPacker) Add(ch backend.ChannelID, kind backend.ChannelKind, b *pb.ChannelBuffer) error {
+	n := 16
+	for _, r := range b.GetRecords() {
+		n += len(r.GetData()) + 16
+	}
+	if p.size > 0 && p.size+n > p.limit {
+		if err := p.Flush(); err != nil {
+			return err
+		}
+	}
+	if len(p.chunks) == 0 || p.cur != ch {
+		p.chunks = append(p.chunks, &pb.ChannelChunk{Channel: ChannelToPB(ch), Kind: ChannelKindToPB(kind)})
+		p.cur = ch
+	}
+	last := p.chunks[len(p.chunks)-1]
+	last.Buffers = append(last.Buffers, b)
+	p.size += n
+	return nil
+}
+
+// Flush hands what is packed to flush, if anything.
+func (p *ChannelPacker) Flush() error {
+	if len(p.chunks) == 0 {
+		return nil
+	}
+	chunks := p.chunks
+	p.chunks, p.size = nil, 0
+	p.sent++
+	return p.flush(chunks)
+}
+
+// Sent is the number of lists handed to flush so far.
+func (p *ChannelPacker) Sent() int { return p.sent }
