@@ -1,6 +1,7 @@
 package backend
 
 import (
+	"cmp"
 	"fmt"
 	"math"
 )
@@ -81,20 +82,10 @@ func (c ChannelID) Compare(o ChannelID) int {
 		}
 		return 1
 	case c.Gate != o.Gate:
-		return cmpInt32(c.Gate, o.Gate)
+		return cmp.Compare(c.Gate, o.Gate)
 	default:
-		return cmpInt32(c.Index, o.Index)
+		return cmp.Compare(c.Index, o.Index)
 	}
-}
-
-func cmpInt32(a, b int32) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // ChannelSegment is one stretch of a channel's buffers inside a channel

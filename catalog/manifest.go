@@ -84,12 +84,9 @@ func (m *Manifest) Duration() time.Duration { return m.Completed.Sub(m.Started) 
 // slowest task's alignment, start delay, synchronous and asynchronous
 // part, and the persisted in-flight bytes of all tasks.
 type CheckpointStats struct {
-	Unaligned        bool  `json:"unaligned,omitempty"`
-	AlignmentMicros  int64 `json:"alignmentMicros,omitempty"`
-	StartDelayMicros int64 `json:"startDelayMicros,omitempty"`
-	SyncMicros       int64 `json:"syncMicros,omitempty"`
-	AsyncMicros      int64 `json:"asyncMicros,omitempty"`
-	InFlightBytes    int64 `json:"inFlightBytes,omitempty"`
+	// The tasks' figures: any unaligned, the largest of the others.
+	backend.TaskStats
+	InFlightBytes int64 `json:"inFlightBytes,omitempty"`
 }
 
 // Stats sums up the statistics the manifest's handles carry.

@@ -74,12 +74,12 @@ func TestStatsText(t *testing.T) {
 	if got := statsText(catalog.CheckpointStats{}); got != "-\t-\t-\t-\t-\t-" {
 		t.Fatalf("nothing reported: %q", got)
 	}
-	got := statsText(catalog.CheckpointStats{Unaligned: true, SyncMicros: 1500, AsyncMicros: 2_000_000, AlignmentMicros: 0,
-		StartDelayMicros: 40_000, InFlightBytes: 3 << 20})
+	got := statsText(catalog.CheckpointStats{TaskStats: backend.TaskStats{Unaligned: true, SyncMicros: 1500, AsyncMicros: 2_000_000,
+		AlignmentMicros: 0, StartDelayMicros: 40_000}, InFlightBytes: 3 << 20})
 	if want := "unaligned\t1.5ms\t2s\t0s\t40ms\t3.0 MiB"; got != want {
 		t.Fatalf("got %q, want %q", got, want)
 	}
-	if got := statsText(catalog.CheckpointStats{AlignmentMicros: 7}); !strings.HasPrefix(got, "aligned\t") {
+	if got := statsText(catalog.CheckpointStats{TaskStats: backend.TaskStats{AlignmentMicros: 7}}); !strings.HasPrefix(got, "aligned\t") {
 		t.Fatalf("aligned: %q", got)
 	}
 }

@@ -296,7 +296,11 @@ func TestProgressPlainLines(t *testing.T) {
 	var prog syncBuffer
 	p := progressOpts{w: &prog, every: 5 * time.Millisecond}
 	stop := p.start("verify j/chk-2", total, func() (int64, string) { return total / 2, readText(total/2, total) })
-	time.Sleep(30 * time.Millisecond)
+	// Two periods at least; a loaded machine may take longer than two
+	// periods of 5 ms to print them.
+	for deadline := time.Now().Add(5 * time.Second); strings.Count(prog.String(), "\n") < 2 && time.Now().Before(deadline); {
+		time.Sleep(5 * time.Millisecond)
+	}
 	stop()
 	stop() // idempotent
 	lines := strings.Split(strings.TrimSpace(prog.String()), "\n")
