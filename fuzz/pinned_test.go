@@ -195,7 +195,7 @@ func generatePinned(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, kind := range kinds {
-		f, err := buildFixture(kind)
+		f, err := buildFixture(kind, false)
 		if err != nil {
 			t.Fatal(err)
 		}
