@@ -20,10 +20,12 @@
 //     each backend and counts refusals and exact restores.
 //
 //   - TestPinned decodes the committed files in testdata/pinned, one of
-//     every frozen format at its current version (internal/frame, handle,
-//     manifest, job file, snapfmt snapshot files of heap and file, native
-//     and canonical savepoints, an lsm checkpoint directory, batch
-//     messages, a dstl segment of changelog changes), checks their
+//     every frozen format at its current version (internal/frame, handle
+//     versions 1 to 3, manifest, job file, snapfmt snapshot files of heap
+//     and file, native and canonical savepoints, an lsm checkpoint
+//     directory, unaligned checkpoints with channel state objects of
+//     every backend, batch messages, a dstl segment of changelog changes,
+//     a chanstate segment), checks their
 //     content field by field against the model that generated them, and
 //     restores every checkpoint and savepoint. A format change that is not
 //     a new version fails it (a build writing the same version must also
