@@ -12,9 +12,16 @@
 //     checkpoint under the right name, manifest fields edited, appended
 //     bytes) and restore through the daemon (catalog.Open, daemon.Open
 //     with a RestoreSpec), at the old parallelism and rescaled. The
-//     outcome must be an error that wraps backend.ErrCorrupt (or
-//     backend.ErrIncompatible) and names a damaged object, or state equal
-//     to the model; never a panic or a hang.
+//     checkpoints are unaligned: their tasks wrote channel state, whose
+//     objects the damage hits too. The outcome must be an error that
+//     wraps backend.ErrCorrupt (or backend.ErrIncompatible) and names a
+//     damaged object, or keyed, operator and channel state
+//     (Instance.RestoredChannels) equal to the model; never a panic or a
+//     hang. A rescale of forward or broadcast channel state must be
+//     refused as backend.ErrIncompatible. When the damage hit channel
+//     state alone, a corruption error must be followed by a successful
+//     restore without that checkpoint's channel state
+//     (RestoreSpec.WithoutChannelState), equal to the model.
 //
 //   - TestSingleBitFlips flips one bit of every byte of a checkpoint of
 //     each backend and counts refusals and exact restores.
@@ -72,7 +79,9 @@
 //     out are an invalid argument, as for a checkpoint of only some
 //     subtasks). Inline operator state and a handle's operator are never
 //     edited: changed, they are other valid state that no check can tell
-//     from the original.
+//     from the original. Neither is a channel's id (segments do not
+//     repeat it). An edit reaches field other+256*(hi>>2), so that
+//     inputs reach the leaves of manifests with channel state.
 //   - A deleted manifest cannot be told from a checkpoint that retention
 //     removed: the restore answers not found, and latest is then the
 //     checkpoint before.
