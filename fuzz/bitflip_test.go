@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -15,14 +16,16 @@ import (
 	"github.com/statedhq/stated/catalog"
 )
 
-// flipTally counts the outcomes of single-bit flips.
+// flipTally counts the outcomes of single-bit flips; chanBytes and
+// chanRefused count those in channel state objects.
 type flipTally struct {
-	bytes, refused, equal atomic.Int64
+	bytes, refused, equal  atomic.Int64
+	chanBytes, chanRefused atomic.Int64
 }
 
 // checkpointObjects are the objects a restore of checkpoint 2 of f reads:
-// its manifest and every file its handles list (heap snapshots in the heap
-// store), sorted.
+// its manifest, every file its handles list (heap snapshots in the heap
+// store) and its channel state objects, sorted.
 func checkpointObjects(t *testing.T, f *fixture) []string {
 	t.Helper()
 	name := catalog.CheckpointManifest(job, 2)
@@ -42,21 +45,33 @@ func checkpointObjects(t *testing.T, f *fixture) []string {
 			}
 			out = append(out, p)
 		}
+		for _, p := range h.ChannelObjects() {
+			if _, ok := f.objects[p]; !ok {
+				t.Fatalf("the fixture lacks %s", p)
+			}
+			if !slices.Contains(out, p) {
+				out = append(out, p)
+			}
+		}
 	}
 	sort.Strings(out)
 	return out
 }
 
 // allBytes makes TestSingleBitFlips flip every byte of the lsm checkpoint
-// too (about 13,000 restores, a minute and a half on two cores).
-var allBytes = flag.Bool("allbytes", false, "TestSingleBitFlips: flip every byte of every backend's checkpoint")
+// too, and every bit of every byte of the channel state objects (about
+// 40,000 restores, four minutes on two cores).
+var allBytes = flag.Bool("allbytes", false, "TestSingleBitFlips: flip every byte of every backend's checkpoint, every bit of channel state")
 
 // TestSingleBitFlips flips one bit of every byte of every object of
 // checkpoint 2 of each backend (the bit is the byte's offset mod 8), one
 // flip per restore, and restores both subtasks: each must be refused with
 // an error that wraps backend.ErrCorrupt and names the object, or restore
 // the model exactly. Every byte of heap and file checkpoints, every 4th of
-// the larger lsm one unless -allbytes; with -short every 13th byte.
+// the larger lsm one unless -allbytes; with -short every 13th byte. Every
+// byte of channel state objects (every bit with -allbytes) unless -short,
+// and each flip there must be refused: nothing in those objects lies
+// outside a checksummed segment.
 func TestSingleBitFlips(t *testing.T) {
 	defer silence()()
 	for _, kind := range kinds {
@@ -73,8 +88,8 @@ func TestSingleBitFlips(t *testing.T) {
 			var tally flipTally
 			read := checkpointObjects(t, f)
 			type job struct {
-				name string
-				off  int
+				name     string
+				off, bit int
 			}
 			jobs := make(chan job)
 			var wg sync.WaitGroup
@@ -85,7 +100,7 @@ func TestSingleBitFlips(t *testing.T) {
 				go func() {
 					defer wg.Done()
 					for j := range jobs {
-						if msg := flipOne(f, root, read, j.name, j.off, &tally); msg != "" {
+						if msg := flipOne(f, root, read, j.name, j.off, j.bit, &tally); msg != "" {
 							failMu.Lock()
 							failures = append(failures, msg)
 							failMu.Unlock()
@@ -94,8 +109,19 @@ func TestSingleBitFlips(t *testing.T) {
 				}()
 			}
 			for _, name := range read {
-				for off := 0; off < len(f.objects[name]); off += stride {
-					jobs <- job{name, off}
+				step := stride
+				if isChannelObject(name) && !testing.Short() {
+					step = 1 // small, and every flip must be refused
+				}
+				for off := 0; off < len(f.objects[name]); off += step {
+					jobs <- job{name, off, off % 8}
+					if *allBytes && isChannelObject(name) {
+						for bit := range 8 {
+							if bit != off%8 {
+								jobs <- job{name, off, bit}
+							}
+						}
+					}
 				}
 			}
 			close(jobs)
@@ -107,27 +133,34 @@ func TestSingleBitFlips(t *testing.T) {
 				}
 				t.Error(msg)
 			}
-			t.Logf("%s: %d bytes flipped, %d refused as corrupt, %d restored equal to the model",
-				kind, tally.bytes.Load(), tally.refused.Load(), tally.equal.Load())
+			t.Logf("%s: %d bytes flipped, %d refused as corrupt, %d restored equal to the model; channel state: %d of %d refused",
+				kind, tally.bytes.Load(), tally.refused.Load(), tally.equal.Load(), tally.chanRefused.Load(), tally.chanBytes.Load())
 			if tally.bytes.Load() == 0 || tally.refused.Load()+tally.equal.Load() != tally.bytes.Load() {
 				t.Errorf("%d flips, %d refused + %d equal", tally.bytes.Load(), tally.refused.Load(), tally.equal.Load())
+			}
+			if tally.chanBytes.Load() == 0 || tally.chanRefused.Load() != tally.chanBytes.Load() {
+				t.Errorf("channel state objects: %d flips, %d refused (want all)", tally.chanBytes.Load(), tally.chanRefused.Load())
 			}
 		})
 	}
 }
 
-// flipOne flips bit off%8 of byte off of name and restores both subtasks
+// flipOne flips bit bit of byte off of name and restores both subtasks
 // of checkpoint 2; it returns what went wrong ("" for an acceptable
 // outcome, which it counts).
-func flipOne(f *fixture, root string, read []string, name string, off int, tally *flipTally) string {
+func flipOne(f *fixture, root string, read []string, name string, off, bit int, tally *flipTally) string {
 	// Only what the restore reads, and the job file: the rest would only
 	// cost writes.
 	objects := map[string][]byte{}
 	for _, n := range append(read, job+"/"+catalog.JobFileName) {
 		objects[n] = append([]byte(nil), f.objects[n]...)
 	}
-	objects[name][off] ^= 1 << (off % 8)
+	objects[name][off] ^= 1 << bit
 	tally.bytes.Add(1)
+	channel := isChannelObject(name)
+	if channel {
+		tally.chanBytes.Add(1)
+	}
 	// The subtask that reads the damaged file first: the other one
 	// restores exactly without reading it.
 	subs := []int{0, 1}
@@ -142,12 +175,17 @@ func flipOne(f *fixture, root string, read []string, name string, off int, tally
 		}
 	}
 	switch {
+	case err == nil && channel:
+		return fmt.Sprintf("flip of bit %d of byte %d of channel state object %s: restored without an error", bit, off, name)
 	case err == nil:
 		tally.equal.Add(1)
 		return ""
 	case errors.Is(err, backend.ErrCorrupt) && strings.Contains(err.Error(), strings.TrimPrefix(name, heapPrefix)):
 		tally.refused.Add(1)
+		if channel {
+			tally.chanRefused.Add(1)
+		}
 		return ""
 	}
-	return fmt.Sprintf("flip of bit %d of byte %d of %s: %v", off%8, off, name, err)
+	return fmt.Sprintf("flip of bit %d of byte %d of %s: %v", bit, off, name, err)
 }
