@@ -117,16 +117,22 @@ var errRefusalExpected = errors.New("forward or broadcast channel state in a res
 // new key-group range (empty buffers and channels dropped), or
 // errRefusalExpected when any old subtask has forward or broadcast data.
 func wantChannels(ckpt, sub, par int) ([]chanModel, error) {
+	return wantChannelsFrom(ckpt, oldPar, sub, par)
+}
+
+// wantChannelsFrom is wantChannels for a checkpoint written by written
+// subtasks (0, ..., written-1), each with channelsAt(ckpt, subtask).
+func wantChannelsFrom(ckpt, written, sub, par int) ([]chanModel, error) {
 	if ckpt == 0 {
 		return nil, nil
 	}
-	if par == oldPar {
+	if par == written {
 		return channelsAt(ckpt, sub), nil
 	}
 	kg := backend.KeyGroupRangeForOperator(maxPar, par, sub)
 	var out []chanModel
 	index := map[backend.ChannelID]int{}
-	for old := range oldPar {
+	for old := range written {
 		for _, c := range channelsAt(ckpt, old) {
 			if c.kind != backend.ChannelKeyed {
 				return nil, errRefusalExpected

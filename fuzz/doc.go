@@ -51,7 +51,8 @@
 //     vfs.MemFS seen through a file system that counts every mutating
 //     operation (create, write, sync, rename, remove, link, mkdir); the
 //     cache's remote lives on one that keeps every acknowledged write.
-//     A script runs cycles through the daemon (writes, snapshots,
+//     A script runs cycles through the daemon (writes, channel state of
+//     unaligned checkpoints, snapshots,
 //     completions, retention, an aborted checkpoint, sweeps, a restore,
 //     a rescale; with the changelog, materializations and truncations)
 //     for heap, file and lsm, changelog off and on, once to count the
@@ -62,7 +63,9 @@
 //     checkpoint is the last acknowledged completion or the one in
 //     flight, every retained checkpoint verifies before and after a
 //     sweep, the sweep leaves only objects a retained checkpoint
-//     references, and a restore of latest equals the model (plain heap
+//     references (channel state objects included), every retained
+//     checkpoint's channel state restores equal to the model, and a
+//     restore of latest equals the model (plain heap
 //     keeps its snapshots in the dead process's memory: the restore
 //     must say so). -powerloss.points=N sets the points per scenario;
 //     a number above the operation count checks every operation.
