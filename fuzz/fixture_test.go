@@ -87,6 +87,11 @@ func (f *fixture) clone() map[string][]byte {
 	return out
 }
 
+// fixtureChannelObjectBytes cuts a checkpoint's channel state (about
+// 1 KiB) into two objects, so that a channel's segments may lie in
+// either and damage to one object leaves the other's readers intact.
+const fixtureChannelObjectBytes = 700
+
 // env is one daemon over a checkpoint root in a local directory.
 type env struct {
 	dir   string
@@ -125,7 +130,8 @@ func openEnv(ctx context.Context, dir string, objects map[string][]byte) (*env, 
 		return nil, err
 	}
 	e.d, err = daemon.New(daemon.Config{DataDir: filepath.Join(dir, "data"), Store: e.store, Catalog: e.cat,
-		HeapSnapshots: e.heap, Openers: e.set.Openers, Logger: quiet, IdleInstanceTimeout: -1})
+		HeapSnapshots: e.heap, Openers: e.set.Openers, Logger: quiet, IdleInstanceTimeout: -1,
+		ChannelStateObjectBytes: fixtureChannelObjectBytes})
 	if err != nil {
 		e.set.Close()
 		e.cat.Close()
