@@ -183,7 +183,7 @@ func seeds(f *fixture) [][]byte {
 	var chanEdits []mutation
 	if _, _, _, leaves, ok := editableLeaves(f.objects[catalog.CheckpointManifest(job, 2)]); ok {
 		for i, l := range leaves {
-			for _, suffix := range []string{"/channels/0/segments/1/offset", "/channels/1/segments/0/length", "/channels/1/records", "/channels/0/kind"} {
+			for _, suffix := range []string{"/channels/0/segments/1/offset", "/channels/1/segments/0/length", "/channels/1/records", "/channels/0/kind", "/channels/1/segments/0/path", "/channels/0/segments/0/crc32c"} {
 				if strings.HasPrefix(l, "/tasks/1/") && strings.HasSuffix(l, suffix) {
 					chanEdits = append(chanEdits, mutation{kind: mutEdit, obj: manifest, other: i % 256, hi: 4*(i/256) + 2, offset: 5})
 				}
