@@ -99,3 +99,20 @@ func TestChannelSegmentSwapRefused(t *testing.T) {
 		t.Fatalf("restore: %v, want corruption of channel output 0/1", err)
 	}
 }
+
+// TestChannelMergeOrderIgnoresSubtaskField: a rescale merges the old
+// subtasks' channel state in their order, which their key-group ranges
+// (checked: disjoint, in range) say; a handle's subtask field that does
+// not fit its key groups must not reorder the records. (FuzzRestoreLSM
+// found it: an edit made subtask 0's handle say subtask 12336.)
+func TestChannelMergeOrderIgnoresSubtaskField(t *testing.T) {
+	defer silence()()
+	f := fixtureOf(t, backend.KindFile)
+	objects := editManifest(t, f.objects, 2, func(m *catalog.Manifest) { m.Tasks[0].Task.Subtask = 12336 })
+	for _, src := range []source{{ckpt: 2, parallelism: 1}, {ckpt: 2, parallelism: 3}, {ckpt: 2, parallelism: 3, subtask: 2}} {
+		src.into = f.kind
+		if err := restore(context.Background(), scratchDir(t), f, objects, src); err != nil && !errors.Is(err, backend.ErrCorrupt) {
+			t.Errorf("%s: %v", src, err)
+		}
+	}
+}
