@@ -24,7 +24,11 @@
 //     (RestoreSpec.WithoutChannelState), equal to the model.
 //
 //   - TestSingleBitFlips flips one bit of every byte of a checkpoint of
-//     each backend and counts refusals and exact restores.
+//     each backend and counts refusals and exact restores; a flip in a
+//     channel state object must be refused, and catalog.Verify must see
+//     it. The chanbind tests check that a channel segment's handle binds
+//     its bytes and that a rescale's merge order ignores a wrong
+//     subtask field.
 //
 //   - TestPinned decodes the committed files in testdata/pinned, one of
 //     every frozen format at its current version (internal/frame, handle
