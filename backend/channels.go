@@ -99,7 +99,9 @@ type ChannelSegment struct {
 	// Offset and Length are the segment's bytes in the object.
 	Offset int64 `json:"offset"`
 	Length int64 `json:"length"`
-	// CRC32C is the Castagnoli CRC of those bytes.
+	// CRC32C is the Castagnoli CRC of those bytes but the last four (the
+	// segment frame's own checksum, which it equals; see
+	// chanstate.SegmentChecksum).
 	CRC32C uint32 `json:"crc32c"`
 }
 

@@ -1,7 +1,9 @@
 package catalog
 
 import (
+	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"hash/crc32"
@@ -180,8 +182,20 @@ func verifyChannelSegment(ctx context.Context, store tiered.Store, sg backend.Ch
 		return &FileProblem{Path: where, Detail: "read channel state: " + err.Error()}
 	}
 	defer rc.Close()
+	// The handle's checksum covers the segment but its last four bytes
+	// (the frame's own checksum; chanstate.SegmentChecksum).
+	body := sg.Length - 4
+	if sg.Length < frame.Overhead {
+		body = sg.Length // no frame: the reader refuses it anyway
+	}
 	h := crc32.New(frame.Table())
-	n, err := io.Copy(h, io.LimitReader(rc, sg.Length))
+	n, err := io.Copy(h, io.LimitReader(rc, body))
+	var tail bytes.Buffer
+	if err == nil {
+		var m int64
+		m, err = io.Copy(&tail, io.LimitReader(rc, sg.Length-n))
+		n += m
+	}
 	if err != nil {
 		return &FileProblem{Path: where, Detail: "read channel state: " + err.Error()}
 	}
@@ -190,6 +204,13 @@ func verifyChannelSegment(ctx context.Context, store tiered.Store, sg backend.Ch
 	}
 	if got := h.Sum32(); got != sg.CRC32C {
 		return &FileProblem{Path: where, Detail: fmt.Sprintf("channel state crc32c %08x, the handle says %08x (corrupt)", got, sg.CRC32C)}
+	}
+	// The frame's stored checksum must be the same one, or a restore
+	// refuses the segment that verify would pass.
+	if tail.Len() == 4 {
+		if stored := binary.LittleEndian.Uint32(tail.Bytes()); stored != sg.CRC32C {
+			return &FileProblem{Path: where, Detail: fmt.Sprintf("channel state segment stores crc32c %08x, the handle says %08x (corrupt)", stored, sg.CRC32C)}
+		}
 	}
 	return nil
 }

@@ -7,7 +7,6 @@ import (
 	"io"
 
 	"github.com/statedhq/stated/backend"
-	"github.com/statedhq/stated/internal/frame"
 	"github.com/statedhq/stated/tiered"
 )
 
@@ -89,7 +88,7 @@ func readSegment(ctx context.Context, store tiered.Store, cs backend.ChannelStat
 	case err != nil:
 		return nil, fmt.Errorf("chanstate: %s: %w", where, err)
 	}
-	if got := frame.Checksum(buf); got != s.CRC32C {
+	if got := SegmentChecksum(buf); got != s.CRC32C {
 		return nil, fmt.Errorf("%w: chanstate: %s: checksum mismatch (handle %08x, read %08x)", backend.ErrCorrupt, where, s.CRC32C, got)
 	}
 	buffers, err := DecodeSegment(buf, cs.Kind, maxParallelism)

@@ -119,7 +119,10 @@ func Restore(ctx context.Context, o RestoreOptions) (*Restored, error) {
 		return nil, err
 	}
 	sources := slices.Clone(o.Sources)
-	slices.SortStableFunc(sources, func(a, b *backend.Handle) int { return cmp.Compare(a.Task.Subtask, b.Task.Subtask) })
+	// The old subtasks' order is their key groups' (validated disjoint),
+	// not their subtask fields': a wrong subtask field must not reorder
+	// the merged records.
+	slices.SortStableFunc(sources, func(a, b *backend.Handle) int { return cmp.Compare(a.KeyGroups.Start, b.KeyGroups.Start) })
 
 	// Check everything a handle alone says before any I/O: refusals come
 	// first and cheap.

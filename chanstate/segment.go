@@ -63,6 +63,20 @@ func validateRecords(kind backend.ChannelKind, buffers [][]Record) error {
 	return nil
 }
 
+// SegmentChecksum is the checksum a handle records for an encoded segment
+// (backend.ChannelSegment.CRC32C): the CRC32C of its bytes but the last
+// four, which is the checksum the segment's frame stores. The CRC32C of a
+// whole frame, its stored checksum included, is the CRC's residue, the
+// same constant for every frame: it would not tell one segment from
+// another, and a handle pointing at another task's or checkpoint's segment
+// of the same length would read that segment's records as its own.
+func SegmentChecksum(seg []byte) uint32 {
+	if len(seg) < frame.Overhead {
+		return frame.Checksum(seg)
+	}
+	return frame.Checksum(seg[:len(seg)-4])
+}
+
 // EncodeSegment encodes buffers as one segment. It does not validate the
 // records (Writer.Append does); a negative key group is encoded as its
 // uint32 bits and refused by the decoder.

@@ -9,7 +9,6 @@ import (
 	"sync"
 
 	"github.com/statedhq/stated/backend"
-	"github.com/statedhq/stated/internal/frame"
 	"github.com/statedhq/stated/tiered"
 )
 
@@ -176,7 +175,7 @@ func (w *Writer) Append(ctx context.Context, task backend.TaskID, ch backend.Cha
 		w.mu.Unlock()
 		return backend.ChannelSegment{}, fmt.Errorf("chanstate: spool %s: %w", cur.f.Name(), err)
 	}
-	ref := backend.ChannelSegment{Path: cur.name, Offset: cur.size, Length: int64(len(seg)), CRC32C: frame.Checksum(seg)}
+	ref := backend.ChannelSegment{Path: cur.name, Offset: cur.size, Length: int64(len(seg)), CRC32C: SegmentChecksum(seg)}
 	cur.size += int64(len(seg))
 	w.stats.Segments++
 	var wait []*part

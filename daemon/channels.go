@@ -327,7 +327,7 @@ func (d *Daemon) restoreChannels(ctx context.Context, p OpenParams, r *restorePl
 		return nil, nil
 	}
 	sources = slices.Clone(sources)
-	slices.SortFunc(sources, func(a, b *backend.Handle) int { return cmp.Compare(a.Task.Subtask, b.Task.Subtask) })
+	slices.SortFunc(sources, func(a, b *backend.Handle) int { return cmp.Compare(a.KeyGroups.Start, b.KeyGroups.Start) })
 	rs, err := chanstate.Restore(ctx, chanstate.RestoreOptions{
 		Store: r.src.Store, Sources: sources, KeyGroups: p.KeyGroups, MaxParallelism: p.MaxParallelism,
 		Rescaled: r.rescaled, SpoolDir: filepath.Join(d.cfg.DataDir, ChannelsDir),

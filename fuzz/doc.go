@@ -12,18 +12,31 @@
 //     checkpoint under the right name, manifest fields edited, appended
 //     bytes) and restore through the daemon (catalog.Open, daemon.Open
 //     with a RestoreSpec), at the old parallelism and rescaled. The
-//     outcome must be an error that wraps backend.ErrCorrupt (or
-//     backend.ErrIncompatible) and names a damaged object, or state equal
-//     to the model; never a panic or a hang.
+//     checkpoints are unaligned: their tasks wrote channel state, whose
+//     objects the damage hits too. The outcome must be an error that
+//     wraps backend.ErrCorrupt (or backend.ErrIncompatible) and names a
+//     damaged object, or keyed, operator and channel state
+//     (Instance.RestoredChannels) equal to the model; never a panic or a
+//     hang. A rescale of forward or broadcast channel state must be
+//     refused as backend.ErrIncompatible. When the damage hit channel
+//     state alone, a corruption error must be followed by a successful
+//     restore without that checkpoint's channel state
+//     (RestoreSpec.WithoutChannelState), equal to the model.
 //
 //   - TestSingleBitFlips flips one bit of every byte of a checkpoint of
-//     each backend and counts refusals and exact restores.
+//     each backend and counts refusals and exact restores; a flip in a
+//     channel state object must be refused, and catalog.Verify must see
+//     it. The chanbind tests check that a channel segment's handle binds
+//     its bytes and that a rescale's merge order ignores a wrong
+//     subtask field.
 //
 //   - TestPinned decodes the committed files in testdata/pinned, one of
-//     every frozen format at its current version (internal/frame, handle,
-//     manifest, job file, snapfmt snapshot files of heap and file, native
-//     and canonical savepoints, an lsm checkpoint directory, batch
-//     messages, a dstl segment of changelog changes), checks their
+//     every frozen format at its current version (internal/frame, handle
+//     versions 1 to 3, manifest, job file, snapfmt snapshot files of heap
+//     and file, native and canonical savepoints, an lsm checkpoint
+//     directory, unaligned checkpoints with channel state objects of
+//     every backend, batch messages, a dstl segment of changelog changes,
+//     a chanstate segment), checks their
 //     content field by field against the model that generated them, and
 //     restores every checkpoint and savepoint. A format change that is not
 //     a new version fails it (a build writing the same version must also
@@ -42,7 +55,8 @@
 //     vfs.MemFS seen through a file system that counts every mutating
 //     operation (create, write, sync, rename, remove, link, mkdir); the
 //     cache's remote lives on one that keeps every acknowledged write.
-//     A script runs cycles through the daemon (writes, snapshots,
+//     A script runs cycles through the daemon (writes, channel state of
+//     unaligned checkpoints, snapshots,
 //     completions, retention, an aborted checkpoint, sweeps, a restore,
 //     a rescale; with the changelog, materializations and truncations)
 //     for heap, file and lsm, changelog off and on, once to count the
@@ -53,7 +67,9 @@
 //     checkpoint is the last acknowledged completion or the one in
 //     flight, every retained checkpoint verifies before and after a
 //     sweep, the sweep leaves only objects a retained checkpoint
-//     references, and a restore of latest equals the model (plain heap
+//     references (channel state objects included), every retained
+//     checkpoint's channel state restores equal to the model, and a
+//     restore of latest equals the model (plain heap
 //     keeps its snapshots in the dead process's memory: the restore
 //     must say so). -powerloss.points=N sets the points per scenario;
 //     a number above the operation count checks every operation.
@@ -70,7 +86,9 @@
 //     out are an invalid argument, as for a checkpoint of only some
 //     subtasks). Inline operator state and a handle's operator are never
 //     edited: changed, they are other valid state that no check can tell
-//     from the original.
+//     from the original. Neither is a channel's id (segments do not
+//     repeat it). An edit reaches field other+256*(hi>>2), so that
+//     inputs reach the leaves of manifests with channel state.
 //   - A deleted manifest cannot be told from a checkpoint that retention
 //     removed: the restore answers not found, and latest is then the
 //     checkpoint before.

@@ -20,6 +20,7 @@ import (
 
 	"github.com/statedhq/stated/backend"
 	"github.com/statedhq/stated/catalog"
+	"github.com/statedhq/stated/chanstate"
 	"github.com/statedhq/stated/daemon"
 	"github.com/statedhq/stated/daemon/openers"
 	"github.com/statedhq/stated/tiered"
@@ -44,9 +45,12 @@ const heapPrefix = "heap:"
 // written through the daemon from the model: checkpoints 1 and 2 of job
 // "j" (two subtasks of operator "op"), a native savepoint (taken after 2)
 // and a canonical one (of checkpoint 2). Both savepoints and checkpoint 2
-// hold modelAt(2), checkpoint 1 holds modelAt(1).
+// hold modelAt(2), checkpoint 1 holds modelAt(1). With channels, the
+// checkpoints are unaligned: each task wrote channelsAt(id, subtask)
+// through the daemon before its snapshot (savepoints are aligned).
 type fixture struct {
-	kind backend.Kind
+	kind     backend.Kind
+	channels bool
 	// objects are every stored object by name (heap snapshot store
 	// objects under heapPrefix), as written.
 	objects map[string][]byte
@@ -82,6 +86,11 @@ func (f *fixture) clone() map[string][]byte {
 	}
 	return out
 }
+
+// fixtureChannelObjectBytes cuts a checkpoint's channel state (about
+// 1 KiB) into two objects, so that a channel's segments may lie in
+// either and damage to one object leaves the other's readers intact.
+const fixtureChannelObjectBytes = 700
 
 // env is one daemon over a checkpoint root in a local directory.
 type env struct {
@@ -121,7 +130,8 @@ func openEnv(ctx context.Context, dir string, objects map[string][]byte) (*env, 
 		return nil, err
 	}
 	e.d, err = daemon.New(daemon.Config{DataDir: filepath.Join(dir, "data"), Store: e.store, Catalog: e.cat,
-		HeapSnapshots: e.heap, Openers: e.set.Openers, Logger: quiet, IdleInstanceTimeout: -1})
+		HeapSnapshots: e.heap, Openers: e.set.Openers, Logger: quiet, IdleInstanceTimeout: -1,
+		ChannelStateObjectBytes: fixtureChannelObjectBytes})
 	if err != nil {
 		e.set.Close()
 		e.cat.Close()
@@ -185,8 +195,8 @@ func scratchDir(tb testing.TB) string {
 func task(sub int) backend.TaskID { return backend.TaskID{Job: job, Operator: opName, Subtask: sub} }
 
 // buildFixture writes the fixture of kind through a daemon in a temporary
-// local directory.
-func buildFixture(kind backend.Kind) (*fixture, error) {
+// local directory, with channel state (unaligned checkpoints) or without.
+func buildFixture(kind backend.Kind, channels bool) (*fixture, error) {
 	ctx := context.Background()
 	dir, err := os.MkdirTemp(scratchRoot(), "stated-fuzz-build-")
 	if err != nil {
@@ -215,7 +225,25 @@ func buildFixture(kind backend.Kind) (*fixture, error) {
 			if err := setOperatorState(in, in.Task.Subtask, ckpt); err != nil {
 				return nil, err
 			}
-			if _, err := e.d.Snapshot(ctx, in, uint64(ckpt), true); err != nil {
+		}
+		for piece := range 2 {
+			for _, in := range ins {
+				if !channels {
+					break
+				}
+				if err := writeChannels(ctx, e.d, in, ckpt, piece); err != nil {
+					return nil, err
+				}
+			}
+		}
+		for _, in := range ins {
+			// With channel state, the shared object is sealed once every
+			// task snapshotted: waiting here would wait for the linger.
+			o := daemon.SnapshotOptions{Wait: !channels}
+			if channels {
+				o.Stats = snapshotStats
+			}
+			if _, err := e.d.SnapshotWith(ctx, in, uint64(ckpt), o); err != nil {
 				return nil, err
 			}
 		}
@@ -223,7 +251,7 @@ func buildFixture(kind backend.Kind) (*fixture, error) {
 			return nil, err
 		}
 	}
-	f := &fixture{kind: kind}
+	f := &fixture{kind: kind, channels: channels}
 	sp, err := e.d.TriggerSavepoint(ctx, job, true, 3)
 	if err != nil {
 		return nil, fmt.Errorf("native savepoint: %w", err)
@@ -250,7 +278,8 @@ var fixtures struct {
 	byKd map[backend.Kind]*fixture
 }
 
-// fixtureOf builds the fixture of kind once per process.
+// fixtureOf builds the fixture of kind, with channel state, once per
+// process.
 func fixtureOf(tb testing.TB, kind backend.Kind) *fixture {
 	tb.Helper()
 	fixtures.mu.Lock()
@@ -258,7 +287,7 @@ func fixtureOf(tb testing.TB, kind backend.Kind) *fixture {
 	if f := fixtures.byKd[kind]; f != nil {
 		return f
 	}
-	f, err := buildFixture(kind)
+	f, err := buildFixture(kind, true)
 	if err != nil {
 		tb.Fatalf("build the %s fixture: %v", kind, err)
 	}
@@ -284,6 +313,9 @@ type source struct {
 	// latestIs is the checkpoint that is the latest (0: 2). A deleted
 	// (not damaged) manifest reads as a checkpoint retention removed.
 	latestIs int
+	// skipChannels restores a checkpoint without its channel state
+	// (RestoreSpec.WithoutChannelState), as after a DataLoss.
+	skipChannels bool
 }
 
 func (s source) String() string {
@@ -294,6 +326,9 @@ func (s source) String() string {
 	case s.ckpt == 0:
 		from = "latest checkpoint"
 	}
+	if s.skipChannels {
+		from += " without channel state"
+	}
 	return fmt.Sprintf("%s into %s subtask %d/%d", from, s.into, s.subtask, s.parallelism)
 }
 
@@ -301,10 +336,26 @@ func (s source) String() string {
 // model's: never acceptable.
 var errMismatch = errors.New("restored state differs from the model")
 
+// wantCheckpoint is the checkpoint src restores (0 for a savepoint).
+func (s source) wantCheckpoint() int {
+	switch {
+	case s.savepoint != "":
+		return 0
+	case s.ckpt != 0:
+		return s.ckpt
+	case s.latestIs != 0:
+		return s.latestIs
+	}
+	return 2
+}
+
 // restore writes objects into a fresh local directory under root, opens
 // a catalog and a daemon over it, and opens the instance of src through
 // the daemon's restore path. It returns the restore's error, or an error
-// wrapping errMismatch when the restored state is not the model's.
+// wrapping errMismatch when the restored state (keyed, operator or
+// channel state) is not the model's. A rescale of channel state that must
+// be refused (wantChannels) and is refused as ErrIncompatible and
+// chanstate.ErrNotRedistributable returns nil.
 func restore(ctx context.Context, root string, f *fixture, objects map[string][]byte, src source) (err error) {
 	dir, err := os.MkdirTemp(root, "restore-")
 	if err != nil {
@@ -323,15 +374,32 @@ func restore(ctx context.Context, root string, f *fixture, objects map[string][]
 	case "canonical":
 		spec = &daemon.RestoreSpec{Savepoint: f.canonical}
 	}
+	ckpt := src.wantCheckpoint()
+	if src.skipChannels {
+		spec.WithoutChannelState = uint64(ckpt)
+	}
+	var wantCh []chanModel
+	var refusal error
+	if f.channels && !src.skipChannels {
+		wantCh, refusal = wantChannels(ckpt, src.subtask, src.parallelism)
+	}
 	kg := backend.KeyGroupRangeForOperator(maxPar, src.parallelism, src.subtask)
 	in, err := e.d.Open(ctx, daemon.OpenParams{Task: task(src.subtask), MaxParallelism: maxPar, Parallelism: src.parallelism,
 		KeyGroups: kg, Kind: src.into, States: states, Restore: spec})
-	if err != nil {
+	switch {
+	case refusal != nil && err == nil:
+		return fmt.Errorf("%w: %s: restored, but the model has %v", errMismatch, src, refusal)
+	case refusal != nil && errors.Is(err, chanstate.ErrNotRedistributable) && errors.Is(err, backend.ErrIncompatible):
+		return nil
+	case err != nil:
 		return err
 	}
 	want := 2
 	if src.ckpt == 1 || src.ckpt == 0 && src.savepoint == "" && src.latestIs == 1 {
 		want = 1
+	}
+	if err := checkChannels(in.RestoredChannels(), wantCh); err != nil {
+		return fmt.Errorf("%w: %s: %v", errMismatch, src, err)
 	}
 	if err := check(in.Backend, modelAt(want), kg); err != nil {
 		return fmt.Errorf("%w: %s: %v", errMismatch, src, err)

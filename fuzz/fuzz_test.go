@@ -104,10 +104,23 @@ func runInput(t *testing.T, kind backend.Kind, root string, in []byte) {
 	var changed []string
 	ms := parseMutations(in[1:])
 	edited := false
+	// chanOnly: every damage hit channel state alone (its objects, or a
+	// segment or count of a manifest that stays valid), which a restore
+	// without the checkpoint's channel state must then survive.
+	chanOnly := true
 	for _, m := range ms {
-		c := m.apply(objects, names)
+		c, leaf := m.applyLeaf(objects, names)
 		changed = append(changed, c...)
 		edited = edited || m.kind == mutEdit && len(c) > 0
+		for _, n := range c {
+			switch {
+			case m.kind == mutEdit:
+				_, err := catalog.DecodeManifest(objects[n])
+				chanOnly = chanOnly && strings.Contains(leaf, "/channels/") && err == nil
+			default:
+				chanOnly = chanOnly && isChannelObject(n)
+			}
+		}
 	}
 	if _, ok := objects[catalog.CheckpointManifest(job, 2)]; !ok {
 		src.latestIs = 1
@@ -124,6 +137,15 @@ func runInput(t *testing.T, kind backend.Kind, root string, in []byte) {
 	}
 	if bad := judge(err, changed, edited); bad != nil {
 		t.Fatalf("%s fixture, %s, mutations %v: %v", kind, src, ms, bad)
+	}
+	if err == nil || !errors.Is(err, backend.ErrCorrupt) || !chanOnly || len(changed) == 0 || src.savepoint != "" {
+		return
+	}
+	// The DataLoss was the channel state's: the engine may knowingly give
+	// it up and restore the keyed and operator state.
+	src.skipChannels = true
+	if err := restore(ctx, root, f, objects, src); err != nil {
+		t.Fatalf("%s fixture, %s, mutations %v: after %v: %v", kind, src, ms, api.Code(err), err)
 	}
 }
 
@@ -154,6 +176,20 @@ func seeds(f *fixture) [][]byte {
 		return strings.Contains(n, "chk-2/op-0/") && !strings.HasSuffix(n, catalog.ManifestName) || strings.HasSuffix(n, ".sst")
 	})
 	old := idx(func(n string) bool { return strings.Contains(n, "chk-1/op-0/") })
+	chans := idx(func(n string) bool { return isChannelObject(n) && strings.Contains(n, "/chk-2/") })
+	oldChans := idx(func(n string) bool { return isChannelObject(n) && strings.Contains(n, "/chk-1/") })
+	// Manifest edits of channel state: a segment's offset and length, a
+	// channel's record count and kind (field index other+256*(hi>>2)).
+	var chanEdits []mutation
+	if _, _, _, leaves, ok := editableLeaves(f.objects[catalog.CheckpointManifest(job, 2)]); ok {
+		for i, l := range leaves {
+			for _, suffix := range []string{"/channels/0/segments/1/offset", "/channels/1/segments/0/length", "/channels/1/records", "/channels/0/kind", "/channels/1/segments/0/path", "/channels/0/segments/0/crc32c"} {
+				if strings.HasPrefix(l, "/tasks/1/") && strings.HasSuffix(l, suffix) {
+					chanEdits = append(chanEdits, mutation{kind: mutEdit, obj: manifest, other: i % 256, hi: 4*(i/256) + 2, offset: 5})
+				}
+			}
+		}
+	}
 	var out [][]byte
 	// Source 1: checkpoint 2 into the same kind at parallelism 1 (a
 	// rescale); source 6: checkpoint 1 at the old parallelism.
@@ -169,7 +205,15 @@ func seeds(f *fixture) [][]byte {
 			append([]byte{src}, encodeMutations(mutation{kind: mutReplace, obj: data, other: old})...),
 			append([]byte{src}, encodeMutations(mutation{kind: mutEdit, obj: manifest, other: 7, hi: 2, offset: 3})...),
 			append([]byte{src}, encodeMutations(mutation{kind: mutAppend, hi: 2, obj: data, offset: 0x41})...),
+			append([]byte{src}, encodeMutations(mutation{kind: mutFlip, hi: 1, obj: chans, offset: 300})...),
+			append([]byte{src}, encodeMutations(mutation{kind: mutTruncate, obj: chans, offset: 500})...),
+			append([]byte{src}, encodeMutations(mutation{kind: mutDelete, obj: chans})...),
+			append([]byte{src}, encodeMutations(mutation{kind: mutReplace, obj: chans, other: oldChans})...),
+			append([]byte{src}, encodeMutations(mutation{kind: mutSwap, obj: oldChans, other: chans})...),
 		)
+		for _, m := range chanEdits {
+			out = append(out, append([]byte{src}, encodeMutations(m)...))
+		}
 	}
 	return out
 }

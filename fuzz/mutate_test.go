@@ -19,7 +19,7 @@ const (
 	mutDelete          // remove the object
 	mutSwap            // swap the contents of two objects
 	mutReplace         // put another object's content under this name
-	mutEdit            // edit one field of a framed JSON object (manifest, job file), re-framed validly
+	mutEdit            // edit field other+256*(hi>>2) of a framed JSON object (manifest, job file), re-framed validly
 	mutAppend          // append hi+1 bytes
 	numMutations
 )
@@ -66,33 +66,40 @@ func encodeMutations(ms ...mutation) []byte {
 // apply does m to objects (names are the fixture's sorted names) and
 // returns the names it changed.
 func (m mutation) apply(objects map[string][]byte, names []string) []string {
+	changed, _ := m.applyLeaf(objects, names)
+	return changed
+}
+
+// applyLeaf is apply that also returns the JSON path of the leaf an edit
+// changed ("" for other mutations).
+func (m mutation) applyLeaf(objects map[string][]byte, names []string) ([]string, string) {
 	if len(names) == 0 {
-		return nil
+		return nil, ""
 	}
 	name := names[m.obj%len(names)]
 	b, ok := objects[name]
 	if !ok {
-		return nil // deleted by an earlier mutation
+		return nil, "" // deleted by an earlier mutation
 	}
 	switch m.kind {
 	case mutFlip:
 		if len(b) == 0 {
-			return nil
+			return nil, ""
 		}
 		b[m.offset%len(b)] ^= 1 << (m.hi & 7)
 	case mutTruncate:
 		if len(b) == 0 {
-			return nil
+			return nil, ""
 		}
 		objects[name] = b[:m.offset%len(b)]
 	case mutZero:
 		if len(b) == 0 {
-			return nil
+			return nil, ""
 		}
 		off := m.offset % len(b)
 		end := min(len(b), off+m.hi+1)
 		if bytes.Count(b[off:end], []byte{0}) == end-off {
-			return nil
+			return nil, ""
 		}
 		clear(b[off:end])
 	case mutDelete:
@@ -101,24 +108,27 @@ func (m mutation) apply(objects map[string][]byte, names []string) []string {
 		other := names[m.other%len(names)]
 		ob, ok := objects[other]
 		if !ok || other == name || bytes.Equal(ob, b) {
-			return nil
+			return nil, ""
 		}
 		objects[name] = append([]byte(nil), ob...)
 		if m.kind == mutReplace {
-			return []string{name}
+			return []string{name}, ""
 		}
 		objects[other] = b
-		return []string{name, other}
+		return []string{name, other}, ""
 	case mutEdit:
-		nb, ok := editField(b, m.other, m.hi, m.offset)
+		// A manifest of two tasks with channel state has more than 256
+		// leaves: the high bits of hi reach the rest.
+		nb, leaf, ok := editField(b, m.other+256*(m.hi>>2), m.hi, m.offset)
 		if !ok {
-			return nil
+			return nil, ""
 		}
 		objects[name] = nb
+		return []string{name}, leaf
 	case mutAppend:
 		objects[name] = append(b, bytes.Repeat([]byte{byte(m.offset)}, m.hi+1)...)
 	}
-	return []string{name}
+	return []string{name}, ""
 }
 
 func (m mutation) String() string {
@@ -131,51 +141,61 @@ var frameMagics = []string{"STMF", "STJC"}
 
 // editField changes one leaf of the JSON payload of a framed object and
 // frames it again with a valid checksum, as a writer with a bug would:
-// field picks the leaf (in sorted path order; operator state and a
-// handle's operator left out), hi and val the new value.
-// It reports false for objects that are not framed JSON.
-func editField(b []byte, field, hi, val int) ([]byte, bool) {
-	if len(b) < 4 {
-		return nil, false
+// field picks the leaf (in sorted path order of editableLeaves), hi and
+// val the new value. It returns the leaf's path, and reports false for
+// objects that are not framed JSON.
+func editField(b []byte, field, hi, val int) ([]byte, string, bool) {
+	magic, version, doc, leaves, ok := editableLeaves(b)
+	if !ok {
+		return nil, "", false
 	}
-	magic := string(b[:4])
+	target := leaves[field%len(leaves)]
+	doc = setLeaf(doc, "", target, func(v any) any { return newValue(v, hi, val) })
+	out, err := json.Marshal(doc)
+	if err != nil {
+		return nil, "", false
+	}
+	return frame.Encode(magic, version, out), target, true
+}
+
+// editableLeaves decodes a framed JSON object and returns its leaves that
+// an edit may change, sorted; false when b is no framed JSON object or has
+// no such leaf.
+func editableLeaves(b []byte) (magic string, version uint16, doc any, leaves []string, ok bool) {
+	if len(b) < 4 {
+		return "", 0, nil, nil, false
+	}
+	magic = string(b[:4])
 	known := false
 	for _, m := range frameMagics {
 		known = known || m == magic
 	}
 	if !known {
-		return nil, false
+		return "", 0, nil, nil, false
 	}
 	version, payload, err := frame.Decode(magic, b)
 	if err != nil {
-		return nil, false
+		return "", 0, nil, nil, false
 	}
-	var doc any
 	if err := json.Unmarshal(payload, &doc); err != nil {
-		return nil, false
+		return "", 0, nil, nil, false
 	}
-	var leaves []string
 	walkLeaves(doc, "", func(p string, _ any) {
 		// Operator state is inline data of the manifest, guarded by its
 		// checksum alone, and a handle's operator says whose state it is
-		// (a checkpoint may hold some subtasks of an operator only):
-		// edited and framed again, either is other valid state, not
-		// damage a restore could see.
-		if !strings.Contains(p, "/operatorState/") && !strings.HasSuffix(p, "/task/operator") {
+		// (a checkpoint may hold some subtasks of an operator only);
+		// likewise a channel's id says which channel the segments are
+		// (segments do not repeat it): edited and framed again, each is
+		// other valid state, not damage a restore could see.
+		if !strings.Contains(p, "/operatorState/") && !strings.HasSuffix(p, "/task/operator") && !strings.Contains(p, "/channel/") {
 			leaves = append(leaves, p)
 		}
 	})
 	if len(leaves) == 0 {
-		return nil, false
+		return "", 0, nil, nil, false
 	}
 	sort.Strings(leaves)
-	target := leaves[field%len(leaves)]
-	doc = setLeaf(doc, "", target, func(v any) any { return newValue(v, hi, val) })
-	out, err := json.Marshal(doc)
-	if err != nil {
-		return nil, false
-	}
-	return frame.Encode(magic, version, out), true
+	return magic, version, doc, leaves, true
 }
 
 func walkLeaves(v any, path string, fn func(string, any)) {

@@ -19,6 +19,7 @@ import (
 	pb "github.com/statedhq/stated/api/statedpb"
 	"github.com/statedhq/stated/backend"
 	"github.com/statedhq/stated/catalog"
+	"github.com/statedhq/stated/chanstate"
 	"github.com/statedhq/stated/dstl"
 	"github.com/statedhq/stated/dstl/changelog"
 	"github.com/statedhq/stated/internal/frame"
@@ -36,13 +37,18 @@ const pinnedDir = "testdata/pinned"
 //	frame.bin                  internal/frame envelope of pinnedPayload
 //	handle.bin                 backend.EncodeHandle(pinnedHandle())
 //	handle-changelog.bin       backend.EncodeHandle(pinnedChangelogHandle()), version 2
+//	handle-channels.bin        backend.EncodeHandle(pinnedChannelsHandle()), version 3
 //	batch-request.bin          pb.BatchRequest pinnedBatchRequest(), deterministic protobuf
 //	batch-response.bin         pb.BatchResponse pinnedBatchResponse()
 //	segment.bin                dstl segment of pinnedChanges() (two writers), uncompressed
 //	segment-zstd.bin           the same, zstd-compressed blocks
+//	channel-segment.bin        chanstate segment of pinnedChannelBuffers(), version 1
 //	checkpoints/<kind>/root/   a checkpoint root: job file, checkpoints 1 and 2, a native
-//	                           and a canonical savepoint (the fixture of kind)
+//	                           and a canonical savepoint (the fixture of kind, aligned)
 //	checkpoints/heap/heap/     the heap snapshot store (daemon memory) of the heap fixture
+//	checkpoints/unaligned-<kind>/
+//	                           the same with unaligned checkpoints: channel state objects
+//	                           and version 3 handles with channels and statistics
 const (
 	pinnedMagic   = "PINx"
 	pinnedVersion = 7
@@ -87,6 +93,43 @@ func pinnedChangelogHandle() *backend.Handle {
 		},
 		FullSize: 821, CheckpointedSize: 321,
 		Log: &backend.HandleLog{Segments: []string{"_changelog/shared/r1/0000000000000003-0", "_changelog/shared/r1/0000000000000004-1"}, Bytes: 4096},
+	}
+}
+
+// pinnedChannelsHandle is an unaligned checkpoint's handle: version 3, with
+// channel state (every kind, several segments) and statistics.
+func pinnedChannelsHandle() *backend.Handle {
+	return &backend.Handle{
+		Version: backend.HandleVersionChannels, Backend: backend.KindHeap,
+		Task:         backend.TaskID{Job: "j", Operator: "op", Subtask: 1},
+		CheckpointID: 9, KeyGroups: backend.KeyGroupRange{Start: 4, End: 7}, MaxParallelism: 8,
+		States: []backend.StateDescriptor{{Name: "v", Kind: backend.KindValue}},
+		Files:  []backend.FileRef{{Path: "j/chk-9/op-1/state-00aa", Size: 77, CRC32C: 0xabcd, KeyGroupOffsets: []int64{16, 30, 40, 50, 77}}},
+		Channels: []backend.ChannelState{
+			{Channel: backend.ChannelID{Direction: backend.ChannelInput, Gate: 0, Index: 2}, Kind: backend.ChannelKeyed,
+				Segments: []backend.ChannelSegment{
+					{Path: "j/chk-9/channels-0123abcd-0", Offset: 0, Length: 40, CRC32C: 0x11223344},
+					{Path: "j/chk-9/channels-0123abcd-1", Offset: 12, Length: 30, CRC32C: 0x55667788},
+				}, Buffers: 3, Records: 7, Bytes: 41},
+			{Channel: backend.ChannelID{Direction: backend.ChannelInput, Gate: 1, Index: 0}, Kind: backend.ChannelForward,
+				Segments: []backend.ChannelSegment{{Path: "j/chk-9/channels-0123abcd-0", Offset: 40, Length: 21, CRC32C: 9}},
+				Buffers:  1, Records: 1, Bytes: 5},
+			{Channel: backend.ChannelID{Direction: backend.ChannelOutput, Gate: 0, Index: 3}, Kind: backend.ChannelBroadcast,
+				Segments: []backend.ChannelSegment{{Path: "j/chk-9/channels-0123abcd-1", Offset: 0, Length: 12, CRC32C: 0xffffffff}},
+				Buffers:  1, Records: 0, Bytes: 0},
+		},
+		Stats:    &backend.TaskStats{Unaligned: true, AlignmentMicros: 1500, StartDelayMicros: 250, SyncMicros: 80, AsyncMicros: 12000},
+		FullSize: 77, CheckpointedSize: 77,
+	}
+}
+
+// pinnedChannelBuffers are the buffers of channel-segment.bin: records of
+// several key groups, an empty record and an empty buffer.
+func pinnedChannelBuffers() [][]chanstate.Record {
+	return [][]chanstate.Record{
+		{{KeyGroup: 0, Data: []byte("first")}, {KeyGroup: 7, Data: []byte{0, 0xff, 0x80}}},
+		{},
+		{{KeyGroup: 3, Data: []byte{}}, {KeyGroup: 5, Data: bytes.Repeat([]byte("x"), 200)}},
 	}
 }
 
@@ -167,6 +210,22 @@ func encodeSegment(compress bool) ([]byte, error) {
 	return seg, err
 }
 
+// pinnedRoot is one pinned checkpoint root: the fixture of kind, with
+// channel state or without, in checkpoints/<dir>.
+type pinnedRoot struct {
+	dir      string
+	kind     backend.Kind
+	channels bool
+}
+
+func pinnedRoots() []pinnedRoot {
+	var out []pinnedRoot
+	for _, kind := range kinds {
+		out = append(out, pinnedRoot{string(kind), kind, false}, pinnedRoot{"unaligned-" + string(kind), kind, true})
+	}
+	return out
+}
+
 // generatePinned writes every pinned file from the models above and the
 // fixtures.
 func generatePinned(t *testing.T) {
@@ -181,6 +240,10 @@ func generatePinned(t *testing.T) {
 	if files["handle-changelog.bin"], err = backend.EncodeHandle(pinnedChangelogHandle()); err != nil {
 		t.Fatal(err)
 	}
+	if files["handle-channels.bin"], err = backend.EncodeHandle(pinnedChannelsHandle()); err != nil {
+		t.Fatal(err)
+	}
+	files["channel-segment.bin"] = chanstate.EncodeSegment(pinnedChannelBuffers())
 	det := proto.MarshalOptions{Deterministic: true}
 	if files["batch-request.bin"], err = det.Marshal(pinnedBatchRequest()); err != nil {
 		t.Fatal(err)
@@ -194,15 +257,15 @@ func generatePinned(t *testing.T) {
 	if files["segment-zstd.bin"], err = encodeSegment(true); err != nil {
 		t.Fatal(err)
 	}
-	for _, kind := range kinds {
-		f, err := buildFixture(kind)
+	for _, pr := range pinnedRoots() {
+		f, err := buildFixture(pr.kind, pr.channels)
 		if err != nil {
 			t.Fatal(err)
 		}
 		for name, b := range f.objects {
-			p := filepath.Join("checkpoints", string(kind), "root", filepath.FromSlash(name))
+			p := filepath.Join("checkpoints", pr.dir, "root", filepath.FromSlash(name))
 			if n, ok := strings.CutPrefix(name, heapPrefix); ok {
-				p = filepath.Join("checkpoints", string(kind), "heap", filepath.FromSlash(n))
+				p = filepath.Join("checkpoints", pr.dir, "heap", filepath.FromSlash(n))
 			}
 			files[p] = b
 		}
@@ -285,6 +348,39 @@ func TestPinned(t *testing.T) {
 		}
 		sameAtVersion(t, "changelog handle", b, now, h.Version, backend.HandleVersionLog)
 	})
+	t.Run("handle-channels", func(t *testing.T) {
+		b := readPinned(t, "handle-channels.bin")
+		h, err := backend.DecodeHandle(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := pinnedChannelsHandle()
+		compareFields(t, "channels handle", reflect.ValueOf(*h), reflect.ValueOf(*want))
+		now, err := backend.EncodeHandle(want)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sameAtVersion(t, "channels handle", b, now, h.Version, backend.HandleVersionChannels)
+	})
+	t.Run("channel-segment", func(t *testing.T) {
+		b := readPinned(t, "channel-segment.bin")
+		got, err := chanstate.DecodeSegment(b, backend.ChannelKeyed, maxPar)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := pinnedChannelBuffers()
+		if len(got) != len(want) {
+			t.Fatalf("%d buffers, want %d", len(got), len(want))
+		}
+		for i := range want {
+			compareFields(t, fmt.Sprintf("channel segment buffer %d", i), reflect.ValueOf(got[i]), reflect.ValueOf(want[i]))
+		}
+		v, _, err := frame.Decode(chanstate.SegmentMagic, b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sameAtVersion(t, "channel segment", b, chanstate.EncodeSegment(want), int(v), int(chanstate.SegmentVersion))
+	})
 	t.Run("batch", func(t *testing.T) {
 		for name, want := range map[string]proto.Message{"batch-request.bin": pinnedBatchRequest(), "batch-response.bin": pinnedBatchResponse()} {
 			b := readPinned(t, name)
@@ -352,14 +448,14 @@ func TestPinned(t *testing.T) {
 			}
 		}
 	})
-	for _, kind := range kinds {
-		t.Run(string(kind), func(t *testing.T) {
+	for _, pr := range pinnedRoots() {
+		t.Run(pr.dir, func(t *testing.T) {
 			defer silence()()
-			f := loadPinnedFixture(t, kind)
+			f := loadPinnedFixture(t, pr)
 			checkPinnedMetadata(t, f)
 			ctx := context.Background()
 			root := scratchDir(t)
-			for _, src := range sources(kind) {
+			for _, src := range sources(pr.kind) {
 				if err := restore(ctx, root, f, f.objects, src); err != nil {
 					t.Errorf("%s: %v", src, err)
 				}
@@ -382,11 +478,12 @@ func TestPinned(t *testing.T) {
 	})
 }
 
-// loadPinnedFixture reads the pinned checkpoint root of kind.
-func loadPinnedFixture(t *testing.T, kind backend.Kind) *fixture {
+// loadPinnedFixture reads the pinned checkpoint root pr.
+func loadPinnedFixture(t *testing.T, pr pinnedRoot) *fixture {
 	t.Helper()
-	f := &fixture{kind: kind, objects: map[string][]byte{}}
-	dir := filepath.Join(pinnedDir, "checkpoints", string(kind))
+	kind := pr.kind
+	f := &fixture{kind: kind, channels: pr.channels, objects: map[string][]byte{}}
+	dir := filepath.Join(pinnedDir, "checkpoints", pr.dir)
 	err := filepath.WalkDir(dir, func(p string, e fs.DirEntry, err error) error {
 		if err != nil || e.IsDir() {
 			return err
@@ -473,6 +570,7 @@ func checkPinnedMetadata(t *testing.T, f *fixture) {
 				len(h.OperatorState) != 2 || len(h.Files) == 0 {
 				t.Errorf("%s: task %d: %+v", name, i, h)
 			}
+			checkPinnedChannels(t, name, h, f.channels && wantKind == catalog.KindCheckpoint)
 			full += h.FullSize
 		}
 		if m.FullSize != full {
@@ -505,6 +603,44 @@ func checkPinnedMetadata(t *testing.T, f *fixture) {
 		if r.ID != uint64(i+1) || r.Status != catalog.StatusCompleted || !r.Started.Equal(epoch) || !r.Ended.Equal(epoch) ||
 			r.Tasks != oldPar || !r.Retained || r.Damaged != nil {
 			t.Errorf("history record %d: %+v", i, r)
+		}
+	}
+}
+
+// checkPinnedChannels checks the channel state and statistics of a pinned
+// handle: for an unaligned checkpoint (unaligned), version 3, the
+// channels of channelsAt with their counts in segments of the
+// checkpoint's own channel state objects, and the reported statistics;
+// otherwise none of them.
+func checkPinnedChannels(t *testing.T, manifest string, h *backend.Handle, unaligned bool) {
+	t.Helper()
+	if !unaligned {
+		if len(h.Channels) != 0 || h.Stats != nil {
+			t.Errorf("%s: task %s: channel state %+v, statistics %+v in an aligned checkpoint", manifest, h.Task, h.Channels, h.Stats)
+		}
+		return
+	}
+	st := h.Stats
+	if h.Version != backend.HandleVersionChannels || st == nil || !st.Unaligned ||
+		st.AlignmentMicros != snapshotStats.Alignment.Microseconds() || st.StartDelayMicros != snapshotStats.StartDelay.Microseconds() {
+		t.Errorf("%s: task %s: handle version %d, statistics %+v", manifest, h.Task, h.Version, st)
+	}
+	want := channelsAt(int(h.CheckpointID), h.Task.Subtask)
+	if len(h.Channels) != len(want) {
+		t.Errorf("%s: task %s: %d channels, model %d", manifest, h.Task, len(h.Channels), len(want))
+		return
+	}
+	dir := catalog.CheckpointDir(job, h.CheckpointID) + "/channels-"
+	for i, cs := range h.Channels {
+		w := want[i]
+		nb, nr, nbytes := chanstate.Counts(w.buffers)
+		if cs.Channel != w.id || cs.Kind != w.kind || cs.Buffers != nb || cs.Records != nr || cs.Bytes != nbytes || len(cs.Segments) != 2 {
+			t.Errorf("%s: task %s channel %d: %+v, model %s (%s) %d/%d/%d in 2 segments", manifest, h.Task, i, cs, w.id, w.kind, nb, nr, nbytes)
+		}
+		for _, sg := range cs.Segments {
+			if !strings.HasPrefix(sg.Path, dir) {
+				t.Errorf("%s: task %s channel %s: segment in %s, not a channel state object of the checkpoint", manifest, h.Task, cs.Channel, sg.Path)
+			}
 		}
 	}
 }

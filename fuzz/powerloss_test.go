@@ -19,6 +19,7 @@ import (
 	"github.com/statedhq/stated/backend/heap"
 	"github.com/statedhq/stated/backend/lsm"
 	"github.com/statedhq/stated/catalog"
+	"github.com/statedhq/stated/chanstate"
 	"github.com/statedhq/stated/daemon"
 	"github.com/statedhq/stated/dstl"
 	"github.com/statedhq/stated/tiered"
@@ -193,8 +194,9 @@ func (c plCrash) String() string {
 	return fmt.Sprintf("crash before op %d (%s %s; %s; acked %d, completing %d)", c.i, c.op, c.path, mode, c.acked, c.inflight)
 }
 
-// plScript runs the cycles the suite crashes in: writes, snapshots and
-// completions of two subtasks; retention (Retain 2 subsumes the oldest at
+// plScript runs the cycles the suite crashes in: writes, channel state
+// (checkpoints 2 to 6, see plUnaligned), snapshots and completions of two
+// subtasks; retention (Retain 2 subsumes the oldest at
 // every completion from the third on); an aborted checkpoint; a sweep; a
 // restore of one subtask; a rescale to one subtask and more checkpoints
 // there; with the changelog, materializations (every few ms) and the
@@ -216,6 +218,7 @@ func plScript(ctx context.Context, e *plEnv, m *plModel, sc plScenario) error {
 	}
 	acked := 0
 	cycle := func(id int, ins []*daemon.Instance, complete bool) error {
+		unaligned := plUnaligned(id)
 		for _, in := range ins {
 			if err := applyTo(in.Backend, id, in.KeyGroups); err != nil {
 				return err
@@ -223,7 +226,25 @@ func plScript(ctx context.Context, e *plEnv, m *plModel, sc plScenario) error {
 			if err := setOperatorState(in, in.Task.Subtask, id); err != nil {
 				return err
 			}
-			if _, err := e.d.Snapshot(ctx, in, uint64(id), true); err != nil {
+		}
+		for piece := range 2 {
+			for _, in := range ins {
+				if !unaligned {
+					break
+				}
+				if err := writeChannels(ctx, e.d, in, id, piece); err != nil {
+					return fmt.Errorf("channel state %d: %w", id, err)
+				}
+			}
+		}
+		for _, in := range ins {
+			// With channel state, waiting for the first task's upload
+			// would wait for the shared object's linger.
+			o := daemon.SnapshotOptions{Wait: !unaligned}
+			if unaligned {
+				o.Stats = snapshotStats
+			}
+			if _, err := e.d.SnapshotWith(ctx, in, uint64(id), o); err != nil {
 				return fmt.Errorf("snapshot %d: %w", id, err)
 			}
 		}
@@ -311,6 +332,44 @@ func plScript(ctx context.Context, e *plEnv, m *plModel, sc plScenario) error {
 	return nil
 }
 
+// plUnaligned says whether checkpoint id of the script is unaligned: its
+// tasks write channel state (channelsAt) before they snapshot. The aborted
+// checkpoint 4 is, so that its channel state object must go too, and the
+// restores in the script (from 3, and rescaled from 5) restore some.
+func plUnaligned(id int) bool { return id >= 2 && id <= 6 }
+
+// plCheckChannels restores the channel state of every task of every
+// retained checkpoint on its own (chanstate.Restore, as the daemon does
+// without a rescale, whatever the backend) and compares it with the
+// model; a checkpoint that is not unaligned must have none.
+func plCheckChannels(ctx context.Context, e *plEnv, retained []uint64, spool string) error {
+	for _, id := range retained {
+		mf, ok := e.cat.Checkpoint(job, id)
+		if !ok {
+			return fmt.Errorf("retained checkpoint %d has no manifest", id)
+		}
+		for _, h := range mf.Tasks {
+			if !plUnaligned(int(id)) {
+				if len(h.Channels) > 0 {
+					return fmt.Errorf("checkpoint %d task %s: channel state in an aligned checkpoint", id, h.Task)
+				}
+				continue
+			}
+			r, err := chanstate.Restore(ctx, chanstate.RestoreOptions{Store: e.store, Sources: []*backend.Handle{h},
+				MaxParallelism: maxPar, SpoolDir: spool})
+			if err != nil {
+				return fmt.Errorf("channel state of checkpoint %d task %s: %w", id, h.Task, err)
+			}
+			err = checkChannels(r, channelsAt(int(id), h.Task.Subtask))
+			_ = r.Close()
+			if err != nil {
+				return fmt.Errorf("channel state of checkpoint %d task %s: %w", id, h.Task, err)
+			}
+		}
+	}
+	return nil
+}
+
 // plLateClock is the catalog clock after a crash: past every grace
 // period, so that the sweep judges every unreferenced object.
 func plLateClock() time.Time { return time.Now().Add(24 * time.Hour) }
@@ -320,8 +379,10 @@ func plLateClock() time.Time { return time.Now().Add(24 * time.Hour) }
 // acknowledged completion or the one in flight; every retained
 // checkpoint verifies (no file missing or damaged), before and after a
 // sweep; the sweep leaves no orphan (a second one finds nothing, and every
-// object left is a retained checkpoint's); and a restore of latest into
-// both subtasks equals the model at that checkpoint. A heap checkpoint
+// object left is a retained checkpoint's, channel state objects included);
+// every retained checkpoint's channel state restores equal to the model;
+// and a restore of latest into both subtasks equals the model at that
+// checkpoint, channel state included. A heap checkpoint
 // without the changelog lives in daemon memory, which the crash took:
 // its restore must say so (daemon.ErrSnapshotGone).
 func plCheck(ctx context.Context, sc plScenario, c plCrash, m *plModel, dataDir string) (outcome string, err error) {
@@ -376,6 +437,9 @@ func plCheck(ctx context.Context, sc plScenario, c plCrash, m *plModel, dataDir 
 	if err := verifyAll("after the sweep"); err != nil {
 		return "", err
 	}
+	if err := plCheckChannels(ctx, e, retained, dataDir); err != nil {
+		return "", err
+	}
 	switch {
 	case latest == 0:
 		outcome = "no checkpoint yet, restore refused as not found"
@@ -411,6 +475,15 @@ func plCheck(ctx context.Context, sc plScenario, c plCrash, m *plModel, dataDir 
 		m.mu.Lock()
 		par := m.par[latest]
 		m.mu.Unlock()
+		var wantCh []chanModel
+		if plUnaligned(latest) {
+			if wantCh, err = wantChannelsFrom(latest, par, sub, oldPar); err != nil {
+				return "", fmt.Errorf("checkpoint %d: %w", latest, err)
+			}
+		}
+		if err := checkChannels(in.RestoredChannels(), wantCh); err != nil {
+			return "", fmt.Errorf("checkpoint %d restored into subtask %d: %w", latest, sub, err)
+		}
 		if par == oldPar {
 			if err := checkOperatorState(in, sub, oldPar, latest); err != nil {
 				return "", fmt.Errorf("checkpoint %d restored into subtask %d: %w", latest, sub, err)
@@ -435,6 +508,10 @@ func plOnlyReferenced(ctx context.Context, e *plEnv, retained []uint64) error {
 		}
 		keep[catalog.CheckpointDir(job, id)+"/_metadata"] = true
 		for _, h := range mf.Tasks {
+			// Channel state is in the checkpoint store for every backend.
+			for _, p := range h.ChannelObjects() {
+				keep[p] = true
+			}
 			if h.Backend == backend.KindHeap && h.Log == nil {
 				continue // in the heap store
 			}
