@@ -306,6 +306,9 @@ func readRestores(ctx context.Context, store tiered.Store, handles []*backend.Ha
 		if err := dec.Decode(&mf); err != nil || mf.Base == nil || mf.Version != int(version) {
 			return nil, fmt.Errorf("%w: changelog manifest %s: bad payload (%v)", backend.ErrCorrupt, f.Path, err)
 		}
+		if err := manifestMatchesHandle(h, &mf); err != nil {
+			return nil, fmt.Errorf("%w: changelog manifest %s: %v", backend.ErrCorrupt, f.Path, err)
+		}
 		logFiles := map[int]bool{}
 		if len(mf.LogFiles) > 0 {
 			if mf.Version < 2 || mf.Log == nil || len(mf.LogFiles) != len(mf.Log.Ranges) || len(h.Log.Segments) > 0 {
@@ -521,4 +524,37 @@ func ReadLayout(ctx context.Context, store tiered.Store, h *backend.Handle) (*La
 		return nil, err
 	}
 	return &Layout{Base: rs[0].base, BaseSeq: rs[0].seq, Log: rs[0].log}, nil
+}
+
+// manifestMatchesHandle checks that a changelog manifest describes the log
+// window its handle was written with. The handle's checksum of the
+// manifest cannot: the manifest is a frame ending in its own CRC32C, and
+// the CRC32C of such bytes is the same constant for every frame, so
+// another valid manifest of the same size (another checkpoint's, under
+// this name) would pass it and restore another window.
+func manifestMatchesHandle(h *backend.Handle, mf *manifest) error {
+	if len(mf.LogFiles) > 0 {
+		// A native savepoint: the window's blocks are the handle's own
+		// files, and the handle counts their bytes.
+		var n int64
+		for _, fi := range mf.LogFiles {
+			if fi >= 0 && fi < len(h.Files) {
+				n += h.Files[fi].Size
+			}
+		}
+		if n != h.Log.Bytes {
+			return fmt.Errorf("its log files hold %d bytes, the handle says %d", n, h.Log.Bytes)
+		}
+		return nil
+	}
+	var segs []string
+	var n int64
+	if mf.Log != nil {
+		segs, n = sortedSegments(*mf.Log), mf.Log.Bytes()
+	}
+	if !slices.Equal(segs, h.Log.Segments) || n != h.Log.Bytes {
+		return fmt.Errorf("its log window (%d segments, %d bytes) is not the handle's (%d segments, %d bytes)",
+			len(segs), n, len(h.Log.Segments), h.Log.Bytes)
+	}
+	return nil
 }
