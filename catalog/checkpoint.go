@@ -266,7 +266,14 @@ func (c *Catalog) writeManifest(ctx context.Context, r ref, started time.Time, h
 	// Check that every file not known yet exists with the size its handle
 	// says: a checkpoint must never point at a missing file. Files already
 	// registered were checked when their first checkpoint completed.
-	var check []backend.FileRef
+	// sizeCheck is one object to stat: exactly size bytes, or at least
+	// size (a channel state object, whose segments need not reach its end).
+	type sizeCheck struct {
+		path    string
+		size    int64
+		atLeast bool
+	}
+	var check []sizeCheck
 	seen := map[string]bool{}
 	for _, h := range hs {
 		if !managed(h) {
@@ -284,7 +291,7 @@ func (c *Catalog) writeManifest(ctx context.Context, r ref, started time.Time, h
 				}
 				continue
 			}
-			check = append(check, f)
+			check = append(check, sizeCheck{path: f.Path, size: f.Size})
 		}
 	}
 	// Channel state objects must hold every segment the handles read.
@@ -299,27 +306,23 @@ func (c *Catalog) writeManifest(ctx context.Context, r ref, started time.Time, h
 	for _, name := range slices.Sorted(maps.Keys(chanEnd)) {
 		if !seen[name] {
 			seen[name] = true
-			check = append(check, backend.FileRef{Path: name, Size: -chanEnd[name]})
+			check = append(check, sizeCheck{path: name, size: chanEnd[name], atLeast: true})
 		}
 	}
 	err := c.forEach(ctx, len(check), func(ctx context.Context, i int) error {
 		f := check[i]
-		info, err := c.store.Stat(ctx, f.Path)
+		info, err := c.store.Stat(ctx, f.path)
 		if tiered.IsNotFound(err) {
-			return fmt.Errorf("%w: checkpoint %s: file %s does not exist", ErrNotFound, r, f.Path)
+			return fmt.Errorf("%w: checkpoint %s: file %s does not exist", ErrNotFound, r, f.path)
 		}
 		if err != nil {
-			return fmt.Errorf("catalog: checkpoint %s: stat %s: %w", r, f.Path, err)
+			return fmt.Errorf("catalog: checkpoint %s: stat %s: %w", r, f.path, err)
 		}
-		if f.Size < 0 {
-			// A channel state object: at least as long as its segments.
-			if info.Size < -f.Size {
-				return fmt.Errorf("%w: checkpoint %s: channel state %s has %d bytes, its segments reach %d", ErrCorrupt, r, f.Path, info.Size, -f.Size)
-			}
-			return nil
-		}
-		if info.Size != f.Size {
-			return fmt.Errorf("%w: checkpoint %s: file %s has %d bytes, its handle says %d", ErrCorrupt, r, f.Path, info.Size, f.Size)
+		switch {
+		case f.atLeast && info.Size < f.size:
+			return fmt.Errorf("%w: checkpoint %s: channel state %s has %d bytes, its segments reach %d", ErrCorrupt, r, f.path, info.Size, f.size)
+		case !f.atLeast && info.Size != f.size:
+			return fmt.Errorf("%w: checkpoint %s: file %s has %d bytes, its handle says %d", ErrCorrupt, r, f.path, info.Size, f.size)
 		}
 		return nil
 	})
