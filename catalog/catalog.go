@@ -83,6 +83,16 @@ type Options struct {
 	// later checkpoint may reference it even if no retained one does
 	// now. Default: nothing is held (no changelog writes to this store).
 	LogHeld func(name string) bool
+	// Guard, when set, is asked before every object the catalog writes or
+	// deletes in Store and LogStore (job files, manifests, delete batches),
+	// and once more after a manifest is written, before Complete reports
+	// it. In cluster mode it confirms with a quorum that this node still
+	// leads: a deposed leader that has not noticed yet fails the check
+	// instead of deleting what the new leader's checkpoints reference or
+	// overwriting its job files. An error fails the write or delete (the
+	// sweep retries deletes on the leader that holds the catalog then).
+	// Default: always allowed (a daemon alone owns its root).
+	Guard func(ctx context.Context) error
 }
 
 // EnsureDefaults fills zero fields with their defaults.
@@ -116,6 +126,9 @@ func (o *Options) EnsureDefaults() {
 	}
 	if o.LogHeld == nil {
 		o.LogHeld = func(string) bool { return false }
+	}
+	if o.Guard == nil {
+		o.Guard = func(context.Context) error { return nil }
 	}
 }
 
@@ -646,6 +659,9 @@ func (c *Catalog) saveJob(ctx context.Context, job string) error {
 	enc, err := encodeJobFile(f)
 	if err != nil {
 		return err
+	}
+	if err := c.opts.Guard(ctx); err != nil {
+		return fmt.Errorf("catalog: write job file of %s: %w", job, err)
 	}
 	if err := c.store.Put(ctx, job+"/"+JobFileName, bytes.NewReader(enc), int64(len(enc))); err != nil {
 		return fmt.Errorf("catalog: write job file of %s: %w", job, err)

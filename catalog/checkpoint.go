@@ -140,6 +140,12 @@ func (c *Catalog) AddTaskHandle(job string, id uint64, h *backend.Handle) error 
 	}
 	for _, o := range inf.handles {
 		if o.Task == h.Task {
+			if sameHandle(o, h) {
+				// The same report again: a forwarded call retried after
+				// its answer was lost, or a node replaying its reports to
+				// a new leader.
+				return nil
+			}
 			return fmt.Errorf("%w: checkpoint %s already has a handle of task %s", ErrExists, CheckpointDir(job, id), h.Task)
 		}
 	}
@@ -147,6 +153,58 @@ func (c *Catalog) AddTaskHandle(job string, id uint64, h *backend.Handle) error 
 	inf.handles = append(inf.handles, h)
 	c.mu.guard.add(h, +1)
 	return nil
+}
+
+// sameHandle reports whether a and b encode alike.
+func sameHandle(a, b *backend.Handle) bool {
+	ea, err1 := backend.EncodeHandle(a)
+	eb, err2 := backend.EncodeHandle(b)
+	return err1 == nil && err2 == nil && bytes.Equal(ea, eb)
+}
+
+// CompleteTasks is Complete of a checkpoint that must hold a handle of
+// every task in tasks, whichever daemon reported it: the check a cluster
+// needs, where no one daemon holds every task of a job. A task without a
+// handle is ErrState naming it (the checkpoint stays in flight: its
+// daemon may still report it, and the caller retries). Without tasks it
+// is Complete.
+func (c *Catalog) CompleteTasks(ctx context.Context, job string, id uint64, tasks []backend.TaskID) (*Manifest, error) {
+	if len(tasks) > 0 {
+		r := ref{job, id}
+		c.mu.Lock()
+		e, done := c.mu.entries[r]
+		var missing []string
+		if !done || e.discarding {
+			have := map[backend.TaskID]bool{}
+			if j, ok := c.mu.jobs[job]; ok && j.inflight[id] != nil {
+				for _, h := range j.inflight[id].handles {
+					have[h.Task] = true
+				}
+			}
+			for _, t := range tasks {
+				if !have[t] {
+					missing = append(missing, t.String())
+				}
+			}
+		} else {
+			// Completed already: every task asked for must be in it.
+			have := map[backend.TaskID]bool{}
+			for _, h := range e.m.Tasks {
+				have[h.Task] = true
+			}
+			for _, t := range tasks {
+				if !have[t] {
+					missing = append(missing, t.String())
+				}
+			}
+		}
+		c.mu.Unlock()
+		if len(missing) > 0 {
+			slices.Sort(missing)
+			return nil, fmt.Errorf("%w: checkpoint %s has no handle of tasks %s", ErrState, r, strings.Join(missing, ", "))
+		}
+	}
+	return c.Complete(ctx, job, id)
 }
 
 // Complete completes in-flight checkpoint id of job with the handles added
@@ -340,7 +398,21 @@ func (c *Catalog) writeManifest(ctx context.Context, r ref, started time.Time, h
 	if err != nil {
 		return nil, nil, err
 	}
+	if err := c.opts.Guard(ctx); err != nil {
+		return nil, nil, fmt.Errorf("catalog: complete %s: %w", r, err)
+	}
 	err = c.store.PutIfAbsent(ctx, r.manifest(), bytes.NewReader(enc), int64(len(enc)))
+	if err == nil {
+		// Asked again after the write: if this node still leads now, any
+		// later leader lists the store after the manifest landed, so the
+		// completion reported to the caller is never lost. If it fails,
+		// the caller hears an error; the manifest may stay, and a later
+		// Complete of the checkpoint finds it (completions are
+		// idempotent).
+		if gerr := c.opts.Guard(ctx); gerr != nil {
+			return nil, nil, fmt.Errorf("catalog: complete %s: wrote its manifest but %w", r, gerr)
+		}
+	}
 	if errors.Is(err, tiered.ErrExists) {
 		// A previous attempt may have written it and then failed to hear
 		// the answer. Accept it if it describes the same checkpoint.
