@@ -1,10 +1,39 @@
 package daemon
 
 import (
+	"context"
 	"time"
 
+	"github.com/statedhq/stated/backend"
 	"github.com/statedhq/stated/catalog"
+	"github.com/statedhq/stated/tiered"
 )
+
+// Catalog is what the daemon asks of the checkpoint catalog: a
+// *catalog.Catalog when the daemon runs alone, or in cluster mode a client
+// of the one catalog the cluster's leader hosts (see SharedCatalog). The
+// methods mean what they mean on *catalog.Catalog.
+type Catalog interface {
+	Store() tiered.Store
+	GCGrace() time.Duration
+	HeapStore() tiered.Store
+	BeginCheckpoint(job string, id uint64) error
+	AddTaskHandle(job string, id uint64, h *backend.Handle) error
+	CompleteTasks(ctx context.Context, job string, id uint64, tasks []backend.TaskID) (*catalog.Manifest, error)
+	Abort(ctx context.Context, job string, id uint64, why catalog.Status, reason string) error
+	Release(ctx context.Context, job string, id uint64) error
+	Checkpoint(job string, id uint64) (*catalog.Manifest, bool)
+	Latest(job string) (*catalog.Manifest, bool)
+	Savepoint(id string) (*catalog.Manifest, bool)
+	Retained(job string) []uint64
+	List(job string) []catalog.Record
+	RestoreSource(ctx context.Context, req catalog.RestoreRequest) (*catalog.Restore, error)
+	TriggerSavepoint(ctx context.Context, req catalog.SavepointRequest) (*catalog.Manifest, error)
+	NoteWithoutChannelState(ctx context.Context, job string, id uint64)
+	ReleaseLog(ctx context.Context, names []string) error
+}
+
+var _ Catalog = (*catalog.Catalog)(nil)
 
 // CheckpointInfo describes one checkpoint of a job.
 type CheckpointInfo struct {

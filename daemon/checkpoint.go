@@ -290,6 +290,15 @@ func (d *Daemon) CompleteCheckpoint(ctx context.Context, job string, id uint64, 
 		if m, ok := d.cfg.Catalog.Checkpoint(job, id); ok {
 			return infoFromManifest(m), nil // a retried call
 		}
+		if d.cfg.SharedCatalog && len(tasks) > 0 {
+			// Every task lives on other daemons: the catalog completes it
+			// when they all reported.
+			m, err := d.cfg.Catalog.CompleteTasks(ctx, job, id, tasks)
+			if err != nil {
+				return CheckpointInfo{}, fmt.Errorf("daemon: complete checkpoint %d of job %s: %w", id, job, err)
+			}
+			return infoFromManifest(m), nil
+		}
 		return CheckpointInfo{}, fmt.Errorf("daemon: complete checkpoint %d of job %s: %w: no task of this daemon snapshotted it",
 			id, job, backend.ErrNotFound)
 	}
@@ -301,7 +310,9 @@ func (d *Daemon) CompleteCheckpoint(ctx context.Context, job string, id uint64, 
 	var missing []string
 	if len(tasks) > 0 {
 		for _, t := range tasks {
-			if c.tasks[t] == nil {
+			// With a shared catalog, a task not open here is another
+			// daemon's: the catalog checks that it reported.
+			if c.tasks[t] == nil && (!d.cfg.SharedCatalog || d.byTask[t] != nil) {
 				missing = append(missing, t.String())
 			}
 		}
@@ -360,7 +371,7 @@ func (d *Daemon) CompleteCheckpoint(ctx context.Context, job string, id uint64, 
 		reopen()
 		return CheckpointInfo{}, err
 	}
-	m, err := d.cfg.Catalog.Complete(ctx, job, id)
+	m, err := d.cfg.Catalog.CompleteTasks(ctx, job, id, tasks)
 	if err != nil {
 		// The catalog keeps it in flight: the coordinator may retry or
 		// abort.

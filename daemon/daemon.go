@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"github.com/statedhq/stated/backend"
-	"github.com/statedhq/stated/catalog"
 	"github.com/statedhq/stated/chanstate"
 	"github.com/statedhq/stated/dstl/changelog"
 	"github.com/statedhq/stated/tiered"
@@ -78,7 +77,13 @@ type Config struct {
 	Store tiered.Store
 	// Catalog records checkpoints and savepoints. Required. It takes no
 	// callback into the daemon: open it first, then pass it here.
-	Catalog *catalog.Catalog
+	Catalog Catalog
+	// SharedCatalog says that other daemons report the handles of the
+	// same jobs to Catalog (cluster mode): a completion checks the tasks
+	// open here itself and leaves the rest of the tasks it names to the
+	// catalog, and a completion of a checkpoint no task here snapshotted
+	// goes to the catalog instead of failing.
+	SharedCatalog bool
 	// HeapSnapshots is where heap backends keep their snapshots: native
 	// savepoints of heap instances copy from it, and a restore from a heap
 	// checkpoint checks that its files are still there. Optional; when
