@@ -1,0 +1,405 @@
+package catalogrpc
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/statedhq/stated/backend"
+	"github.com/statedhq/stated/catalog"
+	"github.com/statedhq/stated/tiered"
+)
+
+// Caller delivers one call to the hosting catalog's Server.Handle and
+// returns its answer; an error means the call may not have run (no
+// leader within the caller's deadline, a broken connection).
+type Caller interface {
+	Call(ctx context.Context, method string, payload []byte) ([]byte, error)
+}
+
+// DefaultTimeout bounds the calls that take no context.
+const DefaultTimeout = 15 * time.Second
+
+// Options configure a Client.
+type Options struct {
+	// Caller reaches the hosting catalog. Required.
+	Caller Caller
+	// Store is this node's view of the checkpoint root the hosting
+	// catalog manages (the same bucket and prefix). Required.
+	Store tiered.Store
+	// GCGrace must be the hosting catalog's (every node is started with
+	// the same --gc-grace); the daemon checks its checkpoint timeout
+	// against it. Default catalog.DefaultGCGrace.
+	GCGrace time.Duration
+	// Timeout bounds the calls that take no context (BeginCheckpoint,
+	// AddTaskHandle and the lookups). Default DefaultTimeout.
+	Timeout time.Duration
+	// Logger receives lookups that failed (they answer "not found") and
+	// replays after a leader change. Default: discard.
+	Logger *slog.Logger
+}
+
+func (o *Options) ensureDefaults() {
+	if o.GCGrace == 0 {
+		o.GCGrace = catalog.DefaultGCGrace
+	}
+	if o.Timeout == 0 {
+		o.Timeout = DefaultTimeout
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+}
+
+func (o *Options) validate() error {
+	var errs []error
+	if o.Caller == nil {
+		errs = append(errs, errors.New("catalogrpc: no caller"))
+	}
+	if o.Store == nil {
+		errs = append(errs, errors.New("catalogrpc: no checkpoint store"))
+	}
+	if o.GCGrace < 0 || o.Timeout < 0 {
+		errs = append(errs, errors.New("catalogrpc: negative gc grace or timeout"))
+	}
+	return errors.Join(errs...)
+}
+
+// ckpt names an in-flight checkpoint.
+type ckpt struct {
+	job string
+	id  uint64
+}
+
+// Client is a daemon.Catalog over a Caller. It is safe for concurrent
+// use.
+type Client struct {
+	opts Options
+	log  *slog.Logger
+
+	mu sync.Mutex
+	// epoch of the last answer (0: none yet).
+	epoch uint64
+	// pending are the reports of the checkpoints still in flight that
+	// this node made, by checkpoint: replayed to a new epoch. Entries
+	// go when the checkpoint completes, aborts or is released; they are
+	// bounded by the daemon's in-flight checkpoints.
+	pending map[ckpt]map[backend.TaskID][]byte
+	// replays counts reports replayed to new epochs.
+	replays uint64
+}
+
+// NewClient returns a Client.
+func NewClient(opts Options) (*Client, error) {
+	opts.ensureDefaults()
+	if err := opts.validate(); err != nil {
+		return nil, err
+	}
+	return &Client{opts: opts, log: opts.Logger.With("component", "catalogrpc"), pending: map[ckpt]map[backend.TaskID][]byte{}}, nil
+}
+
+// call runs method and decodes its answer; a new epoch first gets this
+// node's pending reports (and then, for the calls that depend on them,
+// the call again).
+func (c *Client) call(ctx context.Context, method string, req *request) (*answer, error) {
+	a, err := c.once(ctx, method, req)
+	if err != nil {
+		return nil, err
+	}
+	if c.newEpoch(a.Epoch) {
+		if rerr := c.replay(ctx); rerr != nil {
+			c.log.Warn("replaying reports to the new catalog failed; the next call retries", "err", rerr)
+		} else if a.Err != nil && (method == mReport || method == mComplete) {
+			if a, err = c.once(ctx, method, req); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return a, a.Err.err()
+}
+
+// once is one call, without replays.
+func (c *Client) once(ctx context.Context, method string, req *request) (*answer, error) {
+	payload, err := json.Marshal(req)
+	if err != nil {
+		return nil, err
+	}
+	out, err := c.opts.Caller.Call(ctx, method, payload)
+	if err != nil {
+		return nil, fmt.Errorf("catalogrpc: %s: %w", method, err)
+	}
+	if len(out) > maxAnswerSize {
+		return nil, fmt.Errorf("%w: catalogrpc: %s: an answer of %d bytes", backend.ErrCorrupt, method, len(out))
+	}
+	var a answer
+	if err := json.Unmarshal(out, &a); err != nil {
+		return nil, fmt.Errorf("%w: catalogrpc: %s: unreadable answer: %v", backend.ErrCorrupt, method, err)
+	}
+	return &a, nil
+}
+
+// newEpoch records epoch and reports whether it replaced an earlier one
+// (the first answer's epoch has nothing to replay to).
+func (c *Client) newEpoch(epoch uint64) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if epoch == c.epoch {
+		return false
+	}
+	first := c.epoch == 0
+	c.epoch = epoch
+	return !first && len(c.pending) > 0
+}
+
+// replay reports this node's pending checkpoints again.
+func (c *Client) replay(ctx context.Context) error {
+	c.mu.Lock()
+	type item struct {
+		k ckpt
+		h [][]byte
+	}
+	var items []item
+	for k, hs := range c.pending {
+		tasks := slices.SortedFunc(maps.Keys(hs), func(a, b backend.TaskID) int { return strings.Compare(a.String(), b.String()) })
+		it := item{k: k}
+		for _, t := range tasks {
+			it.h = append(it.h, hs[t])
+		}
+		items = append(items, it)
+	}
+	c.mu.Unlock()
+	var errs []error
+	for _, it := range items {
+		if a, err := c.once(ctx, mBegin, &request{Job: it.k.job, ID: it.k.id}); err != nil {
+			return err
+		} else if err := a.Err.err(); err != nil {
+			if errors.Is(err, catalog.ErrExists) {
+				c.forget(it.k) // completed meanwhile
+				continue
+			}
+			errs = append(errs, err)
+			continue
+		}
+		for _, h := range it.h {
+			a, err := c.once(ctx, mReport, &request{Job: it.k.job, ID: it.k.id, Handle: h})
+			if err != nil {
+				return err
+			}
+			if err := a.Err.err(); err != nil {
+				errs = append(errs, err)
+			}
+		}
+		c.mu.Lock()
+		c.replays += uint64(len(it.h))
+		c.mu.Unlock()
+	}
+	if len(items) > 0 {
+		c.log.Info("reported in-flight checkpoints to a new catalog", "checkpoints", len(items))
+	}
+	return errors.Join(errs...)
+}
+
+func (c *Client) remember(k ckpt, t backend.TaskID, h []byte) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	m := c.pending[k]
+	if m == nil {
+		m = map[backend.TaskID][]byte{}
+		c.pending[k] = m
+	}
+	if t != (backend.TaskID{}) {
+		m[t] = h
+	}
+}
+
+func (c *Client) forget(k ckpt) {
+	c.mu.Lock()
+	delete(c.pending, k)
+	c.mu.Unlock()
+}
+
+// Resync asks the hosting catalog for its epoch and, if it is new,
+// reports this node's in-flight checkpoints to it: call it when the
+// cluster's leader changed, so that completions through other nodes find
+// this node's reports without waiting for its daemon's next call.
+func (c *Client) Resync(ctx context.Context) error {
+	_, err := c.call(ctx, mEpoch, &request{})
+	return err
+}
+
+// Pending is how many in-flight checkpoints the client would replay.
+func (c *Client) Pending() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.pending)
+}
+
+// Replays counts the reports replayed to new catalogs.
+func (c *Client) Replays() uint64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.replays
+}
+
+// bounded is a context for the calls that take none.
+func (c *Client) bounded() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.Background(), c.opts.Timeout)
+}
+
+func (c *Client) Store() tiered.Store     { return c.opts.Store }
+func (c *Client) GCGrace() time.Duration  { return c.opts.GCGrace }
+func (c *Client) HeapStore() tiered.Store { return nil }
+
+func (c *Client) BeginCheckpoint(job string, id uint64) error {
+	if err := catalog.ValidateJob(job); err != nil {
+		return err
+	}
+	ctx, cancel := c.bounded()
+	defer cancel()
+	if _, err := c.call(ctx, mBegin, &request{Job: job, ID: id}); err != nil {
+		return err
+	}
+	c.remember(ckpt{job, id}, backend.TaskID{}, nil)
+	return nil
+}
+
+func (c *Client) AddTaskHandle(job string, id uint64, h *backend.Handle) error {
+	if h == nil {
+		return fmt.Errorf("%w: nil handle for checkpoint %d of job %s", catalog.ErrInvalidArgument, id, job)
+	}
+	enc, err := backend.EncodeHandle(h)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := c.bounded()
+	defer cancel()
+	if _, err := c.call(ctx, mReport, &request{Job: job, ID: id, Handle: enc}); err != nil {
+		return err
+	}
+	c.remember(ckpt{job, id}, h.Task, enc)
+	return nil
+}
+
+func (c *Client) CompleteTasks(ctx context.Context, job string, id uint64, tasks []backend.TaskID) (*catalog.Manifest, error) {
+	a, err := c.call(ctx, mComplete, &request{Job: job, ID: id, Tasks: tasks})
+	if err != nil {
+		return nil, err
+	}
+	m, err := catalog.DecodeManifest(a.Manifest)
+	if err != nil {
+		return nil, fmt.Errorf("catalogrpc: complete checkpoint %d of job %s: %w", id, job, err)
+	}
+	c.forget(ckpt{job, id})
+	return m, nil
+}
+
+func (c *Client) Abort(ctx context.Context, job string, id uint64, why catalog.Status, reason string) error {
+	// Forgotten whatever the answer: an aborted checkpoint never completes,
+	// and a new leader's sweep deletes its uploads after the grace.
+	c.forget(ckpt{job, id})
+	_, err := c.call(ctx, mAbort, &request{Job: job, ID: id, Status: why, Reason: reason})
+	return err
+}
+
+func (c *Client) Release(ctx context.Context, job string, id uint64) error {
+	c.forget(ckpt{job, id})
+	_, err := c.call(ctx, mRelease, &request{Job: job, ID: id})
+	return err
+}
+
+// lookup runs a lookup that has no error to return: a failure is logged
+// and answers "not found", which the daemon's callers report as such.
+func (c *Client) lookup(method string, req *request) *answer {
+	ctx, cancel := c.bounded()
+	defer cancel()
+	a, err := c.call(ctx, method, req)
+	if err != nil {
+		c.log.Warn("catalog lookup failed", "method", method, "job", req.Job, "id", req.ID, "err", err)
+		return &answer{}
+	}
+	return a
+}
+
+func (c *Client) manifestOf(method string, req *request) (*catalog.Manifest, bool) {
+	a := c.lookup(method, req)
+	if !a.Found {
+		return nil, false
+	}
+	m, err := catalog.DecodeManifest(a.Manifest)
+	if err != nil {
+		c.log.Warn("catalog lookup answered a bad manifest", "method", method, "job", req.Job, "id", req.ID, "err", err)
+		return nil, false
+	}
+	return m, true
+}
+
+func (c *Client) Checkpoint(job string, id uint64) (*catalog.Manifest, bool) {
+	return c.manifestOf(mCheckpoint, &request{Job: job, ID: id})
+}
+
+func (c *Client) Latest(job string) (*catalog.Manifest, bool) {
+	return c.manifestOf(mLatest, &request{Job: job})
+}
+
+func (c *Client) Savepoint(id string) (*catalog.Manifest, bool) {
+	return c.manifestOf(mSavepoint, &request{Savept: id})
+}
+
+func (c *Client) Retained(job string) []uint64 { return c.lookup(mRetained, &request{Job: job}).IDs }
+
+func (c *Client) List(job string) []catalog.Record {
+	return c.lookup(mList, &request{Job: job}).Records
+}
+
+func (c *Client) RestoreSource(ctx context.Context, req catalog.RestoreRequest) (*catalog.Restore, error) {
+	a, err := c.call(ctx, mRestore, &request{Restore: &restoreRequest{Job: req.Job, FromJob: req.FromJob, CheckpointID: req.CheckpointID,
+		SavepointID: req.SavepointID, Mode: req.Mode, AllowFallback: req.AllowFallback}})
+	if err != nil {
+		return nil, err
+	}
+	if a.Restore == nil {
+		return nil, fmt.Errorf("%w: catalogrpc: restore of job %s: an answer without its restore", backend.ErrCorrupt, req.Job)
+	}
+	m, err := catalog.DecodeManifest(a.Manifest)
+	if err != nil {
+		return nil, fmt.Errorf("catalogrpc: restore of job %s: %w", req.Job, err)
+	}
+	r := &catalog.Restore{Manifest: m, Handles: m.Tasks, Store: c.opts.Store, NoClaim: a.Restore.NoClaim}
+	if sp := a.Restore.Savepoint; sp != "" {
+		if err := catalog.ValidateSavepointID(sp); err != nil {
+			return nil, err
+		}
+		r.Store = tiered.WithPrefix(c.opts.Store, catalog.SavepointDir(sp))
+	}
+	for _, d := range a.Restore.Skipped {
+		r.Skipped = append(r.Skipped, catalog.DamagedCheckpoint{Job: d.Job, ID: d.ID, Manifest: d.Manifest,
+			Err: fmt.Errorf("%w: %s", catalog.ErrCorrupt, d.Err)})
+	}
+	return r, nil
+}
+
+// TriggerSavepoint is refused: a savepoint is taken from live backends or
+// files of one daemon, while in a cluster a job's tasks live on several
+// (the daemon refuses it first with SharedCatalog; this is the backstop).
+func (c *Client) TriggerSavepoint(ctx context.Context, req catalog.SavepointRequest) (*catalog.Manifest, error) {
+	return nil, fmt.Errorf("%w: catalogrpc: savepoint of job %s: savepoints are not taken in cluster mode yet (a job's tasks live on several daemons)",
+		backend.ErrInvalidArgument, req.Job)
+}
+
+func (c *Client) NoteWithoutChannelState(ctx context.Context, job string, id uint64) {
+	if _, err := c.call(ctx, mNoteNoChans, &request{Job: job, ID: id}); err != nil {
+		c.log.Warn("recording a restore without channel state failed", "job", job, "id", id, "err", err)
+	}
+}
+
+func (c *Client) ReleaseLog(ctx context.Context, names []string) error {
+	_, err := c.call(ctx, mReleaseLog, &request{Names: names})
+	return err
+}

@@ -1,0 +1,213 @@
+package catalogrpc
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/statedhq/stated/backend"
+	"github.com/statedhq/stated/catalog"
+	"github.com/statedhq/stated/tiered"
+	"github.com/statedhq/stated/tiered/memstore"
+)
+
+var ctx = context.Background()
+
+// swapCaller delivers calls to whichever server hosts the catalog now,
+// as the cluster's leader-forwarding call does; down fails every call.
+type swapCaller struct {
+	mu   sync.Mutex
+	srv  *Server
+	down bool
+	log  []string
+}
+
+func (s *swapCaller) Call(ctx context.Context, method string, payload []byte) ([]byte, error) {
+	s.mu.Lock()
+	srv, down := s.srv, s.down
+	s.log = append(s.log, method)
+	s.mu.Unlock()
+	if down || srv == nil {
+		return nil, errors.New("no leader")
+	}
+	return srv.Handle(ctx, method, payload)
+}
+
+func (s *swapCaller) host(t *testing.T, store tiered.Store, epoch uint64) *catalog.Catalog {
+	t.Helper()
+	cat, err := catalog.Open(ctx, catalog.Options{Store: store})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cat.Close() })
+	s.mu.Lock()
+	s.srv = NewServer(cat, epoch)
+	s.mu.Unlock()
+	return cat
+}
+
+// upload writes one private file of a task's snapshot and returns its
+// handle.
+func upload(t *testing.T, store tiered.Store, task backend.TaskID, kg backend.KeyGroupRange, id uint64, body string) *backend.Handle {
+	t.Helper()
+	name := catalog.CheckpointDir(task.Job, id) + "/" + task.Operator + "-" + string(rune('0'+task.Subtask)) + ".sst"
+	if err := store.Put(ctx, name, strings.NewReader(body), int64(len(body))); err != nil {
+		t.Fatal(err)
+	}
+	h := &backend.Handle{Version: 1, Backend: backend.KindFile, Task: task, KeyGroups: kg, MaxParallelism: 128,
+		CheckpointID: id, Files: []backend.FileRef{{Path: name, Size: int64(len(body))}}, FullSize: int64(len(body)), CheckpointedSize: int64(len(body))}
+	if err := h.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	return h
+}
+
+func newClient(t *testing.T, c Caller, store tiered.Store) *Client {
+	t.Helper()
+	cl, err := NewClient(Options{Caller: c, Store: store})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cl
+}
+
+// TestCompletionAcrossALeaderChange: two nodes report the tasks of one
+// checkpoint; the catalog's host changes before the completion. The
+// completion through the node that meets the new catalog first fails only
+// until the other node resyncs, then succeeds, and nothing that completed
+// before is lost.
+func TestCompletionAcrossALeaderChange(t *testing.T) {
+	store := memstore.New()
+	caller := &swapCaller{}
+	caller.host(t, store, 1)
+	n1, n2 := newClient(t, caller, store), newClient(t, caller, store)
+	a := backend.TaskID{Job: "j", Operator: "op", Subtask: 0}
+	b := backend.TaskID{Job: "j", Operator: "op", Subtask: 1}
+	ka, kb := backend.KeyGroupRangeForOperator(128, 2, 0), backend.KeyGroupRangeForOperator(128, 2, 1)
+	tasks := []backend.TaskID{a, b}
+	checkpoint := func(id uint64, body string) {
+		t.Helper()
+		for i, n := range []*Client{n1, n2} {
+			if err := n.BeginCheckpoint("j", id); err != nil {
+				t.Fatal(err)
+			}
+			task, kg := a, ka
+			if i == 1 {
+				task, kg = b, kb
+			}
+			if err := n.AddTaskHandle("j", id, upload(t, store, task, kg, id, body)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	checkpoint(1, "one")
+	if m, err := n1.CompleteTasks(ctx, "j", 1, tasks); err != nil || len(m.Tasks) != 2 {
+		t.Fatalf("complete 1: %v", err)
+	}
+	if n1.Pending() != 0 {
+		t.Fatalf("n1 still holds %d pending checkpoints after the completion", n1.Pending())
+	}
+	checkpoint(2, "two")
+	// The leader dies; a new one opens its catalog from the store.
+	caller.host(t, store, 2)
+	_, err := n1.CompleteTasks(ctx, "j", 2, tasks)
+	if !errors.Is(err, catalog.ErrState) || !strings.Contains(err.Error(), b.String()) {
+		t.Fatalf("complete before n2 resynced: %v (want the missing task named)", err)
+	}
+	if err := n2.Resync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	m, err := n1.CompleteTasks(ctx, "j", 2, tasks)
+	if err != nil || len(m.Tasks) != 2 {
+		t.Fatalf("complete 2 after the resync: %v", err)
+	}
+	if n1.Replays() == 0 || n2.Replays() == 0 {
+		t.Fatalf("replays: n1 %d, n2 %d", n1.Replays(), n2.Replays())
+	}
+	// Completing again through the other node answers the same manifest.
+	m2, err := n2.CompleteTasks(ctx, "j", 2, tasks)
+	if err != nil || !m2.Completed.Equal(m.Completed) {
+		t.Fatalf("second completion: %v", err)
+	}
+	if got := n2.Retained("j"); len(got) == 0 || got[len(got)-1] != 2 {
+		t.Fatalf("retained %v", got)
+	}
+	if _, ok := n2.Checkpoint("j", 1); !ok {
+		t.Fatal("checkpoint 1 was lost across the leader change")
+	}
+}
+
+// TestErrorsKeepTheirClass: what the hosting catalog refuses arrives with
+// the sentinel the api layer maps to a gRPC code; a caller that cannot
+// reach it is an error, and lookups then answer "not found".
+func TestErrorsKeepTheirClass(t *testing.T) {
+	store := memstore.New()
+	caller := &swapCaller{}
+	caller.host(t, store, 7)
+	n := newClient(t, caller, store)
+	if _, err := n.CompleteTasks(ctx, "j", 3, nil); !errors.Is(err, catalog.ErrState) {
+		t.Fatalf("complete of a checkpoint never begun: %v", err)
+	}
+	if err := n.BeginCheckpoint("bad/job", 1); !errors.Is(err, backend.ErrInvalidArgument) {
+		t.Fatalf("bad job: %v", err)
+	}
+	_, err := n.RestoreSource(ctx, catalog.RestoreRequest{Job: "j", Mode: catalog.ModeClaim})
+	if !errors.Is(err, catalog.ErrNotFound) || !errors.Is(err, backend.ErrNotFound) {
+		t.Fatalf("restore with nothing to restore: %v", err)
+	}
+	if err := n.BeginCheckpoint("j", 1); err != nil {
+		t.Fatal(err)
+	}
+	task := backend.TaskID{Job: "j", Operator: "op", Subtask: 0}
+	h := upload(t, store, task, backend.KeyGroupRange{Start: 0, End: 127}, 1, "x")
+	h.Task.Job = "k"
+	if err := n.AddTaskHandle("j", 1, h); !errors.Is(err, catalog.ErrInvalidArgument) {
+		t.Fatalf("a handle of another job: %v", err)
+	}
+	caller.mu.Lock()
+	caller.down = true
+	caller.mu.Unlock()
+	if err := n.ReleaseLog(ctx, nil); err == nil || !strings.Contains(err.Error(), "no leader") {
+		t.Fatalf("call without a leader: %v", err)
+	}
+	if _, ok := n.Latest("j"); ok {
+		t.Fatal("a lookup without a leader found something")
+	}
+}
+
+// TestRestoreThroughTheClient: a restore through a client reads the
+// manifest the hosting catalog wrote, from the client's own store.
+func TestRestoreThroughTheClient(t *testing.T) {
+	store := memstore.New()
+	caller := &swapCaller{}
+	caller.host(t, store, 1)
+	n := newClient(t, caller, store)
+	task := backend.TaskID{Job: "j", Operator: "op", Subtask: 0}
+	if err := n.BeginCheckpoint("j", 4); err != nil {
+		t.Fatal(err)
+	}
+	h := upload(t, store, task, backend.KeyGroupRange{Start: 0, End: 127}, 4, "four")
+	if err := n.AddTaskHandle("j", 4, h); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n.CompleteTasks(ctx, "j", 4, []backend.TaskID{task}); err != nil {
+		t.Fatal(err)
+	}
+	r, err := n.RestoreSource(ctx, catalog.RestoreRequest{Job: "j", Mode: catalog.ModeNoClaim})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Manifest.CheckpointID != 4 || !r.NoClaim || r.Store != tiered.Store(store) || len(r.HandlesFor("op", h.KeyGroups)) != 1 {
+		t.Fatalf("restore %+v", r)
+	}
+	got, err := tiered.ReadAll(ctx, r.Store, r.Handles[0].Files[0].Path, 100)
+	if err != nil || !bytes.Equal(got, []byte("four")) {
+		t.Fatalf("restored file %q %v", got, err)
+	}
+	if recs := n.List("j"); len(recs) != 1 || recs[0].ID != 4 || recs[0].Status != catalog.StatusCompleted {
+		t.Fatalf("list %+v", recs)
+	}
+}

@@ -1,0 +1,115 @@
+package catalogrpc
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+
+	"github.com/statedhq/stated/backend"
+	"github.com/statedhq/stated/catalog"
+)
+
+// Server answers Clients' calls with a catalog: the one the cluster's
+// leader hosts.
+type Server struct {
+	cat   *catalog.Catalog
+	epoch uint64
+}
+
+// NewServer serves cat as epoch: a number no earlier hosting catalog used
+// (the leader's raft term), so that Clients notice a new catalog.
+func NewServer(cat *catalog.Catalog, epoch uint64) *Server {
+	return &Server{cat: cat, epoch: epoch}
+}
+
+// Epoch is the server's epoch.
+func (s *Server) Epoch() uint64 { return s.epoch }
+
+// Handle runs one call. Its error is for a call it cannot read (the
+// caller's bug or a newer node's method); what the catalog answers,
+// errors included, is in the returned answer.
+func (s *Server) Handle(ctx context.Context, method string, payload []byte) ([]byte, error) {
+	var req request
+	if err := json.Unmarshal(payload, &req); err != nil {
+		return nil, fmt.Errorf("%w: catalogrpc: %s: bad request: %v", backend.ErrInvalidArgument, method, err)
+	}
+	a, err := s.run(ctx, method, &req)
+	if err != nil {
+		a = &answer{Err: toWire(err)}
+	}
+	a.Epoch = s.epoch
+	return json.Marshal(a)
+}
+
+func (s *Server) run(ctx context.Context, method string, req *request) (*answer, error) {
+	c := s.cat
+	manifest := func(m *catalog.Manifest, err error) (*answer, error) {
+		if err != nil {
+			return nil, err
+		}
+		enc, err := catalog.EncodeManifest(m)
+		if err != nil {
+			return nil, err
+		}
+		return &answer{Found: true, Manifest: enc}, nil
+	}
+	lookup := func(m *catalog.Manifest, ok bool) (*answer, error) {
+		if !ok {
+			return &answer{}, nil
+		}
+		return manifest(m, nil)
+	}
+	switch method {
+	case mEpoch:
+		return &answer{}, nil
+	case mBegin:
+		return &answer{}, c.BeginCheckpoint(req.Job, req.ID)
+	case mReport:
+		h, err := backend.DecodeHandle(req.Handle)
+		if err != nil {
+			return nil, fmt.Errorf("catalogrpc: report to checkpoint %d of job %s: %w", req.ID, req.Job, err)
+		}
+		return &answer{}, c.AddTaskHandle(req.Job, req.ID, h)
+	case mComplete:
+		return manifest(c.CompleteTasks(ctx, req.Job, req.ID, req.Tasks))
+	case mAbort:
+		return &answer{}, c.Abort(ctx, req.Job, req.ID, req.Status, req.Reason)
+	case mRelease:
+		return &answer{}, c.Release(ctx, req.Job, req.ID)
+	case mCheckpoint:
+		return lookup(c.Checkpoint(req.Job, req.ID))
+	case mLatest:
+		return lookup(c.Latest(req.Job))
+	case mSavepoint:
+		return lookup(c.Savepoint(req.Savept))
+	case mRetained:
+		return &answer{IDs: c.Retained(req.Job)}, nil
+	case mList:
+		return &answer{Records: c.List(req.Job)}, nil
+	case mNoteNoChans:
+		c.NoteWithoutChannelState(ctx, req.Job, req.ID)
+		return &answer{}, nil
+	case mReleaseLog:
+		return &answer{}, c.ReleaseLog(ctx, req.Names)
+	case mRestore:
+		if req.Restore == nil {
+			return nil, fmt.Errorf("%w: catalogrpc: restore without its request", backend.ErrInvalidArgument)
+		}
+		rr := req.Restore
+		r, err := c.RestoreSource(ctx, catalog.RestoreRequest{Job: rr.Job, FromJob: rr.FromJob, CheckpointID: rr.CheckpointID,
+			SavepointID: rr.SavepointID, Mode: rr.Mode, AllowFallback: rr.AllowFallback})
+		if err != nil {
+			return nil, err
+		}
+		a, err := manifest(r.Manifest, nil)
+		if err != nil {
+			return nil, err
+		}
+		a.Restore = &restoreAnswer{NoClaim: r.NoClaim, Savepoint: rr.SavepointID}
+		for _, d := range r.Skipped {
+			a.Restore.Skipped = append(a.Restore.Skipped, damage{Job: d.Job, ID: d.ID, Manifest: d.Manifest, Err: d.Err.Error()})
+		}
+		return a, nil
+	}
+	return nil, fmt.Errorf("%w: catalogrpc: unknown method %q (a node of a newer build?)", backend.ErrInvalidArgument, method)
+}

@@ -1,0 +1,146 @@
+package catalogrpc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/statedhq/stated/backend"
+	"github.com/statedhq/stated/catalog"
+)
+
+// Method names, frozen: nodes of different builds may talk to each other.
+const (
+	mBegin        = "begin"
+	mReport       = "report"
+	mComplete     = "complete"
+	mAbort        = "abort"
+	mRelease      = "release"
+	mCheckpoint   = "checkpoint"
+	mLatest       = "latest"
+	mSavepoint    = "savepoint"
+	mRetained     = "retained"
+	mList         = "list"
+	mRestore      = "restore"
+	mNoteNoChans  = "note-without-channel-state"
+	mReleaseLog   = "release-log"
+	mEpoch        = "epoch"
+	maxAnswerSize = 64 << 20 // a manifest of many tasks, with room
+)
+
+// request is every method's argument; each uses the fields it names.
+type request struct {
+	Job     string           `json:"job,omitempty"`
+	ID      uint64           `json:"id,omitempty"`
+	Handle  []byte           `json:"handle,omitempty"` // backend.EncodeHandle
+	Tasks   []backend.TaskID `json:"tasks,omitempty"`
+	Status  catalog.Status   `json:"status,omitempty"`
+	Reason  string           `json:"reason,omitempty"`
+	Savept  string           `json:"savepoint,omitempty"`
+	Names   []string         `json:"names,omitempty"`
+	Restore *restoreRequest  `json:"restore,omitempty"`
+}
+
+type restoreRequest struct {
+	Job           string       `json:"job"`
+	FromJob       string       `json:"fromJob,omitempty"`
+	CheckpointID  uint64       `json:"checkpointId,omitempty"`
+	SavepointID   string       `json:"savepointId,omitempty"`
+	Mode          catalog.Mode `json:"mode,omitempty"`
+	AllowFallback bool         `json:"allowFallback,omitempty"`
+}
+
+// answer is every method's result.
+type answer struct {
+	// Epoch identifies the catalog that answered (see the package doc).
+	Epoch    uint64           `json:"epoch"`
+	Err      *wireError       `json:"err,omitempty"`
+	Found    bool             `json:"found,omitempty"`
+	Manifest []byte           `json:"manifest,omitempty"` // catalog.EncodeManifest
+	IDs      []uint64         `json:"ids,omitempty"`
+	Records  []catalog.Record `json:"records,omitempty"`
+	Restore  *restoreAnswer   `json:"restore,omitempty"`
+}
+
+type restoreAnswer struct {
+	NoClaim bool     `json:"noClaim,omitempty"`
+	Skipped []damage `json:"skipped,omitempty"`
+	// Savepoint: the restore reads from the savepoint's directory, not the
+	// checkpoint root.
+	Savepoint string `json:"savepoint,omitempty"`
+}
+
+type damage struct {
+	Job      string `json:"job"`
+	ID       uint64 `json:"id"`
+	Manifest string `json:"manifest"`
+	Err      string `json:"err"`
+}
+
+// wireError is an error with its class: the sentinel it wraps.
+type wireError struct {
+	Kind string `json:"kind,omitempty"`
+	Msg  string `json:"msg"`
+}
+
+// kinds maps class names to sentinels, most specific first: the catalog's
+// wrap the backend's, so a catalog error is named by the catalog's.
+var kinds = []struct {
+	name string
+	err  error
+}{
+	{"catalog-invalid", catalog.ErrInvalidArgument},
+	{"catalog-not-found", catalog.ErrNotFound},
+	{"catalog-corrupt", catalog.ErrCorrupt},
+	{"catalog-exists", catalog.ErrExists},
+	{"catalog-state", catalog.ErrState},
+	{"catalog-closed", catalog.ErrClosed},
+	{"incompatible", backend.ErrIncompatible},
+	{"invalid", backend.ErrInvalidArgument},
+	{"not-found", backend.ErrNotFound},
+	{"corrupt", backend.ErrCorrupt},
+	{"declined", backend.ErrDeclined},
+	{"exhausted", backend.ErrResourceExhausted},
+	{"deadline", context.DeadlineExceeded},
+	{"canceled", context.Canceled},
+}
+
+func toWire(err error) *wireError {
+	if err == nil {
+		return nil
+	}
+	w := &wireError{Msg: err.Error()}
+	for _, k := range kinds {
+		if errors.Is(err, k.err) {
+			w.Kind = k.name
+			break
+		}
+	}
+	return w
+}
+
+// remoteError is an error the hosting catalog returned.
+type remoteError struct {
+	msg   string
+	class error // nil: none known
+}
+
+func (e *remoteError) Error() string { return e.msg }
+func (e *remoteError) Unwrap() error { return e.class }
+
+func (w *wireError) err() error {
+	if w == nil {
+		return nil
+	}
+	e := &remoteError{msg: w.Msg}
+	for _, k := range kinds {
+		if k.name == w.Kind {
+			e.class = k.err
+		}
+	}
+	if e.class == nil && w.Kind != "" {
+		// A class this build does not know (a newer node): keep the text.
+		e.msg = fmt.Sprintf("%s (class %s)", w.Msg, w.Kind)
+	}
+	return e
+}
