@@ -44,7 +44,7 @@ func (s *swapCaller) host(t *testing.T, store tiered.Store, epoch uint64) *catal
 	}
 	t.Cleanup(func() { cat.Close() })
 	s.mu.Lock()
-	s.srv = NewServer(cat, epoch)
+	s.srv = NewServer(cat, epoch, nil)
 	s.mu.Unlock()
 	return cat
 }

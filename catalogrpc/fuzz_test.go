@@ -22,7 +22,7 @@ func FuzzServerHandle(f *testing.F) {
 		f.Fatal(err)
 	}
 	defer cat.Close()
-	srv := NewServer(cat, 3)
+	srv := NewServer(cat, 3, nil)
 	f.Fuzz(func(t *testing.T, method string, payload []byte) {
 		out, err := srv.Handle(ctx, method, payload)
 		if err != nil {

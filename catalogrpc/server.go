@@ -12,26 +12,40 @@ import (
 // Server answers Clients' calls with a catalog: the one the cluster's
 // leader hosts.
 type Server struct {
-	cat   *catalog.Catalog
-	epoch uint64
+	cat    *catalog.Catalog
+	epoch  uint64
+	verify func(context.Context) error
 }
 
 // NewServer serves cat as epoch: a number no earlier hosting catalog used
-// (the leader's raft term), so that Clients notice a new catalog.
-func NewServer(cat *catalog.Catalog, epoch uint64) *Server {
-	return &Server{cat: cat, epoch: epoch}
+// (the leader's raft term), so that Clients notice a new catalog. verify
+// (nil: none) is asked before a restore is answered: a deposed leader
+// that has not noticed yet must not send a task back to an older
+// checkpoint than the new leader completed. (Writes and deletes are
+// guarded by the catalog's own Options.Guard.)
+func NewServer(cat *catalog.Catalog, epoch uint64, verify func(context.Context) error) *Server {
+	if verify == nil {
+		verify = func(context.Context) error { return nil }
+	}
+	return &Server{cat: cat, epoch: epoch, verify: verify}
 }
 
 // Epoch is the server's epoch.
 func (s *Server) Epoch() uint64 { return s.epoch }
 
-// Handle runs one call. Its error is for a call it cannot read (the
-// caller's bug or a newer node's method); what the catalog answers,
-// errors included, is in the returned answer.
+// Handle runs one call. Its error is for a call it cannot read, or one
+// that this server must not answer (verify failed); what the catalog
+// answers, errors included, is in the returned answer.
 func (s *Server) Handle(ctx context.Context, method string, payload []byte) ([]byte, error) {
 	var req request
 	if err := json.Unmarshal(payload, &req); err != nil {
 		return nil, fmt.Errorf("%w: catalogrpc: %s: bad request: %v", backend.ErrInvalidArgument, method, err)
+	}
+	if method == mRestore {
+		// Not an answer: the caller asks the leader again.
+		if err := s.verify(ctx); err != nil {
+			return nil, err
+		}
 	}
 	a, err := s.run(ctx, method, &req)
 	if err != nil {

@@ -38,6 +38,14 @@ var ErrFenced = errors.New("cluster: fenced")
 // deadline (no quorum, or an election that does not end).
 var ErrNoLeader = errors.New("cluster: no leader")
 
+// errNotReady: this node leads but hosts no service yet (SetHandler).
+var errNotReady = errors.New("cluster: the leader's service is not ready yet")
+
+// Handler runs a Call on the leader: the service it hosts (the catalog).
+// Its error is for a call it cannot read; answers, errors of the service
+// included, are in its result.
+type Handler func(ctx context.Context, method string, payload []byte) ([]byte, error)
+
 // Node is one member of a stated cluster: its raft instance, the
 // replicated state machine, and the node-to-node service. Its methods are
 // safe for concurrent use; any member accepts every call and forwards to
@@ -63,6 +71,8 @@ type Node struct {
 	wg      sync.WaitGroup
 	stop    chan struct{}
 	closeMu sync.Once
+
+	handler atomic.Pointer[Handler]
 
 	leaderChanges atomic.Uint64
 	forwarded     atomic.Uint64
@@ -205,6 +215,9 @@ func (n *Node) observe() {
 			if lo, ok := o.Data.(raft.LeaderObservation); ok {
 				n.leaderChanges.Add(1)
 				n.log.Info("leader changed", "leader", string(lo.LeaderID), "addr", string(lo.LeaderAddr))
+				if f := n.opts.OnLeaderChange; f != nil {
+					f(string(lo.LeaderID))
+				}
 			}
 		}
 	}
@@ -293,7 +306,7 @@ func (n *Node) apply(ctx context.Context, cmd []byte) (res []byte, err error) {
 }
 
 func retryable(err error) bool {
-	return errors.Is(err, raft.ErrNotLeader) || errors.Is(err, raft.ErrLeadershipLost) ||
+	return errors.Is(err, errNotReady) || errors.Is(err, raft.ErrNotLeader) || errors.Is(err, raft.ErrLeadershipLost) ||
 		errors.Is(err, raft.ErrLeadershipTransferInProgress) || errors.Is(err, raft.ErrEnqueueTimeout)
 }
 
@@ -619,6 +632,64 @@ func (n *Node) Stats() Stats {
 		Forwarded: n.forwarded.Load(), ForwardErrors: n.forwardErrors.Load(), Refused: n.refused.Load(), Commit: n.commit.Snapshot()}
 }
 
+// Term is the raft term this node is in.
+func (n *Node) Term() uint64 { return n.raft.CurrentTerm() }
+
+// Barrier waits until this node, as leader, has applied every command
+// committed before it: what a new leader does before it serves.
+func (n *Node) Barrier(ctx context.Context) error {
+	timeout := n.opts.ApplyTimeout
+	if d, ok := ctx.Deadline(); ok {
+		timeout = max(time.Until(d), time.Millisecond)
+	}
+	return n.raft.Barrier(timeout).Error()
+}
+
+// SetHandler makes h the service this node hosts while it leads (nil:
+// none; calls reaching it are retried by their callers until a handler is
+// set here or on another leader).
+func (n *Node) SetHandler(h Handler) {
+	if h == nil {
+		n.handler.Store(nil)
+		return
+	}
+	n.handler.Store(&h)
+}
+
+// Call runs method on the leader's service (SetHandler), here or
+// forwarded, retrying through leader changes and a service that is not
+// ready, until ctx (or ApplyTimeout) ends. A call may run twice when an
+// answer is lost with a leader: the service's calls must be idempotent.
+func (n *Node) Call(ctx context.Context, method string, payload []byte) (res []byte, err error) {
+	err = n.onLeader(ctx, func(ctx context.Context) (err error) {
+		res, err = n.callLocal(ctx, method, payload)
+		return err
+	}, func(ctx context.Context, addr string) error {
+		n.forwarded.Add(1)
+		cc, err := n.conn(addr)
+		if err != nil {
+			n.forwardErrors.Add(1)
+			return err
+		}
+		resp, err := pb.NewClusterClient(cc).Call(ctx, &pb.CallRequest{Method: method, Payload: payload, From: n.opts.ID})
+		if err != nil {
+			n.forwardErrors.Add(1)
+			return fmt.Errorf("cluster: call %s on %s: %w", method, addr, err)
+		}
+		res = resp.GetPayload()
+		return nil
+	})
+	return res, err
+}
+
+func (n *Node) callLocal(ctx context.Context, method string, payload []byte) ([]byte, error) {
+	h := n.handler.Load()
+	if h == nil {
+		return nil, errNotReady
+	}
+	return (*h)(ctx, method, payload)
+}
+
 // service is the node-to-node gRPC service.
 type service struct {
 	pb.UnimplementedClusterServer
@@ -640,6 +711,22 @@ func (s *service) Apply(ctx context.Context, req *pb.ApplyRequest) (*pb.ApplyRes
 		return nil, status.Error(codes.Internal, err.Error())
 	}
 	return &pb.ApplyResponse{Result: res}, nil
+}
+
+func (s *service) Call(ctx context.Context, req *pb.CallRequest) (*pb.CallResponse, error) {
+	if s.n.raft.State() != raft.Leader {
+		return nil, status.Errorf(codes.FailedPrecondition, "%s is not the leader", s.n.opts.ID)
+	}
+	out, err := s.n.callLocal(ctx, req.GetMethod(), req.GetPayload())
+	switch {
+	case errors.Is(err, errNotReady):
+		return nil, status.Errorf(codes.Unavailable, "%s: %v", s.n.opts.ID, err)
+	case retryable(err):
+		return nil, status.Errorf(codes.FailedPrecondition, "%s: %v", s.n.opts.ID, err)
+	case err != nil:
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+	return &pb.CallResponse{Payload: out}, nil
 }
 
 // Join forwards to the leader when this node does not lead, so that an

@@ -84,6 +84,10 @@ type Options struct {
 	Token string
 	// Logger receives raft's lines and the node's own. Default: discard.
 	Logger *slog.Logger
+	// OnLeaderChange, when set, is called (from one goroutine, in order)
+	// each time this node hears of a new leader ("" while none is known).
+	// It must not block: the node hands the news to its own goroutine.
+	OnLeaderChange func(leaderID string)
 
 	HeartbeatTimeout   time.Duration
 	ElectionTimeout    time.Duration

@@ -26,6 +26,113 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+type CallRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// method names the call; payload is its encoded argument.
+	Method  string `protobuf:"bytes,1,opt,name=method,proto3" json:"method,omitempty"`
+	Payload []byte `protobuf:"bytes,2,opt,name=payload,proto3" json:"payload,omitempty"`
+	// from is the node id of the calling node, for logs and metrics.
+	From          string `protobuf:"bytes,3,opt,name=from,proto3" json:"from,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CallRequest) Reset() {
+	*x = CallRequest{}
+	mi := &file_cluster_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CallRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CallRequest) ProtoMessage() {}
+
+func (x *CallRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_cluster_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CallRequest.ProtoReflect.Descriptor instead.
+func (*CallRequest) Descriptor() ([]byte, []int) {
+	return file_cluster_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *CallRequest) GetMethod() string {
+	if x != nil {
+		return x.Method
+	}
+	return ""
+}
+
+func (x *CallRequest) GetPayload() []byte {
+	if x != nil {
+		return x.Payload
+	}
+	return nil
+}
+
+func (x *CallRequest) GetFrom() string {
+	if x != nil {
+		return x.From
+	}
+	return ""
+}
+
+type CallResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// payload is the encoded answer.
+	Payload       []byte `protobuf:"bytes,1,opt,name=payload,proto3" json:"payload,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CallResponse) Reset() {
+	*x = CallResponse{}
+	mi := &file_cluster_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CallResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CallResponse) ProtoMessage() {}
+
+func (x *CallResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_cluster_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CallResponse.ProtoReflect.Descriptor instead.
+func (*CallResponse) Descriptor() ([]byte, []int) {
+	return file_cluster_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *CallResponse) GetPayload() []byte {
+	if x != nil {
+		return x.Payload
+	}
+	return nil
+}
+
 type ApplyRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// command is an encoded command of the state machine (cluster/fsm.go).
@@ -38,7 +145,7 @@ type ApplyRequest struct {
 
 func (x *ApplyRequest) Reset() {
 	*x = ApplyRequest{}
-	mi := &file_cluster_proto_msgTypes[0]
+	mi := &file_cluster_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -50,7 +157,7 @@ func (x *ApplyRequest) String() string {
 func (*ApplyRequest) ProtoMessage() {}
 
 func (x *ApplyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[0]
+	mi := &file_cluster_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -63,7 +170,7 @@ func (x *ApplyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplyRequest.ProtoReflect.Descriptor instead.
 func (*ApplyRequest) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{0}
+	return file_cluster_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *ApplyRequest) GetCommand() []byte {
@@ -90,7 +197,7 @@ type ApplyResponse struct {
 
 func (x *ApplyResponse) Reset() {
 	*x = ApplyResponse{}
-	mi := &file_cluster_proto_msgTypes[1]
+	mi := &file_cluster_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -102,7 +209,7 @@ func (x *ApplyResponse) String() string {
 func (*ApplyResponse) ProtoMessage() {}
 
 func (x *ApplyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[1]
+	mi := &file_cluster_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -115,7 +222,7 @@ func (x *ApplyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplyResponse.ProtoReflect.Descriptor instead.
 func (*ApplyResponse) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{1}
+	return file_cluster_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *ApplyResponse) GetResult() []byte {
@@ -136,7 +243,7 @@ type JoinRequest struct {
 
 func (x *JoinRequest) Reset() {
 	*x = JoinRequest{}
-	mi := &file_cluster_proto_msgTypes[2]
+	mi := &file_cluster_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -148,7 +255,7 @@ func (x *JoinRequest) String() string {
 func (*JoinRequest) ProtoMessage() {}
 
 func (x *JoinRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[2]
+	mi := &file_cluster_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -161,7 +268,7 @@ func (x *JoinRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinRequest.ProtoReflect.Descriptor instead.
 func (*JoinRequest) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{2}
+	return file_cluster_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *JoinRequest) GetNodeId() string {
@@ -186,7 +293,7 @@ type JoinResponse struct {
 
 func (x *JoinResponse) Reset() {
 	*x = JoinResponse{}
-	mi := &file_cluster_proto_msgTypes[3]
+	mi := &file_cluster_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -198,7 +305,7 @@ func (x *JoinResponse) String() string {
 func (*JoinResponse) ProtoMessage() {}
 
 func (x *JoinResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[3]
+	mi := &file_cluster_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -211,7 +318,7 @@ func (x *JoinResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinResponse.ProtoReflect.Descriptor instead.
 func (*JoinResponse) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{3}
+	return file_cluster_proto_rawDescGZIP(), []int{5}
 }
 
 type LeaveRequest struct {
@@ -223,7 +330,7 @@ type LeaveRequest struct {
 
 func (x *LeaveRequest) Reset() {
 	*x = LeaveRequest{}
-	mi := &file_cluster_proto_msgTypes[4]
+	mi := &file_cluster_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -235,7 +342,7 @@ func (x *LeaveRequest) String() string {
 func (*LeaveRequest) ProtoMessage() {}
 
 func (x *LeaveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[4]
+	mi := &file_cluster_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -248,7 +355,7 @@ func (x *LeaveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaveRequest.ProtoReflect.Descriptor instead.
 func (*LeaveRequest) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{4}
+	return file_cluster_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *LeaveRequest) GetNodeId() string {
@@ -266,7 +373,7 @@ type LeaveResponse struct {
 
 func (x *LeaveResponse) Reset() {
 	*x = LeaveResponse{}
-	mi := &file_cluster_proto_msgTypes[5]
+	mi := &file_cluster_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -278,7 +385,7 @@ func (x *LeaveResponse) String() string {
 func (*LeaveResponse) ProtoMessage() {}
 
 func (x *LeaveResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[5]
+	mi := &file_cluster_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -291,7 +398,7 @@ func (x *LeaveResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaveResponse.ProtoReflect.Descriptor instead.
 func (*LeaveResponse) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{5}
+	return file_cluster_proto_rawDescGZIP(), []int{7}
 }
 
 type StatusRequest struct {
@@ -304,7 +411,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_cluster_proto_msgTypes[6]
+	mi := &file_cluster_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -316,7 +423,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[6]
+	mi := &file_cluster_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -329,7 +436,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{6}
+	return file_cluster_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *StatusRequest) GetProbe() bool {
@@ -360,7 +467,7 @@ type Member struct {
 
 func (x *Member) Reset() {
 	*x = Member{}
-	mi := &file_cluster_proto_msgTypes[7]
+	mi := &file_cluster_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -372,7 +479,7 @@ func (x *Member) String() string {
 func (*Member) ProtoMessage() {}
 
 func (x *Member) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[7]
+	mi := &file_cluster_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -385,7 +492,7 @@ func (x *Member) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Member.ProtoReflect.Descriptor instead.
 func (*Member) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{7}
+	return file_cluster_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *Member) GetNodeId() string {
@@ -462,7 +569,7 @@ type StatusResponse struct {
 
 func (x *StatusResponse) Reset() {
 	*x = StatusResponse{}
-	mi := &file_cluster_proto_msgTypes[8]
+	mi := &file_cluster_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -474,7 +581,7 @@ func (x *StatusResponse) String() string {
 func (*StatusResponse) ProtoMessage() {}
 
 func (x *StatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[8]
+	mi := &file_cluster_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -487,7 +594,7 @@ func (x *StatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
 func (*StatusResponse) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{8}
+	return file_cluster_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *StatusResponse) GetNodeId() string {
@@ -557,7 +664,13 @@ var File_cluster_proto protoreflect.FileDescriptor
 
 const file_cluster_proto_rawDesc = "" +
 	"\n" +
-	"\rcluster.proto\x12\x11stated.cluster.v1\"<\n" +
+	"\rcluster.proto\x12\x11stated.cluster.v1\"S\n" +
+	"\vCallRequest\x12\x16\n" +
+	"\x06method\x18\x01 \x01(\tR\x06method\x12\x18\n" +
+	"\apayload\x18\x02 \x01(\fR\apayload\x12\x12\n" +
+	"\x04from\x18\x03 \x01(\tR\x04from\"(\n" +
+	"\fCallResponse\x12\x18\n" +
+	"\apayload\x18\x01 \x01(\fR\apayload\"<\n" +
 	"\fApplyRequest\x12\x18\n" +
 	"\acommand\x18\x01 \x01(\fR\acommand\x12\x12\n" +
 	"\x04from\x18\x02 \x01(\tR\x04from\"'\n" +
@@ -591,12 +704,13 @@ const file_cluster_proto_rawDesc = "" +
 	"\fcommit_index\x18\x06 \x01(\x04R\vcommitIndex\x12#\n" +
 	"\rapplied_index\x18\a \x01(\x04R\fappliedIndex\x12$\n" +
 	"\x0elast_log_index\x18\b \x01(\x04R\flastLogIndex\x123\n" +
-	"\amembers\x18\t \x03(\v2\x19.stated.cluster.v1.MemberR\amembers2\xb9\x02\n" +
+	"\amembers\x18\t \x03(\v2\x19.stated.cluster.v1.MemberR\amembers2\x82\x03\n" +
 	"\aCluster\x12J\n" +
 	"\x05Apply\x12\x1f.stated.cluster.v1.ApplyRequest\x1a .stated.cluster.v1.ApplyResponse\x12G\n" +
 	"\x04Join\x12\x1e.stated.cluster.v1.JoinRequest\x1a\x1f.stated.cluster.v1.JoinResponse\x12J\n" +
 	"\x05Leave\x12\x1f.stated.cluster.v1.LeaveRequest\x1a .stated.cluster.v1.LeaveResponse\x12M\n" +
-	"\x06Status\x12 .stated.cluster.v1.StatusRequest\x1a!.stated.cluster.v1.StatusResponseB.Z,github.com/statedhq/stated/cluster/clusterpbb\x06proto3"
+	"\x06Status\x12 .stated.cluster.v1.StatusRequest\x1a!.stated.cluster.v1.StatusResponse\x12G\n" +
+	"\x04Call\x12\x1e.stated.cluster.v1.CallRequest\x1a\x1f.stated.cluster.v1.CallResponseB.Z,github.com/statedhq/stated/cluster/clusterpbb\x06proto3"
 
 var (
 	file_cluster_proto_rawDescOnce sync.Once
@@ -610,33 +724,37 @@ func file_cluster_proto_rawDescGZIP() []byte {
 	return file_cluster_proto_rawDescData
 }
 
-var file_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 9)
+var file_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
 var file_cluster_proto_goTypes = []any{
-	(*ApplyRequest)(nil),   // 0: stated.cluster.v1.ApplyRequest
-	(*ApplyResponse)(nil),  // 1: stated.cluster.v1.ApplyResponse
-	(*JoinRequest)(nil),    // 2: stated.cluster.v1.JoinRequest
-	(*JoinResponse)(nil),   // 3: stated.cluster.v1.JoinResponse
-	(*LeaveRequest)(nil),   // 4: stated.cluster.v1.LeaveRequest
-	(*LeaveResponse)(nil),  // 5: stated.cluster.v1.LeaveResponse
-	(*StatusRequest)(nil),  // 6: stated.cluster.v1.StatusRequest
-	(*Member)(nil),         // 7: stated.cluster.v1.Member
-	(*StatusResponse)(nil), // 8: stated.cluster.v1.StatusResponse
+	(*CallRequest)(nil),    // 0: stated.cluster.v1.CallRequest
+	(*CallResponse)(nil),   // 1: stated.cluster.v1.CallResponse
+	(*ApplyRequest)(nil),   // 2: stated.cluster.v1.ApplyRequest
+	(*ApplyResponse)(nil),  // 3: stated.cluster.v1.ApplyResponse
+	(*JoinRequest)(nil),    // 4: stated.cluster.v1.JoinRequest
+	(*JoinResponse)(nil),   // 5: stated.cluster.v1.JoinResponse
+	(*LeaveRequest)(nil),   // 6: stated.cluster.v1.LeaveRequest
+	(*LeaveResponse)(nil),  // 7: stated.cluster.v1.LeaveResponse
+	(*StatusRequest)(nil),  // 8: stated.cluster.v1.StatusRequest
+	(*Member)(nil),         // 9: stated.cluster.v1.Member
+	(*StatusResponse)(nil), // 10: stated.cluster.v1.StatusResponse
 }
 var file_cluster_proto_depIdxs = []int32{
-	7, // 0: stated.cluster.v1.StatusResponse.members:type_name -> stated.cluster.v1.Member
-	0, // 1: stated.cluster.v1.Cluster.Apply:input_type -> stated.cluster.v1.ApplyRequest
-	2, // 2: stated.cluster.v1.Cluster.Join:input_type -> stated.cluster.v1.JoinRequest
-	4, // 3: stated.cluster.v1.Cluster.Leave:input_type -> stated.cluster.v1.LeaveRequest
-	6, // 4: stated.cluster.v1.Cluster.Status:input_type -> stated.cluster.v1.StatusRequest
-	1, // 5: stated.cluster.v1.Cluster.Apply:output_type -> stated.cluster.v1.ApplyResponse
-	3, // 6: stated.cluster.v1.Cluster.Join:output_type -> stated.cluster.v1.JoinResponse
-	5, // 7: stated.cluster.v1.Cluster.Leave:output_type -> stated.cluster.v1.LeaveResponse
-	8, // 8: stated.cluster.v1.Cluster.Status:output_type -> stated.cluster.v1.StatusResponse
-	5, // [5:9] is the sub-list for method output_type
-	1, // [1:5] is the sub-list for method input_type
-	1, // [1:1] is the sub-list for extension type_name
-	1, // [1:1] is the sub-list for extension extendee
-	0, // [0:1] is the sub-list for field type_name
+	9,  // 0: stated.cluster.v1.StatusResponse.members:type_name -> stated.cluster.v1.Member
+	2,  // 1: stated.cluster.v1.Cluster.Apply:input_type -> stated.cluster.v1.ApplyRequest
+	4,  // 2: stated.cluster.v1.Cluster.Join:input_type -> stated.cluster.v1.JoinRequest
+	6,  // 3: stated.cluster.v1.Cluster.Leave:input_type -> stated.cluster.v1.LeaveRequest
+	8,  // 4: stated.cluster.v1.Cluster.Status:input_type -> stated.cluster.v1.StatusRequest
+	0,  // 5: stated.cluster.v1.Cluster.Call:input_type -> stated.cluster.v1.CallRequest
+	3,  // 6: stated.cluster.v1.Cluster.Apply:output_type -> stated.cluster.v1.ApplyResponse
+	5,  // 7: stated.cluster.v1.Cluster.Join:output_type -> stated.cluster.v1.JoinResponse
+	7,  // 8: stated.cluster.v1.Cluster.Leave:output_type -> stated.cluster.v1.LeaveResponse
+	10, // 9: stated.cluster.v1.Cluster.Status:output_type -> stated.cluster.v1.StatusResponse
+	1,  // 10: stated.cluster.v1.Cluster.Call:output_type -> stated.cluster.v1.CallResponse
+	6,  // [6:11] is the sub-list for method output_type
+	1,  // [1:6] is the sub-list for method input_type
+	1,  // [1:1] is the sub-list for extension type_name
+	1,  // [1:1] is the sub-list for extension extendee
+	0,  // [0:1] is the sub-list for field type_name
 }
 
 func init() { file_cluster_proto_init() }
@@ -650,7 +768,7 @@ func file_cluster_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_cluster_proto_rawDesc), len(file_cluster_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   9,
+			NumMessages:   11,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -28,6 +28,7 @@ const (
 	Cluster_Join_FullMethodName   = "/stated.cluster.v1.Cluster/Join"
 	Cluster_Leave_FullMethodName  = "/stated.cluster.v1.Cluster/Leave"
 	Cluster_Status_FullMethodName = "/stated.cluster.v1.Cluster/Status"
+	Cluster_Call_FullMethodName   = "/stated.cluster.v1.Cluster/Call"
 )
 
 // ClusterClient is the client API for Cluster service.
@@ -46,6 +47,11 @@ type ClusterClient interface {
 	Leave(ctx context.Context, in *LeaveRequest, opts ...grpc.CallOption) (*LeaveResponse, error)
 	// Status is this node's view of the cluster.
 	Status(ctx context.Context, in *StatusRequest, opts ...grpc.CallOption) (*StatusResponse, error)
+	// Call runs a call of the service the leader hosts (the catalog, see
+	// package catalogrpc) and returns its answer. FAILED_PRECONDITION: this
+	// node is not the leader; UNAVAILABLE: it leads but its service is not
+	// ready yet (its catalog is opening). The caller retries both.
+	Call(ctx context.Context, in *CallRequest, opts ...grpc.CallOption) (*CallResponse, error)
 }
 
 type clusterClient struct {
@@ -96,6 +102,16 @@ func (c *clusterClient) Status(ctx context.Context, in *StatusRequest, opts ...g
 	return out, nil
 }
 
+func (c *clusterClient) Call(ctx context.Context, in *CallRequest, opts ...grpc.CallOption) (*CallResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CallResponse)
+	err := c.cc.Invoke(ctx, Cluster_Call_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // ClusterServer is the server API for Cluster service.
 // All implementations must embed UnimplementedClusterServer
 // for forward compatibility.
@@ -112,6 +128,11 @@ type ClusterServer interface {
 	Leave(context.Context, *LeaveRequest) (*LeaveResponse, error)
 	// Status is this node's view of the cluster.
 	Status(context.Context, *StatusRequest) (*StatusResponse, error)
+	// Call runs a call of the service the leader hosts (the catalog, see
+	// package catalogrpc) and returns its answer. FAILED_PRECONDITION: this
+	// node is not the leader; UNAVAILABLE: it leads but its service is not
+	// ready yet (its catalog is opening). The caller retries both.
+	Call(context.Context, *CallRequest) (*CallResponse, error)
 	mustEmbedUnimplementedClusterServer()
 }
 
@@ -133,6 +154,9 @@ func (UnimplementedClusterServer) Leave(context.Context, *LeaveRequest) (*LeaveR
 }
 func (UnimplementedClusterServer) Status(context.Context, *StatusRequest) (*StatusResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Status not implemented")
+}
+func (UnimplementedClusterServer) Call(context.Context, *CallRequest) (*CallResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Call not implemented")
 }
 func (UnimplementedClusterServer) mustEmbedUnimplementedClusterServer() {}
 func (UnimplementedClusterServer) testEmbeddedByValue()                 {}
@@ -227,6 +251,24 @@ func _Cluster_Status_Handler(srv interface{}, ctx context.Context, dec func(inte
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Cluster_Call_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CallRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ClusterServer).Call(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Cluster_Call_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ClusterServer).Call(ctx, req.(*CallRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Cluster_ServiceDesc is the grpc.ServiceDesc for Cluster service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -249,6 +291,10 @@ var Cluster_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Status",
 			Handler:    _Cluster_Status_Handler,
+		},
+		{
+			MethodName: "Call",
+			Handler:    _Cluster_Call_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -1,0 +1,65 @@
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+)
+
+// TestCallReachesTheLeadersService: a Call through any node runs on the
+// leader's handler; while the leader hosts none it is retried, and after
+// the leader dies it runs on the new leader's.
+func TestCallReachesTheLeadersService(t *testing.T) {
+	var mu sync.Mutex
+	changes := map[int]int{}
+	c := startCluster(t, 3, func(i int, o *Options) {
+		o.OnLeaderChange = func(string) {
+			mu.Lock()
+			changes[i]++
+			mu.Unlock()
+		}
+	})
+	l := c.leader()
+	serve := func(i int) {
+		id := c.nodes[i].ID()
+		c.nodes[i].SetHandler(func(_ context.Context, method string, payload []byte) ([]byte, error) {
+			return fmt.Appendf(nil, "%s:%s:%s", id, method, payload), nil
+		})
+	}
+	f := (l + 1) % 3
+	// No handler yet: the call waits for one.
+	done := make(chan string, 1)
+	go func() {
+		out, err := c.nodes[f].Call(ctxT(t), "m", []byte("p"))
+		if err != nil {
+			done <- err.Error()
+			return
+		}
+		done <- string(out)
+	}()
+	serve(l)
+	if got, want := <-done, c.nodes[l].ID()+":m:p"; got != want {
+		t.Fatalf("call through a follower: %q, want %q", got, want)
+	}
+	out, err := c.nodes[l].Call(ctxT(t), "n", []byte("q"))
+	if err != nil || string(out) != c.nodes[l].ID()+":n:q" {
+		t.Fatalf("call on the leader: %q %v", out, err)
+	}
+	for i := range c.nodes {
+		if i != l {
+			serve(i) // each serves only once it leads
+		}
+	}
+	c.kill(l)
+	nl := c.leader()
+	out, err = c.nodes[f].Call(ctxT(t), "m", []byte("again"))
+	if err != nil || string(out) != c.nodes[nl].ID()+":m:again" {
+		t.Fatalf("call after the leader's death: %q %v", out, err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if changes[f] < 2 {
+		t.Fatalf("OnLeaderChange on n%d: %d calls, want at least 2 (first leader, new leader)", f, changes[f])
+	}
+}
