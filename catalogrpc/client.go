@@ -358,6 +358,31 @@ func (c *Client) List(job string) []catalog.Record {
 	return c.lookup(mList, &request{Job: job}).Records
 }
 
+// Jobs, Problems and Savepoints are the hosting catalog's (for the web
+// page); a failure is logged and answers nothing.
+func (c *Client) Jobs() []string { return c.lookup(mJobs, &request{}).Names }
+
+func (c *Client) Problems() []catalog.Problem {
+	var out []catalog.Problem
+	for _, p := range c.lookup(mProblems, &request{}).Problems {
+		out = append(out, catalog.Problem{What: p.What, Object: p.Object, Job: p.Job, Err: p.Err.err(), Effect: p.Effect})
+	}
+	return out
+}
+
+func (c *Client) Savepoints() []*catalog.Manifest {
+	var out []*catalog.Manifest
+	for _, enc := range c.lookup(mSavepoints, &request{}).Manifests {
+		m, err := catalog.DecodeManifest(enc)
+		if err != nil {
+			c.log.Warn("catalog lookup answered a bad savepoint manifest", "err", err)
+			continue
+		}
+		out = append(out, m)
+	}
+	return out
+}
+
 func (c *Client) RestoreSource(ctx context.Context, req catalog.RestoreRequest) (*catalog.Restore, error) {
 	a, err := c.call(ctx, mRestore, &request{Restore: &restoreRequest{Job: req.Job, FromJob: req.FromJob, CheckpointID: req.CheckpointID,
 		SavepointID: req.SavepointID, Mode: req.Mode, AllowFallback: req.AllowFallback}})

@@ -96,6 +96,24 @@ func (s *Server) run(ctx context.Context, method string, req *request) (*answer,
 		return lookup(c.Latest(req.Job))
 	case mSavepoint:
 		return lookup(c.Savepoint(req.Savept))
+	case mJobs:
+		return &answer{Names: c.Jobs()}, nil
+	case mProblems:
+		a := &answer{}
+		for _, p := range c.Problems() {
+			a.Problems = append(a.Problems, problem{What: p.What, Object: p.Object, Job: p.Job, Err: toWire(p.Err), Effect: p.Effect})
+		}
+		return a, nil
+	case mSavepoints:
+		a := &answer{}
+		for _, m := range c.Savepoints() {
+			enc, err := catalog.EncodeManifest(m)
+			if err != nil {
+				return nil, err
+			}
+			a.Manifests = append(a.Manifests, enc)
+		}
+		return a, nil
 	case mRetained:
 		return &answer{IDs: c.Retained(req.Job)}, nil
 	case mList:

@@ -25,6 +25,9 @@ const (
 	mNoteNoChans  = "note-without-channel-state"
 	mReleaseLog   = "release-log"
 	mEpoch        = "epoch"
+	mJobs         = "jobs"
+	mProblems     = "problems"
+	mSavepoints   = "savepoints"
 	maxAnswerSize = 64 << 20 // a manifest of many tasks, with room
 )
 
@@ -60,6 +63,18 @@ type answer struct {
 	IDs      []uint64         `json:"ids,omitempty"`
 	Records  []catalog.Record `json:"records,omitempty"`
 	Restore  *restoreAnswer   `json:"restore,omitempty"`
+	Names    []string         `json:"names,omitempty"`
+	Problems []problem        `json:"problems,omitempty"`
+	// Manifests are encoded manifests (catalog.EncodeManifest).
+	Manifests [][]byte `json:"manifests,omitempty"`
+}
+
+type problem struct {
+	What   string     `json:"what"`
+	Object string     `json:"object"`
+	Job    string     `json:"job,omitempty"`
+	Err    *wireError `json:"err,omitempty"`
+	Effect string     `json:"effect,omitempty"`
 }
 
 type restoreAnswer struct {

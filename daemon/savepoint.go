@@ -23,6 +23,12 @@ import (
 // must be an id the job has not used; that id is then released, never
 // completed.
 func (d *Daemon) TriggerSavepoint(ctx context.Context, job string, native bool, checkpointID uint64) (Savepoint, error) {
+	if d.cfg.SharedCatalog {
+		// The tasks here may be a part of the job's: a savepoint of them
+		// alone would look whole and restore with the rest missing.
+		return Savepoint{}, fmt.Errorf("daemon: savepoint of job %s: %w: in cluster mode a job's tasks live on several daemons, and savepoints across them are not supported yet",
+			job, ErrUnsupported)
+	}
 	d.mu.Lock()
 	if d.closing {
 		d.mu.Unlock()

@@ -9,6 +9,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/statedhq/stated/backend"
+	"github.com/statedhq/stated/catalog"
+	"github.com/statedhq/stated/catalogrpc"
 	"github.com/statedhq/stated/cluster"
 	"github.com/statedhq/stated/daemon"
 )
@@ -43,6 +45,14 @@ func validateCluster(o *Options, bad func(field, format string, args ...any)) {
 			bad("RaftPeers", "%s does not list this node's %s %q", ref("RaftPeers"), ref("NodeID"), o.NodeID)
 		}
 	}
+	if o.Store == nil && o.CheckpointStore == DefaultCheckpointStore(o.DataDir) {
+		bad("CheckpointStore", "cluster mode needs %s naming storage every node reaches (an S3 bucket, or a directory all nodes share): the default under the data dir is this node's alone, and the leader's catalog must see every node's uploads",
+			ref("CheckpointStore"))
+	}
+	if o.Changelog || o.ChangelogStore != "" || o.LogStore != nil {
+		bad("Changelog", "changelog mode (%s, %s) is not available in cluster mode yet: the leader's catalog cannot see which log segments another node's changelog still holds",
+			ref("Changelog"), ref("ChangelogStore"))
+	}
 	tlsSet := o.ClusterTLSCert != "" || o.ClusterTLSKey != "" || o.ClusterTLSCA != ""
 	if tlsSet && (o.ClusterTLSCert == "" || o.ClusterTLSKey == "" || o.ClusterTLSCA == "") {
 		bad("ClusterTLSCert", "%s, %s and %s go together: each node presents its certificate and checks the others' against the CA",
@@ -66,7 +76,14 @@ func (n *Node) openCluster() error {
 		dir = filepath.Join(o.DataDir, "raft")
 	}
 	co := cluster.Options{ID: o.NodeID, Addr: o.RaftAddr, Advertise: o.RaftAdvertise, Dir: dir, Peers: peers,
-		Token: o.ClusterToken, Logger: n.log}
+		Token: o.ClusterToken, Logger: n.log,
+		// The catalog host may not exist yet when raft first reports a
+		// leader: it looks at the leadership itself when it starts.
+		OnLeaderChange: func(string) {
+			if h := n.hostRef.Load(); h != nil {
+				h.nudge()
+			}
+		}}
 	if o.ClusterTLSCert != "" {
 		t := cluster.TLS{CertFile: o.ClusterTLSCert, KeyFile: o.ClusterTLSKey, CAFile: o.ClusterTLSCA}
 		co.ServerTLS, co.ClientTLS = t, t
@@ -80,6 +97,32 @@ func (n *Node) openCluster() error {
 	}
 	n.cluster = c
 	n.closers = append(n.closers, func() { _ = c.Close() })
+	return nil
+}
+
+// openClusterCatalog gives the daemon the cluster's one catalog: a client
+// of the catalog the leader hosts, and the host that serves it while this
+// node leads. Heap instances are refused (their snapshots live in one
+// daemon's memory) and changelog mode is off (see validateCluster).
+func (n *Node) openClusterCatalog(co catalog.Options, dc *daemon.Config) error {
+	client, err := catalogrpc.NewClient(catalogrpc.Options{Caller: n.cluster, Store: n.store, GCGrace: co.GCGrace, Logger: n.log})
+	if err != nil {
+		return err
+	}
+	// The hosted catalog never sees this node's heap store or live
+	// changelog: other nodes have their own.
+	co.HeapStore, co.LogHeld = nil, nil
+	n.catClient = client
+	n.host = newCatalogHost(n.cluster, co, client, n.log)
+	n.hostRef.Store(n.host)
+	// The host's goroutine stops in its closer (after the daemon's
+	// shutdown, which still reports aborts through it), not with the
+	// servers' goroutines.
+	go n.host.run()
+	n.closers = append(n.closers, n.host.close)
+	dc.Catalog, dc.SharedCatalog = client, true
+	dc.HeapSnapshots, dc.Changelog = nil, nil
+	dc.Openers = refuseHeap(dc.Openers)
 	return nil
 }
 

@@ -14,13 +14,16 @@ import (
 	"github.com/statedhq/stated/backend"
 	"github.com/statedhq/stated/cluster"
 	"github.com/statedhq/stated/node"
+	"github.com/statedhq/stated/tiered/memstore"
 )
 
-// BenchmarkCheckpointCompletion: checkpoints of a job of 6 heap subtasks
+// BenchmarkCheckpointCompletion: checkpoints of a job of 6 file subtasks
 // (snapshot of each, then completion) on a daemon alone and on a member
 // of a 3-node cluster (raft with its default timeouts, fsync'd log), in
-// one run. The cluster adds the fencing checks: one raft command per task
-// at the handle report and at completion.
+// one run, both over an in-memory checkpoint store. The cluster adds the
+// fencing checks (one raft command per task at the handle report and at
+// completion) and, on a member that does not lead, the forwarding of the
+// catalog's calls to the leader.
 //
 //	go test ./node -run '^$' -bench CheckpointCompletion -benchtime 200x
 func BenchmarkCheckpointCompletion(b *testing.B) {
@@ -38,7 +41,7 @@ func BenchmarkCheckpointCompletion(b *testing.B) {
 			for i := range subtasks {
 				in, err := c.Open(ctx, client.OpenSpec{Task: backend.TaskID{Job: "j", Operator: "op", Subtask: i},
 					KeyGroups: backend.KeyGroupRangeForOperator(128, subtasks, i), MaxParallelism: 128, Parallelism: subtasks,
-					Backend: backend.KindHeap, States: valueState})
+					Backend: backend.KindFile, States: valueState})
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -79,7 +82,7 @@ func BenchmarkCheckpointCompletion(b *testing.B) {
 // other members run in this process too (each with its own data dir).
 func benchNode(b *testing.B, clustered bool) *node.Node {
 	if !clustered {
-		nd, err := node.Open(context.Background(), node.Options{DataDir: filepath.Join(b.TempDir(), "d"), Logger: quiet()})
+		nd, err := node.Open(context.Background(), node.Options{DataDir: filepath.Join(b.TempDir(), "d"), Logger: quiet(), Store: memstore.New()})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -97,8 +100,9 @@ func benchNode(b *testing.B, clustered bool) *node.Node {
 		peers = append(peers, fmt.Sprintf("n%d=%s", i, ln.Addr()))
 	}
 	var nodes []*node.Node
+	store := memstore.New()
 	for i := range 3 {
-		nd, err := node.Open(context.Background(), node.Options{DataDir: filepath.Join(b.TempDir(), "d"), Logger: quiet(),
+		nd, err := node.Open(context.Background(), node.Options{DataDir: filepath.Join(b.TempDir(), "d"), Logger: quiet(), Store: store,
 			NodeID: fmt.Sprintf("n%d", i), RaftAddr: lns[i].Addr().String(), RaftPeers: strings.Join(peers, ","), ClusterToken: "secret",
 			TuneCluster: func(o *cluster.Options) { o.Listener = lns[i] }})
 		if err != nil {

@@ -15,7 +15,7 @@ import (
 // counts) to Prometheus at scrape time. Every name starts with "stated_".
 type collector struct {
 	m   *daemon.Metrics
-	cat *catalog.Catalog
+	cat func() *catalog.Catalog // nil result: this node holds no catalog (a cluster follower)
 	// cache is the local cache of a remote checkpoint store (nil: none).
 	cache cacheStats
 	// store counts the calls that reach the checkpoint store (nil: none).
@@ -47,7 +47,7 @@ func storeCache(s tiered.Store) cacheStats {
 	return c
 }
 
-func newCollector(m *daemon.Metrics, cat *catalog.Catalog, cs cacheStats, store *metered.Store) *collector {
+func newCollector(m *daemon.Metrics, cat func() *catalog.Catalog, cs cacheStats, store *metered.Store) *collector {
 	d := func(name, help string, labels ...string) *prometheus.Desc {
 		return prometheus.NewDesc("stated_"+name, help, labels, nil)
 	}
@@ -165,8 +165,8 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		counter(c.corruption, m.Corruption[s].Load(), daemon.CorruptionSite(s).String())
 	}
 	var cacheCorrupt uint64
-	if c.cat != nil {
-		st := c.cat.Stats()
+	if cat := c.catalog(); cat != nil {
+		st := cat.Stats()
 		gauge(c.catJobs, float64(st.Jobs))
 		gauge(c.catRetained, float64(st.Retained))
 		gauge(c.catSavepoints, float64(st.Savepoints))
@@ -195,4 +195,12 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		gauge(c.cacheEntries, float64(st.Entries))
 	}
 	counter(c.corruption, cacheCorrupt, "cache")
+}
+
+// catalog is the catalog whose totals the collector exports (nil: none).
+func (c *collector) catalog() *catalog.Catalog {
+	if c.cat == nil {
+		return nil
+	}
+	return c.cat()
 }

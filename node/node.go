@@ -26,6 +26,7 @@ import (
 	"github.com/statedhq/stated/api"
 	"github.com/statedhq/stated/backend"
 	"github.com/statedhq/stated/catalog"
+	"github.com/statedhq/stated/catalogrpc"
 	"github.com/statedhq/stated/cluster"
 	"github.com/statedhq/stated/daemon"
 	"github.com/statedhq/stated/daemon/openers"
@@ -53,11 +54,16 @@ type Node struct {
 	writer   *dstl.Writer
 	cache    cacheStats // nil: no cache
 	set      *openers.Set
-	cat      *catalog.Catalog
-	d        *daemon.Daemon
-	srv      *api.Server
-	reg      *prometheus.Registry
-	mux      *http.ServeMux
+	cat      *catalog.Catalog // nil in cluster mode: see host
+	// host and catClient: the cluster's one catalog, hosted by the leader
+	// and reached through catClient (cluster mode only).
+	host      *catalogHost
+	catClient *catalogrpc.Client
+	hostRef   atomic.Pointer[catalogHost] // host, for raft's callback
+	d         *daemon.Daemon
+	srv       *api.Server
+	reg       *prometheus.Registry
+	mux       *http.ServeMux
 
 	servers   []*grpc.Server
 	local     *grpc.Server // of the local API; nil with NoSocket
@@ -122,9 +128,6 @@ func Open(ctx context.Context, opts Options) (_ *Node, err error) {
 	if err := n.openLog(ctx); err != nil {
 		return nil, err
 	}
-	if err := n.claimStores(ctx); err != nil {
-		return nil, err
-	}
 	n.set, err = openers.New(openers.Config{HeapSnapshotCap: opts.HeapSnapshotCap, LSMCacheSize: opts.LSMCacheSize,
 		FileCompression: opts.FileCompression, Logger: n.log})
 	if err != nil {
@@ -148,38 +151,50 @@ func Open(ctx context.Context, opts Options) (_ *Node, err error) {
 		// while the live log holds them.
 		LogStore: n.logStore, LogHeld: n.writer.Holds,
 	}
-	if n.cat, err = catalog.Open(ctx, co); err != nil {
-		return nil, err
-	}
-	n.closers = append(n.closers, func() { _ = n.cat.Close() })
-	n.d, err = daemon.New(daemon.Config{
-		DataDir: opts.DataDir, Store: n.store, Catalog: n.cat, Openers: ops, HeapSnapshots: n.set.HeapSnapshots,
+	dc := daemon.Config{
+		DataDir: opts.DataDir, Store: n.store, Openers: ops, HeapSnapshots: n.set.HeapSnapshots,
 		MaxValueSize: opts.MaxValueSize, MaxMemoryState: opts.MaxMemoryState, MaxInstances: opts.MaxInstances,
 		MaxStreamsPerInstance: opts.MaxStreamsPerInstance, CheckpointTimeout: opts.CheckpointTimeout,
 		IdleInstanceTimeout: opts.IdleInstanceTimeout, Logger: n.log, Fence: n.fencer(), ChannelStateLinger: opts.ChannelStateLinger,
 		Changelog: &daemon.ChangelogConfig{Writer: n.writer, Log: dstl.TieredLogStore{Store: n.logStore}, Default: opts.Changelog,
 			MaterializeInterval: opts.MaterializeInterval, MaxMaterializeFailures: opts.MaxMaterializeFailures},
-	})
-	if err != nil {
+	}
+	if n.cluster != nil {
+		if err := n.openClusterCatalog(co, &dc); err != nil {
+			return nil, err
+		}
+	} else {
+		if n.cat, err = catalog.Open(ctx, co); err != nil {
+			return nil, err
+		}
+		n.closers = append(n.closers, func() { _ = n.cat.Close() })
+		dc.Catalog = n.cat
+	}
+	if n.d, err = daemon.New(dc); err != nil {
 		return nil, err
 	}
 	// What the catalog found damaged as it opened: each logged, and
-	// corrupt data also counted and reported as corruption.
-	for _, p := range n.cat.Problems() {
-		n.log.Warn("catalog problem", "problem", p.String())
-		n.d.ReportCorruption(daemon.CorruptionEvent{Site: daemon.CorruptionCatalog, Job: p.Job, Source: p.What + " " + p.Object, Err: p.Err})
+	// corrupt data also counted and reported as corruption. (A cluster's
+	// catalog logs its own on the node that hosts it.)
+	if n.cat != nil {
+		for _, p := range n.cat.Problems() {
+			n.log.Warn("catalog problem", "problem", p.String())
+			n.d.ReportCorruption(daemon.CorruptionEvent{Site: daemon.CorruptionCatalog, Job: p.Job, Source: p.What + " " + p.Object, Err: p.Err})
+		}
 	}
 	// Until Shutdown has run, a failed Open must still stop the daemon's
 	// reaper and instances.
 	n.closers = append(n.closers, func() { _ = n.d.Shutdown(context.Background()) })
 	// The sweep lives until Close, not until ctx ends.
-	if err := n.cat.Start(context.WithoutCancel(ctx)); err != nil {
-		return nil, err
+	if n.cat != nil {
+		if err := n.cat.Start(context.WithoutCancel(ctx)); err != nil {
+			return nil, err
+		}
 	}
 	n.srv = api.NewServer(n.d, api.ServerOptions{MaxMessageSize: opts.MaxMessageSize, QueueDepth: opts.QueueDepth,
 		MaxConcurrentStreams: opts.MaxConcurrentStreams, FirstBatchTimeout: opts.FirstBatchTimeout, Logger: n.log})
 	n.reg = prometheus.NewRegistry()
-	n.reg.MustRegister(newCollector(n.d.Metrics(), n.cat, n.cache, n.meter), newChangelogCollector(n.writer, n.d.Metrics(), n.logMeter),
+	n.reg.MustRegister(newCollector(n.d.Metrics(), n.Catalog, n.cache, n.meter), newChangelogCollector(n.writer, n.d.Metrics(), n.logMeter),
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	if n.cluster != nil {
@@ -201,7 +216,11 @@ func Open(ctx context.Context, opts Options) (_ *Node, err error) {
 		_, _ = w.Write([]byte("ok\n"))
 	})
 	// The read-only checkpoint history page, next to /metrics.
-	n.mux.Handle("/ui/", webui.Handler(webui.Source{Catalog: n.cat, Daemon: n.d, Gatherer: n.reg, Token: opts.Token}))
+	var page webui.Catalog = n.cat
+	if n.catClient != nil {
+		page = n.catClient
+	}
+	n.mux.Handle("/ui/", webui.Handler(webui.Source{Catalog: page, Daemon: n.d, Gatherer: n.reg, Token: opts.Token}))
 	n.mux.Handle("GET /{$}", http.RedirectHandler("/ui/", http.StatusFound))
 	if err := n.serve(); err != nil {
 		return nil, err
@@ -453,7 +472,15 @@ func (n *Node) release() {
 func (n *Node) Daemon() *daemon.Daemon { return n.d }
 
 // Catalog returns the node's catalog.
-func (n *Node) Catalog() *catalog.Catalog { return n.cat }
+//
+// In cluster mode it is the catalog this node hosts as the leader (nil
+// on the other nodes, and while it opens).
+func (n *Node) Catalog() *catalog.Catalog {
+	if n.host != nil {
+		return n.host.current()
+	}
+	return n.cat
+}
 
 // Server returns the node's API server.
 func (n *Node) Server() *api.Server { return n.srv }

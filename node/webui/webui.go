@@ -26,10 +26,20 @@ var assets embed.FS
 // shows (the catalog keeps a bounded history anyway).
 const historyLimit = 100
 
+// Catalog is what the page reads of the catalog: a *catalog.Catalog, or
+// in cluster mode a client of the one the leader hosts.
+type Catalog interface {
+	Problems() []catalog.Problem
+	Jobs() []string
+	List(job string) []catalog.Record
+	Checkpoint(job string, id uint64) (*catalog.Manifest, bool)
+	Savepoints() []*catalog.Manifest
+}
+
 // Source is what the page shows. Catalog is required; Daemon and
 // Gatherer may be nil (no instances, no timings; no counters).
 type Source struct {
-	Catalog *catalog.Catalog
+	Catalog Catalog
 	Daemon  *daemon.Daemon
 	// Gatherer is the node's Prometheus registry: the page shows its
 	// stated_store_*, stated_cache_* and stated_catalog_* series.
@@ -277,7 +287,7 @@ func Collect(src Source) State {
 }
 
 // lastHandle finds the newest retained checkpoint with a handle of task.
-func lastHandle(c *catalog.Catalog, task backend.TaskID) (id uint64, full, checkpointed int64) {
+func lastHandle(c Catalog, task backend.TaskID) (id uint64, full, checkpointed int64) {
 	recs := c.List(task.Job)
 	for i := len(recs) - 1; i >= 0; i-- {
 		if !recs[i].Retained {

@@ -1,0 +1,189 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/statedhq/stated/backend"
+	"github.com/statedhq/stated/catalog"
+	"github.com/statedhq/stated/catalogrpc"
+	"github.com/statedhq/stated/cluster"
+	"github.com/statedhq/stated/daemon"
+)
+
+// hostOpenTimeout bounds a new leader's wait for its log and the opening
+// of its catalog (a listing of the checkpoint root).
+const hostOpenTimeout = 2 * time.Minute
+
+// errDeposed fails the hosted catalog's writes once this node's term has
+// passed: another leader may have decided since.
+var errDeposed = errors.New("node: this node no longer hosts the cluster's catalog")
+
+// catalogHost hosts the cluster's one catalog while this node leads: on
+// becoming leader it waits for the raft log to be applied, opens the
+// catalog from the checkpoint store and serves it to every node's
+// catalogrpc.Client through cluster.Call; on losing leadership (or a new
+// term) it stops serving and closes it. It then has the node's own
+// client report its in-flight checkpoints to whichever catalog now
+// serves. One goroutine, owned by the node, does all of it in order.
+type catalogHost struct {
+	c      *cluster.Node
+	base   catalog.Options
+	client *catalogrpc.Client
+	log    *slog.Logger
+	kick   chan struct{}
+	stop   chan struct{}
+	done   chan struct{}
+
+	mu   sync.Mutex
+	cat  *catalog.Catalog // nil: not hosting
+	term uint64
+}
+
+func newCatalogHost(c *cluster.Node, base catalog.Options, client *catalogrpc.Client, log *slog.Logger) *catalogHost {
+	return &catalogHost{c: c, base: base, client: client, log: log.With("component", "catalog-host"),
+		kick: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
+}
+
+// nudge asks the host to look at the leadership again (OnLeaderChange).
+func (h *catalogHost) nudge() {
+	select {
+	case h.kick <- struct{}{}:
+	default:
+	}
+}
+
+// current is the hosted catalog (nil: this node does not host it).
+func (h *catalogHost) current() *catalog.Catalog {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.cat
+}
+
+func (h *catalogHost) run() {
+	defer close(h.done)
+	// Leadership can change without an observation this node saw in time
+	// (a term won back): look again now and then, too.
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	for {
+		h.reconcile()
+		select {
+		case <-h.stop:
+			h.release()
+			return
+		case <-h.kick:
+		case <-tick.C:
+		}
+	}
+}
+
+// reconcile hosts the catalog if this node leads in a term it does not
+// host yet, releases it if not, and resyncs the node's client after a
+// change.
+func (h *catalogHost) reconcile() {
+	leading, term := h.c.IsLeader(), h.c.Term()
+	h.mu.Lock()
+	hosting, hostTerm := h.cat != nil, h.term
+	h.mu.Unlock()
+	changed := false
+	if hosting && (!leading || hostTerm != term) {
+		h.release()
+		changed = true
+	}
+	if leading && (!hosting || hostTerm != term) {
+		if err := h.host(term); err != nil {
+			h.log.Error("hosting the catalog failed; retrying", "term", term, "err", err)
+			return
+		}
+		changed = true
+	}
+	if changed || h.client.Pending() > 0 {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := h.client.Resync(ctx); err != nil {
+			h.log.Warn("resyncing with the cluster's catalog failed; retrying", "err", err)
+		}
+	}
+}
+
+// host opens the catalog for term and serves it.
+func (h *catalogHost) host(term uint64) error {
+	ctx, cancel := context.WithTimeout(context.Background(), hostOpenTimeout)
+	defer cancel()
+	// Every command committed by earlier leaders (fencing tokens) is
+	// applied here before the catalog decides anything.
+	if err := h.c.Barrier(ctx); err != nil {
+		return fmt.Errorf("waiting for the raft log: %w", err)
+	}
+	o := h.base
+	verify := func(ctx context.Context) error {
+		if h.c.Term() != term {
+			return fmt.Errorf("%w (its term %d ended)", errDeposed, term)
+		}
+		return h.c.VerifyLeader()
+	}
+	o.Guard = verify
+	t0 := time.Now()
+	cat, err := catalog.Open(ctx, o)
+	if err != nil {
+		return err
+	}
+	for _, p := range cat.Problems() {
+		h.log.Warn("catalog problem", "problem", p.String())
+	}
+	// The sweep lives as long as this node hosts the catalog.
+	if err := cat.Start(context.Background()); err != nil {
+		_ = cat.Close()
+		return err
+	}
+	srv := catalogrpc.NewServer(cat, term, verify)
+	h.mu.Lock()
+	h.cat, h.term = cat, term
+	h.mu.Unlock()
+	h.c.SetHandler(srv.Handle)
+	h.log.Info("hosting the cluster's catalog", "term", term, "jobs", len(cat.Jobs()), "opened_in", time.Since(t0))
+	return nil
+}
+
+// release stops serving and closes the hosted catalog.
+func (h *catalogHost) release() {
+	h.c.SetHandler(nil)
+	h.mu.Lock()
+	cat, term := h.cat, h.term
+	h.cat, h.term = nil, 0
+	h.mu.Unlock()
+	if cat != nil {
+		_ = cat.Close()
+		h.log.Info("stopped hosting the cluster's catalog", "term", term)
+	}
+}
+
+// close stops the host's goroutine and releases the catalog.
+func (h *catalogHost) close() {
+	select {
+	case <-h.stop:
+	default:
+		close(h.stop)
+	}
+	<-h.done
+}
+
+// refuseHeap is the heap opener of a cluster node: heap snapshots live in
+// one daemon's memory, where no other node could restore them and the
+// leader's catalog could not delete them.
+func refuseHeap(ops map[backend.Kind]daemon.Opener) map[backend.Kind]daemon.Opener {
+	out := make(map[backend.Kind]daemon.Opener, len(ops))
+	for k, op := range ops {
+		out[k] = op
+	}
+	out[backend.KindHeap] = func(context.Context, backend.Options, daemon.OpenEnv) (backend.Backend, error) {
+		return nil, fmt.Errorf("%w: the heap backend keeps its snapshots in one daemon's memory, which other nodes of a cluster cannot restore from: use file or lsm in cluster mode",
+			daemon.ErrUnsupported)
+	}
+	return out
+}
