@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 )
@@ -61,5 +62,41 @@ func TestCallReachesTheLeadersService(t *testing.T) {
 	defer mu.Unlock()
 	if changes[f] < 2 {
 		t.Fatalf("OnLeaderChange on n%d: %d calls, want at least 2 (first leader, new leader)", f, changes[f])
+	}
+}
+
+// TestJournalSurvivesTheLeader: records put through any node are on the
+// next leader after the first one dies; a delete-range removes exactly
+// its range; an oversized record is refused, naming its key.
+func TestJournalSurvivesTheLeader(t *testing.T) {
+	c := startCluster(t, 3, nil)
+	l := c.leader()
+	f := (l + 1) % 3
+	for i, k := range []string{"r/j/01/a", "r/j/01/b", "r/j/02/a", "r/k/01/a"} {
+		if err := c.nodes[(l+i)%3].JournalPut(ctxT(t), k, []byte(k)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.kill(l)
+	nl := c.leader()
+	if err := c.nodes[nl].Barrier(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	got := c.nodes[nl].JournalRead("r/j/")
+	if len(got) != 3 || string(got["r/j/02/a"]) != "r/j/02/a" {
+		t.Fatalf("the new leader's journal: %v", got)
+	}
+	if err := c.nodes[f].JournalDeleteRange(ctxT(t), "r/j/", "r/j/02/"); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.nodes[nl].Barrier(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	if got := c.nodes[nl].JournalRead("r/"); len(got) != 2 || got["r/j/02/a"] == nil || got["r/k/01/a"] == nil {
+		t.Fatalf("after deleting r/j/ up to r/j/02/: %v", got)
+	}
+	err := c.nodes[f].JournalPut(ctxT(t), "big", make([]byte, maxJournalValue+1))
+	if err == nil || !strings.Contains(err.Error(), `"big"`) {
+		t.Fatalf("an oversized record: %v", err)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"io"
 	"maps"
 	"slices"
+	"strings"
 	"sync"
 
 	"github.com/hashicorp/raft"
@@ -19,7 +20,9 @@ import (
 // clock, no randomness, no I/O), which is what lets every node reach the
 // same state from the same log.
 const (
-	commandVersion  = 1
+	// commandVersion 2 adds the journal's put and delete-range; a node
+	// of version 1 refuses them.
+	commandVersion  = 2
 	snapshotVersion = 1
 )
 
@@ -28,6 +31,18 @@ const (
 	opAcquire = "acquire" // take a new fencing token for a task
 	opCheck   = "check"   // is a token still the task's newest?
 	opRelease = "release" // a holder gives a task up
+	// The journal: small records the leader's services keep through
+	// leader changes (the catalog's reported handles).
+	opPut         = "put"          // set Key to Value
+	opDeleteRange = "delete-range" // delete the keys in [Key, To)
+)
+
+// Bounds of the journal: its users delete what they settled, and these
+// keep a user that does not from growing the state (and snapshots)
+// without limit.
+const (
+	maxJournalKeys  = 1 << 16
+	maxJournalValue = 2 << 20 // base64 in a command, under gRPC's 4 MiB
 )
 
 // command is one entry of the raft log.
@@ -44,6 +59,10 @@ type command struct {
 	// release whose first attempt was applied (its answer lost with a
 	// leader) gets that first answer again instead of applying twice.
 	Req string `json:"req,omitempty"`
+	// Key, Value and To are the journal's (put, delete-range).
+	Key   string `json:"key,omitempty"`
+	Value []byte `json:"value,omitempty"`
+	To    string `json:"to,omitempty"`
 }
 
 // maxDone bounds the remembered answers of acquires and releases. A retry
@@ -79,6 +98,8 @@ type state struct {
 	// request id, DoneOrder their ids oldest first (at most maxDone).
 	Done      map[string]result `json:"done,omitempty"`
 	DoneOrder []string          `json:"done_order,omitempty"`
+	// Journal holds the records put by the leader's services.
+	Journal map[string][]byte `json:"journal,omitempty"`
 }
 
 // fsm is the raft.FSM of a node.
@@ -90,7 +111,7 @@ type fsm struct {
 }
 
 func newFSM() *fsm {
-	return &fsm{st: state{V: snapshotVersion, Fences: map[string]fence{}, Done: map[string]result{}}}
+	return &fsm{st: state{V: snapshotVersion, Fences: map[string]fence{}, Done: map[string]result{}, Journal: map[string][]byte{}}}
 }
 
 func encodeCommand(c command) []byte {
@@ -130,6 +151,27 @@ func (f *fsm) Apply(l *raft.Log) any {
 }
 
 func (s *state) apply(c command) result {
+	switch c.Op {
+	case opPut:
+		_, exists := s.Journal[c.Key]
+		switch {
+		case c.Key == "":
+			return result{Err: "cluster: a journal put without a key"}
+		case len(c.Value) > maxJournalValue:
+			return result{Err: fmt.Sprintf("cluster: journal record %q of %d bytes (at most %d)", c.Key, len(c.Value), maxJournalValue)}
+		case !exists && len(s.Journal) >= maxJournalKeys:
+			return result{Err: fmt.Sprintf("cluster: the journal holds %d records already (at most %d)", len(s.Journal), maxJournalKeys)}
+		}
+		s.Journal[c.Key] = slices.Clone(c.Value)
+		return result{}
+	case opDeleteRange:
+		for k := range s.Journal {
+			if k >= c.Key && k < c.To {
+				delete(s.Journal, k)
+			}
+		}
+		return result{}
+	}
 	if c.Task == "" {
 		return result{Err: "cluster: a command without a task"}
 	}
@@ -180,7 +222,7 @@ func (f *fsm) Snapshot() (raft.FSMSnapshot, error) {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
 	st := state{V: snapshotVersion, Next: f.st.Next, Fences: maps.Clone(f.st.Fences), Done: maps.Clone(f.st.Done),
-		DoneOrder: slices.Clone(f.st.DoneOrder)}
+		DoneOrder: slices.Clone(f.st.DoneOrder), Journal: maps.Clone(f.st.Journal)}
 	return &snapshot{st: st}, nil
 }
 
@@ -213,6 +255,12 @@ func decodeState(r io.Reader) (state, error) {
 	if st.Done == nil {
 		st.Done = map[string]result{}
 	}
+	if st.Journal == nil {
+		st.Journal = map[string][]byte{}
+	}
+	if len(st.Journal) > maxJournalKeys {
+		return st, fmt.Errorf("cluster: snapshot: %d journal records (at most %d)", len(st.Journal), maxJournalKeys)
+	}
 	if len(st.Done) != len(st.DoneOrder) || len(st.DoneOrder) > maxDone {
 		return st, fmt.Errorf("cluster: snapshot: %d remembered answers with %d ids in order (at most %d)", len(st.Done), len(st.DoneOrder), maxDone)
 	}
@@ -235,6 +283,19 @@ func (f *fsm) lookup(task string) (fence, bool) {
 	defer f.mu.RUnlock()
 	fe, ok := f.st.Fences[task]
 	return fe, ok
+}
+
+// journal returns the records under prefix from this node's copy.
+func (f *fsm) journal(prefix string) map[string][]byte {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	out := map[string][]byte{}
+	for k, v := range f.st.Journal {
+		if strings.HasPrefix(k, prefix) {
+			out[k] = v
+		}
+	}
+	return out
 }
 
 func (f *fsm) appliedIndex() uint64 {

@@ -438,6 +438,33 @@ func (n *Node) Release(ctx context.Context, task string, token uint64) error {
 	return nil
 }
 
+// JournalPut sets key to value in the replicated journal: once it
+// returns, every later leader's JournalRead (after Barrier) sees it. A
+// repeated put of the same value is harmless, so a retry after a lost
+// answer is safe.
+func (n *Node) JournalPut(ctx context.Context, key string, value []byte) error {
+	b, err := n.apply(ctx, encodeCommand(command{Op: opPut, Key: key, Value: value}))
+	if err != nil {
+		return err
+	}
+	_, err = decodeResult(b)
+	return err
+}
+
+// JournalDeleteRange deletes the journal's keys in [from, to).
+func (n *Node) JournalDeleteRange(ctx context.Context, from, to string) error {
+	b, err := n.apply(ctx, encodeCommand(command{Op: opDeleteRange, Key: from, To: to}))
+	if err != nil {
+		return err
+	}
+	_, err = decodeResult(b)
+	return err
+}
+
+// JournalRead returns the journal's records under prefix from this node's
+// copy: complete on a leader after Barrier, possibly behind elsewhere.
+func (n *Node) JournalRead(prefix string) map[string][]byte { return n.fsm.journal(prefix) }
+
 func fenced(task string, token uint64, r result) error {
 	if r.Token == 0 {
 		return fmt.Errorf("%w: task %s: fencing token %d was released and no one holds the task now", ErrFenced, task, token)
