@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -19,10 +20,11 @@ var ctx = context.Background()
 // swapCaller delivers calls to whichever server hosts the catalog now,
 // as the cluster's leader-forwarding call does; down fails every call.
 type swapCaller struct {
-	mu   sync.Mutex
-	srv  *Server
-	down bool
-	log  []string
+	journal *memJournal // nil: none
+	mu      sync.Mutex
+	srv     *Server
+	down    bool
+	log     []string
 }
 
 func (s *swapCaller) Call(ctx context.Context, method string, payload []byte) ([]byte, error) {
@@ -43,10 +45,60 @@ func (s *swapCaller) host(t *testing.T, store tiered.Store, epoch uint64) *catal
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cat.Close() })
+	o := ServerOptions{Epoch: epoch}
+	if s.journal != nil {
+		o.Journal = s.journal
+	}
+	srv, err := NewServer(cat, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.journal != nil {
+		if _, err := Recover(ctx, cat, s.journal); err != nil {
+			t.Fatal(err)
+		}
+	}
 	s.mu.Lock()
-	s.srv = NewServer(cat, epoch, nil)
+	s.srv = srv
 	s.mu.Unlock()
 	return cat
+}
+
+// memJournal is a Journal in memory (the cluster's is tested in package
+// cluster).
+type memJournal struct {
+	mu sync.Mutex
+	m  map[string][]byte
+}
+
+func (j *memJournal) Put(_ context.Context, k string, v []byte) error {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	j.m[k] = v
+	return nil
+}
+
+func (j *memJournal) DeleteRange(_ context.Context, from, to string) error {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	for k := range j.m {
+		if k >= from && k < to {
+			delete(j.m, k)
+		}
+	}
+	return nil
+}
+
+func (j *memJournal) Read(prefix string) map[string][]byte {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	out := map[string][]byte{}
+	for k, v := range j.m {
+		if strings.HasPrefix(k, prefix) {
+			out[k] = v
+		}
+	}
+	return out
 }
 
 // upload writes one private file of a task's snapshot and returns its
@@ -209,5 +261,52 @@ func TestRestoreThroughTheClient(t *testing.T) {
 	}
 	if recs := n.List("j"); len(recs) != 1 || recs[0].ID != 4 || recs[0].Status != catalog.StatusCompleted {
 		t.Fatalf("list %+v", recs)
+	}
+}
+
+// TestJournalOutlivesTheReportingNode: with the journal, a checkpoint
+// whose reports reached the old leader completes on the new one even
+// though the node that reported half of them died with the leader (it
+// never resyncs); completed and aborted checkpoints leave no record.
+func TestJournalOutlivesTheReportingNode(t *testing.T) {
+	store := memstore.New()
+	j := &memJournal{m: map[string][]byte{}}
+	caller := &swapCaller{journal: j}
+	caller.host(t, store, 1)
+	n1, dead := newClient(t, caller, store), newClient(t, caller, store)
+	a := backend.TaskID{Job: "j", Operator: "op", Subtask: 0}
+	b := backend.TaskID{Job: "j", Operator: "op", Subtask: 1}
+	ka, kb := backend.KeyGroupRangeForOperator(128, 2, 0), backend.KeyGroupRangeForOperator(128, 2, 1)
+	tasks := []backend.TaskID{a, b}
+	for _, id := range []uint64{1, 2, 3} {
+		for i, n := range []*Client{n1, dead} {
+			task, kg := a, ka
+			if i == 1 {
+				task, kg = b, kb
+			}
+			if err := n.BeginCheckpoint("j", id); err != nil {
+				t.Fatal(err)
+			}
+			if err := n.AddTaskHandle("j", id, upload(t, store, task, kg, id, fmt.Sprint(id))); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if _, err := n1.CompleteTasks(ctx, "j", 1, tasks); err != nil {
+		t.Fatal(err)
+	}
+	if err := n1.Abort(ctx, "j", 2, catalog.StatusAborted, "test"); err != nil {
+		t.Fatal(err)
+	}
+	if got := len(j.Read(reportsPrefix)); got != 2 {
+		t.Fatalf("journal holds %d records, want checkpoint 3's two", got)
+	}
+	caller.host(t, store, 2) // the new leader recovers checkpoint 3's reports
+	m, err := n1.CompleteTasks(ctx, "j", 3, tasks)
+	if err != nil || len(m.Tasks) != 2 {
+		t.Fatalf("complete 3 on the new leader without the dead node: %v", err)
+	}
+	if got := j.Read(reportsPrefix); len(got) != 0 {
+		t.Fatalf("records left after the completion: %v", got)
 	}
 }

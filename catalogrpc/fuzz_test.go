@@ -22,7 +22,10 @@ func FuzzServerHandle(f *testing.F) {
 		f.Fatal(err)
 	}
 	defer cat.Close()
-	srv := NewServer(cat, 3, nil)
+	srv, err := NewServer(cat, ServerOptions{Epoch: 3, Journal: &memJournal{m: map[string][]byte{}}})
+	if err != nil {
+		f.Fatal(err)
+	}
 	f.Fuzz(func(t *testing.T, method string, payload []byte) {
 		out, err := srv.Handle(ctx, method, payload)
 		if err != nil {

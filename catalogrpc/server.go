@@ -3,7 +3,9 @@ package catalogrpc
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"log/slog"
 
 	"github.com/statedhq/stated/backend"
 	"github.com/statedhq/stated/catalog"
@@ -12,26 +14,46 @@ import (
 // Server answers Clients' calls with a catalog: the one the cluster's
 // leader hosts.
 type Server struct {
-	cat    *catalog.Catalog
-	epoch  uint64
-	verify func(context.Context) error
+	cat  *catalog.Catalog
+	opts ServerOptions
+	log  *slog.Logger
 }
 
-// NewServer serves cat as epoch: a number no earlier hosting catalog used
-// (the leader's raft term), so that Clients notice a new catalog. verify
-// (nil: none) is asked before a restore is answered: a deposed leader
-// that has not noticed yet must not send a task back to an older
-// checkpoint than the new leader completed. (Writes and deletes are
-// guarded by the catalog's own Options.Guard.)
-func NewServer(cat *catalog.Catalog, epoch uint64, verify func(context.Context) error) *Server {
-	if verify == nil {
-		verify = func(context.Context) error { return nil }
+// ServerOptions configure a Server.
+type ServerOptions struct {
+	// Epoch is a number no earlier hosting catalog used (the leader's raft
+	// term), so that Clients notice a new catalog. Required (> 0).
+	Epoch uint64
+	// Verify (nil: none) is asked before a restore is answered: a deposed
+	// leader that has not noticed yet must not send a task back to an
+	// older checkpoint than the new leader completed. (Writes and deletes
+	// are guarded by the catalog's own Options.Guard.)
+	Verify func(context.Context) error
+	// Journal (nil: none) keeps every accepted report until its
+	// checkpoint completes or aborts, so that the next hosting catalog
+	// recovers them (Recover) even if the reporting node died.
+	Journal Journal
+	// Logger receives journal writes that failed after the catalog
+	// decided (the next completion settles them). Default: discard.
+	Logger *slog.Logger
+}
+
+// NewServer serves cat.
+func NewServer(cat *catalog.Catalog, o ServerOptions) (*Server, error) {
+	if cat == nil || o.Epoch == 0 {
+		return nil, errors.New("catalogrpc: a server needs a catalog and an epoch")
 	}
-	return &Server{cat: cat, epoch: epoch, verify: verify}
+	if o.Verify == nil {
+		o.Verify = func(context.Context) error { return nil }
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	return &Server{cat: cat, opts: o, log: o.Logger.With("component", "catalogrpc")}, nil
 }
 
 // Epoch is the server's epoch.
-func (s *Server) Epoch() uint64 { return s.epoch }
+func (s *Server) Epoch() uint64 { return s.opts.Epoch }
 
 // Handle runs one call. Its error is for a call it cannot read, or one
 // that this server must not answer (verify failed); what the catalog
@@ -43,7 +65,7 @@ func (s *Server) Handle(ctx context.Context, method string, payload []byte) ([]b
 	}
 	if method == mRestore {
 		// Not an answer: the caller asks the leader again.
-		if err := s.verify(ctx); err != nil {
+		if err := s.opts.Verify(ctx); err != nil {
 			return nil, err
 		}
 	}
@@ -51,7 +73,7 @@ func (s *Server) Handle(ctx context.Context, method string, payload []byte) ([]b
 	if err != nil {
 		a = &answer{Err: toWire(err)}
 	}
-	a.Epoch = s.epoch
+	a.Epoch = s.opts.Epoch
 	return json.Marshal(a)
 }
 
@@ -83,13 +105,27 @@ func (s *Server) run(ctx context.Context, method string, req *request) (*answer,
 		if err != nil {
 			return nil, fmt.Errorf("catalogrpc: report to checkpoint %d of job %s: %w", req.ID, req.Job, err)
 		}
-		return &answer{}, c.AddTaskHandle(req.Job, req.ID, h)
+		if err := c.AddTaskHandle(req.Job, req.ID, h); err != nil {
+			return nil, err
+		}
+		// Journaled once the catalog accepted it: the report stands only
+		// when it is kept (the client retries otherwise; a repeated
+		// report is accepted).
+		return &answer{}, s.record(ctx, req.Job, req.ID, h.Task, req.Handle)
 	case mComplete:
-		return manifest(c.CompleteTasks(ctx, req.Job, req.ID, req.Tasks))
+		m, err := c.CompleteTasks(ctx, req.Job, req.ID, req.Tasks)
+		if err == nil {
+			s.settle(ctx, req.Job, req.ID, true)
+		}
+		return manifest(m, err)
 	case mAbort:
-		return &answer{}, c.Abort(ctx, req.Job, req.ID, req.Status, req.Reason)
+		err := c.Abort(ctx, req.Job, req.ID, req.Status, req.Reason)
+		s.settle(ctx, req.Job, req.ID, false)
+		return &answer{}, err
 	case mRelease:
-		return &answer{}, c.Release(ctx, req.Job, req.ID)
+		err := c.Release(ctx, req.Job, req.ID)
+		s.settle(ctx, req.Job, req.ID, false)
+		return &answer{}, err
 	case mCheckpoint:
 		return lookup(c.Checkpoint(req.Job, req.ID))
 	case mLatest:

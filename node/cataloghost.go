@@ -141,7 +141,19 @@ func (h *catalogHost) host(term uint64) error {
 		_ = cat.Close()
 		return err
 	}
-	srv := catalogrpc.NewServer(cat, term, verify)
+	// The reports the old leader's catalog accepted for checkpoints still
+	// in flight, whichever node made them (it may have died with it).
+	j := clusterJournal{h.c}
+	if n, err := catalogrpc.Recover(ctx, cat, j); err != nil {
+		h.log.Warn("some journaled reports were not recovered", "recovered", n, "err", err)
+	} else if n > 0 {
+		h.log.Info("recovered journaled reports", "reports", n)
+	}
+	srv, err := catalogrpc.NewServer(cat, catalogrpc.ServerOptions{Epoch: term, Verify: verify, Journal: j, Logger: h.log})
+	if err != nil {
+		_ = cat.Close()
+		return err
+	}
 	h.mu.Lock()
 	h.cat, h.term = cat, term
 	h.mu.Unlock()
@@ -172,6 +184,20 @@ func (h *catalogHost) close() {
 	}
 	<-h.done
 }
+
+// clusterJournal is the cluster's replicated journal as catalogrpc uses
+// it.
+type clusterJournal struct{ c *cluster.Node }
+
+func (j clusterJournal) Put(ctx context.Context, k string, v []byte) error {
+	return j.c.JournalPut(ctx, k, v)
+}
+
+func (j clusterJournal) DeleteRange(ctx context.Context, from, to string) error {
+	return j.c.JournalDeleteRange(ctx, from, to)
+}
+
+func (j clusterJournal) Read(prefix string) map[string][]byte { return j.c.JournalRead(prefix) }
 
 // refuseHeap is the heap opener of a cluster node: heap snapshots live in
 // one daemon's memory, where no other node could restore them and the
