@@ -696,3 +696,146 @@ func TestRemotePebbleHandOffAndRestoreByReference(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestRemotePebbleRestoreEdges: what external ingestion does with the
+// shapes stated's SSTs can have. Each ingested file gets one sequence
+// number for all its keys (ingest.go: ingestUpdateSeqNum).
+func TestRemotePebbleRestoreEdges(t *testing.T) {
+	withMerger := func(o *pebble.Options) {
+		o.DisableAutomaticCompactions = true
+		o.Merger = concatMerger
+	}
+	restored := func(t *testing.T, s *spike, db *pebble.DB) *pebble.DB {
+		t.Helper()
+		rdb := s.open(t, t.TempDir(), 8, false, withMerger)
+		t.Cleanup(func() { rdb.Close() })
+		restoreByReference(t, rdb, remoteTables(t, db), 0, spikeGroups-1)
+		return rdb
+	}
+	get := func(t *testing.T, db *pebble.DB, k []byte) string {
+		t.Helper()
+		v, c, err := db.Get(k)
+		if err != nil {
+			t.Fatalf("get %q: %v", k, err)
+		}
+		defer c.Close()
+		return string(v)
+	}
+
+	// List appends are merge operands; flushes of separate memtables keep
+	// them in separate files, which ingest in order.
+	t.Run("MergeOperandsAcrossFiles", func(t *testing.T) {
+		s := newSpike(t)
+		db := s.open(t, t.TempDir(), 7, false, withMerger)
+		defer db.Close()
+		k := spikeKey(3, 1)
+		for _, op := range []string{"a", "b", "c"} {
+			if err := db.Merge(k, []byte(op), pebble.NoSync); err != nil {
+				t.Fatal(err)
+			}
+			if err := db.Flush(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if got := get(t, restored(t, s, db), k); got != "abc" {
+			t.Fatalf("restored list = %q, want %q", got, "abc")
+		}
+	})
+
+	// An open snapshot makes a flush keep two versions of one key in one
+	// file; with one sequence number for the whole file they tie.
+	t.Run("VersionsPinnedBySnapshot", func(t *testing.T) {
+		s := newSpike(t)
+		db := s.open(t, t.TempDir(), 7, false, withMerger)
+		defer db.Close()
+		k := spikeKey(3, 2)
+		if err := db.Set(k, []byte("old"), pebble.NoSync); err != nil {
+			t.Fatal(err)
+		}
+		snap := db.NewSnapshot()
+		defer snap.Close()
+		if err := db.Set(k, []byte("new"), pebble.NoSync); err != nil {
+			t.Fatal(err)
+		}
+		if err := db.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		src, rst := get(t, db, k), get(t, restored(t, s, db), k)
+		if src != "new" || rst != "new" {
+			t.Fatalf("source reads %q, restored reads %q; want the newest version", src, rst)
+		}
+	})
+
+	// A range deletion pinned over a point of the same file by a snapshot.
+	t.Run("RangeDeletionPinnedBySnapshot", func(t *testing.T) {
+		s := newSpike(t)
+		db := s.open(t, t.TempDir(), 7, false, withMerger)
+		defer db.Close()
+		k := spikeKey(3, 2)
+		if err := db.Set(k, []byte("old"), pebble.NoSync); err != nil {
+			t.Fatal(err)
+		}
+		if err := db.Set(spikeKey(9, 0), []byte("other"), pebble.NoSync); err != nil {
+			t.Fatal(err)
+		}
+		snap := db.NewSnapshot()
+		defer snap.Close()
+		if err := db.DeleteRange(spikeKey(3, 0), spikeKey(4, 0), pebble.NoSync); err != nil {
+			t.Fatal(err)
+		}
+		if err := db.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		_, _, srcErr := db.Get(k)
+		rdb := restored(t, s, db)
+		v, c, err := rdb.Get(k)
+		if err == nil {
+			c.Close()
+		}
+		if srcErr != pebble.ErrNotFound || err != pebble.ErrNotFound {
+			t.Fatalf("a deleted key: source %v, restored %q, %v; want not found in both", srcErr, v, err)
+		}
+		if get(t, rdb, spikeKey(9, 0)) != "other" {
+			t.Fatal("the key outside the deleted range is lost")
+		}
+	})
+}
+
+// TestRemotePebbleSecondaryCache: with SecondaryCacheSizeBytes the local
+// disk caches remote blocks (objstorageprovider/sharedcache), so a read
+// that misses a tiny block cache does not go back to the store; without
+// it, it does.
+func TestRemotePebbleSecondaryCache(t *testing.T) {
+	for _, secondary := range []int64{0, 64 << 20} {
+		s := newSpike(t)
+		dir := t.TempDir()
+		model := map[string]string{}
+		db := s.open(t, dir, 7, false)
+		for r := range 3 {
+			writeRound(t, db, model, r)
+		}
+		if err := db.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		if err := db.Close(); err != nil {
+			t.Fatal(err)
+		}
+		cache := pebble.NewCache(64 << 10)
+		db = s.open(t, dir, 7, false, func(o *pebble.Options) {
+			o.Cache = cache
+			o.Experimental.SecondaryCacheSizeBytes = secondary
+		})
+		pass := func() uint64 {
+			before := s.store.Counts().Calls[tiered.OpGetRange]
+			checkModel(t, db, model, 0, spikeGroups-1)
+			return s.store.Counts().Calls[tiered.OpGetRange] - before
+		}
+		first, second := pass(), pass()
+		db.Close()
+		cache.Unref()
+		t.Logf("full scans, 64 KiB block cache, %d-byte secondary cache: %d ranged reads cold, %d warm", secondary, first, second)
+		if first == 0 || (secondary > 0) != (second == 0) {
+			t.Fatalf("secondary cache %d: ranged reads %d cold, %d warm", secondary, first, second)
+		}
+	}
+}
