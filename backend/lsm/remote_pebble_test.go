@@ -261,7 +261,8 @@ var everything = [2][]byte{{0}, {0xff, 0xff, 0xff}}
 func TestRemotePebbleSSTsLiveInStore(t *testing.T) {
 	s := newSpike(t)
 	dir := t.TempDir()
-	db := s.open(t, dir, 7, false)
+	// No automatic compaction, so a flush's puts are its own.
+	db := s.open(t, dir, 7, false, noAutoCompactions)
 	model := map[string]string{}
 	for r := range 6 {
 		writeRound(t, db, model, r)
@@ -810,7 +811,8 @@ func TestRemotePebbleSecondaryCache(t *testing.T) {
 		s := newSpike(t)
 		dir := t.TempDir()
 		model := map[string]string{}
-		db := s.open(t, dir, 7, false)
+		// No compaction, so the second scan reads the files the first did.
+		db := s.open(t, dir, 7, false, noAutoCompactions)
 		for r := range 3 {
 			writeRound(t, db, model, r)
 		}
@@ -821,7 +823,7 @@ func TestRemotePebbleSecondaryCache(t *testing.T) {
 			t.Fatal(err)
 		}
 		cache := pebble.NewCache(64 << 10)
-		db = s.open(t, dir, 7, false, func(o *pebble.Options) {
+		db = s.open(t, dir, 7, false, noAutoCompactions, func(o *pebble.Options) {
 			o.Cache = cache
 			o.Experimental.SecondaryCacheSizeBytes = secondary
 		})
