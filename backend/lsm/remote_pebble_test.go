@@ -24,6 +24,8 @@ import (
 	"github.com/statedhq/stated/tiered"
 	"github.com/statedhq/stated/tiered/memstore"
 	"github.com/statedhq/stated/tiered/metered"
+	"github.com/statedhq/stated/tiered/s3store"
+	"github.com/statedhq/stated/tiered/s3store/s3test"
 	"github.com/statedhq/stated/tiered/storetest"
 )
 
@@ -38,9 +40,30 @@ type spike struct {
 	factory *remotestore.Factory
 }
 
-func newSpike(t *testing.T) *spike {
+// spikeStores are the stores the main spike tests run over: memory, and
+// the S3 server the tiered tests use (the real one s3test's environment
+// names, else in-process gofakes3).
+var spikeStores = []struct {
+	name string
+	open func(t *testing.T) tiered.Store
+}{
+	{"memstore", func(*testing.T) tiered.Store { return memstore.New() }},
+	{"s3", func(t *testing.T) tiered.Store {
+		opts, _ := s3test.Options(t)
+		st, err := s3store.Open(context.Background(), opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { st.Close() })
+		return st
+	}},
+}
+
+func newSpike(t *testing.T) *spike { return newSpikeOver(t, memstore.New()) }
+
+func newSpikeOver(t *testing.T, base tiered.Store) *spike {
 	t.Helper()
-	store := metered.New(memstore.New())
+	store := metered.New(base)
 	f, err := remotestore.NewFactory(map[remote.Locator]remotestore.Options{spikeLocator: {Store: store, SpoolDir: t.TempDir()}})
 	if err != nil {
 		t.Fatal(err)
@@ -259,7 +282,12 @@ var everything = [2][]byte{{0}, {0xff, 0xff, 0xff}}
 // marker), nothing is written locally, obsolete objects are deleted, and a
 // cold reopen reads through ranged reads only.
 func TestRemotePebbleSSTsLiveInStore(t *testing.T) {
-	s := newSpike(t)
+	for _, st := range spikeStores {
+		t.Run(st.name, func(t *testing.T) { testSSTsLiveInStore(t, newSpikeOver(t, st.open(t))) })
+	}
+}
+
+func testSSTsLiveInStore(t *testing.T, s *spike) {
 	dir := t.TempDir()
 	// No automatic compaction, so a flush's puts are its own.
 	db := s.open(t, dir, 7, false, noAutoCompactions)
@@ -584,7 +612,12 @@ func restoreByReference(t *testing.T, db *pebble.DB, tables []remoteTable, lo, h
 // without touching the source's objects; and the release of the
 // checkpoint deleting exactly the objects nothing references.
 func TestRemotePebbleHandOffAndRestoreByReference(t *testing.T) {
-	s := newSpike(t)
+	for _, st := range spikeStores {
+		t.Run(st.name, func(t *testing.T) { testHandOffAndRestoreByReference(t, newSpikeOver(t, st.open(t))) })
+	}
+}
+
+func testHandOffAndRestoreByReference(t *testing.T, s *spike) {
 	dir := t.TempDir()
 	db := s.open(t, dir, 7, false, noAutoCompactions)
 	model := map[string]string{}
