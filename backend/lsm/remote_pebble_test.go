@@ -186,9 +186,20 @@ type remoteTable struct {
 // fails t if one is local.
 func remoteTables(t *testing.T, db *pebble.DB) []remoteTable {
 	t.Helper()
-	levels, err := db.SSTables()
+	res, err := tryRemoteTables(db)
 	if err != nil {
 		t.Fatal(err)
+	}
+	return res
+}
+
+// tryRemoteTables is remoteTables that returns its complaint: with
+// compactions running, a table of SSTables may be gone from the provider
+// by the time it is listed.
+func tryRemoteTables(db *pebble.DB) ([]remoteTable, error) {
+	levels, err := db.SSTables()
+	if err != nil {
+		return nil, err
 	}
 	names := map[uint64]string{}
 	for _, m := range db.ObjProvider().List() {
@@ -196,7 +207,7 @@ func remoteTables(t *testing.T, db *pebble.DB) []remoteTable {
 			p := db.ObjProvider().Path(m)
 			name, ok := strings.CutPrefix(p, "remote-"+string(spikeLocator)+"://")
 			if !ok {
-				t.Fatalf("remote object path %q has another locator", p)
+				return nil, fmt.Errorf("remote object path %q has another locator", p)
 			}
 			names[uint64(m.DiskFileNum)] = name
 		}
@@ -206,7 +217,7 @@ func remoteTables(t *testing.T, db *pebble.DB) []remoteTable {
 		for _, ti := range tables {
 			name, ok := names[uint64(ti.BackingSSTNum)]
 			if !ok || ti.BackingType != pebble.BackingTypeShared {
-				t.Fatalf("L%d table %s is %s, not in the store", level, ti.FileNum, ti.BackingType)
+				return nil, fmt.Errorf("L%d table %s is %s, not in the store", level, ti.FileNum, ti.BackingType)
 			}
 			res = append(res, remoteTable{
 				level: level, name: name, size: ti.Size,
@@ -215,7 +226,7 @@ func remoteTables(t *testing.T, db *pebble.DB) []remoteTable {
 			})
 		}
 	}
-	return res
+	return res, nil
 }
 
 // storeObjects returns the SSTs and the ref markers in the store.
@@ -873,4 +884,112 @@ func TestRemotePebbleSecondaryCache(t *testing.T) {
 			t.Fatalf("secondary cache %d: ranged reads %d cold, %d warm", secondary, first, second)
 		}
 	}
+}
+
+// TestRemotePebbleHandOffRacesCompactions: the hand-off protocol while
+// compactions run (automatic ones, and a goroutine compacting everything
+// in a loop). A hand-off whose check finds Pebble's marker gone gives its
+// markers back (the release rule) and retries with the new version. Every
+// checkpoint taken must then restore right after its source reopened and
+// compacted all its SSTs away, and releasing them all must leave only the
+// source's live SSTs.
+func TestRemotePebbleHandOffRacesCompactions(t *testing.T) {
+	s := newSpike(t)
+	dir := t.TempDir()
+	db := s.open(t, dir, 7, false)
+	ctx := context.Background()
+	stop := make(chan struct{})
+	compacted := make(chan error, 1)
+	go func() {
+		var err error
+		for n := 0; err == nil; n++ {
+			select {
+			case <-stop:
+				compacted <- nil
+				return
+			default:
+			}
+			err = db.Compact(ctx, everything[0], everything[1], n%2 == 0)
+		}
+		compacted <- err
+	}()
+	type chk struct {
+		tables []remoteTable
+		model  map[string]string
+	}
+	var chks []chk
+	model := map[string]string{}
+	retries := 0
+	for n := 1; n <= 12; n++ {
+		writeRound(t, db, model, n)
+		if err := db.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		for attempt := 0; ; attempt++ {
+			if attempt == 50 {
+				t.Fatalf("checkpoint %d: no hand-off in 50 attempts", n)
+			}
+			tables, err := tryRemoteTables(db)
+			if err != nil {
+				retries++
+				continue
+			}
+			// Give the compactions time to make listed tables obsolete
+			// before their markers are written: the race under test.
+			time.Sleep(time.Duration((n+attempt)%3+1) * 10 * time.Millisecond)
+			var failed bool
+			var marked []remoteTable
+			for _, tb := range tables {
+				mine := fmt.Sprintf("%s.ref.0.%06d", tb.name, n)
+				if err := tiered.PutBytes(ctx, s.store, mine, nil); err != nil {
+					t.Fatal(err)
+				}
+				marked = append(marked, tb)
+				page, err := s.store.List(ctx, tb.name+".ref.", "", 0)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !slices.ContainsFunc(page.Objects, func(o tiered.ObjectInfo) bool {
+					return !strings.HasPrefix(o.Name, tb.name+".ref.0.")
+				}) {
+					failed = true
+					break
+				}
+			}
+			if failed {
+				s.release(t, marked, n)
+				retries++
+				continue
+			}
+			chks = append(chks, chk{tables: tables, model: maps.Clone(model)})
+			break
+		}
+	}
+	close(stop)
+	if err := <-compacted; err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	db = s.open(t, dir, 7, false)
+	defer db.Close()
+	writeRound(t, db, model, 13)
+	if err := db.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	s.compact(t, db)
+	for i, c := range chks {
+		rdb := s.open(t, t.TempDir(), uint64(100+i), false, noAutoCompactions)
+		restoreByReference(t, rdb, c.tables, 0, spikeGroups-1)
+		checkModel(t, rdb, c.model, 0, spikeGroups-1)
+		if err := rdb.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i, c := range chks {
+		s.release(t, c.tables, i+1)
+	}
+	s.waitObjects(t, names(remoteTables(t, db)))
+	t.Logf("%d checkpoints handed off while compacting, %d retries; all restored, then released", len(chks), retries)
 }
