@@ -125,6 +125,14 @@
 // under new names and references nothing restored. RestoreStats reports
 // what was downloaded and skipped and the time of each step.
 //
+// # Remote mode
+//
+// With Options.Remote, Pebble creates every SST in the object store under
+// "<job>/shared/lsm/" (package remotestore), the local disk keeps a bounded
+// cache of remote blocks, and Close drops the instance's references there.
+// Checkpoints by hand-off and restores by reference are not built yet:
+// Snapshot declines and Open refuses handles (docs/lsm-remote.md).
+//
 // # Caveats
 //
 // The number of files in a handle is bounded by the LSM shape, not by the

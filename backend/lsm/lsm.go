@@ -35,6 +35,8 @@ type Backend struct {
 	inc    incremental
 	// rstats is written by the restore in Open, read-only afterwards.
 	rstats RestoreStats
+	// remote is the remote storage of Options.Remote; nil in local mode.
+	remote *remoteState
 }
 
 // incremental is the history that lets checkpoints reference instead of
@@ -109,13 +111,15 @@ func OpenContext(ctx context.Context, opts backend.Options, lo Options) (*Backen
 	}
 
 	var restored []backend.StateDescriptor
-	var err error
-	if len(opts.Restore) > 0 {
+	err := b.remoteSetup()
+	if err == nil && len(opts.Restore) > 0 {
 		restored, err = b.restore(ctx, keepHistory)
-	} else {
+	} else if err == nil {
 		b.db, err = pebble.Open(b.dbDir, b.pebbleOptions(false))
 		if err != nil {
 			err = fmt.Errorf("lsm: open %s: pebble in %s: %w", opts.Task, b.dbDir, err)
+		} else {
+			err = b.remoteStart()
 		}
 	}
 	if err == nil {
@@ -133,7 +137,7 @@ func OpenContext(ctx context.Context, opts backend.Options, lo Options) (*Backen
 	}
 	if err != nil {
 		if b.db != nil {
-			_ = b.db.Close()
+			_ = b.closeDB()
 		}
 		_ = fs.RemoveAll(b.dbDir)
 		_ = fs.RemoveAll(fs.PathJoin(lo.Dir, "restore"))
@@ -182,6 +186,9 @@ func (b *Backend) pebbleOptions(readOnly bool) *pebble.Options {
 	for i := range o.TargetFileSizes {
 		o.TargetFileSizes[i] = b.lo.TargetFileSize
 	}
+	if !readOnly {
+		b.remotePebbleOptions(o)
+	}
 	o.EnsureDefaults()
 	return o
 }
@@ -221,7 +228,7 @@ func (b *Backend) unref(closing bool) error {
 	if !last {
 		return nil
 	}
-	err := b.db.Close()
+	err := b.closeDB()
 	b.cache.Unref()
 	if rerr := b.lo.FS.RemoveAll(b.dbDir); rerr != nil && err == nil {
 		err = rerr

@@ -70,6 +70,10 @@ type Options struct {
 	// finds that the Pebble linked in does not read graft's edit back as
 	// written (it logs a warning then).
 	NoGraft bool
+	// Remote, when set, puts the instance's SSTs in an object store from
+	// the start, with the local disk as a bounded cache (remote.go). Nil,
+	// the default: SSTs on local disk, as always.
+	Remote *RemoteOptions
 	// Logger receives Pebble's messages. Default: errors go to the standard
 	// logger, informational lines are dropped.
 	Logger pebble.Logger
@@ -102,6 +106,9 @@ func (o *Options) EnsureDefaults() {
 	if o.Logger == nil {
 		o.Logger = quietLogger{}
 	}
+	if o.Remote != nil {
+		o.Remote.ensureDefaults()
+	}
 }
 
 // Validate reports every problem of o at once. Call EnsureDefaults first.
@@ -130,6 +137,9 @@ func (o *Options) Validate() error {
 	}
 	if o.DownloadCache != nil && !sameFS(o.DownloadCache.fs, o.FS) {
 		bad("the download cache is on another file system than Options.FS")
+	}
+	if o.Remote != nil {
+		o.Remote.validate(bad)
 	}
 	return errors.Join(errs...)
 }

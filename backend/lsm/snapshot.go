@@ -42,6 +42,9 @@ func (b *Backend) snapshot(ctx context.Context, checkpointID uint64, privatePref
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("lsm: checkpoint %d of %s: %w", checkpointID, b.opts.Task, err)
 	}
+	if err := b.remoteSnapshotDeclined(checkpointID); err != nil {
+		return nil, err
+	}
 	var p *checkpointSnapshot
 	err := b.Exclusive(func(states []backend.StateDescriptor) error {
 		b.mu.Lock()

@@ -1,0 +1,180 @@
+package lsm
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/statedhq/stated/backend"
+	"github.com/statedhq/stated/tiered"
+	"github.com/statedhq/stated/tiered/memstore"
+	"github.com/statedhq/stated/tiered/metered"
+)
+
+// remoteEnv opens instances whose SSTs live in store.
+func remoteEnv(t *testing.T) (*env, *metered.Store) {
+	e := newEnv(t)
+	store := metered.New(memstore.New())
+	return e, store
+}
+
+func withRemote(store tiered.Store) func(*backend.Options, *Options) {
+	return func(_ *backend.Options, lo *Options) {
+		lo.Remote = &RemoteOptions{Store: store, CacheBytes: 8 << 20}
+		lo.MemTableSize = 256 << 10
+	}
+}
+
+func listAll(t *testing.T, s tiered.Store, prefix string) []string {
+	t.Helper()
+	var names []string
+	must(t, tiered.Walk(context.Background(), s, prefix, func(o tiered.ObjectInfo) error {
+		names = append(names, o.Name)
+		return nil
+	}))
+	return names
+}
+
+// TestRemoteMode: the instance's SSTs are objects under
+// "<job>/shared/lsm/", none is local, reads are right, checkpoints
+// decline, canonical snapshots work, and Close leaves nothing in the store
+// or the spool directory.
+func TestRemoteMode(t *testing.T) {
+	e, store := remoteEnv(t)
+	spool := t.TempDir()
+	b := e.open(full(), func(o *backend.Options, lo *Options) {
+		withRemote(store)(o, lo)
+		lo.Remote.SpoolDir = spool
+	})
+	want := map[string]string{}
+	for i := range 3000 {
+		k, v := fmt.Sprintf("k%05d", i), fmt.Sprintf("value-%d-%s", i, strings.Repeat("z", 200))
+		must(t, b.Put("v", key(i%128, k), []byte(v)))
+		want[k] = v
+	}
+	must(t, b.db.Flush())
+	objs := listAll(t, store, "")
+	var ssts int
+	for _, n := range objs {
+		if !strings.HasPrefix(n, testTask.Job+"/shared/lsm/") {
+			t.Fatalf("object %s outside the job's lsm prefix", n)
+		}
+		if strings.HasSuffix(n, ".sst") {
+			ssts++
+		}
+	}
+	if ssts == 0 {
+		t.Fatalf("no SST in the store: %q", objs)
+	}
+	ents, err := e.fs.List(b.dbDir)
+	must(t, err)
+	if i := slices.IndexFunc(ents, func(n string) bool { return strings.HasSuffix(n, ".sst") }); i >= 0 {
+		t.Fatalf("local SST %s in remote mode", ents[i])
+	}
+	for i := range 3000 {
+		k := fmt.Sprintf("k%05d", i)
+		v, ok, err := b.Get("v", key(i%128, k))
+		if err != nil || !ok || string(v) != want[k] {
+			t.Fatalf("get %s: %.20q, %v, %v", k, v, ok, err)
+		}
+	}
+	if c := store.Counts(); c.Calls[tiered.OpPut] == 0 || c.BytesUp == 0 {
+		t.Fatalf("store counts %+v", c)
+	}
+
+	if _, err := b.Snapshot(context.Background(), 1); !errors.Is(err, backend.ErrDeclined) || !strings.Contains(err.Error(), "remote mode") {
+		t.Fatalf("Snapshot in remote mode: %v, want ErrDeclined saying why", err)
+	}
+	if _, err := b.BaseSnapshot(context.Background(), 1, "job/base-1"); !errors.Is(err, backend.ErrDeclined) {
+		t.Fatalf("BaseSnapshot in remote mode: %v, want ErrDeclined", err)
+	}
+
+	// A canonical snapshot reads through Pebble, wherever its SSTs are,
+	// and restores into a local-mode instance.
+	p, err := b.CanonicalSnapshot(context.Background(), 2, e.store, "savepoints/sp-1")
+	must(t, err)
+	h, err := p.Run(context.Background())
+	must(t, err)
+	local := e.open(full(), func(o *backend.Options, _ *Options) { o.Restore = []*backend.Handle{h} })
+	sameDump(t, dump(t, local), dump(t, b))
+
+	must(t, b.Close())
+	if left := listAll(t, store, ""); len(left) != 0 {
+		t.Fatalf("Close left %d objects: %q", len(left), left)
+	}
+	if ents, _ := e.fs.List(spool); len(ents) != 0 {
+		t.Fatalf("spool directory keeps %q", ents)
+	}
+}
+
+// TestRemoteModeCloseKeepsOthersReferences: Close deletes an object only
+// when no marker of anyone else holds it (the rule of Pebble's
+// sharedUnref), so an object another owner marked survives, and other
+// instances' objects are not touched; ours without a marker go.
+func TestRemoteModeCloseKeepsOthersReferences(t *testing.T) {
+	e, store := remoteEnv(t)
+	b := e.open(full(), withRemote(store))
+	for i := range 500 {
+		must(t, b.Put("v", key(i%128, fmt.Sprintf("k%d", i)), []byte(strings.Repeat("y", 300))))
+	}
+	must(t, b.db.Flush())
+	var held string
+	for _, n := range listAll(t, store, "") {
+		if strings.HasSuffix(n, ".sst") {
+			held = n
+			break
+		}
+	}
+	if held == "" {
+		t.Fatal("no SST in the store")
+	}
+	ctx := context.Background()
+	other := held + ".ref.0.000001" // a checkpoint's marker (docs/lsm-remote.md)
+	must(t, tiered.PutBytes(ctx, store, other, nil))
+	// Another instance's object and marker, and an object of ours that an
+	// aborted write left without a marker.
+	prefix := testTask.Job + "/shared/lsm/"
+	theirs := []string{prefix + "0abc-12345-000001.sst", prefix + "0abc-12345-000001.sst.ref.12345.000001"}
+	for _, n := range theirs {
+		must(t, tiered.PutBytes(ctx, store, n, []byte("x")))
+	}
+	orphan := fmt.Sprintf("%s0def-%d-000999.sst", prefix, b.remote.creator)
+	must(t, tiered.PutBytes(ctx, store, orphan, []byte("partial")))
+	must(t, b.Close())
+	want := slices.Sorted(slices.Values(append([]string{held, other}, theirs...)))
+	if left := listAll(t, store, ""); !slices.Equal(left, want) {
+		t.Fatalf("after Close the store holds %q, want %q", left, want)
+	}
+}
+
+func TestRemoteModeOptions(t *testing.T) {
+	lo := Options{Dir: t.TempDir(), Remote: &RemoteOptions{CacheBytes: -1}}
+	lo.EnsureDefaults()
+	err := lo.Validate()
+	if !errors.Is(err, backend.ErrInvalidArgument) || !strings.Contains(err.Error(), "Options.Remote.Store") ||
+		!strings.Contains(err.Error(), "remote cache size -1") {
+		t.Fatalf("Validate: %v", err)
+	}
+	lo = Options{Dir: t.TempDir(), Remote: &RemoteOptions{Store: memstore.New()}}
+	lo.EnsureDefaults()
+	if err := lo.Validate(); err != nil || lo.Remote.CacheBytes != DefaultRemoteCacheBytes {
+		t.Fatalf("defaults: %v, cache %d", err, lo.Remote.CacheBytes)
+	}
+
+	// Restoring into remote mode is refused, naming why, before any I/O.
+	e, store := remoteEnv(t)
+	src := e.open(full(), nil)
+	must(t, src.Put("v", key(1, "a"), []byte("x")))
+	h := checkpoint(t, src, 1)
+	_, err = Open(backend.Options{Task: testTask, KeyGroups: full(), States: testStates, Store: e.store,
+		Restore: []*backend.Handle{h}}, Options{Dir: t.TempDir(), Remote: &RemoteOptions{Store: store}})
+	if !errors.Is(err, backend.ErrIncompatible) || !strings.Contains(err.Error(), "remote mode") {
+		t.Fatalf("restore in remote mode: %v", err)
+	}
+	if n := store.Counts().Calls; n[tiered.OpPut]+n[tiered.OpList] != 0 {
+		t.Fatalf("a refused restore touched the store: %v", n)
+	}
+}
