@@ -527,8 +527,15 @@ func (n *Node) onLeader(ctx context.Context, local func(context.Context) error, 
 	}
 	var last error
 	for attempt := 0; ; attempt++ {
+		select {
+		case <-n.stop:
+			return fmt.Errorf("%w: node %s is closed", ErrNoLeader, n.opts.ID)
+		default:
+		}
 		if attempt > 0 {
 			select {
+			case <-n.stop:
+				return fmt.Errorf("%w: node %s is closed", ErrNoLeader, n.opts.ID)
 			case <-ctx.Done():
 				return fmt.Errorf("%w: %v (last: %v)", ErrNoLeader, ctx.Err(), last)
 			case <-time.After(min(time.Duration(attempt)*25*time.Millisecond, 250*time.Millisecond)):

@@ -36,8 +36,9 @@ type catalogHost struct {
 	client *catalogrpc.Client
 	log    *slog.Logger
 	kick   chan struct{}
+	resync chan struct{}
 	stop   chan struct{}
-	done   chan struct{}
+	done   chan struct{} // closed when both goroutines returned
 
 	mu   sync.Mutex
 	cat  *catalog.Catalog // nil: not hosting
@@ -46,7 +47,7 @@ type catalogHost struct {
 
 func newCatalogHost(c *cluster.Node, base catalog.Options, client *catalogrpc.Client, log *slog.Logger) *catalogHost {
 	return &catalogHost{c: c, base: base, client: client, log: log.With("component", "catalog-host"),
-		kick: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
+		kick: make(chan struct{}, 1), resync: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
 }
 
 // nudge asks the host to look at the leadership again (OnLeaderChange).
@@ -64,28 +65,71 @@ func (h *catalogHost) current() *catalog.Catalog {
 	return h.cat
 }
 
+// run starts the host's two goroutines: one hosts or releases the
+// catalog as the leadership changes, the other resyncs the node's client
+// with whichever catalog serves (it may wait seconds for a new leader,
+// which must not delay this node's own hosting).
 func (h *catalogHost) run() {
-	defer close(h.done)
-	// Leadership can change without an observation this node saw in time
-	// (a term won back): look again now and then, too.
-	tick := time.NewTicker(time.Second)
-	defer tick.Stop()
-	for {
-		h.reconcile()
-		select {
-		case <-h.stop:
-			h.release()
-			return
-		case <-h.kick:
-		case <-tick.C:
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		// Leadership can change without an observation this node saw in
+		// time (a term won back): look again now and then, too.
+		tick := time.NewTicker(time.Second)
+		defer tick.Stop()
+		for {
+			if h.reconcile() {
+				select {
+				case h.resync <- struct{}{}:
+				default:
+				}
+			}
+			select {
+			case <-h.stop:
+				h.release()
+				return
+			case <-h.kick:
+			case <-tick.C:
+			}
 		}
-	}
+	}()
+	go func() {
+		defer wg.Done()
+		tick := time.NewTicker(time.Second)
+		defer tick.Stop()
+		for {
+			select {
+			case <-h.stop:
+				return
+			case <-h.resync:
+			case <-tick.C:
+				if h.client.Pending() == 0 {
+					continue
+				}
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			go func() { // the stop ends a resync waiting for a leader
+				select {
+				case <-h.stop:
+				case <-ctx.Done():
+				}
+				cancel()
+			}()
+			if err := h.client.Resync(ctx); err != nil && ctx.Err() == nil {
+				h.log.Warn("resyncing with the cluster's catalog failed; retrying", "err", err)
+			}
+			cancel()
+		}
+	}()
+	wg.Wait()
+	close(h.done)
 }
 
 // reconcile hosts the catalog if this node leads in a term it does not
-// host yet, releases it if not, and resyncs the node's client after a
-// change.
-func (h *catalogHost) reconcile() {
+// host yet and releases it if not; it reports whether the leadership
+// changed (a resync is due) — any nudge may mean another node leads now.
+func (h *catalogHost) reconcile() bool {
 	leading, term := h.c.IsLeader(), h.c.Term()
 	h.mu.Lock()
 	hosting, hostTerm := h.cat != nil, h.term
@@ -98,17 +142,11 @@ func (h *catalogHost) reconcile() {
 	if leading && (!hosting || hostTerm != term) {
 		if err := h.host(term); err != nil {
 			h.log.Error("hosting the catalog failed; retrying", "term", term, "err", err)
-			return
+			return false
 		}
 		changed = true
 	}
-	if changed || h.client.Pending() > 0 {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if err := h.client.Resync(ctx); err != nil {
-			h.log.Warn("resyncing with the cluster's catalog failed; retrying", "err", err)
-		}
-	}
+	return changed || !leading
 }
 
 // host opens the catalog for term and serves it.

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -51,7 +53,7 @@ func startNodesOn(t *testing.T, store *memstore.Store, n int, token string) []*n
 	}
 	nodes := make([]*node.Node, n)
 	for i := range n {
-		nd, err := node.Open(context.Background(), node.Options{DataDir: filepath.Join(t.TempDir(), "d"), Logger: quiet(), Store: store,
+		nd, err := node.Open(context.Background(), node.Options{DataDir: filepath.Join(t.TempDir(), "d"), Logger: clusterLog(i), Store: store,
 			NodeID: fmt.Sprintf("n%d", i), RaftAddr: lns[i].Addr().String(), RaftPeers: strings.Join(peers, ","),
 			ClusterToken: token, TuneCluster: fastRaft(lns[i])})
 		if err != nil {
@@ -162,4 +164,13 @@ func TestClusterOptionsRefused(t *testing.T) {
 			t.Errorf("%v, want an option error naming %q", err, c.want)
 		}
 	}
+}
+
+// clusterLog is node i's logger: quiet unless STATED_TEST_CLUSTER_LOG is
+// set (then everything, at debug level, on stderr).
+func clusterLog(i int) *slog.Logger {
+	if os.Getenv("STATED_TEST_CLUSTER_LOG") == "" {
+		return quiet()
+	}
+	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug})).With("node", i)
 }
