@@ -133,7 +133,7 @@ func Open(opts Options) (_ *Node, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("cluster: advertised address %q: %w", n.advertise, err)
 	}
-	n.mux = newMux(ln, serverTLS, n.clientTLS, opts.Token, func() { n.refused.Add(1) })
+	n.mux = newMux(ln, serverTLS, n.clientTLS, opts.Token, opts.Dial, func() { n.refused.Add(1) })
 	closers = append(closers, n.mux.close)
 	n.trans = raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
 		Stream:  &raftLayer{chanListener: n.mux.raft, m: n.mux, advertise: advAddr},
@@ -357,7 +357,7 @@ func (n *Node) conn(addr string) (*grpc.ClientConn, error) {
 	if c, ok := n.conns[addr]; ok {
 		return c, nil
 	}
-	c, err := dialRPC(addr, n.clientTLS, n.opts.Token)
+	c, err := dialRPC(addr, n.opts.Dial, n.clientTLS, n.opts.Token)
 	if err != nil {
 		return nil, err
 	}
@@ -366,13 +366,13 @@ func (n *Node) conn(addr string) (*grpc.ClientConn, error) {
 }
 
 // dialRPC makes a gRPC connection to a node's service over the mux.
-func dialRPC(addr string, clientTLS *tls.Config, token string) (*grpc.ClientConn, error) {
+func dialRPC(addr string, dial Dialer, clientTLS *tls.Config, token string) (*grpc.ClientConn, error) {
 	return grpc.NewClient("passthrough:///"+addr,
 		// The connection is authenticated (and encrypted, with TLS) by the
 		// mux's handshake below gRPC, so gRPC itself adds nothing.
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithContextDialer(func(ctx context.Context, a string) (net.Conn, error) {
-			return dialPeer(ctx, a, kindRPC, clientTLS, token)
+			return dialPeer(ctx, dial, a, kindRPC, clientTLS, token)
 		}))
 }
 
@@ -807,7 +807,7 @@ func Dial(addr string, t TLS, token string) (*Client, error) {
 			return nil, fmt.Errorf("cluster: %w", err)
 		}
 	}
-	cc, err := dialRPC(addr, cfg, token)
+	cc, err := dialRPC(addr, nil, cfg, token)
 	if err != nil {
 		return nil, err
 	}

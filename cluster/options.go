@@ -68,6 +68,10 @@ type Options struct {
 	// Listener, when set, is used instead of listening on Addr (tests).
 	// The node closes it.
 	Listener net.Listener
+	// Dial, when set, opens the node's connections to its peers instead
+	// of a plain TCP dial (a proxy; tests that cut a node off). TLS and
+	// the cluster token still run over what it returns.
+	Dial Dialer
 	// Dir holds the raft log (raft-wal) and snapshots (--raft-dir).
 	// Required.
 	Dir string

@@ -49,6 +49,7 @@ type mux struct {
 	serverTLS *tls.Config // nil: plaintext with the token
 	clientTLS *tls.Config
 	token     string
+	dialer    Dialer
 
 	raft, rpc *chanListener
 	wg        sync.WaitGroup
@@ -57,8 +58,8 @@ type mux struct {
 	refused   func() // counts refused connections
 }
 
-func newMux(ln net.Listener, serverTLS, clientTLS *tls.Config, token string, refused func()) *mux {
-	m := &mux{ln: ln, serverTLS: serverTLS, clientTLS: clientTLS, token: token, done: make(chan struct{}), refused: refused}
+func newMux(ln net.Listener, serverTLS, clientTLS *tls.Config, token string, dialer Dialer, refused func()) *mux {
+	m := &mux{ln: ln, serverTLS: serverTLS, clientTLS: clientTLS, token: token, dialer: dialer, done: make(chan struct{}), refused: refused}
 	m.raft = newChanListener(ln.Addr(), m.done)
 	m.rpc = newChanListener(ln.Addr(), m.done)
 	m.wg.Add(1)
@@ -146,14 +147,24 @@ func readHeader(r io.Reader) (kind byte, token string, err error) {
 
 // dial connects to a peer's port for one of its services.
 func (m *mux) dial(ctx context.Context, addr string, kind byte) (net.Conn, error) {
-	return dialPeer(ctx, addr, kind, m.clientTLS, m.token)
+	return dialPeer(ctx, m.dialer, addr, kind, m.clientTLS, m.token)
+}
+
+// Dialer opens a TCP connection to a peer's address.
+type Dialer func(ctx context.Context, addr string) (net.Conn, error)
+
+func defaultDial(ctx context.Context, addr string) (net.Conn, error) {
+	var d net.Dialer
+	return d.DialContext(ctx, "tcp", addr)
 }
 
 // dialPeer connects to a node's --raft-addr for one of its services; the
 // CLI uses it too.
-func dialPeer(ctx context.Context, addr string, kind byte, clientTLS *tls.Config, token string) (net.Conn, error) {
-	var d net.Dialer
-	c, err := d.DialContext(ctx, "tcp", addr)
+func dialPeer(ctx context.Context, dial Dialer, addr string, kind byte, clientTLS *tls.Config, token string) (net.Conn, error) {
+	if dial == nil {
+		dial = defaultDial
+	}
+	c, err := dial(ctx, addr)
 	if err != nil {
 		return nil, err
 	}

@@ -1,0 +1,220 @@
+package node_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/statedhq/stated/backend"
+	"github.com/statedhq/stated/cluster"
+	"github.com/statedhq/stated/daemon"
+	"github.com/statedhq/stated/node"
+	"github.com/statedhq/stated/tiered/memstore"
+)
+
+// netCut cuts one node off the network on demand: its accepted and
+// dialed connections are closed, and new ones fail, while it is cut.
+type netCut struct {
+	mu    sync.Mutex
+	cut   bool
+	conns []net.Conn
+}
+
+func (c *netCut) track(conn net.Conn) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.cut {
+		_ = conn.Close()
+		return false
+	}
+	c.conns = append(c.conns, conn)
+	return true
+}
+
+func (c *netCut) dial(ctx context.Context, addr string) (net.Conn, error) {
+	var d net.Dialer
+	conn, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	if !c.track(conn) {
+		return nil, errors.New("netCut: this node is cut off")
+	}
+	return conn, nil
+}
+
+func (c *netCut) cutOff() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.cut = true
+	for _, conn := range c.conns {
+		_ = conn.Close()
+	}
+	c.conns = nil
+}
+
+type cutListener struct {
+	net.Listener
+	c *netCut
+}
+
+func (l cutListener) Accept() (net.Conn, error) {
+	for {
+		conn, err := l.Listener.Accept()
+		if err != nil || l.c.track(conn) {
+			return conn, err
+		}
+	}
+}
+
+// TestPartitionedLeaderDeletesNothing: the leader is cut off just as it
+// is about to delete (a DeleteCheckpoint of the checkpoint the job's next
+// ones build on). Its catalog refuses (its quorum check fails, or it has
+// stopped hosting); the new leader completes the next checkpoints on the
+// files the old one wanted gone, and every file they reference is there.
+func TestPartitionedLeaderDeletesNothing(t *testing.T) {
+	store := memstore.New()
+	const size = 3
+	cuts := make([]*netCut, size)
+	lns := make([]net.Listener, size)
+	var peers []string
+	for i := range size {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		cuts[i] = &netCut{}
+		lns[i] = cutListener{ln, cuts[i]}
+		peers = append(peers, fmt.Sprintf("n%d=%s", i, ln.Addr()))
+	}
+	nodes := make([]*node.Node, size)
+	for i := range size {
+		nd, err := node.Open(context.Background(), node.Options{DataDir: filepath.Join(t.TempDir(), "d"), Logger: clusterLog(i), Store: store,
+			NodeID: fmt.Sprintf("n%d", i), RaftAddr: lns[i].Addr().String(), RaftPeers: strings.Join(peers, ","), ClusterToken: "secret",
+			TuneCluster: func(o *cluster.Options) {
+				fastRaft(lns[i])(o)
+				o.Dial = cuts[i].dial
+			}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		nodes[i] = nd
+		t.Cleanup(func() { _ = nd.Close() })
+	}
+	j := &clusterJob{t: t, nodes: nodes, dead: map[int]bool{}}
+	l := j.leader()
+	// Two lsm tasks, on the other nodes: the cut leader takes none with it.
+	var ins []*daemon.Instance
+	var where []int
+	for i, n := 0, 0; i < 2; n++ {
+		if n == l {
+			continue
+		}
+		in, err := nodes[n].Daemon().Open(context.Background(), daemon.OpenParams{Task: backend.TaskID{Job: "job", Operator: "op", Subtask: i},
+			KeyGroups: backend.KeyGroupRangeForOperator(128, 2, i), Kind: backend.KindLSM, States: valueState})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ins, where = append(ins, in), append(where, n)
+		i++
+	}
+	tasks := []backend.TaskID{ins[0].Task, ins[1].Task}
+	checkpoint := func(id uint64) {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		for i, in := range ins {
+			for k := range 50 {
+				key := backend.Key{KeyGroup: in.KeyGroups.Start, Key: fmt.Appendf(nil, "c%d-k%d", id, k)}
+				if err := in.Backend.Put("v", key, fmt.Appendf(nil, "v%d", id)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if _, err := nodes[where[i]].Daemon().Snapshot(ctx, in, id, true); err != nil {
+				t.Fatalf("snapshot %d: %v", id, err)
+			}
+		}
+		for _, n := range where {
+			for attempt := 0; ; attempt++ {
+				_, err := nodes[n].Daemon().CompleteCheckpoint(ctx, "job", id, tasks)
+				if err == nil {
+					break
+				}
+				if attempt == 20 {
+					t.Fatalf("complete %d through n%d: %v", id, n, err)
+				}
+				time.Sleep(50 * time.Millisecond)
+			}
+		}
+	}
+	for id := uint64(1); id <= 3; id++ {
+		checkpoint(id)
+	}
+	cat := nodes[l].Catalog()
+	if cat == nil {
+		t.Fatal("the leader hosts no catalog")
+	}
+	m3, ok := cat.Checkpoint("job", 3)
+	if !ok {
+		t.Fatal("checkpoint 3 is not retained")
+	}
+	cuts[l].cutOff()
+	// In the old leader's view, checkpoint 3's files belong to it alone:
+	// deleting it would delete what checkpoint 4 builds on.
+	err := cat.DeleteCheckpoint(context.Background(), "job", 3)
+	if err == nil {
+		t.Fatal("a leader cut off from its quorum deleted a checkpoint")
+	}
+	t.Logf("the cut-off leader's delete: %v", err)
+	j.dead[l] = true
+	nl := j.leader()
+	t.Logf("n%d cut off; n%d leads", l, nl)
+	for id := uint64(4); id <= 5; id++ {
+		checkpoint(id)
+	}
+	var newCat = nodes[nl].Catalog()
+	for newCat == nil {
+		time.Sleep(10 * time.Millisecond)
+		newCat = nodes[nl].Catalog()
+	}
+	// Checkpoint 4 builds on checkpoint 3's files.
+	shared := 0
+	m4, ok := newCat.Checkpoint("job", 4)
+	if !ok {
+		t.Fatal("checkpoint 4 is not retained")
+	}
+	for _, h := range m4.Tasks {
+		for _, f := range h.Files {
+			if _, err := store.Stat(context.Background(), f.Path); err != nil {
+				t.Fatalf("file %s of checkpoint 4: %v", f.Path, err)
+			}
+			for _, h3 := range m3.Tasks {
+				for _, f3 := range h3.Files {
+					if f3.Path == f.Path {
+						shared++
+					}
+				}
+			}
+		}
+	}
+	if shared == 0 {
+		t.Fatal("checkpoint 4 shares no file with checkpoint 3: the test proves nothing")
+	}
+	for _, id := range newCat.Retained("job") {
+		m, _ := newCat.Checkpoint("job", id)
+		for _, h := range m.Tasks {
+			for _, f := range h.Files {
+				if _, err := store.Stat(context.Background(), f.Path); err != nil {
+					t.Fatalf("file %s of retained checkpoint %d: %v", f.Path, id, err)
+				}
+			}
+		}
+	}
+	t.Logf("checkpoint 4 reuses %d files of checkpoint 3, all present", shared)
+}
