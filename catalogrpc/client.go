@@ -348,6 +348,20 @@ func (c *Client) Latest(job string) (*catalog.Manifest, bool) {
 	return c.manifestOf(mLatest, &request{Job: job})
 }
 
+// LatestContext is Latest with its error: a lookup that could not reach
+// the catalog is an error, not "none".
+func (c *Client) LatestContext(ctx context.Context, job string) (*catalog.Manifest, bool, error) {
+	a, err := c.call(ctx, mLatest, &request{Job: job})
+	if err != nil || !a.Found {
+		return nil, false, err
+	}
+	m, err := catalog.DecodeManifest(a.Manifest)
+	if err != nil {
+		return nil, false, fmt.Errorf("catalogrpc: latest of job %s: %w", job, err)
+	}
+	return m, true, nil
+}
+
 func (c *Client) Savepoint(id string) (*catalog.Manifest, bool) {
 	return c.manifestOf(mSavepoint, &request{Savept: id})
 }

@@ -24,7 +24,8 @@ type ServerOptions struct {
 	// Epoch is a number no earlier hosting catalog used (the leader's raft
 	// term), so that Clients notice a new catalog. Required (> 0).
 	Epoch uint64
-	// Verify (nil: none) is asked before a restore is answered: a deposed
+	// Verify (nil: none) is asked before a restore or a lookup of the
+	// latest checkpoint is answered: a deposed
 	// leader that has not noticed yet must not send a task back to an
 	// older checkpoint than the new leader completed. (Writes and deletes
 	// are guarded by the catalog's own Options.Guard.)
@@ -63,8 +64,9 @@ func (s *Server) Handle(ctx context.Context, method string, payload []byte) ([]b
 	if err := json.Unmarshal(payload, &req); err != nil {
 		return nil, fmt.Errorf("%w: catalogrpc: %s: bad request: %v", backend.ErrInvalidArgument, method, err)
 	}
-	if method == mRestore {
-		// Not an answer: the caller asks the leader again.
+	if method == mRestore || method == mLatest {
+		// A read that decides what a task restores must not be stale:
+		// not an answer when it fails, the caller asks the leader again.
 		if err := s.opts.Verify(ctx); err != nil {
 			return nil, err
 		}
