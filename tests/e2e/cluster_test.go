@@ -3,10 +3,12 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"maps"
 	"net"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -66,9 +68,10 @@ func TestClusterEndToEnd(t *testing.T) {
 		peers = append(peers, fmt.Sprintf("n%d=%s", i, a))
 	}
 	dirs := make([]string, 3)
+	shared := "file://" + filepath.Join(t.TempDir(), "shared")
 	args := func(i int) []string {
 		return []string{"--node-id", fmt.Sprintf("n%d", i), "--raft-addr", raft[i], "--raft-peers", strings.Join(peers, ","),
-			"--cluster-token", token}
+			"--cluster-token", token, "--checkpoint-store", shared}
 	}
 	procs := make([]*proc, 3)
 	for i := range 3 {
@@ -115,4 +118,132 @@ func TestClusterEndToEnd(t *testing.T) {
 	// The killed node restarts from its raft dir and is healthy again.
 	procs[dead] = start(t, dirs[dead], args(dead)...)
 	waitStatus(t, via, token, func(out string, err error) bool { return err == nil && strings.Count(out, "  ok  ") == 3 })
+}
+
+// TestClusterKillLeaderRestoresLatest: three "stated serve" processes on
+// one shared checkpoint store, a job of 6 subtasks spread over them and a
+// client on each; checkpoints stream while kill -9 takes the leader in
+// the middle of a completion. The completion succeeds through the others
+// (on retry if need be), the dead node's tasks reopen on the others with
+// "restore latest", and every task's state equals the model.
+func TestClusterKillLeaderRestoresLatest(t *testing.T) {
+	const token, job, subtasks, rounds, killAt = "e2e-cluster-token", "stream", 6, 24, 12
+	raft := freeAddrs(t, 3)
+	var peers []string
+	for i, a := range raft {
+		peers = append(peers, fmt.Sprintf("n%d=%s", i, a))
+	}
+	shared := "file://" + filepath.Join(t.TempDir(), "shared")
+	procs := make([]*proc, 3)
+	clients := make([]*client.Client, 3)
+	for i := range 3 {
+		procs[i] = start(t, filepath.Join(t.TempDir(), fmt.Sprintf("n%d", i)), "--node-id", fmt.Sprintf("n%d", i), "--raft-addr", raft[i],
+			"--raft-peers", strings.Join(peers, ","), "--cluster-token", token, "--checkpoint-store", shared)
+		clients[i] = procs[i].dial(client.Options{})
+	}
+	out := waitStatus(t, raft[0], token, func(_ string, err error) bool { return err == nil })
+	leader := int(leaderRE.FindStringSubmatch(out)[1][1] - '0')
+
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	states := []backend.StateDescriptor{{Name: "v", Kind: backend.KindValue}}
+	spec := func(i int, restore *client.Restore) client.OpenSpec {
+		return client.OpenSpec{Task: backend.TaskID{Job: job, Operator: "op", Subtask: i}, KeyGroups: backend.KeyGroupRangeForOperator(128, subtasks, i),
+			MaxParallelism: 128, Parallelism: subtasks, Backend: backend.KindFile, States: states, Restore: restore}
+	}
+	where := make([]int, subtasks)
+	ins := make([]*client.Instance, subtasks)
+	model := make([]map[string]string, subtasks)
+	var tasks []backend.TaskID
+	for i := range subtasks {
+		where[i] = i % 3
+		in, err := clients[where[i]].Open(ctx, spec(i, nil))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ins[i], model[i] = in, map[string]string{}
+		tasks = append(tasks, spec(i, nil).Task)
+	}
+	dead := -1
+	var atDone []map[string]string
+	for id := uint64(1); id <= rounds; id++ {
+		for i, in := range ins {
+			k, v := taskKey(in, spec(i, nil).KeyGroups, int(id%8)), fmt.Sprintf("v%d.%d", id, i)
+			if _, err := in.Put("v", []byte(k), nil, []byte(v)).Wait(ctx); err != nil {
+				t.Fatal(err)
+			}
+			model[i][k] = v
+			if err := in.Sync(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := in.Snapshot(ctx, id, true); err != nil {
+				t.Fatalf("snapshot %d of subtask %d on n%d: %v", id, i, where[i], err)
+			}
+		}
+		if id == killAt {
+			procs[leader].kill() // mid-stream: every handle is reported, none completed
+			dead = leader
+		}
+		for n := range 3 {
+			if n == dead || !slices.Contains(where, n) {
+				continue
+			}
+			var err error
+			for attempt := 0; attempt < 100; attempt++ {
+				if _, err = clients[n].CompleteCheckpoint(ctx, job, id, tasks...); err == nil {
+					break
+				}
+				time.Sleep(100 * time.Millisecond)
+			}
+			if err != nil {
+				t.Fatalf("completion %d through n%d never succeeded: %v", id, n, err)
+			}
+		}
+		atDone = make([]map[string]string, subtasks)
+		for i := range model {
+			atDone[i] = maps.Clone(model[i])
+		}
+		if id != killAt {
+			continue
+		}
+		// The dead node's tasks reopen on the others from the latest
+		// checkpoint: the one completed without their node.
+		for i := range ins {
+			if where[i] != dead {
+				continue
+			}
+			where[i] = (dead + 1 + i%2) % 3
+			in, err := clients[where[i]].Open(ctx, spec(i, &client.Restore{Latest: true}))
+			if err != nil {
+				t.Fatalf("reopen subtask %d on n%d: %v", i, where[i], err)
+			}
+			if in.RestoredCheckpoint() != id {
+				t.Fatalf("subtask %d restored checkpoint %d, want %d", i, in.RestoredCheckpoint(), id)
+			}
+			ins[i] = in
+		}
+		t.Logf("leader n%d killed at checkpoint %d; its tasks reopened on the others", dead, id)
+	}
+	for i, in := range ins {
+		for k, v := range atDone[i] {
+			got, err := in.Get("v", []byte(k), nil).Wait(ctx)
+			if err != nil || !got.Found || string(got.Data) != v {
+				t.Fatalf("subtask %d on n%d key %s: %q %v, want %q", i, where[i], k, got.Data, err, v)
+			}
+		}
+	}
+}
+
+// taskKey is the n-th key (in a fixed order) that hashes into kg: a
+// record routed to the task that owns it.
+func taskKey(in *client.Instance, kg backend.KeyGroupRange, n int) string {
+	for i, seen := 0, 0; ; i++ {
+		k := fmt.Sprintf("k%d", i)
+		if g := in.KeyGroup([]byte(k)); g >= kg.Start && g <= kg.End {
+			if seen == n {
+				return k
+			}
+			seen++
+		}
+	}
 }
