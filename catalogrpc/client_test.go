@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/statedhq/stated/backend"
 	"github.com/statedhq/stated/catalog"
@@ -53,6 +54,7 @@ func (s *swapCaller) host(t *testing.T, store tiered.Store, epoch uint64) *catal
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(srv.Close)
 	if s.journal != nil {
 		if _, err := Recover(ctx, cat, s.journal); err != nil {
 			t.Fatal(err)
@@ -71,10 +73,12 @@ type memJournal struct {
 	m  map[string][]byte
 }
 
-func (j *memJournal) Put(_ context.Context, k string, v []byte) error {
+func (j *memJournal) PutMany(_ context.Context, recs map[string][]byte) error {
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	j.m[k] = v
+	for k, v := range recs {
+		j.m[k] = v
+	}
 	return nil
 }
 
@@ -298,6 +302,10 @@ func TestJournalOutlivesTheReportingNode(t *testing.T) {
 	if err := n1.Abort(ctx, "j", 2, catalog.StatusAborted, "test"); err != nil {
 		t.Fatal(err)
 	}
+	deadline := time.Now().Add(5 * time.Second)
+	for len(j.Read(reportsPrefix)) != 2 && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
 	if got := len(j.Read(reportsPrefix)); got != 2 {
 		t.Fatalf("journal holds %d records, want checkpoint 3's two", got)
 	}
@@ -305,6 +313,11 @@ func TestJournalOutlivesTheReportingNode(t *testing.T) {
 	m, err := n1.CompleteTasks(ctx, "j", 3, tasks)
 	if err != nil || len(m.Tasks) != 2 {
 		t.Fatalf("complete 3 on the new leader without the dead node: %v", err)
+	}
+	// Settlements run on the server's own goroutine.
+	deadline = time.Now().Add(5 * time.Second)
+	for len(j.Read(reportsPrefix)) != 0 && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
 	}
 	if got := j.Read(reportsPrefix); len(got) != 0 {
 		t.Fatalf("records left after the completion: %v", got)

@@ -26,6 +26,7 @@ func FuzzServerHandle(f *testing.F) {
 	if err != nil {
 		f.Fatal(err)
 	}
+	defer srv.Close()
 	f.Fuzz(func(t *testing.T, method string, payload []byte) {
 		out, err := srv.Handle(ctx, method, payload)
 		if err != nil {

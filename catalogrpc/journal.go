@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
+	"time"
 
 	"github.com/statedhq/stated/backend"
 	"github.com/statedhq/stated/catalog"
@@ -17,9 +19,24 @@ import (
 // next hosting catalog recovers them: the cluster's replicated journal
 // (cluster.Node's JournalPut, JournalDeleteRange and JournalRead).
 type Journal interface {
-	Put(ctx context.Context, key string, value []byte) error
+	// PutMany keeps every record, or none, in one write.
+	PutMany(ctx context.Context, records map[string][]byte) error
 	DeleteRange(ctx context.Context, from, to string) error
 	Read(prefix string) map[string][]byte
+}
+
+// journalTimeout bounds one group write of the journal.
+const journalTimeout = 10 * time.Second
+
+// groupPut gathers the reports arriving while a journal write is under
+// way into the next write: a checkpoint's reports come in within
+// milliseconds of each other, and one log write (one fsync on every
+// member) for all of them costs what one costs.
+type groupPut struct {
+	mu       sync.Mutex
+	pending  map[string][]byte
+	waiters  []chan error
+	flushing bool
 }
 
 // reportsPrefix starts every journal key of the catalog's reports:
@@ -36,15 +53,66 @@ func (s *Server) record(ctx context.Context, job string, id uint64, task backend
 	if s.opts.Journal == nil {
 		return nil
 	}
-	if err := s.opts.Journal.Put(ctx, reportKey(job, id)+task.String(), handle); err != nil {
-		return fmt.Errorf("catalogrpc: keeping the report of %s for checkpoint %d: %w", task, id, err)
+	g := &s.group
+	done := make(chan error, 1)
+	g.mu.Lock()
+	if g.pending == nil {
+		g.pending = map[string][]byte{}
 	}
-	return nil
+	g.pending[reportKey(job, id)+task.String()] = handle
+	g.waiters = append(g.waiters, done)
+	lead := !g.flushing
+	g.flushing = true
+	g.mu.Unlock()
+	if lead {
+		// This call writes for everyone until nothing is pending.
+		s.flush()
+	}
+	select {
+	case err := <-done:
+		if err != nil {
+			return fmt.Errorf("catalogrpc: keeping the report of %s for checkpoint %d: %w", task, id, err)
+		}
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("catalogrpc: keeping the report of %s for checkpoint %d: %w", task, id, ctx.Err())
+	}
 }
 
+// flush writes the pending reports, in groups, until none is left.
+func (s *Server) flush() {
+	g := &s.group
+	for {
+		g.mu.Lock()
+		if len(g.waiters) == 0 {
+			g.flushing = false
+			g.mu.Unlock()
+			return
+		}
+		batch, waiters := g.pending, g.waiters
+		g.pending, g.waiters = nil, nil
+		g.mu.Unlock()
+		ctx, cancel := context.WithTimeout(context.Background(), journalTimeout)
+		err := s.opts.Journal.PutMany(ctx, batch)
+		cancel()
+		for _, w := range waiters {
+			w <- err
+		}
+	}
+}
+
+// settlement is a range of journaled reports to drop.
+type settlement struct{ from, to string }
+
+// settleQueue bounds the settlements waiting for the settler goroutine.
+const settleQueue = 256
+
 // settle drops the journaled reports of checkpoint id of job (through:
-// and of every earlier one, subsumed by its completion). A failure is
-// logged: the next completion of the job settles them too.
+// and of every earlier one, subsumed by its completion). It is handed to
+// the server's settler goroutine, off the completion's path (done
+// synchronously when the queue is full). A failure is logged: the next
+// completion of the job settles them too, and Recover settles what a
+// completed checkpoint left.
 func (s *Server) settle(ctx context.Context, job string, id uint64, through bool) {
 	if s.opts.Journal == nil || id == ^uint64(0) {
 		return
@@ -53,8 +121,32 @@ func (s *Server) settle(ctx context.Context, job string, id uint64, through bool
 	if through {
 		from = reportsPrefix + job + "/"
 	}
-	if err := s.opts.Journal.DeleteRange(ctx, from, reportKey(job, id+1)); err != nil {
-		s.log.Warn("settling journaled reports failed; the next completion retries", "job", job, "id", id, "err", err)
+	st := settlement{from, reportKey(job, id+1)}
+	select {
+	case s.settles <- st:
+	default:
+		s.settleNow(ctx, st)
+	}
+}
+
+func (s *Server) settleNow(ctx context.Context, st settlement) {
+	if err := s.opts.Journal.DeleteRange(ctx, st.from, st.to); err != nil {
+		s.log.Warn("settling journaled reports failed; the next completion retries", "from", st.from, "to", st.to, "err", err)
+	}
+}
+
+// settler runs the queued settlements until Close.
+func (s *Server) settler() {
+	defer close(s.settled)
+	for {
+		select {
+		case <-s.stop:
+			return
+		case st := <-s.settles:
+			ctx, cancel := context.WithTimeout(context.Background(), journalTimeout)
+			s.settleNow(ctx, st)
+			cancel()
+		}
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 
 	"github.com/statedhq/stated/backend"
 	"github.com/statedhq/stated/catalog"
@@ -14,9 +15,15 @@ import (
 // Server answers Clients' calls with a catalog: the one the cluster's
 // leader hosts.
 type Server struct {
-	cat  *catalog.Catalog
-	opts ServerOptions
-	log  *slog.Logger
+	cat   *catalog.Catalog
+	opts  ServerOptions
+	log   *slog.Logger
+	group groupPut
+	// settles feeds the settler goroutine (with a Journal only); stop
+	// ends it and settled closes when it has.
+	settles       chan settlement
+	stop, settled chan struct{}
+	closeOnce     sync.Once
 }
 
 // ServerOptions configure a Server.
@@ -50,7 +57,22 @@ func NewServer(cat *catalog.Catalog, o ServerOptions) (*Server, error) {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Server{cat: cat, opts: o, log: o.Logger.With("component", "catalogrpc")}, nil
+	s := &Server{cat: cat, opts: o, log: o.Logger.With("component", "catalogrpc"), stop: make(chan struct{}), settled: make(chan struct{})}
+	if o.Journal != nil {
+		s.settles = make(chan settlement, settleQueue)
+		go s.settler()
+	} else {
+		close(s.settled)
+	}
+	return s, nil
+}
+
+// Close stops the server's settler goroutine; settlements still queued
+// are dropped (the next leader's Recover settles what completed). It does
+// not close the catalog.
+func (s *Server) Close() {
+	s.closeOnce.Do(func() { close(s.stop) })
+	<-s.settled
 }
 
 // Epoch is the server's epoch.
@@ -118,6 +140,7 @@ func (s *Server) run(ctx context.Context, method string, req *request) (*answer,
 		m, err := c.CompleteTasks(ctx, req.Job, req.ID, req.Tasks)
 		if err == nil {
 			s.settle(ctx, req.Job, req.ID, true)
+			s.subsume(ctx, req.Job, req.ID)
 		}
 		return manifest(m, err)
 	case mAbort:
@@ -182,4 +205,21 @@ func (s *Server) run(ctx context.Context, method string, req *request) (*answer,
 		return a, nil
 	}
 	return nil, fmt.Errorf("%w: catalogrpc: unknown method %q (a node of a newer build?)", backend.ErrInvalidArgument, method)
+}
+
+// subsume aborts the job's checkpoints older than id still in flight: a
+// completion subsumes them. The nodes' daemons abort their own; this
+// catches the ones no daemon knows any more (recovered from the journal
+// after their node died, or after an abort whose settlement was lost), so
+// that they do not protect their uploads from the sweep for ever.
+func (s *Server) subsume(ctx context.Context, job string, id uint64) {
+	for _, old := range s.cat.InFlight(job) {
+		if old >= id {
+			break
+		}
+		if err := s.cat.Abort(ctx, job, old, catalog.StatusAborted, fmt.Sprintf("subsumed by checkpoint %d", id)); err != nil {
+			s.log.Warn("aborting a subsumed checkpoint failed", "job", job, "checkpoint", old, "err", err)
+		}
+		s.settle(ctx, job, old, false)
+	}
 }

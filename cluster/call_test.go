@@ -99,4 +99,18 @@ func TestJournalSurvivesTheLeader(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), `"big"`) {
 		t.Fatalf("an oversized record: %v", err)
 	}
+	// put-many is all or nothing.
+	err = c.nodes[nl].JournalPutMany(ctxT(t), map[string][]byte{"m/1": []byte("a"), "m/2": make([]byte, maxJournalValue+1)})
+	if err == nil || len(c.nodes[nl].JournalRead("m/")) != 0 {
+		t.Fatalf("a put-many with an oversized record: %v, left %v", err, c.nodes[nl].JournalRead("m/"))
+	}
+	if err := c.nodes[nl].JournalPutMany(ctxT(t), map[string][]byte{"m/1": []byte("a"), "m/2": []byte("b")}); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.nodes[nl].Barrier(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	if got := c.nodes[nl].JournalRead("m/"); len(got) != 2 || string(got["m/2"]) != "b" {
+		t.Fatalf("after put-many: %v", got)
+	}
 }

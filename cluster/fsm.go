@@ -35,6 +35,7 @@ const (
 	// leader changes (the catalog's reported handles).
 	opPut         = "put"          // set Key to Value
 	opDeleteRange = "delete-range" // delete the keys in [Key, To)
+	opPutMany     = "put-many"     // set every key of Records
 )
 
 // Bounds of the journal: its users delete what they settled, and these
@@ -63,6 +64,8 @@ type command struct {
 	Key   string `json:"key,omitempty"`
 	Value []byte `json:"value,omitempty"`
 	To    string `json:"to,omitempty"`
+	// Records are put-many's keys and values.
+	Records map[string][]byte `json:"records,omitempty"`
 }
 
 // maxDone bounds the remembered answers of acquires and releases. A retry
@@ -163,6 +166,27 @@ func (s *state) apply(c command) result {
 			return result{Err: fmt.Sprintf("cluster: the journal holds %d records already (at most %d)", len(s.Journal), maxJournalKeys)}
 		}
 		s.Journal[c.Key] = slices.Clone(c.Value)
+		return result{}
+	case opPutMany:
+		// All or nothing: every record is checked before any is set.
+		added := 0
+		for k, v := range c.Records {
+			if k == "" {
+				return result{Err: "cluster: a journal put without a key"}
+			}
+			if len(v) > maxJournalValue {
+				return result{Err: fmt.Sprintf("cluster: journal record %q of %d bytes (at most %d)", k, len(v), maxJournalValue)}
+			}
+			if _, ok := s.Journal[k]; !ok {
+				added++
+			}
+		}
+		if len(s.Journal)+added > maxJournalKeys {
+			return result{Err: fmt.Sprintf("cluster: the journal holds %d records already (at most %d)", len(s.Journal), maxJournalKeys)}
+		}
+		for k, v := range c.Records {
+			s.Journal[k] = slices.Clone(v)
+		}
 		return result{}
 	case opDeleteRange:
 		for k := range s.Journal {

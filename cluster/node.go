@@ -264,11 +264,34 @@ func (n *Node) IsLeader() bool { return n.raft.State() == raft.Leader }
 // VerifyLeader confirms with a quorum that this node still leads: a
 // deposed leader cut off from the others gets an error. Callers check it
 // before effects only the leader may cause (deletes).
-func (n *Node) VerifyLeader() error {
-	if err := n.raft.VerifyLeader().Error(); err != nil {
+func (n *Node) VerifyLeader(ctx context.Context) error {
+	if err := n.wait(ctx, n.raft.VerifyLeader()); err != nil {
 		return fmt.Errorf("cluster: %s is not the leader: %w", n.opts.ID, err)
 	}
 	return nil
+}
+
+// wait waits for f within ctx (ApplyTimeout without a deadline), or
+// until the node closes. A raft future whose node shuts down while it is
+// being answered may never be answered (seen with VerifyLeader): its
+// waiting goroutine then ends only if raft answers late, so every wait is
+// bounded for the caller.
+func (n *Node) wait(ctx context.Context, f raft.Future) error {
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, n.opts.ApplyTimeout)
+		defer cancel()
+	}
+	done := make(chan error, 1)
+	go func() { done <- f.Error() }()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		return fmt.Errorf("%w: %w", raft.ErrLeadershipLost, ctx.Err())
+	case <-n.stop:
+		return raft.ErrRaftShutdown
+	}
 }
 
 // Leader returns the leader's id and address as this node knows them
@@ -425,7 +448,7 @@ func (n *Node) readLocal(ctx context.Context, cmd []byte) ([]byte, error) {
 		n.readTerm.Store(term)
 	}
 	ci := n.raft.CommitIndex()
-	if err := n.raft.VerifyLeader().Error(); err != nil {
+	if err := n.wait(ctx, n.raft.VerifyLeader()); err != nil {
 		return nil, err
 	}
 	for n.raft.AppliedIndex() < ci {
@@ -485,6 +508,17 @@ func (n *Node) Release(ctx context.Context, task string, token uint64) error {
 // answer is safe.
 func (n *Node) JournalPut(ctx context.Context, key string, value []byte) error {
 	b, err := n.apply(ctx, encodeCommand(command{Op: opPut, Key: key, Value: value}))
+	if err != nil {
+		return err
+	}
+	_, err = decodeResult(b)
+	return err
+}
+
+// JournalPutMany is JournalPut of several records in one log entry: all
+// of them or none.
+func (n *Node) JournalPutMany(ctx context.Context, records map[string][]byte) error {
+	b, err := n.apply(ctx, encodeCommand(command{Op: opPutMany, Records: records}))
 	if err != nil {
 		return err
 	}

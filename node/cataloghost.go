@@ -42,6 +42,7 @@ type catalogHost struct {
 
 	mu   sync.Mutex
 	cat  *catalog.Catalog // nil: not hosting
+	srv  *catalogrpc.Server
 	term uint64
 }
 
@@ -163,7 +164,7 @@ func (h *catalogHost) host(term uint64) error {
 		if h.c.Term() != term {
 			return fmt.Errorf("%w (its term %d ended)", errDeposed, term)
 		}
-		return h.c.VerifyLeader()
+		return h.c.VerifyLeader(ctx)
 	}
 	o.Guard = verify
 	t0 := time.Now()
@@ -193,7 +194,7 @@ func (h *catalogHost) host(term uint64) error {
 		return err
 	}
 	h.mu.Lock()
-	h.cat, h.term = cat, term
+	h.cat, h.srv, h.term = cat, srv, term
 	h.mu.Unlock()
 	h.c.SetHandler(srv.Handle)
 	h.log.Info("hosting the cluster's catalog", "term", term, "jobs", len(cat.Jobs()), "opened_in", time.Since(t0))
@@ -204,9 +205,12 @@ func (h *catalogHost) host(term uint64) error {
 func (h *catalogHost) release() {
 	h.c.SetHandler(nil)
 	h.mu.Lock()
-	cat, term := h.cat, h.term
-	h.cat, h.term = nil, 0
+	cat, srv, term := h.cat, h.srv, h.term
+	h.cat, h.srv, h.term = nil, nil, 0
 	h.mu.Unlock()
+	if srv != nil {
+		srv.Close()
+	}
 	if cat != nil {
 		_ = cat.Close()
 		h.log.Info("stopped hosting the cluster's catalog", "term", term)
@@ -227,8 +231,8 @@ func (h *catalogHost) close() {
 // it.
 type clusterJournal struct{ c *cluster.Node }
 
-func (j clusterJournal) Put(ctx context.Context, k string, v []byte) error {
-	return j.c.JournalPut(ctx, k, v)
+func (j clusterJournal) PutMany(ctx context.Context, recs map[string][]byte) error {
+	return j.c.JournalPutMany(ctx, recs)
 }
 
 func (j clusterJournal) DeleteRange(ctx context.Context, from, to string) error {

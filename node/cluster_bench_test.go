@@ -89,6 +89,12 @@ func benchNode(b *testing.B, clustered bool) *node.Node {
 		b.Cleanup(func() { _ = nd.Close() })
 		return nd
 	}
+	return benchCluster(b, memstore.New())[0]
+}
+
+// benchCluster starts 3 nodes in this process with raft's default
+// timeouts, sharing store, and waits for a leader.
+func benchCluster(b *testing.B, store *memstore.Store) []*node.Node {
 	var lns []net.Listener
 	var peers []string
 	for i := range 3 {
@@ -100,7 +106,6 @@ func benchNode(b *testing.B, clustered bool) *node.Node {
 		peers = append(peers, fmt.Sprintf("n%d=%s", i, ln.Addr()))
 	}
 	var nodes []*node.Node
-	store := memstore.New()
 	for i := range 3 {
 		nd, err := node.Open(context.Background(), node.Options{DataDir: filepath.Join(b.TempDir(), "d"), Logger: quiet(), Store: store,
 			NodeID: fmt.Sprintf("n%d", i), RaftAddr: lns[i].Addr().String(), RaftPeers: strings.Join(peers, ","), ClusterToken: "secret",
@@ -118,5 +123,67 @@ func benchNode(b *testing.B, clustered bool) *node.Node {
 			b.Fatal(err)
 		}
 	}
-	return nodes[0]
+	return nodes
+}
+
+// BenchmarkCatalogFailover: with raft's default timeouts, the time from
+// the leader's death (its raft member closed) to the first catalog call
+// answered through a surviving node: election, the new leader's barrier,
+// the catalog opened from the store (with a few retained checkpoints)
+// and the call. Each round builds a new 3-node cluster outside the timer.
+//
+//	go test ./node -run '^$' -bench CatalogFailover -benchtime 5x
+func BenchmarkCatalogFailover(b *testing.B) {
+	var took []time.Duration
+	for b.Loop() {
+		b.StopTimer()
+		store := memstore.New()
+		nodes := benchCluster(b, store)
+		c, err := client.Dial(nodes[0].Socket(), client.Options{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		ctx := context.Background()
+		in, err := c.Open(ctx, client.OpenSpec{Task: backend.TaskID{Job: "j", Operator: "op"}, KeyGroups: backend.KeyGroupRange{Start: 0, End: 127},
+			MaxParallelism: 128, Parallelism: 1, Backend: backend.KindFile, States: valueState})
+		if err != nil {
+			b.Fatal(err)
+		}
+		for id := uint64(1); id <= 3; id++ {
+			in.Put("v", []byte("k"), nil, fmt.Appendf(nil, "%d", id))
+			if _, err := in.Snapshot(ctx, id, true); err != nil {
+				b.Fatal(err)
+			}
+			if _, err := c.CompleteCheckpoint(ctx, "j", id); err != nil {
+				b.Fatal(err)
+			}
+		}
+		l := 0
+		for i, nd := range nodes {
+			if nd.Cluster().IsLeader() {
+				l = i
+			}
+		}
+		via := nodes[(l+1)%3]
+		b.StartTimer()
+		t0 := time.Now()
+		_ = nodes[l].Cluster().Close()
+		for {
+			list, err := via.Daemon().ListCheckpoints(ctx, "j")
+			if err == nil && len(list) == 3 {
+				break
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		took = append(took, time.Since(t0))
+		b.StopTimer()
+		c.Close()
+		for _, nd := range nodes {
+			_ = nd.Close()
+		}
+		b.StartTimer()
+	}
+	slices.Sort(took)
+	b.ReportMetric(took[len(took)/2].Seconds(), "median-s")
+	b.ReportMetric(took[len(took)-1].Seconds(), "max-s")
 }

@@ -167,7 +167,9 @@ func TestPartitionedLeaderDeletesNothing(t *testing.T) {
 	cuts[l].cutOff()
 	// In the old leader's view, checkpoint 3's files belong to it alone:
 	// deleting it would delete what checkpoint 4 builds on.
-	err := cat.DeleteCheckpoint(context.Background(), "job", 3)
+	dctx, dcancel := context.WithTimeout(context.Background(), 3*time.Second)
+	err := cat.DeleteCheckpoint(dctx, "job", 3)
+	dcancel()
 	if err == nil {
 		t.Fatal("a leader cut off from its quorum deleted a checkpoint")
 	}
