@@ -186,3 +186,11 @@ func Unref(ctx context.Context, store tiered.Store, object string, drop func(Mar
 	}
 	return true, nil
 }
+
+// UnrefNamed is Unref that removes the one marker named marker.
+func UnrefNamed(ctx context.Context, store tiered.Store, object, marker string) (bool, error) {
+	if err := store.Delete(ctx, marker); err != nil && !tiered.IsNotFound(err) {
+		return false, fmt.Errorf("remotestore: remove marker %s: %w", marker, err)
+	}
+	return Unref(ctx, store, object, func(Marker) bool { return false })
+}

@@ -1,0 +1,187 @@
+package lsm
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/statedhq/stated/backend"
+	"github.com/statedhq/stated/backend/lsm/remotestore"
+	"github.com/statedhq/stated/tiered"
+)
+
+// restoreRemote opens a remote-mode instance of r from handles.
+func restoreRemote(e *env, store tiered.Store, r backend.KeyGroupRange, noClaim bool, hs ...*backend.Handle) *Backend {
+	e.t.Helper()
+	return e.open(r, func(o *backend.Options, lo *Options) {
+		withRemote(store)(o, lo)
+		o.Store, o.Restore, o.NoClaim = store, hs, noClaim
+	})
+}
+
+// inGroups keeps the entries of d whose key group lies in r.
+func inGroups(d map[string]string, r backend.KeyGroupRange) map[string]string {
+	out := map[string]string{}
+	for k, v := range d {
+		if kg := keyGroupOf([]byte(k)); kg >= r.Start && kg <= r.End {
+			out[k] = v
+		}
+	}
+	return out
+}
+
+// TestRemoteHandOffAndRestore: a checkpoint in remote mode uploads no SST
+// (only empty markers) and lists every table with its level and bounds;
+// the objects outlive the instance; a restore by reference reads at most
+// a few blocks per table up front and gives the checkpoint's state, whole or split by a
+// rescale; the restored instance's own checkpoints list the referenced
+// objects next to its own.
+func TestRemoteHandOffAndRestore(t *testing.T) {
+	e, store := remoteEnv(t)
+	src := e.open(full(), func(o *backend.Options, lo *Options) {
+		withRemote(store)(o, lo)
+		o.Store = store
+		lo.noAutoCompactions = true
+	})
+	ctx := context.Background()
+	for round := range 3 {
+		fill(t, src, full(), 2000, fmt.Sprintf("r%d", round))
+		must(t, src.db.Flush())
+		if round == 0 {
+			must(t, src.db.Compact(ctx, []byte{0}, []byte{0xff, 0xff}, true))
+		}
+	}
+	must(t, src.ListAppend("l", key(5, "list"), []byte("a")))
+	must(t, src.db.Flush())
+	must(t, src.ListAppend("l", key(5, "list"), []byte("b")))
+	want1 := dump(t, src)
+	must(t, src.db.Flush()) // what the snapshot's flush would upload
+	before := store.Counts()
+	h1 := checkpoint(t, src, 1)
+	c := store.Counts()
+	if c.BytesUp != before.BytesUp {
+		t.Fatalf("the hand-off uploaded %d bytes", c.BytesUp-before.BytesUp)
+	}
+	levels := map[int]int{}
+	for _, f := range h1.Files {
+		if f.Table == nil || !f.SizeOnly || !f.Shared || f.CRC32C != 0 || !strings.HasPrefix(f.Path, "job/shared/lsm/") {
+			t.Fatalf("file %+v is not a size-only table reference under job/shared/lsm/", f)
+		}
+		levels[f.Table.Level]++
+		if _, err := store.Stat(ctx, f.Path); err != nil {
+			t.Fatalf("object of %s: %v", f.Path, err)
+		}
+	}
+	if h1.Version != backend.HandleVersionRemote || h1.CheckpointedSize != 0 || levels[0] < 2 || len(levels) < 2 {
+		t.Fatalf("handle version %d, checkpointed %d, tables per level %v", h1.Version, h1.CheckpointedSize, levels)
+	}
+	t.Logf("hand-off of %d tables: %d puts, %d lists, 0 bytes", len(h1.Files),
+		c.Calls[tiered.OpPut]-before.Calls[tiered.OpPut], c.Calls[tiered.OpList]-before.Calls[tiered.OpList])
+	enc, err := backend.EncodeHandle(h1)
+	must(t, err)
+	h1, err = backend.DecodeHandle(enc)
+	must(t, err)
+
+	// The source compacts every table of checkpoint 1 away and closes:
+	// the checkpoint's markers keep the objects.
+	fill(t, src, full(), 500, "r3")
+	must(t, src.db.Flush())
+	must(t, src.db.Compact(ctx, []byte{0}, []byte{0xff, 0xff}, true))
+	want2 := dump(t, src)
+	h2 := checkpoint(t, src, 2)
+	must(t, src.Close())
+	for _, f := range append(h1.Files, h2.Files...) {
+		if _, err := store.Stat(ctx, f.Path); err != nil {
+			t.Fatalf("object %s of a checkpoint is gone after the source closed: %v", f.Path, err)
+		}
+	}
+
+	// Compactions and table statistics off: they read the ingested
+	// tables in the background (statistics: each table's footer and
+	// properties), which is not the restore's doing.
+	before = store.Counts()
+	r1 := e.open(full(), func(o *backend.Options, lo *Options) {
+		withRemote(store)(o, lo)
+		o.Store, o.Restore = store, []*backend.Handle{h1}
+		lo.noAutoCompactions, lo.noTableStats = true, true
+	})
+	c = store.Counts()
+	t.Logf("restore: %d ranged reads, %d stats, %d bytes", c.Calls[tiered.OpGetRange]-before.Calls[tiered.OpGetRange], c.Calls[tiered.OpStat]-before.Calls[tiered.OpStat], c.BytesDown-before.BytesDown)
+	// The only reads are Pebble's ingest overlap checks: an ingestion
+	// over tables already ingested seeks them (an index and a data block,
+	// in secondary-cache chunks), a bound per table, not per byte of
+	// state.
+	if reads := c.Calls[tiered.OpGetRange] - before.Calls[tiered.OpGetRange]; reads > uint64(3*len(h1.Files)) {
+		t.Fatalf("the restore by reference made %d ranged reads for %d tables", reads, len(h1.Files))
+	}
+	if st := r1.RestoreStats(); st.FilesReferenced != len(h1.Files) || st.FilesDownloaded != 0 {
+		t.Fatalf("restore stats %+v", st)
+	}
+	sameDump(t, dump(t, r1), want1)
+	if v, err := r1.ListGet("l", key(5, "list")); err != nil || len(v) != 2 || string(v[0]) != "a" || string(v[1]) != "b" {
+		t.Fatalf("list appended across files: %q %v", v, err)
+	}
+
+	// Rescale 1 -> 2 from checkpoint 2.
+	for _, r := range []backend.KeyGroupRange{{Start: 0, End: 63}, {Start: 64, End: 127}} {
+		rb := restoreRemote(e, store, r, false, h2)
+		sameDump(t, dump(t, rb), inGroups(want2, r))
+		// Its own checkpoint references the restored objects and its own.
+		fill(t, rb, r, 300, "after")
+		h := checkpoint(t, rb, 10)
+		own, ext := 0, 0
+		for _, f := range h.Files {
+			if strings.Contains(f.Path, fmt.Sprintf("-%d-", rb.remote.creator)) {
+				own++
+			} else {
+				ext++
+			}
+		}
+		if own == 0 || ext == 0 {
+			t.Fatalf("checkpoint of the rescaled instance %s: %d own tables, %d referenced", r, own, ext)
+		}
+		back := restoreRemote(e, store, r, false, h)
+		sameDump(t, dump(t, back), dump(t, rb))
+	}
+
+	// A local-mode instance refuses the remote handle, naming why.
+	_, err = Open(backend.Options{Task: testTask, KeyGroups: full(), States: testStates, Store: store,
+		Restore: []*backend.Handle{h1}}, Options{Dir: t.TempDir()})
+	if !errors.Is(err, backend.ErrIncompatible) || !strings.Contains(err.Error(), "Options.Remote") {
+		t.Fatalf("local-mode restore of a remote handle: %v", err)
+	}
+}
+
+// TestRemoteNoClaim: after a no-claim restore the first checkpoint shares
+// no object with the checkpoint restored from.
+func TestRemoteNoClaim(t *testing.T) {
+	e, store := remoteEnv(t)
+	src := e.open(full(), func(o *backend.Options, lo *Options) { withRemote(store)(o, lo); o.Store = store })
+	fill(t, src, full(), 3000, "x")
+	h1 := checkpoint(t, src, 1)
+	r := restoreRemote(e, store, full(), true, h1)
+	want := dump(t, r)
+	h2 := checkpoint(t, r, 2)
+	old := sharedPaths(h1)
+	for _, f := range h2.Files {
+		if old[f.Path] {
+			t.Fatalf("the first checkpoint after a no-claim restore references %s of the restored one", f.Path)
+		}
+	}
+	if len(h2.Files) == 0 {
+		t.Fatal("no table in the first checkpoint")
+	}
+	sameDump(t, dump(t, restoreRemote(e, store, full(), false, h2)), want)
+	// The no-claim instance never marked the restored objects.
+	for p := range old {
+		ms, err := remotestore.Markers(context.Background(), store, p)
+		must(t, err)
+		for _, m := range ms {
+			if pm, _ := remotestore.ParseMarker(m); pm.Kind == remotestore.MarkerInstance && pm.Creator == r.remote.creator {
+				t.Fatalf("no-claim instance marked %s", p)
+			}
+		}
+	}
+}
