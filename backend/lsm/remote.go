@@ -109,7 +109,8 @@ type remoteState struct {
 	mu    sync.Mutex
 	sizes map[string]int64 // object path -> size (objects never change)
 
-	stopLease func()
+	stopLease    func()
+	refreshLease func(ctx context.Context) error
 }
 
 func (r *remoteState) sizeOf(path string) (int64, bool) {
@@ -167,6 +168,7 @@ func (b *Backend) startLease() error {
 	if err := put(context.Background()); err != nil {
 		return fmt.Errorf("lsm: open %s: write lease %s: %w", b.opts.Task, name, err)
 	}
+	r.refreshLease = put
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
@@ -299,4 +301,33 @@ func (b *Backend) remoteUnref(name string) error {
 		}
 	}
 	return nil
+}
+
+// RefreshLease rewrites the instance's lease now, as its timer does every
+// RemoteOptions.LeaseInterval (a no-op in local mode). For tests that move
+// the catalog's clock past the grace period.
+func (b *Backend) RefreshLease(ctx context.Context) error {
+	if b.remote == nil {
+		return nil
+	}
+	return b.remote.refreshLease(ctx)
+}
+
+// Abandon stops the instance as a crash of the daemon would: Pebble is
+// closed and the local directory removed, but nothing in the store is
+// released (markers, lease and objects stay for the catalog's sweep). For
+// crash tests. The instance is closed afterwards.
+func (b *Backend) Abandon() error {
+	if !b.State.Close() {
+		return nil
+	}
+	if b.remote != nil {
+		b.remote.stopLease()
+	}
+	b.mu.Lock()
+	b.closed = true
+	b.mu.Unlock()
+	err := b.db.Close()
+	b.cache.Unref()
+	return errors.Join(err, b.lo.FS.RemoveAll(b.dbDir))
 }
