@@ -56,6 +56,13 @@ type RemoteOptions struct {
 	// SpoolDir holds SSTs on their way to the store (see
 	// remotestore.Options.SpoolDir). Default os.TempDir().
 	SpoolDir string
+	// VerifyRestore makes a restore read every referenced table whole and
+	// check all its block checksums before the instance serves anything:
+	// damage then fails the restore instead of the first read that meets
+	// it. It costs a full read of the state, which remote mode exists to
+	// avoid; off by default. (Every restore checks that each object exists
+	// with the size its handle says: one Stat per object.)
+	VerifyRestore bool
 	// LeaseInterval is how often the instance rewrites its lease
 	// ("<job>/shared/lsm/_live.<creator>"), by which the catalog's sweep
 	// tells a live instance's markers from a crashed one's: it must be well

@@ -8,11 +8,15 @@ package lsm
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"slices"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/sstable"
+	"github.com/cockroachdb/pebble/v2/vfs"
 
 	"github.com/statedhq/stated/backend"
 	"github.com/statedhq/stated/backend/lsm/remotestore"
@@ -37,7 +41,7 @@ func (b *Backend) remoteRestore(ctx context.Context, claim bool) (states []backe
 			err = fmt.Errorf("lsm: restore %s: %w: pebble failed on the restored tables: %v", task, backend.ErrCorrupt, r)
 		}
 	}()
-	tables, err := b.planRemoteRestore()
+	tables, canonical, err := b.planRemoteRestore()
 	if err != nil {
 		return nil, err
 	}
@@ -65,6 +69,9 @@ func (b *Backend) remoteRestore(ctx context.Context, claim bool) (states []backe
 	for n, size := range objects {
 		b.remote.setSize(n, size)
 	}
+	if err := b.checkObjects(ctx, names, objects); err != nil {
+		return nil, err
+	}
 	if claim {
 		// Our markers first: from now on the objects stay while we live,
 		// whatever happens to the checkpoint restored from.
@@ -81,6 +88,11 @@ func (b *Backend) remoteRestore(ctx context.Context, claim bool) (states []backe
 	if _, err := b.ingestByReference(ctx, tables); err != nil {
 		return nil, err
 	}
+	for i, c := range canonical {
+		if err := b.copyFromCanonical(ctx, c.h, c.runs, i); err != nil {
+			return nil, err
+		}
+	}
 	st := &b.rstats
 	st.Handles = len(b.opts.Restore)
 	st.FilesReferenced = len(tables)
@@ -91,52 +103,67 @@ func (b *Backend) remoteRestore(ctx context.Context, claim bool) (states []backe
 	return states, nil
 }
 
-// planRemoteRestore checks that every handle is a remote-mode lsm handle
-// and bounds each table to the key groups both its handle and the
-// instance hold (so the tables of several handles never overlap).
-func (b *Backend) planRemoteRestore() ([]refTable, error) {
+// planRemoteRestore assigns each key group of the instance to the first
+// handle listed that holds it (as planRestore does) and bounds the tables
+// of each remote-mode lsm handle to the runs of key groups it owns, so the
+// tables of several handles never overlap. Heap and file handles become
+// canonical steps, copied in after the ingestion.
+func (b *Backend) planRemoteRestore() ([]refTable, []restoreStep, error) {
 	task := b.opts.Task
-	want := keyGroupSpan(b.opts.KeyGroups)
+	r := b.opts.KeyGroups
+	owner := make([]int, r.Len())
+	for i := range owner {
+		owner[i] = -1
+		for j, h := range b.opts.Restore {
+			if h.KeyGroups.Contains(r.Start + i) {
+				owner[i] = j
+				break
+			}
+		}
+	}
 	var out []refTable
+	var canonical []restoreStep
 	for hi, h := range b.opts.Restore {
-		if h.Backend != backend.KindLSM {
-			return nil, fmt.Errorf("lsm: restore %s: %w: remote mode restores lsm handles only (checkpoint %d of %s is %s; restore a canonical savepoint)",
-				task, backend.ErrIncompatible, h.CheckpointID, h.Task, h.Backend)
-		}
-		if h.MaxParallelism != b.opts.MaxParallelism {
-			return nil, fmt.Errorf("lsm: restore %s: %w: checkpoint %d of %s has max parallelism %d, the instance %d",
-				task, backend.ErrIncompatible, h.CheckpointID, h.Task, h.MaxParallelism, b.opts.MaxParallelism)
-		}
-		hs := keyGroupSpan(h.KeyGroups)
-		lo, hiKey := maxKey(want.Start, hs.Start), minKey(want.End, hs.End)
-		if bytes.Compare(lo, hiKey) >= 0 {
+		runs := ownedRuns(r, owner, hi)
+		switch {
+		case h.Backend == backend.KindHeap || h.Backend == backend.KindFile:
+			if len(runs) > 0 {
+				canonical = append(canonical, restoreStep{index: hi, h: h, runs: runs})
+			}
 			continue
+		case h.Backend != backend.KindLSM:
+			return nil, nil, fmt.Errorf("lsm: restore %s: %w: handle of %s has backend %q", task, backend.ErrIncompatible, h.Task, h.Backend)
 		}
 		for _, f := range h.Files {
 			if f.Table == nil {
-				return nil, fmt.Errorf("lsm: restore %s: %w: checkpoint %d of %s was written in local mode (file %s has no table reference); restore it without remote mode or from a canonical savepoint",
+				return nil, nil, fmt.Errorf("lsm: restore %s: %w: checkpoint %d of %s was written in local mode (file %s has no table reference); restore it without remote mode or from a canonical savepoint",
 					task, backend.ErrIncompatible, h.CheckpointID, h.Task, f.Path)
 			}
 			if f.Size <= 0 {
-				return nil, fmt.Errorf("lsm: restore %s: %w: checkpoint %d of %s: table %s has size %d",
+				return nil, nil, fmt.Errorf("lsm: restore %s: %w: checkpoint %d of %s: table %s has size %d",
 					task, backend.ErrCorrupt, h.CheckpointID, h.Task, f.Path, f.Size)
 			}
-			tr := f.Table
-			e := pebble.ExternalFile{Locator: externalLocator, ObjName: f.Path, Size: uint64(f.Size), HasPointKey: true,
-				StartKey: tr.Smallest, EndKey: tr.Largest, EndKeyIsInclusive: true}
-			if bytes.Compare(e.StartKey, lo) < 0 {
-				e.StartKey = lo
+		}
+		for _, run := range runs {
+			span := keyGroupSpan(run)
+			for _, f := range h.Files {
+				tr := f.Table
+				e := pebble.ExternalFile{Locator: externalLocator, ObjName: f.Path, Size: uint64(f.Size), HasPointKey: true,
+					StartKey: tr.Smallest, EndKey: tr.Largest, EndKeyIsInclusive: true}
+				if bytes.Compare(e.StartKey, span.Start) < 0 {
+					e.StartKey = span.Start
+				}
+				if bytes.Compare(e.EndKey, span.End) >= 0 {
+					e.EndKey, e.EndKeyIsInclusive = span.End, false
+				}
+				if c := bytes.Compare(e.StartKey, e.EndKey); c > 0 || (c == 0 && !e.EndKeyIsInclusive) {
+					continue // nothing of the run's key groups
+				}
+				out = append(out, refTable{f: f, ext: e, hidx: hi})
 			}
-			if bytes.Compare(e.EndKey, hiKey) >= 0 {
-				e.EndKey, e.EndKeyIsInclusive = hiKey, false
-			}
-			if c := bytes.Compare(e.StartKey, e.EndKey); c > 0 || (c == 0 && !e.EndKeyIsInclusive) {
-				continue // nothing of the instance's key groups
-			}
-			out = append(out, refTable{f: f, ext: e, hidx: hi})
 		}
 	}
-	return out, nil
+	return out, canonical, nil
 }
 
 func maxKey(a, b []byte) []byte {
@@ -201,4 +228,78 @@ func (b *Backend) ingestByReference(ctx context.Context, tables []refTable) (int
 		}
 	}
 	return len(batches), nil
+}
+
+// checkObjects checks that every object exists with the size its handle
+// says (one Stat each) and, with RemoteOptions.VerifyRestore, reads each
+// whole and checks its block checksums.
+func (b *Backend) checkObjects(ctx context.Context, names []string, sizes map[string]int64) error {
+	task := b.opts.Task
+	ro := b.pebbleOptions(true).MakeReaderOptions()
+	return parallel(ctx, b.lo.UploadConcurrency, len(names), func(ctx context.Context, i int) error {
+		name := names[i]
+		info, err := b.opts.RestoreStore.Stat(ctx, name)
+		if tiered.IsNotFound(err) {
+			return fmt.Errorf("lsm: restore %s: %w: table %s: %v", task, backend.ErrNotFound, name, err)
+		}
+		if err != nil {
+			return fmt.Errorf("lsm: restore %s: table %s: %w", task, name, err)
+		}
+		if info.Size != sizes[name] {
+			return fmt.Errorf("lsm: restore %s: %w: table %s has %d bytes, its handle says %d",
+				task, backend.ErrCorrupt, name, info.Size, sizes[name])
+		}
+		if !b.lo.Remote.VerifyRestore {
+			return nil
+		}
+		// A local copy: Pebble's remote readable (NewRemoteReadable)
+		// dereferences a nil function on the first failed read.
+		err = b.validateTable(ctx, name, fmt.Sprintf("verify-%d.sst", i), ro)
+		if cerr := ctx.Err(); cerr != nil {
+			return fmt.Errorf("lsm: restore %s: table %s: %w", task, name, cerr)
+		}
+		if err != nil {
+			return fmt.Errorf("lsm: restore %s: %w: table %s: %v", task, backend.ErrCorrupt, name, err)
+		}
+		return nil
+	})
+}
+
+// validateTable copies the object name to a local file and checks every
+// block checksum of it as an SST.
+func (b *Backend) validateTable(ctx context.Context, name, local string, ro sstable.ReaderOptions) (err error) {
+	fs := b.lo.FS
+	dir := fs.PathJoin(b.lo.Dir, "restore")
+	if err := fs.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	path := fs.PathJoin(dir, local)
+	defer func() { _ = fs.Remove(path) }()
+	rc, err := b.opts.RestoreStore.Get(ctx, name)
+	if err != nil {
+		return err
+	}
+	f, err := fs.Create(path, vfs.WriteCategoryUnspecified)
+	if err == nil {
+		_, err = io.Copy(f, rc)
+		err = errors.Join(err, f.Close())
+	}
+	if err = errors.Join(err, rc.Close()); err != nil {
+		return err
+	}
+	rf, err := fs.Open(path)
+	if err != nil {
+		return err
+	}
+	readable, err := sstable.NewSimpleReadable(rf)
+	if err != nil {
+		rf.Close()
+		return err
+	}
+	rd, err := sstable.NewReader(ctx, readable, ro)
+	if err != nil {
+		readable.Close()
+		return err
+	}
+	return errors.Join(rd.ValidateBlockChecksums(), rd.Close())
 }
