@@ -185,3 +185,48 @@ func TestRemoteNoClaim(t *testing.T) {
 		}
 	}
 }
+
+// subtaskRange is the key-group range of subtask i of p (Flink's rule).
+func subtaskRange(i, p int) backend.KeyGroupRange {
+	return backend.KeyGroupRange{Start: (i*128 + p - 1) / p, End: ((i+1)*128 - 1) / p}
+}
+
+// TestRemoteRescale342: three remote-mode instances rescale to four and
+// then to two, each restore by reference from every old handle, with
+// writes in between; every instance holds exactly its key groups' state,
+// and none downloaded a file.
+func TestRemoteRescale342(t *testing.T) {
+	e, store := remoteEnv(t)
+	want := map[string]string{}
+	var handles []*backend.Handle
+	var insts []*Backend
+	for i := range 3 {
+		r := subtaskRange(i, 3)
+		b := e.open(r, func(o *backend.Options, lo *Options) { withRemote(store)(o, lo); o.Store = store })
+		fill(t, b, r, 3000, fmt.Sprintf("p3-%d", i))
+		insts = append(insts, b)
+	}
+	id := uint64(1)
+	for _, p := range []int{4, 2} {
+		handles = handles[:0]
+		for _, b := range insts {
+			for k, v := range dump(t, b) {
+				want[k] = v
+			}
+			handles = append(handles, checkpoint(t, b, id))
+			must(t, b.Close())
+		}
+		id++
+		insts = insts[:0]
+		for i := range p {
+			r := subtaskRange(i, p)
+			b := restoreRemote(e, store, r, false, handles...)
+			if st := b.RestoreStats(); st.FilesDownloaded != 0 || st.FilesReferenced == 0 {
+				t.Fatalf("p=%d subtask %d: restore stats %+v", p, i, st)
+			}
+			sameDump(t, dump(t, b), inGroups(want, r))
+			fill(t, b, r, 500, fmt.Sprintf("p%d-%d", p, i))
+			insts = append(insts, b)
+		}
+	}
+}
