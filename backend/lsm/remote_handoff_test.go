@@ -10,6 +10,7 @@ import (
 	"github.com/statedhq/stated/backend"
 	"github.com/statedhq/stated/backend/lsm/remotestore"
 	"github.com/statedhq/stated/tiered"
+	"github.com/statedhq/stated/tiered/metered"
 )
 
 // restoreRemote opens a remote-mode instance of r from handles.
@@ -39,7 +40,14 @@ func inGroups(d map[string]string, r backend.KeyGroupRange) map[string]string {
 // rescale; the restored instance's own checkpoints list the referenced
 // objects next to its own.
 func TestRemoteHandOffAndRestore(t *testing.T) {
-	e, store := remoteEnv(t)
+	for _, st := range spikeStores {
+		t.Run(st.name, func(t *testing.T) {
+			testRemoteHandOffAndRestore(t, newEnv(t), metered.New(st.open(t)))
+		})
+	}
+}
+
+func testRemoteHandOffAndRestore(t *testing.T, e *env, store *metered.Store) {
 	src := e.open(full(), func(o *backend.Options, lo *Options) {
 		withRemote(store)(o, lo)
 		o.Store = store
@@ -196,7 +204,12 @@ func subtaskRange(i, p int) backend.KeyGroupRange {
 // writes in between; every instance holds exactly its key groups' state,
 // and none downloaded a file.
 func TestRemoteRescale342(t *testing.T) {
-	e, store := remoteEnv(t)
+	for _, st := range spikeStores {
+		t.Run(st.name, func(t *testing.T) { testRemoteRescale342(t, newEnv(t), metered.New(st.open(t))) })
+	}
+}
+
+func testRemoteRescale342(t *testing.T, e *env, store *metered.Store) {
 	want := map[string]string{}
 	var handles []*backend.Handle
 	var insts []*Backend
