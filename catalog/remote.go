@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/statedhq/stated/backend/lsm/remotestore"
 	"github.com/statedhq/stated/tiered"
@@ -24,6 +25,11 @@ import (
 // lsmDir is the directory of remote-mode lsm objects inside a job's shared
 // directory. Frozen: backend/lsm writes there.
 const lsmDir = sharedDir + "/lsm/"
+
+// minLeaseWindow is the least age at which the sweep takes an instance's
+// lease for stale. The daemon refreshes leases every quarter of its grace
+// period, at least every second.
+const minLeaseWindow = time.Minute
 
 // isRemoteLSM reports whether name is under a job's lsm remote directory.
 func isRemoteLSM(name string) bool {
@@ -93,10 +99,15 @@ func splitRemote(names []string) (ssts, rest []string) {
 // lease is missing or stale (a crashed instance); stale leases; and SSTs
 // that nothing references and no marker holds. Names it cannot read stay.
 func (c *Catalog) sweepRemote(ctx context.Context, rep *GCReport, objects []tiered.ObjectInfo, dryRun bool) error {
-	cutoff := c.opts.Clock().Add(-c.opts.GCGrace)
+	now := c.opts.Clock()
+	cutoff := now.Add(-c.opts.GCGrace)
+	// A lease is stale past the grace period, but never sooner than
+	// minLeaseWindow: with a tiny grace (tests, a "stated gc --gc-grace
+	// 0") a live instance's lease must not look stale between refreshes.
+	leaseCutoff := now.Add(-max(c.opts.GCGrace, minLeaseWindow))
 	live := map[uint64]bool{}
 	for _, o := range objects {
-		if cr, ok := remotestore.ParseLease(o.Name); ok && o.ModTime.After(cutoff) {
+		if cr, ok := remotestore.ParseLease(o.Name); ok && o.ModTime.After(leaseCutoff) {
 			live[cr] = true
 		}
 	}
@@ -109,8 +120,8 @@ func (c *Catalog) sweepRemote(ctx context.Context, rep *GCReport, objects []tier
 			ssts = append(ssts, o)
 			continue
 		}
-		if _, ok := remotestore.ParseLease(o.Name); ok {
-			if !o.ModTime.After(cutoff) {
+		if cr, ok := remotestore.ParseLease(o.Name); ok {
+			if !live[cr] {
 				staleLeases = append(staleLeases, o)
 			}
 			continue

@@ -96,3 +96,44 @@ func TestRemoteReleaseOnRetention(t *testing.T) {
 		}
 	}
 }
+
+// TestRemoteSweepKeepsLiveInstance: with a grace period shorter than the
+// lease refresh, a sweep still takes a live instance's lease for fresh
+// and leaves its SSTs alone (minLeaseWindow).
+func TestRemoteSweepKeepsLiveInstance(t *testing.T) {
+	ctx := context.Background()
+	clk := &testClock{}
+	store := memstore.New()
+	o := clk.opts(store)
+	o.GCGrace = time.Nanosecond
+	c, err := Open(ctx, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	b, err := lsm.Open(backend.Options{Task: backend.TaskID{Job: "a", Operator: "op"}, KeyGroups: backend.KeyGroupRange{Start: 0, End: 127},
+		MaxParallelism: 128, States: []backend.StateDescriptor{{Name: "v", Kind: backend.KindValue}}, Store: store},
+		lsm.Options{Dir: "/inst", FS: vfs.NewMem(), MemTableSize: 64 << 10,
+			Remote: &lsm.RemoteOptions{Store: store, CacheBytes: 1 << 20, LeaseInterval: time.Hour}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	for i := range 500 {
+		if err := b.Put("v", backend.Key{KeyGroup: i % 128, Key: []byte(fmt.Sprint(i))}, []byte(fmt.Sprintf("%0200d", i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := b.DB().Flush(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(time.Millisecond) // older than the grace period
+	if _, err := c.GC(ctx, false); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 500 {
+		if _, ok, err := b.Get("v", backend.Key{KeyGroup: i % 128, Key: []byte(fmt.Sprint(i))}); err != nil || !ok {
+			t.Fatalf("key %d after the sweep: %v, present %v (the live instance's SSTs were swept)", i, err, ok)
+		}
+	}
+}

@@ -130,7 +130,10 @@ func Open(ctx context.Context, opts Options) (_ *Node, err error) {
 	}
 	n.set, err = openers.New(openers.Config{HeapSnapshotCap: opts.HeapSnapshotCap, LSMCacheSize: opts.LSMCacheSize,
 		LSMRemote: opts.LSMRemote, LSMRemoteCacheBytes: opts.LSMRemoteCacheBytes,
-		FileCompression: opts.FileCompression, Logger: n.log})
+		// Four refreshes per grace period: a live instance's lease is never
+		// stale to the sweep.
+		LSMLeaseInterval: max(opts.GCGrace/4, time.Second),
+		FileCompression:  opts.FileCompression, Logger: n.log})
 	if err != nil {
 		return nil, err
 	}

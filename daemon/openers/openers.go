@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"time"
 
 	"github.com/cockroachdb/pebble/v2"
 
@@ -42,6 +43,12 @@ type Config struct {
 	// of remote blocks (lsm.RemoteOptions.CacheBytes). Default
 	// DefaultLSMRemoteCacheBytes.
 	LSMRemoteCacheBytes int64
+	// LSMLeaseInterval is how often a remote-mode instance rewrites its
+	// lease (lsm.RemoteOptions.LeaseInterval); it must stay well below the
+	// catalog's grace period, past which the sweep takes the markers of an
+	// instance with a stale lease for a crashed one's. Default
+	// lsm.DefaultLeaseInterval.
+	LSMLeaseInterval time.Duration
 	// LSMDownloadCacheSize bounds the restore-download cache the lsm
 	// instances of a data directory share (lsm.DownloadCache, in
 	// LSMDownloadCacheDir under the daemon's data dir): the new subtasks of
@@ -128,7 +135,7 @@ func New(cfg Config) (*Set, error) {
 		}
 		lo := lsm.Options{Dir: env.Dir, Cache: cache, HeapSnapshots: cfg.HeapSnapshots, DownloadCache: dc, Logger: pl}
 		if cfg.LSMRemote {
-			lo.Remote = &lsm.RemoteOptions{Store: opts.Store, CacheBytes: cfg.LSMRemoteCacheBytes}
+			lo.Remote = &lsm.RemoteOptions{Store: opts.Store, CacheBytes: cfg.LSMRemoteCacheBytes, LeaseInterval: cfg.LSMLeaseInterval}
 		}
 		return lsm.Open(opts, lo)
 	}
