@@ -27,9 +27,10 @@ import (
 const lsmDir = sharedDir + "/lsm/"
 
 // minLeaseWindow is the least age at which the sweep takes an instance's
-// lease for stale. The daemon refreshes leases every quarter of its grace
-// period, at least every second.
-const minLeaseWindow = time.Minute
+// lease for stale, whatever its grace period: a "stated gc" may run with
+// a shorter grace than the daemon's. The daemon refreshes leases every
+// quarter of its grace period, at least every minute.
+const minLeaseWindow = 5 * time.Minute
 
 // isRemoteLSM reports whether name is under a job's lsm remote directory.
 func isRemoteLSM(name string) bool {
@@ -102,8 +103,8 @@ func (c *Catalog) sweepRemote(ctx context.Context, rep *GCReport, objects []tier
 	now := c.opts.Clock()
 	cutoff := now.Add(-c.opts.GCGrace)
 	// A lease is stale past the grace period, but never sooner than
-	// minLeaseWindow: with a tiny grace (tests, a "stated gc --gc-grace
-	// 0") a live instance's lease must not look stale between refreshes.
+	// minLeaseWindow: with a short grace (a "stated gc --gc-grace 1s") a
+	// live instance's lease must not look stale between refreshes.
 	leaseCutoff := now.Add(-max(c.opts.GCGrace, minLeaseWindow))
 	live := map[uint64]bool{}
 	for _, o := range objects {

@@ -130,9 +130,10 @@ func Open(ctx context.Context, opts Options) (_ *Node, err error) {
 	}
 	n.set, err = openers.New(openers.Config{HeapSnapshotCap: opts.HeapSnapshotCap, LSMCacheSize: opts.LSMCacheSize,
 		LSMRemote: opts.LSMRemote, LSMRemoteCacheBytes: opts.LSMRemoteCacheBytes,
-		// Four refreshes per grace period: a live instance's lease is never
-		// stale to the sweep.
-		LSMLeaseInterval: max(opts.GCGrace/4, time.Second),
+		// At least four refreshes per grace period and per five minutes
+		// (the sweep's least lease window, even for a "stated gc" with a
+		// shorter grace): a live instance's lease is never stale to it.
+		LSMLeaseInterval: min(max(opts.GCGrace/4, time.Second), time.Minute),
 		FileCompression:  opts.FileCompression, Logger: n.log})
 	if err != nil {
 		return nil, err
