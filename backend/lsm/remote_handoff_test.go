@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/statedhq/stated/backend"
 	"github.com/statedhq/stated/backend/lsm/remotestore"
@@ -242,4 +244,65 @@ func testRemoteRescale342(t *testing.T, e *env, store *metered.Store) {
 			insts = append(insts, b)
 		}
 	}
+}
+
+// TestRemoteHandOffRacesCompactions: checkpoints taken while another
+// goroutine compacts everything in a loop; a hand-off that finds an SST
+// leaving the version retries. After the source closed, every checkpoint
+// restores to the state it was taken at.
+func TestRemoteHandOffRacesCompactions(t *testing.T) {
+	e, store := remoteEnv(t)
+	// Checkpoint markers land late, so compactions finish in between.
+	slow := &slowMarkers{Store: store}
+	src := e.open(full(), func(o *backend.Options, lo *Options) {
+		withRemote(slow)(o, lo)
+		o.Store = store
+		lo.MemTableSize = 64 << 10
+	})
+	ctx := context.Background()
+	stop := make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		for n := 0; ; n++ {
+			select {
+			case <-stop:
+				done <- nil
+				return
+			default:
+			}
+			if err := src.DB().Compact(ctx, []byte{0}, []byte{0xff, 0xff}, n%2 == 0); err != nil {
+				done <- err
+				return
+			}
+		}
+	}()
+	var hs []*backend.Handle
+	var wants []map[string]string
+	for id := uint64(1); id <= 10; id++ {
+		fill(t, src, full(), 800, fmt.Sprintf("r%d", id))
+		want := dump(t, src)
+		hs = append(hs, checkpoint(t, src, id))
+		wants = append(wants, want)
+	}
+	close(stop)
+	must(t, <-done)
+	t.Logf("10 checkpoints while compacting: %d hand-off retries", src.HandOffRetries())
+	retries := src.HandOffRetries()
+	must(t, src.Close())
+	for i, h := range hs {
+		sameDump(t, dump(t, restoreRemote(e, store, full(), false, h)), wants[i])
+	}
+	if retries == 0 {
+		t.Fatal("no hand-off met an SST leaving the version: the race under test did not happen")
+	}
+}
+
+// slowMarkers delays the puts of checkpoint markers.
+type slowMarkers struct{ tiered.Store }
+
+func (s *slowMarkers) Put(ctx context.Context, name string, r io.Reader, size int64) error {
+	if strings.Contains(name, ".ref.0.c_") {
+		time.Sleep(3 * time.Millisecond)
+	}
+	return s.Store.Put(ctx, name, r, size)
 }
