@@ -15,6 +15,7 @@ import (
 	"github.com/statedhq/stated/api/protocol"
 	pb "github.com/statedhq/stated/api/statedpb"
 	"github.com/statedhq/stated/backend"
+	"github.com/statedhq/stated/node"
 )
 
 // rescaleJob is one operator of a job whose subtasks the test opens at
@@ -143,10 +144,13 @@ func (j *rescaleJob) checkOperatorState(old []string, union []string) {
 // checkpoints and rescales again. PlanRescale says what each subtask
 // restores from; a changed maxParallelism is refused.
 func TestRescaleThroughTheDaemon(t *testing.T) {
-	for _, kind := range []backend.Kind{backend.KindFile, backend.KindLSM, backend.KindHeap} {
-		t.Run(string(kind), func(t *testing.T) {
+	// lsm-remote: lsm with --lsm-remote (SSTs in the checkpoint store,
+	// checkpoints by hand-off, restores by reference).
+	for _, name := range []string{"file", "lsm", "heap", "lsm-remote"} {
+		kind, remote := backend.Kind(strings.TrimSuffix(name, "-remote")), strings.HasSuffix(name, "-remote")
+		t.Run(name, func(t *testing.T) {
 			ctx := ctxT(t)
-			h := startDaemon(t, harnessOpts{})
+			h := startDaemon(t, harnessOpts{node: func(o *node.Options) { o.LSMRemote = remote }})
 			j := &rescaleJob{t: t, c: h.dial(client.Options{}), kind: kind}
 			for i := 0; i < 300; i++ {
 				j.keys = append(j.keys, []byte(fmt.Sprint("key-", i)))
@@ -170,6 +174,17 @@ func TestRescaleThroughTheDaemon(t *testing.T) {
 				union = append(union, fmt.Sprint("u", s))
 			}
 			j.checkpoint(1)
+			if m, ok := h.cat.Checkpoint(rsJob, 1); ok {
+				for _, th := range m.Tasks {
+					for _, f := range th.Files {
+						if (f.Table != nil) != remote {
+							t.Fatalf("checkpoint 1: file %s has a table reference %v in a daemon with --lsm-remote %v", f.Path, f.Table != nil, remote)
+						}
+					}
+				}
+			} else {
+				t.Fatal("checkpoint 1 is not retained")
+			}
 			j.ins[0].Put("v", j.keys[0], nil, []byte("after checkpoint 1"))
 
 			// The plan at 3: ranges as Flink assigns them, sources cover

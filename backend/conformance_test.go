@@ -14,7 +14,7 @@ import (
 
 // harnesses are the three backends, opened the way the suite asks: the heap
 // backend keeps its snapshots in the suite's memstore, lsm gets a fresh
-// directory per instance.
+// directory per instance, in local and in remote mode.
 var harnesses = []backendtest.Harness{
 	{Kind: backend.KindHeap, Open: func(t testing.TB, opts backend.Options) (backend.Backend, error) {
 		store, ok := opts.Store.(*memstore.Store)
@@ -28,6 +28,12 @@ var harnesses = []backendtest.Harness{
 	}},
 	{Kind: backend.KindLSM, Open: func(t testing.TB, opts backend.Options) (backend.Backend, error) {
 		return lsm.Open(opts, lsm.Options{Dir: t.TempDir()})
+	}},
+	// lsm in remote mode: SSTs in the suite's store (--lsm-remote).
+	// VerifyRestore because the suite wants damage found at restore.
+	{Kind: backend.KindLSM, Open: func(t testing.TB, opts backend.Options) (backend.Backend, error) {
+		return lsm.Open(opts, lsm.Options{Dir: t.TempDir(),
+			Remote: &lsm.RemoteOptions{Store: opts.Store, CacheBytes: 4 << 20, SpoolDir: t.TempDir(), VerifyRestore: true}})
 	}},
 }
 

@@ -1,6 +1,7 @@
 package backend
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"path"
@@ -23,8 +24,14 @@ const (
 	// checkpoints' in-flight data). A reader of an older version refuses
 	// such a handle instead of restoring without the data.
 	HandleVersionChannels = 3
+	// HandleVersionRemote is version 4: it adds FileRef.Table and
+	// FileRef.SizeOnly (lsm remote mode: SSTs referenced where Pebble
+	// created them). A reader of an older version refuses such a handle
+	// instead of downloading the SSTs as if they were its own copies, or
+	// checking a CRC that was never computed.
+	HandleVersionRemote = 4
 	// HandleFormatVersion is the newest version this build reads.
-	HandleFormatVersion = HandleVersionChannels
+	HandleFormatVersion = HandleVersionRemote
 )
 
 // handleMagic starts every encoded handle. Frozen.
@@ -118,6 +125,50 @@ type FileRef struct {
 	// before the field existed, and files without keys such as MANIFESTs):
 	// the file may hold any key group.
 	KeyGroupBounds *KeyGroupRange `json:"keyGroupBounds,omitempty"`
+	// SizeOnly marks a file whose bytes stated never read (an SST Pebble
+	// created in the store, lsm remote mode): CRC32C is 0 and is not
+	// checked; the file's blocks carry Pebble's own checksums, which every
+	// read checks. Computing a CRC would mean reading the whole object at
+	// each checkpoint. Needs HandleVersionRemote.
+	SizeOnly bool `json:"sizeOnly,omitempty"`
+	// Table, when set, says the file is a Pebble SST referenced in place
+	// (lsm remote mode): a restore ingests it as an external file instead
+	// of downloading it, and needs what Pebble's MANIFEST would have said
+	// about it. Needs HandleVersionRemote; the file must be shared.
+	Table *TableRef `json:"table,omitempty"`
+}
+
+// TableRef is what a restore by reference needs of one SST: its level and
+// its bounds in the source's version. Ingestion gives each ingested file
+// one new sequence number, so the order of the ingestions (L6 first, L0
+// by LargestSeq) recreates the source's shadowing.
+type TableRef struct {
+	// Level is the file's level, 0..6.
+	Level int `json:"level"`
+	// Smallest and Largest are the smallest and largest user keys of the
+	// file (point keys and range deletions), both inclusive.
+	Smallest []byte `json:"smallest"`
+	Largest  []byte `json:"largest"`
+	// SmallestSeq and LargestSeq are the file's sequence number range.
+	SmallestSeq uint64 `json:"smallestSeq"`
+	LargestSeq  uint64 `json:"largestSeq"`
+}
+
+// MaxTableLevel is the deepest LSM level a TableRef may name.
+const MaxTableLevel = 6
+
+func (r *TableRef) validate() error {
+	switch {
+	case r.Level < 0 || r.Level > MaxTableLevel:
+		return fmt.Errorf("table level %d is outside [0,%d]", r.Level, MaxTableLevel)
+	case len(r.Smallest) == 0 || len(r.Largest) == 0:
+		return fmt.Errorf("table without key bounds")
+	case bytes.Compare(r.Smallest, r.Largest) > 0:
+		return fmt.Errorf("table bounds [%x, %x] are reversed", r.Smallest, r.Largest)
+	case r.SmallestSeq > r.LargestSeq:
+		return fmt.Errorf("table sequence numbers [%d, %d] are reversed", r.SmallestSeq, r.LargestSeq)
+	}
+	return nil
 }
 
 // MaxKeyGroupBound is the largest value a FileRef's KeyGroupBounds may
@@ -196,6 +247,21 @@ func (h *Handle) Validate() error {
 		if kb := f.KeyGroupBounds; kb != nil && (kb.Start < 0 || kb.End < kb.Start || kb.End > MaxKeyGroupBound) {
 			return fmt.Errorf("%w: handle of %s, file %s: key-group bounds %s are not a range inside [0,%d]",
 				ErrCorrupt, h.Task, f.Path, kb, MaxKeyGroupBound)
+		}
+		if (f.SizeOnly || f.Table != nil) && h.Version < HandleVersionRemote {
+			return fmt.Errorf("%w: handle of %s, file %s: a size-only or table reference in a version %d handle (they need version %d)",
+				ErrCorrupt, h.Task, f.Path, h.Version, HandleVersionRemote)
+		}
+		if f.SizeOnly && f.CRC32C != 0 {
+			return fmt.Errorf("%w: handle of %s, file %s: size-only with a CRC32C", ErrCorrupt, h.Task, f.Path)
+		}
+		if f.Table != nil {
+			if !f.Shared {
+				return fmt.Errorf("%w: handle of %s, file %s: a table reference to a private file", ErrCorrupt, h.Task, f.Path)
+			}
+			if err := f.Table.validate(); err != nil {
+				return fmt.Errorf("%w: handle of %s, file %s: %v", ErrCorrupt, h.Task, f.Path, err)
+			}
 		}
 		if n := len(f.KeyGroupOffsets); n != 0 {
 			if n != h.KeyGroups.Len()+1 {

@@ -75,3 +75,43 @@ func FuzzDecodeHandle(f *testing.F) {
 		}
 	})
 }
+
+func remoteSampleHandle() *Handle {
+	h := sampleHandle()
+	h.Version = HandleVersionRemote
+	h.Backend = KindLSM
+	h.Files = []FileRef{{Path: "job1/shared/lsm/00ab-5-000007.sst", Size: 4096, Shared: true, SizeOnly: true,
+		Table: &TableRef{Level: 6, Smallest: []byte{0, 1, 'a'}, Largest: []byte{0, 3, 'z'}, SmallestSeq: 10, LargestSeq: 12}}}
+	return h
+}
+
+func TestHandleRemoteFields(t *testing.T) {
+	enc, err := EncodeHandle(remoteSampleHandle())
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := DecodeHandle(enc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tb := got.Files[0].Table; tb == nil || tb.Level != 6 || string(tb.Largest) != "\x00\x03z" || tb.LargestSeq != 12 || !got.Files[0].SizeOnly {
+		t.Fatalf("round trip lost the table reference: %+v", got.Files[0])
+	}
+	bad := map[string]func(h *Handle){
+		"older version":     func(h *Handle) { h.Version = HandleVersionChannels },
+		"size-only CRC":     func(h *Handle) { h.Files[0].CRC32C = 1 },
+		"private table":     func(h *Handle) { h.Files[0].Shared = false },
+		"level 7":           func(h *Handle) { h.Files[0].Table.Level = 7 },
+		"reversed bounds":   func(h *Handle) { h.Files[0].Table.Smallest = []byte{1} },
+		"no bounds":         func(h *Handle) { h.Files[0].Table.Largest = nil },
+		"reversed seqnums":  func(h *Handle) { h.Files[0].Table.SmallestSeq = 13 },
+		"size-only only v3": func(h *Handle) { h.Files[0].Table = nil; h.Version = HandleVersionChannels },
+	}
+	for name, edit := range bad {
+		h := remoteSampleHandle()
+		edit(h)
+		if err := h.Validate(); !errors.Is(err, ErrCorrupt) {
+			t.Errorf("%s: accepted (%v)", name, err)
+		}
+	}
+}

@@ -77,7 +77,10 @@ func (c *Catalog) deleteReleased(ctx context.Context, names []string) {
 func (c *Catalog) dropBaseLocked(e *entry) (deferShared bool) {
 	var shared []refcount.Object
 	for _, o := range c.reg.Objects(e.ref.dir()) {
-		if classify(o.Path).kind == objShared {
+		// Remote-mode lsm SSTs need no hold: an instance that builds on
+		// them holds each with its own marker (Pebble's or an instance
+		// marker), and a hold would outlive the instance.
+		if classify(o.Path).kind == objShared && !isRemoteLSM(o.Path) {
 			shared = append(shared, o)
 		}
 	}

@@ -613,6 +613,14 @@ func (c *Catalog) abort(ctx context.Context, job string, id uint64, why Status, 
 			if h.Log != nil {
 				logs = append(logs, h.Log.Segments...)
 			}
+			// Remote-mode lsm SSTs the attempt marked: released now
+			// (their markers of this checkpoint go) rather than at the
+			// sweep.
+			for _, f := range h.Files {
+				if f.Table != nil && isRemoteLSM(f.Path) {
+					logs = append(logs, f.Path)
+				}
+			}
 			c.mu.guard.add(h, -1)
 			rec.CheckpointedSize += h.CheckpointedSize
 			rec.FullSize += h.FullSize

@@ -70,7 +70,22 @@ func (c *Catalog) liveLocked(name string) bool {
 // first, and returns the names it tried to delete. Names are re-checked
 // and marked under the lock, so a checkpoint completing concurrently either
 // sees the mark (and fails) or registers first (and the name is skipped).
+//
+// Remote-mode lsm SSTs among names are released instead (releaseRemote:
+// they go only when no marker holds them); their markers and leases are
+// left to the sweep.
 func (c *Catalog) deleteUnreferenced(ctx context.Context, names []string) ([]string, error) {
+	remote, names := splitRemote(names)
+	var rerr error
+	if len(remote) > 0 {
+		rerr = c.releaseRemote(ctx, remote)
+	}
+	tried, err := c.deleteUnreferencedPlain(ctx, names)
+	return tried, errors.Join(err, rerr)
+}
+
+// deleteUnreferencedPlain is deleteUnreferenced without remote-mode SSTs.
+func (c *Catalog) deleteUnreferencedPlain(ctx context.Context, names []string) ([]string, error) {
 	names = slices.Clone(names)
 	slices.Sort(names)
 	names = slices.Compact(names)

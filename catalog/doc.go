@@ -87,6 +87,13 @@
 // Abort or GC marks the names it deletes under the catalog lock, so a
 // concurrently completing checkpoint either fails or protects them first.
 //
+// Remote-mode lsm objects ("<job>/shared/lsm/": SSTs Pebble created in the
+// store, their ref markers, instance leases) are never deleted outright:
+// releasing one removes the markers of checkpoints neither retained nor in
+// flight and deletes the SST only when no marker is left, and the sweep
+// also removes, past the grace period, markers of instances whose lease
+// went stale (remote.go, docs/lsm-remote.md).
+//
 // # Savepoints
 //
 // TriggerSavepoint writes "savepoints/<id>/": native copies every file of

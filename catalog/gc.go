@@ -100,17 +100,30 @@ func (c *Catalog) gcStore(ctx context.Context, rep *GCReport, dryRun bool) error
 		}
 	}
 	rep.Scanned = len(objects)
+	var remote []tiered.ObjectInfo
+	objects = slices.DeleteFunc(objects, func(o tiered.ObjectInfo) bool {
+		if isRemoteLSM(o.Name) {
+			remote = append(remote, o)
+			return true
+		}
+		return false
+	})
 	keep, keepDirs := c.readForeignManifests(ctx, rep, objects)
+	// Foreign manifests keep what they reference, remote SSTs included.
+	rerr := c.sweepRemote(ctx, rep, slices.DeleteFunc(remote, func(o tiered.ObjectInfo) bool { return keep[o.Name] }), dryRun)
+	if rerr != nil {
+		rep.Problems = append(rep.Problems, fmt.Sprintf("lsm remote objects (the next pass retries): %v", rerr))
+	}
 	in := c.protections(objects, keep, keepDirs)
 	plan := planSweep(in)
 	rep.Unknown += plan.unknown
 	rep.Young, rep.YoungBytes = plan.young, plan.youngBytes
 	if dryRun {
-		rep.Orphans = plan.orphans
+		rep.Orphans = append(rep.Orphans, plan.orphans...)
 		for _, o := range plan.orphans {
 			rep.Bytes += o.Size
 		}
-		return nil
+		return rerr
 	}
 	names := make([]string, len(plan.orphans))
 	for i, o := range plan.orphans {
@@ -129,9 +142,9 @@ func (c *Catalog) gcStore(ctx context.Context, rep *GCReport, dryRun bool) error
 	}
 	if derr != nil {
 		rep.Problems = append(rep.Problems, fmt.Sprintf("delete failed (the next pass retries): %v", derr))
-		return fmt.Errorf("catalog: gc: %w", derr)
+		return errors.Join(fmt.Errorf("catalog: gc: %w", derr), rerr)
 	}
-	return nil
+	return rerr
 }
 
 // readForeignManifests reads the listed manifests the catalog does not

@@ -38,6 +38,7 @@ const pinnedDir = "testdata/pinned"
 //	handle.bin                 backend.EncodeHandle(pinnedHandle())
 //	handle-changelog.bin       backend.EncodeHandle(pinnedChangelogHandle()), version 2
 //	handle-channels.bin        backend.EncodeHandle(pinnedChannelsHandle()), version 3
+//	handle-remote.bin          backend.EncodeHandle(pinnedRemoteHandle()), version 4
 //	batch-request.bin          pb.BatchRequest pinnedBatchRequest(), deterministic protobuf
 //	batch-response.bin         pb.BatchResponse pinnedBatchResponse()
 //	segment.bin                dstl segment of pinnedChanges() (two writers), uncompressed
@@ -120,6 +121,26 @@ func pinnedChannelsHandle() *backend.Handle {
 		},
 		Stats:    &backend.TaskStats{Unaligned: true, AlignmentMicros: 1500, StartDelayMicros: 250, SyncMicros: 80, AsyncMicros: 12000},
 		FullSize: 77, CheckpointedSize: 77,
+	}
+}
+
+// pinnedRemoteHandle is an lsm remote-mode handle: version 4, with SSTs
+// referenced in place (size only, table bounds) next to a private file.
+func pinnedRemoteHandle() *backend.Handle {
+	return &backend.Handle{
+		Version: backend.HandleVersionRemote, Backend: backend.KindLSM,
+		Task:         backend.TaskID{Job: "j", Operator: "op", Subtask: 0},
+		CheckpointID: 11, KeyGroups: backend.KeyGroupRange{Start: 0, End: 3}, MaxParallelism: 8,
+		States: []backend.StateDescriptor{{Name: "v", Kind: backend.KindValue}},
+		Files: []backend.FileRef{
+			{Path: "j/shared/lsm/01ab-77-000005.sst", Size: 2048, Shared: true, SizeOnly: true,
+				KeyGroupBounds: &backend.KeyGroupRange{Start: 0, End: 2},
+				Table:          &backend.TableRef{Level: 6, Smallest: []byte{0, 0, 'a'}, Largest: []byte{0, 2, 0xff}, SmallestSeq: 3, LargestSeq: 9}},
+			{Path: "j/shared/lsm/02cd-77-000009.sst", Size: 512, Shared: true, SizeOnly: true,
+				KeyGroupBounds: &backend.KeyGroupRange{Start: 1, End: 1},
+				Table:          &backend.TableRef{Level: 0, Smallest: []byte{0, 1, 'k'}, Largest: []byte{0, 1, 'k'}, SmallestSeq: 12, LargestSeq: 12}},
+		},
+		FullSize: 2560, CheckpointedSize: 0,
 	}
 }
 
@@ -243,6 +264,9 @@ func generatePinned(t *testing.T) {
 	if files["handle-channels.bin"], err = backend.EncodeHandle(pinnedChannelsHandle()); err != nil {
 		t.Fatal(err)
 	}
+	if files["handle-remote.bin"], err = backend.EncodeHandle(pinnedRemoteHandle()); err != nil {
+		t.Fatal(err)
+	}
 	files["channel-segment.bin"] = chanstate.EncodeSegment(pinnedChannelBuffers())
 	det := proto.MarshalOptions{Deterministic: true}
 	if files["batch-request.bin"], err = det.Marshal(pinnedBatchRequest()); err != nil {
@@ -361,6 +385,20 @@ func TestPinned(t *testing.T) {
 			t.Fatal(err)
 		}
 		sameAtVersion(t, "channels handle", b, now, h.Version, backend.HandleVersionChannels)
+	})
+	t.Run("handle-remote", func(t *testing.T) {
+		b := readPinned(t, "handle-remote.bin")
+		h, err := backend.DecodeHandle(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := pinnedRemoteHandle()
+		compareFields(t, "remote handle", reflect.ValueOf(*h), reflect.ValueOf(*want))
+		now, err := backend.EncodeHandle(want)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sameAtVersion(t, "remote handle", b, now, h.Version, backend.HandleVersionRemote)
 	})
 	t.Run("channel-segment", func(t *testing.T) {
 		b := readPinned(t, "channel-segment.bin")

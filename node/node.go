@@ -129,7 +129,12 @@ func Open(ctx context.Context, opts Options) (_ *Node, err error) {
 		return nil, err
 	}
 	n.set, err = openers.New(openers.Config{HeapSnapshotCap: opts.HeapSnapshotCap, LSMCacheSize: opts.LSMCacheSize,
-		FileCompression: opts.FileCompression, Logger: n.log})
+		LSMRemote: opts.LSMRemote, LSMRemoteCacheBytes: opts.LSMRemoteCacheBytes,
+		// At least four refreshes per grace period and per five minutes
+		// (the sweep's least lease window, even for a "stated gc" with a
+		// shorter grace): a live instance's lease is never stale to it.
+		LSMLeaseInterval: min(max(opts.GCGrace/4, time.Second), time.Minute),
+		FileCompression:  opts.FileCompression, Logger: n.log})
 	if err != nil {
 		return nil, err
 	}

@@ -197,6 +197,14 @@ type Options struct {
 	// LSMCacheSize is the block cache every lsm instance shares
 	// (--lsm-cache-size). Default openers.DefaultLSMCacheSize.
 	LSMCacheSize int64
+	// LSMRemote puts the SSTs of every lsm instance in the checkpoint
+	// store from the start (--lsm-remote; docs/lsm-remote.md). Default
+	// false.
+	LSMRemote bool
+	// LSMRemoteCacheBytes bounds each remote-mode lsm instance's local
+	// cache of remote blocks (--lsm-cache-bytes). Default
+	// openers.DefaultLSMRemoteCacheBytes.
+	LSMRemoteCacheBytes int64
 	// FileCompression compresses file-backend snapshots: "" or "zstd"
 	// (--file-compression). Default "".
 	FileCompression string
@@ -310,6 +318,7 @@ func (o *Options) EnsureDefaults() {
 	def(&o.MaxConcurrentStreams, api.DefaultMaxConcurrentStreams)
 	dur(&o.FirstBatchTimeout, api.DefaultFirstBatchTimeout)
 	def64(&o.LSMCacheSize, openers.DefaultLSMCacheSize)
+	def64(&o.LSMRemoteCacheBytes, openers.DefaultLSMRemoteCacheBytes)
 	dur(&o.ShutdownGrace, DefaultShutdownGrace)
 	dur(&o.MaterializeInterval, daemon.DefaultMaterializeInterval)
 	def(&o.MaxMaterializeFailures, daemon.DefaultMaxMaterializeFailures)
@@ -370,6 +379,7 @@ func (o *Options) Validate() error {
 		n    int64
 	}{{"MaxValueSize", int64(o.MaxValueSize)}, {"MaxMessageSize", int64(o.MaxMessageSize)}, {"MaxMemoryState", o.MaxMemoryState},
 		{"HeapSnapshotCap", o.HeapSnapshotCap}, {"LSMCacheSize", o.LSMCacheSize}, {"Retain", int64(o.Retain)},
+		{"LSMRemoteCacheBytes", o.LSMRemoteCacheBytes},
 		{"MaxInstances", int64(o.MaxInstances)}, {"MaxStreamsPerInstance", int64(o.MaxStreamsPerInstance)},
 		{"QueueDepth", int64(o.QueueDepth)}, {"MaxConcurrentStreams", int64(o.MaxConcurrentStreams)},
 		{"MaxMaterializeFailures", int64(o.MaxMaterializeFailures)}} {

@@ -53,7 +53,10 @@ func (e *env) deleteOnly(t tester, h *backend.Handle, keep ...*backend.Handle) {
 	t.Helper()
 	kept := fileSet(keep...)
 	for _, f := range h.Files {
-		if !kept[f.Path] {
+		// A table referenced in place (lsm remote mode) is released by
+		// the catalog through its ref markers, never deleted outright: a
+		// live instance may still hold it.
+		if !kept[f.Path] && f.Table == nil {
 			must(t, e.store.Delete(e.ctx, f.Path), "delete %s", f.Path)
 		}
 	}

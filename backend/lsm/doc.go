@@ -130,8 +130,14 @@
 // With Options.Remote, Pebble creates every SST in the object store under
 // "<job>/shared/lsm/" (package remotestore), the local disk keeps a bounded
 // cache of remote blocks, and Close drops the instance's references there.
-// Checkpoints by hand-off and restores by reference are not built yet:
-// Snapshot declines and Open refuses handles (docs/lsm-remote.md).
+// A checkpoint uploads no SST: it marks every table of the version with a
+// marker of the checkpoint attempt (the catalog then owns that reference)
+// and lists them in a version-4 handle (FileRef.Table, size only). A
+// restore ingests the tables as external files bounded to the instance's
+// key groups, reading nothing of the data up front; a claimed restore
+// holds them with its own marker, a no-claim one rewrites them at its
+// first checkpoint. Objects go only when no marker of anyone is left
+// (remotestore/markers.go, docs/lsm-remote.md).
 //
 // # Caveats
 //

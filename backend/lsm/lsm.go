@@ -112,7 +112,9 @@ func OpenContext(ctx context.Context, opts backend.Options, lo Options) (*Backen
 
 	var restored []backend.StateDescriptor
 	err := b.remoteSetup()
-	if err == nil && len(opts.Restore) > 0 {
+	if err == nil && len(opts.Restore) > 0 && b.remote != nil {
+		restored, err = b.remoteRestore(ctx, keepHistory)
+	} else if err == nil && len(opts.Restore) > 0 {
 		restored, err = b.restore(ctx, keepHistory)
 	} else if err == nil {
 		b.db, err = pebble.Open(b.dbDir, b.pebbleOptions(false))
@@ -136,7 +138,7 @@ func OpenContext(ctx context.Context, opts backend.Options, lo Options) (*Backen
 		}
 	}
 	if err != nil {
-		if b.db != nil {
+		if b.db != nil || b.remote != nil {
 			_ = b.closeDB()
 		}
 		_ = fs.RemoveAll(b.dbDir)
@@ -178,6 +180,7 @@ func (b *Backend) pebbleOptions(readOnly bool) *pebble.Options {
 		}},
 
 		DisableAutomaticCompactions: b.lo.noAutoCompactions,
+		DisableTableStats:           b.lo.noTableStats,
 	}
 	// The same target on every level (RocksDB's multiplier 1, as Flink
 	// uses), not Pebble's doubling: files stay small at the bottom too, so

@@ -81,6 +81,10 @@ type Options struct {
 	// noAutoCompactions is for tests that need an SST to outlive several
 	// checkpoints.
 	noAutoCompactions bool
+	// noTableStats is for tests that count the store reads of a restore:
+	// Pebble loads table statistics (footer and properties of each new
+	// table) in the background.
+	noTableStats bool
 }
 
 // EnsureDefaults fills zero fields with their defaults.

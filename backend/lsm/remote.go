@@ -3,11 +3,13 @@ package lsm
 // Remote mode (Options.Remote): Pebble creates every SST in the checkpoint
 // store from the start (docs/lsm-remote.md), and the local disk holds only
 // Pebble's private files and a bounded cache of remote blocks. This is the
-// first step of issue 16: the working state. Checkpoints by hand-off and
-// restores by reference are not built yet, so Snapshot and BaseSnapshot
-// decline, and Open refuses handles; canonical snapshots work unchanged.
+// working state. Checkpoints hand the SSTs over to the catalog
+// (remotesnap.go) and restores reference them in place (remoterestore.go);
+// BaseSnapshot (changelog materialization) declines; canonical snapshots
+// work unchanged.
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/binary"
 	"errors"
@@ -15,6 +17,9 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/objstorage/remote"
@@ -24,13 +29,20 @@ import (
 	"github.com/statedhq/stated/tiered"
 )
 
-// DefaultRemoteCacheBytes is RemoteOptions.CacheBytes's default.
-const DefaultRemoteCacheBytes = 256 << 20
+// Defaults of RemoteOptions.
+const (
+	DefaultRemoteCacheBytes = 256 << 20
+	DefaultLeaseInterval    = time.Minute
+)
 
 // remoteLocator is the one locator an instance uses. Pebble records it in
 // its local REMOTE-OBJ-CATALOG only, and a local directory is never
 // reopened, so it need not say which store it is.
 const remoteLocator = remote.Locator("stated")
+
+// externalLocator names the restore store, where the objects a restore
+// ingests by reference live; their object names are the handle's paths.
+const externalLocator = remote.Locator("restore")
 
 // RemoteOptions put an instance's SSTs in an object store.
 type RemoteOptions struct {
@@ -44,11 +56,26 @@ type RemoteOptions struct {
 	// SpoolDir holds SSTs on their way to the store (see
 	// remotestore.Options.SpoolDir). Default os.TempDir().
 	SpoolDir string
+	// VerifyRestore makes a restore read every referenced table whole and
+	// check all its block checksums before the instance serves anything:
+	// damage then fails the restore instead of the first read that meets
+	// it. It costs a full read of the state, which remote mode exists to
+	// avoid; off by default. (Every restore checks that each object exists
+	// with the size its handle says: one Stat per object.)
+	VerifyRestore bool
+	// LeaseInterval is how often the instance rewrites its lease
+	// ("<job>/shared/lsm/_live.<creator>"), by which the catalog's sweep
+	// tells a live instance's markers from a crashed one's: it must be well
+	// below the catalog's grace period. Default DefaultLeaseInterval.
+	LeaseInterval time.Duration
 }
 
 func (r *RemoteOptions) ensureDefaults() {
 	if r.CacheBytes == 0 {
 		r.CacheBytes = DefaultRemoteCacheBytes
+	}
+	if r.LeaseInterval == 0 {
+		r.LeaseInterval = DefaultLeaseInterval
 	}
 }
 
@@ -58,6 +85,9 @@ func (r *RemoteOptions) validate(bad func(format string, args ...any)) {
 	}
 	if r.CacheBytes < 0 {
 		bad("remote cache size %d is negative", r.CacheBytes)
+	}
+	if r.LeaseInterval < 0 {
+		bad("remote lease interval %s is negative", r.LeaseInterval)
 	}
 }
 
@@ -71,6 +101,45 @@ type remoteState struct {
 	// instances of a job share the prefix: 64 random bits make a clash
 	// improbable without a registry to draw from.
 	creator uint64
+	// prefix is "<job>/shared/lsm/", where the instance's objects live.
+	prefix string
+	// unclaimed: the instance ingested objects it may not keep
+	// referencing (no-claim restore, or one from another store); its
+	// first checkpoint rewrites them into its own.
+	unclaimed bool
+	// externals are the objects the instance holds with its own marker
+	// (a claimed restore ingested them); Close removes those markers.
+	externals []string
+	// retries counts hand-off attempts that found an SST leaving.
+	retries atomic.Int64
+
+	mu    sync.Mutex
+	sizes map[string]int64 // object path -> size (objects never change)
+
+	stopLease    func()
+	refreshLease func(ctx context.Context) error
+}
+
+func (r *remoteState) sizeOf(path string) (int64, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n, ok := r.sizes[path]
+	return n, ok
+}
+
+func (r *remoteState) setSize(path string, n int64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.sizes[path] = n
+}
+
+// HandOffRetries is the number of hand-off attempts that had to be retried
+// because an SST left the version meanwhile (0 in local mode).
+func (b *Backend) HandOffRetries() int64 {
+	if b.remote == nil {
+		return 0
+	}
+	return b.remote.retries.Load()
 }
 
 // remoteSetup makes the instance's remote storage (nil in local mode).
@@ -79,13 +148,10 @@ func (b *Backend) remoteSetup() error {
 	if r == nil {
 		return nil
 	}
-	if len(b.opts.Restore) > 0 {
-		return fmt.Errorf("lsm: open %s: %w: restoring into remote mode is not built yet (docs/lsm-remote.md)",
-			b.opts.Task, backend.ErrIncompatible)
-	}
 	store := tiered.WithPrefix(r.Store, b.opts.Task.Job+"/shared/lsm")
 	ro := remotestore.Options{Store: store, SpoolDir: r.SpoolDir}
-	f, err := remotestore.NewFactory(map[remote.Locator]remotestore.Options{remoteLocator: ro})
+	f, err := remotestore.NewFactory(map[remote.Locator]remotestore.Options{remoteLocator: ro,
+		externalLocator: {Store: b.opts.RestoreStore, SpoolDir: r.SpoolDir}})
 	if err != nil {
 		return fmt.Errorf("lsm: open %s: %w", b.opts.Task, err)
 	}
@@ -95,7 +161,39 @@ func (b *Backend) remoteSetup() error {
 			return fmt.Errorf("lsm: open %s: creator id: %w", b.opts.Task, err)
 		}
 	}
-	b.remote = &remoteState{storage: f.Storage(remoteLocator), factory: f, creator: binary.LittleEndian.Uint64(id[:])}
+	b.remote = &remoteState{storage: f.Storage(remoteLocator), factory: f, creator: binary.LittleEndian.Uint64(id[:]),
+		prefix: b.opts.Task.Job + "/shared/lsm/", sizes: map[string]int64{}}
+	return b.startLease()
+}
+
+// startLease writes the instance's lease before the DB writes any marker,
+// and keeps it fresh until Close.
+func (b *Backend) startLease() error {
+	r := b.remote
+	name := remotestore.LeaseName(r.prefix, r.creator)
+	put := func(ctx context.Context) error { return tiered.PutBytes(ctx, b.lo.Remote.Store, name, nil) }
+	if err := put(context.Background()); err != nil {
+		return fmt.Errorf("lsm: open %s: write lease %s: %w", b.opts.Task, name, err)
+	}
+	r.refreshLease = put
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		tick := time.NewTicker(b.lo.Remote.LeaseInterval)
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+				if err := put(ctx); err != nil && ctx.Err() == nil {
+					b.lo.Logger.Errorf("lsm: %s: refresh lease %s: %v", b.opts.Task, name, err)
+				}
+			}
+		}
+	}()
+	r.stopLease = func() { cancel(); <-done }
 	return nil
 }
 
@@ -122,14 +220,14 @@ func (b *Backend) remoteStart() error {
 	return nil
 }
 
-// remoteSnapshotDeclined is the answer of Snapshot and BaseSnapshot in
-// remote mode: a Pebble checkpoint would hold no SST (they are in the
-// store), and DB.Checkpoint protects them only while this DB is open.
+// remoteSnapshotDeclined is the answer of BaseSnapshot in remote mode:
+// changelog bases are private to the changelog's checkpoint directories,
+// and a hand-off's markers belong to checkpoints (not built yet).
 func (b *Backend) remoteSnapshotDeclined(checkpointID uint64) error {
 	if b.remote == nil {
 		return nil
 	}
-	return fmt.Errorf("lsm: checkpoint %d of %s: %w: remote mode has no checkpoint hand-off yet (docs/lsm-remote.md)",
+	return fmt.Errorf("lsm: checkpoint %d of %s: %w: remote mode has no changelog base snapshot (docs/lsm-remote.md)",
 		checkpointID, b.opts.Task, backend.ErrDeclined)
 }
 
@@ -149,7 +247,10 @@ func (b *Backend) closeDB() error {
 	if b.remote == nil {
 		return b.db.Close()
 	}
-	err := b.db.Close()
+	var err error
+	if b.db != nil {
+		err = b.db.Close()
+	}
 	names, lerr := b.remote.storage.List("", "")
 	if lerr != nil {
 		return errors.Join(err, fmt.Errorf("lsm: close %s: %w", b.opts.Task, lerr))
@@ -167,6 +268,17 @@ func (b *Backend) closeDB() error {
 	}
 	for _, obj := range slices.Sorted(maps.Keys(ours)) {
 		err = errors.Join(err, b.remoteUnref(obj))
+	}
+	ctx := context.Background()
+	for _, obj := range b.remote.externals {
+		_, uerr := remotestore.UnrefNamed(ctx, b.opts.RestoreStore, obj, remotestore.InstanceMarker(obj, b.remote.creator))
+		err = errors.Join(err, uerr)
+	}
+	// The lease goes last: until then the sweep must take our markers
+	// for a live holder's.
+	b.remote.stopLease()
+	if derr := b.lo.Remote.Store.Delete(ctx, remotestore.LeaseName(b.remote.prefix, b.remote.creator)); derr != nil {
+		err = errors.Join(err, fmt.Errorf("lsm: close %s: remove lease: %w", b.opts.Task, derr))
 	}
 	return err
 }
@@ -196,4 +308,33 @@ func (b *Backend) remoteUnref(name string) error {
 		}
 	}
 	return nil
+}
+
+// RefreshLease rewrites the instance's lease now, as its timer does every
+// RemoteOptions.LeaseInterval (a no-op in local mode). For tests that move
+// the catalog's clock past the grace period.
+func (b *Backend) RefreshLease(ctx context.Context) error {
+	if b.remote == nil {
+		return nil
+	}
+	return b.remote.refreshLease(ctx)
+}
+
+// Abandon stops the instance as a crash of the daemon would: Pebble is
+// closed and the local directory removed, but nothing in the store is
+// released (markers, lease and objects stay for the catalog's sweep). For
+// crash tests. The instance is closed afterwards.
+func (b *Backend) Abandon() error {
+	if !b.State.Close() {
+		return nil
+	}
+	if b.remote != nil {
+		b.remote.stopLease()
+	}
+	b.mu.Lock()
+	b.closed = true
+	b.mu.Unlock()
+	err := b.db.Close()
+	b.cache.Unref()
+	return errors.Join(err, b.lo.FS.RemoveAll(b.dbDir))
 }

@@ -45,6 +45,10 @@ type RestoreStats struct {
 	// on the host fetched them) instead of the restore store.
 	FilesFromCache int
 	BytesFromCache int64
+	// FilesReferenced and BytesReferenced count the tables a remote-mode
+	// restore ingested by reference (Options.Remote): never downloaded.
+	FilesReferenced int
+	BytesReferenced int64
 	// Download is the time spent downloading the base handle, DownloadExtra
 	// the extra lsm handles' (concurrent with the base's).
 	Download, DownloadExtra time.Duration
@@ -103,6 +107,14 @@ func (b *Backend) restore(ctx context.Context, keepHistory bool) (states []backe
 	}()
 	handles := b.opts.Restore
 	st.Handles = len(handles)
+	for _, h := range handles {
+		for _, f := range h.Files {
+			if f.Table != nil {
+				return nil, fmt.Errorf("lsm: restore %s: %w: checkpoint %d of %s references SSTs in the store (remote mode); open with Options.Remote",
+					b.opts.Task, backend.ErrIncompatible, h.CheckpointID, h.Task)
+			}
+		}
+	}
 	for _, h := range handles {
 		states = append(states, h.States...)
 	}

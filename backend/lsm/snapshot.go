@@ -20,9 +20,16 @@ import (
 // Snapshot implements backend.Backend. The synchronous part flushes the
 // memtable (the WAL is off, so unflushed writes exist nowhere else) and
 // takes a Pebble checkpoint: hard links that freeze the current SSTs, which
-// Run uploads while the task keeps writing.
+// Run uploads while the task keeps writing. In remote mode it hands the
+// SSTs over instead (remotesnap.go).
 func (b *Backend) Snapshot(ctx context.Context, checkpointID uint64) (backend.PendingSnapshot, error) {
 	task := b.opts.Task
+	if b.remote != nil {
+		if err := ctx.Err(); err != nil {
+			return nil, fmt.Errorf("lsm: checkpoint %d of %s: %w", checkpointID, task, err)
+		}
+		return b.remoteSnapshot(ctx, checkpointID)
+	}
 	return b.snapshot(ctx, checkpointID, fmt.Sprintf("%s/chk-%d/%s/", task.Job, checkpointID, task.Dir()))
 }
 

@@ -58,6 +58,8 @@ type serveFlags struct {
 	maxConnStreams    int
 	firstBatchTimeout time.Duration
 	lsmCacheSize      string
+	lsmRemote         bool
+	lsmCacheBytes     string
 	fileCompression   string
 	checkpointTimeout time.Duration
 	channelLinger     time.Duration
@@ -132,6 +134,8 @@ the grace ends, closes every backend and exits 0.`,
 	fl.IntVar(&f.maxConnStreams, "max-concurrent-streams", api.DefaultMaxConcurrentStreams, "most streams and calls one client connection has open at once (one batch stream per open instance, one per call in flight); more wait in the client")
 	fl.DurationVar(&f.firstBatchTimeout, "first-batch-timeout", api.DefaultFirstBatchTimeout, "a batch stream that has not named its instance (sent its first request) within this is ended")
 	fl.StringVar(&f.lsmCacheSize, "lsm-cache-size", "128MiB", "block cache shared by every lsm instance")
+	fl.BoolVar(&f.lsmRemote, "lsm-remote", false, "create every lsm instance's SSTs in the checkpoint store: checkpoints hand them over instead of uploading, restores reference them in place (docs/lsm-remote.md)")
+	fl.StringVar(&f.lsmCacheBytes, "lsm-cache-bytes", "256MiB", "local cache of remote blocks of each --lsm-remote instance")
 	fl.StringVar(&f.fileCompression, "file-compression", "", `compression of file-backend snapshots: "" or "zstd"`)
 	fl.DurationVar(&f.checkpointTimeout, "checkpoint-timeout", daemon.DefaultCheckpointTimeout, "a checkpoint not completed within this is aborted as expired")
 	fl.DurationVar(&f.channelLinger, "channel-state-linger", daemon.DefaultChannelStateLinger, "how long a task's upload of unaligned channel state waits for the job's other tasks here, so that one object holds them all")
@@ -303,6 +307,7 @@ func (f *serveFlags) nodeOptions(log *slog.Logger) (node.Options, error) {
 		MaxMemoryState: size("max-memory-state", f.maxMemoryState), MaxInstances: f.maxInstances,
 		MaxStreamsPerInstance: f.maxStreams, QueueDepth: f.queueDepth, MaxConcurrentStreams: f.maxConnStreams,
 		FirstBatchTimeout: f.firstBatchTimeout, LSMCacheSize: size("lsm-cache-size", f.lsmCacheSize), FileCompression: f.fileCompression,
+		LSMRemote: f.lsmRemote, LSMRemoteCacheBytes: size("lsm-cache-bytes", f.lsmCacheBytes),
 		ShutdownGrace: f.shutdownGrace, Logger: log,
 		Changelog: f.changelog, ChangelogStore: f.changelogStore, MaterializeInterval: f.materialize,
 		MaxMaterializeFailures: f.materializeFails, ChangelogFlushDelay: f.changelogDelay,
@@ -345,6 +350,7 @@ var flagOf = map[string]string{
 	"MaxMessageSize": "max-message-size", "MaxMemoryState": "max-memory-state", "MaxInstances": "max-instances",
 	"MaxStreamsPerInstance": "max-streams-per-instance", "QueueDepth": "queue-depth", "MaxConcurrentStreams": "max-concurrent-streams",
 	"FirstBatchTimeout": "first-batch-timeout", "LSMCacheSize": "lsm-cache-size", "FileCompression": "file-compression",
+	"LSMRemote": "lsm-remote", "LSMRemoteCacheBytes": "lsm-cache-bytes",
 	"ShutdownGrace": "shutdown-grace", "Changelog": "changelog", "ChangelogStore": "changelog-store",
 	"MaterializeInterval": "materialize-interval", "MaxMaterializeFailures": "materialize-max-failures",
 	"ChangelogFlushDelay": "changelog-flush-delay", "ChangelogMaxInFlight": "changelog-max-in-flight",

@@ -52,7 +52,7 @@ func TestServeFlagsFromEnv(t *testing.T) {
 // defaults are, with the data dir in a temporary directory.
 func validServeFlags(t *testing.T) serveFlags {
 	t.Helper()
-	return serveFlags{dataDir: t.TempDir(), heapSnapshotCap: "5MiB", maxValueSize: "4MiB", maxMessageSize: "16MiB", lsmCacheSize: "1MiB",
+	return serveFlags{dataDir: t.TempDir(), heapSnapshotCap: "5MiB", maxValueSize: "4MiB", maxMessageSize: "16MiB", lsmCacheSize: "1MiB", lsmCacheBytes: "256MiB",
 		maxMemoryState: "1GiB", retain: 3, cache: cacheFlags{bytes: defaultCacheBytes}, maxInstances: daemon.DefaultMaxInstances,
 		maxStreams: 2, queueDepth: 7, maxConnStreams: 50, firstBatchTimeout: 3 * time.Second, sweepInterval: time.Minute,
 		logLevel: "info", logFormat: "text", materialize: time.Minute, materializeFails: 3, changelogDelay: 10 * time.Millisecond,
@@ -239,5 +239,33 @@ func TestFlagDefaultsAreNodeDefaults(t *testing.T) {
 	}
 	if checked < 15 {
 		t.Fatalf("only %d numeric flags checked", checked)
+	}
+}
+
+// TestServeLSMRemoteFlags: --lsm-remote and --lsm-cache-bytes (or their
+// STATED_* variables) reach node.Options; a bad size names its flag.
+func TestServeLSMRemoteFlags(t *testing.T) {
+	cmd := newServeCmd()
+	get := func(name string) string { return cmd.Flags().Lookup(name).Value.String() }
+	if get("lsm-remote") != "false" || get("lsm-cache-bytes") != "256MiB" {
+		t.Fatalf("defaults: --lsm-remote %s --lsm-cache-bytes %s", get("lsm-remote"), get("lsm-cache-bytes"))
+	}
+	t.Setenv("STATED_LSM_REMOTE", "true")
+	t.Setenv("STATED_LSM_CACHE_BYTES", "64MiB")
+	if err := flagsFromEnv(cmd.Flags()); err != nil {
+		t.Fatal(err)
+	}
+	f := validServeFlags(t)
+	f.lsmRemote, f.lsmCacheBytes = get("lsm-remote") == "true", get("lsm-cache-bytes")
+	o, err := f.nodeOptions(slog.Default())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !o.LSMRemote || o.LSMRemoteCacheBytes != 64<<20 {
+		t.Fatalf("node options: LSMRemote %v, LSMRemoteCacheBytes %d", o.LSMRemote, o.LSMRemoteCacheBytes)
+	}
+	f.lsmCacheBytes = "lots"
+	if _, err := f.nodeOptions(slog.Default()); err == nil || !strings.Contains(err.Error(), "--lsm-cache-bytes") {
+		t.Fatalf("bad --lsm-cache-bytes: %v", err)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"time"
 
 	"github.com/cockroachdb/pebble/v2"
 
@@ -32,6 +33,22 @@ type Config struct {
 	// LSMCacheSize is the size of the one block cache all lsm instances
 	// share. Default DefaultLSMCacheSize.
 	LSMCacheSize int64
+	// LSMRemote puts the SSTs of every lsm instance in the checkpoint
+	// store from the start (lsm.Options.Remote over the instance's
+	// checkpoint store; docs/lsm-remote.md): checkpoints hand SSTs over
+	// instead of uploading them, restores reference them in place.
+	// Default false.
+	LSMRemote bool
+	// LSMRemoteCacheBytes bounds each remote-mode instance's local cache
+	// of remote blocks (lsm.RemoteOptions.CacheBytes). Default
+	// DefaultLSMRemoteCacheBytes.
+	LSMRemoteCacheBytes int64
+	// LSMLeaseInterval is how often a remote-mode instance rewrites its
+	// lease (lsm.RemoteOptions.LeaseInterval); it must stay well below the
+	// catalog's grace period, past which the sweep takes the markers of an
+	// instance with a stale lease for a crashed one's. Default
+	// lsm.DefaultLeaseInterval.
+	LSMLeaseInterval time.Duration
 	// LSMDownloadCacheSize bounds the restore-download cache the lsm
 	// instances of a data directory share (lsm.DownloadCache, in
 	// LSMDownloadCacheDir under the daemon's data dir): the new subtasks of
@@ -47,6 +64,9 @@ type Config struct {
 
 // DefaultLSMCacheSize is the default size of the shared lsm block cache.
 const DefaultLSMCacheSize = 128 << 20
+
+// DefaultLSMRemoteCacheBytes is Config.LSMRemoteCacheBytes's default.
+const DefaultLSMRemoteCacheBytes = lsm.DefaultRemoteCacheBytes
 
 // LSMDownloadCacheDir is the directory under the daemon's data dir that
 // holds the lsm restore-download cache. It is emptied when the cache opens
@@ -84,6 +104,12 @@ func New(cfg Config) (*Set, error) {
 	if cfg.LSMCacheSize == 0 {
 		cfg.LSMCacheSize = DefaultLSMCacheSize
 	}
+	if cfg.LSMRemoteCacheBytes < 0 {
+		return nil, fmt.Errorf("openers: lsm remote cache size %d is negative", cfg.LSMRemoteCacheBytes)
+	}
+	if cfg.LSMRemoteCacheBytes == 0 {
+		cfg.LSMRemoteCacheBytes = DefaultLSMRemoteCacheBytes
+	}
 	s := &Set{HeapSnapshots: cfg.HeapSnapshots, Openers: map[backend.Kind]daemon.Opener{}}
 	s.Openers[backend.KindHeap] = func(_ context.Context, opts backend.Options, _ daemon.OpenEnv) (backend.Backend, error) {
 		return heap.Open(opts, heap.Options{Snapshots: cfg.HeapSnapshots, MaxSnapshotSize: cfg.HeapSnapshotCap})
@@ -107,7 +133,11 @@ func New(cfg Config) (*Set, error) {
 		if err != nil {
 			return nil, err
 		}
-		return lsm.Open(opts, lsm.Options{Dir: env.Dir, Cache: cache, HeapSnapshots: cfg.HeapSnapshots, DownloadCache: dc, Logger: pl})
+		lo := lsm.Options{Dir: env.Dir, Cache: cache, HeapSnapshots: cfg.HeapSnapshots, DownloadCache: dc, Logger: pl}
+		if cfg.LSMRemote {
+			lo.Remote = &lsm.RemoteOptions{Store: opts.Store, CacheBytes: cfg.LSMRemoteCacheBytes, LeaseInterval: cfg.LSMLeaseInterval}
+		}
+		return lsm.Open(opts, lo)
 	}
 	return s, nil
 }

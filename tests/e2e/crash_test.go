@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io/fs"
 	"math"
 	"math/rand/v2"
 	"os"
+	"path/filepath"
 	"reflect"
 	"slices"
 	"sort"
@@ -441,6 +443,14 @@ func TestCrashRestartChangelog(t *testing.T) {
 	runCrashRestart(t, true, "--changelog", "--materialize-interval", "150ms")
 }
 
+// TestCrashRestartLSMRemote is TestCrashRestartEndToEnd with every lsm
+// instance in remote mode (--lsm-remote): its checkpoints hand SSTs over,
+// restores after each kill reference them in place, and what the killed
+// daemon's instances held is the sweep's.
+func TestCrashRestartLSMRemote(t *testing.T) {
+	runCrashRestart(t, false, "--lsm-remote")
+}
+
 func runCrashRestart(t *testing.T, changelog bool, args ...string) {
 	seed := uint64(time.Now().UnixNano())
 	if s := os.Getenv("STATED_E2E_SEED"); s != "" {
@@ -568,6 +578,20 @@ func runCrashRestart(t *testing.T, changelog bool, args ...string) {
 		confirmed, nextID = runUntilKill(ctx, t, p, c, tasks, nextID, confirmed, minDone, killAfter)
 		closeTasks(tasks)
 		c.Close()
+	}
+	if slices.Contains(args, "--lsm-remote") {
+		// The mode took effect: the lsm tasks' SSTs are in the checkpoint
+		// store's lsm directory.
+		n := 0
+		_ = filepath.WalkDir(filepath.Join(dir, "checkpoints", crashJob, "shared", "lsm"), func(_ string, d fs.DirEntry, err error) error {
+			if err == nil && strings.HasSuffix(d.Name(), ".sst") {
+				n++
+			}
+			return nil
+		})
+		if n == 0 {
+			t.Fatalf("--lsm-remote: no SST under %s", filepath.Join(dir, "checkpoints", crashJob, "shared", "lsm"))
+		}
 	}
 }
 

@@ -1,0 +1,305 @@
+package lsm
+
+// Restores by reference in remote mode (docs/lsm-remote.md): a fresh DB
+// ingests the handles' SSTs as external files bounded to the instance's
+// key groups, without reading or copying them; cold reads fetch blocks
+// (and fill the secondary cache) later.
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/sstable"
+	"github.com/cockroachdb/pebble/v2/vfs"
+
+	"github.com/statedhq/stated/backend"
+	"github.com/statedhq/stated/backend/lsm/remotestore"
+	"github.com/statedhq/stated/tiered"
+)
+
+// refTable is one handle file to ingest by reference, bounded.
+type refTable struct {
+	f    backend.FileRef
+	ext  pebble.ExternalFile
+	hidx int // index of its handle, for the order of L0 files
+}
+
+// remoteRestore opens b.db from b.opts.Restore by reference. claim: the
+// instance may keep referencing the objects (it marks them as its own
+// holder); otherwise its first checkpoint copies them (remoteSnapshot).
+func (b *Backend) remoteRestore(ctx context.Context, claim bool) (states []backend.StateDescriptor, err error) {
+	began := time.Now()
+	task := b.opts.Task
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("lsm: restore %s: %w: pebble failed on the restored tables: %v", task, backend.ErrCorrupt, r)
+		}
+	}()
+	tables, canonical, err := b.planRemoteRestore()
+	if err != nil {
+		return nil, err
+	}
+	for _, h := range b.opts.Restore {
+		states = append(states, h.States...)
+	}
+	b.db, err = pebble.Open(b.dbDir, b.pebbleOptions(false))
+	if err != nil {
+		return nil, fmt.Errorf("lsm: restore %s: pebble in %s: %w", task, b.dbDir, err)
+	}
+	if err := b.remoteStart(); err != nil {
+		return nil, err
+	}
+	objects := map[string]int64{}
+	for _, t := range tables {
+		objects[t.f.Path] = t.f.Size
+	}
+	names := slices.Sorted(func(yield func(string) bool) {
+		for n := range objects {
+			if !yield(n) {
+				return
+			}
+		}
+	})
+	for n, size := range objects {
+		b.remote.setSize(n, size)
+	}
+	if err := b.checkObjects(ctx, names, objects); err != nil {
+		return nil, err
+	}
+	if claim {
+		// Our markers first: from now on the objects stay while we live,
+		// whatever happens to the checkpoint restored from.
+		err := parallel(ctx, b.lo.UploadConcurrency, len(names), func(ctx context.Context, i int) error {
+			return tiered.PutBytes(ctx, b.opts.RestoreStore, remotestore.InstanceMarker(names[i], b.remote.creator), nil)
+		})
+		b.remote.externals = names
+		if err != nil {
+			return nil, fmt.Errorf("lsm: restore %s: mark the restored objects: %w", task, err)
+		}
+	} else {
+		b.remote.unclaimed = len(names) > 0
+	}
+	if _, err := b.ingestByReference(ctx, tables); err != nil {
+		return nil, err
+	}
+	for i, c := range canonical {
+		if err := b.copyFromCanonical(ctx, c.h, c.runs, i); err != nil {
+			return nil, err
+		}
+	}
+	st := &b.rstats
+	st.Handles = len(b.opts.Restore)
+	st.FilesReferenced = len(tables)
+	for _, t := range tables {
+		st.BytesReferenced += t.f.Size
+	}
+	st.Total = time.Since(began)
+	return states, nil
+}
+
+// planRemoteRestore assigns each key group of the instance to the first
+// handle listed that holds it (as planRestore does) and bounds the tables
+// of each remote-mode lsm handle to the runs of key groups it owns, so the
+// tables of several handles never overlap. Heap and file handles become
+// canonical steps, copied in after the ingestion.
+func (b *Backend) planRemoteRestore() ([]refTable, []restoreStep, error) {
+	task := b.opts.Task
+	r := b.opts.KeyGroups
+	owner := make([]int, r.Len())
+	for i := range owner {
+		owner[i] = -1
+		for j, h := range b.opts.Restore {
+			if h.KeyGroups.Contains(r.Start + i) {
+				owner[i] = j
+				break
+			}
+		}
+	}
+	var out []refTable
+	var canonical []restoreStep
+	for hi, h := range b.opts.Restore {
+		runs := ownedRuns(r, owner, hi)
+		switch {
+		case h.Backend == backend.KindHeap || h.Backend == backend.KindFile:
+			if len(runs) > 0 {
+				canonical = append(canonical, restoreStep{index: hi, h: h, runs: runs})
+			}
+			continue
+		case h.Backend != backend.KindLSM:
+			return nil, nil, fmt.Errorf("lsm: restore %s: %w: handle of %s has backend %q", task, backend.ErrIncompatible, h.Task, h.Backend)
+		}
+		for _, f := range h.Files {
+			if f.Table == nil {
+				return nil, nil, fmt.Errorf("lsm: restore %s: %w: checkpoint %d of %s was written in local mode (file %s has no table reference); restore it without remote mode or from a canonical savepoint",
+					task, backend.ErrIncompatible, h.CheckpointID, h.Task, f.Path)
+			}
+			if f.Size <= 0 {
+				return nil, nil, fmt.Errorf("lsm: restore %s: %w: checkpoint %d of %s: table %s has size %d",
+					task, backend.ErrCorrupt, h.CheckpointID, h.Task, f.Path, f.Size)
+			}
+		}
+		for _, run := range runs {
+			span := keyGroupSpan(run)
+			for _, f := range h.Files {
+				tr := f.Table
+				e := pebble.ExternalFile{Locator: externalLocator, ObjName: f.Path, Size: uint64(f.Size), HasPointKey: true,
+					StartKey: tr.Smallest, EndKey: tr.Largest, EndKeyIsInclusive: true}
+				if bytes.Compare(e.StartKey, span.Start) < 0 {
+					e.StartKey = span.Start
+				}
+				if bytes.Compare(e.EndKey, span.End) >= 0 {
+					e.EndKey, e.EndKeyIsInclusive = span.End, false
+				}
+				if c := bytes.Compare(e.StartKey, e.EndKey); c > 0 || (c == 0 && !e.EndKeyIsInclusive) {
+					continue // nothing of the run's key groups
+				}
+				out = append(out, refTable{f: f, ext: e, hidx: hi})
+			}
+		}
+	}
+	return out, canonical, nil
+}
+
+func maxKey(a, b []byte) []byte {
+	if bytes.Compare(a, b) >= 0 {
+		return a
+	}
+	return b
+}
+
+func minKey(a, b []byte) []byte {
+	if bytes.Compare(a, b) <= 0 {
+		return a
+	}
+	return b
+}
+
+// ingestByReference ingests the tables: one IngestExternalFiles per level
+// from L6 to L1 (files of one level never overlap, and the handles'
+// bounded spans are disjoint), then one per L0 file, oldest first. Each
+// ingestion gets a newer sequence number than the one before, so newer
+// levels shadow older ones as in the source. It returns the number of
+// ingestions.
+func (b *Backend) ingestByReference(ctx context.Context, tables []refTable) (int, error) {
+	var batches [][]pebble.ExternalFile
+	for level := backend.MaxTableLevel; level >= 1; level-- {
+		var batch []pebble.ExternalFile
+		for _, t := range tables {
+			if t.f.Table.Level == level {
+				batch = append(batch, t.ext)
+			}
+		}
+		if len(batch) > 0 {
+			slices.SortFunc(batch, func(x, y pebble.ExternalFile) int { return bytes.Compare(x.StartKey, y.StartKey) })
+			batches = append(batches, batch)
+		}
+	}
+	var l0 []refTable
+	for _, t := range tables {
+		if t.f.Table.Level == 0 {
+			l0 = append(l0, t)
+		}
+	}
+	slices.SortStableFunc(l0, func(x, y refTable) int {
+		if x.hidx != y.hidx {
+			return x.hidx - y.hidx
+		}
+		switch {
+		case x.f.Table.LargestSeq < y.f.Table.LargestSeq:
+			return -1
+		case x.f.Table.LargestSeq > y.f.Table.LargestSeq:
+			return 1
+		}
+		return 0
+	})
+	for _, t := range l0 {
+		batches = append(batches, []pebble.ExternalFile{t.ext})
+	}
+	for _, batch := range batches {
+		if _, err := b.db.IngestExternalFiles(ctx, batch); err != nil {
+			return 0, fmt.Errorf("lsm: restore %s: %w: ingest %d tables by reference (first %s): %v",
+				b.opts.Task, backend.ErrCorrupt, len(batch), batch[0].ObjName, err)
+		}
+	}
+	return len(batches), nil
+}
+
+// checkObjects checks that every object exists with the size its handle
+// says (one Stat each) and, with RemoteOptions.VerifyRestore, reads each
+// whole and checks its block checksums.
+func (b *Backend) checkObjects(ctx context.Context, names []string, sizes map[string]int64) error {
+	task := b.opts.Task
+	ro := b.pebbleOptions(true).MakeReaderOptions()
+	return parallel(ctx, b.lo.UploadConcurrency, len(names), func(ctx context.Context, i int) error {
+		name := names[i]
+		info, err := b.opts.RestoreStore.Stat(ctx, name)
+		if tiered.IsNotFound(err) {
+			return fmt.Errorf("lsm: restore %s: %w: table %s: %v", task, backend.ErrNotFound, name, err)
+		}
+		if err != nil {
+			return fmt.Errorf("lsm: restore %s: table %s: %w", task, name, err)
+		}
+		if info.Size != sizes[name] {
+			return fmt.Errorf("lsm: restore %s: %w: table %s has %d bytes, its handle says %d",
+				task, backend.ErrCorrupt, name, info.Size, sizes[name])
+		}
+		if !b.lo.Remote.VerifyRestore {
+			return nil
+		}
+		// A local copy: Pebble's remote readable (NewRemoteReadable)
+		// dereferences a nil function on the first failed read.
+		err = b.validateTable(ctx, name, fmt.Sprintf("verify-%d.sst", i), ro)
+		if cerr := ctx.Err(); cerr != nil {
+			return fmt.Errorf("lsm: restore %s: table %s: %w", task, name, cerr)
+		}
+		if err != nil {
+			return fmt.Errorf("lsm: restore %s: %w: table %s: %v", task, backend.ErrCorrupt, name, err)
+		}
+		return nil
+	})
+}
+
+// validateTable copies the object name to a local file and checks every
+// block checksum of it as an SST.
+func (b *Backend) validateTable(ctx context.Context, name, local string, ro sstable.ReaderOptions) (err error) {
+	fs := b.lo.FS
+	dir := fs.PathJoin(b.lo.Dir, "restore")
+	if err := fs.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	path := fs.PathJoin(dir, local)
+	defer func() { _ = fs.Remove(path) }()
+	rc, err := b.opts.RestoreStore.Get(ctx, name)
+	if err != nil {
+		return err
+	}
+	f, err := fs.Create(path, vfs.WriteCategoryUnspecified)
+	if err == nil {
+		_, err = io.Copy(f, rc)
+		err = errors.Join(err, f.Close())
+	}
+	if err = errors.Join(err, rc.Close()); err != nil {
+		return err
+	}
+	rf, err := fs.Open(path)
+	if err != nil {
+		return err
+	}
+	readable, err := sstable.NewSimpleReadable(rf)
+	if err != nil {
+		rf.Close()
+		return err
+	}
+	rd, err := sstable.NewReader(ctx, readable, ro)
+	if err != nil {
+		readable.Close()
+		return err
+	}
+	return errors.Join(rd.ValidateBlockChecksums(), rd.Close())
+}

@@ -1,0 +1,278 @@
+package lsm
+
+// Checkpoints by hand-off in remote mode (docs/lsm-remote.md): the
+// snapshot uploads nothing. It flushes, lists the remote SSTs of the
+// current version, and gives each a marker of this checkpoint attempt,
+// which holds the object for the catalog from then on: Pebble deletes an
+// object only when no marker of anyone is left.
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync/atomic"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/objstorage"
+
+	"github.com/statedhq/stated/backend"
+	"github.com/statedhq/stated/backend/lsm/remotestore"
+	"github.com/statedhq/stated/tiered"
+)
+
+// maxHandOffAttempts bounds the retries of a hand-off whose SSTs keep
+// leaving the version (compactions finishing meanwhile). Each retry takes
+// the newer version; a handful is the most the spike saw per checkpoint.
+const maxHandOffAttempts = 64
+
+// liveTable is one SST of the version and the object behind it.
+type liveTable struct {
+	// path is the object's name in the checkpoint root (the handle's
+	// FileRef.Path), size the object's size.
+	path string
+	size int64
+	// external: the object was ingested by reference (the instance's
+	// marker holds it); else Pebble created it (Pebble's marker holds it).
+	external bool
+	level    int
+	table    backend.TableRef
+}
+
+// remoteTables lists the SSTs of the current version. It fails when a
+// table is local (remote mode creates none) or when a compaction removed a
+// table between the two listings (the caller retries).
+func (b *Backend) remoteTables() ([]liveTable, error) {
+	levels, err := b.db.SSTables()
+	if err != nil {
+		return nil, fmt.Errorf("list tables: %w", err)
+	}
+	prov := b.db.ObjProvider()
+	metas := map[uint64]objstorage.ObjectMetadata{}
+	for _, m := range prov.List() {
+		metas[uint64(m.DiskFileNum)] = m
+	}
+	var out []liveTable
+	for level, tables := range levels {
+		for _, ti := range tables {
+			m, ok := metas[uint64(ti.BackingSSTNum)]
+			if !ok {
+				return nil, fmt.Errorf("L%d table %s: its object is gone (a compaction removed it)", level, ti.FileNum)
+			}
+			t := liveTable{level: level, table: backend.TableRef{Level: level,
+				Smallest: slices.Clone(ti.Smallest.UserKey), Largest: slices.Clone(ti.Largest.UserKey),
+				SmallestSeq: uint64(ti.SmallestSeqNum), LargestSeq: uint64(ti.LargestSeqNum)}}
+			switch {
+			case m.IsExternal():
+				t.external = true
+				t.path = m.Remote.CustomObjectName
+				t.size, ok = b.remote.sizeOf(t.path)
+				if !ok {
+					return nil, fmt.Errorf("L%d table %s: external object %s was not restored by this instance", level, ti.FileNum, t.path)
+				}
+			case m.IsShared():
+				name, ok := strings.CutPrefix(prov.Path(m), "remote-"+string(remoteLocator)+"://")
+				if !ok {
+					return nil, fmt.Errorf("L%d table %s: object %s has another locator", level, ti.FileNum, prov.Path(m))
+				}
+				t.path = b.remote.prefix + name
+				if t.size, ok = b.remote.sizeOf(t.path); !ok {
+					if ti.Virtual {
+						n, err := prov.Size(m)
+						if err != nil {
+							return nil, fmt.Errorf("L%d table %s: size of %s: %w", level, ti.FileNum, t.path, err)
+						}
+						t.size = n
+					} else {
+						t.size = int64(ti.Size)
+					}
+					b.remote.setSize(t.path, t.size)
+				}
+			default:
+				return nil, fmt.Errorf("L%d table %s is local, not in the store", level, ti.FileNum)
+			}
+			out = append(out, t)
+		}
+	}
+	return out, nil
+}
+
+// remoteSnapshot is Snapshot in remote mode. Everything happens in the
+// synchronous part, with writes paused: a marker must be written while
+// the SST is still in the version, and the version moves on as soon as
+// writes resume. The cost is two small store calls per SST (a put of an
+// empty marker, a listing), run UploadConcurrency at a time.
+func (b *Backend) remoteSnapshot(ctx context.Context, id uint64) (backend.PendingSnapshot, error) {
+	task := b.opts.Task
+	fail := func(format string, args ...any) error {
+		return fmt.Errorf("lsm: checkpoint %d of %s: "+format, append([]any{id, task}, args...)...)
+	}
+	var h *backend.Handle
+	err := b.Exclusive(func(states []backend.StateDescriptor) error {
+		if err := b.db.Flush(); err != nil {
+			return fail("flush: %w", err)
+		}
+		if b.remote.unclaimed {
+			// No-claim (or a restore from another store): the first
+			// checkpoint shares no object with the restored one.
+			if err := b.rewriteSpan(ctx, b.instanceSpan(), "unclaimed"); err != nil {
+				return fail("copy the restored tables: %w", err)
+			}
+			b.remote.unclaimed = false
+		}
+		var last error
+		for attempt := 0; attempt < maxHandOffAttempts; attempt++ {
+			if err := ctx.Err(); err != nil {
+				return fail("%w", err)
+			}
+			tables, err := b.remoteTables()
+			if err != nil {
+				last = err
+				continue
+			}
+			ok, err := b.handOff(ctx, id, tables)
+			if err != nil {
+				return fail("%w", err)
+			}
+			if !ok {
+				last = errors.New("an SST left the version during the hand-off")
+				b.remote.retries.Add(1)
+				continue
+			}
+			h = b.remoteHandle(id, states, tables)
+			if err := h.Validate(); err != nil {
+				return fail("built an invalid handle: %w", err)
+			}
+			return nil
+		}
+		return fail("%w: no stable version in %d hand-off attempts (last: %v)", backend.ErrDeclined, maxHandOffAttempts, last)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &handedOff{h: h}, nil
+}
+
+// handOff writes one marker of a new attempt of checkpoint id on every
+// table's object and checks that the live holder still holds it: Pebble's
+// marker for the SSTs it created (sharedUnref deletes its marker before
+// it lists the others, so a marker written while Pebble's exists is always
+// seen), this instance's own marker for ingested ones (removed only at
+// Close). It reports false, after taking back this attempt's markers,
+// when an SST is leaving the version.
+func (b *Backend) handOff(ctx context.Context, id uint64, tables []liveTable) (bool, error) {
+	attempt, err := randomID()
+	if err != nil {
+		return false, err
+	}
+	attempt = attempt[:16]
+	store := b.lo.Remote.Store
+	objects := map[string]liveTable{}
+	for _, t := range tables {
+		objects[t.path] = t
+	}
+	names := make([]string, 0, len(objects))
+	for n := range objects {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	var left atomic.Bool
+	mine := fmt.Sprintf("%d.", b.remote.creator)
+	err = parallel(ctx, b.lo.UploadConcurrency, len(names), func(ctx context.Context, i int) error {
+		obj := names[i]
+		if err := tiered.PutBytes(ctx, store, remotestore.CheckpointMarker(obj, b.opts.Task.Job, id, attempt), nil); err != nil {
+			return fmt.Errorf("mark %s: %w", obj, err)
+		}
+		if objects[obj].external {
+			return nil
+		}
+		markers, err := remotestore.Markers(ctx, store, obj)
+		if err != nil {
+			return err
+		}
+		if !slices.ContainsFunc(markers, func(m string) bool {
+			return strings.HasPrefix(m, obj+remotestore.MarkerInfix+mine)
+		}) {
+			left.Store(true)
+		}
+		return nil
+	})
+	if err == nil && !left.Load() {
+		return true, nil
+	}
+	// Take this attempt's markers back with the unref rule: an object
+	// whose Pebble marker is gone is deleted once ours goes too.
+	for _, obj := range names {
+		marker := remotestore.CheckpointMarker(obj, b.opts.Task.Job, id, attempt)
+		if _, uerr := remotestore.UnrefNamed(ctx, store, obj, marker); uerr != nil && err == nil {
+			err = uerr
+		}
+	}
+	return false, err
+}
+
+// remoteHandle is the handle of a hand-off: one shared, size-only file per
+// table, in the order a restore ingests them.
+func (b *Backend) remoteHandle(id uint64, states []backend.StateDescriptor, tables []liveTable) *backend.Handle {
+	h := &backend.Handle{
+		Version:        backend.HandleVersionRemote,
+		Backend:        backend.KindLSM,
+		Task:           b.opts.Task,
+		CheckpointID:   id,
+		KeyGroups:      b.opts.KeyGroups,
+		MaxParallelism: b.opts.MaxParallelism,
+		States:         states,
+	}
+	for _, t := range tables {
+		tr := t.table
+		kb := backend.KeyGroupRange{Start: keyGroupOf(tr.Smallest), End: keyGroupOf(tr.Largest)}
+		h.Files = append(h.Files, backend.FileRef{Path: t.path, Size: t.size, Shared: true, SizeOnly: true,
+			KeyGroupBounds: &kb, Table: &tr})
+		h.FullSize += t.size
+	}
+	return h
+}
+
+// keyGroupOf is the key group of a stored key (its two-byte prefix).
+func keyGroupOf(k []byte) int {
+	if len(k) < 2 {
+		return 0
+	}
+	return int(binary.BigEndian.Uint16(k))
+}
+
+// instanceSpan is the key span of the instance's key groups.
+func (b *Backend) instanceSpan() pebble.KeyRange {
+	return keyGroupSpan(b.opts.KeyGroups)
+}
+
+// keyGroupSpan is the key span of the key groups r: [r.Start, r.End+1).
+func keyGroupSpan(r backend.KeyGroupRange) pebble.KeyRange {
+	return pebble.KeyRange{Start: binary.BigEndian.AppendUint16(nil, uint16(r.Start)),
+		End: binary.BigEndian.AppendUint16(nil, uint16(r.End+1))}
+}
+
+// handedOff is the pending snapshot of a hand-off: its work is done.
+type handedOff struct {
+	h    *backend.Handle
+	used atomic.Bool
+}
+
+// Run implements backend.PendingSnapshot.
+func (p *handedOff) Run(ctx context.Context) (*backend.Handle, error) {
+	if !p.used.CompareAndSwap(false, true) {
+		return nil, fmt.Errorf("lsm: checkpoint %d of %s: %w: snapshot already run or released",
+			p.h.CheckpointID, p.h.Task, backend.ErrInvalidArgument)
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("lsm: checkpoint %d of %s: %w", p.h.CheckpointID, p.h.Task, err)
+	}
+	return p.h, nil
+}
+
+// Release implements backend.PendingSnapshot. The markers stay: the
+// catalog's abort or its sweep removes those of a checkpoint that never
+// completes.
+func (p *handedOff) Release() { p.used.Store(true) }

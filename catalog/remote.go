@@ -1,0 +1,191 @@
+package catalog
+
+// Objects of lsm remote mode ("<job>/shared/lsm/": SSTs Pebble created in
+// the store, their ref markers, instances' leases; see
+// backend/lsm/remotestore/markers.go and docs/lsm-remote.md). The catalog
+// never deletes such an SST outright: a live instance's Pebble may still
+// hold it. It removes the markers of checkpoints that are neither retained
+// nor in flight, and deletes the SST only when no marker of anyone is left
+// (Pebble's own rule), so Pebble and the registry never disagree. The
+// sweep also removes, after the grace period, the markers of instances
+// whose lease went stale (crashed), and then the SSTs nothing holds.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/statedhq/stated/backend/lsm/remotestore"
+	"github.com/statedhq/stated/tiered"
+)
+
+// lsmDir is the directory of remote-mode lsm objects inside a job's shared
+// directory. Frozen: backend/lsm writes there.
+const lsmDir = sharedDir + "/lsm/"
+
+// minLeaseWindow is the least age at which the sweep takes an instance's
+// lease for stale, whatever its grace period: a "stated gc" may run with
+// a shorter grace than the daemon's. The daemon refreshes leases every
+// quarter of its grace period, at least every minute.
+const minLeaseWindow = 5 * time.Minute
+
+// isRemoteLSM reports whether name is under a job's lsm remote directory.
+func isRemoteLSM(name string) bool {
+	n := classify(name)
+	return n.kind == objShared && strings.HasPrefix(name, n.job+"/"+lsmDir)
+}
+
+// checkpointHeldLocked reports whether checkpoint id of job is retained or
+// in flight: its markers hold their objects.
+func (c *Catalog) checkpointHeldLocked(job string, id uint64) bool {
+	if _, ok := c.mu.entries[ref{job, id}]; ok {
+		return true
+	}
+	j := c.mu.jobs[job]
+	return j != nil && j.inflight[id] != nil
+}
+
+// releaseRemote lets go of remote SSTs no retained checkpoint references
+// any more: it removes the markers of checkpoints neither retained nor in
+// flight, then deletes each SST no marker holds. An SST the registry or a
+// pending handle still references is left alone.
+func (c *Catalog) releaseRemote(ctx context.Context, names []string) error {
+	var errs []error
+	for _, n := range names {
+		c.mu.Lock()
+		live := c.referencedLocked(n)
+		c.mu.Unlock()
+		if live {
+			continue
+		}
+		if err := c.opts.Guard(ctx); err != nil {
+			// A node that does not lead must not delete.
+			return fmt.Errorf("catalog: release %s: %w", n, err)
+		}
+		_, err := remotestore.Unref(ctx, c.store, n, func(m remotestore.Marker) bool {
+			if m.Kind != remotestore.MarkerCheckpoint {
+				return false
+			}
+			c.mu.Lock()
+			defer c.mu.Unlock()
+			return !c.checkpointHeldLocked(m.Job, m.Checkpoint)
+		})
+		if err != nil {
+			errs = append(errs, fmt.Errorf("catalog: release %s: %w", n, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// splitRemote separates remote-mode lsm SSTs from the other names; their
+// markers and leases are the sweep's alone (dropped here).
+func splitRemote(names []string) (ssts, rest []string) {
+	for _, n := range names {
+		switch {
+		case !isRemoteLSM(n):
+			rest = append(rest, n)
+		case remotestore.IsObject(n):
+			ssts = append(ssts, n)
+		}
+	}
+	return ssts, rest
+}
+
+// sweepRemote is the sweep of the remote-mode lsm objects of a listing.
+// After the grace period it removes: markers of checkpoints neither
+// retained nor in flight; Pebble and instance markers of creators whose
+// lease is missing or stale (a crashed instance); stale leases; and SSTs
+// that nothing references and no marker holds. Names it cannot read stay.
+func (c *Catalog) sweepRemote(ctx context.Context, rep *GCReport, objects []tiered.ObjectInfo, dryRun bool) error {
+	now := c.opts.Clock()
+	cutoff := now.Add(-c.opts.GCGrace)
+	// A lease is stale past the grace period, but never sooner than
+	// minLeaseWindow: with a short grace (a "stated gc --gc-grace 1s") a
+	// live instance's lease must not look stale between refreshes.
+	leaseCutoff := now.Add(-max(c.opts.GCGrace, minLeaseWindow))
+	live := map[uint64]bool{}
+	for _, o := range objects {
+		if cr, ok := remotestore.ParseLease(o.Name); ok && o.ModTime.After(leaseCutoff) {
+			live[cr] = true
+		}
+	}
+	held := map[string]int{} // SST -> markers that stay
+	var deadMarkers []tiered.ObjectInfo
+	var ssts, staleLeases []tiered.ObjectInfo
+	c.mu.Lock()
+	for _, o := range objects {
+		if remotestore.IsObject(o.Name) {
+			ssts = append(ssts, o)
+			continue
+		}
+		if cr, ok := remotestore.ParseLease(o.Name); ok {
+			if !live[cr] {
+				staleLeases = append(staleLeases, o)
+			}
+			continue
+		}
+		m, ok := remotestore.ParseMarker(o.Name)
+		if !ok {
+			rep.Unknown++
+			continue
+		}
+		dead := false
+		if !o.ModTime.After(cutoff) {
+			switch m.Kind {
+			case remotestore.MarkerPebble, remotestore.MarkerInstance:
+				dead = !live[m.Creator]
+			case remotestore.MarkerCheckpoint:
+				dead = !c.checkpointHeldLocked(m.Job, m.Checkpoint)
+			}
+		}
+		if dead {
+			deadMarkers = append(deadMarkers, o)
+		} else {
+			held[m.Object]++
+		}
+	}
+	var orphans []tiered.ObjectInfo
+	for _, o := range ssts {
+		if held[o.Name] == 0 && !o.ModTime.After(cutoff) && !c.referencedLocked(o.Name) {
+			orphans = append(orphans, o)
+		}
+	}
+	c.mu.Unlock()
+	if dryRun {
+		rep.Orphans = append(rep.Orphans, slices.Concat(deadMarkers, staleLeases, orphans)...)
+		for _, o := range slices.Concat(deadMarkers, staleLeases, orphans) {
+			rep.Bytes += o.Size
+		}
+		return nil
+	}
+	names := make([]string, 0, len(deadMarkers)+len(staleLeases))
+	for _, o := range slices.Concat(deadMarkers, staleLeases) {
+		names = append(names, o.Name)
+	}
+	if err := c.deleteRetried(ctx, names); err != nil {
+		return fmt.Errorf("catalog: gc: remove stale lsm markers: %w", err)
+	}
+	rep.Orphans = append(rep.Orphans, deadMarkers...)
+	rep.Orphans = append(rep.Orphans, staleLeases...)
+	var errs []error
+	for _, o := range orphans {
+		if err := c.opts.Guard(ctx); err != nil {
+			return fmt.Errorf("catalog: gc: %w", err)
+		}
+		// Unref lists the markers again: a holder may have marked the SST
+		// since the listing (a hand-off of a restored instance).
+		deleted, err := remotestore.Unref(ctx, c.store, o.Name, func(remotestore.Marker) bool { return false })
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if deleted {
+			rep.Orphans = append(rep.Orphans, o)
+			rep.Bytes += o.Size
+		}
+	}
+	return errors.Join(errs...)
+}
