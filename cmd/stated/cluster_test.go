@@ -12,11 +12,16 @@ import (
 
 	"github.com/statedhq/stated/cluster"
 	"github.com/statedhq/stated/node"
+	"github.com/statedhq/stated/tiered/memstore"
 )
+
+// clusterStore is the checkpoint store every node of the test's
+// cluster shares.
+var clusterStore = memstore.New()
 
 func clusterNode(t *testing.T, id, peers string, ln net.Listener) *node.Node {
 	t.Helper()
-	nd, err := node.Open(context.Background(), node.Options{DataDir: filepath.Join(t.TempDir(), "d"), NoSocket: true,
+	nd, err := node.Open(context.Background(), node.Options{DataDir: filepath.Join(t.TempDir(), "d"), NoSocket: true, Store: clusterStore,
 		Logger: slog.New(slog.DiscardHandler), NodeID: id, RaftAddr: ln.Addr().String(), RaftPeers: peers, ClusterToken: "secret",
 		TuneCluster: func(o *cluster.Options) {
 			o.Listener = ln
