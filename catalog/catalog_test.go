@@ -35,19 +35,7 @@ func openCat(t *testing.T, s tiered.Store, clk *testClock, mod ...func(*Options)
 func checkpoint(t *testing.T, c *Catalog, s tiered.Store, id uint64, tasks ...*fakeTask) *Manifest {
 	t.Helper()
 	job := tasks[0].task.Job
-	if err := c.BeginCheckpoint(job, id); err != nil {
-		t.Fatal(err)
-	}
-	for _, tk := range tasks {
-		tk.snapshot(id)
-		h, err := tk.upload(ctx, s, id)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := c.AddTaskHandle(job, id, h); err != nil {
-			t.Fatal(err)
-		}
-	}
+	report(t, c, s, id, tasks...)
 	m, err := c.Complete(ctx, job, id)
 	if err != nil {
 		t.Fatal(err)

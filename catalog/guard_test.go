@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/statedhq/stated/backend"
+	"github.com/statedhq/stated/tiered"
 	"github.com/statedhq/stated/tiered/memstore"
 )
 
@@ -42,17 +43,7 @@ func TestGuardStopsWritesAndDeletes(t *testing.T) {
 
 	deposed.Store(true)
 	a.state["k"] = "2"
-	if err := c.BeginCheckpoint("j", 2); err != nil {
-		t.Fatal(err)
-	}
-	a.snapshot(2)
-	h, err := a.upload(ctx, s, 2)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := c.AddTaskHandle("j", 2, h); err != nil {
-		t.Fatal(err)
-	}
+	report(t, c, s, 2, a)
 	if _, err := c.Complete(ctx, "j", 2); !errors.Is(err, errDeposed) {
 		t.Fatalf("complete on a deposed node: %v, want the guard's error", err)
 	}
@@ -101,17 +92,7 @@ func TestGuardFailingAfterTheManifest(t *testing.T) {
 	})
 	a := newFakeTask("j", "op", 0, backend.KeyGroupRange{Start: 0, End: 127})
 	a.state["k"] = "1"
-	if err := c.BeginCheckpoint("j", 1); err != nil {
-		t.Fatal(err)
-	}
-	a.snapshot(1)
-	h, err := a.upload(ctx, s, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := c.AddTaskHandle("j", 1, h); err != nil {
-		t.Fatal(err)
-	}
+	report(t, c, s, 1, a)
 	failAt.Store(calls.Load() + 2) // the check after the manifest's write
 	if _, err := c.Complete(ctx, "j", 1); !errors.Is(err, errDeposed) || !strings.Contains(err.Error(), "wrote its manifest") {
 		t.Fatalf("complete: %v", err)
@@ -187,5 +168,24 @@ func TestCompleteTasksWaitsForEveryTask(t *testing.T) {
 	h2.FullSize++
 	if err := c.AddTaskHandle("j", 2, &h2); !errors.Is(err, ErrExists) {
 		t.Fatalf("a second, different handle: %v", err)
+	}
+}
+
+// report begins checkpoint id and reports the handles of tasks, without
+// completing it.
+func report(t *testing.T, c *Catalog, s tiered.Store, id uint64, tasks ...*fakeTask) {
+	t.Helper()
+	if err := c.BeginCheckpoint(tasks[0].task.Job, id); err != nil {
+		t.Fatal(err)
+	}
+	for _, tk := range tasks {
+		tk.snapshot(id)
+		h, err := tk.upload(ctx, s, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := c.AddTaskHandle(tk.task.Job, id, h); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
