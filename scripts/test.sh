@@ -77,10 +77,14 @@ go test -count=1 -timeout 20m "$@" ./...
 # catalog's sweep, the node's assembly and shutdown, the stores and their
 # cache, lsm restores and their shared download cache, the changelog
 # writer's uploads, the crash test's drivers) once more under the race
-# detector.
+# detector (and the cluster's catalog service). Two slow suites run in the
+# pass above only: the spikes of Pebble's own shared storage, and the
+# remote-lsm ownership property test (real Pebble instances, single
+# goroutine per step), which take minutes under the detector.
 echo "== go test -race (concurrent packages)"
-go test -count=1 -race -timeout 20m "$@" ./api/... ./daemon/... ./backend/internal/... ./backend/lsm/ \
-  ./catalog/ ./node/ ./cluster/ ./tiered/... ./dstl/ ./tests/e2e/
+go test -count=1 -race -timeout 20m -skip '^(TestRemotePebble|TestRemoteOwnershipProperty)' "$@" \
+  ./api/... ./daemon/... ./backend/internal/... ./backend/lsm/ \
+  ./catalog/ ./catalogrpc/ ./node/ ./cluster/ ./tiered/... ./dstl/ ./tests/e2e/
 # The power-loss suite briefly: the lsm directories and the cache on a
 # MemFS that, in race builds, scrambles every buffer it was asked to
 # write (vfs.File allows it), while Pebble and the daemon work in the
