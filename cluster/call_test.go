@@ -6,6 +6,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 )
 
 // TestCallReachesTheLeadersService: a Call through any node runs on the
@@ -79,20 +80,14 @@ func TestJournalSurvivesTheLeader(t *testing.T) {
 	}
 	c.kill(l)
 	nl := c.leader()
-	if err := c.nodes[nl].Barrier(ctxT(t)); err != nil {
-		t.Fatal(err)
-	}
-	got := c.nodes[nl].JournalRead("r/j/")
+	got := c.journalOnLeader("r/j/")
 	if len(got) != 3 || string(got["r/j/02/a"]) != "r/j/02/a" {
 		t.Fatalf("the new leader's journal: %v", got)
 	}
 	if err := c.nodes[f].JournalDeleteRange(ctxT(t), "r/j/", "r/j/02/"); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.nodes[nl].Barrier(ctxT(t)); err != nil {
-		t.Fatal(err)
-	}
-	if got := c.nodes[nl].JournalRead("r/"); len(got) != 2 || got["r/j/02/a"] == nil || got["r/k/01/a"] == nil {
+	if got := c.journalOnLeader("r/"); len(got) != 2 || got["r/j/02/a"] == nil || got["r/k/01/a"] == nil {
 		t.Fatalf("after deleting r/j/ up to r/j/02/: %v", got)
 	}
 	err := c.nodes[f].JournalPut(ctxT(t), "big", make([]byte, maxJournalValue+1))
@@ -107,10 +102,26 @@ func TestJournalSurvivesTheLeader(t *testing.T) {
 	if err := c.nodes[nl].JournalPutMany(ctxT(t), map[string][]byte{"m/1": []byte("a"), "m/2": []byte("b")}); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.nodes[nl].Barrier(ctxT(t)); err != nil {
-		t.Fatal(err)
-	}
-	if got := c.nodes[nl].JournalRead("m/"); len(got) != 2 || string(got["m/2"]) != "b" {
+	if got := c.journalOnLeader("m/"); len(got) != 2 || string(got["m/2"]) != "b" {
 		t.Fatalf("after put-many: %v", got)
 	}
+}
+
+// journalOnLeader reads the journal under prefix on the leader once it
+// has applied everything committed (leadership may move under a slow
+// machine: it asks whichever node leads then).
+func (c *testCluster) journalOnLeader(prefix string) map[string][]byte {
+	c.t.Helper()
+	var err error
+	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); {
+		l := c.leader()
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		err = c.nodes[l].Barrier(ctx)
+		cancel()
+		if err == nil {
+			return c.nodes[l].JournalRead(prefix)
+		}
+	}
+	c.t.Fatalf("no leader applied the log: %v", err)
+	return nil
 }

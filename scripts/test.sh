@@ -77,12 +77,12 @@ go test -count=1 -timeout 20m "$@" ./...
 # catalog's sweep, the node's assembly and shutdown, the stores and their
 # cache, lsm restores and their shared download cache, the changelog
 # writer's uploads, the crash test's drivers) once more under the race
-# detector (and the cluster's catalog service). Two slow suites run in the
-# pass above only: the spikes of Pebble's own shared storage, and the
-# remote-lsm ownership property test (real Pebble instances, single
-# goroutine per step), which take minutes under the detector.
+# detector (and the cluster's catalog service). Three remote-lsm suites run
+# in the pass above only: the spikes of Pebble's own shared storage and
+# the ownership property test, which take minutes under the detector, and
+# the hand-off-vs-compaction test, which needs the two to meet in time.
 echo "== go test -race (concurrent packages)"
-go test -count=1 -race -timeout 20m -skip '^(TestRemotePebble|TestRemoteOwnershipProperty)' "$@" \
+go test -count=1 -race -timeout 20m -skip '^(TestRemotePebble|TestRemoteOwnershipProperty|TestRemoteHandOffRacesCompactions)' "$@" \
   ./api/... ./daemon/... ./backend/internal/... ./backend/lsm/ \
   ./catalog/ ./catalogrpc/ ./node/ ./cluster/ ./tiered/... ./dstl/ ./tests/e2e/
 # The power-loss suite briefly: the lsm directories and the cache on a
