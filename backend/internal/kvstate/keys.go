@@ -3,6 +3,7 @@ package kvstate
 import (
 	"encoding/binary"
 	"fmt"
+	"slices"
 
 	"github.com/statedhq/stated/backend"
 )
@@ -43,13 +44,28 @@ func KeyGroupOf(k []byte) (int, error) {
 	return int(binary.BigEndian.Uint16(k)), nil
 }
 
+// uvarintLen is the length of binary.AppendUvarint's encoding of n.
+func uvarintLen(n int) int {
+	l := 1
+	for ; n >= 0x80; n >>= 7 {
+		l++
+	}
+	return l
+}
+
 func appendBytes(b, x []byte) []byte {
 	b = binary.AppendUvarint(b, uint64(len(x)))
 	return append(b, x...)
 }
 
-// entryPrefix encodes the (state, key group, key, namespace) address.
+// entryPrefix encodes the (state, key group, key, namespace) address. It
+// grows buf once to the exact size (plus room for a map's user key of up to
+// 16 bytes): the key is built on every operation, and appending piecewise
+// to a nil buffer reallocated it up to four times.
 func entryPrefix(buf []byte, state string, k backend.Key) []byte {
+	n := 2 + uvarintLen(len(state)) + len(state) + uvarintLen(len(k.Key)) + len(k.Key) +
+		uvarintLen(len(k.Namespace)) + len(k.Namespace)
+	buf = slices.Grow(buf, n+16)
 	buf = binary.BigEndian.AppendUint16(buf, uint16(k.KeyGroup))
 	buf = binary.AppendUvarint(buf, uint64(len(state)))
 	buf = append(buf, state...)

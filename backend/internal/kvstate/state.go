@@ -39,6 +39,25 @@ type State struct {
 	mu     sync.RWMutex
 	states map[string]backend.StateDescriptor
 	closed bool
+	// scratch is the write target of the single-operation methods, which
+	// hold mu exclusively: Engine copies what it is given, so its key and
+	// value buffers are reused instead of allocated for every write.
+	scratch target
+}
+
+// single returns the scratch target; the caller holds mu exclusively. A
+// buffer grown by one large value is dropped, so an idle instance keeps at
+// most a small one.
+func (s *State) single() *target {
+	const keep = 64 << 10
+	if cap(s.scratch.key) > keep {
+		s.scratch.key = nil
+	}
+	if cap(s.scratch.val) > keep {
+		s.scratch.val = nil
+	}
+	s.scratch.w = s.eng
+	return &s.scratch
 }
 
 // New returns a State over eng.
@@ -192,6 +211,16 @@ func (s *State) checkKey(state string, k backend.Key) error {
 
 func (s *State) nowMs() int64 { return s.clock().UnixMilli() }
 
+// expiryOf is expiryFor at the current time, reading the clock only for a
+// state with a TTL (most have none, and the clock costs as much as the
+// rest of a write's checks).
+func (s *State) expiryOf(d backend.StateDescriptor) int64 {
+	if d.TTL <= 0 {
+		return 0
+	}
+	return expiryFor(d, s.nowMs())
+}
+
 func expiryFor(d backend.StateDescriptor, now int64) int64 {
 	if d.TTL <= 0 {
 		return 0
@@ -231,6 +260,11 @@ func (s *State) readLive(d backend.StateDescriptor, key []byte) ([]byte, int64, 
 	if err != nil {
 		return nil, 0, false, fmt.Errorf("state %q of %s: %w", d.Name, s.info.Task, err)
 	}
+	if expiry == 0 && !refreshOnRead(d) {
+		// Live whatever the time, and no refresh needs it: skip the
+		// clock, which costs as much as the rest of a read's checks.
+		return payload, 0, true, nil
+	}
 	now := s.nowMs()
 	if !live(expiry, now) {
 		return nil, now, false, nil
@@ -265,7 +299,7 @@ func (s *State) Get(state string, k backend.Key) ([]byte, bool, error) {
 func (s *State) Put(state string, k backend.Key, value []byte) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.put(&target{w: s.eng}, state, k, value)
+	return s.put(s.single(), state, k, value)
 }
 
 func (s *State) put(t *target, state string, k backend.Key, value []byte) error {
@@ -276,14 +310,14 @@ func (s *State) put(t *target, state string, k backend.Key, value []byte) error 
 	if err := s.checkSize(state, "value", value); err != nil {
 		return err
 	}
-	return t.w.Set(t.entryKey(state, k), t.value(expiryFor(d, s.nowMs()), value))
+	return t.w.Set(t.entryKey(state, k), t.value(s.expiryOf(d), value))
 }
 
 // Delete implements backend.Backend.
 func (s *State) Delete(state string, k backend.Key) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.delete(&target{w: s.eng}, state, k)
+	return s.delete(s.single(), state, k)
 }
 
 func (s *State) delete(t *target, state string, k backend.Key) error {
@@ -314,7 +348,7 @@ func (s *State) delete(t *target, state string, k backend.Key) error {
 func (s *State) ListAppend(state string, k backend.Key, values ...[]byte) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.listAppend(&target{w: s.eng}, state, k, values)
+	return s.listAppend(s.single(), state, k, values)
 }
 
 func (s *State) listAppend(t *target, state string, k backend.Key, values [][]byte) error {
@@ -325,7 +359,7 @@ func (s *State) listAppend(t *target, state string, k backend.Key, values [][]by
 	if len(values) == 0 {
 		return nil
 	}
-	expiry := expiryFor(d, s.nowMs())
+	expiry := s.expiryOf(d)
 	op := t.val[:0]
 	for _, v := range values {
 		if err := s.checkSize(state, "list element", v); err != nil {
@@ -399,7 +433,7 @@ func (s *State) MapContains(state string, k backend.Key, userKey []byte) (bool, 
 func (s *State) MapPut(state string, k backend.Key, userKey, value []byte) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.mapPut(&target{w: s.eng}, state, k, userKey, value)
+	return s.mapPut(s.single(), state, k, userKey, value)
 }
 
 func (s *State) mapPut(t *target, state string, k backend.Key, userKey, value []byte) error {
@@ -413,14 +447,14 @@ func (s *State) mapPut(t *target, state string, k backend.Key, userKey, value []
 	if err := s.checkSize(state, "map value", value); err != nil {
 		return err
 	}
-	return t.w.Set(t.mapKey(state, k, userKey), t.value(expiryFor(d, s.nowMs()), value))
+	return t.w.Set(t.mapKey(state, k, userKey), t.value(s.expiryOf(d), value))
 }
 
 // MapRemove implements backend.Backend.
 func (s *State) MapRemove(state string, k backend.Key, userKey []byte) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.mapRemove(&target{w: s.eng}, state, k, userKey)
+	return s.mapRemove(s.single(), state, k, userKey)
 }
 
 func (s *State) mapRemove(t *target, state string, k backend.Key, userKey []byte) error {
@@ -537,7 +571,7 @@ func (s *State) checkTimer(state string, t backend.Timer) error {
 func (s *State) RegisterTimer(state string, t backend.Timer) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.registerTimer(&target{w: s.eng}, state, t)
+	return s.registerTimer(s.single(), state, t)
 }
 
 func (s *State) registerTimer(t *target, state string, tm backend.Timer) error {
@@ -551,7 +585,7 @@ func (s *State) registerTimer(t *target, state string, tm backend.Timer) error {
 func (s *State) DeleteTimer(state string, t backend.Timer) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.deleteTimer(&target{w: s.eng}, state, t)
+	return s.deleteTimer(s.single(), state, t)
 }
 
 func (s *State) deleteTimer(t *target, state string, tm backend.Timer) error {
