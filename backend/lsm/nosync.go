@@ -2,13 +2,15 @@ package lsm
 
 import "github.com/cockroachdb/pebble/v2/vfs"
 
-// noSyncFS is a file system whose files never sync. The first open of a
-// restored store (and of the other handles' stores, which are thrown away)
-// runs on it: what that session writes (the clipping excises, a new
-// MANIFEST) only has to be readable by the second open, which the page
-// cache guarantees, not to survive a crash (a restore that crashes starts
-// over from the handles; the local directory is never reused). An excise
-// then costs no MANIFEST fsync: the clip step is metadata only.
+// noSyncFS is a file system whose files never sync. Every Pebble store an
+// instance opens runs on it (pebbleOptions): the live one, restored
+// stores' first opens and the temporary stores of other handles. What they
+// write only has to be readable later in the same process, which the page
+// cache guarantees, not to survive a crash: after a crash nothing local is
+// reused (Open clears the instance's directory and restores from the
+// checkpoint store, whose own writes are synced), and the WAL is off. A
+// restore's clip step is then metadata only, and an empty instance opens
+// without the dozen fsyncs of a new Pebble store.
 type noSyncFS struct{ vfs.FS }
 
 type noSyncFile struct{ vfs.File }

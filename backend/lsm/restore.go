@@ -271,7 +271,6 @@ func (b *Backend) openBase(ctx context.Context, s *restoreStep, reopen bool) (*b
 		o.DisableConsistencyCheck = true
 		o.DisableTableStats = true
 		o.DisableAutomaticCompactions = true
-		o.FS = noSyncFS{o.FS}
 	}
 	b.db, err = pebble.Open(b.dbDir, o)
 	st.Open = time.Since(start)
@@ -578,7 +577,6 @@ func (b *Backend) prepareExtra(ctx context.Context, s restoreStep, graft bool, s
 	o.DisableConsistencyCheck = true
 	o.DisableTableStats = true
 	o.DisableAutomaticCompactions = true
-	o.FS = noSyncFS{o.FS}
 	// A cache of its own: a copy reads each block once and must not evict
 	// the blocks of the daemon's live instances.
 	o.Cache = pebble.NewCache(8 << 20)
