@@ -25,4 +25,9 @@ var (
 	ErrState = errors.New("catalog: wrong checkpoint state")
 	// ErrClosed: the catalog was closed.
 	ErrClosed = errors.New("catalog: closed")
+	// ErrFenced: a report or completion of an instance whose task was
+	// opened again since (cluster mode): it holds a stale fencing token.
+	// daemon.ErrFenced is this error, so a shared catalog that checks
+	// tokens itself answers with the daemon's class.
+	ErrFenced = errors.New("fenced")
 )

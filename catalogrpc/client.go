@@ -91,7 +91,7 @@ type Client struct {
 	// this node made, by checkpoint: replayed to a new epoch. Entries
 	// go when the checkpoint completes, aborts or is released; they are
 	// bounded by the daemon's in-flight checkpoints.
-	pending map[ckpt]map[backend.TaskID][]byte
+	pending map[ckpt]map[backend.TaskID]report
 	// replays counts reports replayed to new epochs.
 	replays uint64
 }
@@ -102,7 +102,7 @@ func NewClient(opts Options) (*Client, error) {
 	if err := opts.validate(); err != nil {
 		return nil, err
 	}
-	return &Client{opts: opts, log: opts.Logger.With("component", "catalogrpc"), pending: map[ckpt]map[backend.TaskID][]byte{}}, nil
+	return &Client{opts: opts, log: opts.Logger.With("component", "catalogrpc"), pending: map[ckpt]map[backend.TaskID]report{}}, nil
 }
 
 // call runs method and decodes its answer; a new epoch first gets this
@@ -163,7 +163,7 @@ func (c *Client) replay(ctx context.Context) error {
 	c.mu.Lock()
 	type item struct {
 		k ckpt
-		h [][]byte
+		h []report
 	}
 	var items []item
 	for k, hs := range c.pending {
@@ -188,7 +188,7 @@ func (c *Client) replay(ctx context.Context) error {
 			continue
 		}
 		for _, h := range it.h {
-			a, err := c.once(ctx, mReport, &request{Job: it.k.job, ID: it.k.id, Handle: h})
+			a, err := c.once(ctx, mReport, &request{Job: it.k.job, ID: it.k.id, Handle: h.handle, Token: h.token})
 			if err != nil {
 				return err
 			}
@@ -206,16 +206,23 @@ func (c *Client) replay(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-func (c *Client) remember(k ckpt, t backend.TaskID, h []byte) {
+// report is a pending report: the encoded handle and the fencing token
+// it was made under (0: none), replayed as they were.
+type report struct {
+	handle []byte
+	token  uint64
+}
+
+func (c *Client) remember(k ckpt, t backend.TaskID, h []byte, token uint64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	m := c.pending[k]
 	if m == nil {
-		m = map[backend.TaskID][]byte{}
+		m = map[backend.TaskID]report{}
 		c.pending[k] = m
 	}
 	if t != (backend.TaskID{}) {
-		m[t] = h
+		m[t] = report{h, token}
 	}
 }
 
@@ -266,11 +273,21 @@ func (c *Client) BeginCheckpoint(job string, id uint64) error {
 	if _, err := c.call(ctx, mBegin, &request{Job: job, ID: id}); err != nil {
 		return err
 	}
-	c.remember(ckpt{job, id}, backend.TaskID{}, nil)
+	c.remember(ckpt{job, id}, backend.TaskID{}, nil, 0)
 	return nil
 }
 
 func (c *Client) AddTaskHandle(job string, id uint64, h *backend.Handle) error {
+	return c.AddFencedTaskHandle(job, id, h, 0)
+}
+
+// AddFencedTaskHandle is AddTaskHandle of an instance holding fencing
+// token (0: none): the hosting catalog keeps the report only while token
+// is its task's newest, checked in the same replicated write that keeps
+// it, and refuses it otherwise with an error wrapping catalog.ErrFenced
+// (daemon.ErrFenced). The daemon then needs no check of its own before
+// reporting.
+func (c *Client) AddFencedTaskHandle(job string, id uint64, h *backend.Handle, token uint64) error {
 	if h == nil {
 		return fmt.Errorf("%w: nil handle for checkpoint %d of job %s", catalog.ErrInvalidArgument, id, job)
 	}
@@ -280,10 +297,10 @@ func (c *Client) AddTaskHandle(job string, id uint64, h *backend.Handle) error {
 	}
 	ctx, cancel := c.bounded()
 	defer cancel()
-	if _, err := c.call(ctx, mReport, &request{Job: job, ID: id, Handle: enc}); err != nil {
+	if _, err := c.call(ctx, mReport, &request{Job: job, ID: id, Handle: enc, Token: token}); err != nil {
 		return err
 	}
-	c.remember(ckpt{job, id}, h.Task, enc)
+	c.remember(ckpt{job, id}, h.Task, enc, token)
 	return nil
 }
 

@@ -3,6 +3,7 @@ package catalogrpc
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -71,15 +72,25 @@ func (s *swapCaller) host(t *testing.T, store tiered.Store, epoch uint64) *catal
 type memJournal struct {
 	mu sync.Mutex
 	m  map[string][]byte
+	// tokens are the tasks' newest fencing tokens, for fenced records.
+	tokens map[backend.TaskID]uint64
 }
 
-func (j *memJournal) PutMany(_ context.Context, recs map[string][]byte) error {
+func (j *memJournal) PutMany(_ context.Context, recs map[string][]byte, fences map[string]Fence) (map[string]error, error) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
+	var refused map[string]error
 	for k, v := range recs {
+		if f, ok := fences[k]; ok && j.tokens[f.Task] != f.Token {
+			if refused == nil {
+				refused = map[string]error{}
+			}
+			refused[k] = fmt.Errorf("%w: %s holds token %d, not %d", catalog.ErrFenced, f.Task, j.tokens[f.Task], f.Token)
+			continue
+		}
 		j.m[k] = v
 	}
-	return nil
+	return refused, nil
 }
 
 func (j *memJournal) DeleteRange(_ context.Context, from, to string) error {
@@ -321,5 +332,112 @@ func TestJournalOutlivesTheReportingNode(t *testing.T) {
 	}
 	if got := j.Read(reportsPrefix); len(got) != 0 {
 		t.Fatalf("records left after the completion: %v", got)
+	}
+}
+
+// TestFencedReports: a report under a fencing token is kept only while
+// the token is its task's newest, checked by the journal write that keeps
+// it; a refusal keeps catalog.ErrFenced across the wire and the catalog
+// never sees the report. A report replayed to a new catalog carries its
+// token, so a replay cannot slip a fenced report in either.
+func TestFencedReports(t *testing.T) {
+	store := memstore.New()
+	a := backend.TaskID{Job: "j", Operator: "op", Subtask: 0}
+	j := &memJournal{m: map[string][]byte{}, tokens: map[backend.TaskID]uint64{a: 7}}
+	caller := &swapCaller{journal: j}
+	cat := caller.host(t, store, 1)
+	n := newClient(t, caller, store)
+	kg := backend.KeyGroupRangeForOperator(128, 1, 0)
+	for _, id := range []uint64{1, 2} {
+		if err := n.BeginCheckpoint("j", id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	err := n.AddFencedTaskHandle("j", 1, upload(t, store, a, kg, 1, "stale"), 6)
+	if !errors.Is(err, catalog.ErrFenced) || !strings.Contains(err.Error(), "holds token 7") {
+		t.Fatalf("a report under a stale token: %v", err)
+	}
+	if _, err := cat.CompleteTasks(ctx, "j", 1, []backend.TaskID{a}); err == nil {
+		t.Fatal("the catalog took the refused report: checkpoint 1 completed")
+	}
+	if err := n.AddFencedTaskHandle("j", 1, upload(t, store, a, kg, 1, "newest"), 7); err != nil {
+		t.Fatalf("a report under the newest token: %v", err)
+	}
+	if m, err := n.CompleteTasks(ctx, "j", 1, []backend.TaskID{a}); err != nil || len(m.Tasks) != 1 {
+		t.Fatalf("complete 1: %v", err)
+	}
+	// Checkpoint 2 is reported under token 7, then the task moves on
+	// (token 8) while the catalog's host changes: the replay is refused.
+	if err := n.AddFencedTaskHandle("j", 2, upload(t, store, a, kg, 2, "two"), 7); err != nil {
+		t.Fatal(err)
+	}
+	j.mu.Lock()
+	j.tokens[a] = 8
+	for k := range j.m {
+		delete(j.m, k) // a journal that lost it: only the replay can bring it back
+	}
+	j.mu.Unlock()
+	caller.host(t, store, 2)
+	if _, err := n.CompleteTasks(ctx, "j", 2, []backend.TaskID{a}); err == nil {
+		t.Fatal("checkpoint 2 completed from a report replayed under a stale token")
+	}
+	if n.Replays() == 0 {
+		t.Fatal("the client replayed nothing to the new catalog")
+	}
+	// Without a journal to check in, a server refuses fenced reports
+	// instead of taking them unchecked.
+	bare := &swapCaller{}
+	bare.host(t, store, 3)
+	nb := newClient(t, bare, store)
+	if err := nb.BeginCheckpoint("j", 3); err != nil {
+		t.Fatal(err)
+	}
+	if err := nb.AddFencedTaskHandle("j", 3, upload(t, store, a, kg, 3, "three"), 8); !errors.Is(err, catalog.ErrInvalidArgument) {
+		t.Fatalf("a fenced report to a server without a journal: %v", err)
+	}
+}
+
+// downJournal fails every write as a journal of a node that lost the
+// leadership does.
+type downJournal struct{ memJournal }
+
+func (j *downJournal) PutMany(context.Context, map[string][]byte, map[string]Fence) (map[string]error, error) {
+	return nil, fmt.Errorf("%w: leadership lost", ErrNotServing)
+}
+
+// TestNotServingIsNoAnswer: a server that stops hosting the catalog during
+// a call (its journal write lost the leadership, or its catalog closed)
+// answers with an error wrapping ErrNotServing, which the cluster retries
+// on the next leader, not with an answer that would fail the caller's
+// snapshot or completion.
+func TestNotServingIsNoAnswer(t *testing.T) {
+	store := memstore.New()
+	cat, err := catalog.Open(ctx, catalog.Options{Store: store})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := NewServer(cat, ServerOptions{Epoch: 1, Journal: &downJournal{memJournal{m: map[string][]byte{}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	a := backend.TaskID{Job: "j", Operator: "op"}
+	if err := cat.BeginCheckpoint("j", 1); err != nil {
+		t.Fatal(err)
+	}
+	enc, err := backend.EncodeHandle(upload(t, store, a, backend.KeyGroupRangeForOperator(128, 1, 0), 1, "x"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, token := range []uint64{0, 5} {
+		payload, _ := json.Marshal(request{Job: "j", ID: 1, Handle: enc, Token: token})
+		if out, err := srv.Handle(ctx, mReport, payload); !errors.Is(err, ErrNotServing) {
+			t.Fatalf("report (token %d) whose journal write lost the leadership: answer %s, error %v", token, out, err)
+		}
+	}
+	cat.Close()
+	payload, _ := json.Marshal(request{Job: "j", ID: 1, Tasks: []backend.TaskID{a}})
+	if out, err := srv.Handle(ctx, mComplete, payload); !errors.Is(err, ErrNotServing) {
+		t.Fatalf("completion on a closed catalog: answer %s, error %v", out, err)
 	}
 }

@@ -19,10 +19,21 @@ import (
 // next hosting catalog recovers them: the cluster's replicated journal
 // (cluster.Node's JournalPut, JournalDeleteRange and JournalRead).
 type Journal interface {
-	// PutMany keeps every record, or none, in one write.
-	PutMany(ctx context.Context, records map[string][]byte) error
+	// PutMany keeps every record, or none, in one write. A record with a
+	// fence (fences[key]) is kept only while the fence's token is its
+	// task's newest, decided in that same write: refused names the
+	// records not kept, each error wrapping catalog.ErrFenced and naming
+	// the newer holder. An error wrapping ErrNotServing means this node
+	// no longer leads.
+	PutMany(ctx context.Context, records map[string][]byte, fences map[string]Fence) (refused map[string]error, err error)
 	DeleteRange(ctx context.Context, from, to string) error
 	Read(prefix string) map[string][]byte
+}
+
+// Fence is the fencing token an instance of Task reported under.
+type Fence struct {
+	Task  backend.TaskID
+	Token uint64
 }
 
 // journalTimeout bounds one group write of the journal.
@@ -35,8 +46,15 @@ const journalTimeout = 10 * time.Second
 type groupPut struct {
 	mu       sync.Mutex
 	pending  map[string][]byte
-	waiters  []chan error
+	fences   map[string]Fence
+	waiters  []waiter
 	flushing bool
+}
+
+// waiter is a report waiting for the write that keeps it.
+type waiter struct {
+	key  string
+	done chan error
 }
 
 // reportsPrefix starts every journal key of the catalog's reports:
@@ -48,19 +66,29 @@ func reportKey(job string, id uint64) string {
 	return fmt.Sprintf("%s%s/%020d/", reportsPrefix, job, id)
 }
 
-// record journals one accepted report.
-func (s *Server) record(ctx context.Context, job string, id uint64, task backend.TaskID, handle []byte) error {
+// record journals one report; with a fence, only while the fence holds
+// (the error then wraps catalog.ErrFenced).
+func (s *Server) record(ctx context.Context, job string, id uint64, task backend.TaskID, handle []byte, fence *Fence) error {
 	if s.opts.Journal == nil {
 		return nil
 	}
 	g := &s.group
 	done := make(chan error, 1)
+	key := reportKey(job, id) + task.String()
 	g.mu.Lock()
 	if g.pending == nil {
 		g.pending = map[string][]byte{}
 	}
-	g.pending[reportKey(job, id)+task.String()] = handle
-	g.waiters = append(g.waiters, done)
+	g.pending[key] = handle
+	if fence != nil {
+		if g.fences == nil {
+			g.fences = map[string]Fence{}
+		}
+		g.fences[key] = *fence
+	} else {
+		delete(g.fences, key)
+	}
+	g.waiters = append(g.waiters, waiter{key, done})
 	lead := !g.flushing
 	g.flushing = true
 	g.mu.Unlock()
@@ -70,6 +98,9 @@ func (s *Server) record(ctx context.Context, job string, id uint64, task backend
 	}
 	select {
 	case err := <-done:
+		if errors.Is(err, catalog.ErrFenced) {
+			return fmt.Errorf("catalogrpc: report of %s for checkpoint %d refused: %w", task, id, err)
+		}
 		if err != nil {
 			return fmt.Errorf("catalogrpc: keeping the report of %s for checkpoint %d: %w", task, id, err)
 		}
@@ -89,14 +120,18 @@ func (s *Server) flush() {
 			g.mu.Unlock()
 			return
 		}
-		batch, waiters := g.pending, g.waiters
-		g.pending, g.waiters = nil, nil
+		batch, fences, waiters := g.pending, g.fences, g.waiters
+		g.pending, g.fences, g.waiters = nil, nil, nil
 		g.mu.Unlock()
 		ctx, cancel := context.WithTimeout(context.Background(), journalTimeout)
-		err := s.opts.Journal.PutMany(ctx, batch)
+		refused, err := s.opts.Journal.PutMany(ctx, batch, fences)
 		cancel()
 		for _, w := range waiters {
-			w <- err
+			if err == nil {
+				w.done <- refused[w.key]
+			} else {
+				w.done <- err
+			}
 		}
 	}
 }

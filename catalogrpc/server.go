@@ -12,6 +12,13 @@ import (
 	"github.com/statedhq/stated/catalog"
 )
 
+// ErrNotServing is wrapped by Server.Handle's error when the server
+// stopped hosting the catalog during the call: its catalog was closed, or
+// its Journal said (by wrapping ErrNotServing) that this node no longer
+// leads. The call did not decide anything the next leader would not; the
+// caller asks again there.
+var ErrNotServing = errors.New("catalogrpc: this server no longer hosts the catalog")
+
 // Server answers Clients' calls with a catalog: the one the cluster's
 // leader hosts.
 type Server struct {
@@ -94,6 +101,12 @@ func (s *Server) Handle(ctx context.Context, method string, payload []byte) ([]b
 		}
 	}
 	a, err := s.run(ctx, method, &req)
+	if errors.Is(err, catalog.ErrClosed) || errors.Is(err, ErrNotServing) {
+		// This server stopped hosting the catalog (its node lost the
+		// leadership) during the call: not an answer, the caller asks
+		// the next leader (reports and completions are idempotent).
+		return nil, fmt.Errorf("%w: %s: %v", ErrNotServing, method, err)
+	}
 	if err != nil {
 		a = &answer{Err: toWire(err)}
 	}
@@ -129,13 +142,30 @@ func (s *Server) run(ctx context.Context, method string, req *request) (*answer,
 		if err != nil {
 			return nil, fmt.Errorf("catalogrpc: report to checkpoint %d of job %s: %w", req.ID, req.Job, err)
 		}
+		if req.Token != 0 {
+			// A fenced report: the journal write that keeps it also
+			// checks the token, so a report of an instance whose task
+			// was opened again since cannot land, whatever happens
+			// between the instance's snapshot and this call. Only then
+			// does the catalog take it (a report the catalog refuses
+			// after that stays in the journal until a completion or
+			// abort of the job settles it; Recover refuses it again).
+			if s.opts.Journal == nil {
+				return nil, fmt.Errorf("%w: catalogrpc: report of %s under fencing token %d: this catalog keeps no journal to check tokens in",
+					catalog.ErrInvalidArgument, h.Task, req.Token)
+			}
+			if err := s.record(ctx, req.Job, req.ID, h.Task, req.Handle, &Fence{Task: h.Task, Token: req.Token}); err != nil {
+				return nil, err
+			}
+			return &answer{}, c.AddTaskHandle(req.Job, req.ID, h)
+		}
 		if err := c.AddTaskHandle(req.Job, req.ID, h); err != nil {
 			return nil, err
 		}
 		// Journaled once the catalog accepted it: the report stands only
 		// when it is kept (the client retries otherwise; a repeated
 		// report is accepted).
-		return &answer{}, s.record(ctx, req.Job, req.ID, h.Task, req.Handle)
+		return &answer{}, s.record(ctx, req.Job, req.ID, h.Task, req.Handle, nil)
 	case mComplete:
 		m, err := c.CompleteTasks(ctx, req.Job, req.ID, req.Tasks)
 		if err == nil {

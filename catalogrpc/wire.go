@@ -33,9 +33,11 @@ const (
 
 // request is every method's argument; each uses the fields it names.
 type request struct {
-	Job     string           `json:"job,omitempty"`
-	ID      uint64           `json:"id,omitempty"`
-	Handle  []byte           `json:"handle,omitempty"` // backend.EncodeHandle
+	Job    string `json:"job,omitempty"`
+	ID     uint64 `json:"id,omitempty"`
+	Handle []byte `json:"handle,omitempty"` // backend.EncodeHandle
+	// Token is the fencing token a report was made under (0: none).
+	Token   uint64           `json:"token,omitempty"`
 	Tasks   []backend.TaskID `json:"tasks,omitempty"`
 	Status  catalog.Status   `json:"status,omitempty"`
 	Reason  string           `json:"reason,omitempty"`
@@ -110,6 +112,7 @@ var kinds = []struct {
 	{"catalog-exists", catalog.ErrExists},
 	{"catalog-state", catalog.ErrState},
 	{"catalog-closed", catalog.ErrClosed},
+	{"fenced", catalog.ErrFenced},
 	{"incompatible", backend.ErrIncompatible},
 	{"invalid", backend.ErrInvalidArgument},
 	{"not-found", backend.ErrNotFound},

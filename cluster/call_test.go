@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -104,6 +105,27 @@ func TestJournalSurvivesTheLeader(t *testing.T) {
 	}
 	if got := c.journalOnLeader("m/"); len(got) != 2 || string(got["m/2"]) != "b" {
 		t.Fatalf("after put-many: %v", got)
+	}
+	// A checked record is set only while its token is the task's newest,
+	// decided in the same entry as the others.
+	old, err := c.nodes[f].Acquire(ctxT(t), "j/op/0", "n1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	newer, err := c.nodes[nl].Acquire(ctxT(t), "j/op/0", "n2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	refused, err := c.nodes[f].JournalPutChecked(ctxT(t), map[string][]byte{"c/old": []byte("x"), "c/new": []byte("y"), "c/free": []byte("z")},
+		map[string]Check{"c/old": {Task: "j/op/0", Token: old}, "c/new": {Task: "j/op/0", Token: newer}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(refused) != 1 || !errors.Is(refused["c/old"], ErrFenced) || !strings.Contains(refused["c/old"].Error(), fmt.Sprintf("node n2 holds token %d", newer)) {
+		t.Fatalf("refused %v, want c/old fenced by n2's token %d", refused, newer)
+	}
+	if got := c.journalOnLeader("c/"); len(got) != 2 || got["c/old"] != nil || string(got["c/new"]) != "y" || string(got["c/free"]) != "z" {
+		t.Fatalf("after a checked put-many: %v", got)
 	}
 }
 

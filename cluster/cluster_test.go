@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -411,7 +412,7 @@ func TestRetriedCommandAppliesOnce(t *testing.T) {
 	a := command{V: 1, Op: opAcquire, Task: "t", Holder: "n0", Req: "r1"}
 	first := s.apply(a)
 	other := s.apply(command{V: 1, Op: opAcquire, Task: "t", Holder: "n1", Req: "r2"})
-	if again := s.apply(a); again != first || s.Next != 2 || s.Fences["t"].Token != other.Token {
+	if again := s.apply(a); !reflect.DeepEqual(again, first) || s.Next != 2 || s.Fences["t"].Token != other.Token {
 		t.Fatalf("retried acquire: %+v then %+v, next %d, fence %+v", first, again, s.Next, s.Fences["t"])
 	}
 	rel := command{V: 1, Op: opRelease, Task: "t", Token: other.Token, Req: "r3"}

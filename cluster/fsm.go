@@ -21,8 +21,8 @@ import (
 // same state from the same log.
 const (
 	// commandVersion 2 adds the journal's put and delete-range; a node
-	// of version 1 refuses them.
-	commandVersion  = 2
+	// of version 1 refuses them. Version 3 adds put-many's Checks.
+	commandVersion  = 3
 	snapshotVersion = 1
 )
 
@@ -66,6 +66,16 @@ type command struct {
 	To    string `json:"to,omitempty"`
 	// Records are put-many's keys and values.
 	Records map[string][]byte `json:"records,omitempty"`
+	// Checks are put-many's conditions: a record whose key has a check
+	// is set only while that check's token is its task's newest, in the
+	// same step, so no write can land between a check and the record.
+	Checks map[string]Check `json:"checks,omitempty"`
+}
+
+// Check is a condition of a journal record: Token must be Task's newest.
+type Check struct {
+	Task  string `json:"task"`
+	Token uint64 `json:"token"`
 }
 
 // maxDone bounds the remembered answers of acquires and releases. A retry
@@ -81,6 +91,9 @@ type result struct {
 	// Fenced: the token checked or released is not the task's newest.
 	Fenced bool   `json:"fenced,omitempty"`
 	Err    string `json:"err,omitempty"`
+	// Refused are put-many's records not set because their check failed,
+	// with the task's newest token and holder.
+	Refused map[string]fence `json:"refused,omitempty"`
 }
 
 // fence is the newest token of a task and who holds it.
@@ -184,10 +197,20 @@ func (s *state) apply(c command) result {
 		if len(s.Journal)+added > maxJournalKeys {
 			return result{Err: fmt.Sprintf("cluster: the journal holds %d records already (at most %d)", len(s.Journal), maxJournalKeys)}
 		}
+		var r result
 		for k, v := range c.Records {
+			if ck, ok := c.Checks[k]; ok {
+				if cur, held := s.Fences[ck.Task]; !held || cur.Token != ck.Token {
+					if r.Refused == nil {
+						r.Refused = map[string]fence{}
+					}
+					r.Refused[k] = cur
+					continue
+				}
+			}
 			s.Journal[k] = slices.Clone(v)
 		}
-		return result{}
+		return r
 	case opDeleteRange:
 		for k := range s.Journal {
 			if k >= c.Key && k < c.To {

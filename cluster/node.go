@@ -39,7 +39,12 @@ var ErrFenced = errors.New("cluster: fenced")
 var ErrNoLeader = errors.New("cluster: no leader")
 
 // errNotReady: this node leads but hosts no service yet (SetHandler).
-var errNotReady = errors.New("cluster: the leader's service is not ready yet")
+var errNotReady = ErrServiceNotReady
+
+// ErrServiceNotReady is what a service (SetHandler) wraps when it cannot
+// answer a call now but the next leader, or this node a moment later,
+// can: Call then retries the call as it retries through leader changes.
+var ErrServiceNotReady = errors.New("cluster: the leader's service is not ready yet")
 
 // Handler runs a Call on the leader: the service it hosts (the catalog).
 // Its error is for a call it cannot read; answers, errors of the service
@@ -330,6 +335,11 @@ func (n *Node) apply(ctx context.Context, cmd []byte) (res []byte, err error) {
 	return res, err
 }
 
+// IsLeadershipError reports whether err says that this node does not, or
+// no longer, lead (a command lost with its leadership): the operation may
+// succeed on the next leader.
+func IsLeadershipError(err error) bool { return retryable(err) }
+
 func retryable(err error) bool {
 	return errors.Is(err, errNotReady) || errors.Is(err, raft.ErrNotLeader) || errors.Is(err, raft.ErrLeadershipLost) ||
 		errors.Is(err, raft.ErrLeadershipTransferInProgress) || errors.Is(err, raft.ErrEnqueueTimeout)
@@ -518,12 +528,31 @@ func (n *Node) JournalPut(ctx context.Context, key string, value []byte) error {
 // JournalPutMany is JournalPut of several records in one log entry: all
 // of them or none.
 func (n *Node) JournalPutMany(ctx context.Context, records map[string][]byte) error {
-	b, err := n.apply(ctx, encodeCommand(command{Op: opPutMany, Records: records}))
-	if err != nil {
-		return err
-	}
-	_, err = decodeResult(b)
+	_, err := n.JournalPutChecked(ctx, records, nil)
 	return err
+}
+
+// JournalPutChecked is JournalPutMany where a record with a check is set
+// only while the check's token is its task's newest, decided in the same
+// log entry. refused maps the keys not set to errors wrapping ErrFenced
+// that name the newer holder; err is for the write as a whole (then no
+// record is set).
+func (n *Node) JournalPutChecked(ctx context.Context, records map[string][]byte, checks map[string]Check) (refused map[string]error, err error) {
+	b, err := n.apply(ctx, encodeCommand(command{Op: opPutMany, Records: records, Checks: checks}))
+	if err != nil {
+		return nil, err
+	}
+	r, err := decodeResult(b)
+	if err != nil {
+		return nil, err
+	}
+	for k, cur := range r.Refused {
+		if refused == nil {
+			refused = map[string]error{}
+		}
+		refused[k] = fenced(checks[k].Task, checks[k].Token, result{Token: cur.Token, Holder: cur.Holder})
+	}
+	return refused, nil
 }
 
 // JournalDeleteRange deletes the journal's keys in [from, to).

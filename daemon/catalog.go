@@ -35,6 +35,16 @@ type Catalog interface {
 
 var _ Catalog = (*catalog.Catalog)(nil)
 
+// FencedReporter is a Catalog that checks an instance's fencing token in
+// the same replicated write that keeps its handle report (cluster mode's
+// shared catalog). The daemon then reports through it instead of checking
+// the token first: that saves the check's round trip on every snapshot,
+// and no report of a fenced instance can land between a check and the
+// report. A refusal wraps ErrFenced.
+type FencedReporter interface {
+	AddFencedTaskHandle(job string, id uint64, h *backend.Handle, token uint64) error
+}
+
 // CheckpointInfo describes one checkpoint of a job.
 type CheckpointInfo struct {
 	Job string

@@ -227,9 +227,12 @@ func (d *Daemon) runSnapshot(c *checkpoint, ts *taskSnapshot, ps backend.Pending
 	if err == nil && (h == nil || h.Task != inst.Task || h.CheckpointID != id) {
 		err = fmt.Errorf("%w: the backend returned a handle for another task or checkpoint", backend.ErrCorrupt)
 	}
-	if err == nil {
-		// A fenced instance must not report: the task's newer holder
-		// reports its own handle for this checkpoint.
+	// A fenced instance must not report: the task's newer holder reports
+	// its own handle for this checkpoint. A catalog that checks the token
+	// as it keeps the report does it in that write.
+	fr, fencedReport := d.cfg.Catalog.(FencedReporter)
+	fencedReport = fencedReport && d.cfg.Fence != nil && inst.fence != 0
+	if err == nil && !fencedReport {
 		err = d.checkFence(c.ctx, inst, fmt.Sprintf("snapshot %d", id))
 	}
 	if err == nil && len(ts.channels) > 0 {
@@ -238,7 +241,14 @@ func (d *Daemon) runSnapshot(c *checkpoint, ts *taskSnapshot, ps backend.Pending
 	if err == nil {
 		h = withOperatorState(h, ts.ops)
 		h = withChannels(h, ts.channels, ts.taskStats(time.Since(t0)))
-		err = d.cfg.Catalog.AddTaskHandle(inst.Task.Job, id, h)
+		if fencedReport {
+			err = fr.AddFencedTaskHandle(inst.Task.Job, id, h, inst.fence)
+			if errors.Is(err, ErrFenced) {
+				err = fmt.Errorf("daemon: snapshot %d of %s (instance %s): %w", id, inst.Task, inst.IDString(), err)
+			}
+		} else {
+			err = d.cfg.Catalog.AddTaskHandle(inst.Task.Job, id, h)
+		}
 	}
 	handedOver()
 	ts.async = time.Since(t0)

@@ -8,13 +8,14 @@ import (
 	"time"
 
 	"github.com/statedhq/stated/backend"
+	"github.com/statedhq/stated/catalog"
 )
 
 // ErrFenced is wrapped by the error of a snapshot, handle report or
 // completion of an instance whose task was opened again since, here or on
 // another node of the cluster: it holds a stale fencing token, and what it
 // would write could overwrite the newer holder's.
-var ErrFenced = errors.New("fenced")
+var ErrFenced = catalog.ErrFenced
 
 // Fencer hands out and checks the fencing tokens of tasks (cluster mode:
 // the raft-replicated tokens of package cluster). Each open takes a new

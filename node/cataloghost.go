@@ -196,7 +196,14 @@ func (h *catalogHost) host(term uint64) error {
 	h.mu.Lock()
 	h.cat, h.srv, h.term = cat, srv, term
 	h.mu.Unlock()
-	h.c.SetHandler(srv.Handle)
+	h.c.SetHandler(func(ctx context.Context, method string, payload []byte) ([]byte, error) {
+		out, err := srv.Handle(ctx, method, payload)
+		if errors.Is(err, catalogrpc.ErrNotServing) {
+			// Retried by Call on the next leader.
+			return nil, fmt.Errorf("%w: %w", cluster.ErrServiceNotReady, err)
+		}
+		return out, err
+	})
 	h.log.Info("hosting the cluster's catalog", "term", term, "jobs", len(cat.Jobs()), "opened_in", time.Since(t0))
 	return nil
 }
@@ -231,8 +238,22 @@ func (h *catalogHost) close() {
 // it.
 type clusterJournal struct{ c *cluster.Node }
 
-func (j clusterJournal) PutMany(ctx context.Context, recs map[string][]byte) error {
-	return j.c.JournalPutMany(ctx, recs)
+func (j clusterJournal) PutMany(ctx context.Context, recs map[string][]byte, fences map[string]catalogrpc.Fence) (map[string]error, error) {
+	var checks map[string]cluster.Check
+	for k, f := range fences {
+		if checks == nil {
+			checks = map[string]cluster.Check{}
+		}
+		checks[k] = cluster.Check{Task: fenceKey(f.Task), Token: f.Token}
+	}
+	refused, err := j.c.JournalPutChecked(ctx, recs, checks)
+	if cluster.IsLeadershipError(err) {
+		return nil, fmt.Errorf("%w: %w", catalogrpc.ErrNotServing, err)
+	}
+	for k, e := range refused {
+		refused[k] = fencedErr(e)
+	}
+	return refused, err
 }
 
 func (j clusterJournal) DeleteRange(ctx context.Context, from, to string) error {
