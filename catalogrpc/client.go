@@ -441,12 +441,33 @@ func (c *Client) RestoreSource(ctx context.Context, req catalog.RestoreRequest) 
 	return r, nil
 }
 
-// TriggerSavepoint is refused: a savepoint is taken from live backends or
-// files of one daemon, while in a cluster a job's tasks live on several
-// (the daemon refuses it first with SharedCatalog; this is the backstop).
+// TriggerSavepoint is refused: it takes a savepoint from live backends or
+// files of one daemon, while in a cluster a job's tasks live on several.
+// A cluster's savepoints are copies of completed checkpoints
+// (SavepointFromCheckpoint; the daemon uses that with SharedCatalog, this
+// is the backstop).
 func (c *Client) TriggerSavepoint(ctx context.Context, req catalog.SavepointRequest) (*catalog.Manifest, error) {
-	return nil, fmt.Errorf("%w: catalogrpc: savepoint of job %s: savepoints are not taken in cluster mode yet (a job's tasks live on several daemons)",
+	return nil, fmt.Errorf("%w: catalogrpc: savepoint of job %s: in cluster mode a savepoint is a copy of a completed checkpoint (SavepointFromCheckpoint)",
 		backend.ErrInvalidArgument, req.Job)
+}
+
+// SavepointFromCheckpoint has the hosting catalog copy retained checkpoint
+// id of job (0: its latest) into a native savepoint: self-contained and
+// relocatable, whichever nodes wrote the checkpoint's handles. A retry
+// after a lost answer writes a second savepoint; the first stays valid.
+func (c *Client) SavepointFromCheckpoint(ctx context.Context, job string, id uint64) (*catalog.Manifest, error) {
+	if err := catalog.ValidateJob(job); err != nil {
+		return nil, err
+	}
+	a, err := c.call(ctx, mSavepointOf, &request{Job: job, ID: id})
+	if err != nil {
+		return nil, err
+	}
+	m, err := catalog.DecodeManifest(a.Manifest)
+	if err != nil {
+		return nil, fmt.Errorf("catalogrpc: savepoint of job %s: %w", job, err)
+	}
+	return m, nil
 }
 
 func (c *Client) NoteWithoutChannelState(ctx context.Context, job string, id uint64) {

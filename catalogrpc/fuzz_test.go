@@ -12,10 +12,11 @@ import (
 // never a panic, and an answer always names the server's epoch.
 func FuzzServerHandle(f *testing.F) {
 	for _, m := range []string{mBegin, mReport, mComplete, mAbort, mRelease, mCheckpoint, mLatest, mSavepoint,
-		mRetained, mList, mRestore, mNoteNoChans, mReleaseLog, mEpoch, "nonsense"} {
+		mRetained, mList, mRestore, mNoteNoChans, mReleaseLog, mEpoch, mSavepointOf, mJobs, mProblems, mSavepoints, "nonsense"} {
 		f.Add(m, []byte(`{"job":"j","id":1}`))
 		f.Add(m, []byte(`{"job":"j","id":1,"handle":"U1RIMQ==","tasks":[{"job":"j","operator":"op","subtask":0}]}`))
 		f.Add(m, []byte(`{"restore":{"job":"j","mode":"claim","savepointId":"../x"}}`))
+		f.Add(m, []byte(`{"job":"j","id":1,"handle":"U1RIMQ==","token":7}`))
 	}
 	cat, err := catalog.Open(ctx, catalog.Options{Store: memstore.New()})
 	if err != nil {

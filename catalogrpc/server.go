@@ -93,7 +93,7 @@ func (s *Server) Handle(ctx context.Context, method string, payload []byte) ([]b
 	if err := json.Unmarshal(payload, &req); err != nil {
 		return nil, fmt.Errorf("%w: catalogrpc: %s: bad request: %v", backend.ErrInvalidArgument, method, err)
 	}
-	if method == mRestore || method == mLatest {
+	if method == mRestore || method == mLatest || method == mSavepointOf {
 		// A read that decides what a task restores must not be stale:
 		// not an answer when it fails, the caller asks the leader again.
 		if err := s.opts.Verify(ctx); err != nil {
@@ -212,6 +212,16 @@ func (s *Server) run(ctx context.Context, method string, req *request) (*answer,
 	case mNoteNoChans:
 		c.NoteWithoutChannelState(ctx, req.Job, req.ID)
 		return &answer{}, nil
+	case mSavepointOf:
+		id := req.ID
+		if id == 0 {
+			m, ok := c.Latest(req.Job)
+			if !ok {
+				return nil, fmt.Errorf("%w: savepoint of job %s: the job has no completed checkpoint", catalog.ErrNotFound, req.Job)
+			}
+			id = m.CheckpointID
+		}
+		return manifest(c.SavepointFromCheckpoint(ctx, "", req.Job, id))
 	case mReleaseLog:
 		return &answer{}, c.ReleaseLog(ctx, req.Names)
 	case mRestore:

@@ -28,6 +28,7 @@ const (
 	mJobs         = "jobs"
 	mProblems     = "problems"
 	mSavepoints   = "savepoints"
+	mSavepointOf  = "savepoint-from-checkpoint"
 	maxAnswerSize = 64 << 20 // a manifest of many tasks, with room
 )
 

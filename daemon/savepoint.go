@@ -24,10 +24,7 @@ import (
 // completed.
 func (d *Daemon) TriggerSavepoint(ctx context.Context, job string, native bool, checkpointID uint64) (Savepoint, error) {
 	if d.cfg.SharedCatalog {
-		// The tasks here may be a part of the job's: a savepoint of them
-		// alone would look whole and restore with the rest missing.
-		return Savepoint{}, fmt.Errorf("daemon: savepoint of job %s: %w: in cluster mode a job's tasks live on several daemons, and savepoints across them are not supported yet",
-			job, ErrUnsupported)
+		return d.clusterSavepoint(ctx, job, native, checkpointID)
 	}
 	d.mu.Lock()
 	if d.closing {
@@ -78,6 +75,38 @@ func (d *Daemon) TriggerSavepoint(ctx context.Context, job string, native bool, 
 	}
 	sp := Savepoint{Dir: catalog.SavepointDir(m.SavepointID), Tasks: len(m.Tasks), Size: m.FullSize}
 	d.log.Info("savepoint written", "job", job, "dir", sp.Dir, "format", string(m.Format), "tasks", sp.Tasks, "size", sp.Size)
+	return sp, nil
+}
+
+// CheckpointSavepointer is a Catalog that copies a completed checkpoint
+// into a native savepoint (cluster mode's shared catalog).
+type CheckpointSavepointer interface {
+	// SavepointFromCheckpoint copies retained checkpoint id of job (0:
+	// the latest) into a new native savepoint.
+	SavepointFromCheckpoint(ctx context.Context, job string, id uint64) (*catalog.Manifest, error)
+}
+
+// clusterSavepoint is TriggerSavepoint with a shared catalog. The tasks of
+// this daemon may be a part of the job's, so a savepoint of them alone
+// would look whole and restore with the rest missing; a cluster's
+// savepoint is instead a native copy of a completed checkpoint, which
+// holds every task of the job whichever node reported it: checkpointID
+// names a retained checkpoint (0: the latest). The engine completes a
+// checkpoint of the job first to capture its current state. Canonical
+// savepoints need every task's live backend and are refused.
+func (d *Daemon) clusterSavepoint(ctx context.Context, job string, native bool, checkpointID uint64) (Savepoint, error) {
+	cs, ok := d.cfg.Catalog.(CheckpointSavepointer)
+	if !ok || !native {
+		return Savepoint{}, fmt.Errorf("daemon: savepoint of job %s: %w: in cluster mode a job's tasks live on several daemons; take a native savepoint, which copies a completed checkpoint",
+			job, ErrUnsupported)
+	}
+	m, err := cs.SavepointFromCheckpoint(ctx, job, checkpointID)
+	if err != nil {
+		return Savepoint{}, d.corruption(CorruptionEvent{Site: CorruptionSavepoint, Job: job,
+			Err: fmt.Errorf("daemon: savepoint of job %s from checkpoint %d: %w", job, checkpointID, err)})
+	}
+	sp := Savepoint{Dir: catalog.SavepointDir(m.SavepointID), Tasks: len(m.Tasks), Size: m.FullSize}
+	d.log.Info("savepoint written", "job", job, "dir", sp.Dir, "format", string(m.Format), "checkpoint", m.CheckpointID, "tasks", sp.Tasks, "size", sp.Size)
 	return sp, nil
 }
 

@@ -3166,6 +3166,9 @@ type TriggerSavepointRequest struct {
 	// checkpoint_id: native savepoints take their snapshot with this id,
 	// which the job must not have used (it is released, never completed);
 	// canonical ones record it (default: the last completed checkpoint).
+	// In cluster mode (a job's tasks on several daemons) only native
+	// savepoints are taken, as a copy of the retained completed checkpoint
+	// checkpoint_id names (0: the latest).
 	CheckpointId  uint64 `protobuf:"varint,3,opt,name=checkpoint_id,json=checkpointId,proto3" json:"checkpoint_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
