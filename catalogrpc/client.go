@@ -305,7 +305,20 @@ func (c *Client) AddFencedTaskHandle(job string, id uint64, h *backend.Handle, t
 }
 
 func (c *Client) CompleteTasks(ctx context.Context, job string, id uint64, tasks []backend.TaskID) (*catalog.Manifest, error) {
-	a, err := c.call(ctx, mComplete, &request{Job: job, ID: id, Tasks: tasks})
+	return c.CompleteFencedTasks(ctx, job, id, tasks, nil)
+}
+
+// CompleteFencedTasks is CompleteTasks by a caller holding instances of
+// tasks under tokens: the hosting catalog completes only if every token
+// is still its task's newest, checked on the leader right before the
+// completion confirms the leadership (no round trip of its own), and
+// refuses otherwise with an error wrapping catalog.ErrFenced.
+func (c *Client) CompleteFencedTasks(ctx context.Context, job string, id uint64, tasks []backend.TaskID, tokens map[backend.TaskID]uint64) (*catalog.Manifest, error) {
+	var fences []Fence
+	for t, tok := range tokens {
+		fences = append(fences, Fence{Task: t, Token: tok})
+	}
+	a, err := c.call(ctx, mComplete, &request{Job: job, ID: id, Tasks: tasks, Fences: fences})
 	if err != nil {
 		return nil, err
 	}

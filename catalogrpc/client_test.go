@@ -50,6 +50,7 @@ func (s *swapCaller) host(t *testing.T, store tiered.Store, epoch uint64) *catal
 	o := ServerOptions{Epoch: epoch}
 	if s.journal != nil {
 		o.Journal = s.journal
+		o.CheckFences = s.journal.checkFences
 	}
 	srv, err := NewServer(cat, o)
 	if err != nil {
@@ -91,6 +92,18 @@ func (j *memJournal) PutMany(_ context.Context, recs map[string][]byte, fences m
 		j.m[k] = v
 	}
 	return refused, nil
+}
+
+// checkFences is the server's CheckFences over the journal's tokens.
+func (j *memJournal) checkFences(_ context.Context, fences []Fence) error {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	for _, f := range fences {
+		if j.tokens[f.Task] != f.Token {
+			return fmt.Errorf("%w: %s holds token %d, not %d", catalog.ErrFenced, f.Task, j.tokens[f.Task], f.Token)
+		}
+	}
+	return nil
 }
 
 func (j *memJournal) DeleteRange(_ context.Context, from, to string) error {
@@ -439,5 +452,51 @@ func TestNotServingIsNoAnswer(t *testing.T) {
 	payload, _ := json.Marshal(request{Job: "j", ID: 1, Tasks: []backend.TaskID{a}})
 	if out, err := srv.Handle(ctx, mComplete, payload); !errors.Is(err, ErrNotServing) {
 		t.Fatalf("completion on a closed catalog: answer %s, error %v", out, err)
+	}
+}
+
+// TestFencedCompletion: a completion under fencing tokens completes only
+// while every token is its task's newest (the server's CheckFences); a
+// refusal keeps catalog.ErrFenced across the wire and leaves the
+// checkpoint in flight, and a server that cannot check refuses.
+func TestFencedCompletion(t *testing.T) {
+	store := memstore.New()
+	a := backend.TaskID{Job: "j", Operator: "op", Subtask: 0}
+	j := &memJournal{m: map[string][]byte{}, tokens: map[backend.TaskID]uint64{a: 4}}
+	caller := &swapCaller{journal: j}
+	caller.host(t, store, 1)
+	n := newClient(t, caller, store)
+	kg := backend.KeyGroupRangeForOperator(128, 1, 0)
+	if err := n.BeginCheckpoint("j", 1); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.AddFencedTaskHandle("j", 1, upload(t, store, a, kg, 1, "one"), 4); err != nil {
+		t.Fatal(err)
+	}
+	j.mu.Lock()
+	j.tokens[a] = 5 // the task was opened again elsewhere
+	j.mu.Unlock()
+	tasks := []backend.TaskID{a}
+	_, err := n.CompleteFencedTasks(ctx, "j", 1, tasks, map[backend.TaskID]uint64{a: 4})
+	if !errors.Is(err, catalog.ErrFenced) || !strings.Contains(err.Error(), "holds token 5") {
+		t.Fatalf("completion under a stale token: %v", err)
+	}
+	if _, ok := n.Checkpoint("j", 1); ok {
+		t.Fatal("checkpoint 1 completed under a stale token")
+	}
+	if m, err := n.CompleteFencedTasks(ctx, "j", 1, tasks, map[backend.TaskID]uint64{a: 5}); err != nil || len(m.Tasks) != 1 {
+		t.Fatalf("completion under the newest token: %v", err)
+	}
+	bare := &swapCaller{}
+	bare.host(t, store, 2)
+	nb := newClient(t, bare, store)
+	if err := nb.BeginCheckpoint("j", 2); err != nil {
+		t.Fatal(err)
+	}
+	if err := nb.AddTaskHandle("j", 2, upload(t, store, a, kg, 2, "two")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := nb.CompleteFencedTasks(ctx, "j", 2, tasks, map[backend.TaskID]uint64{a: 5}); !errors.Is(err, catalog.ErrInvalidArgument) {
+		t.Fatalf("a fenced completion on a server that cannot check tokens: %v", err)
 	}
 }

@@ -32,8 +32,8 @@ type Journal interface {
 
 // Fence is the fencing token an instance of Task reported under.
 type Fence struct {
-	Task  backend.TaskID
-	Token uint64
+	Task  backend.TaskID `json:"task"`
+	Token uint64         `json:"token"`
 }
 
 // journalTimeout bounds one group write of the journal.

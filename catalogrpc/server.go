@@ -48,6 +48,13 @@ type ServerOptions struct {
 	// checkpoint completes or aborts, so that the next hosting catalog
 	// recovers them (Recover) even if the reporting node died.
 	Journal Journal
+	// CheckFences (nil: fenced completions are refused) checks, from the
+	// leader's own state, that each fence's token is its task's newest,
+	// with an error wrapping catalog.ErrFenced otherwise. It need not
+	// confirm the leadership: a completion checks the fences, then the
+	// catalog's Options.Guard confirms the leadership before the manifest
+	// is written, and the two make a linearizable read.
+	CheckFences func(context.Context, []Fence) error
 	// Logger receives journal writes that failed after the catalog
 	// decided (the next completion settles them). Default: discard.
 	Logger *slog.Logger
@@ -167,6 +174,15 @@ func (s *Server) run(ctx context.Context, method string, req *request) (*answer,
 		// report is accepted).
 		return &answer{}, s.record(ctx, req.Job, req.ID, h.Task, req.Handle, nil)
 	case mComplete:
+		if len(req.Fences) > 0 {
+			if s.opts.CheckFences == nil {
+				return nil, fmt.Errorf("%w: catalogrpc: complete checkpoint %d of job %s under fencing tokens: this catalog cannot check them",
+					catalog.ErrInvalidArgument, req.ID, req.Job)
+			}
+			if err := s.opts.CheckFences(ctx, req.Fences); err != nil {
+				return nil, fmt.Errorf("catalogrpc: complete checkpoint %d of job %s: %w", req.ID, req.Job, err)
+			}
+		}
 		m, err := c.CompleteTasks(ctx, req.Job, req.ID, req.Tasks)
 		if err == nil {
 			s.settle(ctx, req.Job, req.ID, true)

@@ -38,7 +38,9 @@ type request struct {
 	ID     uint64 `json:"id,omitempty"`
 	Handle []byte `json:"handle,omitempty"` // backend.EncodeHandle
 	// Token is the fencing token a report was made under (0: none).
-	Token   uint64           `json:"token,omitempty"`
+	Token uint64 `json:"token,omitempty"`
+	// Fences are the tokens a completion's caller holds its tasks under.
+	Fences  []Fence          `json:"fences,omitempty"`
 	Tasks   []backend.TaskID `json:"tasks,omitempty"`
 	Status  catalog.Status   `json:"status,omitempty"`
 	Reason  string           `json:"reason,omitempty"`

@@ -190,6 +190,19 @@ func TestFencing(t *testing.T) {
 	if err != nil || again <= newer {
 		t.Fatalf("token after release %d (%v), want above %d", again, err, newer)
 	}
+	// CheckHeld reads the leader's own state (its caller confirms the
+	// leadership afterwards); a follower refuses it as not the leader.
+	l := c.leader()
+	if err := c.nodes[l].CheckHeld(ctx, []Check{{Task: "j/op/0", Token: again}}); err != nil {
+		t.Fatalf("CheckHeld of the newest token: %v", err)
+	}
+	err = c.nodes[l].CheckHeld(ctx, []Check{{Task: "j/op/0", Token: again}, {Task: "j/op/0", Token: newer}, {Task: "j/op/9", Token: 1}})
+	if !errors.Is(err, ErrFenced) || !strings.Contains(err.Error(), fmt.Sprintf("node n2 holds token %d", again)) || !strings.Contains(err.Error(), "j/op/9") {
+		t.Fatalf("CheckHeld of a stale and an unknown token: %v", err)
+	}
+	if err := c.nodes[(l+1)%3].CheckHeld(ctx, []Check{{Task: "j/op/0", Token: again}}); !IsLeadershipError(err) {
+		t.Fatalf("CheckHeld on a follower: %v", err)
+	}
 }
 
 // TestRestartKeepsState: a cluster stopped and restarted from its raft

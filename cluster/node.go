@@ -435,6 +435,45 @@ func (n *Node) run(ctx context.Context, c command) (result, error) {
 	return decodeResult(b)
 }
 
+// CheckHeld checks on the leader, from its own copy of the state, that
+// every check's token is its task's newest, without confirming the
+// leadership: the caller must confirm it after this returns (a quorum
+// round, as VerifyLeader does) before acting on the answer, which makes
+// the two a read-index read. A service on the leader that confirms its
+// leadership anyway before it writes (the hosted catalog's guard) saves
+// the check's own round trip this way. The first read of a term waits
+// for a barrier, so that the commit index covers earlier terms; then it
+// waits until the machine applied the commit index taken at the start.
+// The error of a fenced check wraps ErrFenced and names the newer holder.
+func (n *Node) CheckHeld(ctx context.Context, checks []Check) error {
+	if n.raft.State() != raft.Leader {
+		return fmt.Errorf("%w: %s checks tokens only while it leads", raft.ErrNotLeader, n.opts.ID)
+	}
+	if term := n.raft.CurrentTerm(); n.readTerm.Load() != term {
+		if err := n.Barrier(ctx); err != nil {
+			return err
+		}
+		n.readTerm.Store(term)
+	}
+	ci := n.raft.CommitIndex()
+	for n.raft.AppliedIndex() < ci {
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("cluster: waiting for index %d to apply: %w", ci, ctx.Err())
+		case <-time.After(time.Millisecond):
+		}
+	}
+	n.fsm.mu.RLock()
+	defer n.fsm.mu.RUnlock()
+	var errs []error
+	for _, c := range checks {
+		if r := n.fsm.st.applyOnce(command{Op: opCheck, Task: c.Task, Token: c.Token}); r.Fenced {
+			errs = append(errs, fenced(c.Task, c.Token, r))
+		}
+	}
+	return errors.Join(errs...)
+}
+
 // readLocal answers a read-only command (a check) on the leader without a
 // log entry, as raft's read-index reads do: the commit index is taken,
 // leadership confirmed with a quorum (no newer leader can have committed

@@ -45,6 +45,15 @@ type FencedReporter interface {
 	AddFencedTaskHandle(job string, id uint64, h *backend.Handle, token uint64) error
 }
 
+// FencedCompleter is a Catalog that checks the completing daemon's
+// fencing tokens itself, on the cluster's leader right before the
+// completion confirms the leadership: the daemon then completes through
+// it instead of checking the tokens first, which saves that check's
+// round trip. A refusal wraps ErrFenced.
+type FencedCompleter interface {
+	CompleteFencedTasks(ctx context.Context, job string, id uint64, tasks []backend.TaskID, tokens map[backend.TaskID]uint64) (*catalog.Manifest, error)
+}
+
 // CheckpointInfo describes one checkpoint of a job.
 type CheckpointInfo struct {
 	Job string

@@ -377,11 +377,29 @@ func (d *Daemon) CompleteCheckpoint(ctx context.Context, job string, id uint64, 
 			return CheckpointInfo{}, fmt.Errorf("daemon: complete checkpoint %d of job %s: %w: %w", id, job, ErrCheckpointFailed, ts.err)
 		}
 	}
-	if err := d.checkFences(ctx, snaps, fmt.Sprintf("complete checkpoint %d", id)); err != nil {
-		reopen()
-		return CheckpointInfo{}, err
+	var m *catalog.Manifest
+	var err error
+	if fc, ok := d.cfg.Catalog.(FencedCompleter); ok && d.cfg.Fence != nil {
+		// The catalog checks the tokens on the leader, within the
+		// completion's own confirmation of the leadership.
+		tokens := map[backend.TaskID]uint64{}
+		for _, ts := range snaps {
+			if ts.inst.fence != 0 {
+				tokens[ts.inst.Task] = ts.inst.fence
+			}
+		}
+		m, err = fc.CompleteFencedTasks(ctx, job, id, tasks, tokens)
+		if errors.Is(err, ErrFenced) {
+			reopen()
+			return CheckpointInfo{}, fmt.Errorf("daemon: complete checkpoint %d of job %s: %w", id, job, err)
+		}
+	} else {
+		if err := d.checkFences(ctx, snaps, fmt.Sprintf("complete checkpoint %d", id)); err != nil {
+			reopen()
+			return CheckpointInfo{}, err
+		}
+		m, err = d.cfg.Catalog.CompleteTasks(ctx, job, id, tasks)
 	}
-	m, err := d.cfg.Catalog.CompleteTasks(ctx, job, id, tasks)
 	if err != nil {
 		// The catalog keeps it in flight: the coordinator may retry or
 		// abort.

@@ -188,7 +188,18 @@ func (h *catalogHost) host(term uint64) error {
 	} else if n > 0 {
 		h.log.Info("recovered journaled reports", "reports", n)
 	}
-	srv, err := catalogrpc.NewServer(cat, catalogrpc.ServerOptions{Epoch: term, Verify: verify, Journal: j, Logger: h.log})
+	checkFences := func(ctx context.Context, fences []catalogrpc.Fence) error {
+		checks := make([]cluster.Check, len(fences))
+		for i, f := range fences {
+			checks[i] = cluster.Check{Task: fenceKey(f.Task), Token: f.Token}
+		}
+		err := h.c.CheckHeld(ctx, checks)
+		if cluster.IsLeadershipError(err) {
+			return fmt.Errorf("%w: %w", catalogrpc.ErrNotServing, err)
+		}
+		return fencedErr(err)
+	}
+	srv, err := catalogrpc.NewServer(cat, catalogrpc.ServerOptions{Epoch: term, Verify: verify, Journal: j, CheckFences: checkFences, Logger: h.log})
 	if err != nil {
 		_ = cat.Close()
 		return err
