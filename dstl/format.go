@@ -167,6 +167,10 @@ func recordSize(change []byte) int { return 2*binary.MaxVarintLen64 + 2 + len(ch
 // level, one encoder (a segment is cut on one goroutine).
 var codec = zstdblock.New(zstdblock.Options{Level: zstd.SpeedFastest, EncoderConcurrency: 1, MaxRawSize: MaxBlockRawSize})
 
+// blockOverhead bounds a block's framing besides its writer id: payload
+// length, compression byte, two uvarints, checksum, and zstd's frame.
+const blockOverhead = 4 + 1 + 2*binary.MaxVarintLen64 + 4 + 64
+
 // appendBlock frames b as one block of writer id and appends it to out.
 // With compress the records are stored zstd-compressed unless that does not
 // make them smaller.

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 )
 
 // DefaultBlockSize is the raw size at which a writer's block is cut.
@@ -28,7 +29,7 @@ func (l *writerLog) add(seq uint64, kg int, change []byte, blockSize int) int {
 	if n := len(l.blocks); n > 0 && len(l.blocks[n-1].raw) < blockSize {
 		b = l.blocks[n-1]
 	} else {
-		b = &rawBlock{}
+		b = &rawBlock{raw: rawBuffer()}
 		l.blocks = append(l.blocks, b)
 	}
 	before := len(b.raw)
@@ -51,6 +52,62 @@ func checkChange(change []byte) error {
 		return fmt.Errorf("%w: change of %d bytes exceeds MaxChangeSize (%d)", ErrInvalidArgument, len(change), MaxChangeSize)
 	}
 	return nil
+}
+
+// rawBuffers recycles the raw buffers of blocks the Writer has encoded
+// (recycle): each block's buffer grew from nothing by appends, and in a
+// changelog-mode daemon under load those growths were half of all the
+// bytes it allocated. sync.Pool lets the garbage collector drop idle
+// buffers, so the pool holds no memory a quiet writer does not use.
+var rawBuffers sync.Pool
+
+// maxRecycled bounds the buffers kept: a block cut at the largest block
+// size plus one large record; a larger one (a huge change) is dropped.
+const maxRecycled = MaxBlockRawSize
+
+func rawBuffer() []byte {
+	if p, ok := rawBuffers.Get().(*[]byte); ok {
+		return (*p)[:0]
+	}
+	return nil
+}
+
+// recycle hands the raw buffers of an encoded segment's blocks back; the
+// caller no longer uses logs.
+func recycle(logs map[string]*writerLog) {
+	for _, l := range logs {
+		for _, b := range l.blocks {
+			if c := cap(b.raw); c > 0 && c <= maxRecycled {
+				raw := b.raw[:0]
+				rawBuffers.Put(&raw)
+			}
+			b.raw = nil
+		}
+	}
+}
+
+// segBuffers recycles the buffers of segments the Writer uploaded
+// (recycleSegment), for the same reason as rawBuffers: one per flush.
+var segBuffers sync.Pool
+
+// maxSegRecycled bounds the segment buffers kept.
+const maxSegRecycled = 32 << 20
+
+// segBuffer returns an empty buffer of at least n bytes of capacity.
+func segBuffer(n int) []byte {
+	if p, ok := segBuffers.Get().(*[]byte); ok && cap(*p) >= n {
+		return (*p)[:0]
+	}
+	return make([]byte, 0, n)
+}
+
+// recycleSegment hands back the buffer of a segment no one reads any more
+// (every upload attempt of it returned).
+func recycleSegment(data []byte) {
+	if c := cap(data); c > 0 && c <= maxSegRecycled {
+		data = data[:0]
+		segBuffers.Put(&data)
+	}
 }
 
 // SegmentBuilder assembles one segment from the records of several
@@ -106,11 +163,17 @@ func (b *SegmentBuilder) Reset() { clear(b.writers); b.bytes = 0 }
 // ascending id order), the index and the trailer.
 func encodeSegment(ws map[string]*writerLog, compress bool) ([]byte, *Index, error) {
 	ids := make([]string, 0, len(ws))
-	raw := 0
+	// out's size: the raw records plus each block's framing and zstd's
+	// worst case. A block zstd is tried on is written compressed into out
+	// first, and one that does not shrink is then stored raw, so out may
+	// need the raw size even for compressible logs; the writer counts the
+	// raw size as in flight anyway. Sized at half the raw bytes, a segment
+	// of incompressible records grew by appends to twice its size.
+	size := 0
 	for id, l := range ws {
 		if len(l.blocks) > 0 {
 			ids = append(ids, id)
-			raw += l.bytes
+			size += l.bytes + len(l.blocks)*(blockOverhead+len(id)) + l.bytes/255
 		}
 	}
 	if len(ids) == 0 {
@@ -122,7 +185,7 @@ func encodeSegment(ws map[string]*writerLog, compress bool) ([]byte, *Index, err
 			return nil, nil, fmt.Errorf("dstl: %w", err)
 		}
 	}
-	out := make([]byte, 0, HeaderSize+raw/2+TrailerSize+64*len(ids))
+	out := segBuffer(HeaderSize + size + TrailerSize + 64*len(ids))
 	out = append(out, encodeHeader()...)
 	x := &Index{Writers: make([]WriterIndex, 0, len(ids))}
 	for _, id := range ids {

@@ -602,6 +602,9 @@ func (w *Writer) upload(seg *segment) {
 	defer w.wg.Done()
 	defer func() { <-w.slots }()
 	data, idx, err := encodeSegment(seg.logs, !w.opts.DisableCompression)
+	// The records are in data now (or the segment failed and is retried
+	// from scratch by no one: a failed encode fails its segment).
+	defer recycle(seg.logs)
 	w.mu.Lock()
 	for id, l := range seg.logs {
 		if ws := w.writers[id]; ws != nil && l.tried > 0 {
@@ -685,6 +688,8 @@ loop:
 	for ; running > 0; running-- {
 		<-results
 	}
+	// Every attempt returned: nothing reads data any more.
+	recycleSegment(data)
 	var losers []string
 	for a := range cancels {
 		if a != winner {
