@@ -294,6 +294,7 @@ func (r *benchRun) check(b *testing.B, inst *Backend, i int, want []byte) {
 // their SSTs to the store as they happen).
 func (r *benchRun) checkpointAfterChange(b *testing.B) {
 	val := make([]byte, benchValue)
+	retries := r.src.HandOffRetries()
 	for range b.N {
 		b.StopTimer()
 		before := r.store.Counts().BytesUp
@@ -313,6 +314,10 @@ func (r *benchRun) checkpointAfterChange(b *testing.B) {
 		b.ReportMetric(float64(after-before), "B-since-last")
 	}
 	b.ReportMetric(float64(r.h.FullSize), "B-state")
+	b.ReportMetric(float64(len(r.h.Files)), "files")
+	// Remote mode: hand-off attempts that met a compaction removing a
+	// table, each a round of store calls per table (remotesnap.go).
+	b.ReportMetric(float64(r.src.HandOffRetries()-retries)/float64(b.N), "handoff-retries")
 }
 
 func (r *benchRun) closeSource(b *testing.B) {
@@ -328,24 +333,55 @@ func (r *benchRun) restoreFirstGet(b *testing.B) {
 	rng := rand.New(rand.NewPCG(benchSeed, 1))
 	val := make([]byte, benchValue)
 	var total time.Duration
-	var read uint64
+	var read, calls, ranged uint64
 	for range b.N {
 		b.StopTimer()
 		r.closeRestored(b)
 		i := rng.IntN(r.n)
-		down := r.store.Counts().BytesDown
+		before := r.store.Counts()
 		b.StartTimer()
 		start := time.Now()
 		inst := r.open(b, full(), []*backend.Handle{r.h}, 0)
 		r.check(b, inst, i, val)
 		total += time.Since(start)
 		b.StopTimer()
-		read += r.store.Counts().BytesDown - down
+		after := r.store.Counts()
+		read += after.BytesDown - before.BytesDown
+		calls += storeCalls(after) - storeCalls(before)
+		ranged += after.Calls[tiered.OpGetRange] - before.Calls[tiered.OpGetRange]
 		r.restored = inst
 	}
 	b.ReportMetric(float64(total.Microseconds())/1e3/float64(b.N), "ms-to-first-get")
 	b.ReportMetric(float64(read)/float64(b.N), "B-read")
+	b.ReportMetric(float64(calls)/float64(b.N), "store-calls")
+	// Ranged reads before the first get are Pebble's ingest overlap
+	// checks (remote mode): each L0 table ingested on top seeks the
+	// tables below it.
+	b.ReportMetric(float64(ranged)/float64(b.N), "ranged-reads")
+	b.ReportMetric(float64(len(r.h.Files)), "files")
+	b.ReportMetric(float64(l0Files(r.h)), "l0-files")
 	b.ReportMetric(float64(r.h.FullSize), "B-state")
+}
+
+// l0Files counts the tables of h at level 0 (remote-mode handles say).
+func l0Files(h *backend.Handle) int {
+	n := 0
+	for _, f := range h.Files {
+		if f.Table != nil && f.Table.Level == 0 {
+			n++
+		}
+	}
+	return n
+}
+
+// storeCalls is the number of store requests c counts: what a restore
+// costs beyond the bytes it reads.
+func storeCalls(c metered.Counts) uint64 {
+	var n uint64
+	for _, k := range c.Calls {
+		n += k
+	}
+	return n
 }
 
 // reads gets the keys of idx from inst, checking each value, and returns
@@ -454,18 +490,20 @@ func (r *benchRun) rescale(b *testing.B) {
 	rng := rand.New(rand.NewPCG(benchSeed, 3))
 	for range b.N {
 		var sum, longest time.Duration
-		var read uint64
+		var read, calls uint64
 		for p := range 4 {
 			kg := subtaskRange(p, 4)
 			i := randomIn(rng, r.n, kg)
-			down := r.store.Counts().BytesDown
+			before := r.store.Counts()
 			b.StartTimer()
 			start := time.Now()
 			inst := r.open(b, kg, r.thirds, 0)
 			r.check(b, inst, i, val)
 			took := time.Since(start)
 			b.StopTimer()
-			read += r.store.Counts().BytesDown - down
+			after := r.store.Counts()
+			read += after.BytesDown - before.BytesDown
+			calls += storeCalls(after) - storeCalls(before)
 			sum += took
 			longest = max(longest, took)
 			for range 200 {
@@ -479,6 +517,7 @@ func (r *benchRun) rescale(b *testing.B) {
 		b.ReportMetric(float64(longest.Microseconds())/1e3, "max-ms")
 		b.ReportMetric(float64(sum.Microseconds())/1e3, "sum-ms")
 		b.ReportMetric(float64(read), "B-read")
+		b.ReportMetric(float64(calls), "store-calls")
 	}
 }
 
