@@ -159,8 +159,10 @@ func TestLSMRemoteNativeSavepoint(t *testing.T) {
 // the store (each checkpoint holds its base's tables itself, and the
 // instance lets go of a base only once a newer one is confirmed); the log
 // is truncated; both retained checkpoints restore equal to the model, in
-// changelog mode and without it; and once everything is closed and
-// deleted, a sweep past the grace period leaves no table of the job.
+// changelog mode and without it; once everything is closed and deleted, a
+// sweep past the grace period leaves no table of the job; and a native
+// savepoint taken before still restores, its first checkpoint referencing
+// none of its files.
 func TestLSMRemoteChangelog(t *testing.T) {
 	ctx := context.Background()
 	store := memstore.New()
@@ -262,6 +264,14 @@ func TestLSMRemoteChangelog(t *testing.T) {
 	if len(extra) != 0 {
 		t.Fatalf("tables neither referenced by a retained checkpoint nor in the instance's version: %v", extra)
 	}
+	// A native savepoint of the instance in changelog mode: its base's
+	// tables are copied with the log window (checked at the end, once
+	// nothing else of the job is left).
+	sp, err := e.d.TriggerSavepoint(ctx, "j", true, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	atSavepoint := maps.Clone(model)
 	if err := e.d.CloseInstance(in.ID, "j"); err != nil {
 		t.Fatal(err)
 	}
@@ -288,5 +298,19 @@ func TestLSMRemoteChangelog(t *testing.T) {
 	sweepPastGrace(t, e)
 	if left := storeNames(t, store, "j/shared/lsm/"); len(left) != 0 {
 		t.Fatalf("objects of the job's remote lsm survive its instances and checkpoints: %v", left)
+	}
+	r := e.openCL(t, "j", 0, backend.KindLSM, daemon.ChangelogOn, &daemon.RestoreSpec{Savepoint: sp.Dir})
+	for i, want := range atSavepoint {
+		k := backend.Key{KeyGroup: r.KeyGroups.Start + i%r.KeyGroups.Len(), Key: []byte(fmt.Sprintf("k%d", i))}
+		if v, ok, err := r.Backend.Get("v", k); err != nil || !ok || string(v) != want {
+			t.Fatalf("restored from the native savepoint: key %d = %q %v %v, want %q", i, v, ok, err, want)
+		}
+	}
+	e.checkpoint(t, "j", 101, r)
+	m101, _ := e.cat.Checkpoint("j", 101)
+	for _, f := range m101.Tasks[0].Files {
+		if strings.HasPrefix(f.Path, "savepoints/") {
+			t.Fatalf("the first checkpoint after a savepoint restore references %s", f.Path)
+		}
 	}
 }
