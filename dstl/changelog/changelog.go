@@ -327,7 +327,13 @@ func (b *Backend) appendEncoded(kg int, data []byte) {
 	seq, err := b.w.Append(context.Background(), b.id, kg, data)
 	if err != nil {
 		b.epoch++
+		conf, mat := b.conf, b.mat
 		b.conf, b.mat = nil, nil
+		for _, m := range []*materialization{conf, mat} {
+			if m != nil {
+				b.dropBase(m)
+			}
+		}
 		return
 	}
 	b.lastSeq = seq
@@ -555,7 +561,11 @@ func (b *Backend) truncateLocked() {
 // its files).
 func (b *Backend) NotifyCheckpointAborted(checkpointID uint64) {
 	b.wmu.Lock()
+	m := b.used[checkpointID]
 	delete(b.used, checkpointID)
+	if m != nil {
+		b.dropBase(m)
+	}
 	b.wmu.Unlock()
 }
 

@@ -234,6 +234,11 @@ func (p *pending) Run(ctx context.Context) (*backend.Handle, error) {
 func (b *Backend) snapshotDone(p *pending) {
 	b.wmu.Lock()
 	delete(b.pend, p)
+	if p.m != nil {
+		// A savepoint's or a released snapshot's base that nothing else
+		// uses any more.
+		b.dropBase(p.m)
+	}
 	b.truncateLocked()
 	forget := b.closed && len(b.pend) == 0
 	b.wmu.Unlock()
