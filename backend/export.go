@@ -57,8 +57,10 @@ type BaseSnapshotter interface {
 // of every snapshot that references the base, with its writes paused: the
 // base is held by the instance until then, and a base stops being held by
 // the instance only once a newer one is confirmed
-// (NotifyCheckpointComplete), after which no new snapshot references it.
-// An unknown or released base is an error wrapping ErrDeclined.
+// (NotifyCheckpointComplete), after which no new snapshot references it,
+// or the wrapper reports, with NotifyCheckpointAborted(id), a base that no
+// snapshot uses or will take. An unknown or released base is an error
+// wrapping ErrDeclined.
 type BaseHolder interface {
 	BaseSnapshotter
 	HoldBase(ctx context.Context, id, checkpointID uint64) error
