@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"reflect"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -300,9 +301,12 @@ func TestOpenParallelism(t *testing.T) {
 // the value of the last checkpoint (written after the base, so it comes
 // from the log).
 func TestRescaleChangelog(t *testing.T) {
-	for _, kind := range []backend.Kind{backend.KindFile, backend.KindLSM, backend.KindHeap} {
-		t.Run(string(kind), func(t *testing.T) {
-			h := startDaemon(t, harnessOpts{})
+	// lsm-remote: lsm with --lsm-remote, whose bases are hand-offs of
+	// remote tables that the restores reference in place.
+	for _, name := range []string{"file", "lsm", "heap", "lsm-remote"} {
+		kind, remote := backend.Kind(strings.TrimSuffix(name, "-remote")), strings.HasSuffix(name, "-remote")
+		t.Run(name, func(t *testing.T) {
+			h := startDaemon(t, harnessOpts{node: func(o *node.Options) { o.LSMRemote = remote }})
 			j := &rescaleJob{t: t, c: h.dial(client.Options{}), kind: kind, changelog: client.ChangelogOn}
 			for i := 0; i < 300; i++ {
 				j.keys = append(j.keys, []byte(fmt.Sprint("key-", i)))
@@ -322,6 +326,13 @@ func TestRescaleChangelog(t *testing.T) {
 				}
 			}
 			j.checkpoint(1) // the first checkpoint materializes: all in the base
+			m, ok := h.cat.Checkpoint(rsJob, 1)
+			if !ok {
+				t.Fatal("checkpoint 1 is not retained")
+			}
+			if tables := slices.ContainsFunc(m.Tasks[0].Files, func(f backend.FileRef) bool { return f.Table != nil }); tables != remote {
+				t.Fatalf("checkpoint 1 lists remote tables %v in a daemon with --lsm-remote %v", tables, remote)
+			}
 			write("log3-")
 			for i, k := range j.keys {
 				if i%2 == 1 {

@@ -44,3 +44,24 @@ type CanonicalSnapshotter interface {
 type BaseSnapshotter interface {
 	BaseSnapshot(ctx context.Context, id uint64, dir string) (PendingSnapshot, error)
 }
+
+// BaseHolder is a BaseSnapshotter whose bases' files must be held for each
+// checkpoint that references them, because they live outside the
+// registry's sole control (lsm remote mode: SSTs the instance's Pebble
+// deletes once no marker holds them; docs/lsm-remote.md).
+//
+// HoldBase makes the files of base id (a BaseSnapshot the instance took
+// and has not let go of) held for checkpoint checkpointID of the task, as
+// a checkpoint's own snapshot would hold them, until the catalog releases
+// that checkpoint. The changelog wrapper calls it in the synchronous part
+// of every snapshot that references the base, with its writes paused: the
+// base is held by the instance until then, and a base stops being held by
+// the instance only once a newer one is confirmed
+// (NotifyCheckpointComplete), after which no new snapshot references it,
+// or the wrapper reports, with NotifyCheckpointAborted(id), a base that no
+// snapshot uses or will take. An unknown or released base is an error
+// wrapping ErrDeclined.
+type BaseHolder interface {
+	BaseSnapshotter
+	HoldBase(ctx context.Context, id, checkpointID uint64) error
+}

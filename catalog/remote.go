@@ -96,7 +96,7 @@ func splitRemote(names []string) (ssts, rest []string) {
 
 // sweepRemote is the sweep of the remote-mode lsm objects of a listing.
 // After the grace period it removes: markers of checkpoints neither
-// retained nor in flight; Pebble and instance markers of creators whose
+// retained nor in flight; Pebble, instance and base markers of creators whose
 // lease is missing or stale (a crashed instance); stale leases; and SSTs
 // that nothing references and no marker holds. Names it cannot read stay.
 func (c *Catalog) sweepRemote(ctx context.Context, rep *GCReport, objects []tiered.ObjectInfo, dryRun bool) error {
@@ -135,7 +135,7 @@ func (c *Catalog) sweepRemote(ctx context.Context, rep *GCReport, objects []tier
 		dead := false
 		if !o.ModTime.After(cutoff) {
 			switch m.Kind {
-			case remotestore.MarkerPebble, remotestore.MarkerInstance:
+			case remotestore.MarkerPebble, remotestore.MarkerInstance, remotestore.MarkerBase:
 				dead = !live[m.Creator]
 			case remotestore.MarkerCheckpoint:
 				dead = !c.checkpointHeldLocked(m.Job, m.Checkpoint)

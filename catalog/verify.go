@@ -13,6 +13,7 @@ import (
 	"sync"
 
 	"github.com/statedhq/stated/backend"
+	"github.com/statedhq/stated/backend/lsm"
 	"github.com/statedhq/stated/internal/frame"
 	"github.com/statedhq/stated/tiered"
 )
@@ -56,7 +57,9 @@ type VerifyReport struct {
 func (r *VerifyReport) OK() bool { return r.Manifest != nil && len(r.Problems) == 0 }
 
 // Verify reads the manifest "<dir>/_metadata" from store and re-reads every
-// file of every handle, checking its size and CRC32C. For a checkpoint, dir
+// file of every handle, checking its size and CRC32C, or for a size-only
+// file (an lsm SST of remote mode) every block checksum of the SST
+// (lsm.ValidateTable). For a checkpoint, dir
 // is "<job>/chk-<N>" and store the checkpoint root (handle paths are
 // relative to it); for a savepoint, dir is its directory in store ("" when
 // store is rooted at the savepoint). A manifest that cannot be read or
@@ -216,6 +219,9 @@ func verifyChannelSegment(ctx context.Context, store tiered.Store, sg backend.Ch
 }
 
 func verifyFile(ctx context.Context, store tiered.Store, f backend.FileRef) *FileProblem {
+	if f.SizeOnly {
+		return verifyTable(ctx, store, f)
+	}
 	rc, err := store.Get(ctx, f.Path)
 	if tiered.IsNotFound(err) {
 		return &FileProblem{Path: f.Path, Missing: true}
@@ -232,12 +238,28 @@ func verifyFile(ctx context.Context, store tiered.Store, f backend.FileRef) *Fil
 	if n != f.Size {
 		return &FileProblem{Path: f.Path, Detail: fmt.Sprintf("size %d, the handle says %d", n, f.Size)}
 	}
-	// A size-only file (an lsm SST born in the store) has no CRC in its
-	// handle: its blocks carry Pebble's checksums, checked on every read.
-	if got := h.Sum32(); !f.SizeOnly && got != f.CRC32C {
+	if got := h.Sum32(); got != f.CRC32C {
 		return &FileProblem{Path: f.Path, Detail: fmt.Sprintf("crc32c %08x, the handle says %08x (corrupt)", got, f.CRC32C)}
 	}
 	return nil
+}
+
+// verifyTable checks a size-only file: an lsm SST born in the store
+// (remote mode), whose handle has no CRC because stated never read its
+// bytes. Pebble's block checksums guard them instead: the SST is read
+// block by block with ranged reads and every block's checksum checked.
+func verifyTable(ctx context.Context, store tiered.Store, f backend.FileRef) *FileProblem {
+	err := lsm.ValidateTable(ctx, store, f.Path, f.Size)
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, backend.ErrNotFound):
+		return &FileProblem{Path: f.Path, Missing: true}
+	case errors.Is(err, backend.ErrCorrupt):
+		return &FileProblem{Path: f.Path, Detail: "pebble table: " + err.Error() + " (corrupt)"}
+	default:
+		return &FileProblem{Path: f.Path, Detail: "read: " + err.Error()}
+	}
 }
 
 // Verify re-reads every file of retained checkpoint id of job (see Verify).

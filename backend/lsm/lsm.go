@@ -66,6 +66,7 @@ var (
 	_ backend.Backend              = (*Backend)(nil)
 	_ backend.CanonicalSnapshotter = (*Backend)(nil)
 	_ backend.BaseSnapshotter      = (*Backend)(nil)
+	_ backend.BaseHolder           = (*Backend)(nil)
 	_ backend.Grouper              = (*Backend)(nil)
 	_ backend.ReadGrouper          = (*Backend)(nil)
 )
@@ -252,6 +253,10 @@ func (b *Backend) unref(closing bool) error {
 // checkpointID become the base later checkpoints reference, unless a newer
 // checkpoint was confirmed already.
 func (b *Backend) NotifyCheckpointComplete(checkpointID uint64) {
+	if b.remote != nil {
+		// In changelog mode the id is a base's (remotebase.go).
+		b.releaseBasesBefore(checkpointID)
+	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if set, ok := b.inc.done[checkpointID]; ok && (!b.inc.completed || checkpointID > b.inc.last) {
@@ -271,6 +276,12 @@ func (b *Backend) NotifyCheckpointComplete(checkpointID uint64) {
 // uploaded is forgotten. Nothing is deleted here; the registry's sweep
 // removes shared files that nothing retained refers to (FLINK-24611).
 func (b *Backend) NotifyCheckpointAborted(checkpointID uint64) {
+	if b.remote != nil {
+		// In changelog mode the id is a base's that no checkpoint will
+		// use (remotebase.go); a hand-off checkpoint's markers are the
+		// catalog's to remove.
+		b.releaseBasesIf(func(id uint64) bool { return id == checkpointID })
+	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	delete(b.inc.done, checkpointID)

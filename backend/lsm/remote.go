@@ -5,8 +5,8 @@ package lsm
 // Pebble's private files and a bounded cache of remote blocks. This is the
 // working state. Checkpoints hand the SSTs over to the catalog
 // (remotesnap.go) and restores reference them in place (remoterestore.go);
-// BaseSnapshot (changelog materialization) declines; canonical snapshots
-// work unchanged.
+// changelog bases are hand-offs too, held by the instance until a newer
+// one is confirmed (remotebase.go); canonical snapshots work unchanged.
 
 import (
 	"context"
@@ -24,7 +24,6 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/objstorage/remote"
 
-	"github.com/statedhq/stated/backend"
 	"github.com/statedhq/stated/backend/lsm/remotestore"
 	"github.com/statedhq/stated/tiered"
 )
@@ -115,6 +114,13 @@ type remoteState struct {
 
 	mu    sync.Mutex
 	sizes map[string]int64 // object path -> size (objects never change)
+	// bases are the changelog bases the instance holds with its base
+	// markers: base number -> object paths (remotebase.go).
+	bases map[uint64][]string
+	// releasing counts base releases running in the background; Close
+	// sets basesClosed (no new one starts) and waits for them.
+	releasing   sync.WaitGroup
+	basesClosed bool
 
 	stopLease    func()
 	refreshLease func(ctx context.Context) error
@@ -162,7 +168,7 @@ func (b *Backend) remoteSetup() error {
 		}
 	}
 	b.remote = &remoteState{storage: f.Storage(remoteLocator), factory: f, creator: binary.LittleEndian.Uint64(id[:]),
-		prefix: b.opts.Task.Job + "/shared/lsm/", sizes: map[string]int64{}}
+		prefix: b.opts.Task.Job + "/shared/lsm/", sizes: map[string]int64{}, bases: map[uint64][]string{}}
 	return b.startLease()
 }
 
@@ -220,17 +226,6 @@ func (b *Backend) remoteStart() error {
 	return nil
 }
 
-// remoteSnapshotDeclined is the answer of BaseSnapshot in remote mode:
-// changelog bases are private to the changelog's checkpoint directories,
-// and a hand-off's markers belong to checkpoints (not built yet).
-func (b *Backend) remoteSnapshotDeclined(checkpointID uint64) error {
-	if b.remote == nil {
-		return nil
-	}
-	return fmt.Errorf("lsm: checkpoint %d of %s: %w: remote mode has no changelog base snapshot (docs/lsm-remote.md)",
-		checkpointID, b.opts.Task, backend.ErrDeclined)
-}
-
 // closeDB closes Pebble; in remote mode it then drops this incarnation's
 // references to its objects, as Pebble's sharedUnref would for each: delete
 // our markers, then the object when no marker of anyone is left. Nothing
@@ -270,6 +265,7 @@ func (b *Backend) closeDB() error {
 		err = errors.Join(err, b.remoteUnref(obj))
 	}
 	ctx := context.Background()
+	err = errors.Join(err, b.releaseAllBases(ctx))
 	for _, obj := range b.remote.externals {
 		_, uerr := remotestore.UnrefNamed(ctx, b.opts.RestoreStore, obj, remotestore.InstanceMarker(obj, b.remote.creator))
 		err = errors.Join(err, uerr)

@@ -7,8 +7,10 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/statedhq/stated/backend"
+	"github.com/statedhq/stated/backend/lsm/remotestore"
 	"github.com/statedhq/stated/tiered"
 	"github.com/statedhq/stated/tiered/memstore"
 	"github.com/statedhq/stated/tiered/metered"
@@ -39,8 +41,9 @@ func listAll(t *testing.T, s tiered.Store, prefix string) []string {
 }
 
 // TestRemoteMode: the instance's SSTs are objects under
-// "<job>/shared/lsm/", none is local, reads are right, checkpoints
-// (changelog bases) decline, canonical snapshots work, and Close leaves
+// "<job>/shared/lsm/", none is local, reads are right, changelog bases
+// are hand-offs the instance holds until told, canonical snapshots work,
+// and Close leaves
 // nothing in the store or the spool directory.
 func TestRemoteMode(t *testing.T) {
 	e, store := remoteEnv(t)
@@ -85,8 +88,52 @@ func TestRemoteMode(t *testing.T) {
 		t.Fatalf("store counts %+v", c)
 	}
 
-	if _, err := b.BaseSnapshot(context.Background(), 1, "job/base-1"); !errors.Is(err, backend.ErrDeclined) {
-		t.Fatalf("BaseSnapshot in remote mode: %v, want ErrDeclined", err)
+	// A changelog base is a hand-off held by the instance's base markers:
+	// nothing uploaded, no private file; a checkpoint holds it with its
+	// own markers (HoldBase); the instance lets go of it when told.
+	up := store.Counts().BytesUp
+	bp, err := b.BaseSnapshot(context.Background(), 1, "job/base-1")
+	must(t, err)
+	bh, err := bp.Run(context.Background())
+	must(t, err)
+	if store.Counts().BytesUp != up || bh.Version != backend.HandleVersionRemote || len(bh.Files) == 0 ||
+		slices.ContainsFunc(bh.Files, func(f backend.FileRef) bool { return !f.SizeOnly || f.Table == nil }) {
+		t.Fatalf("base snapshot in remote mode: %d bytes up, handle %+v", store.Counts().BytesUp-up, bh)
+	}
+	if got := b.HeldBases(); !slices.Equal(got, []uint64{1}) {
+		t.Fatalf("held bases %v, want [1]", got)
+	}
+	baseMarkers := func() (base, chk int) {
+		for _, n := range listAll(t, store, "") {
+			if m, ok := remotestore.ParseMarker(n); ok && m.Kind == remotestore.MarkerBase && m.Base == 1 {
+				base++
+			} else if ok && m.Kind == remotestore.MarkerCheckpoint && m.Checkpoint == 7 {
+				chk++
+			}
+		}
+		return base, chk
+	}
+	if base, chk := baseMarkers(); base != len(bh.Files) || chk != 0 {
+		t.Fatalf("%d base and %d checkpoint markers for %d tables", base, chk, len(bh.Files))
+	}
+	must(t, b.HoldBase(context.Background(), 1, 7))
+	if err := b.HoldBase(context.Background(), 2, 7); !errors.Is(err, backend.ErrDeclined) {
+		t.Fatalf("hold of an unknown base: %v", err)
+	}
+	b.NotifyCheckpointAborted(1)
+	for deadline := time.Now().Add(5 * time.Second); len(b.HeldBases()) > 0 || func() bool { n, _ := baseMarkers(); return n > 0 }(); time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("base 1 still held after it was dropped: %v", b.HeldBases())
+		}
+	}
+	if _, chk := baseMarkers(); chk != len(bh.Files) {
+		t.Fatalf("%d markers of checkpoint 7 for %d tables", chk, len(bh.Files))
+	}
+	// What checkpoint 7 held is the catalog's to release; here, by hand.
+	for _, n := range listAll(t, store, "") {
+		if m, ok := remotestore.ParseMarker(n); ok && m.Kind == remotestore.MarkerCheckpoint {
+			must(t, store.Delete(context.Background(), n))
+		}
 	}
 
 	// A canonical snapshot reads through Pebble, wherever its SSTs are,

@@ -8,15 +8,11 @@ package lsm
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
-	"io"
 	"slices"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
-	"github.com/cockroachdb/pebble/v2/sstable"
-	"github.com/cockroachdb/pebble/v2/vfs"
 
 	"github.com/statedhq/stated/backend"
 	"github.com/statedhq/stated/backend/lsm/remotestore"
@@ -235,7 +231,6 @@ func (b *Backend) ingestByReference(ctx context.Context, tables []refTable) (int
 // whole and checks its block checksums.
 func (b *Backend) checkObjects(ctx context.Context, names []string, sizes map[string]int64) error {
 	task := b.opts.Task
-	ro := b.pebbleOptions(true).MakeReaderOptions()
 	return parallel(ctx, b.lo.UploadConcurrency, len(names), func(ctx context.Context, i int) error {
 		name := names[i]
 		info, err := b.opts.RestoreStore.Stat(ctx, name)
@@ -252,54 +247,9 @@ func (b *Backend) checkObjects(ctx context.Context, names []string, sizes map[st
 		if !b.lo.Remote.VerifyRestore {
 			return nil
 		}
-		// A local copy: Pebble's remote readable (NewRemoteReadable)
-		// dereferences a nil function on the first failed read.
-		err = b.validateTable(ctx, name, fmt.Sprintf("verify-%d.sst", i), ro)
-		if cerr := ctx.Err(); cerr != nil {
-			return fmt.Errorf("lsm: restore %s: table %s: %w", task, name, cerr)
-		}
-		if err != nil {
-			return fmt.Errorf("lsm: restore %s: %w: table %s: %v", task, backend.ErrCorrupt, name, err)
+		if err := validateTable(ctx, b.opts.RestoreStore, name, info.Size); err != nil {
+			return fmt.Errorf("lsm: restore %s: %w", task, err)
 		}
 		return nil
 	})
-}
-
-// validateTable copies the object name to a local file and checks every
-// block checksum of it as an SST.
-func (b *Backend) validateTable(ctx context.Context, name, local string, ro sstable.ReaderOptions) (err error) {
-	fs := b.lo.FS
-	dir := fs.PathJoin(b.lo.Dir, "restore")
-	if err := fs.MkdirAll(dir, 0o755); err != nil {
-		return err
-	}
-	path := fs.PathJoin(dir, local)
-	defer func() { _ = fs.Remove(path) }()
-	rc, err := b.opts.RestoreStore.Get(ctx, name)
-	if err != nil {
-		return err
-	}
-	f, err := fs.Create(path, vfs.WriteCategoryUnspecified)
-	if err == nil {
-		_, err = io.Copy(f, rc)
-		err = errors.Join(err, f.Close())
-	}
-	if err = errors.Join(err, rc.Close()); err != nil {
-		return err
-	}
-	rf, err := fs.Open(path)
-	if err != nil {
-		return err
-	}
-	readable, err := sstable.NewSimpleReadable(rf)
-	if err != nil {
-		rf.Close()
-		return err
-	}
-	rd, err := sstable.NewReader(ctx, readable, ro)
-	if err != nil {
-		readable.Close()
-		return err
-	}
-	return errors.Join(rd.ValidateBlockChecksums(), rd.Close())
 }

@@ -105,9 +105,42 @@ func (b *Backend) remoteTables() ([]liveTable, error) {
 // writes resume. The cost is two small store calls per SST (a put of an
 // empty marker, a listing), run UploadConcurrency at a time.
 func (b *Backend) remoteSnapshot(ctx context.Context, id uint64) (backend.PendingSnapshot, error) {
+	job := b.opts.Task.Job
+	return b.handOffSnapshot(ctx, "checkpoint", id, func(obj, attempt string) string {
+		return remotestore.CheckpointMarker(obj, job, id, attempt)
+	}, nil)
+}
+
+// remoteBaseSnapshot is BaseSnapshot in remote mode: a hand-off whose
+// markers are the instance's own base markers, which hold the base's
+// objects while the instance lives and until a newer base is confirmed
+// (NotifyCheckpointComplete); every checkpoint that references the base
+// adds its own markers (HoldBase). Nothing is uploaded and there are no
+// private files: the base's handle lists only shared tables.
+func (b *Backend) remoteBaseSnapshot(ctx context.Context, n uint64) (backend.PendingSnapshot, error) {
+	r := b.remote
+	return b.handOffSnapshot(ctx, "base snapshot", n, func(obj, _ string) string {
+		return remotestore.BaseMarker(obj, r.creator, n)
+	}, func(tables []liveTable) {
+		objs := make([]string, 0, len(tables))
+		for _, t := range tables {
+			objs = append(objs, t.path)
+		}
+		slices.Sort(objs)
+		r.mu.Lock()
+		r.bases[n] = slices.Compact(objs)
+		r.mu.Unlock()
+	})
+}
+
+// handOffSnapshot is a hand-off snapshot numbered id (what says of what:
+// "checkpoint" or "base snapshot") whose markers mark names; done, if
+// set, hears the tables handed off, with writes still paused.
+func (b *Backend) handOffSnapshot(ctx context.Context, what string, id uint64, mark func(obj, attempt string) string,
+	done func([]liveTable)) (backend.PendingSnapshot, error) {
 	task := b.opts.Task
 	fail := func(format string, args ...any) error {
-		return fmt.Errorf("lsm: checkpoint %d of %s: "+format, append([]any{id, task}, args...)...)
+		return fmt.Errorf("lsm: %s %d of %s: "+format, append([]any{what, id, task}, args...)...)
 	}
 	var h *backend.Handle
 	err := b.Exclusive(func(states []backend.StateDescriptor) error {
@@ -132,7 +165,7 @@ func (b *Backend) remoteSnapshot(ctx context.Context, id uint64) (backend.Pendin
 				last = err
 				continue
 			}
-			ok, err := b.handOff(ctx, id, tables)
+			ok, err := b.handOff(ctx, tables, mark)
 			if err != nil {
 				return fail("%w", err)
 			}
@@ -145,6 +178,9 @@ func (b *Backend) remoteSnapshot(ctx context.Context, id uint64) (backend.Pendin
 			if err := h.Validate(); err != nil {
 				return fail("built an invalid handle: %w", err)
 			}
+			if done != nil {
+				done(tables)
+			}
 			return nil
 		}
 		return fail("%w: no stable version in %d hand-off attempts (last: %v)", backend.ErrDeclined, maxHandOffAttempts, last)
@@ -155,14 +191,14 @@ func (b *Backend) remoteSnapshot(ctx context.Context, id uint64) (backend.Pendin
 	return &handedOff{h: h}, nil
 }
 
-// handOff writes one marker of a new attempt of checkpoint id on every
+// handOff writes one marker of a new attempt (mark's name) on every
 // table's object and checks that the live holder still holds it: Pebble's
 // marker for the SSTs it created (sharedUnref deletes its marker before
 // it lists the others, so a marker written while Pebble's exists is always
 // seen), this instance's own marker for ingested ones (removed only at
 // Close). It reports false, after taking back this attempt's markers,
 // when an SST is leaving the version.
-func (b *Backend) handOff(ctx context.Context, id uint64, tables []liveTable) (bool, error) {
+func (b *Backend) handOff(ctx context.Context, tables []liveTable, mark func(obj, attempt string) string) (bool, error) {
 	attempt, err := randomID()
 	if err != nil {
 		return false, err
@@ -182,7 +218,7 @@ func (b *Backend) handOff(ctx context.Context, id uint64, tables []liveTable) (b
 	mine := fmt.Sprintf("%d.", b.remote.creator)
 	err = parallel(ctx, b.lo.UploadConcurrency, len(names), func(ctx context.Context, i int) error {
 		obj := names[i]
-		if err := tiered.PutBytes(ctx, store, remotestore.CheckpointMarker(obj, b.opts.Task.Job, id, attempt), nil); err != nil {
+		if err := tiered.PutBytes(ctx, store, mark(obj, attempt), nil); err != nil {
 			return fmt.Errorf("mark %s: %w", obj, err)
 		}
 		if objects[obj].external {
@@ -205,8 +241,7 @@ func (b *Backend) handOff(ctx context.Context, id uint64, tables []liveTable) (b
 	// Take this attempt's markers back with the unref rule: an object
 	// whose Pebble marker is gone is deleted once ours goes too.
 	for _, obj := range names {
-		marker := remotestore.CheckpointMarker(obj, b.opts.Task.Job, id, attempt)
-		if _, uerr := remotestore.UnrefNamed(ctx, store, obj, marker); uerr != nil && err == nil {
+		if _, uerr := remotestore.UnrefNamed(ctx, store, obj, mark(obj, attempt)); uerr != nil && err == nil {
 			err = uerr
 		}
 	}

@@ -36,10 +36,17 @@ func (b *Backend) Snapshot(ctx context.Context, checkpointID uint64) (backend.Pe
 // BaseSnapshot implements backend.BaseSnapshotter: an incremental
 // snapshot whose private files (MANIFEST, OPTIONS) go under dir; its SSTs
 // are shared files like a checkpoint's, reused by later ones once id is
-// confirmed.
+// confirmed. In remote mode it is a hand-off held by the instance
+// (remotebase.go), with no private files.
 func (b *Backend) BaseSnapshot(ctx context.Context, id uint64, dir string) (backend.PendingSnapshot, error) {
 	if err := backend.ValidatePath(dir); err != nil {
 		return nil, fmt.Errorf("lsm: base snapshot %d of %s: %w", id, b.opts.Task, err)
+	}
+	if b.remote != nil {
+		if err := ctx.Err(); err != nil {
+			return nil, fmt.Errorf("lsm: base snapshot %d of %s: %w", id, b.opts.Task, err)
+		}
+		return b.remoteBaseSnapshot(ctx, id)
 	}
 	return b.snapshot(ctx, id, dir+"/")
 }
@@ -48,9 +55,6 @@ func (b *Backend) BaseSnapshot(ctx context.Context, id uint64, dir string) (back
 func (b *Backend) snapshot(ctx context.Context, checkpointID uint64, privatePrefix string) (backend.PendingSnapshot, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("lsm: checkpoint %d of %s: %w", checkpointID, b.opts.Task, err)
-	}
-	if err := b.remoteSnapshotDeclined(checkpointID); err != nil {
-		return nil, err
 	}
 	var p *checkpointSnapshot
 	err := b.Exclusive(func(states []backend.StateDescriptor) error {

@@ -23,8 +23,11 @@ func newVerifyCmd() *cobra.Command {
 		Use:   "verify <checkpoint-or-savepoint-dir>",
 		Short: "Re-read every file of a checkpoint or savepoint and check every checksum",
 		Long: `Verify reads the manifest (_metadata) of a checkpoint or savepoint, then re-reads
-every file of every task handle and checks its size and CRC32C. It lists every
-missing or corrupt file and exits non-zero if there is one.
+every file of every task handle and checks its size and CRC32C. The SSTs of an
+lsm instance in remote mode (--lsm-remote) have no CRC in their handles: verify
+reads them block by block with ranged reads and checks every block checksum
+Pebble wrote. It lists every missing or corrupt file and exits non-zero if
+there is one.
 
 The argument is a name inside the checkpoint store: "<job>/chk-<N>" or
 "savepoints/<id>". The store is the daemon's, found as "stated serve" finds it:

@@ -231,9 +231,37 @@ func (b *Backend) runMaterialization(ctx context.Context, m *materialization, p 
 // after m. Call with wmu held.
 func (b *Backend) offer(m *materialization) {
 	if m.err != nil || m.epoch != b.epoch || (b.conf != nil && b.conf.seq >= m.seq) || (b.mat != nil && b.mat.seq >= m.seq) {
+		b.dropBase(m)
 		return
 	}
+	old := b.mat
 	b.mat = m
+	if old != nil {
+		b.dropBase(old)
+	}
+}
+
+// dropBase tells the inner backend that no snapshot will reference base m
+// any more (NotifyCheckpointAborted with the base's number), unless one
+// still may: it is the confirmed or offered base, a pending snapshot uses
+// it, or a checkpoint that used it may yet be confirmed. A BaseHolder
+// (lsm remote mode) then lets go of m's files at once instead of at the
+// next confirmation; nothing else needs to hear it. Call with wmu held.
+func (b *Backend) dropBase(m *materialization) {
+	if _, ok := b.inner.(backend.BaseHolder); !ok || !m.native || m == b.mat || m == b.conf {
+		return
+	}
+	for p := range b.pend {
+		if p.m == m {
+			return
+		}
+	}
+	for _, u := range b.used {
+		if u == m {
+			return
+		}
+	}
+	b.inner.NotifyCheckpointAborted(uint64(m.n))
 }
 
 // Info implements backend.Backend.
@@ -299,7 +327,13 @@ func (b *Backend) appendEncoded(kg int, data []byte) {
 	seq, err := b.w.Append(context.Background(), b.id, kg, data)
 	if err != nil {
 		b.epoch++
+		conf, mat := b.conf, b.mat
 		b.conf, b.mat = nil, nil
+		for _, m := range []*materialization{conf, mat} {
+			if m != nil {
+				b.dropBase(m)
+			}
+		}
 		return
 	}
 	b.lastSeq = seq
@@ -527,7 +561,11 @@ func (b *Backend) truncateLocked() {
 // its files).
 func (b *Backend) NotifyCheckpointAborted(checkpointID uint64) {
 	b.wmu.Lock()
+	m := b.used[checkpointID]
 	delete(b.used, checkpointID)
+	if m != nil {
+		b.dropBase(m)
+	}
 	b.wmu.Unlock()
 }
 

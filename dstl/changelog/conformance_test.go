@@ -68,7 +68,20 @@ func (l *logs) get(t testing.TB, store tiered.Store) (*logEnv, error) {
 	return e, nil
 }
 
+// lsmRemote opens lsm in remote mode (--lsm-remote) over the suite's
+// store, with VerifyRestore as backend's own remote harness: the suite
+// wants damage found at restore.
+func lsmRemote(t testing.TB, o backend.Options) (backend.Backend, error) {
+	return lsm.Open(o, lsm.Options{Dir: t.TempDir(),
+		Remote: &lsm.RemoteOptions{Store: o.Store, CacheBytes: 4 << 20, SpoolDir: t.TempDir(), VerifyRestore: true}})
+}
+
 func harness(kind backend.Kind) backendtest.Harness {
+	return harnessOver(kind, inners[kind])
+}
+
+// harnessOver is changelog mode over inner, a backend of kind.
+func harnessOver(kind backend.Kind, inner func(t testing.TB, o backend.Options) (backend.Backend, error)) backendtest.Harness {
 	l := &logs{}
 	return backendtest.Harness{Kind: kind, Open: func(t testing.TB, o backend.Options) (backend.Backend, error) {
 		e, err := l.get(t, o.Store)
@@ -76,7 +89,7 @@ func harness(kind backend.Kind) backendtest.Harness {
 			return nil, err
 		}
 		return changelog.Open(o, changelog.Options{
-			OpenInner: func(io backend.Options) (backend.Backend, error) { return inners[kind](t, io) },
+			OpenInner: func(io backend.Options) (backend.Backend, error) { return inner(t, io) },
 			Writer:    e.w, Log: e.ls,
 		})
 	}}
@@ -88,4 +101,5 @@ func TestConformance(t *testing.T) {
 	for _, k := range []backend.Kind{backend.KindHeap, backend.KindLSM, backend.KindFile} {
 		t.Run(string(k), func(t *testing.T) { backendtest.Run(t, harness(k)) })
 	}
+	t.Run("lsm-remote", func(t *testing.T) { backendtest.Run(t, harnessOver(backend.KindLSM, lsmRemote)) })
 }

@@ -69,7 +69,11 @@
 // that are not in the last confirmed one, which the wrapper confirms to it
 // with NotifyCheckpointComplete(n), and a restore reads native files), and
 // canonical snapshots otherwise (heap and file, whose snapshots are full
-// anyway). Either way their private files go under
+// anyway). lsm in remote mode hands its tables off instead of uploading
+// them, and its bases must be held per checkpoint (backend.BaseHolder):
+// every snapshot that references a base calls HoldBase in its synchronous
+// part, and a base that no snapshot will use any more is reported with
+// NotifyCheckpointAborted(n). Either way their private files go under
 // <job>/shared/changelog/<operator>-<subtask>-<run>-<n>: an ordinary
 // snapshot's private files live under chk-<id> and belong to that one
 // checkpoint, while a base is referenced by every checkpoint until the next

@@ -44,7 +44,7 @@ func (p *pending) runSavepoint(ctx context.Context, m *materialization) (*backen
 	b, info := p.b, p.info
 	dir := fmt.Sprintf("%s/chk-%d/%s", info.Task.Job, p.id, info.Task.Dir())
 	h := &backend.Handle{
-		Version: backend.HandleVersionLog, Backend: info.Kind, Task: info.Task, CheckpointID: p.id,
+		Version: handleVersion(m.h), Backend: info.Kind, Task: info.Task, CheckpointID: p.id,
 		KeyGroups: info.KeyGroups, MaxParallelism: info.MaxParallelism, States: p.states,
 		Log: &backend.HandleLog{},
 	}

@@ -71,23 +71,53 @@ func (b *Backend) Snapshot(ctx context.Context, checkpointID uint64) (backend.Pe
 // confirmed one, else a new materialization that p's Run uploads. Call
 // with wmu held.
 func (b *Backend) baseFor(ctx context.Context, p *pending, claim bool) error {
+	var m *materialization
+	var mp backend.PendingSnapshot
 	switch {
 	case b.mat != nil:
-		p.m = b.mat
-		if claim {
-			b.mat = nil
-		}
+		m = b.mat
 	case b.conf != nil:
-		p.m = b.conf
+		m = b.conf
 	default:
-		m, mp, err := b.startMaterialization(ctx)
-		if err != nil {
+		var err error
+		if m, mp, err = b.startMaterialization(ctx); err != nil {
 			return err
 		}
-		p.m, p.upload = m, mp
 	}
+	if err := b.holdBase(ctx, m, p.id); err != nil {
+		if mp != nil {
+			mp.Release()
+		}
+		return err
+	}
+	if m == b.mat && claim {
+		b.mat = nil
+	}
+	p.m, p.upload = m, mp
 	b.pend[p] = struct{}{}
 	return nil
+}
+
+// holdBase has the inner backend hold the files of base m for checkpoint
+// id, when its bases need that (backend.BaseHolder: lsm remote mode, whose
+// SSTs Pebble deletes once no marker holds them). Call with wmu held: the
+// inner backend holds m itself until a newer base is confirmed, which
+// takes wmu.
+func (b *Backend) holdBase(ctx context.Context, m *materialization, id uint64) error {
+	bh, ok := b.inner.(backend.BaseHolder)
+	if !ok || !m.native {
+		return nil
+	}
+	if err := bh.HoldBase(ctx, uint64(m.n), id); err != nil {
+		return fmt.Errorf("changelog: checkpoint %d of %s: %w", id, b.opts.Task, err)
+	}
+	return nil
+}
+
+// handleVersion is the version of a changelog handle over base h: a
+// remote-mode lsm base's table references need version 4.
+func handleVersion(h *backend.Handle) int {
+	return max(backend.HandleVersionLog, h.Version)
 }
 
 type pending struct {
@@ -174,7 +204,7 @@ func (p *pending) Run(ctx context.Context) (*backend.Handle, error) {
 		return nil, fmt.Errorf("changelog: checkpoint %d of %s: write %s: %w", p.id, info.Task, name, err)
 	}
 	h := &backend.Handle{
-		Version: backend.HandleVersionLog, Backend: info.Kind, Task: info.Task, CheckpointID: p.id,
+		Version: handleVersion(m.h), Backend: info.Kind, Task: info.Task, CheckpointID: p.id,
 		KeyGroups: info.KeyGroups, MaxParallelism: info.MaxParallelism, States: p.states,
 		Log: &backend.HandleLog{},
 	}
@@ -204,6 +234,11 @@ func (p *pending) Run(ctx context.Context) (*backend.Handle, error) {
 func (b *Backend) snapshotDone(p *pending) {
 	b.wmu.Lock()
 	delete(b.pend, p)
+	if p.m != nil {
+		// A savepoint's or a released snapshot's base that nothing else
+		// uses any more.
+		b.dropBase(p.m)
+	}
 	b.truncateLocked()
 	forget := b.closed && len(b.pend) == 0
 	b.wmu.Unlock()

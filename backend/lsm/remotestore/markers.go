@@ -13,11 +13,15 @@ package remotestore
 //	<object>.ref.0.c_<checkpoint>_<attempt>_<job>   a checkpoint attempt's
 //	<object>.ref.0.i_<creator>                      a live instance's, for an
 //	                                                object it ingested by reference
+//	<object>.ref.0.b_<creator>_<base>               a live instance's, for an
+//	                                                object of its changelog base
+//	                                                <base> (held until a newer
+//	                                                base is confirmed or Close)
 //
 // An instance also keeps a lease "<lsm prefix>/_live.<creator>" fresh while
 // it runs: the sweep takes the Pebble and instance markers of a creator
-// whose lease is missing or older than the grace period as a crashed
-// holder's. Frozen: the names are in the store.
+// whose lease is missing or older than the grace period (instance and
+// base markers alike) as a crashed holder's. Frozen: the names are in the store.
 
 import (
 	"context"
@@ -48,6 +52,9 @@ const (
 	MarkerCheckpoint
 	// MarkerInstance is a live instance's, for an object it ingested.
 	MarkerInstance
+	// MarkerBase is a live instance's, for an object of one of its
+	// changelog bases (materializations).
+	MarkerBase
 )
 
 // Marker is a parsed marker name.
@@ -57,8 +64,10 @@ type Marker struct {
 	Object string
 	Kind   MarkerKind
 	// Creator is the holder's Pebble creator ID (MarkerPebble,
-	// MarkerInstance).
+	// MarkerInstance, MarkerBase).
 	Creator uint64
+	// Base numbers the changelog base (MarkerBase).
+	Base uint64
 	// Job and Checkpoint name the checkpoint (MarkerCheckpoint).
 	Job        string
 	Checkpoint uint64
@@ -74,6 +83,12 @@ func CheckpointMarker(object, job string, id uint64, attempt string) string {
 // it ingested by reference.
 func InstanceMarker(object string, creator uint64) string {
 	return fmt.Sprintf("%s%s0.i_%d", object, MarkerInfix, creator)
+}
+
+// BaseMarker is the marker of the live instance creator on an object of
+// its changelog base n.
+func BaseMarker(object string, creator, n uint64) string {
+	return fmt.Sprintf("%s%s0.b_%d_%d", object, MarkerInfix, creator, n)
 }
 
 // LeaseName is the lease of creator under the lsm prefix prefix ("" or
@@ -122,6 +137,15 @@ func ParseMarker(name string) (m Marker, ok bool) {
 	if s, ok := strings.CutPrefix(rest, "i_"); ok {
 		if c, err := strconv.ParseUint(s, 10, 64); err == nil && c != 0 {
 			m.Kind, m.Creator = MarkerInstance, c
+		}
+		return m, true
+	}
+	if s, ok := strings.CutPrefix(rest, "b_"); ok {
+		cs, ns, _ := strings.Cut(s, "_")
+		c, cerr := strconv.ParseUint(cs, 10, 64)
+		n, nerr := strconv.ParseUint(ns, 10, 64)
+		if cerr == nil && nerr == nil && c != 0 {
+			m.Kind, m.Creator, m.Base = MarkerBase, c, n
 		}
 		return m, true
 	}
