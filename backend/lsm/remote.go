@@ -139,8 +139,9 @@ func (r *remoteState) setSize(path string, n int64) {
 	r.sizes[path] = n
 }
 
-// HandOffRetries is the number of hand-off attempts that had to be retried
-// because an SST left the version meanwhile (0 in local mode).
+// HandOffRetries is the number of hand-off snapshots whose version changed
+// between the listings around its pin (retried), or whose holder check
+// failed (declined); 0 in local mode.
 func (b *Backend) HandOffRetries() int64 {
 	if b.remote == nil {
 		return 0

@@ -247,9 +247,13 @@ func testRemoteRescale342(t *testing.T, e *env, store *metered.Store) {
 }
 
 // TestRemoteHandOffRacesCompactions: checkpoints taken while another
-// goroutine compacts everything in a loop; a hand-off that finds an SST
-// leaving the version retries. After the source closed, every checkpoint
-// restores to the state it was taken at.
+// goroutine compacts everything in a loop. The synchronous part only
+// pins the version; the markers are written in Run, after writes resumed,
+// while compactions replace the pinned tables. Some checkpoint's tables
+// must have left the live version by the end of its Run (the race under
+// test), and every checkpoint restores to the state it was taken at after
+// the source closed. Without the pin, the holder check of such a hand-off
+// fails and the checkpoint is declined.
 func TestRemoteHandOffRacesCompactions(t *testing.T) {
 	e, store := remoteEnv(t)
 	// Checkpoint markers land late, so compactions finish in between.
@@ -278,23 +282,39 @@ func TestRemoteHandOffRacesCompactions(t *testing.T) {
 	}()
 	var hs []*backend.Handle
 	var wants []map[string]string
+	moved := 0 // checkpoints with a table that left the version during Run
 	// At least 10 checkpoints, and more (up to 40) until one met the
 	// race: how soon one does depends on the machine's speed.
-	for id := uint64(1); id <= 10 || (src.HandOffRetries() == 0 && id <= 40); id++ {
+	for id := uint64(1); id <= 10 || (moved == 0 && id <= 40); id++ {
 		fill(t, src, full(), 800, fmt.Sprintf("r%d", id))
 		want := dump(t, src)
-		hs = append(hs, checkpoint(t, src, id))
+		h := checkpoint(t, src, id)
+		hs = append(hs, h)
 		wants = append(wants, want)
+		live, err := src.remoteTables()
+		for err != nil { // a compaction between the two listings inside
+			live, err = src.remoteTables()
+		}
+		in := map[string]bool{}
+		for _, lt := range live {
+			in[lt.path] = true
+		}
+		for _, f := range h.Files {
+			if !in[f.Path] {
+				moved++
+				break
+			}
+		}
 	}
 	close(stop)
 	must(t, <-done)
-	t.Logf("%d checkpoints while compacting: %d hand-off retries", len(hs), src.HandOffRetries())
-	retries := src.HandOffRetries()
+	t.Logf("%d checkpoints while compacting: %d had a table leave the version during the hand-off, %d pin retries",
+		len(hs), moved, src.HandOffRetries())
 	must(t, src.Close())
 	for i, h := range hs {
 		sameDump(t, dump(t, restoreRemote(e, store, full(), false, h)), wants[i])
 	}
-	if retries == 0 {
+	if moved == 0 {
 		t.Fatal("no hand-off met an SST leaving the version: the race under test did not happen")
 	}
 }

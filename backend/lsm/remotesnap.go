@@ -99,11 +99,13 @@ func (b *Backend) remoteTables() ([]liveTable, error) {
 	return out, nil
 }
 
-// remoteSnapshot is Snapshot in remote mode. Everything happens in the
-// synchronous part, with writes paused: a marker must be written while
-// the SST is still in the version, and the version moves on as soon as
-// writes resume. The cost is two small store calls per SST (a put of an
-// empty marker, a listing), run UploadConcurrency at a time.
+// remoteSnapshot is Snapshot in remote mode. The synchronous part, with
+// writes paused, only flushes and pins the version (an open iterator keeps
+// every table of its version from being deleted); the markers, two small
+// store calls per SST (a put of an empty marker, a listing), are written
+// in Run, UploadConcurrency at a time, while writes go on. With the
+// markers written under the pause, a 4 GiB state paused writes for many
+// seconds against a slow S3 server.
 func (b *Backend) remoteSnapshot(ctx context.Context, id uint64) (backend.PendingSnapshot, error) {
 	job := b.opts.Task.Job
 	return b.handOffSnapshot(ctx, "checkpoint", id, func(obj, attempt string) string {
@@ -135,14 +137,18 @@ func (b *Backend) remoteBaseSnapshot(ctx context.Context, n uint64) (backend.Pen
 
 // handOffSnapshot is a hand-off snapshot numbered id (what says of what:
 // "checkpoint" or "base snapshot") whose markers mark names; done, if
-// set, hears the tables handed off, with writes still paused.
+// set, hears the tables handed off in the synchronous part (a checkpoint
+// that uses a base holds its tables at once, HoldBase, while the base's
+// own markers are still being written: the version stays pinned until
+// they are, and a base whose Run fails fails the checkpoints that used
+// it).
 func (b *Backend) handOffSnapshot(ctx context.Context, what string, id uint64, mark func(obj, attempt string) string,
 	done func([]liveTable)) (backend.PendingSnapshot, error) {
 	task := b.opts.Task
 	fail := func(format string, args ...any) error {
 		return fmt.Errorf("lsm: %s %d of %s: "+format, append([]any{what, id, task}, args...)...)
 	}
-	var h *backend.Handle
+	var p *handedOff
 	err := b.Exclusive(func(states []backend.StateDescriptor) error {
 		if err := b.db.Flush(); err != nil {
 			return fail("flush: %w", err)
@@ -155,6 +161,10 @@ func (b *Backend) handOffSnapshot(ctx context.Context, what string, id uint64, m
 			}
 			b.remote.unclaimed = false
 		}
+		// Compactions go on while writes are paused: list the tables,
+		// open an iterator (it pins the current version), list again, and
+		// keep the iterator only if both lists agree, so that the pinned
+		// version is the one listed (versions only move forward).
 		var last error
 		for attempt := 0; attempt < maxHandOffAttempts; attempt++ {
 			if err := ctx.Err(); err != nil {
@@ -165,30 +175,48 @@ func (b *Backend) handOffSnapshot(ctx context.Context, what string, id uint64, m
 				last = err
 				continue
 			}
-			ok, err := b.handOff(ctx, tables, mark)
+			it, err := b.db.NewIter(nil)
 			if err != nil {
-				return fail("%w", err)
+				return fail("pin the version: %w", err)
 			}
-			if !ok {
-				last = errors.New("an SST left the version during the hand-off")
+			again, err := b.remoteTables()
+			if err != nil || !sameTables(tables, again) {
+				_ = it.Close()
+				last = errors.New("a compaction changed the version while it was pinned")
+				if err != nil {
+					last = err
+				}
 				b.remote.retries.Add(1)
 				continue
 			}
-			h = b.remoteHandle(id, states, tables)
+			h := b.remoteHandle(id, states, tables)
 			if err := h.Validate(); err != nil {
+				_ = it.Close()
 				return fail("built an invalid handle: %w", err)
 			}
+			b.ref() // Pebble stays open while the iterator pins the version
+			p = &handedOff{b: b, h: h, what: what, tables: tables, mark: mark, pin: it}
 			if done != nil {
 				done(tables)
 			}
 			return nil
 		}
-		return fail("%w: no stable version in %d hand-off attempts (last: %v)", backend.ErrDeclined, maxHandOffAttempts, last)
+		return fail("%w: no stable version in %d attempts (last: %v)", backend.ErrDeclined, maxHandOffAttempts, last)
 	})
 	if err != nil {
 		return nil, err
 	}
-	return &handedOff{h: h}, nil
+	return p, nil
+}
+
+// sameTables reports whether a and b list the same tables at the same
+// levels (a move compaction changes a table's level only).
+func sameTables(a, b []liveTable) bool {
+	return slices.EqualFunc(a, b, func(x, y liveTable) bool {
+		return x.level == y.level && x.path == y.path && x.table.SmallestSeq == y.table.SmallestSeq &&
+			x.table.LargestSeq == y.table.LargestSeq && string(x.table.Smallest) == string(y.table.Smallest) &&
+			string(x.table.Largest) == string(y.table.Largest)
+	})
 }
 
 // handOff writes one marker of a new attempt (mark's name) on every
@@ -289,25 +317,59 @@ func keyGroupSpan(r backend.KeyGroupRange) pebble.KeyRange {
 		End: binary.BigEndian.AppendUint16(nil, uint16(r.End+1))}
 }
 
-// handedOff is the pending snapshot of a hand-off: its work is done.
+// handedOff is the pending snapshot of a hand-off: the tables of a pinned
+// version, whose markers Run writes.
 type handedOff struct {
-	h    *backend.Handle
+	b      *Backend
+	h      *backend.Handle
+	what   string
+	tables []liveTable
+	mark   func(obj, attempt string) string
+	// pin keeps the version's tables from being deleted until the
+	// markers are written; closed (and the backend's reference dropped)
+	// by the first of Run and Release.
+	pin  *pebble.Iterator
 	used atomic.Bool
 }
 
-// Run implements backend.PendingSnapshot.
+// unpin closes the iterator and drops the backend's reference.
+func (p *handedOff) unpin() {
+	_ = p.pin.Close()
+	_ = p.b.unref(false)
+}
+
+// Run implements backend.PendingSnapshot: it writes the markers while the
+// version is pinned, so no table can leave it before its marker holds it;
+// the holder check stays as a guard, and a failed one declines the
+// checkpoint.
 func (p *handedOff) Run(ctx context.Context) (*backend.Handle, error) {
 	if !p.used.CompareAndSwap(false, true) {
-		return nil, fmt.Errorf("lsm: checkpoint %d of %s: %w: snapshot already run or released",
-			p.h.CheckpointID, p.h.Task, backend.ErrInvalidArgument)
+		return nil, fmt.Errorf("lsm: %s %d of %s: %w: snapshot already run or released",
+			p.what, p.h.CheckpointID, p.h.Task, backend.ErrInvalidArgument)
+	}
+	defer p.unpin()
+	fail := func(err error) (*backend.Handle, error) {
+		return nil, fmt.Errorf("lsm: %s %d of %s: %w", p.what, p.h.CheckpointID, p.h.Task, err)
 	}
 	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("lsm: checkpoint %d of %s: %w", p.h.CheckpointID, p.h.Task, err)
+		return fail(err)
+	}
+	ok, err := p.b.handOff(ctx, p.tables, p.mark)
+	if err != nil {
+		return fail(err)
+	}
+	if !ok {
+		p.b.remote.retries.Add(1)
+		return fail(fmt.Errorf("%w: an SST of the pinned version lost its holder during the hand-off", backend.ErrDeclined))
 	}
 	return p.h, nil
 }
 
-// Release implements backend.PendingSnapshot. The markers stay: the
-// catalog's abort or its sweep removes those of a checkpoint that never
-// completes.
-func (p *handedOff) Release() { p.used.Store(true) }
+// Release implements backend.PendingSnapshot. Markers of a run snapshot
+// stay: the catalog's abort or its sweep removes those of a checkpoint
+// that never completes.
+func (p *handedOff) Release() {
+	if p.used.CompareAndSwap(false, true) {
+		p.unpin()
+	}
+}
