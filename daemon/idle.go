@@ -47,9 +47,11 @@ func (d *Daemon) reap() {
 	for _, in := range idle {
 		d.log.Warn("instance closed: no batch stream", "task", in.Task.String(), "instance", in.IDString(),
 			"idle_timeout", d.cfg.IdleInstanceTimeout.String())
-		d.m.InstancesReaped.Add(1)
 		if err := in.close(); err != nil {
 			d.log.Warn("close idle instance", "task", in.Task.String(), "err", err)
 		}
+		// Counted once closed: a reader of the counter sees the instance
+		// gone and closed.
+		d.m.InstancesReaped.Add(1)
 	}
 }
