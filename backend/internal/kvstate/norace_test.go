@@ -1,0 +1,5 @@
+//go:build !race
+
+package kvstate
+
+const raceEnabled = false
