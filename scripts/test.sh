@@ -81,11 +81,13 @@ go test -count=1 -timeout 20m "$@" ./...
 # cache, lsm restores and their shared download cache, the changelog
 # writer's uploads, the crash test's drivers) once more under the race
 # detector (and the cluster's catalog service). Three remote-lsm suites run
-# in the pass above only: the spikes of Pebble's own shared storage and
-# the ownership property test, which take minutes under the detector, and
-# the hand-off-vs-compaction test, which needs the two to meet in time.
+# in the pass above only, as each takes minutes under the detector: the
+# spikes of Pebble's own shared storage, the ownership property test and
+# the backend conformance suite in remote mode; remote mode's concurrent
+# parts (hand-offs written while compactions run, restores, rescale) meet
+# the detector in the hand-off tests.
 echo "== go test -race (concurrent packages)"
-go test -count=1 -race -timeout 20m -skip '^(TestRemotePebble|TestRemoteOwnershipProperty|TestRemoteHandOffRacesCompactions)' "$@" \
+go test -count=1 -race -timeout 20m -skip '^(TestRemotePebble|TestRemoteOwnershipProperty|TestConformanceRemote)' "$@" \
   ./api/... ./daemon/... ./backend/internal/... ./backend/lsm/ \
   ./catalog/ ./catalogrpc/ ./node/ ./cluster/ ./tiered/... ./dstl/ ./tests/e2e/
 # The power-loss suite briefly: the lsm directories and the cache on a
