@@ -130,7 +130,14 @@ func TestPartitionedLeaderDeletesNothing(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
 		for i, in := range ins {
-			for k := range 50 {
+			// Checkpoint 4 writes nothing: it must share checkpoint 3's
+			// files, and a fourth flush could start a compaction that
+			// rewrites them first.
+			writes := 50
+			if id == 4 {
+				writes = 0
+			}
+			for k := range writes {
 				key := backend.Key{KeyGroup: in.KeyGroups.Start, Key: fmt.Appendf(nil, "c%d-k%d", id, k)}
 				if err := in.Backend.Put("v", key, fmt.Appendf(nil, "v%d", id)); err != nil {
 					t.Fatal(err)

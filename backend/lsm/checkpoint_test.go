@@ -36,7 +36,7 @@ func TestPlaceholders(t *testing.T) {
 	e := newEnv(t)
 	// Without compactions every flushed SST stays live, which is what
 	// tempts a checkpoint to reference a file it must not.
-	b := e.open(full(), func(_ *backend.Options, lo *Options) { lo.noAutoCompactions = true })
+	b := e.open(full(), func(_ *backend.Options, lo *Options) { lo.DisableAutomaticCompactions = true })
 	fill(t, b, full(), 2000, "a")
 	h1 := checkpoint(t, b, 1)
 	b.NotifyCheckpointComplete(1)
@@ -334,7 +334,7 @@ func (g *gatedStore) PutIfAbsent(ctx context.Context, name string, r io.Reader, 
 func TestAbortDuringRun(t *testing.T) {
 	e := newEnv(t)
 	g := &gatedStore{Store: e.store, entered: make(chan struct{}, 1), gate: make(chan struct{})}
-	b := e.open(full(), func(o *backend.Options, lo *Options) { o.Store = g; lo.noAutoCompactions = true })
+	b := e.open(full(), func(o *backend.Options, lo *Options) { o.Store = g; lo.DisableAutomaticCompactions = true })
 	fill(t, b, full(), 300, "a")
 	p, err := b.Snapshot(context.Background(), 1)
 	must(t, err)

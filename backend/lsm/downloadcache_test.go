@@ -350,7 +350,7 @@ func TestRestoresShareDownloads(t *testing.T) {
 	e.store = store
 	b := e.open(full(), func(_ *backend.Options, lo *Options) {
 		lo.TargetFileSize = 64 << 10
-		lo.noAutoCompactions = true
+		lo.DisableAutomaticCompactions = true
 	})
 	fill(t, b, full(), 20_000, "a")
 	must(t, b.DB().Compact(context.Background(), []byte{0}, []byte{0xff}, true))

@@ -30,7 +30,7 @@ func TestRestoreThroughStoreCacheStoresSSTsOnce(t *testing.T) {
 	e.store = remote
 	b := e.open(full(), func(_ *backend.Options, lo *Options) {
 		lo.TargetFileSize = 64 << 10
-		lo.noAutoCompactions = true
+		lo.DisableAutomaticCompactions = true
 	})
 	fill(t, b, full(), 20_000, "a")
 	must(t, b.DB().Compact(context.Background(), []byte{0}, []byte{0xff}, true))
@@ -55,7 +55,7 @@ func TestRestoreThroughStoreCacheStoresSSTsOnce(t *testing.T) {
 	for i, r := range ranges {
 		wg.Go(func() {
 			opts := backend.Options{Task: testTask, KeyGroups: r, States: testStates, Store: sc, Restore: []*backend.Handle{h}}
-			inst, err := Open(opts, Options{Dir: fmt.Sprintf("%s/restored-%d", e.root, i), DownloadCache: dc, noAutoCompactions: true})
+			inst, err := Open(opts, Options{Dir: fmt.Sprintf("%s/restored-%d", e.root, i), DownloadCache: dc, DisableAutomaticCompactions: true})
 			if err != nil {
 				t.Errorf("restore %s: %v", r, err)
 				return
@@ -165,7 +165,7 @@ func TestRestoreThroughStoreCacheStoresSSTsOnce(t *testing.T) {
 	must(t, f.Close())
 	counter.reset()
 	opts := backend.Options{Task: testTask, KeyGroups: full(), States: testStates, Store: sc, Restore: []*backend.Handle{h}}
-	inst, err := Open(opts, Options{Dir: e.root + "/restored-again", DownloadCache: dc, noAutoCompactions: true})
+	inst, err := Open(opts, Options{Dir: e.root + "/restored-again", DownloadCache: dc, DisableAutomaticCompactions: true})
 	must(t, err)
 	defer inst.Close()
 	if got := dump(t, inst); len(got) != len(all) {

@@ -186,7 +186,7 @@ func (b *Backend) pebbleOptions(readOnly bool) *pebble.Options {
 			b.lo.Logger.Errorf("%s: %s", b.opts.Task, info)
 		}},
 
-		DisableAutomaticCompactions: b.lo.noAutoCompactions,
+		DisableAutomaticCompactions: b.lo.DisableAutomaticCompactions,
 		DisableTableStats:           b.lo.noTableStats,
 	}
 	// The same target on every level (RocksDB's multiplier 1, as Flink

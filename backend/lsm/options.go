@@ -78,9 +78,11 @@ type Options struct {
 	// logger, informational lines are dropped.
 	Logger pebble.Logger
 
-	// noAutoCompactions is for tests that need an SST to outlive several
-	// checkpoints.
-	noAutoCompactions bool
+	// DisableAutomaticCompactions keeps every SST until a manual
+	// compaction: for tests and tools that need an SST to outlive several
+	// checkpoints (an incremental snapshot's reuse is only visible then).
+	// An instance that takes writes must compact; the daemon never sets it.
+	DisableAutomaticCompactions bool
 	// noTableStats is for tests that count the store reads of a restore:
 	// Pebble loads table statistics (footer and properties of each new
 	// table) in the background.

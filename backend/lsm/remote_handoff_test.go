@@ -53,7 +53,7 @@ func testRemoteHandOffAndRestore(t *testing.T, e *env, store *metered.Store) {
 	src := e.open(full(), func(o *backend.Options, lo *Options) {
 		withRemote(store)(o, lo)
 		o.Store = store
-		lo.noAutoCompactions = true
+		lo.DisableAutomaticCompactions = true
 	})
 	ctx := context.Background()
 	for round := range 3 {
@@ -115,7 +115,7 @@ func testRemoteHandOffAndRestore(t *testing.T, e *env, store *metered.Store) {
 	r1 := e.open(full(), func(o *backend.Options, lo *Options) {
 		withRemote(store)(o, lo)
 		o.Store, o.Restore = store, []*backend.Handle{h1}
-		lo.noAutoCompactions, lo.noTableStats = true, true
+		lo.DisableAutomaticCompactions, lo.noTableStats = true, true
 	})
 	c = store.Counts()
 	t.Logf("restore: %d ranged reads, %d stats, %d bytes", c.Calls[tiered.OpGetRange]-before.Calls[tiered.OpGetRange], c.Calls[tiered.OpStat]-before.Calls[tiered.OpStat], c.BytesDown-before.BytesDown)

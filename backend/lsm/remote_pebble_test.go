@@ -301,7 +301,7 @@ func TestRemotePebbleSSTsLiveInStore(t *testing.T) {
 func testSSTsLiveInStore(t *testing.T, s *spike) {
 	dir := t.TempDir()
 	// No automatic compaction, so a flush's puts are its own.
-	db := s.open(t, dir, 7, false, noAutoCompactions)
+	db := s.open(t, dir, 7, false, DisableAutomaticCompactions)
 	model := map[string]string{}
 	for r := range 6 {
 		writeRound(t, db, model, r)
@@ -380,7 +380,7 @@ func testSSTsLiveInStore(t *testing.T, s *spike) {
 	}
 }
 
-func noAutoCompactions(o *pebble.Options) { o.DisableAutomaticCompactions = true }
+func DisableAutomaticCompactions(o *pebble.Options) { o.DisableAutomaticCompactions = true }
 
 func (s *spike) compact(t *testing.T, db *pebble.DB) {
 	t.Helper()
@@ -394,7 +394,7 @@ func (s *spike) compact(t *testing.T, db *pebble.DB) {
 // It returns the open DB, the SSTs the checkpoint holds, and the model.
 func (s *spike) checkpointed(t *testing.T, dir, chk string) (*pebble.DB, []remoteTable, map[string]string) {
 	t.Helper()
-	db := s.open(t, dir, 7, false, noAutoCompactions)
+	db := s.open(t, dir, 7, false, DisableAutomaticCompactions)
 	model := map[string]string{}
 	for r := range 3 {
 		writeRound(t, db, model, r)
@@ -432,7 +432,7 @@ func TestRemotePebbleCheckpointProtectionIsInMemory(t *testing.T) {
 	if err := db.Close(); err != nil {
 		t.Fatal(err)
 	}
-	db = s.open(t, dir, 7, false, noAutoCompactions)
+	db = s.open(t, dir, 7, false, DisableAutomaticCompactions)
 	defer db.Close()
 	s.compact(t, db)
 	s.waitObjects(t, names(remoteTables(t, db)))
@@ -483,7 +483,7 @@ func TestRemotePebbleCheckpointLeaksProtected(t *testing.T) {
 	if err := db.Close(); err != nil {
 		t.Fatal(err)
 	}
-	db = s.open(t, dir, 7, false, noAutoCompactions)
+	db = s.open(t, dir, 7, false, DisableAutomaticCompactions)
 	defer db.Close()
 	s.compact(t, db)
 	s.waitObjects(t, append(names(remoteTables(t, db)), names(held)...))
@@ -630,7 +630,7 @@ func TestRemotePebbleHandOffAndRestoreByReference(t *testing.T) {
 
 func testHandOffAndRestoreByReference(t *testing.T, s *spike) {
 	dir := t.TempDir()
-	db := s.open(t, dir, 7, false, noAutoCompactions)
+	db := s.open(t, dir, 7, false, DisableAutomaticCompactions)
 	model := map[string]string{}
 	for r := range 4 {
 		writeRound(t, db, model, r)
@@ -660,7 +660,7 @@ func testHandOffAndRestoreByReference(t *testing.T, s *spike) {
 	if err := db.Close(); err != nil {
 		t.Fatal(err)
 	}
-	db = s.open(t, dir, 7, false, noAutoCompactions)
+	db = s.open(t, dir, 7, false, DisableAutomaticCompactions)
 	writeRound(t, db, model, 4)
 	if err := db.Flush(); err != nil {
 		t.Fatal(err)
@@ -672,7 +672,7 @@ func testHandOffAndRestoreByReference(t *testing.T, s *spike) {
 	rdir := t.TempDir()
 	before = s.store.Counts()
 	start := time.Now()
-	rdb := s.open(t, rdir, 8, false, noAutoCompactions)
+	rdb := s.open(t, rdir, 8, false, DisableAutomaticCompactions)
 	calls := restoreByReference(t, rdb, held, 4, 11)
 	took := time.Since(start)
 	c = s.store.Counts()
@@ -856,7 +856,7 @@ func TestRemotePebbleSecondaryCache(t *testing.T) {
 		dir := t.TempDir()
 		model := map[string]string{}
 		// No compaction, so the second scan reads the files the first did.
-		db := s.open(t, dir, 7, false, noAutoCompactions)
+		db := s.open(t, dir, 7, false, DisableAutomaticCompactions)
 		for r := range 3 {
 			writeRound(t, db, model, r)
 		}
@@ -867,7 +867,7 @@ func TestRemotePebbleSecondaryCache(t *testing.T) {
 			t.Fatal(err)
 		}
 		cache := pebble.NewCache(64 << 10)
-		db = s.open(t, dir, 7, false, noAutoCompactions, func(o *pebble.Options) {
+		db = s.open(t, dir, 7, false, DisableAutomaticCompactions, func(o *pebble.Options) {
 			o.Cache = cache
 			o.Experimental.SecondaryCacheSizeBytes = secondary
 		})
@@ -980,7 +980,7 @@ func TestRemotePebbleHandOffRacesCompactions(t *testing.T) {
 	}
 	s.compact(t, db)
 	for i, c := range chks {
-		rdb := s.open(t, t.TempDir(), uint64(100+i), false, noAutoCompactions)
+		rdb := s.open(t, t.TempDir(), uint64(100+i), false, DisableAutomaticCompactions)
 		restoreByReference(t, rdb, c.tables, 0, spikeGroups-1)
 		checkModel(t, rdb, c.model, 0, spikeGroups-1)
 		if err := rdb.Close(); err != nil {
