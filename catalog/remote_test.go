@@ -28,15 +28,7 @@ func TestRemoteReleaseOnRetention(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	task := backend.TaskID{Job: "a", Operator: "op"}
-	b, err := lsm.Open(backend.Options{Task: task, KeyGroups: backend.KeyGroupRange{Start: 0, End: 127}, MaxParallelism: 128,
-		States: []backend.StateDescriptor{{Name: "v", Kind: backend.KindValue}}, Store: store},
-		lsm.Options{Dir: "/inst", FS: vfs.NewMem(), MemTableSize: 64 << 10,
-			Remote: &lsm.RemoteOptions{Store: store, CacheBytes: 1 << 20, LeaseInterval: time.Hour}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
+	b := openRemoteLSM(t, store)
 	handles := map[uint64]*backend.Handle{}
 	for id := uint64(1); id <= 3; id++ {
 		for i := range 200 {
@@ -167,15 +159,7 @@ func TestRemoteVerifyChecksBlocks(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	task := backend.TaskID{Job: "a", Operator: "op"}
-	b, err := lsm.Open(backend.Options{Task: task, KeyGroups: backend.KeyGroupRange{Start: 0, End: 127}, MaxParallelism: 128,
-		States: []backend.StateDescriptor{{Name: "v", Kind: backend.KindValue}}, Store: store},
-		lsm.Options{Dir: "/inst", FS: vfs.NewMem(), MemTableSize: 64 << 10,
-			Remote: &lsm.RemoteOptions{Store: store, CacheBytes: 1 << 20, LeaseInterval: time.Hour}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
+	b := openRemoteLSM(t, store)
 	for i := range 300 {
 		if err := b.Put("v", backend.Key{KeyGroup: i % 128, Key: []byte(fmt.Sprintf("k%04d", i))}, []byte(fmt.Sprintf("%0100d", i))); err != nil {
 			t.Fatal(err)
@@ -229,4 +213,20 @@ func TestRemoteVerifyChecksBlocks(t *testing.T) {
 	if err != nil || len(rep.Problems) != 1 || !rep.Problems[0].Missing || rep.Problems[0].Path != victim.Path {
 		t.Fatalf("verify after %s was deleted: %+v %v", victim.Path, rep, err)
 	}
+}
+
+// openRemoteLSM opens task a/op/0 (value state "v", every key group) in
+// lsm remote mode over store, in memory; it closes with the test.
+func openRemoteLSM(t *testing.T, store tiered.Store) *lsm.Backend {
+	t.Helper()
+	task := backend.TaskID{Job: "a", Operator: "op"}
+	b, err := lsm.Open(backend.Options{Task: task, KeyGroups: backend.KeyGroupRange{Start: 0, End: 127}, MaxParallelism: 128,
+		States: []backend.StateDescriptor{{Name: "v", Kind: backend.KindValue}}, Store: store},
+		lsm.Options{Dir: "/inst", FS: vfs.NewMem(), MemTableSize: 64 << 10,
+			Remote: &lsm.RemoteOptions{Store: store, CacheBytes: 1 << 20, LeaseInterval: time.Hour}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = b.Close() })
+	return b
 }

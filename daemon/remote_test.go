@@ -46,6 +46,18 @@ func sweepPastGrace(t *testing.T, e *env) {
 	}
 }
 
+// dropCheckpoints deletes every retained checkpoint of job, then sweeps
+// past the grace period: what is left is what something else holds.
+func dropCheckpoints(t *testing.T, e *env, job string) {
+	t.Helper()
+	for _, id := range e.cat.Retained(job) {
+		if err := e.cat.DeleteCheckpoint(context.Background(), job, id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sweepPastGrace(t, e)
+}
+
 // remoteSSTs lists the remote-mode SSTs of job in the store.
 func remoteSSTs(t *testing.T, s tiered.Store, job string) []string {
 	t.Helper()
@@ -96,12 +108,7 @@ func TestLSMRemoteNativeSavepoint(t *testing.T) {
 	if err := e.d.CloseInstance(in.ID, "j"); err != nil {
 		t.Fatal(err)
 	}
-	for _, id := range e.cat.Retained("j") {
-		if err := e.cat.DeleteCheckpoint(ctx, "j", id); err != nil {
-			t.Fatal(err)
-		}
-	}
-	sweepPastGrace(t, e)
+	dropCheckpoints(t, e, "j")
 	if left := remoteSSTs(t, store, "j"); len(left) != 0 {
 		t.Fatalf("SSTs of the job survive its instance and checkpoints: %v", left)
 	}
@@ -290,12 +297,7 @@ func TestLSMRemoteChangelog(t *testing.T) {
 			}
 		}
 	}
-	for _, id := range e.cat.Retained("j") {
-		if err := e.cat.DeleteCheckpoint(ctx, "j", id); err != nil {
-			t.Fatal(err)
-		}
-	}
-	sweepPastGrace(t, e)
+	dropCheckpoints(t, e, "j")
 	if left := storeNames(t, store, "j/shared/lsm/"); len(left) != 0 {
 		t.Fatalf("objects of the job's remote lsm survive its instances and checkpoints: %v", left)
 	}
