@@ -9,6 +9,14 @@ package catalog
 // (Pebble's own rule), so Pebble and the registry never disagree. The
 // sweep also removes, after the grace period, the markers of instances
 // whose lease went stale (crashed), and then the SSTs nothing holds.
+//
+// A restoring instance holds a whole prefix with a hold
+// ("<job>/shared/lsm/_hold.<creator>") until its per-object markers are
+// written: while one is there, neither the release nor the sweep removes a
+// marker or deletes an SST in that prefix. Both list the holds after they
+// decided from the catalog's state, and the instance checks that the
+// checkpoint it restores is still retained after writing its hold, so one
+// of the two always sees the other.
 
 import (
 	"context"
@@ -54,11 +62,28 @@ func (c *Catalog) checkpointHeldLocked(job string, id uint64) bool {
 // pending handle still references is left alone.
 func (c *Catalog) releaseRemote(ctx context.Context, names []string) error {
 	var errs []error
+	held := map[string]bool{} // lsm prefix -> a hold is there
 	for _, n := range names {
 		c.mu.Lock()
 		live := c.referencedLocked(n)
 		c.mu.Unlock()
 		if live {
+			continue
+		}
+		dir := n[:strings.LastIndex(n, "/")+1]
+		h, seen := held[dir]
+		if !seen {
+			holds, err := remotestore.Holds(ctx, c.store, dir)
+			if err != nil {
+				errs = append(errs, fmt.Errorf("catalog: release %s: %w", n, err))
+				continue
+			}
+			h = len(holds) > 0
+			held[dir] = h
+		}
+		if h {
+			// A restoring instance may not have marked it yet: the
+			// sweep releases it later.
 			continue
 		}
 		if err := c.opts.Guard(ctx); err != nil {
@@ -78,6 +103,30 @@ func (c *Catalog) releaseRemote(ctx context.Context, names []string) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// liveHolds lists the holds of the prefixes of objects and returns the
+// prefixes with a hold newer than cutoff.
+func (c *Catalog) liveHolds(ctx context.Context, objects []tiered.ObjectInfo, cutoff time.Time) (map[string]bool, error) {
+	held := map[string]bool{}
+	seen := map[string]bool{}
+	for _, o := range objects {
+		dir := o.Name[:strings.LastIndex(o.Name, "/")+1]
+		if seen[dir] {
+			continue
+		}
+		seen[dir] = true
+		holds, err := remotestore.Holds(ctx, c.store, dir)
+		if err != nil {
+			return nil, err
+		}
+		for _, h := range holds {
+			if h.ModTime.After(cutoff) {
+				held[dir] = true
+			}
+		}
+	}
+	return held, nil
 }
 
 // splitRemote separates remote-mode lsm SSTs from the other names; their
@@ -127,6 +176,13 @@ func (c *Catalog) sweepRemote(ctx context.Context, rep *GCReport, objects []tier
 			}
 			continue
 		}
+		if _, ok := remotestore.ParseHold(o.Name); ok {
+			// The instance rewrites its holds with its lease.
+			if !o.ModTime.After(leaseCutoff) {
+				staleLeases = append(staleLeases, o)
+			}
+			continue
+		}
 		m, ok := remotestore.ParseMarker(o.Name)
 		if !ok {
 			rep.Unknown++
@@ -154,6 +210,17 @@ func (c *Catalog) sweepRemote(ctx context.Context, rep *GCReport, objects []tier
 		}
 	}
 	c.mu.Unlock()
+	// Holds are listed again now that the catalog's state was read: a
+	// restore that began since the listing wrote its hold before it
+	// checked that its checkpoint is retained.
+	heldDirs, err := c.liveHolds(ctx, slices.Concat(deadMarkers, orphans, staleLeases), leaseCutoff)
+	if err != nil {
+		return fmt.Errorf("catalog: gc: %w", err)
+	}
+	inHeld := func(o tiered.ObjectInfo) bool { return heldDirs[o.Name[:strings.LastIndex(o.Name, "/")+1]] }
+	deadMarkers = slices.DeleteFunc(deadMarkers, inHeld)
+	orphans = slices.DeleteFunc(orphans, inHeld)
+	staleLeases = slices.DeleteFunc(staleLeases, inHeld) // a hold rewritten since the listing
 	if dryRun {
 		rep.Orphans = append(rep.Orphans, slices.Concat(deadMarkers, staleLeases, orphans)...)
 		for _, o := range slices.Concat(deadMarkers, staleLeases, orphans) {

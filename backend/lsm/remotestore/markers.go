@@ -21,7 +21,15 @@ package remotestore
 // An instance also keeps a lease "<lsm prefix>/_live.<creator>" fresh while
 // it runs: the sweep takes the Pebble and instance markers of a creator
 // whose lease is missing or older than the grace period (instance and
-// base markers alike) as a crashed holder's. Frozen: the names are in the store.
+// base markers alike) as a crashed holder's.
+//
+// A claimed restore holds the objects it ingests with one hold
+// "<lsm prefix>/_hold.<creator>" per prefix it restores from, written
+// before it serves and removed once its instance markers are all written
+// (in the background, so that the time to the first served operation does
+// not grow with the number of tables). While any hold is in a prefix, the
+// catalog removes no checkpoint marker and deletes no object there (the
+// sweep does it later). Frozen: the names are in the store.
 
 import (
 	"context"
@@ -39,6 +47,10 @@ const MarkerInfix = ".ref."
 // LeasePrefix starts the name of an instance's lease (after the lsm
 // prefix): "_live.<creator>".
 const LeasePrefix = "_live."
+
+// HoldPrefix starts the name of a restoring instance's hold (after the lsm
+// prefix): "_hold.<creator>".
+const HoldPrefix = "_hold."
 
 // MarkerKind says who holds an object through a marker.
 type MarkerKind int
@@ -95,6 +107,38 @@ func BaseMarker(object string, creator, n uint64) string {
 // ending in "/").
 func LeaseName(prefix string, creator uint64) string {
 	return prefix + LeasePrefix + strconv.FormatUint(creator, 10)
+}
+
+// HoldName is the hold of creator under the lsm prefix prefix ("" or
+// ending in "/").
+func HoldName(prefix string, creator uint64) string {
+	return prefix + HoldPrefix + strconv.FormatUint(creator, 10)
+}
+
+// ParseHold returns the creator of a hold name (its last path segment).
+func ParseHold(name string) (uint64, bool) {
+	base := name[strings.LastIndex(name, "/")+1:]
+	s, ok := strings.CutPrefix(base, HoldPrefix)
+	if !ok {
+		return 0, false
+	}
+	c, err := strconv.ParseUint(s, 10, 64)
+	return c, err == nil && c != 0
+}
+
+// Holds lists the holds under the lsm prefix prefix.
+func Holds(ctx context.Context, store tiered.Store, prefix string) ([]tiered.ObjectInfo, error) {
+	var out []tiered.ObjectInfo
+	err := tiered.Walk(ctx, store, prefix+HoldPrefix, func(o tiered.ObjectInfo) error {
+		if _, ok := ParseHold(o.Name); ok {
+			out = append(out, o)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("remotestore: list the holds under %q: %w", prefix, err)
+	}
+	return out, nil
 }
 
 // ParseLease returns the creator of a lease name (its last path segment).

@@ -41,6 +41,41 @@ func TestParseMarker(t *testing.T) {
 	if _, ok := ParseLease("j/shared/lsm/_live.0"); ok {
 		t.Error("creator 0 accepted as a lease")
 	}
+	if c, ok := ParseHold(HoldName("j/shared/lsm/", 12)); !ok || c != 12 {
+		t.Errorf("hold round trip: %d, %v", c, ok)
+	}
+	for _, n := range []string{"j/shared/lsm/_hold.0", "j/shared/lsm/_hold.x", LeaseName("j/shared/lsm/", 12)} {
+		if _, ok := ParseHold(n); ok {
+			t.Errorf("ParseHold(%q) accepted", n)
+		}
+	}
+	if _, ok := ParseMarker(HoldName("j/shared/lsm/", 12)); ok {
+		t.Error("a hold parsed as a marker")
+	}
+}
+
+// TestHolds lists the holds of one prefix only.
+func TestHolds(t *testing.T) {
+	ctx := context.Background()
+	s := memstore.New()
+	for _, n := range []string{HoldName("a/shared/lsm/", 3), HoldName("a/shared/lsm/", 4), HoldName("b/shared/lsm/", 5),
+		LeaseName("a/shared/lsm/", 3), "a/shared/lsm/_hold.junk"} {
+		if err := tiered.PutBytes(ctx, s, n, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := Holds(ctx, s, "a/shared/lsm/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, o := range got {
+		names = append(names, o.Name)
+	}
+	want := []string{HoldName("a/shared/lsm/", 3), HoldName("a/shared/lsm/", 4)}
+	if len(names) != len(want) || names[0] != want[0] || names[1] != want[1] {
+		t.Fatalf("holds of a/: %v, want %v", names, want)
+	}
 }
 
 // TestUnref: markers are dropped as selected, unknown ones always stay,
