@@ -1,6 +1,7 @@
 package backend
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"time"
@@ -44,6 +45,14 @@ type Options struct {
 	// first checkpoint after the restore is a full one that shares no file
 	// with the restored checkpoint (restore mode no-claim, and savepoints).
 	NoClaim bool
+	// RestoreHeld, if set, reports an error once a checkpoint restored
+	// from is no longer retained (its manifest is gone). A backend that
+	// keeps using restored files in place (lsm remote mode, claim) calls it
+	// after it announced its hold on them, a hold the catalog's deletions
+	// respect: a checkpoint discarded before the hold could be seen then
+	// fails the restore instead of losing files under a live instance. nil:
+	// the caller keeps the restored checkpoints while the restore runs.
+	RestoreHeld func(ctx context.Context) error
 	// Clock gives the time for TTL. Default time.Now.
 	Clock Clock
 	// MaxValueSize bounds each key, namespace, value, list element and map

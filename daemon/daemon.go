@@ -491,6 +491,9 @@ func (d *Daemon) open(ctx context.Context, p OpenParams) (*Instance, error) {
 		opts.Restore = r.handles
 		opts.RestoreStore = r.src.Store
 		opts.NoClaim = r.src.NoClaim
+		if !r.src.NoClaim {
+			opts.RestoreHeld = stillRetained(r.src)
+		}
 		opState = r.opState
 		restoredFrom = r.src.Manifest.CheckpointID
 		if r.rescaled {

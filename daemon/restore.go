@@ -105,6 +105,26 @@ func (d *Daemon) resolveRestore(ctx context.Context, p OpenParams) (*restorePlan
 	return plan, nil
 }
 
+// stillRetained is backend.Options.RestoreHeld of a claimed restore of
+// checkpoint src: the catalog deletes a checkpoint's manifest before any
+// of its files, so a manifest still there after the backend announced its
+// hold means that the discard, if one comes, sees the hold.
+func stillRetained(src *catalog.Restore) func(context.Context) error {
+	m := src.Manifest
+	name := catalog.CheckpointManifest(m.Job, m.CheckpointID)
+	return func(ctx context.Context) error {
+		_, err := src.Store.Stat(ctx, name)
+		if tiered.IsNotFound(err) {
+			return fmt.Errorf("%w: checkpoint %d of job %s was discarded while this instance restored from it; restore again",
+				backend.ErrNotFound, m.CheckpointID, m.Job)
+		}
+		if err != nil {
+			return fmt.Errorf("check that checkpoint %d of job %s is still retained: %w", m.CheckpointID, m.Job, err)
+		}
+		return nil
+	}
+}
+
 // heapHeld checks that the files of heap handle h are in the heap snapshot
 // store: they are unless the daemon restarted since the checkpoint (the
 // catalog deletes them only once the checkpoint is no longer retained).

@@ -60,7 +60,7 @@ type RemoteOptions struct {
 	// damage then fails the restore instead of the first read that meets
 	// it. It costs a full read of the state, which remote mode exists to
 	// avoid; off by default. (Every restore checks that each object exists
-	// with the size its handle says: one Stat per object.)
+	// with the size its handle says, by listing their prefixes.)
 	VerifyRestore bool
 	// LeaseInterval is how often the instance rewrites its lease
 	// ("<job>/shared/lsm/_live.<creator>"), by which the catalog's sweep
@@ -111,6 +111,15 @@ type remoteState struct {
 	externals []string
 	// retries counts hand-off attempts that found an SST leaving.
 	retries atomic.Int64
+
+	// holds are a claimed restore's holds not yet removed (remotehold.go);
+	// holdMu orders their writes, refreshes and removal.
+	holdMu sync.Mutex
+	holds  []string
+	// stopMarking stops the background writing of a claimed restore's
+	// instance markers (nil without one); marked is set when it is done.
+	stopMarking func()
+	marked      atomic.Bool
 
 	mu    sync.Mutex
 	sizes map[string]int64 // object path -> size (objects never change)
@@ -178,7 +187,12 @@ func (b *Backend) remoteSetup() error {
 func (b *Backend) startLease() error {
 	r := b.remote
 	name := remotestore.LeaseName(r.prefix, r.creator)
-	put := func(ctx context.Context) error { return tiered.PutBytes(ctx, b.lo.Remote.Store, name, nil) }
+	put := func(ctx context.Context) error {
+		if err := tiered.PutBytes(ctx, b.lo.Remote.Store, name, nil); err != nil {
+			return err
+		}
+		return b.refreshHolds(ctx)
+	}
 	if err := put(context.Background()); err != nil {
 		return fmt.Errorf("lsm: open %s: write lease %s: %w", b.opts.Task, name, err)
 	}
@@ -267,9 +281,17 @@ func (b *Backend) closeDB() error {
 	}
 	ctx := context.Background()
 	err = errors.Join(err, b.releaseAllBases(ctx))
+	if b.remote.stopMarking != nil {
+		b.remote.stopMarking()
+	}
 	for _, obj := range b.remote.externals {
 		_, uerr := remotestore.UnrefNamed(ctx, b.opts.RestoreStore, obj, remotestore.InstanceMarker(obj, b.remote.creator))
 		err = errors.Join(err, uerr)
+	}
+	// The holds go after the instance markers: until the markers are
+	// written they are what holds the restored objects.
+	if herr := b.dropHolds(ctx); herr != nil {
+		err = errors.Join(err, fmt.Errorf("lsm: close %s: %w", b.opts.Task, herr))
 	}
 	// The lease goes last: until then the sweep must take our markers
 	// for a live holder's.
@@ -327,6 +349,9 @@ func (b *Backend) Abandon() error {
 	}
 	if b.remote != nil {
 		b.remote.stopLease()
+		if b.remote.stopMarking != nil {
+			b.remote.stopMarking()
+		}
 	}
 	b.mu.Lock()
 	b.closed = true

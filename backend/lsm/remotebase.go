@@ -56,7 +56,7 @@ func (b *Backend) HoldBase(ctx context.Context, id, checkpointID uint64) error {
 	}
 	attempt = attempt[:16]
 	store := b.lo.Remote.Store
-	err = parallel(ctx, b.lo.UploadConcurrency, len(objs), func(ctx context.Context, i int) error {
+	err = parallel(ctx, markConcurrency(b.lo.UploadConcurrency), len(objs), func(ctx context.Context, i int) error {
 		return tiered.PutBytes(ctx, store, remotestore.CheckpointMarker(objs[i], task.Job, checkpointID, attempt), nil)
 	})
 	if err != nil {

@@ -9,13 +9,14 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"maps"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
 
 	"github.com/statedhq/stated/backend"
-	"github.com/statedhq/stated/backend/lsm/remotestore"
 	"github.com/statedhq/stated/tiered"
 )
 
@@ -65,19 +66,29 @@ func (b *Backend) remoteRestore(ctx context.Context, claim bool) (states []backe
 	for n, size := range objects {
 		b.remote.setSize(n, size)
 	}
+	if claim {
+		// Our holds first, then the check that the checkpoints restored
+		// from are still retained: a discard that began before the holds
+		// were written fails the restore here, and one that begins after
+		// sees them and leaves the objects alone (catalog/remote.go).
+		if err := b.writeHolds(ctx, names); err != nil {
+			return nil, fmt.Errorf("lsm: restore %s: hold the restored objects: %w", task, err)
+		}
+		if b.opts.RestoreHeld != nil {
+			if err := b.opts.RestoreHeld(ctx); err != nil {
+				return nil, fmt.Errorf("lsm: restore %s: %w", task, err)
+			}
+		}
+	}
 	if err := b.checkObjects(ctx, names, objects); err != nil {
 		return nil, err
 	}
 	if claim {
-		// Our markers first: from now on the objects stay while we live,
-		// whatever happens to the checkpoint restored from.
-		err := parallel(ctx, b.lo.UploadConcurrency, len(names), func(ctx context.Context, i int) error {
-			return tiered.PutBytes(ctx, b.opts.RestoreStore, remotestore.InstanceMarker(names[i], b.remote.creator), nil)
-		})
+		// The instance markers, one per object, are written in the
+		// background (the holds keep the objects meanwhile), so that the
+		// first served operation does not wait for a request per table.
 		b.remote.externals = names
-		if err != nil {
-			return nil, fmt.Errorf("lsm: restore %s: mark the restored objects: %w", task, err)
-		}
+		b.markRestored(names)
 	} else {
 		b.remote.unclaimed = len(names) > 0
 	}
@@ -227,27 +238,51 @@ func (b *Backend) ingestByReference(ctx context.Context, tables []refTable) (int
 }
 
 // checkObjects checks that every object exists with the size its handle
-// says (one Stat each) and, with RemoteOptions.VerifyRestore, reads each
-// whole and checks its block checksums.
+// says and, with RemoteOptions.VerifyRestore, reads each whole and checks
+// its block checksums. It lists the objects' prefixes rather than asking
+// for each (a 4 GiB state has about 600 tables): one listing per prefix
+// and first letter of the object's name, UploadConcurrency at a time.
 func (b *Backend) checkObjects(ctx context.Context, names []string, sizes map[string]int64) error {
 	task := b.opts.Task
-	return parallel(ctx, b.lo.UploadConcurrency, len(names), func(ctx context.Context, i int) error {
-		name := names[i]
-		info, err := b.opts.RestoreStore.Stat(ctx, name)
-		if tiered.IsNotFound(err) {
-			return fmt.Errorf("lsm: restore %s: %w: table %s: %v", task, backend.ErrNotFound, name, err)
-		}
-		if err != nil {
-			return fmt.Errorf("lsm: restore %s: table %s: %w", task, name, err)
-		}
-		if info.Size != sizes[name] {
-			return fmt.Errorf("lsm: restore %s: %w: table %s has %d bytes, its handle says %d",
-				task, backend.ErrCorrupt, name, info.Size, sizes[name])
-		}
-		if !b.lo.Remote.VerifyRestore {
+	var prefixes []string
+	for _, n := range names {
+		cut := strings.LastIndex(n, "/") + 2
+		prefixes = append(prefixes, n[:min(cut, len(n))])
+	}
+	slices.Sort(prefixes)
+	prefixes = slices.Compact(prefixes)
+	found := make([]map[string]int64, len(prefixes))
+	err := parallel(ctx, markConcurrency(b.lo.UploadConcurrency), len(prefixes), func(ctx context.Context, i int) error {
+		found[i] = map[string]int64{}
+		return tiered.Walk(ctx, b.opts.RestoreStore, prefixes[i], func(o tiered.ObjectInfo) error {
+			if _, ok := sizes[o.Name]; ok {
+				found[i][o.Name] = o.Size
+			}
 			return nil
+		})
+	})
+	if err != nil {
+		return fmt.Errorf("lsm: restore %s: list the restored tables: %w", task, err)
+	}
+	listed := map[string]int64{}
+	for _, f := range found {
+		maps.Copy(listed, f)
+	}
+	for _, name := range names {
+		size, ok := listed[name]
+		if !ok {
+			return fmt.Errorf("lsm: restore %s: %w: table %s is not in the store", task, backend.ErrNotFound, name)
 		}
-		if err := validateTable(ctx, b.opts.RestoreStore, name, info.Size); err != nil {
+		if size != sizes[name] {
+			return fmt.Errorf("lsm: restore %s: %w: table %s has %d bytes, its handle says %d",
+				task, backend.ErrCorrupt, name, size, sizes[name])
+		}
+	}
+	if !b.lo.Remote.VerifyRestore {
+		return nil
+	}
+	return parallel(ctx, b.lo.UploadConcurrency, len(names), func(ctx context.Context, i int) error {
+		if err := validateTable(ctx, b.opts.RestoreStore, names[i], sizes[names[i]]); err != nil {
 			return fmt.Errorf("lsm: restore %s: %w", task, err)
 		}
 		return nil

@@ -244,7 +244,7 @@ func (b *Backend) handOff(ctx context.Context, tables []liveTable, mark func(obj
 	slices.Sort(names)
 	var left atomic.Bool
 	mine := fmt.Sprintf("%d.", b.remote.creator)
-	err = parallel(ctx, b.lo.UploadConcurrency, len(names), func(ctx context.Context, i int) error {
+	err = parallel(ctx, markConcurrency(b.lo.UploadConcurrency), len(names), func(ctx context.Context, i int) error {
 		obj := names[i]
 		if err := tiered.PutBytes(ctx, store, mark(obj, attempt), nil); err != nil {
 			return fmt.Errorf("mark %s: %w", obj, err)
