@@ -165,9 +165,12 @@ func (b *Backend) remoteSetup() error {
 		return nil
 	}
 	store := tiered.WithPrefix(r.Store, b.opts.Task.Job+"/shared/lsm")
+	// Restored objects' sizes are known (the restore checked them by
+	// listing): Pebble's open of each then makes no request.
+	known := func(name string) (int64, bool) { return b.remote.sizeOf(name) }
 	ro := remotestore.Options{Store: store, SpoolDir: r.SpoolDir}
 	f, err := remotestore.NewFactory(map[remote.Locator]remotestore.Options{remoteLocator: ro,
-		externalLocator: {Store: b.opts.RestoreStore, SpoolDir: r.SpoolDir}})
+		externalLocator: {Store: b.opts.RestoreStore, SpoolDir: r.SpoolDir, KnownSize: known}})
 	if err != nil {
 		return fmt.Errorf("lsm: open %s: %w", b.opts.Task, err)
 	}

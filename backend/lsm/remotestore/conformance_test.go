@@ -318,3 +318,43 @@ func testConcurrentReads(t *testing.T, ns newStore) {
 		t.Error(err)
 	}
 }
+
+// TestKnownSize: with Options.KnownSize, ReadObject of an object whose
+// size is known makes no store call, reads as before, and refuses reads
+// past that size; an object of unknown size is still Stat'ed.
+func TestKnownSize(t *testing.T) {
+	ctx := context.Background()
+	m := metered.New(memstore.New())
+	data := bytes.Repeat([]byte("0123456789"), 100)
+	if err := tiered.PutBytes(ctx, m, "a.sst", data); err != nil {
+		t.Fatal(err)
+	}
+	if err := tiered.PutBytes(ctx, m, "b.sst", data); err != nil {
+		t.Fatal(err)
+	}
+	st, err := remotestore.New(remotestore.Options{Store: m, SpoolDir: t.TempDir(),
+		KnownSize: func(name string) (int64, bool) { return int64(len(data)), name == "a.sst" }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stats := func() uint64 { return m.Counts().Calls[tiered.OpStat] }
+	before := stats()
+	r, size, err := st.ReadObject(ctx, "a.sst")
+	if err != nil || size != int64(len(data)) {
+		t.Fatalf("ReadObject of a known object: %d %v", size, err)
+	}
+	if n := stats() - before; n != 0 {
+		t.Fatalf("ReadObject of an object of known size made %d Stat calls", n)
+	}
+	p := make([]byte, 10)
+	if err := r.ReadAt(ctx, p, 990); err != nil || string(p) != "0123456789" {
+		t.Fatalf("read the last 10 bytes: %q %v", p, err)
+	}
+	if err := r.ReadAt(ctx, p, 995); !errors.Is(err, remotestore.ErrShortObject) {
+		t.Fatalf("read past the known size: %v", err)
+	}
+	_ = r.Close()
+	if _, _, err := st.ReadObject(ctx, "b.sst"); err != nil || stats()-before != 1 {
+		t.Fatalf("ReadObject of an object of unknown size: %v, %d Stat calls", err, stats()-before)
+	}
+}

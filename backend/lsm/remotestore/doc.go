@@ -11,8 +11,9 @@
 // by several instances must be given one prefix per locator
 // (tiered.WithPrefix) when their names could collide.
 //
-//   - ReadObject Stats the object once; every ReadAt is one ranged read
-//     (GetRange) of exactly the bytes asked for, never the whole object.
+//   - ReadObject Stats the object once (unless Options.KnownSize knows its
+//     size); every ReadAt is one ranged read (GetRange) of exactly the
+//     bytes asked for, never the whole object.
 //   - CreateObject spools the bytes (in memory up to
 //     Options.SpoolMemoryBytes, then in a temporary file) and Puts them on
 //     Close, because tiered.Store.Put needs the size before the first byte

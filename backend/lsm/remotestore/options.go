@@ -46,6 +46,11 @@ type Options struct {
 	// CallTimeout bounds each call that Pebble makes without a context.
 	// Default DefaultCallTimeout; it must not be negative.
 	CallTimeout time.Duration
+	// KnownSize, if set, gives the size of an object the caller already
+	// knows (objects never change once written), so that ReadObject need
+	// not ask the store: a restore by reference lists the sizes of all
+	// its objects once, and Pebble opens each of them right after.
+	KnownSize func(objName string) (int64, bool)
 }
 
 // EnsureDefaults fills zero fields with their defaults.

@@ -56,11 +56,16 @@ func (s *Storage) Close() error {
 	return nil
 }
 
-// ReadObject implements remote.Storage: one Stat now, one GetRange per
-// ReadAt later.
+// ReadObject implements remote.Storage: one Stat now (none when
+// Options.KnownSize knows the size), one GetRange per ReadAt later.
 func (s *Storage) ReadObject(ctx context.Context, objName string) (remote.ObjectReader, int64, error) {
 	if err := s.live("read", objName); err != nil {
 		return nil, 0, err
+	}
+	if s.opts.KnownSize != nil {
+		if n, ok := s.opts.KnownSize(objName); ok {
+			return &reader{s: s, name: objName, size: n}, n, nil
+		}
 	}
 	info, err := s.opts.Store.Stat(ctx, objName)
 	if err != nil {
