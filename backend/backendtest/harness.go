@@ -25,10 +25,15 @@ type Harness struct {
 	// MaxParallelism, States, Store, Restore, RestoreStore, NoClaim, Clock,
 	// MaxValueSize). Each call must use fresh local resources (a new
 	// t.TempDir() for lsm). Within one test the suite always passes the
-	// same opts.Store, a *memstore.Store the suite created; the heap
+	// same opts.Store, a *memstore.Store the suite created (unless Store
+	// is set); the heap
 	// backend keeps its snapshots in it, so the corruption tests can damage
 	// its files.
 	Open func(t testing.TB, opts backend.Options) (backend.Backend, error)
+	// Store, if set, makes the store of one subtest (opts.Store) instead
+	// of a fresh *memstore.Store: to run the suite against an S3 server.
+	// It must be empty and closed when t ends.
+	Store func(t testing.TB) tiered.Store
 }
 
 // DefaultRapidChecks is the number of rapid checks each property runs when
@@ -154,7 +159,7 @@ var testRange = backend.KeyGroupRange{Start: 4, End: 11}
 type env struct {
 	t     *testing.T
 	h     Harness
-	store *memstore.Store
+	store tiered.Store
 	clock *Clock
 	task  backend.TaskID
 	ctx   context.Context
@@ -163,8 +168,12 @@ type env struct {
 }
 
 func newEnv(t *testing.T, h Harness) *env {
+	var store tiered.Store = memstore.New()
+	if h.Store != nil {
+		store = h.Store(t)
+	}
 	return &env{
-		t: t, h: h, store: memstore.New(), clock: NewClock(),
+		t: t, h: h, store: store, clock: NewClock(),
 		task: backend.TaskID{Job: "job1", Operator: "op", Subtask: 0},
 		ctx:  context.Background(),
 	}
