@@ -24,6 +24,9 @@ import (
 
 	"github.com/statedhq/stated/api/client"
 	"github.com/statedhq/stated/backend"
+	"github.com/statedhq/stated/tiered"
+	"github.com/statedhq/stated/tiered/s3store"
+	"github.com/statedhq/stated/tiered/s3store/s3test"
 )
 
 const crashJob = "crashjob"
@@ -451,6 +454,34 @@ func TestCrashRestartLSMRemote(t *testing.T) {
 	runCrashRestart(t, false, "--lsm-remote")
 }
 
+// TestCrashRestartLSMRemoteS3 is TestCrashRestartLSMRemote with the
+// checkpoint store (and so every SST) on the S3 server the tests start
+// (versitygw in CI, else an in-process gofakes3).
+func TestCrashRestartLSMRemoteS3(t *testing.T) {
+	so, _ := s3test.Options(t)
+	t.Setenv("STATED_S3_SECRET_ACCESS_KEY", so.SecretAccessKey)
+	prefix := strings.Trim(so.Prefix+"/ckpt", "/")
+	runCrashRestart(t, false, "--lsm-remote", "--checkpoint-store", "s3://"+so.Bucket+"/"+prefix,
+		"--s3-endpoint", so.Endpoint, "--s3-region", so.Region, "--s3-path-style", "--s3-access-key-id", so.AccessKeyID)
+	// The mode took effect: the lsm tasks' SSTs are in the bucket.
+	so.Prefix = prefix
+	st, err := s3store.Open(context.Background(), so)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	n := 0
+	err = tiered.Walk(context.Background(), st, crashJob+"/shared/lsm/", func(o tiered.ObjectInfo) error {
+		if strings.HasSuffix(o.Name, ".sst") {
+			n++
+		}
+		return nil
+	})
+	if err != nil || n == 0 {
+		t.Fatalf("--lsm-remote over S3: %d SSTs under %s/shared/lsm/ in the bucket (%v)", n, crashJob, err)
+	}
+}
+
 func runCrashRestart(t *testing.T, changelog bool, args ...string) {
 	seed := uint64(time.Now().UnixNano())
 	if s := os.Getenv("STATED_E2E_SEED"); s != "" {
@@ -579,7 +610,7 @@ func runCrashRestart(t *testing.T, changelog bool, args ...string) {
 		closeTasks(tasks)
 		c.Close()
 	}
-	if slices.Contains(args, "--lsm-remote") {
+	if slices.Contains(args, "--lsm-remote") && !slices.Contains(args, "--checkpoint-store") {
 		// The mode took effect: the lsm tasks' SSTs are in the checkpoint
 		// store's lsm directory.
 		n := 0
