@@ -17,6 +17,8 @@ import (
 	pb "github.com/statedhq/stated/api/statedpb"
 	"github.com/statedhq/stated/backend"
 	"github.com/statedhq/stated/node"
+	"github.com/statedhq/stated/tiered/s3store/s3test"
+	"github.com/statedhq/stated/tiered/storeurl"
 )
 
 // rescaleJob is one operator of a job whose subtasks the test opens at
@@ -144,14 +146,38 @@ func (j *rescaleJob) checkOperatorState(old []string, union []string) {
 // redistributed (split round-robin, union to all), and the rescaled state
 // checkpoints and rescales again. PlanRescale says what each subtask
 // restores from; a changed maxParallelism is refused.
+// rescaleVariant reads a rescale test's variant name: the backend kind,
+// whether lsm runs with --lsm-remote, and whether the checkpoint store is
+// the S3 server the tests start ("-s3": versitygw in CI, else an
+// in-process gofakes3).
+func rescaleVariant(name string) (kind backend.Kind, remote, s3 bool) {
+	name, s3 = strings.CutSuffix(name, "-s3")
+	name, remote = strings.CutSuffix(name, "-remote")
+	return backend.Kind(name), remote, s3
+}
+
+// s3Checkpoints points the node's checkpoint store at a fresh prefix of
+// the S3 server the tests start.
+func s3Checkpoints(t testing.TB, o *node.Options) {
+	so, _ := s3test.Options(t)
+	o.CheckpointStore = "s3://" + so.Bucket + "/" + strings.Trim(so.Prefix+"/chk", "/")
+	o.S3 = storeurl.Options{Endpoint: so.Endpoint, Region: so.Region, AccessKeyID: so.AccessKeyID,
+		SecretAccessKey: so.SecretAccessKey, Addressing: storeurl.AddressingPath}
+}
+
 func TestRescaleThroughTheDaemon(t *testing.T) {
 	// lsm-remote: lsm with --lsm-remote (SSTs in the checkpoint store,
 	// checkpoints by hand-off, restores by reference).
-	for _, name := range []string{"file", "lsm", "heap", "lsm-remote"} {
-		kind, remote := backend.Kind(strings.TrimSuffix(name, "-remote")), strings.HasSuffix(name, "-remote")
+	for _, name := range []string{"file", "lsm", "heap", "lsm-remote", "lsm-remote-s3"} {
+		kind, remote, s3 := rescaleVariant(name)
 		t.Run(name, func(t *testing.T) {
 			ctx := ctxT(t)
-			h := startDaemon(t, harnessOpts{node: func(o *node.Options) { o.LSMRemote = remote }})
+			h := startDaemon(t, harnessOpts{node: func(o *node.Options) {
+				o.LSMRemote = remote
+				if s3 {
+					s3Checkpoints(t, o)
+				}
+			}})
 			j := &rescaleJob{t: t, c: h.dial(client.Options{}), kind: kind}
 			for i := 0; i < 300; i++ {
 				j.keys = append(j.keys, []byte(fmt.Sprint("key-", i)))
@@ -303,10 +329,15 @@ func TestOpenParallelism(t *testing.T) {
 func TestRescaleChangelog(t *testing.T) {
 	// lsm-remote: lsm with --lsm-remote, whose bases are hand-offs of
 	// remote tables that the restores reference in place.
-	for _, name := range []string{"file", "lsm", "heap", "lsm-remote"} {
-		kind, remote := backend.Kind(strings.TrimSuffix(name, "-remote")), strings.HasSuffix(name, "-remote")
+	for _, name := range []string{"file", "lsm", "heap", "lsm-remote", "lsm-remote-s3"} {
+		kind, remote, s3 := rescaleVariant(name)
 		t.Run(name, func(t *testing.T) {
-			h := startDaemon(t, harnessOpts{node: func(o *node.Options) { o.LSMRemote = remote }})
+			h := startDaemon(t, harnessOpts{node: func(o *node.Options) {
+				o.LSMRemote = remote
+				if s3 {
+					s3Checkpoints(t, o)
+				}
+			}})
 			j := &rescaleJob{t: t, c: h.dial(client.Options{}), kind: kind, changelog: client.ChangelogOn}
 			for i := 0; i < 300; i++ {
 				j.keys = append(j.keys, []byte(fmt.Sprint("key-", i)))
