@@ -116,10 +116,14 @@ type remoteState struct {
 	// holdMu orders their writes, refreshes and removal.
 	holdMu sync.Mutex
 	holds  []string
-	// stopMarking stops the background writing of a claimed restore's
-	// instance markers (nil without one); marked is set when it is done.
-	stopMarking func()
-	marked      atomic.Bool
+	// stopBackground stops what a restore left to the background
+	// (remotehold.go; nil without a restore): checked is closed when its
+	// check of the restored objects is done, damage is what it found, and
+	// marked is set once a claim's instance markers are all written.
+	stopBackground func()
+	checked        chan struct{}
+	damage         atomic.Pointer[error]
+	marked         atomic.Bool
 
 	mu    sync.Mutex
 	sizes map[string]int64 // object path -> size (objects never change)
@@ -284,8 +288,8 @@ func (b *Backend) closeDB() error {
 	}
 	ctx := context.Background()
 	err = errors.Join(err, b.releaseAllBases(ctx))
-	if b.remote.stopMarking != nil {
-		b.remote.stopMarking()
+	if b.remote.stopBackground != nil {
+		b.remote.stopBackground()
 	}
 	for _, obj := range b.remote.externals {
 		_, uerr := remotestore.UnrefNamed(ctx, b.opts.RestoreStore, obj, remotestore.InstanceMarker(obj, b.remote.creator))
@@ -352,8 +356,8 @@ func (b *Backend) Abandon() error {
 	}
 	if b.remote != nil {
 		b.remote.stopLease()
-		if b.remote.stopMarking != nil {
-			b.remote.stopMarking()
+		if b.remote.stopBackground != nil {
+			b.remote.stopBackground()
 		}
 	}
 	b.mu.Lock()

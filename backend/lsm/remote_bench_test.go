@@ -368,7 +368,7 @@ func (r *benchRun) restoreUnchanged(b *testing.B) {
 func (r *benchRun) restoreTimed(b *testing.B, h *backend.Handle, ver int, keep bool) {
 	rng := rand.New(rand.NewPCG(benchSeed, 1))
 	val := make([]byte, benchValue)
-	var total time.Duration
+	var total, check, ingest time.Duration
 	var read, calls, ranged uint64
 	for range b.N {
 		b.StopTimer()
@@ -381,6 +381,8 @@ func (r *benchRun) restoreTimed(b *testing.B, h *backend.Handle, ver int, keep b
 		r.check(b, inst, i, versionOf(i, ver), val)
 		total += time.Since(start)
 		b.StopTimer()
+		st := inst.RestoreStats()
+		check, ingest = check+st.Check, ingest+st.Ingest
 		after := r.store.Counts()
 		read += after.BytesDown - before.BytesDown
 		calls += storeCalls(after) - storeCalls(before)
@@ -392,6 +394,10 @@ func (r *benchRun) restoreTimed(b *testing.B, h *backend.Handle, ver int, keep b
 		}
 	}
 	b.ReportMetric(float64(total.Microseconds())/1e3/float64(b.N), "ms-to-first-get")
+	if r.remote {
+		b.ReportMetric(float64(check.Microseconds())/1e3/float64(b.N), "ms-check")
+		b.ReportMetric(float64(ingest.Microseconds())/1e3/float64(b.N), "ms-ingest")
+	}
 	b.ReportMetric(float64(read)/float64(b.N), "B-read")
 	b.ReportMetric(float64(calls)/float64(b.N), "store-calls")
 	// Ranged reads before the first get are Pebble's ingest overlap

@@ -328,3 +328,56 @@ func (s *slowMarkers) Put(ctx context.Context, name string, r io.Reader, size in
 	}
 	return s.Store.Put(ctx, name, r, size)
 }
+
+// TestRemoteRestoreDamageFoundInBackground: without VerifyRestore a
+// restore by reference serves before it has checked its tables. A table
+// deleted, or replaced by a shorter object, is found by the background
+// check: every later snapshot fails naming it (so that no new checkpoint
+// references it), and a read that meets it fails instead of answering.
+// With VerifyRestore the same restores fail at Open.
+func TestRemoteRestoreDamageFoundInBackground(t *testing.T) {
+	ctx := context.Background()
+	for _, damage := range []string{"deleted", "shorter"} {
+		t.Run(damage, func(t *testing.T) {
+			e, store := remoteEnv(t)
+			src := e.open(full(), func(o *backend.Options, lo *Options) { withRemote(store)(o, lo); o.Store = store })
+			fill(t, src, full(), 3000, "x")
+			h := checkpoint(t, src, 1)
+			must(t, src.Close())
+			victim := h.Files[len(h.Files)-1].Path
+			switch damage {
+			case "deleted":
+				must(t, store.Delete(ctx, victim))
+			case "shorter":
+				data, err := tiered.ReadAll(ctx, store, victim, 0)
+				must(t, err)
+				must(t, tiered.PutBytes(ctx, store, victim, data[:len(data)-1]))
+			}
+			r := restoreRemote(e, store, full(), false, h)
+			_, err := r.Snapshot(ctx, 2)
+			want := backend.ErrNotFound
+			if damage == "shorter" {
+				want = backend.ErrCorrupt
+			}
+			if !errors.Is(err, want) || !strings.Contains(err.Error(), victim) {
+				t.Fatalf("snapshot after a restore with table %s %s: %v (want %v naming it)", victim, damage, err, want)
+			}
+			// A full scan meets the table.
+			var scanErr error
+			for i := range 3000 {
+				if _, _, err := r.Get("v", key(i%128, fmt.Sprintf("k%06d", i))); err != nil {
+					scanErr = err
+					break
+				}
+			}
+			if scanErr == nil {
+				t.Fatalf("every read answered with table %s %s", victim, damage)
+			}
+			_, err = Open(backend.Options{Task: testTask, KeyGroups: full(), States: testStates, Store: store, Restore: []*backend.Handle{h}},
+				Options{Dir: t.TempDir(), Remote: &RemoteOptions{Store: store, CacheBytes: 8 << 20, VerifyRestore: true}})
+			if !errors.Is(err, want) || !strings.Contains(err.Error(), victim) {
+				t.Fatalf("restore with VerifyRestore and table %s %s: %v", victim, damage, err)
+			}
+		})
+	}
+}

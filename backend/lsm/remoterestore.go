@@ -66,6 +66,7 @@ func (b *Backend) remoteRestore(ctx context.Context, claim bool) (states []backe
 	for n, size := range objects {
 		b.remote.setSize(n, size)
 	}
+	checkStart := time.Now()
 	if claim {
 		// Our holds first, then the check that the checkpoints restored
 		// from are still retained: a discard that began before the holds
@@ -80,21 +81,27 @@ func (b *Backend) remoteRestore(ctx context.Context, claim bool) (states []backe
 			}
 		}
 	}
-	if err := b.checkObjects(ctx, names, objects); err != nil {
-		return nil, err
+	if b.lo.Remote.VerifyRestore {
+		if err := b.checkObjects(ctx, names, objects); err != nil {
+			return nil, err
+		}
 	}
+	b.rstats.Check = time.Since(checkStart)
 	if claim {
-		// The instance markers, one per object, are written in the
-		// background (the holds keep the objects meanwhile), so that the
-		// first served operation does not wait for a request per table.
 		b.remote.externals = names
-		b.markRestored(names)
 	} else {
 		b.remote.unclaimed = len(names) > 0
 	}
+	// Without VerifyRestore the objects are checked in the background, and
+	// a claim's instance markers (one per object) are written there too:
+	// the holds keep the objects meanwhile, and the first served operation
+	// waits for no request per table.
+	b.afterRestore(names, objects, claim, !b.lo.Remote.VerifyRestore)
+	ingestStart := time.Now()
 	if _, err := b.ingestByReference(ctx, tables); err != nil {
 		return nil, err
 	}
+	b.rstats.Ingest = time.Since(ingestStart)
 	for i, c := range canonical {
 		if err := b.copyFromCanonical(ctx, c.h, c.runs, i); err != nil {
 			return nil, err

@@ -148,6 +148,11 @@ func (b *Backend) handOffSnapshot(ctx context.Context, what string, id uint64, m
 	fail := func(format string, args ...any) error {
 		return fmt.Errorf("lsm: %s %d of %s: "+format, append([]any{what, id, task}, args...)...)
 	}
+	// A table the restore found missing or damaged must not reach a new
+	// checkpoint (nor a base).
+	if err := b.restoreDamage(ctx); err != nil {
+		return nil, fail("%w", err)
+	}
 	var p *handedOff
 	err := b.Exclusive(func(states []backend.StateDescriptor) error {
 		if err := b.db.Flush(); err != nil {

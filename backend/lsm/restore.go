@@ -81,6 +81,10 @@ type RestoreStats struct {
 	// hold keys outside the range (restores that do not keep the history
 	// only: such a restore uploads every file again).
 	Rewrite time.Duration
+	// Check is the time a remote-mode restore spent holding the tables it
+	// references and checking that they exist; Ingest the time of their
+	// ingestion by reference.
+	Check, Ingest time.Duration
 	// Total is the time of the whole restore.
 	Total time.Duration
 }
