@@ -93,24 +93,7 @@ func TestRemoteRestoreHolds(t *testing.T) {
 		t.Fatal(err)
 	}
 	key := func(i int) backend.Key { return backend.Key{KeyGroup: i % 128, Key: []byte(fmt.Sprintf("k%04d", i))} }
-	checkpoint := func(b *lsm.Backend, id uint64) *backend.Handle {
-		t.Helper()
-		if err := c.BeginCheckpoint("a", id); err != nil {
-			t.Fatal(err)
-		}
-		p, err := b.Snapshot(ctx, id)
-		if err != nil {
-			t.Fatal(err)
-		}
-		h, err := p.Run(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := c.Complete(ctx, "a", id, h); err != nil {
-			t.Fatal(err)
-		}
-		return h
-	}
+	checkpoint := func(b *lsm.Backend, id uint64) *backend.Handle { return realCheckpoint(t, c, b, id).Tasks[0] }
 	for round := range 3 {
 		for i := range 300 {
 			if err := src.Put("v", key(i), []byte(fmt.Sprintf("%d-%0100d", round, i))); err != nil {

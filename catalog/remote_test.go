@@ -44,21 +44,7 @@ func TestRemoteReleaseOnRetention(t *testing.T) {
 		if err := b.DB().Compact(ctx, []byte{0}, []byte{0xff, 0xff}, false); err != nil {
 			t.Fatal(err)
 		}
-		if err := c.BeginCheckpoint("a", id); err != nil {
-			t.Fatal(err)
-		}
-		p, err := b.Snapshot(ctx, id)
-		if err != nil {
-			t.Fatal(err)
-		}
-		h, err := p.Run(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := c.Complete(ctx, "a", id, h); err != nil {
-			t.Fatal(err)
-		}
-		handles[id] = h
+		handles[id] = realCheckpoint(t, c, b, id).Tasks[0]
 	}
 	kept := map[string]bool{}
 	for _, id := range []uint64{2, 3} {
@@ -165,20 +151,7 @@ func TestRemoteVerifyChecksBlocks(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if err := c.BeginCheckpoint("a", 1); err != nil {
-		t.Fatal(err)
-	}
-	p, err := b.Snapshot(ctx, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	h, err := p.Run(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := c.Complete(ctx, "a", 1, h); err != nil {
-		t.Fatal(err)
-	}
+	h := realCheckpoint(t, c, b, 1).Tasks[0]
 	rep, err := c.Verify(ctx, "a", 1)
 	if err != nil || !rep.OK() || rep.Files != len(h.Files) {
 		t.Fatalf("verify of an intact remote-mode checkpoint (%d tables): %+v %v", len(h.Files), rep, err)

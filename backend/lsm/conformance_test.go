@@ -1,14 +1,12 @@
 package lsm_test
 
 import (
-	"context"
 	"testing"
 
 	"github.com/statedhq/stated/backend"
 	"github.com/statedhq/stated/backend/backendtest"
 	"github.com/statedhq/stated/backend/lsm"
 	"github.com/statedhq/stated/tiered"
-	"github.com/statedhq/stated/tiered/s3store"
 	"github.com/statedhq/stated/tiered/s3store/s3test"
 )
 
@@ -37,14 +35,6 @@ func TestConformanceRemote(t *testing.T) {
 // an in-process gofakes3; every subtest gets a fresh prefix.
 func TestConformanceRemoteS3(t *testing.T) {
 	h := remoteHarness
-	h.Store = func(t testing.TB) tiered.Store {
-		opts, _ := s3test.Options(t)
-		st, err := s3store.Open(context.Background(), opts)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { st.Close() })
-		return st
-	}
+	h.Store = func(t testing.TB) tiered.Store { return s3test.Store(t) }
 	backendtest.Run(t, h)
 }

@@ -24,7 +24,6 @@ import (
 	"github.com/statedhq/stated/tiered"
 	"github.com/statedhq/stated/tiered/memstore"
 	"github.com/statedhq/stated/tiered/metered"
-	"github.com/statedhq/stated/tiered/s3store"
 	"github.com/statedhq/stated/tiered/s3store/s3test"
 	"github.com/statedhq/stated/tiered/storetest"
 )
@@ -48,15 +47,7 @@ var spikeStores = []struct {
 	open func(t *testing.T) tiered.Store
 }{
 	{"memstore", func(*testing.T) tiered.Store { return memstore.New() }},
-	{"s3", func(t *testing.T) tiered.Store {
-		opts, _ := s3test.Options(t)
-		st, err := s3store.Open(context.Background(), opts)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { st.Close() })
-		return st
-	}},
+	{"s3", func(t *testing.T) tiered.Store { return s3test.Store(t) }},
 }
 
 func newSpike(t *testing.T) *spike { return newSpikeOver(t, memstore.New()) }

@@ -18,7 +18,6 @@ import (
 	"github.com/statedhq/stated/tiered/localfs"
 	"github.com/statedhq/stated/tiered/memstore"
 	"github.com/statedhq/stated/tiered/metered"
-	"github.com/statedhq/stated/tiered/s3store"
 	"github.com/statedhq/stated/tiered/s3store/s3test"
 	"github.com/statedhq/stated/tiered/storetest"
 )
@@ -43,15 +42,7 @@ func localStore(t testing.TB) tiered.Store {
 
 // s3Store is the S3 server the tiered tests use: the real one when
 // s3test's environment names one, else in-process gofakes3.
-func s3Store(t testing.TB) tiered.Store {
-	opts, _ := s3test.Options(t)
-	s, err := s3store.Open(context.Background(), opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
-	return s
-}
+func s3Store(t testing.TB) tiered.Store { return s3test.Store(t) }
 
 func TestConformanceMemstore(t *testing.T) { runConformance(t, memStore) }
 func TestConformanceLocalfs(t *testing.T)  { runConformance(t, localStore) }

@@ -149,3 +149,15 @@ func randomSuffix() string {
 	rand.Read(b[:])
 	return hex.EncodeToString(b[:])
 }
+
+// Store opens a store over Options(t), closed when t ends.
+func Store(t testing.TB) *s3store.Store {
+	t.Helper()
+	opts, _ := Options(t)
+	s, err := s3store.Open(context.Background(), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
