@@ -116,15 +116,7 @@ func HoldName(prefix string, creator uint64) string {
 }
 
 // ParseHold returns the creator of a hold name (its last path segment).
-func ParseHold(name string) (uint64, bool) {
-	base := name[strings.LastIndex(name, "/")+1:]
-	s, ok := strings.CutPrefix(base, HoldPrefix)
-	if !ok {
-		return 0, false
-	}
-	c, err := strconv.ParseUint(s, 10, 64)
-	return c, err == nil && c != 0
-}
+func ParseHold(name string) (uint64, bool) { return parseCreatorName(name, HoldPrefix) }
 
 // Holds lists the holds under the lsm prefix prefix.
 func Holds(ctx context.Context, store tiered.Store, prefix string) ([]tiered.ObjectInfo, error) {
@@ -142,9 +134,12 @@ func Holds(ctx context.Context, store tiered.Store, prefix string) ([]tiered.Obj
 }
 
 // ParseLease returns the creator of a lease name (its last path segment).
-func ParseLease(name string) (uint64, bool) {
+func ParseLease(name string) (uint64, bool) { return parseCreatorName(name, LeasePrefix) }
+
+// parseCreatorName reads "<prefix><creator>" from name's last path segment.
+func parseCreatorName(name, prefix string) (uint64, bool) {
 	base := name[strings.LastIndex(name, "/")+1:]
-	s, ok := strings.CutPrefix(base, LeasePrefix)
+	s, ok := strings.CutPrefix(base, prefix)
 	if !ok {
 		return 0, false
 	}
