@@ -83,7 +83,7 @@ go test -count=1 -timeout 20m "$@" ./...
 # detector (and the cluster's catalog service). Three remote-lsm suites run
 # in the pass above only, as each takes minutes under the detector: the
 # spikes of Pebble's own shared storage, the ownership property test and
-# the backend conformance suite in remote mode; remote mode's concurrent
+# the backend conformance suite in remote mode (over memory and S3); remote mode's concurrent
 # parts (hand-offs written while compactions run, restores, rescale) meet
 # the detector in the hand-off tests.
 echo "== go test -race (concurrent packages)"
