@@ -77,8 +77,10 @@ func (s *stampStore) List(ctx context.Context, prefix, startAfter string, limit 
 // (two subtasks), with the model: the state each instance holds and the
 // state each checkpoint was taken with.
 type remoteWorld struct {
-	clk     *testClock
-	store   *stampStore
+	clk *testClock
+	// store stamps objects with the test clock; its gate holds back the
+	// instance markers that restores write in the background.
+	store   *markerGate
 	c       *Catalog
 	fs      vfs.FS
 	slots   [2]*lsm.Backend
@@ -115,8 +117,14 @@ func (w *remoteWorld) open(t *rapid.T, i int) {
 		}
 	}
 	w.n++
+	var held func(context.Context) error
+	if restore != nil {
+		name := CheckpointManifest(rjob, restore[0].CheckpointID)
+		held = func(ctx context.Context) error { _, err := w.store.Stat(ctx, name); return err }
+	}
 	b, err := lsm.Open(backend.Options{Task: w.task(i), KeyGroups: w.groups(i), MaxParallelism: 128,
-		States: []backend.StateDescriptor{{Name: "v", Kind: backend.KindValue}}, Store: w.store, Restore: restore},
+		States: []backend.StateDescriptor{{Name: "v", Kind: backend.KindValue}}, Store: w.store, Restore: restore,
+		RestoreHeld: held},
 		lsm.Options{Dir: fmt.Sprintf("/inst-%d", w.n), FS: w.fs, MemTableSize: 64 << 10,
 			Remote: &lsm.RemoteOptions{Store: w.store, CacheBytes: 1 << 20, LeaseInterval: time.Hour}})
 	if err != nil {
@@ -214,7 +222,7 @@ func TestRemoteOwnershipProperty(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		ctx := context.Background()
 		clk := &testClock{}
-		w := &remoteWorld{clk: clk, store: &stampStore{Store: memstore.New(), clk: clk, at: map[string]time.Time{}},
+		w := &remoteWorld{clk: clk, store: &markerGate{Store: &stampStore{Store: memstore.New(), clk: clk, at: map[string]time.Time{}}},
 			fs: vfs.NewMem(), chk: map[uint64][2]map[string]string{}, next: 1}
 		openCatalog := func() {
 			o := clk.opts(w.store)
@@ -226,6 +234,7 @@ func TestRemoteOwnershipProperty(t *testing.T) {
 		}
 		openCatalog()
 		defer func() {
+			w.store.release()
 			for _, b := range w.slots {
 				if b != nil {
 					_ = b.Close()
@@ -370,6 +379,21 @@ func TestRemoteOwnershipProperty(t *testing.T) {
 				}
 				w.open(t, rapid.SampledFrom(free).Draw(t, "slot"))
 			},
+			// Restores opened while the gate is shut serve with their
+			// instance markers pending, held by their holds only, while
+			// retention, deletes and sweeps go on.
+			"holdMarkers":    func(t *rapid.T) { w.store.shut() },
+			"releaseMarkers": func(t *rapid.T) { w.store.release() },
+			"deleteCheckpoint": func(t *rapid.T) {
+				ids := w.c.Retained(rjob)
+				if len(ids) == 0 {
+					t.Skip("nothing retained")
+				}
+				id := rapid.SampledFrom(ids).Draw(t, "id")
+				if err := w.c.DeleteCheckpoint(ctx, rjob, id); err != nil {
+					t.Fatalf("delete checkpoint %d: %v", id, err)
+				}
+			},
 			"restartCatalog": func(t *rapid.T) {
 				// The in-flight checkpoint is lost with the catalog's
 				// memory: its markers are the sweep's.
@@ -385,6 +409,7 @@ func TestRemoteOwnershipProperty(t *testing.T) {
 		// Nothing references anything any more: every instance closed (or
 		// crashed), every checkpoint ended and discarded. A sweep past the
 		// grace period leaves nothing behind.
+		w.store.release()
 		for _, i := range w.live() {
 			if rapid.Bool().Draw(t, "crashAtEnd") {
 				_ = w.slots[i].Abandon()
