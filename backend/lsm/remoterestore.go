@@ -9,9 +9,9 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"maps"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -247,33 +247,17 @@ func (b *Backend) ingestByReference(ctx context.Context, tables []refTable) (int
 // checkObjects checks that every object exists with the size its handle
 // says and, with RemoteOptions.VerifyRestore, reads each whole and checks
 // its block checksums. It lists the objects' prefixes rather than asking
-// for each (a 4 GiB state has about 600 tables): one listing per prefix
-// and first letter of the object's name, UploadConcurrency at a time.
+// for each (listAround).
 func (b *Backend) checkObjects(ctx context.Context, names []string, sizes map[string]int64) error {
 	task := b.opts.Task
-	var prefixes []string
-	for _, n := range names {
-		cut := strings.LastIndex(n, "/") + 2
-		prefixes = append(prefixes, n[:min(cut, len(n))])
-	}
-	slices.Sort(prefixes)
-	prefixes = slices.Compact(prefixes)
-	found := make([]map[string]int64, len(prefixes))
-	err := parallel(ctx, markConcurrency(b.lo.UploadConcurrency), len(prefixes), func(ctx context.Context, i int) error {
-		found[i] = map[string]int64{}
-		return tiered.Walk(ctx, b.opts.RestoreStore, prefixes[i], func(o tiered.ObjectInfo) error {
-			if _, ok := sizes[o.Name]; ok {
-				found[i][o.Name] = o.Size
-			}
-			return nil
-		})
+	listed := map[string]int64{}
+	err := b.listAround(ctx, b.opts.RestoreStore, names, func(o tiered.ObjectInfo) {
+		if _, ok := sizes[o.Name]; ok {
+			listed[o.Name] = o.Size
+		}
 	})
 	if err != nil {
 		return fmt.Errorf("lsm: restore %s: list the restored tables: %w", task, err)
-	}
-	listed := map[string]int64{}
-	for _, f := range found {
-		maps.Copy(listed, f)
 	}
 	for _, name := range names {
 		size, ok := listed[name]
@@ -293,5 +277,30 @@ func (b *Backend) checkObjects(ctx context.Context, names []string, sizes map[st
 			return fmt.Errorf("lsm: restore %s: %w", task, err)
 		}
 		return nil
+	})
+}
+
+// listAround lists everything in store whose name starts as one of names
+// does up to the first letter after its last "/" (the object and its
+// markers, and the neighbours that share the letter), and calls seen for
+// each, one call at a time. A state of 4 GiB has about 600 tables: one
+// listing per prefix and letter (at most 16 for Pebble's hex names, run
+// 16 at a time) instead of a request per table.
+func (b *Backend) listAround(ctx context.Context, store tiered.Store, names []string, seen func(tiered.ObjectInfo)) error {
+	var prefixes []string
+	for _, n := range names {
+		cut := strings.LastIndex(n, "/") + 2
+		prefixes = append(prefixes, n[:min(cut, len(n))])
+	}
+	slices.Sort(prefixes)
+	prefixes = slices.Compact(prefixes)
+	var mu sync.Mutex
+	return parallel(ctx, markConcurrency(b.lo.UploadConcurrency), len(prefixes), func(ctx context.Context, i int) error {
+		return tiered.Walk(ctx, store, prefixes[i], func(o tiered.ObjectInfo) error {
+			mu.Lock()
+			defer mu.Unlock()
+			seen(o)
+			return nil
+		})
 	})
 }

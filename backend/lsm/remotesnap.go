@@ -247,28 +247,31 @@ func (b *Backend) handOff(ctx context.Context, tables []liveTable, mark func(obj
 		names = append(names, n)
 	}
 	slices.Sort(names)
-	var left atomic.Bool
-	mine := fmt.Sprintf("%d.", b.remote.creator)
 	err = parallel(ctx, markConcurrency(b.lo.UploadConcurrency), len(names), func(ctx context.Context, i int) error {
-		obj := names[i]
-		if err := tiered.PutBytes(ctx, store, mark(obj, attempt), nil); err != nil {
-			return fmt.Errorf("mark %s: %w", obj, err)
-		}
-		if objects[obj].external {
-			return nil
-		}
-		markers, err := remotestore.Markers(ctx, store, obj)
-		if err != nil {
-			return err
-		}
-		if !slices.ContainsFunc(markers, func(m string) bool {
-			return strings.HasPrefix(m, obj+remotestore.MarkerInfix+mine)
-		}) {
-			left.Store(true)
+		if err := tiered.PutBytes(ctx, store, mark(names[i], attempt), nil); err != nil {
+			return fmt.Errorf("mark %s: %w", names[i], err)
 		}
 		return nil
 	})
-	if err == nil && !left.Load() {
+	left := false
+	if err == nil {
+		// One listing after every marker is written (each object's after
+		// its own marker): Pebble's marker of each SST we created must
+		// still be there.
+		mine := fmt.Sprintf("%s%d.", remotestore.MarkerInfix, b.remote.creator)
+		held := map[string]bool{}
+		err = b.listAround(ctx, store, names, func(o tiered.ObjectInfo) {
+			if obj, _, ok := strings.Cut(o.Name, mine); ok {
+				held[obj] = true
+			}
+		})
+		for _, obj := range names {
+			if !objects[obj].external && !held[obj] {
+				left = true
+			}
+		}
+	}
+	if err == nil && !left {
 		return true, nil
 	}
 	// Take this attempt's markers back with the unref rule: an object
