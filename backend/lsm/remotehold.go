@@ -126,7 +126,7 @@ func (b *Backend) afterRestore(names []string, sizes map[string]int64, claim, ch
 // (the store's trouble, not damage) until it can tell or ctx ends.
 func (b *Backend) checkInBackground(ctx context.Context, names []string, sizes map[string]int64) {
 	for delay := 100 * time.Millisecond; ; delay = min(2*delay, markRetryMax) {
-		err := b.checkObjects(ctx, names, sizes)
+		err := b.checkObjects(ctx, names, sizes, backgroundWorkers)
 		if err == nil || ctx.Err() != nil {
 			return
 		}
@@ -171,9 +171,7 @@ func (b *Backend) markRestored(ctx context.Context, names []string) {
 	pending := names
 	for delay := 100 * time.Millisecond; ; delay = min(2*delay, markRetryMax) {
 		failed := make([]bool, len(pending))
-		// UploadConcurrency, not more: the markers share the store with
-		// the instance's first reads, which they must not crowd out.
-		err := parallel(ctx, b.lo.UploadConcurrency, len(pending), func(ctx context.Context, i int) error {
+		err := parallel(ctx, backgroundWorkers, len(pending), func(ctx context.Context, i int) error {
 			if err := tiered.PutBytes(ctx, store, remotestore.InstanceMarker(pending[i], r.creator), nil); err != nil {
 				failed[i] = true
 			}
@@ -205,6 +203,14 @@ func (b *Backend) markRestored(ctx context.Context, names []string) {
 	}
 	r.marked.Store(true)
 }
+
+// backgroundWorkers is how many requests a restore's background work has
+// in flight: one. The holds keep the objects while it runs, and the
+// instance's first reads, which wait on the same store, must not queue
+// behind hundreds of markers: against versitygw a 4 GiB restore (586
+// tables) served its first get in 536 ms with 4 markers in flight at a
+// time, and in 72 ms with one.
+const backgroundWorkers = 1
 
 // markConcurrency is how many empty markers go at once: more than the
 // uploads of whole SSTs, as each is a small request.

@@ -82,7 +82,7 @@ func (b *Backend) remoteRestore(ctx context.Context, claim bool) (states []backe
 		}
 	}
 	if b.lo.Remote.VerifyRestore {
-		if err := b.checkObjects(ctx, names, objects); err != nil {
+		if err := b.checkObjects(ctx, names, objects, markConcurrency(b.lo.UploadConcurrency)); err != nil {
 			return nil, err
 		}
 	}
@@ -247,11 +247,11 @@ func (b *Backend) ingestByReference(ctx context.Context, tables []refTable) (int
 // checkObjects checks that every object exists with the size its handle
 // says and, with RemoteOptions.VerifyRestore, reads each whole and checks
 // its block checksums. It lists the objects' prefixes rather than asking
-// for each (listAround).
-func (b *Backend) checkObjects(ctx context.Context, names []string, sizes map[string]int64) error {
+// for each (listAround), workers listings at a time.
+func (b *Backend) checkObjects(ctx context.Context, names []string, sizes map[string]int64, workers int) error {
 	task := b.opts.Task
 	listed := map[string]int64{}
-	err := b.listAround(ctx, b.opts.RestoreStore, names, func(o tiered.ObjectInfo) {
+	err := b.listAround(ctx, b.opts.RestoreStore, names, workers, func(o tiered.ObjectInfo) {
 		if _, ok := sizes[o.Name]; ok {
 			listed[o.Name] = o.Size
 		}
@@ -284,9 +284,9 @@ func (b *Backend) checkObjects(ctx context.Context, names []string, sizes map[st
 // does up to the first letter after its last "/" (the object and its
 // markers, and the neighbours that share the letter), and calls seen for
 // each, one call at a time. A state of 4 GiB has about 600 tables: one
-// listing per prefix and letter (at most 16 for Pebble's hex names, run
-// 16 at a time) instead of a request per table.
-func (b *Backend) listAround(ctx context.Context, store tiered.Store, names []string, seen func(tiered.ObjectInfo)) error {
+// listing per prefix and letter (at most 16 for Pebble's hex names,
+// workers at a time) instead of a request per table.
+func (b *Backend) listAround(ctx context.Context, store tiered.Store, names []string, workers int, seen func(tiered.ObjectInfo)) error {
 	var prefixes []string
 	for _, n := range names {
 		cut := strings.LastIndex(n, "/") + 2
@@ -295,7 +295,7 @@ func (b *Backend) listAround(ctx context.Context, store tiered.Store, names []st
 	slices.Sort(prefixes)
 	prefixes = slices.Compact(prefixes)
 	var mu sync.Mutex
-	return parallel(ctx, markConcurrency(b.lo.UploadConcurrency), len(prefixes), func(ctx context.Context, i int) error {
+	return parallel(ctx, workers, len(prefixes), func(ctx context.Context, i int) error {
 		return tiered.Walk(ctx, store, prefixes[i], func(o tiered.ObjectInfo) error {
 			mu.Lock()
 			defer mu.Unlock()

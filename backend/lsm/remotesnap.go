@@ -260,7 +260,7 @@ func (b *Backend) handOff(ctx context.Context, tables []liveTable, mark func(obj
 		// still be there.
 		mine := fmt.Sprintf("%s%d.", remotestore.MarkerInfix, b.remote.creator)
 		held := map[string]bool{}
-		err = b.listAround(ctx, store, names, func(o tiered.ObjectInfo) {
+		err = b.listAround(ctx, store, names, markConcurrency(b.lo.UploadConcurrency), func(o tiered.ObjectInfo) {
 			if obj, _, ok := strings.Cut(o.Name, mine); ok {
 				held[obj] = true
 			}
