@@ -203,3 +203,43 @@ func BenchmarkRestore(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkGroupPut is the cost changelog mode adds to a batch of blind
+// writes, the api batch path's shape: groups of 1000 puts of 100-byte
+// random values, per put. Its allocs/op are per put.
+func BenchmarkGroupPut(b *testing.B) {
+	for _, mode := range []bool{false, true} {
+		b.Run(map[bool]string{false: "heap", true: "changelog-heap"}[mode], func(b *testing.B) {
+			be, _ := benchOpen(b, mode)
+			g := be.(backend.Grouper)
+			const group = 1000
+			keys := make([][]byte, 10000)
+			for i := range keys {
+				keys[i] = fmt.Appendf(nil, "key-%08d", i)
+			}
+			rng := rand.New(rand.NewPCG(1, 2))
+			// Incompressible values, as the api benchmark has: a pool far larger
+			// than a block, so zstd finds no repeats.
+			pool := make([]byte, 8<<20)
+			for i := range pool {
+				pool[i] = byte(rng.Uint32())
+			}
+			b.ReportAllocs()
+			b.ResetTimer()
+			for n := 0; n < b.N; n += group {
+				err := g.Group(func(w backend.GroupWriter) {
+					for i := n; i < n+group && i < b.N; i++ {
+						off := (i * 1031) % (len(pool) - 100)
+						k := backend.Key{KeyGroup: i % propMaxP, Key: keys[i%len(keys)]}
+						if err := w.Put("v", k, pool[off:off+100]); err != nil {
+							b.Fatal(err)
+						}
+					}
+				})
+				if err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
