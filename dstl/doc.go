@@ -118,7 +118,8 @@
 // range; DecodeSegment verifies a whole segment.
 //
 // A block is stored uncompressed when zstd does not save at least a quarter
-// of it (and a writer whose blocks did not shrink skips zstd for its next
+// of it (zstd is tried on the first 16 KiB of a long block before the
+// whole, and a writer whose blocks did not shrink skips zstd for its next
 // few segments: the choice is the writer's, readers accept both). Its
 // raw size is bounded by MaxBlockRawSize and a change by MaxChangeSize;
 // every length read from a segment is bounded before it is used, so a
