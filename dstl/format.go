@@ -198,7 +198,10 @@ func appendBlock(out []byte, id string, b *rawBlock, compress bool) (_ []byte, c
 		// shrink means a block that will not, and the probe costs a
 		// fraction of compressing a block of random values for nothing.
 		trial, err := compressTo(out, b.raw[:probeSize])
-		out = trial[:body]
+		if err == nil {
+			// trial may be a grown copy of out: keep its prefix.
+			out = trial[:body]
+		}
 		compress = err == nil && len(trial)-body <= probeSize*3/4
 	}
 	if compress {
