@@ -16,7 +16,9 @@
 // A writer id names one backend instance's log (for example
 // "<job>/<operator>/<subtask>/<run>"). Writer.Append gives each change the
 // next sequence number of its writer (from 1, +1 per change) and buffers
-// it; the Writer cuts one segment from the buffered changes of all writers
+// it; Writer.AppendBatch does the same for a run of changes under one
+// hold of the Writer's lock (a backend logs a batch of writes so). The
+// Writer cuts one segment from the buffered changes of all writers
 // when they reach Options.FlushSize, when one writer's reach
 // Options.PreemptiveFlushSize, when Options.FlushDelay has passed since the
 // first of them, or when Persist asks for it. Writer.Persist waits until a
@@ -118,7 +120,8 @@
 // range; DecodeSegment verifies a whole segment.
 //
 // A block is stored uncompressed when zstd does not save at least a quarter
-// of it (and a writer whose blocks did not shrink skips zstd for its next
+// of it (zstd is tried on the first 16 KiB of a long block before the
+// whole, and a writer whose blocks did not shrink skips zstd for its next
 // few segments: the choice is the writer's, readers accept both). Its
 // raw size is bounded by MaxBlockRawSize and a change by MaxChangeSize;
 // every length read from a segment is bounded before it is used, so a

@@ -1,6 +1,7 @@
 package dstl
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -329,4 +330,73 @@ func TestBackPressureBoundsMemory(t *testing.T) {
 	}
 	t.Logf("cap %d: max in flight %d, max handed to the store at once %d, back-pressure %v over %d waits",
 		limit, m.MaxBytesInFlightSeen, sc.maxSeen, m.BackPressureTime, m.BackPressureWaits)
+}
+
+// TestAppendBatchBackPressureAndRefusal: a batch larger than the room in
+// flight waits per entry, as Appends would, and one whose ctx ends while
+// it waits keeps the entries it added (and says how many) and adds none
+// after; a batch with one invalid entry adds nothing.
+func TestAppendBatchBackPressureAndRefusal(t *testing.T) {
+	ctx := context.Background()
+	ls, _ := memLog()
+	gate := make(chan struct{})
+	sc := &scripted{LogStore: ls}
+	sc.hook = func(ctx context.Context, call int, name string) error {
+		select {
+		case <-gate:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	const limit = 16 << 10
+	w := newTestWriter(t, sc, Options{FlushSize: 4 << 10, PreemptiveFlushSize: 4 << 10, MaxBytesInFlight: limit,
+		FlushDelay: time.Millisecond, UploadTimeout: time.Hour, DisableCompression: true})
+
+	bad := []Entry{{KeyGroup: 1, Change: []byte("ok")}, {KeyGroup: 1 << 20, Change: []byte("bad key group")}}
+	if last, n, err := w.AppendBatch(ctx, "b", bad); !errors.Is(err, ErrInvalidArgument) || n != 0 || last != 0 ||
+		!strings.Contains(err.Error(), "entry 1 of 2") {
+		t.Fatalf("batch with a bad key group: last %d, n %d, %v; want ErrInvalidArgument naming entry 1 of 2, nothing added", last, n, err)
+	}
+	if w.LastSeq("b") != 0 {
+		t.Fatalf("a refused batch added changes: last seq %d", w.LastSeq("b"))
+	}
+
+	// 40 entries of 1016 accounted bytes: 16 fit the cap, the store holds
+	// every upload, so the batch stalls at the 17th at the latest.
+	ents := make([]Entry, 40)
+	for i := range ents {
+		ents[i] = Entry{KeyGroup: i % 4, Change: bytes.Repeat([]byte{byte(i)}, 1000)}
+	}
+	tctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	last, n, err := w.AppendBatch(tctx, "b", ents)
+	cancel()
+	if !errors.Is(err, context.DeadlineExceeded) || n == 0 || n > limit/1016 || last != uint64(n) {
+		t.Fatalf("stalled batch: last %d, n %d, %v; want DeadlineExceeded after 1..%d entries", last, n, err, limit/1016)
+	}
+	if w.LastSeq("b") != uint64(n) || w.Metrics().BackPressureWaits == 0 {
+		t.Fatalf("after the stalled batch: last seq %d (want %d), metrics %+v", w.LastSeq("b"), n, w.Metrics())
+	}
+	close(gate)
+	// The rest goes through once the store does.
+	last2, n2, err := w.AppendBatch(ctx, "b", ents[n:])
+	if err != nil || n2 != len(ents)-n || last2 != uint64(len(ents)) {
+		t.Fatalf("rest of the batch: last %d, n %d, %v", last2, n2, err)
+	}
+	h, err := w.Persist(ctx, "b", math.MaxUint64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := readAll(sc, h, ReadOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != len(ents) {
+		t.Fatalf("read back %d records, want %d", len(got), len(ents))
+	}
+	for i, a := range got {
+		if a.seq != uint64(i+1) || a.kg != ents[i].KeyGroup || a.ch != string(ents[i].Change) {
+			t.Fatalf("record %d: seq %d kg %d, %d bytes; want seq %d kg %d, entry %d", i, a.seq, a.kg, len(a.ch), i+1, ents[i].KeyGroup, i)
+		}
+	}
 }

@@ -167,6 +167,14 @@ func recordSize(change []byte) int { return 2*binary.MaxVarintLen64 + 2 + len(ch
 // level, one encoder (a segment is cut on one goroutine).
 var codec = zstdblock.New(zstdblock.Options{Level: zstd.SpeedFastest, EncoderConcurrency: 1, MaxRawSize: MaxBlockRawSize})
 
+// compressTo appends the zstd frame of src to dst: codec.Append, a
+// variable so that tests can count what is compressed.
+var compressTo = codec.Append
+
+// probeSize is the head of a block zstd is tried on first, when the block
+// is at least twice as long.
+const probeSize = 16 << 10
+
 // blockOverhead bounds a block's framing besides its writer id: payload
 // length, compression byte, two uvarints, checksum, and zstd's frame.
 const blockOverhead = 4 + 1 + 2*binary.MaxVarintLen64 + 4 + 64
@@ -184,10 +192,22 @@ func appendBlock(out []byte, id string, b *rawBlock, compress bool) (_ []byte, c
 	out = binary.AppendUvarint(out, uint64(b.records))
 	body := len(out)
 	stored := false
+	if compress && len(b.raw) >= 2*probeSize {
+		// Try zstd on the block's first probeSize bytes before the whole
+		// block: a writer's records are alike, so a head that does not
+		// shrink means a block that will not, and the probe costs a
+		// fraction of compressing a block of random values for nothing.
+		trial, err := compressTo(out, b.raw[:probeSize])
+		if err == nil {
+			// trial may be a grown copy of out: keep its prefix.
+			out = trial[:body]
+		}
+		compress = err == nil && len(trial)-body <= probeSize*3/4
+	}
 	if compress {
 		out[p] = compressionZstd
 		var err error
-		out, err = codec.Append(out, b.raw)
+		out, err = compressTo(out, b.raw)
 		// Compressed only when zstd saves at least a quarter: a log lives
 		// minutes, and a smaller saving is not worth the CPU of the
 		// compression and of every replay's decompression.

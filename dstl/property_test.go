@@ -12,7 +12,8 @@ import (
 	"github.com/statedhq/stated/backend"
 )
 
-// TestPropertyWriterReader: random appends from several writers, random
+// TestPropertyWriterReader: random appends (single and batched) from
+// several writers, random
 // persists and truncations. Every Persist's handle reads back exactly the
 // writer's records of its window, in order; a key-group filter delivers
 // exactly the records of its key groups; segments the Writer releases are
@@ -98,6 +99,30 @@ func TestPropertyWriterReader(t *testing.T) {
 				model[id] = append(model[id], appended{seq, kg, string(ch)})
 				if seq != uint64(len(model[id])) {
 					rt.Fatalf("%s: seq %d for change %d", id, seq, len(model[id]))
+				}
+			},
+			"appendBatch": func(rt *rapid.T) {
+				// A batch is the same as an Append of each entry in turn.
+				id := rapid.SampledFrom(ids).Draw(rt, "id")
+				n := rapid.IntRange(0, 20).Draw(rt, "entries")
+				ents := make([]Entry, n)
+				for i := range ents {
+					ents[i] = Entry{KeyGroup: rapid.IntRange(NoKeyGroup, 15).Draw(rt, "kg"),
+						Change: rapid.SliceOfN(rapid.Byte(), 0, 200).Draw(rt, "change")}
+				}
+				last, added, err := w.AppendBatch(ctx, id, ents)
+				if err != nil || added != n {
+					rt.Fatalf("%s: batch of %d: added %d, %v", id, n, added, err)
+				}
+				for _, e := range ents {
+					model[id] = append(model[id], appended{uint64(len(model[id]) + 1), e.KeyGroup, string(e.Change)})
+				}
+				if n > 0 && last != uint64(len(model[id])) {
+					rt.Fatalf("%s: batch's last seq %d, want %d", id, last, len(model[id]))
+				}
+				// The Writer copied the changes: the caller may reuse them.
+				for _, e := range ents {
+					clear(e.Change)
 				}
 			},
 			"persist": func(rt *rapid.T) {

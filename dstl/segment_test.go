@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"strings"
 	"testing"
 
@@ -228,5 +229,83 @@ func TestBlockOfAnotherWriterIsDetected(t *testing.T) {
 	copy(bad[a.Offset():a.Offset()+a.Length()], data[b.Offset():b.Offset()+b.Length()])
 	if _, _, err := decodeAll(t, bad); !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), `belongs to writer "ab"`) {
 		t.Fatalf("spliced block: %v", err)
+	}
+}
+
+// TestCompressionProbesTheHead: zstd is tried on a long block's first
+// probeSize bytes before the whole block; a block whose head does not
+// shrink is stored raw without compressing the rest, a compressible one
+// is compressed whole, a short one is tried whole. Every segment reads
+// back identically.
+func TestCompressionProbesTheHead(t *testing.T) {
+	var fed int
+	defer func(f func([]byte, []byte) ([]byte, error)) { compressTo = f }(compressTo)
+	orig := compressTo
+	compressTo = func(dst, src []byte) ([]byte, error) {
+		fed += len(src)
+		return orig(dst, src)
+	}
+	r := rand.New(rand.NewPCG(3, 4))
+	random := func(n int) string {
+		p := make([]byte, n)
+		for i := range p {
+			p[i] = byte(r.Uint32())
+		}
+		return string(p)
+	}
+	records := func(n, size int, gen func(int) string) []rec {
+		var recs []rec
+		for i := 1; i <= n; i++ {
+			recs = append(recs, rec{"w", uint64(i), i % 16, gen(size)})
+		}
+		return recs
+	}
+	for _, tc := range []struct {
+		name     string
+		recs     []rec
+		fed      func(raw int) int // bytes zstd must be handed
+		stored   byte
+		maxRatio float64
+	}{
+		{"random long block", records(600, 200, random), func(int) int { return probeSize }, compressionNone, 1.1},
+		{"compressible long block", records(600, 200, func(n int) string { return strings.Repeat("z", n) }),
+			func(raw int) int { return probeSize + raw }, compressionZstd, 0.1},
+		{"random short block", records(50, 200, random), func(raw int) int { return raw }, compressionNone, 1.1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			fed = 0
+			b := NewSegmentBuilder(1<<20, true)
+			for _, rc := range tc.recs {
+				if err := b.Add(rc.id, rc.seq, rc.kg, []byte(rc.ch)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			raw := b.Len()
+			data, x, err := b.Encode()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if want := tc.fed(raw); fed != want {
+				t.Fatalf("zstd was handed %d bytes of a %d-byte block, want %d", fed, raw, want)
+			}
+			w, _ := x.Writer("w")
+			if len(w.Blocks) != 1 {
+				t.Fatalf("%d blocks, want 1", len(w.Blocks))
+			}
+			bl := w.Blocks[0]
+			if c := data[bl.Offset+4]; c != tc.stored {
+				t.Fatalf("block stored with compression %d, want %d", c, tc.stored)
+			}
+			if ratio := float64(bl.Length) / float64(raw); ratio > tc.maxRatio {
+				t.Fatalf("block of %d raw bytes stored in %d", raw, bl.Length)
+			}
+			got, _, err := decodeAll(t, data)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if fmt.Sprint(got) != fmt.Sprint(tc.recs) {
+				t.Fatal("records read back differ from those added")
+			}
+		})
 	}
 }

@@ -195,44 +195,105 @@ func (w *Writer) kick() {
 // (back-pressure) or ctx ends; it never grows memory past the cap. The
 // change is not durable until a Persist that covers it returns.
 func (w *Writer) Append(ctx context.Context, id string, kg int, change []byte) (uint64, error) {
-	if err := errors.Join(checkWriterID(id), checkKeyGroup(kg), checkChange(change)); err != nil {
-		return 0, err
+	e := [1]Entry{{KeyGroup: kg, Change: change}}
+	seq, _, err := w.AppendBatch(ctx, id, e[:])
+	return seq, err
+}
+
+// Entry is one change of AppendBatch.
+type Entry struct {
+	// KeyGroup is the change's key group, or NoKeyGroup.
+	KeyGroup int
+	// Change is the encoded change; AppendBatch copies it.
+	Change []byte
+}
+
+// AppendBatch adds entries as consecutive changes of writer id, in order:
+// the same as an Append of each in turn, under one hold of the Writer's
+// lock instead of one per change (a backend logs the writes of a batch
+// together). It returns the seq of the last change it added and how many
+// it added. Every entry is checked first: if one is invalid, the call
+// fails with ErrInvalidArgument and adds nothing. Back-pressure applies
+// per entry, as for Append; if ctx ends or the Writer closes while it
+// waits, the entries before stay added (n says how many) and the rest are
+// not.
+func (w *Writer) AppendBatch(ctx context.Context, id string, entries []Entry) (last uint64, n int, err error) {
+	idErr := checkWriterID(id)
+	if idErr != nil && len(entries) != 1 {
+		return 0, 0, idErr
 	}
-	cost := int64(len(change)) + recordOverhead
-	if cost > w.opts.MaxBytesInFlight {
-		return 0, fmt.Errorf("%w: change of %d bytes can never fit MaxBytesInFlight (%d)", ErrInvalidArgument, len(change), w.opts.MaxBytesInFlight)
+	for i, e := range entries {
+		if err := errors.Join(idErr, checkKeyGroup(e.KeyGroup), checkChange(e.Change)); err != nil {
+			return 0, 0, batchErr(len(entries), i, err)
+		}
+		if cost := int64(len(e.Change)) + recordOverhead; cost > w.opts.MaxBytesInFlight {
+			return 0, 0, batchErr(len(entries), i, fmt.Errorf("%w: change of %d bytes can never fit MaxBytesInFlight (%d)",
+				ErrInvalidArgument, len(e.Change), w.opts.MaxBytesInFlight))
+		}
 	}
 	w.mu.Lock()
-	if !w.closed && w.inFlight+cost > w.opts.MaxBytesInFlight {
-		start := w.opts.Now()
-		w.metrics.BackPressureWaits++
-		for !w.closed && w.inFlight+cost > w.opts.MaxBytesInFlight {
-			ch := w.changed
-			w.mu.Unlock()
-			select {
-			case <-ch:
-			case <-ctx.Done():
-				w.mu.Lock()
-				w.metrics.BackPressureTime += w.opts.Now().Sub(start)
-				w.mu.Unlock()
-				return 0, fmt.Errorf("dstl: append of writer %q waited for room in flight: %w", id, ctx.Err())
-			}
-			w.mu.Lock()
-		}
-		w.metrics.BackPressureTime += w.opts.Now().Sub(start)
-	}
 	defer w.mu.Unlock()
-	if w.closed {
-		return 0, ErrClosed
+	var ws *wstate
+	for i, e := range entries {
+		cost := int64(len(e.Change)) + recordOverhead
+		if !w.closed && w.inFlight+cost > w.opts.MaxBytesInFlight {
+			if err := w.waitRoomLocked(ctx, id, cost); err != nil {
+				return last, i, err
+			}
+			// The lock was released: a cut or a Forget may have changed
+			// the writer's state.
+			ws = nil
+		}
+		if w.closed {
+			return last, i, ErrClosed
+		}
+		if ws == nil {
+			if ws = w.writers[id]; ws == nil {
+				ws = &wstate{id: id, next: 1}
+				w.writers[id] = ws
+			}
+		}
+		last = w.addLocked(ws, e.KeyGroup, e.Change, cost)
 	}
-	ws := w.writers[id]
-	if ws == nil {
-		ws = &wstate{id: id, next: 1}
-		w.writers[id] = ws
+	return last, len(entries), nil
+}
+
+// batchErr names the entry an error is about, unless the batch is one
+// change (Append).
+func batchErr(n, i int, err error) error {
+	if n == 1 {
+		return err
 	}
+	return fmt.Errorf("entry %d of %d: %w", i, n, err)
+}
+
+// waitRoomLocked waits until cost fits in flight, the Writer closes, or
+// ctx ends (its error). w.mu held; it is released while waiting.
+func (w *Writer) waitRoomLocked(ctx context.Context, id string, cost int64) error {
+	start := w.opts.Now()
+	w.metrics.BackPressureWaits++
+	for !w.closed && w.inFlight+cost > w.opts.MaxBytesInFlight {
+		ch := w.changed
+		w.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			w.mu.Lock()
+			w.metrics.BackPressureTime += w.opts.Now().Sub(start)
+			return fmt.Errorf("dstl: append of writer %q waited for room in flight: %w", id, ctx.Err())
+		}
+		w.mu.Lock()
+	}
+	w.metrics.BackPressureTime += w.opts.Now().Sub(start)
+	return nil
+}
+
+// addLocked buffers one checked change of ws and returns its seq; w.mu
+// held, the Writer open, room in flight.
+func (w *Writer) addLocked(ws *wstate, kg int, change []byte, cost int64) uint64 {
 	if ws.log == nil {
 		ws.log = &writerLog{}
-		w.batch[id] = ws
+		w.batch[ws.id] = ws
 	}
 	seq := ws.next
 	ws.next++
@@ -252,7 +313,7 @@ func (w *Writer) Append(ctx context.Context, id string, kg int, change []byte) (
 		w.flushNow = true
 		w.kick()
 	}
-	return seq, nil
+	return seq
 }
 
 // LastSeq is the seq of writer id's last Append (0: none).

@@ -9,8 +9,10 @@ import (
 
 	"github.com/statedhq/stated/backend"
 	"github.com/statedhq/stated/backend/heap"
+	"github.com/statedhq/stated/backend/lsm"
 	"github.com/statedhq/stated/dstl"
 	"github.com/statedhq/stated/dstl/changelog"
+	"github.com/statedhq/stated/tiered/localfs"
 	"github.com/statedhq/stated/tiered/memstore"
 )
 
@@ -202,4 +204,120 @@ func BenchmarkRestore(b *testing.B) {
 			}
 		})
 	}
+}
+
+// BenchmarkGroupPut is the cost changelog mode adds to a batch of blind
+// writes, the api batch path's shape: groups of 1000 puts of 100-byte
+// random values, per put. Its allocs/op are per put.
+func BenchmarkGroupPut(b *testing.B) {
+	for _, mode := range []bool{false, true} {
+		b.Run(map[bool]string{false: "heap", true: "changelog-heap"}[mode], func(b *testing.B) {
+			be, _ := benchOpen(b, mode)
+			g := be.(backend.Grouper)
+			const group = 1000
+			keys := make([][]byte, 10000)
+			for i := range keys {
+				keys[i] = fmt.Appendf(nil, "key-%08d", i)
+			}
+			rng := rand.New(rand.NewPCG(1, 2))
+			// Incompressible values, as the api benchmark has: a pool far larger
+			// than a block, so zstd finds no repeats.
+			pool := make([]byte, 8<<20)
+			for i := range pool {
+				pool[i] = byte(rng.Uint32())
+			}
+			b.ReportAllocs()
+			b.ResetTimer()
+			for n := 0; n < b.N; n += group {
+				err := g.Group(func(w backend.GroupWriter) {
+					for i := n; i < n+group && i < b.N; i++ {
+						off := (i * 1031) % (len(pool) - 100)
+						k := backend.Key{KeyGroup: i % propMaxP, Key: keys[i%len(keys)]}
+						if err := w.Put("v", k, pool[off:off+100]); err != nil {
+							b.Fatal(err)
+						}
+					}
+				})
+				if err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkGroupPutLSMRatio is BenchmarkChangelogThroughput (api) without
+// the client, gRPC and daemon: two lsm instances, one in changelog mode
+// over a local-directory log store (fsync'd, the default writer options),
+// take groups of 1000 puts of 100 random bytes in alternating slices of
+// 20 groups, so both see the same load; it reports the on/off ratio of
+// puts per second.
+//
+//	go test ./dstl/changelog -run '^$' -bench GroupPutLSMRatio -benchtime 20x -count 5
+func BenchmarkGroupPutLSMRatio(b *testing.B) {
+	open := func(on bool) backend.Grouper {
+		opts := backend.Options{Task: propTask, KeyGroups: backend.KeyGroupRange{Start: 0, End: propMaxP - 1},
+			MaxParallelism: propMaxP, States: propStates, Store: memstore.New()}
+		inner := func(o backend.Options) (backend.Backend, error) { return lsm.Open(o, lsm.Options{Dir: b.TempDir()}) }
+		var be backend.Backend
+		var err error
+		if on {
+			store, err := localfs.Open(b.TempDir())
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(func() { store.Close() })
+			ls := dstl.TieredLogStore{Store: store}
+			w, err := dstl.NewWriter(ls, dstl.Options{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(func() { _ = w.Close() })
+			be, err = changelog.Open(opts, changelog.Options{OpenInner: inner, Writer: w, Log: ls})
+		} else {
+			be, err = inner(opts)
+		}
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { _ = be.Close() })
+		return be.(backend.Grouper)
+	}
+	ins := map[bool]backend.Grouper{false: open(false), true: open(true)}
+	const group, groups, keys = 1000, 20, 100_000
+	pool := make([]byte, 8<<20)
+	rng := rand.New(rand.NewPCG(1, 2))
+	for i := range pool {
+		pool[i] = byte(rng.Uint32())
+	}
+	key := make([]byte, 0, 16)
+	var took [2]time.Duration
+	n := 0
+	for i := 0; b.Loop(); i++ {
+		for _, on := range []bool{i%2 == 0, i%2 != 0} {
+			t0 := time.Now()
+			for g := 0; g < groups; g++ {
+				base := (n*groups + g) * group
+				err := ins[on].Group(func(w backend.GroupWriter) {
+					for j := base; j < base+group; j++ {
+						key = fmt.Appendf(key[:0], "key-%08d", j%keys)
+						off := ((j+i*7919)*1031 + i) % (len(pool) - 100)
+						if err := w.Put("v", backend.Key{KeyGroup: j % propMaxP, Key: key}, pool[off:off+100]); err != nil {
+							b.Fatal(err)
+						}
+					}
+				})
+				if err != nil {
+					b.Fatal(err)
+				}
+			}
+			took[map[bool]int{false: 0, true: 1}[on]] += time.Since(t0)
+		}
+		n++
+	}
+	off := float64(n*groups*group) / took[0].Seconds()
+	on := float64(n*groups*group) / took[1].Seconds()
+	b.ReportMetric(off, "off-ops/s")
+	b.ReportMetric(on, "on-ops/s")
+	b.ReportMetric(on/off, "on/off")
 }

@@ -74,7 +74,8 @@ type Backend struct {
 	confirmed uint64
 	pend      map[*pending]struct{}       // snapshots returned and neither run nor released
 	replayDur time.Duration               // set by Open
-	gbuf      []byte                      // Group's encoding buffer, kept between groups
+	gw        groupWriter                 // Group's writer, its buffers kept between groups
+	gents     []dstl.Entry                // logGroup's entries, kept between groups
 	used      map[uint64]*materialization // checkpoint id -> its base, until notified
 }
 
@@ -319,24 +320,55 @@ func (b *Backend) appendChange(c *Change) {
 }
 
 // appendEncoded logs an encoded change of key group kg (the Writer copies
-// it). Call with wmu held, the Backend open.
+// it). Call with wmu held.
 func (b *Backend) appendEncoded(kg int, data []byte) {
 	if b.closed {
 		return
 	}
 	seq, err := b.w.Append(context.Background(), b.id, kg, data)
 	if err != nil {
-		b.epoch++
-		conf, mat := b.conf, b.mat
-		b.conf, b.mat = nil, nil
-		for _, m := range []*materialization{conf, mat} {
-			if m != nil {
-				b.dropBase(m)
-			}
-		}
+		b.lost(1)
 		return
 	}
 	b.lastSeq = seq
+}
+
+// appendEntries logs encoded changes in order with one Writer call, as
+// appendEncoded of each in turn would. Call with wmu held.
+func (b *Backend) appendEntries(ents []dstl.Entry) {
+	if b.closed || len(ents) == 0 {
+		return
+	}
+	last, n, err := b.w.AppendBatch(context.Background(), b.id, ents)
+	if n > 0 {
+		b.lastSeq = last
+	}
+	switch {
+	case err == nil:
+	case n == 0 && errors.Is(err, dstl.ErrInvalidArgument):
+		// One entry the log refuses (a change too big for it) must not
+		// cost the others their place in the log: log them one by one.
+		for _, e := range ents {
+			b.appendEncoded(e.KeyGroup, e.Change)
+		}
+	default:
+		b.lost(uint64(len(ents) - n))
+	}
+}
+
+// lost records n changes the log refused: the inner backend is ahead of
+// the log, so no base taken before may be used again, and the next
+// checkpoint materializes a view that has the changes. Call with wmu
+// held.
+func (b *Backend) lost(n uint64) {
+	b.epoch += n
+	conf, mat := b.conf, b.mat
+	b.conf, b.mat = nil, nil
+	for _, m := range []*materialization{conf, mat} {
+		if m != nil {
+			b.dropBase(m)
+		}
+	}
 }
 
 func one(c *Change) []*Change { return []*Change{c} }

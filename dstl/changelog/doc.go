@@ -107,7 +107,10 @@
 // # Caveats
 //
 //   - Writes are serialized by one writer lock (apply, then append), since
-//     the log order must be the order the inner backend applied them in.
+//     the log order must be the order the inner backend applied them in. A
+//     group (backend.Grouper) encodes each write once as it is made, into a
+//     buffer kept between groups, and appends the group's changes with one
+//     dstl.Writer.AppendBatch once the inner backend committed them.
 //   - A change the log refuses (the writer closed, a change over
 //     dstl.MaxChangeSize) leaves the inner backend ahead of the log; the
 //     instance drops its base, and its next checkpoint materializes again.

@@ -1,6 +1,7 @@
 package changelog
 
 import (
+	"strings"
 	"time"
 
 	"github.com/statedhq/stated/backend"
@@ -18,7 +19,8 @@ func (b *Backend) Group(fn func(w backend.GroupWriter)) error {
 	now := b.opts.Clock()
 	b.pin.Store(&now)
 	defer b.pin.Store(nil)
-	gw := &groupWriter{now: now.UnixNano(), buf: b.gbuf[:0]}
+	gw := &b.gw
+	*gw = groupWriter{now: now.UnixNano(), buf: b.gw.buf[:0], recs: b.gw.recs[:0]}
 	var err error
 	if g, ok := b.inner.(backend.Grouper); ok {
 		err = g.Group(func(w backend.GroupWriter) {
@@ -30,25 +32,52 @@ func (b *Backend) Group(fn func(w backend.GroupWriter)) error {
 		fn(gw)
 	}
 	if err == nil {
-		for _, r := range gw.recs {
-			if r.big != nil {
-				b.appendChange(r.big)
-			} else {
-				b.appendEncoded(r.kg, gw.buf[r.off:r.end])
-			}
-		}
+		b.logGroup(gw)
 	}
-	// Keep the buffer for the next group, unless one huge group grew it.
-	if cap(gw.buf) <= maxGroupBuffer {
-		b.gbuf = gw.buf[:0]
-	} else {
-		b.gbuf = nil
+	gw.w = nil
+	// Keep the buffers for the next group, unless one huge group grew
+	// them.
+	if cap(gw.buf) > maxGroupBuffer {
+		gw.buf = nil
 	}
+	if cap(gw.recs) > maxGroupRecs {
+		gw.recs = nil
+	}
+	clear(gw.recs) // the big changes
 	return err
+}
+
+// logGroup logs the changes of a committed group in order: the runs of
+// encoded changes each with one Writer call (one lock for the run, not
+// one per change), a big change on its own (appendChange splits it).
+// Call with wmu held.
+func (b *Backend) logGroup(gw *groupWriter) {
+	ents := b.gents[:0]
+	for _, r := range gw.recs {
+		if r.big != nil {
+			b.appendEntries(ents)
+			ents = ents[:0]
+			b.appendChange(r.big)
+			continue
+		}
+		ents = append(ents, dstl.Entry{KeyGroup: r.kg, Change: gw.buf[r.off:r.end]})
+	}
+	b.appendEntries(ents)
+	// The entries point into gw.buf, which may be dropped.
+	clear(ents)
+	if cap(ents) <= maxGroupRecs {
+		b.gents = ents[:0]
+	} else {
+		b.gents = nil
+	}
 }
 
 // maxGroupBuffer bounds the encoding buffer a Backend keeps between groups.
 const maxGroupBuffer = 1 << 20
+
+// maxGroupRecs bounds the change count of the per-change slices a Backend
+// keeps between groups.
+const maxGroupRecs = 1 << 14
 
 // groupWriter records each write the inner writer accepted. The changes
 // are logged only after the group commits, but fn's slices may be reused
@@ -75,7 +104,8 @@ func cpKey(k backend.Key) backend.Key {
 	return backend.Key{KeyGroup: k.KeyGroup, Key: cp(k.Key), Namespace: cp(k.Namespace)}
 }
 
-// add encodes c if the inner writer accepted it (err nil).
+// add encodes c if the inner writer accepted it (err nil). c stays the
+// caller's: only the copy of a big change is kept.
 func (g *groupWriter) add(err error, c *Change) error {
 	if err != nil {
 		return err
@@ -85,17 +115,22 @@ func (g *groupWriter) add(err error, c *Change) error {
 	g.buf = c.Encode(g.buf)
 	if len(g.buf)-off > dstl.MaxChangeSize && c.Op == OpListAppend && len(c.Values) > 1 {
 		g.buf = g.buf[:off]
-		big := *c
-		big.Key = cpKey(c.Key)
-		big.Values = make([][]byte, len(c.Values))
-		for i, v := range c.Values {
-			big.Values[i] = cp(v)
-		}
-		g.recs = append(g.recs, groupRec{big: &big})
+		g.recs = append(g.recs, groupRec{big: copyListAppend(c)})
 		return nil
 	}
 	g.recs = append(g.recs, groupRec{kg: c.KeyGroup(), off: off, end: len(g.buf)})
 	return nil
+}
+
+// copyListAppend copies a list append field by field: a struct copy of
+// *c would make every caller's Change (and its one-value array) escape
+// to the heap, an allocation per logged write.
+func copyListAppend(c *Change) *Change {
+	vs := make([][]byte, len(c.Values))
+	for i, v := range c.Values {
+		vs[i] = cp(v)
+	}
+	return &Change{Op: c.Op, Time: c.Time, State: strings.Clone(c.State), Key: cpKey(c.Key), Values: vs}
 }
 
 func (g *groupWriter) Put(state string, k backend.Key, value []byte) error {

@@ -1,0 +1,5 @@
+//go:build !race
+
+package changelog_test
+
+const raceEnabled = false
