@@ -171,6 +171,27 @@ func (s *State) ReadGroup(fn func(r backend.GroupReader)) {
 	fn(r)
 }
 
+// ReadGroups implements backend.ParallelReadGrouper: ReadGroup with n
+// Readers (at least one). A Reader's only mutable state is its own key
+// buffer, and an Engine supports concurrent readers, so the readers may run
+// on n goroutines at once.
+func (s *State) ReadGroups(n int, fn func(rs []backend.GroupReader)) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	readers := make([]Reader, max(n, 1))
+	rs := make([]backend.GroupReader, len(readers))
+	for i := range readers {
+		readers[i].s = s
+		rs[i] = &readers[i]
+	}
+	defer func() {
+		for i := range readers {
+			readers[i].done = true
+		}
+	}()
+	fn(rs)
+}
+
 func (r *Reader) get(state string, kind backend.StateKind, k backend.Key, userKey []byte, isMap bool) ([]byte, bool, error) {
 	if r.done {
 		return nil, false, errWriterDone
