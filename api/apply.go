@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -286,42 +287,159 @@ func readable(t int32) bool {
 // readGroup makes the point reads ops[from:to] under one hold of the
 // backend's reader lock, in order, encoding each result as it goes (with
 // the same budget rule as applyOp). It returns how many it made: it stops
-// before a read the group cannot make (backend.ErrNotInGroup).
+// before a read the group cannot make (backend.ErrNotInGroup). A long run
+// on a backend that can share the hold between goroutines is made on
+// several (readParallel), with the same response.
 func (a *batchApply) readGroup(g backend.ReadGrouper, from, to int) int {
-	end := to
-	g.ReadGroup(func(rd backend.GroupReader) {
-		for i := from; i < to; i++ {
-			o := a.begin(i, true)
-			op, state, r := o.op, o.state, &o.r
-			if code, err := a.check(op); err != nil {
-				a.fail(op, state, r, code, err)
-			} else {
-				k := backend.Key{KeyGroup: int(op.KeyGroup), Key: op.Key, Namespace: op.Namespace}
-				var err error
-				switch daemon.Op(op.Type) {
-				case daemon.OpGet:
-					r.Value, r.Found, err = rd.Get(state, k)
-				case daemon.OpMapGet:
-					r.Value, r.Found, err = rd.MapGet(state, k, op.UserKey)
-				case daemon.OpMapContains:
-					r.Found, err = rd.MapContains(state, k, op.UserKey)
-				}
-				if errors.Is(err, backend.ErrNotInGroup) {
-					end = i
-					return
-				}
-				if err != nil {
-					a.fail(op, state, r, Code(err), err)
-				} else if !r.Empty() {
-					if n := wire.EncodedResultSize(r); n > a.budget {
-						a.fail(op, state, r, codes.ResourceExhausted, a.tooBig(n))
-					}
+	if pg, ok := g.(backend.ParallelReadGrouper); ok {
+		if n := a.s.readWorkers(to - from); n > 1 {
+			return a.readParallel(pg, n, from, to)
+		}
+	}
+	made := to - from
+	g.ReadGroup(func(rd backend.GroupReader) { made = a.reads(rd, from, to) })
+	return made
+}
+
+// reads makes the point reads ops[from:to] through rd, in order, and
+// returns how many it made (see readGroup).
+func (a *batchApply) reads(rd backend.GroupReader, from, to int) int {
+	for i := from; i < to; i++ {
+		o := a.begin(i, true)
+		op, state, r := o.op, o.state, &o.r
+		if code, err := a.check(op); err != nil {
+			a.fail(op, state, r, code, err)
+		} else {
+			k := backend.Key{KeyGroup: int(op.KeyGroup), Key: op.Key, Namespace: op.Namespace}
+			var err error
+			switch daemon.Op(op.Type) {
+			case daemon.OpGet:
+				r.Value, r.Found, err = rd.Get(state, k)
+			case daemon.OpMapGet:
+				r.Value, r.Found, err = rd.MapGet(state, k, op.UserKey)
+			case daemon.OpMapContains:
+				r.Found, err = rd.MapContains(state, k, op.UserKey)
+			}
+			if errors.Is(err, backend.ErrNotInGroup) {
+				return i - from
+			}
+			if err != nil {
+				a.fail(op, state, r, Code(err), err)
+			} else if !r.Empty() {
+				if n := wire.EncodedResultSize(r); n > a.budget {
+					a.fail(op, state, r, codes.ResourceExhausted, a.tooBig(n))
 				}
 			}
-			a.end(&o, sinceBegin)
 		}
+		a.end(&o, sinceBegin)
+	}
+	return to - from
+}
+
+// readParallel is readGroup on n goroutines, for a run long enough to pay
+// for them (readWorkers): the daemon runs beside its tasks with cores of
+// its own, and a batch's reads are independent of each other. The run is
+// cut into n contiguous parts, each read by a worker (a batchApply of its
+// own, encoding into a buffer of its own) through its own reader, all
+// under one hold of the reader lock; the parts' encodings are then
+// appended in order, so the response is byte for byte the one reads would
+// give. Two cases need the order that only one goroutine gives, and both
+// are rare: a part that stops at a read the group cannot make (the parts
+// after it were read too early: they are dropped, uncounted, and read
+// again after that read), and a run whose results do not all fit the
+// response (then it is read again by reads, which fails the reads that
+// do not fit exactly as before). A worker's budget is the whole remaining
+// one: never less than reads has at the same read, so a worker fails
+// every read reads fails, and one it lets through that reads would fail
+// makes the parts too large together. Parts that fit together were thus
+// encoded as reads encodes them.
+func (a *batchApply) readParallel(g backend.ParallelReadGrouper, n, from, to int) int {
+	a.s.parallelReadRuns.Add(1)
+	made := 0
+	g.ReadGroups(n, func(rs []backend.GroupReader) {
+		parts := make([]readPart, n)
+		per := (to - from + n - 1) / n
+		var wg sync.WaitGroup
+		for w := range parts {
+			p := &parts[w]
+			p.from, p.to = min(from+w*per, to), min(from+(w+1)*per, to)
+			p.a = batchApply{s: a.s, inst: a.inst, ops: a.ops, out: getPartBuf(), budget: a.budget, full: a.full,
+				every: a.every, tally: a.inst.Ops.Tally()}
+			if w == 0 {
+				continue
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				p.made = p.a.reads(rs[w], p.from, p.to)
+			}()
+		}
+		parts[0].made = parts[0].a.reads(rs[0], parts[0].from, parts[0].to)
+		wg.Wait()
+		defer func() {
+			for w := range parts {
+				putPartBuf(parts[w].a.out)
+			}
+		}()
+		// The parts up to the first one that stopped short.
+		last, size := 0, 0
+		for w := range parts {
+			p := &parts[w]
+			last, size = w, size+len(p.a.out)
+			if p.made < p.to-p.from {
+				break
+			}
+		}
+		if size > a.budget {
+			made = a.reads(rs[0], from, to)
+			return
+		}
+		for w := range last + 1 {
+			p := &parts[w]
+			a.out = append(a.out, p.a.out...)
+			p.a.tally.Flush()
+			made += p.made
+		}
+		a.budget -= size
 	})
-	return end - from
+	return made
+}
+
+// readPart is the part ops[from:to] of a readParallel run: its worker and
+// how many reads it made.
+type readPart struct {
+	a        batchApply
+	from, to int
+	made     int
+}
+
+// minReadsPerWorker is the fewest reads worth a goroutine of their own:
+// starting and joining one costs about a microsecond, a read a few.
+const minReadsPerWorker = 64
+
+// readWorkers is how many goroutines make a run of n reads: one per
+// minReadsPerWorker reads, at most ReadParallelism.
+func (s *Server) readWorkers(n int) int {
+	return max(1, min(s.opts.ReadParallelism, n/s.minReadsPerWorker))
+}
+
+// partBufs holds the encoding buffers of readParallel's workers.
+var partBufs sync.Pool
+
+func getPartBuf() []byte {
+	if b, ok := partBufs.Get().(*[]byte); ok {
+		return (*b)[:0]
+	}
+	return nil
+}
+
+// putPartBuf keeps b for another worker unless it is large (a buffer that
+// once held a huge response should not pin that memory).
+func putPartBuf(b []byte) {
+	if cap(b) == 0 || cap(b) > 1<<20 {
+		return
+	}
+	partBufs.Put(&b)
 }
 
 // groupOp makes one blind write of a group (groupable) through w; it
