@@ -210,7 +210,9 @@ type ParallelReadGrouper interface {
 	ReadGroups(n int, fn func(rs []GroupReader))
 }
 
-// GroupReader makes point reads within ReadGrouper.ReadGroup.
+// GroupReader makes point reads within ReadGrouper.ReadGroup. Unlike the
+// Backend methods, a read may return a value that is valid only until the
+// reader's next read (a reader may reuse one buffer for them all).
 type GroupReader interface {
 	Get(state string, k Key) (value []byte, ok bool, err error)
 	MapGet(state string, k Key, userKey []byte) ([]byte, bool, error)

@@ -149,14 +149,15 @@ func (s *State) Group(fn func(w backend.GroupWriter)) (err error) {
 
 // Reader makes the point reads of a ReadGroup (backend.GroupReader): each
 // method is the State method of the same name, except that the value it
-// returns may share memory with nothing but itself (it is not copied
-// again) and that a read that would write (a state whose TTL is refreshed
-// on read) fails with backend.ErrNotInGroup instead, to be made with the
-// State method.
+// returns is valid only until the reader's next read (over an engine that
+// is an AppendGetter it is in a buffer the reader reuses, so a run of
+// reads allocates no value) and that a read that would write (a state
+// whose TTL is refreshed on read) fails with backend.ErrNotInGroup
+// instead, to be made with the State method.
 type Reader struct {
-	s    *State
-	key  []byte
-	done bool
+	s        *State
+	key, val []byte
+	done     bool
 }
 
 var _ backend.GroupReader = (*Reader)(nil)
@@ -211,7 +212,15 @@ func (r *Reader) get(state string, kind backend.StateKind, k backend.Key, userKe
 		}
 		r.key = append(r.key, userKey...)
 	}
-	payload, _, ok, err := s.readLive(d, r.key)
+	var payload []byte
+	var ok bool
+	if ag, isAG := s.eng.(AppendGetter); isAG {
+		var found bool
+		r.val, found, err = ag.AppendGet(r.val[:0], r.key)
+		payload, _, ok, err = s.liveValue(d, r.val, found, err)
+	} else {
+		payload, _, ok, err = s.readLive(d, r.key)
+	}
 	return payload, ok, err
 }
 

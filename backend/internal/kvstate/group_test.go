@@ -1,6 +1,7 @@
 package kvstate_test
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"reflect"
@@ -337,8 +338,9 @@ func TestReadGroupMatchesState(t *testing.T) {
 		ok  bool
 		err string
 	}
+	// A group's value is valid until the reader's next read: keep a copy.
 	mk := func(v []byte, ok bool, err error) res {
-		r := res{v: v, ok: ok}
+		r := res{v: bytes.Clone(v), ok: ok}
 		if err != nil {
 			r.err = err.Error()
 		}
