@@ -5,7 +5,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -64,6 +66,9 @@ type batchApply struct {
 	every  int
 	states stateCache
 	tally  daemon.OpTally
+	// serialReads: a run of reads of this batch could not be made in
+	// parallel; the batch's later runs are not tried (see readParallel).
+	serialReads bool
 }
 
 // run applies bt's operations; false: it refused the whole batch.
@@ -291,7 +296,7 @@ func readable(t int32) bool {
 // on a backend that can share the hold between goroutines is made on
 // several (readParallel), with the same response.
 func (a *batchApply) readGroup(g backend.ReadGrouper, from, to int) int {
-	if pg, ok := g.(backend.ParallelReadGrouper); ok {
+	if pg, ok := g.(backend.ParallelReadGrouper); ok && !a.serialReads {
 		if n := a.s.readWorkers(to - from); n > 1 {
 			return a.readParallel(pg, n, from, to)
 		}
@@ -339,78 +344,108 @@ func (a *batchApply) reads(rd backend.GroupReader, from, to int) int {
 // readParallel is readGroup on n goroutines, for a run long enough to pay
 // for them (readWorkers): the daemon runs beside its tasks with cores of
 // its own, and a batch's reads are independent of each other. The run is
-// cut into n contiguous parts, each read by a worker (a batchApply of its
-// own, encoding into a buffer of its own) through its own reader, all
-// under one hold of the reader lock; the parts' encodings are then
+// cut into chunks of readChunk reads that n workers (the batch's goroutine
+// and n-1 others, each a batchApply of its own encoding into a buffer of
+// its own, with a reader of its own, all under one hold of the reader
+// lock) take in order as they become free, so a worker that the machine
+// delays holds back at most one chunk. The chunks' encodings are then
 // appended in order, so the response is byte for byte the one reads would
-// give. Two cases need the order that only one goroutine gives, and both
-// are rare: a part that stops at a read the group cannot make (the parts
-// after it were read too early: they are dropped, uncounted, and read
-// again after that read), and a run whose results do not all fit the
-// response (then it is read again by reads, which fails the reads that
-// do not fit exactly as before). A worker's budget is the whole remaining
-// one: never less than reads has at the same read, so a worker fails
-// every read reads fails, and one it lets through that reads would fail
-// makes the parts too large together. Parts that fit together were thus
-// encoded as reads encodes them.
+// give. Two cases need the order only one goroutine gives, and both are
+// rare: a chunk that stops at a read the group cannot make (later chunks
+// were read too early), and a run whose results do not all fit the
+// response. Then the workers' results are dropped, uncounted, and reads
+// makes the run, and the rest of the batch's runs, on one goroutine. A
+// worker takes chunks in order, so the results already in its budget are
+// all of reads before the one it makes: its budget is never less than
+// reads has at that read, so it fails every read reads fails, and one it
+// lets through that reads would fail makes the chunks too large together.
+// Chunks that fit together were thus encoded as reads encodes them.
 func (a *batchApply) readParallel(g backend.ParallelReadGrouper, n, from, to int) int {
 	a.s.parallelReadRuns.Add(1)
 	made := 0
-	g.ReadGroups(n, func(rs []backend.GroupReader) {
-		parts := make([]readPart, n)
-		per := (to - from + n - 1) / n
-		var wg sync.WaitGroup
-		for w := range parts {
-			p := &parts[w]
-			p.from, p.to = min(from+w*per, to), min(from+(w+1)*per, to)
-			p.a = batchApply{s: a.s, inst: a.inst, ops: a.ops, out: getPartBuf(), budget: a.budget, full: a.full,
-				every: a.every, tally: a.inst.Ops.Tally()}
-			if w == 0 {
-				continue
+	size := a.s.readChunk
+	chunks := make([]readSpan, (to-from+size-1)/size)
+	for c := range chunks {
+		chunks[c].w = -1 // not taken
+	}
+	workers := make([]batchApply, n)
+	for w := range workers {
+		workers[w] = batchApply{s: a.s, inst: a.inst, ops: a.ops, out: getPartBuf(), budget: a.budget, full: a.full,
+			every: a.every, tally: a.inst.Ops.Tally()}
+	}
+	defer func() {
+		for w := range workers {
+			putPartBuf(workers[w].out)
+		}
+	}()
+	var next atomic.Int64
+	work := func(w int, rd backend.GroupReader) {
+		wa := &workers[w]
+		for {
+			c := int(next.Add(1) - 1)
+			if c >= len(chunks) {
+				return
 			}
+			lo := from + c*size
+			hi := min(lo+size, to)
+			start := len(wa.out)
+			short := wa.reads(rd, lo, hi) < hi-lo
+			chunks[c] = readSpan{w: w, start: start, end: len(wa.out), short: short}
+			if short {
+				// The run is made again on one goroutine anyway.
+				next.Store(int64(len(chunks)))
+				return
+			}
+		}
+	}
+	g.ReadGroups(n, func(rs []backend.GroupReader) {
+		var wg sync.WaitGroup
+		for w := 1; w < n; w++ {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				p.made = p.a.reads(rs[w], p.from, p.to)
+				work(w, rs[w])
 			}()
 		}
-		parts[0].made = parts[0].a.reads(rs[0], parts[0].from, parts[0].to)
+		work(0, rs[0])
 		wg.Wait()
-		defer func() {
-			for w := range parts {
-				putPartBuf(parts[w].a.out)
-			}
-		}()
-		// The parts up to the first one that stopped short.
-		last, size := 0, 0
-		for w := range parts {
-			p := &parts[w]
-			last, size = w, size+len(p.a.out)
-			if p.made < p.to-p.from {
+		bytes := 0
+		for _, c := range chunks {
+			if c.short || c.w < 0 {
+				bytes = math.MaxInt
 				break
 			}
+			bytes += c.end - c.start
 		}
-		if size > a.budget {
+		if bytes > a.budget {
+			a.serialReads = true
 			made = a.reads(rs[0], from, to)
 			return
 		}
-		for w := range last + 1 {
-			p := &parts[w]
-			a.out = append(a.out, p.a.out...)
-			p.a.tally.Flush()
-			made += p.made
+		for _, c := range chunks {
+			a.out = append(a.out, workers[c.w].out[c.start:c.end]...)
 		}
-		a.budget -= size
+		for w := range workers {
+			workers[w].tally.Flush()
+		}
+		a.budget -= bytes
+		made = to - from
 	})
 	return made
 }
 
-// readPart is the part ops[from:to] of a readParallel run: its worker and
-// how many reads it made.
-type readPart struct {
-	a        batchApply
-	from, to int
-	made     int
+// readChunk is the number of reads a worker of readParallel takes at once:
+// enough to make taking one cheap, few enough that a worker the machine
+// delays holds back little.
+const readChunk = 32
+
+// readSpan is where a chunk of a readParallel run went: worker w (-1: no
+// worker took it) encoded its results into out[start:end]; short: it
+// stopped at a read the group cannot make.
+type readSpan struct {
+	w          int
+	start, end int
+	short      bool
 }
 
 // minReadsPerWorker is the fewest reads worth a goroutine of their own:

@@ -59,6 +59,7 @@ func TestParallelReadsMatchSerial(t *testing.T) {
 		par := NewServer(parD, ServerOptions{MaxMessageSize: limit, ReadParallelism: rapid.IntRange(2, 5).Draw(rt, "parallelism"),
 			Logger: quietLog})
 		par.minReadsPerWorker = rapid.IntRange(1, 8).Draw(rt, "minReadsPerWorker")
+		par.readChunk = rapid.IntRange(1, 8).Draw(rt, "readChunk")
 
 		// Few keys and key groups, so that reads mostly find what the
 		// writes before them wrote.

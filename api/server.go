@@ -121,9 +121,9 @@ type Server struct {
 	// draining is closed by Drain to end every batch stream.
 	draining  chan struct{}
 	drainOnce sync.Once
-	// minReadsPerWorker is the constant of that name; tests lower it to
-	// reach readParallel with small batches.
-	minReadsPerWorker int
+	// minReadsPerWorker and readChunk are the constants of those names;
+	// tests lower them to reach readParallel with small batches.
+	minReadsPerWorker, readChunk int
 	// parallelReadRuns counts the runs of reads made by readParallel.
 	parallelReadRuns atomic.Uint64
 }
@@ -131,7 +131,8 @@ type Server struct {
 // NewServer returns the service for d.
 func NewServer(d *daemon.Daemon, opts ServerOptions) *Server {
 	opts.EnsureDefaults()
-	return &Server{d: d, opts: opts, log: opts.Logger, draining: make(chan struct{}), minReadsPerWorker: minReadsPerWorker}
+	return &Server{d: d, opts: opts, log: opts.Logger, draining: make(chan struct{}), minReadsPerWorker: minReadsPerWorker,
+		readChunk: readChunk}
 }
 
 // GRPCServer returns a gRPC server with the service registered and the
