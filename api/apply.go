@@ -176,6 +176,12 @@ func (a *batchApply) begin(i int, clock bool) opRun {
 // end counts o in the tally, with took as its latency when it is timed
 // (sinceBegin: the time since begin), and appends its result.
 func (a *batchApply) end(o *opRun, took time.Duration) {
+	a.count(o, took)
+	a.result(&o.r)
+}
+
+// count is end without the result.
+func (a *batchApply) count(o *opRun, took time.Duration) {
 	failed := o.r.Code != 0
 	if o.timed {
 		if took == sinceBegin {
@@ -185,7 +191,6 @@ func (a *batchApply) end(o *opRun, took time.Duration) {
 	} else {
 		a.tally.Count(o.kind, daemon.Op(o.op.Type), failed)
 	}
-	a.result(&o.r)
 }
 
 // result appends r to the response unless it is empty.
@@ -328,11 +333,19 @@ func (a *batchApply) reads(rd backend.GroupReader, from, to int) int {
 			if errors.Is(err, backend.ErrNotInGroup) {
 				return i - from
 			}
-			if err != nil {
+			switch {
+			case err != nil:
 				a.fail(op, state, r, Code(err), err)
-			} else if !r.Empty() {
-				if n := wire.EncodedResultSize(r); n > a.budget {
+			case r.Found:
+				// The common result, encoded without the generic
+				// encoder's pass over every field of Result.
+				if n := wire.FoundResultSize(r.Index, len(r.Value)); n > a.budget {
 					a.fail(op, state, r, codes.ResourceExhausted, a.tooBig(n))
+				} else {
+					a.count(&o, sinceBegin)
+					a.out = wire.AppendFoundResult(a.out, r.Index, r.Value)
+					a.budget -= n
+					continue
 				}
 			}
 		}
