@@ -5,6 +5,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -63,6 +66,9 @@ type batchApply struct {
 	every  int
 	states stateCache
 	tally  daemon.OpTally
+	// serialReads: a run of reads of this batch could not be made in
+	// parallel; the batch's later runs are not tried (see readParallel).
+	serialReads bool
 }
 
 // run applies bt's operations; false: it refused the whole batch.
@@ -170,6 +176,12 @@ func (a *batchApply) begin(i int, clock bool) opRun {
 // end counts o in the tally, with took as its latency when it is timed
 // (sinceBegin: the time since begin), and appends its result.
 func (a *batchApply) end(o *opRun, took time.Duration) {
+	a.count(o, took)
+	a.result(&o.r)
+}
+
+// count is end without the result.
+func (a *batchApply) count(o *opRun, took time.Duration) {
 	failed := o.r.Code != 0
 	if o.timed {
 		if took == sinceBegin {
@@ -179,7 +191,6 @@ func (a *batchApply) end(o *opRun, took time.Duration) {
 	} else {
 		a.tally.Count(o.kind, daemon.Op(o.op.Type), failed)
 	}
-	a.result(&o.r)
 }
 
 // result appends r to the response unless it is empty.
@@ -286,42 +297,197 @@ func readable(t int32) bool {
 // readGroup makes the point reads ops[from:to] under one hold of the
 // backend's reader lock, in order, encoding each result as it goes (with
 // the same budget rule as applyOp). It returns how many it made: it stops
-// before a read the group cannot make (backend.ErrNotInGroup).
+// before a read the group cannot make (backend.ErrNotInGroup). A long run
+// on a backend that can share the hold between goroutines is made on
+// several (readParallel), with the same response.
 func (a *batchApply) readGroup(g backend.ReadGrouper, from, to int) int {
-	end := to
-	g.ReadGroup(func(rd backend.GroupReader) {
-		for i := from; i < to; i++ {
-			o := a.begin(i, true)
-			op, state, r := o.op, o.state, &o.r
-			if code, err := a.check(op); err != nil {
-				a.fail(op, state, r, code, err)
-			} else {
-				k := backend.Key{KeyGroup: int(op.KeyGroup), Key: op.Key, Namespace: op.Namespace}
-				var err error
-				switch daemon.Op(op.Type) {
-				case daemon.OpGet:
-					r.Value, r.Found, err = rd.Get(state, k)
-				case daemon.OpMapGet:
-					r.Value, r.Found, err = rd.MapGet(state, k, op.UserKey)
-				case daemon.OpMapContains:
-					r.Found, err = rd.MapContains(state, k, op.UserKey)
-				}
-				if errors.Is(err, backend.ErrNotInGroup) {
-					end = i
-					return
-				}
-				if err != nil {
-					a.fail(op, state, r, Code(err), err)
-				} else if !r.Empty() {
-					if n := wire.EncodedResultSize(r); n > a.budget {
-						a.fail(op, state, r, codes.ResourceExhausted, a.tooBig(n))
-					}
+	if pg, ok := g.(backend.ParallelReadGrouper); ok && !a.serialReads {
+		if n := a.s.readWorkers(to - from); n > 1 {
+			return a.readParallel(pg, n, from, to)
+		}
+	}
+	made := to - from
+	g.ReadGroup(func(rd backend.GroupReader) { made = a.reads(rd, from, to) })
+	return made
+}
+
+// reads makes the point reads ops[from:to] through rd, in order, and
+// returns how many it made (see readGroup).
+func (a *batchApply) reads(rd backend.GroupReader, from, to int) int {
+	for i := from; i < to; i++ {
+		o := a.begin(i, true)
+		op, state, r := o.op, o.state, &o.r
+		if code, err := a.check(op); err != nil {
+			a.fail(op, state, r, code, err)
+		} else {
+			k := backend.Key{KeyGroup: int(op.KeyGroup), Key: op.Key, Namespace: op.Namespace}
+			var err error
+			switch daemon.Op(op.Type) {
+			case daemon.OpGet:
+				r.Value, r.Found, err = rd.Get(state, k)
+			case daemon.OpMapGet:
+				r.Value, r.Found, err = rd.MapGet(state, k, op.UserKey)
+			case daemon.OpMapContains:
+				r.Found, err = rd.MapContains(state, k, op.UserKey)
+			}
+			if errors.Is(err, backend.ErrNotInGroup) {
+				return i - from
+			}
+			switch {
+			case err != nil:
+				a.fail(op, state, r, Code(err), err)
+			case r.Found:
+				// The common result, encoded without the generic
+				// encoder's pass over every field of Result.
+				if n := wire.FoundResultSize(r.Index, len(r.Value)); n > a.budget {
+					a.fail(op, state, r, codes.ResourceExhausted, a.tooBig(n))
+				} else {
+					a.count(&o, sinceBegin)
+					a.out = wire.AppendFoundResult(a.out, r.Index, r.Value)
+					a.budget -= n
+					continue
 				}
 			}
-			a.end(&o, sinceBegin)
 		}
+		a.end(&o, sinceBegin)
+	}
+	return to - from
+}
+
+// readParallel is readGroup on n goroutines, for a run long enough to pay
+// for them (readWorkers): the daemon runs beside its tasks with cores of
+// its own, and a batch's reads are independent of each other. The run is
+// cut into chunks of readChunk reads that n workers (the batch's goroutine
+// and n-1 others, each a batchApply of its own encoding into a buffer of
+// its own, with a reader of its own, all under one hold of the reader
+// lock) take in order as they become free, so a worker that the machine
+// delays holds back at most one chunk. The chunks' encodings are then
+// appended in order, so the response is byte for byte the one reads would
+// give. Two cases need the order only one goroutine gives, and both are
+// rare: a chunk that stops at a read the group cannot make (later chunks
+// were read too early), and a run whose results do not all fit the
+// response. Then the workers' results are dropped, uncounted, and reads
+// makes the run, and the rest of the batch's runs, on one goroutine. A
+// worker takes chunks in order, so the results already in its budget are
+// all of reads before the one it makes: its budget is never less than
+// reads has at that read, so it fails every read reads fails, and one it
+// lets through that reads would fail makes the chunks too large together.
+// Chunks that fit together were thus encoded as reads encodes them.
+func (a *batchApply) readParallel(g backend.ParallelReadGrouper, n, from, to int) int {
+	a.s.parallelReadRuns.Add(1)
+	made := 0
+	size := a.s.readChunk
+	chunks := make([]readSpan, (to-from+size-1)/size)
+	for c := range chunks {
+		chunks[c].w = -1 // not taken
+	}
+	workers := make([]batchApply, n)
+	for w := range workers {
+		workers[w] = batchApply{s: a.s, inst: a.inst, ops: a.ops, out: getPartBuf(), budget: a.budget, full: a.full,
+			every: a.every, tally: a.inst.Ops.Tally()}
+	}
+	defer func() {
+		for w := range workers {
+			putPartBuf(workers[w].out)
+		}
+	}()
+	var next atomic.Int64
+	work := func(w int, rd backend.GroupReader) {
+		wa := &workers[w]
+		for {
+			c := int(next.Add(1) - 1)
+			if c >= len(chunks) {
+				return
+			}
+			lo := from + c*size
+			hi := min(lo+size, to)
+			start := len(wa.out)
+			short := wa.reads(rd, lo, hi) < hi-lo
+			chunks[c] = readSpan{w: w, start: start, end: len(wa.out), short: short}
+			if short {
+				// The run is made again on one goroutine anyway.
+				next.Store(int64(len(chunks)))
+				return
+			}
+		}
+	}
+	g.ReadGroups(n, func(rs []backend.GroupReader) {
+		var wg sync.WaitGroup
+		for w := 1; w < n; w++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				work(w, rs[w])
+			}()
+		}
+		work(0, rs[0])
+		wg.Wait()
+		bytes := 0
+		for _, c := range chunks {
+			if c.short || c.w < 0 {
+				bytes = math.MaxInt
+				break
+			}
+			bytes += c.end - c.start
+		}
+		if bytes > a.budget {
+			a.serialReads = true
+			made = a.reads(rs[0], from, to)
+			return
+		}
+		for _, c := range chunks {
+			a.out = append(a.out, workers[c.w].out[c.start:c.end]...)
+		}
+		for w := range workers {
+			workers[w].tally.Flush()
+		}
+		a.budget -= bytes
+		made = to - from
 	})
-	return end - from
+	return made
+}
+
+// readChunk is the number of reads a worker of readParallel takes at once:
+// enough to make taking one cheap, few enough that a worker the machine
+// delays holds back little.
+const readChunk = 32
+
+// readSpan is where a chunk of a readParallel run went: worker w (-1: no
+// worker took it) encoded its results into out[start:end]; short: it
+// stopped at a read the group cannot make.
+type readSpan struct {
+	w          int
+	start, end int
+	short      bool
+}
+
+// minReadsPerWorker is the fewest reads worth a goroutine of their own:
+// starting and joining one costs about a microsecond, a read a few.
+const minReadsPerWorker = 64
+
+// readWorkers is how many goroutines make a run of n reads: one per
+// minReadsPerWorker reads, at most ReadParallelism.
+func (s *Server) readWorkers(n int) int {
+	return max(1, min(s.opts.ReadParallelism, n/s.minReadsPerWorker))
+}
+
+// partBufs holds the encoding buffers of readParallel's workers.
+var partBufs sync.Pool
+
+func getPartBuf() []byte {
+	if b, ok := partBufs.Get().(*[]byte); ok {
+		return (*b)[:0]
+	}
+	return nil
+}
+
+// putPartBuf keeps b for another worker unless it is large (a buffer that
+// once held a huge response should not pin that memory).
+func putPartBuf(b []byte) {
+	if cap(b) == 0 || cap(b) > 1<<20 {
+		return
+	}
+	partBufs.Put(&b)
 }
 
 // groupOp makes one blind write of a group (groupable) through w; it

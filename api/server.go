@@ -9,6 +9,7 @@ import (
 	"io"
 	"log/slog"
 	"math"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -69,6 +70,13 @@ type ServerOptions struct {
 	// the stream (api/client does it in Open, with no operations). Default
 	// DefaultFirstBatchTimeout.
 	FirstBatchTimeout time.Duration
+	// ReadParallelism bounds the goroutines that make one batch's run of
+	// point reads (get, map get, map contains) on a backend that can share
+	// one hold of its reader lock between them (lsm, heap, file): a run of
+	// at least 128 reads is split across up to this many, with the same
+	// results, in order. 1: every read on the stream's own goroutine.
+	// Default runtime.GOMAXPROCS(0) when the server is made.
+	ReadParallelism int
 	// Logger receives stream-level events. Default slog.Default().
 	Logger *slog.Logger
 }
@@ -93,6 +101,9 @@ func (o *ServerOptions) EnsureDefaults() {
 	if o.FirstBatchTimeout <= 0 {
 		o.FirstBatchTimeout = DefaultFirstBatchTimeout
 	}
+	if o.ReadParallelism <= 0 {
+		o.ReadParallelism = runtime.GOMAXPROCS(0)
+	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
@@ -110,12 +121,18 @@ type Server struct {
 	// draining is closed by Drain to end every batch stream.
 	draining  chan struct{}
 	drainOnce sync.Once
+	// minReadsPerWorker and readChunk are the constants of those names;
+	// tests lower them to reach readParallel with small batches.
+	minReadsPerWorker, readChunk int
+	// parallelReadRuns counts the runs of reads made by readParallel.
+	parallelReadRuns atomic.Uint64
 }
 
 // NewServer returns the service for d.
 func NewServer(d *daemon.Daemon, opts ServerOptions) *Server {
 	opts.EnsureDefaults()
-	return &Server{d: d, opts: opts, log: opts.Logger, draining: make(chan struct{})}
+	return &Server{d: d, opts: opts, log: opts.Logger, draining: make(chan struct{}), minReadsPerWorker: minReadsPerWorker,
+		readChunk: readChunk}
 }
 
 // GRPCServer returns a gRPC server with the service registered and the

@@ -197,7 +197,22 @@ type ReadGrouper interface {
 	ReadGroup(fn func(r GroupReader))
 }
 
-// GroupReader makes point reads within ReadGrouper.ReadGroup.
+// ParallelReadGrouper is an optional ReadGrouper extension for making a
+// long run of point reads on several goroutines: ReadGroups is ReadGroup
+// with n readers (n >= 1) under the same single hold of the reader lock, so
+// every read of the run sees the same state. Each reader is used by one
+// goroutine at a time; readers may be used at the same time as each other.
+// fn must not return before every goroutine it handed a reader to has
+// stopped using it. api's batch path uses it for runs of reads long enough
+// to pay for a goroutine (api/apply.go).
+type ParallelReadGrouper interface {
+	ReadGrouper
+	ReadGroups(n int, fn func(rs []GroupReader))
+}
+
+// GroupReader makes point reads within ReadGrouper.ReadGroup. Unlike the
+// Backend methods, a read may return a value that is valid only until the
+// reader's next read (a reader may reuse one buffer for them all).
 type GroupReader interface {
 	Get(state string, k Key) (value []byte, ok bool, err error)
 	MapGet(state string, k Key, userKey []byte) ([]byte, bool, error)

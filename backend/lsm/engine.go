@@ -64,6 +64,24 @@ func (e engine) Get(key []byte) ([]byte, bool, error) {
 	return out, true, nil
 }
 
+var _ kvstate.AppendGetter = engine{}
+
+// AppendGet implements kvstate.AppendGetter.
+func (e engine) AppendGet(dst, key []byte) ([]byte, bool, error) {
+	v, closer, err := e.db.Get(key)
+	if errors.Is(err, pebble.ErrNotFound) {
+		return dst, false, nil
+	}
+	if err != nil {
+		return dst, false, wrapErr(err, "get %x", key)
+	}
+	dst = append(dst, v...)
+	if err := closer.Close(); err != nil {
+		return dst, false, wrapErr(err, "get %x", key)
+	}
+	return dst, true, nil
+}
+
 // Set implements kvstate.Engine.
 func (e engine) Set(key, value []byte) error {
 	if err := e.db.Set(key, value, pebble.NoSync); err != nil {

@@ -291,6 +291,23 @@ func TestSizes(t *testing.T) {
 	})
 }
 
+// TestFoundResult: AppendFoundResult and FoundResultSize give the bytes and
+// size AppendResult and EncodedResultSize give for the same result.
+func TestFoundResult(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		index := rapid.Uint32().Draw(t, "index")
+		value := rapid.SliceOfN(rapid.Byte(), 0, 300).Draw(t, "value")
+		r := &Result{Index: index, Found: true, Value: value}
+		got, want := AppendFoundResult([]byte("x"), index, value), AppendResult([]byte("x"), r)
+		if !bytes.Equal(got, want) {
+			t.Fatalf("AppendFoundResult %x, AppendResult %x", got, want)
+		}
+		if n := FoundResultSize(index, len(value)); n != EncodedResultSize(r) || n != len(want)-1 {
+			t.Fatalf("FoundResultSize %d, EncodedResultSize %d, encoding %d bytes", n, EncodedResultSize(r), len(want)-1)
+		}
+	})
+}
+
 // FuzzNext checks next's inline fast path against protowire (nextSlow) on
 // any input: the same field, the same rest, the same error.
 func FuzzNext(f *testing.F) {

@@ -58,3 +58,11 @@ type Batch interface {
 	// Commit.
 	Close() error
 }
+
+// AppendGetter is an optional Engine extension: AppendGet is Get that
+// appends the value to dst (and returns the extended buffer) instead of
+// allocating a copy, so that a read group reuses one buffer for all its
+// reads.
+type AppendGetter interface {
+	AppendGet(dst, key []byte) (buf []byte, ok bool, err error)
+}

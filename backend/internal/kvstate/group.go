@@ -149,14 +149,15 @@ func (s *State) Group(fn func(w backend.GroupWriter)) (err error) {
 
 // Reader makes the point reads of a ReadGroup (backend.GroupReader): each
 // method is the State method of the same name, except that the value it
-// returns may share memory with nothing but itself (it is not copied
-// again) and that a read that would write (a state whose TTL is refreshed
-// on read) fails with backend.ErrNotInGroup instead, to be made with the
-// State method.
+// returns is valid only until the reader's next read (over an engine that
+// is an AppendGetter it is in a buffer the reader reuses, so a run of
+// reads allocates no value) and that a read that would write (a state
+// whose TTL is refreshed on read) fails with backend.ErrNotInGroup
+// instead, to be made with the State method.
 type Reader struct {
-	s    *State
-	key  []byte
-	done bool
+	s        *State
+	key, val []byte
+	done     bool
 }
 
 var _ backend.GroupReader = (*Reader)(nil)
@@ -169,6 +170,27 @@ func (s *State) ReadGroup(fn func(r backend.GroupReader)) {
 	r := &Reader{s: s}
 	defer func() { r.done = true }()
 	fn(r)
+}
+
+// ReadGroups implements backend.ParallelReadGrouper: ReadGroup with n
+// Readers (at least one). A Reader's only mutable state is its own key
+// buffer, and an Engine supports concurrent readers, so the readers may run
+// on n goroutines at once.
+func (s *State) ReadGroups(n int, fn func(rs []backend.GroupReader)) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	readers := make([]Reader, max(n, 1))
+	rs := make([]backend.GroupReader, len(readers))
+	for i := range readers {
+		readers[i].s = s
+		rs[i] = &readers[i]
+	}
+	defer func() {
+		for i := range readers {
+			readers[i].done = true
+		}
+	}()
+	fn(rs)
 }
 
 func (r *Reader) get(state string, kind backend.StateKind, k backend.Key, userKey []byte, isMap bool) ([]byte, bool, error) {
@@ -190,7 +212,15 @@ func (r *Reader) get(state string, kind backend.StateKind, k backend.Key, userKe
 		}
 		r.key = append(r.key, userKey...)
 	}
-	payload, _, ok, err := s.readLive(d, r.key)
+	var payload []byte
+	var ok bool
+	if ag, isAG := s.eng.(AppendGetter); isAG {
+		var found bool
+		r.val, found, err = ag.AppendGet(r.val[:0], r.key)
+		payload, _, ok, err = s.liveValue(d, r.val, found, err)
+	} else {
+		payload, _, ok, err = s.readLive(d, r.key)
+	}
 	return payload, ok, err
 }
 

@@ -1,10 +1,12 @@
 package kvstate_test
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"reflect"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -336,8 +338,9 @@ func TestReadGroupMatchesState(t *testing.T) {
 		ok  bool
 		err string
 	}
+	// A group's value is valid until the reader's next read: keep a copy.
 	mk := func(v []byte, ok bool, err error) res {
-		r := res{v: v, ok: ok}
+		r := res{v: bytes.Clone(v), ok: ok}
 		if err != nil {
 			r.err = err.Error()
 		}
@@ -379,5 +382,66 @@ func TestReadGroupMatchesState(t *testing.T) {
 	}
 	if _, _, err := kept.Get("v", key("a")); err == nil {
 		t.Fatal("read after the group returned")
+	}
+}
+
+// TestReadGroupsConcurrentReaders: ReadGroups hands out readers that
+// goroutines use at once, each read giving what the State gives; the
+// group is one hold of the reader lock (a write waits for all of it), and
+// no reader is usable after it.
+func TestReadGroupsConcurrentReaders(t *testing.T) {
+	s := newGroupState(t, &batchEngine{Tree: memkv.New()})
+	const keys, readers = 200, 3
+	for k := range keys {
+		if err := s.Put("v", key(fmt.Sprint(k)), []byte(fmt.Sprint("val", k))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var wrote atomic.Bool
+	var writes sync.WaitGroup
+	var kept []backend.GroupReader
+	s.ReadGroups(readers, func(rs []backend.GroupReader) {
+		if len(rs) != readers {
+			t.Errorf("%d readers, asked for %d", len(rs), readers)
+			return
+		}
+		kept = rs
+		writes.Add(1)
+		go func() {
+			defer writes.Done()
+			if err := s.Put("v", key("0"), []byte("new")); err != nil {
+				t.Error(err)
+			}
+			wrote.Store(true)
+		}()
+		var wg sync.WaitGroup
+		for _, r := range rs {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				// Every reader reads every key, so that they overlap.
+				for k := range keys {
+					v, ok, err := r.Get("v", key(fmt.Sprint(k)))
+					if err != nil || !ok || string(v) != fmt.Sprint("val", k) {
+						t.Errorf("key %d: %q %v %v", k, v, ok, err)
+						return
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		time.Sleep(10 * time.Millisecond)
+		if wrote.Load() {
+			t.Error("a write went through while the read group held the reader lock")
+		}
+	})
+	writes.Wait()
+	if v, _, _ := s.Get("v", key("0")); string(v) != "new" {
+		t.Fatalf("the write after the group: key 0 reads %q", v)
+	}
+	for i, r := range kept {
+		if _, _, err := r.Get("v", key("1")); err == nil {
+			t.Fatalf("reader %d usable after the group returned", i)
+		}
 	}
 }

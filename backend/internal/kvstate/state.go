@@ -253,6 +253,11 @@ func (s *State) lockFor(state string) func() {
 // engine's copy (Engine.Get), so it is the caller's.
 func (s *State) readLive(d backend.StateDescriptor, key []byte) ([]byte, int64, bool, error) {
 	v, ok, err := s.eng.Get(key)
+	return s.liveValue(d, v, ok, err)
+}
+
+// liveValue is readLive of a stored value v the engine has read.
+func (s *State) liveValue(d backend.StateDescriptor, v []byte, ok bool, err error) ([]byte, int64, bool, error) {
 	if err != nil || !ok {
 		return nil, 0, false, err
 	}

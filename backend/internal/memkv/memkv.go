@@ -57,6 +57,17 @@ func (t *Tree) Get(key []byte) ([]byte, bool, error) {
 	return append([]byte(nil), it.v...), true, nil
 }
 
+var _ kvstate.AppendGetter = (*Tree)(nil)
+
+// AppendGet implements kvstate.AppendGetter.
+func (t *Tree) AppendGet(dst, key []byte) ([]byte, bool, error) {
+	it, ok := t.t.Get(item{k: key})
+	if !ok {
+		return dst, false, nil
+	}
+	return append(dst, it.v...), true, nil
+}
+
 // put stores v under k (both owned by the tree from now on), unless that
 // would grow the tree past its limit: then it puts back what was there and
 // fails. The common case costs one tree operation.
