@@ -35,6 +35,14 @@ func percentile(sorted []time.Duration, p float64) time.Duration {
 	return sorted[min(len(sorted)-1, int(math.Ceil(p*float64(len(sorted))))-1)]
 }
 
+// reportLatencies reports the p50, p99 and p99.9 of lat (sorting it).
+func reportLatencies(b *testing.B, lat []time.Duration) {
+	slices.Sort(lat)
+	b.ReportMetric(float64(percentile(lat, 0.5).Microseconds())/1000, "p50-ms")
+	b.ReportMetric(float64(percentile(lat, 0.99).Microseconds())/1000, "p99-ms")
+	b.ReportMetric(float64(percentile(lat, 0.999).Microseconds())/1000, "p99.9-ms")
+}
+
 // BenchmarkFlushLatency measures what a checkpoint waits for: Append a
 // 1 KiB change, then Persist it (which cuts a segment at once and waits
 // until it is durable) against a local-directory store (atomic rename,
@@ -116,10 +124,7 @@ func flushLatency(b *testing.B, store tiered.Store, loaded bool) {
 	b.StopTimer()
 	close(stop)
 	wg.Wait()
-	slices.Sort(lat)
-	b.ReportMetric(float64(percentile(lat, 0.5).Microseconds())/1000, "p50-ms")
-	b.ReportMetric(float64(percentile(lat, 0.99).Microseconds())/1000, "p99-ms")
-	b.ReportMetric(float64(percentile(lat, 0.999).Microseconds())/1000, "p99.9-ms")
+	reportLatencies(b, lat)
 	h := w.Metrics().FlushLatency
 	b.ReportMetric(float64(histPercentile(h, 0.999).Microseconds())/1000, "hist-p99.9-ms")
 }
@@ -139,10 +144,7 @@ func BenchmarkLocalPutLatency(b *testing.B) {
 		lat = append(lat, time.Since(start))
 	}
 	b.StopTimer()
-	slices.Sort(lat)
-	b.ReportMetric(float64(percentile(lat, 0.5).Microseconds())/1000, "p50-ms")
-	b.ReportMetric(float64(percentile(lat, 0.99).Microseconds())/1000, "p99-ms")
-	b.ReportMetric(float64(percentile(lat, 0.999).Microseconds())/1000, "p99.9-ms")
+	reportLatencies(b, lat)
 }
 
 // histPercentile is the upper bound of the bucket holding quantile q.

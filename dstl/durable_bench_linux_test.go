@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"slices"
 	"syscall"
 	"testing"
 	"time"
@@ -125,10 +124,7 @@ func BenchmarkDurableWriteTail(b *testing.B) {
 				lat = append(lat, time.Since(start))
 			}
 			b.StopTimer()
-			slices.Sort(lat)
-			b.ReportMetric(float64(percentile(lat, 0.5).Microseconds())/1000, "p50-ms")
-			b.ReportMetric(float64(percentile(lat, 0.99).Microseconds())/1000, "p99-ms")
-			b.ReportMetric(float64(percentile(lat, 0.999).Microseconds())/1000, "p99.9-ms")
+			reportLatencies(b, lat)
 		})
 	}
 }

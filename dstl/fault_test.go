@@ -267,12 +267,9 @@ func TestSlowUploadIsRetriedSpeculatively(t *testing.T) {
 	}
 }
 
-// With uploads stalled, appends block once MaxBytesInFlight is reached:
-// bytes in flight never pass the cap (neither the Writer's count nor the
-// bytes the store is handed at once), a blocked Append honours its ctx, and
-// everything goes on when the store does.
-func TestBackPressureBoundsMemory(t *testing.T) {
-	ctx := context.Background()
+// stalledLog is a log store whose uploads wait until gate is closed (or
+// their ctx ends).
+func stalledLog() (*scripted, chan struct{}) {
 	ls, _ := memLog()
 	gate := make(chan struct{})
 	sc := &scripted{LogStore: ls}
@@ -284,6 +281,16 @@ func TestBackPressureBoundsMemory(t *testing.T) {
 			return ctx.Err()
 		}
 	}
+	return sc, gate
+}
+
+// With uploads stalled, appends block once MaxBytesInFlight is reached:
+// bytes in flight never pass the cap (neither the Writer's count nor the
+// bytes the store is handed at once), a blocked Append honours its ctx, and
+// everything goes on when the store does.
+func TestBackPressureBoundsMemory(t *testing.T) {
+	ctx := context.Background()
+	sc, gate := stalledLog()
 	const limit = 64 << 10
 	w := newTestWriter(t, sc, Options{FlushSize: 8 << 10, PreemptiveFlushSize: 8 << 10, MaxBytesInFlight: limit,
 		FlushDelay: time.Millisecond, UploadTimeout: time.Hour, DisableCompression: true})
@@ -338,17 +345,7 @@ func TestBackPressureBoundsMemory(t *testing.T) {
 // after; a batch with one invalid entry adds nothing.
 func TestAppendBatchBackPressureAndRefusal(t *testing.T) {
 	ctx := context.Background()
-	ls, _ := memLog()
-	gate := make(chan struct{})
-	sc := &scripted{LogStore: ls}
-	sc.hook = func(ctx context.Context, call int, name string) error {
-		select {
-		case <-gate:
-			return nil
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
+	sc, gate := stalledLog()
 	const limit = 16 << 10
 	w := newTestWriter(t, sc, Options{FlushSize: 4 << 10, PreemptiveFlushSize: 4 << 10, MaxBytesInFlight: limit,
 		FlushDelay: time.Millisecond, UploadTimeout: time.Hour, DisableCompression: true})

@@ -180,17 +180,7 @@ func TestPropertyGroupLogsWhatWasWritten(t *testing.T) {
 // takes a new base that has the lost change.
 func TestGroupRefusedChangeKeepsTheOthers(t *testing.T) {
 	e := newEnv(t)
-	b, err := changelog.Open(backend.Options{
-		Task: propTask, KeyGroups: backend.KeyGroupRange{Start: 0, End: propMaxP - 1}, MaxParallelism: propMaxP,
-		States: propStates, Store: e.store, Clock: e.clock.Now, MaxValueSize: dstl.MaxChangeSize + 1024,
-	}, changelog.Options{
-		OpenInner: func(o backend.Options) (backend.Backend, error) { return inners[backend.KindHeap](t, o) },
-		Writer:    e.w, Log: e.ls,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
+	b := e.openHeapForBigChanges(t)
 	before := b.Stats()
 	big := make([]byte, dstl.MaxChangeSize)
 	keys := []backend.Key{{KeyGroup: 1, Key: []byte("a")}, {KeyGroup: 2, Key: []byte("big")}, {KeyGroup: 3, Key: []byte("c")}}

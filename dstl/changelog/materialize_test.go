@@ -269,11 +269,11 @@ func TestAbortedBaseNotReused(t *testing.T) {
 	e.check(h3, m, "checkpoint after an aborted one")
 }
 
-// TestRefusedChangeRematerializes: a change the log refuses (larger than
-// dstl.MaxChangeSize) is applied but not logged, so the instance drops its
-// base and the next checkpoint materializes a view that holds it.
-func TestRefusedChangeRematerializes(t *testing.T) {
-	e := newEnv(t)
+// openHeapForBigChanges opens a heap instance in changelog mode whose
+// values may be larger than the log takes (dstl.MaxChangeSize); it closes
+// with the test.
+func (e *env) openHeapForBigChanges(t *testing.T) *changelog.Backend {
+	t.Helper()
 	b, err := changelog.Open(backend.Options{
 		Task: propTask, KeyGroups: backend.KeyGroupRange{Start: 0, End: propMaxP - 1}, MaxParallelism: propMaxP,
 		States: propStates, Store: e.store, Clock: e.clock.Now, MaxValueSize: dstl.MaxChangeSize + 1024,
@@ -284,7 +284,16 @@ func TestRefusedChangeRematerializes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer b.Close()
+	t.Cleanup(func() { _ = b.Close() })
+	return b
+}
+
+// TestRefusedChangeRematerializes: a change the log refuses (larger than
+// dstl.MaxChangeSize) is applied but not logged, so the instance drops its
+// base and the next checkpoint materializes a view that holds it.
+func TestRefusedChangeRematerializes(t *testing.T) {
+	e := newEnv(t)
+	b := e.openHeapForBigChanges(t)
 	m := backendtest.NewModel(propStates...)
 	e.puts(b, m, 20)
 	h1, l1 := e.checkpoint(b)
