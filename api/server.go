@@ -135,6 +135,9 @@ func NewServer(d *daemon.Daemon, opts ServerOptions) *Server {
 		readChunk: readChunk}
 }
 
+// Options returns the options the server runs with, defaults filled in.
+func (s *Server) Options() ServerOptions { return s.opts }
+
 // GRPCServer returns a gRPC server with the service registered and the
 // message limits set. A non-empty token is required on every call (as
 // "authorization: Bearer <token>"); use it for TCP listeners.

@@ -197,7 +197,8 @@ func Open(ctx context.Context, opts Options) (_ *Node, err error) {
 		}
 	}
 	n.srv = api.NewServer(n.d, api.ServerOptions{MaxMessageSize: opts.MaxMessageSize, QueueDepth: opts.QueueDepth,
-		MaxConcurrentStreams: opts.MaxConcurrentStreams, FirstBatchTimeout: opts.FirstBatchTimeout, Logger: n.log})
+		MaxConcurrentStreams: opts.MaxConcurrentStreams, FirstBatchTimeout: opts.FirstBatchTimeout,
+		ReadParallelism: opts.ReadParallelism, Logger: n.log})
 	n.reg = prometheus.NewRegistry()
 	n.reg.MustRegister(newCollector(n.d.Metrics(), n.Catalog, n.cache, n.meter), newChangelogCollector(n.writer, n.d.Metrics(), n.logMeter),
 		collectors.NewGoCollector(),

@@ -218,14 +218,31 @@ func TestInjectedListener(t *testing.T) {
 	}
 }
 
+// TestReadParallelismReachesTheServer: the node hands ReadParallelism to
+// its API server, and 0 means one goroutine per CPU.
+func TestReadParallelismReachesTheServer(t *testing.T) {
+	for _, c := range []struct{ set, want int }{{3, 3}, {0, runtime.GOMAXPROCS(0)}} {
+		nd, err := node.Open(context.Background(), node.Options{DataDir: t.TempDir(), Store: memstore.New(), ReadParallelism: c.set,
+			Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := nd.Server().Options().ReadParallelism
+		_ = nd.Close()
+		if got != c.want {
+			t.Fatalf("ReadParallelism %d: the server reads with %d, want %d", c.set, got, c.want)
+		}
+	}
+}
+
 // TestValidateReportsEveryProblem: Validate names every bad field at once.
 func TestValidateReportsEveryProblem(t *testing.T) {
-	o := node.Options{Listen: "127.0.0.1:1", MaxValueSize: 12 << 20, QueueDepth: -1, FirstBatchTimeout: -time.Second,
+	o := node.Options{Listen: "127.0.0.1:1", MaxValueSize: 12 << 20, QueueDepth: -1, FirstBatchTimeout: -time.Second, ReadParallelism: -1,
 		FileCompression: "lz4", Store: memstore.New(), CheckpointStore: "file:///x",
 		S3: storeurl.Options{Endpoint: "ftp://x", AccessKeyID: "k"}}
 	o.EnsureDefaults()
 	err := o.Validate()
-	for _, want := range []string{"Token", "half of MaxMessageSize", "QueueDepth", "FirstBatchTimeout", "FileCompression",
+	for _, want := range []string{"Token", "half of MaxMessageSize", "QueueDepth", "FirstBatchTimeout", "ReadParallelism", "FileCompression",
 		"both Store and CheckpointStore", "S3.Endpoint", "S3.AccessKeyID"} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("Validate: %v; want a problem mentioning %q", err, want)

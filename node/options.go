@@ -194,6 +194,10 @@ type Options struct {
 	// instance within it (--first-batch-timeout). Default
 	// api.DefaultFirstBatchTimeout.
 	FirstBatchTimeout time.Duration
+	// ReadParallelism bounds the goroutines that read one batch's long run
+	// of point reads (--read-parallelism; api.ServerOptions). 0: the
+	// default, runtime.GOMAXPROCS; 1 reads on the stream's goroutine.
+	ReadParallelism int
 	// LSMCacheSize is the block cache every lsm instance shares
 	// (--lsm-cache-size). Default openers.DefaultLSMCacheSize.
 	LSMCacheSize int64
@@ -392,6 +396,9 @@ func (o *Options) Validate() error {
 	}
 	if o.FirstBatchTimeout <= 0 {
 		bad("FirstBatchTimeout", "%s must be positive", ref("FirstBatchTimeout"))
+	}
+	if o.ReadParallelism < 0 {
+		bad("ReadParallelism", "%s %d is negative (0: one per CPU)", ref("ReadParallelism"), o.ReadParallelism)
 	}
 	if o.SweepInterval <= 0 {
 		bad("SweepInterval", "%s %v must be positive", ref("SweepInterval"), o.SweepInterval)

@@ -57,6 +57,7 @@ type serveFlags struct {
 	queueDepth        int
 	maxConnStreams    int
 	firstBatchTimeout time.Duration
+	readParallelism   int
 	lsmCacheSize      string
 	lsmRemote         bool
 	lsmCacheBytes     string
@@ -133,6 +134,7 @@ the grace ends, closes every backend and exits 0.`,
 	fl.IntVar(&f.queueDepth, "queue-depth", api.DefaultQueueDepth, "received batches a stream buffers while one is applied (with --max-message-size and --max-streams-per-instance, bounds the memory one instance's clients pin)")
 	fl.IntVar(&f.maxConnStreams, "max-concurrent-streams", api.DefaultMaxConcurrentStreams, "most streams and calls one client connection has open at once (one batch stream per open instance, one per call in flight); more wait in the client")
 	fl.DurationVar(&f.firstBatchTimeout, "first-batch-timeout", api.DefaultFirstBatchTimeout, "a batch stream that has not named its instance (sent its first request) within this is ended")
+	fl.IntVar(&f.readParallelism, "read-parallelism", 0, "goroutines that read one batch's run of 128 or more point reads, with the same results in order (0: one per CPU; 1: on the stream's own goroutine)")
 	fl.StringVar(&f.lsmCacheSize, "lsm-cache-size", "128MiB", "block cache shared by every lsm instance")
 	fl.BoolVar(&f.lsmRemote, "lsm-remote", false, "create every lsm instance's SSTs in the checkpoint store: checkpoints hand them over instead of uploading, restores reference them in place (docs/lsm-remote.md)")
 	fl.StringVar(&f.lsmCacheBytes, "lsm-cache-bytes", "256MiB", "local cache of remote blocks of each --lsm-remote instance")
@@ -306,7 +308,7 @@ func (f *serveFlags) nodeOptions(log *slog.Logger) (node.Options, error) {
 		MaxValueSize: int(size("max-value-size", f.maxValueSize)), MaxMessageSize: int(size("max-message-size", f.maxMessageSize)),
 		MaxMemoryState: size("max-memory-state", f.maxMemoryState), MaxInstances: f.maxInstances,
 		MaxStreamsPerInstance: f.maxStreams, QueueDepth: f.queueDepth, MaxConcurrentStreams: f.maxConnStreams,
-		FirstBatchTimeout: f.firstBatchTimeout, LSMCacheSize: size("lsm-cache-size", f.lsmCacheSize), FileCompression: f.fileCompression,
+		FirstBatchTimeout: f.firstBatchTimeout, ReadParallelism: f.readParallelism, LSMCacheSize: size("lsm-cache-size", f.lsmCacheSize), FileCompression: f.fileCompression,
 		LSMRemote: f.lsmRemote, LSMRemoteCacheBytes: size("lsm-cache-bytes", f.lsmCacheBytes),
 		ShutdownGrace: f.shutdownGrace, Logger: log,
 		Changelog: f.changelog, ChangelogStore: f.changelogStore, MaterializeInterval: f.materialize,
@@ -349,7 +351,7 @@ var flagOf = map[string]string{
 	"IdleInstanceTimeout": "idle-instance-timeout", "HeapSnapshotCap": "heap-snapshot-cap", "MaxValueSize": "max-value-size",
 	"MaxMessageSize": "max-message-size", "MaxMemoryState": "max-memory-state", "MaxInstances": "max-instances",
 	"MaxStreamsPerInstance": "max-streams-per-instance", "QueueDepth": "queue-depth", "MaxConcurrentStreams": "max-concurrent-streams",
-	"FirstBatchTimeout": "first-batch-timeout", "LSMCacheSize": "lsm-cache-size", "FileCompression": "file-compression",
+	"FirstBatchTimeout": "first-batch-timeout", "ReadParallelism": "read-parallelism", "LSMCacheSize": "lsm-cache-size", "FileCompression": "file-compression",
 	"LSMRemote": "lsm-remote", "LSMRemoteCacheBytes": "lsm-cache-bytes",
 	"ShutdownGrace": "shutdown-grace", "Changelog": "changelog", "ChangelogStore": "changelog-store",
 	"MaterializeInterval": "materialize-interval", "MaxMaterializeFailures": "materialize-max-failures",

@@ -115,7 +115,7 @@ func TestServeLimitFlags(t *testing.T) {
 	cmd := newServeCmd()
 	get := func(name string) string { return cmd.Flags().Lookup(name).Value.String() }
 	for name, want := range map[string]string{"queue-depth": "4", "max-streams-per-instance": "4",
-		"max-concurrent-streams": "1024", "first-batch-timeout": "10s"} {
+		"max-concurrent-streams": "1024", "first-batch-timeout": "10s", "read-parallelism": "0"} {
 		if got := get(name); got != want {
 			t.Errorf("--%s defaults to %s, want %s", name, got, want)
 		}
@@ -128,6 +128,7 @@ func TestServeLimitFlags(t *testing.T) {
 	t.Setenv("STATED_MAX_STREAMS_PER_INSTANCE", "2")
 	t.Setenv("STATED_MAX_CONCURRENT_STREAMS", "50")
 	t.Setenv("STATED_FIRST_BATCH_TIMEOUT", "3s")
+	t.Setenv("STATED_READ_PARALLELISM", "3")
 	if err := cmd.Flags().Parse([]string{"--queue-depth", "7"}); err != nil {
 		t.Fatal(err)
 	}
@@ -135,16 +136,20 @@ func TestServeLimitFlags(t *testing.T) {
 		t.Fatal(err)
 	}
 	for name, want := range map[string]string{"queue-depth": "7", "max-streams-per-instance": "2",
-		"max-concurrent-streams": "50", "first-batch-timeout": "3s"} {
+		"max-concurrent-streams": "50", "first-batch-timeout": "3s", "read-parallelism": "3"} {
 		if got := get(name); got != want {
 			t.Errorf("--%s = %s, want %s", name, got, want)
 		}
 	}
 
 	f := validServeFlags(t)
+	f.readParallelism = 3
 	o, err := f.nodeOptions(slog.Default())
 	if err != nil {
 		t.Fatal(err)
+	}
+	if o.ReadParallelism != 3 {
+		t.Fatalf("--read-parallelism 3 reached node as %d", o.ReadParallelism)
 	}
 	if o.MaxMemoryState != 1<<30 {
 		t.Fatalf("--max-memory-state 1GiB parsed as %d", o.MaxMemoryState)
@@ -153,9 +158,9 @@ func TestServeLimitFlags(t *testing.T) {
 		o.MaxMessageSize != 16<<20 {
 		t.Fatalf("node options %+v", o)
 	}
-	f.queueDepth, f.maxStreams, f.maxConnStreams, f.firstBatchTimeout = 0, -1, 0, 0
+	f.queueDepth, f.maxStreams, f.maxConnStreams, f.firstBatchTimeout, f.readParallelism = 0, -1, 0, 0, -1
 	_, err = f.nodeOptions(slog.Default())
-	for _, want := range []string{"--queue-depth", "--max-streams-per-instance", "--max-concurrent-streams", "--first-batch-timeout"} {
+	for _, want := range []string{"--queue-depth", "--max-streams-per-instance", "--max-concurrent-streams", "--first-batch-timeout", "--read-parallelism"} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("invalid %s: %v", want, err)
 		}
