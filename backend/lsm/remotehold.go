@@ -89,14 +89,6 @@ func (b *Backend) dropHolds(ctx context.Context) error {
 	return err
 }
 
-// pendingHolds returns the holds not yet removed.
-func (b *Backend) pendingHolds() []string {
-	r := b.remote
-	r.holdMu.Lock()
-	defer r.holdMu.Unlock()
-	return slices.Clone(r.holds)
-}
-
 // afterRestore runs what a restore by reference leaves to the background:
 // with check, the check that every object exists with its handle's size
 // (a missing or shorter table is damage: it fails every later snapshot of
