@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strconv"
+	"strings"
 
 	"github.com/statedhq/stated/internal/frame"
 	"github.com/statedhq/stated/tiered"
@@ -121,4 +123,30 @@ func storeErr(name string, err error) error {
 		return corruptf(name, "segment is shorter than its handle says (truncated?): %v", err)
 	}
 	return fmt.Errorf("dstl: read segment %s: %w", name, err)
+}
+
+// ParseSegmentName splits a segment name of a Writer with Options.Prefix
+// prefix ("<prefix>/<run id>/<counter:016x>-<attempt>") into its run id
+// and counter. ok is false for any other name.
+func ParseSegmentName(prefix, name string) (run string, counter uint64, ok bool) {
+	rest, found := strings.CutPrefix(name, prefix+"/")
+	if !found {
+		return "", 0, false
+	}
+	run, seg, found := strings.Cut(rest, "/")
+	if !found || run == "" {
+		return "", 0, false
+	}
+	hex, attempt, found := strings.Cut(seg, "-")
+	if !found || len(hex) != 16 || attempt == "" {
+		return "", 0, false
+	}
+	if _, err := strconv.ParseUint(attempt, 10, 31); err != nil {
+		return "", 0, false
+	}
+	counter, err := strconv.ParseUint(hex, 16, 64)
+	if err != nil {
+		return "", 0, false
+	}
+	return run, counter, true
 }

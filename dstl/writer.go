@@ -495,6 +495,29 @@ func (w *Writer) Holds(name string) bool {
 	return w.held[name]
 }
 
+// HeldFrom is the smallest segment counter this Writer may still hold:
+// every segment of its run with a smaller counter is released (or
+// failed), and no writer's log will reference it again. Segments cut
+// later get larger counters, so HeldFrom never decreases. A catalog that
+// cannot ask Holds (another node's, in cluster mode) treats the run's
+// segments from HeldFrom on as held.
+func (w *Writer) HeldFrom() uint64 {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	low := w.counter + 1
+	for _, ws := range w.writers {
+		for _, sp := range ws.spans {
+			if sp.live && sp.seg.state != segFailed {
+				low = min(low, sp.seg.counter)
+			}
+		}
+	}
+	return low
+}
+
+// RunID is the run id in the names of this Writer's segments.
+func (w *Writer) RunID() string { return w.opts.RunID }
+
 // LiveSegments returns, per durable segment, how many writers' logs still
 // reference it (segments still uploading are not listed).
 func (w *Writer) LiveSegments() map[string]int {
