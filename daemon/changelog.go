@@ -61,7 +61,19 @@ type ChangelogConfig struct {
 	// ReleaseInterval is how often segments the log let go of are handed
 	// to the catalog for deletion. Default DefaultLogReleaseInterval.
 	ReleaseInterval time.Duration
+	// Release, when set, is where released segments go instead of
+	// Catalog.ReleaseLog, with heldFrom: every segment of the Writer's
+	// run with a smaller counter is released and referenced by no handle
+	// the catalog has yet to hear of. Cluster mode sets it: the catalog
+	// is hosted by another node, which cannot ask Writer.Holds. It is
+	// called with the names as they become safe, when heldFrom advances,
+	// and at least every releaseReportEvery otherwise, so that a newly
+	// elected catalog learns heldFrom.
+	Release func(ctx context.Context, names []string, heldFrom uint64) error
 }
+
+// releaseReportEvery is how often Release is called with nothing new.
+const releaseReportEvery = 30 * time.Second
 
 // EnsureDefaults fills zero fields with their defaults.
 func (c *ChangelogConfig) EnsureDefaults() {
@@ -221,6 +233,10 @@ type logKeeper struct {
 	seq     uint64
 	live    map[uint64]struct{}
 	batches []releaseBatch
+	// reported and reportedAt are the heldFrom last given to Release and
+	// when.
+	reported   uint64
+	reportedAt time.Time
 }
 
 type releaseBatch struct {
@@ -284,7 +300,11 @@ func (k *logKeeper) run() {
 
 // release hands the segments whose batch is safe to the catalog.
 func (k *logKeeper) release(ctx context.Context) {
-	names := k.d.cfg.Changelog.Writer.TakeReleased()
+	w := k.d.cfg.Changelog.Writer
+	// HeldFrom before TakeReleased: a segment released in between is
+	// below it and among names, so the batches below protect it.
+	heldFrom := w.HeldFrom()
+	names := w.TakeReleased()
 	k.mu.Lock()
 	if len(names) > 0 {
 		k.batches = append(k.batches, releaseBatch{names: names, upto: k.seq})
@@ -304,11 +324,39 @@ func (k *logKeeper) release(ctx context.Context) {
 	}
 	clear(k.batches[len(keep):])
 	k.batches = keep
+	// A segment of a batch still waiting may be in a handle an
+	// asynchronous part has yet to report: still held.
+	prefix := w.Options().Prefix
+	for _, b := range keep {
+		for _, n := range b.names {
+			if _, c, ok := dstl.ParseSegmentName(prefix, n); ok {
+				heldFrom = min(heldFrom, c)
+			}
+		}
+	}
+	report := k.d.cfg.Changelog.Release
+	now := time.Now()
+	due := report != nil && (len(ready) > 0 || heldFrom != k.reported || now.Sub(k.reportedAt) >= releaseReportEvery)
 	k.mu.Unlock()
+	slices.Sort(ready)
+	if report != nil {
+		if !due {
+			return
+		}
+		if err := report(ctx, ready, heldFrom); err != nil {
+			// The names are not kept for a retry: once heldFrom passes
+			// them, a later report frees them all the same.
+			k.d.log.Warn("reporting released log segments failed; a later report covers them", "segments", len(ready), "err", err)
+			return
+		}
+		k.mu.Lock()
+		k.reported, k.reportedAt = heldFrom, now
+		k.mu.Unlock()
+		return
+	}
 	if len(ready) == 0 {
 		return
 	}
-	slices.Sort(ready)
 	if err := k.d.cfg.Catalog.ReleaseLog(ctx, ready); err != nil {
 		k.d.log.Warn("delete released log segments failed; the sweep retries", "segments", len(ready), "err", err)
 	}
