@@ -809,6 +809,20 @@ func (n *Node) Stats() Stats {
 		Forwarded: n.forwarded.Load(), ForwardErrors: n.forwardErrors.Load(), Refused: n.refused.Load(), Commit: n.commit.Snapshot()}
 }
 
+// Members returns the ids of the servers in the cluster's configuration
+// as this node knows it.
+func (n *Node) Members() (map[string]bool, error) {
+	cf := n.raft.GetConfiguration()
+	if err := cf.Error(); err != nil {
+		return nil, fmt.Errorf("cluster: read the configuration: %w", err)
+	}
+	out := map[string]bool{}
+	for _, s := range cf.Configuration().Servers {
+		out[string(s.ID)] = true
+	}
+	return out, nil
+}
+
 // Term is the raft term this node is in.
 func (n *Node) Term() uint64 { return n.raft.CurrentTerm() }
 

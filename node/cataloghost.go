@@ -35,6 +35,8 @@ type catalogHost struct {
 	base   catalog.Options
 	client *catalogrpc.Client
 	log    *slog.Logger
+	// logs takes the nodes' changelog release reports (mLogRelease).
+	logs   *clusterLog
 	kick   chan struct{}
 	resync chan struct{}
 	stop   chan struct{}
@@ -208,6 +210,9 @@ func (h *catalogHost) host(term uint64) error {
 	h.cat, h.srv, h.term = cat, srv, term
 	h.mu.Unlock()
 	h.c.SetHandler(func(ctx context.Context, method string, payload []byte) ([]byte, error) {
+		if method == mLogRelease && h.logs != nil {
+			return h.logs.take(ctx, cat, payload)
+		}
 		out, err := srv.Handle(ctx, method, payload)
 		if errors.Is(err, catalogrpc.ErrNotServing) {
 			// Retried by Call on the next leader.

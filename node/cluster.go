@@ -49,9 +49,9 @@ func validateCluster(o *Options, bad func(field, format string, args ...any)) {
 		bad("CheckpointStore", "cluster mode needs %s naming storage every node reaches (an S3 bucket, or a directory all nodes share): the default under the data dir is this node's alone, and the leader's catalog must see every node's uploads",
 			ref("CheckpointStore"))
 	}
-	if o.Changelog || o.ChangelogStore != "" || o.LogStore != nil {
-		bad("Changelog", "changelog mode (%s, %s) is not available in cluster mode yet: the leader's catalog cannot see which log segments another node's changelog still holds",
-			ref("Changelog"), ref("ChangelogStore"))
+	if o.ChangelogStore != "" || o.LogStore != nil {
+		bad("ChangelogStore", "%s is not available in cluster mode: the changelog's segments live in the checkpoint store every node shares, where any node restores them and savepoints copy them from",
+			ref("ChangelogStore"))
 	}
 	tlsSet := o.ClusterTLSCert != "" || o.ClusterTLSKey != "" || o.ClusterTLSCA != ""
 	if tlsSet && (o.ClusterTLSCert == "" || o.ClusterTLSKey == "" || o.ClusterTLSCA == "") {
@@ -103,17 +103,19 @@ func (n *Node) openCluster() error {
 // openClusterCatalog gives the daemon the cluster's one catalog: a client
 // of the catalog the leader hosts, and the host that serves it while this
 // node leads. Heap instances are refused (their snapshots live in one
-// daemon's memory) and changelog mode is off (see validateCluster).
+// daemon's memory); the changelog's segments are held and released
+// across the nodes through clusterLog.
 func (n *Node) openClusterCatalog(co catalog.Options, dc *daemon.Config) error {
 	client, err := catalogrpc.NewClient(catalogrpc.Options{Caller: n.cluster, Store: n.store, GCGrace: co.GCGrace, Logger: n.log})
 	if err != nil {
 		return err
 	}
-	// The hosted catalog never sees this node's heap store or live
-	// changelog: other nodes have their own.
-	co.HeapStore, co.LogHeld = nil, nil
+	// The hosted catalog never sees this node's heap store (other nodes
+	// have their own); it asks every node's log what it holds.
+	co.HeapStore, co.LogHeld = nil, n.clog.held
 	n.catClient = client
 	n.host = newCatalogHost(n.cluster, co, client, n.log)
+	n.host.logs = n.clog
 	n.hostRef.Store(n.host)
 	// The host's goroutine stops in its closer (after the daemon's
 	// shutdown, which still reports aborts through it), not with the
@@ -121,7 +123,8 @@ func (n *Node) openClusterCatalog(co catalog.Options, dc *daemon.Config) error {
 	go n.host.run()
 	n.closers = append(n.closers, n.host.close)
 	dc.Catalog, dc.SharedCatalog = client, true
-	dc.HeapSnapshots, dc.Changelog = nil, nil
+	dc.HeapSnapshots = nil
+	dc.Changelog.Release = n.clog.report
 	dc.Openers = refuseHeap(dc.Openers)
 	return nil
 }
@@ -133,18 +136,27 @@ func (n *Node) fencer() daemon.Fencer {
 		return n.opts.Fence
 	}
 	if n.cluster != nil {
-		return clusterFence{n.cluster}
+		return clusterFence{n.cluster, n.clog.register}
 	}
 	return nil
 }
 
 // clusterFence adapts the cluster's tokens to the daemon: a task is named
 // "<job>/<operator>/<subtask>" and held by this node's id.
-type clusterFence struct{ c *cluster.Node }
+//
+// Before the first token it registers the node's changelog run (before),
+// so that no segment of an unregistered run is ever live.
+type clusterFence struct {
+	c      *cluster.Node
+	before func(context.Context) error
+}
 
 func fenceKey(t backend.TaskID) string { return fmt.Sprintf("%s/%s/%d", t.Job, t.Operator, t.Subtask) }
 
 func (f clusterFence) Acquire(ctx context.Context, t backend.TaskID) (uint64, error) {
+	if err := f.before(ctx); err != nil {
+		return 0, err
+	}
 	return f.c.Acquire(ctx, fenceKey(t), f.c.ID())
 }
 

@@ -41,6 +41,13 @@ func startNodes(t *testing.T, n int, token string) []*node.Node {
 // startNodesOn is startNodes with the checkpoint store all nodes share.
 func startNodesOn(t *testing.T, store *memstore.Store, n int, token string) []*node.Node {
 	t.Helper()
+	return startNodesWith(t, store, n, token, nil)
+}
+
+// startNodesWith is startNodesOn with each node's options tuned by tune
+// (nil: as they are).
+func startNodesWith(t *testing.T, store *memstore.Store, n int, token string, tune func(int, *node.Options)) []*node.Node {
+	t.Helper()
 	lns := make([]net.Listener, n)
 	var peers []string
 	for i := range n {
@@ -53,9 +60,13 @@ func startNodesOn(t *testing.T, store *memstore.Store, n int, token string) []*n
 	}
 	nodes := make([]*node.Node, n)
 	for i := range n {
-		nd, err := node.Open(context.Background(), node.Options{DataDir: filepath.Join(t.TempDir(), "d"), Logger: clusterLog(i), Store: store,
+		o := node.Options{DataDir: filepath.Join(t.TempDir(), "d"), Logger: clusterLog(i), Store: store,
 			NodeID: fmt.Sprintf("n%d", i), RaftAddr: lns[i].Addr().String(), RaftPeers: strings.Join(peers, ","),
-			ClusterToken: token, TuneCluster: fastRaft(lns[i])})
+			ClusterToken: token, TuneCluster: fastRaft(lns[i])}
+		if tune != nil {
+			tune(i, &o)
+		}
+		nd, err := node.Open(context.Background(), o)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -150,7 +161,7 @@ func TestClusterOptionsRefused(t *testing.T) {
 		{node.Options{RaftAddr: "127.0.0.1:0", NodeID: "a", ClusterToken: "t", RaftPeers: "a"}, "want id=host:port"},
 		{node.Options{RaftAddr: "127.0.0.1:0", NodeID: "a", ClusterTLSCert: "c", Store: memstore.New()}, "go together"},
 		{node.Options{RaftAddr: "127.0.0.1:0", NodeID: "a", ClusterToken: "t"}, "cluster mode needs CheckpointStore naming storage every node reaches"},
-		{node.Options{RaftAddr: "127.0.0.1:0", NodeID: "a", ClusterToken: "t", Store: memstore.New(), Changelog: true}, "changelog mode"},
+		{node.Options{RaftAddr: "127.0.0.1:0", NodeID: "a", ClusterToken: "t", Store: memstore.New(), ChangelogStore: "file:///tmp/log"}, "ChangelogStore is not available in cluster mode"},
 	} {
 		c.o.DataDir, c.o.Logger, c.o.NoSocket = filepath.Join(t.TempDir(), "d"), quiet(), true
 		n, err := node.Open(context.Background(), c.o)

@@ -212,87 +212,101 @@ func (j *clusterJob) failover(rng *rand.Rand) {
 func TestClusterCheckpointsThroughLeaderDeaths(t *testing.T) {
 	for _, size := range []int{3, 5} {
 		t.Run(fmt.Sprintf("%d-nodes", size), func(t *testing.T) {
-			const rounds = 100
-			store := memstore.New()
-			nodes := startNodesOn(t, store, size, "secret")
-			j := newClusterJob(t, nodes)
-			rng := rand.New(rand.NewPCG(uint64(size), 7))
-			kills := (size - 1) / 2
-			killAt := map[uint64]bool{}
-			for k := 1; k <= kills; k++ {
-				killAt[uint64(k*rounds/(kills+1))] = true
-			}
-			var tRound, tComplete time.Duration
-			for id := uint64(1); id <= rounds; id++ {
-				t0 := time.Now()
-				j.round(id)
-				tRound += time.Since(t0)
-				if !killAt[id] {
-					t0 = time.Now()
-					j.complete(id, nil)
-					tComplete += time.Since(t0)
-					continue
-				}
-				l := j.leader()
-				t0 = time.Now()
-				j.complete(id, func() {
-					time.Sleep(time.Duration(rng.IntN(3)) * time.Millisecond)
-					_ = nodes[l].Cluster().Close()
-					j.dead[l] = true
-				})
-				t.Logf("leader n%d killed during completion %d, which took %v; %d completions needed a retry so far", l, id, time.Since(t0), j.retried)
-				j.failover(rng)
-			}
-			for i, in := range j.inst {
-				j.check(i, in, j.model[i])
-			}
-			// Every file of every retained checkpoint is still there.
-			l := j.leader()
-			cat := nodes[l].Catalog()
-			for cat == nil {
-				time.Sleep(10 * time.Millisecond)
-				cat = nodes[l].Catalog()
-			}
-			retained := cat.Retained("job")
-			if len(retained) == 0 || retained[len(retained)-1] != rounds {
-				t.Fatalf("retained %v, want the last %d among them", retained, rounds)
-			}
-			for _, id := range retained {
-				m, ok := cat.Checkpoint("job", id)
-				if !ok {
-					t.Fatalf("retained checkpoint %d has no manifest", id)
-				}
-				for _, h := range m.Tasks {
-					for _, f := range h.Files {
-						if _, err := store.Stat(context.Background(), f.Path); err != nil {
-							t.Fatalf("file %s of retained checkpoint %d: %v", f.Path, id, err)
-						}
-					}
-				}
-				if _, err := store.Stat(context.Background(), catalog.CheckpointManifest("job", id)); err != nil {
-					t.Fatalf("manifest of retained checkpoint %d: %v", id, err)
-				}
-			}
-			// The whole job restores the model, each task on another node.
-			var live []int
-			for n := range nodes {
-				if !j.dead[n] {
-					live = append(live, n)
-				}
-			}
-			for i, in := range j.inst {
-				if err := nodes[j.where[i]].Daemon().CloseInstance(in.ID, "job"); err != nil {
-					t.Fatal(err)
-				}
-				j.where[i] = live[(slices.Index(live, j.where[i])+1)%len(live)]
-				moved := j.open(i, &daemon.RestoreSpec{Latest: true})
-				if moved.RestoredFrom != rounds {
-					t.Fatalf("%s restored %d, want %d", j.tasks[i], moved.RestoredFrom, rounds)
-				}
-				j.check(i, moved, j.model[i])
-			}
-			t.Logf("%d nodes: %d completions, %d leader kills, %d completions needed a retry; snapshots %v, completions %v",
-				size, rounds, kills, j.retried, tRound, tComplete)
+			clusterJobThroughLeaderDeaths(t, size, 100, nil)
 		})
 	}
+}
+
+// clusterJobThroughLeaderDeaths is TestClusterCheckpointsThroughLeaderDeaths
+// with size nodes, rounds checkpoints and the nodes' options tuned by
+// tune (nil: as they are). It returns the shared store and the nodes.
+func clusterJobThroughLeaderDeaths(t *testing.T, size int, rounds uint64, tune func(int, *node.Options)) (*memstore.Store, []*node.Node, *clusterJob) {
+	store := memstore.New()
+	nodes := startNodesWith(t, store, size, "secret", tune)
+	j := newClusterJob(t, nodes)
+	rng := rand.New(rand.NewPCG(uint64(size), 7))
+	kills := (size - 1) / 2
+	killAt := map[uint64]bool{}
+	for k := 1; k <= kills; k++ {
+		killAt[uint64(k)*rounds/uint64(kills+1)] = true
+	}
+	var tRound, tComplete time.Duration
+	for id := uint64(1); id <= rounds; id++ {
+		t0 := time.Now()
+		j.round(id)
+		tRound += time.Since(t0)
+		if !killAt[id] {
+			t0 = time.Now()
+			j.complete(id, nil)
+			tComplete += time.Since(t0)
+			continue
+		}
+		l := j.leader()
+		t0 = time.Now()
+		j.complete(id, func() {
+			time.Sleep(time.Duration(rng.IntN(3)) * time.Millisecond)
+			_ = nodes[l].Cluster().Close()
+			j.dead[l] = true
+		})
+		t.Logf("leader n%d killed during completion %d, which took %v; %d completions needed a retry so far", l, id, time.Since(t0), j.retried)
+		j.failover(rng)
+	}
+	for i, in := range j.inst {
+		j.check(i, in, j.model[i])
+	}
+	// Every file of every retained checkpoint is still there.
+	l := j.leader()
+	cat := nodes[l].Catalog()
+	for cat == nil {
+		time.Sleep(10 * time.Millisecond)
+		cat = nodes[l].Catalog()
+	}
+	retained := cat.Retained("job")
+	if len(retained) == 0 || retained[len(retained)-1] != rounds {
+		t.Fatalf("retained %v, want the last %d among them", retained, rounds)
+	}
+	for _, id := range retained {
+		m, ok := cat.Checkpoint("job", id)
+		if !ok {
+			t.Fatalf("retained checkpoint %d has no manifest", id)
+		}
+		for _, h := range m.Tasks {
+			for _, f := range h.Files {
+				if _, err := store.Stat(context.Background(), f.Path); err != nil {
+					t.Fatalf("file %s of retained checkpoint %d: %v", f.Path, id, err)
+				}
+			}
+			if h.Log != nil {
+				for _, seg := range h.Log.Segments {
+					if _, err := store.Stat(context.Background(), seg); err != nil {
+						t.Fatalf("log segment %s of retained checkpoint %d: %v", seg, id, err)
+					}
+				}
+			}
+		}
+		if _, err := store.Stat(context.Background(), catalog.CheckpointManifest("job", id)); err != nil {
+			t.Fatalf("manifest of retained checkpoint %d: %v", id, err)
+		}
+	}
+	// The whole job restores the model, each task on another node.
+	var live []int
+	for n := range nodes {
+		if !j.dead[n] {
+			live = append(live, n)
+		}
+	}
+	for i, in := range j.inst {
+		if err := nodes[j.where[i]].Daemon().CloseInstance(in.ID, "job"); err != nil {
+			t.Fatal(err)
+		}
+		j.where[i] = live[(slices.Index(live, j.where[i])+1)%len(live)]
+		moved := j.open(i, &daemon.RestoreSpec{Latest: true})
+		if moved.RestoredFrom != rounds {
+			t.Fatalf("%s restored %d, want %d", j.tasks[i], moved.RestoredFrom, rounds)
+		}
+		j.check(i, moved, j.model[i])
+	}
+	t.Logf("%d nodes: %d completions, %d leader kills, %d completions needed a retry; snapshots %v, completions %v",
+		size, rounds, kills, j.retried, tRound, tComplete)
+	return store, nodes, j
 }

@@ -4,12 +4,14 @@ import (
 	"context"
 	"errors"
 	"maps"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/statedhq/stated/backend"
 	"github.com/statedhq/stated/catalog"
 	"github.com/statedhq/stated/daemon"
+	"github.com/statedhq/stated/node"
 	"github.com/statedhq/stated/tiered"
 	"github.com/statedhq/stated/tiered/memstore"
 )
@@ -20,9 +22,21 @@ import (
 // other nodes, equal to the model of that checkpoint, after later
 // checkpoints moved on and were retained away. A canonical savepoint
 // (which needs every task's live backend) is refused, naming why.
+//
+// In changelog mode (materializing every 100 ms, so that the job's log is
+// truncated past the savepoint's window) the same holds.
 func TestClusterSavepoint(t *testing.T) {
+	t.Run("plain", func(t *testing.T) { testClusterSavepoint(t, nil) })
+	t.Run("changelog", func(t *testing.T) {
+		testClusterSavepoint(t, func(_ int, o *node.Options) {
+			o.Changelog, o.MaterializeInterval = true, 100*time.Millisecond
+		})
+	})
+}
+
+func testClusterSavepoint(t *testing.T, tune func(int, *node.Options)) {
 	store := memstore.New()
-	nodes := startNodesOn(t, store, 3, "secret")
+	nodes := startNodesWith(t, store, 3, "secret", tune)
 	j := newClusterJob(t, nodes)
 	for id := uint64(1); id <= 3; id++ {
 		j.round(id)
@@ -51,12 +65,40 @@ func TestClusterSavepoint(t *testing.T) {
 	for id := uint64(4); id <= 8; id++ {
 		j.round(id)
 		j.complete(id, nil)
+		if tune != nil {
+			time.Sleep(150 * time.Millisecond) // a materialization
+		}
 	}
 	if _, err := store.Stat(ctx, catalog.CheckpointManifest("job", 3)); !tiered.IsNotFound(err) {
 		t.Fatalf("checkpoint 3 is still retained (%v): the restore below would not show that the savepoint holds the state", err)
 	}
 	if _, err := nodes[0].Daemon().TriggerSavepoint(ctx, "job", true, 99); err == nil {
 		t.Fatal("a savepoint of a checkpoint the job never completed was taken")
+	}
+	if tune != nil {
+		l := j.leader()
+		m, ok := nodes[l].Catalog().Savepoint(strings.TrimPrefix(sp.Dir, catalog.SavepointsDir+"/"))
+		if !ok {
+			t.Fatalf("savepoint %s unknown to the leader's catalog", sp.Dir)
+		}
+		// The savepoint copied the checkpoint's files; its log window
+		// stays in the shared segments, which it keeps referenced: they
+		// outlive the job's log truncations and checkpoints 4-8.
+		segs := 0
+		for _, h := range m.Tasks {
+			if h.Log == nil {
+				t.Fatalf("task %s of the savepoint has no log window", h.Task)
+			}
+			for _, seg := range h.Log.Segments {
+				segs++
+				if _, err := store.Stat(ctx, seg); err != nil {
+					t.Fatalf("log segment %s of the savepoint: %v", seg, err)
+				}
+			}
+		}
+		if segs == 0 {
+			t.Fatal("no task of the savepoint reads log segments: the case is not tested")
+		}
 	}
 	// Every task restores from the savepoint on another node than before.
 	for i, in := range j.inst {

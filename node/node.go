@@ -51,10 +51,12 @@ type Node struct {
 	// of Options.ChangelogStore (or LogStore) behind logMeter.
 	logStore tiered.Store
 	logMeter *metered.Store // nil when logStore is store
-	writer   *dstl.Writer
-	cache    cacheStats // nil: no cache
-	set      *openers.Set
-	cat      *catalog.Catalog // nil in cluster mode: see host
+	// clog is the changelog's part in cluster mode (nil: alone).
+	clog   *clusterLog
+	writer *dstl.Writer
+	cache  cacheStats // nil: no cache
+	set    *openers.Set
+	cat    *catalog.Catalog // nil in cluster mode: see host
 	// host and catClient: the cluster's one catalog, hosted by the leader
 	// and reached through catClient (cluster mode only).
 	host      *catalogHost
@@ -127,6 +129,9 @@ func Open(ctx context.Context, opts Options) (_ *Node, err error) {
 	}
 	if err := n.openLog(ctx); err != nil {
 		return nil, err
+	}
+	if n.cluster != nil {
+		n.clog = newClusterLog(n.cluster, n.writer, n.log)
 	}
 	n.set, err = openers.New(openers.Config{HeapSnapshotCap: opts.HeapSnapshotCap, LSMCacheSize: opts.LSMCacheSize,
 		LSMRemote: opts.LSMRemote, LSMRemoteCacheBytes: opts.LSMRemoteCacheBytes,

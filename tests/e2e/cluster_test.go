@@ -125,8 +125,15 @@ func TestClusterEndToEnd(t *testing.T) {
 // client on each; checkpoints stream while kill -9 takes the leader in
 // the middle of a completion. The completion succeeds through the others
 // (on retry if need be), the dead node's tasks reopen on the others with
-// "restore latest", and every task's state equals the model.
+// "restore latest", and every task's state equals the model. In changelog
+// mode too (materializing every second), where the reopened tasks replay
+// log segments the dead node wrote.
 func TestClusterKillLeaderRestoresLatest(t *testing.T) {
+	t.Run("plain", func(t *testing.T) { testClusterKillLeader(t) })
+	t.Run("changelog", func(t *testing.T) { testClusterKillLeader(t, "--changelog", "--materialize-interval", "1s") })
+}
+
+func testClusterKillLeader(t *testing.T, extra ...string) {
 	const token, job, subtasks, rounds, killAt = "e2e-cluster-token", "stream", 6, 24, 12
 	raft := freeAddrs(t, 3)
 	var peers []string
@@ -137,8 +144,9 @@ func TestClusterKillLeaderRestoresLatest(t *testing.T) {
 	procs := make([]*proc, 3)
 	clients := make([]*client.Client, 3)
 	for i := range 3 {
-		procs[i] = start(t, filepath.Join(t.TempDir(), fmt.Sprintf("n%d", i)), "--node-id", fmt.Sprintf("n%d", i), "--raft-addr", raft[i],
-			"--raft-peers", strings.Join(peers, ","), "--cluster-token", token, "--checkpoint-store", shared)
+		args := append([]string{"--node-id", fmt.Sprintf("n%d", i), "--raft-addr", raft[i],
+			"--raft-peers", strings.Join(peers, ","), "--cluster-token", token, "--checkpoint-store", shared}, extra...)
+		procs[i] = start(t, filepath.Join(t.TempDir(), fmt.Sprintf("n%d", i)), args...)
 		clients[i] = procs[i].dial(client.Options{})
 	}
 	out := waitStatus(t, raft[0], token, func(_ string, err error) bool { return err == nil })
@@ -160,6 +168,9 @@ func TestClusterKillLeaderRestoresLatest(t *testing.T) {
 		in, err := clients[where[i]].Open(ctx, spec(i, nil))
 		if err != nil {
 			t.Fatal(err)
+		}
+		if in.Changelog() != slices.Contains(extra, "--changelog") {
+			t.Fatalf("subtask %d: changelog mode %v with flags %v", i, in.Changelog(), extra)
 		}
 		ins[i], model[i] = in, map[string]string{}
 		tasks = append(tasks, spec(i, nil).Task)
