@@ -118,7 +118,7 @@ func OpenContext(ctx context.Context, opts backend.Options, lo Options) (*Backen
 	} else if err == nil && len(opts.Restore) > 0 {
 		restored, err = b.restore(ctx, keepHistory)
 	} else if err == nil {
-		b.db, err = pebble.Open(b.dbDir, b.pebbleOptions(false))
+		b.db, err = openFresh(b.dbDir, b.pebbleOptions(false))
 		if err != nil {
 			err = fmt.Errorf("lsm: open %s: pebble in %s: %w", opts.Task, b.dbDir, err)
 		} else {

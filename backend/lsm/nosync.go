@@ -1,6 +1,10 @@
 package lsm
 
-import "github.com/cockroachdb/pebble/v2/vfs"
+import (
+	"io"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+)
 
 // noSyncFS is a file system whose files never sync. Every Pebble store an
 // instance opens runs on it (pebbleOptions): the live one, restored
@@ -41,3 +45,16 @@ func (fs noSyncFS) OpenDir(name string) (vfs.File, error) {
 func (fs noSyncFS) ReuseForWrite(oldname, newname string, c vfs.DiskWriteCategory) (vfs.File, error) {
 	return wrapNoSync(fs.FS.ReuseForWrite(oldname, newname, c))
 }
+
+// Lock takes no lock and creates no LOCK file. Every store on this file
+// system lives in a directory that belongs to one backend: Open clears the
+// instance's directory before it creates anything, and the daemon's lock
+// on its data dir keeps other processes out. Pebble's LOCK file would
+// guard nothing and cost a file creation per instance, which on ext4 is
+// what opening thousands of idle instances spends its time on (see
+// openFresh).
+func (noSyncFS) Lock(string) (io.Closer, error) { return noLock{}, nil }
+
+type noLock struct{}
+
+func (noLock) Close() error { return nil }

@@ -45,7 +45,7 @@ func (b *Backend) remoteRestore(ctx context.Context, claim bool) (states []backe
 	for _, h := range b.opts.Restore {
 		states = append(states, h.States...)
 	}
-	b.db, err = pebble.Open(b.dbDir, b.pebbleOptions(false))
+	b.db, err = openFresh(b.dbDir, b.pebbleOptions(false))
 	if err != nil {
 		return nil, fmt.Errorf("lsm: restore %s: pebble in %s: %w", task, b.dbDir, err)
 	}

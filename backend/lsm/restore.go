@@ -165,7 +165,7 @@ func (b *Backend) restore(ctx context.Context, keepHistory bool) (states []backe
 	if p.base != nil {
 		base, err = b.openBase(ctx, p.base, p.reopen())
 	} else {
-		b.db, err = pebble.Open(b.dbDir, b.pebbleOptions(false))
+		b.db, err = openFresh(b.dbDir, b.pebbleOptions(false))
 		if err != nil {
 			err = fmt.Errorf("lsm: restore %s: pebble in %s: %w", b.opts.Task, b.dbDir, err)
 		}
