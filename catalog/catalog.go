@@ -83,6 +83,16 @@ type Options struct {
 	// later checkpoint may reference it even if no retained one does
 	// now. Default: nothing is held (no changelog writes to this store).
 	LogHeld func(name string) bool
+	// SelfContain, when set, is asked for each handle a native savepoint
+	// copies from retained checkpoints (SavepointFromCheckpoint) to give
+	// one that needs nothing from LogStore (changelog.SelfContained): it
+	// reads the handle's files from src and its log from log, writes the
+	// files it makes into dst under the paths the returned handle lists,
+	// and returns those paths in written, which are then not copied. A
+	// savepoint stays self-contained and relocatable so. Default: handles
+	// are copied as they are (a changelog handle's window then stays in
+	// the shared segments, which the savepoint references).
+	SelfContain func(ctx context.Context, src, log tiered.Store, h *backend.Handle, dst tiered.Store) (nh *backend.Handle, written []string, err error)
 	// Guard, when set, is asked before every object the catalog writes or
 	// deletes in Store and LogStore (job files, manifests, delete batches),
 	// and once more after a manifest is written, before Complete reports

@@ -169,6 +169,7 @@ func (c *Catalog) beginSavepoint(ctx context.Context, id string) error {
 func (c *Catalog) copyNative(ctx context.Context, id string, hs []*backend.Handle, src tiered.Store) ([]*backend.Handle, error) {
 	dst := tiered.WithPrefix(c.store, SavepointDir(id))
 	files := map[string]backend.FileRef{}
+	written := map[string]bool{} // made in place by SelfContain: not copied
 	var out []*backend.Handle
 	for _, h := range hs {
 		if len(h.Channels) > 0 {
@@ -176,6 +177,16 @@ func (c *Catalog) copyNative(ctx context.Context, id string, hs []*backend.Handl
 			// a relocatable savepoint to the job's network layout.
 			return nil, fmt.Errorf("%w: savepoint %s: task %s wrote channel state for it; savepoints are taken aligned, without in-flight data",
 				ErrInvalidArgument, id, h.Task)
+		}
+		if c.opts.SelfContain != nil && h.Log != nil && len(h.Log.Segments) > 0 {
+			nh, names, err := c.opts.SelfContain(ctx, src, c.logStore, h, tiered.WithPrefix(dst, savepointDataDir))
+			if err != nil {
+				return nil, fmt.Errorf("catalog: savepoint %s: %w", id, err)
+			}
+			for _, n := range names {
+				written[n] = true
+			}
+			h = nh
 		}
 		h = cloneHandle(h)
 		for i, f := range h.Files {
@@ -189,7 +200,9 @@ func (c *Catalog) copyNative(ctx context.Context, id string, hs []*backend.Handl
 	}
 	names := make([]string, 0, len(files))
 	for p := range files {
-		names = append(names, p)
+		if !written[p] {
+			names = append(names, p)
+		}
 	}
 	sort.Strings(names)
 	err := c.forEach(ctx, len(names), func(ctx context.Context, i int) error {

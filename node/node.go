@@ -31,6 +31,7 @@ import (
 	"github.com/statedhq/stated/daemon"
 	"github.com/statedhq/stated/daemon/openers"
 	"github.com/statedhq/stated/dstl"
+	"github.com/statedhq/stated/dstl/changelog"
 	"github.com/statedhq/stated/internal/buildinfo"
 	"github.com/statedhq/stated/node/webui"
 	"github.com/statedhq/stated/tiered"
@@ -160,6 +161,9 @@ func Open(ctx context.Context, opts Options) (_ *Node, err error) {
 		// The changelog's segments: counted with the shared files, kept
 		// while the live log holds them.
 		LogStore: n.logStore, LogHeld: n.writer.Holds,
+		// A savepoint copied from checkpoints copies their log windows
+		// out of the shared segments.
+		SelfContain: changelog.SelfContained,
 	}
 	dc := daemon.Config{
 		DataDir: opts.DataDir, Store: n.store, Openers: ops, HeapSnapshots: n.set.HeapSnapshots,

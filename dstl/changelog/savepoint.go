@@ -5,6 +5,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/statedhq/stated/tiered"
+	"path"
 
 	"github.com/statedhq/stated/backend"
 	"github.com/statedhq/stated/dstl"
@@ -101,6 +103,13 @@ func (p *pending) runSavepoint(ctx context.Context, m *materialization) (*backen
 // savepointSegmentSize, and returns those files and the window's ranges
 // in them (one per file; their names are resolved again on restore).
 func (b *Backend) copyLog(ctx context.Context, lh dstl.Handle, dir string) ([]backend.FileRef, []dstl.Range, error) {
+	return copyLogOut(ctx, b.log, lh, b.opts.Store, dir)
+}
+
+// copyLogOut is copyLog of the window lh (of writer lh.WriterID) read
+// from log and written to dst.
+func copyLogOut(ctx context.Context, log dstl.LogStore, lh dstl.Handle, dst tiered.Store, dir string) ([]backend.FileRef, []dstl.Range, error) {
+	id := lh.WriterID
 	var refs []backend.FileRef
 	var ranges []dstl.Range
 	sb := dstl.NewSegmentBuilder(0, true)
@@ -110,12 +119,12 @@ func (b *Backend) copyLog(ctx context.Context, lh dstl.Handle, dir string) ([]ba
 			return err
 		}
 		sb.Reset()
-		wi, ok := idx.Writer(b.id)
+		wi, ok := idx.Writer(id)
 		if !ok {
-			return fmt.Errorf("the copied segment has no blocks of %s", b.id)
+			return fmt.Errorf("the copied segment has no blocks of %s", id)
 		}
 		name := fmt.Sprintf("%s/_changelog-%d.log", dir, len(refs))
-		if err := b.opts.Store.Put(ctx, name, bytes.NewReader(data), int64(len(data))); err != nil {
+		if err := dst.Put(ctx, name, bytes.NewReader(data), int64(len(data))); err != nil {
 			return fmt.Errorf("copy the log window into %s: %w", name, err)
 		}
 		refs = append(refs, backend.FileRef{Path: name, Size: int64(len(data)), CRC32C: frame.Checksum(data)})
@@ -123,8 +132,8 @@ func (b *Backend) copyLog(ctx context.Context, lh dstl.Handle, dir string) ([]ba
 			FirstSeq: wi.FirstSeq(), LastSeq: wi.LastSeq()})
 		return nil
 	}
-	err := dstl.Read(ctx, b.log, lh, dstl.ReadOptions{}, func(r dstl.Record) error {
-		if err := sb.Add(b.id, r.Seq, r.KeyGroup, r.Change); err != nil {
+	err := dstl.Read(ctx, log, lh, dstl.ReadOptions{}, func(r dstl.Record) error {
+		if err := sb.Add(id, r.Seq, r.KeyGroup, r.Change); err != nil {
 			return err
 		}
 		if sb.Len() >= savepointSegmentSize {
@@ -139,4 +148,71 @@ func (b *Backend) copyLog(ctx context.Context, lh dstl.Handle, dir string) ([]ba
 		return nil, nil, fmt.Errorf("copy the log window: %w", err)
 	}
 	return refs, ranges, nil
+}
+
+// SelfContained returns a handle of the same state as h that needs nothing
+// from the log store, for a savepoint copied from a checkpoint (cluster
+// mode's savepoint-from-checkpoint): h's log window, read from log, is
+// copied into files of their own with a version 2 manifest, as
+// SavepointSnapshot writes them. Those are written to dst under the
+// directory of h's manifest, and their names are returned in written;
+// the new handle lists them (with the same relative paths) after h's
+// other files, which the caller copies as they are. A handle whose window
+// reads no shared segment is returned unchanged. h's manifest is read
+// from src and checked as a restore checks it.
+func SelfContained(ctx context.Context, src, log tiered.Store, h *backend.Handle, dst tiered.Store) (nh *backend.Handle, written []string, err error) {
+	if !h.IsChangelog() || len(h.Log.Segments) == 0 {
+		return h, nil, nil
+	}
+	rs, err := readRestores(ctx, src, []*backend.Handle{h})
+	if err != nil {
+		return nil, nil, err
+	}
+	r := rs[0]
+	mi := manifestIndex(h)
+	dir := path.Dir(h.Files[mi].Path)
+	nh = &backend.Handle{Version: h.Version, Backend: h.Backend, Task: h.Task, CheckpointID: h.CheckpointID,
+		KeyGroups: h.KeyGroups, MaxParallelism: h.MaxParallelism, States: h.States, Log: &backend.HandleLog{}}
+	for j, f := range h.Files {
+		if j != mi {
+			nh.Files = append(nh.Files, f)
+			nh.FullSize += f.Size
+		}
+	}
+	base := *r.base
+	base.Files = nil
+	mf := manifest{Version: 1, Base: &base, BaseSeq: r.seq}
+	if r.log != nil {
+		lh := *r.log
+		refs, ranges, err := copyLogOut(ctx, dstl.TieredLogStore{Store: log}, lh, dst, dir)
+		for _, ref := range refs {
+			written = append(written, ref.Path)
+		}
+		if err != nil {
+			return nil, written, fmt.Errorf("changelog: self-contained copy of %s: %w", h.Task, err)
+		}
+		lh.Ranges = ranges
+		var idx []int
+		for _, ref := range refs {
+			idx = append(idx, len(nh.Files))
+			nh.Files = append(nh.Files, ref)
+			nh.FullSize += ref.Size
+			nh.Log.Bytes += ref.Size
+		}
+		mf.Version, mf.Log, mf.LogFiles = 2, &lh, idx
+	}
+	payload, err := json.Marshal(&mf)
+	if err != nil {
+		return nil, written, fmt.Errorf("changelog: encode manifest: %w", err)
+	}
+	data := frame.Encode(manifestMagic, uint16(mf.Version), payload)
+	name := dir + "/" + manifestName
+	if err := dst.Put(ctx, name, bytes.NewReader(data), int64(len(data))); err != nil {
+		return nil, written, fmt.Errorf("changelog: self-contained copy of %s: write %s: %w", h.Task, name, err)
+	}
+	written = append(written, name)
+	nh.Files = append(nh.Files, backend.FileRef{Path: name, Size: int64(len(data)), CRC32C: frame.Checksum(data)})
+	nh.FullSize += int64(len(data))
+	nh.CheckpointedSize = nh.FullSize
+	return nh, written, nil
 }
