@@ -70,32 +70,47 @@ func (p *pending) runSavepoint(ctx context.Context, m *materialization) (*backen
 		if err != nil {
 			return nil, fmt.Errorf("changelog: savepoint snapshot %d of %s: %w", p.id, info.Task, err)
 		}
-		lh.Ranges = ranges
-		var idx []int
-		for _, ref := range refs {
-			idx = append(idx, len(h.Files))
-			h.Files = append(h.Files, ref)
-			h.FullSize += ref.Size
-			h.Log.Bytes += ref.Size
-		}
-		mf.Version, mf.Log, mf.LogFiles = 2, &lh, idx
+		addLogFiles(h, &mf, lh, refs, ranges)
 	}
 	base := *m.h
 	base.Files = nil
 	mf.Base = &base
-	payload, err := json.Marshal(&mf)
+	if _, err := putManifest(ctx, b.opts.Store, dir, &mf, h); err != nil {
+		return nil, fmt.Errorf("changelog: savepoint snapshot %d of %s: %w", p.id, info.Task, err)
+	}
+	return h, nil
+}
+
+// addLogFiles adds the files of a log window copied out of the shared
+// segments (refs, holding ranges) to h and mf (a version 2 manifest).
+func addLogFiles(h *backend.Handle, mf *manifest, lh dstl.Handle, refs []backend.FileRef, ranges []dstl.Range) {
+	lh.Ranges = ranges
+	var idx []int
+	for _, ref := range refs {
+		idx = append(idx, len(h.Files))
+		h.Files = append(h.Files, ref)
+		h.FullSize += ref.Size
+		h.Log.Bytes += ref.Size
+	}
+	mf.Version, mf.Log, mf.LogFiles = 2, &lh, idx
+}
+
+// putManifest writes mf as dir's manifest in store and adds it to h as its
+// last file; it returns the manifest's name.
+func putManifest(ctx context.Context, store tiered.Store, dir string, mf *manifest, h *backend.Handle) (string, error) {
+	payload, err := json.Marshal(mf)
 	if err != nil {
-		return nil, fmt.Errorf("changelog: encode manifest: %w", err)
+		return "", fmt.Errorf("encode manifest: %w", err)
 	}
 	data := frame.Encode(manifestMagic, uint16(mf.Version), payload)
 	name := dir + "/" + manifestName
-	if err := b.opts.Store.Put(ctx, name, bytes.NewReader(data), int64(len(data))); err != nil {
-		return nil, fmt.Errorf("changelog: savepoint snapshot %d of %s: write %s: %w", p.id, info.Task, name, err)
+	if err := store.Put(ctx, name, bytes.NewReader(data), int64(len(data))); err != nil {
+		return "", fmt.Errorf("write %s: %w", name, err)
 	}
 	h.Files = append(h.Files, backend.FileRef{Path: name, Size: int64(len(data)), CRC32C: frame.Checksum(data)})
 	h.FullSize += int64(len(data))
 	h.CheckpointedSize = h.FullSize
-	return h, nil
+	return name, nil
 }
 
 // copyLog reads the records of lh's window (verifying every block) and
@@ -183,36 +198,19 @@ func SelfContained(ctx context.Context, src, log tiered.Store, h *backend.Handle
 	base.Files = nil
 	mf := manifest{Version: 1, Base: &base, BaseSeq: r.seq}
 	if r.log != nil {
-		lh := *r.log
-		refs, ranges, err := copyLogOut(ctx, dstl.TieredLogStore{Store: log}, lh, dst, dir)
+		refs, ranges, err := copyLogOut(ctx, dstl.TieredLogStore{Store: log}, *r.log, dst, dir)
+		if err != nil {
+			return nil, nil, fmt.Errorf("changelog: self-contained copy of %s: %w", h.Task, err)
+		}
 		for _, ref := range refs {
 			written = append(written, ref.Path)
 		}
-		if err != nil {
-			return nil, written, fmt.Errorf("changelog: self-contained copy of %s: %w", h.Task, err)
-		}
-		lh.Ranges = ranges
-		var idx []int
-		for _, ref := range refs {
-			idx = append(idx, len(nh.Files))
-			nh.Files = append(nh.Files, ref)
-			nh.FullSize += ref.Size
-			nh.Log.Bytes += ref.Size
-		}
-		mf.Version, mf.Log, mf.LogFiles = 2, &lh, idx
+		addLogFiles(nh, &mf, *r.log, refs, ranges)
 	}
-	payload, err := json.Marshal(&mf)
+	name, err := putManifest(ctx, dst, dir, &mf, nh)
 	if err != nil {
-		return nil, written, fmt.Errorf("changelog: encode manifest: %w", err)
-	}
-	data := frame.Encode(manifestMagic, uint16(mf.Version), payload)
-	name := dir + "/" + manifestName
-	if err := dst.Put(ctx, name, bytes.NewReader(data), int64(len(data))); err != nil {
-		return nil, written, fmt.Errorf("changelog: self-contained copy of %s: write %s: %w", h.Task, name, err)
+		return nil, nil, fmt.Errorf("changelog: self-contained copy of %s: %w", h.Task, err)
 	}
 	written = append(written, name)
-	nh.Files = append(nh.Files, backend.FileRef{Path: name, Size: int64(len(data)), CRC32C: frame.Checksum(data)})
-	nh.FullSize += int64(len(data))
-	nh.CheckpointedSize = nh.FullSize
 	return nh, written, nil
 }
