@@ -160,6 +160,7 @@ func (b *Backend) planRemoteRestore() ([]refTable, []restoreStep, error) {
 		}
 		for _, run := range runs {
 			span := keyGroupSpan(run)
+			first := len(out)
 			for _, f := range h.Files {
 				tr := f.Table
 				e := pebble.ExternalFile{Locator: externalLocator, ObjName: f.Path, Size: uint64(f.Size), HasPointKey: true,
@@ -175,9 +176,47 @@ func (b *Backend) planRemoteRestore() ([]refTable, []restoreStep, error) {
 				}
 				out = append(out, refTable{f: f, ext: e, hidx: hi})
 			}
+			sameL0Bounds(out[first:])
 		}
 	}
 	return out, canonical, nil
+}
+
+// sameL0Bounds gives the level-0 tables among ts (one handle's tables in
+// one run of key groups) the union of their bounds. Each level-0 table is
+// ingested on top of the others; when an ingested table's bounds lie
+// strictly inside one already there, Pebble's ingest reads that table to
+// check for data in between (opening it: several ranged reads from the
+// store per table, before the restored instance serves). With equal
+// bounds the tables overlap at their boundaries, which Pebble takes for
+// data overlap without reading anything, and the bounds stay those the
+// level-0 tables cover together, so a compaction of them takes in no more
+// of the level below than before.
+func sameL0Bounds(ts []refTable) {
+	var lo, hi *pebble.ExternalFile
+	for i := range ts {
+		if ts[i].f.Table.Level != 0 {
+			continue
+		}
+		e := &ts[i].ext
+		if lo == nil || bytes.Compare(e.StartKey, lo.StartKey) < 0 {
+			lo = e
+		}
+		if hi == nil {
+			hi = e
+		} else if c := bytes.Compare(e.EndKey, hi.EndKey); c > 0 || c == 0 && e.EndKeyIsInclusive {
+			hi = e
+		}
+	}
+	if lo == nil {
+		return
+	}
+	start, end, incl := lo.StartKey, hi.EndKey, hi.EndKeyIsInclusive
+	for i := range ts {
+		if ts[i].f.Table.Level == 0 {
+			ts[i].ext.StartKey, ts[i].ext.EndKey, ts[i].ext.EndKeyIsInclusive = start, end, incl
+		}
+	}
 }
 
 func maxKey(a, b []byte) []byte {
