@@ -95,15 +95,18 @@ func (b *Backend) dropHolds(ctx context.Context) error {
 // the instance, so that no new checkpoint references it, and reads that
 // meet it fail naming it); with claim, the instance marker of every
 // object, failed ones retried until written or the instance closes, and
-// then the removal of the holds. stopBackground stops it.
-func (b *Backend) afterRestore(names []string, sizes map[string]int64, claim, check bool) {
+// then the removal of the holds. Compactions wait until it is done, or
+// restorePauseMax has passed (gate). stopBackground stops it.
+func (b *Backend) afterRestore(names []string, sizes map[string]int64, claim, check bool, gate *compactionGate) {
 	r := b.remote
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	r.checked = make(chan struct{})
-	r.stopBackground = func() { cancel(); <-done }
+	resume := time.AfterFunc(restorePauseMax, gate.Resume)
+	r.stopBackground = func() { cancel(); <-done; resume.Stop() }
 	go func() {
 		defer close(done)
+		defer gate.Resume()
 		if check {
 			b.checkInBackground(ctx, names, sizes)
 		}

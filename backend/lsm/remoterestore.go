@@ -45,7 +45,11 @@ func (b *Backend) remoteRestore(ctx context.Context, claim bool) (states []backe
 	for _, h := range b.opts.Restore {
 		states = append(states, h.States...)
 	}
-	b.db, err = openFresh(b.dbDir, b.pebbleOptions(false))
+	// Compactions wait for the restore's background work (compactionGate).
+	o := b.pebbleOptions(false)
+	gate := newCompactionGate(true)
+	o.Experimental.CompactionScheduler = gate
+	b.db, err = openFresh(b.dbDir, o)
 	if err != nil {
 		return nil, fmt.Errorf("lsm: restore %s: pebble in %s: %w", task, b.dbDir, err)
 	}
@@ -96,7 +100,7 @@ func (b *Backend) remoteRestore(ctx context.Context, claim bool) (states []backe
 	// a claim's instance markers (one per object) are written there too:
 	// the holds keep the objects meanwhile, and the first served operation
 	// waits for no request per table.
-	b.afterRestore(names, objects, claim, !b.lo.Remote.VerifyRestore)
+	b.afterRestore(names, objects, claim, !b.lo.Remote.VerifyRestore, gate)
 	ingestStart := time.Now()
 	if _, err := b.ingestByReference(ctx, tables); err != nil {
 		return nil, err
