@@ -170,45 +170,16 @@ func (s *Server) settleNow(ctx context.Context, st settlement) {
 	}
 }
 
-// settleDelay is how long the settler gathers settlements before it
-// writes them: each is a raft write (an fsync on a quorum), and written
-// one per completion they queued in the log in front of the next
-// checkpoint's reports. A report left in the journal a moment longer is
-// harmless: a new leader's Recover settles the reports of checkpoints
-// that completed.
-const settleDelay = 200 * time.Millisecond
-
-// settler runs the queued settlements until Close: the settlements that
-// arrive within settleDelay of the first are merged (ranges that start
-// alike are one range to the largest end) and written together.
+// settler runs the queued settlements until Close.
 func (s *Server) settler() {
 	defer close(s.settled)
 	for {
-		var first settlement
 		select {
 		case <-s.stop:
 			return
-		case first = <-s.settles:
-		}
-		ranges := map[string]string{first.from: first.to}
-		t := time.NewTimer(settleDelay)
-	gather:
-		for {
-			select {
-			case <-s.stop:
-				t.Stop()
-				return
-			case st := <-s.settles:
-				if to, ok := ranges[st.from]; !ok || st.to > to {
-					ranges[st.from] = st.to
-				}
-			case <-t.C:
-				break gather
-			}
-		}
-		for _, from := range slices.Sorted(maps.Keys(ranges)) {
+		case st := <-s.settles:
 			ctx, cancel := context.WithTimeout(context.Background(), journalTimeout)
-			s.settleNow(ctx, settlement{from, ranges[from]})
+			s.settleNow(ctx, st)
 			cancel()
 		}
 	}
