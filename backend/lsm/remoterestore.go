@@ -106,6 +106,7 @@ func (b *Backend) remoteRestore(ctx context.Context, claim bool) (states []backe
 		return nil, err
 	}
 	b.rstats.Ingest = time.Since(ingestStart)
+	b.prefetchL0(ctx, tables)
 	for i, c := range canonical {
 		if err := b.copyFromCanonical(ctx, c.h, c.runs, i); err != nil {
 			return nil, err
@@ -235,6 +236,31 @@ func minKey(a, b []byte) []byte {
 		return a
 	}
 	return b
+}
+
+// restoreTailBytes is how much of the end of each restored level-0 table
+// prefetchL0 reads: the footer, properties, index and filter blocks of a
+// table of a memtable's flush.
+const restoreTailBytes = 256 << 10
+
+// prefetchL0 fetches the tails of the restored level-0 tables at once
+// (remotestore.Storage.Prefetch), since the first read consults every one
+// of them and Pebble reads each table's metadata one request after
+// another. A failed prefetch costs only time: the reads go to the store.
+func (b *Backend) prefetchL0(ctx context.Context, tables []refTable) {
+	l0 := map[string]int64{}
+	for _, t := range tables {
+		if t.f.Table.Level == 0 {
+			l0[t.f.Path] = t.f.Size
+		}
+	}
+	if len(l0) == 0 {
+		return
+	}
+	st := b.remote.factory.Storage(externalLocator)
+	if err := st.Prefetch(ctx, l0, restoreTailBytes, b.lo.UploadConcurrency, 30*time.Second); err != nil {
+		b.lo.Logger.Infof("lsm: restore %s: prefetch of level-0 tables: %v", b.opts.Task, err)
+	}
 }
 
 // ingestByReference ingests the tables: one IngestExternalFiles per level

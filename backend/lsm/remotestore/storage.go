@@ -21,6 +21,7 @@ import (
 type Storage struct {
 	opts   Options
 	closed atomic.Bool
+	pre    prefetched // tails kept by Prefetch (prefetch.go)
 }
 
 var _ remote.Storage = (*Storage)(nil)
@@ -94,6 +95,9 @@ func (r *reader) ReadAt(ctx context.Context, p []byte, offset int64) error {
 	}
 	if err := r.s.live("read", r.name); err != nil {
 		return err
+	}
+	if r.s.fromTail(r.name, p, offset) {
+		return nil
 	}
 	rc, err := r.s.opts.Store.GetRange(ctx, r.name, offset, n)
 	if err != nil {
