@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/bloom"
 	"github.com/cockroachdb/pebble/v2/objstorage/remote"
 
 	"github.com/statedhq/stated/backend/lsm/remotestore"
@@ -234,7 +235,18 @@ func (b *Backend) remotePebbleOptions(o *pebble.Options) {
 	o.Experimental.CreateOnShared = remote.CreateOnSharedAll
 	o.Experimental.CreateOnSharedLocator = remoteLocator
 	o.Experimental.SecondaryCacheSizeBytes = b.lo.Remote.CacheBytes
+	// Bloom filters on every level: without them a get reads an index and
+	// a data block of every level-0 table and of a table per level, each a
+	// store request on a cold cache; with them a table that cannot hold
+	// the key costs one small filter block, kept in the block cache.
+	for i := range o.Levels {
+		o.Levels[i].FilterPolicy = bloom.FilterPolicy(remoteBloomBitsPerKey)
+	}
 }
+
+// remoteBloomBitsPerKey is the bloom filters' size in remote mode: about
+// 1% false positives for 1.25 bytes per key.
+const remoteBloomBitsPerKey = 10
 
 // remoteStart gives a newly opened DB its creator ID, before its first
 // flush: Pebble cannot create a shared object without one.
