@@ -29,7 +29,11 @@
 // log up to a sequence number once a materialization that covers it is
 // confirmed; segments no writer references any more are reported by
 // Writer.TakeReleased for the refcount registry, which deletes them once
-// no retained checkpoint references them either.
+// no retained checkpoint references them either. Writer.Holds answers for
+// one segment; Writer.HeldFrom is the smallest segment counter the Writer
+// may still hold, all below it released for good, which is what a
+// catalog on another node can be told (cluster mode; ParseSegmentName
+// splits a name into run id and counter).
 //
 // # Uploads, memory and failures
 //

@@ -6,5 +6,7 @@
 // every goroutine it started. "stated serve" is flags -> Options -> Open
 // -> signal -> Shutdown; tests use the same assembly with an injected
 // store and their own listener. docs/node.md describes the order, the
-// goroutines and the shutdown.
+// goroutines and the shutdown. In cluster mode it also hosts the catalog
+// while the node leads (cataloghost.go) and carries changelog mode across
+// the nodes (clusterlog.go; docs/cluster.md).
 package node

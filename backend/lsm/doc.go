@@ -144,6 +144,17 @@
 // (remotebase.go). ValidateTable checks a remote table's block checksums
 // in place, for verify.
 //
+// What keeps a restore's time to its first get from growing with the
+// state (remoterestore.go): its level-0 tables get the union of their
+// bounds, so Pebble's ingest decides their overlap without reading the
+// tables below (sameL0Bounds); the tails of the level-0 tables, which the
+// first get consults, are fetched at once (prefetchL0); compactions wait
+// until the restore's background work is done, at most 10 s
+// (compactionGate, gate.go); and every level carries bloom filters, so a
+// table that cannot hold a key costs one cached block. A new store, local
+// or remote, is created at the newest format without a LOCK file
+// (openFresh, fresh.go): 6 files instead of 17 for an empty instance.
+//
 // # Caveats
 //
 // The number of files in a handle is bounded by the LSM shape, not by the
