@@ -121,14 +121,22 @@ func baseDir(l *changelog.Layout) string {
 
 func (e *env) check(h *backend.Handle, m *backendtest.Model, what string) {
 	e.t.Helper()
-	b := e.open(h)
+	checkValues(e.t, e.open(h), m, e.clock.Ms(), what)
+}
+
+// checkValues compares every key puts writes with the model at now.
+func checkValues(t interface {
+	Helper()
+	Fatalf(string, ...any)
+}, b backend.Backend, m *backendtest.Model, now int64, what string) {
+	t.Helper()
 	for kg := 0; kg < propMaxP; kg++ {
 		for i := 0; i < 37; i++ {
 			k := backend.Key{KeyGroup: kg, Key: []byte(fmt.Sprint(i))}
 			got, ok, err := b.Get("v", k)
-			want, wok := m.Get("v", k, e.clock.Ms())
+			want, wok := m.Get("v", k, now)
 			if err != nil || ok != wok || string(got) != string(want) {
-				e.t.Fatalf("%s: %v: got %q %v %v, want %q %v", what, k, got, ok, err, want, wok)
+				t.Fatalf("%s: %v: got %q %v %v, want %q %v", what, k, got, ok, err, want, wok)
 			}
 		}
 	}

@@ -2,7 +2,6 @@ package changelog_test
 
 import (
 	"bytes"
-	"fmt"
 	"testing"
 	"time"
 
@@ -84,15 +83,6 @@ func TestSelfContainedRestoresWithoutTheLog(t *testing.T) {
 			rt.Fatalf("restore of the self-contained handle: %v", err)
 		}
 		defer r.Close()
-		for kg := 0; kg < propMaxP; kg++ {
-			for i := 0; i < 37; i++ {
-				k := backend.Key{KeyGroup: kg, Key: []byte(fmt.Sprint(i))}
-				got, ok, err := r.Get("v", k)
-				want, wok := m.Get("v", k, e.clock.Ms())
-				if err != nil || ok != wok || string(got) != string(want) {
-					rt.Fatalf("%v: got %q %v %v, want %q %v", k, got, ok, err, want, wok)
-				}
-			}
-		}
+		checkValues(rt, r, m, e.clock.Ms(), "the self-contained handle")
 	})
 }
