@@ -442,3 +442,62 @@ func TestRetriedCommandAppliesOnce(t *testing.T) {
 		t.Fatalf("remembered %d answers (%d in order), want %d", len(s.Done), len(s.DoneOrder), maxDone)
 	}
 }
+
+// TestCheckHeldWaitsForTheMachine: raft counts an entry applied when it
+// hands it to the state machine's goroutine, before the machine applied
+// it. A token check on the leader must wait for the machine itself, or it
+// passes a token that a committed acquire has just replaced.
+func TestCheckHeldWaitsForTheMachine(t *testing.T) {
+	c := startCluster(t, 3, nil)
+	ctx := ctxT(t)
+	l := c.leader()
+	ln := c.nodes[l]
+	old, err := ln.Acquire(ctx, "j/op/0", "n0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ln.CheckHeld(ctx, []Check{{Task: "j/op/0", Token: old}}); err != nil {
+		t.Fatalf("fresh token: %v", err)
+	}
+	gate := make(chan struct{})
+	hold := func() { <-gate }
+	ln.fsm.beforeApply.Store(&hold)
+	released := false
+	release := func() {
+		if !released {
+			released = true
+			ln.fsm.beforeApply.Store(nil)
+			close(gate)
+		}
+	}
+	defer release()
+	before := ln.raft.AppliedIndex()
+	acquired := make(chan error, 1)
+	go func() {
+		_, err := ln.Acquire(ctx, "j/op/0", "n1")
+		acquired <- err
+	}()
+	for ln.raft.AppliedIndex() == before {
+		select {
+		case err := <-acquired:
+			t.Fatalf("the acquire returned while the machine was held: %v", err)
+		case <-ctx.Done():
+			t.Fatal("raft never handed the acquire to the machine")
+		case <-time.After(time.Millisecond):
+		}
+	}
+	checked := make(chan error, 1)
+	go func() { checked <- ln.CheckHeld(ctx, []Check{{Task: "j/op/0", Token: old}}) }()
+	select {
+	case err := <-checked:
+		t.Fatalf("CheckHeld answered before the machine applied the committed acquire: %v", err)
+	case <-time.After(100 * time.Millisecond):
+	}
+	release()
+	if err := <-checked; !errors.Is(err, ErrFenced) {
+		t.Fatalf("CheckHeld of the replaced token: %v, want ErrFenced", err)
+	}
+	if err := <-acquired; err != nil {
+		t.Fatal(err)
+	}
+}

@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -9,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/hashicorp/raft"
 )
@@ -122,12 +124,53 @@ type state struct {
 type fsm struct {
 	mu sync.RWMutex
 	st state
-	// applied is the index of the last log entry applied.
+	// applied is the index of the last command applied, or of an entry
+	// every earlier entry of which is known applied (raise).
 	applied uint64
+	// changed is closed, and replaced, whenever applied grows.
+	changed chan struct{}
+	// beforeApply (tests only) runs before each command is applied,
+	// outside the lock.
+	beforeApply atomic.Pointer[func()]
 }
 
 func newFSM() *fsm {
-	return &fsm{st: state{V: snapshotVersion, Fences: map[string]fence{}, Done: map[string]result{}, Journal: map[string][]byte{}}}
+	return &fsm{st: state{V: snapshotVersion, Fences: map[string]fence{}, Done: map[string]result{}, Journal: map[string][]byte{}},
+		changed: make(chan struct{})}
+}
+
+// advanceLocked records that every entry up to index is applied.
+func (f *fsm) advanceLocked(index uint64) {
+	if index > f.applied {
+		f.applied = index
+		close(f.changed)
+		f.changed = make(chan struct{})
+	}
+}
+
+// raise records that every entry up to index is applied (a barrier at a
+// later index returned).
+func (f *fsm) raise(index uint64) {
+	f.mu.Lock()
+	f.advanceLocked(index)
+	f.mu.Unlock()
+}
+
+// waitApplied waits until the machine applied every entry up to index.
+func (f *fsm) waitApplied(ctx context.Context, index uint64) error {
+	for {
+		f.mu.RLock()
+		applied, changed := f.applied, f.changed
+		f.mu.RUnlock()
+		if applied >= index {
+			return nil
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return fmt.Errorf("cluster: waiting for index %d to apply (applied %d): %w", index, applied, ctx.Err())
+		}
+	}
 }
 
 func encodeCommand(c command) []byte {
@@ -153,9 +196,12 @@ func decodeCommand(b []byte) (command, error) {
 // Apply implements raft.FSM. An undecodable command fails that command
 // only: the log is the same on every node, so every node fails it alike.
 func (f *fsm) Apply(l *raft.Log) any {
+	if hook := f.beforeApply.Load(); hook != nil {
+		(*hook)()
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.applied = l.Index
+	f.advanceLocked(l.Index)
 	if l.Type != raft.LogCommand {
 		return nil
 	}

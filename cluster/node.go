@@ -449,19 +449,11 @@ func (n *Node) CheckHeld(ctx context.Context, checks []Check) error {
 	if n.raft.State() != raft.Leader {
 		return fmt.Errorf("%w: %s checks tokens only while it leads", raft.ErrNotLeader, n.opts.ID)
 	}
-	if term := n.raft.CurrentTerm(); n.readTerm.Load() != term {
-		if err := n.Barrier(ctx); err != nil {
-			return err
-		}
-		n.readTerm.Store(term)
+	if err := n.readBarrier(ctx); err != nil {
+		return err
 	}
-	ci := n.raft.CommitIndex()
-	for n.raft.AppliedIndex() < ci {
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("cluster: waiting for index %d to apply: %w", ci, ctx.Err())
-		case <-time.After(time.Millisecond):
-		}
+	if err := n.waitApplied(ctx, n.raft.CommitIndex()); err != nil {
+		return err
 	}
 	n.fsm.mu.RLock()
 	defer n.fsm.mu.RUnlock()
@@ -490,27 +482,62 @@ func (n *Node) readLocal(ctx context.Context, cmd []byte) ([]byte, error) {
 	if c.Op != opCheck {
 		return n.applyLocal(ctx, cmd)
 	}
-	if term := n.raft.CurrentTerm(); n.readTerm.Load() != term {
-		if err := n.Barrier(ctx); err != nil {
-			return nil, err
-		}
-		n.readTerm.Store(term)
+	if err := n.readBarrier(ctx); err != nil {
+		return nil, err
 	}
 	ci := n.raft.CommitIndex()
 	if err := n.wait(ctx, n.raft.VerifyLeader()); err != nil {
 		return nil, err
 	}
-	for n.raft.AppliedIndex() < ci {
-		select {
-		case <-ctx.Done():
-			return nil, fmt.Errorf("cluster: waiting for index %d to apply: %w", ci, ctx.Err())
-		case <-time.After(time.Millisecond):
-		}
+	if err := n.waitApplied(ctx, ci); err != nil {
+		return nil, err
 	}
 	n.fsm.mu.RLock()
 	r := n.fsm.st.applyOnce(c) // a check changes nothing
 	n.fsm.mu.RUnlock()
 	return json.Marshal(r)
+}
+
+// readBarrier waits, at the first read of each term, for a barrier: the
+// commit index then covers every entry of earlier terms, and everything
+// in the log before the barrier is applied.
+func (n *Node) readBarrier(ctx context.Context) error {
+	term := n.raft.CurrentTerm()
+	if n.readTerm.Load() == term {
+		return nil
+	}
+	last := n.raft.LastIndex()
+	if err := n.Barrier(ctx); err != nil {
+		return err
+	}
+	n.fsm.raise(last)
+	n.readTerm.Store(term)
+	return nil
+}
+
+// waitApplied waits until this node's machine applied every command at or
+// below index. raft's own AppliedIndex will not do: raft advances it when
+// it hands entries to the machine's goroutine, before the machine applied
+// them, so a read after it could miss a token just taken. Entries that
+// never reach the machine (no-ops, barriers, configuration) are skipped
+// by looking their types up in the log, back from index to the first
+// command; entries no longer in the log are in a snapshot the machine
+// holds.
+func (n *Node) waitApplied(ctx context.Context, index uint64) error {
+	var l raft.Log
+	for i := index; i > n.fsm.appliedIndex(); i-- {
+		err := n.wal.GetLog(i, &l)
+		if errors.Is(err, raft.ErrLogNotFound) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("cluster: reading log entry %d: %w", i, err)
+		}
+		if l.Type == raft.LogCommand {
+			return n.fsm.waitApplied(ctx, i)
+		}
+	}
+	return nil
 }
 
 // Acquire takes a new fencing token for task, held by holder (a node id):
