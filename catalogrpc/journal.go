@@ -170,19 +170,61 @@ func (s *Server) settleNow(ctx context.Context, st settlement) {
 	}
 }
 
-// settler runs the queued settlements until Close.
+// settleDelay is how long the settler gathers settlements before it
+// writes them: a journal write is a log entry and an fsync on every
+// member, and one per completion would compete with the next
+// checkpoint's reports for the log. Reports left a little longer are
+// harmless: Recover settles those of completed checkpoints.
+const settleDelay = 200 * time.Millisecond
+
+// settler runs the queued settlements until Close, gathered for
+// settleDelay and merged (one write per job, as a rule).
 func (s *Server) settler() {
 	defer close(s.settled)
 	for {
+		var batch []settlement
 		select {
 		case <-s.stop:
 			return
 		case st := <-s.settles:
+			batch = append(batch, st)
+		}
+		select {
+		case <-s.stop:
+			return
+		case <-time.After(settleDelay):
+		}
+	drain:
+		for {
+			select {
+			case st := <-s.settles:
+				batch = append(batch, st)
+			default:
+				break drain
+			}
+		}
+		for _, st := range mergeSettlements(batch) {
 			ctx, cancel := context.WithTimeout(context.Background(), journalTimeout)
 			s.settleNow(ctx, st)
 			cancel()
 		}
 	}
+}
+
+// mergeSettlements sorts the ranges and joins those that overlap or
+// touch; ranges with keys between them stay apart (those keys are other
+// checkpoints' reports, still in flight).
+func mergeSettlements(sts []settlement) []settlement {
+	slices.SortFunc(sts, func(a, b settlement) int { return strings.Compare(a.from, b.from) })
+	var out []settlement
+	for _, st := range sts {
+		if n := len(out); n > 0 && st.from <= out[n-1].to {
+			out[n-1].to = max(out[n-1].to, st.to)
+			continue
+		}
+		out = append(out, st)
+	}
+	return out
 }
 
 // Recover gives cat, a catalog just opened by a new leader, the reports
