@@ -14,27 +14,36 @@ import (
 	"github.com/statedhq/stated/backend"
 	"github.com/statedhq/stated/cluster"
 	"github.com/statedhq/stated/node"
+	"github.com/statedhq/stated/tiered"
+	"github.com/statedhq/stated/tiered/localfs"
 	"github.com/statedhq/stated/tiered/memstore"
 )
 
 // BenchmarkCheckpointCompletion: checkpoints of a job of 6 file subtasks
 // (snapshot of each, then completion) on a daemon alone and on a member
 // of a 3-node cluster (raft with its default timeouts, fsync'd log), in
-// one run, both over an in-memory checkpoint store. The cluster adds the
-// journal write of each handle report (which checks the fencing token),
-// a read-index check of each task's token at completion and, on a member
-// that does not lead, the forwarding of the catalog's calls to the
-// leader. "seq" snapshots the subtasks one after
-// another; "par" snapshots them at once, as the subtasks of a real job
-// (separate task processes) take their snapshots when the barrier reaches
-// them, so the cluster's raft writes of one checkpoint can share commits.
+// one run. "mem" is an in-memory checkpoint store: nothing durable on the
+// single daemon's path, so the cluster's ratio is the whole cost of
+// agreeing (raft writes, each an fsync on a majority). "dir" is the
+// daemon's default store, a local directory (files and manifests
+// fsync'd), shared by the cluster's members: the ratio a user of one
+// host's disk sees. The cluster adds the journal write of each handle
+// report (which checks the fencing token), a read-index check of each
+// task's token at completion and, on a member that does not lead, the
+// forwarding of the catalog's calls to the leader. "seq" snapshots the
+// subtasks one after another; "par" snapshots them at once, as the
+// subtasks of a real job (separate task processes) take their snapshots
+// when the barrier reaches them, so the cluster's raft writes of one
+// checkpoint can share commits.
 //
 //	go test ./node -run '^$' -bench CheckpointCompletion -benchtime 200x
 func BenchmarkCheckpointCompletion(b *testing.B) {
-	for _, name := range []string{"alone/seq", "cluster3/seq", "alone/par", "cluster3/par"} {
-		mode, order, _ := strings.Cut(name, "/")
+	for _, name := range []string{"mem/alone/seq", "mem/cluster3/seq", "mem/alone/par", "mem/cluster3/par",
+		"dir/alone/seq", "dir/cluster3/seq", "dir/alone/par", "dir/cluster3/par"} {
+		parts := strings.Split(name, "/")
+		kind, mode, order := parts[0], parts[1], parts[2]
 		b.Run(name, func(b *testing.B) {
-			nd := benchNode(b, mode == "cluster3")
+			nd := benchNode(b, mode == "cluster3", benchStore(b, kind))
 			c, err := client.Dial(nd.Socket(), client.Options{})
 			if err != nil {
 				b.Fatal(err)
@@ -102,23 +111,35 @@ func BenchmarkCheckpointCompletion(b *testing.B) {
 	}
 }
 
+// benchStore is an in-memory store ("mem") or a local directory ("dir").
+func benchStore(b *testing.B, kind string) tiered.Store {
+	if kind == "mem" {
+		return memstore.New()
+	}
+	st, err := localfs.Open(filepath.Join(b.TempDir(), "store"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	return st
+}
+
 // benchNode opens a daemon alone, or member n0 of a 3-node cluster whose
 // other members run in this process too (each with its own data dir).
-func benchNode(b *testing.B, clustered bool) *node.Node {
+func benchNode(b *testing.B, clustered bool, store tiered.Store) *node.Node {
 	if !clustered {
-		nd, err := node.Open(context.Background(), node.Options{DataDir: filepath.Join(b.TempDir(), "d"), Logger: quiet(), Store: memstore.New()})
+		nd, err := node.Open(context.Background(), node.Options{DataDir: filepath.Join(b.TempDir(), "d"), Logger: quiet(), Store: store})
 		if err != nil {
 			b.Fatal(err)
 		}
 		b.Cleanup(func() { _ = nd.Close() })
 		return nd
 	}
-	return benchCluster(b, memstore.New())[0]
+	return benchCluster(b, store)[0]
 }
 
 // benchCluster starts 3 nodes in this process with raft's default
 // timeouts, sharing store, and waits for a leader.
-func benchCluster(b *testing.B, store *memstore.Store) []*node.Node {
+func benchCluster(b *testing.B, store tiered.Store) []*node.Node {
 	var lns []net.Listener
 	var peers []string
 	for i := range 3 {
