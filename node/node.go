@@ -135,7 +135,7 @@ func Open(ctx context.Context, opts Options) (_ *Node, err error) {
 		n.clog = newClusterLog(n.cluster, n.writer, n.log)
 	}
 	n.set, err = openers.New(openers.Config{HeapSnapshotCap: opts.HeapSnapshotCap, LSMCacheSize: opts.LSMCacheSize,
-		LSMRemote: opts.LSMRemote, LSMRemoteCacheBytes: opts.LSMRemoteCacheBytes,
+		LSMRemote: opts.LSMRemote, LSMRemoteCacheBytes: opts.LSMRemoteCacheBytes, LSMMemTableBytes: opts.LSMMemTableBytes,
 		// At least four refreshes per grace period and per five minutes
 		// (the sweep's least lease window, even for a "stated gc" with a
 		// shorter grace): a live instance's lease is never stale to it.

@@ -209,6 +209,11 @@ type Options struct {
 	// cache of remote blocks (--lsm-cache-bytes). Default
 	// openers.DefaultLSMRemoteCacheBytes.
 	LSMRemoteCacheBytes int64
+	// LSMMemTableBytes is the memtable size of every lsm instance
+	// (--lsm-memtable-bytes). Default 0: lsm's default for the
+	// instance's mode (lsm.DefaultMemTableSize, or
+	// lsm.DefaultRemoteMemTableSize in remote mode).
+	LSMMemTableBytes int64
 	// FileCompression compresses file-backend snapshots: "" or "zstd"
 	// (--file-compression). Default "".
 	FileCompression string
@@ -390,6 +395,9 @@ func (o *Options) Validate() error {
 		if l.n < 1 {
 			bad(l.name, "%s %d must be at least 1", ref(l.name), l.n)
 		}
+	}
+	if n := o.LSMMemTableBytes; n != 0 && (n < 64<<10 || n > 4<<30) {
+		bad("LSMMemTableBytes", "%s %d is outside [64KiB, 4GiB] (0: the default)", ref("LSMMemTableBytes"), n)
 	}
 	if o.MaxConcurrentStreams > math.MaxUint32 {
 		bad("MaxConcurrentStreams", "%s %d is above %d", ref("MaxConcurrentStreams"), o.MaxConcurrentStreams, uint32(math.MaxUint32))

@@ -13,10 +13,16 @@ import (
 
 // Defaults of Options.
 const (
-	DefaultCacheSize         = 32 << 20
-	DefaultMemTableSize      = 8 << 20
-	DefaultTargetFileSize    = 16 << 20
-	DefaultUploadConcurrency = 4
+	DefaultCacheSize      = 32 << 20
+	DefaultMemTableSize   = 8 << 20
+	DefaultTargetFileSize = 16 << 20
+	// DefaultRemoteMemTableSize is the memtable of an instance in remote
+	// mode: every flush there is a new object in the store and a table
+	// that a restore consults before its first get, so fewer, larger
+	// flushes pay (the size Flink's RocksDB and ForSt backends use). A
+	// memtable grows to it from 256 KiB, so idle instances do not hold it.
+	DefaultRemoteMemTableSize = 64 << 20
+	DefaultUploadConcurrency  = 4
 	// DefaultMaxManifestFileSize bounds the MANIFEST, a private file that
 	// every checkpoint uploads whole; Pebble rewrites it compactly when it
 	// grows past this.
@@ -96,6 +102,9 @@ func (o *Options) EnsureDefaults() {
 	}
 	if o.MemTableSize == 0 {
 		o.MemTableSize = DefaultMemTableSize
+		if o.Remote != nil {
+			o.MemTableSize = DefaultRemoteMemTableSize
+		}
 	}
 	if o.TargetFileSize == 0 {
 		o.TargetFileSize = DefaultTargetFileSize

@@ -29,3 +29,23 @@ func TestOptionsValidateReportsEverything(t *testing.T) {
 		t.Fatalf("open without options: %v", err)
 	}
 }
+
+// TestMemTableDefaultByMode: an instance in remote mode gets the larger
+// memtable (each flush is an object in the store); one set explicitly
+// keeps its size in either mode.
+func TestMemTableDefaultByMode(t *testing.T) {
+	for _, c := range []struct {
+		remote bool
+		set    uint64
+		want   uint64
+	}{{false, 0, DefaultMemTableSize}, {true, 0, DefaultRemoteMemTableSize}, {true, 1 << 20, 1 << 20}, {false, 1 << 20, 1 << 20}} {
+		o := Options{Dir: "x", MemTableSize: c.set}
+		if c.remote {
+			o.Remote = &RemoteOptions{}
+		}
+		o.EnsureDefaults()
+		if o.MemTableSize != c.want {
+			t.Errorf("remote %v, set %d: memtable %d, want %d", c.remote, c.set, o.MemTableSize, c.want)
+		}
+	}
+}

@@ -61,6 +61,7 @@ type serveFlags struct {
 	lsmCacheSize      string
 	lsmRemote         bool
 	lsmCacheBytes     string
+	lsmMemTable       string
 	fileCompression   string
 	checkpointTimeout time.Duration
 	channelLinger     time.Duration
@@ -138,6 +139,7 @@ the grace ends, closes every backend and exits 0.`,
 	fl.StringVar(&f.lsmCacheSize, "lsm-cache-size", "128MiB", "block cache shared by every lsm instance")
 	fl.BoolVar(&f.lsmRemote, "lsm-remote", false, "create every lsm instance's SSTs in the checkpoint store: checkpoints hand them over instead of uploading, restores reference them in place (docs/lsm-remote.md)")
 	fl.StringVar(&f.lsmCacheBytes, "lsm-cache-bytes", "256MiB", "local cache of remote blocks of each --lsm-remote instance")
+	fl.StringVar(&f.lsmMemTable, "lsm-memtable-bytes", "0", "memtable of each lsm instance, which a writing instance holds up to twice (0: 8MiB, or 64MiB with --lsm-remote, where every flush is an object in the store)")
 	fl.StringVar(&f.fileCompression, "file-compression", "", `compression of file-backend snapshots: "" or "zstd"`)
 	fl.DurationVar(&f.checkpointTimeout, "checkpoint-timeout", daemon.DefaultCheckpointTimeout, "a checkpoint not completed within this is aborted as expired")
 	fl.DurationVar(&f.channelLinger, "channel-state-linger", daemon.DefaultChannelStateLinger, "how long a task's upload of unaligned channel state waits for the job's other tasks here, so that one object holds them all")
@@ -297,6 +299,13 @@ func (f *serveFlags) nodeOptions(log *slog.Logger) (node.Options, error) {
 		}
 		return n
 	}
+	// optionalSize is size of a flag whose empty value is its default.
+	optionalSize := func(flag, v string) int64 {
+		if v == "" {
+			return 0
+		}
+		return size(flag, v)
+	}
 	o := node.Options{
 		DataDir: f.dataDir, Socket: f.socket, Listen: f.listen, Token: f.token, MetricsAddr: f.metricsAddr,
 		TLSCert: f.tlsCert, TLSKey: f.tlsKey, TLSClientCA: f.tlsClientCA, AllowPlaintextToken: f.plaintextToken,
@@ -310,7 +319,8 @@ func (f *serveFlags) nodeOptions(log *slog.Logger) (node.Options, error) {
 		MaxStreamsPerInstance: f.maxStreams, QueueDepth: f.queueDepth, MaxConcurrentStreams: f.maxConnStreams,
 		FirstBatchTimeout: f.firstBatchTimeout, ReadParallelism: f.readParallelism, LSMCacheSize: size("lsm-cache-size", f.lsmCacheSize), FileCompression: f.fileCompression,
 		LSMRemote: f.lsmRemote, LSMRemoteCacheBytes: size("lsm-cache-bytes", f.lsmCacheBytes),
-		ShutdownGrace: f.shutdownGrace, Logger: log,
+		LSMMemTableBytes: optionalSize("lsm-memtable-bytes", f.lsmMemTable),
+		ShutdownGrace:    f.shutdownGrace, Logger: log,
 		Changelog: f.changelog, ChangelogStore: f.changelogStore, MaterializeInterval: f.materialize,
 		MaxMaterializeFailures: f.materializeFails, ChangelogFlushDelay: f.changelogDelay,
 		ChangelogMaxInFlight: size("changelog-max-in-flight", f.changelogInFlight),
@@ -352,7 +362,7 @@ var flagOf = map[string]string{
 	"MaxMessageSize": "max-message-size", "MaxMemoryState": "max-memory-state", "MaxInstances": "max-instances",
 	"MaxStreamsPerInstance": "max-streams-per-instance", "QueueDepth": "queue-depth", "MaxConcurrentStreams": "max-concurrent-streams",
 	"FirstBatchTimeout": "first-batch-timeout", "ReadParallelism": "read-parallelism", "LSMCacheSize": "lsm-cache-size", "FileCompression": "file-compression",
-	"LSMRemote": "lsm-remote", "LSMRemoteCacheBytes": "lsm-cache-bytes",
+	"LSMRemote": "lsm-remote", "LSMRemoteCacheBytes": "lsm-cache-bytes", "LSMMemTableBytes": "lsm-memtable-bytes",
 	"ShutdownGrace": "shutdown-grace", "Changelog": "changelog", "ChangelogStore": "changelog-store",
 	"MaterializeInterval": "materialize-interval", "MaxMaterializeFailures": "materialize-max-failures",
 	"ChangelogFlushDelay": "changelog-flush-delay", "ChangelogMaxInFlight": "changelog-max-in-flight",

@@ -257,18 +257,24 @@ func TestServeLSMRemoteFlags(t *testing.T) {
 	}
 	t.Setenv("STATED_LSM_REMOTE", "true")
 	t.Setenv("STATED_LSM_CACHE_BYTES", "64MiB")
+	t.Setenv("STATED_LSM_MEMTABLE_BYTES", "32MiB")
 	if err := flagsFromEnv(cmd.Flags()); err != nil {
 		t.Fatal(err)
 	}
 	f := validServeFlags(t)
-	f.lsmRemote, f.lsmCacheBytes = get("lsm-remote") == "true", get("lsm-cache-bytes")
+	f.lsmRemote, f.lsmCacheBytes, f.lsmMemTable = get("lsm-remote") == "true", get("lsm-cache-bytes"), get("lsm-memtable-bytes")
 	o, err := f.nodeOptions(slog.Default())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !o.LSMRemote || o.LSMRemoteCacheBytes != 64<<20 {
-		t.Fatalf("node options: LSMRemote %v, LSMRemoteCacheBytes %d", o.LSMRemote, o.LSMRemoteCacheBytes)
+	if !o.LSMRemote || o.LSMRemoteCacheBytes != 64<<20 || o.LSMMemTableBytes != 32<<20 {
+		t.Fatalf("node options: LSMRemote %v, LSMRemoteCacheBytes %d, LSMMemTableBytes %d", o.LSMRemote, o.LSMRemoteCacheBytes, o.LSMMemTableBytes)
 	}
+	f.lsmMemTable = "1KiB"
+	if _, err := f.nodeOptions(slog.Default()); err == nil || !strings.Contains(err.Error(), "--lsm-memtable-bytes") {
+		t.Fatalf("a 1 KiB --lsm-memtable-bytes: %v", err)
+	}
+	f.lsmMemTable = "0"
 	f.lsmCacheBytes = "lots"
 	if _, err := f.nodeOptions(slog.Default()); err == nil || !strings.Contains(err.Error(), "--lsm-cache-bytes") {
 		t.Fatalf("bad --lsm-cache-bytes: %v", err)

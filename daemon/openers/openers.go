@@ -43,6 +43,10 @@ type Config struct {
 	// of remote blocks (lsm.RemoteOptions.CacheBytes). Default
 	// DefaultLSMRemoteCacheBytes.
 	LSMRemoteCacheBytes int64
+	// LSMMemTableBytes is every lsm instance's memtable size
+	// (lsm.Options.MemTableSize). Default 0: lsm's default for the
+	// instance's mode.
+	LSMMemTableBytes int64
 	// LSMLeaseInterval is how often a remote-mode instance rewrites its
 	// lease (lsm.RemoteOptions.LeaseInterval); it must stay well below the
 	// catalog's grace period, past which the sweep takes the markers of an
@@ -110,6 +114,9 @@ func New(cfg Config) (*Set, error) {
 	if cfg.LSMRemoteCacheBytes == 0 {
 		cfg.LSMRemoteCacheBytes = DefaultLSMRemoteCacheBytes
 	}
+	if cfg.LSMMemTableBytes < 0 {
+		return nil, fmt.Errorf("openers: lsm memtable size %d is negative", cfg.LSMMemTableBytes)
+	}
 	s := &Set{HeapSnapshots: cfg.HeapSnapshots, Openers: map[backend.Kind]daemon.Opener{}}
 	s.Openers[backend.KindHeap] = func(_ context.Context, opts backend.Options, _ daemon.OpenEnv) (backend.Backend, error) {
 		return heap.Open(opts, heap.Options{Snapshots: cfg.HeapSnapshots, MaxSnapshotSize: cfg.HeapSnapshotCap})
@@ -133,7 +140,8 @@ func New(cfg Config) (*Set, error) {
 		if err != nil {
 			return nil, err
 		}
-		lo := lsm.Options{Dir: env.Dir, Cache: cache, HeapSnapshots: cfg.HeapSnapshots, DownloadCache: dc, Logger: pl}
+		lo := lsm.Options{Dir: env.Dir, Cache: cache, HeapSnapshots: cfg.HeapSnapshots, DownloadCache: dc, Logger: pl,
+			MemTableSize: uint64(cfg.LSMMemTableBytes)}
 		if cfg.LSMRemote {
 			lo.Remote = &lsm.RemoteOptions{Store: opts.Store, CacheBytes: cfg.LSMRemoteCacheBytes, LeaseInterval: cfg.LSMLeaseInterval}
 		}
