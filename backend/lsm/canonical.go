@@ -106,7 +106,7 @@ func (p *canonicalSnapshot) Run(ctx context.Context) (*backend.Handle, error) {
 	// store when it lives on the OS file system (Open clears leftovers
 	// there), else in the OS temp directory.
 	wo := snapfmt.WriteOptions{}
-	if b.lo.FS == vfs.Default {
+	if b.diskFS == vfs.Default {
 		wo.TempDir = b.lo.FS.PathJoin(b.lo.Dir, "chk")
 		if err := b.lo.FS.MkdirAll(wo.TempDir, 0o755); err != nil {
 			return nil, fmt.Errorf("lsm: canonical snapshot %d of %s: %w", p.id, o.Task, err)

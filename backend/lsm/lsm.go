@@ -8,6 +8,7 @@ import (
 	"sync"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/vfs"
 
 	"github.com/statedhq/stated/backend"
 	"github.com/statedhq/stated/backend/internal/kvstate"
@@ -18,11 +19,13 @@ import (
 type Backend struct {
 	*kvstate.State
 
-	opts  backend.Options
-	lo    Options
-	dbDir string
-	db    *pebble.DB
-	cache *pebble.Cache // the block cache (own or shared); we hold one reference
+	opts backend.Options
+	lo   Options
+	// diskFS is Options.FS as given; lo.FS wraps it (metaMemFS).
+	diskFS vfs.FS
+	dbDir  string
+	db     *pebble.DB
+	cache  *pebble.Cache // the block cache (own or shared); we hold one reference
 
 	mu sync.Mutex
 	// refs counts the users of db: the instance until Close, plus each
@@ -90,12 +93,17 @@ func OpenContext(ctx context.Context, opts backend.Options, lo Options) (*Backen
 	if err := errors.Join(opts.Validate(), lo.Validate()); err != nil {
 		return nil, fmt.Errorf("lsm: open %s: %w", opts.Task, err)
 	}
-	b := &Backend{opts: opts, lo: lo, refs: 1}
+	// The store's metadata files live in memory (metafs.go); the backend
+	// reaches its directory only through this file system.
+	dbDir := lo.FS.PathJoin(lo.Dir, "db")
+	diskFS := lo.FS
+	lo.FS = newMetaMemFS(diskFS, dbDir)
+	b := &Backend{opts: opts, lo: lo, diskFS: diskFS, refs: 1}
 	b.inc.done = map[uint64]fileSet{}
 	b.inc.running = map[uint64]int{}
 	b.inc.aborted = map[uint64]bool{}
 	fs := lo.FS
-	b.dbDir = fs.PathJoin(lo.Dir, "db")
+	b.dbDir = dbDir
 	for _, sub := range []string{"db", "chk", "restore"} {
 		if err := fs.RemoveAll(fs.PathJoin(lo.Dir, sub)); err != nil {
 			return nil, fmt.Errorf("lsm: open %s: clear %s: %w", opts.Task, fs.PathJoin(lo.Dir, sub), err)
