@@ -55,8 +55,9 @@ const InstancesDir = "instances"
 
 // OpenEnv is what an Opener gets besides the backend options.
 type OpenEnv struct {
-	// Dir is an empty working directory for this instance only; the
-	// daemon removes it after Close (and on the next start after a crash).
+	// Dir is a working directory for this instance only, which need not
+	// exist yet: an opener that needs it makes it. The daemon removes it
+	// after Close (and on the next start after a crash).
 	Dir string
 	// DataDir is the daemon's data directory (Config.DataDir). Openers may
 	// keep resources that all instances share in a directory of their own
@@ -507,10 +508,11 @@ func (d *Daemon) open(ctx context.Context, p OpenParams) (*Instance, error) {
 	if _, err := rand.Read(id); err != nil {
 		return nil, fmt.Errorf("daemon: open %s: instance id: %w", task, err)
 	}
+	// The opener makes the directory if and when it needs it: an idle
+	// lsm instance never does, and a directory made for every open
+	// (two inodes with the job's) was most of what opening thousands of
+	// instances cost on ext4.
 	dir := filepath.Join(d.cfg.DataDir, InstancesDir, task.Job, fmt.Sprintf("%s-%x", task.Dir(), id[:6]))
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, fmt.Errorf("daemon: open %s: %w", task, err)
-	}
 	env := OpenEnv{Dir: dir, DataDir: d.cfg.DataDir}
 	opener := func(o backend.Options) (backend.Backend, error) { return d.cfg.Openers[p.Kind](ctx, o, env) }
 	wantCL := d.wantChangelog(p.Changelog)

@@ -107,8 +107,10 @@ func (p *canonicalSnapshot) Run(ctx context.Context) (*backend.Handle, error) {
 	// there), else in the OS temp directory.
 	wo := snapfmt.WriteOptions{}
 	if b.diskFS == vfs.Default {
-		wo.TempDir = b.lo.FS.PathJoin(b.lo.Dir, "chk")
-		if err := b.lo.FS.MkdirAll(wo.TempDir, 0o755); err != nil {
+		// On disk now: snapfmt writes there with the os package, not
+		// through the instance's file system.
+		wo.TempDir = b.diskFS.PathJoin(b.lo.Dir, "chk")
+		if err := b.diskFS.MkdirAll(wo.TempDir, 0o755); err != nil {
 			return nil, fmt.Errorf("lsm: canonical snapshot %d of %s: %w", p.id, o.Task, err)
 		}
 	}

@@ -97,7 +97,9 @@ func OpenContext(ctx context.Context, opts backend.Options, lo Options) (*Backen
 	// reaches its directory only through this file system.
 	dbDir := lo.FS.PathJoin(lo.Dir, "db")
 	diskFS := lo.FS
-	lo.FS = newMetaMemFS(diskFS, dbDir)
+	// A new, empty instance makes its directories on disk only when it
+	// first writes a file there.
+	lo.FS = newMetaMemFS(diskFS, dbDir, len(opts.Restore) == 0)
 	b := &Backend{opts: opts, lo: lo, diskFS: diskFS, refs: 1}
 	b.inc.done = map[uint64]fileSet{}
 	b.inc.running = map[uint64]int{}

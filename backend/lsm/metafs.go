@@ -26,14 +26,43 @@ import (
 // links or copies the base's MANIFEST there with its own file system) are
 // found on disk: a metadata name is looked up in memory first, then on
 // disk, and a rename or link between the two sides copies.
+//
+// Lazy (a new, empty instance): the directories under the instance's own
+// directory (the db directory's parent) are made in memory only, and on
+// disk when a file is first written there, so an instance that never
+// flushes creates nothing on disk at all. Only this file system writes
+// there then; a restore, whose download cache writes with its own file
+// system, makes its directories at once.
 type metaMemFS struct {
 	vfs.FS
-	mem *vfs.MemFS
-	dir string // the directory whose metadata lives in memory
+	mem  *vfs.MemFS
+	dir  string // the directory whose metadata lives in memory
+	root string // the instance's directory, dir's parent
+	lazy bool
 }
 
-func newMetaMemFS(disk vfs.FS, dir string) *metaMemFS {
-	return &metaMemFS{FS: disk, mem: vfs.NewMem(), dir: disk.PathJoin(dir)}
+func newMetaMemFS(disk vfs.FS, dir string, lazy bool) *metaMemFS {
+	dir = disk.PathJoin(dir)
+	return &metaMemFS{FS: disk, mem: vfs.NewMem(), dir: dir, root: disk.PathDir(dir), lazy: lazy}
+}
+
+// deferred reports whether name is under the instance's directory while
+// its directories are made lazily.
+func (m *metaMemFS) deferred(name string) bool {
+	if !m.lazy {
+		return false
+	}
+	p := m.FS.PathJoin(name)
+	return p == m.root || strings.HasPrefix(p, m.root+"/")
+}
+
+// onDisk makes the directory that will hold name on disk, if it is only
+// in memory so far.
+func (m *metaMemFS) onDisk(name string) error {
+	if !m.deferred(name) {
+		return nil
+	}
+	return m.FS.MkdirAll(m.FS.PathDir(name), 0o755)
 }
 
 // metaPrefixes name the small metadata files of a store: Pebble's
@@ -95,6 +124,9 @@ func (m *metaMemFS) Create(name string, c vfs.DiskWriteCategory) (vfs.File, erro
 		}
 		return m.mem.Create(name, c)
 	}
+	if err := m.onDisk(name); err != nil {
+		return nil, err
+	}
 	return m.FS.Create(name, c)
 }
 
@@ -107,11 +139,43 @@ func (m *metaMemFS) OpenReadWrite(name string, c vfs.DiskWriteCategory, opts ...
 		if err := m.mem.MkdirAll(m.dir, 0o755); err != nil {
 			return nil, err
 		}
+	} else if err := m.onDisk(name); err != nil {
+		return nil, err
 	}
 	return m.side(name).OpenReadWrite(name, c, opts...)
 }
 
-func (m *metaMemFS) Stat(name string) (vfs.FileInfo, error) { return m.side(name).Stat(name) }
+// Stat finds a directory made lazily in memory when it is not on disk.
+func (m *metaMemFS) Stat(name string) (vfs.FileInfo, error) {
+	s := m.side(name)
+	fi, err := s.Stat(name)
+	if err != nil && s == m.FS && oserrorNotExist(err) && m.deferred(name) {
+		return m.mem.Stat(name)
+	}
+	return fi, err
+}
+
+// OpenDir opens a directory made lazily in memory when it is not on disk.
+func (m *metaMemFS) OpenDir(name string) (vfs.File, error) {
+	f, err := m.FS.OpenDir(name)
+	if err != nil && oserrorNotExist(err) && m.deferred(name) {
+		return m.mem.OpenDir(name)
+	}
+	return f, err
+}
+
+// GetDiskUsage asks about the nearest directory that is on disk.
+func (m *metaMemFS) GetDiskUsage(path string) (vfs.DiskUsage, error) {
+	deferred := m.deferred(path)
+	for {
+		u, err := m.FS.GetDiskUsage(path)
+		parent := m.FS.PathDir(path)
+		if err == nil || !oserrorNotExist(err) || !deferred || parent == path {
+			return u, err
+		}
+		path = parent
+	}
+}
 
 func (m *metaMemFS) Remove(name string) error { return m.side(name).Remove(name) }
 
@@ -120,9 +184,12 @@ func (m *metaMemFS) RemoveAll(name string) error {
 	return errors.Join(m.FS.RemoveAll(name), m.mem.RemoveAll(name))
 }
 
-// MkdirAll makes dir on disk, and in memory too when the metadata
-// directory is in it.
+// MkdirAll makes dir on disk (in memory only while it is deferred), and
+// in memory too when the metadata directory is in it.
 func (m *metaMemFS) MkdirAll(dir string, perm os.FileMode) error {
+	if m.deferred(dir) {
+		return m.mem.MkdirAll(dir, perm)
+	}
 	if err := m.FS.MkdirAll(dir, perm); err != nil {
 		return err
 	}
@@ -132,13 +199,18 @@ func (m *metaMemFS) MkdirAll(dir string, perm os.FileMode) error {
 	return nil
 }
 
-// List lists dir; the metadata directory's listing has both sides.
+// List lists dir; the metadata directory's listing, and that of a
+// directory made lazily, have both sides.
 func (m *metaMemFS) List(dir string) ([]string, error) {
 	ls, err := m.FS.List(dir)
-	if err != nil || m.FS.PathJoin(dir) != m.dir {
+	missing := err != nil && oserrorNotExist(err) && m.deferred(dir)
+	if (err != nil && !missing) || (m.FS.PathJoin(dir) != m.dir && !m.deferred(dir)) {
 		return ls, err
 	}
 	mem, merr := m.mem.List(dir)
+	if missing && merr != nil {
+		return nil, merr
+	}
 	if merr != nil && !oserrorNotExist(merr) {
 		return nil, merr
 	}
@@ -157,6 +229,11 @@ func (m *metaMemFS) Rename(oldname, newname string) error {
 	if m.inMem(newname) {
 		to = m.mem
 		if err := m.mem.MkdirAll(m.dir, 0o755); err != nil {
+			return err
+		}
+	}
+	if to == m.FS {
+		if err := m.onDisk(newname); err != nil {
 			return err
 		}
 	}
@@ -182,6 +259,8 @@ func (m *metaMemFS) Link(oldname, newname string) error {
 	to := m.FS
 	if m.inMem(newname) {
 		to = m.mem
+	} else if err := m.onDisk(newname); err != nil {
+		return err
 	}
 	if from == to {
 		return from.Link(oldname, newname)

@@ -16,7 +16,7 @@ func TestMetaMemFS(t *testing.T) {
 	root := t.TempDir()
 	disk := vfs.Default
 	dir := disk.PathJoin(root, "inst", "db")
-	m := newMetaMemFS(disk, dir)
+	m := newMetaMemFS(disk, dir, false)
 	if err := m.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -125,5 +125,72 @@ func TestMetaMemFS(t *testing.T) {
 	}
 	if _, err := disk.Stat(dir); err == nil {
 		t.Fatal("RemoveAll left the directory on disk")
+	}
+}
+
+// TestMetaMemFSLazyDirs: in lazy mode the instance's directories exist in
+// memory until a file is written to disk under them; Stat, OpenDir, List
+// and GetDiskUsage answer for them meanwhile.
+func TestMetaMemFSLazyDirs(t *testing.T) {
+	root := t.TempDir()
+	disk := vfs.Default
+	inst := disk.PathJoin(root, "instances", "job", "inst")
+	dir := disk.PathJoin(inst, "db")
+	m := newMetaMemFS(disk, dir, true)
+	for _, d := range []string{inst, dir, disk.PathJoin(inst, "chk")} {
+		if err := m.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := disk.Stat(disk.PathJoin(root, "instances")); !oserrorNotExist(err) {
+		t.Fatalf("a lazy MkdirAll made a directory on disk: %v", err)
+	}
+	if fi, err := m.Stat(dir); err != nil || !fi.IsDir() {
+		t.Fatalf("Stat of the lazy db directory: %v", err)
+	}
+	d, err := m.OpenDir(dir)
+	if err != nil {
+		t.Fatalf("OpenDir of the lazy db directory: %v", err)
+	}
+	_ = d.Close()
+	if _, err := m.GetDiskUsage(dir); err != nil {
+		t.Fatalf("disk usage of the lazy db directory: %v", err)
+	}
+	f, err := m.Create(disk.PathJoin(dir, "OPTIONS-000003"), vfs.WriteCategoryUnspecified)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = f.Close()
+	if ls, err := m.List(dir); err != nil || len(ls) != 1 {
+		t.Fatalf("listing of the lazy db directory: %v %v", ls, err)
+	}
+	if ls, err := m.List(inst); err != nil || len(ls) != 2 {
+		t.Fatalf("listing of the lazy instance directory: %v %v, want db and chk", ls, err)
+	}
+	if _, err := disk.Stat(inst); !oserrorNotExist(err) {
+		t.Fatalf("a metadata file made the directory on disk: %v", err)
+	}
+	// The first table puts the directories on disk.
+	f, err = m.Create(disk.PathJoin(dir, "000004.sst"), vfs.WriteCategoryUnspecified)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = f.Close()
+	if _, err := disk.Stat(disk.PathJoin(dir, "000004.sst")); err != nil {
+		t.Fatalf("the table is not on disk: %v", err)
+	}
+	ls, err := m.List(dir)
+	slices.Sort(ls)
+	if err != nil || !slices.Equal(ls, []string{"000004.sst", "OPTIONS-000003"}) {
+		t.Fatalf("listing after the first table: %v %v", ls, err)
+	}
+	if ls, err := m.List(inst); err != nil || len(ls) != 2 {
+		t.Fatalf("listing of the instance directory after the first table: %v %v, want db and chk", ls, err)
+	}
+	if err := m.RemoveAll(inst); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Stat(dir); !oserrorNotExist(err) {
+		t.Fatalf("RemoveAll left the db directory: %v", err)
 	}
 }

@@ -210,6 +210,13 @@ func (s *spool) Write(p []byte) (int, error) {
 		return len(p), nil
 	}
 	if s.f == nil && s.limit >= 0 && int64(s.mem.Len()+len(p)) > s.limit {
+		if s.dir != "" {
+			// An instance's working directory is made when first needed
+			// (daemon.OpenEnv.Dir).
+			if err := os.MkdirAll(s.dir, 0o700); err != nil {
+				return 0, fmt.Errorf("snapfmt: stage snapshot: %w", err)
+			}
+		}
 		f, err := os.CreateTemp(s.dir, "snapfmt-*.tmp")
 		if err != nil {
 			return 0, fmt.Errorf("snapfmt: stage snapshot: %w", err)
