@@ -31,6 +31,8 @@ type rescaleJob struct {
 	ins  []*client.Instance
 	// changelog is the mode every subtask opens in.
 	changelog client.Changelog
+	// lsm is every subtask's lsm mode (OpenSpec.LSM).
+	lsm client.LSMMode
 }
 
 const rsJob, rsOp = "rs", "op"
@@ -43,7 +45,7 @@ func (j *rescaleJob) open(par int, from *client.Restore) {
 	j.ins = nil
 	for sub := 0; sub < par; sub++ {
 		in, err := j.c.Open(ctxT(j.t), client.OpenSpec{Task: task(rsJob, rsOp, sub), Parallelism: par, Backend: j.kind,
-			States: allStates, Restore: from, Replace: true, Changelog: j.changelog})
+			States: allStates, Restore: from, Replace: true, Changelog: j.changelog, LSM: j.lsm})
 		if err != nil {
 			j.t.Fatalf("open subtask %d of %d from %+v: %v", sub, par, from, err)
 		}
@@ -147,13 +149,15 @@ func (j *rescaleJob) checkOperatorState(old []string, union []string) {
 // checkpoints and rescales again. PlanRescale says what each subtask
 // restores from; a changed maxParallelism is refused.
 // rescaleVariant reads a rescale test's variant name: the backend kind,
-// whether lsm runs with --lsm-remote, and whether the checkpoint store is
-// the S3 server the tests start ("-s3": versitygw in CI, else an
-// in-process gofakes3).
-func rescaleVariant(name string) (kind backend.Kind, remote, s3 bool) {
+// whether lsm runs in remote mode ("-remote": the daemon's --lsm-remote;
+// "-remote-spec": each instance's own choice, OpenSpec.LSM, in a daemon
+// without the flag), and whether the checkpoint store is the S3 server
+// the tests start ("-s3": versitygw in CI, else an in-process gofakes3).
+func rescaleVariant(name string) (kind backend.Kind, remote, spec, s3 bool) {
 	name, s3 = strings.CutSuffix(name, "-s3")
+	name, spec = strings.CutSuffix(name, "-spec")
 	name, remote = strings.CutSuffix(name, "-remote")
-	return backend.Kind(name), remote, s3
+	return backend.Kind(name), remote, spec, s3
 }
 
 // s3Checkpoints points the node's checkpoint store at a fresh prefix of
@@ -168,17 +172,20 @@ func s3Checkpoints(t testing.TB, o *node.Options) {
 func TestRescaleThroughTheDaemon(t *testing.T) {
 	// lsm-remote: lsm with --lsm-remote (SSTs in the checkpoint store,
 	// checkpoints by hand-off, restores by reference).
-	for _, name := range []string{"file", "lsm", "heap", "lsm-remote", "lsm-remote-s3"} {
-		kind, remote, s3 := rescaleVariant(name)
+	for _, name := range []string{"file", "lsm", "heap", "lsm-remote", "lsm-remote-s3", "lsm-remote-spec"} {
+		kind, remote, spec, s3 := rescaleVariant(name)
 		t.Run(name, func(t *testing.T) {
 			ctx := ctxT(t)
 			h := startDaemon(t, harnessOpts{node: func(o *node.Options) {
-				o.LSMRemote = remote
+				o.LSMRemote = remote && !spec
 				if s3 {
 					s3Checkpoints(t, o)
 				}
 			}})
 			j := &rescaleJob{t: t, c: h.dial(client.Options{}), kind: kind}
+			if spec {
+				j.lsm = client.LSMRemote
+			}
 			for i := 0; i < 300; i++ {
 				j.keys = append(j.keys, []byte(fmt.Sprint("key-", i)))
 			}
@@ -330,7 +337,7 @@ func TestRescaleChangelog(t *testing.T) {
 	// lsm-remote: lsm with --lsm-remote, whose bases are hand-offs of
 	// remote tables that the restores reference in place.
 	for _, name := range []string{"file", "lsm", "heap", "lsm-remote", "lsm-remote-s3"} {
-		kind, remote, s3 := rescaleVariant(name)
+		kind, remote, _, s3 := rescaleVariant(name)
 		t.Run(name, func(t *testing.T) {
 			h := startDaemon(t, harnessOpts{node: func(o *node.Options) {
 				o.LSMRemote = remote

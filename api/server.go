@@ -385,6 +385,15 @@ func openParams(req *pb.OpenRequest) (daemon.OpenParams, error) {
 	default:
 		return p, fmt.Errorf("api: open %s: %w: unknown key_hash %d", p.Task, backend.ErrInvalidArgument, h)
 	}
+	switch m := req.GetLsmMode(); m {
+	case pb.LsmMode_LSM_MODE_UNSPECIFIED:
+	case pb.LsmMode_LSM_MODE_LOCAL:
+		p.LSM = daemon.LSMLocal
+	case pb.LsmMode_LSM_MODE_REMOTE:
+		p.LSM = daemon.LSMRemote
+	default:
+		return p, fmt.Errorf("api: open: %w: unknown lsm mode %d", backend.ErrInvalidArgument, m)
+	}
 	switch m := req.GetChangelog(); m {
 	case pb.ChangelogMode_CHANGELOG_MODE_UNSPECIFIED:
 	case pb.ChangelogMode_CHANGELOG_MODE_ON:

@@ -59,6 +59,8 @@ type OpenEnv struct {
 	// exist yet: an opener that needs it makes it. The daemon removes it
 	// after Close (and on the next start after a crash).
 	Dir string
+	// LSM is the instance's choice of lsm mode (OpenParams.LSM).
+	LSM LSMMode
 	// DataDir is the daemon's data directory (Config.DataDir). Openers may
 	// keep resources that all instances share in a directory of their own
 	// under it, other than InstancesDir (the lsm opener's restore-download
@@ -317,6 +319,18 @@ func (d *Daemon) Metrics() *Metrics { return d.m }
 // Config returns the daemon's configuration with defaults applied.
 func (d *Daemon) Config() Config { return d.cfg }
 
+// LSMMode is an lsm instance's choice, at open, of where its SSTs live.
+type LSMMode int
+
+const (
+	// LSMDefault leaves it to the opener (the daemon's --lsm-remote).
+	LSMDefault LSMMode = iota
+	// LSMLocal keeps the SSTs on local disk, uploaded at checkpoints.
+	LSMLocal
+	// LSMRemote creates them in the checkpoint store from the start.
+	LSMRemote
+)
+
 // OpenParams describe an instance to open.
 type OpenParams struct {
 	Task           backend.TaskID
@@ -337,6 +351,9 @@ type OpenParams struct {
 	// daemon's ChangelogConfig.Default). A restore of a checkpoint written
 	// in changelog mode works either way.
 	Changelog ChangelogMode
+	// LSM chooses where an lsm instance keeps its SSTs (default: the
+	// opener's own choice, the daemon's --lsm-remote). Only for KindLSM.
+	LSM LSMMode
 	// VerifyKeyGroups: the client declared the specified key hash, and the
 	// API checks every operation's key group against its key.
 	VerifyKeyGroups bool
@@ -368,6 +385,15 @@ func (p *OpenParams) validate(openers map[backend.Kind]Opener, cl *ChangelogConf
 		errs = append(errs, err)
 	} else if openers[p.Kind] == nil {
 		errs = append(errs, fmt.Errorf("%w: backend %s is not available in this daemon", ErrUnsupported, p.Kind))
+	}
+	switch p.LSM {
+	case LSMDefault:
+	case LSMLocal, LSMRemote:
+		if p.Kind != backend.KindLSM {
+			errs = append(errs, fmt.Errorf("%w: an lsm mode for a %s instance (only lsm instances have one)", backend.ErrInvalidArgument, p.Kind))
+		}
+	default:
+		errs = append(errs, fmt.Errorf("%w: lsm mode %d", backend.ErrInvalidArgument, p.LSM))
 	}
 	switch p.Changelog {
 	case ChangelogDefault, ChangelogOff:
@@ -513,7 +539,7 @@ func (d *Daemon) open(ctx context.Context, p OpenParams) (*Instance, error) {
 	// (two inodes with the job's) was most of what opening thousands of
 	// instances cost on ext4.
 	dir := filepath.Join(d.cfg.DataDir, InstancesDir, task.Job, fmt.Sprintf("%s-%x", task.Dir(), id[:6]))
-	env := OpenEnv{Dir: dir, DataDir: d.cfg.DataDir}
+	env := OpenEnv{Dir: dir, DataDir: d.cfg.DataDir, LSM: p.LSM}
 	opener := func(o backend.Options) (backend.Backend, error) { return d.cfg.Openers[p.Kind](ctx, o, env) }
 	wantCL := d.wantChangelog(p.Changelog)
 	restoreCL := slices.ContainsFunc(opts.Restore, (*backend.Handle).IsChangelog)

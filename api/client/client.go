@@ -287,6 +287,9 @@ type OpenSpec struct {
 	// Changelog chooses changelog mode for the instance (default: the
 	// daemon's --changelog).
 	Changelog Changelog
+	// LSM chooses where an lsm instance keeps its SSTs (default: the
+	// daemon's --lsm-remote). Only for an lsm Backend.
+	LSM LSMMode
 	// CheckKeyGroups declares at Open that key groups are computed with the
 	// hash stated.proto specifies (the default KeyHash; Open fails with
 	// another), and the daemon then refuses any operation whose key group
@@ -304,6 +307,19 @@ const (
 	// ChangelogOn and ChangelogOff choose for the instance.
 	ChangelogOn
 	ChangelogOff
+)
+
+// LSMMode is an lsm instance's choice of where its SSTs live.
+type LSMMode int
+
+const (
+	// LSMDefault follows the daemon's --lsm-remote.
+	LSMDefault LSMMode = iota
+	// LSMLocal keeps them on the daemon's disk, uploaded at checkpoints.
+	LSMLocal
+	// LSMRemote creates them in the checkpoint store from the start; a
+	// checkpoint hands them over and a restore references them in place.
+	LSMRemote
 )
 
 // Open opens an instance and its batch stream.
@@ -335,6 +351,15 @@ func (c *Client) Open(ctx context.Context, spec OpenSpec) (*Instance, error) {
 		req.Changelog = pb.ChangelogMode_CHANGELOG_MODE_OFF
 	default:
 		return nil, status.Errorf(codes.InvalidArgument, "client: open %s: changelog choice %d", spec.Task, spec.Changelog)
+	}
+	switch spec.LSM {
+	case LSMDefault:
+	case LSMLocal:
+		req.LsmMode = pb.LsmMode_LSM_MODE_LOCAL
+	case LSMRemote:
+		req.LsmMode = pb.LsmMode_LSM_MODE_REMOTE
+	default:
+		return nil, status.Errorf(codes.InvalidArgument, "client: open %s: lsm mode %d", spec.Task, spec.LSM)
 	}
 	for _, s := range spec.States {
 		req.States = append(req.States, protocol.StateToPB(s))

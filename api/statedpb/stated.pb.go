@@ -448,6 +448,55 @@ func (RestoreMode) EnumDescriptor() ([]byte, []int) {
 	return file_stated_proto_rawDescGZIP(), []int{6}
 }
 
+type LsmMode int32
+
+const (
+	LsmMode_LSM_MODE_UNSPECIFIED LsmMode = 0
+	LsmMode_LSM_MODE_LOCAL       LsmMode = 1
+	LsmMode_LSM_MODE_REMOTE      LsmMode = 2
+)
+
+// Enum value maps for LsmMode.
+var (
+	LsmMode_name = map[int32]string{
+		0: "LSM_MODE_UNSPECIFIED",
+		1: "LSM_MODE_LOCAL",
+		2: "LSM_MODE_REMOTE",
+	}
+	LsmMode_value = map[string]int32{
+		"LSM_MODE_UNSPECIFIED": 0,
+		"LSM_MODE_LOCAL":       1,
+		"LSM_MODE_REMOTE":      2,
+	}
+)
+
+func (x LsmMode) Enum() *LsmMode {
+	p := new(LsmMode)
+	*p = x
+	return p
+}
+
+func (x LsmMode) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (LsmMode) Descriptor() protoreflect.EnumDescriptor {
+	return file_stated_proto_enumTypes[7].Descriptor()
+}
+
+func (LsmMode) Type() protoreflect.EnumType {
+	return &file_stated_proto_enumTypes[7]
+}
+
+func (x LsmMode) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use LsmMode.Descriptor instead.
+func (LsmMode) EnumDescriptor() ([]byte, []int) {
+	return file_stated_proto_rawDescGZIP(), []int{7}
+}
+
 type ChangelogMode int32
 
 const (
@@ -481,11 +530,11 @@ func (x ChangelogMode) String() string {
 }
 
 func (ChangelogMode) Descriptor() protoreflect.EnumDescriptor {
-	return file_stated_proto_enumTypes[7].Descriptor()
+	return file_stated_proto_enumTypes[8].Descriptor()
 }
 
 func (ChangelogMode) Type() protoreflect.EnumType {
-	return &file_stated_proto_enumTypes[7]
+	return &file_stated_proto_enumTypes[8]
 }
 
 func (x ChangelogMode) Number() protoreflect.EnumNumber {
@@ -494,7 +543,7 @@ func (x ChangelogMode) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use ChangelogMode.Descriptor instead.
 func (ChangelogMode) EnumDescriptor() ([]byte, []int) {
-	return file_stated_proto_rawDescGZIP(), []int{7}
+	return file_stated_proto_rawDescGZIP(), []int{8}
 }
 
 type OpType int32
@@ -604,11 +653,11 @@ func (x OpType) String() string {
 }
 
 func (OpType) Descriptor() protoreflect.EnumDescriptor {
-	return file_stated_proto_enumTypes[8].Descriptor()
+	return file_stated_proto_enumTypes[9].Descriptor()
 }
 
 func (OpType) Type() protoreflect.EnumType {
-	return &file_stated_proto_enumTypes[8]
+	return &file_stated_proto_enumTypes[9]
 }
 
 func (x OpType) Number() protoreflect.EnumNumber {
@@ -617,7 +666,7 @@ func (x OpType) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use OpType.Descriptor instead.
 func (OpType) EnumDescriptor() ([]byte, []int) {
-	return file_stated_proto_rawDescGZIP(), []int{8}
+	return file_stated_proto_rawDescGZIP(), []int{9}
 }
 
 // OperatorStateMode says how an operator-state list is redistributed when
@@ -658,11 +707,11 @@ func (x OperatorStateMode) String() string {
 }
 
 func (OperatorStateMode) Descriptor() protoreflect.EnumDescriptor {
-	return file_stated_proto_enumTypes[9].Descriptor()
+	return file_stated_proto_enumTypes[10].Descriptor()
 }
 
 func (OperatorStateMode) Type() protoreflect.EnumType {
-	return &file_stated_proto_enumTypes[9]
+	return &file_stated_proto_enumTypes[10]
 }
 
 func (x OperatorStateMode) Number() protoreflect.EnumNumber {
@@ -671,7 +720,7 @@ func (x OperatorStateMode) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use OperatorStateMode.Descriptor instead.
 func (OperatorStateMode) EnumDescriptor() ([]byte, []int) {
-	return file_stated_proto_rawDescGZIP(), []int{9}
+	return file_stated_proto_rawDescGZIP(), []int{10}
 }
 
 // CheckpointStatus is where a checkpoint is in its life.
@@ -720,11 +769,11 @@ func (x CheckpointStatus) String() string {
 }
 
 func (CheckpointStatus) Descriptor() protoreflect.EnumDescriptor {
-	return file_stated_proto_enumTypes[10].Descriptor()
+	return file_stated_proto_enumTypes[11].Descriptor()
 }
 
 func (CheckpointStatus) Type() protoreflect.EnumType {
-	return &file_stated_proto_enumTypes[10]
+	return &file_stated_proto_enumTypes[11]
 }
 
 func (x CheckpointStatus) Number() protoreflect.EnumNumber {
@@ -733,7 +782,7 @@ func (x CheckpointStatus) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use CheckpointStatus.Descriptor instead.
 func (CheckpointStatus) EnumDescriptor() ([]byte, []int) {
-	return file_stated_proto_rawDescGZIP(), []int{10}
+	return file_stated_proto_rawDescGZIP(), []int{11}
 }
 
 // AbortReason is why a checkpoint is cancelled.
@@ -778,11 +827,11 @@ func (x AbortReason) String() string {
 }
 
 func (AbortReason) Descriptor() protoreflect.EnumDescriptor {
-	return file_stated_proto_enumTypes[11].Descriptor()
+	return file_stated_proto_enumTypes[12].Descriptor()
 }
 
 func (AbortReason) Type() protoreflect.EnumType {
-	return &file_stated_proto_enumTypes[11]
+	return &file_stated_proto_enumTypes[12]
 }
 
 func (x AbortReason) Number() protoreflect.EnumNumber {
@@ -791,7 +840,7 @@ func (x AbortReason) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use AbortReason.Descriptor instead.
 func (AbortReason) EnumDescriptor() ([]byte, []int) {
-	return file_stated_proto_rawDescGZIP(), []int{11}
+	return file_stated_proto_rawDescGZIP(), []int{12}
 }
 
 type SavepointFormat int32
@@ -828,11 +877,11 @@ func (x SavepointFormat) String() string {
 }
 
 func (SavepointFormat) Descriptor() protoreflect.EnumDescriptor {
-	return file_stated_proto_enumTypes[12].Descriptor()
+	return file_stated_proto_enumTypes[13].Descriptor()
 }
 
 func (SavepointFormat) Type() protoreflect.EnumType {
-	return &file_stated_proto_enumTypes[12]
+	return &file_stated_proto_enumTypes[13]
 }
 
 func (x SavepointFormat) Number() protoreflect.EnumNumber {
@@ -841,7 +890,7 @@ func (x SavepointFormat) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use SavepointFormat.Descriptor instead.
 func (SavepointFormat) EnumDescriptor() ([]byte, []int) {
-	return file_stated_proto_rawDescGZIP(), []int{12}
+	return file_stated_proto_rawDescGZIP(), []int{13}
 }
 
 type ChannelDirection int32
@@ -880,11 +929,11 @@ func (x ChannelDirection) String() string {
 }
 
 func (ChannelDirection) Descriptor() protoreflect.EnumDescriptor {
-	return file_stated_proto_enumTypes[13].Descriptor()
+	return file_stated_proto_enumTypes[14].Descriptor()
 }
 
 func (ChannelDirection) Type() protoreflect.EnumType {
-	return &file_stated_proto_enumTypes[13]
+	return &file_stated_proto_enumTypes[14]
 }
 
 func (x ChannelDirection) Number() protoreflect.EnumNumber {
@@ -893,7 +942,7 @@ func (x ChannelDirection) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use ChannelDirection.Descriptor instead.
 func (ChannelDirection) EnumDescriptor() ([]byte, []int) {
-	return file_stated_proto_rawDescGZIP(), []int{13}
+	return file_stated_proto_rawDescGZIP(), []int{14}
 }
 
 // ChannelKind is how the connection routed records; it decides what a
@@ -938,11 +987,11 @@ func (x ChannelKind) String() string {
 }
 
 func (ChannelKind) Descriptor() protoreflect.EnumDescriptor {
-	return file_stated_proto_enumTypes[14].Descriptor()
+	return file_stated_proto_enumTypes[15].Descriptor()
 }
 
 func (ChannelKind) Type() protoreflect.EnumType {
-	return &file_stated_proto_enumTypes[14]
+	return &file_stated_proto_enumTypes[15]
 }
 
 func (x ChannelKind) Number() protoreflect.EnumNumber {
@@ -951,7 +1000,7 @@ func (x ChannelKind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use ChannelKind.Descriptor instead.
 func (ChannelKind) EnumDescriptor() ([]byte, []int) {
-	return file_stated_proto_rawDescGZIP(), []int{14}
+	return file_stated_proto_rawDescGZIP(), []int{15}
 }
 
 type TaskId struct {
@@ -1333,7 +1382,15 @@ type OpenRequest struct {
 	// the daemon checks them (see KeyHash). A client of the specified hash
 	// should declare it: a wrong key group is then refused, not stored where
 	// a rescale hands it to the wrong subtask.
-	KeyHash       KeyHash `protobuf:"varint,11,opt,name=key_hash,json=keyHash,proto3,enum=stated.v1.KeyHash" json:"key_hash,omitempty"`
+	KeyHash KeyHash `protobuf:"varint,11,opt,name=key_hash,json=keyHash,proto3,enum=stated.v1.KeyHash" json:"key_hash,omitempty"`
+	// lsm_mode chooses where an lsm instance keeps its SSTs: LOCAL on the
+	// daemon's disk, uploaded at each checkpoint; REMOTE in the checkpoint
+	// store from the start, with the local disk as a bounded cache
+	// (checkpoints hand the SSTs over, restores reference them in place).
+	// UNSPECIFIED follows the daemon's --lsm-remote. Set only for an lsm
+	// backend (INVALID_ARGUMENT otherwise). A restore reads checkpoints of
+	// either mode.
+	LsmMode       LsmMode `protobuf:"varint,12,opt,name=lsm_mode,json=lsmMode,proto3,enum=stated.v1.LsmMode" json:"lsm_mode,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1444,6 +1501,13 @@ func (x *OpenRequest) GetKeyHash() KeyHash {
 		return x.KeyHash
 	}
 	return KeyHash_KEY_HASH_UNSPECIFIED
+}
+
+func (x *OpenRequest) GetLsmMode() LsmMode {
+	if x != nil {
+		return x.LsmMode
+	}
+	return LsmMode_LSM_MODE_UNSPECIFIED
 }
 
 type OpenResponse struct {
@@ -4163,7 +4227,7 @@ const file_stated_proto_rawDesc = "" +
 	"\x04mode\x18\x04 \x01(\x0e2\x16.stated.v1.RestoreModeR\x04mode\x12%\n" +
 	"\x0eallow_fallback\x18\x05 \x01(\bR\rallowFallback\x12L\n" +
 	"#without_channel_state_checkpoint_id\x18\x06 \x01(\x04R\x1fwithoutChannelStateCheckpointIdB\b\n" +
-	"\x06source\"\xfa\x03\n" +
+	"\x06source\"\xa9\x04\n" +
 	"\vOpenRequest\x12%\n" +
 	"\x04task\x18\x01 \x01(\v2\x11.stated.v1.TaskIdR\x04task\x127\n" +
 	"\n" +
@@ -4177,7 +4241,8 @@ const file_stated_proto_rawDesc = "" +
 	"\tchangelog\x18\t \x01(\x0e2\x18.stated.v1.ChangelogModeR\tchangelog\x129\n" +
 	"\fbackend_kind\x18\n" +
 	" \x01(\x0e2\x16.stated.v1.BackendKindR\vbackendKind\x12-\n" +
-	"\bkey_hash\x18\v \x01(\x0e2\x12.stated.v1.KeyHashR\akeyHash\"\xf1\x06\n" +
+	"\bkey_hash\x18\v \x01(\x0e2\x12.stated.v1.KeyHashR\akeyHash\x12-\n" +
+	"\blsm_mode\x18\f \x01(\x0e2\x12.stated.v1.LsmModeR\alsmMode\"\xf1\x06\n" +
 	"\fOpenResponse\x12\x1f\n" +
 	"\vinstance_id\x18\x01 \x01(\fR\n" +
 	"instanceId\x12'\n" +
@@ -4422,7 +4487,11 @@ const file_stated_proto_rawDesc = "" +
 	"\vRestoreMode\x12\x1c\n" +
 	"\x18RESTORE_MODE_UNSPECIFIED\x10\x00\x12\x16\n" +
 	"\x12RESTORE_MODE_CLAIM\x10\x01\x12\x19\n" +
-	"\x15RESTORE_MODE_NO_CLAIM\x10\x02*^\n" +
+	"\x15RESTORE_MODE_NO_CLAIM\x10\x02*L\n" +
+	"\aLsmMode\x12\x18\n" +
+	"\x14LSM_MODE_UNSPECIFIED\x10\x00\x12\x12\n" +
+	"\x0eLSM_MODE_LOCAL\x10\x01\x12\x13\n" +
+	"\x0fLSM_MODE_REMOTE\x10\x02*^\n" +
 	"\rChangelogMode\x12\x1e\n" +
 	"\x1aCHANGELOG_MODE_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11CHANGELOG_MODE_ON\x10\x01\x12\x16\n" +
@@ -4502,7 +4571,7 @@ func file_stated_proto_rawDescGZIP() []byte {
 	return file_stated_proto_rawDescData
 }
 
-var file_stated_proto_enumTypes = make([]protoimpl.EnumInfo, 15)
+var file_stated_proto_enumTypes = make([]protoimpl.EnumInfo, 16)
 var file_stated_proto_msgTypes = make([]protoimpl.MessageInfo, 40)
 var file_stated_proto_goTypes = []any{
 	(StateKind)(0),                     // 0: stated.v1.StateKind
@@ -4512,54 +4581,55 @@ var file_stated_proto_goTypes = []any{
 	(BackendKind)(0),                   // 4: stated.v1.BackendKind
 	(KeyHash)(0),                       // 5: stated.v1.KeyHash
 	(RestoreMode)(0),                   // 6: stated.v1.RestoreMode
-	(ChangelogMode)(0),                 // 7: stated.v1.ChangelogMode
-	(OpType)(0),                        // 8: stated.v1.OpType
-	(OperatorStateMode)(0),             // 9: stated.v1.OperatorStateMode
-	(CheckpointStatus)(0),              // 10: stated.v1.CheckpointStatus
-	(AbortReason)(0),                   // 11: stated.v1.AbortReason
-	(SavepointFormat)(0),               // 12: stated.v1.SavepointFormat
-	(ChannelDirection)(0),              // 13: stated.v1.ChannelDirection
-	(ChannelKind)(0),                   // 14: stated.v1.ChannelKind
-	(*TaskId)(nil),                     // 15: stated.v1.TaskId
-	(*KeyGroupRange)(nil),              // 16: stated.v1.KeyGroupRange
-	(*StateDescriptor)(nil),            // 17: stated.v1.StateDescriptor
-	(*RestoreSource)(nil),              // 18: stated.v1.RestoreSource
-	(*OpenRequest)(nil),                // 19: stated.v1.OpenRequest
-	(*OpenResponse)(nil),               // 20: stated.v1.OpenResponse
-	(*Op)(nil),                         // 21: stated.v1.Op
-	(*BatchRequest)(nil),               // 22: stated.v1.BatchRequest
-	(*SnapshotBarrier)(nil),            // 23: stated.v1.SnapshotBarrier
-	(*TaskCheckpointStats)(nil),        // 24: stated.v1.TaskCheckpointStats
-	(*SnapshotOutcome)(nil),            // 25: stated.v1.SnapshotOutcome
-	(*MapEntry)(nil),                   // 26: stated.v1.MapEntry
-	(*Timer)(nil),                      // 27: stated.v1.Timer
-	(*Result)(nil),                     // 28: stated.v1.Result
-	(*BatchResponse)(nil),              // 29: stated.v1.BatchResponse
-	(*SnapshotRequest)(nil),            // 30: stated.v1.SnapshotRequest
-	(*SnapshotResponse)(nil),           // 31: stated.v1.SnapshotResponse
-	(*CompleteCheckpointRequest)(nil),  // 32: stated.v1.CompleteCheckpointRequest
-	(*CheckpointInfo)(nil),             // 33: stated.v1.CheckpointInfo
-	(*CompleteCheckpointResponse)(nil), // 34: stated.v1.CompleteCheckpointResponse
-	(*AbortCheckpointRequest)(nil),     // 35: stated.v1.AbortCheckpointRequest
-	(*AbortCheckpointResponse)(nil),    // 36: stated.v1.AbortCheckpointResponse
-	(*ListCheckpointsRequest)(nil),     // 37: stated.v1.ListCheckpointsRequest
-	(*ListCheckpointsResponse)(nil),    // 38: stated.v1.ListCheckpointsResponse
-	(*TriggerSavepointRequest)(nil),    // 39: stated.v1.TriggerSavepointRequest
-	(*TriggerSavepointResponse)(nil),   // 40: stated.v1.TriggerSavepointResponse
-	(*PlanRescaleRequest)(nil),         // 41: stated.v1.PlanRescaleRequest
-	(*RescaleSource)(nil),              // 42: stated.v1.RescaleSource
-	(*RescaleSubtask)(nil),             // 43: stated.v1.RescaleSubtask
-	(*PlanRescaleResponse)(nil),        // 44: stated.v1.PlanRescaleResponse
-	(*CloseRequest)(nil),               // 45: stated.v1.CloseRequest
-	(*CloseResponse)(nil),              // 46: stated.v1.CloseResponse
-	(*ChannelId)(nil),                  // 47: stated.v1.ChannelId
-	(*ChannelRecord)(nil),              // 48: stated.v1.ChannelRecord
-	(*ChannelBuffer)(nil),              // 49: stated.v1.ChannelBuffer
-	(*ChannelChunk)(nil),               // 50: stated.v1.ChannelChunk
-	(*WriteChannelStateRequest)(nil),   // 51: stated.v1.WriteChannelStateRequest
-	(*WriteChannelStateResponse)(nil),  // 52: stated.v1.WriteChannelStateResponse
-	(*ReadChannelStateRequest)(nil),    // 53: stated.v1.ReadChannelStateRequest
-	(*ReadChannelStateResponse)(nil),   // 54: stated.v1.ReadChannelStateResponse
+	(LsmMode)(0),                       // 7: stated.v1.LsmMode
+	(ChangelogMode)(0),                 // 8: stated.v1.ChangelogMode
+	(OpType)(0),                        // 9: stated.v1.OpType
+	(OperatorStateMode)(0),             // 10: stated.v1.OperatorStateMode
+	(CheckpointStatus)(0),              // 11: stated.v1.CheckpointStatus
+	(AbortReason)(0),                   // 12: stated.v1.AbortReason
+	(SavepointFormat)(0),               // 13: stated.v1.SavepointFormat
+	(ChannelDirection)(0),              // 14: stated.v1.ChannelDirection
+	(ChannelKind)(0),                   // 15: stated.v1.ChannelKind
+	(*TaskId)(nil),                     // 16: stated.v1.TaskId
+	(*KeyGroupRange)(nil),              // 17: stated.v1.KeyGroupRange
+	(*StateDescriptor)(nil),            // 18: stated.v1.StateDescriptor
+	(*RestoreSource)(nil),              // 19: stated.v1.RestoreSource
+	(*OpenRequest)(nil),                // 20: stated.v1.OpenRequest
+	(*OpenResponse)(nil),               // 21: stated.v1.OpenResponse
+	(*Op)(nil),                         // 22: stated.v1.Op
+	(*BatchRequest)(nil),               // 23: stated.v1.BatchRequest
+	(*SnapshotBarrier)(nil),            // 24: stated.v1.SnapshotBarrier
+	(*TaskCheckpointStats)(nil),        // 25: stated.v1.TaskCheckpointStats
+	(*SnapshotOutcome)(nil),            // 26: stated.v1.SnapshotOutcome
+	(*MapEntry)(nil),                   // 27: stated.v1.MapEntry
+	(*Timer)(nil),                      // 28: stated.v1.Timer
+	(*Result)(nil),                     // 29: stated.v1.Result
+	(*BatchResponse)(nil),              // 30: stated.v1.BatchResponse
+	(*SnapshotRequest)(nil),            // 31: stated.v1.SnapshotRequest
+	(*SnapshotResponse)(nil),           // 32: stated.v1.SnapshotResponse
+	(*CompleteCheckpointRequest)(nil),  // 33: stated.v1.CompleteCheckpointRequest
+	(*CheckpointInfo)(nil),             // 34: stated.v1.CheckpointInfo
+	(*CompleteCheckpointResponse)(nil), // 35: stated.v1.CompleteCheckpointResponse
+	(*AbortCheckpointRequest)(nil),     // 36: stated.v1.AbortCheckpointRequest
+	(*AbortCheckpointResponse)(nil),    // 37: stated.v1.AbortCheckpointResponse
+	(*ListCheckpointsRequest)(nil),     // 38: stated.v1.ListCheckpointsRequest
+	(*ListCheckpointsResponse)(nil),    // 39: stated.v1.ListCheckpointsResponse
+	(*TriggerSavepointRequest)(nil),    // 40: stated.v1.TriggerSavepointRequest
+	(*TriggerSavepointResponse)(nil),   // 41: stated.v1.TriggerSavepointResponse
+	(*PlanRescaleRequest)(nil),         // 42: stated.v1.PlanRescaleRequest
+	(*RescaleSource)(nil),              // 43: stated.v1.RescaleSource
+	(*RescaleSubtask)(nil),             // 44: stated.v1.RescaleSubtask
+	(*PlanRescaleResponse)(nil),        // 45: stated.v1.PlanRescaleResponse
+	(*CloseRequest)(nil),               // 46: stated.v1.CloseRequest
+	(*CloseResponse)(nil),              // 47: stated.v1.CloseResponse
+	(*ChannelId)(nil),                  // 48: stated.v1.ChannelId
+	(*ChannelRecord)(nil),              // 49: stated.v1.ChannelRecord
+	(*ChannelBuffer)(nil),              // 50: stated.v1.ChannelBuffer
+	(*ChannelChunk)(nil),               // 51: stated.v1.ChannelChunk
+	(*WriteChannelStateRequest)(nil),   // 52: stated.v1.WriteChannelStateRequest
+	(*WriteChannelStateResponse)(nil),  // 53: stated.v1.WriteChannelStateResponse
+	(*ReadChannelStateRequest)(nil),    // 54: stated.v1.ReadChannelStateRequest
+	(*ReadChannelStateResponse)(nil),   // 55: stated.v1.ReadChannelStateResponse
 }
 var file_stated_proto_depIdxs = []int32{
 	0,  // 0: stated.v1.StateDescriptor.kind:type_name -> stated.v1.StateKind
@@ -4567,78 +4637,79 @@ var file_stated_proto_depIdxs = []int32{
 	2,  // 2: stated.v1.StateDescriptor.aggregate:type_name -> stated.v1.AggregateFunc
 	3,  // 3: stated.v1.StateDescriptor.number:type_name -> stated.v1.NumberType
 	6,  // 4: stated.v1.RestoreSource.mode:type_name -> stated.v1.RestoreMode
-	15, // 5: stated.v1.OpenRequest.task:type_name -> stated.v1.TaskId
-	16, // 6: stated.v1.OpenRequest.key_groups:type_name -> stated.v1.KeyGroupRange
-	17, // 7: stated.v1.OpenRequest.states:type_name -> stated.v1.StateDescriptor
-	18, // 8: stated.v1.OpenRequest.restore:type_name -> stated.v1.RestoreSource
-	7,  // 9: stated.v1.OpenRequest.changelog:type_name -> stated.v1.ChangelogMode
+	16, // 5: stated.v1.OpenRequest.task:type_name -> stated.v1.TaskId
+	17, // 6: stated.v1.OpenRequest.key_groups:type_name -> stated.v1.KeyGroupRange
+	18, // 7: stated.v1.OpenRequest.states:type_name -> stated.v1.StateDescriptor
+	19, // 8: stated.v1.OpenRequest.restore:type_name -> stated.v1.RestoreSource
+	8,  // 9: stated.v1.OpenRequest.changelog:type_name -> stated.v1.ChangelogMode
 	4,  // 10: stated.v1.OpenRequest.backend_kind:type_name -> stated.v1.BackendKind
 	5,  // 11: stated.v1.OpenRequest.key_hash:type_name -> stated.v1.KeyHash
-	16, // 12: stated.v1.OpenResponse.key_groups:type_name -> stated.v1.KeyGroupRange
-	17, // 13: stated.v1.OpenResponse.states:type_name -> stated.v1.StateDescriptor
-	4,  // 14: stated.v1.OpenResponse.backend_kind:type_name -> stated.v1.BackendKind
-	5,  // 15: stated.v1.OpenResponse.key_hash:type_name -> stated.v1.KeyHash
-	8,  // 16: stated.v1.Op.type:type_name -> stated.v1.OpType
-	3,  // 17: stated.v1.Op.number_type:type_name -> stated.v1.NumberType
-	9,  // 18: stated.v1.Op.operator_mode:type_name -> stated.v1.OperatorStateMode
-	21, // 19: stated.v1.BatchRequest.ops:type_name -> stated.v1.Op
-	23, // 20: stated.v1.BatchRequest.snapshot:type_name -> stated.v1.SnapshotBarrier
-	24, // 21: stated.v1.SnapshotBarrier.stats:type_name -> stated.v1.TaskCheckpointStats
-	31, // 22: stated.v1.SnapshotOutcome.result:type_name -> stated.v1.SnapshotResponse
-	26, // 23: stated.v1.Result.entries:type_name -> stated.v1.MapEntry
-	3,  // 24: stated.v1.Result.number_type:type_name -> stated.v1.NumberType
-	27, // 25: stated.v1.Result.timers:type_name -> stated.v1.Timer
-	9,  // 26: stated.v1.Result.operator_mode:type_name -> stated.v1.OperatorStateMode
-	28, // 27: stated.v1.BatchResponse.results:type_name -> stated.v1.Result
-	25, // 28: stated.v1.BatchResponse.snapshot:type_name -> stated.v1.SnapshotOutcome
-	24, // 29: stated.v1.SnapshotRequest.stats:type_name -> stated.v1.TaskCheckpointStats
-	15, // 30: stated.v1.CompleteCheckpointRequest.tasks:type_name -> stated.v1.TaskId
-	10, // 31: stated.v1.CheckpointInfo.state:type_name -> stated.v1.CheckpointStatus
-	33, // 32: stated.v1.CompleteCheckpointResponse.checkpoint:type_name -> stated.v1.CheckpointInfo
-	11, // 33: stated.v1.AbortCheckpointRequest.reason_code:type_name -> stated.v1.AbortReason
-	33, // 34: stated.v1.ListCheckpointsResponse.checkpoints:type_name -> stated.v1.CheckpointInfo
-	12, // 35: stated.v1.TriggerSavepointRequest.format:type_name -> stated.v1.SavepointFormat
-	15, // 36: stated.v1.RescaleSource.task:type_name -> stated.v1.TaskId
-	16, // 37: stated.v1.RescaleSource.key_groups:type_name -> stated.v1.KeyGroupRange
-	16, // 38: stated.v1.RescaleSource.overlap:type_name -> stated.v1.KeyGroupRange
-	4,  // 39: stated.v1.RescaleSource.backend_kind:type_name -> stated.v1.BackendKind
-	16, // 40: stated.v1.RescaleSubtask.key_groups:type_name -> stated.v1.KeyGroupRange
-	42, // 41: stated.v1.RescaleSubtask.sources:type_name -> stated.v1.RescaleSource
-	43, // 42: stated.v1.PlanRescaleResponse.subtasks:type_name -> stated.v1.RescaleSubtask
-	13, // 43: stated.v1.ChannelId.direction:type_name -> stated.v1.ChannelDirection
-	48, // 44: stated.v1.ChannelBuffer.records:type_name -> stated.v1.ChannelRecord
-	47, // 45: stated.v1.ChannelChunk.channel:type_name -> stated.v1.ChannelId
-	14, // 46: stated.v1.ChannelChunk.kind:type_name -> stated.v1.ChannelKind
-	49, // 47: stated.v1.ChannelChunk.buffers:type_name -> stated.v1.ChannelBuffer
-	50, // 48: stated.v1.WriteChannelStateRequest.chunks:type_name -> stated.v1.ChannelChunk
-	50, // 49: stated.v1.ReadChannelStateResponse.chunks:type_name -> stated.v1.ChannelChunk
-	19, // 50: stated.v1.Stated.Open:input_type -> stated.v1.OpenRequest
-	22, // 51: stated.v1.Stated.Batch:input_type -> stated.v1.BatchRequest
-	30, // 52: stated.v1.Stated.Snapshot:input_type -> stated.v1.SnapshotRequest
-	32, // 53: stated.v1.Stated.CompleteCheckpoint:input_type -> stated.v1.CompleteCheckpointRequest
-	35, // 54: stated.v1.Stated.AbortCheckpoint:input_type -> stated.v1.AbortCheckpointRequest
-	37, // 55: stated.v1.Stated.ListCheckpoints:input_type -> stated.v1.ListCheckpointsRequest
-	39, // 56: stated.v1.Stated.TriggerSavepoint:input_type -> stated.v1.TriggerSavepointRequest
-	41, // 57: stated.v1.Stated.PlanRescale:input_type -> stated.v1.PlanRescaleRequest
-	45, // 58: stated.v1.Stated.CloseInstance:input_type -> stated.v1.CloseRequest
-	51, // 59: stated.v1.Stated.WriteChannelState:input_type -> stated.v1.WriteChannelStateRequest
-	53, // 60: stated.v1.Stated.ReadChannelState:input_type -> stated.v1.ReadChannelStateRequest
-	20, // 61: stated.v1.Stated.Open:output_type -> stated.v1.OpenResponse
-	29, // 62: stated.v1.Stated.Batch:output_type -> stated.v1.BatchResponse
-	31, // 63: stated.v1.Stated.Snapshot:output_type -> stated.v1.SnapshotResponse
-	34, // 64: stated.v1.Stated.CompleteCheckpoint:output_type -> stated.v1.CompleteCheckpointResponse
-	36, // 65: stated.v1.Stated.AbortCheckpoint:output_type -> stated.v1.AbortCheckpointResponse
-	38, // 66: stated.v1.Stated.ListCheckpoints:output_type -> stated.v1.ListCheckpointsResponse
-	40, // 67: stated.v1.Stated.TriggerSavepoint:output_type -> stated.v1.TriggerSavepointResponse
-	44, // 68: stated.v1.Stated.PlanRescale:output_type -> stated.v1.PlanRescaleResponse
-	46, // 69: stated.v1.Stated.CloseInstance:output_type -> stated.v1.CloseResponse
-	52, // 70: stated.v1.Stated.WriteChannelState:output_type -> stated.v1.WriteChannelStateResponse
-	54, // 71: stated.v1.Stated.ReadChannelState:output_type -> stated.v1.ReadChannelStateResponse
-	61, // [61:72] is the sub-list for method output_type
-	50, // [50:61] is the sub-list for method input_type
-	50, // [50:50] is the sub-list for extension type_name
-	50, // [50:50] is the sub-list for extension extendee
-	0,  // [0:50] is the sub-list for field type_name
+	7,  // 12: stated.v1.OpenRequest.lsm_mode:type_name -> stated.v1.LsmMode
+	17, // 13: stated.v1.OpenResponse.key_groups:type_name -> stated.v1.KeyGroupRange
+	18, // 14: stated.v1.OpenResponse.states:type_name -> stated.v1.StateDescriptor
+	4,  // 15: stated.v1.OpenResponse.backend_kind:type_name -> stated.v1.BackendKind
+	5,  // 16: stated.v1.OpenResponse.key_hash:type_name -> stated.v1.KeyHash
+	9,  // 17: stated.v1.Op.type:type_name -> stated.v1.OpType
+	3,  // 18: stated.v1.Op.number_type:type_name -> stated.v1.NumberType
+	10, // 19: stated.v1.Op.operator_mode:type_name -> stated.v1.OperatorStateMode
+	22, // 20: stated.v1.BatchRequest.ops:type_name -> stated.v1.Op
+	24, // 21: stated.v1.BatchRequest.snapshot:type_name -> stated.v1.SnapshotBarrier
+	25, // 22: stated.v1.SnapshotBarrier.stats:type_name -> stated.v1.TaskCheckpointStats
+	32, // 23: stated.v1.SnapshotOutcome.result:type_name -> stated.v1.SnapshotResponse
+	27, // 24: stated.v1.Result.entries:type_name -> stated.v1.MapEntry
+	3,  // 25: stated.v1.Result.number_type:type_name -> stated.v1.NumberType
+	28, // 26: stated.v1.Result.timers:type_name -> stated.v1.Timer
+	10, // 27: stated.v1.Result.operator_mode:type_name -> stated.v1.OperatorStateMode
+	29, // 28: stated.v1.BatchResponse.results:type_name -> stated.v1.Result
+	26, // 29: stated.v1.BatchResponse.snapshot:type_name -> stated.v1.SnapshotOutcome
+	25, // 30: stated.v1.SnapshotRequest.stats:type_name -> stated.v1.TaskCheckpointStats
+	16, // 31: stated.v1.CompleteCheckpointRequest.tasks:type_name -> stated.v1.TaskId
+	11, // 32: stated.v1.CheckpointInfo.state:type_name -> stated.v1.CheckpointStatus
+	34, // 33: stated.v1.CompleteCheckpointResponse.checkpoint:type_name -> stated.v1.CheckpointInfo
+	12, // 34: stated.v1.AbortCheckpointRequest.reason_code:type_name -> stated.v1.AbortReason
+	34, // 35: stated.v1.ListCheckpointsResponse.checkpoints:type_name -> stated.v1.CheckpointInfo
+	13, // 36: stated.v1.TriggerSavepointRequest.format:type_name -> stated.v1.SavepointFormat
+	16, // 37: stated.v1.RescaleSource.task:type_name -> stated.v1.TaskId
+	17, // 38: stated.v1.RescaleSource.key_groups:type_name -> stated.v1.KeyGroupRange
+	17, // 39: stated.v1.RescaleSource.overlap:type_name -> stated.v1.KeyGroupRange
+	4,  // 40: stated.v1.RescaleSource.backend_kind:type_name -> stated.v1.BackendKind
+	17, // 41: stated.v1.RescaleSubtask.key_groups:type_name -> stated.v1.KeyGroupRange
+	43, // 42: stated.v1.RescaleSubtask.sources:type_name -> stated.v1.RescaleSource
+	44, // 43: stated.v1.PlanRescaleResponse.subtasks:type_name -> stated.v1.RescaleSubtask
+	14, // 44: stated.v1.ChannelId.direction:type_name -> stated.v1.ChannelDirection
+	49, // 45: stated.v1.ChannelBuffer.records:type_name -> stated.v1.ChannelRecord
+	48, // 46: stated.v1.ChannelChunk.channel:type_name -> stated.v1.ChannelId
+	15, // 47: stated.v1.ChannelChunk.kind:type_name -> stated.v1.ChannelKind
+	50, // 48: stated.v1.ChannelChunk.buffers:type_name -> stated.v1.ChannelBuffer
+	51, // 49: stated.v1.WriteChannelStateRequest.chunks:type_name -> stated.v1.ChannelChunk
+	51, // 50: stated.v1.ReadChannelStateResponse.chunks:type_name -> stated.v1.ChannelChunk
+	20, // 51: stated.v1.Stated.Open:input_type -> stated.v1.OpenRequest
+	23, // 52: stated.v1.Stated.Batch:input_type -> stated.v1.BatchRequest
+	31, // 53: stated.v1.Stated.Snapshot:input_type -> stated.v1.SnapshotRequest
+	33, // 54: stated.v1.Stated.CompleteCheckpoint:input_type -> stated.v1.CompleteCheckpointRequest
+	36, // 55: stated.v1.Stated.AbortCheckpoint:input_type -> stated.v1.AbortCheckpointRequest
+	38, // 56: stated.v1.Stated.ListCheckpoints:input_type -> stated.v1.ListCheckpointsRequest
+	40, // 57: stated.v1.Stated.TriggerSavepoint:input_type -> stated.v1.TriggerSavepointRequest
+	42, // 58: stated.v1.Stated.PlanRescale:input_type -> stated.v1.PlanRescaleRequest
+	46, // 59: stated.v1.Stated.CloseInstance:input_type -> stated.v1.CloseRequest
+	52, // 60: stated.v1.Stated.WriteChannelState:input_type -> stated.v1.WriteChannelStateRequest
+	54, // 61: stated.v1.Stated.ReadChannelState:input_type -> stated.v1.ReadChannelStateRequest
+	21, // 62: stated.v1.Stated.Open:output_type -> stated.v1.OpenResponse
+	30, // 63: stated.v1.Stated.Batch:output_type -> stated.v1.BatchResponse
+	32, // 64: stated.v1.Stated.Snapshot:output_type -> stated.v1.SnapshotResponse
+	35, // 65: stated.v1.Stated.CompleteCheckpoint:output_type -> stated.v1.CompleteCheckpointResponse
+	37, // 66: stated.v1.Stated.AbortCheckpoint:output_type -> stated.v1.AbortCheckpointResponse
+	39, // 67: stated.v1.Stated.ListCheckpoints:output_type -> stated.v1.ListCheckpointsResponse
+	41, // 68: stated.v1.Stated.TriggerSavepoint:output_type -> stated.v1.TriggerSavepointResponse
+	45, // 69: stated.v1.Stated.PlanRescale:output_type -> stated.v1.PlanRescaleResponse
+	47, // 70: stated.v1.Stated.CloseInstance:output_type -> stated.v1.CloseResponse
+	53, // 71: stated.v1.Stated.WriteChannelState:output_type -> stated.v1.WriteChannelStateResponse
+	55, // 72: stated.v1.Stated.ReadChannelState:output_type -> stated.v1.ReadChannelStateResponse
+	62, // [62:73] is the sub-list for method output_type
+	51, // [51:62] is the sub-list for method input_type
+	51, // [51:51] is the sub-list for extension type_name
+	51, // [51:51] is the sub-list for extension extendee
+	0,  // [0:51] is the sub-list for field type_name
 }
 
 func init() { file_stated_proto_init() }
@@ -4656,7 +4727,7 @@ func file_stated_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_stated_proto_rawDesc), len(file_stated_proto_rawDesc)),
-			NumEnums:      15,
+			NumEnums:      16,
 			NumMessages:   40,
 			NumExtensions: 0,
 			NumServices:   1,

@@ -25,6 +25,7 @@ import (
 	"github.com/cockroachdb/pebble/v2/bloom"
 	"github.com/cockroachdb/pebble/v2/objstorage/remote"
 
+	"github.com/statedhq/stated/backend"
 	"github.com/statedhq/stated/backend/lsm/remotestore"
 	"github.com/statedhq/stated/tiered"
 )
@@ -378,4 +379,25 @@ func (b *Backend) Abandon() error {
 	err := b.db.Close()
 	b.cache.Unref()
 	return errors.Join(err, b.lo.FS.RemoveAll(b.dbDir))
+}
+
+// RestoreModes reports which modes wrote the lsm handles of hs: remote
+// (files that reference SSTs in the store) and local (lsm files without
+// a table reference). An instance restores a remote-mode checkpoint only
+// in remote mode, and a local one only in local mode; handles of the
+// heap and file backends (and canonical savepoints) restore in either.
+func RestoreModes(hs []*backend.Handle) (remote, local bool) {
+	for _, h := range hs {
+		if h.Backend != backend.KindLSM {
+			continue
+		}
+		for _, f := range h.Files {
+			if f.Table != nil {
+				remote = true
+			} else {
+				local = true
+			}
+		}
+	}
+	return remote, local
 }

@@ -142,7 +142,30 @@ func New(cfg Config) (*Set, error) {
 		}
 		lo := lsm.Options{Dir: env.Dir, Cache: cache, HeapSnapshots: cfg.HeapSnapshots, DownloadCache: dc, Logger: pl,
 			MemTableSize: uint64(cfg.LSMMemTableBytes)}
-		if cfg.LSMRemote {
+		// A checkpoint restores in the mode that wrote it (canonical
+		// ones in either): an instance that does not choose follows it,
+		// and one that chooses the other mode is refused, naming why.
+		remote := cfg.LSMRemote
+		byRemote, byLocal := lsm.RestoreModes(opts.Restore)
+		switch env.LSM {
+		case daemon.LSMLocal:
+			if byRemote {
+				return nil, fmt.Errorf("%w: an lsm instance opened in local mode cannot restore this checkpoint: its SSTs live in the checkpoint store (written in remote mode); open it in remote mode, or without a choice",
+					backend.ErrInvalidArgument)
+			}
+			remote = false
+		case daemon.LSMRemote:
+			if byLocal {
+				return nil, fmt.Errorf("%w: an lsm instance opened in remote mode cannot restore this checkpoint: it was written in local mode; open it in local mode, or without a choice, or restore from a canonical savepoint",
+					backend.ErrInvalidArgument)
+			}
+			remote = true
+		default:
+			if byRemote != byLocal {
+				remote = byRemote
+			}
+		}
+		if remote {
 			lo.Remote = &lsm.RemoteOptions{Store: opts.Store, CacheBytes: cfg.LSMRemoteCacheBytes, LeaseInterval: cfg.LSMLeaseInterval}
 		}
 		return lsm.Open(opts, lo)

@@ -2,8 +2,11 @@ package openers_test
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/statedhq/stated/backend"
@@ -121,5 +124,96 @@ func TestLSMRemote(t *testing.T) {
 	}
 	if _, err := openers.New(openers.Config{LSMRemoteCacheBytes: -1}); err == nil {
 		t.Fatal("a negative remote cache size was accepted")
+	}
+}
+
+// TestLSMModePerInstance: an instance's own choice (OpenEnv.LSM) wins
+// over the daemon's --lsm-remote either way. A checkpoint restores in the
+// mode that wrote it: an instance that does not choose follows it, one
+// that chooses the other mode is refused, naming why.
+func TestLSMModePerInstance(t *testing.T) {
+	ctx := context.Background()
+	for _, daemonRemote := range []bool{false, true} {
+		set, err := openers.New(openers.Config{LSMRemote: daemonRemote, LSMRemoteCacheBytes: 4 << 20})
+		if err != nil {
+			t.Fatal(err)
+		}
+		dataDir := t.TempDir()
+		store := memstore.New()
+		opts := backend.Options{Task: backend.TaskID{Job: "job", Operator: "op"}, KeyGroups: backend.KeyGroupRange{Start: 0, End: 127},
+			MaxParallelism: 128, States: []backend.StateDescriptor{{Name: "v", Kind: backend.KindValue}}, Store: store}
+		opts.EnsureDefaults()
+		n := 0
+		open := func(mode daemon.LSMMode, restore *backend.Handle) backend.Backend {
+			t.Helper()
+			o := opts
+			if restore != nil {
+				o.Restore = []*backend.Handle{restore}
+			}
+			n++
+			b, err := set.Openers[backend.KindLSM](ctx, o, daemon.OpenEnv{Dir: filepath.Join(dataDir, fmt.Sprint(n)), DataDir: dataDir, LSM: mode})
+			if err != nil {
+				t.Fatalf("daemon remote %v, mode %d: %v", daemonRemote, mode, err)
+			}
+			return b
+		}
+		checkpoint := func(b backend.Backend, id uint64) *backend.Handle {
+			t.Helper()
+			snap, err := b.Snapshot(ctx, id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			h, err := snap.Run(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return h
+		}
+		key := backend.Key{KeyGroup: 3, Key: []byte("k")}
+		// The instance's choice against the daemon's.
+		mode := daemon.LSMRemote
+		if daemonRemote {
+			mode = daemon.LSMLocal
+		}
+		b := open(mode, nil)
+		if err := b.Put("v", key, []byte("x")); err != nil {
+			t.Fatal(err)
+		}
+		h := checkpoint(b, 1)
+		if remote := h.Version == backend.HandleVersionRemote; remote == daemonRemote {
+			t.Fatalf("daemon remote %v, instance mode %d: handle version %d", daemonRemote, mode, h.Version)
+		}
+		_ = b.Close()
+		// Restored in the other mode, and checkpointed there.
+		other := daemon.LSMLocal
+		if mode == daemon.LSMLocal {
+			other = daemon.LSMRemote
+		}
+		// A checkpoint restores in the mode that wrote it: the other
+		// mode, chosen, is refused; no choice follows the checkpoint.
+		o := opts
+		o.Restore = []*backend.Handle{h}
+		_, err = set.Openers[backend.KindLSM](ctx, o, daemon.OpenEnv{Dir: filepath.Join(dataDir, "refused"), DataDir: dataDir, LSM: other})
+		if !errors.Is(err, backend.ErrInvalidArgument) || !strings.Contains(err.Error(), "cannot restore this checkpoint") {
+			t.Fatalf("a mode %d checkpoint restored in mode %d: %v", mode, other, err)
+		}
+		r := open(daemon.LSMDefault, h)
+		if v, ok, err := r.Get("v", key); err != nil || !ok || string(v) != "x" {
+			t.Fatalf("restored in mode %d from a mode %d checkpoint: %q %v %v", other, mode, v, ok, err)
+		}
+		if err := r.Put("v", key, []byte("y")); err != nil {
+			t.Fatal(err)
+		}
+		h2 := checkpoint(r, 2)
+		_ = r.Close()
+		if h2.Version != h.Version {
+			t.Fatalf("a restore without a choice changed the mode: handle version %d after %d", h2.Version, h.Version)
+		}
+		again := open(mode, h2)
+		if v, ok, err := again.Get("v", key); err != nil || !ok || string(v) != "y" {
+			t.Fatalf("restored from checkpoint 2: %q %v %v", v, ok, err)
+		}
+		_ = again.Close()
+		set.Close()
 	}
 }
