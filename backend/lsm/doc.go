@@ -151,9 +151,14 @@
 // first get consults, are fetched at once (prefetchL0); compactions wait
 // until the restore's background work is done, at most 10 s
 // (compactionGate, gate.go); and every level carries bloom filters, so a
-// table that cannot hold a key costs one cached block. A new store, local
-// or remote, is created at the newest format without a LOCK file
-// (openFresh, fresh.go): 6 files instead of 17 for an empty instance.
+// table that cannot hold a key costs one cached block. In remote mode the
+// memtable is 64 MiB (DefaultRemoteMemTableSize): every flush is an
+// object and a level-0 table a restore consults. A new store, local or
+// remote, is created at the newest format without a LOCK file
+// (openFresh, fresh.go), its metadata files (MANIFEST, OPTIONS, markers,
+// the empty logs) live in memory, and a new instance makes its
+// directories on disk when it first writes a table (metaMemFS,
+// metafs.go): an idle instance creates no file and holds no descriptor.
 //
 // # Caveats
 //
