@@ -283,6 +283,13 @@ func (m *metaMemFS) copyAcross(from vfs.FS, oldname string, to vfs.FS, newname s
 		return err
 	}
 	defer src.Close()
+	if to == vfs.FS(m.mem) {
+		// A file of that name on disk (a restore's) would show again
+		// once the one in memory is removed.
+		if err := m.FS.Remove(newname); err != nil && !oserrorNotExist(err) {
+			return err
+		}
+	}
 	dst, err := to.Create(newname, vfs.WriteCategoryUnspecified)
 	if err != nil {
 		return err

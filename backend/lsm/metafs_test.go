@@ -114,6 +114,23 @@ func TestMetaMemFS(t *testing.T) {
 	if onDisk("marker.x") || read(m, p("marker.x")) != "new" {
 		t.Fatal("a created metadata file did not replace the one on disk")
 	}
+	// A rename from disk onto a metadata name that the disk also has
+	// (a graft's staged MANIFEST over the restored one) leaves no stale
+	// copy to reappear once the file is removed.
+	write(disk, p("MANIFEST-000020"), "restored")
+	write(disk, p("MANIFEST-000020.graft"), "grafted")
+	if err := m.Rename(p("MANIFEST-000020.graft"), p("MANIFEST-000020")); err != nil {
+		t.Fatal(err)
+	}
+	if read(m, p("MANIFEST-000020")) != "grafted" {
+		t.Fatal("the renamed manifest does not read as the graft")
+	}
+	if err := m.Remove(p("MANIFEST-000020")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Stat(p("MANIFEST-000020")); err == nil {
+		t.Fatal("a removed manifest reappeared from disk")
+	}
 	if err := m.Remove(p("MANIFEST-000002")); err != nil {
 		t.Fatal(err)
 	}
