@@ -230,7 +230,11 @@ func TestRemoteModeOptions(t *testing.T) {
 // one cached block instead of an index and a data block from the store.
 func TestRemoteTablesHaveBloomFilters(t *testing.T) {
 	e, store := remoteEnv(t)
-	b := e.open(full(), withRemote(store))
+	b := e.open(full(), func(o *backend.Options, lo *Options) {
+		withRemote(store)(o, lo)
+		// Four flushes make four tables, which a compaction would merge.
+		lo.DisableAutomaticCompactions = true
+	})
 	for round := range 4 {
 		fill(t, b, full(), 500, fmt.Sprintf("r%d", round))
 		must(t, b.db.Flush())
