@@ -43,12 +43,90 @@ const journalTimeout = 10 * time.Second
 // way into the next write: a checkpoint's reports come in within
 // milliseconds of each other, and one log write (one fsync on every
 // member) for all of them costs what one costs.
+//
+// It also holds a write back, at most reportLinger, while a checkpoint
+// whose reports it holds has fewer than the job's previous checkpoint
+// had: the checkpoint completes only once all of them are kept, and a
+// write started for the first would delay the write of the others by a
+// whole log write. A job whose tasks changed waits at most reportLinger
+// once.
 type groupPut struct {
 	mu       sync.Mutex
 	pending  map[string][]byte
 	fences   map[string]Fence
 	waiters  []waiter
 	flushing bool
+	// ckpts are the checkpoints of the pending reports; first is when
+	// the oldest pending report arrived.
+	ckpts map[ckptRef]bool
+	first time.Time
+	// jobs counts each job's reports of its newest checkpoint, and of
+	// the one before (at most maxLingerJobs jobs).
+	jobs map[string]*jobReports
+	// more wakes a lingering writer when a report arrives.
+	more chan struct{}
+}
+
+type ckptRef struct {
+	job string
+	id  uint64
+}
+
+// jobReports is what groupPut knows of a job's reports.
+type jobReports struct {
+	id          uint64 // the newest checkpoint reported
+	n, previous int    // its reports, and those of the checkpoint before
+}
+
+const (
+	// reportLinger bounds how long a write waits for the rest of a
+	// checkpoint's reports.
+	reportLinger = 5 * time.Millisecond
+	// maxLingerJobs bounds the jobs groupPut counts reports of; past it
+	// it forgets them all (their next checkpoints write without
+	// waiting, as the first of a job does).
+	maxLingerJobs = 4096
+)
+
+// arrivedLocked counts a report of checkpoint id of job.
+func (g *groupPut) arrivedLocked(job string, id uint64) {
+	if g.jobs == nil || len(g.jobs) >= maxLingerJobs {
+		g.jobs = map[string]*jobReports{}
+	}
+	j := g.jobs[job]
+	if j == nil {
+		j = &jobReports{id: id}
+		g.jobs[job] = j
+	}
+	switch {
+	case id > j.id:
+		j.id, j.previous, j.n = id, j.n, 1
+	case id == j.id:
+		j.n++
+	}
+	if g.ckpts == nil {
+		g.ckpts = map[ckptRef]bool{}
+	}
+	if len(g.ckpts) == 0 {
+		g.first = time.Now()
+	}
+	g.ckpts[ckptRef{job, id}] = true
+}
+
+// lingerLocked is how long the next write should wait for more reports
+// (0: write now): while a pending checkpoint, the newest of its job, has
+// fewer reports than the job's previous checkpoint had.
+func (g *groupPut) lingerLocked() time.Duration {
+	left := reportLinger - time.Since(g.first)
+	if left <= 0 {
+		return 0
+	}
+	for c := range g.ckpts {
+		if j := g.jobs[c.job]; j != nil && j.id == c.id && j.n < j.previous {
+			return left
+		}
+	}
+	return 0
 }
 
 // waiter is a report waiting for the write that keeps it.
@@ -89,9 +167,20 @@ func (s *Server) record(ctx context.Context, job string, id uint64, task backend
 		delete(g.fences, key)
 	}
 	g.waiters = append(g.waiters, waiter{key, done})
+	g.arrivedLocked(job, id)
 	lead := !g.flushing
 	g.flushing = true
+	if g.more == nil {
+		g.more = make(chan struct{}, 1)
+	}
+	more := g.more
 	g.mu.Unlock()
+	if !lead {
+		select {
+		case more <- struct{}{}:
+		default:
+		}
+	}
 	if lead {
 		// This call writes for everyone until nothing is pending.
 		s.flush()
@@ -113,6 +202,7 @@ func (s *Server) record(ctx context.Context, job string, id uint64, task backend
 // flush writes the pending reports, in groups, until none is left.
 func (s *Server) flush() {
 	g := &s.group
+	stopped := false
 	for {
 		g.mu.Lock()
 		if len(g.waiters) == 0 {
@@ -120,8 +210,22 @@ func (s *Server) flush() {
 			g.mu.Unlock()
 			return
 		}
+		if wait := g.lingerLocked(); wait > 0 && !stopped {
+			more := g.more
+			g.mu.Unlock()
+			t := time.NewTimer(wait)
+			select {
+			case <-more:
+			case <-t.C:
+			case <-s.stop:
+				stopped = true
+			}
+			t.Stop()
+			continue
+		}
 		batch, fences, waiters := g.pending, g.fences, g.waiters
 		g.pending, g.fences, g.waiters = nil, nil, nil
+		clear(g.ckpts)
 		g.mu.Unlock()
 		ctx, cancel := context.WithTimeout(context.Background(), journalTimeout)
 		refused, err := s.opts.Journal.PutMany(ctx, batch, fences)

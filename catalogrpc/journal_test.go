@@ -1,10 +1,19 @@
 package catalogrpc
 
 import (
+	"context"
+	"encoding/json"
 	"fmt"
+	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"pgregory.net/rapid"
+
+	"github.com/statedhq/stated/backend"
+	"github.com/statedhq/stated/catalog"
+	"github.com/statedhq/stated/tiered/memstore"
 )
 
 // TestMergeSettlements: merging the settler's ranges deletes exactly the
@@ -43,4 +52,111 @@ func TestMergeSettlements(t *testing.T) {
 			}
 		}
 	})
+}
+
+// slowJournal is a memJournal whose writes take a while, as a raft log
+// write does, and that keeps the size of each write.
+type slowJournal struct {
+	memJournal
+	took   time.Duration
+	mu     sync.Mutex
+	writes []int
+}
+
+func (j *slowJournal) PutMany(ctx context.Context, recs map[string][]byte, fences map[string]Fence) (map[string]error, error) {
+	time.Sleep(j.took)
+	j.mu.Lock()
+	j.writes = append(j.writes, len(recs))
+	j.mu.Unlock()
+	return j.memJournal.PutMany(ctx, recs, fences)
+}
+
+func (j *slowJournal) take() []int {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	w := j.writes
+	j.writes = nil
+	return w
+}
+
+// TestReportsOfACheckpointShareAWrite: once a job's checkpoint had six
+// reports, the next checkpoint's six, arriving over a millisecond, are
+// kept in one journal write, not the first alone and the rest after it;
+// a checkpoint that gets fewer (a task gone) waits at most reportLinger
+// for the rest.
+func TestReportsOfACheckpointShareAWrite(t *testing.T) {
+	store := memstore.New()
+	cat, err := catalog.Open(ctx, catalog.Options{Store: store})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cat.Close()
+	j := &slowJournal{memJournal: memJournal{m: map[string][]byte{}}, took: 3 * time.Millisecond}
+	srv, err := NewServer(cat, ServerOptions{Epoch: 1, Journal: j})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	const tasks = 6
+	report := func(id uint64, n int) time.Duration {
+		t.Helper()
+		if err := cat.BeginCheckpoint("j", id); err != nil {
+			t.Fatal(err)
+		}
+		var wg sync.WaitGroup
+		errs := make(chan error, n)
+		t0 := time.Now()
+		for i := range n {
+			task := backend.TaskID{Job: "j", Operator: "op", Subtask: i}
+			enc, err := backend.EncodeHandle(upload(t, store, task, backend.KeyGroupRangeForOperator(128, tasks, i), id, "x"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			payload, _ := json.Marshal(request{Job: "j", ID: id, Handle: enc})
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if out, err := srv.Handle(ctx, mReport, payload); err != nil || strings.Contains(string(out), `"err"`) {
+					errs <- fmt.Errorf("report %d of checkpoint %d: %s %v", i, id, out, err)
+				}
+			}()
+			// 200 us apart (a spin: a sleep that short oversleeps).
+			for t1 := time.Now(); time.Since(t1) < 200*time.Microsecond; {
+			}
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Fatal(err)
+		}
+		return time.Since(t0)
+	}
+	report(1, tasks)
+	if w := j.take(); len(w) < 2 {
+		// The first checkpoint of a job has nothing to expect: its
+		// first report is written alone.
+		t.Fatalf("checkpoint 1's reports went in writes %v, want the first alone", w)
+	}
+	report(2, tasks)
+	if w := j.take(); len(w) != 1 || w[0] != tasks {
+		t.Fatalf("checkpoint 2's reports went in writes %v, want one write of %d", w, tasks)
+	}
+	took := report(3, tasks-1)
+	if w := j.take(); sum(w) != tasks-1 {
+		t.Fatalf("checkpoint 3's reports went in writes %v, want %d reports kept", w, tasks-1)
+	}
+	if took > time.Second {
+		t.Fatalf("checkpoint 3, one report short, took %v to keep its reports", took)
+	}
+	if got := len(j.Read(reportKey("j", 3))); got != tasks-1 {
+		t.Fatalf("the journal holds %d reports of checkpoint 3, want %d", got, tasks-1)
+	}
+}
+
+func sum(xs []int) int {
+	n := 0
+	for _, x := range xs {
+		n += x
+	}
+	return n
 }
