@@ -13,8 +13,18 @@ import (
 	"github.com/statedhq/stated/backend/lsm"
 	"github.com/statedhq/stated/daemon"
 	"github.com/statedhq/stated/daemon/openers"
+	"github.com/statedhq/stated/tiered"
 	"github.com/statedhq/stated/tiered/memstore"
 )
+
+// valueOptions are the options, defaults applied, of one task with one
+// value state over all of 128 key groups, checkpointing to store.
+func valueOptions(store tiered.Store) backend.Options {
+	opts := backend.Options{Task: backend.TaskID{Job: "job", Operator: "op"}, KeyGroups: backend.KeyGroupRange{Start: 0, End: 127},
+		MaxParallelism: 128, States: []backend.StateDescriptor{{Name: "v", Kind: backend.KindValue}}, Store: store}
+	opts.EnsureDefaults()
+	return opts
+}
 
 // TestLSMRestoresShareDownloadCache: the lsm instances of a data dir share
 // one restore-download cache under it, so a second restore of the same
@@ -27,9 +37,7 @@ func TestLSMRestoresShareDownloadCache(t *testing.T) {
 	}
 	dataDir := t.TempDir()
 	store := memstore.New()
-	opts := backend.Options{Task: backend.TaskID{Job: "job", Operator: "op"}, KeyGroups: backend.KeyGroupRange{Start: 0, End: 127},
-		MaxParallelism: 128, States: []backend.StateDescriptor{{Name: "v", Kind: backend.KindValue}}, Store: store}
-	opts.EnsureDefaults()
+	opts := valueOptions(store)
 	open := func(o backend.Options, n string) *lsm.Backend {
 		t.Helper()
 		b, err := set.Openers[backend.KindLSM](ctx, o, daemon.OpenEnv{Dir: filepath.Join(dataDir, daemon.InstancesDir, n), DataDir: dataDir})
@@ -88,9 +96,7 @@ func TestLSMRemote(t *testing.T) {
 	defer set.Close()
 	dataDir := t.TempDir()
 	store := memstore.New()
-	opts := backend.Options{Task: backend.TaskID{Job: "job", Operator: "op"}, KeyGroups: backend.KeyGroupRange{Start: 0, End: 127},
-		MaxParallelism: 128, States: []backend.StateDescriptor{{Name: "v", Kind: backend.KindValue}}, Store: store}
-	opts.EnsureDefaults()
+	opts := valueOptions(store)
 	b, err := set.Openers[backend.KindLSM](ctx, opts, daemon.OpenEnv{Dir: filepath.Join(dataDir, "0"), DataDir: dataDir})
 	if err != nil {
 		t.Fatal(err)
@@ -140,9 +146,7 @@ func TestLSMModePerInstance(t *testing.T) {
 		}
 		dataDir := t.TempDir()
 		store := memstore.New()
-		opts := backend.Options{Task: backend.TaskID{Job: "job", Operator: "op"}, KeyGroups: backend.KeyGroupRange{Start: 0, End: 127},
-			MaxParallelism: 128, States: []backend.StateDescriptor{{Name: "v", Kind: backend.KindValue}}, Store: store}
-		opts.EnsureDefaults()
+		opts := valueOptions(store)
 		n := 0
 		open := func(mode daemon.LSMMode, restore *backend.Handle) backend.Backend {
 			t.Helper()
