@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -64,6 +65,9 @@ type driver struct {
 	root     string
 	readOnly bool
 	seq      atomic.Uint64
+
+	pmu      sync.Mutex
+	prepared map[string]*prep // see prepare.go
 }
 
 // errReadOnly is returned by writes to a read-only store.
@@ -144,7 +148,7 @@ func (d *driver) path(name string) string { return filepath.Join(d.root, filepat
 
 // writeTemp copies r into a synced temporary file.
 func (d *driver) writeTemp(r io.Reader) (string, error) {
-	tmp := filepath.Join(d.root, tmpDir, fmt.Sprintf("%d-%d-%s", os.Getpid(), d.seq.Add(1), randomSuffix()))
+	tmp := d.tempName()
 	f, err := d.fs.Create(tmp, vfs.WriteCategoryUnspecified)
 	if err != nil {
 		return "", err
@@ -167,6 +171,11 @@ func (d *driver) writeTemp(r io.Reader) (string, error) {
 		return "", err
 	}
 	return tmp, nil
+}
+
+// tempName is a new name in the temporary directory.
+func (d *driver) tempName() string {
+	return filepath.Join(d.root, tmpDir, fmt.Sprintf("%d-%d-%s", os.Getpid(), d.seq.Add(1), randomSuffix()))
 }
 
 func randomSuffix() string {
@@ -220,6 +229,15 @@ func (d *driver) Put(ctx context.Context, name string, r io.Reader, size int64, 
 		return errReadOnly
 	}
 	p := d.path(name)
+	prep, done := d.claim(name)
+	defer done()
+	if prep.usable() {
+		// Its empty file is in place, durable, and ours (see
+		// tiered.Preparer): "absent" for PutIfAbsent.
+		return d.putPrepared(p, r)
+	}
+	// A placeholder of ours is absent too; the rename below replaces it.
+	ifAbsent = ifAbsent && (prep == nil || prep.err != nil)
 	if fi, err := d.fs.Stat(p); err == nil {
 		switch {
 		case fi.IsDir():
@@ -404,6 +422,7 @@ func (d *driver) delete(ctx context.Context, name string, dirty map[string]bool)
 	if err := ctx.Err(); err != nil {
 		return err
 	}
+	d.take(name)
 	p := d.path(name)
 	if err := d.fs.Remove(p); err != nil {
 		if !errors.Is(err, fs.ErrNotExist) {

@@ -33,6 +33,11 @@ var _ tiered.Store = (*Store)(nil)
 // New wraps s.
 func New(s tiered.Store) *Store { return &Store{Store: s} }
 
+// Unwrap is the store s counts for (tiered.Unwrapper): tiered.AsPreparer
+// reaches the store's Preparer through it. Preparing is not counted: it
+// is no object operation of its own, and the Put that follows is.
+func (s *Store) Unwrap() tiered.Store { return s.Store }
+
 // Counts returns the counters now.
 func (s *Store) Counts() Counts {
 	var c Counts
