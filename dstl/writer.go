@@ -123,12 +123,18 @@ type Writer struct {
 	opts Options
 	ls   LogStore
 
+	prep     Preparer      // nil: the log store prepares no names
+	prepWake chan struct{} // cap 1: the preparer should look ahead
+
 	ctx    context.Context // cancelled by Close: stops the flusher and uploads
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 	wake   chan struct{} // cap 1: the flusher has something to look at
 	slots  chan struct{} // upload concurrency
 	once   sync.Once
+	// unprepOnce: the unused prepared names go once, after the
+	// goroutines stopped.
+	unprepOnce sync.Once
 
 	mu         sync.Mutex
 	closed     bool
@@ -139,12 +145,15 @@ type Writer struct {
 	flushNow   bool
 	inFlight   int64
 	counter    uint64
+	preparedTo uint64        // the last counter whose name the preparer handled
 	changed    chan struct{} // closed and replaced on every change waiters care about
 	released   []string
 	// held are the durable segments some writer's log still references
 	// (Holds): the refcount registry must not delete them.
-	held    map[string]bool
-	metrics Metrics
+	held map[string]bool
+	// uploading are the counters of the segments cut and not finished.
+	uploading map[uint64]struct{}
+	metrics   Metrics
 }
 
 // NewWriter starts a Writer over ls. Close it.
@@ -159,17 +168,80 @@ func NewWriter(ls LogStore, opts Options) (*Writer, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	w := &Writer{
 		opts: opts, ls: ls, ctx: ctx, cancel: cancel,
-		wake:    make(chan struct{}, 1),
-		slots:   make(chan struct{}, opts.UploadConcurrency),
-		writers: map[string]*wstate{},
-		batch:   map[string]*wstate{},
-		held:    map[string]bool{},
-		changed: make(chan struct{}),
-		metrics: Metrics{FlushLatency: newHistogram(FlushLatencyBounds)},
+		wake:      make(chan struct{}, 1),
+		slots:     make(chan struct{}, opts.UploadConcurrency),
+		writers:   map[string]*wstate{},
+		batch:     map[string]*wstate{},
+		held:      map[string]bool{},
+		uploading: map[uint64]struct{}{},
+		changed:   make(chan struct{}),
+		metrics:   Metrics{FlushLatency: newHistogram(FlushLatencyBounds)},
 	}
 	w.wg.Add(1)
 	go w.flushLoop()
+	if w.prep = preparerOf(ls); w.prep != nil {
+		w.prepWake = make(chan struct{}, 1)
+		w.wg.Add(1)
+		go w.prepareLoop()
+		w.prepWake <- struct{}{}
+	}
 	return w, nil
+}
+
+// prepareAhead is how many segment names past the last cut the Writer
+// keeps prepared (when its log store is a Preparer). It prepares again
+// when fewer than half are left, so one Prepare (one directory sync)
+// covers several segments.
+const prepareAhead = 8
+
+// prepareLoop prepares the names of the next segments' first attempts,
+// off the flush path: a segment whose name is not prepared yet is
+// written the usual way.
+func (w *Writer) prepareLoop() {
+	defer w.wg.Done()
+	for {
+		select {
+		case <-w.prepWake:
+		case <-w.ctx.Done():
+			return
+		}
+		w.mu.Lock()
+		from, to := max(w.counter, w.preparedTo)+1, w.counter+prepareAhead
+		w.mu.Unlock()
+		if from > to {
+			continue
+		}
+		names := make([]string, 0, to-from+1)
+		for c := from; c <= to; c++ {
+			names = append(names, w.segName(c, 0))
+		}
+		err := w.prep.Prepare(w.ctx, names)
+		w.mu.Lock()
+		w.preparedTo = to
+		if err != nil {
+			w.metrics.PrepareFailures++
+		} else {
+			w.metrics.SegmentsPrepared += uint64(len(names))
+		}
+		w.mu.Unlock()
+	}
+}
+
+// unprepare removes the prepared names no segment used, after Close
+// stopped everything: those past the last cut, and those of the last
+// segments, whose uploads Close may have cancelled before their Put.
+// Unprepare never removes a segment that was written.
+func (w *Writer) unprepare() {
+	if w.prep == nil || w.preparedTo == 0 {
+		return
+	}
+	var names []string
+	for c := max(w.counter, uint64(w.opts.UploadConcurrency)) - uint64(w.opts.UploadConcurrency) + 1; c <= w.preparedTo; c++ {
+		names = append(names, w.segName(c, 0))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_ = w.prep.Unprepare(ctx, names) // what stays is swept as an orphan
 }
 
 // Options returns the Writer's options, defaults filled in.
@@ -486,13 +558,27 @@ func (w *Writer) TakeReleased() []string {
 }
 
 // Holds reports whether segment name is durable and some writer's log still
-// references it: a checkpoint may yet reference it, so it must not be
-// deleted even if no retained checkpoint references it now. A segment the
-// Writer let go of is reported by TakeReleased.
+// references it, or is being uploaded, or is a prepared name of a segment
+// to come: a checkpoint may yet reference it, so it must not be deleted
+// even if no retained checkpoint references it now. A segment the Writer
+// let go of is reported by TakeReleased.
 func (w *Writer) Holds(name string) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return w.held[name]
+	if w.held[name] {
+		return true
+	}
+	run, counter, ok := ParseSegmentName(w.opts.Prefix, name)
+	if !ok || run != w.opts.RunID {
+		return false
+	}
+	// A segment being uploaded (any attempt's name): its object may be
+	// listed before the upload returns. And the prepared names of
+	// segments not cut yet (empty objects until their Put).
+	if _, up := w.uploading[counter]; up {
+		return true
+	}
+	return w.prep != nil && counter > w.counter && counter <= w.preparedTo
 }
 
 // HeldFrom is the smallest segment counter this Writer may still hold:
@@ -557,6 +643,7 @@ func (w *Writer) Close() error {
 		w.cancel()
 	})
 	w.wg.Wait()
+	w.unprepOnce.Do(w.unprepare)
 	return nil
 }
 
@@ -647,6 +734,13 @@ func (w *Writer) cutLocked() *segment {
 		return nil
 	}
 	w.counter++
+	w.uploading[w.counter] = struct{}{}
+	if w.prep != nil && w.preparedTo < w.counter+prepareAhead/2 {
+		select {
+		case w.prepWake <- struct{}{}:
+		default:
+		}
+	}
 	seg := &segment{counter: w.counter, cut: w.opts.Now(), cost: w.batchCost, logs: make(map[string]*writerLog, len(w.batch))}
 	for id, ws := range w.batch {
 		if ws.skipCompress > 0 {
@@ -816,6 +910,7 @@ func (w *Writer) finish(seg *segment, name string, idx *Index, err error) {
 	defer w.mu.Unlock()
 	size := int64(len(seg.data))
 	seg.data = nil
+	delete(w.uploading, seg.counter)
 	w.inFlight -= seg.cost
 	w.metrics.BytesInFlight = w.inFlight
 	if err != nil {
