@@ -15,8 +15,11 @@ import (
 // how localfs writes (tiered.Store's contract: a new object per segment,
 // atomic):
 //
-//	new-object      what localfs does: create a temp file, write, fsync,
-//	                rename, fsync the directory
+//	new-object      what localfs does for a name not prepared: create a
+//	                temp file, write, fsync, rename, fsync the directory
+//	prepared        write into an empty file created (and its directory
+//	                synced) beforehand, fdatasync: what localfs does for a
+//	                prepared name (tiered.Preparer)
 //	new-file        create, write, fdatasync (the name is not durable:
 //	                a lower bound of any new file per flush)
 //	append          append to one file, fdatasync (the size changes)
@@ -60,6 +63,33 @@ func BenchmarkDurableWriteTail(b *testing.B) {
 			}
 			defer d.Close()
 			return d.Sync()
+		}},
+		{"prepared", func(b *testing.B, dir string) *os.File {
+			for i := 0; i < b.N; i++ {
+				f, err := os.Create(filepath.Join(dir, fmt.Sprintf("obj-%d", i)))
+				if err != nil {
+					b.Fatal(err)
+				}
+				f.Close()
+			}
+			d, err := os.Open(dir)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := d.Sync(); err != nil {
+				b.Fatal(err)
+			}
+			return d
+		}, func(b *testing.B, dir string, _ *os.File, i int) error {
+			f, err := os.OpenFile(filepath.Join(dir, fmt.Sprintf("obj-%d", i)), os.O_WRONLY, 0)
+			if err != nil {
+				return err
+			}
+			defer f.Close()
+			if _, err := f.Write(data); err != nil {
+				return err
+			}
+			return syscall.Fdatasync(int(f.Fd()))
 		}},
 		{"new-file", nil, func(b *testing.B, dir string, _ *os.File, i int) error {
 			f, err := os.Create(filepath.Join(dir, fmt.Sprintf("obj-%d", i)))
