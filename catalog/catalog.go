@@ -103,6 +103,11 @@ type Options struct {
 	// sweep retries deletes on the leader that holds the catalog then).
 	// Default: always allowed (a daemon alone owns its root).
 	Guard func(ctx context.Context) error
+	// DeleteGuard, when set, is asked before every delete batch instead
+	// of Guard: in cluster mode Guard may answer from a leader lease,
+	// DeleteGuard always asks a quorum, so that even a leader cut off a
+	// moment ago deletes nothing. Default: Guard.
+	DeleteGuard func(ctx context.Context) error
 }
 
 // EnsureDefaults fills zero fields with their defaults.
@@ -139,6 +144,9 @@ func (o *Options) EnsureDefaults() {
 	}
 	if o.Guard == nil {
 		o.Guard = func(context.Context) error { return nil }
+	}
+	if o.DeleteGuard == nil {
+		o.DeleteGuard = o.Guard
 	}
 }
 

@@ -171,7 +171,7 @@ func (c *Catalog) deleteRetriedIn(ctx context.Context, store tiered.Store, names
 				case <-time.After(time.Duration(attempt*attempt) * retryBackoff):
 				}
 			}
-			if err = c.opts.Guard(ctx); err != nil {
+			if err = c.opts.DeleteGuard(ctx); err != nil {
 				// Not retried: a node that does not lead must not delete.
 				return fmt.Errorf("catalog: delete %d objects (first %s): %w", len(batches[i]), batches[i][0], err)
 			}

@@ -189,3 +189,32 @@ func report(t *testing.T, c *Catalog, s tiered.Store, id uint64, tasks ...*fakeT
 		}
 	}
 }
+
+// DeleteGuard, when set, guards the deletes and Guard the writes: a
+// catalog whose writes are allowed (a leader within its lease) but whose
+// delete check fails (a quorum round that fails) completes checkpoints
+// and deletes nothing.
+func TestDeleteGuardGuardsDeletes(t *testing.T) {
+	s := memstore.New()
+	clk := &testClock{}
+	var writes, deletes atomic.Int64
+	c := openCat(t, s, clk, func(o *Options) {
+		o.Retain = 1
+		o.Guard = func(context.Context) error { writes.Add(1); return nil }
+		o.DeleteGuard = func(context.Context) error { deletes.Add(1); return errDeposed }
+	})
+	a := newFakeTask("j", "op", 0, backend.KeyGroupRange{Start: 0, End: 127})
+	a.state["k"] = "1"
+	m1 := checkpoint(t, c, s, 1, a)
+	a.state["k"] = "2"
+	checkpoint(t, c, s, 2, a)
+	if writes.Load() == 0 || deletes.Load() == 0 {
+		t.Fatalf("guards asked: %d writes, %d deletes; want both", writes.Load(), deletes.Load())
+	}
+	// Retention (1) wanted checkpoint 1 gone; the delete guard refused.
+	for _, p := range append(filesOf(m1), CheckpointManifest("j", 1)) {
+		if !exists(t, s, p) {
+			t.Fatalf("%s deleted though the delete guard refused", p)
+		}
+	}
+}

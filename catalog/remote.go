@@ -86,7 +86,7 @@ func (c *Catalog) releaseRemote(ctx context.Context, names []string) error {
 			// sweep releases it later.
 			continue
 		}
-		if err := c.opts.Guard(ctx); err != nil {
+		if err := c.opts.DeleteGuard(ctx); err != nil {
 			// A node that does not lead must not delete.
 			return fmt.Errorf("catalog: release %s: %w", n, err)
 		}
@@ -239,7 +239,7 @@ func (c *Catalog) sweepRemote(ctx context.Context, rep *GCReport, objects []tier
 	rep.Orphans = append(rep.Orphans, staleLeases...)
 	var errs []error
 	for _, o := range orphans {
-		if err := c.opts.Guard(ctx); err != nil {
+		if err := c.opts.DeleteGuard(ctx); err != nil {
 			return fmt.Errorf("catalog: gc: %w", err)
 		}
 		// Unref lists the markers again: a holder may have marked the SST

@@ -404,6 +404,7 @@ func TestOptionsRefused(t *testing.T) {
 		{Options{ID: "a", Addr: "127.0.0.1:0", Dir: "d", ServerTLS: TLS{CertFile: "c"}}, "both its server and client side"},
 		{Options{ID: "a", Addr: "127.0.0.1:0", Dir: "d", Token: "t", Advertise: "0.0.0.0:7"}, "names no host"},
 		{Options{ID: "a", Addr: "nope", Dir: "d", Token: "t"}, "raft address"},
+		{Options{ID: "a", Addr: "127.0.0.1:0", Dir: "d", Token: "t", HeartbeatTimeout: time.Second, LeaderLease: 600 * time.Millisecond}, "below half the heartbeat timeout"},
 	} {
 		if _, err := Open(c.o); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%+v: %v, want %q", c.o, err, c.want)

@@ -41,7 +41,10 @@
 // releases carry a request id, and the machine answers a repeated id with
 // its first answer (it remembers the newest 4096), so each takes effect
 // once; checks only read. VerifyLeader confirms leadership with a quorum, for
-// effects only a leader may cause.
+// effects only a leader may cause (deletes). ConfirmLeader may answer from
+// a leader lease instead (Options.LeaderLease: no member votes for another
+// leader within a heartbeat timeout of answering this one), for reads and
+// for writes a later leader will see.
 package cluster
 
 //go:generate protoc --go_out=. --go_opt=module=github.com/statedhq/stated/cluster --go-grpc_out=. --go-grpc_opt=module=github.com/statedhq/stated/cluster cluster.proto

@@ -81,6 +81,12 @@ type Node struct {
 	// readTerm is the term whose barrier readLocal waited for.
 	readTerm atomic.Uint64
 
+	// lease: VerifyLeader's last confirmation, good until leaseUntil in
+	// term leaseTerm (Options.LeaderLease).
+	leaseMu    sync.Mutex
+	leaseTerm  uint64
+	leaseUntil time.Time
+
 	leaderChanges atomic.Uint64
 	forwarded     atomic.Uint64
 	forwardErrors atomic.Uint64
@@ -268,12 +274,46 @@ func (n *Node) IsLeader() bool { return n.raft.State() == raft.Leader }
 
 // VerifyLeader confirms with a quorum that this node still leads: a
 // deposed leader cut off from the others gets an error. Callers check it
-// before effects only the leader may cause (deletes).
+// before effects only the leader may cause, when even a leader cut off
+// a moment ago must not cause them (deletes). A confirmation starts a
+// lease (Options.LeaderLease) that ConfirmLeader may answer from.
 func (n *Node) VerifyLeader(ctx context.Context) error {
+	asked, term := time.Now(), n.raft.CurrentTerm()
 	if err := n.wait(ctx, n.raft.VerifyLeader()); err != nil {
 		return fmt.Errorf("cluster: %s is not the leader: %w", n.opts.ID, err)
 	}
+	if n.opts.LeaderLease > 0 {
+		n.leaseMu.Lock()
+		if until := asked.Add(n.opts.LeaderLease); term != n.leaseTerm || until.After(n.leaseUntil) {
+			n.leaseTerm, n.leaseUntil = term, until
+		}
+		n.leaseMu.Unlock()
+	}
 	return nil
+}
+
+// ConfirmLeader is VerifyLeader that answers without a quorum round
+// within the lease of the last confirmation (asked for in this term,
+// while this node still believes it leads): no other leader can exist
+// then, so what this node does is what the only leader does. Reads
+// (read-index checks) and writes whose effect a later leader sees
+// (manifests, job files) use it.
+func (n *Node) ConfirmLeader(ctx context.Context) error {
+	if n.leased() {
+		return nil
+	}
+	return n.VerifyLeader(ctx)
+}
+
+// leased reports whether a lease of this term covers now.
+func (n *Node) leased() bool {
+	if n.opts.LeaderLease <= 0 || n.raft.State() != raft.Leader {
+		return false
+	}
+	term := n.raft.CurrentTerm()
+	n.leaseMu.Lock()
+	defer n.leaseMu.Unlock()
+	return n.leaseTerm == term && time.Now().Before(n.leaseUntil)
 }
 
 // wait waits for f within ctx (ApplyTimeout without a deadline), or
@@ -486,7 +526,7 @@ func (n *Node) readLocal(ctx context.Context, cmd []byte) ([]byte, error) {
 		return nil, err
 	}
 	ci := n.raft.CommitIndex()
-	if err := n.wait(ctx, n.raft.VerifyLeader()); err != nil {
+	if err := n.ConfirmLeader(ctx); err != nil {
 		return nil, err
 	}
 	if err := n.waitApplied(ctx, ci); err != nil {

@@ -97,6 +97,18 @@ type Options struct {
 	ElectionTimeout    time.Duration
 	LeaderLeaseTimeout time.Duration
 	CommitTimeout      time.Duration
+	// LeaderLease is how long after a quorum confirmed this node's
+	// leadership ConfirmLeader answers without asking again: the
+	// read-index checks, and the hosted catalog's guard of its writes,
+	// which would otherwise make a quorum round before and after each
+	// manifest (deletes always ask: VerifyLeader). It is safe because a member that
+	// confirmed us grants no vote until HeartbeatTimeout after that
+	// contact (raft refuses votes while a leader is known, and nothing
+	// here transfers leadership), so no other leader can exist within
+	// it; the lease starts when the confirmation was asked for. Default
+	// HeartbeatTimeout/4; negative: always ask. It must be below
+	// HeartbeatTimeout/2, a margin for clock rates and scheduling.
+	LeaderLease time.Duration
 	// ApplyTimeout bounds one command's wait for the leader, forwarding
 	// and retries included, when the caller's context has no deadline.
 	ApplyTimeout      time.Duration
@@ -127,6 +139,7 @@ func (o *Options) EnsureDefaults() {
 	def(&o.CommitTimeout, DefaultCommitTimeout)
 	def(&o.ApplyTimeout, DefaultApplyTimeout)
 	def(&o.ProbeTimeout, DefaultProbeTimeout)
+	def(&o.LeaderLease, o.HeartbeatTimeout/4)
 	if o.SnapshotThreshold == 0 {
 		o.SnapshotThreshold = DefaultSnapshotThreshold
 	}
@@ -199,6 +212,10 @@ func (o *Options) Validate() error {
 		if d.d <= 0 {
 			bad("%s %v must be positive", d.name, d.d)
 		}
+	}
+	if o.LeaderLease >= o.HeartbeatTimeout/2 {
+		bad("leader lease %v must be below half the heartbeat timeout %v (a member grants no vote for a heartbeat timeout after it last heard from the leader)",
+			o.LeaderLease, o.HeartbeatTimeout)
 	}
 	return errors.Join(errs...)
 }

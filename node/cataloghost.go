@@ -162,13 +162,17 @@ func (h *catalogHost) host(term uint64) error {
 		return fmt.Errorf("waiting for the raft log: %w", err)
 	}
 	o := h.base
-	verify := func(ctx context.Context) error {
-		if h.c.Term() != term {
-			return fmt.Errorf("%w (its term %d ended)", errDeposed, term)
+	guard := func(confirm func(context.Context) error) func(context.Context) error {
+		return func(ctx context.Context) error {
+			if h.c.Term() != term {
+				return fmt.Errorf("%w (its term %d ended)", errDeposed, term)
+			}
+			return confirm(ctx)
 		}
-		return h.c.VerifyLeader(ctx)
 	}
-	o.Guard = verify
+	// Writes may go on a leader lease (a later leader lists what they
+	// wrote); deletes ask a quorum every time.
+	o.Guard, o.DeleteGuard = guard(h.c.ConfirmLeader), guard(h.c.VerifyLeader)
 	t0 := time.Now()
 	cat, err := catalog.Open(ctx, o)
 	if err != nil {
@@ -201,7 +205,7 @@ func (h *catalogHost) host(term uint64) error {
 		}
 		return fencedErr(err)
 	}
-	srv, err := catalogrpc.NewServer(cat, catalogrpc.ServerOptions{Epoch: term, Verify: verify, Journal: j, CheckFences: checkFences, Logger: h.log})
+	srv, err := catalogrpc.NewServer(cat, catalogrpc.ServerOptions{Epoch: term, Verify: o.Guard, Journal: j, CheckFences: checkFences, Logger: h.log})
 	if err != nil {
 		_ = cat.Close()
 		return err

@@ -1,0 +1,150 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"net"
+	"sync"
+	"testing"
+	"time"
+)
+
+// cut cuts one node off the network on demand: its accepted and dialed
+// connections are closed, and new ones fail, while it is cut.
+type cut struct {
+	mu    sync.Mutex
+	off   bool
+	conns []net.Conn
+}
+
+func (c *cut) track(conn net.Conn) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.off {
+		_ = conn.Close()
+		return false
+	}
+	c.conns = append(c.conns, conn)
+	return true
+}
+
+func (c *cut) dial(ctx context.Context, addr string) (net.Conn, error) {
+	conn, err := defaultDial(ctx, addr)
+	if err != nil {
+		return nil, err
+	}
+	if !c.track(conn) {
+		return nil, errors.New("cut off")
+	}
+	return conn, nil
+}
+
+func (c *cut) cutOff() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.off = true
+	for _, conn := range c.conns {
+		_ = conn.Close()
+	}
+	c.conns = nil
+}
+
+type cutListener struct {
+	net.Listener
+	c *cut
+}
+
+func (l cutListener) Accept() (net.Conn, error) {
+	for {
+		conn, err := l.Listener.Accept()
+		if err != nil || l.c.track(conn) {
+			return conn, err
+		}
+	}
+}
+
+// startCutCluster is startCluster with nodes that can be cut off.
+func startCutCluster(t *testing.T, n int, mod func(o *Options)) (*testCluster, []*cut) {
+	cuts := make([]*cut, n)
+	c := startCluster(t, n, func(i int, o *Options) {
+		cuts[i] = &cut{}
+		o.Listener = cutListener{o.Listener, cuts[i]}
+		o.Dial = cuts[i].dial
+		if mod != nil {
+			mod(o)
+		}
+	})
+	return c, cuts
+}
+
+// TestLeaseAnswersWithoutAQuorum: within the lease, ConfirmLeader answers
+// without a quorum round (it still succeeds right after the leader is cut
+// off, while VerifyLeader, which always asks, fails); once the lease is
+// over it asks, and fails.
+func TestLeaseAnswersWithoutAQuorum(t *testing.T) {
+	ctx := ctxT(t)
+	c, cuts := startCutCluster(t, 3, func(o *Options) {
+		// A long heartbeat timeout, so the lease is long enough to
+		// observe, and a leader lease timeout that keeps the cut-off
+		// leader leading (in its own view) while the test looks.
+		o.HeartbeatTimeout, o.ElectionTimeout, o.LeaderLeaseTimeout = 2*time.Second, 2*time.Second, time.Second
+		o.LeaderLease = 400 * time.Millisecond
+	})
+	l := c.leader()
+	if err := c.nodes[l].VerifyLeader(ctx); err != nil {
+		t.Fatal(err)
+	}
+	cuts[l].cutOff()
+	if err := c.nodes[l].ConfirmLeader(ctx); err != nil {
+		t.Fatalf("within its lease, the leader asked a quorum: %v", err)
+	}
+	strict, cancelStrict := context.WithTimeout(ctx, 200*time.Millisecond)
+	defer cancelStrict()
+	if err := c.nodes[l].VerifyLeader(strict); err == nil {
+		t.Fatal("VerifyLeader confirmed a leader cut off from every member")
+	}
+	time.Sleep(450 * time.Millisecond)
+	short, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancel()
+	if err := c.nodes[l].ConfirmLeader(short); err == nil {
+		t.Fatal("after its lease, a leader cut off from every member was confirmed")
+	}
+}
+
+// TestLeaseEndsBeforeTheNextLeader: a leader cut off right after a
+// confirmation (so with a fresh lease): by the time another member leads,
+// the old leader's ConfirmLeader fails, every time, with the default lease
+// and the tests' fast raft timeouts.
+func TestLeaseEndsBeforeTheNextLeader(t *testing.T) {
+	for round := range 3 {
+		ctx := ctxT(t)
+		c, cuts := startCutCluster(t, 3, nil)
+		l := c.leader()
+		if err := c.nodes[l].VerifyLeader(ctx); err != nil {
+			t.Fatal(err)
+		}
+		cuts[l].cutOff()
+		deadline := time.Now().Add(10 * time.Second)
+		next := -1
+		for next < 0 && time.Now().Before(deadline) {
+			for i, n := range c.nodes {
+				if i != l && n.IsLeader() {
+					next = i
+				}
+			}
+			// While no one else leads, the old leader may still say it
+			// does (within its lease, or while its quorum round runs).
+			time.Sleep(time.Millisecond)
+		}
+		if next < 0 {
+			t.Fatalf("round %d: no new leader", round)
+		}
+		short, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+		err := c.nodes[l].ConfirmLeader(short)
+		cancel()
+		if err == nil {
+			t.Fatalf("round %d: n%d leads, and the old leader n%d is still confirmed", round, next, l)
+		}
+		c.closeAll()
+	}
+}
