@@ -2,74 +2,19 @@ package cluster
 
 import (
 	"context"
-	"errors"
-	"net"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/statedhq/stated/internal/netcut"
 )
 
-// cut cuts one node off the network on demand: its accepted and dialed
-// connections are closed, and new ones fail, while it is cut.
-type cut struct {
-	mu    sync.Mutex
-	off   bool
-	conns []net.Conn
-}
-
-func (c *cut) track(conn net.Conn) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.off {
-		_ = conn.Close()
-		return false
-	}
-	c.conns = append(c.conns, conn)
-	return true
-}
-
-func (c *cut) dial(ctx context.Context, addr string) (net.Conn, error) {
-	conn, err := defaultDial(ctx, addr)
-	if err != nil {
-		return nil, err
-	}
-	if !c.track(conn) {
-		return nil, errors.New("cut off")
-	}
-	return conn, nil
-}
-
-func (c *cut) cutOff() {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.off = true
-	for _, conn := range c.conns {
-		_ = conn.Close()
-	}
-	c.conns = nil
-}
-
-type cutListener struct {
-	net.Listener
-	c *cut
-}
-
-func (l cutListener) Accept() (net.Conn, error) {
-	for {
-		conn, err := l.Listener.Accept()
-		if err != nil || l.c.track(conn) {
-			return conn, err
-		}
-	}
-}
-
 // startCutCluster is startCluster with nodes that can be cut off.
-func startCutCluster(t *testing.T, n int, mod func(o *Options)) (*testCluster, []*cut) {
-	cuts := make([]*cut, n)
+func startCutCluster(t *testing.T, n int, mod func(o *Options)) (*testCluster, []*netcut.Cut) {
+	cuts := make([]*netcut.Cut, n)
 	c := startCluster(t, n, func(i int, o *Options) {
-		cuts[i] = &cut{}
-		o.Listener = cutListener{o.Listener, cuts[i]}
-		o.Dial = cuts[i].dial
+		cuts[i] = &netcut.Cut{}
+		o.Listener = cuts[i].Listener(o.Listener)
+		o.Dial = cuts[i].Dial
 		if mod != nil {
 			mod(o)
 		}
@@ -94,7 +39,7 @@ func TestLeaseAnswersWithoutAQuorum(t *testing.T) {
 	if err := c.nodes[l].VerifyLeader(ctx); err != nil {
 		t.Fatal(err)
 	}
-	cuts[l].cutOff()
+	cuts[l].CutOff()
 	if err := c.nodes[l].ConfirmLeader(ctx); err != nil {
 		t.Fatalf("within its lease, the leader asked a quorum: %v", err)
 	}
@@ -123,7 +68,7 @@ func TestLeaseEndsBeforeTheNextLeader(t *testing.T) {
 		if err := c.nodes[l].VerifyLeader(ctx); err != nil {
 			t.Fatal(err)
 		}
-		cuts[l].cutOff()
+		cuts[l].CutOff()
 		deadline := time.Now().Add(10 * time.Second)
 		next := -1
 		for next < 0 && time.Now().Before(deadline) {

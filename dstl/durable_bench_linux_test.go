@@ -81,26 +81,10 @@ func BenchmarkDurableWriteTail(b *testing.B) {
 			}
 			return d
 		}, func(b *testing.B, dir string, _ *os.File, i int) error {
-			f, err := os.OpenFile(filepath.Join(dir, fmt.Sprintf("obj-%d", i)), os.O_WRONLY, 0)
-			if err != nil {
-				return err
-			}
-			defer f.Close()
-			if _, err := f.Write(data); err != nil {
-				return err
-			}
-			return syscall.Fdatasync(int(f.Fd()))
+			return writeDatasync(filepath.Join(dir, fmt.Sprintf("obj-%d", i)), os.O_WRONLY, data)
 		}},
 		{"new-file", nil, func(b *testing.B, dir string, _ *os.File, i int) error {
-			f, err := os.Create(filepath.Join(dir, fmt.Sprintf("obj-%d", i)))
-			if err != nil {
-				return err
-			}
-			defer f.Close()
-			if _, err := f.Write(data); err != nil {
-				return err
-			}
-			return syscall.Fdatasync(int(f.Fd()))
+			return writeDatasync(filepath.Join(dir, fmt.Sprintf("obj-%d", i)), os.O_WRONLY|os.O_CREATE|os.O_TRUNC, data)
 		}},
 		{"append", func(b *testing.B, dir string) *os.File {
 			f, err := os.OpenFile(filepath.Join(dir, "log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
@@ -157,4 +141,17 @@ func BenchmarkDurableWriteTail(b *testing.B) {
 			reportLatencies(b, lat)
 		})
 	}
+}
+
+// writeDatasync opens path with flag, writes data and fdatasyncs it.
+func writeDatasync(path string, flag int, data []byte) error {
+	f, err := os.OpenFile(path, flag, 0o644)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	if _, err := f.Write(data); err != nil {
+		return err
+	}
+	return syscall.Fdatasync(int(f.Fd()))
 }

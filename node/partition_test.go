@@ -2,76 +2,20 @@ package node_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/statedhq/stated/backend"
 	"github.com/statedhq/stated/cluster"
 	"github.com/statedhq/stated/daemon"
+	"github.com/statedhq/stated/internal/netcut"
 	"github.com/statedhq/stated/node"
 	"github.com/statedhq/stated/tiered/memstore"
 )
-
-// netCut cuts one node off the network on demand: its accepted and
-// dialed connections are closed, and new ones fail, while it is cut.
-type netCut struct {
-	mu    sync.Mutex
-	cut   bool
-	conns []net.Conn
-}
-
-func (c *netCut) track(conn net.Conn) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.cut {
-		_ = conn.Close()
-		return false
-	}
-	c.conns = append(c.conns, conn)
-	return true
-}
-
-func (c *netCut) dial(ctx context.Context, addr string) (net.Conn, error) {
-	var d net.Dialer
-	conn, err := d.DialContext(ctx, "tcp", addr)
-	if err != nil {
-		return nil, err
-	}
-	if !c.track(conn) {
-		return nil, errors.New("netCut: this node is cut off")
-	}
-	return conn, nil
-}
-
-func (c *netCut) cutOff() {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.cut = true
-	for _, conn := range c.conns {
-		_ = conn.Close()
-	}
-	c.conns = nil
-}
-
-type cutListener struct {
-	net.Listener
-	c *netCut
-}
-
-func (l cutListener) Accept() (net.Conn, error) {
-	for {
-		conn, err := l.Listener.Accept()
-		if err != nil || l.c.track(conn) {
-			return conn, err
-		}
-	}
-}
 
 // TestPartitionedLeaderDeletesNothing: the leader is cut off just as it
 // is about to delete (a DeleteCheckpoint of the checkpoint the job's next
@@ -81,7 +25,7 @@ func (l cutListener) Accept() (net.Conn, error) {
 func TestPartitionedLeaderDeletesNothing(t *testing.T) {
 	store := memstore.New()
 	const size = 3
-	cuts := make([]*netCut, size)
+	cuts := make([]*netcut.Cut, size)
 	lns := make([]net.Listener, size)
 	var peers []string
 	for i := range size {
@@ -89,8 +33,8 @@ func TestPartitionedLeaderDeletesNothing(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		cuts[i] = &netCut{}
-		lns[i] = cutListener{ln, cuts[i]}
+		cuts[i] = &netcut.Cut{}
+		lns[i] = cuts[i].Listener(ln)
 		peers = append(peers, fmt.Sprintf("n%d=%s", i, ln.Addr()))
 	}
 	nodes := make([]*node.Node, size)
@@ -99,7 +43,7 @@ func TestPartitionedLeaderDeletesNothing(t *testing.T) {
 			NodeID: fmt.Sprintf("n%d", i), RaftAddr: lns[i].Addr().String(), RaftPeers: strings.Join(peers, ","), ClusterToken: "secret",
 			TuneCluster: func(o *cluster.Options) {
 				fastRaft(lns[i])(o)
-				o.Dial = cuts[i].dial
+				o.Dial = cuts[i].Dial
 			}})
 		if err != nil {
 			t.Fatal(err)
@@ -171,7 +115,7 @@ func TestPartitionedLeaderDeletesNothing(t *testing.T) {
 	if !ok {
 		t.Fatal("checkpoint 3 is not retained")
 	}
-	cuts[l].cutOff()
+	cuts[l].CutOff()
 	// In the old leader's view, checkpoint 3's files belong to it alone:
 	// deleting it would delete what checkpoint 4 builds on.
 	dctx, dcancel := context.WithTimeout(context.Background(), 3*time.Second)
