@@ -234,7 +234,7 @@ func (d *driver) Put(ctx context.Context, name string, r io.Reader, size int64, 
 	if prep.usable() {
 		// Its empty file is in place, durable, and ours (see
 		// tiered.Preparer): "absent" for PutIfAbsent.
-		return d.putPrepared(p, r)
+		return d.putPrepared(p, r, prep.file)
 	}
 	// A placeholder of ours is absent too; the rename below replaces it.
 	ifAbsent = ifAbsent && (prep == nil || prep.err != nil)

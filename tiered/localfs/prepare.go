@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"os"
 	"path/filepath"
 	"time"
 
@@ -25,7 +26,8 @@ var _ tiered.Preparer = (*Store)(nil)
 type prep struct {
 	done chan struct{} // closed when settled; shared by a Prepare's names
 	err  error
-	at   time.Time // when it settled
+	at   time.Time   // when it settled
+	file os.FileInfo // the placeholder, to tell it from a file made since
 }
 
 // maxPrepAge is how long a prepared name stays usable. A Put of an older
@@ -133,6 +135,9 @@ func (s *Store) Prepare(ctx context.Context, names []string) error {
 			entries[n].err = err
 			continue
 		}
+		if fi, err := d.fs.Stat(p); err == nil {
+			entries[n].file = fi
+		}
 		dirs[filepath.Dir(p)] = append(dirs[filepath.Dir(p)], n)
 	}
 	var first error
@@ -230,12 +235,18 @@ func (s *Store) Unprepare(ctx context.Context, names []string) error {
 }
 
 // putPrepared writes r into the prepared empty file p and syncs its data:
-// the directory entry is durable already. A failure removes the file, so
-// that the name holds nothing.
-func (d *driver) putPrepared(p string, r io.Reader) (err error) {
+// the directory entry is durable already. If the file is not the
+// placeholder Prepare made (someone else removed it, a "stated gc" of
+// another process, and the open made a new one), the directory is synced
+// too. A failure removes the file, so that the name holds nothing.
+func (d *driver) putPrepared(p string, r io.Reader, placeholder os.FileInfo) (err error) {
 	f, err := d.fs.OpenReadWrite(p, vfs.WriteCategoryUnspecified)
 	if err != nil {
 		return err
+	}
+	same := false
+	if cur, err := f.Stat(); err == nil {
+		same = sameFile(placeholder, cur)
 	}
 	defer func() {
 		if cerr := f.Close(); err == nil {
@@ -254,5 +265,11 @@ func (d *driver) putPrepared(p string, r io.Reader) (err error) {
 	if err != nil {
 		return err
 	}
-	return f.SyncData()
+	if err := f.SyncData(); err != nil {
+		return err
+	}
+	if !same {
+		return d.syncDir(filepath.Dir(p))
+	}
+	return nil
 }

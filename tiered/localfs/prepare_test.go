@@ -6,9 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"pgregory.net/rapid"
@@ -269,3 +273,66 @@ func TestPrepareConcurrentWithPuts(t *testing.T) {
 }
 
 var _ io.Reader = (*failingReader)(nil)
+
+// dirSyncFS counts directory syncs.
+type dirSyncFS struct {
+	vfs.FS
+	syncs *atomic.Int64
+}
+
+type countedDir struct {
+	vfs.File
+	syncs *atomic.Int64
+}
+
+func (d countedDir) Sync() error { d.syncs.Add(1); return d.File.Sync() }
+
+func (f dirSyncFS) OpenDir(name string) (vfs.File, error) {
+	d, err := f.FS.OpenDir(name)
+	if err != nil {
+		return nil, err
+	}
+	return countedDir{d, f.syncs}, nil
+}
+
+// On the operating system's file system, the Put of a prepared name syncs
+// no directory (Prepare did); if the placeholder was removed behind the
+// store's back (another process's sweep) and the Put had to make a new
+// file, it syncs the directory as well, so the object is still durable.
+func TestPreparedPutSyncsNoDirectory(t *testing.T) {
+	ctx := context.Background()
+	var syncs atomic.Int64
+	dir := t.TempDir()
+	s, err := localfs.OpenWith(dir, localfs.Options{FS: dirSyncFS{vfs.Default, &syncs}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Prepare(ctx, []string{"seg/1", "seg/2"}); err != nil {
+		t.Fatal(err)
+	}
+	before := syncs.Load()
+	if err := tiered.PutBytes(ctx, s, "seg/1", []byte("one")); err != nil {
+		t.Fatal(err)
+	}
+	if n := syncs.Load() - before; n != 0 {
+		t.Errorf("the Put of a prepared name synced %d directories, want 0", n)
+	}
+	// A sweep removes only objects older than its grace: the new file's
+	// change time differs from the placeholder's, also on a reused inode.
+	time.Sleep(20 * time.Millisecond)
+	if err := os.Remove(filepath.Join(dir, "seg", "2")); err != nil {
+		t.Fatal(err)
+	}
+	before = syncs.Load()
+	if err := tiered.PutBytes(ctx, s, "seg/2", []byte("two")); err != nil {
+		t.Fatal(err)
+	}
+	if n := syncs.Load() - before; n != 1 {
+		t.Errorf("the Put of a prepared name whose placeholder was removed synced %d directories, want 1", n)
+	}
+	for n, want := range map[string]string{"seg/1": "one", "seg/2": "two"} {
+		if b, err := get(t, s, n); err != nil || string(b) != want {
+			t.Errorf("%s = %q, %v", n, b, err)
+		}
+	}
+}
