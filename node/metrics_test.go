@@ -135,3 +135,51 @@ func TestChangelogMetrics(t *testing.T) {
 		t.Fatal("--changelog did not put the instance in changelog mode")
 	}
 }
+
+// With the daemon's default store (a local directory behind the store
+// meter), the changelog writer reaches the directory's Preparer: its
+// segments go into names prepared ahead, counted by
+// stated_changelog_segments_prepared_total.
+func TestChangelogPreparesSegmentsInTheDefaultStore(t *testing.T) {
+	ctx := context.Background()
+	n, err := Open(ctx, Options{DataDir: t.TempDir(), NoSocket: true, Changelog: true, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Close()
+	d := n.Daemon()
+	in, err := d.Open(ctx, daemon.OpenParams{Task: backend.TaskID{Job: "j", Operator: "op"}, KeyGroups: backend.KeyGroupRange{Start: 0, End: 127},
+		Kind: backend.KindFile, States: []backend.StateDescriptor{{Name: "v", Kind: backend.KindValue}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for id := uint64(1); id <= 3; id++ {
+		if err := in.Backend.Put("v", backend.Key{KeyGroup: 1, Key: []byte("k")}, []byte("value")); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := d.Snapshot(ctx, in, id, true); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := d.CompleteCheckpoint(ctx, "j", id, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	m := n.ChangelogWriter().Metrics()
+	if m.SegmentsPrepared == 0 || m.PrepareFailures != 0 || m.SegmentsWritten == 0 {
+		t.Fatalf("writer over the default store: %d names prepared, %d failures, %d segments written", m.SegmentsPrepared, m.PrepareFailures, m.SegmentsWritten)
+	}
+	mfs, err := n.Registry().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == "stated_changelog_segments_prepared_total" {
+			// The preparer may prepare more meanwhile, never fewer.
+			if v := mf.GetMetric()[0].GetCounter().GetValue(); v < float64(m.SegmentsPrepared) {
+				t.Fatalf("stated_changelog_segments_prepared_total = %v, the writer said %d before", v, m.SegmentsPrepared)
+			}
+			return
+		}
+	}
+	t.Fatal("no stated_changelog_segments_prepared_total")
+}
