@@ -8,7 +8,6 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 
@@ -26,20 +25,13 @@ var _ tiered.Preparer = (*Store)(nil)
 type prep struct {
 	done chan struct{} // closed when settled; shared by a Prepare's names
 	err  error
-	at   time.Time   // when it settled
 	file os.FileInfo // the placeholder, to tell it from a file made since
 }
 
-// maxPrepAge is how long a prepared name stays usable. A Put of an older
-// one writes the usual way: another process's sweep (stated gc), which
-// cannot know this Store prepared it, removes empty objects only well
-// after this (by their age), so a prepared Put never writes into a file
-// such a sweep removed and the Put recreated without a durable
-// directory entry.
-const maxPrepAge = time.Minute
-
-// usable reports whether a taken preparation can take its Put.
-func (p *prep) usable() bool { return p != nil && p.err == nil && time.Since(p.at) < maxPrepAge }
+// usable reports whether a taken preparation can take its Put. One whose
+// placeholder another process removed since is usable too: putPrepared
+// tells the new file from the placeholder and syncs the directory then.
+func (p *prep) usable() bool { return p != nil && p.err == nil }
 
 // take removes name's preparation and waits until it settled: then no
 // Prepare touches the name any more. It returns nil when name was not
@@ -159,10 +151,6 @@ func (s *Store) Prepare(ctx context.Context, names []string) error {
 			}
 			d.pmu.Unlock()
 		}
-	}
-	now := time.Now()
-	for _, n := range mine {
-		entries[n].at = now
 	}
 	close(done)
 	if first != nil {
