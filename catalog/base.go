@@ -2,6 +2,7 @@ package catalog
 
 import (
 	"context"
+	"fmt"
 
 	"github.com/statedhq/stated/refcount"
 )
@@ -35,20 +36,20 @@ import (
 // (a job name never holds a NUL).
 func holdOwner(job string) string { return "\x00hold/" + job }
 
-// setBaseLocked moves j's base to r (zero: none) and returns the shared
+// setBase moves j's base to r (zero: none) and returns the shared
 // files of its old base that nothing references any more, for the caller
 // to delete (deleteUnreferenced) once it has let go of the lock: none if j
 // has a checkpoint in flight, which may build on the old base (the sweep
 // deletes them later).
-func (c *Catalog) setBaseLocked(j *jobState, r ref) []string {
+func (m *machine) setBase(j *jobState, r ref) []string {
 	if j.base == r {
 		return nil
 	}
 	j.prevBase, j.base = j.base, r
-	if !c.reg.Has(holdOwner(j.name)) {
+	if !m.reg.Has(holdOwner(j.name)) {
 		return nil
 	}
-	dropped := c.reg.Unregister(holdOwner(j.name))
+	dropped := m.reg.Unregister(holdOwner(j.name))
 	if len(j.inflight) > 0 {
 		return nil
 	}
@@ -59,7 +60,7 @@ func (c *Catalog) setBaseLocked(j *jobState, r ref) []string {
 	return names
 }
 
-// deleteReleased deletes what setBaseLocked released; a failure is left to
+// deleteReleased deletes what setBase released; a failure is left to
 // the sweep.
 func (c *Catalog) deleteReleased(ctx context.Context, names []string) {
 	if len(names) == 0 {
@@ -70,13 +71,14 @@ func (c *Catalog) deleteReleased(ctx context.Context, names []string) {
 	}
 }
 
-// dropBaseLocked is the part of discarding e that concerns bases: every
+// dropBase is the part of discarding e that concerns bases: every
 // job whose base e is holds e's shared files from now on, and the result
 // says whether the shared files that become unreferenced must be left to
-// the sweep (a job that may build on e has a checkpoint in flight).
-func (c *Catalog) dropBaseLocked(e *entry) (deferShared bool) {
+// the sweep (a job that may build on e has a checkpoint in flight);
+// problems are holds that could not be registered, for the caller to log.
+func (m *machine) dropBase(e *entry) (deferShared bool, problems []error) {
 	var shared []refcount.Object
-	for _, o := range c.reg.Objects(e.ref.dir()) {
+	for _, o := range m.reg.Objects(e.ref.dir()) {
 		// Remote-mode lsm SSTs need no hold: an instance that builds on
 		// them holds each with its own marker (Pebble's or an instance
 		// marker), and a hold would outlive the instance.
@@ -84,7 +86,7 @@ func (c *Catalog) dropBaseLocked(e *entry) (deferShared bool) {
 			shared = append(shared, o)
 		}
 	}
-	for _, j := range c.mu.jobs {
+	for _, j := range m.jobs {
 		related := j.base == e.ref || j.prevBase == e.ref || j.name == e.ref.job || j.name == e.owner
 		if related && len(j.inflight) > 0 {
 			deferShared = true
@@ -92,12 +94,12 @@ func (c *Catalog) dropBaseLocked(e *entry) (deferShared bool) {
 		if j.base != e.ref || len(shared) == 0 {
 			continue
 		}
-		if err := c.reg.Register(holdOwner(j.name), shared); err != nil {
+		if err := m.reg.Register(holdOwner(j.name), shared); err != nil {
 			// Only a name registered with other bytes fails here, which
 			// Complete refuses; keep the files rather than risk them.
-			c.log.Warn("hold the shared files of a base failed; they are kept", "job", j.name, "base", e.ref.String(), "err", err)
+			problems = append(problems, fmt.Errorf("catalog: hold the shared files of base %s for job %s (they are kept): %w", e.ref, j.name, err))
 			deferShared = true
 		}
 	}
-	return deferShared
+	return deferShared, problems
 }

@@ -248,19 +248,12 @@ type Catalog struct {
 	// log is Options.Logger with component=catalog.
 	log *slog.Logger
 
-	// reg counts what retained checkpoints and savepoints (and the jobs'
-	// base holds, base.go) reference. It is safe for concurrent use on its
-	// own, so reads need no lock (writeManifest's Lookup); it is changed
-	// only under mu, so that a registration is atomic with entries and
-	// with the deletion guard's checks.
-	reg *refcount.Registry
-
 	// gcMu serializes GC passes. Lock order: gcMu, then a job's saveMu,
 	// then mu.
 	gcMu sync.Mutex
 
-	// mu guards every field in it and the fields of every jobState and
-	// entry (but jobState.saveMu). It is never held across store I/O:
+	// mu guards every field in it, the machine's included, and the fields
+	// of every jobState and entry (but jobState.saveMu). It is never held across store I/O:
 	// operations take it, decide and mark, let it go for the I/O, and take
 	// it again to record the outcome, re-checking what may have changed.
 	mu struct {
@@ -269,35 +262,8 @@ type Catalog struct {
 		// with ErrClosed.
 		closed bool
 
-		// entries are the retained checkpoints, those being discarded
-		// included; savepoints the completed savepoints. Invariant: while
-		// an entry is in entries, reg has owner ref.dir() with every
-		// object of its manifest (or Open could not register it and
-		// guard.protect keeps them); the same for a savepoint under
-		// spOwner. A discard deletes the manifest, then removes the entry
-		// and unregisters it in one critical section.
-		entries    map[ref]*entry
-		savepoints map[string]*spEntry
-
-		// jobs holds what the catalog knows of each job besides its
-		// checkpoints: in-flight checkpoints, history, base, no-claim set.
-		// spInflight are the savepoints being written. Nothing under the
-		// directory of an in-flight checkpoint or savepoint is deleted.
-		jobs       map[string]*jobState
-		spInflight map[string]bool
-
-		// guard protects names from deletion that no registration covers,
-		// and marks the names being deleted (see deleteGuard).
-		guard deleteGuard
-
-		// problems are what Open and the sweeps found damaged (Problems);
-		// damaged the checkpoints among them whose manifest is damaged
-		// (damage.go).
-		problems []Problem
-		damaged  map[ref]DamagedCheckpoint
-		// damagedSavepoints are the errors of restores of the savepoints
-		// whose manifest is damaged, by id.
-		damagedSavepoints map[string]error
+		// machine is the catalog's state and its decisions (machine.go).
+		machine
 
 		// sweepCancel and sweepDone belong to the background sweep
 		// (Start); nil until it starts.
@@ -318,7 +284,7 @@ type Catalog struct {
 // plus one for good if p is listed by a checkpoint Open could not register
 // (a name with two contents); p is absent at zero. deleting[p] is set by deleteUnreferenced after
 // it checked under mu that p is not live, and cleared when its delete
-// call returns; checkHandleLocked refuses a handle that lists a name being
+// call returns; checkHandle refuses a handle that lists a name being
 // deleted, so a name is never protected and deleted at once. dirs maps the
 // directories of damaged or conflicting manifests to the problem: nothing
 // under them is ever deleted.
@@ -375,13 +341,7 @@ func Open(ctx context.Context, opts Options) (*Catalog, error) {
 		opts: opts, store: opts.Store, heap: opts.HeapStore, logStore: opts.LogStore,
 		log: opts.Logger.With("component", "catalog"),
 	}
-	c.mu.entries = map[ref]*entry{}
-	c.mu.savepoints = map[string]*spEntry{}
-	c.mu.spInflight = map[string]bool{}
-	c.mu.jobs = map[string]*jobState{}
-	c.mu.guard = newDeleteGuard()
-	c.mu.damaged = map[ref]DamagedCheckpoint{}
-	c.mu.damagedSavepoints = map[string]error{}
+	c.mu.machine = newMachine(opts.Retain, opts.MaxHistory)
 	var manifests, jobFiles []string
 	err := tiered.Walk(ctx, c.store, "", func(o tiered.ObjectInfo) error {
 		switch classify(o.Name).kind {
@@ -408,7 +368,7 @@ func Open(ctx context.Context, opts Options) (*Catalog, error) {
 	refusedBy := map[string]func(error){}
 	for _, name := range jobFiles {
 		n := classify(name)
-		j := c.job(n.job)
+		j := c.mu.job(n.job)
 		data, err := tiered.ReadAll(ctx, c.store, name, maxMetaSize)
 		if err != nil && !tiered.IsNotFound(err) {
 			return nil, fmt.Errorf("catalog: read job file %s: %w", name, err)
@@ -451,7 +411,7 @@ func Open(ctx context.Context, opts Options) (*Catalog, error) {
 			err = checkManifestPlace(n, m)
 		}
 		if err != nil {
-			c.noteDamagedManifestLocked(n, name, err)
+			c.mu.noteDamagedManifest(n, name, err)
 			continue
 		}
 		if n.kind == objSavepointManifest {
@@ -471,8 +431,8 @@ func Open(ctx context.Context, opts Options) (*Catalog, error) {
 			e.pinned = pinned[r]
 		}
 		c.mu.entries[r] = e
-		c.job(r.job)
-		c.job(e.owner)
+		c.mu.job(r.job)
+		c.mu.job(e.owner)
 		objs := checkpointObjects(m, data)
 		owners[r.dir()] = objs
 		refusedBy[r.dir()] = func(err error) {
@@ -488,7 +448,7 @@ func Open(ctx context.Context, opts Options) (*Catalog, error) {
 	// after a crash, whatever a completion or discard left half done, it
 	// counts exactly what the surviving manifests reference.
 	reg, refused := refcount.Rebuild(owners)
-	c.reg = reg
+	c.mu.reg = reg
 	for _, owner := range slices.Sorted(maps.Keys(refused)) {
 		refusedBy[owner](refused[owner])
 	}
@@ -571,15 +531,6 @@ func savepointObjects(m *Manifest, enc []byte) []refcount.Object {
 	return objs
 }
 
-func (c *Catalog) job(name string) *jobState {
-	j, ok := c.mu.jobs[name]
-	if !ok {
-		j = &jobState{name: name, inflight: map[uint64]*inflight{}}
-		c.mu.jobs[name] = j
-	}
-	return j
-}
-
 // Problem is one thing Open or a sweep found damaged.
 type Problem struct {
 	// What kind of thing it is: "manifest", "job file", "savepoint" or
@@ -646,7 +597,7 @@ func (c *Catalog) saveJobLogged(ctx context.Context, job string) {
 // holds the newest state.
 func (c *Catalog) saveJob(ctx context.Context, job string) error {
 	c.mu.Lock()
-	j := c.job(job)
+	j := c.mu.job(job)
 	c.mu.Unlock()
 	j.saveMu.Lock()
 	defer j.saveMu.Unlock()
@@ -699,7 +650,7 @@ type Stats struct {
 func (c *Catalog) Stats() Stats {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	s := Stats{Jobs: len(c.mu.jobs), Savepoints: len(c.mu.savepoints), Referenced: c.reg.Stats()}
+	s := Stats{Jobs: len(c.mu.jobs), Savepoints: len(c.mu.savepoints), Referenced: c.mu.reg.Stats()}
 	for _, e := range c.mu.entries {
 		if !e.discarding {
 			s.Retained++

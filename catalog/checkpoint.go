@@ -31,7 +31,7 @@ func (c *Catalog) BeginCheckpoint(job string, id uint64) error {
 	if _, ok := c.mu.entries[ref{job, id}]; ok {
 		return fmt.Errorf("%w: checkpoint %s completed already", ErrExists, CheckpointDir(job, id))
 	}
-	j := c.job(job)
+	j := c.mu.job(job)
 	if _, ok := j.inflight[id]; !ok {
 		j.inflight[id] = &inflight{started: c.opts.Clock()}
 	}
@@ -52,12 +52,12 @@ func (c *Catalog) InFlight(job string) []uint64 {
 	return ids
 }
 
-// checkHandleLocked checks that h may be part of checkpoint id of job:
+// checkHandle checks that h may be part of checkpoint id of job:
 // valid, of the job and checkpoint, and every file inside the layout:
 // private files under the checkpoint's directory, shared files under some
 // job's "shared/" directory, none inside a savepoint, none of a checkpoint
 // the job restored in no-claim mode, none being deleted.
-func (c *Catalog) checkHandleLocked(j *jobState, id uint64, h *backend.Handle) error {
+func (m *machine) checkHandle(j *jobState, id uint64, h *backend.Handle) error {
 	if h == nil {
 		return fmt.Errorf("%w: nil handle for %s", ErrInvalidArgument, CheckpointDir(j.name, id))
 	}
@@ -76,7 +76,7 @@ func (c *Catalog) checkHandleLocked(j *jobState, id uint64, h *backend.Handle) e
 			if classify(s).kind != objLog {
 				return fmt.Errorf("%w: task %s: log segment %s is not under %s/", ErrInvalidArgument, h.Task, s, LogDir)
 			}
-			if c.mu.guard.deleting[s] {
+			if m.guard.deleting[s] {
 				return fmt.Errorf("%w: task %s references log segment %s, which is being deleted as unreferenced",
 					ErrNotFound, h.Task, s)
 			}
@@ -88,7 +88,7 @@ func (c *Catalog) checkHandleLocked(j *jobState, id uint64, h *backend.Handle) e
 		if !strings.HasPrefix(name, private) || classify(name).kind != objCheckpoint {
 			return fmt.Errorf("%w: task %s: channel state object %s is not under %s", ErrInvalidArgument, h.Task, name, private)
 		}
-		if c.mu.guard.deleting[name] {
+		if m.guard.deleting[name] {
 			return fmt.Errorf("%w: task %s references channel state %s, which is being deleted as unreferenced", ErrNotFound, h.Task, name)
 		}
 	}
@@ -107,7 +107,7 @@ func (c *Catalog) checkHandleLocked(j *jobState, id uint64, h *backend.Handle) e
 			return fmt.Errorf("%w: task %s references %s of checkpoint %s, which the job restored in no-claim mode (the first checkpoint after such a restore must be full)",
 				ErrInvalidArgument, h.Task, f.Path, src)
 		}
-		if c.mu.guard.deleting[f.Path] {
+		if m.guard.deleting[f.Path] {
 			return fmt.Errorf("%w: task %s references %s, which is being deleted as unreferenced (an upload of an aborted checkpoint?)",
 				ErrNotFound, h.Task, f.Path)
 		}
@@ -135,7 +135,7 @@ func (c *Catalog) AddTaskHandle(job string, id uint64, h *backend.Handle) error 
 	if inf.completing {
 		return fmt.Errorf("%w: checkpoint %s is completing", ErrState, CheckpointDir(job, id))
 	}
-	if err := c.checkHandleLocked(j, id, h); err != nil {
+	if err := c.mu.checkHandle(j, id, h); err != nil {
 		return err
 	}
 	for _, o := range inf.handles {
@@ -249,7 +249,7 @@ func (c *Catalog) Complete(ctx context.Context, job string, id uint64, handles .
 	}
 	var extra []*backend.Handle
 	for _, h := range handles {
-		if err := c.checkHandleLocked(j, id, h); err != nil {
+		if err := c.mu.checkHandle(j, id, h); err != nil {
 			c.mu.Unlock()
 			return nil, err
 		}
@@ -284,7 +284,7 @@ func (c *Catalog) Complete(ctx context.Context, job string, id uint64, handles .
 		return nil, err
 	}
 	e := &entry{ref: r, m: m, enc: enc, owner: job}
-	if err := c.reg.Register(r.dir(), checkpointObjects(m, enc)); err != nil {
+	if err := c.mu.reg.Register(r.dir(), checkpointObjects(m, enc)); err != nil {
 		for _, h := range extra {
 			c.mu.guard.add(h, -1)
 		}
@@ -302,9 +302,9 @@ func (c *Catalog) Complete(ctx context.Context, job string, id uint64, handles .
 	rec := Record{ID: id, Status: StatusCompleted, Started: m.Started, Ended: m.Completed,
 		CheckpointedSize: m.CheckpointedSize, FullSize: m.FullSize, Tasks: len(m.Tasks)}
 	rec.Stats = m.Stats()
-	c.recordLocked(j, rec)
-	released := c.setBaseLocked(j, r)
-	drops := c.retentionLocked(job)
+	c.mu.record(j, rec)
+	released := c.mu.setBase(j, r)
+	drops := c.mu.retention(job)
 	c.mu.Unlock()
 
 	c.deleteReleased(ctx, released)
@@ -342,7 +342,7 @@ func (c *Catalog) writeManifest(ctx context.Context, r ref, started time.Time, h
 				continue
 			}
 			seen[f.Path] = true
-			if o, ok := c.reg.Lookup(f.Path); ok {
+			if o, ok := c.mu.reg.Lookup(f.Path); ok {
 				if o.Size != f.Size || (o.CRC32C != 0 && o.CRC32C != f.CRC32C) {
 					return nil, nil, fmt.Errorf("%w: checkpoint %s lists %s with size %d crc %08x, but it is registered with size %d crc %08x",
 						ErrInvalidArgument, r, f.Path, f.Size, f.CRC32C, o.Size, o.CRC32C)
@@ -449,8 +449,8 @@ func sameTasks(a, b *Manifest) bool {
 	return true
 }
 
-// recordLocked adds or replaces the history record of r.ID.
-func (c *Catalog) recordLocked(j *jobState, r Record) {
+// record adds or replaces the history record of r.ID.
+func (m *machine) record(j *jobState, r Record) {
 	i, found := slices.BinarySearchFunc(j.history, r.ID, func(x Record, id uint64) int {
 		switch {
 		case x.ID < id:
@@ -465,16 +465,16 @@ func (c *Catalog) recordLocked(j *jobState, r Record) {
 	} else {
 		j.history = slices.Insert(j.history, i, r)
 	}
-	if n := len(j.history) - c.opts.MaxHistory; n > 0 {
+	if n := len(j.history) - m.maxHistory; n > 0 {
 		j.history = slices.Delete(j.history, 0, n)
 	}
 }
 
 // owned returns the checkpoints job owns and may subsume, oldest first:
 // adopted ones (in adoption order), then its own by id.
-func (c *Catalog) ownedLocked(job string) []*entry {
+func (m *machine) owned(job string) []*entry {
 	var out []*entry
-	for _, e := range c.mu.entries {
+	for _, e := range m.entries {
 		if e.owner == job && !e.discarding {
 			out = append(out, e)
 		}
@@ -496,19 +496,19 @@ func (c *Catalog) ownedLocked(job string) []*entry {
 	return out
 }
 
-// retentionLocked marks the checkpoints beyond Retain for discarding and
+// retention marks the checkpoints beyond Retain for discarding and
 // returns them.
-func (c *Catalog) retentionLocked(job string) []*entry {
-	if j := c.mu.jobs[job]; j != nil && j.degraded {
+func (m *machine) retention(job string) []*entry {
+	if j := m.jobs[job]; j != nil && j.degraded {
 		return nil
 	}
 	var counted []*entry
-	for _, e := range c.ownedLocked(job) {
+	for _, e := range m.owned(job) {
 		if !e.pinned {
 			counted = append(counted, e)
 		}
 	}
-	n := len(counted) - c.opts.Retain
+	n := len(counted) - m.retain
 	if n <= 0 {
 		return nil
 	}
@@ -532,9 +532,12 @@ func (c *Catalog) discard(ctx context.Context, e *entry) error {
 	}
 	// Jobs that build on e keep its shared files (base.go) before the
 	// registration that protected them goes.
-	deferShared := c.dropBaseLocked(e)
-	dropped := c.reg.Unregister(e.ref.dir())
+	deferShared, problems := c.mu.dropBase(e)
+	dropped := c.mu.reg.Unregister(e.ref.dir())
 	c.mu.Unlock()
+	for _, err := range problems {
+		c.log.Warn("a base's shared files are kept", "err", err)
+	}
 	names := make([]string, 0, len(dropped))
 	if !deferShared {
 		for _, o := range dropped {
@@ -597,7 +600,7 @@ func (c *Catalog) abort(ctx context.Context, job string, id uint64, why Status, 
 		c.mu.Unlock()
 		return fmt.Errorf("%w: checkpoint %s completed; it cannot be aborted", ErrState, r)
 	}
-	j := c.job(job)
+	j := c.mu.job(job)
 	now := c.opts.Clock()
 	rec := Record{ID: id, Status: why, Started: now, Ended: now, Reason: reason}
 	// The log segments its handles read: the live log may have let go of
@@ -630,7 +633,7 @@ func (c *Catalog) abort(ctx context.Context, job string, id uint64, why Status, 
 		delete(j.inflight, id)
 	}
 	if why != "" {
-		c.recordLocked(j, rec)
+		c.mu.record(j, rec)
 	}
 	c.mu.Unlock()
 
@@ -681,7 +684,7 @@ func (c *Catalog) DeleteCheckpoint(ctx context.Context, job string, id uint64) e
 func (c *Catalog) Latest(job string) (*Manifest, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	owned := c.ownedLocked(job)
+	owned := c.mu.owned(job)
 	if len(owned) == 0 {
 		return nil, false
 	}

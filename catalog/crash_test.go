@@ -136,7 +136,7 @@ func TestCrashAtEveryCall(t *testing.T) {
 					if p := c.Problems(); len(p) != 0 {
 						t.Fatalf("%s: problems after restart: %v", what, p)
 					}
-					sameRegistry(t, what, c.reg, rebuiltFromManifests(t, sc.mem))
+					sameRegistry(t, what, c.mu.reg, rebuiltFromManifests(t, sc.mem))
 					sc.checkManifests(t, what)
 					sc.clk.Advance(5 * time.Hour)
 					if _, err := c.GC(ctx, false); err != nil {

@@ -23,23 +23,23 @@ func (d DamagedCheckpoint) String() string {
 	return fmt.Sprintf("%s: manifest %s: %v", CheckpointDir(d.Job, d.ID), d.Manifest, d.Err)
 }
 
-// noteDamagedManifestLocked records that the manifest name (of kind n)
+// noteDamagedManifest records that the manifest name (of kind n)
 // failed its checks with err, unless it was recorded already: its
 // directory is never deleted, it is a Problem, and a checkpoint manifest
 // makes the checkpoint damaged, which restores and listings report.
-func (c *Catalog) noteDamagedManifestLocked(n objName, name string, err error) {
-	if _, ok := c.mu.guard.dirs[n.dir()]; ok {
+func (m *machine) noteDamagedManifest(n objName, name string, err error) {
+	if _, ok := m.guard.dirs[n.dir()]; ok {
 		return
 	}
-	c.mu.guard.dirs[n.dir()] = err.Error()
-	c.mu.problems = append(c.mu.problems, Problem{What: "manifest", Object: name, Job: n.job, Err: err,
+	m.guard.dirs[n.dir()] = err.Error()
+	m.problems = append(m.problems, Problem{What: "manifest", Object: name, Job: n.job, Err: err,
 		Effect: "its directory is kept as it is"})
 	switch n.kind {
 	case objCheckpointManifest:
-		c.job(n.job) // listed even when nothing else of the job is left
-		c.mu.damaged[ref{n.job, n.id}] = DamagedCheckpoint{Job: n.job, ID: n.id, Manifest: name, Err: err}
+		m.job(n.job) // listed even when nothing else of the job is left
+		m.damaged[ref{n.job, n.id}] = DamagedCheckpoint{Job: n.job, ID: n.id, Manifest: name, Err: err}
 	case objSavepointManifest:
-		c.mu.damagedSavepoints[n.sp] = fmt.Errorf("catalog: savepoint %s cannot be restored: its manifest %s is damaged: %w", n.sp, name, err)
+		m.damagedSavepoints[n.sp] = fmt.Errorf("catalog: savepoint %s cannot be restored: its manifest %s is damaged: %w", n.sp, name, err)
 	}
 }
 
@@ -73,14 +73,14 @@ func damagedErr(d DamagedCheckpoint) error {
 		CheckpointDir(d.Job, d.ID), d.Manifest, d.Err)
 }
 
-// newerDamagedLocked returns the damaged checkpoints of job that are newer
+// newerDamaged returns the damaged checkpoints of job that are newer
 // than newest (nil: the job owns no intact checkpoint), oldest first: the
 // ones a restore of the latest checkpoint would skip. Newer means a higher
 // id in the same job's directory; a job's own checkpoints are newer than
-// those it adopted from another job (the retention order of ownedLocked).
-func (c *Catalog) newerDamagedLocked(job string, newest *entry) []DamagedCheckpoint {
+// those it adopted from another job (the retention order of owned).
+func (m *machine) newerDamaged(job string, newest *entry) []DamagedCheckpoint {
 	var out []DamagedCheckpoint
-	for r, d := range c.mu.damaged {
+	for r, d := range m.damaged {
 		if r.job != job {
 			continue
 		}

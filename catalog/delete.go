@@ -21,33 +21,33 @@ func (c *Catalog) list(ctx context.Context, prefix string) ([]tiered.ObjectInfo,
 	return out, err
 }
 
-// referencedLocked reports whether something refers to name itself: a
+// referenced reports whether something refers to name itself: a
 // retained checkpoint or savepoint (registered, or the manifest of one
 // being discarded), a job's base hold, a pending handle, or a delete under
-// way.
-func (c *Catalog) referencedLocked(name string) bool {
-	if c.reg.Count(name) > 0 || c.mu.guard.guards(name, "") {
+// way; logHeld says which log segments the live changelog still holds
+// (Options.LogHeld, an input from outside the machine).
+func (m *machine) referenced(name string, logHeld func(string) bool) bool {
+	if m.reg.Count(name) > 0 || m.guard.guards(name, "") {
 		return true
 	}
 	n := classify(name)
 	switch n.kind {
 	case objLog:
-		return c.opts.LogHeld(name)
+		return logHeld(name)
 	case objCheckpointManifest:
-		return c.mu.entries[ref{n.job, n.id}] != nil
+		return m.entries[ref{n.job, n.id}] != nil
 	case objSavepointManifest:
-		_, ok := c.mu.savepoints[n.sp]
+		_, ok := m.savepoints[n.sp]
 		return ok
 	}
 	return false
 }
 
-// liveLocked reports whether name must not be deleted: referenced
-// (referencedLocked), outside the layout or a job file, under an
+// live reports whether name must not be deleted: referenced, outside the layout or a job file, under an
 // in-flight checkpoint or savepoint, or under a directory with a damaged
 // manifest.
-func (c *Catalog) liveLocked(name string) bool {
-	if c.referencedLocked(name) {
+func (m *machine) live(name string, logHeld func(string) bool) bool {
+	if m.referenced(name, logHeld) {
 		return true
 	}
 	n := classify(name)
@@ -55,15 +55,15 @@ func (c *Catalog) liveLocked(name string) bool {
 	case objUnknown, objJobFile:
 		return true
 	case objCheckpoint, objCheckpointManifest:
-		if j := c.mu.jobs[n.job]; j != nil && j.inflight[n.id] != nil {
+		if j := m.jobs[n.job]; j != nil && j.inflight[n.id] != nil {
 			return true
 		}
 	case objSavepoint, objSavepointManifest:
-		if c.mu.spInflight[n.sp] {
+		if m.spInflight[n.sp] {
 			return true
 		}
 	}
-	return c.mu.guard.guards(name, n.dir())
+	return m.guard.guards(name, n.dir())
 }
 
 // deleteUnreferenced deletes those of names that are not live, manifests
@@ -92,7 +92,7 @@ func (c *Catalog) deleteUnreferencedPlain(ctx context.Context, names []string) (
 	c.mu.Lock()
 	var manifests, rest []string
 	for _, n := range names {
-		if c.liveLocked(n) {
+		if c.mu.live(n, c.opts.LogHeld) {
 			continue
 		}
 		c.mu.guard.deleting[n] = true

@@ -157,7 +157,7 @@ func (c *Catalog) readForeignManifests(ctx context.Context, rep *GCReport, objec
 	c.mu.Lock()
 	for _, o := range objects {
 		n := classify(o.Name)
-		if (n.kind == objCheckpointManifest || n.kind == objSavepointManifest) && !c.knownManifestLocked(n) {
+		if (n.kind == objCheckpointManifest || n.kind == objSavepointManifest) && !c.mu.knownManifest(n) {
 			foreign = append(foreign, o.Name)
 		}
 	}
@@ -179,7 +179,7 @@ func (c *Catalog) readForeignManifests(ctx context.Context, rep *GCReport, objec
 		if err != nil {
 			keepDirs[n.dir()] = true
 			c.mu.Lock()
-			c.noteDamagedManifestLocked(n, name, err)
+			c.mu.noteDamagedManifest(n, name, err)
 			c.mu.Unlock()
 			rep.Problems = append(rep.Problems, fmt.Sprintf("manifest %s is damaged (%v): its directory is kept", name, err))
 			continue
@@ -196,18 +196,18 @@ func (c *Catalog) readForeignManifests(ctx context.Context, rep *GCReport, objec
 	return keep, keepDirs
 }
 
-// knownManifestLocked reports whether the manifest n is of a checkpoint or
+// knownManifest reports whether the manifest n is of a checkpoint or
 // savepoint the catalog retains or has in flight.
-func (c *Catalog) knownManifestLocked(n objName) bool {
+func (m *machine) knownManifest(n objName) bool {
 	if n.kind == objCheckpointManifest {
-		if _, ok := c.mu.entries[ref{n.job, n.id}]; ok {
+		if _, ok := m.entries[ref{n.job, n.id}]; ok {
 			return true
 		}
-		j := c.mu.jobs[n.job]
+		j := m.jobs[n.job]
 		return j != nil && j.inflight[n.id] != nil
 	}
-	_, ok := c.mu.savepoints[n.sp]
-	return ok || c.mu.spInflight[n.sp]
+	_, ok := m.savepoints[n.sp]
+	return ok || m.spInflight[n.sp]
 }
 
 // protections takes the catalog's protections for the listed objects
@@ -219,7 +219,7 @@ func (c *Catalog) protections(objects []tiered.ObjectInfo, keep, keepDirs map[st
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, o := range objects {
-		if c.referencedLocked(o.Name) {
+		if c.mu.referenced(o.Name, c.opts.LogHeld) {
 			in.live[o.Name] = true
 		}
 	}

@@ -41,17 +41,17 @@ import (
 // heap snapshot files).
 func (c *Catalog) HeapStore() tiered.Store { return c.heap }
 
-// heapLiveLocked reports whether heap file name must stay.
-func (c *Catalog) heapLiveLocked(name string) bool {
+// heapLive reports whether heap file name must stay.
+func (m *machine) heapLive(name string) bool {
 	n := classify(name)
 	if n.kind != objCheckpoint {
 		// Heap backends write nothing else: never touch what is not theirs.
 		return true
 	}
-	if j := c.mu.jobs[n.job]; j != nil && j.inflight[n.id] != nil {
+	if j := m.jobs[n.job]; j != nil && j.inflight[n.id] != nil {
 		return true
 	}
-	e := c.mu.entries[ref{n.job, n.id}]
+	e := m.entries[ref{n.job, n.id}]
 	if e == nil {
 		return false
 	}
@@ -88,7 +88,7 @@ func (c *Catalog) deleteHeapUnder(ctx context.Context, prefix string, dryRun boo
 	var dead []tiered.ObjectInfo
 	c.mu.Lock()
 	for _, o := range listed {
-		if !c.heapLiveLocked(o.Name) {
+		if !c.mu.heapLive(o.Name) {
 			dead = append(dead, o)
 		}
 	}

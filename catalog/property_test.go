@@ -486,7 +486,7 @@ func TestCatalogProperties(t *testing.T) {
 				}
 				w.c.mu.Lock()
 				n := 0
-				for _, e := range w.c.ownedLocked(j.name) {
+				for _, e := range w.c.mu.owned(j.name) {
 					if !e.pinned {
 						n++
 					}

@@ -46,13 +46,13 @@ func isRemoteLSM(name string) bool {
 	return n.kind == objShared && strings.HasPrefix(name, n.job+"/"+lsmDir)
 }
 
-// checkpointHeldLocked reports whether checkpoint id of job is retained or
+// checkpointHeld reports whether checkpoint id of job is retained or
 // in flight: its markers hold their objects.
-func (c *Catalog) checkpointHeldLocked(job string, id uint64) bool {
-	if _, ok := c.mu.entries[ref{job, id}]; ok {
+func (m *machine) checkpointHeld(job string, id uint64) bool {
+	if _, ok := m.entries[ref{job, id}]; ok {
 		return true
 	}
-	j := c.mu.jobs[job]
+	j := m.jobs[job]
 	return j != nil && j.inflight[id] != nil
 }
 
@@ -65,7 +65,7 @@ func (c *Catalog) releaseRemote(ctx context.Context, names []string) error {
 	held := map[string]bool{} // lsm prefix -> a hold is there
 	for _, n := range names {
 		c.mu.Lock()
-		live := c.referencedLocked(n)
+		live := c.mu.referenced(n, c.opts.LogHeld)
 		c.mu.Unlock()
 		if live {
 			continue
@@ -96,7 +96,7 @@ func (c *Catalog) releaseRemote(ctx context.Context, names []string) error {
 			}
 			c.mu.Lock()
 			defer c.mu.Unlock()
-			return !c.checkpointHeldLocked(m.Job, m.Checkpoint)
+			return !c.mu.checkpointHeld(m.Job, m.Checkpoint)
 		})
 		if err != nil {
 			errs = append(errs, fmt.Errorf("catalog: release %s: %w", n, err))
@@ -194,7 +194,7 @@ func (c *Catalog) sweepRemote(ctx context.Context, rep *GCReport, objects []tier
 			case remotestore.MarkerPebble, remotestore.MarkerInstance, remotestore.MarkerBase:
 				dead = !live[m.Creator]
 			case remotestore.MarkerCheckpoint:
-				dead = !c.checkpointHeldLocked(m.Job, m.Checkpoint)
+				dead = !c.mu.checkpointHeld(m.Job, m.Checkpoint)
 			}
 		}
 		if dead {
@@ -205,7 +205,7 @@ func (c *Catalog) sweepRemote(ctx context.Context, rep *GCReport, objects []tier
 	}
 	var orphans []tiered.ObjectInfo
 	for _, o := range ssts {
-		if held[o.Name] == 0 && !o.ModTime.After(cutoff) && !c.referencedLocked(o.Name) {
+		if held[o.Name] == 0 && !o.ModTime.After(cutoff) && !c.mu.referenced(o.Name, c.opts.LogHeld) {
 			orphans = append(orphans, o)
 		}
 	}

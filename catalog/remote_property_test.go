@@ -433,7 +433,7 @@ func TestRemoteOwnershipProperty(t *testing.T) {
 			for _, n := range left {
 				o, _ := w.store.Stat(ctx, n)
 				w.c.mu.Lock()
-				t.Logf("%s: modtime %v (now %v), referenced %v, count %d, owners %q", n, o.ModTime, clk.Now(), w.c.referencedLocked(n), w.c.reg.Count(n), w.c.reg.Owners())
+				t.Logf("%s: modtime %v (now %v), referenced %v, count %d, owners %q", n, o.ModTime, clk.Now(), w.c.mu.referenced(n, w.c.opts.LogHeld), w.c.mu.reg.Count(n), w.c.mu.reg.Owners())
 				w.c.mu.Unlock()
 			}
 			t.Fatalf("%d lsm objects left once nothing references them: %q", len(left), left)

@@ -127,10 +127,10 @@ func (c *Catalog) RestoreSource(ctx context.Context, req RestoreRequest) (*Resto
 	var e *entry
 	var skipped []DamagedCheckpoint
 	if req.CheckpointID == 0 {
-		if owned := c.ownedLocked(req.FromJob); len(owned) > 0 {
+		if owned := c.mu.owned(req.FromJob); len(owned) > 0 {
 			e = owned[len(owned)-1]
 		}
-		skipped = c.newerDamagedLocked(req.FromJob, e)
+		skipped = c.mu.newerDamaged(req.FromJob, e)
 		if len(skipped) > 0 && !req.AllowFallback {
 			c.mu.Unlock()
 			return nil, latestDamagedErr(req.FromJob, skipped, e)
@@ -169,7 +169,7 @@ func (c *Catalog) RestoreSource(ctx context.Context, req RestoreRequest) (*Resto
 		e.pinned = true
 		save = []string{req.Job}
 	}
-	c.job(req.Job)
+	c.mu.job(req.Job)
 	m := cloneManifest(e.m)
 	c.mu.Unlock()
 
@@ -186,7 +186,7 @@ func (c *Catalog) RestoreSource(ctx context.Context, req RestoreRequest) (*Resto
 	}
 
 	c.mu.Lock()
-	j := c.job(req.Job)
+	j := c.mu.job(req.Job)
 	j.noClaim, j.noClaimFrom = nil, ""
 	base := e.ref
 	if req.Mode == ModeNoClaim {
@@ -200,7 +200,7 @@ func (c *Catalog) RestoreSource(ctx context.Context, req RestoreRequest) (*Resto
 			}
 		}
 	}
-	released := c.setBaseLocked(j, base)
+	released := c.mu.setBase(j, base)
 	c.mu.Unlock()
 	c.deleteReleased(ctx, released)
 	return &Restore{Manifest: m, Handles: m.Tasks, Store: c.store, NoClaim: req.Mode == ModeNoClaim, Skipped: skipped}, nil
@@ -229,12 +229,12 @@ func (c *Catalog) restoreSavepoint(ctx context.Context, req RestoreRequest) (*Re
 	var released []string
 	if ok {
 		m = cloneManifest(sp.m)
-		j := c.job(req.Job)
+		j := c.mu.job(req.Job)
 		// Savepoint files live under savepoints/, which Complete refuses
 		// anyway; a restore replaces any earlier no-claim source, and the
 		// tasks build on no checkpoint.
 		j.noClaim, j.noClaimFrom = nil, ""
-		released = c.setBaseLocked(j, ref{})
+		released = c.mu.setBase(j, ref{})
 	}
 	c.mu.Unlock()
 	c.deleteReleased(ctx, released)

@@ -343,7 +343,7 @@ func (c *Catalog) completeSavepoint(ctx context.Context, req SavepointRequest, h
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if err := c.reg.Register(spOwner(req.ID), savepointObjects(m, enc)); err != nil {
+	if err := c.mu.reg.Register(spOwner(req.ID), savepointObjects(m, enc)); err != nil {
 		return nil, fmt.Errorf("catalog: savepoint %s: %w", req.ID, err)
 	}
 	c.mu.savepoints[req.ID] = &spEntry{m: m, enc: enc}
@@ -388,7 +388,7 @@ func (c *Catalog) DeleteSavepoint(ctx context.Context, id string) error {
 	}
 	c.mu.Lock()
 	delete(c.mu.savepoints, id)
-	c.reg.Unregister(spOwner(id))
+	c.mu.reg.Unregister(spOwner(id))
 	c.mu.Unlock()
 	listed, err := c.list(ctx, SavepointDir(id)+"/")
 	if err != nil {
