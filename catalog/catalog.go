@@ -207,9 +207,12 @@ type entry struct {
 
 // inflight is a checkpoint between BeginCheckpoint and Complete or Abort.
 type inflight struct {
-	started    time.Time
-	handles    []*backend.Handle
+	started time.Time
+	handles []*backend.Handle
+	// completing: a Complete is writing the manifest, which lists handles
+	// and extra, the handles passed to that Complete.
 	completing bool
+	extra      []*backend.Handle
 }
 
 // jobState is what the catalog knows of one job besides its checkpoints.

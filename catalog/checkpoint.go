@@ -28,14 +28,8 @@ func (c *Catalog) BeginCheckpoint(job string, id uint64) error {
 	if c.mu.closed {
 		return ErrClosed
 	}
-	if _, ok := c.mu.entries[ref{job, id}]; ok {
-		return fmt.Errorf("%w: checkpoint %s completed already", ErrExists, CheckpointDir(job, id))
-	}
-	j := c.mu.job(job)
-	if _, ok := j.inflight[id]; !ok {
-		j.inflight[id] = &inflight{started: c.opts.Clock()}
-	}
-	return nil
+	_, err := c.mu.apply(command{Op: opBegin, Job: job, ID: id, Now: c.opts.Clock()})
+	return err
 }
 
 // InFlight lists the in-flight checkpoints of job, sorted.
@@ -124,35 +118,8 @@ func (c *Catalog) AddTaskHandle(job string, id uint64, h *backend.Handle) error 
 	if c.mu.closed {
 		return ErrClosed
 	}
-	j, ok := c.mu.jobs[job]
-	var inf *inflight
-	if ok {
-		inf = j.inflight[id]
-	}
-	if inf == nil {
-		return fmt.Errorf("%w: checkpoint %s is not in flight", ErrState, CheckpointDir(job, id))
-	}
-	if inf.completing {
-		return fmt.Errorf("%w: checkpoint %s is completing", ErrState, CheckpointDir(job, id))
-	}
-	if err := c.mu.checkHandle(j, id, h); err != nil {
-		return err
-	}
-	for _, o := range inf.handles {
-		if o.Task == h.Task {
-			if sameHandle(o, h) {
-				// The same report again: a forwarded call retried after
-				// its answer was lost, or a node replaying its reports to
-				// a new leader.
-				return nil
-			}
-			return fmt.Errorf("%w: checkpoint %s already has a handle of task %s", ErrExists, CheckpointDir(job, id), h.Task)
-		}
-	}
-	h = cloneHandle(h)
-	inf.handles = append(inf.handles, h)
-	c.mu.guard.add(h, +1)
-	return nil
+	_, err := c.mu.apply(command{Op: opAddHandle, Job: job, ID: id, Handles: []*backend.Handle{h}})
+	return err
 }
 
 // sameHandle reports whether a and b encode alike.
@@ -224,92 +191,40 @@ func (c *Catalog) Complete(ctx context.Context, job string, id uint64, handles .
 		c.mu.Unlock()
 		return nil, ErrClosed
 	}
-	if e, ok := c.mu.entries[r]; ok && !e.discarding {
-		m := cloneManifest(e.m)
-		c.mu.Unlock()
-		return m, nil
-	}
-	j, ok := c.mu.jobs[job]
-	var inf *inflight
-	if ok {
-		inf = j.inflight[id]
-	}
-	if inf == nil {
-		c.mu.Unlock()
-		return nil, fmt.Errorf("%w: checkpoint %s is not in flight (BeginCheckpoint first)", ErrState, r)
-	}
-	if inf.completing {
-		c.mu.Unlock()
-		return nil, fmt.Errorf("%w: checkpoint %s is already completing", ErrState, r)
-	}
-	all := slices.Clone(inf.handles)
-	seen := map[backend.TaskID]bool{}
-	for _, h := range all {
-		seen[h.Task] = true
-	}
-	var extra []*backend.Handle
-	for _, h := range handles {
-		if err := c.mu.checkHandle(j, id, h); err != nil {
-			c.mu.Unlock()
-			return nil, err
-		}
-		if seen[h.Task] {
-			c.mu.Unlock()
-			return nil, fmt.Errorf("%w: checkpoint %s has two handles of task %s", ErrInvalidArgument, r, h.Task)
-		}
-		seen[h.Task] = true
-		extra = append(extra, cloneHandle(h))
-	}
-	if len(all)+len(extra) == 0 {
-		c.mu.Unlock()
-		return nil, fmt.Errorf("%w: checkpoint %s has no task handle", ErrInvalidArgument, r)
-	}
-	for _, h := range extra {
-		c.mu.guard.add(h, +1)
-	}
-	all = append(all, extra...)
-	inf.completing = true
-	started := inf.started
+	plan, err := c.mu.apply(command{Op: opStartComplete, Job: job, ID: id, Handles: handles})
 	c.mu.Unlock()
-
-	m, enc, err := c.writeManifest(ctx, r, started, all)
-
-	c.mu.Lock()
-	inf.completing = false
 	if err != nil {
-		for _, h := range extra {
-			c.mu.guard.add(h, -1)
-		}
-		c.mu.Unlock()
 		return nil, err
 	}
-	e := &entry{ref: r, m: m, enc: enc, owner: job}
-	if err := c.mu.reg.Register(r.dir(), checkpointObjects(m, enc)); err != nil {
-		for _, h := range extra {
-			c.mu.guard.add(h, -1)
+	if plan.done != nil {
+		return plan.done, nil
+	}
+
+	m, enc, err := c.writeManifest(ctx, r, plan.started, plan.handles)
+	var out outcome
+	registered := true
+	c.mu.Lock()
+	if err == nil {
+		out, err = c.mu.apply(command{Op: opCompleted, Job: job, ID: id, Manifest: enc, decoded: m})
+		registered = err == nil
+	}
+	if err != nil {
+		if _, ferr := c.mu.apply(command{Op: opCompleteFailed, Job: job, ID: id}); ferr != nil {
+			err = errors.Join(err, ferr)
 		}
 		c.mu.Unlock()
-		// The manifest must not outlive a failed registration, or a restart
-		// would resurrect a checkpoint whose files nothing protected.
-		c.deleteNames(ctx, []string{r.manifest()})
-		return nil, fmt.Errorf("catalog: complete %s: %w", r, err)
+		if !registered {
+			// The manifest must not outlive a failed registration, or a
+			// restart would resurrect a checkpoint whose files nothing
+			// protected.
+			c.deleteNames(ctx, []string{r.manifest()})
+		}
+		return nil, err
 	}
-	c.mu.entries[r] = e
-	delete(j.inflight, id)
-	for _, h := range all {
-		c.mu.guard.add(h, -1)
-	}
-	rec := Record{ID: id, Status: StatusCompleted, Started: m.Started, Ended: m.Completed,
-		CheckpointedSize: m.CheckpointedSize, FullSize: m.FullSize, Tasks: len(m.Tasks)}
-	rec.Stats = m.Stats()
-	c.mu.record(j, rec)
-	released := c.mu.setBase(j, r)
-	drops := c.mu.retention(job)
 	c.mu.Unlock()
 
-	c.deleteReleased(ctx, released)
-
-	for _, d := range drops {
+	c.deleteReleased(ctx, out.releaseShared)
+	for _, d := range out.discard {
 		if err := c.discard(ctx, d); err != nil {
 			c.log.Warn("discard after a completion failed; the sweep retries", "discarded", d.ref.String(), "completed", r.String(), "err", err)
 		}
@@ -527,23 +442,12 @@ func (c *Catalog) discard(ctx context.Context, e *entry) error {
 		return fmt.Errorf("catalog: discard %s: delete manifest: %w", e.ref, err)
 	}
 	c.mu.Lock()
-	if c.mu.entries[e.ref] == e {
-		delete(c.mu.entries, e.ref)
-	}
-	// Jobs that build on e keep its shared files (base.go) before the
-	// registration that protected them goes.
-	deferShared, problems := c.mu.dropBase(e)
-	dropped := c.mu.reg.Unregister(e.ref.dir())
+	out, _ := c.mu.apply(command{Op: opDiscarded, Job: e.ref.job, ID: e.ref.id})
 	c.mu.Unlock()
-	for _, err := range problems {
+	for _, err := range out.problems {
 		c.log.Warn("a base's shared files are kept", "err", err)
 	}
-	names := make([]string, 0, len(dropped))
-	if !deferShared {
-		for _, o := range dropped {
-			names = append(names, o.Path)
-		}
-	}
+	names := out.release
 	// Heap snapshot files of the checkpoint go now too: nothing else
 	// refers to them (heap.go).
 	_, herr := c.deleteHeapUnder(ctx, e.ref.dir()+"/", false)
@@ -596,48 +500,13 @@ func (c *Catalog) abort(ctx context.Context, job string, id uint64, why Status, 
 		c.mu.Unlock()
 		return ErrClosed
 	}
-	if _, ok := c.mu.entries[r]; ok {
-		c.mu.Unlock()
-		return fmt.Errorf("%w: checkpoint %s completed; it cannot be aborted", ErrState, r)
-	}
-	j := c.mu.job(job)
-	now := c.opts.Clock()
-	rec := Record{ID: id, Status: why, Started: now, Ended: now, Reason: reason}
-	// The log segments its handles read: the live log may have let go of
-	// them while this checkpoint protected them, and then nothing else
-	// would delete them before the sweep.
-	var logs []string
-	if inf := j.inflight[id]; inf != nil {
-		if inf.completing {
-			c.mu.Unlock()
-			return fmt.Errorf("%w: checkpoint %s is completing", ErrState, r)
-		}
-		for _, h := range inf.handles {
-			if h.Log != nil {
-				logs = append(logs, h.Log.Segments...)
-			}
-			// Remote-mode lsm SSTs the attempt marked: released now
-			// (their markers of this checkpoint go) rather than at the
-			// sweep.
-			for _, f := range h.Files {
-				if f.Table != nil && isRemoteLSM(f.Path) {
-					logs = append(logs, f.Path)
-				}
-			}
-			c.mu.guard.add(h, -1)
-			rec.CheckpointedSize += h.CheckpointedSize
-			rec.FullSize += h.FullSize
-		}
-		rec.Started = inf.started
-		rec.Tasks = len(inf.handles)
-		delete(j.inflight, id)
-	}
-	if why != "" {
-		c.mu.record(j, rec)
-	}
+	out, err := c.mu.apply(command{Op: opAbort, Job: job, ID: id, Now: c.opts.Clock(), Status: why, Reason: reason})
 	c.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	logs := out.release
 
-	var err error
 	if listed, lerr := c.list(ctx, r.dir()+"/"); lerr != nil {
 		err = fmt.Errorf("catalog: abort %s: list its directory (the sweep will clean it): %w", r, lerr)
 	} else {
@@ -661,20 +530,13 @@ func (c *Catalog) abort(ctx context.Context, job string, id uint64, why Status, 
 // not, as retention would. Its files that other checkpoints or savepoints
 // reference stay.
 func (c *Catalog) DeleteCheckpoint(ctx context.Context, job string, id uint64) error {
-	r := ref{job, id}
 	c.mu.Lock()
-	e, ok := c.mu.entries[r]
-	if !ok || e.discarding {
-		c.mu.Unlock()
-		return fmt.Errorf("%w: checkpoint %s is not retained", ErrNotFound, r)
-	}
-	if e.owner != job {
-		c.mu.Unlock()
-		return fmt.Errorf("%w: checkpoint %s belongs to job %s (claimed)", ErrState, r, e.owner)
-	}
-	e.discarding = true
+	out, err := c.mu.apply(command{Op: opStartDiscard, Job: job, ID: id})
 	c.mu.Unlock()
-	err := c.discard(ctx, e)
+	if err != nil {
+		return err
+	}
+	err = c.discard(ctx, out.entry)
 	c.saveJobLogged(ctx, job)
 	return err
 }

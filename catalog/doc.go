@@ -42,6 +42,24 @@
 // references them. The history (List) is kept in the job file, bounded by
 // Options.MaxHistory, so "stated checkpoints" prints it after a restart.
 //
+// # The machine and its effects
+//
+// The catalog's state (retained checkpoints and savepoints, in-flight
+// checkpoints with their handles, history, bases, the registry, the
+// deletion guard) and the decisions on it live in one type, machine
+// (machine.go), which does no I/O, reads no clock and logs nothing.
+// Catalog runs the effects around it: it writes manifests and job files,
+// lists and deletes, and feeds the outcomes back. The checkpoint lifecycle
+// goes through the machine as commands (lifecycle.go): begin, add-handle,
+// start-complete, then completed (the manifest as written) or
+// complete-failed, abort, start-discard and discarded. A command carries
+// everything its decision depends on, the time included, so the same
+// commands in the same order give any two machines the same state and the
+// same decisions (TestMachineReplaysItsCommands): what a log that
+// replicates the catalog needs. Savepoints, restores with their adoptions
+// and pins, Open's rebuild and the sweep still change the machine's state
+// directly, under the same lock; they are not commands yet.
+//
 // # Ownership and restore modes
 //
 // Every retained checkpoint has exactly one owner job, which alone deletes
@@ -54,8 +72,9 @@
 // checkpoint after a no-claim restore is full". Savepoints are never owned
 // by a job.
 //
-// A job's base is the checkpoint its tasks build on: its last completion,
-// or what it last restored in claim mode. When another owner (or
+// A job's base is the checkpoint its tasks build on: its newest completion
+// (an older one completing late does not move it, as the backends do not
+// move back), or what it last restored in claim mode. When another owner (or
 // DeleteCheckpoint) drops a checkpoint that is some job's base, that job
 // holds its shared files in the registry until its base moves on (its next
 // completion or restore), so its next incremental checkpoint never points

@@ -157,3 +157,33 @@ func TestDeletedBaseIsHeldUntilTheJobRestores(t *testing.T) {
 		}
 	}
 }
+
+// A checkpoint that completes after a newer one of its job does not move
+// the job's base back: the tasks keep building on the newer one (as lsm
+// does), so deleting the newer one keeps its shared files for the next
+// checkpoint. Before the base moved to whichever completed last, and the
+// next checkpoint failed with a shared file missing.
+func TestOlderCompletionLeavesTheBase(t *testing.T) {
+	s := memstore.New()
+	clk := &testClock{}
+	c := openCat(t, s, clk, func(o *Options) { o.Retain = 2 })
+	a := newFakeTask("a", "op", 0, backend.KeyGroupRange{Start: 0, End: 127})
+	a.state["k1"] = "v1"
+	report(t, c, s, 1, a)
+	a.state["k2"] = "v2"
+	report(t, c, s, 2, a)
+	for _, id := range []uint64{2, 1} {
+		if _, err := c.Complete(ctx, "a", id); err != nil {
+			t.Fatal(err)
+		}
+		a.notifyComplete(id)
+	}
+	if err := c.DeleteCheckpoint(ctx, "a", 2); err != nil {
+		t.Fatal(err)
+	}
+	a.state["k3"] = "v3"
+	report(t, c, s, 3, a)
+	if _, err := c.Complete(ctx, "a", 3); err != nil {
+		t.Fatalf("the checkpoint after the base was deleted: %v", err)
+	}
+}

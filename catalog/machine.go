@@ -50,6 +50,9 @@ type machine struct {
 	// damagedSavepoints are the errors of restores of the savepoints
 	// whose manifest is damaged, by id.
 	damagedSavepoints map[string]error
+
+	// observe, if set (by tests), sees every command the machine took.
+	observe func(command)
 }
 
 func newMachine(retain, maxHistory int) machine {

@@ -1,0 +1,371 @@
+package catalog
+
+import (
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/statedhq/stated/backend"
+)
+
+// The checkpoint lifecycle as commands to the machine.
+//
+// A checkpoint goes through the machine as a short series of commands:
+// begin, a handle per task, start-complete (the machine checks and fixes
+// what the manifest lists), then completed once the effect has written
+// the manifest (or complete-failed), or abort; a retained checkpoint that
+// retention or DeleteCheckpoint drops ends with discarded once its
+// manifest is deleted. Each command carries everything its decision
+// depends on, the time included, so the same commands applied in the
+// same order to two machines leave them in the same state with the same
+// decisions (TestMachineReplaysItsCommands): what a catalog replicated
+// through a log needs. A command the machine refuses changes nothing.
+//
+// Two inputs stay outside: the names being deleted right now
+// (deleteGuard.deleting, the deleting node's own effects; a handle that
+// lists one is refused), and what the live changelog holds
+// (Options.LogHeld, asked by the effects before a delete).
+
+// op is what a command asks of the machine.
+type op uint8
+
+const (
+	// opBegin: checkpoint ID of Job is in flight from Now.
+	opBegin op = iota + 1
+	// opAddHandle: Handles[0] is one task's handle for in-flight ID.
+	opAddHandle
+	// opStartComplete: Complete of ID begins, with Handles added to the
+	// reported ones. The outcome lists what the manifest must hold, or
+	// the manifest of ID if it completed already.
+	opStartComplete
+	// opCompleteFailed: writing the manifest of ID failed; ID stays in
+	// flight.
+	opCompleteFailed
+	// opCompleted: the manifest of ID, Manifest as written, is in the
+	// store. The outcome says what to delete: the shared files of the
+	// job's former base, and the checkpoints retention drops.
+	opCompleted
+	// opAbort: ID ends without completing, at Now; Status and Reason go
+	// into the history (an empty Status: no record, a Release).
+	opAbort
+	// opStartDiscard: DeleteCheckpoint of retained checkpoint ID.
+	opStartDiscard
+	// opDiscarded: the manifest of dropped checkpoint ID is deleted. The
+	// outcome lists the files nothing references any more.
+	opDiscarded
+)
+
+var opNames = [...]string{opBegin: "begin", opAddHandle: "add-handle", opStartComplete: "start-complete",
+	opCompleteFailed: "complete-failed", opCompleted: "completed", opAbort: "abort",
+	opStartDiscard: "start-discard", opDiscarded: "discarded"}
+
+func (o op) String() string {
+	if int(o) < len(opNames) && opNames[o] != "" {
+		return opNames[o]
+	}
+	return fmt.Sprintf("op(%d)", uint8(o))
+}
+
+// command is one decision asked of the machine.
+type command struct {
+	Op      op
+	Job     string
+	ID      uint64
+	Now     time.Time
+	Handles []*backend.Handle
+	// Manifest is the manifest as written (opCompleted).
+	Manifest []byte
+	Status   Status
+	Reason   string
+
+	// decoded is Manifest decoded, when the caller has it already.
+	decoded *Manifest
+}
+
+// outcome is what the machine decided on a command.
+type outcome struct {
+	// done is the manifest of a checkpoint that had completed already
+	// (opStartComplete: a retried Complete).
+	done *Manifest
+	// started and handles are what the manifest of a completing
+	// checkpoint lists (opStartComplete).
+	started time.Time
+	handles []*backend.Handle
+	// entry is the completed checkpoint (opCompleted) or the one to
+	// discard (opStartDiscard).
+	entry *entry
+	// release are names the command let go of: delete those nothing
+	// references (deleteUnreferenced).
+	release []string
+	// releaseShared are shared files of dropped bases (opCompleted).
+	releaseShared []string
+	// discard are the checkpoints retention dropped: delete each one's
+	// manifest, then apply opDiscarded.
+	discard []*entry
+	// problems are for the log; they failed nothing.
+	problems []error
+}
+
+// apply decides on cmd. A refused command (an error) changed nothing.
+func (m *machine) apply(cmd command) (outcome, error) {
+	var out outcome
+	var err error
+	switch cmd.Op {
+	case opBegin:
+		err = m.begin(cmd.Job, cmd.ID, cmd.Now)
+	case opAddHandle:
+		if len(cmd.Handles) != 1 {
+			return out, fmt.Errorf("%w: add-handle with %d handles", ErrInvalidArgument, len(cmd.Handles))
+		}
+		err = m.addHandle(cmd.Job, cmd.ID, cmd.Handles[0])
+	case opStartComplete:
+		out, err = m.startComplete(cmd.Job, cmd.ID, cmd.Handles)
+	case opCompleteFailed:
+		err = m.completeFailed(cmd.Job, cmd.ID)
+	case opCompleted:
+		out, err = m.completed(cmd)
+	case opAbort:
+		out, err = m.abort(cmd.Job, cmd.ID, cmd.Now, cmd.Status, cmd.Reason)
+	case opStartDiscard:
+		out, err = m.startDiscard(cmd.Job, cmd.ID)
+	case opDiscarded:
+		out = m.discarded(cmd.Job, cmd.ID)
+	default:
+		return out, fmt.Errorf("%w: unknown catalog command %s", ErrInvalidArgument, cmd.Op)
+	}
+	if err == nil && m.observe != nil {
+		m.observe(cmd)
+	}
+	return out, err
+}
+
+func (m *machine) begin(job string, id uint64, now time.Time) error {
+	if _, ok := m.entries[ref{job, id}]; ok {
+		return fmt.Errorf("%w: checkpoint %s completed already", ErrExists, CheckpointDir(job, id))
+	}
+	j := m.job(job)
+	if _, ok := j.inflight[id]; !ok {
+		j.inflight[id] = &inflight{started: now}
+	}
+	return nil
+}
+
+// inflightOf returns in-flight checkpoint id of job, or an error.
+func (m *machine) inflightOf(job string, id uint64, hint string) (*jobState, *inflight, error) {
+	j, ok := m.jobs[job]
+	var inf *inflight
+	if ok {
+		inf = j.inflight[id]
+	}
+	if inf == nil {
+		return nil, nil, fmt.Errorf("%w: checkpoint %s is not in flight%s", ErrState, CheckpointDir(job, id), hint)
+	}
+	return j, inf, nil
+}
+
+func (m *machine) addHandle(job string, id uint64, h *backend.Handle) error {
+	j, inf, err := m.inflightOf(job, id, "")
+	if err != nil {
+		return err
+	}
+	if inf.completing {
+		return fmt.Errorf("%w: checkpoint %s is completing", ErrState, CheckpointDir(job, id))
+	}
+	if err := m.checkHandle(j, id, h); err != nil {
+		return err
+	}
+	for _, o := range inf.handles {
+		if o.Task == h.Task {
+			if sameHandle(o, h) {
+				// The same report again: a forwarded call retried after
+				// its answer was lost, or a node replaying its reports to
+				// a new leader.
+				return nil
+			}
+			return fmt.Errorf("%w: checkpoint %s already has a handle of task %s", ErrExists, CheckpointDir(job, id), h.Task)
+		}
+	}
+	h = cloneHandle(h)
+	inf.handles = append(inf.handles, h)
+	m.guard.add(h, +1)
+	return nil
+}
+
+func (m *machine) startComplete(job string, id uint64, handles []*backend.Handle) (outcome, error) {
+	r := ref{job, id}
+	if e, ok := m.entries[r]; ok && !e.discarding {
+		return outcome{done: cloneManifest(e.m)}, nil
+	}
+	j, inf, err := m.inflightOf(job, id, " (BeginCheckpoint first)")
+	if err != nil {
+		return outcome{}, err
+	}
+	if inf.completing {
+		return outcome{}, fmt.Errorf("%w: checkpoint %s is already completing", ErrState, r)
+	}
+	seen := map[backend.TaskID]bool{}
+	for _, h := range inf.handles {
+		seen[h.Task] = true
+	}
+	var extra []*backend.Handle
+	for _, h := range handles {
+		if err := m.checkHandle(j, id, h); err != nil {
+			return outcome{}, err
+		}
+		if seen[h.Task] {
+			return outcome{}, fmt.Errorf("%w: checkpoint %s has two handles of task %s", ErrInvalidArgument, r, h.Task)
+		}
+		seen[h.Task] = true
+		extra = append(extra, cloneHandle(h))
+	}
+	if len(inf.handles)+len(extra) == 0 {
+		return outcome{}, fmt.Errorf("%w: checkpoint %s has no task handle", ErrInvalidArgument, r)
+	}
+	for _, h := range extra {
+		m.guard.add(h, +1)
+	}
+	inf.extra = extra
+	inf.completing = true
+	return outcome{started: inf.started, handles: append(slices.Clone(inf.handles), extra...)}, nil
+}
+
+// completeFailed takes back startComplete.
+func (m *machine) completeFailed(job string, id uint64) error {
+	_, inf, err := m.inflightOf(job, id, "")
+	if err != nil {
+		return err
+	}
+	if !inf.completing {
+		return fmt.Errorf("%w: checkpoint %s is not completing", ErrState, CheckpointDir(job, id))
+	}
+	for _, h := range inf.extra {
+		m.guard.add(h, -1)
+	}
+	inf.extra, inf.completing = nil, false
+	return nil
+}
+
+func (m *machine) completed(cmd command) (outcome, error) {
+	r := ref{cmd.Job, cmd.ID}
+	j, inf, err := m.inflightOf(cmd.Job, cmd.ID, "")
+	if err != nil {
+		return outcome{}, err
+	}
+	if !inf.completing {
+		return outcome{}, fmt.Errorf("%w: checkpoint %s is not completing", ErrState, r)
+	}
+	mf := cmd.decoded
+	if mf == nil {
+		if mf, err = DecodeManifest(cmd.Manifest); err != nil {
+			return outcome{}, fmt.Errorf("catalog: complete %s: %w", r, err)
+		}
+	}
+	if err := checkManifestPlace(objName{kind: objCheckpointManifest, job: cmd.Job, id: cmd.ID}, mf); err != nil {
+		return outcome{}, fmt.Errorf("catalog: complete %s: %w", r, err)
+	}
+	e := &entry{ref: r, m: mf, enc: cmd.Manifest, owner: cmd.Job}
+	if err := m.reg.Register(r.dir(), checkpointObjects(mf, cmd.Manifest)); err != nil {
+		return outcome{}, fmt.Errorf("catalog: complete %s: %w", r, err)
+	}
+	m.entries[r] = e
+	delete(j.inflight, cmd.ID)
+	for _, hs := range [][]*backend.Handle{inf.handles, inf.extra} {
+		for _, h := range hs {
+			m.guard.add(h, -1)
+		}
+	}
+	rec := Record{ID: cmd.ID, Status: StatusCompleted, Started: mf.Started, Ended: mf.Completed,
+		CheckpointedSize: mf.CheckpointedSize, FullSize: mf.FullSize, Tasks: len(mf.Tasks)}
+	rec.Stats = mf.Stats()
+	m.record(j, rec)
+	out := outcome{entry: e}
+	// The base moves to the newest completion only: a backend told of an
+	// older completion after a newer one keeps building on the newer
+	// (lsm's NotifyCheckpointComplete), so the job's base must stay
+	// there, or a DeleteCheckpoint of the newer one would delete shared
+	// files the next checkpoint reuses.
+	if j.base.job != cmd.Job || cmd.ID > j.base.id {
+		out.releaseShared = m.setBase(j, r)
+	}
+	out.discard = m.retention(cmd.Job)
+	return out, nil
+}
+
+func (m *machine) abort(job string, id uint64, now time.Time, why Status, reason string) (outcome, error) {
+	r := ref{job, id}
+	if _, ok := m.entries[r]; ok {
+		return outcome{}, fmt.Errorf("%w: checkpoint %s completed; it cannot be aborted", ErrState, r)
+	}
+	j := m.job(job)
+	rec := Record{ID: id, Status: why, Started: now, Ended: now, Reason: reason}
+	var out outcome
+	if inf := j.inflight[id]; inf != nil {
+		if inf.completing {
+			return outcome{}, fmt.Errorf("%w: checkpoint %s is completing", ErrState, r)
+		}
+		for _, h := range inf.handles {
+			// The log segments its handles read: the live log may have
+			// let go of them while this checkpoint protected them, and
+			// then nothing else would delete them before the sweep.
+			if h.Log != nil {
+				out.release = append(out.release, h.Log.Segments...)
+			}
+			// Remote-mode lsm SSTs the attempt marked: released now
+			// (their markers of this checkpoint go) rather than at the
+			// sweep.
+			for _, f := range h.Files {
+				if f.Table != nil && isRemoteLSM(f.Path) {
+					out.release = append(out.release, f.Path)
+				}
+			}
+			m.guard.add(h, -1)
+			rec.CheckpointedSize += h.CheckpointedSize
+			rec.FullSize += h.FullSize
+		}
+		rec.Started = inf.started
+		rec.Tasks = len(inf.handles)
+		delete(j.inflight, id)
+	}
+	if why != "" {
+		m.record(j, rec)
+	}
+	return out, nil
+}
+
+func (m *machine) startDiscard(job string, id uint64) (outcome, error) {
+	r := ref{job, id}
+	e, ok := m.entries[r]
+	if !ok || e.discarding {
+		return outcome{}, fmt.Errorf("%w: checkpoint %s is not retained", ErrNotFound, r)
+	}
+	if e.owner != job {
+		return outcome{}, fmt.Errorf("%w: checkpoint %s belongs to job %s (claimed)", ErrState, r, e.owner)
+	}
+	e.discarding = true
+	return outcome{entry: e}, nil
+}
+
+// discarded drops checkpoint id of job, whose manifest is gone. Its
+// files that nothing references any more are released, but shared ones
+// while a job that may build on it has a checkpoint in flight (base.go).
+func (m *machine) discarded(job string, id uint64) outcome {
+	r := ref{job, id}
+	e := m.entries[r]
+	if e == nil || !e.discarding {
+		// Discarded already (a sweep's retry and a completion's
+		// retention may race to it), or never dropped.
+		return outcome{}
+	}
+	delete(m.entries, r)
+	// Jobs that build on e keep its shared files (base.go) before the
+	// registration that protected them goes.
+	deferShared, problems := m.dropBase(e)
+	dropped := m.reg.Unregister(r.dir())
+	out := outcome{problems: problems}
+	if !deferShared {
+		for _, o := range dropped {
+			out.release = append(out.release, o.Path)
+		}
+	}
+	return out
+}
