@@ -231,6 +231,10 @@ type jobState struct {
 	// which a checkpoint begun just before the tasks heard of the newer
 	// one still builds. See base.go.
 	base, prevBase ref
+	// baseRestored: base was set by a restore, so the next completion
+	// moves it whatever its id (as the backends' bases move); after that
+	// only a newer completion does.
+	baseRestored bool
 	// degraded: the job file could not be read. Retention is off (a pin may
 	// be lost) and the file is left as it is for a human to look at.
 	degraded bool

@@ -636,14 +636,14 @@ func (c *Catalog) List(job string) []Record {
 func (c *Catalog) NoteWithoutChannelState(ctx context.Context, job string, id uint64) {
 	c.log.Warn("restore without channel state: the checkpoint's in-flight data is skipped", "checkpoint", CheckpointDir(job, id))
 	c.mu.Lock()
-	j, ok := c.mu.jobs[job]
 	found := false
-	if ok {
-		for i := range j.history {
-			if j.history[i].ID == id {
-				j.history[i].WithoutChannelState, found = true, true
-			}
+	if j, ok := c.mu.jobs[job]; ok {
+		for _, r := range j.history {
+			found = found || r.ID == id
 		}
+	}
+	if found {
+		_, _ = c.mu.apply(command{Op: opNote, Job: job, ID: id})
 	}
 	c.mu.Unlock()
 	if found {

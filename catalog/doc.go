@@ -52,13 +52,15 @@
 // lists and deletes, and feeds the outcomes back. The checkpoint lifecycle
 // goes through the machine as commands (lifecycle.go): begin, add-handle,
 // start-complete, then completed (the manifest as written) or
-// complete-failed, abort, start-discard and discarded. A command carries
-// everything its decision depends on, the time included, so the same
-// commands in the same order give any two machines the same state and the
-// same decisions (TestMachineReplaysItsCommands): what a log that
-// replicates the catalog needs. Savepoints, restores with their adoptions
-// and pins, Open's rebuild and the sweep still change the machine's state
-// directly, under the same lock; they are not commands yet.
+// complete-failed, abort, start-discard and discarded; so do savepoints
+// (begin, completed, failed, deleted), restores (the pick with its
+// adoption or pin, its undo, then the new base) and history notes. A
+// command carries everything its decision depends on, the time included,
+// so the same commands in the same order give any two machines the same
+// state and the same decisions (TestMachineReplaysItsCommands): what a
+// log that replicates the catalog needs. Only Open's rebuild from the
+// store fills the machine directly, and the names being deleted right now
+// are the deleting node's own marks, not the machine's decisions.
 //
 // # Ownership and restore modes
 //

@@ -187,3 +187,33 @@ func TestOlderCompletionLeavesTheBase(t *testing.T) {
 		t.Fatalf("the checkpoint after the base was deleted: %v", err)
 	}
 }
+
+// After a restore the base moves to the next completion whatever its id,
+// as the backends' bases do: a job that restored its checkpoint 5 and
+// then completed 3 builds on 3, so deleting 3 keeps its shared files for
+// the next checkpoint.
+func TestFirstCompletionAfterARestoreMovesTheBase(t *testing.T) {
+	s := memstore.New()
+	clk := &testClock{}
+	c := openCat(t, s, clk, func(o *Options) { o.Retain = 3 })
+	a := newFakeTask("a", "op", 0, backend.KeyGroupRange{Start: 0, End: 127})
+	a.state["k1"] = "v1"
+	checkpoint(t, c, s, 5, a)
+	r, err := c.RestoreSource(ctx, RestoreRequest{Job: "a", CheckpointID: 5, Mode: ModeClaim})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.restore(ctx, s, r.Handles[0], false); err != nil {
+		t.Fatal(err)
+	}
+	a.state["k2"] = "v2"
+	checkpoint(t, c, s, 3, a)
+	if err := c.DeleteCheckpoint(ctx, "a", 3); err != nil {
+		t.Fatal(err)
+	}
+	a.state["k3"] = "v3"
+	report(t, c, s, 4, a)
+	if _, err := c.Complete(ctx, "a", 4); err != nil {
+		t.Fatalf("the checkpoint after the base was deleted: %v", err)
+	}
+}

@@ -53,11 +53,43 @@ const (
 	// opDiscarded: the manifest of dropped checkpoint ID is deleted. The
 	// outcome lists the files nothing references any more.
 	opDiscarded
+	// opNote: Job's restore skipped the channel state of ID (history).
+	opNote
+	// opSavepointBegin: savepoint Savepoint is being written.
+	opSavepointBegin
+	// opSavepointCompleted: its manifest, Manifest as written, is in the
+	// store.
+	opSavepointCompleted
+	// opSavepointFailed: it failed; nothing of it is kept.
+	opSavepointFailed
+	// opSavepointDeleted: its manifest is deleted. The outcome lists
+	// nothing: a savepoint shares no file.
+	opSavepointDeleted
+	// opRestore: Job restores checkpoint ID of FromJob (0: its latest,
+	// AllowFallback past damaged ones) in Mode, at Now. The outcome is the
+	// checkpoint, and the jobs whose files record its new owner or pin.
+	opRestore
+	// opRestoreUndo: writing the job file of opRestore failed; the
+	// checkpoint (FromJob, ID) gets back its Owner, Pinned and At.
+	opRestoreUndo
+	// opRestored: Job's tasks restore checkpoint (FromJob, ID) in Mode:
+	// its base moves there (claim) or nowhere (no-claim, which also bars
+	// the files of Handles, the checkpoint's, from the job's next
+	// checkpoint). The outcome
+	// lists the former base's shared files nothing holds any more.
+	opRestored
+	// opRestoredSavepoint: Job's tasks restore savepoint Savepoint (its
+	// base moves nowhere).
+	opRestoredSavepoint
 )
 
 var opNames = [...]string{opBegin: "begin", opAddHandle: "add-handle", opStartComplete: "start-complete",
 	opCompleteFailed: "complete-failed", opCompleted: "completed", opAbort: "abort",
-	opStartDiscard: "start-discard", opDiscarded: "discarded"}
+	opStartDiscard: "start-discard", opDiscarded: "discarded", opNote: "note",
+	opSavepointBegin: "savepoint-begin", opSavepointCompleted: "savepoint-completed",
+	opSavepointFailed: "savepoint-failed", opSavepointDeleted: "savepoint-deleted",
+	opRestore: "restore", opRestoreUndo: "restore-undo", opRestored: "restored",
+	opRestoredSavepoint: "restored-savepoint"}
 
 func (o op) String() string {
 	if int(o) < len(opNames) && opNames[o] != "" {
@@ -77,6 +109,16 @@ type command struct {
 	Manifest []byte
 	Status   Status
 	Reason   string
+	// Savepoint is the savepoint id of the savepoint commands.
+	Savepoint string
+	// FromJob, Mode and AllowFallback are a restore's (opRestore).
+	FromJob       string
+	Mode          Mode
+	AllowFallback bool
+	// Owner, Pinned and At are what opRestoreUndo puts back.
+	Owner  string
+	Pinned bool
+	At     time.Time
 
 	// decoded is Manifest decoded, when the caller has it already.
 	decoded *Manifest
@@ -104,6 +146,14 @@ type outcome struct {
 	discard []*entry
 	// problems are for the log; they failed nothing.
 	problems []error
+	// restored is the manifest a restore reads (opRestore), skipped the
+	// newer damaged checkpoints it passed over, save the jobs whose job
+	// files must record the ownership change (the new owner's first).
+	restored *Manifest
+	skipped  []DamagedCheckpoint
+	save     []string
+	// undo is opRestoreUndo of a restore: the entry as it was.
+	undo command
 }
 
 // apply decides on cmd. A refused command (an error) changed nothing.
@@ -130,6 +180,30 @@ func (m *machine) apply(cmd command) (outcome, error) {
 		out, err = m.startDiscard(cmd.Job, cmd.ID)
 	case opDiscarded:
 		out = m.discarded(cmd.Job, cmd.ID)
+	case opNote:
+		m.note(cmd.Job, cmd.ID)
+	case opSavepointBegin:
+		err = m.savepointBegin(cmd.Savepoint)
+	case opSavepointCompleted:
+		out, err = m.savepointCompleted(cmd)
+	case opSavepointFailed:
+		delete(m.spInflight, cmd.Savepoint)
+	case opSavepointDeleted:
+		if _, ok := m.savepoints[cmd.Savepoint]; !ok {
+			return out, fmt.Errorf("%w: savepoint %s", ErrNotFound, cmd.Savepoint)
+		}
+		delete(m.savepoints, cmd.Savepoint)
+		m.reg.Unregister(spOwner(cmd.Savepoint))
+	case opRestore:
+		out, err = m.restore(cmd)
+	case opRestoreUndo:
+		if e := m.entries[ref{cmd.FromJob, cmd.ID}]; e != nil {
+			e.owner, e.pinned, e.adoptedAt = cmd.Owner, cmd.Pinned, cmd.At
+		}
+	case opRestored:
+		out = m.restored(cmd)
+	case opRestoredSavepoint:
+		out, err = m.restoredSavepoint(cmd.Job, cmd.Savepoint)
 	default:
 		return out, fmt.Errorf("%w: unknown catalog command %s", ErrInvalidArgument, cmd.Op)
 	}
@@ -279,13 +353,15 @@ func (m *machine) completed(cmd command) (outcome, error) {
 	rec.Stats = mf.Stats()
 	m.record(j, rec)
 	out := outcome{entry: e}
-	// The base moves to the newest completion only: a backend told of an
-	// older completion after a newer one keeps building on the newer
-	// (lsm's NotifyCheckpointComplete), so the job's base must stay
-	// there, or a DeleteCheckpoint of the newer one would delete shared
-	// files the next checkpoint reuses.
-	if j.base.job != cmd.Job || cmd.ID > j.base.id {
+	// The base moves as the backends' bases do (lsm's
+	// NotifyCheckpointComplete): to the first completion after a restore,
+	// then to newer completions only. A backend told of an older
+	// completion after a newer one keeps building on the newer, so the
+	// job's base must stay there, or a DeleteCheckpoint of the newer one
+	// would delete shared files the next checkpoint reuses.
+	if j.baseRestored || j.base.job != cmd.Job || cmd.ID > j.base.id {
 		out.releaseShared = m.setBase(j, r)
+		j.baseRestored = false
 	}
 	out.discard = m.retention(cmd.Job)
 	return out, nil
@@ -368,4 +444,142 @@ func (m *machine) discarded(job string, id uint64) outcome {
 		}
 	}
 	return out
+}
+
+// note marks in job's history that a restore skipped the channel state
+// of checkpoint id.
+func (m *machine) note(job string, id uint64) {
+	if j, ok := m.jobs[job]; ok {
+		for i := range j.history {
+			if j.history[i].ID == id {
+				j.history[i].WithoutChannelState = true
+			}
+		}
+	}
+}
+
+func (m *machine) savepointBegin(id string) error {
+	if _, ok := m.savepoints[id]; ok || m.spInflight[id] {
+		return fmt.Errorf("%w: savepoint %s", ErrExists, id)
+	}
+	m.spInflight[id] = true
+	return nil
+}
+
+func (m *machine) savepointCompleted(cmd command) (outcome, error) {
+	if !m.spInflight[cmd.Savepoint] {
+		return outcome{}, fmt.Errorf("%w: savepoint %s is not being written", ErrState, cmd.Savepoint)
+	}
+	mf := cmd.decoded
+	if mf == nil {
+		var err error
+		if mf, err = DecodeManifest(cmd.Manifest); err != nil {
+			return outcome{}, fmt.Errorf("catalog: savepoint %s: %w", cmd.Savepoint, err)
+		}
+	}
+	if err := checkManifestPlace(objName{kind: objSavepointManifest, sp: cmd.Savepoint}, mf); err != nil {
+		return outcome{}, fmt.Errorf("catalog: savepoint %s: %w", cmd.Savepoint, err)
+	}
+	if err := m.reg.Register(spOwner(cmd.Savepoint), savepointObjects(mf, cmd.Manifest)); err != nil {
+		return outcome{}, fmt.Errorf("catalog: savepoint %s: %w", cmd.Savepoint, err)
+	}
+	m.savepoints[cmd.Savepoint] = &spEntry{m: mf, enc: cmd.Manifest}
+	delete(m.spInflight, cmd.Savepoint)
+	return outcome{restored: cloneManifest(mf)}, nil
+}
+
+// restore picks the checkpoint a restore reads and changes its owner or
+// pin as the mode says.
+func (m *machine) restore(cmd command) (outcome, error) {
+	// A damaged job file may have lost a pin or an adoption: which
+	// checkpoint is the job's latest, and who may delete it, is unknown.
+	for _, job := range []string{cmd.Job, cmd.FromJob} {
+		if j := m.jobs[job]; j != nil && j.degraded {
+			return outcome{}, jobFileErr(j)
+		}
+	}
+	var e *entry
+	var skipped []DamagedCheckpoint
+	if cmd.ID == 0 {
+		if owned := m.owned(cmd.FromJob); len(owned) > 0 {
+			e = owned[len(owned)-1]
+		}
+		skipped = m.newerDamaged(cmd.FromJob, e)
+		if len(skipped) > 0 && !cmd.AllowFallback {
+			return outcome{}, latestDamagedErr(cmd.FromJob, skipped, e)
+		}
+	} else if x, ok := m.entries[ref{cmd.FromJob, cmd.ID}]; ok && !x.discarding {
+		e = x
+	} else if d, ok := m.damaged[ref{cmd.FromJob, cmd.ID}]; ok {
+		return outcome{}, damagedErr(d)
+	}
+	if e == nil {
+		if cmd.ID == 0 {
+			if len(skipped) > 0 {
+				return outcome{}, latestDamagedErr(cmd.FromJob, skipped, nil)
+			}
+			return outcome{}, fmt.Errorf("%w: job %s has no retained checkpoint", ErrNotFound, cmd.FromJob)
+		}
+		return outcome{}, fmt.Errorf("%w: checkpoint %s is not retained", ErrNotFound, CheckpointDir(cmd.FromJob, cmd.ID))
+	}
+	out := outcome{entry: e, restored: cloneManifest(e.m), skipped: skipped,
+		undo: command{Op: opRestoreUndo, FromJob: e.ref.job, ID: e.ref.id, Owner: e.owner, Pinned: e.pinned, At: e.adoptedAt}}
+	switch prevOwner := e.owner; {
+	case cmd.Mode == ModeClaim && e.owner != cmd.Job:
+		e.owner, e.pinned, e.adoptedAt = cmd.Job, false, cmd.Now
+		if e.ref.job == cmd.Job {
+			e.adoptedAt = time.Time{}
+		}
+		// The new owner's file first: if the second write is lost, the
+		// newest adoption wins on Open.
+		out.save = []string{cmd.Job, prevOwner}
+	case cmd.Mode == ModeClaim && e.pinned:
+		e.pinned = false
+		out.save = []string{cmd.Job}
+	case cmd.Mode == ModeNoClaim && e.owner == cmd.Job && !e.pinned:
+		e.pinned = true
+		out.save = []string{cmd.Job}
+	}
+	m.job(cmd.Job)
+	return out, nil
+}
+
+// restored moves Job's base to the restored checkpoint (claim) or nowhere
+// (no-claim).
+func (m *machine) restored(cmd command) outcome {
+	j := m.job(cmd.Job)
+	j.noClaim, j.noClaimFrom = nil, ""
+	base := ref{cmd.FromJob, cmd.ID}
+	if cmd.Mode == ModeNoClaim {
+		// The tasks may reuse nothing of the checkpoint: no base.
+		base = ref{}
+		dir := CheckpointDir(cmd.FromJob, cmd.ID)
+		j.noClaim = map[string]string{}
+		j.noClaimFrom = dir
+		for _, h := range cmd.Handles {
+			for _, f := range h.Files {
+				j.noClaim[f.Path] = dir
+			}
+		}
+	}
+	out := outcome{release: m.setBase(j, base)}
+	j.baseRestored = true
+	return out
+}
+
+func (m *machine) restoredSavepoint(job, id string) (outcome, error) {
+	if _, ok := m.savepoints[id]; !ok {
+		if err := m.damagedSavepoints[id]; err != nil {
+			return outcome{}, err
+		}
+		return outcome{}, fmt.Errorf("%w: savepoint %s", ErrNotFound, id)
+	}
+	j := m.job(job)
+	// Savepoint files live under savepoints/, which Complete refuses
+	// anyway; a restore replaces any earlier no-claim source, and the
+	// tasks build on no checkpoint.
+	j.noClaim, j.noClaimFrom = nil, ""
+	out := outcome{release: m.setBase(j, ref{})}
+	j.baseRestored = true
+	return out, nil
 }

@@ -2,6 +2,7 @@ package catalog
 
 import (
 	"crypto/sha256"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -31,7 +32,8 @@ func (m *machine) fingerprint() string {
 	})
 	for _, r := range refs {
 		e := m.entries[r]
-		fmt.Fprintf(&b, "entry %s owner=%s pinned=%v discarding=%v manifest=%x\n", r, e.owner, e.pinned, e.discarding, sha256.Sum256(e.enc))
+		fmt.Fprintf(&b, "entry %s owner=%s adopted=%s pinned=%v discarding=%v manifest=%x\n", r, e.owner,
+			e.adoptedAt.UTC().Format(time.RFC3339Nano), e.pinned, e.discarding, sha256.Sum256(e.enc))
 	}
 	jobs := make([]string, 0, len(m.jobs))
 	for name := range m.jobs {
@@ -40,7 +42,7 @@ func (m *machine) fingerprint() string {
 	slices.Sort(jobs)
 	for _, name := range jobs {
 		j := m.jobs[name]
-		fmt.Fprintf(&b, "job %s base=%s prev=%s degraded=%v\n", name, j.base, j.prevBase, j.degraded)
+		fmt.Fprintf(&b, "job %s base=%s prev=%s restored=%v degraded=%v no-claim=%s %v\n", name, j.base, j.prevBase, j.baseRestored, j.degraded, j.noClaimFrom, j.noClaim)
 		ids := make([]uint64, 0, len(j.inflight))
 		for id := range j.inflight {
 			ids = append(ids, id)
@@ -57,9 +59,20 @@ func (m *machine) fingerprint() string {
 			}
 		}
 		for _, r := range j.history {
-			fmt.Fprintf(&b, "  history %d %s %s..%s %s tasks=%d size=%d/%d\n", r.ID, r.Status,
-				r.Started.UTC().Format(time.RFC3339Nano), r.Ended.UTC().Format(time.RFC3339Nano), r.Reason, r.Tasks, r.CheckpointedSize, r.FullSize)
+			fmt.Fprintf(&b, "  history %d %s %s..%s %s tasks=%d size=%d/%d no-channels=%v\n", r.ID, r.Status,
+				r.Started.UTC().Format(time.RFC3339Nano), r.Ended.UTC().Format(time.RFC3339Nano), r.Reason, r.Tasks, r.CheckpointedSize, r.FullSize, r.WithoutChannelState)
 		}
+	}
+	sps := make([]string, 0, len(m.savepoints))
+	for id, sp := range m.savepoints {
+		sps = append(sps, fmt.Sprintf("savepoint %s %x", id, sha256.Sum256(sp.enc)))
+	}
+	for id := range m.spInflight {
+		sps = append(sps, "savepoint in flight "+id)
+	}
+	slices.Sort(sps)
+	for _, sp := range sps {
+		fmt.Fprintln(&b, sp)
 	}
 	for _, owner := range m.reg.Owners() {
 		fmt.Fprintf(&b, "owner %q %v\n", owner, m.reg.Objects(owner))
@@ -95,7 +108,8 @@ func (o outcome) describe() string {
 
 // TestMachineReplaysItsCommands runs random checkpoint lifecycles through
 // a Catalog (begins, reports, completions with handles passed directly or
-// reported before, aborts, deletions, retention), records every command
+// reported before, aborts, deletions, retention, savepoints, claim and
+// no-claim restores of checkpoints and savepoints, notes), records every command
 // its machine took, and applies them to a fresh machine: it must take
 // every one, decide alike, and end in the same state. This is what makes
 // the machine a state machine that a log can replicate: no decision
@@ -130,11 +144,12 @@ func TestMachineReplaysItsCommands(t *testing.T) {
 			next[job] = 1
 		}
 		inflight := map[ref][]*backend.Handle{} // handles uploaded, not reported
+		spSeq := 0
 		steps := rapid.IntRange(1, 40).Draw(rt, "steps")
 		for range steps {
 			job := rapid.SampledFrom([]string{"a", "b"}).Draw(rt, "job")
 			clk.Advance(time.Duration(rapid.IntRange(1, 1000).Draw(rt, "ms")) * time.Millisecond)
-			switch rapid.IntRange(0, 5).Draw(rt, "action") {
+			switch rapid.IntRange(0, 9).Draw(rt, "action") {
 			case 0: // change state
 				tk := tasks[job][rapid.IntRange(0, 1).Draw(rt, "task")]
 				tk.state[fmt.Sprint("k", rapid.IntRange(0, 9).Draw(rt, "key"))] = fmt.Sprint(rapid.Int().Draw(rt, "value"))
@@ -195,8 +210,71 @@ func TestMachineReplaysItsCommands(t *testing.T) {
 					continue
 				}
 				id := rapid.SampledFrom(ids).Draw(rt, "delete")
-				if err := c.DeleteCheckpoint(ctx, job, id); err != nil {
+				if err := c.DeleteCheckpoint(ctx, job, id); err != nil && !errors.Is(err, ErrState) {
+					// ErrState: another job claimed it; a refusal.
 					rt.Fatalf("delete: %v", err)
+				}
+			case 6: // a savepoint of a retained checkpoint
+				ids := c.Retained(job)
+				if len(ids) == 0 {
+					continue
+				}
+				spSeq++
+				if _, err := c.SavepointFromCheckpoint(ctx, fmt.Sprint("sp-", spSeq), job, rapid.SampledFrom(ids).Draw(rt, "savepoint of")); err != nil {
+					rt.Fatalf("savepoint: %v", err)
+				}
+			case 7: // delete a savepoint
+				sps := c.Savepoints()
+				if len(sps) == 0 {
+					continue
+				}
+				if err := c.DeleteSavepoint(ctx, rapid.SampledFrom(sps).Draw(rt, "delete savepoint").SavepointID); err != nil {
+					rt.Fatalf("delete savepoint: %v", err)
+				}
+			case 8: // restore job from a retained checkpoint or a savepoint
+				req := RestoreRequest{Job: job, Mode: rapid.SampledFrom([]Mode{ModeClaim, ModeNoClaim}).Draw(rt, "mode")}
+				var opts []RestoreRequest
+				for _, from := range []string{"a", "b"} {
+					for _, id := range c.Retained(from) {
+						opts = append(opts, RestoreRequest{FromJob: from, CheckpointID: id})
+					}
+					if len(c.Retained(from)) > 0 {
+						opts = append(opts, RestoreRequest{FromJob: from}) // its latest
+					}
+				}
+				for _, m := range c.Savepoints() {
+					opts = append(opts, RestoreRequest{SavepointID: m.SavepointID})
+				}
+				if len(opts) == 0 {
+					continue
+				}
+				pick := rapid.SampledFrom(opts).Draw(rt, "restore from")
+				req.FromJob, req.CheckpointID, req.SavepointID = pick.FromJob, pick.CheckpointID, pick.SavepointID
+				// The job's running checkpoints end with its tasks.
+				for r := range inflight {
+					if r.job == job {
+						if err := c.Abort(ctx, job, r.id, StatusAborted, "restore"); err != nil {
+							rt.Fatalf("abort before restore: %v", err)
+						}
+						delete(inflight, r)
+					}
+				}
+				res, err := c.RestoreSource(ctx, req)
+				if err != nil && req.CheckpointID == 0 && req.SavepointID == "" && errors.Is(err, ErrNotFound) {
+					continue // the job's checkpoints were all claimed by the other
+				}
+				if err != nil {
+					rt.Fatalf("restore %+v: %v", req, err)
+				}
+				// Tasks of another job's checkpoint restore by position.
+				for i, tk := range tasks[job] {
+					if err := tk.restore(ctx, res.Store, res.Handles[i], res.NoClaim); err != nil {
+						rt.Fatalf("restore task: %v", err)
+					}
+				}
+			case 9: // note a restore without channel state
+				if ids := c.Retained(job); len(ids) > 0 {
+					c.NoteWithoutChannelState(ctx, job, rapid.SampledFrom(ids).Draw(rt, "note"))
 				}
 			}
 		}

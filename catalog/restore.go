@@ -3,7 +3,6 @@ package catalog
 import (
 	"context"
 	"fmt"
-	"time"
 
 	"github.com/statedhq/stated/backend"
 	"github.com/statedhq/stated/tiered"
@@ -116,68 +115,20 @@ func (c *Catalog) RestoreSource(ctx context.Context, req RestoreRequest) (*Resto
 		c.mu.Unlock()
 		return nil, ErrClosed
 	}
-	// A damaged job file may have lost a pin or an adoption: which
-	// checkpoint is the job's latest, and who may delete it, is unknown.
-	for _, job := range []string{req.Job, req.FromJob} {
-		if j := c.mu.jobs[job]; j != nil && j.degraded {
-			c.mu.Unlock()
-			return nil, jobFileErr(j)
-		}
-	}
-	var e *entry
-	var skipped []DamagedCheckpoint
-	if req.CheckpointID == 0 {
-		if owned := c.mu.owned(req.FromJob); len(owned) > 0 {
-			e = owned[len(owned)-1]
-		}
-		skipped = c.mu.newerDamaged(req.FromJob, e)
-		if len(skipped) > 0 && !req.AllowFallback {
-			c.mu.Unlock()
-			return nil, latestDamagedErr(req.FromJob, skipped, e)
-		}
-	} else if x, ok := c.mu.entries[ref{req.FromJob, req.CheckpointID}]; ok && !x.discarding {
-		e = x
-	} else if d, ok := c.mu.damaged[ref{req.FromJob, req.CheckpointID}]; ok {
-		c.mu.Unlock()
-		return nil, damagedErr(d)
-	}
-	if e == nil {
-		c.mu.Unlock()
-		if req.CheckpointID == 0 {
-			if len(skipped) > 0 {
-				return nil, latestDamagedErr(req.FromJob, skipped, nil)
-			}
-			return nil, fmt.Errorf("%w: job %s has no retained checkpoint", ErrNotFound, req.FromJob)
-		}
-		return nil, fmt.Errorf("%w: checkpoint %s is not retained", ErrNotFound, CheckpointDir(req.FromJob, req.CheckpointID))
-	}
-	prevOwner, prevPinned, prevAt := e.owner, e.pinned, e.adoptedAt
-	var save []string
-	switch {
-	case req.Mode == ModeClaim && e.owner != req.Job:
-		e.owner, e.pinned, e.adoptedAt = req.Job, false, c.opts.Clock()
-		if e.ref.job == req.Job {
-			e.adoptedAt = time.Time{}
-		}
-		// The new owner's file first: if the second write is lost, the
-		// newest adoption wins on Open.
-		save = []string{req.Job, prevOwner}
-	case req.Mode == ModeClaim && e.pinned:
-		e.pinned = false
-		save = []string{req.Job}
-	case req.Mode == ModeNoClaim && e.owner == req.Job && !e.pinned:
-		e.pinned = true
-		save = []string{req.Job}
-	}
-	c.mu.job(req.Job)
-	m := cloneManifest(e.m)
+	pick, err := c.mu.apply(command{Op: opRestore, Job: req.Job, FromJob: req.FromJob, ID: req.CheckpointID,
+		Mode: req.Mode, AllowFallback: req.AllowFallback, Now: c.opts.Clock()})
 	c.mu.Unlock()
+	if err != nil {
+		return nil, err
+	}
+	e := pick.entry
+	m := pick.restored
 
-	for i, job := range save {
+	for i, job := range pick.save {
 		if err := c.saveJob(ctx, job); err != nil {
 			if i == 0 {
 				c.mu.Lock()
-				e.owner, e.pinned, e.adoptedAt = prevOwner, prevPinned, prevAt
+				_, _ = c.mu.apply(pick.undo)
 				c.mu.Unlock()
 				return nil, fmt.Errorf("catalog: restore %s: record the ownership change: %w", e.ref, err)
 			}
@@ -185,25 +136,15 @@ func (c *Catalog) RestoreSource(ctx context.Context, req RestoreRequest) (*Resto
 		}
 	}
 
-	c.mu.Lock()
-	j := c.mu.job(req.Job)
-	j.noClaim, j.noClaimFrom = nil, ""
-	base := e.ref
+	restored := command{Op: opRestored, Job: req.Job, FromJob: e.ref.job, ID: e.ref.id, Mode: req.Mode}
 	if req.Mode == ModeNoClaim {
-		// The tasks may reuse nothing of the checkpoint: no base.
-		base = ref{}
-		j.noClaim = map[string]string{}
-		j.noClaimFrom = e.ref.dir()
-		for _, h := range m.Tasks {
-			for _, f := range h.Files {
-				j.noClaim[f.Path] = e.ref.dir()
-			}
-		}
+		restored.Handles = m.Tasks
 	}
-	released := c.mu.setBase(j, base)
+	c.mu.Lock()
+	out, _ := c.mu.apply(restored)
 	c.mu.Unlock()
-	c.deleteReleased(ctx, released)
-	return &Restore{Manifest: m, Handles: m.Tasks, Store: c.store, NoClaim: req.Mode == ModeNoClaim, Skipped: skipped}, nil
+	c.deleteReleased(ctx, out.release)
+	return &Restore{Manifest: m, Handles: m.Tasks, Store: c.store, NoClaim: req.Mode == ModeNoClaim, Skipped: pick.skipped}, nil
 }
 
 // latestDamagedErr is the error of a restore of job's latest checkpoint
@@ -221,26 +162,16 @@ func latestDamagedErr(job string, damaged []DamagedCheckpoint, intact *entry) er
 func (c *Catalog) restoreSavepoint(ctx context.Context, req RestoreRequest) (*Restore, error) {
 	c.mu.Lock()
 	sp, ok := c.mu.savepoints[req.SavepointID]
-	if err := c.mu.damagedSavepoints[req.SavepointID]; !ok && err != nil {
-		c.mu.Unlock()
-		return nil, err
-	}
 	var m *Manifest
-	var released []string
 	if ok {
 		m = cloneManifest(sp.m)
-		j := c.mu.job(req.Job)
-		// Savepoint files live under savepoints/, which Complete refuses
-		// anyway; a restore replaces any earlier no-claim source, and the
-		// tasks build on no checkpoint.
-		j.noClaim, j.noClaimFrom = nil, ""
-		released = c.mu.setBase(j, ref{})
 	}
+	out, err := c.mu.apply(command{Op: opRestoredSavepoint, Job: req.Job, Savepoint: req.SavepointID})
 	c.mu.Unlock()
-	c.deleteReleased(ctx, released)
-	if !ok {
-		return nil, fmt.Errorf("%w: savepoint %s", ErrNotFound, req.SavepointID)
+	if err != nil {
+		return nil, err
 	}
+	c.deleteReleased(ctx, out.release)
 	return &Restore{Manifest: m, Handles: m.Tasks, Store: tiered.WithPrefix(c.store, SavepointDir(req.SavepointID)), NoClaim: true}, nil
 }
 

@@ -145,19 +145,18 @@ func (c *Catalog) beginSavepoint(ctx context.Context, id string) error {
 		c.mu.Unlock()
 		return ErrClosed
 	}
-	if _, ok := c.mu.savepoints[id]; ok || c.mu.spInflight[id] {
-		c.mu.Unlock()
-		return fmt.Errorf("%w: savepoint %s", ErrExists, id)
-	}
-	c.mu.spInflight[id] = true
+	_, err := c.mu.apply(command{Op: opSavepointBegin, Savepoint: id})
 	c.mu.Unlock()
+	if err != nil {
+		return err
+	}
 	page, err := c.store.List(ctx, SavepointDir(id)+"/", "", 1)
 	if err == nil && len(page.Objects) > 0 {
 		err = fmt.Errorf("%w: savepoint directory %s is not empty", ErrExists, SavepointDir(id))
 	}
 	if err != nil {
 		c.mu.Lock()
-		delete(c.mu.spInflight, id)
+		_, _ = c.mu.apply(command{Op: opSavepointFailed, Savepoint: id})
 		c.mu.Unlock()
 		return err
 	}
@@ -342,19 +341,18 @@ func (c *Catalog) completeSavepoint(ctx context.Context, req SavepointRequest, h
 		return nil, fmt.Errorf("catalog: savepoint %s: write manifest: %w", req.ID, err)
 	}
 	c.mu.Lock()
-	defer c.mu.Unlock()
-	if err := c.mu.reg.Register(spOwner(req.ID), savepointObjects(m, enc)); err != nil {
-		return nil, fmt.Errorf("catalog: savepoint %s: %w", req.ID, err)
+	out, err := c.mu.apply(command{Op: opSavepointCompleted, Savepoint: req.ID, Manifest: enc, decoded: m})
+	c.mu.Unlock()
+	if err != nil {
+		return nil, err
 	}
-	c.mu.savepoints[req.ID] = &spEntry{m: m, enc: enc}
-	delete(c.mu.spInflight, req.ID)
-	return cloneManifest(m), nil
+	return out.restored, nil
 }
 
 // abortSavepoint deletes whatever a failed savepoint wrote.
 func (c *Catalog) abortSavepoint(ctx context.Context, id string) {
 	c.mu.Lock()
-	delete(c.mu.spInflight, id)
+	_, _ = c.mu.apply(command{Op: opSavepointFailed, Savepoint: id})
 	c.mu.Unlock()
 	listed, err := c.list(ctx, SavepointDir(id)+"/")
 	if err != nil {
@@ -387,9 +385,12 @@ func (c *Catalog) DeleteSavepoint(ctx context.Context, id string) error {
 		return fmt.Errorf("catalog: delete savepoint %s: %w", id, err)
 	}
 	c.mu.Lock()
-	delete(c.mu.savepoints, id)
-	c.mu.reg.Unregister(spOwner(id))
+	_, err := c.mu.apply(command{Op: opSavepointDeleted, Savepoint: id})
 	c.mu.Unlock()
+	if err != nil {
+		// Deleted meanwhile by a concurrent call, which cleans up.
+		return err
+	}
 	listed, err := c.list(ctx, SavepointDir(id)+"/")
 	if err != nil {
 		return fmt.Errorf("catalog: delete savepoint %s: list (the sweep will finish): %w", id, err)
