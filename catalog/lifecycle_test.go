@@ -109,11 +109,12 @@ func (o outcome) describe() string {
 // TestMachineReplaysItsCommands runs random checkpoint lifecycles through
 // a Catalog (begins, reports, completions with handles passed directly or
 // reported before, aborts, deletions, retention, savepoints, claim and
-// no-claim restores of checkpoints and savepoints, notes), records every command
-// its machine took, and applies them to a fresh machine: it must take
-// every one, decide alike, and end in the same state. This is what makes
-// the machine a state machine that a log can replicate: no decision
-// depends on I/O, the clock or anything but the commands.
+// no-claim restores of checkpoints and savepoints, notes), records every
+// command its machine took, and applies them to a fresh machine: it must
+// take every one, decoded from its encoding as a log would carry it, and
+// end in the same state. This is what makes the machine a state machine
+// that a log can replicate: no decision depends on I/O, the clock or
+// anything but the commands.
 func TestMachineReplaysItsCommands(t *testing.T) {
 	rapid.Check(t, func(rt *rapid.T) {
 		mem := memstore.New()
@@ -125,13 +126,17 @@ func TestMachineReplaysItsCommands(t *testing.T) {
 			rt.Fatal(err)
 		}
 		defer c.Close()
-		type taken struct {
-			cmd command
-			out string
-		}
+		type taken struct{ enc []byte }
 		var log []taken
 		c.mu.Lock()
-		c.mu.observe = func(cmd command) { log = append(log, taken{cmd: cmd}) }
+		c.mu.observe = func(cmd command) {
+			// As a log would carry it: encoded, and decoded on replay.
+			enc, err := encodeCommand(cmd)
+			if err != nil {
+				rt.Fatalf("encode %s: %v", cmd.Op, err)
+			}
+			log = append(log, taken{enc: enc})
+		}
 		c.mu.Unlock()
 
 		tasks := map[string][]*fakeTask{}
@@ -287,8 +292,12 @@ func TestMachineReplaysItsCommands(t *testing.T) {
 		replica := newMachine(c.opts.Retain, c.opts.MaxHistory)
 		replica.reg = refcount.New()
 		for i, tk := range log {
-			if _, err := replica.apply(tk.cmd); err != nil {
-				rt.Fatalf("command %d (%s of %s/%d) refused on replay: %v", i, tk.cmd.Op, tk.cmd.Job, tk.cmd.ID, err)
+			cmd, err := decodeCommand(tk.enc)
+			if err != nil {
+				rt.Fatalf("command %d does not decode: %v\n%s", i, err, tk.enc)
+			}
+			if _, err := replica.apply(cmd); err != nil {
+				rt.Fatalf("command %d (%s of %s/%d) refused on replay: %v", i, cmd.Op, cmd.Job, cmd.ID, err)
 			}
 		}
 		if got := replica.fingerprint(); got != want {

@@ -1,0 +1,97 @@
+package catalog
+
+import (
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/statedhq/stated/backend"
+)
+
+// commandVersion is the version of the command encoding: a JSON object
+// with "v", refused (naming the version) by a reader that does not know
+// it, so that a node of a later version never half-reads an entry.
+const commandVersion = 1
+
+// wireCommand is a command as encoded.
+type wireCommand struct {
+	V             int               `json:"v"`
+	Op            string            `json:"op"`
+	Job           string            `json:"job,omitempty"`
+	ID            uint64            `json:"id,omitempty"`
+	Now           time.Time         `json:"now,omitzero"`
+	Handles       []*backend.Handle `json:"handles,omitempty"`
+	Manifest      []byte            `json:"manifest,omitempty"`
+	Status        Status            `json:"status,omitempty"`
+	Reason        string            `json:"reason,omitempty"`
+	Savepoint     string            `json:"savepoint,omitempty"`
+	FromJob       string            `json:"fromJob,omitempty"`
+	Mode          Mode              `json:"mode,omitempty"`
+	AllowFallback bool              `json:"allowFallback,omitempty"`
+	Owner         string            `json:"owner,omitempty"`
+	Pinned        bool              `json:"pinned,omitempty"`
+	At            time.Time         `json:"at,omitzero"`
+}
+
+// encodeCommand serializes cmd: everything the machine's decision on it
+// depends on (the decoded manifest it may carry is not: the machine
+// decodes Manifest again when it is missing).
+func encodeCommand(cmd command) ([]byte, error) {
+	if int(cmd.Op) >= len(opNames) || opNames[cmd.Op] == "" {
+		return nil, fmt.Errorf("%w: unknown catalog command %s", ErrInvalidArgument, cmd.Op)
+	}
+	return json.Marshal(wireCommand{V: commandVersion, Op: opNames[cmd.Op], Job: cmd.Job, ID: cmd.ID, Now: cmd.Now,
+		Handles: cmd.Handles, Manifest: cmd.Manifest, Status: cmd.Status, Reason: cmd.Reason, Savepoint: cmd.Savepoint,
+		FromJob: cmd.FromJob, Mode: cmd.Mode, AllowFallback: cmd.AllowFallback, Owner: cmd.Owner, Pinned: cmd.Pinned, At: cmd.At})
+}
+
+// decodeCommand parses and checks an encoded command: a known version and
+// operation, valid names, and handles that pass backend.Handle.Validate.
+// Damage is an error wrapping ErrCorrupt, a newer version one wrapping
+// backend.ErrIncompatible.
+func decodeCommand(data []byte) (command, error) {
+	var w wireCommand
+	if err := strictUnmarshal(data, &w); err != nil {
+		return command{}, fmt.Errorf("%w: catalog command: %v", ErrCorrupt, err)
+	}
+	if w.V != commandVersion {
+		return command{}, fmt.Errorf("%w: catalog command version %d (this build reads %d)", backend.ErrIncompatible, w.V, commandVersion)
+	}
+	var kind op
+	for i, name := range opNames {
+		if name != "" && name == w.Op {
+			kind = op(i)
+		}
+	}
+	if kind == 0 {
+		return command{}, fmt.Errorf("%w: unknown catalog command %q", ErrCorrupt, w.Op)
+	}
+	for _, job := range []string{w.Job, w.FromJob, w.Owner} {
+		if job != "" {
+			if err := ValidateJob(job); err != nil {
+				return command{}, fmt.Errorf("%w: catalog command %s: %v", ErrCorrupt, w.Op, err)
+			}
+		}
+	}
+	if w.Savepoint != "" {
+		if err := ValidateSavepointID(w.Savepoint); err != nil {
+			return command{}, fmt.Errorf("%w: catalog command %s: %v", ErrCorrupt, w.Op, err)
+		}
+	}
+	for i, h := range w.Handles {
+		if h == nil {
+			return command{}, fmt.Errorf("%w: catalog command %s: handle %d is null", ErrCorrupt, w.Op, i)
+		}
+		if err := h.Validate(); err != nil {
+			return command{}, fmt.Errorf("%w: catalog command %s: %v", ErrCorrupt, w.Op, err)
+		}
+	}
+	if w.Mode != "" {
+		if _, err := ParseMode(string(w.Mode)); err != nil {
+			return command{}, fmt.Errorf("%w: catalog command %s: %v", ErrCorrupt, w.Op, err)
+		}
+	}
+	return command{Op: kind, Job: w.Job, ID: w.ID, Now: w.Now, Handles: w.Handles, Manifest: w.Manifest,
+		Status: w.Status, Reason: w.Reason, Savepoint: w.Savepoint, FromJob: w.FromJob, Mode: w.Mode,
+		AllowFallback: w.AllowFallback, Owner: w.Owner, Pinned: w.Pinned, At: w.At}, nil
+}
