@@ -60,7 +60,10 @@
 // state and the same decisions (TestMachineReplaysItsCommands): what a
 // log that replicates the catalog needs. Only Open's rebuild from the
 // store fills the machine directly, and the names being deleted right now
-// are the deleting node's own marks, not the machine's decisions.
+// are the deleting node's own marks, not the machine's decisions. A
+// machine image (snapshot.go: magic "STMS", version 1, CRC32C around
+// JSON) holds the whole state, for a log's snapshots; a replica restarted
+// from an image and the commands after it equals the original.
 //
 // # Ownership and restore modes
 //

@@ -13,6 +13,7 @@ import (
 
 	"github.com/statedhq/stated/backend"
 	"github.com/statedhq/stated/refcount"
+	"github.com/statedhq/stated/tiered"
 	"github.com/statedhq/stated/tiered/memstore"
 )
 
@@ -114,7 +115,9 @@ func (o outcome) describe() string {
 // take every one, decoded from its encoding as a log would carry it, and
 // end in the same state. This is what makes the machine a state machine
 // that a log can replicate: no decision depends on I/O, the clock or
-// anything but the commands.
+// anything but the commands. On the way the replica restarts from its
+// image (a log's snapshot), and the catalog's machine read back from its
+// image must equal it too.
 func TestMachineReplaysItsCommands(t *testing.T) {
 	rapid.Check(t, func(rt *rapid.T) {
 		mem := memstore.New()
@@ -291,7 +294,13 @@ func TestMachineReplaysItsCommands(t *testing.T) {
 
 		replica := newMachine(c.opts.Retain, c.opts.MaxHistory)
 		replica.reg = refcount.New()
+		// Somewhere on the way the replica restarts from its image, as a
+		// node restarts from a log's snapshot.
+		restartAt := rapid.IntRange(0, len(log)).Draw(rt, "restart at")
 		for i, tk := range log {
+			if i == restartAt {
+				replica = restarted(rt, &replica)
+			}
 			cmd, err := decodeCommand(tk.enc)
 			if err != nil {
 				rt.Fatalf("command %d does not decode: %v\n%s", i, err, tk.enc)
@@ -303,7 +312,34 @@ func TestMachineReplaysItsCommands(t *testing.T) {
 		if got := replica.fingerprint(); got != want {
 			rt.Fatalf("replayed machine differs\nreplayed:\n%s\noriginal:\n%s", got, want)
 		}
+		c.mu.Lock()
+		fromImage := restarted(rt, &c.mu.machine)
+		c.mu.Unlock()
+		if got := fromImage.fingerprint(); got != want {
+			rt.Fatalf("the catalog's machine read back from its image differs\nread back:\n%s\noriginal:\n%s", got, want)
+		}
 	})
+}
+
+// restarted reads m back from its image, and checks that the image of
+// what it read is the same.
+func restarted(t interface{ Fatalf(string, ...any) }, m *machine) machine {
+	img, err := m.snapshot()
+	if err != nil {
+		t.Fatalf("snapshot: %v", err)
+	}
+	back, err := restoreMachine(img, m.retain, m.maxHistory)
+	if err != nil {
+		t.Fatalf("restore the image: %v", err)
+	}
+	again, err := back.snapshot()
+	if err != nil {
+		t.Fatalf("snapshot of the restored machine: %v", err)
+	}
+	if string(again) != string(img) {
+		t.Fatalf("the image changed through a restore:\n%s\n%s", img, again)
+	}
+	return back
 }
 
 // pickRef draws one in-flight checkpoint of job, if any.
@@ -388,5 +424,66 @@ func TestMachineDecidesAlike(t *testing.T) {
 	}
 	if a.fingerprint() != before {
 		t.Fatal("a refused command changed the machine")
+	}
+}
+
+// A machine image keeps what Open found damaged: the problems, the
+// damaged checkpoint with an error that still wraps ErrCorrupt, the
+// degraded job and the directory nothing may delete under.
+func TestMachineImageKeepsDamage(t *testing.T) {
+	s := memstore.New()
+	clk := &testClock{}
+	c := openCat(t, s, clk)
+	a := newFakeTask("j", "op", 0, backend.KeyGroupRange{Start: 0, End: 127})
+	a.state["k"] = "v"
+	checkpoint(t, c, s, 1, a)
+	checkpoint(t, c, s, 2, a)
+	c.Close()
+	name := CheckpointManifest("j", 2)
+	b := []byte(storeSnapshot(t, s, name)[name])
+	b[len(b)/2] ^= 1
+	if err := tiered.PutBytes(ctx, s, name, b); err != nil {
+		t.Fatal(err)
+	}
+	if err := tiered.PutBytes(ctx, s, "k/"+JobFileName, []byte("not a job file")); err != nil {
+		t.Fatal(err)
+	}
+	c2 := openCat(t, s, clk)
+	if len(c2.Problems()) != 2 {
+		t.Fatalf("problems %v", c2.Problems())
+	}
+	c2.mu.Lock()
+	back := restarted(t, &c2.mu.machine)
+	want := c2.mu.fingerprint()
+	c2.mu.Unlock()
+	if got := back.fingerprint(); got != want {
+		t.Fatalf("read back:\n%s\nwant:\n%s", got, want)
+	}
+	if len(back.problems) != 2 {
+		t.Fatalf("problems read back: %v", back.problems)
+	}
+	for i, p := range back.problems {
+		if p.String() != c2.Problems()[i].String() || !errors.Is(p.Err, ErrCorrupt) {
+			t.Fatalf("problem %d read back as %q (corrupt: %v), was %q", i, p, errors.Is(p.Err, ErrCorrupt), c2.Problems()[i])
+		}
+	}
+	d, ok := back.damaged[ref{"j", 2}]
+	if !ok || !errors.Is(d.Err, ErrCorrupt) {
+		t.Fatalf("damaged checkpoint read back as %+v", d)
+	}
+	if !back.jobs["k"].degraded || !errors.Is(back.jobs["k"].damage, ErrCorrupt) {
+		t.Fatalf("job k read back as %+v", back.jobs["k"])
+	}
+	if !back.live("j/chk-2/op-0/meta", func(string) bool { return false }) {
+		t.Fatal("a file next to the damaged manifest may be deleted after the image")
+	}
+	// A damaged image is refused, naming what is wrong.
+	img, err := c2.mu.snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	img[len(img)/2] ^= 1
+	if _, err := restoreMachine(img, 3, 10); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("a damaged image: %v", err)
 	}
 }
