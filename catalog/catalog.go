@@ -108,6 +108,14 @@ type Options struct {
 	// DeleteGuard always asks a quorum, so that even a leader cut off a
 	// moment ago deletes nothing. Default: Guard.
 	DeleteGuard func(ctx context.Context) error
+	// Replica and Propose make a replicated catalog (replica.go): the
+	// machine is Replica, kept up to date on every node by a log, and
+	// every decision is a command Propose appends to that log; it returns
+	// once the command is applied to this node's Replica, with what
+	// Replica.Apply returned for it. Both or neither. Default: neither, a
+	// catalog alone over its root.
+	Replica *Replica
+	Propose func(ctx context.Context, cmd []byte) (any, error)
 }
 
 // EnsureDefaults fills zero fields with their defaults.
@@ -173,6 +181,13 @@ func (o *Options) Validate() error {
 	}
 	if o.MaxHistory < 1 {
 		errs = append(errs, fmt.Errorf("%w: max history %d must be at least 1", ErrInvalidArgument, o.MaxHistory))
+	}
+	if (o.Replica == nil) != (o.Propose == nil) {
+		errs = append(errs, fmt.Errorf("%w: a replicated catalog needs both a replica and a log to propose to", ErrInvalidArgument))
+	}
+	if o.Replica != nil && (o.Replica.s.retain != o.Retain || o.Replica.s.maxHistory != o.MaxHistory) {
+		errs = append(errs, fmt.Errorf("%w: the replica keeps %d checkpoints and %d history records, the catalog %d and %d",
+			ErrInvalidArgument, o.Replica.s.retain, o.Replica.s.maxHistory, o.Retain, o.MaxHistory))
 	}
 	return errors.Join(errs...)
 }
@@ -269,8 +284,11 @@ type Catalog struct {
 		// with ErrClosed.
 		closed bool
 
-		// machine is the catalog's state and its decisions (machine.go).
-		machine
+		// shared is the machine (the catalog's state and its decisions,
+		// machine.go) and the mutex that guards it and this struct: the
+		// catalog's own, or a Replica's (Options.Replica), whose log
+		// applies commands to it from outside the catalog.
+		*shared
 
 		// sweepCancel and sweepDone belong to the background sweep
 		// (Start); nil until it starts.
@@ -348,7 +366,12 @@ func Open(ctx context.Context, opts Options) (*Catalog, error) {
 		opts: opts, store: opts.Store, heap: opts.HeapStore, logStore: opts.LogStore,
 		log: opts.Logger.With("component", "catalog"),
 	}
-	c.mu.machine = newMachine(opts.Retain, opts.MaxHistory)
+	c.mu.shared = &shared{machine: newMachine(opts.Retain, opts.MaxHistory)}
+	if opts.Replica != nil && opts.Replica.Loaded() {
+		// A leader before this one loaded the catalog into the log: the
+		// replica holds all of it.
+		return c, c.takeOver(opts.Replica)
+	}
 	var manifests, jobFiles []string
 	err := tiered.Walk(ctx, c.store, "", func(o tiered.ObjectInfo) error {
 		switch classify(o.Name).kind {
@@ -458,6 +481,11 @@ func Open(ctx context.Context, opts Options) (*Catalog, error) {
 	c.mu.reg = reg
 	for _, owner := range slices.Sorted(maps.Keys(refused)) {
 		refusedBy[owner](refused[owner])
+	}
+	if opts.Replica != nil {
+		if err := c.load(opts.Replica); err != nil {
+			return nil, err
+		}
 	}
 	return c, nil
 }

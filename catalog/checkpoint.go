@@ -23,12 +23,10 @@ func (c *Catalog) BeginCheckpoint(job string, id uint64) error {
 	if err := ValidateJob(job); err != nil {
 		return err
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.mu.closed {
+	if c.isClosed() {
 		return ErrClosed
 	}
-	_, err := c.mu.apply(command{Op: opBegin, Job: job, ID: id, Now: c.opts.Clock()})
+	_, err := c.exec(command{Op: opBegin, Job: job, ID: id, Now: c.opts.Clock()})
 	return err
 }
 
@@ -113,12 +111,10 @@ func (m *machine) checkHandle(j *jobState, id uint64, h *backend.Handle) error {
 // of job (begun with BeginCheckpoint). Its files are protected from the
 // sweep from now on; Complete writes them into the manifest.
 func (c *Catalog) AddTaskHandle(job string, id uint64, h *backend.Handle) error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.mu.closed {
+	if c.isClosed() {
 		return ErrClosed
 	}
-	_, err := c.mu.apply(command{Op: opAddHandle, Job: job, ID: id, Handles: []*backend.Handle{h}})
+	_, err := c.exec(command{Op: opAddHandle, Job: job, ID: id, Handles: []*backend.Handle{h}})
 	return err
 }
 
@@ -186,13 +182,10 @@ func (c *Catalog) CompleteTasks(ctx context.Context, job string, id uint64, task
 // caller may retry it or Abort it.
 func (c *Catalog) Complete(ctx context.Context, job string, id uint64, handles ...*backend.Handle) (*Manifest, error) {
 	r := ref{job, id}
-	c.mu.Lock()
-	if c.mu.closed {
-		c.mu.Unlock()
+	if c.isClosed() {
 		return nil, ErrClosed
 	}
-	plan, err := c.mu.apply(command{Op: opStartComplete, Job: job, ID: id, Handles: handles})
-	c.mu.Unlock()
+	plan, err := c.exec(command{Op: opStartComplete, Job: job, ID: id, Handles: handles})
 	if err != nil {
 		return nil, err
 	}
@@ -202,18 +195,22 @@ func (c *Catalog) Complete(ctx context.Context, job string, id uint64, handles .
 
 	m, enc, err := c.writeManifest(ctx, r, plan.started, plan.handles)
 	var out outcome
-	registered := true
-	c.mu.Lock()
+	refused := false
 	if err == nil {
-		out, err = c.mu.apply(command{Op: opCompleted, Job: job, ID: id, Manifest: enc, decoded: m})
-		registered = err == nil
+		out, err = c.exec(command{Op: opCompleted, Job: job, ID: id, Manifest: enc, decoded: m})
+		if errors.Is(err, errLogFailed) {
+			// Whether the log took the completion is unknown: the
+			// manifest stays (a retry finds it and completes with it), and
+			// the leader after this one ends the completion (opTakeOver).
+			return nil, err
+		}
+		refused = err != nil
 	}
 	if err != nil {
-		if _, ferr := c.mu.apply(command{Op: opCompleteFailed, Job: job, ID: id}); ferr != nil {
+		if _, ferr := c.exec(command{Op: opCompleteFailed, Job: job, ID: id}); ferr != nil {
 			err = errors.Join(err, ferr)
 		}
-		c.mu.Unlock()
-		if !registered {
+		if refused {
 			// The manifest must not outlive a failed registration, or a
 			// restart would resurrect a checkpoint whose files nothing
 			// protected.
@@ -221,7 +218,6 @@ func (c *Catalog) Complete(ctx context.Context, job string, id uint64, handles .
 		}
 		return nil, err
 	}
-	c.mu.Unlock()
 
 	c.deleteReleased(ctx, out.releaseShared)
 	for _, d := range out.discard {
@@ -441,9 +437,10 @@ func (c *Catalog) discard(ctx context.Context, e *entry) error {
 	if err := c.deleteRetried(ctx, []string{e.ref.manifest()}); err != nil {
 		return fmt.Errorf("catalog: discard %s: delete manifest: %w", e.ref, err)
 	}
-	c.mu.Lock()
-	out, _ := c.mu.apply(command{Op: opDiscarded, Job: e.ref.job, ID: e.ref.id})
-	c.mu.Unlock()
+	out, err := c.exec(command{Op: opDiscarded, Job: e.ref.job, ID: e.ref.id})
+	if err != nil {
+		return fmt.Errorf("catalog: discard %s: %w", e.ref, err)
+	}
 	for _, err := range out.problems {
 		c.log.Warn("a base's shared files are kept", "err", err)
 	}
@@ -495,13 +492,10 @@ func (c *Catalog) abort(ctx context.Context, job string, id uint64, why Status, 
 		return err
 	}
 	r := ref{job, id}
-	c.mu.Lock()
-	if c.mu.closed {
-		c.mu.Unlock()
+	if c.isClosed() {
 		return ErrClosed
 	}
-	out, err := c.mu.apply(command{Op: opAbort, Job: job, ID: id, Now: c.opts.Clock(), Status: why, Reason: reason})
-	c.mu.Unlock()
+	out, err := c.exec(command{Op: opAbort, Job: job, ID: id, Now: c.opts.Clock(), Status: why, Reason: reason})
 	if err != nil {
 		return err
 	}
@@ -530,9 +524,7 @@ func (c *Catalog) abort(ctx context.Context, job string, id uint64, why Status, 
 // not, as retention would. Its files that other checkpoints or savepoints
 // reference stay.
 func (c *Catalog) DeleteCheckpoint(ctx context.Context, job string, id uint64) error {
-	c.mu.Lock()
-	out, err := c.mu.apply(command{Op: opStartDiscard, Job: job, ID: id})
-	c.mu.Unlock()
+	out, err := c.exec(command{Op: opStartDiscard, Job: job, ID: id})
 	if err != nil {
 		return err
 	}
@@ -642,10 +634,13 @@ func (c *Catalog) NoteWithoutChannelState(ctx context.Context, job string, id ui
 			found = found || r.ID == id
 		}
 	}
-	if found {
-		_, _ = c.mu.apply(command{Op: opNote, Job: job, ID: id})
-	}
 	c.mu.Unlock()
+	if found {
+		if _, err := c.exec(command{Op: opNote, Job: job, ID: id}); err != nil {
+			c.log.Warn("noting the restore without channel state in the history failed", "checkpoint", CheckpointDir(job, id), "err", err)
+			return
+		}
+	}
 	if found {
 		c.saveJobLogged(ctx, job)
 	}

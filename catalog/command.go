@@ -31,6 +31,7 @@ type wireCommand struct {
 	Owner         string            `json:"owner,omitempty"`
 	Pinned        bool              `json:"pinned,omitempty"`
 	At            time.Time         `json:"at,omitzero"`
+	Image         []byte            `json:"image,omitempty"`
 }
 
 // encodeCommand serializes cmd: everything the machine's decision on it
@@ -42,7 +43,8 @@ func encodeCommand(cmd command) ([]byte, error) {
 	}
 	return json.Marshal(wireCommand{V: commandVersion, Op: opNames[cmd.Op], Job: cmd.Job, ID: cmd.ID, Now: cmd.Now,
 		Handles: cmd.Handles, Manifest: cmd.Manifest, Status: cmd.Status, Reason: cmd.Reason, Savepoint: cmd.Savepoint,
-		FromJob: cmd.FromJob, Mode: cmd.Mode, AllowFallback: cmd.AllowFallback, Owner: cmd.Owner, Pinned: cmd.Pinned, At: cmd.At})
+		FromJob: cmd.FromJob, Mode: cmd.Mode, AllowFallback: cmd.AllowFallback, Owner: cmd.Owner, Pinned: cmd.Pinned, At: cmd.At,
+		Image: cmd.Image})
 }
 
 // decodeCommand parses and checks an encoded command: a known version and
@@ -93,5 +95,5 @@ func decodeCommand(data []byte) (command, error) {
 	}
 	return command{Op: kind, Job: w.Job, ID: w.ID, Now: w.Now, Handles: w.Handles, Manifest: w.Manifest,
 		Status: w.Status, Reason: w.Reason, Savepoint: w.Savepoint, FromJob: w.FromJob, Mode: w.Mode,
-		AllowFallback: w.AllowFallback, Owner: w.Owner, Pinned: w.Pinned, At: w.At}, nil
+		AllowFallback: w.AllowFallback, Owner: w.Owner, Pinned: w.Pinned, At: w.At, Image: w.Image}, nil
 }

@@ -65,6 +65,14 @@
 // JSON) holds the whole state, for a log's snapshots; a replica restarted
 // from an image and the commands after it equals the original.
 //
+// A replicated catalog (Options.Replica and Options.Propose, replica.go)
+// is the same Catalog over a Replica that a log keeps on every node: each
+// command goes through the log and is applied to every replica, and a new
+// leader opens its catalog from its own replica without listing the
+// store. The first leader lists it and proposes what it read as one load
+// command; each later one proposes take-over, which ends the completions
+// and savepoints its predecessor left unconfirmed.
+//
 // # Ownership and restore modes
 //
 // Every retained checkpoint has exactly one owner job, which alone deletes
@@ -151,7 +159,7 @@
 // Options.HeapStore it deletes them: with an Abort, with a discard, and in
 // the sweep once no in-flight or retained checkpoint holds them (heap.go);
 // without it nothing does, and daemon memory grows with every checkpoint. One Catalog owns a
-// checkpoint root at a time; cluster mode replicates it with raft (not
-// here). Open only reads; retention beyond Retain after a crash is applied
+// checkpoint root at a time: a daemon's alone, or a cluster leader's over
+// its replica. Open only reads; retention beyond Retain after a crash is applied
 // by the next Complete.
 package catalog

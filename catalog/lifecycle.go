@@ -81,6 +81,13 @@ const (
 	// opRestoredSavepoint: Job's tasks restore savepoint Savepoint (its
 	// base moves nowhere).
 	opRestoredSavepoint
+	// opLoad: the machine becomes Image, what the first leader of a
+	// replicated catalog read from the store (replica.go); refused once
+	// loaded.
+	opLoad
+	// opTakeOver: a new leader's catalog ends the completions and
+	// savepoints under way on the one before, which never confirmed them.
+	opTakeOver
 )
 
 var opNames = [...]string{opBegin: "begin", opAddHandle: "add-handle", opStartComplete: "start-complete",
@@ -89,7 +96,7 @@ var opNames = [...]string{opBegin: "begin", opAddHandle: "add-handle", opStartCo
 	opSavepointBegin: "savepoint-begin", opSavepointCompleted: "savepoint-completed",
 	opSavepointFailed: "savepoint-failed", opSavepointDeleted: "savepoint-deleted",
 	opRestore: "restore", opRestoreUndo: "restore-undo", opRestored: "restored",
-	opRestoredSavepoint: "restored-savepoint"}
+	opRestoredSavepoint: "restored-savepoint", opLoad: "load", opTakeOver: "take-over"}
 
 func (o op) String() string {
 	if int(o) < len(opNames) && opNames[o] != "" {
@@ -119,6 +126,8 @@ type command struct {
 	Owner  string
 	Pinned bool
 	At     time.Time
+	// Image is a machine image (opLoad).
+	Image []byte
 
 	// decoded is Manifest decoded, when the caller has it already.
 	decoded *Manifest
@@ -204,6 +213,10 @@ func (m *machine) apply(cmd command) (outcome, error) {
 		out = m.restored(cmd)
 	case opRestoredSavepoint:
 		out, err = m.restoredSavepoint(cmd.Job, cmd.Savepoint)
+	case opLoad:
+		err = m.load(cmd.Image)
+	case opTakeOver:
+		m.takeOver()
 	default:
 		return out, fmt.Errorf("%w: unknown catalog command %s", ErrInvalidArgument, cmd.Op)
 	}
@@ -568,7 +581,8 @@ func (m *machine) restored(cmd command) outcome {
 }
 
 func (m *machine) restoredSavepoint(job, id string) (outcome, error) {
-	if _, ok := m.savepoints[id]; !ok {
+	sp, ok := m.savepoints[id]
+	if !ok {
 		if err := m.damagedSavepoints[id]; err != nil {
 			return outcome{}, err
 		}
@@ -579,7 +593,37 @@ func (m *machine) restoredSavepoint(job, id string) (outcome, error) {
 	// anyway; a restore replaces any earlier no-claim source, and the
 	// tasks build on no checkpoint.
 	j.noClaim, j.noClaimFrom = nil, ""
-	out := outcome{release: m.setBase(j, ref{})}
+	out := outcome{release: m.setBase(j, ref{}), restored: cloneManifest(sp.m)}
 	j.baseRestored = true
 	return out, nil
+}
+
+func (m *machine) load(img []byte) error {
+	if m.loaded {
+		return fmt.Errorf("%w: the catalog is loaded already", ErrExists)
+	}
+	n, err := restoreMachine(img, m.retain, m.maxHistory)
+	if err != nil {
+		return err
+	}
+	n.observe, n.loaded = m.observe, true
+	*m = n
+	return nil
+}
+
+// takeOver ends every completion and savepoint under way: their callers
+// were never told they succeeded. A completing checkpoint stays in
+// flight with the handles reported for it.
+func (m *machine) takeOver() {
+	for _, j := range m.jobs {
+		for _, inf := range j.inflight {
+			if inf.completing {
+				for _, h := range inf.extra {
+					m.guard.add(h, -1)
+				}
+				inf.extra, inf.completing = nil, false
+			}
+		}
+	}
+	clear(m.spInflight)
 }

@@ -124,6 +124,13 @@ func TestMachineReplaysItsCommands(t *testing.T) {
 		clk := &testClock{}
 		o := clk.opts(mem)
 		o.Retain = rapid.IntRange(1, 3).Draw(rt, "retain")
+		// Replicated: the catalog decides through a log onto two
+		// replicas (the second must end up equal too).
+		var l *fakeLog
+		if rapid.Bool().Draw(rt, "replicated") {
+			l = &fakeLog{replicas: []*Replica{NewReplica(o.Retain, 0), NewReplica(o.Retain, 0)}}
+			o.Replica, o.Propose = l.replicas[0], l.propose(0)
+		}
 		c, err := Open(ctx, o)
 		if err != nil {
 			rt.Fatal(err)
@@ -311,6 +318,11 @@ func TestMachineReplaysItsCommands(t *testing.T) {
 		}
 		if got := replica.fingerprint(); got != want {
 			rt.Fatalf("replayed machine differs\nreplayed:\n%s\noriginal:\n%s", got, want)
+		}
+		if l != nil {
+			if got := l.replicas[1].s.fingerprint(); got != want {
+				rt.Fatalf("the other replica differs\nother:\n%s\nleader's:\n%s", got, want)
+			}
 		}
 		c.mu.Lock()
 		fromImage := restarted(rt, &c.mu.machine)

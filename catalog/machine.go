@@ -1,8 +1,16 @@
 package catalog
 
 import (
+	"sync"
+
 	"github.com/statedhq/stated/refcount"
 )
+
+// shared is a machine and the mutex that guards it.
+type shared struct {
+	sync.Mutex
+	machine
+}
 
 // machine is the catalog's state, and the decisions taken on it: which
 // checkpoints are in flight and with which handles, what is retained and
@@ -50,6 +58,9 @@ type machine struct {
 	// damagedSavepoints are the errors of restores of the savepoints
 	// whose manifest is damaged, by id.
 	damagedSavepoints map[string]error
+
+	// loaded: a replicated catalog's first leader loaded it (opLoad).
+	loaded bool
 
 	// observe, if set (by tests), sees every command the machine took.
 	observe func(command)

@@ -2,6 +2,7 @@ package catalog
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/statedhq/stated/backend"
@@ -110,14 +111,11 @@ func (c *Catalog) RestoreSource(ctx context.Context, req RestoreRequest) (*Resto
 	if _, err := ParseMode(string(req.Mode)); err != nil {
 		return nil, err
 	}
-	c.mu.Lock()
-	if c.mu.closed {
-		c.mu.Unlock()
+	if c.isClosed() {
 		return nil, ErrClosed
 	}
-	pick, err := c.mu.apply(command{Op: opRestore, Job: req.Job, FromJob: req.FromJob, ID: req.CheckpointID,
+	pick, err := c.exec(command{Op: opRestore, Job: req.Job, FromJob: req.FromJob, ID: req.CheckpointID,
 		Mode: req.Mode, AllowFallback: req.AllowFallback, Now: c.opts.Clock()})
-	c.mu.Unlock()
 	if err != nil {
 		return nil, err
 	}
@@ -127,9 +125,9 @@ func (c *Catalog) RestoreSource(ctx context.Context, req RestoreRequest) (*Resto
 	for i, job := range pick.save {
 		if err := c.saveJob(ctx, job); err != nil {
 			if i == 0 {
-				c.mu.Lock()
-				_, _ = c.mu.apply(pick.undo)
-				c.mu.Unlock()
+				if _, uerr := c.exec(pick.undo); uerr != nil {
+					err = errors.Join(err, uerr)
+				}
 				return nil, fmt.Errorf("catalog: restore %s: record the ownership change: %w", e.ref, err)
 			}
 			c.log.Warn("restore: save the job file failed; the adoption stands", "checkpoint", e.ref.String(), "job", req.Job, "err", err)
@@ -140,9 +138,10 @@ func (c *Catalog) RestoreSource(ctx context.Context, req RestoreRequest) (*Resto
 	if req.Mode == ModeNoClaim {
 		restored.Handles = m.Tasks
 	}
-	c.mu.Lock()
-	out, _ := c.mu.apply(restored)
-	c.mu.Unlock()
+	out, err := c.exec(restored)
+	if err != nil {
+		return nil, fmt.Errorf("catalog: restore %s: %w", e.ref, err)
+	}
 	c.deleteReleased(ctx, out.release)
 	return &Restore{Manifest: m, Handles: m.Tasks, Store: c.store, NoClaim: req.Mode == ModeNoClaim, Skipped: pick.skipped}, nil
 }
@@ -160,17 +159,11 @@ func latestDamagedErr(job string, damaged []DamagedCheckpoint, intact *entry) er
 }
 
 func (c *Catalog) restoreSavepoint(ctx context.Context, req RestoreRequest) (*Restore, error) {
-	c.mu.Lock()
-	sp, ok := c.mu.savepoints[req.SavepointID]
-	var m *Manifest
-	if ok {
-		m = cloneManifest(sp.m)
-	}
-	out, err := c.mu.apply(command{Op: opRestoredSavepoint, Job: req.Job, Savepoint: req.SavepointID})
-	c.mu.Unlock()
+	out, err := c.exec(command{Op: opRestoredSavepoint, Job: req.Job, Savepoint: req.SavepointID})
 	if err != nil {
 		return nil, err
 	}
+	m := out.restored
 	c.deleteReleased(ctx, out.release)
 	return &Restore{Manifest: m, Handles: m.Tasks, Store: tiered.WithPrefix(c.store, SavepointDir(req.SavepointID)), NoClaim: true}, nil
 }

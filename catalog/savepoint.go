@@ -145,9 +145,8 @@ func (c *Catalog) beginSavepoint(ctx context.Context, id string) error {
 		c.mu.Unlock()
 		return ErrClosed
 	}
-	_, err := c.mu.apply(command{Op: opSavepointBegin, Savepoint: id})
 	c.mu.Unlock()
-	if err != nil {
+	if _, err := c.exec(command{Op: opSavepointBegin, Savepoint: id}); err != nil {
 		return err
 	}
 	page, err := c.store.List(ctx, SavepointDir(id)+"/", "", 1)
@@ -155,9 +154,9 @@ func (c *Catalog) beginSavepoint(ctx context.Context, id string) error {
 		err = fmt.Errorf("%w: savepoint directory %s is not empty", ErrExists, SavepointDir(id))
 	}
 	if err != nil {
-		c.mu.Lock()
-		_, _ = c.mu.apply(command{Op: opSavepointFailed, Savepoint: id})
-		c.mu.Unlock()
+		if _, ferr := c.exec(command{Op: opSavepointFailed, Savepoint: id}); ferr != nil {
+			err = errors.Join(err, ferr)
+		}
 		return err
 	}
 	return nil
@@ -340,9 +339,7 @@ func (c *Catalog) completeSavepoint(ctx context.Context, req SavepointRequest, h
 	if err := c.store.PutIfAbsent(ctx, name, bytes.NewReader(enc), int64(len(enc))); err != nil {
 		return nil, fmt.Errorf("catalog: savepoint %s: write manifest: %w", req.ID, err)
 	}
-	c.mu.Lock()
-	out, err := c.mu.apply(command{Op: opSavepointCompleted, Savepoint: req.ID, Manifest: enc, decoded: m})
-	c.mu.Unlock()
+	out, err := c.exec(command{Op: opSavepointCompleted, Savepoint: req.ID, Manifest: enc, decoded: m})
 	if err != nil {
 		return nil, err
 	}
@@ -351,9 +348,9 @@ func (c *Catalog) completeSavepoint(ctx context.Context, req SavepointRequest, h
 
 // abortSavepoint deletes whatever a failed savepoint wrote.
 func (c *Catalog) abortSavepoint(ctx context.Context, id string) {
-	c.mu.Lock()
-	_, _ = c.mu.apply(command{Op: opSavepointFailed, Savepoint: id})
-	c.mu.Unlock()
+	if _, err := c.exec(command{Op: opSavepointFailed, Savepoint: id}); err != nil {
+		c.log.Warn("ending a failed savepoint failed; the next leader ends it", "savepoint", id, "err", err)
+	}
 	listed, err := c.list(ctx, SavepointDir(id)+"/")
 	if err != nil {
 		c.log.Warn("clean up of a failed savepoint failed; the sweep will finish it", "savepoint", id, "err", err)
@@ -384,10 +381,7 @@ func (c *Catalog) DeleteSavepoint(ctx context.Context, id string) error {
 	if err := c.deleteRetried(ctx, []string{SavepointDir(id) + "/" + ManifestName}); err != nil {
 		return fmt.Errorf("catalog: delete savepoint %s: %w", id, err)
 	}
-	c.mu.Lock()
-	_, err := c.mu.apply(command{Op: opSavepointDeleted, Savepoint: id})
-	c.mu.Unlock()
-	if err != nil {
+	if _, err := c.exec(command{Op: opSavepointDeleted, Savepoint: id}); err != nil {
 		// Deleted meanwhile by a concurrent call, which cleans up.
 		return err
 	}

@@ -30,6 +30,7 @@ const (
 // image is the payload of a machine image.
 type image struct {
 	Version     int               `json:"version"`
+	Loaded      bool              `json:"loaded,omitempty"`
 	Entries     []imageEntry      `json:"entries,omitempty"`
 	Savepoints  []imageSavepoint  `json:"savepoints,omitempty"`
 	SpInflight  []string          `json:"savepointsInFlight,omitempty"`
@@ -163,7 +164,7 @@ func cmpRef(a, b ref) int {
 // snapshot encodes the machine's state as an image. The same state always
 // encodes to the same bytes.
 func (m *machine) snapshot() ([]byte, error) {
-	img := image{Version: imageVersion, Protect: maps.Clone(m.guard.protect), DamagedDirs: maps.Clone(m.guard.dirs)}
+	img := image{Version: imageVersion, Loaded: m.loaded, Protect: maps.Clone(m.guard.protect), DamagedDirs: maps.Clone(m.guard.dirs)}
 	for _, r := range slices.SortedFunc(maps.Keys(m.entries), cmpRef) {
 		e := m.entries[r]
 		img.Entries = append(img.Entries, imageEntry{Job: r.job, ID: r.id, Manifest: e.enc, Owner: e.owner,
@@ -234,6 +235,7 @@ func restoreMachine(data []byte, retain, maxHistory int) (machine, error) {
 	bad := func(format string, args ...any) (machine, error) {
 		return newMachine(retain, maxHistory), fmt.Errorf("%w: machine image: %s", ErrCorrupt, fmt.Sprintf(format, args...))
 	}
+	m.loaded = img.Loaded
 	for _, ie := range img.Entries {
 		mf, err := DecodeManifest(ie.Manifest)
 		if err == nil {

@@ -1,0 +1,162 @@
+package catalog
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// A replicated catalog.
+//
+// In a cluster every node keeps a Replica: a copy of the machine that the
+// cluster's log keeps up to date, applying each command the leader's
+// catalog proposes (Replica.Apply) in log order on every node. The leader
+// opens its Catalog over its node's Replica (Options.Replica) and has
+// the machine decide through the log (Options.Propose) instead of under
+// its own lock: a decision is taken once it is on a quorum, and a new
+// leader finds every one of them in its own Replica, in-flight checkpoints
+// and their handles included, without listing the store. Only the first
+// leader lists it: Open rebuilds the machine from the manifests and job
+// files there, as a daemon alone does, and proposes the result as one
+// load command.
+//
+// A command whose fate the log could not confirm (the leader lost its
+// term meanwhile) fails with errLogFailed, and the catalog ends then: the
+// next leader's Open proposes take-over, which ends every completion and
+// savepoint that was under way, as their callers were never told they
+// succeeded. A completion whose manifest was written stays in flight, and
+// its retry completes with that manifest.
+
+// proposeTimeout bounds one command's trip through the log.
+const proposeTimeout = 30 * time.Second
+
+// errLogFailed: the log did not confirm a command; it may or may not have
+// been applied.
+var errLogFailed = errors.New("catalog: the replicated log did not confirm the command")
+
+// Replica is a node's copy of the catalog's machine in a cluster. Its
+// methods are safe for concurrent use.
+type Replica struct {
+	s *shared
+}
+
+// NewReplica returns an empty replica; retain and maxHistory are the
+// catalog's Options.Retain and MaxHistory (defaults when zero), the same
+// on every node.
+func NewReplica(retain, maxHistory int) *Replica {
+	o := Options{Retain: retain, MaxHistory: maxHistory}
+	o.EnsureDefaults()
+	return &Replica{s: &shared{machine: newMachine(o.Retain, o.MaxHistory)}}
+}
+
+// applied is what Replica.Apply returns: the machine's outcome, or its
+// refusal.
+type applied struct {
+	out outcome
+	err error
+}
+
+// Apply applies one command the log carries and returns the outcome for
+// the proposer (this node's Catalog, when it leads). A command that does
+// not decode is refused like any other: every node refuses it alike.
+func (r *Replica) Apply(cmd []byte) any {
+	c, err := decodeCommand(cmd)
+	if err != nil {
+		return applied{err: err}
+	}
+	r.s.Lock()
+	defer r.s.Unlock()
+	out, err := r.s.apply(c)
+	return applied{out: out, err: err}
+}
+
+// Image is the replica's whole state, for the log's snapshots.
+func (r *Replica) Image() ([]byte, error) {
+	r.s.Lock()
+	defer r.s.Unlock()
+	return r.s.snapshot()
+}
+
+// Restore replaces the replica's state by an image (a log's snapshot).
+func (r *Replica) Restore(img []byte) error {
+	r.s.Lock()
+	defer r.s.Unlock()
+	m, err := restoreMachine(img, r.s.retain, r.s.maxHistory)
+	if err != nil {
+		return err
+	}
+	m.observe = r.s.observe
+	r.s.machine = m
+	return nil
+}
+
+// Loaded reports whether a leader loaded the catalog into the log yet.
+func (r *Replica) Loaded() bool {
+	r.s.Lock()
+	defer r.s.Unlock()
+	return r.s.loaded
+}
+
+// load puts what Open read from the store into the log, as the first
+// leader's catalog does, and continues over the replica.
+func (c *Catalog) load(r *Replica) error {
+	img, err := c.mu.snapshot()
+	if err != nil {
+		return err
+	}
+	c.mu.shared = r.s
+	if _, err := c.exec(command{Op: opLoad, Image: img}); err != nil && !errors.Is(err, ErrExists) {
+		return fmt.Errorf("catalog: load the catalog into the log: %w", err)
+	}
+	// Loaded meanwhile by another (a leader of a term that ended): that
+	// load stands, as the log says.
+	return c.takeOver(r)
+}
+
+// takeOver has a new leader's catalog end what its predecessors left
+// under way (opTakeOver).
+func (c *Catalog) takeOver(r *Replica) error {
+	c.mu.shared = r.s
+	if _, err := c.exec(command{Op: opTakeOver}); err != nil {
+		return fmt.Errorf("catalog: take over the replicated catalog: %w", err)
+	}
+	return nil
+}
+
+// isClosed reports whether Close was called.
+func (c *Catalog) isClosed() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.mu.closed
+}
+
+// exec has the machine decide on cmd: under the catalog's lock, or
+// through the replicated log (Options.Propose), which applies it to every
+// node's replica, this one's included, and returns this one's outcome.
+// The caller does not hold the lock.
+func (c *Catalog) exec(cmd command) (outcome, error) {
+	if c.opts.Propose == nil {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return c.mu.apply(cmd)
+	}
+	enc, err := encodeCommand(cmd)
+	if err != nil {
+		return outcome{}, err
+	}
+	// Not the caller's context: a command the caller gave up on may still
+	// be applied, and its outcome must then be acted on (or the next
+	// leader take over).
+	ctx, cancel := context.WithTimeout(context.Background(), proposeTimeout)
+	defer cancel()
+	res, err := c.opts.Propose(ctx, enc)
+	if err != nil {
+		return outcome{}, fmt.Errorf("%w (%s): %w", errLogFailed, cmd.Op, err)
+	}
+	a, ok := res.(applied)
+	if !ok {
+		return outcome{}, fmt.Errorf("%w (%s): the log answered %T, not the replica's outcome", errLogFailed, cmd.Op, res)
+	}
+	return a.out, a.err
+}

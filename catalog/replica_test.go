@@ -1,0 +1,208 @@
+package catalog
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/statedhq/stated/backend"
+	"github.com/statedhq/stated/tiered"
+	"github.com/statedhq/stated/tiered/memstore"
+)
+
+// fakeLog is a replicated log as the catalog sees one: the leader's
+// proposals are applied, in one order, to every node's replica, and the
+// proposer hears its own replica's outcome. refuse, when it says so,
+// fails a proposal before it is appended (a leader that lost its quorum).
+type fakeLog struct {
+	mu       sync.Mutex
+	replicas []*Replica
+	leader   int
+	refuse   func(cmd command) bool
+	applied  int
+}
+
+func newFakeLog(n int) *fakeLog {
+	l := &fakeLog{}
+	for range n {
+		l.replicas = append(l.replicas, NewReplica(2, 0)) // testClock.opts retains 2
+	}
+	return l
+}
+
+func (l *fakeLog) propose(node int) func(context.Context, []byte) (any, error) {
+	return func(_ context.Context, enc []byte) (any, error) {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		if node != l.leader {
+			return nil, errors.New("fake log: not the leader")
+		}
+		if cmd, err := decodeCommand(enc); err == nil && l.refuse != nil && l.refuse(cmd) {
+			return nil, errors.New("fake log: no quorum")
+		}
+		var res any
+		for i, r := range l.replicas {
+			out := r.Apply(enc)
+			if i == node {
+				res = out
+			}
+		}
+		l.applied++
+		return res, nil
+	}
+}
+
+// listCounter counts the listings of a store.
+type listCounter struct {
+	tiered.Store
+	lists atomic.Int64
+}
+
+func (s *listCounter) List(ctx context.Context, prefix, after string, limit int) (tiered.ListPage, error) {
+	s.lists.Add(1)
+	return s.Store.List(ctx, prefix, after, limit)
+}
+
+func openReplicated(t *testing.T, s tiered.Store, clk *testClock, l *fakeLog, node int) *Catalog {
+	t.Helper()
+	return openCat(t, s, clk, func(o *Options) {
+		o.Replica, o.Propose = l.replicas[node], l.propose(node)
+	})
+}
+
+// A replicated catalog's decisions outlive its leader: the next leader's
+// catalog opens from its replica without listing the store, with every
+// retained checkpoint, savepoint and in-flight checkpoint and the handles
+// reported for it; a completion whose last command the log did not
+// confirm is ended by the next leader and completes on retry with the
+// manifest it wrote; and a node restarted from a replica's image holds
+// the same.
+func TestReplicatedCatalogOutlivesItsLeader(t *testing.T) {
+	mem := memstore.New()
+	clk := &testClock{}
+	l := newFakeLog(3)
+	tasks := []*fakeTask{
+		newFakeTask("j", "op", 0, backend.KeyGroupRange{Start: 0, End: 63}),
+		newFakeTask("j", "op", 1, backend.KeyGroupRange{Start: 64, End: 127}),
+	}
+	a := openReplicated(t, mem, clk, l, 0)
+	for id := uint64(1); id <= 2; id++ {
+		tasks[0].state["k"] = string(rune('a' + id))
+		checkpoint(t, a, mem, id, tasks...)
+	}
+	if _, err := a.SavepointFromCheckpoint(ctx, "sp1", "j", 2); err != nil {
+		t.Fatal(err)
+	}
+	// Checkpoint 3: one task reported to the first leader, one to come.
+	if err := a.BeginCheckpoint("j", 3); err != nil {
+		t.Fatal(err)
+	}
+	var h3 []*backend.Handle
+	for _, tk := range tasks {
+		tk.snapshot(3)
+		h, err := tk.upload(ctx, mem, 3)
+		if err != nil {
+			t.Fatal(err)
+		}
+		h3 = append(h3, h)
+	}
+	if err := a.AddTaskHandle("j", 3, h3[0]); err != nil {
+		t.Fatal(err)
+	}
+
+	// The leader dies; node 1 leads.
+	l.mu.Lock()
+	l.leader = 1
+	l.mu.Unlock()
+	if err := a.BeginCheckpoint("j", 9); err == nil {
+		t.Fatal("a deposed leader's catalog still decides")
+	}
+	a.Close()
+	counted := &listCounter{Store: mem}
+	b := openReplicated(t, counted, clk, l, 1)
+	if n := counted.lists.Load(); n != 0 {
+		t.Fatalf("the next leader's catalog listed the store %d times to open", n)
+	}
+	if got := b.Retained("j"); len(got) != 2 {
+		t.Fatalf("retained after the leader change: %v", got)
+	}
+	if _, ok := b.Savepoint("sp1"); !ok {
+		t.Fatal("the savepoint is lost with the leader")
+	}
+	if got := b.InFlight("j"); len(got) != 1 || got[0] != 3 {
+		t.Fatalf("in flight after the leader change: %v", got)
+	}
+	if err := b.AddTaskHandle("j", 3, h3[1]); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.CompleteTasks(ctx, "j", 3, []backend.TaskID{tasks[0].task, tasks[1].task}); err != nil {
+		t.Fatalf("complete with a handle reported to the dead leader: %v", err)
+	}
+	for _, tk := range tasks {
+		tk.notifyComplete(3)
+	}
+
+	// Checkpoint 4 writes its manifest, but the log does not confirm it
+	// completed: the caller hears an error, and the next leader finishes
+	// it on retry.
+	tasks[1].state["k"] = "changed"
+	report(t, b, mem, 4, tasks...)
+	l.mu.Lock()
+	l.refuse = func(cmd command) bool { return cmd.Op == opCompleted }
+	l.mu.Unlock()
+	if _, err := b.Complete(ctx, "j", 4); !errors.Is(err, errLogFailed) {
+		t.Fatalf("complete without the log: %v", err)
+	}
+	if !exists(t, mem, CheckpointManifest("j", 4)) {
+		t.Fatal("the manifest of an unconfirmed completion was deleted")
+	}
+	l.mu.Lock()
+	l.refuse, l.leader = nil, 2
+	l.mu.Unlock()
+	b.Close()
+	c := openReplicated(t, mem, clk, l, 2)
+	if _, err := c.Complete(ctx, "j", 4); err != nil {
+		t.Fatalf("retry of the unconfirmed completion on the next leader: %v", err)
+	}
+	if got := c.Retained("j"); len(got) != 2 || got[1] != 4 {
+		t.Fatalf("retained: %v", got)
+	}
+
+	// Every replica holds the same, and so does one restarted from an
+	// image.
+	want := l.replicas[2].s.fingerprint()
+	for i, r := range l.replicas {
+		if got := r.s.fingerprint(); got != want {
+			t.Fatalf("replica %d differs:\n%s\nwant:\n%s", i, got, want)
+		}
+	}
+	img, err := l.replicas[0].Image()
+	if err != nil {
+		t.Fatal(err)
+	}
+	fresh := NewReplica(2, 0)
+	if err := fresh.Restore(img); err != nil {
+		t.Fatal(err)
+	}
+	if got := fresh.s.fingerprint(); got != want || !fresh.Loaded() {
+		t.Fatalf("a replica restored from an image differs (loaded %v):\n%s", fresh.Loaded(), got)
+	}
+}
+
+// Options refuse half a replicated catalog and a replica that keeps a
+// different number of checkpoints.
+func TestReplicatedOptionsValidate(t *testing.T) {
+	l := newFakeLog(1)
+	for _, o := range []Options{
+		{Store: memstore.New(), Replica: l.replicas[0]},
+		{Store: memstore.New(), Propose: l.propose(0)},
+		{Store: memstore.New(), Replica: l.replicas[0], Propose: l.propose(0), Retain: 3},
+	} {
+		o.EnsureDefaults()
+		if err := o.Validate(); !errors.Is(err, ErrInvalidArgument) {
+			t.Fatalf("%+v: %v", o, err)
+		}
+	}
+}
