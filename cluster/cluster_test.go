@@ -422,7 +422,7 @@ func TestOptionsRefused(t *testing.T) {
 // one request id (its first answer lost with a leader) takes effect once
 // and answers the same; remembered answers stay bounded.
 func TestRetriedCommandAppliesOnce(t *testing.T) {
-	s := newFSM().st
+	s := newFSM(nil).st
 	a := command{V: 1, Op: opAcquire, Task: "t", Holder: "n0", Req: "r1"}
 	first := s.apply(a)
 	other := s.apply(command{V: 1, Op: opAcquire, Task: "t", Holder: "n1", Req: "r2"})

@@ -23,9 +23,11 @@ import (
 // same state from the same log.
 const (
 	// commandVersion 2 adds the journal's put and delete-range; a node
-	// of version 1 refuses them. Version 3 adds put-many's Checks.
-	commandVersion  = 3
-	snapshotVersion = 1
+	// of version 1 refuses them. Version 3 adds put-many's Checks,
+	// version 4 the service's commands. Snapshot version 2 adds the
+	// service's image.
+	commandVersion  = 4
+	snapshotVersion = 2
 )
 
 // Operations of the machine.
@@ -38,6 +40,8 @@ const (
 	opPut         = "put"          // set Key to Value
 	opDeleteRange = "delete-range" // delete the keys in [Key, To)
 	opPutMany     = "put-many"     // set every key of Records
+	// opService hands Value to the Service, if Checks hold.
+	opService = "service"
 )
 
 // Bounds of the journal: its users delete what they settled, and these
@@ -71,6 +75,7 @@ type command struct {
 	// Checks are put-many's conditions: a record whose key has a check
 	// is set only while that check's token is its task's newest, in the
 	// same step, so no write can land between a check and the record.
+	// A service command is applied only if every check holds.
 	Checks map[string]Check `json:"checks,omitempty"`
 }
 
@@ -118,6 +123,8 @@ type state struct {
 	DoneOrder []string          `json:"done_order,omitempty"`
 	// Journal holds the records put by the leader's services.
 	Journal map[string][]byte `json:"journal,omitempty"`
+	// Service is the image of the Service (version 2).
+	Service []byte `json:"service,omitempty"`
 }
 
 // fsm is the raft.FSM of a node.
@@ -132,10 +139,12 @@ type fsm struct {
 	// beforeApply (tests only) runs before each command is applied,
 	// outside the lock.
 	beforeApply atomic.Pointer[func()]
+	// service is Options.Service (nil: none).
+	service Service
 }
 
-func newFSM() *fsm {
-	return &fsm{st: state{V: snapshotVersion, Fences: map[string]fence{}, Done: map[string]result{}, Journal: map[string][]byte{}},
+func newFSM(service Service) *fsm {
+	return &fsm{service: service, st: state{V: snapshotVersion, Fences: map[string]fence{}, Done: map[string]result{}, Journal: map[string][]byte{}},
 		changed: make(chan struct{})}
 }
 
@@ -209,8 +218,37 @@ func (f *fsm) Apply(l *raft.Log) any {
 	if err != nil {
 		return result{Err: err.Error()}
 	}
+	if c.Op == opService {
+		return f.applyService(c)
+	}
 	return f.st.apply(c)
 }
+
+// applyService hands a service command to the Service if its checks
+// hold; a refusal is a *ServiceRefusal, the same on every node.
+func (f *fsm) applyService(c command) any {
+	if f.service == nil {
+		return &ServiceRefusal{Err: errors.New("cluster: this node runs no service")}
+	}
+	var errs []error
+	for _, k := range slices.Sorted(maps.Keys(c.Checks)) {
+		ck := c.Checks[k]
+		if r := f.st.applyOnce(command{Op: opCheck, Task: ck.Task, Token: ck.Token}); r.Fenced {
+			errs = append(errs, fenced(ck.Task, ck.Token, r))
+		}
+	}
+	if len(errs) > 0 {
+		return &ServiceRefusal{Err: errors.Join(errs...)}
+	}
+	return f.service.Apply(c.Value)
+}
+
+// ServiceRefusal is what Propose's log entry answered when the service
+// never saw the command: a check failed (wrapping ErrFenced).
+type ServiceRefusal struct{ Err error }
+
+func (r *ServiceRefusal) Error() string { return r.Err.Error() }
+func (r *ServiceRefusal) Unwrap() error { return r.Err }
 
 func (s *state) apply(c command) result {
 	switch c.Op {
@@ -316,6 +354,15 @@ func (f *fsm) Snapshot() (raft.FSMSnapshot, error) {
 	defer f.mu.RUnlock()
 	st := state{V: snapshotVersion, Next: f.st.Next, Fences: maps.Clone(f.st.Fences), Done: maps.Clone(f.st.Done),
 		DoneOrder: slices.Clone(f.st.DoneOrder), Journal: maps.Clone(f.st.Journal)}
+	if f.service != nil {
+		// Taken here, between two applies, so that it matches the index
+		// raft snapshots at.
+		img, err := f.service.Image()
+		if err != nil {
+			return nil, fmt.Errorf("cluster: snapshot of the service: %w", err)
+		}
+		st.Service = img
+	}
 	return &snapshot{st: st}, nil
 }
 
@@ -327,8 +374,17 @@ func (f *fsm) Restore(rc io.ReadCloser) error {
 		return err
 	}
 	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(st.Service) > 0 {
+		if f.service == nil {
+			return errors.New("cluster: the snapshot holds a service's state and this node runs none")
+		}
+		if err := f.service.Restore(st.Service); err != nil {
+			return fmt.Errorf("cluster: restore the service from the snapshot: %w", err)
+		}
+	}
+	st.Service = nil // held by the service, not twice
 	f.st = st
-	f.mu.Unlock()
 	return nil
 }
 

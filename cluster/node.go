@@ -102,7 +102,7 @@ func Open(opts Options) (_ *Node, err error) {
 	if err := opts.Validate(); err != nil {
 		return nil, err
 	}
-	n := &Node{opts: opts, log: opts.Logger.With("component", "cluster"), fsm: newFSM(),
+	n := &Node{opts: opts, log: opts.Logger.With("component", "cluster"), fsm: newFSM(opts.Service),
 		conns: map[string]*grpc.ClientConn{}, stop: make(chan struct{}), commit: latency.New(1e-4, 2, 18)}
 	var serverTLS *tls.Config
 	if opts.ServerTLS.set() {
@@ -680,6 +680,43 @@ func fenced(task string, token uint64, r result) error {
 		return fmt.Errorf("%w: task %s: fencing token %d was released and no one holds the task now", ErrFenced, task, token)
 	}
 	return fmt.Errorf("%w: task %s: fencing token %d is stale: node %s holds token %d since", ErrFenced, task, token, r.Holder, r.Token)
+}
+
+// Propose puts a command of the Service in the log, on this node, which
+// must lead, and returns what its Service answered once the command is
+// applied here. With checks the command is applied only while each
+// check's token is its task's newest, decided in the same entry: else the
+// error wraps ErrFenced and names the newer holder, and no node's Service
+// saw it. Any other error (leadership lost, a timeout) leaves unknown
+// whether the command was applied.
+func (n *Node) Propose(ctx context.Context, cmd []byte, checks []Check) (any, error) {
+	if n.fsm.service == nil {
+		return nil, errors.New("cluster: propose without a service (Options.Service)")
+	}
+	if n.raft.State() != raft.Leader {
+		return nil, fmt.Errorf("%w: %s proposes only while it leads", raft.ErrNotLeader, n.opts.ID)
+	}
+	c := command{Op: opService, Value: cmd}
+	for i, ck := range checks {
+		if c.Checks == nil {
+			c.Checks = map[string]Check{}
+		}
+		c.Checks[strconv.Itoa(i)] = ck
+	}
+	timeout := n.opts.ApplyTimeout
+	if d, ok := ctx.Deadline(); ok {
+		timeout = max(time.Until(d), time.Millisecond)
+	}
+	t0 := time.Now()
+	f := n.raft.Apply(encodeCommand(c), timeout)
+	if err := f.Error(); err != nil {
+		return nil, err
+	}
+	n.commit.Observe(time.Since(t0))
+	if r, ok := f.Response().(*ServiceRefusal); ok {
+		return nil, r
+	}
+	return f.Response(), nil
 }
 
 // Holder reads task's newest token and holder from this node's copy of

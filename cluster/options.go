@@ -117,6 +117,24 @@ type Options struct {
 	SnapshotsRetained int
 	// ProbeTimeout bounds each member's answer in Status(probe).
 	ProbeTimeout time.Duration
+	// Service, when set, is a state machine that rides on the log beside
+	// the fencing tokens and the journal (the catalog's replica): the
+	// leader's Propose puts its commands in the log, and every node
+	// applies them to its Service in log order; snapshots carry its
+	// image. Default: none (Propose is refused).
+	Service Service
+}
+
+// Service is a deterministic state machine kept by the cluster's log.
+type Service interface {
+	// Apply takes one command, in log order on every node, and returns
+	// what the leader's Propose returns for it. It must decide from the
+	// command and its state alone.
+	Apply(cmd []byte) any
+	// Image is the whole state, for a snapshot of the log.
+	Image() ([]byte, error)
+	// Restore replaces the state by an image from a snapshot.
+	Restore(img []byte) error
 }
 
 // TLS names the PEM files of one side of the node-to-node TLS.

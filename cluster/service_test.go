@@ -1,0 +1,141 @@
+package cluster
+
+import (
+	"errors"
+	"net"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// listService is a Service that keeps the commands it applied, in order.
+type listService struct {
+	mu  sync.Mutex
+	log []string
+}
+
+func (s *listService) Apply(cmd []byte) any {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.log = append(s.log, string(cmd))
+	return len(s.log)
+}
+
+func (s *listService) Image() ([]byte, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return []byte(strings.Join(s.log, ",")), nil
+}
+
+func (s *listService) Restore(img []byte) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.log = strings.Split(string(img), ",")
+	return nil
+}
+
+func (s *listService) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return strings.Join(s.log, ",")
+}
+
+// TestServiceRidesOnTheLog: the leader's proposals reach every node's
+// service in one order and the proposer hears its own service's answer;
+// a proposal whose fencing check fails reaches no service; a follower
+// refuses to propose; and nodes restarted from snapshots get the
+// service's state back.
+func TestServiceRidesOnTheLog(t *testing.T) {
+	svcs := []*listService{{}, {}, {}}
+	c := startCluster(t, 3, func(i int, o *Options) {
+		o.Service = svcs[i]
+		o.SnapshotThreshold, o.TrailingLogs = 16, 8
+	})
+	ctx := ctxT(t)
+	l := c.leader()
+	tok, err := c.nodes[l].Acquire(ctx, "j/op/0", "n0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want []string
+	for i := range 40 {
+		cmd := strconv.Itoa(i)
+		res, err := c.nodes[l].Propose(ctx, []byte(cmd), []Check{{Task: "j/op/0", Token: tok}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		want = append(want, cmd)
+		if res != len(want) {
+			t.Fatalf("proposal %d answered %v, want %d", i, res, len(want))
+		}
+	}
+	if _, err := c.nodes[(l+1)%3].Propose(ctx, []byte("x"), nil); !IsLeadershipError(err) {
+		t.Fatalf("a follower's proposal: %v", err)
+	}
+	// Another holder takes the task: the old token's proposals are refused.
+	if _, err := c.nodes[l].Acquire(ctx, "j/op/0", "n1"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.nodes[l].Propose(ctx, []byte("fenced"), []Check{{Task: "j/op/0", Token: tok}}); !errors.Is(err, ErrFenced) {
+		t.Fatalf("a fenced proposal: %v", err)
+	}
+	if err := c.nodes[l].Barrier(ctx); err != nil {
+		t.Fatal(err)
+	}
+	wantS := strings.Join(want, ",")
+	waitFor(t, func() bool {
+		for _, s := range svcs {
+			if s.String() != wantS {
+				return false
+			}
+		}
+		return true
+	})
+	// Snapshot, restart every node with a fresh service: the snapshot and
+	// the log after it give the state back.
+	for _, n := range c.nodes {
+		if err := n.raft.Snapshot().Error(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	opts := c.opts
+	c.closeAll()
+	for i := range c.nodes {
+		o := opts[i]
+		ln, err := net.Listen("tcp", o.Listener.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		svcs[i] = &listService{}
+		o.Listener, o.Peers, o.Service = ln, nil, svcs[i]
+		if c.nodes[i], err = Open(o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	l = c.leader()
+	if _, err := c.nodes[l].Propose(ctx, []byte("after"), nil); err != nil {
+		t.Fatal(err)
+	}
+	wantS += ",after"
+	waitFor(t, func() bool {
+		for _, s := range svcs {
+			if s.String() != wantS {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+func waitFor(t *testing.T, ok func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !ok() {
+		if time.Now().After(deadline) {
+			t.Fatal("not within 10s")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
