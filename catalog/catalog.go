@@ -112,10 +112,13 @@ type Options struct {
 	// machine is Replica, kept up to date on every node by a log, and
 	// every decision is a command Propose appends to that log; it returns
 	// once the command is applied to this node's Replica, with what
-	// Replica.Apply returned for it. Both or neither. Default: neither, a
+	// Replica.Apply returned for it. With fences the log applies the
+	// command only while each fence's token is its task's newest, in the
+	// same entry, and otherwise returns an error wrapping ErrFenced (a
+	// refusal: no replica saw it). Both or neither. Default: neither, a
 	// catalog alone over its root.
 	Replica *Replica
-	Propose func(ctx context.Context, cmd []byte) (any, error)
+	Propose func(ctx context.Context, cmd []byte, fences []Fence) (any, error)
 }
 
 // EnsureDefaults fills zero fields with their defaults.

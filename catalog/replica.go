@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/statedhq/stated/backend"
 )
 
 // A replicated catalog.
@@ -124,6 +126,37 @@ func (c *Catalog) takeOver(r *Replica) error {
 	return nil
 }
 
+// Fence is the fencing token an instance of Task acts under (cluster
+// mode: each open of a task takes a new one).
+type Fence struct {
+	Task  backend.TaskID
+	Token uint64
+}
+
+// Replicated reports whether the catalog decides through a log
+// (Options.Replica).
+func (c *Catalog) Replicated() bool { return c.opts.Replica != nil }
+
+// AddFencedTaskHandle is AddTaskHandle of a report made under a fencing
+// token: the log takes it only while token is still the task's newest,
+// decided in the same entry, so that no report of an instance whose task
+// was opened again since can land. A stale token is an error wrapping
+// ErrFenced. Only a replicated catalog checks tokens.
+func (c *Catalog) AddFencedTaskHandle(job string, id uint64, h *backend.Handle, token uint64) error {
+	if !c.Replicated() {
+		return fmt.Errorf("%w: report of checkpoint %s under fencing token %d: this catalog is not replicated and cannot check tokens",
+			ErrInvalidArgument, CheckpointDir(job, id), token)
+	}
+	if h == nil {
+		return fmt.Errorf("%w: nil handle for %s", ErrInvalidArgument, CheckpointDir(job, id))
+	}
+	if c.isClosed() {
+		return ErrClosed
+	}
+	_, err := c.execFenced(command{Op: opAddHandle, Job: job, ID: id, Handles: []*backend.Handle{h}}, []Fence{{Task: h.Task, Token: token}})
+	return err
+}
+
 // isClosed reports whether Close was called.
 func (c *Catalog) isClosed() bool {
 	c.mu.Lock()
@@ -135,7 +168,11 @@ func (c *Catalog) isClosed() bool {
 // through the replicated log (Options.Propose), which applies it to every
 // node's replica, this one's included, and returns this one's outcome.
 // The caller does not hold the lock.
-func (c *Catalog) exec(cmd command) (outcome, error) {
+func (c *Catalog) exec(cmd command) (outcome, error) { return c.execFenced(cmd, nil) }
+
+// execFenced is exec of a command the log applies only while every fence
+// holds.
+func (c *Catalog) execFenced(cmd command, fences []Fence) (outcome, error) {
 	if c.opts.Propose == nil {
 		c.mu.Lock()
 		defer c.mu.Unlock()
@@ -150,7 +187,10 @@ func (c *Catalog) exec(cmd command) (outcome, error) {
 	// leader take over).
 	ctx, cancel := context.WithTimeout(context.Background(), proposeTimeout)
 	defer cancel()
-	res, err := c.opts.Propose(ctx, enc)
+	res, err := c.opts.Propose(ctx, enc, fences)
+	if errors.Is(err, ErrFenced) {
+		return outcome{}, err
+	}
 	if err != nil {
 		return outcome{}, fmt.Errorf("%w (%s): %w", errLogFailed, cmd.Op, err)
 	}

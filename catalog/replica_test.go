@@ -3,6 +3,7 @@ package catalog
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -22,6 +23,7 @@ type fakeLog struct {
 	leader   int
 	refuse   func(cmd command) bool
 	applied  int
+	tokens   map[backend.TaskID]uint64 // the newest fencing token of each task
 }
 
 func newFakeLog(n int) *fakeLog {
@@ -32,12 +34,17 @@ func newFakeLog(n int) *fakeLog {
 	return l
 }
 
-func (l *fakeLog) propose(node int) func(context.Context, []byte) (any, error) {
-	return func(_ context.Context, enc []byte) (any, error) {
+func (l *fakeLog) propose(node int) func(context.Context, []byte, []Fence) (any, error) {
+	return func(_ context.Context, enc []byte, fences []Fence) (any, error) {
 		l.mu.Lock()
 		defer l.mu.Unlock()
 		if node != l.leader {
 			return nil, errors.New("fake log: not the leader")
+		}
+		for _, f := range fences {
+			if f.Token != l.tokens[f.Task] {
+				return nil, fmt.Errorf("%w: task %s: token %d is stale (%d)", ErrFenced, f.Task, f.Token, l.tokens[f.Task])
+			}
 		}
 		if cmd, err := decodeCommand(enc); err == nil && l.refuse != nil && l.refuse(cmd) {
 			return nil, errors.New("fake log: no quorum")
@@ -108,7 +115,13 @@ func TestReplicatedCatalogOutlivesItsLeader(t *testing.T) {
 		}
 		h3 = append(h3, h)
 	}
-	if err := a.AddTaskHandle("j", 3, h3[0]); err != nil {
+	l.mu.Lock()
+	l.tokens = map[backend.TaskID]uint64{tasks[0].task: 7}
+	l.mu.Unlock()
+	if err := a.AddFencedTaskHandle("j", 3, h3[0], 6); !errors.Is(err, ErrFenced) {
+		t.Fatalf("a report under a stale token: %v", err)
+	}
+	if err := a.AddFencedTaskHandle("j", 3, h3[0], 7); err != nil {
 		t.Fatal(err)
 	}
 
@@ -204,5 +217,23 @@ func TestReplicatedOptionsValidate(t *testing.T) {
 		if err := o.Validate(); !errors.Is(err, ErrInvalidArgument) {
 			t.Fatalf("%+v: %v", o, err)
 		}
+	}
+}
+
+// A catalog alone cannot check fencing tokens, and says so.
+func TestFencedReportNeedsAReplicatedCatalog(t *testing.T) {
+	mem := memstore.New()
+	c := openCat(t, mem, &testClock{})
+	tk := newFakeTask("j", "op", 0, backend.KeyGroupRange{Start: 0, End: 127})
+	if err := c.BeginCheckpoint("j", 1); err != nil {
+		t.Fatal(err)
+	}
+	tk.snapshot(1)
+	h, err := tk.upload(ctx, mem, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.AddFencedTaskHandle("j", 1, h, 3); !errors.Is(err, ErrInvalidArgument) {
+		t.Fatalf("a fenced report to a catalog alone: %v", err)
 	}
 }
