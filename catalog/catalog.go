@@ -282,7 +282,6 @@ type Catalog struct {
 	// operations take it, decide and mark, let it go for the I/O, and take
 	// it again to record the outcome, re-checking what may have changed.
 	mu struct {
-		sync.Mutex
 		// closed: Close was called; calls that change the catalog fail
 		// with ErrClosed.
 		closed bool
