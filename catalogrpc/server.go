@@ -46,7 +46,9 @@ type ServerOptions struct {
 	Verify func(context.Context) error
 	// Journal (nil: none) keeps every accepted report until its
 	// checkpoint completes or aborts, so that the next hosting catalog
-	// recovers them (Recover) even if the reporting node died.
+	// recovers them (Recover) even if the reporting node died. A
+	// replicated catalog (catalog.Options.Replica) needs none: its log
+	// keeps the reports, and checks a fenced report's token itself.
 	Journal Journal
 	// CheckFences (nil: fenced completions are refused) checks, from the
 	// leader's own state, that each fence's token is its task's newest,
@@ -148,6 +150,11 @@ func (s *Server) run(ctx context.Context, method string, req *request) (*answer,
 		h, err := backend.DecodeHandle(req.Handle)
 		if err != nil {
 			return nil, fmt.Errorf("catalogrpc: report to checkpoint %d of job %s: %w", req.ID, req.Job, err)
+		}
+		if req.Token != 0 && c.Replicated() {
+			// The catalog's own log checks the token in the entry that
+			// takes the report.
+			return &answer{}, c.AddFencedTaskHandle(req.Job, req.ID, h, req.Token)
 		}
 		if req.Token != 0 {
 			// A fenced report: the journal write that keeps it also

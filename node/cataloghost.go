@@ -173,6 +173,19 @@ func (h *catalogHost) host(term uint64) error {
 	// Writes may go on a leader lease (a later leader lists what they
 	// wrote); deletes ask a quorum every time.
 	o.Guard, o.DeleteGuard = guard(h.c.ConfirmLeader), guard(h.c.VerifyLeader)
+	// Every decision goes through the log onto every node's replica
+	// (o.Replica); a fenced report's token is checked in its own entry.
+	o.Propose = func(ctx context.Context, cmd []byte, fences []catalog.Fence) (any, error) {
+		if h.c.Term() != term {
+			return nil, fmt.Errorf("%w (its term %d ended)", errDeposed, term)
+		}
+		var checks []cluster.Check
+		for _, f := range fences {
+			checks = append(checks, cluster.Check{Task: fenceKey(f.Task), Token: f.Token})
+		}
+		res, err := h.c.Propose(ctx, cmd, checks)
+		return res, fencedErr(err)
+	}
 	t0 := time.Now()
 	cat, err := catalog.Open(ctx, o)
 	if err != nil {
@@ -205,7 +218,8 @@ func (h *catalogHost) host(term uint64) error {
 		}
 		return fencedErr(err)
 	}
-	srv, err := catalogrpc.NewServer(cat, catalogrpc.ServerOptions{Epoch: term, Verify: o.Guard, Journal: j, CheckFences: checkFences, Logger: h.log})
+	// The replicated catalog keeps the reports itself: no journal.
+	srv, err := catalogrpc.NewServer(cat, catalogrpc.ServerOptions{Epoch: term, Verify: o.Guard, CheckFences: checkFences, Logger: h.log})
 	if err != nil {
 		_ = cat.Close()
 		return err

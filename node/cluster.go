@@ -75,8 +75,11 @@ func (n *Node) openCluster() error {
 	if dir == "" {
 		dir = filepath.Join(o.DataDir, "raft")
 	}
+	// The catalog's decisions ride on the log: every node keeps a
+	// replica, which the leader's hosted catalog decides through.
+	n.replica = catalog.NewReplica(o.Retain, 0)
 	co := cluster.Options{ID: o.NodeID, Addr: o.RaftAddr, Advertise: o.RaftAdvertise, Dir: dir, Peers: peers,
-		Token: o.ClusterToken, Logger: n.log,
+		Token: o.ClusterToken, Logger: n.log, Service: n.replica,
 		// The catalog host may not exist yet when raft first reports a
 		// leader: it looks at the leadership itself when it starts.
 		OnLeaderChange: func(string) {
@@ -114,6 +117,7 @@ func (n *Node) openClusterCatalog(co catalog.Options, dc *daemon.Config) error {
 	// have their own); it asks every node's log what it holds.
 	co.HeapStore, co.LogHeld = nil, n.clog.held
 	n.catClient = client
+	co.Replica = n.replica
 	n.host = newCatalogHost(n.cluster, co, client, n.log)
 	n.host.logs = n.clog
 	n.hostRef.Store(n.host)

@@ -62,11 +62,14 @@ type Node struct {
 	// and reached through catClient (cluster mode only).
 	host      *catalogHost
 	catClient *catalogrpc.Client
-	hostRef   atomic.Pointer[catalogHost] // host, for raft's callback
-	d         *daemon.Daemon
-	srv       *api.Server
-	reg       *prometheus.Registry
-	mux       *http.ServeMux
+	// replica is this node's copy of the cluster's catalog, kept by the
+	// raft log (cluster mode only).
+	replica *catalog.Replica
+	hostRef atomic.Pointer[catalogHost] // host, for raft's callback
+	d       *daemon.Daemon
+	srv     *api.Server
+	reg     *prometheus.Registry
+	mux     *http.ServeMux
 
 	servers   []*grpc.Server
 	local     *grpc.Server // of the local API; nil with NoSocket
