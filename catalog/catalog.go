@@ -285,6 +285,21 @@ type Catalog struct {
 		// closed: Close was called; calls that change the catalog fail
 		// with ErrClosed.
 		closed bool
+		// completing are the checkpoints a replicated catalog's Complete
+		// is writing the manifest of (the leader's own marks, as
+		// guard.deleting: reports and aborts of them are refused here
+		// before they reach the log).
+		completing map[ref]bool
+		// begun are the checkpoints a replicated catalog's BeginCheckpoint
+		// took and has not put in the log yet, with their start: the
+		// begin goes in with the first report (opBatch), saving the
+		// log write a begin alone would cost every checkpoint. At most
+		// maxBegun; a leader change forgets them (the nodes' clients
+		// begin again, as they report again).
+		begun map[ref]time.Time
+		// discarderStop and discarderDone belong to a replicated
+		// catalog's discarder (replica.go); nil otherwise.
+		discarderStop, discarderDone chan struct{}
 
 		// shared is the machine (the catalog's state and its decisions,
 		// machine.go) and the mutex that guards it and this struct: the
@@ -297,6 +312,9 @@ type Catalog struct {
 		sweepCancel context.CancelFunc
 		sweepDone   chan struct{}
 	}
+
+	// discardKick wakes a replicated catalog's discarder.
+	discardKick chan struct{}
 
 	// afterSweep, if set (by tests, before Start), is called by the
 	// background sweep after each pass.

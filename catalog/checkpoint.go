@@ -23,8 +23,26 @@ func (c *Catalog) BeginCheckpoint(job string, id uint64) error {
 	if err := ValidateJob(job); err != nil {
 		return err
 	}
-	if c.isClosed() {
+	c.mu.Lock()
+	closed := c.mu.closed
+	_, done := c.mu.entries[ref{job, id}]
+	j := c.mu.jobs[job]
+	began := !done && j != nil && j.inflight[id] != nil
+	c.mu.Unlock()
+	if closed {
 		return ErrClosed
+	}
+	if began && c.Replicated() {
+		// Every task of the job begins it: once is enough for the log
+		// (begin is idempotent, and an abort or completion since would
+		// only have been undone by a second begin's no-op anyway).
+		return nil
+	}
+	if done {
+		return fmt.Errorf("%w: checkpoint %s completed already", ErrExists, CheckpointDir(job, id))
+	}
+	if c.Replicated() && c.beginLater(ref{job, id}) {
+		return nil
 	}
 	_, err := c.exec(command{Op: opBegin, Job: job, ID: id, Now: c.opts.Clock()})
 	return err
@@ -38,6 +56,11 @@ func (c *Catalog) InFlight(job string) []uint64 {
 	if j, ok := c.mu.jobs[job]; ok {
 		for id := range j.inflight {
 			ids = append(ids, id)
+		}
+	}
+	for r := range c.mu.begun {
+		if r.job == job && !slices.Contains(ids, r.id) {
+			ids = append(ids, r.id)
 		}
 	}
 	slices.Sort(ids)
@@ -111,11 +134,10 @@ func (m *machine) checkHandle(j *jobState, id uint64, h *backend.Handle) error {
 // of job (begun with BeginCheckpoint). Its files are protected from the
 // sweep from now on; Complete writes them into the manifest.
 func (c *Catalog) AddTaskHandle(job string, id uint64, h *backend.Handle) error {
-	if c.isClosed() {
-		return ErrClosed
+	if err := c.checkNotCompleting(job, id); err != nil {
+		return err
 	}
-	_, err := c.exec(command{Op: opAddHandle, Job: job, ID: id, Handles: []*backend.Handle{h}})
-	return err
+	return c.report(command{Op: opAddHandle, Job: job, ID: id, Handles: []*backend.Handle{h}}, nil)
 }
 
 // sameHandle reports whether a and b encode alike.
@@ -181,11 +203,18 @@ func (c *Catalog) CompleteTasks(ctx context.Context, job string, id uint64, task
 // (a retried call). If Complete fails, the checkpoint stays in flight: the
 // caller may retry it or Abort it.
 func (c *Catalog) Complete(ctx context.Context, job string, id uint64, handles ...*backend.Handle) (*Manifest, error) {
+	if c.Replicated() && len(handles) == 0 {
+		return c.completeReplicated(ctx, job, id)
+	}
 	r := ref{job, id}
 	if c.isClosed() {
 		return nil, ErrClosed
 	}
-	plan, err := c.exec(command{Op: opStartComplete, Job: job, ID: id, Handles: handles})
+	start := c.withBegin(command{Op: opStartComplete, Job: job, ID: id, Handles: handles})
+	plan, err := c.exec(start)
+	if err == nil && start.Op == opBatch {
+		c.forgetBegin(r)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -492,9 +521,10 @@ func (c *Catalog) abort(ctx context.Context, job string, id uint64, why Status, 
 		return err
 	}
 	r := ref{job, id}
-	if c.isClosed() {
-		return ErrClosed
+	if err := c.checkNotCompleting(job, id); err != nil {
+		return err
 	}
+	c.forgetBegin(r)
 	out, err := c.exec(command{Op: opAbort, Job: job, ID: id, Now: c.opts.Clock(), Status: why, Reason: reason})
 	if err != nil {
 		return err

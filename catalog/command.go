@@ -32,7 +32,11 @@ type wireCommand struct {
 	Pinned        bool              `json:"pinned,omitempty"`
 	At            time.Time         `json:"at,omitzero"`
 	Image         []byte            `json:"image,omitempty"`
+	Batch         []json.RawMessage `json:"batch,omitempty"`
 }
+
+// maxBatch bounds the commands of one batch.
+const maxBatch = 64
 
 // encodeCommand serializes cmd: everything the machine's decision on it
 // depends on (the decoded manifest it may carry is not: the machine
@@ -41,7 +45,18 @@ func encodeCommand(cmd command) ([]byte, error) {
 	if int(cmd.Op) >= len(opNames) || opNames[cmd.Op] == "" {
 		return nil, fmt.Errorf("%w: unknown catalog command %s", ErrInvalidArgument, cmd.Op)
 	}
-	return json.Marshal(wireCommand{V: commandVersion, Op: opNames[cmd.Op], Job: cmd.Job, ID: cmd.ID, Now: cmd.Now,
+	var batch []json.RawMessage
+	for _, sub := range cmd.Batch {
+		if sub.Op == opBatch {
+			return nil, fmt.Errorf("%w: a batch inside a batch", ErrInvalidArgument)
+		}
+		enc, err := encodeCommand(sub)
+		if err != nil {
+			return nil, err
+		}
+		batch = append(batch, enc)
+	}
+	return json.Marshal(wireCommand{V: commandVersion, Op: opNames[cmd.Op], Job: cmd.Job, ID: cmd.ID, Now: cmd.Now, Batch: batch,
 		Handles: cmd.Handles, Manifest: cmd.Manifest, Status: cmd.Status, Reason: cmd.Reason, Savepoint: cmd.Savepoint,
 		FromJob: cmd.FromJob, Mode: cmd.Mode, AllowFallback: cmd.AllowFallback, Owner: cmd.Owner, Pinned: cmd.Pinned, At: cmd.At,
 		Image: cmd.Image})
@@ -93,7 +108,21 @@ func decodeCommand(data []byte) (command, error) {
 			return command{}, fmt.Errorf("%w: catalog command %s: %v", ErrCorrupt, w.Op, err)
 		}
 	}
-	return command{Op: kind, Job: w.Job, ID: w.ID, Now: w.Now, Handles: w.Handles, Manifest: w.Manifest,
+	var batch []command
+	if len(w.Batch) > maxBatch {
+		return command{}, fmt.Errorf("%w: catalog command batch of %d commands (at most %d)", ErrCorrupt, len(w.Batch), maxBatch)
+	}
+	for i, raw := range w.Batch {
+		sub, err := decodeCommand(raw)
+		if err != nil {
+			return command{}, fmt.Errorf("command %d of a batch: %w", i, err)
+		}
+		if sub.Op == opBatch {
+			return command{}, fmt.Errorf("%w: a batch inside a batch", ErrCorrupt)
+		}
+		batch = append(batch, sub)
+	}
+	return command{Batch: batch, Op: kind, Job: w.Job, ID: w.ID, Now: w.Now, Handles: w.Handles, Manifest: w.Manifest,
 		Status: w.Status, Reason: w.Reason, Savepoint: w.Savepoint, FromJob: w.FromJob, Mode: w.Mode,
 		AllowFallback: w.AllowFallback, Owner: w.Owner, Pinned: w.Pinned, At: w.At, Image: w.Image}, nil
 }

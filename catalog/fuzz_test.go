@@ -96,6 +96,7 @@ func FuzzDecodeCommand(f *testing.F) {
 		{Op: opRestore, Job: "j", FromJob: "j", Mode: ModeClaim},
 		{Op: opRestored, Job: "j", FromJob: "j", ID: 3, Mode: ModeNoClaim, Handles: []*backend.Handle{h}},
 		{Op: opSavepointBegin, Savepoint: "sp"},
+		{Op: opBatch, Batch: []command{{Op: opBegin, Job: "j", ID: 5}, {Op: opAddHandle, Job: "j", ID: 5, Handles: []*backend.Handle{h}}}},
 	} {
 		enc, err := encodeCommand(cmd)
 		if err != nil {

@@ -228,6 +228,9 @@ func (c *Catalog) protections(objects []tiered.ObjectInfo, keep, keepDirs map[st
 			in.inflight[CheckpointDir(j.name, id)] = true
 		}
 	}
+	for r := range c.mu.begun {
+		in.inflight[r.dir()] = true
+	}
 	for sp := range c.mu.spInflight {
 		in.inflight[SavepointDir(sp)] = true
 	}
@@ -370,10 +373,16 @@ func (c *Catalog) Close() error {
 	c.mu.Lock()
 	c.mu.closed = true
 	cancel, done := c.mu.sweepCancel, c.mu.sweepDone
+	stop, stopped := c.mu.discarderStop, c.mu.discarderDone
+	c.mu.discarderStop = nil
 	c.mu.Unlock()
 	if cancel != nil {
 		cancel()
 		<-done
+	}
+	if stop != nil {
+		close(stop)
+		<-stopped
 	}
 	return nil
 }

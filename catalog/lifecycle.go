@@ -1,6 +1,7 @@
 package catalog
 
 import (
+	"bytes"
 	"fmt"
 	"slices"
 	"time"
@@ -43,7 +44,10 @@ const (
 	opCompleteFailed
 	// opCompleted: the manifest of ID, Manifest as written, is in the
 	// store. The outcome says what to delete: the shared files of the
-	// job's former base, and the checkpoints retention drops.
+	// job's former base, and the checkpoints retention drops. It needs
+	// no start-complete before it (a replicated catalog completes in one
+	// command), and is taken again, deciding nothing, for a checkpoint
+	// completed with the same manifest.
 	opCompleted
 	// opAbort: ID ends without completing, at Now; Status and Reason go
 	// into the history (an empty Status: no record, a Release).
@@ -88,6 +92,11 @@ const (
 	// opTakeOver: a new leader's catalog ends the completions and
 	// savepoints under way on the one before, which never confirmed them.
 	opTakeOver
+	// opBatch: Batch's commands, in order, stopping at the first refused
+	// (those before it stand); the outcome is the last one's. A
+	// replicated catalog sends a checkpoint's begin with its first report
+	// so, in one log entry.
+	opBatch
 )
 
 var opNames = [...]string{opBegin: "begin", opAddHandle: "add-handle", opStartComplete: "start-complete",
@@ -96,7 +105,7 @@ var opNames = [...]string{opBegin: "begin", opAddHandle: "add-handle", opStartCo
 	opSavepointBegin: "savepoint-begin", opSavepointCompleted: "savepoint-completed",
 	opSavepointFailed: "savepoint-failed", opSavepointDeleted: "savepoint-deleted",
 	opRestore: "restore", opRestoreUndo: "restore-undo", opRestored: "restored",
-	opRestoredSavepoint: "restored-savepoint", opLoad: "load", opTakeOver: "take-over"}
+	opRestoredSavepoint: "restored-savepoint", opLoad: "load", opTakeOver: "take-over", opBatch: "batch"}
 
 func (o op) String() string {
 	if int(o) < len(opNames) && opNames[o] != "" {
@@ -128,6 +137,8 @@ type command struct {
 	At     time.Time
 	// Image is a machine image (opLoad).
 	Image []byte
+	// Batch are opBatch's commands (none of them a batch).
+	Batch []command
 
 	// decoded is Manifest decoded, when the caller has it already.
 	decoded *Manifest
@@ -217,6 +228,17 @@ func (m *machine) apply(cmd command) (outcome, error) {
 		err = m.load(cmd.Image)
 	case opTakeOver:
 		m.takeOver()
+	case opBatch:
+		for i, sub := range cmd.Batch {
+			if sub.Op == opBatch {
+				return out, fmt.Errorf("%w: a batch inside a batch", ErrInvalidArgument)
+			}
+			if out, err = m.apply(sub); err != nil {
+				err = fmt.Errorf("command %d of a batch (%s): %w", i, sub.Op, err)
+				break
+			}
+		}
+		return out, err
 	default:
 		return out, fmt.Errorf("%w: unknown catalog command %s", ErrInvalidArgument, cmd.Op)
 	}
@@ -334,12 +356,16 @@ func (m *machine) completeFailed(job string, id uint64) error {
 
 func (m *machine) completed(cmd command) (outcome, error) {
 	r := ref{cmd.Job, cmd.ID}
+	if e, ok := m.entries[r]; ok && !e.discarding && bytes.Equal(e.enc, cmd.Manifest) {
+		// Completed already with this manifest: two nodes completed it
+		// at once, and the first one's command won.
+		return outcome{entry: e}, nil
+	}
+	// A replicated catalog completes in one command, without
+	// start-complete (its completing mark is the leader's own).
 	j, inf, err := m.inflightOf(cmd.Job, cmd.ID, "")
 	if err != nil {
 		return outcome{}, err
-	}
-	if !inf.completing {
-		return outcome{}, fmt.Errorf("%w: checkpoint %s is not completing", ErrState, r)
 	}
 	mf := cmd.decoded
 	if mf == nil {

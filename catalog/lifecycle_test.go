@@ -294,6 +294,9 @@ func TestMachineReplaysItsCommands(t *testing.T) {
 			}
 		}
 
+		// Closed first: a replicated catalog's discarder may still be
+		// applying commands.
+		c.Close()
 		c.mu.Lock()
 		want := c.mu.fingerprint()
 		c.mu.observe = nil

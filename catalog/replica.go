@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/statedhq/stated/backend"
@@ -123,6 +124,7 @@ func (c *Catalog) takeOver(r *Replica) error {
 	if _, err := c.exec(command{Op: opTakeOver}); err != nil {
 		return fmt.Errorf("catalog: take over the replicated catalog: %w", err)
 	}
+	c.startDiscarder()
 	return nil
 }
 
@@ -153,8 +155,194 @@ func (c *Catalog) AddFencedTaskHandle(job string, id uint64, h *backend.Handle, 
 	if c.isClosed() {
 		return ErrClosed
 	}
-	_, err := c.execFenced(command{Op: opAddHandle, Job: job, ID: id, Handles: []*backend.Handle{h}}, []Fence{{Task: h.Task, Token: token}})
+	if err := c.checkNotCompleting(job, id); err != nil {
+		return err
+	}
+	return c.report(command{Op: opAddHandle, Job: job, ID: id, Handles: []*backend.Handle{h}}, []Fence{{Task: h.Task, Token: token}})
+}
+
+// report has the machine take a report, with its checkpoint's held-back
+// begin when the log has not begun it yet.
+func (c *Catalog) report(cmd command, fences []Fence) error {
+	wc := c.withBegin(cmd)
+	_, err := c.execFenced(wc, fences)
+	if err == nil && wc.Op == opBatch {
+		c.forgetBegin(ref{cmd.Job, cmd.ID})
+	}
 	return err
+}
+
+// maxBegun bounds the begins a replicated catalog holds back.
+const maxBegun = 4096
+
+// beginLater holds back the begin of r until its first report
+// (withBegin), and reports whether it did (not past maxBegun).
+func (c *Catalog) beginLater(r ref) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, ok := c.mu.begun[r]; ok {
+		return true
+	}
+	if len(c.mu.begun) >= maxBegun {
+		return false
+	}
+	if c.mu.begun == nil {
+		c.mu.begun = map[ref]time.Time{}
+	}
+	c.mu.begun[r] = c.opts.Clock()
+	return true
+}
+
+// withBegin puts the held-back begin of cmd's checkpoint in front of it,
+// in one batch, if the log has not begun the checkpoint yet. The begin
+// stays held back until the batch is taken: a refused batch (a stale
+// token) must not lose it for the other tasks' reports.
+func (c *Catalog) withBegin(cmd command) command {
+	r := ref{cmd.Job, cmd.ID}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	at, ok := c.mu.begun[r]
+	if !ok {
+		return cmd
+	}
+	if j := c.mu.jobs[r.job]; j != nil && j.inflight[r.id] != nil {
+		delete(c.mu.begun, r) // in the log already
+		return cmd
+	}
+	return command{Op: opBatch, Batch: []command{{Op: opBegin, Job: r.job, ID: r.id, Now: at}, cmd}}
+}
+
+// forgetBegin drops a held-back begin (an abort or release).
+func (c *Catalog) forgetBegin(r ref) {
+	c.mu.Lock()
+	delete(c.mu.begun, r)
+	c.mu.Unlock()
+}
+
+// checkNotCompleting fails when the catalog is closed, or when a
+// replicated catalog's Complete is writing the manifest of checkpoint id
+// of job (a single catalog's machine refuses that itself).
+func (c *Catalog) checkNotCompleting(job string, id uint64) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.mu.closed {
+		return ErrClosed
+	}
+	if c.mu.completing[ref{job, id}] {
+		return fmt.Errorf("%w: checkpoint %s is completing", ErrState, CheckpointDir(job, id))
+	}
+	return nil
+}
+
+// completeReplicated is Complete of a replicated catalog: the manifest is
+// written, then one command through the log completes the checkpoint
+// (a single catalog's start-complete would be one more log write on the
+// completion's path). What retention drops goes in the background
+// (discarder): the command marked those checkpoints discarding in every
+// replica, so a leader change leaves their discard to the next leader.
+func (c *Catalog) completeReplicated(ctx context.Context, job string, id uint64) (*Manifest, error) {
+	r := ref{job, id}
+	c.mu.Lock()
+	if c.mu.closed {
+		c.mu.Unlock()
+		return nil, ErrClosed
+	}
+	if e, ok := c.mu.entries[r]; ok && !e.discarding {
+		m := cloneManifest(e.m)
+		c.mu.Unlock()
+		return m, nil
+	}
+	_, inf, err := c.mu.inflightOf(job, id, " (BeginCheckpoint first)")
+	_, begun := c.mu.begun[r]
+	switch {
+	case err != nil && begun:
+		err = fmt.Errorf("%w: checkpoint %s has no task handle", ErrInvalidArgument, r)
+	case err != nil:
+	case c.mu.completing[r] || inf.completing:
+		err = fmt.Errorf("%w: checkpoint %s is already completing", ErrState, r)
+	case len(inf.handles) == 0:
+		err = fmt.Errorf("%w: checkpoint %s has no task handle", ErrInvalidArgument, r)
+	}
+	if err != nil {
+		c.mu.Unlock()
+		return nil, err
+	}
+	started, hs := inf.started, slices.Clone(inf.handles)
+	if c.mu.completing == nil {
+		c.mu.completing = map[ref]bool{}
+	}
+	c.mu.completing[r] = true
+	c.mu.Unlock()
+	defer func() {
+		c.mu.Lock()
+		delete(c.mu.completing, r)
+		c.mu.Unlock()
+	}()
+
+	m, enc, err := c.writeManifest(ctx, r, started, hs)
+	if err != nil {
+		return nil, err
+	}
+	out, err := c.exec(command{Op: opCompleted, Job: job, ID: id, Manifest: enc, decoded: m})
+	if errors.Is(err, errLogFailed) {
+		// Whether the log took it is unknown: the manifest stays, and a
+		// retry (on the next leader) completes with it.
+		return nil, err
+	}
+	if err != nil {
+		// Refused (aborted meanwhile): no manifest may outlive it.
+		c.deleteNames(ctx, []string{r.manifest()})
+		return nil, err
+	}
+	c.forgetBegin(r)
+	c.deleteReleased(ctx, out.releaseShared)
+	if len(out.discard) > 0 {
+		c.kickDiscarder()
+	}
+	c.saveJobLogged(ctx, job)
+	return cloneManifest(m), nil
+}
+
+// startDiscarder runs a replicated catalog's discarder until Close: it
+// discards the checkpoints marked discarding (retryDiscards) whenever a
+// completion kicks it, and once at the start, for those a former leader
+// left.
+func (c *Catalog) startDiscarder() {
+	c.discardKick = make(chan struct{}, 1)
+	stop, done := make(chan struct{}), make(chan struct{})
+	c.mu.Lock()
+	c.mu.discarderStop, c.mu.discarderDone = stop, done
+	c.mu.Unlock()
+	c.kickDiscarder()
+	go func() {
+		defer close(done)
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		go func() {
+			<-stop
+			cancel()
+		}()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-c.discardKick:
+			}
+			var rep GCReport
+			c.retryDiscards(ctx, &rep)
+			for _, p := range rep.Problems {
+				c.log.Warn("discarding a dropped checkpoint failed; the sweep retries", "err", p)
+			}
+		}
+	}()
+}
+
+// kickDiscarder wakes the discarder (a no-op without one).
+func (c *Catalog) kickDiscarder() {
+	select {
+	case c.discardKick <- struct{}{}:
+	default:
+	}
 }
 
 // isClosed reports whether Close was called.

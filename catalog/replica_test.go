@@ -129,7 +129,7 @@ func TestReplicatedCatalogOutlivesItsLeader(t *testing.T) {
 	l.mu.Lock()
 	l.leader = 1
 	l.mu.Unlock()
-	if err := a.BeginCheckpoint("j", 9); err == nil {
+	if err := a.AddTaskHandle("j", 3, h3[1]); err == nil {
 		t.Fatal("a deposed leader's catalog still decides")
 	}
 	a.Close()
@@ -184,7 +184,8 @@ func TestReplicatedCatalogOutlivesItsLeader(t *testing.T) {
 	}
 
 	// Every replica holds the same, and so does one restarted from an
-	// image.
+	// image (once the last leader's discarder stopped).
+	c.Close()
 	want := l.replicas[2].s.fingerprint()
 	for i, r := range l.replicas {
 		if got := r.s.fingerprint(); got != want {
