@@ -16,7 +16,8 @@ import (
 )
 
 // hostOpenTimeout bounds a new leader's wait for its log and the opening
-// of its catalog (a listing of the checkpoint root).
+// of its catalog (for the cluster's first leader, a listing of the
+// checkpoint root).
 const hostOpenTimeout = 2 * time.Minute
 
 // errDeposed fails the hosted catalog's writes once this node's term has
@@ -25,7 +26,8 @@ var errDeposed = errors.New("node: this node no longer hosts the cluster's catal
 
 // catalogHost hosts the cluster's one catalog while this node leads: on
 // becoming leader it waits for the raft log to be applied, opens the
-// catalog from the checkpoint store and serves it to every node's
+// catalog over the node's replica (which the log keeps, so only the
+// cluster's first leader reads the checkpoint store) and serves it to every node's
 // catalogrpc.Client through cluster.Call; on losing leadership (or a new
 // term) it stops serving and closes it. It then has the node's own
 // client report its in-flight checkpoints to whichever catalog now
