@@ -91,6 +91,34 @@ func (c *testCluster) leader() int {
 	return -1
 }
 
+// snapshotAndRestart snapshots every node, closes them all and opens
+// them again on their addresses and directories (mod, if set, changes
+// each node's options first).
+func (c *testCluster) snapshotAndRestart(mod func(i int, o *Options)) {
+	c.t.Helper()
+	for _, n := range c.nodes {
+		if err := n.raft.Snapshot().Error(); err != nil {
+			c.t.Fatal(err)
+		}
+	}
+	opts := c.opts
+	c.closeAll()
+	for i := range c.nodes {
+		o := opts[i]
+		ln, err := net.Listen("tcp", o.Listener.Addr().String())
+		if err != nil {
+			c.t.Fatal(err)
+		}
+		o.Listener, o.Peers = ln, nil
+		if mod != nil {
+			mod(i, &o)
+		}
+		if c.nodes[i], err = Open(o); err != nil {
+			c.t.Fatal(err)
+		}
+	}
+}
+
 // kill closes node i abruptly: its transport and listener go with it.
 func (c *testCluster) kill(i int) {
 	_ = c.nodes[i].Close()
@@ -221,24 +249,7 @@ func TestRestartKeepsState(t *testing.T) {
 		want[task] = tok
 	}
 	// Force a snapshot on every node so that restart restores one.
-	for _, n := range c.nodes {
-		if err := n.raft.Snapshot().Error(); err != nil {
-			t.Fatal(err)
-		}
-	}
-	opts := c.opts
-	c.closeAll()
-	for i := range c.nodes {
-		o := opts[i]
-		ln, err := net.Listen("tcp", o.Listener.Addr().String())
-		if err != nil {
-			t.Fatal(err)
-		}
-		o.Listener, o.Peers = ln, nil
-		if c.nodes[i], err = Open(o); err != nil {
-			t.Fatal(err)
-		}
-	}
+	c.snapshotAndRestart(nil)
 	c.leader()
 	for task, tok := range want {
 		if err := c.nodes[1].Check(ctx, task, tok); err != nil {

@@ -2,7 +2,6 @@ package cluster
 
 import (
 	"errors"
-	"net"
 	"strconv"
 	"strings"
 	"sync"
@@ -95,25 +94,10 @@ func TestServiceRidesOnTheLog(t *testing.T) {
 	})
 	// Snapshot, restart every node with a fresh service: the snapshot and
 	// the log after it give the state back.
-	for _, n := range c.nodes {
-		if err := n.raft.Snapshot().Error(); err != nil {
-			t.Fatal(err)
-		}
-	}
-	opts := c.opts
-	c.closeAll()
-	for i := range c.nodes {
-		o := opts[i]
-		ln, err := net.Listen("tcp", o.Listener.Addr().String())
-		if err != nil {
-			t.Fatal(err)
-		}
+	c.snapshotAndRestart(func(i int, o *Options) {
 		svcs[i] = &listService{}
-		o.Listener, o.Peers, o.Service = ln, nil, svcs[i]
-		if c.nodes[i], err = Open(o); err != nil {
-			t.Fatal(err)
-		}
-	}
+		o.Service = svcs[i]
+	})
 	l = c.leader()
 	if _, err := c.nodes[l].Propose(ctx, []byte("after"), nil); err != nil {
 		t.Fatal(err)
