@@ -463,13 +463,48 @@ func (m *machine) retention(job string) []*entry {
 // with missing files), then every object of its directory and every shared
 // file that no one references any more.
 func (c *Catalog) discard(ctx context.Context, e *entry) error {
-	if err := c.deleteRetried(ctx, []string{e.ref.manifest()}); err != nil {
-		return fmt.Errorf("catalog: discard %s: delete manifest: %w", e.ref, err)
+	return c.discardMany(ctx, []*entry{e})
+}
+
+// discardMany is discard of at most maxBatch checkpoints at once: their
+// manifests in one delete, one command for all of them (a batch: one log
+// write in a replicated catalog), then each one's files.
+func (c *Catalog) discardMany(ctx context.Context, es []*entry) error {
+	manifests := make([]string, len(es))
+	cmds := make([]command, len(es))
+	for i, e := range es {
+		manifests[i] = e.ref.manifest()
+		cmds[i] = command{Op: opDiscarded, Job: e.ref.job, ID: e.ref.id}
 	}
-	out, err := c.exec(command{Op: opDiscarded, Job: e.ref.job, ID: e.ref.id})
+	what := es[0].ref.String()
+	if len(es) > 1 {
+		what = fmt.Sprintf("%d checkpoints (%s, ...)", len(es), what)
+	}
+	if err := c.deleteRetried(ctx, manifests); err != nil {
+		return fmt.Errorf("catalog: discard %s: delete manifest: %w", what, err)
+	}
+	cmd := cmds[0]
+	if len(cmds) > 1 {
+		cmd = command{Op: opBatch, Batch: cmds}
+	}
+	out, err := c.exec(cmd)
 	if err != nil {
-		return fmt.Errorf("catalog: discard %s: %w", e.ref, err)
+		return fmt.Errorf("catalog: discard %s: %w", what, err)
 	}
+	outs := []outcome{out}
+	if len(cmds) > 1 {
+		outs = out.subs
+	}
+	var errs []error
+	for i, e := range es {
+		errs = append(errs, c.discardFiles(ctx, e, outs[i]))
+	}
+	return errors.Join(errs...)
+}
+
+// discardFiles deletes what a discarded checkpoint leaves: the files out
+// released, and its directory.
+func (c *Catalog) discardFiles(ctx context.Context, e *entry, out outcome) error {
 	for _, err := range out.problems {
 		c.log.Warn("a base's shared files are kept", "err", err)
 	}

@@ -174,6 +174,8 @@ type outcome struct {
 	save     []string
 	// undo is opRestoreUndo of a restore: the entry as it was.
 	undo command
+	// subs are the outcomes of a batch's commands, in order.
+	subs []outcome
 }
 
 // apply decides on cmd. A refused command (an error) changed nothing.
@@ -229,15 +231,23 @@ func (m *machine) apply(cmd command) (outcome, error) {
 	case opTakeOver:
 		m.takeOver()
 	case opBatch:
+		var subs []outcome
 		for i, sub := range cmd.Batch {
 			if sub.Op == opBatch {
 				return out, fmt.Errorf("%w: a batch inside a batch", ErrInvalidArgument)
 			}
-			if out, err = m.apply(sub); err != nil {
+			var o outcome
+			if o, err = m.apply(sub); err != nil {
 				err = fmt.Errorf("command %d of a batch (%s): %w", i, sub.Op, err)
 				break
 			}
+			subs = append(subs, o)
 		}
+		if err == nil && len(subs) > 0 {
+			out = subs[len(subs)-1]
+			out.subs = subs
+		}
+		// Each command taken was observed on its own.
 		return out, err
 	default:
 		return out, fmt.Errorf("%w: unknown catalog command %s", ErrInvalidArgument, cmd.Op)

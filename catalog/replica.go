@@ -31,6 +31,10 @@ import (
 // succeeded. A completion whose manifest was written stays in flight, and
 // its retry completes with that manifest.
 
+// discardGather is how long a replicated catalog's discarder gathers the
+// checkpoints retention dropped before it discards them together.
+const discardGather = 200 * time.Millisecond
+
 // proposeTimeout bounds one command's trip through the log.
 const proposeTimeout = 30 * time.Second
 
@@ -304,9 +308,9 @@ func (c *Catalog) completeReplicated(ctx context.Context, job string, id uint64)
 }
 
 // startDiscarder runs a replicated catalog's discarder until Close: it
-// discards the checkpoints marked discarding (retryDiscards) whenever a
-// completion kicks it, and once at the start, for those a former leader
-// left.
+// discards the checkpoints marked discarding, gathered for discardGather
+// after a completion kicks it, and once at the start, for those a former
+// leader left.
 func (c *Catalog) startDiscarder() {
 	c.discardKick = make(chan struct{}, 1)
 	stop, done := make(chan struct{}), make(chan struct{})
@@ -328,10 +332,29 @@ func (c *Catalog) startDiscarder() {
 				return
 			case <-c.discardKick:
 			}
-			var rep GCReport
-			c.retryDiscards(ctx, &rep)
-			for _, p := range rep.Problems {
-				c.log.Warn("discarding a dropped checkpoint failed; the sweep retries", "err", p)
+			// Gathered: the discards of many completions share one log
+			// write, which would otherwise compete with every
+			// completion's own.
+			select {
+			case <-stop:
+				return
+			case <-time.After(discardGather):
+			}
+			var todo []*entry
+			c.mu.Lock()
+			for _, e := range c.mu.entries {
+				if e.discarding {
+					todo = append(todo, e)
+				}
+			}
+			c.mu.Unlock()
+			slices.SortFunc(todo, func(a, b *entry) int { return cmpRef(a.ref, b.ref) })
+			for len(todo) > 0 {
+				n := min(len(todo), maxBatch)
+				if err := c.discardMany(ctx, todo[:n]); err != nil {
+					c.log.Warn("discarding dropped checkpoints failed; the sweep retries", "err", err)
+				}
+				todo = todo[n:]
 			}
 		}
 	}()

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/statedhq/stated/backend"
 	"github.com/statedhq/stated/tiered"
@@ -236,5 +237,45 @@ func TestFencedReportNeedsAReplicatedCatalog(t *testing.T) {
 	}
 	if err := c.AddFencedTaskHandle("j", 1, h, 3); !errors.Is(err, ErrInvalidArgument) {
 		t.Fatalf("a fenced report to a catalog alone: %v", err)
+	}
+}
+
+// A replicated catalog discards what retention dropped in the
+// background, many checkpoints in one log entry, and their manifests and
+// private files go.
+func TestReplicatedDiscardsShareALogWrite(t *testing.T) {
+	mem := memstore.New()
+	clk := &testClock{}
+	l := newFakeLog(2)
+	c := openReplicated(t, mem, clk, l, 0)
+	tk := newFakeTask("j", "op", 0, backend.KeyGroupRange{Start: 0, End: 127})
+	for id := uint64(1); id <= 6; id++ {
+		tk.state["k"] = fmt.Sprint(id)
+		checkpoint(t, c, mem, id, tk)
+	}
+	l.mu.Lock()
+	completed := l.applied
+	l.mu.Unlock()
+	deadline := time.Now().Add(10 * time.Second)
+	for exists(t, mem, CheckpointManifest("j", 4)) {
+		if time.Now().After(deadline) {
+			t.Fatal("the dropped checkpoints were not discarded")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	c.Close()
+	l.mu.Lock()
+	writes := l.applied - completed
+	l.mu.Unlock()
+	if writes != 1 {
+		t.Fatalf("discarding 4 checkpoints took %d log entries, want 1", writes)
+	}
+	for id := uint64(1); id <= 4; id++ {
+		if got := storeSnapshot(t, mem, CheckpointDir("j", id)+"/"); len(got) != 0 {
+			t.Fatalf("checkpoint %d left %v", id, names(got))
+		}
+	}
+	if got := c.Retained("j"); len(got) != 2 || got[0] != 5 {
+		t.Fatalf("retained %v", got)
 	}
 }
