@@ -643,7 +643,8 @@ func (c *Catalog) List(job string) []Record {
 	defer c.mu.Unlock()
 	j, ok := c.mu.jobs[job]
 	if !ok {
-		return nil
+		// A job whose first checkpoint a replicated catalog holds back.
+		j = &jobState{name: job}
 	}
 	byID := map[uint64]Record{}
 	for _, r := range j.history {
@@ -666,6 +667,14 @@ func (c *Catalog) List(job string) []Record {
 	}
 	for id, inf := range j.inflight {
 		byID[id] = Record{ID: id, Status: StatusInProgress, Started: inf.started, Tasks: len(inf.handles)}
+	}
+	for r, at := range c.mu.begun {
+		if _, ok := byID[r.id]; r.job == job && !ok {
+			byID[r.id] = Record{ID: r.id, Status: StatusInProgress, Started: at}
+		}
+	}
+	if !ok && len(byID) == 0 {
+		return nil
 	}
 	for r, d := range c.mu.damaged {
 		if r.job != job {

@@ -279,3 +279,34 @@ func TestReplicatedDiscardsShareALogWrite(t *testing.T) {
 		t.Fatalf("retained %v", got)
 	}
 }
+
+// A checkpoint whose begin a replicated catalog holds back is in flight
+// for whoever asks (List, InFlight), before any report reaches the log.
+func TestHeldBackBeginIsInFlight(t *testing.T) {
+	l := newFakeLog(1)
+	c := openReplicated(t, memstore.New(), &testClock{}, l, 0)
+	l.mu.Lock()
+	before := l.applied
+	l.mu.Unlock()
+	if err := c.BeginCheckpoint("new", 1); err != nil {
+		t.Fatal(err)
+	}
+	l.mu.Lock()
+	after := l.applied
+	l.mu.Unlock()
+	if after != before {
+		t.Fatalf("a begin alone took %d log entries", after-before)
+	}
+	if got := c.InFlight("new"); len(got) != 1 || got[0] != 1 {
+		t.Fatalf("in flight %v", got)
+	}
+	if got := c.List("new"); len(got) != 1 || got[0].Status != StatusInProgress {
+		t.Fatalf("history %+v", got)
+	}
+	if err := c.Abort(ctx, "new", 1, StatusDeclined, "test"); err != nil {
+		t.Fatal(err)
+	}
+	if got := c.InFlight("new"); len(got) != 0 {
+		t.Fatalf("in flight after the abort %v", got)
+	}
+}
