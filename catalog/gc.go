@@ -307,8 +307,8 @@ func planSweep(in sweepInput) sweepPlan {
 	return p
 }
 
-// retryDiscards finishes retention discards whose manifest delete failed.
-func (c *Catalog) retryDiscards(ctx context.Context, rep *GCReport) {
+// discarding returns the checkpoints being discarded, by name.
+func (c *Catalog) discarding() []*entry {
 	var todo []*entry
 	c.mu.Lock()
 	for _, e := range c.mu.entries {
@@ -318,7 +318,12 @@ func (c *Catalog) retryDiscards(ctx context.Context, rep *GCReport) {
 	}
 	c.mu.Unlock()
 	sort.Slice(todo, func(i, j int) bool { return todo[i].ref.String() < todo[j].ref.String() })
-	for _, e := range todo {
+	return todo
+}
+
+// retryDiscards finishes retention discards whose manifest delete failed.
+func (c *Catalog) retryDiscards(ctx context.Context, rep *GCReport) {
+	for _, e := range c.discarding() {
 		if err := c.discard(ctx, e); err != nil {
 			rep.Problems = append(rep.Problems, err.Error())
 			continue

@@ -340,16 +340,7 @@ func (c *Catalog) startDiscarder() {
 				return
 			case <-time.After(discardGather):
 			}
-			var todo []*entry
-			c.mu.Lock()
-			for _, e := range c.mu.entries {
-				if e.discarding {
-					todo = append(todo, e)
-				}
-			}
-			c.mu.Unlock()
-			slices.SortFunc(todo, func(a, b *entry) int { return cmpRef(a.ref, b.ref) })
-			for len(todo) > 0 {
+			for todo := c.discarding(); len(todo) > 0; {
 				n := min(len(todo), maxBatch)
 				if err := c.discardMany(ctx, todo[:n]); err != nil {
 					c.log.Warn("discarding dropped checkpoints failed; the sweep retries", "err", err)
