@@ -454,12 +454,7 @@ func TestMachineImageKeepsDamage(t *testing.T) {
 	checkpoint(t, c, s, 1, a)
 	checkpoint(t, c, s, 2, a)
 	c.Close()
-	name := CheckpointManifest("j", 2)
-	b := []byte(storeSnapshot(t, s, name)[name])
-	b[len(b)/2] ^= 1
-	if err := tiered.PutBytes(ctx, s, name, b); err != nil {
-		t.Fatal(err)
-	}
+	flipManifestBit(t, s, "j", 2)
 	if err := tiered.PutBytes(ctx, s, "k/"+JobFileName, []byte("not a job file")); err != nil {
 		t.Fatal(err)
 	}
