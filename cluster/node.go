@@ -318,7 +318,8 @@ func (n *Node) leased() bool {
 
 // wait waits for f within ctx (ApplyTimeout without a deadline), or
 // until the node closes. A raft future whose node shuts down while it is
-// being answered may never be answered (seen with VerifyLeader): its
+// being answered may never be answered (seen with VerifyLeader, and
+// with Apply, whose futures do not watch for the shutdown): its
 // waiting goroutine then ends only if raft answers late, so every wait is
 // bounded for the caller.
 func (n *Node) wait(ctx context.Context, f raft.Future) error {
@@ -393,7 +394,7 @@ func (n *Node) applyLocal(ctx context.Context, cmd []byte) ([]byte, error) {
 	}
 	t0 := time.Now()
 	f := n.raft.Apply(cmd, timeout)
-	if err := f.Error(); err != nil {
+	if err := n.wait(ctx, f); err != nil {
 		return nil, err
 	}
 	n.commit.Observe(time.Since(t0))
@@ -709,7 +710,7 @@ func (n *Node) Propose(ctx context.Context, cmd []byte, checks []Check) (any, er
 	}
 	t0 := time.Now()
 	f := n.raft.Apply(encodeCommand(c), timeout)
-	if err := f.Error(); err != nil {
+	if err := n.wait(ctx, f); err != nil {
 		return nil, err
 	}
 	n.commit.Observe(time.Since(t0))
@@ -731,8 +732,8 @@ func (n *Node) Join(ctx context.Context, id, addr string) error {
 	if id == "" || addr == "" {
 		return errors.New("cluster: join needs a node id and its raft address")
 	}
-	return n.onLeader(ctx, func(context.Context) error {
-		return n.raft.AddVoter(raft.ServerID(id), raft.ServerAddress(addr), 0, n.opts.ApplyTimeout).Error()
+	return n.onLeader(ctx, func(ctx context.Context) error {
+		return n.wait(ctx, n.raft.AddVoter(raft.ServerID(id), raft.ServerAddress(addr), 0, n.opts.ApplyTimeout))
 	}, func(ctx context.Context, leader string) error {
 		cc, err := n.conn(leader)
 		if err != nil {
@@ -749,8 +750,8 @@ func (n *Node) Leave(ctx context.Context, id string) error {
 	if id == "" {
 		return errors.New("cluster: leave needs a node id")
 	}
-	return n.onLeader(ctx, func(context.Context) error {
-		return n.raft.RemoveServer(raft.ServerID(id), 0, n.opts.ApplyTimeout).Error()
+	return n.onLeader(ctx, func(ctx context.Context) error {
+		return n.wait(ctx, n.raft.RemoveServer(raft.ServerID(id), 0, n.opts.ApplyTimeout))
 	}, func(ctx context.Context, leader string) error {
 		cc, err := n.conn(leader)
 		if err != nil {
@@ -937,7 +938,7 @@ func (n *Node) Barrier(ctx context.Context) error {
 	if d, ok := ctx.Deadline(); ok {
 		timeout = max(time.Until(d), time.Millisecond)
 	}
-	return n.raft.Barrier(timeout).Error()
+	return n.wait(ctx, n.raft.Barrier(timeout))
 }
 
 // SetHandler makes h the service this node hosts while it leads (nil:

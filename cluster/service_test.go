@@ -1,12 +1,15 @@
 package cluster
 
 import (
+	"context"
 	"errors"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/hashicorp/raft"
 )
 
 // listService is a Service that keeps the commands it applied, in order.
@@ -121,5 +124,59 @@ func waitFor(t *testing.T, ok func() bool) {
 			t.Fatal("not within 10s")
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// gateService is a Service whose Apply of "gate" waits until release is
+// closed, after telling entered.
+type gateService struct {
+	listService
+	entered, release chan struct{}
+}
+
+func (s *gateService) Apply(cmd []byte) any {
+	if string(cmd) == "gate" {
+		close(s.entered)
+		<-s.release
+	}
+	return s.listService.Apply(cmd)
+}
+
+// TestProposalEndsWhenTheNodeCloses: a proposal committed but still
+// queued for the service when its node closes is one raft never answers
+// (its queue is dropped at shutdown); Propose must end anyway, with a
+// leadership error, not wait forever. Raft picks at random between the
+// queued entry and the shutdown, so the race is run several times.
+func TestProposalEndsWhenTheNodeCloses(t *testing.T) {
+	for round := range 6 {
+		svc := &gateService{entered: make(chan struct{}), release: make(chan struct{})}
+		c := startCluster(t, 1, func(_ int, o *Options) { o.Service = svc })
+		n := c.nodes[c.leader()]
+		go func() { _, _ = n.Propose(context.Background(), []byte("gate"), nil) }()
+		<-svc.entered
+		gate := n.raft.LastIndex()
+		errc := make(chan error, 1)
+		go func() {
+			_, err := n.Propose(context.Background(), []byte("queued"), nil)
+			errc <- err
+		}()
+		// Committed (one node: stored is committed), queued behind "gate".
+		waitFor(t, func() bool {
+			st := n.raft.Stats()
+			return n.raft.LastIndex() > gate && st["commit_index"] == strconv.FormatUint(n.raft.LastIndex(), 10)
+		})
+		closed := make(chan struct{})
+		go func() { _ = n.Close(); close(closed) }()
+		waitFor(t, func() bool { return n.raft.State() == raft.Shutdown })
+		close(svc.release)
+		select {
+		case err := <-errc:
+			if err != nil && !IsLeadershipError(err) && !errors.Is(err, raft.ErrRaftShutdown) {
+				t.Fatalf("round %d: the queued proposal: %v", round, err)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("round %d: the queued proposal still waits 5s after its node closed", round)
+		}
+		<-closed
 	}
 }
