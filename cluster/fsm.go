@@ -208,35 +208,47 @@ func (f *fsm) Apply(l *raft.Log) any {
 	if hook := f.beforeApply.Load(); hook != nil {
 		(*hook)()
 	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.advanceLocked(l.Index)
 	if l.Type != raft.LogCommand {
+		f.raise(l.Index)
 		return nil
 	}
 	c, err := decodeCommand(l.Data)
 	if err != nil {
+		f.raise(l.Index)
 		return result{Err: err.Error()}
 	}
 	if c.Op == opService {
+		defer f.raise(l.Index)
 		return f.applyService(c)
 	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.advanceLocked(l.Index)
 	return f.st.apply(c)
 }
 
 // applyService hands a service command to the Service if its checks
 // hold; a refusal is a *ServiceRefusal, the same on every node.
+//
+// The Service runs outside f.mu: it takes its own lock, under which its
+// owner reads this machine (the catalog asks the journal which log
+// segments are held), so holding f.mu across it would take the two locks
+// in the other order and deadlock. Nothing changes the tokens between the
+// checks and the Service's apply: raft applies one entry at a time, and
+// only applies change them.
 func (f *fsm) applyService(c command) any {
 	if f.service == nil {
 		return &ServiceRefusal{Err: errors.New("cluster: this node runs no service")}
 	}
 	var errs []error
+	f.mu.Lock()
 	for _, k := range slices.Sorted(maps.Keys(c.Checks)) {
 		ck := c.Checks[k]
 		if r := f.st.applyOnce(command{Op: opCheck, Task: ck.Task, Token: ck.Token}); r.Fenced {
 			errs = append(errs, fenced(ck.Task, ck.Token, r))
 		}
 	}
+	f.mu.Unlock()
 	if len(errs) > 0 {
 		return &ServiceRefusal{Err: errors.Join(errs...)}
 	}
@@ -348,15 +360,16 @@ func (s *state) applyOnce(c command) result {
 	}
 }
 
-// Snapshot implements raft.FSM.
+// Snapshot implements raft.FSM. Raft calls it between two applies, on
+// the goroutine that applies, so the state and the Service's image match
+// the index raft snapshots at; the image is taken outside f.mu, as
+// applyService runs the Service (lock order).
 func (f *fsm) Snapshot() (raft.FSMSnapshot, error) {
 	f.mu.RLock()
-	defer f.mu.RUnlock()
 	st := state{V: snapshotVersion, Next: f.st.Next, Fences: maps.Clone(f.st.Fences), Done: maps.Clone(f.st.Done),
 		DoneOrder: slices.Clone(f.st.DoneOrder), Journal: maps.Clone(f.st.Journal)}
+	f.mu.RUnlock()
 	if f.service != nil {
-		// Taken here, between two applies, so that it matches the index
-		// raft snapshots at.
 		img, err := f.service.Image()
 		if err != nil {
 			return nil, fmt.Errorf("cluster: snapshot of the service: %w", err)
@@ -366,15 +379,14 @@ func (f *fsm) Snapshot() (raft.FSMSnapshot, error) {
 	return &snapshot{st: st}, nil
 }
 
-// Restore implements raft.FSM.
+// Restore implements raft.FSM, on the goroutine that applies; the Service
+// is restored outside f.mu (lock order, as applyService).
 func (f *fsm) Restore(rc io.ReadCloser) error {
 	defer rc.Close()
 	st, err := decodeState(rc)
 	if err != nil {
 		return err
 	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
 	if len(st.Service) > 0 {
 		if f.service == nil {
 			return errors.New("cluster: the snapshot holds a service's state and this node runs none")
@@ -384,7 +396,9 @@ func (f *fsm) Restore(rc io.ReadCloser) error {
 		}
 	}
 	st.Service = nil // held by the service, not twice
+	f.mu.Lock()
 	f.st = st
+	f.mu.Unlock()
 	return nil
 }
 

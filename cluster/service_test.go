@@ -180,3 +180,75 @@ func TestProposalEndsWhenTheNodeCloses(t *testing.T) {
 		<-closed
 	}
 }
+
+// lockedService is a Service whose owner reads the node's journal while
+// holding the service's own lock, as the catalog does (which log
+// segments are held) while it decides under its lock.
+type lockedService struct {
+	mu      sync.Mutex
+	applied int
+	entered chan struct{}
+}
+
+func (s *lockedService) Apply([]byte) any {
+	select {
+	case s.entered <- struct{}{}:
+	default:
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.applied++
+	return s.applied
+}
+
+func (s *lockedService) Image() ([]byte, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return []byte(strconv.Itoa(s.applied)), nil
+}
+
+func (s *lockedService) Restore(img []byte) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n, err := strconv.Atoi(string(img))
+	s.applied = n
+	return err
+}
+
+// TestServiceOwnerReadsTheNodeUnderItsLock: while the service's apply
+// waits for the service's lock, the lock's holder can still read the
+// node's journal (the node does not hold its own lock across the
+// service's apply: the two locks would be taken in both orders).
+func TestServiceOwnerReadsTheNodeUnderItsLock(t *testing.T) {
+	svc := &lockedService{entered: make(chan struct{}, 1)}
+	c := startCluster(t, 1, func(_ int, o *Options) { o.Service = svc })
+	n := c.nodes[c.leader()]
+	svc.mu.Lock()
+	locked := true
+	defer func() {
+		if locked {
+			svc.mu.Unlock()
+		}
+	}()
+	errc := make(chan error, 1)
+	go func() {
+		_, err := n.Propose(ctxT(t), []byte("x"), nil)
+		errc <- err
+	}()
+	<-svc.entered
+	read := make(chan struct{})
+	go func() {
+		n.JournalRead("j/")
+		close(read)
+	}()
+	select {
+	case <-read:
+	case <-time.After(5 * time.Second):
+		t.Fatal("reading the journal under the service's lock still waits after 5s while the service's apply waits for that lock")
+	}
+	svc.mu.Unlock()
+	locked = false
+	if err := <-errc; err != nil {
+		t.Fatal(err)
+	}
+}
