@@ -247,6 +247,9 @@ func (n *Node) Close() error {
 		n.grpc.Stop()
 		_ = n.trans.Close()
 		n.mux.close()
+		if !n.mux.closeInbound(5 * time.Second) {
+			n.log.Warn("a raft connection's handler still runs 5s after close; closing the raft log anyway")
+		}
 		n.mu.Lock()
 		for _, c := range n.conns {
 			_ = c.Close()

@@ -53,6 +53,11 @@ type mux struct {
 
 	raft, rpc *chanListener
 	wg        sync.WaitGroup
+	// inbound are the raft connections handed to the transport, open
+	// until its handler closes them (closeInbound).
+	inboundMu sync.Mutex
+	inbound   map[*inboundConn]struct{}
+	inboundWG sync.WaitGroup
 	done      chan struct{}
 	closeOnce sync.Once
 	refused   func() // counts refused connections
@@ -119,9 +124,72 @@ func (m *mux) route(c net.Conn) {
 	to := m.raft
 	if kind == kindRPC {
 		to = m.rpc
+	} else if c = m.track(c); c == nil {
+		return
 	}
 	if !to.deliver(c) {
 		_ = c.Close()
+	}
+}
+
+// inboundConn is a raft connection whose Close (by the transport's
+// handler, once it returns) the mux waits for.
+type inboundConn struct {
+	net.Conn
+	m    *mux
+	once sync.Once
+}
+
+func (c *inboundConn) Close() error {
+	err := c.Conn.Close()
+	c.once.Do(func() {
+		c.m.inboundMu.Lock()
+		delete(c.m.inbound, c)
+		c.m.inboundMu.Unlock()
+		c.m.inboundWG.Done()
+	})
+	return err
+}
+
+// track wraps an inbound raft connection; nil (c closed) once the mux is
+// closed.
+func (m *mux) track(c net.Conn) net.Conn {
+	m.inboundMu.Lock()
+	defer m.inboundMu.Unlock()
+	select {
+	case <-m.done:
+		_ = c.Close()
+		return nil
+	default:
+	}
+	ic := &inboundConn{Conn: c, m: m}
+	if m.inbound == nil {
+		m.inbound = map[*inboundConn]struct{}{}
+	}
+	m.inbound[ic] = struct{}{}
+	m.inboundWG.Add(1)
+	return ic
+}
+
+// closeInbound closes every inbound raft connection and waits, at most
+// wait, until the transport's handlers of them have returned. raft's
+// transport answers heartbeats on its handlers' goroutines, even after
+// raft shut down, and writes the term to the log store as it does: the
+// node must not close that store under a handler still running (raft
+// panics on the failed write).
+func (m *mux) closeInbound(wait time.Duration) bool {
+	m.inboundMu.Lock()
+	for c := range m.inbound {
+		_ = c.Conn.Close() // the handler's read fails; it closes c
+	}
+	m.inboundMu.Unlock()
+	done := make(chan struct{})
+	go func() { m.inboundWG.Wait(); close(done) }()
+	select {
+	case <-done:
+		return true
+	case <-time.After(wait):
+		return false
 	}
 }
 
