@@ -20,30 +20,37 @@ import (
 )
 
 // BenchmarkCheckpointCompletion: checkpoints of a job of 6 file subtasks
-// (snapshot of each, then completion) on a daemon alone and on a member
-// of a 3-node cluster (raft with its default timeouts, fsync'd log), in
-// one run. "mem" is an in-memory checkpoint store: nothing durable on the
+// (snapshot of each, then completion) on a daemon alone and on members of
+// a 3-node cluster (raft with its default timeouts, fsync'd log), in one
+// run. "mem" is an in-memory checkpoint store: nothing durable on the
 // single daemon's path, so the cluster's ratio is the whole cost of
-// agreeing (raft writes, each an fsync on a majority). "dir" is the
-// daemon's default store, a local directory (files and manifests
-// fsync'd), shared by the cluster's members: the ratio a user of one
-// host's disk sees. The cluster adds the journal write of each handle
-// report (which checks the fencing token), a read-index check of each
-// task's token at completion and, on a member that does not lead, the
-// forwarding of the catalog's calls to the leader. "seq" snapshots the
+// agreeing (raft writes, each an fsync on the leader, then on a
+// follower). "dir" is the daemon's default store, a local directory
+// (files and manifests fsync'd), shared by the cluster's members: the
+// ratio a user of one host's disk sees. In the cluster each handle report
+// is a log entry (whose fencing check is decided in it) and the
+// completion is one more; "leader" runs the job's client on the leader's
+// node, "follower" on another, whose catalog calls are forwarded to the
+// leader (two of three nodes in a 3-node cluster). "seq" snapshots the
 // subtasks one after another; "par" snapshots them at once, as the
 // subtasks of a real job (separate task processes) take their snapshots
-// when the barrier reaches them, so the cluster's raft writes of one
-// checkpoint can share commits.
+// when the barrier reaches them.
 //
 //	go test ./node -run '^$' -bench CheckpointCompletion -benchtime 200x
 func BenchmarkCheckpointCompletion(b *testing.B) {
-	for _, name := range []string{"mem/alone/seq", "mem/cluster3/seq", "mem/alone/par", "mem/cluster3/par",
-		"dir/alone/seq", "dir/cluster3/seq", "dir/alone/par", "dir/cluster3/par"} {
+	var names []string
+	for _, kind := range []string{"mem", "dir"} {
+		for _, order := range []string{"seq", "par"} {
+			for _, mode := range []string{"alone", "leader", "follower"} {
+				names = append(names, kind+"/"+mode+"/"+order)
+			}
+		}
+	}
+	for _, name := range names {
 		parts := strings.Split(name, "/")
 		kind, mode, order := parts[0], parts[1], parts[2]
 		b.Run(name, func(b *testing.B) {
-			nd := benchNode(b, mode == "cluster3", benchStore(b, kind))
+			nd := benchNode(b, mode, benchStore(b, kind))
 			c, err := client.Dial(nd.Socket(), client.Options{})
 			if err != nil {
 				b.Fatal(err)
@@ -123,10 +130,11 @@ func benchStore(b *testing.B, kind string) tiered.Store {
 	return st
 }
 
-// benchNode opens a daemon alone, or member n0 of a 3-node cluster whose
-// other members run in this process too (each with its own data dir).
-func benchNode(b *testing.B, clustered bool, store tiered.Store) *node.Node {
-	if !clustered {
+// benchNode opens a daemon alone ("alone"), or the leader ("leader") or
+// a follower ("follower") of a 3-node cluster whose other members run in
+// this process too (each with its own data dir).
+func benchNode(b *testing.B, mode string, store tiered.Store) *node.Node {
+	if mode == "alone" {
 		nd, err := node.Open(context.Background(), node.Options{DataDir: filepath.Join(b.TempDir(), "d"), Logger: quiet(), Store: store})
 		if err != nil {
 			b.Fatal(err)
@@ -134,7 +142,14 @@ func benchNode(b *testing.B, clustered bool, store tiered.Store) *node.Node {
 		b.Cleanup(func() { _ = nd.Close() })
 		return nd
 	}
-	return benchCluster(b, store)[0]
+	nodes := benchCluster(b, store)
+	for _, nd := range nodes {
+		if nd.Cluster().IsLeader() == (mode == "leader") {
+			return nd
+		}
+	}
+	b.Fatalf("no %s among the nodes", mode)
+	return nil
 }
 
 // benchCluster starts 3 nodes in this process with raft's default
