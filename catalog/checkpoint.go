@@ -466,9 +466,10 @@ func (c *Catalog) discard(ctx context.Context, e *entry) error {
 	return c.discardMany(ctx, []*entry{e})
 }
 
-// discardMany is discard of at most maxBatch checkpoints at once: their
-// manifests in one delete, one command for all of them (a batch: one log
-// write in a replicated catalog), then each one's files.
+// discardMany is discard of at most maxBatch-maxBegun checkpoints at
+// once (room for a replicated catalog's held-back begins in the batch):
+// their manifests in one delete, one command for all of them (a batch:
+// one log write in a replicated catalog), then each one's files.
 func (c *Catalog) discardMany(ctx context.Context, es []*entry) error {
 	manifests := make([]string, len(es))
 	cmds := make([]command, len(es))

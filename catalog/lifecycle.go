@@ -2,6 +2,7 @@ package catalog
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -95,7 +96,11 @@ const (
 	// opBatch: Batch's commands, in order, stopping at the first refused
 	// (those before it stand); the outcome is the last one's. A
 	// replicated catalog sends a checkpoint's begin with its first report
-	// so, in one log entry.
+	// so, in one log entry, and the begins it holds back with every other
+	// command it proposes (Catalog.withHeldBegins). A begin in a batch of
+	// a checkpoint that completed meanwhile is a no-op there, not a
+	// refusal: such a begin was sent ahead of a command it does not
+	// concern.
 	opBatch
 )
 
@@ -238,6 +243,11 @@ func (m *machine) apply(cmd command) (outcome, error) {
 			}
 			var o outcome
 			if o, err = m.apply(sub); err != nil {
+				if sub.Op == opBegin && errors.Is(err, ErrExists) {
+					err = nil // completed since: nothing to begin
+					subs = append(subs, outcome{})
+					continue
+				}
 				err = fmt.Errorf("command %d of a batch (%s): %w", i, sub.Op, err)
 				break
 			}

@@ -1,6 +1,7 @@
 package catalog
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -176,8 +177,9 @@ func (c *Catalog) report(cmd command, fences []Fence) error {
 	return err
 }
 
-// maxBegun bounds the begins a replicated catalog holds back.
-const maxBegun = 4096
+// maxBegun bounds the begins a replicated catalog holds back; they all
+// go with the next command (withHeldBegins), in one batch with it.
+const maxBegun = 16
 
 // beginLater holds back the begin of r until its first report
 // (withBegin), and reports whether it did (not past maxBegun).
@@ -214,6 +216,47 @@ func (c *Catalog) withBegin(cmd command) command {
 		return cmd
 	}
 	return command{Op: opBatch, Batch: []command{{Op: opBegin, Job: r.job, ID: r.id, Now: at}, cmd}}
+}
+
+// withHeldBegins puts the begins the leader holds back in front of cmd,
+// in one batch (a batch's own commands after them). A decision about
+// in-flight checkpoints (a completion moving the job's base, a discard
+// dropping one, retention) must see every checkpoint begun: one that
+// began on the old base keeps the base's shared files alive, and
+// deciding without it deletes files that checkpoint reuses. A held-back
+// begin stays held (its first report still carries it, an idempotent
+// begin) until the report is taken. It returns how many begins it put.
+func (c *Catalog) withHeldBegins(cmd command) (command, int) {
+	if cmd.Op == opLoad || cmd.Op == opTakeOver {
+		return cmd, 0
+	}
+	in := cmd.Batch
+	if cmd.Op != opBatch {
+		in = []command{cmd}
+	}
+	sent := map[ref]bool{}
+	for _, sub := range in {
+		if sub.Op == opBegin {
+			sent[ref{sub.Job, sub.ID}] = true
+		}
+	}
+	var begins []command
+	c.mu.Lock()
+	for r, at := range c.mu.begun {
+		j := c.mu.jobs[r.job]
+		if _, done := c.mu.entries[r]; done || sent[r] || (j != nil && j.inflight[r.id] != nil) {
+			continue
+		}
+		begins = append(begins, command{Op: opBegin, Job: r.job, ID: r.id, Now: at})
+	}
+	c.mu.Unlock()
+	if len(begins) == 0 {
+		return cmd, 0
+	}
+	slices.SortFunc(begins, func(a, b command) int {
+		return cmp.Or(cmp.Compare(a.Job, b.Job), cmp.Compare(a.ID, b.ID))
+	})
+	return command{Op: opBatch, Batch: append(begins, in...)}, len(begins)
 }
 
 // forgetBegin drops a held-back begin (an abort or release).
@@ -341,7 +384,7 @@ func (c *Catalog) startDiscarder() {
 			case <-time.After(discardGather):
 			}
 			for todo := c.discarding(); len(todo) > 0; {
-				n := min(len(todo), maxBatch)
+				n := min(len(todo), maxBatch-maxBegun)
 				if err := c.discardMany(ctx, todo[:n]); err != nil {
 					c.log.Warn("discarding dropped checkpoints failed; the sweep retries", "err", err)
 				}
@@ -380,6 +423,12 @@ func (c *Catalog) execFenced(cmd command, fences []Fence) (outcome, error) {
 		defer c.mu.Unlock()
 		return c.mu.apply(cmd)
 	}
+	// A fenced command's entry may be refused whole (a stale token): the
+	// held-back begins go with the next one instead.
+	wasBatch, held := cmd.Op == opBatch, 0
+	if len(fences) == 0 {
+		cmd, held = c.withHeldBegins(cmd)
+	}
 	enc, err := encodeCommand(cmd)
 	if err != nil {
 		return outcome{}, err
@@ -399,6 +448,14 @@ func (c *Catalog) execFenced(cmd command, fences []Fence) (outcome, error) {
 	a, ok := res.(applied)
 	if !ok {
 		return outcome{}, fmt.Errorf("%w (%s): the log answered %T, not the replica's outcome", errLogFailed, cmd.Op, res)
+	}
+	if held > 0 && a.err == nil {
+		// The caller's outcome, as if its command had gone alone.
+		if wasBatch {
+			a.out.subs = a.out.subs[held:]
+		} else {
+			a.out.subs = nil
+		}
 	}
 	return a.out, a.err
 }

@@ -314,3 +314,116 @@ func TestHeldBackBeginIsInFlight(t *testing.T) {
 		t.Fatalf("in flight after the abort %v", got)
 	}
 }
+
+// TestHeldBackBeginKeepsItsBase: a checkpoint whose begin the leader
+// holds back (no report yet) builds on the job's base like any other:
+// completions and discards decided meanwhile must see it in flight, or
+// they delete the shared files it reuses (it then fails to complete with
+// "file does not exist"). Found by TestMachineReplaysItsCommands.
+func TestHeldBackBeginKeepsItsBase(t *testing.T) {
+	mem := memstore.New()
+	l := newFakeLog(1)
+	c := openReplicated(t, mem, &testClock{}, l, 0)
+	tasks := []*fakeTask{
+		newFakeTask("j", "op", 0, backend.KeyGroupRange{Start: 0, End: 63}),
+		newFakeTask("j", "op", 1, backend.KeyGroupRange{Start: 64, End: 127}),
+	}
+	handles := map[uint64][]*backend.Handle{}
+	begin := func(id uint64) {
+		t.Helper()
+		if err := c.BeginCheckpoint("j", id); err != nil {
+			t.Fatal(err)
+		}
+		for i, tk := range tasks {
+			tk.state["k"] = fmt.Sprint(id, i)
+			tk.snapshot(id)
+			h, err := tk.upload(ctx, mem, id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			handles[id] = append(handles[id], h)
+		}
+	}
+	complete := func(id uint64) {
+		t.Helper()
+		for _, h := range handles[id] {
+			if err := c.AddTaskHandle("j", id, h); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if _, err := c.Complete(ctx, "j", id); err != nil {
+			t.Fatalf("complete %d: %v", id, err)
+		}
+		for _, tk := range tasks {
+			tk.notifyComplete(id)
+		}
+	}
+	begin(1)
+	begin(2)
+	begin(3)
+	complete(1)
+	begin(4) // reuses checkpoint 1's unchanged shared files; held back
+	complete(2)
+	complete(3) // retains 2 and 3: checkpoint 1 is discarded
+	// The background discard of checkpoint 1 deletes what it releases,
+	// then the checkpoint's directory: wait for the directory to go.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		page, err := mem.List(ctx, CheckpointDir("j", 1)+"/", "", 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(page.Objects) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("checkpoint 1 is still there 10s after it was dropped: %d objects", len(page.Objects))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	complete(4)
+	m, ok := c.Checkpoint("j", 4)
+	if !ok {
+		t.Fatal("checkpoint 4 is not retained")
+	}
+	for _, h := range m.Tasks {
+		for _, f := range h.Files {
+			if _, err := mem.Stat(ctx, f.Path); err != nil {
+				t.Fatalf("file %s of checkpoint 4: %v", f.Path, err)
+			}
+		}
+	}
+}
+
+// TestBatchedBeginOfACompletedCheckpoint: a begin the leader sent ahead
+// of another command, of a checkpoint that completed meanwhile, is a
+// no-op inside the batch (the command after it still runs); alone it is
+// refused as before.
+func TestBatchedBeginOfACompletedCheckpoint(t *testing.T) {
+	mem := memstore.New()
+	c := openCat(t, mem, &testClock{})
+	tk := newFakeTask("j", "op", 0, backend.KeyGroupRange{Start: 0, End: 127})
+	if err := c.BeginCheckpoint("j", 1); err != nil {
+		t.Fatal(err)
+	}
+	tk.snapshot(1)
+	h, err := tk.upload(ctx, mem, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Complete(ctx, "j", 1, h); err != nil {
+		t.Fatal(err)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, err := c.mu.apply(command{Op: opBegin, Job: "j", ID: 1}); !errors.Is(err, ErrExists) {
+		t.Fatalf("a begin of a completed checkpoint alone: %v", err)
+	}
+	out, err := c.mu.apply(command{Op: opBatch, Batch: []command{{Op: opBegin, Job: "j", ID: 1}, {Op: opBegin, Job: "j", ID: 2}}})
+	if err != nil || len(out.subs) != 2 {
+		t.Fatalf("the batch: %v (%d outcomes)", err, len(out.subs))
+	}
+	if c.mu.jobs["j"].inflight[2] == nil {
+		t.Fatal("the begin after it did not run")
+	}
+}
