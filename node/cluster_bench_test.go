@@ -17,6 +17,7 @@ import (
 	"github.com/statedhq/stated/tiered"
 	"github.com/statedhq/stated/tiered/localfs"
 	"github.com/statedhq/stated/tiered/memstore"
+	"github.com/statedhq/stated/tiered/s3store/s3test"
 )
 
 // BenchmarkCheckpointCompletion: checkpoints of a job of 6 file subtasks
@@ -27,7 +28,8 @@ import (
 // agreeing (raft writes, each an fsync on the leader, then on a
 // follower). "dir" is the daemon's default store, a local directory
 // (files and manifests fsync'd), shared by the cluster's members: the
-// ratio a user of one host's disk sees. In the cluster each handle report
+// ratio a user of one host's disk sees. "s3" is an S3 bucket, the store
+// a cluster of hosts shares. In the cluster each handle report
 // is a log entry (whose fencing check is decided in it) and the
 // completion is one more; "leader" runs the job's client on the leader's
 // node, "follower" on another, whose catalog calls are forwarded to the
@@ -39,7 +41,7 @@ import (
 //	go test ./node -run '^$' -bench CheckpointCompletion -benchtime 200x
 func BenchmarkCheckpointCompletion(b *testing.B) {
 	var names []string
-	for _, kind := range []string{"mem", "dir"} {
+	for _, kind := range []string{"mem", "dir", "s3"} {
 		for _, order := range []string{"seq", "par"} {
 			for _, mode := range []string{"alone", "leader", "follower"} {
 				names = append(names, kind+"/"+mode+"/"+order)
@@ -118,10 +120,15 @@ func BenchmarkCheckpointCompletion(b *testing.B) {
 	}
 }
 
-// benchStore is an in-memory store ("mem") or a local directory ("dir").
+// benchStore is an in-memory store ("mem"), a local directory ("dir") or
+// an S3 bucket ("s3": the server STATED_TEST_S3_ENDPOINT names, as
+// scripts/test.sh starts one, else an in-process fake).
 func benchStore(b *testing.B, kind string) tiered.Store {
-	if kind == "mem" {
+	switch kind {
+	case "mem":
 		return memstore.New()
+	case "s3":
+		return s3test.Store(b)
 	}
 	st, err := localfs.Open(filepath.Join(b.TempDir(), "store"))
 	if err != nil {
