@@ -31,6 +31,65 @@ import (
 // sweep, which deletes them past the grace period unless that checkpoint
 // completes and references them.
 
+// A checkpoint also pins the shared files of the job's base and previous
+// base from its begin to its end (pinOwner), because its tasks may reuse
+// any of them: when another job claimed that base and drops a checkpoint
+// that was the last to list those files, the registry still counts the
+// pin (TestMachineReplaysItsCommands found a checkpoint of job b, begun
+// on a base job a had claimed, whose files went with a checkpoint of a).
+// At its end (completed, after it registered what it reuses, or aborted)
+// the pin goes; what nothing else references then is deleted if the job
+// has no other checkpoint in flight, and left to the sweep otherwise.
+
+// pinOwner is the registry owner under which checkpoint id of job pins
+// its bases' shared files (a NUL: no collision with a directory).
+func pinOwner(job string, id uint64) string { return fmt.Sprintf("\x00pin/%s/%d", job, id) }
+
+// pin registers, under pinOwner, the shared files of j's base and
+// previous base (their checkpoints', or the job's hold of a dropped
+// base). A name registered with other bytes is left unpinned: the
+// registry refuses it, and Complete refuses such a checkpoint anyway.
+func (m *machine) pin(j *jobState, id uint64) {
+	seen := map[string]bool{}
+	var objs []refcount.Object
+	add := func(owner string) {
+		for _, o := range m.reg.Objects(owner) {
+			if classify(o.Path).kind == objShared && !isRemoteLSM(o.Path) && !seen[o.Path] {
+				seen[o.Path] = true
+				objs = append(objs, o)
+			}
+		}
+	}
+	for _, b := range []ref{j.base, j.prevBase} {
+		if b.job != "" {
+			add(b.dir())
+		}
+	}
+	add(holdOwner(j.name))
+	if len(objs) > 0 {
+		_ = m.reg.Register(pinOwner(j.name, id), objs)
+	}
+}
+
+// unpin ends checkpoint id's pin and returns the names it released for
+// deletion: none while the job has another checkpoint in flight (which
+// may reuse them; the sweep deletes them later).
+func (m *machine) unpin(j *jobState, id uint64) []string {
+	owner := pinOwner(j.name, id)
+	if !m.reg.Has(owner) {
+		return nil
+	}
+	dropped := m.reg.Unregister(owner)
+	if len(j.inflight) > 0 {
+		return nil
+	}
+	names := make([]string, len(dropped))
+	for i, o := range dropped {
+		names[i] = o.Path
+	}
+	return names
+}
+
 // holdOwner is the registry owner under which job keeps its dropped base's
 // shared files. It cannot collide with a checkpoint or savepoint directory
 // (a job name never holds a NUL).

@@ -275,6 +275,7 @@ func (m *machine) begin(job string, id uint64, now time.Time) error {
 	j := m.job(job)
 	if _, ok := j.inflight[id]; !ok {
 		j.inflight[id] = &inflight{started: now}
+		m.pin(j, id)
 	}
 	return nil
 }
@@ -407,6 +408,9 @@ func (m *machine) completed(cmd command) (outcome, error) {
 			m.guard.add(h, -1)
 		}
 	}
+	// After the registration: what the checkpoint reuses of its base
+	// stays registered.
+	unpinned := m.unpin(j, cmd.ID)
 	rec := Record{ID: cmd.ID, Status: StatusCompleted, Started: mf.Started, Ended: mf.Completed,
 		CheckpointedSize: mf.CheckpointedSize, FullSize: mf.FullSize, Tasks: len(mf.Tasks)}
 	rec.Stats = mf.Stats()
@@ -422,6 +426,7 @@ func (m *machine) completed(cmd command) (outcome, error) {
 		out.releaseShared = m.setBase(j, r)
 		j.baseRestored = false
 	}
+	out.releaseShared = append(out.releaseShared, unpinned...)
 	out.discard = m.retention(cmd.Job)
 	return out, nil
 }
@@ -460,6 +465,7 @@ func (m *machine) abort(job string, id uint64, now time.Time, why Status, reason
 		rec.Started = inf.started
 		rec.Tasks = len(inf.handles)
 		delete(j.inflight, id)
+		out.release = append(out.release, m.unpin(j, id)...)
 	}
 	if why != "" {
 		m.record(j, rec)
