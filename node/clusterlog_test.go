@@ -135,10 +135,23 @@ func TestClusterChangelogSegmentsHeld(t *testing.T) {
 		}
 	}
 
+	// What the follower's log still holds must be there: a segment its
+	// log let go of since (the truncation after the materialized
+	// checkpoint completed, reported a moment later) may go.
+	w := nodes[f].ChangelogWriter()
+	stillHeld := func(held []string) []string {
+		var out []string
+		for _, h := range held {
+			if w.Holds(h) {
+				out = append(out, h)
+			}
+		}
+		return out
+	}
 	in, held := writeAborted(0, 1)
 	time.Sleep(time.Second) // past the grace, 20 sweeps
-	if got := segments(t, store); !containsAll(got, held) {
-		t.Fatalf("the leader deleted segments the follower's log holds: had %v, now %v", held, got)
+	if got, want := segments(t, store), stillHeld(held); len(want) == 0 || !containsAll(got, want) {
+		t.Fatalf("the leader deleted segments the follower's log holds: held %v, now %v", want, got)
 	}
 
 	// The follower lets go: closing the instance releases its log, the
@@ -156,8 +169,8 @@ func TestClusterChangelogSegmentsHeld(t *testing.T) {
 		t.Fatal(err)
 	}
 	time.Sleep(time.Second)
-	if got := segments(t, store); !containsAll(got, held) {
-		t.Fatalf("segments of a member's run deleted while it is down (it may come back): had %v, now %v", held, got)
+	if got, want := segments(t, store), stillHeld(held); len(want) == 0 || !containsAll(got, want) {
+		t.Fatalf("segments of a member's run deleted while it is down (it may come back): held %v, now %v", want, got)
 	}
 	if err := nodes[leader].Cluster().Leave(ctx, fmt.Sprintf("n%d", f)); err != nil {
 		t.Fatal(err)
