@@ -75,7 +75,14 @@ func (m *machine) pin(j *jobState, id uint64) {
 // deletion: none while the job has another checkpoint in flight (which
 // may reuse them; the sweep deletes them later).
 func (m *machine) unpin(j *jobState, id uint64) []string {
-	owner := pinOwner(j.name, id)
+	return m.release(j, pinOwner(j.name, id))
+}
+
+// release unregisters owner (a pin or a hold of j) and returns the names
+// nothing references any more, for the caller to delete: none while j has
+// a checkpoint in flight, which may build on them (the sweep deletes them
+// later).
+func (m *machine) release(j *jobState, owner string) []string {
 	if !m.reg.Has(owner) {
 		return nil
 	}
@@ -105,18 +112,7 @@ func (m *machine) setBase(j *jobState, r ref) []string {
 		return nil
 	}
 	j.prevBase, j.base = j.base, r
-	if !m.reg.Has(holdOwner(j.name)) {
-		return nil
-	}
-	dropped := m.reg.Unregister(holdOwner(j.name))
-	if len(j.inflight) > 0 {
-		return nil
-	}
-	names := make([]string, len(dropped))
-	for i, o := range dropped {
-		names[i] = o.Path
-	}
-	return names
+	return m.release(j, holdOwner(j.name))
 }
 
 // deleteReleased deletes what setBase released; a failure is left to

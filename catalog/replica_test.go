@@ -224,17 +224,7 @@ func TestReplicatedOptionsValidate(t *testing.T) {
 
 // A catalog alone cannot check fencing tokens, and says so.
 func TestFencedReportNeedsAReplicatedCatalog(t *testing.T) {
-	mem := memstore.New()
-	c := openCat(t, mem, &testClock{})
-	tk := newFakeTask("j", "op", 0, backend.KeyGroupRange{Start: 0, End: 127})
-	if err := c.BeginCheckpoint("j", 1); err != nil {
-		t.Fatal(err)
-	}
-	tk.snapshot(1)
-	h, err := tk.upload(ctx, mem, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c, h := beganWithUpload(t)
 	if err := c.AddFencedTaskHandle("j", 1, h, 3); !errors.Is(err, ErrInvalidArgument) {
 		t.Fatalf("a fenced report to a catalog alone: %v", err)
 	}
@@ -400,17 +390,7 @@ func TestHeldBackBeginKeepsItsBase(t *testing.T) {
 // no-op inside the batch (the command after it still runs); alone it is
 // refused as before.
 func TestBatchedBeginOfACompletedCheckpoint(t *testing.T) {
-	mem := memstore.New()
-	c := openCat(t, mem, &testClock{})
-	tk := newFakeTask("j", "op", 0, backend.KeyGroupRange{Start: 0, End: 127})
-	if err := c.BeginCheckpoint("j", 1); err != nil {
-		t.Fatal(err)
-	}
-	tk.snapshot(1)
-	h, err := tk.upload(ctx, mem, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c, h := beganWithUpload(t)
 	if _, err := c.Complete(ctx, "j", 1, h); err != nil {
 		t.Fatal(err)
 	}
@@ -426,4 +406,22 @@ func TestBatchedBeginOfACompletedCheckpoint(t *testing.T) {
 	if c.mu.jobs["j"].inflight[2] == nil {
 		t.Fatal("the begin after it did not run")
 	}
+}
+
+// beganWithUpload opens a catalog alone over memory, begins checkpoint 1
+// of job j and uploads one task's snapshot for it.
+func beganWithUpload(t *testing.T) (*Catalog, *backend.Handle) {
+	t.Helper()
+	mem := memstore.New()
+	c := openCat(t, mem, &testClock{})
+	tk := newFakeTask("j", "op", 0, backend.KeyGroupRange{Start: 0, End: 127})
+	if err := c.BeginCheckpoint("j", 1); err != nil {
+		t.Fatal(err)
+	}
+	tk.snapshot(1)
+	h, err := tk.upload(ctx, mem, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c, h
 }
