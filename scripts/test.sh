@@ -23,24 +23,28 @@ cd "$(dirname "$0")/.."
 
 export PATH="$(go env GOPATH)/bin:$PATH"
 
-echo "== gofmt"
+# stage prints a stage's title with the seconds since the start, so that a
+# slow run shows where its time went.
+stage() { echo "== $* (at ${SECONDS}s)"; }
+
+stage "gofmt"
 unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))
 if [ -n "$unformatted" ]; then
   echo "gofmt would change:"; echo "$unformatted"; exit 1
 fi
 
-echo "== go mod tidy"
+stage "go mod tidy"
 if ! go mod tidy -diff; then
   echo "go.mod/go.sum are not tidy: run go mod tidy"; exit 1
 fi
 
-echo "== go vet"
+stage "go vet"
 go vet ./...
 
 # The web page's browser test needs Chromium; plain `go test ./...` skips it
 # without one, but here it must run.
 if ! command -v chromium >/dev/null 2>&1 && ! command -v chromium-browser >/dev/null 2>&1 && [ -z "${STATED_CHROMIUM:-}" ]; then
-  echo "== installing chromium (apt-get)"
+  stage "installing chromium (apt-get)"
   sudo=""
   if [ "$(id -u)" != 0 ] && command -v sudo >/dev/null 2>&1; then sudo="sudo"; fi
   if command -v apt-get >/dev/null 2>&1; then
@@ -63,7 +67,7 @@ cleanup() {
 trap cleanup EXIT
 
 if [ -z "${STATED_TEST_S3_ENDPOINT:-}" ] && [ -x scripts/s3-server.sh ]; then
-  echo "== starting versitygw (S3) on 127.0.0.1"
+  stage "starting versitygw (S3) on 127.0.0.1"
   s3dir=$(mktemp -d)
   eval "$(scripts/s3-server.sh start "$s3dir")"
   echo "S3 endpoint: $STATED_TEST_S3_ENDPOINT bucket: $STATED_TEST_S3_BUCKET"
@@ -73,7 +77,7 @@ if [ -n "${STATED_TEST_S3_ENDPOINT:-}" ]; then
   export STATED_TEST_S3_REQUIRE=1
 fi
 
-echo "== go test ./..."
+stage "go test ./..."
 go test -count=1 -timeout 20m "$@" ./...
 
 # The packages where goroutines meet (streams, groups, checkpoints, the
@@ -86,7 +90,7 @@ go test -count=1 -timeout 20m "$@" ./...
 # the backend conformance suite in remote mode (over memory and S3); remote mode's concurrent
 # parts (hand-offs written while compactions run, restores, rescale) meet
 # the detector in the hand-off tests.
-echo "== go test -race (concurrent packages)"
+stage "go test -race (concurrent packages)"
 go test -count=1 -race -timeout 20m -skip '^(TestRemotePebble|TestRemoteOwnershipProperty|TestConformanceRemote)' "$@" \
   ./api/... ./daemon/... ./backend/internal/... ./backend/lsm/ \
   ./catalog/ ./catalogrpc/ ./node/ ./cluster/ ./tiered/... ./dstl/ ./tests/e2e/
@@ -99,12 +103,13 @@ go test -count=1 -race "$@" -run TestPowerLoss ./fuzz/ -powerloss.points=10
 # A second client, in Node.js, written from api/stated.proto alone, against
 # a real daemon (clients/node/conformance.js): the protocol works for a
 # client that is not the Go one.
-echo "== Node client conformance"
+stage "Node client conformance"
 scripts/node-conformance.sh
 
 # The restore-path fuzz targets, briefly: new inputs beyond the committed
 # corpus (which step 3 already ran).
-echo "== fuzz (restore path, ${FUZZTIME:-300x} each)"
+stage "fuzz (restore path, ${FUZZTIME:-300x} each)"
 for target in $(go test ./fuzz -list '^Fuzz' | grep '^Fuzz'); do
   scripts/fuzz.sh "$target" "${FUZZTIME:-300x}"
 done
+stage "all passed"
