@@ -304,11 +304,30 @@ func TestCatalogProperties(t *testing.T) {
 			if err != nil {
 				return err
 			}
+			moved := true
 			for _, tk := range j.tasks {
 				tk.notifyComplete(id)
+				moved = moved && tk.baseID == id
 			}
 			delete(j.inflight, id)
-			j.base = m.Tasks
+			// The tasks build on the completed checkpoint only if it moved
+			// their base: a completion older than the one they build on
+			// (a late one, after a newer completed) leaves them where they
+			// are, as lsm's NotifyCheckpointComplete does.
+			if moved {
+				j.base = m.Tasks
+			}
+			// The catalog keeps the shared files of the base it knows:
+			// it must be the one the tasks build on.
+			if len(j.base) > 0 {
+				want := ref{j.base[0].Task.Job, j.base[0].CheckpointID}
+				w.c.mu.Lock()
+				got := w.c.mu.job(j.name).base
+				w.c.mu.Unlock()
+				if got != want {
+					t.Fatalf("after completing %s/%d the catalog's base of %s is %s, the tasks build on %s", j.name, id, j.name, got, want)
+				}
+			}
 			if len(m.Tasks) != len(j.tasks) {
 				t.Fatalf("manifest of %s/%d has %d tasks", j.name, id, len(m.Tasks))
 			}
