@@ -3,7 +3,8 @@
 #
 # 1. checks formatting, that go.mod is tidy, and go vet;
 # 2. installs Debian's chromium if it is missing (the web page's test drives
-#    it headless) and makes that test required (STATED_REQUIRE_BROWSER=1);
+#    it headless), in the background while step 1 compiles, and makes that
+#    test required (STATED_REQUIRE_BROWSER=1);
 # 3. starts a real S3-protocol server (versitygw, installed with `go install`
 #    the first time) on 127.0.0.1 for the S3 acceptance suite, unless
 #    STATED_TEST_S3_ENDPOINT already points at one;
@@ -27,6 +28,28 @@ export PATH="$(go env GOPATH)/bin:$PATH"
 # slow run shows where its time went.
 stage() { echo "== $* (at ${SECONDS}s)"; }
 
+# The web page's browser test needs Chromium; plain `go test ./...` skips it
+# without one, but here it must run. apt-get runs in the background while
+# the checks below compile the code: on a fresh machine the two take
+# minutes each, and one waits on the network, the other on the CPU.
+install_chromium() {
+  local sudo=""
+  if [ "$(id -u)" != 0 ] && command -v sudo >/dev/null 2>&1; then sudo="sudo"; fi
+  if ! command -v apt-get >/dev/null 2>&1; then
+    echo "no apt-get: install chromium (or set STATED_CHROMIUM); the browser test will fail"
+    return 0
+  fi
+  $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null ||
+    { $sudo apt-get update -qq >/dev/null && $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; } ||
+    echo "could not install chromium: the browser test will fail"
+}
+chromium_pid=""
+if ! command -v chromium >/dev/null 2>&1 && ! command -v chromium-browser >/dev/null 2>&1 && [ -z "${STATED_CHROMIUM:-}" ]; then
+  stage "installing chromium (apt-get, in the background)"
+  install_chromium &
+  chromium_pid=$!
+fi
+
 stage "gofmt"
 unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))
 if [ -n "$unformatted" ]; then
@@ -41,19 +64,9 @@ fi
 stage "go vet"
 go vet ./...
 
-# The web page's browser test needs Chromium; plain `go test ./...` skips it
-# without one, but here it must run.
-if ! command -v chromium >/dev/null 2>&1 && ! command -v chromium-browser >/dev/null 2>&1 && [ -z "${STATED_CHROMIUM:-}" ]; then
-  stage "installing chromium (apt-get)"
-  sudo=""
-  if [ "$(id -u)" != 0 ] && command -v sudo >/dev/null 2>&1; then sudo="sudo"; fi
-  if command -v apt-get >/dev/null 2>&1; then
-    $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null ||
-      { $sudo apt-get update -qq >/dev/null && $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; } ||
-      echo "could not install chromium: the browser test will fail"
-  else
-    echo "no apt-get: install chromium (or set STATED_CHROMIUM); the browser test will fail"
-  fi
+if [ -n "$chromium_pid" ]; then
+  wait "$chromium_pid" || echo "could not install chromium: the browser test will fail"
+  stage "chromium install ended"
 fi
 export STATED_REQUIRE_BROWSER=1
 
