@@ -97,14 +97,20 @@ type Store interface {
 // so a name one store accepts every store accepts.
 const ReservedDir = ".tmp"
 
+// PackDir is the other name no object may have or be under: localfs keeps
+// its pack files there (objects appended into shared log files, see
+// Appender).
+const PackDir = ".packs"
+
 // ValidateName checks that name is a clean relative object name: not empty,
 // not absolute, no "." or ".." segment, no empty segment, no backslash or
-// NUL, at most 1024 bytes, not ReservedDir or under it. It is the one rule
+// NUL, at most 1024 bytes, not ReservedDir or PackDir or under them. It is the one rule
 // set of every store (Bucket applies it before any I/O).
 func ValidateName(name string) error {
 	bad := name == "" || len(name) > 1024 || strings.HasPrefix(name, "/") || strings.HasSuffix(name, "/") ||
 		strings.ContainsAny(name, "\\\x00") || path.Clean(name) != name ||
-		name == ReservedDir || strings.HasPrefix(name, ReservedDir+"/")
+		name == ReservedDir || strings.HasPrefix(name, ReservedDir+"/") ||
+		name == PackDir || strings.HasPrefix(name, PackDir+"/")
 	if !bad {
 		for _, seg := range strings.Split(name, "/") {
 			if seg == "." || seg == ".." || seg == "" {

@@ -1,6 +1,7 @@
 package localfs
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -49,6 +50,13 @@ type Options struct {
 	// system's); tests pass a crashable vfs.MemFS to simulate power
 	// losses. With another FS, the directory should be absolute.
 	FS vfs.FS
+	// PackSize is the size of each pack file Append writes into (see
+	// "Packs" in the package doc). Default DefaultPackSize.
+	PackSize int64
+	// MaxPacked is the largest object Append packs; a larger one is
+	// written as a file, as Put does. Default DefaultMaxPacked; at most
+	// PackSize/4.
+	MaxPacked int64
 }
 
 // Store is a directory-backed tiered.Store: the tiered.Bucket checks in
@@ -68,6 +76,10 @@ type driver struct {
 
 	pmu      sync.Mutex
 	prepared map[string]*prep // see prepare.go
+
+	packs     *packs // see pack.go
+	packSize  int64
+	maxPacked int64
 }
 
 // errReadOnly is returned by writes to a read-only store.
@@ -90,11 +102,24 @@ func OpenWith(dir string, o Options) (*Store, error) {
 	if o.FS == nil {
 		o.FS = vfs.Default
 	}
+	if o.PackSize == 0 {
+		o.PackSize = DefaultPackSize
+	}
+	if o.MaxPacked == 0 {
+		o.MaxPacked = min(DefaultMaxPacked, o.PackSize/4)
+	}
+	switch {
+	case o.PackSize < 4<<10 || o.PackSize > 1<<30:
+		return nil, fmt.Errorf("localfs: PackSize %d is outside [4 KiB, 1 GiB]", o.PackSize)
+	case o.MaxPacked < 0 || o.MaxPacked > o.PackSize/4 || o.MaxPacked > maxPackedLimit:
+		return nil, fmt.Errorf("localfs: MaxPacked %d is outside [0, min(PackSize/4, 64 MiB)]", o.MaxPacked)
+	}
 	abs, err := filepath.Abs(dir)
 	if err != nil {
 		return nil, fmt.Errorf("localfs: %w", err)
 	}
-	d := &driver{fs: o.FS, root: abs, readOnly: o.ReadOnly}
+	d := &driver{fs: o.FS, root: abs, readOnly: o.ReadOnly, packSize: o.PackSize, maxPacked: o.MaxPacked}
+	d.packs = newPacks(d)
 	if o.MustExist || o.ReadOnly {
 		fi, err := d.fs.Stat(abs)
 		if err != nil {
@@ -122,6 +147,9 @@ func OpenWith(dir string, o Options) (*Store, error) {
 				return nil, fmt.Errorf("localfs: clean temporary files: %w", err)
 			}
 		}
+	}
+	if err := d.packs.cleanup(); err != nil {
+		return nil, fmt.Errorf("localfs: clean pack files: %w", err)
 	}
 	return newStore(d), nil
 }
@@ -228,6 +256,22 @@ func (d *driver) Put(ctx context.Context, name string, r io.Reader, size int64, 
 	if d.readOnly {
 		return errReadOnly
 	}
+	if ifAbsent {
+		if _, _, ok, err := d.packs.get(name); err != nil {
+			return err
+		} else if ok {
+			return tiered.ErrExists
+		}
+	}
+	if err := d.put(name, r, ifAbsent); err != nil {
+		return err
+	}
+	// A packed object of the name is now hidden by the file (files win);
+	// its frame is dead.
+	return d.packs.removeKnown(name)
+}
+
+func (d *driver) put(name string, r io.Reader, ifAbsent bool) error {
 	p := d.path(name)
 	prep, done := d.claim(name)
 	defer done()
@@ -274,6 +318,22 @@ func (d *driver) Put(ctx context.Context, name string, r io.Reader, size int64, 
 // GetRange implements tiered.Driver.
 func (d *driver) GetRange(ctx context.Context, name string, offset, length int64) (io.ReadCloser, int64, error) {
 	vf, err := d.fs.Open(d.path(name))
+	if errors.Is(err, fs.ErrNotExist) {
+		// A packed object (files win: see "Packs" in the package doc).
+		data, _, ok, perr := d.packs.get(name)
+		switch {
+		case perr != nil:
+			return nil, 0, perr
+		case ok:
+			size := int64(len(data))
+			lo := min(offset, size)
+			hi := size
+			if length >= 0 {
+				hi = min(size, lo+length)
+			}
+			return bytesReader(data[lo:hi]), size, nil
+		}
+	}
 	if err != nil {
 		return nil, 0, err
 	}
@@ -301,6 +361,15 @@ func (d *driver) GetRange(ctx context.Context, name string, offset, length int64
 // Stat implements tiered.Driver.
 func (d *driver) Stat(ctx context.Context, name string) (tiered.ObjectInfo, error) {
 	fi, err := d.fs.Stat(d.path(name))
+	if errors.Is(err, fs.ErrNotExist) {
+		data, mod, ok, perr := d.packs.get(name)
+		switch {
+		case perr != nil:
+			return tiered.ObjectInfo{}, perr
+		case ok:
+			return tiered.ObjectInfo{Name: name, Size: int64(len(data)), ModTime: mod}, nil
+		}
+	}
 	if err == nil && fi.IsDir() {
 		err = tiered.ErrNotFound
 	}
@@ -318,9 +387,21 @@ func (d *driver) List(ctx context.Context, prefix, startAfter string, limit int)
 		base = prefix[:i]
 	}
 	var names []tiered.ObjectInfo
-	err := d.walk(ctx, base, prefix, startAfter, &names)
+	if err := d.walk(ctx, base, prefix, startAfter, &names); err != nil {
+		return nil, false, err
+	}
+	packed := map[string]tiered.ObjectInfo{}
+	if err := d.packs.list(prefix, startAfter, packed); err != nil {
+		return nil, false, err
+	}
+	for _, o := range names {
+		delete(packed, o.Name) // files win
+	}
+	for _, o := range packed {
+		names = append(names, o)
+	}
 	// Every match is returned: Bucket sorts and cuts the page.
-	return names, false, err
+	return names, false, nil
 }
 
 // walk adds the objects under the directory rel (slash-separated, ""
@@ -356,7 +437,7 @@ func (d *driver) walk(ctx context.Context, rel, prefix, startAfter string, out *
 		if info.IsDir() {
 			// Skip the temporary files and directories that cannot
 			// contain a match.
-			if name == tmpDir || !strings.HasPrefix(name+"/", prefix) && !strings.HasPrefix(prefix, name+"/") {
+			if name == tmpDir || name == packDir || !strings.HasPrefix(name+"/", prefix) && !strings.HasPrefix(prefix, name+"/") {
 				continue
 			}
 			if err := d.walk(ctx, name, prefix, startAfter, out); err != nil {
@@ -384,6 +465,10 @@ func (d *driver) Delete(ctx context.Context, names []string) error {
 	}
 	var failed []string
 	var first error
+	if err := d.packs.remove(names); err != nil {
+		failed = append(failed, "packed objects")
+		first = err
+	}
 	dirty := map[string]bool{}
 	for _, n := range names {
 		if err := d.delete(ctx, n, dirty); err != nil {
@@ -443,7 +528,34 @@ func (d *driver) delete(ctx context.Context, name string, dirty map[string]bool)
 }
 
 // Close implements tiered.Driver.
-func (d *driver) Close() error { return nil }
+func (d *driver) Close() error {
+	d.packs.close()
+	return nil
+}
+
+// Append implements tiered.Appender: data goes into this process's pack
+// file (see "Packs" in the package doc). An object larger than
+// Options.MaxPacked, or a name that is a file already, is written as Put
+// writes it.
+func (s *Store) Append(ctx context.Context, name string, data []byte) error {
+	if err := tiered.ValidateName(name); err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	d := s.d
+	if d.readOnly {
+		return fmt.Errorf("localfs: append %s: %w", name, errReadOnly)
+	}
+	if _, err := d.fs.Stat(d.path(name)); int64(len(data)) > d.maxPacked || err == nil {
+		return s.Put(ctx, name, bytes.NewReader(data), int64(len(data)))
+	}
+	if err := d.packs.appendObject(ctx, name, data); err != nil {
+		return fmt.Errorf("localfs: append %s: %w", name, err)
+	}
+	return nil
+}
 
 // FS is the file system the store lives on.
 func (s *Store) FS() vfs.FS { return s.d.fs }

@@ -38,6 +38,18 @@ func New(s tiered.Store) *Store { return &Store{Store: s} }
 // is no object operation of its own, and the Put that follows is.
 func (s *Store) Unwrap() tiered.Store { return s.Store }
 
+// Append implements tiered.Appender for a store that appends (see
+// tiered.AsAppender), and puts otherwise. An append is counted as a Put:
+// it writes an object.
+func (s *Store) Append(ctx context.Context, name string, data []byte) error {
+	err := tiered.AppendOrPut(ctx, s.Store, name, data)
+	if err == nil {
+		s.up.Add(uint64(len(data)))
+	}
+	s.done(tiered.OpPut, err)
+	return err
+}
+
 // Counts returns the counters now.
 func (s *Store) Counts() Counts {
 	var c Counts

@@ -1,0 +1,945 @@
+package localfs
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"io/fs"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+
+	"github.com/statedhq/stated/internal/frame"
+	"github.com/statedhq/stated/tiered"
+)
+
+// Pack files (see the package doc, "Packs"). Every constant below is
+// frozen: version 1 of the format.
+const (
+	packDir       = tiered.PackDir
+	packSuffix    = ".pack"
+	lockSuffix    = ".lock"
+	packMagic     = "STPK"
+	packVersion   = 1
+	packHeaderLen = 12 // magic, version u16, reserved u16, crc32c u32
+	frameHeadLen  = 16 // length u32, state u8, reserved u8, name length u16, mod time i64
+	frameOverhead = frameHeadLen + 4
+
+	stateLive    = 1
+	stateDeleted = 2
+)
+
+// DefaultPackSize is the size of a pack file when Options.PackSize is zero.
+const DefaultPackSize = 16 << 20
+
+// DefaultMaxPacked is the largest object Append packs when
+// Options.MaxPacked is zero; larger ones are written as files.
+const DefaultMaxPacked = 1 << 20
+
+// errPackCorrupt is wrapped by errors about a pack's bytes.
+var errPackCorrupt = errors.New("corrupt pack file")
+
+// packHeader is the first packHeaderLen bytes of every pack file.
+func packHeader() []byte {
+	h := make([]byte, packHeaderLen)
+	copy(h, packMagic)
+	binary.LittleEndian.PutUint16(h[4:], packVersion)
+	binary.LittleEndian.PutUint32(h[8:], frame.Checksum(h[:8]))
+	return h
+}
+
+// checkPackHeader verifies a pack file's header.
+func checkPackHeader(h []byte) error {
+	if len(h) < packHeaderLen || string(h[:4]) != packMagic {
+		return fmt.Errorf("%w: bad magic", errPackCorrupt)
+	}
+	if got, want := binary.LittleEndian.Uint32(h[8:]), frame.Checksum(h[:8]); got != want {
+		return fmt.Errorf("%w: header checksum %08x, want %08x", errPackCorrupt, got, want)
+	}
+	if v := binary.LittleEndian.Uint16(h[4:]); v != packVersion {
+		return fmt.Errorf("%w: version %d, this build reads %d", errPackCorrupt, v, packVersion)
+	}
+	return nil
+}
+
+// encodeFrame is the frame of an object: see the package doc.
+func encodeFrame(name string, data []byte, mod time.Time) []byte {
+	n := frameOverhead + len(name) + len(data)
+	b := make([]byte, n)
+	binary.LittleEndian.PutUint32(b[0:], uint32(n))
+	b[4] = stateLive
+	binary.LittleEndian.PutUint16(b[6:], uint16(len(name)))
+	binary.LittleEndian.PutUint64(b[8:], uint64(mod.UnixNano()))
+	copy(b[frameHeadLen:], name)
+	copy(b[frameHeadLen+len(name):], data)
+	binary.LittleEndian.PutUint32(b[n-4:], frameChecksum(b))
+	return b
+}
+
+// frameChecksum is the CRC32C of a frame without its state byte (which a
+// delete rewrites in place) and its checksum.
+func frameChecksum(b []byte) uint32 {
+	return crc32.Update(frame.Checksum(b[:4]), frame.Table(), b[5:len(b)-4])
+}
+
+// frameInfo is a frame's header, decoded.
+type frameInfo struct {
+	off     int64
+	length  int64
+	state   byte
+	name    string
+	mod     time.Time
+	dataOff int64 // in the pack file
+}
+
+func (f frameInfo) size() int64 { return f.length - frameOverhead - int64(len(f.name)) }
+
+// headLength decodes the length of the frame whose header is h; 0 means
+// no frame starts here (the zeros a pack file is filled with).
+func headLength(h []byte) int64 { return int64(binary.LittleEndian.Uint32(h)) }
+
+// decodeFrame verifies the whole frame b found at off.
+func decodeFrame(b []byte, off int64) (frameInfo, error) {
+	if len(b) < frameOverhead {
+		return frameInfo{}, fmt.Errorf("%w: frame at %d: %d bytes", errPackCorrupt, off, len(b))
+	}
+	n := headLength(b)
+	nameLen := int(binary.LittleEndian.Uint16(b[6:]))
+	switch {
+	case n != int64(len(b)):
+		return frameInfo{}, fmt.Errorf("%w: frame at %d: length %d, have %d bytes", errPackCorrupt, off, n, len(b))
+	case b[4] != stateLive && b[4] != stateDeleted:
+		return frameInfo{}, fmt.Errorf("%w: frame at %d: state %d", errPackCorrupt, off, b[4])
+	case b[5] != 0 || nameLen == 0 || frameOverhead+nameLen > len(b):
+		return frameInfo{}, fmt.Errorf("%w: frame at %d: bad header", errPackCorrupt, off)
+	}
+	if got, want := binary.LittleEndian.Uint32(b[len(b)-4:]), frameChecksum(b); got != want {
+		return frameInfo{}, fmt.Errorf("%w: frame at %d: checksum %08x, want %08x", errPackCorrupt, off, got, want)
+	}
+	name := string(b[frameHeadLen : frameHeadLen+nameLen])
+	if tiered.ValidateName(name) != nil {
+		return frameInfo{}, fmt.Errorf("%w: frame at %d: bad object name %q", errPackCorrupt, off, name)
+	}
+	return frameInfo{
+		off: off, length: n, state: b[4], name: name,
+		mod:     time.Unix(0, int64(binary.LittleEndian.Uint64(b[8:]))),
+		dataOff: off + frameHeadLen + int64(nameLen),
+	}, nil
+}
+
+// scanPack reads the frames of a pack file from off (0: from its start,
+// header included) until the first place where no whole, valid frame
+// starts: the zeros after the last frame, a frame being written, or one a
+// crash tore. It returns the frames and where it stopped.
+func scanPack(r io.ReaderAt, size, off int64) ([]frameInfo, int64, error) {
+	if off == 0 {
+		h := make([]byte, packHeaderLen)
+		if _, err := r.ReadAt(h, 0); err != nil {
+			if errors.Is(err, io.EOF) {
+				return nil, 0, nil // being created: no header yet
+			}
+			return nil, 0, err
+		}
+		if err := checkPackHeader(h); err != nil {
+			// A newer format is not ours to read. A damaged header (or
+			// one a crash tore while the pack was created, before it
+			// held any frame) does not stop the scan: every frame is
+			// verified on its own.
+			if string(h[:4]) == packMagic && binary.LittleEndian.Uint16(h[4:]) != packVersion &&
+				binary.LittleEndian.Uint32(h[8:]) == frame.Checksum(h[:8]) {
+				return nil, 0, err
+			}
+		}
+		off = packHeaderLen
+	}
+	var out []frameInfo
+	head := make([]byte, frameHeadLen)
+	for off+frameOverhead <= size {
+		if _, err := r.ReadAt(head, off); err != nil {
+			return out, off, err
+		}
+		n := headLength(head)
+		if n < frameOverhead || off+n > size || n > int64(frameOverhead+1024+maxPackedLimit) {
+			break
+		}
+		b := make([]byte, n)
+		if _, err := r.ReadAt(b, off); err != nil {
+			return out, off, err
+		}
+		fi, err := decodeFrame(b, off)
+		if err != nil {
+			// A torn last frame, or one still being written, ends the
+			// scan for now. A damaged frame in the middle (a whole, valid
+			// frame follows it) is skipped: its object reads as missing,
+			// the frames after it stay readable.
+			if !validFrameAt(r, size, off+n) {
+				break
+			}
+			off += n
+			continue
+		}
+		out = append(out, fi)
+		off += n
+	}
+	return out, off, nil
+}
+
+// validFrameAt says whether a whole, valid frame starts at off.
+func validFrameAt(r io.ReaderAt, size, off int64) bool {
+	head := make([]byte, frameHeadLen)
+	if off+frameOverhead > size {
+		return false
+	}
+	if _, err := r.ReadAt(head, off); err != nil {
+		return false
+	}
+	n := headLength(head)
+	if n < frameOverhead || off+n > size || n > int64(frameOverhead+1024+maxPackedLimit) {
+		return false
+	}
+	b := make([]byte, n)
+	if _, err := r.ReadAt(b, off); err != nil {
+		return false
+	}
+	_, err := decodeFrame(b, off)
+	return err == nil
+}
+
+// maxPackedLimit bounds Options.MaxPacked, so that a scan never reads a
+// corrupt length's worth of memory.
+const maxPackedLimit = 64 << 20
+
+// packFile is what this process knows of one pack file.
+type packFile struct {
+	path    string
+	scanned int64            // where the last scan stopped
+	frames  map[int64]string // offset -> name of the frames found
+	own     *ownPack         // set while this process appends to it
+	removed bool
+}
+
+// packed is where a packed object's newest frame is.
+type packed struct {
+	pf *packFile
+	fi frameInfo
+}
+
+// packs is a driver's view of the pack files: every pack's frames, the
+// objects they hold, and the pack this process appends to.
+type packs struct {
+	d   *driver
+	dir string
+
+	mu    sync.Mutex
+	files map[string]*packFile // by path
+	index map[string]packed    // object name -> its newest frame
+
+	wmu    sync.Mutex // one append writes at a time, in offset order
+	active *ownPack
+	next   *ownPack // created ahead by the goroutine wg owns
+	making bool
+	closed bool
+	wg     sync.WaitGroup
+}
+
+// ownPack is a pack file this process appends to: it holds the pack's
+// lock, so no other process removes it, and syncs its writes in groups.
+type ownPack struct {
+	pf   *packFile
+	f    vfs.File
+	lock io.Closer
+	tail int64 // where the next frame goes
+	size int64
+
+	smu     sync.Mutex
+	cond    *sync.Cond
+	written uint64 // frames written
+	synced  uint64 // frames known durable
+	syncing bool
+	sealed  bool
+	err     error // a failed sync: the pack takes no more frames
+}
+
+func newPacks(d *driver) *packs {
+	return &packs{d: d, dir: filepath.Join(d.root, packDir), files: map[string]*packFile{}, index: map[string]packed{}}
+}
+
+// refresh finds pack files it has not seen and frames appended since its
+// last scan (another process may append to its own pack). Callers hold mu.
+func (p *packs) refresh() error {
+	names, err := p.d.fs.List(p.dir)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil
+		}
+		return err
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		if !strings.HasSuffix(n, packSuffix) {
+			continue
+		}
+		path := filepath.Join(p.dir, n)
+		pf := p.files[path]
+		if pf == nil {
+			pf = &packFile{path: path, frames: map[int64]string{}}
+			p.files[path] = pf
+		}
+		if pf.own != nil {
+			continue // this process's frames are indexed as they are written
+		}
+		if err := p.scan(pf); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// scan reads pf's frames from where it stopped last. Callers hold mu.
+func (p *packs) scan(pf *packFile) error {
+	f, err := p.d.fs.Open(pf.path)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			p.forget(pf)
+			return nil
+		}
+		return err
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return err
+	}
+	frames, end, err := scanPack(f, st.Size(), pf.scanned)
+	if err != nil {
+		return fmt.Errorf("%s: %w", pf.path, err)
+	}
+	pf.scanned = end
+	for _, fi := range frames {
+		if fi.state == stateLive {
+			pf.frames[fi.off] = fi.name
+			p.index[fi.name] = packed{pf: pf, fi: fi}
+		}
+	}
+	return nil
+}
+
+// forget drops a removed pack file from the view. Callers hold mu.
+func (p *packs) forget(pf *packFile) {
+	pf.removed = true
+	for _, name := range pf.frames {
+		if x, ok := p.index[name]; ok && x.pf == pf {
+			delete(p.index, name)
+		}
+	}
+	delete(p.files, pf.path)
+}
+
+// lookup returns name's live frame, refreshing the view once if it is
+// not known: another process may have packed it since.
+func (p *packs) lookup(name string) (packed, bool, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	x, ok := p.index[name]
+	if !ok {
+		if err := p.refresh(); err != nil {
+			return packed{}, false, err
+		}
+		x, ok = p.index[name]
+	}
+	return x, ok, nil
+}
+
+// readFrame reads and verifies x's whole frame. A frame deleted since it
+// was indexed (by another process), or a pack removed, is not found.
+func (p *packs) readFrame(x packed) ([]byte, bool, error) {
+	f, err := p.d.fs.Open(x.pf.path)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			p.drop(x)
+			return nil, false, nil
+		}
+		return nil, false, err
+	}
+	defer f.Close()
+	b := make([]byte, x.fi.length)
+	if _, err := f.ReadAt(b, x.fi.off); err != nil {
+		return nil, false, fmt.Errorf("%s: read frame at %d: %w", x.pf.path, x.fi.off, err)
+	}
+	fi, err := decodeFrame(b, x.fi.off)
+	if err != nil {
+		return nil, false, fmt.Errorf("%s: %w", x.pf.path, err)
+	}
+	if fi.name != x.fi.name {
+		return nil, false, fmt.Errorf("%s: %w: frame at %d names %q, not %q", x.pf.path, errPackCorrupt, fi.off, fi.name, x.fi.name)
+	}
+	if fi.state != stateLive {
+		p.drop(x)
+		return nil, false, nil
+	}
+	return b[fi.dataOff-fi.off : len(b)-4], true, nil
+}
+
+// drop forgets x, a frame found deleted.
+func (p *packs) drop(x packed) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	delete(x.pf.frames, x.fi.off)
+	if cur, ok := p.index[x.fi.name]; ok && cur.pf == x.pf && cur.fi.off == x.fi.off {
+		delete(p.index, x.fi.name)
+	}
+}
+
+// get returns the bytes of name if it is packed and live.
+func (p *packs) get(name string) ([]byte, time.Time, bool, error) {
+	for {
+		x, ok, err := p.lookup(name)
+		if err != nil || !ok {
+			return nil, time.Time{}, false, err
+		}
+		data, live, err := p.readFrame(x)
+		if err != nil {
+			return nil, time.Time{}, false, err
+		}
+		if live {
+			return data, x.fi.mod, true, nil
+		}
+		// Deleted or removed by another process since: look again, a
+		// newer frame may hold the name.
+	}
+}
+
+// list adds the live packed objects under prefix after startAfter to out.
+func (p *packs) list(prefix, startAfter string, out map[string]tiered.ObjectInfo) error {
+	p.mu.Lock()
+	if err := p.refresh(); err != nil {
+		p.mu.Unlock()
+		return err
+	}
+	var cand []packed
+	for name, x := range p.index {
+		if strings.HasPrefix(name, prefix) && name > startAfter {
+			cand = append(cand, x)
+		}
+	}
+	p.mu.Unlock()
+	// Another process may have deleted some since they were indexed:
+	// read each one's state byte, one open per pack.
+	sort.Slice(cand, func(i, j int) bool {
+		if cand[i].pf.path != cand[j].pf.path {
+			return cand[i].pf.path < cand[j].pf.path
+		}
+		return cand[i].fi.off < cand[j].fi.off
+	})
+	var f vfs.File
+	var open string
+	defer func() {
+		if f != nil {
+			f.Close()
+		}
+	}()
+	state := make([]byte, 1)
+	for _, x := range cand {
+		if x.pf.path != open {
+			if f != nil {
+				f.Close()
+				f = nil
+			}
+			var err error
+			open = x.pf.path
+			if f, err = p.d.fs.Open(open); err != nil {
+				if errors.Is(err, fs.ErrNotExist) {
+					continue
+				}
+				return err
+			}
+		}
+		if f == nil {
+			continue
+		}
+		if _, err := f.ReadAt(state, x.fi.off+4); err != nil {
+			return fmt.Errorf("%s: %w", x.pf.path, err)
+		}
+		if state[0] != stateLive {
+			p.drop(x)
+			continue
+		}
+		out[x.fi.name] = tiered.ObjectInfo{Name: x.fi.name, Size: x.fi.size(), ModTime: x.fi.mod}
+	}
+	return nil
+}
+
+// remove marks the frames of names deleted and syncs the packs it
+// changed, then removes the packs left with no live frame that no
+// process appends to. Names not packed are no business of it.
+func (p *packs) remove(names []string) error {
+	p.mu.Lock()
+	refreshed := false
+	byPack := map[*packFile][]packed{}
+	for _, n := range names {
+		x, ok := p.index[n]
+		if !ok && !refreshed {
+			refreshed = true
+			if err := p.refresh(); err != nil {
+				p.mu.Unlock()
+				return err
+			}
+			x, ok = p.index[n]
+		}
+		if ok {
+			byPack[x.pf] = append(byPack[x.pf], x)
+		}
+	}
+	p.mu.Unlock()
+	var first error
+	for pf, xs := range byPack {
+		if err := p.markDeleted(pf, xs); err != nil && first == nil {
+			first = err
+		}
+	}
+	for pf := range byPack {
+		if err := p.removeIfDead(pf); err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
+}
+
+// removeKnown marks name's frame deleted if the view knows one (a Put
+// of the name hides it).
+func (p *packs) removeKnown(name string) error {
+	p.mu.Lock()
+	x, ok := p.index[name]
+	p.mu.Unlock()
+	if !ok {
+		return nil
+	}
+	return p.markDeleted(x.pf, []packed{x})
+}
+
+// markDeleted rewrites the state byte of xs's frames in pf and syncs it.
+func (p *packs) markDeleted(pf *packFile, xs []packed) error {
+	f, err := p.d.fs.OpenReadWrite(pf.path, vfs.WriteCategoryUnspecified)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			p.mu.Lock()
+			p.forget(pf)
+			p.mu.Unlock()
+			return nil
+		}
+		return err
+	}
+	defer f.Close()
+	for _, x := range xs {
+		if _, err := f.WriteAt([]byte{stateDeleted}, x.fi.off+4); err != nil {
+			return fmt.Errorf("%s: %w", pf.path, err)
+		}
+	}
+	if err := f.SyncData(); err != nil {
+		return fmt.Errorf("%s: %w", pf.path, err)
+	}
+	for _, x := range xs {
+		p.drop(x)
+	}
+	return nil
+}
+
+// removeIfDead removes pf if none of its frames is live and no process
+// holds its lock (appends to it).
+func (p *packs) removeIfDead(pf *packFile) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if pf.own != nil || pf.removed {
+		return nil
+	}
+	lock, err := p.d.fs.Lock(strings.TrimSuffix(pf.path, packSuffix) + lockSuffix)
+	if err != nil {
+		return nil // another process appends to it (or this one does)
+	}
+	defer lock.Close()
+	f, err := p.d.fs.Open(pf.path)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			p.forget(pf)
+			return nil
+		}
+		return err
+	}
+	st, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return err
+	}
+	frames, _, err := scanPack(f, st.Size(), 0)
+	f.Close()
+	if err != nil && !errors.Is(err, errPackCorrupt) {
+		return err
+	}
+	if err == nil {
+		for _, fi := range frames {
+			if fi.state == stateLive {
+				return nil
+			}
+		}
+	}
+	// A pack whose header is unreadable holds nothing readable either;
+	// with the lock held nobody is creating it.
+	if err := p.d.fs.Remove(pf.path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	p.d.fs.Remove(strings.TrimSuffix(pf.path, packSuffix) + lockSuffix)
+	p.forget(pf)
+	return p.d.syncDir(p.dir)
+}
+
+// cleanup removes the dead packs nobody appends to: Open calls it.
+func (p *packs) cleanup() error {
+	p.mu.Lock()
+	if err := p.refresh(); err != nil {
+		p.mu.Unlock()
+		return err
+	}
+	all := make([]*packFile, 0, len(p.files))
+	for _, pf := range p.files {
+		all = append(all, pf)
+	}
+	p.mu.Unlock()
+	for _, pf := range all {
+		if err := p.removeIfDead(pf); err != nil {
+			return err
+		}
+	}
+	// Lock files whose pack is gone (a crash between the two removes).
+	names, err := p.d.fs.List(p.dir)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil
+		}
+		return err
+	}
+	for _, n := range names {
+		if !strings.HasSuffix(n, lockSuffix) {
+			continue
+		}
+		base := strings.TrimSuffix(n, lockSuffix)
+		if _, err := p.d.fs.Stat(filepath.Join(p.dir, base+packSuffix)); errors.Is(err, fs.ErrNotExist) {
+			if l, err := p.d.fs.Lock(filepath.Join(p.dir, n)); err == nil {
+				p.d.fs.Remove(filepath.Join(p.dir, n))
+				l.Close()
+			}
+		}
+	}
+	return nil
+}
+
+// appendObject packs data under name and returns once it is durable.
+func (p *packs) appendObject(ctx context.Context, name string, data []byte) error {
+	b := encodeFrame(name, data, time.Now())
+	n := int64(len(b))
+	p.wmu.Lock()
+	op, err := p.room(n)
+	if err != nil {
+		p.wmu.Unlock()
+		return err
+	}
+	off := op.tail
+	if _, err := op.f.WriteAt(b, off); err != nil {
+		// Nothing after it counts: seal the pack, the next append takes
+		// a new one.
+		op.fail(err)
+		p.wmu.Unlock()
+		return err
+	}
+	op.tail += n
+	seq := op.wrote()
+	if op.tail > op.size/2 {
+		p.makeNext()
+	}
+	p.wmu.Unlock()
+
+	if err := op.waitSynced(seq); err != nil {
+		// Not durable: make sure it never reads as stored.
+		op.f.WriteAt([]byte{stateDeleted}, off+4)
+		return err
+	}
+	fi, err := decodeFrame(b, off)
+	if err != nil {
+		return err // cannot happen: encodeFrame made it
+	}
+	p.mu.Lock()
+	old, had := p.index[name]
+	op.pf.frames[off] = name
+	p.index[name] = packed{pf: op.pf, fi: fi}
+	p.mu.Unlock()
+	if had {
+		// An object put again: its older frame is dead.
+		return p.markDeleted(old.pf, []packed{old})
+	}
+	return nil
+}
+
+// room returns the pack the next n bytes go into, rolling over to a new
+// pack when the active one is full or failed. Callers hold wmu.
+func (p *packs) room(n int64) (*ownPack, error) {
+	if p.closed {
+		return nil, tiered.ErrClosed
+	}
+	if op := p.active; op != nil && op.usable() && op.tail+n <= op.size {
+		return op, nil
+	}
+	old := p.active
+	p.active = nil
+	if old != nil {
+		p.seal(old)
+	}
+	next := p.takeNext()
+	if next == nil {
+		var err error
+		if next, err = p.create(); err != nil {
+			return nil, err
+		}
+	}
+	if next.tail+n > next.size {
+		p.seal(next)
+		return nil, fmt.Errorf("an object of %d bytes does not fit a pack of %d", n, next.size)
+	}
+	p.active = next
+	return next, nil
+}
+
+// takeNext returns the pack created ahead, waiting for it if it is being
+// made. Callers hold wmu.
+func (p *packs) takeNext() *ownPack {
+	p.mu.Lock()
+	for p.making {
+		p.mu.Unlock()
+		p.wg.Wait()
+		p.mu.Lock()
+	}
+	next := p.next
+	p.next = nil
+	p.mu.Unlock()
+	return next
+}
+
+// makeNext starts creating the next pack in the background, so that a
+// rollover does not write a pack's zeros on an append's path.
+func (p *packs) makeNext() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.making || p.next != nil || p.closed {
+		return
+	}
+	p.making = true
+	p.wg.Add(1)
+	go func() {
+		defer p.wg.Done()
+		op, err := p.create()
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		p.making = false
+		if err == nil {
+			if p.closed {
+				p.discard(op)
+				return
+			}
+			p.next = op
+		}
+		// A failure is left to the rollover, which creates the pack on
+		// its own path and reports the error.
+	}()
+}
+
+// create makes a new pack file: locked, its header written, filled with
+// zeros to its size and synced, its name synced into the directory. The
+// appends then write in place and sync the data alone: no metadata
+// changes, no file-system journal commit on their path.
+func (p *packs) create() (*ownPack, error) {
+	if err := p.d.mkdirAll(p.dir); err != nil {
+		return nil, err
+	}
+	base := filepath.Join(p.dir, fmt.Sprintf("%016x-%s", time.Now().UnixNano(), randomSuffix()))
+	lock, err := p.d.fs.Lock(base + lockSuffix)
+	if err != nil {
+		return nil, err
+	}
+	path := base + packSuffix
+	fail := func(err error) (*ownPack, error) {
+		p.d.fs.Remove(path)
+		p.d.fs.Remove(base + lockSuffix)
+		lock.Close()
+		return nil, err
+	}
+	f, err := p.d.fs.Create(path, vfs.WriteCategoryUnspecified)
+	if err != nil {
+		return fail(err)
+	}
+	size := int64(p.d.packSize)
+	zeros := make([]byte, 1<<20)
+	copy(zeros, packHeader())
+	for off := int64(0); off < size; off += int64(len(zeros)) {
+		chunk := zeros
+		if rest := size - off; rest < int64(len(chunk)) {
+			chunk = chunk[:rest]
+		}
+		if _, err := f.Write(chunk); err != nil {
+			f.Close()
+			return fail(err)
+		}
+		if off == 0 {
+			zeros = make([]byte, len(zeros))
+		}
+	}
+	err = f.Sync()
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = p.d.syncDir(p.dir)
+	}
+	if err != nil {
+		return fail(err)
+	}
+	if f, err = p.d.fs.OpenReadWrite(path, vfs.WriteCategoryUnspecified); err != nil {
+		return fail(err)
+	}
+	op := &ownPack{f: f, lock: lock, tail: packHeaderLen, size: size}
+	op.cond = sync.NewCond(&op.smu)
+	op.pf = &packFile{path: path, scanned: packHeaderLen, frames: map[int64]string{}, own: op}
+	p.mu.Lock()
+	p.files[path] = op.pf
+	p.mu.Unlock()
+	return op, nil
+}
+
+// seal ends this process's appends to op: its last frames are synced,
+// its file closed and its lock released (another process may now remove
+// it once its frames are dead). Callers hold wmu.
+func (p *packs) seal(op *ownPack) {
+	op.seal()
+	p.mu.Lock()
+	op.pf.own = nil
+	op.pf.scanned = op.tail
+	p.mu.Unlock()
+	p.removeIfDead(op.pf)
+}
+
+// discard removes a pack created ahead and never used. Callers hold mu.
+func (p *packs) discard(op *ownPack) {
+	op.seal()
+	p.d.fs.Remove(op.pf.path)
+	p.d.fs.Remove(strings.TrimSuffix(op.pf.path, packSuffix) + lockSuffix)
+	delete(p.files, op.pf.path)
+}
+
+// close seals the active pack and discards the one made ahead.
+func (p *packs) close() {
+	p.wmu.Lock()
+	defer p.wmu.Unlock()
+	p.mu.Lock()
+	p.closed = true
+	p.mu.Unlock()
+	p.wg.Wait()
+	if p.active != nil {
+		p.seal(p.active)
+		p.active = nil
+	}
+	p.mu.Lock()
+	if p.next != nil {
+		p.discard(p.next)
+		p.next = nil
+	}
+	p.mu.Unlock()
+}
+
+func (op *ownPack) usable() bool {
+	op.smu.Lock()
+	defer op.smu.Unlock()
+	return op.err == nil && !op.sealed
+}
+
+func (op *ownPack) fail(err error) {
+	op.smu.Lock()
+	defer op.smu.Unlock()
+	if op.err == nil {
+		op.err = err
+	}
+}
+
+// wrote counts a frame written and returns its sequence number.
+func (op *ownPack) wrote() uint64 {
+	op.smu.Lock()
+	defer op.smu.Unlock()
+	op.written++
+	return op.written
+}
+
+// waitSynced returns once frame seq is durable: one fdatasync covers the
+// frames of every append that wrote before it started (group commit).
+func (op *ownPack) waitSynced(seq uint64) error {
+	op.smu.Lock()
+	defer op.smu.Unlock()
+	for op.synced < seq && op.err == nil {
+		if op.syncing {
+			op.cond.Wait()
+			continue
+		}
+		target := op.written
+		op.syncing = true
+		op.smu.Unlock()
+		err := op.f.SyncData()
+		op.smu.Lock()
+		op.syncing = false
+		if err != nil {
+			// After a failed fsync the file's state is unknown: the
+			// pack takes no more frames (see room).
+			op.err = err
+		} else {
+			op.synced = target
+		}
+		op.cond.Broadcast()
+	}
+	if op.synced >= seq {
+		return nil
+	}
+	return op.err
+}
+
+// seal syncs what was written, closes the file and releases the lock.
+func (op *ownPack) seal() {
+	op.smu.Lock()
+	defer op.smu.Unlock()
+	for op.syncing {
+		op.cond.Wait()
+	}
+	if op.sealed {
+		return
+	}
+	op.sealed = true
+	if op.synced < op.written && op.err == nil {
+		if err := op.f.SyncData(); err != nil {
+			op.err = err
+		} else {
+			op.synced = op.written
+		}
+	}
+	if op.err == nil {
+		op.err = errSealed
+	}
+	op.cond.Broadcast()
+	op.f.Close()
+	op.lock.Close()
+}
+
+var errSealed = errors.New("pack sealed")
+
+// bytesReader is a packed object's range as an io.ReadCloser.
+func bytesReader(b []byte) io.ReadCloser { return io.NopCloser(bytes.NewReader(b)) }
