@@ -1,7 +1,6 @@
 package dstl
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -55,6 +54,9 @@ type Preparer interface {
 // preparerOf is ls's Preparer, or nil.
 func preparerOf(ls LogStore) Preparer {
 	if t, ok := ls.(TieredLogStore); ok {
+		if _, ok := tiered.AsAppender(t.Store); ok {
+			return nil // its Puts append: no names to prepare
+		}
 		if p, ok := tiered.AsPreparer(t.Store); ok {
 			return p
 		}
@@ -74,9 +76,11 @@ type TieredLogStore struct {
 
 var _ LogStore = TieredLogStore{}
 
-// Put stores data under name.
+// Put stores data under name: appended to the store's log file when it
+// keeps one (tiered.Appender: a local directory), as an object of its own
+// otherwise.
 func (s TieredLogStore) Put(ctx context.Context, name string, data []byte) error {
-	return s.Store.Put(ctx, name, bytes.NewReader(data), int64(len(data)))
+	return tiered.AppendOrPut(ctx, s.Store, name, data)
 }
 
 // GetRange opens a byte range of a segment.

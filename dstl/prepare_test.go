@@ -49,7 +49,8 @@ func (r *recordingLog) Put(ctx context.Context, name string, data []byte) error 
 	return r.TieredLogStore.Put(ctx, name, data)
 }
 
-// A Writer over a store that prepares names writes its segments into
+// A Writer over a store that prepares names (and does not append: a
+// local directory appends, see TieredLogStore.Put) writes its segments into
 // names prepared ahead, holds the prepared names of segments to come,
 // and leaves no empty placeholder behind when it closes; every segment
 // it wrote is whole.
@@ -60,8 +61,8 @@ func TestWriterPreparesSegmentNames(t *testing.T) {
 	if !ok {
 		t.Fatal("a local directory store is no Preparer")
 	}
-	if preparerOf(TieredLogStore{Store: store}) == nil {
-		t.Fatal("a TieredLogStore over a local directory gives no Preparer")
+	if preparerOf(TieredLogStore{Store: store}) != nil {
+		t.Fatal("a TieredLogStore over a local directory, which appends its segments, prepares names")
 	}
 	rl := &recordingLog{TieredLogStore: TieredLogStore{Store: store}, p: p, prepared: map[string]bool{}}
 	w, err := NewWriter(rl, Options{})
