@@ -45,8 +45,8 @@ func reportLatencies(b *testing.B, lat []time.Duration) {
 
 // BenchmarkFlushLatency measures what a checkpoint waits for: Append a
 // 1 KiB change, then Persist it (which cuts a segment at once and waits
-// until it is durable) against a local-directory store (segment names
-// prepared ahead, written in place with fdatasync). In the "loaded" case
+// until it is durable) against a local-directory store (segments appended
+// into a preallocated pack file, written in place with fdatasync). In the "loaded" case
 // 16 other writers append 1 KiB every millisecond each (~16 MB/s)
 // meanwhile, so segments also carry their changes; "paced" persists once
 // per flush delay instead of back to back. It reports exact

@@ -60,15 +60,13 @@
 //     ErrUploadFailed until Truncate moves past them (the instance must
 //     materialize again): an acknowledged Persist is never undone, and an
 //     unacknowledged change is never reported durable.
-//   - When the log store is a Preparer (a local directory: see
-//     tiered.Preparer), a goroutine of the Writer keeps the names of the
-//     next 8 segments' first attempts prepared: empty files whose
-//     directory entries are durable already, so a flush writes in place
-//     and syncs the data alone, one file-system journal commit instead of
-//     two (BenchmarkFlushLatency). A name not prepared in time is written
-//     the usual way. Holds covers the prepared names, and Close removes
-//     the unused ones; what a crash leaves (an empty or partial object no
-//     handle references) goes with the run's orphans.
+//   - When the log store appends (a local directory: see tiered.Appender
+//     and localfs's pack files), a segment is written in place into a
+//     preallocated pack file and only its data is synced, one fdatasync
+//     shared with the segments uploading at the same time and no
+//     file-system journal commit: a flush to a local disk is durable
+//     within a millisecond or two (BenchmarkFlushLatency). To every other
+//     reader the segment is an object under its name, as on any store.
 //
 // # Object names
 //
@@ -153,10 +151,7 @@
 // # Caveats
 //
 //   - The log store must keep a Put atomic (readers see all of a segment
-//     or nothing); tiered.Store guarantees it. The one exception is a
-//     prepared name's Put across a crash, which may leave part of a
-//     segment: no handle references it, since handles name a segment only
-//     once its Put returned, and readers verify every block's checksum.
+//     or nothing); tiered.Store guarantees it, for appended objects too.
 //   - Changes appended but not covered by a successful Persist are not
 //     durable: Close discards them.
 package dstl

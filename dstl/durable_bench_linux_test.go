@@ -15,17 +15,18 @@ import (
 // how localfs writes (tiered.Store's contract: a new object per segment,
 // atomic):
 //
-//	new-object      what localfs does for a name not prepared: create a
-//	                temp file, write, fsync, rename, fsync the directory
+//	new-object      what localfs's Put does: create a temp file, write,
+//	                fsync, rename, fsync the directory
 //	prepared        write into an empty file created (and its directory
-//	                synced) beforehand, fdatasync: what localfs does for a
-//	                prepared name (tiered.Preparer)
+//	                synced) beforehand, fdatasync (what an earlier localfs
+//	                did for segment names prepared ahead)
 //	new-file        create, write, fdatasync (the name is not durable:
 //	                a lower bound of any new file per flush)
 //	append          append to one file, fdatasync (the size changes)
 //	overwrite       write in place into a file written with zeros and
 //	                fsync'd beforehand, fdatasync (no metadata changes:
-//	                the cheapest durable write a log file can make)
+//	                the cheapest durable write a log file can make, and
+//	                what localfs's Append does into its pack files)
 //
 //	go test ./dstl -run '^$' -bench DurableWriteTail -benchtime 2000x
 func BenchmarkDurableWriteTail(b *testing.B) {

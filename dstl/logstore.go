@@ -38,36 +38,6 @@ type LogStore interface {
 	List(ctx context.Context, prefix string, fn func(name string, size int64) error) error
 }
 
-// Preparer is an optional interface of a LogStore: it makes segment
-// names ready ahead of their Put, for a faster Put (see tiered.Preparer:
-// the Put of a prepared name is durable as usual but not atomic across a
-// crash, which segments tolerate: their readers verify checksums, and a
-// segment is referenced only once its Put returned). The Writer prepares
-// the names of its next few segments in the background and unprepares
-// the unused ones at Close. A TieredLogStore is one when its store is
-// (tiered.AsPreparer).
-type Preparer interface {
-	Prepare(ctx context.Context, names []string) error
-	Unprepare(ctx context.Context, names []string) error
-}
-
-// preparerOf is ls's Preparer, or nil.
-func preparerOf(ls LogStore) Preparer {
-	if t, ok := ls.(TieredLogStore); ok {
-		if _, ok := tiered.AsAppender(t.Store); ok {
-			return nil // its Puts append: no names to prepare
-		}
-		if p, ok := tiered.AsPreparer(t.Store); ok {
-			return p
-		}
-		return nil
-	}
-	if p, ok := ls.(Preparer); ok {
-		return p
-	}
-	return nil
-}
-
 // TieredLogStore is a LogStore over a tiered.Store. It does not own the
 // store: closing is the caller's business.
 type TieredLogStore struct {

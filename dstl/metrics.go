@@ -67,8 +67,4 @@ type Metrics struct {
 	// TruncatedSegments counts segments no writer references any more, and
 	// TruncatedBytes their sizes.
 	TruncatedSegments, TruncatedBytes uint64
-	// SegmentsPrepared counts segment names the log store prepared ahead
-	// (see Preparer), PrepareFailures the Prepare calls that failed (their
-	// segments are written the usual way).
-	SegmentsPrepared, PrepareFailures uint64
 }

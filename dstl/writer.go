@@ -123,18 +123,12 @@ type Writer struct {
 	opts Options
 	ls   LogStore
 
-	prep     Preparer      // nil: the log store prepares no names
-	prepWake chan struct{} // cap 1: the preparer should look ahead
-
 	ctx    context.Context // cancelled by Close: stops the flusher and uploads
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 	wake   chan struct{} // cap 1: the flusher has something to look at
 	slots  chan struct{} // upload concurrency
 	once   sync.Once
-	// unprepOnce: the unused prepared names go once, after the
-	// goroutines stopped.
-	unprepOnce sync.Once
 
 	mu         sync.Mutex
 	closed     bool
@@ -145,7 +139,6 @@ type Writer struct {
 	flushNow   bool
 	inFlight   int64
 	counter    uint64
-	preparedTo uint64        // the last counter whose name the preparer handled
 	changed    chan struct{} // closed and replaced on every change waiters care about
 	released   []string
 	// held are the durable segments some writer's log still references
@@ -179,69 +172,7 @@ func NewWriter(ls LogStore, opts Options) (*Writer, error) {
 	}
 	w.wg.Add(1)
 	go w.flushLoop()
-	if w.prep = preparerOf(ls); w.prep != nil {
-		w.prepWake = make(chan struct{}, 1)
-		w.wg.Add(1)
-		go w.prepareLoop()
-		w.prepWake <- struct{}{}
-	}
 	return w, nil
-}
-
-// prepareAhead is how many segment names past the last cut the Writer
-// keeps prepared (when its log store is a Preparer). It prepares again
-// when fewer than half are left, so one Prepare (one directory sync)
-// covers several segments.
-const prepareAhead = 8
-
-// prepareLoop prepares the names of the next segments' first attempts,
-// off the flush path: a segment whose name is not prepared yet is
-// written the usual way.
-func (w *Writer) prepareLoop() {
-	defer w.wg.Done()
-	for {
-		select {
-		case <-w.prepWake:
-		case <-w.ctx.Done():
-			return
-		}
-		w.mu.Lock()
-		from, to := max(w.counter, w.preparedTo)+1, w.counter+prepareAhead
-		w.mu.Unlock()
-		if from > to {
-			continue
-		}
-		names := make([]string, 0, to-from+1)
-		for c := from; c <= to; c++ {
-			names = append(names, w.segName(c, 0))
-		}
-		err := w.prep.Prepare(w.ctx, names)
-		w.mu.Lock()
-		w.preparedTo = to
-		if err != nil {
-			w.metrics.PrepareFailures++
-		} else {
-			w.metrics.SegmentsPrepared += uint64(len(names))
-		}
-		w.mu.Unlock()
-	}
-}
-
-// unprepare removes the prepared names no segment used, after Close
-// stopped everything: those past the last cut, and those of the last
-// segments, whose uploads Close may have cancelled before their Put.
-// Unprepare never removes a segment that was written.
-func (w *Writer) unprepare() {
-	if w.prep == nil || w.preparedTo == 0 {
-		return
-	}
-	var names []string
-	for c := max(w.counter, uint64(w.opts.UploadConcurrency)) - uint64(w.opts.UploadConcurrency) + 1; c <= w.preparedTo; c++ {
-		names = append(names, w.segName(c, 0))
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	_ = w.prep.Unprepare(ctx, names) // what stays is swept as an orphan
 }
 
 // Options returns the Writer's options, defaults filled in.
@@ -558,9 +489,9 @@ func (w *Writer) TakeReleased() []string {
 }
 
 // Holds reports whether segment name is durable and some writer's log still
-// references it, or is being uploaded, or is a prepared name of a segment
-// to come: a checkpoint may yet reference it, so it must not be deleted
-// even if no retained checkpoint references it now. A segment the Writer
+// references it, or is being uploaded: a checkpoint may yet reference it,
+// so it must not be deleted even if no retained checkpoint references it
+// now. A segment the Writer
 // let go of is reported by TakeReleased.
 func (w *Writer) Holds(name string) bool {
 	w.mu.Lock()
@@ -573,12 +504,9 @@ func (w *Writer) Holds(name string) bool {
 		return false
 	}
 	// A segment being uploaded (any attempt's name): its object may be
-	// listed before the upload returns. And the prepared names of
-	// segments not cut yet (empty objects until their Put).
-	if _, up := w.uploading[counter]; up {
-		return true
-	}
-	return w.prep != nil && counter > w.counter && counter <= w.preparedTo
+	// listed before the upload returns.
+	_, up := w.uploading[counter]
+	return up
 }
 
 // HeldFrom is the smallest segment counter this Writer may still hold:
@@ -643,7 +571,6 @@ func (w *Writer) Close() error {
 		w.cancel()
 	})
 	w.wg.Wait()
-	w.unprepOnce.Do(w.unprepare)
 	return nil
 }
 
@@ -735,12 +662,6 @@ func (w *Writer) cutLocked() *segment {
 	}
 	w.counter++
 	w.uploading[w.counter] = struct{}{}
-	if w.prep != nil && w.preparedTo < w.counter+prepareAhead/2 {
-		select {
-		case w.prepWake <- struct{}{}:
-		default:
-		}
-	}
 	seg := &segment{counter: w.counter, cut: w.opts.Now(), cost: w.batchCost, logs: make(map[string]*writerLog, len(w.batch))}
 	for id, ws := range w.batch {
 		if ws.skipCompress > 0 {

@@ -498,7 +498,7 @@ func plCheck(ctx context.Context, sc plScenario, c plCrash, m *plModel, dataDir 
 
 // plOnlyReferenced checks that every object left in the store is a
 // retained checkpoint's manifest or file, a changelog segment one of them
-// reads, the job file, or a name the live writer prepared.
+// reads, or the job file.
 func plOnlyReferenced(ctx context.Context, e *plEnv, retained []uint64) error {
 	keep := map[string]bool{job + "/" + catalog.JobFileName: true}
 	for _, id := range retained {
@@ -527,11 +527,7 @@ func plOnlyReferenced(ctx context.Context, e *plEnv, retained []uint64) error {
 	}
 	var left []string
 	err := tiered.Walk(ctx, e.store, "", func(o tiered.ObjectInfo) error {
-		// The live writer's prepared names (dstl.Preparer) are empty
-		// objects it holds for its next segments; Close removes the
-		// unused ones.
-		prepared := e.w != nil && o.Size == 0 && e.w.Holds(o.Name)
-		if !keep[o.Name] && !prepared {
+		if !keep[o.Name] {
 			left = append(left, o.Name)
 		}
 		return nil

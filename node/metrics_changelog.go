@@ -23,7 +23,7 @@ type changelogCollector struct {
 	flush, appendedBytes, appendedRecords, segments, segmentBytes *prometheus.Desc
 	inFlight, inFlightMax, bpTime, bpWaits                        *prometheus.Desc
 	attempts, speculative, retries, uploadFailures, loserDeletes  *prometheus.Desc
-	truncSegments, truncBytes, prepared, prepareFailures          *prometheus.Desc
+	truncSegments, truncBytes                                     *prometheus.Desc
 	mats, matDur, matFailures, replay                             *prometheus.Desc
 	storeCalls, storeErrors, storeBytes                           *prometheus.Desc
 }
@@ -49,8 +49,6 @@ func newChangelogCollector(w *dstl.Writer, m *daemon.Metrics, store *metered.Sto
 		loserDeletes:    d("loser_deletes_total", "Objects of losing upload attempts deleted."),
 		truncSegments:   d("truncated_segments_total", "Segments no instance's log references any more (deleted once no retained checkpoint does either)."),
 		truncBytes:      d("truncated_bytes_total", "Bytes of the truncated segments."),
-		prepared:        d("segments_prepared_total", "Segment names the log store prepared ahead, for a faster write (a local directory)."),
-		prepareFailures: d("prepare_failures_total", "Failed preparations of segment names (those segments are written the usual way)."),
 		mats:            d("materializations_total", "Background materializations that completed."),
 		matDur:          d("materialization_duration_seconds", "Duration of the background materializations that completed."),
 		matFailures:     d("materialization_failures_total", "Background materializations that failed or were abandoned."),
@@ -91,8 +89,6 @@ func (c *changelogCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(c.loserDeletes, wm.LoserDeletes)
 	counter(c.truncSegments, wm.TruncatedSegments)
 	counter(c.truncBytes, wm.TruncatedBytes)
-	counter(c.prepared, wm.SegmentsPrepared)
-	counter(c.prepareFailures, wm.PrepareFailures)
 	counter(c.mats, c.m.Materializations.Load())
 	histogram(ch, c.matDur, c.m.MaterializeDuration)
 	counter(c.matFailures, c.m.MaterializeFailures.Load())

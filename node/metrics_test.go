@@ -168,8 +168,8 @@ func TestChangelogAppendsSegmentsInTheDefaultStore(t *testing.T) {
 		}
 	}
 	m := n.ChangelogWriter().Metrics()
-	if m.SegmentsWritten == 0 || m.SegmentsPrepared != 0 {
-		t.Fatalf("writer over the default store: %d segments written, %d names prepared", m.SegmentsWritten, m.SegmentsPrepared)
+	if m.SegmentsWritten == 0 {
+		t.Fatal("the writer over the default store wrote no segment")
 	}
 	var packs, segmentFiles int
 	err = filepath.WalkDir(dir, func(p string, e fs.DirEntry, err error) error {

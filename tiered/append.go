@@ -63,6 +63,12 @@ func AppendOrPut(ctx context.Context, s Store, name string, data []byte) error {
 	return s.Put(ctx, name, bytes.NewReader(data), int64(len(data)))
 }
 
+// Unwrapper is a Store that wraps another (tiered/metered); AsAppender
+// looks through it.
+type Unwrapper interface {
+	Unwrap() Store
+}
+
 type prefixedAppender struct {
 	base Appender
 	p    *prefixed

@@ -62,9 +62,10 @@ type ListPage struct {
 // named, which sees through WithPrefix views):
 //   - LocalCopies (AsLocalCopies): the store keeps checksummed local
 //     copies in files that a caller may hard-link (tiered/cache).
-//   - Preparer (AsPreparer): names made ready ahead of their Put, for a
-//     cheaper Put that gives up atomicity on a crash (localfs; used by
-//     the changelog's segments).
+//   - Appender (AsAppender, which also sees through Unwrappers): small
+//     new objects appended into a log file the store keeps, for a Put
+//     durable with one data sync (localfs; used by the changelog's
+//     segments).
 //
 // Implementations: a Bucket over a Driver (localfs, memstore, s3store,
 // cache), or a wrapper over another Store (WithPrefix, fault, metered).

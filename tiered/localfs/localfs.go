@@ -13,7 +13,6 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -73,9 +72,6 @@ type driver struct {
 	root     string
 	readOnly bool
 	seq      atomic.Uint64
-
-	pmu      sync.Mutex
-	prepared map[string]*prep // see prepare.go
 
 	packs     *packs // see pack.go
 	packSize  int64
@@ -273,15 +269,6 @@ func (d *driver) Put(ctx context.Context, name string, r io.Reader, size int64, 
 
 func (d *driver) put(name string, r io.Reader, ifAbsent bool) error {
 	p := d.path(name)
-	prep, done := d.claim(name)
-	defer done()
-	if prep.usable() {
-		// Its empty file is in place, durable, and ours (see
-		// tiered.Preparer): "absent" for PutIfAbsent.
-		return d.putPrepared(p, r, prep.file)
-	}
-	// A placeholder of ours is absent too; the rename below replaces it.
-	ifAbsent = ifAbsent && (prep == nil || prep.err != nil)
 	if fi, err := d.fs.Stat(p); err == nil {
 		switch {
 		case fi.IsDir():
@@ -507,7 +494,6 @@ func (d *driver) delete(ctx context.Context, name string, dirty map[string]bool)
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	d.take(name)
 	p := d.path(name)
 	if err := d.fs.Remove(p); err != nil {
 		if !errors.Is(err, fs.ErrNotExist) {

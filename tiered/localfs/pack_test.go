@@ -15,6 +15,8 @@ import (
 
 	"github.com/statedhq/stated/tiered"
 	"github.com/statedhq/stated/tiered/localfs"
+	"github.com/statedhq/stated/tiered/memstore"
+	"github.com/statedhq/stated/tiered/metered"
 	"github.com/statedhq/stated/tiered/storetest"
 )
 
@@ -308,5 +310,38 @@ func TestPackOptions(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), "Pack") && !strings.Contains(err.Error(), "MaxPacked") {
 			t.Errorf("%+v: %v", o, err)
 		}
+	}
+}
+
+// AsAppender reaches the Store through a meter and a prefix view, names
+// through the view are the view's, and the meter counts the append as an
+// object written.
+func TestAsAppenderThroughWrappers(t *testing.T) {
+	ctx := context.Background()
+	s := openPacked(t, vfs.NewMem(), "/root")
+	defer s.Close()
+	m := metered.New(s)
+	view := tiered.WithPrefix(m, "tenant")
+	a, ok := tiered.AsAppender(view)
+	if !ok {
+		t.Fatal("no Appender through metered and WithPrefix")
+	}
+	if err := a.Append(ctx, "seg/1", []byte("data")); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := tiered.ReadAll(ctx, s, "tenant/seg/1", 1<<20); err != nil || string(b) != "data" {
+		t.Fatalf("tenant/seg/1 = %q, %v", b, err)
+	}
+	if len(packFiles(t, s.FS(), s.Root())) == 0 {
+		t.Fatal("the append wrote no pack")
+	}
+	if c := m.Counts(); c.Calls[tiered.OpPut] != 1 || c.BytesUp != 4 {
+		t.Fatalf("meter: %d puts, %d bytes up", c.Calls[tiered.OpPut], c.BytesUp)
+	}
+	if _, ok := tiered.AsAppender(metered.New(memstore.New())); ok {
+		t.Fatal("a meter over a store that does not append is an Appender")
+	}
+	if _, ok := tiered.AsAppender(tiered.Store(nil)); ok {
+		t.Fatal("a nil store appends")
 	}
 }

@@ -33,9 +33,8 @@ var _ tiered.Store = (*Store)(nil)
 // New wraps s.
 func New(s tiered.Store) *Store { return &Store{Store: s} }
 
-// Unwrap is the store s counts for (tiered.Unwrapper): tiered.AsPreparer
-// reaches the store's Preparer through it. Preparing is not counted: it
-// is no object operation of its own, and the Put that follows is.
+// Unwrap is the store s counts for (tiered.Unwrapper): tiered.AsAppender
+// looks through it to see whether that store appends.
 func (s *Store) Unwrap() tiered.Store { return s.Store }
 
 // Append implements tiered.Appender for a store that appends (see
