@@ -253,7 +253,7 @@ func (d *driver) Put(ctx context.Context, name string, r io.Reader, size int64, 
 		return errReadOnly
 	}
 	if ifAbsent {
-		if _, _, ok, err := d.packs.get(name); err != nil {
+		if _, ok, err := d.packs.stat(name); err != nil {
 			return err
 		} else if ok {
 			return tiered.ErrExists
@@ -349,12 +349,12 @@ func (d *driver) GetRange(ctx context.Context, name string, offset, length int64
 func (d *driver) Stat(ctx context.Context, name string) (tiered.ObjectInfo, error) {
 	fi, err := d.fs.Stat(d.path(name))
 	if errors.Is(err, fs.ErrNotExist) {
-		data, mod, ok, perr := d.packs.get(name)
+		info, ok, perr := d.packs.stat(name)
 		switch {
 		case perr != nil:
 			return tiered.ObjectInfo{}, perr
 		case ok:
-			return tiered.ObjectInfo{Name: name, Size: int64(len(data)), ModTime: mod}, nil
+			return info, nil
 		}
 	}
 	if err == nil && fi.IsDir() {

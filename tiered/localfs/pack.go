@@ -417,6 +417,51 @@ func (p *packs) get(name string) ([]byte, time.Time, bool, error) {
 	}
 }
 
+// stat describes name if it is packed and live. It reads the frame's
+// header, not its data: the data's checksum is verified by every read.
+func (p *packs) stat(name string) (tiered.ObjectInfo, bool, error) {
+	for {
+		x, ok, err := p.lookup(name)
+		if err != nil || !ok {
+			return tiered.ObjectInfo{}, false, err
+		}
+		live, err := p.readHead(x)
+		if err != nil {
+			return tiered.ObjectInfo{}, false, err
+		}
+		if live {
+			return tiered.ObjectInfo{Name: name, Size: x.fi.size(), ModTime: x.fi.mod}, true, nil
+		}
+	}
+}
+
+// readHead reads x's frame header and name, and says whether the frame is
+// still the one indexed and live (a frame deleted by another process, or
+// a removed pack, is dropped from the index).
+func (p *packs) readHead(x packed) (bool, error) {
+	f, err := p.d.fs.Open(x.pf.path)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			p.drop(x)
+			return false, nil
+		}
+		return false, err
+	}
+	defer f.Close()
+	h := make([]byte, frameHeadLen+len(x.fi.name))
+	if _, err := f.ReadAt(h, x.fi.off); err != nil {
+		return false, fmt.Errorf("%s: read frame at %d: %w", x.pf.path, x.fi.off, err)
+	}
+	if headLength(h) != x.fi.length || string(h[frameHeadLen:]) != x.fi.name {
+		return false, fmt.Errorf("%s: %w: the frame at %d no longer holds %q", x.pf.path, errPackCorrupt, x.fi.off, x.fi.name)
+	}
+	if h[4] != stateLive {
+		p.drop(x)
+		return false, nil
+	}
+	return true, nil
+}
+
 // list adds the live packed objects under prefix after startAfter to out.
 func (p *packs) list(prefix, startAfter string, out map[string]tiered.ObjectInfo) error {
 	p.mu.Lock()
