@@ -307,7 +307,7 @@ func (d *driver) GetRange(ctx context.Context, name string, offset, length int64
 	vf, err := d.fs.Open(d.path(name))
 	if errors.Is(err, fs.ErrNotExist) {
 		// A packed object (files win: see "Packs" in the package doc).
-		data, _, ok, perr := d.packs.get(name)
+		data, ok, perr := d.packs.get(name)
 		switch {
 		case perr != nil:
 			return nil, 0, perr
