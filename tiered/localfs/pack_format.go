@@ -203,4 +203,3 @@ func frameAt(r io.ReaderAt, size, off int64) ([]byte, error) {
 // maxPackedLimit bounds Options.MaxPacked, so that a scan never reads a
 // corrupt length's worth of memory.
 const maxPackedLimit = 64 << 20
-
