@@ -17,7 +17,7 @@
 //     `go run ./cmd/stated ...`, at a command position): each subcommand
 //     must exist, and each --flag must be a flag of the command it reaches;
 //   - a span that is a lone flag (`--data-dir`): some stated command, or a
-//     repository script, must take it;
+//     file under scripts/, clients/ or examples/, must name it;
 //   - a `go test` line: its packages must exist, and each -run and -bench
 //     pattern's first level must match a test or benchmark of them;
 //   - a span that is a Go test name (`TestPowerLoss`, `BenchmarkOps`,

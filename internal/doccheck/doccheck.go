@@ -106,7 +106,8 @@ type index struct {
 
 var testFuncRE = regexp.MustCompile(`(?m)^func ((?:Test|Benchmark|Fuzz|Example)\w*)\(`)
 
-// scriptFlagRE finds the long options a script or the Node client takes.
+// scriptFlagRE finds the long options a script, a client or an example
+// takes.
 var scriptFlagRE = regexp.MustCompile(`--[a-z][a-z0-9-]*`)
 
 func buildIndex(root string, cli *cobra.Command) (*index, error) {
@@ -155,7 +156,9 @@ func buildIndex(root string, cli *cobra.Command) (*index, error) {
 				ix.tests[dir] = append(ix.tests[dir], m[1])
 				ix.allTests[m[1]] = true
 			}
-		case strings.HasPrefix(rel, "scripts/") || (strings.HasPrefix(rel, "clients/") && strings.HasSuffix(name, ".js")):
+		case strings.HasPrefix(rel, "scripts/") || strings.HasPrefix(rel, "clients/") || strings.HasPrefix(rel, "examples/"):
+			// What the scripts, the clients (their CLIs, their build
+			// files' JVM or npm options) and the examples take.
 			b, err := os.ReadFile(p)
 			if err != nil {
 				return err
@@ -321,7 +324,7 @@ func (d *docState) prose(start int, text string) {
 		case loneFlagRE.MatchString(span):
 			name := loneFlagRE.FindStringSubmatch(span)[1]
 			if d.ix.cli != nil && !d.ix.flags[name] {
-				d.bad(line, "`%s`: no stated command or repository script takes --%s (write the command it belongs to)", span, name)
+				d.bad(line, "`%s`: no stated command takes --%s, nor does a file under scripts/, clients/ or examples/ name it (write the command it belongs to)", span, name)
 			}
 			continue
 		}

@@ -21,6 +21,7 @@ func repo(t *testing.T, docs map[string]string) string {
 		"api/client/c_test.go": "package client\n\nfunc TestDial(t *testing.T) {}\n",
 		"scripts/test.sh":      "#!/bin/sh\ncase $1 in --bench) ;; esac\n",
 		"docs/ops.md":          "# ops\n",
+		"clients/java/pom.xml": "<argLine>--add-opens java.base/java.nio=ALL-UNNAMED</argLine>\n",
 	}
 	for name, text := range docs {
 		files[name] = text
@@ -76,7 +77,7 @@ func TestFindsWhatNamesNothing(t *testing.T) {
 		{"Run\n`stated bench run --socket x`.", "README.md:2: `stated bench run --socket`: stated bench run has no flag --socket"},
 		{"```sh\nSTATED_X=1 bin/stated bench runn --addr x\n```\n", "README.md:2: `stated bench runn`: stated bench has no command \"runn\""},
 		{"    stated serve \\\n      --metrics-addr \"\" --data-dirr x\n", "README.md:1: `stated serve --data-dirr`"},
-		{"Set `--retain`.", "`--retain`: no stated command or repository script takes --retain"},
+		{"Set `--retain`.", "`--retain`: no stated command takes --retain"},
 		{"See `TestClose`.", "`TestClose`: no _test.go file defines it"},
 		{"    go test ./api -run '^$' -bench Nothing -benchtime 3x\n", "go test -bench Nothing ./api: matches no Benchmark"},
 		{"`go test -run TestDial ./api/`", "go test -run TestDial ./api/: matches no Test"},
@@ -107,7 +108,8 @@ func TestProseIsNotCode(t *testing.T) {
 		"Read `api/client`'s `TestDial`, `api/api_test.go`, `docs/ops.md` and [ops](docs/ops.md).",
 		"Checkpoints go to `<data-dir>/checkpoints`, `s3://bucket/prefix`, `file:///dir`, `stated-data/x/y`,",
 		"`fuzz/testdata/<Target>`, `api/*.go`, `github.com/statedhq/stated/api/gone`, `http://127.0.0.1:9464/ui/`.",
-		"Flags: `--data-dir`, `--addr host:port`, `--bench` (a script's); `stated serve --help`, `stated --version`.",
+		"Flags: `--data-dir`, `--addr host:port`, `--bench` (a script's), `--add-opens` (a client's build);",
+		"`stated serve --help`, `stated --version`.",
 		"`stated verify j/latest`, `stated bench run --addr x`, `bin/stated serve --metrics-addr=\"\"`.",
 		"<!-- doccheck: not built yet: docs/later.md -->",
 		"Soon: [later](docs/later.md) and `docs/later.md`.",
