@@ -374,10 +374,27 @@ func (d *docState) paths(line int, s string) {
 		if !d.ix.top[first] || d.planned[p] {
 			continue
 		}
-		if _, err := os.Stat(filepath.Join(d.ix.root, filepath.FromSlash(p))); err != nil {
+		if !d.exists(p) {
 			d.bad(line, "%s: no such file or directory in the repository", p)
 		}
 	}
+}
+
+// goIdentRE is a Go package path followed by one of its identifiers
+// (`cluster/raftlog.Store`, `tiered/localfs.Store.Prepare`).
+var goIdentRE = regexp.MustCompile(`^(.*/[a-z0-9_]+)\.[A-Z][A-Za-z0-9_.]*$`)
+
+// exists says whether p names a file or directory of the repository, or
+// an identifier of a package directory.
+func (d *docState) exists(p string) bool {
+	if _, err := os.Stat(filepath.Join(d.ix.root, filepath.FromSlash(p))); err == nil {
+		return true
+	}
+	if m := goIdentRE.FindStringSubmatch(p); m != nil {
+		fi, err := os.Stat(filepath.Join(d.ix.root, filepath.FromSlash(m[1])))
+		return err == nil && fi.IsDir()
+	}
+	return false
 }
 
 var (

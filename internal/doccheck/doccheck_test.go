@@ -83,6 +83,7 @@ func TestFindsWhatNamesNothing(t *testing.T) {
 		{"`go test -run TestDial ./api/`", "go test -run TestDial ./api/: matches no Test"},
 		{"`go test ./nowhere/...`", "go test ./nowhere/...: no such package"},
 		{"See [ops](docs/opz.md#x).", "link (docs/opz.md): docs/opz.md does not exist"},
+		{"The store is `api/gone.Store`.", "api/gone.Store: no such file"},
 		{"```console\n$ go run ./api/client serve\n```", ""},
 	}
 	for _, c := range cases {
@@ -105,7 +106,8 @@ func TestProseIsNotCode(t *testing.T) {
 	doc := strings.Join([]string{
 		"# stated",
 		"stated is a daemon; api/gone.go in prose is not code. The node logs `stated serving`.",
-		"Read `api/client`'s `TestDial`, `api/api_test.go`, `docs/ops.md` and [ops](docs/ops.md).",
+		"Read `api/client`'s `TestDial`, `api/api_test.go`, `docs/ops.md` and [ops](docs/ops.md);",
+		"`api/client.Dial` and `api/client.Options.TLS` are Go identifiers of a package.",
 		"Checkpoints go to `<data-dir>/checkpoints`, `s3://bucket/prefix`, `file:///dir`, `stated-data/x/y`,",
 		"`fuzz/testdata/<Target>`, `api/*.go`, `github.com/statedhq/stated/api/gone`, `http://127.0.0.1:9464/ui/`.",
 		"Flags: `--data-dir`, `--addr host:port`, `--bench` (a script's), `--add-opens` (a client's build);",
