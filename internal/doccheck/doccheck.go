@@ -413,8 +413,7 @@ var (
 // `stated serving`"), so there an unknown command is reported only when
 // flags follow it.
 func (d *docState) commands(line int, s string, block bool) {
-	s = strings.NewReplacer("&&", ";", "||", ";", "|", ";", "$(", ";", "`", ";", " & ", ";").Replace(s)
-	for _, seg := range strings.Split(s, ";") {
+	for _, seg := range shellSegments(s) {
 		words := strings.Fields(seg)
 		for len(words) > 0 && (envAssignRE.MatchString(words[0]) || slices.Contains([]string{"$", "do", "then", "else", "time", "sudo", "eval", "(", "exec"}, words[0])) {
 			words = words[1:]
@@ -559,31 +558,82 @@ func (d *docState) goTest(line int, words []string) {
 		if pt.flag == "run" && matchNothing[pt.re] {
 			continue
 		}
-		first := pt.re
-		if i := strings.Index(first, "/"); i >= 0 {
-			first = first[:i]
-		}
-		re, err := regexp.Compile(first)
-		if err != nil {
-			d.bad(line, "go test -%s %q: %v", pt.flag, pt.re, err)
-			continue
-		}
-		matched := false
-		for _, n := range names {
-			kind := strings.HasPrefix(n, "Test") || strings.HasPrefix(n, "Example") || strings.HasPrefix(n, "Fuzz")
-			switch pt.flag {
-			case "bench":
-				kind = strings.HasPrefix(n, "Benchmark")
-			case "fuzz":
-				kind = strings.HasPrefix(n, "Fuzz")
+		// go test splits a pattern into its top-level alternatives, and
+		// each at its slashes; the first level names a top-level function.
+		for _, alt := range splitTop(pt.re, '|') {
+			first := splitTop(alt, '/')[0]
+			re, err := regexp.Compile(first)
+			if err != nil {
+				d.bad(line, "go test -%s %q: %v", pt.flag, pt.re, err)
+				continue
 			}
-			if kind && re.MatchString(n) {
-				matched = true
-				break
+			matched := false
+			for _, n := range names {
+				kind := strings.HasPrefix(n, "Test") || strings.HasPrefix(n, "Example") || strings.HasPrefix(n, "Fuzz")
+				switch pt.flag {
+				case "bench":
+					kind = strings.HasPrefix(n, "Benchmark")
+				case "fuzz":
+					kind = strings.HasPrefix(n, "Fuzz")
+				}
+				if kind && re.MatchString(n) {
+					matched = true
+					break
+				}
 			}
-		}
-		if !matched {
-			d.bad(line, "go test -%s %s %s: matches no %s function of those packages", pt.flag, pt.re, strings.Join(pkgs, " "), map[string]string{"run": "Test", "bench": "Benchmark", "fuzz": "Fuzz"}[pt.flag])
+			if !matched {
+				what := pt.re
+				if alt != pt.re {
+					what = fmt.Sprintf("%s (its part %s)", pt.re, alt)
+				}
+				d.bad(line, "go test -%s %s %s: matches no %s function of those packages", pt.flag, what, strings.Join(pkgs, " "), map[string]string{"run": "Test", "bench": "Benchmark", "fuzz": "Fuzz"}[pt.flag])
+			}
 		}
 	}
+}
+
+// splitTop splits pattern at sep where sep is outside parentheses and
+// brackets, as go test splits -run and -bench patterns.
+func splitTop(pattern string, sep byte) []string {
+	var out []string
+	depth, start := 0, 0
+	for i := 0; i < len(pattern); i++ {
+		switch c := pattern[i]; {
+		case c == '\\':
+			i++
+		case c == '(' || c == '[':
+			depth++
+		case c == ')' || c == ']':
+			if depth > 0 {
+				depth--
+			}
+		case c == sep && depth == 0:
+			out = append(out, pattern[start:i])
+			start = i + 1
+		}
+	}
+	return append(out, pattern[start:])
+}
+
+// shellSegments splits a command line at ;, |, &, $( and backticks outside
+// quotes (so that a quoted -bench 'A|B' stays one word).
+func shellSegments(s string) []string {
+	var out []string
+	var quote byte
+	start := 0
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case quote != 0:
+			if c == quote {
+				quote = 0
+			}
+		case c == '\'' || c == '"':
+			quote = c
+		case c == ';' || c == '|' || c == '&' || c == '`' || (c == '$' && i+1 < len(s) && s[i+1] == '('):
+			out = append(out, s[start:i])
+			start = i + 1
+		}
+	}
+	return append(out, s[start:])
 }

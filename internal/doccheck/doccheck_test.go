@@ -82,6 +82,8 @@ func TestFindsWhatNamesNothing(t *testing.T) {
 		{"    go test ./api -run '^$' -bench Nothing -benchtime 3x\n", "go test -bench Nothing ./api: matches no Benchmark"},
 		{"`go test -run TestDial ./api/`", "go test -run TestDial ./api/: matches no Test"},
 		{"`go test ./nowhere/...`", "go test ./nowhere/...: no such package"},
+		{"`go test ./api -run '^$' -bench 'Interleaved/x|Nope'`", "go test -bench Interleaved/x|Nope (its part Nope) ./api: matches no Benchmark"},
+		{"`go test -run 'TestOpen|TestGone' ./api`", "(its part TestGone)"},
 		{"See [ops](docs/opz.md#x).", "link (docs/opz.md): docs/opz.md does not exist"},
 		{"The store is `api/gone.Store`.", "api/gone.Store: no such file"},
 		{"```console\n$ go run ./api/client serve\n```", ""},
@@ -125,7 +127,7 @@ func TestProseIsNotCode(t *testing.T) {
 		"    go test ./api -fuzz FuzzBatch   # a comment naming api/gone.go",
 		"    for i in 0 1; do stated serve --data-dir n$i & done",
 		"",
-		"| a | `go test -bench 'Interleaved\\|Nope' ./api` |",
+		"| a | `go test -bench 'Interleaved/slice=1\\|Interl' ./api` |",
 	}, "\n")
 	if got := check(t, doc); len(got) != 0 {
 		t.Fatalf("false alarms:\n%s", strings.Join(got, "\n"))
