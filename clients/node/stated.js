@@ -7,11 +7,15 @@
 // barriers on the stream, key groups computed as the proto specifies.
 'use strict';
 
+const fs = require('node:fs');
 const path = require('node:path');
 const grpc = require('@grpc/grpc-js');
 const protoLoader = require('@grpc/proto-loader');
 
-const PROTO = path.join(__dirname, '..', '..', 'api', 'stated.proto');
+// The proto next to this file in the published package (npm pack copies it
+// there), else the repository's.
+const PROTO = [path.join(__dirname, 'stated.proto'), path.join(__dirname, '..', '..', 'api', 'stated.proto')]
+  .find((p) => fs.existsSync(p)) || path.join(__dirname, '..', '..', 'api', 'stated.proto');
 
 const definition = protoLoader.loadSync(PROTO, {
   // uint64 and int64 as JS numbers: checkpoint ids and sums stay far below

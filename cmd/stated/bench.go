@@ -12,6 +12,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	"golang.org/x/term"
 
 	"github.com/statedhq/stated/bench"
@@ -24,7 +25,7 @@ func newBenchCmd() *cobra.Command {
 		Short: "Benchmark state storage: workloads, checkpoints, restores, comparisons",
 		Long: `Bench measures stated as a user sees it: named workloads through the Go client
 over the daemon's socket, on an embedded daemon started per run (default) or an
-external one (--socket). "stated bench run --help" lists the parameters,
+external one (--addr). "stated bench run --help" lists the parameters,
 "stated bench workloads" the workloads.`,
 		Args: cobra.NoArgs,
 	}
@@ -98,7 +99,7 @@ otherwise.`,
 	fl.StringVar(&p.Baseline, "baseline", "", `"pebble": run the same load and operations on raw in-process Pebble too and print ratios`)
 	fl.IntVar(&p.RescaleTo, "rescale-to", 0, "parallelism of the rescale phase (default twice --tasks, at most --max-parallelism; negative: skip)")
 	fl.IntVar(&p.MaxParallelism, "max-parallelism", 128, "key groups of the job")
-	fl.StringVar(&p.Socket, "socket", "", "an external daemon's Unix socket or host:port (default: an embedded daemon per run)")
+	addDaemonAddrFlag(fl, &p.Socket, "an external daemon's Unix socket or host:port (default: an embedded daemon per run)")
 	fl.StringVar(&p.Token, "token", "", "bearer token of an external daemon on TCP (or STATED_TOKEN)")
 	addClientTLSFlags(fl, &f.tls)
 	fl.StringVar(&p.Dir, "dir", "", "where embedded daemons and baselines keep their temporary data (default the system's temp dir)")
@@ -269,10 +270,21 @@ when the rest would pass the file-descriptor limit (RLIMIT_NOFILE).`,
 	fl.StringVar(&p.Backend, "backend", "lsm", "backend of the instances: heap, file or lsm")
 	fl.IntVar(&p.Count, "count", 100, "idle instances to open")
 	fl.IntVar(&p.Connections, "connections", 4, "client connections the instances are opened over, in parallel")
-	fl.StringVar(&p.Socket, "socket", "", "an external daemon's Unix socket or host:port (default: an embedded daemon)")
+	addDaemonAddrFlag(fl, &p.Socket, "an external daemon's Unix socket or host:port (default: an embedded daemon)")
 	fl.StringVar(&p.Token, "token", "", "bearer token of an external daemon on TCP (or STATED_TOKEN)")
 	addClientTLSFlags(fl, &tlsFlags)
 	fl.StringVar(&p.Dir, "dir", "", "where the embedded daemon keeps its temporary data dir (default the system's temp dir)")
 	fl.StringVar(&jsonPath, "json", "", "write the figures to this file")
 	return cmd
+}
+
+// addDaemonAddrFlag adds --addr, the daemon a client command talks to (a
+// Unix socket path or host:port), as every such command names it
+// ("stated bench checkpoint-sim", "stated savepoint"), and the deprecated
+// --socket that "stated bench run" and "bench instances" used to take, set
+// to the same variable so that old scripts keep working.
+func addDaemonAddrFlag(fl *pflag.FlagSet, dst *string, usage string) {
+	fl.StringVar(dst, "addr", "", usage)
+	fl.StringVar(dst, "socket", "", "deprecated: use --addr")
+	_ = fl.MarkDeprecated("socket", "use --addr (the same flag as \"stated bench checkpoint-sim\" and \"stated savepoint\")")
 }

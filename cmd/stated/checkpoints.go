@@ -112,13 +112,7 @@ func runCheckpoints(ctx context.Context, out, errOut io.Writer, store cliStore, 
 	if len(sps) > 0 {
 		fmt.Fprintln(out)
 		fmt.Fprintln(out, "savepoints")
-		tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
-		fmt.Fprintln(tw, "ID\tJOB\tCHECKPOINT\tFORMAT\tTAKEN\tSIZE")
-		for _, m := range sps {
-			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\n", m.SavepointID, m.Job, m.CheckpointID, m.Format,
-				m.Completed.Local().Format(time.DateTime), bytesize.Format(m.FullSize))
-		}
-		tw.Flush()
+		printSavepoints(out, sps)
 	}
 	if len(jobs) == 0 && len(sps) == 0 && problems == 0 {
 		fmt.Fprintf(out, "no checkpoints in %s\n", store.url)

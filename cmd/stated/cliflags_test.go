@@ -48,6 +48,8 @@ func TestCLIStoreResolution(t *testing.T) {
 			want: "/old", explicit: true},
 		{name: "both disagree", args: []string{"--store", "/a", "--checkpoint-store", "/b"}, err: "disagree"},
 		{name: "empty data dir", args: []string{"--data-dir", ""}, err: "--data-dir is empty"},
+		{name: "memory store", args: []string{"--checkpoint-store", "mem://"}, err: "--checkpoint-store mem://: an in-memory store is for tests only"},
+		{name: "memory changelog store", args: []string{"--changelog-store", "mem://x"}, err: "--changelog-store mem://x: an in-memory store is for tests only"},
 	}
 	for _, c := range cases {
 		for name, mk := range map[string]func(*cliStore) *cobra.Command{

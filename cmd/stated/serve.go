@@ -331,6 +331,25 @@ func (f *serveFlags) nodeOptions(log *slog.Logger) (node.Options, error) {
 	if o.CacheBytes == 0 {
 		o.CacheBytes = -1 // --cache-bytes 0: no cache (the node's 0 is its default)
 	}
+	for _, u := range []struct{ flag, url string }{{"checkpoint-store", o.CheckpointStore}, {"changelog-store", o.ChangelogStore}} {
+		if err := refuseMemStore(u.flag, u.url); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	// The daemon refuses a checkpoint timeout that reaches the gc grace
+	// (the sweep could delete a running checkpoint's uploads), but names
+	// neither flag; both govern it, so say so here, with the values the
+	// node will use.
+	timeout, grace := o.CheckpointTimeout, o.GCGrace
+	if timeout == 0 {
+		timeout = daemon.DefaultCheckpointTimeout
+	}
+	if grace == 0 {
+		grace = catalog.DefaultGCGrace
+	}
+	if timeout > 0 && grace > 0 && timeout >= grace {
+		errs = append(errs, fmt.Errorf("--checkpoint-timeout %s must be shorter than --gc-grace %s: the sweep deletes unreferenced files older than --gc-grace, which would include the uploads of a checkpoint still running; lower --checkpoint-timeout or raise --gc-grace", timeout, grace))
+	}
 	switch {
 	case f.shutdownGrace < 0:
 		errs = append(errs, errors.New("--shutdown-grace is negative"))

@@ -108,6 +108,45 @@ func TestServeFlagValidation(t *testing.T) {
 	}
 }
 
+// TestServeRefusesMemStoreAndLongTimeout: "serve --checkpoint-store mem://"
+// was accepted silently (checkpoints that vanish with the process), and a
+// checkpoint timeout reaching the gc grace failed in the daemon naming
+// neither flag; both are refused naming the flags to change.
+func TestServeRefusesMemStoreAndLongTimeout(t *testing.T) {
+	for _, fl := range []string{"checkpoint-store", "changelog-store"} {
+		f := validServeFlags(t)
+		if fl == "checkpoint-store" {
+			f.checkpointStore = "mem://"
+		} else {
+			f.changelogStore = "mem://"
+		}
+		want := "--" + fl + " mem://: an in-memory store is for tests only"
+		if _, err := f.nodeOptions(slog.Default()); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s mem://: %v, want %q", fl, err, want)
+		}
+	}
+	cases := []struct {
+		timeout, grace time.Duration
+		want           string
+	}{
+		{2 * time.Hour, 0, "--checkpoint-timeout 2h0m0s must be shorter than --gc-grace 1h0m0s"},
+		{0, 5 * time.Minute, "--checkpoint-timeout 10m0s must be shorter than --gc-grace 5m0s"},
+		{time.Hour, time.Hour, "lower --checkpoint-timeout or raise --gc-grace"},
+		{time.Minute, 2 * time.Minute, ""},
+	}
+	for _, c := range cases {
+		f := validServeFlags(t)
+		f.checkpointTimeout, f.gcGrace = c.timeout, c.grace
+		_, err := f.nodeOptions(slog.Default())
+		switch {
+		case c.want == "" && err != nil:
+			t.Errorf("timeout %s grace %s: %v", c.timeout, c.grace, err)
+		case c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want)):
+			t.Errorf("timeout %s grace %s: %v, want %q", c.timeout, c.grace, err, c.want)
+		}
+	}
+}
+
 // TestServeLimitFlags: the stream and queue limits are flags with
 // STATED_* variables, defaulting to the api and daemon defaults, and reach
 // the server's options; values below 1 are refused.

@@ -163,7 +163,10 @@ func (st *cliStore) resolve(fs *pflag.FlagSet) error {
 	if st.url == "" {
 		st.url = node.DefaultCheckpointStore(st.dataDir)
 	}
-	return nil
+	if err := refuseMemStore("checkpoint-store", st.url); err != nil {
+		return err
+	}
+	return refuseMemStore("changelog-store", st.changelogURL)
 }
 
 // announce says on w which store the command reads, so that an operator
@@ -258,4 +261,20 @@ const defaultCacheBytes = "1GiB"
 func addCacheFlags(fs *pflag.FlagSet, f *cacheFlags) {
 	fs.StringVar(&f.dir, "cache-dir", "", "local cache of the checkpoint store: uploaded checkpoint files are kept there and restores read them from there (local recovery), checked against their CRC, falling back to the store; default <data-dir>/cache for s3:// stores, no cache for local ones")
 	fs.StringVar(&f.bytes, "cache-bytes", defaultCacheBytes, "bound of the cache; least recently used files are evicted; 0 turns the cache off")
+}
+
+// refuseMemStore refuses a mem:// store URL given to flag. storeurl opens
+// mem:// as a new, empty in-memory store for tests; a daemon on one would
+// report checkpoints completed that vanish when the process exits, and a
+// CLI command would read an empty store, so the CLI accepts only stores
+// that outlive it (tests inject memory stores through node.Options.Store).
+func refuseMemStore(flag, url string) error {
+	if url == "" {
+		return nil
+	}
+	loc, err := storeurl.Parse(url)
+	if err != nil || loc.Scheme != "mem" {
+		return nil // storeurl reports a bad URL where it is opened
+	}
+	return fmt.Errorf("--%s %s: an in-memory store is for tests only (its checkpoints vanish when the process exits); give file:///dir, a directory or s3://bucket/prefix", flag, url)
 }

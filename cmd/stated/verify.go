@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -20,7 +21,7 @@ import (
 func newVerifyCmd() *cobra.Command {
 	var store cliStore
 	cmd := &cobra.Command{
-		Use:   "verify <checkpoint-or-savepoint-dir>",
+		Use:   "verify <job>[/latest] | <job>/chk-<N> | savepoints/<id> | <local-dir>",
 		Short: "Re-read every file of a checkpoint or savepoint and check every checksum",
 		Long: `Verify reads the manifest (_metadata) of a checkpoint or savepoint, then re-reads
 every file of every task handle and checks its size and CRC32C. The SSTs of an
@@ -29,8 +30,9 @@ reads them block by block with ranged reads and checks every block checksum
 Pebble wrote. It lists every missing or corrupt file and exits non-zero if
 there is one.
 
-The argument is a name inside the checkpoint store: "<job>/chk-<N>" or
-"savepoints/<id>". The store is the daemon's, found as "stated serve" finds it:
+The argument is a name inside the checkpoint store: "<job>/chk-<N>",
+"savepoints/<id>", or "<job>/latest" (also just "<job>") for the newest
+retained checkpoint the job owns; "stated checkpoints" lists the ids. The store is the daemon's, found as "stated serve" finds it:
 --checkpoint-store (or STATED_CHECKPOINT_STORE), else <data-dir>/checkpoints
 with --data-dir (or STATED_DATA_DIR, default ./stated-data).
 
@@ -95,7 +97,10 @@ func runVerify(ctx context.Context, out io.Writer, target string, store cliStore
 		if s, err = openCLIStore(ctx, store, false); err != nil {
 			return err
 		}
-		dir = strings.Trim(target, "/")
+		if dir, err = resolveVerifyTarget(ctx, s, strings.Trim(target, "/"), store.url); err != nil {
+			s.Close()
+			return err
+		}
 	} else {
 		root, d, err := catalog.ResolveVerifyPath(filepath.ToSlash(filepath.Clean(target)), func(p string) ([]byte, error) {
 			return os.ReadFile(filepath.FromSlash(p))
@@ -136,6 +141,9 @@ func runVerify(ctx context.Context, out io.Writer, target string, store cliStore
 	rep, err := catalog.VerifyWithLog(ctx, cs, cl, dir, 0)
 	stop()
 	if err != nil {
+		if inStore && errors.Is(err, catalog.ErrNotFound) {
+			return fmt.Errorf("%s has no manifest in %s (%w): \"stated checkpoints\" lists the retained checkpoints and savepoints of this store, and \"<job>/latest\" names a job's newest", dir, store.url, err)
+		}
 		return err
 	}
 	m := rep.Manifest
@@ -162,4 +170,30 @@ func runVerify(ctx context.Context, out io.Writer, target string, store cliStore
 	}
 	tw.Flush()
 	return fmt.Errorf("verify: %d of %d files missing or corrupt", len(rep.Problems), rep.Files)
+}
+
+// resolveVerifyTarget turns verify's argument into a directory of the
+// store: "<job>/latest" and a bare "<job>" name the newest retained
+// checkpoint the job owns (checkpoint ids are chosen by the engine, often
+// time-based, so an operator rarely knows one by heart); every other name
+// ("<job>/chk-<N>", "savepoints/<id>") passes unchanged.
+func resolveVerifyTarget(ctx context.Context, s tiered.Store, target, storeURL string) (string, error) {
+	job, rest, hasSlash := strings.Cut(target, "/")
+	if hasSlash && rest != "latest" {
+		return target, nil
+	}
+	if err := catalog.ValidateJob(job); err != nil {
+		return "", fmt.Errorf("verify %q: %w (give <job>/chk-<N>, <job>/latest or savepoints/<id>)", target, err)
+	}
+	// Open only reads, as "stated checkpoints" does.
+	c, err := catalog.Open(ctx, catalog.Options{Store: s})
+	if err != nil {
+		return "", err
+	}
+	defer c.Close()
+	m, ok := c.Latest(job)
+	if !ok {
+		return "", fmt.Errorf("job %s has no retained checkpoint in %s: \"stated checkpoints\" lists the jobs and checkpoints of this store", job, storeURL)
+	}
+	return catalog.CheckpointDir(m.Job, m.CheckpointID), nil
 }

@@ -338,3 +338,35 @@ func TestProgressPlainLines(t *testing.T) {
 		t.Fatalf("gc printed no progress line:\n%s", prog.String())
 	}
 }
+
+// TestVerifyLatestAndNotFound: "stated verify <job>/latest" and "<job>"
+// verify the job's newest retained checkpoint, and a name that is not in
+// the store points at "stated checkpoints" (the README's example once
+// named a checkpoint id that engines with time-based ids never use).
+func TestVerifyLatestAndNotFound(t *testing.T) {
+	root, m := realCheckpoints(t, 3)
+	want := "checkpoint 3 of job j"
+	if m.CheckpointID != 3 {
+		t.Fatalf("the last checkpoint is %d", m.CheckpointID)
+	}
+	for _, target := range []string{"j/latest", "j", "/j/latest/"} {
+		var out bytes.Buffer
+		if err := runVerify(context.Background(), &out, target, cliStore{url: root}, true, progressOpts{}); err != nil {
+			t.Fatalf("verify %s: %v\n%s", target, err, out.String())
+		}
+		if !strings.Contains(out.String(), want) || !strings.Contains(out.String(), "OK") {
+			t.Fatalf("verify %s: %s, want %q", target, out.String(), want)
+		}
+	}
+	for _, target := range []string{"j/chk-99", "nojob/latest", "nojob"} {
+		var out bytes.Buffer
+		err := runVerify(context.Background(), &out, target, cliStore{url: root}, true, progressOpts{})
+		if err == nil || !strings.Contains(err.Error(), `"stated checkpoints"`) {
+			t.Fatalf("verify %s: %v, want an error naming \"stated checkpoints\"", target, err)
+		}
+	}
+	var out bytes.Buffer
+	if err := runVerify(context.Background(), &out, "bad name!", cliStore{url: root}, true, progressOpts{}); err == nil || !strings.Contains(err.Error(), "<job>/latest") {
+		t.Fatalf("verify of a bad name: %v", err)
+	}
+}

@@ -23,14 +23,28 @@ type Info struct {
 	GoVersion string
 }
 
+// revision is the VCS revision given at link time, for the builds that
+// carry no VCS stamp ("go run", "go build -buildvcs=false", a build from a
+// copy of the tree without .git): the documented build command sets it with
+//
+//	-ldflags "-X github.com/statedhq/stated/internal/buildinfo.revision=$(git rev-parse HEAD)"
+//
+// A stamp the toolchain wrote wins over it: it also knows the commit time
+// and whether the tree was modified.
+var revision string
+
 // Read returns the running binary's build information. It never fails: a
 // binary without build information reports "unknown".
 func Read() Info {
 	bi, ok := debug.ReadBuildInfo()
-	if !ok {
-		return Info{Version: "unknown", GoVersion: runtime.Version()}
+	in := Info{Version: "unknown", GoVersion: runtime.Version()}
+	if ok {
+		in = FromBuildInfo(bi)
 	}
-	return FromBuildInfo(bi)
+	if in.Revision == "" {
+		in.Revision = revision
+	}
+	return in
 }
 
 // FromBuildInfo extracts Info from bi (Read's work, testable on any input).

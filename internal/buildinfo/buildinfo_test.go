@@ -39,3 +39,17 @@ func TestReadNeverEmpty(t *testing.T) {
 		t.Fatalf("Read() = %+v", in)
 	}
 }
+
+// TestReadFallsBackToLinkedRevision: a test binary carries no VCS stamp, so
+// Read reports the revision set at link time (-X ...buildinfo.revision).
+func TestReadFallsBackToLinkedRevision(t *testing.T) {
+	if Read().Revision != "" {
+		t.Skip("this test binary carries a VCS stamp, which wins over the linked revision")
+	}
+	defer func(old string) { revision = old }(revision)
+	revision = "0123456789abcdef0123"
+	in := Read()
+	if in.Revision != revision || !strings.Contains(in.String(), "(0123456789ab)") {
+		t.Fatalf("Read() = %+v (%s), want revision %s", in, in.String(), revision)
+	}
+}
