@@ -282,7 +282,8 @@ type OpenSpec struct {
 	Backend   backend.Kind
 	States    []backend.StateDescriptor
 	Restore   *Restore
-	// Replace closes an instance already open for the task.
+	// Replace closes an instance already open for the task, once the new
+	// one is open: an Open that fails leaves it open and working.
 	Replace bool
 	// Changelog chooses changelog mode for the instance (default: the
 	// daemon's --changelog).
