@@ -605,6 +605,18 @@ func (s *Server) ListCheckpoints(ctx context.Context, req *pb.ListCheckpointsReq
 // TriggerSavepoint implements pb.StatedServer.
 func (s *Server) TriggerSavepoint(ctx context.Context, req *pb.TriggerSavepointRequest) (*pb.TriggerSavepointResponse, error) {
 	native := req.GetFormat() == pb.SavepointFormat_SAVEPOINT_FORMAT_NATIVE
+	// As the unary Snapshot: the savepoint reads the live instances, which
+	// have not applied the batch requests still in flight on their
+	// streams, and only the client knows that it waited for them (issue
+	// 37: a savepoint sent behind unanswered batches held a fraction of
+	// the writes sent before it). A cluster's savepoint copies a completed
+	// checkpoint, which its barriers ordered.
+	if !req.GetBatchesAnswered() && !s.d.Config().SharedCatalog {
+		return nil, status.Errorf(codes.FailedPrecondition,
+			"stated: savepoint of job %s: a savepoint is not ordered with the batch streams, so it would miss requests still in flight; "+
+				"wait for the response of every batch request it must cover, then set batches_answered "+
+				"(or take a checkpoint with snapshot barriers and restore that)", req.GetJob())
+	}
 	sp, err := s.d.TriggerSavepoint(ctx, req.GetJob(), native, req.GetCheckpointId())
 	if err != nil {
 		return nil, toStatus(err)

@@ -3233,9 +3233,19 @@ type TriggerSavepointRequest struct {
 	// In cluster mode (a job's tasks on several daemons) only native
 	// savepoints are taken, as a copy of the retained completed checkpoint
 	// checkpoint_id names (0: the latest).
-	CheckpointId  uint64 `protobuf:"varint,3,opt,name=checkpoint_id,json=checkpointId,proto3" json:"checkpoint_id,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	CheckpointId uint64 `protobuf:"varint,3,opt,name=checkpoint_id,json=checkpointId,proto3" json:"checkpoint_id,omitempty"`
+	// batches_answered: the caller has received the response of every batch
+	// request, on every batch stream of the job's instances in this daemon,
+	// whose operations the savepoint must include. The savepoint holds what
+	// the daemon applied when it runs, and requests still in flight on a
+	// batch stream are not applied yet (as for SnapshotRequest); so the
+	// daemon refuses the call (FAILED_PRECONDITION) without this assurance.
+	// A caller that cannot wait takes a checkpoint with barriers instead,
+	// and restores that. Not needed in cluster mode, where a savepoint is a
+	// copy of a completed checkpoint (its barriers ordered it).
+	BatchesAnswered bool `protobuf:"varint,4,opt,name=batches_answered,json=batchesAnswered,proto3" json:"batches_answered,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *TriggerSavepointRequest) Reset() {
@@ -3287,6 +3297,13 @@ func (x *TriggerSavepointRequest) GetCheckpointId() uint64 {
 		return x.CheckpointId
 	}
 	return 0
+}
+
+func (x *TriggerSavepointRequest) GetBatchesAnswered() bool {
+	if x != nil {
+		return x.BatchesAnswered
+	}
+	return false
 }
 
 type TriggerSavepointResponse struct {
@@ -4387,11 +4404,12 @@ const file_stated_proto_rawDesc = "" +
 	"\x16ListCheckpointsRequest\x12\x10\n" +
 	"\x03job\x18\x01 \x01(\tR\x03job\"V\n" +
 	"\x17ListCheckpointsResponse\x12;\n" +
-	"\vcheckpoints\x18\x01 \x03(\v2\x19.stated.v1.CheckpointInfoR\vcheckpoints\"\x84\x01\n" +
+	"\vcheckpoints\x18\x01 \x03(\v2\x19.stated.v1.CheckpointInfoR\vcheckpoints\"\xaf\x01\n" +
 	"\x17TriggerSavepointRequest\x12\x10\n" +
 	"\x03job\x18\x01 \x01(\tR\x03job\x122\n" +
 	"\x06format\x18\x02 \x01(\x0e2\x1a.stated.v1.SavepointFormatR\x06format\x12#\n" +
-	"\rcheckpoint_id\x18\x03 \x01(\x04R\fcheckpointId\"X\n" +
+	"\rcheckpoint_id\x18\x03 \x01(\x04R\fcheckpointId\x12)\n" +
+	"\x10batches_answered\x18\x04 \x01(\bR\x0fbatchesAnswered\"X\n" +
 	"\x18TriggerSavepointResponse\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x14\n" +
 	"\x05tasks\x18\x02 \x01(\x05R\x05tasks\x12\x12\n" +
