@@ -232,6 +232,19 @@ func pickHandles(old []*backend.Handle, p OpenParams) (*restorePlan, error) {
 			"and several parallelisms give subtask %d that range: open with the parallelism set",
 			backend.ErrInvalidArgument, len(old), p.KeyGroups, p.Task.Subtask)
 	}
+	if missing := uncovered(old, p.MaxParallelism); len(missing) > 0 {
+		// Not the request's fault: the checkpoint holds only some subtasks
+		// of the operator (its other tasks ran next to another daemon, or
+		// a completion named only some), so a rescale has no state for
+		// these key groups (issue 37: this was INVALID_ARGUMENT).
+		held := make([]string, len(old))
+		for i, h := range old {
+			held[i] = fmt.Sprintf("%s %s", h.Task, h.KeyGroups)
+		}
+		return nil, fmt.Errorf("%w: a rescale to parallelism %d needs every key group of operator %s, but no handle of the checkpoint holds key groups %s "+
+			"(it holds %s); restore a checkpoint that every subtask of the operator took part in, or open at the parallelism and key groups it was written with",
+			backend.ErrIncompatible, par, p.Task.Operator, strings.Join(missing, ", "), strings.Join(held, ", "))
+	}
 	plan, err := rescale.PlanOperator(old, p.MaxParallelism, par)
 	if err != nil {
 		return nil, err
@@ -248,6 +261,23 @@ func pickHandles(old []*backend.Handle, p OpenParams) (*restorePlan, error) {
 		return nil, err
 	}
 	return &restorePlan{handles: st.Handles(), opState: all[p.Task.Subtask], rescaled: true}, nil
+}
+
+// uncovered lists the key-group ranges of [0, maxParallelism) that no
+// handle of old (sorted, disjoint) holds.
+func uncovered(old []*backend.Handle, maxParallelism int) []string {
+	var out []string
+	next := 0
+	for _, h := range old {
+		if h.KeyGroups.Start > next {
+			out = append(out, backend.KeyGroupRange{Start: next, End: h.KeyGroups.Start - 1}.String())
+		}
+		next = max(next, h.KeyGroups.End+1)
+	}
+	if next < maxParallelism {
+		out = append(out, backend.KeyGroupRange{Start: next, End: maxParallelism - 1}.String())
+	}
+	return out
 }
 
 // partition reports whether old (sorted) covers [0, maxParallelism)
