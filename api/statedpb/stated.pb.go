@@ -572,11 +572,14 @@ const (
 	// Timers: timestamp is the timer's time.
 	OpType_OP_TYPE_TIMER_REGISTER OpType = 13
 	OpType_OP_TYPE_TIMER_DELETE   OpType = 14
-	// TIMER_POLL removes and returns up to limit timers with timestamp <= the
-	// op's timestamp (the watermark), in timestamp order. key, namespace and
-	// key_group are not used. The response stays within the message limit:
-	// timers that do not fit stay registered for the next poll, and more is
-	// set (poll again until a poll returns none or more is unset).
+	// TIMER_POLL removes and returns up to limit timers of state with
+	// timestamp <= the op's timestamp (the watermark), in timestamp order.
+	// key, namespace and key_group are not used. The response stays within
+	// the message limit: timers that do not fit stay registered for the next
+	// poll. more is set whenever due timers remain after the page (it was
+	// full, or cut at the message limit), and only then: poll again while
+	// more is set. A timer is its key group, key, namespace and timestamp:
+	// registering it twice leaves one.
 	OpType_OP_TYPE_TIMER_POLL OpType = 15
 	// Operator (non-keyed) state: named lists of the instance, kept by the
 	// daemon, written into every snapshot and restored on Open
@@ -1357,7 +1360,9 @@ type OpenRequest struct {
 	// or savepoint.
 	Restore *RestoreSource `protobuf:"bytes,6,opt,name=restore,proto3" json:"restore,omitempty"`
 	// replace closes an instance already open for the same task (a restarted
-	// task process) instead of failing with FailedPrecondition.
+	// task process) instead of failing with FailedPrecondition. It is closed
+	// once the new instance is open: an Open that fails leaves it open and
+	// working.
 	Replace bool `protobuf:"varint,7,opt,name=replace,proto3" json:"replace,omitempty"`
 	// parallelism is the operator's number of subtasks (0: not given). When
 	// set, key_groups may be left out (the daemon computes the subtask's
@@ -2318,7 +2323,7 @@ type Result struct {
 	// values: LIST_GET's elements in append order; OPERATOR_GET's elements.
 	Values [][]byte `protobuf:"bytes,5,rep,name=values,proto3" json:"values,omitempty"`
 	// entries and more: MAP_ITERATE; more also: TIMER_POLL left due timers
-	// for the next poll to stay within the message limit.
+	// for the next poll (a full page, or one cut at the message limit).
 	Entries []*MapEntry `protobuf:"bytes,6,rep,name=entries,proto3" json:"entries,omitempty"`
 	More    bool        `protobuf:"varint,7,opt,name=more,proto3" json:"more,omitempty"`
 	// AGGREGATE_GET's number.
