@@ -142,4 +142,7 @@ func TestRestoreWithoutHandlesForKeyGroups(t *testing.T) {
 		Restore: &pb.RestoreSource{Source: &pb.RestoreSource_Latest{Latest: true}}})
 	expectMessage(t, "rescale without every handle", status.Code(err), codes.FailedPrecondition, status.Convert(err).Message(),
 		[]string{"no handle of the checkpoint holds key groups [64,127]", "partial/op/0 [0,63]", "every subtask"})
+	_, err = rpc.PlanRescale(ctx, &pb.PlanRescaleRequest{Job: job, Operator: "op", NewParallelism: 3})
+	expectMessage(t, "plan of a rescale without every handle", status.Code(err), codes.FailedPrecondition, status.Convert(err).Message(),
+		[]string{"key groups [64,127]"})
 }
