@@ -548,13 +548,50 @@ func (a *batchApply) check(op *wire.Op) (codes.Code, error) {
 	if err := checkSizes(a.inst, op); err != nil {
 		return codes.ResourceExhausted, err
 	}
-	if a.inst.VerifyKeyGroups && keyed(op.Type) {
-		if kg := protocol.KeyGroup(op.Key, a.inst.MaxParallelism); kg != int(op.KeyGroup) {
+	if !keyed(op.Type) {
+		return codes.OK, nil
+	}
+	// The range first: a key group out of range is that, whatever the
+	// hash says (issue 37: one past max parallelism was reported as "not
+	// the key's").
+	inst := a.inst
+	if kg := int(op.KeyGroup); !inst.KeyGroups.Contains(kg) {
+		where := fmt.Sprintf("outside this instance's range %s", inst.KeyGroups)
+		if kg >= inst.MaxParallelism {
+			where = fmt.Sprintf("out of range: key groups lie in [0,%d) (max_parallelism), and this instance owns %s", inst.MaxParallelism, inst.KeyGroups)
+		}
+		return codes.InvalidArgument, fmt.Errorf("%w: key group %d is %s; compute key_group = murmur(fnv1a(key)) %% max_parallelism "+
+			"(docs/protocol.md, section 3) and send the operation to the instance of the subtask that owns it",
+			backend.ErrKeyGroupOutOfRange, kg, where)
+	}
+	if inst.VerifyKeyGroups {
+		if kg := protocol.KeyGroup(op.Key, inst.MaxParallelism); kg != int(op.KeyGroup) {
 			return codes.InvalidArgument, fmt.Errorf("key group %d is not the key's: the key hash declared at open (FNV-1a, then murmur) "+
 				"puts key %q in key group %d; the client computes key groups another way", op.KeyGroup, truncateKey(op.Key), kg)
 		}
 	}
+	if daemon.Op(op.Type) == daemon.OpAggregateAdd && op.NumberType == int32(pb.NumberType_NUMBER_TYPE_UNSPECIFIED) {
+		want := "the state's number type"
+		for _, d := range inst.Backend.States() {
+			if d.Name == string(op.StateBytes) && d.Kind == backend.KindAggregate {
+				want = fmt.Sprintf("%s, the number type of state %q", numberTypeName(d.Number), d.Name)
+			}
+		}
+		return codes.InvalidArgument, fmt.Errorf("an AGGREGATE_ADD without number_type: set number_type to %s "+
+			"(also for a COUNT aggregate, which ignores the number)", want)
+	}
 	return codes.OK, nil
+}
+
+// numberTypeName is t as the proto names it.
+func numberTypeName(t backend.NumberType) string {
+	switch t {
+	case backend.NumInt64:
+		return pb.NumberType_NUMBER_TYPE_INT64.String()
+	case backend.NumFloat64:
+		return pb.NumberType_NUMBER_TYPE_FLOAT64.String()
+	}
+	return t.String()
 }
 
 // keyed reports whether an operation of type t addresses a key (and so

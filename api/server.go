@@ -344,6 +344,31 @@ func backendKindToPB(k backend.Kind) pb.BackendKind {
 	return pb.BackendKind_BACKEND_KIND_UNSPECIFIED
 }
 
+// stateEnums checks the enums of a state descriptor as the proto names
+// them, so that a client that left one unset is told which field to set
+// and to what (issue 37: a state with no kind was "kind kind(0) is
+// unknown"). The daemon validates the rest.
+func stateEnums(sd *pb.StateDescriptor) error {
+	kinds := "STATE_KIND_VALUE, STATE_KIND_LIST, STATE_KIND_MAP, STATE_KIND_AGGREGATE or STATE_KIND_TIMERS"
+	switch k := sd.GetKind(); {
+	case k == pb.StateKind_STATE_KIND_UNSPECIFIED:
+		return fmt.Errorf("state %q has no kind: set its kind to %s", sd.GetName(), kinds)
+	case pb.StateKind_name[int32(k)] == "":
+		return fmt.Errorf("state %q has kind %d, which this daemon does not know: set its kind to %s", sd.GetName(), k, kinds)
+	case k != pb.StateKind_STATE_KIND_AGGREGATE:
+		return nil
+	}
+	var errs []error
+	if sd.GetAggregate() == pb.AggregateFunc_AGGREGATE_FUNC_UNSPECIFIED {
+		errs = append(errs, fmt.Errorf("aggregate state %q has no aggregate function: set aggregate to "+
+			"AGGREGATE_FUNC_SUM, AGGREGATE_FUNC_MIN, AGGREGATE_FUNC_MAX or AGGREGATE_FUNC_COUNT", sd.GetName()))
+	}
+	if sd.GetNumber() == pb.NumberType_NUMBER_TYPE_UNSPECIFIED {
+		errs = append(errs, fmt.Errorf("aggregate state %q has no number type: set number to NUMBER_TYPE_INT64 or NUMBER_TYPE_FLOAT64", sd.GetName()))
+	}
+	return errors.Join(errs...)
+}
+
 // openKind is the backend an Open asks for: backend_kind, or the
 // deprecated string, which must agree when both are set.
 func openKind(req *pb.OpenRequest) (backend.Kind, error) {
@@ -351,11 +376,18 @@ func openKind(req *pb.OpenRequest) (backend.Kind, error) {
 	name := backend.Kind(req.GetBackend())
 	e := req.GetBackendKind()
 	if e == pb.BackendKind_BACKEND_KIND_UNSPECIFIED {
+		if name == "" {
+			return "", fmt.Errorf("%w: no backend: set backend_kind to BACKEND_KIND_HEAP, BACKEND_KIND_FILE or BACKEND_KIND_LSM", backend.ErrInvalidArgument)
+		}
+		if _, err := backend.ParseKind(string(name)); err != nil {
+			return "", fmt.Errorf("%w: unknown backend %q in the deprecated field backend: set backend_kind to "+
+				"BACKEND_KIND_HEAP, BACKEND_KIND_FILE or BACKEND_KIND_LSM instead", backend.ErrInvalidArgument, name)
+		}
 		return name, nil
 	}
 	k, ok := backendKinds[e]
 	if !ok {
-		return "", fmt.Errorf("%w: unknown backend_kind %d", backend.ErrInvalidArgument, e)
+		return "", fmt.Errorf("%w: unknown backend_kind %d: set it to BACKEND_KIND_HEAP, BACKEND_KIND_FILE or BACKEND_KIND_LSM", backend.ErrInvalidArgument, e)
 	}
 	if name != "" && name != k {
 		return "", fmt.Errorf("%w: backend %q and backend_kind %s name different backends", backend.ErrInvalidArgument, name, e)
@@ -418,8 +450,15 @@ func openParams(req *pb.OpenRequest) (daemon.OpenParams, error) {
 	default:
 		return p, fmt.Errorf("api: open %s: %w: no key-group range and no parallelism", p.Task, backend.ErrInvalidArgument)
 	}
+	var problems []error
 	for _, sd := range req.GetStates() {
+		if err := stateEnums(sd); err != nil {
+			problems = append(problems, err)
+		}
 		p.States = append(p.States, protocol.StateFromPB(sd))
+	}
+	if err := errors.Join(problems...); err != nil {
+		return p, fmt.Errorf("api: open %s: %w: %w", p.Task, backend.ErrInvalidArgument, err)
 	}
 	if r := req.GetRestore(); r != nil {
 		spec := &daemon.RestoreSpec{AllowFallback: r.GetAllowFallback(), WithoutChannelState: r.GetWithoutChannelStateCheckpointId()}
@@ -605,6 +644,18 @@ func (s *Server) ListCheckpoints(ctx context.Context, req *pb.ListCheckpointsReq
 // TriggerSavepoint implements pb.StatedServer.
 func (s *Server) TriggerSavepoint(ctx context.Context, req *pb.TriggerSavepointRequest) (*pb.TriggerSavepointResponse, error) {
 	native := req.GetFormat() == pb.SavepointFormat_SAVEPOINT_FORMAT_NATIVE
+	// As the unary Snapshot: the savepoint reads the live instances, which
+	// have not applied the batch requests still in flight on their
+	// streams, and only the client knows that it waited for them (issue
+	// 37: a savepoint sent behind unanswered batches held a fraction of
+	// the writes sent before it). A cluster's savepoint copies a completed
+	// checkpoint, which its barriers ordered.
+	if !req.GetBatchesAnswered() && !s.d.Config().SharedCatalog {
+		return nil, status.Errorf(codes.FailedPrecondition,
+			"stated: savepoint of job %s: a savepoint is not ordered with the batch streams, so it would miss requests still in flight; "+
+				"wait for the response of every batch request it must cover, then set batches_answered "+
+				"(or take a checkpoint with snapshot barriers and restore that)", req.GetJob())
+	}
 	sp, err := s.d.TriggerSavepoint(ctx, req.GetJob(), native, req.GetCheckpointId())
 	if err != nil {
 		return nil, toStatus(err)

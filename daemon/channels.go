@@ -215,7 +215,10 @@ func (d *Daemon) inProgressLocked(key ckptKey, task backend.TaskID) (*checkpoint
 	c := d.ckpts[key]
 	if c == nil {
 		if last := d.lastCompleted[key.job]; key.id <= last {
-			return nil, fmt.Errorf("%w: checkpoint %d of job %s already completed", ErrCheckpointFailed, last, key.job)
+			// Name the id asked for, and the one it must pass (issue 37:
+			// a barrier for 3 after 6 completed named only 6).
+			return nil, fmt.Errorf("%w: checkpoint %d of job %s: the job already completed checkpoint %d, and ids must grow: take it with an id above %d",
+				ErrCheckpointFailed, key.id, key.job, last, last)
 		}
 		if err := d.cfg.Catalog.BeginCheckpoint(key.job, key.id); err != nil {
 			return nil, err

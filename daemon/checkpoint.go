@@ -529,10 +529,13 @@ func (d *Daemon) abort(ctx context.Context, job string, id uint64, f Failure, sh
 	d.mu.Lock()
 	c := d.ckpts[key]
 	if c == nil {
-		if id <= d.lastCompleted[job] {
+		if last := d.lastCompleted[job]; id <= last {
 			d.mu.Unlock()
-			return fmt.Errorf("daemon: abort checkpoint %d of job %s: %w: checkpoint %d already completed",
-				id, job, ErrCheckpointFailed, d.lastCompleted[job])
+			done := "it already completed"
+			if id < last {
+				done = fmt.Sprintf("the job already completed checkpoint %d, which subsumes it", last)
+			}
+			return fmt.Errorf("daemon: abort checkpoint %d of job %s: %w: %s; there is nothing to abort", id, job, ErrCheckpointFailed, done)
 		}
 		// No task here snapshotted it yet: remember the abort so that a
 		// late Snapshot is refused.

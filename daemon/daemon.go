@@ -345,7 +345,8 @@ type OpenParams struct {
 	Kind        backend.Kind
 	States      []backend.StateDescriptor
 	Restore     *RestoreSpec
-	// Replace closes an instance already open for the task.
+	// Replace closes an instance already open for the task once the new
+	// one is open; an Open that fails leaves it untouched.
 	Replace bool
 	// Changelog chooses changelog mode for this instance (default: the
 	// daemon's ChangelogConfig.Default). A restore of a checkpoint written
@@ -480,20 +481,18 @@ func (d *Daemon) open(ctx context.Context, p OpenParams) (*Instance, error) {
 		d.mu.Unlock()
 		return nil, fmt.Errorf("daemon: open %s: %w: %d instances open (max %d)", task, ErrLimit, n, d.cfg.MaxInstances)
 	}
+	// The instance a replace is for stays open and working until the new
+	// one is ready: an open that fails (a restore of another max
+	// parallelism, a missing checkpoint, a damaged file) leaves the task
+	// running as it was (issue 37: it used to be closed first, and the
+	// task's next operation got "backend closed"). Both exist meanwhile.
 	d.opening[task] = true
-	if old != nil {
-		d.removeLocked(old)
-	}
 	d.mu.Unlock()
 	defer func() {
 		d.mu.Lock()
 		delete(d.opening, task)
 		d.mu.Unlock()
 	}()
-	if old != nil {
-		d.log.Info("instance replaced", "task", task.String(), "instance", old.IDString())
-		old.close()
-	}
 
 	opts := backend.Options{
 		Task:           task,
@@ -563,12 +562,6 @@ func (d *Daemon) open(ctx context.Context, p OpenParams) (*Instance, error) {
 		}
 		return nil, err
 	}
-	fence, err := d.acquireFence(ctx, task)
-	if err != nil {
-		_ = b.Close()
-		_ = os.RemoveAll(dir)
-		return nil, err
-	}
 	var chans *chanstate.Restored
 	if p.Restore != nil {
 		chans, err = d.restoreChannels(ctx, p, rplan)
@@ -578,6 +571,19 @@ func (d *Daemon) open(ctx context.Context, p OpenParams) (*Instance, error) {
 			err = fmt.Errorf("daemon: open %s: %w", task, err)
 			return nil, d.corruption(CorruptionEvent{Site: CorruptionRestore, Job: task.Job, Task: task, Source: source, Err: err})
 		}
+	}
+	// The fencing token last: taking it fences the instance being
+	// replaced, which must keep working if anything before fails.
+	fence, err := d.acquireFence(ctx, task)
+	if err != nil {
+		_ = b.Close()
+		if chans != nil {
+			_ = chans.Close()
+		}
+		_ = os.RemoveAll(dir)
+		return nil, err
+	}
+	if p.Restore != nil {
 		d.m.Restores.Add(1)
 	}
 	inst := newInstance(d, id, task, p.Kind, b, dir, restoredFrom, opState)
@@ -596,10 +602,20 @@ func (d *Daemon) open(ctx context.Context, p OpenParams) (*Instance, error) {
 		inst.close()
 		return nil, fmt.Errorf("daemon: open %s: %w", task, ErrShuttingDown)
 	}
+	// The old instance may have been closed meanwhile (CloseInstance, the
+	// idle timeout); no other open of the task ran (opening).
+	replaced := old != nil && d.instances[string(old.ID)] == old
+	if replaced {
+		d.removeLocked(old)
+	}
 	d.instances[string(id)] = inst
 	d.byTask[task] = inst
 	d.m.OpenInstances[BackendIndex(p.Kind)].Add(1)
 	d.mu.Unlock()
+	if replaced {
+		d.log.Info("instance replaced", "task", task.String(), "instance", old.IDString(), "by", inst.IDString())
+		_ = old.close()
+	}
 	return inst, nil
 }
 

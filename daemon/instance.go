@@ -206,21 +206,38 @@ func (in *Instance) DeleteTimer(state string, t backend.Timer) error {
 }
 
 // PollTimers removes and returns the timers of state at or below watermark
-// in timestamp order, up to limit, as Backend.PollTimers does, but only as
-// many as keep accepts: keep gets the polled timers and returns how many
-// to deliver (a prefix); the rest are registered again, so they stay for
-// the next poll, and putBack says so. A snapshot never sees them missing.
-// If they cannot be registered again, every polled timer is returned (a
-// timer is never lost) with the error of that.
-func (in *Instance) PollTimers(state string, watermark int64, limit int, keep func([]backend.Timer) int) (ts []backend.Timer, putBack bool, err error) {
+// in timestamp order, up to limit (<= 0: all), as Backend.PollTimers
+// does, but only as many as keep accepts: keep gets the polled timers and
+// returns how many to deliver (a prefix); the rest are registered again,
+// so they stay for the next poll. A snapshot never sees them missing.
+// more says whether due timers remain after the returned ones: a full
+// page (limit reached) with more due says so as well as a page cut by
+// keep, so that a client polling while more is set fires every due timer
+// (issue 37: a full page said nothing, and the rest waited for the next
+// watermark). If timers cannot be registered again, every polled timer is
+// returned (a timer is never lost) with the error of that.
+func (in *Instance) PollTimers(state string, watermark int64, limit int, keep func([]backend.Timer) int) (ts []backend.Timer, more bool, err error) {
 	in.timerMu.Lock()
 	defer in.timerMu.Unlock()
-	ts, err = in.Backend.PollTimers(state, watermark, limit)
+	// One timer past the page tells whether more are due; it goes back
+	// with those keep refuses. Backend.PollTimers has no "more" of its
+	// own, and one re-registered timer per full page is cheap.
+	probe := limit
+	if limit > 0 {
+		probe = limit + 1
+	}
+	ts, err = in.Backend.PollTimers(state, watermark, probe)
 	if err != nil {
 		return nil, false, err
 	}
 	k := keep(ts)
-	if k >= len(ts) || k < 0 {
+	if k < 0 || k > len(ts) {
+		k = len(ts)
+	}
+	if limit > 0 && k > limit {
+		k = limit
+	}
+	if k == len(ts) {
 		return ts, false, nil
 	}
 	for i, t := range ts[k:] {
@@ -228,7 +245,7 @@ func (in *Instance) PollTimers(state string, watermark int64, limit int, keep fu
 			// Deliver what could not go back (and what went back stays
 			// registered: it is delivered twice rather than never).
 			return append(ts[:k:k], ts[k+i:]...), false,
-				fmt.Errorf("daemon: poll timers of state %q of %s: put back a timer that does not fit the response: %w", state, in.Task, err)
+				fmt.Errorf("daemon: poll timers of state %q of %s: put back a polled timer past the page or the response limit: %w", state, in.Task, err)
 		}
 	}
 	return ts[:k], true, nil

@@ -232,6 +232,9 @@ func pickHandles(old []*backend.Handle, p OpenParams) (*restorePlan, error) {
 			"and several parallelisms give subtask %d that range: open with the parallelism set",
 			backend.ErrInvalidArgument, len(old), p.KeyGroups, p.Task.Subtask)
 	}
+	if err := covered(old, p.MaxParallelism, p.Task.Operator, par); err != nil {
+		return nil, err
+	}
 	plan, err := rescale.PlanOperator(old, p.MaxParallelism, par)
 	if err != nil {
 		return nil, err
@@ -248,6 +251,36 @@ func pickHandles(old []*backend.Handle, p OpenParams) (*restorePlan, error) {
 		return nil, err
 	}
 	return &restorePlan{handles: st.Handles(), opState: all[p.Task.Subtask], rescaled: true}, nil
+}
+
+// covered refuses a rescale of operator to par from handles old (sorted,
+// disjoint) that do not hold every key group of [0, maxParallelism),
+// naming the key groups none holds. It is not the request's fault: the
+// checkpoint holds only some subtasks of the operator (its other tasks
+// ran next to another daemon, or a completion named only some), so
+// FAILED_PRECONDITION (issue 37: this was INVALID_ARGUMENT).
+func covered(old []*backend.Handle, maxParallelism int, operator string, par int) error {
+	var missing []string
+	next := 0
+	for _, h := range old {
+		if h.KeyGroups.Start > next {
+			missing = append(missing, backend.KeyGroupRange{Start: next, End: h.KeyGroups.Start - 1}.String())
+		}
+		next = max(next, h.KeyGroups.End+1)
+	}
+	if next < maxParallelism {
+		missing = append(missing, backend.KeyGroupRange{Start: next, End: maxParallelism - 1}.String())
+	}
+	if len(missing) == 0 {
+		return nil
+	}
+	held := make([]string, len(old))
+	for i, h := range old {
+		held[i] = fmt.Sprintf("%s %s", h.Task, h.KeyGroups)
+	}
+	return fmt.Errorf("%w: a rescale to parallelism %d needs every key group of operator %s, but no handle of the checkpoint holds key groups %s "+
+		"(it holds %s); restore a checkpoint that every subtask of the operator took part in, or open at the parallelism and key groups it was written with",
+		backend.ErrIncompatible, par, operator, strings.Join(missing, ", "), strings.Join(held, ", "))
 }
 
 // partition reports whether old (sorted) covers [0, maxParallelism)
@@ -328,6 +361,9 @@ func (d *Daemon) PlanRescale(ctx context.Context, job, operator string, checkpoi
 	if len(old) == 0 {
 		return nil, nil, fmt.Errorf("daemon: plan rescale of %s/%s: %w: %s holds no state of operator %s",
 			job, operator, backend.ErrNotFound, src, operator)
+	}
+	if err := covered(old, old[0].MaxParallelism, operator, newParallelism); err != nil {
+		return nil, nil, fmt.Errorf("daemon: plan rescale of %s/%s from %s: %w", job, operator, src, err)
 	}
 	plan, err := rescale.PlanOperator(old, old[0].MaxParallelism, newParallelism)
 	if err != nil {

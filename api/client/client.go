@@ -282,7 +282,8 @@ type OpenSpec struct {
 	Backend   backend.Kind
 	States    []backend.StateDescriptor
 	Restore   *Restore
-	// Replace closes an instance already open for the task.
+	// Replace closes an instance already open for the task, once the new
+	// one is open: an Open that fails leaves it open and working.
 	Replace bool
 	// Changelog chooses changelog mode for the instance (default: the
 	// daemon's --changelog).
@@ -435,12 +436,32 @@ func (c *Client) ListCheckpoints(ctx context.Context, job string) ([]*pb.Checkpo
 // savepoints (native false) restore into any backend kind; native ones copy
 // the backends' files of a snapshot taken with checkpointID, an id the job
 // has not used.
+//
+// The savepoint holds every operation issued before the call on this
+// client's instances of job: it first waits until they are applied (Sync),
+// then tells the daemon so (stated.proto, batches_answered). Instances of
+// the job opened by other clients must be synced by their owners first.
 func (c *Client) TriggerSavepoint(ctx context.Context, job string, native bool, checkpointID uint64) (string, error) {
 	format := pb.SavepointFormat_SAVEPOINT_FORMAT_CANONICAL
 	if native {
 		format = pb.SavepointFormat_SAVEPOINT_FORMAT_NATIVE
 	}
-	resp, err := c.rpc.TriggerSavepoint(ctx, &pb.TriggerSavepointRequest{Job: job, Format: format, CheckpointId: checkpointID})
+	c.mu.Lock()
+	var ins []*Instance
+	for in := range c.instances {
+		if in.task.Job == job {
+			ins = append(ins, in)
+		}
+	}
+	c.mu.Unlock()
+	for _, in := range ins {
+		// An instance that failed or was closed meanwhile has nothing
+		// more to apply; its error is its own (Err), not the savepoint's.
+		if err := in.Sync(ctx); err != nil && ctx.Err() != nil {
+			return "", status.FromContextError(ctx.Err()).Err()
+		}
+	}
+	resp, err := c.rpc.TriggerSavepoint(ctx, &pb.TriggerSavepointRequest{Job: job, Format: format, CheckpointId: checkpointID, BatchesAnswered: true})
 	if err != nil {
 		return "", err
 	}

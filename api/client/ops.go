@@ -154,10 +154,31 @@ func (in *Instance) DeleteTimer(state string, key, ns []byte, timestamp int64) F
 // PollTimers removes and returns up to limit (<= 0: the daemon's page
 // size) timers of the state with timestamp <= watermark, in timestamp
 // order. Fewer come back when more would not fit the daemon's message
-// limit; those stay registered: poll until a poll returns none.
+// limit; those stay registered: poll until a poll returns none, or use
+// PollTimerPage and poll while More is set.
 func (in *Instance) PollTimers(state string, watermark int64, limit int) Future[[]backend.Timer] {
 	op := wire.Op{Type: int32(pb.OpType_OP_TYPE_TIMER_POLL), State: state, Timestamp: watermark, Limit: int32(min(limit, 1<<30))}
 	return issue(in, &op, decTimers)
+}
+
+// TimerPage is one TIMER_POLL's answer.
+type TimerPage struct {
+	Timers []backend.Timer
+	// More: due timers remain (the page was full, or cut at the message
+	// limit); poll again with the same watermark.
+	More bool
+}
+
+// PollTimerPage is PollTimers with the daemon's More: a client that polls
+// while More is set fires every due timer without an extra empty poll.
+func (in *Instance) PollTimerPage(state string, watermark int64, limit int) Future[TimerPage] {
+	op := wire.Op{Type: int32(pb.OpType_OP_TYPE_TIMER_POLL), State: state, Timestamp: watermark, Limit: int32(min(limit, 1<<30))}
+	return issue(in, &op, func(r *wire.Result) (TimerPage, error) {
+		if err := resultErr(r); err != nil {
+			return TimerPage{}, err
+		}
+		return TimerPage{Timers: r.Timers, More: r.More}, nil
+	})
 }
 
 // Operator (non-keyed) state: named lists of the instance, kept by the

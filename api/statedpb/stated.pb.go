@@ -572,11 +572,14 @@ const (
 	// Timers: timestamp is the timer's time.
 	OpType_OP_TYPE_TIMER_REGISTER OpType = 13
 	OpType_OP_TYPE_TIMER_DELETE   OpType = 14
-	// TIMER_POLL removes and returns up to limit timers with timestamp <= the
-	// op's timestamp (the watermark), in timestamp order. key, namespace and
-	// key_group are not used. The response stays within the message limit:
-	// timers that do not fit stay registered for the next poll, and more is
-	// set (poll again until a poll returns none or more is unset).
+	// TIMER_POLL removes and returns up to limit timers of state with
+	// timestamp <= the op's timestamp (the watermark), in timestamp order.
+	// key, namespace and key_group are not used. The response stays within
+	// the message limit: timers that do not fit stay registered for the next
+	// poll. more is set whenever due timers remain after the page (it was
+	// full, or cut at the message limit), and only then: poll again while
+	// more is set. A timer is its key group, key, namespace and timestamp:
+	// registering it twice leaves one.
 	OpType_OP_TYPE_TIMER_POLL OpType = 15
 	// Operator (non-keyed) state: named lists of the instance, kept by the
 	// daemon, written into every snapshot and restored on Open
@@ -1357,7 +1360,9 @@ type OpenRequest struct {
 	// or savepoint.
 	Restore *RestoreSource `protobuf:"bytes,6,opt,name=restore,proto3" json:"restore,omitempty"`
 	// replace closes an instance already open for the same task (a restarted
-	// task process) instead of failing with FailedPrecondition.
+	// task process) instead of failing with FailedPrecondition. It is closed
+	// once the new instance is open: an Open that fails leaves it open and
+	// working.
 	Replace bool `protobuf:"varint,7,opt,name=replace,proto3" json:"replace,omitempty"`
 	// parallelism is the operator's number of subtasks (0: not given). When
 	// set, key_groups may be left out (the daemon computes the subtask's
@@ -2318,7 +2323,7 @@ type Result struct {
 	// values: LIST_GET's elements in append order; OPERATOR_GET's elements.
 	Values [][]byte `protobuf:"bytes,5,rep,name=values,proto3" json:"values,omitempty"`
 	// entries and more: MAP_ITERATE; more also: TIMER_POLL left due timers
-	// for the next poll to stay within the message limit.
+	// for the next poll (a full page, or one cut at the message limit).
 	Entries []*MapEntry `protobuf:"bytes,6,rep,name=entries,proto3" json:"entries,omitempty"`
 	More    bool        `protobuf:"varint,7,opt,name=more,proto3" json:"more,omitempty"`
 	// AGGREGATE_GET's number.
@@ -3233,9 +3238,19 @@ type TriggerSavepointRequest struct {
 	// In cluster mode (a job's tasks on several daemons) only native
 	// savepoints are taken, as a copy of the retained completed checkpoint
 	// checkpoint_id names (0: the latest).
-	CheckpointId  uint64 `protobuf:"varint,3,opt,name=checkpoint_id,json=checkpointId,proto3" json:"checkpoint_id,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	CheckpointId uint64 `protobuf:"varint,3,opt,name=checkpoint_id,json=checkpointId,proto3" json:"checkpoint_id,omitempty"`
+	// batches_answered: the caller has received the response of every batch
+	// request, on every batch stream of the job's instances in this daemon,
+	// whose operations the savepoint must include. The savepoint holds what
+	// the daemon applied when it runs, and requests still in flight on a
+	// batch stream are not applied yet (as for SnapshotRequest); so the
+	// daemon refuses the call (FAILED_PRECONDITION) without this assurance.
+	// A caller that cannot wait takes a checkpoint with barriers instead,
+	// and restores that. Not needed in cluster mode, where a savepoint is a
+	// copy of a completed checkpoint (its barriers ordered it).
+	BatchesAnswered bool `protobuf:"varint,4,opt,name=batches_answered,json=batchesAnswered,proto3" json:"batches_answered,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *TriggerSavepointRequest) Reset() {
@@ -3287,6 +3302,13 @@ func (x *TriggerSavepointRequest) GetCheckpointId() uint64 {
 		return x.CheckpointId
 	}
 	return 0
+}
+
+func (x *TriggerSavepointRequest) GetBatchesAnswered() bool {
+	if x != nil {
+		return x.BatchesAnswered
+	}
+	return false
 }
 
 type TriggerSavepointResponse struct {
@@ -4387,11 +4409,12 @@ const file_stated_proto_rawDesc = "" +
 	"\x16ListCheckpointsRequest\x12\x10\n" +
 	"\x03job\x18\x01 \x01(\tR\x03job\"V\n" +
 	"\x17ListCheckpointsResponse\x12;\n" +
-	"\vcheckpoints\x18\x01 \x03(\v2\x19.stated.v1.CheckpointInfoR\vcheckpoints\"\x84\x01\n" +
+	"\vcheckpoints\x18\x01 \x03(\v2\x19.stated.v1.CheckpointInfoR\vcheckpoints\"\xaf\x01\n" +
 	"\x17TriggerSavepointRequest\x12\x10\n" +
 	"\x03job\x18\x01 \x01(\tR\x03job\x122\n" +
 	"\x06format\x18\x02 \x01(\x0e2\x1a.stated.v1.SavepointFormatR\x06format\x12#\n" +
-	"\rcheckpoint_id\x18\x03 \x01(\x04R\fcheckpointId\"X\n" +
+	"\rcheckpoint_id\x18\x03 \x01(\x04R\fcheckpointId\x12)\n" +
+	"\x10batches_answered\x18\x04 \x01(\bR\x0fbatchesAnswered\"X\n" +
 	"\x18TriggerSavepointResponse\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x14\n" +
 	"\x05tasks\x18\x02 \x01(\x05R\x05tasks\x12\x12\n" +

@@ -117,7 +117,9 @@ type StatedClient interface {
 	// ListCheckpoints returns the checkpoints of a job known to the daemon.
 	ListCheckpoints(ctx context.Context, in *ListCheckpointsRequest, opts ...grpc.CallOption) (*ListCheckpointsResponse, error)
 	// TriggerSavepoint writes a self-contained savepoint of every open
-	// instance of a job.
+	// instance of a job. Like the unary Snapshot it is not ordered with the
+	// batch streams: it refuses with FAILED_PRECONDITION unless
+	// batches_answered is set (except in cluster mode).
 	TriggerSavepoint(ctx context.Context, in *TriggerSavepointRequest, opts ...grpc.CallOption) (*TriggerSavepointResponse, error)
 	// PlanRescale says what each subtask of an operator restores from when
 	// the job restarts from a checkpoint or savepoint at a new parallelism:
@@ -323,7 +325,9 @@ type StatedServer interface {
 	// ListCheckpoints returns the checkpoints of a job known to the daemon.
 	ListCheckpoints(context.Context, *ListCheckpointsRequest) (*ListCheckpointsResponse, error)
 	// TriggerSavepoint writes a self-contained savepoint of every open
-	// instance of a job.
+	// instance of a job. Like the unary Snapshot it is not ordered with the
+	// batch streams: it refuses with FAILED_PRECONDITION unless
+	// batches_answered is set (except in cluster mode).
 	TriggerSavepoint(context.Context, *TriggerSavepointRequest) (*TriggerSavepointResponse, error)
 	// PlanRescale says what each subtask of an operator restores from when
 	// the job restarts from a checkpoint or savepoint at a new parallelism:

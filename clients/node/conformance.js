@@ -1,15 +1,15 @@
 // Conformance of the Node client (stated.js) against a real daemon.
 //
-//   node conformance.js --stated <stated binary> --xcheck <xcheck binary> [--bench]
+//   node conformance.js --stated <stated binary> --xcheck <xcheck binary> [--only ID,ID] [--bench]
 //
-// It starts `stated serve` on a temporary data dir and socket, then checks:
-// the key-group vectors; every state kind on every backend; snapshots sent
-// right after unacknowledged batches (barriers) hold exactly what was sent
-// before them; restore modes; state written by the Go client read here and
-// the other way round (xcheck); a daemon killed and restarted restores the
-// last checkpoint; bad input gets clear errors and leaves the stream usable.
-// --bench then measures batched put and get throughput. Exit status 1 on the
-// first failure. scripts/node-conformance.sh builds the binaries and runs it.
+// It runs the language-neutral cases of docs/conformance.md by id (KG-1,
+// OPS-1, ...): it reads the ids from that file and refuses to run if one has
+// no implementation here or an implementation has no case there, so the
+// list and this script cannot drift apart. It starts `stated serve` on a
+// temporary data dir and socket and runs every case (or those of --only) in
+// the order of CASES. --bench then measures batched put and get throughput.
+// Exit status 1 on the first failure. scripts/node-conformance.sh builds
+// the binaries and runs it.
 'use strict';
 
 const fs = require('node:fs');
@@ -26,11 +26,12 @@ function parseArgs() {
       case '--stated': a.stated = argv[++i]; break;
       case '--xcheck': a.xcheck = argv[++i]; break;
       case '--bench': a.bench = true; break;
+      case '--only': a.only = argv[++i].split(',').filter(Boolean); break;
       case '--bench-keys': a.benchKeys = Number(argv[++i]); break;
       default: throw new Error(`unknown argument ${argv[i]}`);
     }
   }
-  if (!a.stated || !a.xcheck) throw new Error('usage: node conformance.js --stated <bin> --xcheck <bin> [--bench]');
+  if (!a.stated || !a.xcheck) throw new Error('usage: node conformance.js --stated <bin> --xcheck <bin> [--only ID,ID] [--bench]');
   return a;
 }
 
@@ -126,7 +127,7 @@ function openSpec(job, backendKind, extra = {}) {
   return { task: { job, operator: 'op', subtask: 0 }, parallelism: 1, backendKind, states: ALL_STATES, keyHash: 'KEY_HASH_FNV1A_MURMUR', ...extra };
 }
 
-// 1. Key-group vectors, computed from the spec in stated.proto.
+// KG-1: Key-group vectors, computed from the spec in stated.proto.
 function keyGroupVectors() {
   const doc = JSON.parse(fs.readFileSync(path.join(__dirname, '..', '..', 'api', 'testdata', 'keygroups.json'), 'utf8'));
   check(doc.vectors.length >= 10, 'too few vectors');
@@ -145,12 +146,14 @@ function keyGroupVectors() {
   check(negative > 0, 'no vector with a negative hash');
 }
 
-// 2. Every state kind, on every backend.
+// OPS-1: Every state kind, on every backend.
 async function stateKinds(c) {
   for (const kind of ['BACKEND_KIND_HEAP', 'BACKEND_KIND_FILE', 'BACKEND_KIND_LSM']) {
     const inst = await c.open(openSpec(`kinds-${kind.toLowerCase().slice(13)}`, kind));
     check(inst.open.backendKind === kind, `open: backend ${inst.open.backendKind}, want ${kind}`);
-    check(inst.open.maxMessageSize > 0 && inst.open.maxBatchOps > 0 && inst.open.streamQueueDepth > 0, 'open: limits not advertised');
+    check(inst.open.maxMessageSize > 0 && inst.open.maxBatchOps > 0 && inst.open.streamQueueDepth > 0 && inst.open.maxPage > 0,
+      'open: limits not advertised');
+    check(inst.open.keyHash === 'KEY_HASH_FNV1A_MURMUR', `open: key hash ${inst.open.keyHash}`);
     const o = (type, state, key, f) => inst.op(type, state, key, f);
     const int = (n) => ({ numberType: 'NUMBER_TYPE_INT64', intValue: n });
     const ops = [
@@ -210,6 +213,131 @@ async function stateKinds(c) {
   }
 }
 
+// OPS-2: a timer is its key group, key, namespace and timestamp: registered
+// twice, it fires once.
+async function timerTwice(c) {
+  const inst = await c.open(openSpec('timer-twice', 'BACKEND_KIND_FILE'));
+  const reg = inst.op('OP_TYPE_TIMER_REGISTER', 't', 'k', { timestamp: 5 });
+  const { results: r } = await inst.send([reg, reg, { type: 'OP_TYPE_TIMER_POLL', state: 't', timestamp: 10 }]);
+  check(r[2].code === 0 && r[2].timers.length === 1 && !r[2].more, `poll: ${r[2].timers.length} timers, more ${r[2].more}`);
+  await inst.closeInstance();
+}
+
+// OPS-3: a full TIMER_POLL page says more while due timers remain, on every
+// backend; the client's pollTimers follows it.
+async function timerPages(c) {
+  for (const kind of ['BACKEND_KIND_HEAP', 'BACKEND_KIND_FILE', 'BACKEND_KIND_LSM']) {
+    const inst = await c.open(openSpec(`timer-pages-${kind.toLowerCase().slice(13)}`, kind));
+    const page = inst.open.maxPage;
+    const register = async (n) => {
+      const sent = [];
+      for (let i = 0; i < n; i += 5000) {
+        const ops = [];
+        for (let j = i; j < Math.min(i + 5000, n); j++) ops.push(inst.op('OP_TYPE_TIMER_REGISTER', 't', `k${j}`, { timestamp: j }));
+        sent.push(inst.send(ops));
+      }
+      for (const { results } of await Promise.all(sent)) for (const x of results) check(x.code === 0, `${kind}: register: ${x.error}`);
+    };
+    const poll = async (limit, n, more) => {
+      const { results: [r] } = await inst.send([{ type: 'OP_TYPE_TIMER_POLL', state: 't', timestamp: 1e9, limit }]);
+      check(r.code === 0 && r.timers.length === n && r.more === more,
+        `${kind}: poll (limit ${limit}): ${r.timers.length} timers, more ${r.more}; want ${n}, more ${more} (${r.error})`);
+    };
+    await register(page + 5);
+    await poll(0, page, true);
+    await poll(0, 5, false);
+    await poll(0, 0, false);
+    await register(10);
+    await poll(4, 4, true);
+    await poll(4, 4, true);
+    await poll(2, 2, false);
+    await register(25);
+    const all = await inst.pollTimers('t', 1e9, 10);
+    check(all.length === 25, `${kind}: pollTimers drained ${all.length} of 25`);
+    await inst.closeInstance();
+  }
+}
+
+// OPS-4: MAP_ITERATE pages in user-key order, more on all but the last.
+async function mapPages(c) {
+  const inst = await c.open(openSpec('map-pages', 'BACKEND_KIND_LSM'));
+  const ops = [];
+  for (let i = 0; i < 25; i++) {
+    ops.push(inst.op('OP_TYPE_MAP_PUT', 'm', 'k', { userKey: toBuffer(`u${String(i).padStart(2, '0')}`), value: toBuffer(String(i)) }));
+  }
+  await inst.send(ops);
+  const sizes = [];
+  const mores = [];
+  const keys = [];
+  let after = Buffer.alloc(0);
+  for (let more = true; more;) {
+    const { results: [r] } = await inst.send([inst.op('OP_TYPE_MAP_ITERATE', 'm', 'k', { userKey: after, limit: 10 })]);
+    check(r.code === 0, `iterate: ${r.error}`);
+    sizes.push(r.entries.length);
+    mores.push(r.more);
+    keys.push(...r.entries.map((e) => e.userKey.toString()));
+    if (r.entries.length) after = r.entries[r.entries.length - 1].userKey;
+    more = r.more;
+  }
+  check(sizes.join() === '10,10,5' && mores.join() === 'true,true,false', `pages ${sizes} more ${mores}`);
+  check(keys.join() === [...keys].sort().join() && keys.length === 25, `user keys ${keys}`);
+  await inst.closeInstance();
+}
+
+// SAV-1 and SAV-2: a savepoint is not ordered with the batch stream; the
+// daemon refuses it unless the client says its batches were answered, and
+// then it holds every write answered before it.
+async function savepointWrites(c, job) {
+  const inst = await c.open(openSpec(job, 'BACKEND_KIND_LSM'), { maxInFlight: 8 });
+  const sent = [];
+  for (let b = 0; b < 5; b++) sent.push(inst.send(putOps(inst, b * 1000, 1000, 'before')));
+  return { inst, sent };
+}
+
+async function savepointRefused(c) {
+  const { inst, sent } = await savepointWrites(c, 'sp-refused');
+  await rejects('savepoint behind unanswered batches', c.triggerSavepoint('sp-refused'), status.FAILED_PRECONDITION, 'batches_answered');
+  await Promise.all(sent);
+  await inst.closeInstance();
+}
+
+async function savepointHolds(c) {
+  const job = 'sp';
+  const { inst, sent } = await savepointWrites(c, job);
+  for (const { results } of await Promise.all(sent)) for (const x of results) check(x.code === 0, `put: ${x.error}`);
+  await inst.drain();
+  const sp = await c.triggerSavepoint(job, { checkpointId: 7, batchesAnswered: true });
+  await inst.closeInstance();
+  const re = await c.open(openSpec('sp-copy', 'BACKEND_KIND_FILE', { restore: { savepoint: sp.path } }));
+  check(re.open.restoredCheckpointId === 7 && re.open.lastCompletedCheckpointId === 0,
+    `restored ${re.open.restoredCheckpointId}, last completed ${re.open.lastCompletedCheckpointId}`);
+  const keys = [];
+  for (let i = 0; i < 5000; i++) keys.push(`k${i}`);
+  const got = await readAll(re, keys);
+  got.forEach((x, i) => check(x.found && eqBuf(x.value, 'before'), `savepoint: ${keys[i]} = ${x.value} (found ${x.found})`));
+  await re.closeInstance();
+}
+
+// RST-3: an Open with replace that fails leaves the running instance open
+// and working; one that succeeds closes it.
+async function failedReplace(c) {
+  const job = 'replace';
+  const inst = await c.open(openSpec(job, 'BACKEND_KIND_FILE'));
+  await inst.send([inst.op('OP_TYPE_PUT', 'v', 'a', { value: toBuffer('1') })]);
+  await inst.snapshot(1);
+  await c.completeCheckpoint(job, 1);
+  await inst.send([inst.op('OP_TYPE_PUT', 'v', 'a', { value: toBuffer('2') })]);
+  await rejects('replace at another max parallelism', c.call('Open', openSpec(job, 'BACKEND_KIND_FILE',
+    { replace: true, maxParallelism: 256, restore: { latest: true } })), status.FAILED_PRECONDITION, 'maxParallelism');
+  const [got] = await readAll(inst, ['a']);
+  check(got.code === 0 && eqBuf(got.value, '2'), `after a failed replace: ${got.error || got.value}`);
+  const re = await c.open(openSpec(job, 'BACKEND_KIND_FILE', { replace: true, restore: { latest: true } }));
+  const [gone] = await readAll(inst, ['a']);
+  expectCode('the replaced instance', gone, status.FAILED_PRECONDITION);
+  inst.abandon();
+  await re.closeInstance();
+}
+
 function putOps(inst, from, n, value) {
   const ops = new Array(n);
   for (let i = 0; i < n; i++) ops[i] = inst.op('OP_TYPE_PUT', 'v', `k${from + i}`, { value: toBuffer(value) });
@@ -222,7 +350,7 @@ async function readAll(inst, keys) {
   return results;
 }
 
-// 3. Snapshots right after unacknowledged batches: a barrier holds every
+// CKP-1: Snapshots right after unacknowledged batches: a barrier holds every
 // operation sent before it on the stream and none after.
 async function barriers(c) {
   const job = 'order';
@@ -240,10 +368,6 @@ async function barriers(c) {
     if (resp.snapshot) check(resp.snapshot.code === 0, `barrier: ${resp.snapshot.error}`);
   }
   check(resps.filter((x) => x.snapshot).length === rounds, 'barrier outcomes missing');
-  // The unary Snapshot would miss requests in flight: it refuses unless told
-  // they were answered.
-  await rejects('unary Snapshot', c.call('Snapshot', { instanceId: inst.id, job, checkpointId: rounds + 1 }),
-    status.FAILED_PRECONDITION, 'barrier');
   await inst.closeInstance();
   for (let r = 1; r <= rounds; r++) await c.completeCheckpoint(job, r);
   // Completing twice is fine: a coordinator may retry.
@@ -267,17 +391,39 @@ async function barriers(c) {
   // A no-claim restore of the job's own checkpoint pins it.
   const after = await c.listCheckpoints(job);
   check(after.checkpoints.some((x) => x.pinned), 'no-claim restore pinned nothing');
-  // Ids must grow past the last completed one.
-  const late = await c.open(openSpec(job, 'BACKEND_KIND_LSM', { replace: true }));
-  check(late.open.lastCompletedCheckpointId === rounds, `last completed ${late.open.lastCompletedCheckpointId}`);
-  await rejects('old checkpoint id', late.snapshot(rounds - 1), status.FAILED_PRECONDITION, 'already completed');
+}
+
+// CKP-2: the unary Snapshot would miss requests in flight: it refuses unless
+// told they were answered.
+async function unarySnapshot(c) {
+  const job = 'unary';
+  const inst = await c.open(openSpec(job, 'BACKEND_KIND_HEAP'));
+  inst.send(putOps(inst, 0, 100, 'x'));
+  await rejects('unary Snapshot', c.call('Snapshot', { instanceId: inst.id, job, checkpointId: 1 }),
+    status.FAILED_PRECONDITION, 'barrier');
+  await inst.closeInstance();
+}
+
+// CKP-3: ids must grow past the last completed one; the refusal names both.
+async function checkpointIds(c) {
+  const job = 'ids';
+  const inst = await c.open(openSpec(job, 'BACKEND_KIND_HEAP'));
+  await inst.snapshot(10);
+  await c.completeCheckpoint(job, 10);
+  const late = await c.open(openSpec(job, 'BACKEND_KIND_HEAP', { replace: true }));
+  check(late.open.lastCompletedCheckpointId === 10, `last completed ${late.open.lastCompletedCheckpointId}`);
+  await rejects('old checkpoint id', late.snapshot(9), status.FAILED_PRECONDITION, 'checkpoint 9', 'completed checkpoint 10');
   await late.closeInstance();
 }
 
-// 4. Restore modes and sources.
-async function restores(c) {
+// RST-1: latest of a job that never completed a checkpoint.
+async function restoreNewJob(c) {
   await rejects('restore latest of a new job', c.open(openSpec('brand-new', 'BACKEND_KIND_FILE', { restore: { latest: true } })),
     status.NOT_FOUND);
+}
+
+// RST-2: claim, abort reasons, waited snapshots.
+async function restores(c) {
   const inst = await c.open(openSpec('claim', 'BACKEND_KIND_FILE'));
   await inst.send(putOps(inst, 0, 10, 'one'));
   await inst.snapshot(1, true);
@@ -297,7 +443,7 @@ async function restores(c) {
   await re.closeInstance();
 }
 
-// Unaligned checkpoints: each subtask's in-flight buffers written before its
+// CHS-1: unaligned checkpoints: each subtask's in-flight buffers written before its
 // barrier, the statistics reported with it, the buffers read back after a
 // restore, and keyed records handed to their key group's owner on a rescale.
 async function channelState(c) {
@@ -351,7 +497,7 @@ async function channelState(c) {
   check(JSON.stringify(got) === JSON.stringify(written), `rescaled channel state: ${got.length} records, want ${written.length}`);
 }
 
-// 5. State written by the Go client, read here, and the other way round.
+// XC-1: State written by the Go client, read here, and the other way round.
 async function crossCheck(c, d, xcheck) {
   execFileSync(xcheck, ['write', d.sock, 'xgo', 'go'], { stdio: 'inherit' });
   const inst = await c.open(openSpec('xgo', 'BACKEND_KIND_FILE', { replace: true, restore: { latest: true } }));
@@ -394,7 +540,7 @@ async function crossCheck(c, d, xcheck) {
   execFileSync(xcheck, ['read', d.sock, 'xnode', 'node'], { stdio: 'inherit' });
 }
 
-// 6. Bad input: clear errors, and nothing else breaks.
+// ERR-1: bad operations get clear errors, and nothing else breaks.
 async function badInput(c) {
   const spec = { task: { job: 'bad', operator: 'op', subtask: 0 }, parallelism: 2, backendKind: 'BACKEND_KIND_HEAP', states: ALL_STATES,
     keyHash: 'KEY_HASH_FNV1A_MURMUR' };
@@ -405,11 +551,15 @@ async function badInput(c) {
   let inside = 0;
   while (keyGroup(Buffer.from(`i${inside}`), inst.maxParallelism) === inst.keyGroups.start) inside++;
   const misrouted = { ...inst.op('OP_TYPE_PUT', 'v', `i${inside}`, { value: toBuffer('x') }), keyGroup: inst.keyGroups.start };
+  let own = 0;
+  while (keyGroup(Buffer.from(`i${own}`), inst.maxParallelism) > inst.keyGroups.end) own++;
   let outside = 0;
   while (keyGroup(Buffer.from(`o${outside}`), inst.maxParallelism) <= inst.keyGroups.end) outside++;
   const big = Buffer.alloc(inst.open.maxValueSize + 1);
   const { results: r } = await inst.send([
     inst.op('OP_TYPE_PUT', 'v', `o${outside}`, { value: toBuffer('x') }),
+    { ...inst.op('OP_TYPE_PUT', 'v', 'k', { value: toBuffer('x') }), keyGroup: inst.maxParallelism },
+    inst.op('OP_TYPE_AGGREGATE_ADD', 'sum', `i${own}`, { intValue: 1 }),
     inst.op('OP_TYPE_PUT', 'nope', 'k', { value: toBuffer('x') }),
     inst.op('OP_TYPE_LIST_GET', 'v', 'k'),
     inst.op('OP_TYPE_AGGREGATE_ADD', 'sum', 'k', { numberType: 'NUMBER_TYPE_FLOAT64', floatValue: 1 }),
@@ -418,7 +568,10 @@ async function badInput(c) {
     inst.op('OP_TYPE_PUT', 'v', 'fine', { value: toBuffer('ok') }),
     misrouted,
   ]);
-  expectCode('key group outside the range', r[0], status.INVALID_ARGUMENT, 'key group');
+  expectCode('key group outside the range', r[0], status.INVALID_ARGUMENT, 'outside this instance\'s range');
+  expectCode('key group at max parallelism', r[1], status.INVALID_ARGUMENT, 'out of range');
+  expectCode('aggregate add without number type', r[2], status.INVALID_ARGUMENT, 'number_type', 'NUMBER_TYPE_INT64');
+  r.splice(1, 2);
   expectCode('unknown state', r[1], status.INVALID_ARGUMENT, '"nope"');
   expectCode('wrong state kind', r[2], status.INVALID_ARGUMENT, '"v"');
   expectCode('wrong number type', r[3], status.INVALID_ARGUMENT, '"sum"');
@@ -432,6 +585,16 @@ async function badInput(c) {
   // The stream is still usable, and holds the good write.
   const after = await readAll(inst, ['fine']);
   check(eqBuf(after[0].value, 'ok'), 'the stream broke on bad input');
+  await inst.closeInstance();
+}
+
+const BAD_SPEC = { task: { job: 'bad', operator: 'op', subtask: 0 }, parallelism: 2, backendKind: 'BACKEND_KIND_HEAP', states: ALL_STATES,
+  keyHash: 'KEY_HASH_FNV1A_MURMUR' };
+
+// ERR-2: bad Open requests.
+async function badOpen(c) {
+  const spec = { ...BAD_SPEC, task: { job: 'bad-open', operator: 'op', subtask: 0 } };
+  const inst = await c.open(spec);
   await rejects('open twice', c.open(spec), status.FAILED_PRECONDITION);
   await rejects('open without task', c.call('Open', { parallelism: 1, backendKind: 'BACKEND_KIND_HEAP' }), status.INVALID_ARGUMENT, 'task');
   await rejects('unknown backend', c.call('Open', { ...spec, task: { job: 'bad', operator: 'op2' }, backendKind: undefined, backend: 'rocks' }),
@@ -440,6 +603,16 @@ async function badInput(c) {
     status.INVALID_ARGUMENT, 'different backends');
   await rejects('max parallelism out of range', c.call('Open', { ...spec, task: { job: 'bad', operator: 'op4' }, maxParallelism: 1 << 20 }),
     status.INVALID_ARGUMENT);
+  await rejects('no backend', c.call('Open', { ...spec, task: { job: 'bad', operator: 'op5' }, backendKind: undefined }),
+    status.INVALID_ARGUMENT, 'backend_kind');
+  await rejects('a state with no kind', c.call('Open', { ...spec, task: { job: 'bad', operator: 'op6' }, states: [{ name: 's' }] }),
+    status.INVALID_ARGUMENT, 'has no kind');
+  await inst.closeInstance();
+}
+
+// ERR-3: unknown and foreign instances.
+async function badInstances(c) {
+  const inst = await c.open({ ...BAD_SPEC, task: { job: 'bad', operator: 'op', subtask: 1 } });
   const unknownId = Buffer.alloc(16, 7);
   await rejects('close unknown instance', c.call('CloseInstance', { instanceId: unknownId, job: 'bad' }), status.NOT_FOUND);
   await rejects('another job', c.call('CloseInstance', { instanceId: inst.id, job: 'other' }), status.PERMISSION_DENIED);
@@ -457,7 +630,7 @@ async function badInput(c) {
   await inst.closeInstance();
 }
 
-// 7. Kill the daemon after a barrier right behind unacknowledged writes;
+// RST-4: Kill the daemon after a barrier right behind unacknowledged writes;
 // the restarted daemon restores it.
 async function restart(c, d) {
   const job = 'restart';
@@ -528,39 +701,81 @@ async function bench(c, d, args) {
   }
 }
 
+// CASES are the cases of docs/conformance.md, by id, in the order they run.
+// A case gets {c, d, args}; one that replaces the client sets ctx.c.
+const CASES = [
+  ['KG-1', 'key-group vectors', () => keyGroupVectors()],
+  ['OPS-1', 'every state kind on every backend', ({ c }) => stateKinds(c)],
+  ['OPS-2', 'a timer registered twice is one', ({ c }) => timerTwice(c)],
+  ['OPS-3', 'a full TIMER_POLL page says more', ({ c }) => timerPages(c)],
+  ['OPS-4', 'MAP_ITERATE pages', ({ c }) => mapPages(c)],
+  ['CKP-1', 'barriers after unanswered batches', ({ c }) => barriers(c)],
+  ['CKP-2', 'the unary Snapshot refuses without batches_answered', ({ c }) => unarySnapshot(c)],
+  ['CKP-3', 'checkpoint ids must grow', ({ c }) => checkpointIds(c)],
+  ['SAV-1', 'a savepoint behind unanswered batches is refused', ({ c }) => savepointRefused(c)],
+  ['SAV-2', 'a savepoint holds every answered write', ({ c }) => savepointHolds(c)],
+  ['RST-1', 'latest of a new job', ({ c }) => restoreNewJob(c)],
+  ['RST-2', 'claim, abort reasons, waited snapshots', ({ c }) => restores(c)],
+  ['RST-3', 'a failed replace leaves the running instance', ({ c }) => failedReplace(c)],
+  ['CHS-1', 'channel state across a rescale 2 -> 3', ({ c }) => channelState(c)],
+  ['XC-1', 'state the reference client wrote, and the other way round', ({ c, d, args }) => crossCheck(c, d, args.xcheck)],
+  ['ERR-1', 'bad operations fail alone', ({ c }) => badInput(c)],
+  ['ERR-2', 'bad Open requests', ({ c }) => badOpen(c)],
+  ['ERR-3', 'unknown and foreign instances', ({ c }) => badInstances(c)],
+  // Last: it restarts the daemon.
+  ['RST-4', 'kill and restart', async (ctx) => { ctx.c = await restart(ctx.c, ctx.d); }],
+];
+
+// documentedIds reads the case ids of docs/conformance.md ("**ID title.**").
+function documentedIds() {
+  const doc = fs.readFileSync(path.join(__dirname, '..', '..', 'docs', 'conformance.md'), 'utf8');
+  return [...doc.matchAll(/^\*\*([A-Z]+-\d+) /gm)].map((m) => m[1]);
+}
+
 async function main() {
   const args = parseArgs();
   const t0 = Date.now();
-  const step = async (name, fn) => {
-    const t = Date.now();
-    await fn();
-    console.log(`ok   ${name} (${Date.now() - t} ms)`);
-  };
+  const documented = documentedIds();
+  const ids = CASES.map(([id]) => id);
+  const undocumented = ids.filter((id) => !documented.includes(id));
+  const unimplemented = documented.filter((id) => !ids.includes(id));
+  if (undocumented.length || unimplemented.length || documented.length !== new Set(documented).size) {
+    console.error(`FAIL docs/conformance.md and conformance.js disagree: not documented ${undocumented}, not implemented ${unimplemented}`);
+    process.exit(1);
+  }
+  const unknown = (args.only || []).filter((id) => !ids.includes(id));
+  if (unknown.length) {
+    console.error(`FAIL --only names unknown cases ${unknown}`);
+    process.exit(1);
+  }
+  const run = CASES.filter(([id]) => !args.only || args.only.includes(id));
   const d = new Daemon(args.stated);
   let ok = false;
   try {
-    await step('key-group vectors', async () => keyGroupVectors());
     await d.start();
-    let c = new Client(`unix://${d.sock}`);
-    await step('every state kind on every backend', () => stateKinds(c));
-    await step('snapshot barriers after unacknowledged batches', () => barriers(c));
-    await step('restore modes', () => restores(c));
-    await step('unaligned checkpoints: channel state', () => channelState(c));
-    await step('cross-check with the Go client', () => crossCheck(c, d, args.xcheck));
-    await step('bad input', () => badInput(c));
-    await step('kill, restart, restore', async () => { c = await restart(c, d); });
-    if (args.bench) await bench(c, d, args);
-    c.close();
+    const ctx = { c: new Client(`unix://${d.sock}`), d, args };
+    for (const [id, title, fn] of run) {
+      const t = Date.now();
+      try {
+        await fn(ctx);
+      } catch (err) {
+        err.caseId = id;
+        throw err;
+      }
+      console.log(`ok   ${id} ${title} (${Date.now() - t} ms)`);
+    }
+    if (args.bench) await bench(ctx.c, d, args);
+    ctx.c.close();
     ok = true;
   } catch (err) {
-    console.error(`FAIL ${err instanceof Failure ? '' : '(unexpected) '}${err.stack || err}`);
+    console.error(`FAIL ${err.caseId || ''} ${err instanceof Failure ? '' : '(unexpected) '}${err.stack || err}`);
     if (err instanceof StatedError) console.error(`     code ${err.codeName}`);
     console.error(`daemon log:\n${d.tail()}`);
   } finally {
     await d.stop().catch(() => {});
   }
   if (!ok) process.exit(1);
-  console.log(`conformance passed in ${((Date.now() - t0) / 1000).toFixed(1)} s`);
+  console.log(`conformance passed: ${run.length} of ${CASES.length} cases in ${((Date.now() - t0) / 1000).toFixed(1)} s`);
 }
 
 main();

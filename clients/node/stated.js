@@ -121,6 +121,14 @@ class Client {
     return this.call('ListCheckpoints', { job });
   }
 
+  // triggerSavepoint writes a savepoint of every open instance of job. The
+  // daemon refuses it (FAILED_PRECONDITION) unless batchesAnswered is set:
+  // a savepoint holds only what the daemon applied, so first await drain()
+  // of every instance of the job, then pass batchesAnswered: true.
+  triggerSavepoint(job, { format = 'SAVEPOINT_FORMAT_CANONICAL', checkpointId = 0, batchesAnswered = false } = {}) {
+    return this.call('TriggerSavepoint', { job, format, checkpointId, batchesAnswered });
+  }
+
   close() {
     this.rpc.close();
   }
@@ -140,7 +148,7 @@ class Instance {
     this.keyGroups = open.keyGroups;
     this.maxInFlight = Math.max(1, Math.min(maxInFlight, open.streamQueueDepth + 2 || maxInFlight));
     this.seq = 0;
-    this.pending = []; // {seq, n, resolve, reject}, in send order
+    this.pending = []; // {seq, n, done, resolve, reject}, in send order
     this.waiters = []; // sends waiting for a slot
     this.dead = null;
   }
@@ -201,9 +209,31 @@ class Instance {
       req.job = this.job;
     }
     if (snapshot) req.snapshot = snapshot;
-    const done = new Promise((resolve, reject) => this.pending.push({ seq, n: ops.length, resolve, reject }));
+    const p = { seq, n: ops.length };
+    p.done = new Promise((resolve, reject) => { p.resolve = resolve; p.reject = reject; });
+    this.pending.push(p);
     this.stream.write(req);
-    return done;
+    return p.done;
+  }
+
+  // drain resolves once every request sent so far has been answered (or the
+  // stream failed): then the daemon has applied them all.
+  async drain() {
+    const last = this.pending[this.pending.length - 1];
+    if (last) await last.done.catch(() => {});
+  }
+
+  // pollTimers polls state's timers due at watermark until a poll says no
+  // more are due (TIMER_POLL's more), and returns them all in order.
+  async pollTimers(state, watermark, limit = 0) {
+    const out = [];
+    for (;;) {
+      const { results: [r] } = await this.send([{ type: 'OP_TYPE_TIMER_POLL', state, timestamp: watermark, limit }]);
+      const err = resultError(r);
+      if (err) throw err;
+      out.push(...r.timers);
+      if (!r.more) return out;
+    }
   }
 
   // snapshot takes checkpoint id as a barrier: it holds every operation
