@@ -25,8 +25,10 @@ const (
 	// migratingName is the store a migration writes before it is
 	// complete; a crash leaves it behind, and the next start begins anew.
 	migratingName = "log.migrating"
-	// migrateBatch is how many entries one StoreLogs of a migration holds.
-	migrateBatch = 1024
+	// migrateBatch and migrateBatchBytes bound one StoreLogs of a
+	// migration (entries may be megabytes: the journal's values).
+	migrateBatch      = 1024
+	migrateBatchBytes = 16 << 20
 )
 
 // raft's stable keys (hashicorp/raft keeps them private): its term and
@@ -165,6 +167,7 @@ func migrateWAL(dir string, snapIndex uint64, id string, opts raftlog.Options, l
 	}
 	var (
 		batch       []*raft.Log
+		batchBytes  int
 		badLo, bad  uint64 // the unreadable entries' lowest and highest index
 		firstBadErr error
 	)
@@ -175,7 +178,7 @@ func migrateWAL(dir string, snapIndex uint64, id string, opts raftlog.Options, l
 		if err := s.StoreLogs(batch); err != nil {
 			return fmt.Errorf("cluster: raft log migration: %w", err)
 		}
-		batch = batch[:0]
+		batch, batchBytes = batch[:0], 0
 		return nil
 	}
 	for i := first; first > 0 && i <= last; i++ {
@@ -186,14 +189,14 @@ func migrateWAL(dir string, snapIndex uint64, id string, opts raftlog.Options, l
 			if badLo == 0 {
 				badLo, firstBadErr = i, gerr
 			}
-			bad, batch = i, batch[:0]
+			bad, batch, batchBytes = i, batch[:0], 0
 			if err := s.DeleteRange(first, i); err != nil {
 				return fmt.Errorf("cluster: raft log migration: %w", err)
 			}
 			continue
 		}
-		batch = append(batch, l)
-		if len(batch) == migrateBatch {
+		batch, batchBytes = append(batch, l), batchBytes+len(l.Data)+len(l.Extensions)
+		if len(batch) == migrateBatch || batchBytes >= migrateBatchBytes {
 			if err := flush(); err != nil {
 				return err
 			}
