@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"sync"
 	"testing"
 	"time"
@@ -349,4 +350,24 @@ func TestGetLogCopies(t *testing.T) {
 	}
 	got.Data[0] ^= 0xff
 	has(t, s, entry(1, 1))
+}
+
+// DeleteRange up to the largest index (raft never asks, but the bound
+// must not wrap around to an empty range).
+func TestDeleteRangeToTheEnd(t *testing.T) {
+	s := openMem(t, vfs.NewMem(), "/r")
+	if err := s.StoreLogs(entries(1, 10, 1)); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.StoreLogs([]*raft.Log{entry(math.MaxUint64, 1)}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.DeleteRange(5, math.MaxUint64); err != nil {
+		t.Fatal(err)
+	}
+	bounds(t, s, 1, 4)
+	if err := s.DeleteRange(3, 2); err != nil { // min > max: nothing
+		t.Fatal(err)
+	}
+	bounds(t, s, 1, 4)
 }

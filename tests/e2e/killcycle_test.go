@@ -18,7 +18,8 @@ import (
 )
 
 // killCycles is how many kill/restart cycles TestClusterKillCycles runs:
-// STATED_KILL_CYCLES, or 20 (6 in a race build, whose driver is slower).
+// STATED_KILL_CYCLES, or 20 (6 in a race build, whose driver is slower;
+// 5 with -short).
 // The long run (docs/cluster.md):
 //
 //	STATED_KILL_CYCLES=200 go test -count=1 -timeout 60m -run TestClusterKillCycles -v ./tests/e2e/
@@ -29,6 +30,9 @@ func killCycles(t *testing.T) int {
 			t.Fatalf("STATED_KILL_CYCLES=%q: want a positive number", s)
 		}
 		return n
+	}
+	if testing.Short() {
+		return 5
 	}
 	if raceBuild {
 		return 6
