@@ -72,12 +72,18 @@ func openLogStore(dir string, snapIndex uint64, id string, log *slog.Logger) (*r
 		}
 	}
 	s, err := raftlog.Open(logDir, opts)
-	if err != nil {
+	if errors.Is(err, raftlog.ErrFormatVersion) {
 		return nil, fmt.Errorf("cluster: raft log: %w", err)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("cluster: raft log: %w. %s", err, recoverAdvice(id, dir))
 	}
 	if _, err := s.Check(); err != nil {
 		_ = s.Close()
-		return nil, fmt.Errorf("cluster: raft log: %w", err)
+		if errors.Is(err, raftlog.ErrCorrupt) { // it says what to do
+			return nil, fmt.Errorf("cluster: raft log: %w", err)
+		}
+		return nil, fmt.Errorf("cluster: raft log: %w. %s", err, recoverAdvice(id, dir))
 	}
 	return s, nil
 }

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cockroachdb/pebble/v2"
 	"github.com/hashicorp/raft"
 	wal "github.com/hashicorp/raft-wal"
 	"github.com/hashicorp/raft-wal/metadb"
@@ -429,5 +430,58 @@ func TestMigrationDropsLostEntriesASnapshotCovers(t *testing.T) {
 	}
 	if !strings.Contains(buf.String(), "were dropped") {
 		t.Fatalf("the log does not say what was dropped:\n%s", buf.String())
+	}
+}
+
+// A damaged entry in the node's log stops the node's start with an error
+// naming the entry and what to do, instead of raft's panic when it reads
+// the entry.
+func TestNodeRefusesCorruptLog(t *testing.T) {
+	dir := t.TempDir()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := Options{ID: "n0", Listener: ln, Dir: dir, Token: "cluster-secret", Logger: slog.New(slog.DiscardHandler),
+		Peers: []Peer{{ID: "n0", Addr: ln.Addr().String()}}}
+	fast(&o)
+	n, err := Open(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitLeaderNode(t, n)
+	if _, err := n.Acquire(ctxT(t), "t", "n0"); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// Flip a byte of entry 2's record behind the store's back (key
+	// layout: cluster/raftlog/doc.go).
+	db, err := pebble.Open(filepath.Join(dir, logDirName), &pebble.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := []byte{0x01, 0, 0, 0, 0, 0, 0, 0, 2}
+	v, closer, err := db.Get(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bad := append([]byte(nil), v...)
+	closer.Close()
+	bad[len(bad)-1] ^= 0x40
+	if err := db.Set(key, bad, pebble.Sync); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	n, err = openOn(t, dir, slog.New(slog.DiscardHandler))
+	if err == nil {
+		n.Close()
+		t.Fatal("a node started on a log with a damaged entry")
+	}
+	if !errors.Is(err, raftlog.ErrCorrupt) || !strings.Contains(err.Error(), "log entry 2 ") || !strings.Contains(err.Error(), "join it again") {
+		t.Fatalf("error %v: want a CorruptError naming entry 2 and what to do", err)
 	}
 }
