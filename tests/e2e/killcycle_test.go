@@ -132,7 +132,15 @@ func TestClusterKillCycles(t *testing.T) {
 	t0 := time.Now()
 	truncations, afterTruncation := 0, 0
 	var leaderGone []time.Duration
+	var at atomic.Value // where a failure happened, for its report
+	at.Store("before the first cycle")
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("failed %v (seed %d)", at.Load(), seed)
+		}
+	})
 	for cycle := range cycles {
+		at.Store(fmt.Sprintf("in cycle %d", cycle))
 		// A live node tells who leads.
 		out := waitStatus(t, raft[rng.IntN(3)], token, func(out string, err error) bool { return err == nil && leaderRE.MatchString(out) })
 		leader := int(leaderRE.FindStringSubmatch(out)[1][1] - '0')
@@ -148,6 +156,7 @@ func TestClusterKillCycles(t *testing.T) {
 		}
 		mu.Unlock()
 		restart := func(i int) {
+			at.Store(fmt.Sprintf("in cycle %d, restarting n%d", cycle, i))
 			procs[i].kill()
 			p := start(t, dirs[i], args(i)...)
 			c := p.dial(client.Options{})
