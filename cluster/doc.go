@@ -1,5 +1,5 @@
 // Package cluster is a stated node's membership in a cluster of daemons:
-// a raft group (hashicorp/raft, its log in raft-wal) whose replicated
+// a raft group (hashicorp/raft, its log on Pebble: cluster/raftlog) whose replicated
 // state machine holds what every node must agree on, and the node-to-node
 // service that forwards to the leader what only the leader may decide.
 //
@@ -17,9 +17,12 @@
 //
 // Commands (the raft log's entries) and the machine's snapshots are JSON
 // with a version field "v" (version 1); a node refuses a version it does
-// not know, naming it, rather than misreading it. raft-wal checksums every
-// log entry and raft's file snapshot store every snapshot; both live in
-// the node's --raft-dir.
+// not know, naming it, rather than misreading it. The log store
+// (cluster/raftlog, in --raft-dir/log) checksums every log entry and
+// raft's file snapshot store every snapshot (--raft-dir/snapshots). A
+// raft dir of an older stated, whose log was in raft-wal (--raft-dir/wal),
+// is migrated once at start and the old log kept as wal.migrated
+// (logstore.go); raft-wal is used for that migration only.
 //
 // # Transport and authentication
 //

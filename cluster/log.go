@@ -10,7 +10,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 )
 
-// newRaftLogger sends raft's and raft-wal's hclog lines through the
+// newRaftLogger sends raft's hclog lines (and raft-wal's, in a migration) through the
 // node's slog logger, so that one --log-level and --log-format govern every
 // line the daemon prints. hclog writes JSON lines to slogWriter, which
 // turns each into one slog record with its fields as attributes.

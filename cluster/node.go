@@ -18,14 +18,13 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
-	wal "github.com/hashicorp/raft-wal"
-	"github.com/hashicorp/raft-wal/metadb"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
 	pb "github.com/statedhq/stated/cluster/clusterpb"
+	"github.com/statedhq/stated/cluster/raftlog"
 	"github.com/statedhq/stated/internal/latency"
 	"github.com/statedhq/stated/internal/tlsconf"
 )
@@ -62,8 +61,7 @@ type Node struct {
 	fsm       *fsm
 	mux       *mux
 	trans     *raft.NetworkTransport
-	wal       *wal.WAL
-	meta      *metadb.BoltMetaDB
+	logs      *raftlog.Store // raft's log and stable store
 	grpc      *grpc.Server
 	advertise string
 	clientTLS *tls.Config
@@ -115,10 +113,8 @@ func Open(opts Options) (_ *Node, err error) {
 			return nil, fmt.Errorf("cluster: node-to-node TLS: %w", err)
 		}
 	}
-	for _, d := range []string{filepath.Join(opts.Dir, "wal"), filepath.Join(opts.Dir, "snapshots")} {
-		if err := os.MkdirAll(d, 0o700); err != nil {
-			return nil, fmt.Errorf("cluster: raft dir: %w", err)
-		}
+	if err := os.MkdirAll(filepath.Join(opts.Dir, "snapshots"), 0o700); err != nil {
+		return nil, fmt.Errorf("cluster: raft dir: %w", err)
 	}
 	ln := opts.Listener
 	if ln == nil {
@@ -153,20 +149,20 @@ func Open(opts Options) (_ *Node, err error) {
 		MaxPool: 3, Timeout: 10 * time.Second, Logger: newRaftLogger(n.log, "raft-net"),
 	})
 	closers = append(closers, func() { _ = n.trans.Close() })
-	// raft-wal's Close does not close the metadata store it opened, whose
-	// file lock would then keep a reopened node waiting forever: the node
-	// owns the store and closes it after the log.
-	n.meta = &metadb.BoltMetaDB{}
-	closers = append(closers, func() { _ = n.meta.Close() })
-	if n.wal, err = wal.Open(filepath.Join(opts.Dir, "wal"), wal.WithLogger(newRaftLogger(n.log, "raft-wal")),
-		wal.WithMetaStore(n.meta)); err != nil {
-		return nil, fmt.Errorf("cluster: raft log in %s: %w", opts.Dir, err)
-	}
-	closers = append(closers, func() { _ = n.wal.Close() })
 	snaps, err := raft.NewFileSnapshotStoreWithLogger(filepath.Join(opts.Dir, "snapshots"), opts.SnapshotsRetained, newRaftLogger(n.log, "raft-snapshots"))
 	if err != nil {
 		return nil, fmt.Errorf("cluster: raft snapshots in %s: %w", opts.Dir, err)
 	}
+	var snapIndex uint64
+	if list, err := snaps.List(); err != nil {
+		return nil, fmt.Errorf("cluster: raft snapshots in %s: %w", opts.Dir, err)
+	} else if len(list) > 0 {
+		snapIndex = list[0].Index // newest first
+	}
+	if n.logs, err = openLogStore(opts.Dir, snapIndex, opts.ID, n.log); err != nil {
+		return nil, err
+	}
+	closers = append(closers, func() { _ = n.logs.Close() })
 	conf := raft.DefaultConfig()
 	conf.LocalID = raft.ServerID(opts.ID)
 	conf.HeartbeatTimeout, conf.ElectionTimeout = opts.HeartbeatTimeout, opts.ElectionTimeout
@@ -176,7 +172,7 @@ func Open(opts Options) (_ *Node, err error) {
 	if err := raft.ValidateConfig(conf); err != nil {
 		return nil, fmt.Errorf("cluster: %w", err)
 	}
-	has, err := raft.HasExistingState(n.wal, n.wal, snaps)
+	has, err := raft.HasExistingState(n.logs, n.logs, snaps)
 	if err != nil {
 		return nil, fmt.Errorf("cluster: raft state in %s: %w", opts.Dir, err)
 	}
@@ -189,12 +185,12 @@ func Open(opts Options) (_ *Node, err error) {
 			}
 			cfg.Servers = append(cfg.Servers, raft.Server{Suffrage: raft.Voter, ID: raft.ServerID(p.ID), Address: raft.ServerAddress(addr)})
 		}
-		if err := raft.BootstrapCluster(conf, n.wal, n.wal, snaps, n.trans, cfg); err != nil {
+		if err := raft.BootstrapCluster(conf, n.logs, n.logs, snaps, n.trans, cfg); err != nil {
 			return nil, fmt.Errorf("cluster: bootstrap: %w", err)
 		}
 		n.log.Info("bootstrapped a new cluster", "members", len(cfg.Servers))
 	}
-	if n.raft, err = raft.NewRaft(conf, n.fsm, n.wal, n.wal, snaps, n.trans); err != nil {
+	if n.raft, err = raft.NewRaft(conf, n.fsm, n.logs, n.logs, snaps, n.trans); err != nil {
 		return nil, fmt.Errorf("cluster: %w", err)
 	}
 	closers = append(closers, func() { _ = n.raft.Shutdown().Error() })
@@ -257,10 +253,7 @@ func (n *Node) Close() error {
 		n.conns = map[string]*grpc.ClientConn{}
 		n.mu.Unlock()
 		n.wg.Wait()
-		if cerr := n.wal.Close(); err == nil {
-			err = cerr
-		}
-		if cerr := n.meta.Close(); err == nil {
+		if cerr := n.logs.Close(); err == nil {
 			err = cerr
 		}
 	})
@@ -570,7 +563,7 @@ func (n *Node) readBarrier(ctx context.Context) error {
 func (n *Node) waitApplied(ctx context.Context, index uint64) error {
 	var l raft.Log
 	for i := index; i > n.fsm.appliedIndex(); i-- {
-		err := n.wal.GetLog(i, &l)
+		err := n.logs.GetLog(i, &l)
 		if errors.Is(err, raft.ErrLogNotFound) {
 			return nil
 		}

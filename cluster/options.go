@@ -72,7 +72,8 @@ type Options struct {
 	// of a plain TCP dial (a proxy; tests that cut a node off). TLS and
 	// the cluster token still run over what it returns.
 	Dial Dialer
-	// Dir holds the raft log (raft-wal) and snapshots (--raft-dir).
+	// Dir holds the raft log (Dir/log, package raftlog) and snapshots
+	// (--raft-dir).
 	// Required.
 	Dir string
 	// Peers bootstraps a new cluster with these voters, this node among
