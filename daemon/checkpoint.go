@@ -300,9 +300,10 @@ func (d *Daemon) CompleteCheckpoint(ctx context.Context, job string, id uint64, 
 		if m, ok := d.cfg.Catalog.Checkpoint(job, id); ok {
 			return infoFromManifest(m), nil // a retried call
 		}
-		if d.cfg.SharedCatalog && len(tasks) > 0 {
+		if d.cfg.SharedCatalog {
 			// Every task lives on other daemons: the catalog completes it
-			// when they all reported.
+			// when they all reported (without a task list, when every
+			// task of the job open anywhere did).
 			m, err := d.cfg.Catalog.CompleteTasks(ctx, job, id, tasks)
 			if err != nil {
 				return CheckpointInfo{}, fmt.Errorf("daemon: complete checkpoint %d of job %s: %w", id, job, err)
