@@ -617,11 +617,22 @@ func (d *Daemon) ListCheckpoints(ctx context.Context, job string) ([]CheckpointI
 		return nil, fmt.Errorf("daemon: list checkpoints: %w", err)
 	}
 	now := time.Now()
+	look := d.lookups()
+	recs, err := look.ListContext(ctx, job)
+	if err != nil {
+		return nil, fmt.Errorf("daemon: list checkpoints of job %s: %w", job, err)
+	}
 	var out []CheckpointInfo
-	for _, r := range d.cfg.Catalog.List(job) {
+	for _, r := range recs {
 		in := infoFromRecord(job, r, now)
-		if m, ok := d.cfg.Catalog.Checkpoint(job, r.ID); ok && r.Retained {
-			in.ChangelogSize = m.ChangelogSize()
+		if r.Retained {
+			m, ok, err := look.CheckpointContext(ctx, job, r.ID)
+			if err != nil {
+				return nil, fmt.Errorf("daemon: list checkpoints of job %s: checkpoint %d: %w", job, r.ID, err)
+			}
+			if ok {
+				in.ChangelogSize = m.ChangelogSize()
+			}
 		}
 		out = append(out, in)
 	}
