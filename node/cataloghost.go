@@ -188,6 +188,13 @@ func (h *catalogHost) host(term uint64) error {
 			checks = append(checks, cluster.Check{Task: fenceKey(f.Task), Token: f.Token})
 		}
 		res, err := h.c.Propose(ctx, cmd, checks)
+		if cluster.IsLeadershipError(err) {
+			// Not an answer: the call that proposed it is retried on
+			// the next leader (reports and completions are idempotent,
+			// and a completion whose command was committed after all is
+			// found there).
+			return nil, fmt.Errorf("%w: %w", catalogrpc.ErrNotServing, err)
+		}
 		return res, fencedErr(err)
 	}
 	o.CheckCompletion = h.checkCompletion
