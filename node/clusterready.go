@@ -1,0 +1,49 @@
+package node
+
+import (
+	"context"
+	"errors"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/statedhq/stated/cluster"
+)
+
+// clusterStateError is the refusal of a call that needs the cluster on a
+// node that cannot serve it now (cluster.Node.Ready): FAILED_PRECONDITION
+// when the node is no member (never joined, or removed: an operator must
+// act), UNAVAILABLE when it knows no leader (the engine retries).
+type clusterStateError struct{ err error }
+
+func (e *clusterStateError) Error() string { return e.err.Error() }
+func (e *clusterStateError) Unwrap() error { return e.err }
+
+// GRPCStatus is the code the daemon's API answers with.
+func (e *clusterStateError) GRPCStatus() *status.Status {
+	code := codes.Unavailable
+	if errors.Is(e.err, cluster.ErrNotMember) {
+		code = codes.FailedPrecondition
+	}
+	return status.New(code, e.Error())
+}
+
+// ready refuses at once what this node cannot serve now, instead of
+// letting the call wait for a leader until its deadline.
+func ready(ctx context.Context, c *cluster.Node) error {
+	if err := c.Ready(ctx); err != nil {
+		return &clusterStateError{err}
+	}
+	return nil
+}
+
+// readyCaller is the catalog client's way to the hosting catalog: the
+// cluster's Call, refused at once on a node that cannot reach a catalog.
+type readyCaller struct{ c *cluster.Node }
+
+func (r readyCaller) Call(ctx context.Context, method string, payload []byte) ([]byte, error) {
+	if err := ready(ctx, r.c); err != nil {
+		return nil, err
+	}
+	return r.c.Call(ctx, method, payload)
+}
