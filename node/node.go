@@ -125,6 +125,9 @@ func Open(ctx context.Context, opts Options) (_ *Node, err error) {
 		return nil, err
 	}
 	n.closers = append(n.closers, unlock)
+	if err := recordStore(opts); err != nil {
+		return nil, err
+	}
 	if err := n.openCluster(); err != nil {
 		return nil, err
 	}
