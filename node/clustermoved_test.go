@@ -143,3 +143,35 @@ func TestPartialCompletionRefused(t *testing.T) {
 }
 
 func itoa(v uint64) string { return strconv.FormatUint(v, 10) }
+
+// TestZombieSnapshotKeepsTheCheckpoint: a zombie (its task opened again
+// on another node) snapshots a checkpoint and is refused; the checkpoint
+// is not aborted for the whole job: the task's new holder and the job's
+// other task report it, and a completion through the zombie's node
+// completes it with their handles. The zombie's refused snapshot aborted
+// the checkpoint before, and the others' work was lost.
+func TestZombieSnapshotKeepsTheCheckpoint(t *testing.T) {
+	nodes := startNodes(t, 3, "secret")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	a, b := backend.TaskID{Job: "k", Operator: "a"}, backend.TaskID{Job: "k", Operator: "b"}
+	zombie := openOn(t, ctx, nodes[0], a, allGroups)
+	other := openOn(t, ctx, nodes[2], b, allGroups)
+	moved := openOn(t, ctx, nodes[1], a, allGroups)
+	if _, err := nodes[0].Daemon().Snapshot(ctx, zombie, 1, true); !errors.Is(err, daemon.ErrFenced) {
+		t.Fatalf("the zombie's snapshot: %v", err)
+	}
+	if _, err := nodes[2].Daemon().Snapshot(ctx, other, 1, true); err != nil {
+		t.Fatalf("the other task's snapshot after the zombie's was refused: %v", err)
+	}
+	if _, err := nodes[1].Daemon().Snapshot(ctx, moved, 1, true); err != nil {
+		t.Fatalf("the new holder's snapshot: %v", err)
+	}
+	info, err := nodes[0].Daemon().CompleteCheckpoint(ctx, "k", 1, nil)
+	if err != nil {
+		t.Fatalf("completion through the zombie's node: %v", err)
+	}
+	if info.Tasks != 2 {
+		t.Fatalf("completed with %d tasks", info.Tasks)
+	}
+}
