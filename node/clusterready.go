@@ -3,11 +3,13 @@ package node
 import (
 	"context"
 	"errors"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	"github.com/statedhq/stated/cluster"
+	"github.com/statedhq/stated/node/webui"
 )
 
 // clusterStateError is the refusal of a call that needs the cluster on a
@@ -46,4 +48,28 @@ func (r readyCaller) Call(ctx context.Context, method string, payload []byte) ([
 		return nil, err
 	}
 	return r.c.Call(ctx, method, payload)
+}
+
+// clusterPanel is the web page's cluster panel: this node's raft state,
+// the leader, the members, and why the node refuses tasks if it does.
+func (n *Node) clusterPanel() *webui.Cluster {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	c := n.cluster
+	p := &webui.Cluster{Node: c.ID()}
+	st, err := c.Status(ctx, false)
+	if st != nil {
+		p.Role, p.Leader, p.LeaderAddr, p.Term = st.GetState(), st.GetLeaderId(), st.GetLeaderAddr(), st.GetTerm()
+		for _, m := range st.GetMembers() {
+			p.Members = append(p.Members, webui.ClusterMember{ID: m.GetNodeId(), Addr: m.GetRaftAddr(), Suffrage: m.GetSuffrage(),
+				Leader: m.GetLeader(), This: m.GetNodeId() == c.ID()})
+		}
+	}
+	if err == nil {
+		err = c.Ready(ctx)
+	}
+	if err != nil {
+		p.Problem = err.Error()
+	}
+	return p
 }

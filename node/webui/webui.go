@@ -49,6 +49,35 @@ type Source struct {
 	Token string
 	// Refresh is the page's reload period. Default 5s; negative: never.
 	Refresh time.Duration
+	// Cluster (nil: the daemon runs alone) is the node's view of its
+	// cluster, for the page's cluster panel.
+	Cluster func() *Cluster
+}
+
+// Cluster is the cluster panel: this node's view of its cluster.
+type Cluster struct {
+	// Node is this node's id, Role its raft state ("leader",
+	// "follower", "candidate", "shutdown").
+	Node string `json:"node"`
+	Role string `json:"role"`
+	// Leader is the leader's id ("": none known).
+	Leader     string `json:"leader"`
+	LeaderAddr string `json:"leaderAddr,omitempty"`
+	Term       uint64 `json:"term"`
+	// Problem says why this node refuses tasks now (not joined, removed,
+	// no quorum), empty when it serves them.
+	Problem string          `json:"problem,omitempty"`
+	Members []ClusterMember `json:"members"`
+}
+
+// ClusterMember is one member of the cluster's configuration.
+type ClusterMember struct {
+	ID       string `json:"id"`
+	Addr     string `json:"addr"`
+	Suffrage string `json:"suffrage"`
+	Leader   bool   `json:"leader"`
+	// This is the node serving the page.
+	This bool `json:"this"`
 }
 
 // State is everything the page shows; /ui/api/state serves it as JSON.
@@ -60,8 +89,10 @@ type State struct {
 	Counters   []Counter   `json:"counters"`
 	Savepoints []Savepoint `json:"savepoints"`
 	Problems   []string    `json:"problems,omitempty"`
-	refresh    int         // seconds; 0: none
-	charts     map[string]template.HTML
+	// Cluster is the cluster panel (nil: the daemon runs alone).
+	Cluster *Cluster `json:"cluster,omitempty"`
+	refresh int      // seconds; 0: none
+	charts  map[string]template.HTML
 }
 
 // Job is one job's history.
@@ -214,6 +245,9 @@ func Collect(src Source) State {
 		if src.Refresh == 0 {
 			st.refresh = 5
 		}
+	}
+	if src.Cluster != nil {
+		st.Cluster = src.Cluster()
 	}
 	c := src.Catalog
 	var insts []*daemon.Instance
