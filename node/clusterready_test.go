@@ -83,7 +83,12 @@ func TestRemovedNodeRefusesTasks(t *testing.T) {
 	defer cancel()
 	// An instance open on it when it is removed: its close releases the
 	// token through the cluster, which must not wait for a leader.
-	openOn(t, ctx, nodes[gone], backend.TaskID{Job: "held", Operator: "op"}, allGroups)
+	held := openOn(t, ctx, nodes[gone], backend.TaskID{Job: "held", Operator: "op"}, allGroups)
+	// And a checkpoint in flight, which its shutdown aborts through the
+	// catalog.
+	if _, err := nodes[gone].Daemon().Snapshot(ctx, held, 1, true); err != nil {
+		t.Fatal(err)
+	}
 	if err := nodes[other].Cluster().Leave(ctx, nodes[gone].Cluster().ID()); err != nil {
 		t.Fatal(err)
 	}
