@@ -477,6 +477,16 @@ func (c *Client) manifestContext(ctx context.Context, method string, req *reques
 // page); a failure is logged and answers nothing.
 func (c *Client) Jobs() []string { return c.lookup(mJobs, &request{}).Names }
 
+// JobsContext is Jobs with its error: the web page shows a catalog it
+// could not reach as a problem, not as "no checkpoint history".
+func (c *Client) JobsContext(ctx context.Context) ([]string, error) {
+	a, err := c.call(ctx, mJobs, &request{})
+	if err != nil {
+		return nil, err
+	}
+	return a.Names, nil
+}
+
 func (c *Client) Problems() []catalog.Problem {
 	var out []catalog.Problem
 	for _, p := range c.lookup(mProblems, &request{}).Problems {

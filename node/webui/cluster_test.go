@@ -25,6 +25,13 @@ import (
 // returns the base URL of a follower's page, its id and the leader's.
 func clusterPage(t *testing.T) (base, self, leader string) {
 	t.Helper()
+	base, self, leader, _ = clusterNodes(t)
+	return base, self, leader
+}
+
+// clusterNodes is clusterPage with the nodes.
+func clusterNodes(t *testing.T) (base, self, leader string, nodes []*node.Node) {
+	t.Helper()
 	store := memstore.New()
 	var lns []net.Listener
 	var peers []string
@@ -36,7 +43,6 @@ func clusterPage(t *testing.T) (base, self, leader string) {
 		lns = append(lns, ln)
 		peers = append(peers, fmt.Sprintf("n%d=%s", i, ln.Addr()))
 	}
-	var nodes []*node.Node
 	for i := range 3 {
 		dir, err := os.MkdirTemp("", "webui")
 		if err != nil {
@@ -67,11 +73,44 @@ func clusterPage(t *testing.T) (base, self, leader string) {
 	leader, _ = nodes[0].Cluster().Leader()
 	for _, nd := range nodes {
 		if !nd.Cluster().IsLeader() {
-			return "http://" + nd.MetricsAddr().String(), nd.Cluster().ID(), leader
+			return "http://" + nd.MetricsAddr().String(), nd.Cluster().ID(), leader, nodes
 		}
 	}
 	t.Fatal("no follower")
-	return "", "", ""
+	return "", "", "", nil
+}
+
+// TestClusterPageWithoutACatalog: with its peers gone, a node's page
+// says that the catalog could not be read and why, and that the node
+// refuses tasks, instead of "no checkpoint history".
+func TestClusterPageWithoutACatalog(t *testing.T) {
+	base, self, _, nodes := clusterNodes(t)
+	for _, nd := range nodes {
+		if nd.Cluster().ID() != self {
+			_ = nd.Close()
+		}
+	}
+	var st webui.State
+	for deadline := time.Now().Add(20 * time.Second); ; {
+		_, body := get(t, base+"/ui/api/state", "")
+		if err := json.Unmarshal([]byte(body), &st); err != nil {
+			t.Fatal(err)
+		}
+		if st.Cluster != nil && st.Cluster.Problem != "" && len(st.Problems) > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the page of a node without a quorum: %+v", st)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if !strings.Contains(st.Problems[0], "the catalog could not be read") || !strings.Contains(st.Problems[0], "unreachable") ||
+		!strings.Contains(st.Cluster.Problem, "no leader") {
+		t.Fatalf("problems %q, cluster problem %q", st.Problems, st.Cluster.Problem)
+	}
+	if _, page := get(t, base+"/ui/", ""); !strings.Contains(page, "the catalog could not be read") || !strings.Contains(page, `class="cluster-problem"`) {
+		t.Fatalf("the page does not say the catalog could not be read:\n%s", page)
+	}
 }
 
 // TestClusterPanel: a cluster node's page and JSON show the cluster: this

@@ -1,6 +1,7 @@
 package webui
 
 import (
+	"context"
 	"crypto/subtle"
 	"embed"
 	"encoding/json"
@@ -35,6 +36,15 @@ type Catalog interface {
 	Checkpoint(job string, id uint64) (*catalog.Manifest, bool)
 	Savepoints() []*catalog.Manifest
 }
+
+// CheckedJobs is a Catalog whose job list can fail (cluster mode's
+// client of the leader's catalog).
+type CheckedJobs interface {
+	JobsContext(ctx context.Context) ([]string, error)
+}
+
+// catalogTimeout bounds the page's wait for a catalog across the cluster.
+const catalogTimeout = 5 * time.Second
 
 // Source is what the page shows. Catalog is required; Daemon and
 // Gatherer may be nil (no instances, no timings; no counters).
@@ -260,11 +270,27 @@ func Collect(src Source) State {
 			restored[in.Task.Job] = max(restored[in.Task.Job], in.RestoredFrom)
 		}
 	}
-	for _, p := range c.Problems() {
-		st.Problems = append(st.Problems, p.String())
+	jobs, reachable := c.Jobs, true
+	if cc, ok := c.(CheckedJobs); ok {
+		// A catalog across the cluster: one it cannot reach is a problem
+		// on the page, not an empty history (and the page asks it
+		// nothing more).
+		ctx, cancel := context.WithTimeout(context.Background(), catalogTimeout)
+		names, err := cc.JobsContext(ctx)
+		cancel()
+		if err != nil {
+			st.Problems = append(st.Problems, "the catalog could not be read: "+err.Error())
+			reachable = false
+		}
+		jobs = func() []string { return names }
+	}
+	if reachable {
+		for _, p := range c.Problems() {
+			st.Problems = append(st.Problems, p.String())
+		}
 	}
 	now := time.Now()
-	for _, name := range c.Jobs() {
+	for _, name := range jobs() {
 		j := Job{Name: name, RestoredFrom: restored[name]}
 		recs := c.List(name)
 		for i := len(recs) - 1; i >= 0 && len(j.Checkpoints) < historyLimit; i-- {
@@ -308,8 +334,14 @@ func Collect(src Source) State {
 	for _, in := range insts {
 		x := Instance{Task: in.Task.String(), Job: in.Task.Job, Backend: string(in.Kind),
 			KeyGroups: keyGroups(in.KeyGroups), MaxParallelism: in.MaxParallelism, Changelog: in.Changelog(), RestoredFrom: in.RestoredFrom}
-		x.LastCheckpoint, x.FullSize, x.CheckpointedSize = lastHandle(c, in.Task)
+		if reachable {
+			x.LastCheckpoint, x.FullSize, x.CheckpointedSize = lastHandle(c, in.Task)
+		}
 		st.Instances = append(st.Instances, x)
+	}
+	if !reachable {
+		st.Counters = counters(src.Gatherer)
+		return st
 	}
 	for _, m := range c.Savepoints() {
 		st.Savepoints = append(st.Savepoints, Savepoint{ID: m.SavepointID, Job: m.Job, Checkpoint: m.CheckpointID,
