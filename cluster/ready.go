@@ -34,10 +34,11 @@ const readyProbeTTL = time.Second
 // cluster (a fencing token, the catalog): nil, or an error that names the
 // node's state and what to do, wrapping ErrNotMember (never joined, or
 // removed: the error says which) or ErrNoLeader (no leader heard of for
-// longer than an election takes; the error says how many members answer
-// and the quorum). While a leader is known, or was within the grace (a
-// few election timeouts, so that an election in progress is waited for by
-// the call itself), it is nil.
+// longer than an election takes, and fewer than a quorum of the members
+// answer; the error says how many answer and the quorum). While a leader
+// is known, or was within the grace (a few election timeouts), or a
+// quorum answers (an election in progress, which the call itself waits
+// for), it is nil.
 //
 // A removed node often never hears of its removal (the leader stops
 // replicating to it at once), so once it has known no leader past the
@@ -136,6 +137,11 @@ func (n *Node) probeMembers(ctx context.Context, members map[string]bool, withou
 		return n.removedErr()
 	}
 	total := len(members)
+	if answered+1 >= total/2+1 {
+		// A quorum is reachable: an election is under way (or about to
+		// be), which the call waits for.
+		return nil
+	}
 	return fmt.Errorf("%w: node %s has known no leader for %s: %d of the other %d members answer, and a leader needs %d of %d (a quorum); see `stated cluster status`, and bring members back or remove dead ones",
 		ErrNoLeader, n.opts.ID, without.Round(100*time.Millisecond), answered, total-1, total/2+1, total)
 }

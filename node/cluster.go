@@ -159,28 +159,25 @@ type clusterFence struct {
 
 func fenceKey(t backend.TaskID) string { return fmt.Sprintf("%s/%s/%d", t.Job, t.Operator, t.Subtask) }
 
-func (f clusterFence) Acquire(ctx context.Context, t backend.TaskID) (uint64, error) {
-	if err := ready(ctx, f.c); err != nil {
-		return 0, err
-	}
-	if err := f.before(ctx); err != nil {
-		return 0, err
-	}
-	return f.c.Acquire(ctx, fenceKey(t), f.c.ID())
+// Every call is watched: refused at once, or ended, when the node cannot
+// serve it (not joined, removed, no quorum).
+func (f clusterFence) Acquire(ctx context.Context, t backend.TaskID) (tok uint64, err error) {
+	err = watched(ctx, f.c, func(ctx context.Context) error {
+		if err := f.before(ctx); err != nil {
+			return err
+		}
+		tok, err = f.c.Acquire(ctx, fenceKey(t), f.c.ID())
+		return err
+	})
+	return tok, err
 }
 
 func (f clusterFence) Check(ctx context.Context, t backend.TaskID, token uint64) error {
-	if err := ready(ctx, f.c); err != nil {
-		return err
-	}
-	return fencedErr(f.c.Check(ctx, fenceKey(t), token))
+	return watched(ctx, f.c, func(ctx context.Context) error { return fencedErr(f.c.Check(ctx, fenceKey(t), token)) })
 }
 
 func (f clusterFence) Release(ctx context.Context, t backend.TaskID, token uint64) error {
-	if err := ready(ctx, f.c); err != nil {
-		return err
-	}
-	return fencedErr(f.c.Release(ctx, fenceKey(t), token))
+	return watched(ctx, f.c, func(ctx context.Context) error { return fencedErr(f.c.Release(ctx, fenceKey(t), token)) })
 }
 
 func fencedErr(err error) error {

@@ -40,14 +40,56 @@ func ready(ctx context.Context, c *cluster.Node) error {
 }
 
 // readyCaller is the catalog client's way to the hosting catalog: the
-// cluster's Call, refused at once on a node that cannot reach a catalog.
+// cluster's Call, through watched.
 type readyCaller struct{ c *cluster.Node }
 
-func (r readyCaller) Call(ctx context.Context, method string, payload []byte) ([]byte, error) {
-	if err := ready(ctx, r.c); err != nil {
-		return nil, err
+func (r readyCaller) Call(ctx context.Context, method string, payload []byte) (out []byte, err error) {
+	err = watched(ctx, r.c, func(ctx context.Context) error {
+		out, err = r.c.Call(ctx, method, payload)
+		return err
+	})
+	return out, err
+}
+
+// readyWatch is how often a call in flight asks whether the node can
+// still serve it.
+const readyWatch = 200 * time.Millisecond
+
+// watched runs call, which needs the cluster: refused at once on a node
+// that cannot serve it (ready), and ended when the node finds out during
+// the call that it cannot (it was removed, or its peers went away: a
+// shutdown's aborts and token releases then end at once instead of at
+// their deadlines).
+func watched(ctx context.Context, c *cluster.Node, call func(context.Context) error) error {
+	if err := ready(ctx, c); err != nil {
+		return err
 	}
-	return r.c.Call(ctx, method, payload)
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	done := make(chan struct{})
+	defer close(done)
+	go func() {
+		t := time.NewTicker(readyWatch)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				if err := ready(ctx, c); err != nil {
+					cancel(err)
+					return
+				}
+			}
+		}
+	}()
+	err := call(ctx)
+	if cause := context.Cause(ctx); err != nil && cause != nil && !errors.Is(cause, context.Canceled) && !errors.Is(cause, context.DeadlineExceeded) {
+		return cause
+	}
+	return err
 }
 
 // clusterPanel is the web page's cluster panel: this node's raft state,
