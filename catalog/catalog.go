@@ -119,6 +119,32 @@ type Options struct {
 	// catalog alone over its root.
 	Replica *Replica
 	Propose func(ctx context.Context, cmd []byte, fences []Fence) (any, error)
+	// CheckCompletion (nil: none), of a replicated catalog, is asked by a
+	// completion right before its manifest is written; Guard, asked
+	// next, confirms the leadership, which makes what it read a
+	// linearizable read. It gets the handles the manifest would list,
+	// with the fencing tokens they were reported under, and whether the
+	// caller named no tasks (then the checkpoint must hold every task of
+	// its job). An error refuses the completion; the checkpoint stays in
+	// flight. In cluster mode it refuses a handle whose task was opened
+	// again since it was reported, and a checkpoint without a task list
+	// that lacks a task open anywhere in the cluster or a subtask of an
+	// operator it holds handles of (Missing).
+	CheckCompletion func(ctx context.Context, c Completion) error
+}
+
+// Completion is what Options.CheckCompletion checks.
+type Completion struct {
+	Job string
+	ID  uint64
+	// Handles are the handles the manifest would list.
+	Handles []*backend.Handle
+	// Tokens are the fencing tokens of the handles' reports, by task (a
+	// handle reported without one has none).
+	Tokens map[backend.TaskID]uint64
+	// Whole: the caller named no tasks, so the checkpoint must hold
+	// every task of the job.
+	Whole bool
 }
 
 // EnsureDefaults fills zero fields with their defaults.
@@ -227,6 +253,9 @@ type entry struct {
 type inflight struct {
 	started time.Time
 	handles []*backend.Handle
+	// tokens are the fencing tokens the handles were reported under, by
+	// task (a replicated catalog; none for a report without one).
+	tokens map[backend.TaskID]uint64
 	// completing: a Complete is writing the manifest, which lists handles
 	// and extra, the handles passed to that Complete.
 	completing bool

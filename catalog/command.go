@@ -11,7 +11,13 @@ import (
 // commandVersion is the version of the command encoding: a JSON object
 // with "v", refused (naming the version) by a reader that does not know
 // it, so that a node of a later version never half-reads an entry.
-const commandVersion = 1
+// Version 2 adds add-handle's "token" (the fencing token of the report);
+// a command is written at version 1 unless it (or a command of its batch)
+// carries a token, so that nodes of version 1 still read the rest.
+const (
+	commandVersion1 = 1
+	commandVersion  = 2
+)
 
 // wireCommand is a command as encoded.
 type wireCommand struct {
@@ -21,6 +27,7 @@ type wireCommand struct {
 	ID            uint64            `json:"id,omitempty"`
 	Now           time.Time         `json:"now,omitzero"`
 	Handles       []*backend.Handle `json:"handles,omitempty"`
+	Token         uint64            `json:"token,omitempty"`
 	Manifest      []byte            `json:"manifest,omitempty"`
 	Status        Status            `json:"status,omitempty"`
 	Reason        string            `json:"reason,omitempty"`
@@ -46,7 +53,14 @@ func encodeCommand(cmd command) ([]byte, error) {
 		return nil, fmt.Errorf("%w: unknown catalog command %s", ErrInvalidArgument, cmd.Op)
 	}
 	var batch []json.RawMessage
+	v := commandVersion1
+	if cmd.Token != 0 {
+		v = commandVersion
+	}
 	for _, sub := range cmd.Batch {
+		if sub.Token != 0 {
+			v = commandVersion
+		}
 		if sub.Op == opBatch {
 			return nil, fmt.Errorf("%w: a batch inside a batch", ErrInvalidArgument)
 		}
@@ -56,8 +70,8 @@ func encodeCommand(cmd command) ([]byte, error) {
 		}
 		batch = append(batch, enc)
 	}
-	return json.Marshal(wireCommand{V: commandVersion, Op: opNames[cmd.Op], Job: cmd.Job, ID: cmd.ID, Now: cmd.Now, Batch: batch,
-		Handles: cmd.Handles, Manifest: cmd.Manifest, Status: cmd.Status, Reason: cmd.Reason, Savepoint: cmd.Savepoint,
+	return json.Marshal(wireCommand{V: v, Op: opNames[cmd.Op], Job: cmd.Job, ID: cmd.ID, Now: cmd.Now, Batch: batch,
+		Handles: cmd.Handles, Token: cmd.Token, Manifest: cmd.Manifest, Status: cmd.Status, Reason: cmd.Reason, Savepoint: cmd.Savepoint,
 		FromJob: cmd.FromJob, Mode: cmd.Mode, AllowFallback: cmd.AllowFallback, Owner: cmd.Owner, Pinned: cmd.Pinned, At: cmd.At,
 		Image: cmd.Image})
 }
@@ -71,7 +85,7 @@ func decodeCommand(data []byte) (command, error) {
 	if err := strictUnmarshal(data, &w); err != nil {
 		return command{}, fmt.Errorf("%w: catalog command: %v", ErrCorrupt, err)
 	}
-	if w.V != commandVersion {
+	if w.V != commandVersion1 && w.V != commandVersion {
 		return command{}, fmt.Errorf("%w: catalog command version %d (this build reads %d)", backend.ErrIncompatible, w.V, commandVersion)
 	}
 	var kind op
@@ -122,7 +136,10 @@ func decodeCommand(data []byte) (command, error) {
 		}
 		batch = append(batch, sub)
 	}
-	return command{Batch: batch, Op: kind, Job: w.Job, ID: w.ID, Now: w.Now, Handles: w.Handles, Manifest: w.Manifest,
+	if w.Token != 0 && (w.V == commandVersion1 || kind != opAddHandle) {
+		return command{}, fmt.Errorf("%w: catalog command %s (version %d) with a fencing token", ErrCorrupt, w.Op, w.V)
+	}
+	return command{Batch: batch, Op: kind, Job: w.Job, ID: w.ID, Now: w.Now, Handles: w.Handles, Token: w.Token, Manifest: w.Manifest,
 		Status: w.Status, Reason: w.Reason, Savepoint: w.Savepoint, FromJob: w.FromJob, Mode: w.Mode,
 		AllowFallback: w.AllowFallback, Owner: w.Owner, Pinned: w.Pinned, At: w.At, Image: w.Image}, nil
 }

@@ -34,7 +34,10 @@ type op uint8
 const (
 	// opBegin: checkpoint ID of Job is in flight from Now.
 	opBegin op = iota + 1
-	// opAddHandle: Handles[0] is one task's handle for in-flight ID.
+	// opAddHandle: Handles[0] is one task's handle for in-flight ID,
+	// reported under fencing token Token (0: none). A handle of a task
+	// that holds one reported under an older token replaces it: the task
+	// was taken over, and its old holder's handle must not complete.
 	opAddHandle
 	// opStartComplete: Complete of ID begins, with Handles added to the
 	// reported ones. The outcome lists what the manifest must hold, or
@@ -126,6 +129,9 @@ type command struct {
 	ID      uint64
 	Now     time.Time
 	Handles []*backend.Handle
+	// Token is the fencing token an add-handle's report was made under
+	// (0: none).
+	Token uint64
 	// Manifest is the manifest as written (opCompleted).
 	Manifest []byte
 	Status   Status
@@ -194,7 +200,7 @@ func (m *machine) apply(cmd command) (outcome, error) {
 		if len(cmd.Handles) != 1 {
 			return out, fmt.Errorf("%w: add-handle with %d handles", ErrInvalidArgument, len(cmd.Handles))
 		}
-		err = m.addHandle(cmd.Job, cmd.ID, cmd.Handles[0])
+		err = m.addHandle(cmd.Job, cmd.ID, cmd.Handles[0], cmd.Token)
 	case opStartComplete:
 		out, err = m.startComplete(cmd.Job, cmd.ID, cmd.Handles)
 	case opCompleteFailed:
@@ -293,7 +299,7 @@ func (m *machine) inflightOf(job string, id uint64, hint string) (*jobState, *in
 	return j, inf, nil
 }
 
-func (m *machine) addHandle(job string, id uint64, h *backend.Handle) error {
+func (m *machine) addHandle(job string, id uint64, h *backend.Handle, token uint64) error {
 	j, inf, err := m.inflightOf(job, id, "")
 	if err != nil {
 		return err
@@ -304,19 +310,41 @@ func (m *machine) addHandle(job string, id uint64, h *backend.Handle) error {
 	if err := m.checkHandle(j, id, h); err != nil {
 		return err
 	}
-	for _, o := range inf.handles {
-		if o.Task == h.Task {
-			if sameHandle(o, h) {
-				// The same report again: a forwarded call retried after
-				// its answer was lost, or a node replaying its reports to
-				// a new leader.
-				return nil
-			}
-			return fmt.Errorf("%w: checkpoint %s already has a handle of task %s", ErrExists, CheckpointDir(job, id), h.Task)
+	for i, o := range inf.handles {
+		if o.Task != h.Task {
+			continue
 		}
+		old := inf.tokens[h.Task]
+		switch {
+		case sameHandle(o, h) && (token == old || token == 0):
+			// The same report again: a forwarded call retried after
+			// its answer was lost, or a node replaying its reports to
+			// a new leader.
+			return nil
+		case token != 0 && old != 0 && token > old:
+			// The task was taken over (opened again, a newer token)
+			// since its old holder reported: the new holder's handle
+			// replaces the old one, which must never complete.
+			m.guard.add(o, -1)
+			h = cloneHandle(h)
+			inf.handles[i] = h
+			inf.tokens[h.Task] = token
+			m.guard.add(h, +1)
+			return nil
+		case token != 0 && old != 0 && token < old:
+			return fmt.Errorf("%w: checkpoint %s: the report of task %s under fencing token %d is older than the one it holds (token %d)",
+				ErrFenced, CheckpointDir(job, id), h.Task, token, old)
+		}
+		return fmt.Errorf("%w: checkpoint %s already has a handle of task %s", ErrExists, CheckpointDir(job, id), h.Task)
 	}
 	h = cloneHandle(h)
 	inf.handles = append(inf.handles, h)
+	if token != 0 {
+		if inf.tokens == nil {
+			inf.tokens = map[backend.TaskID]uint64{}
+		}
+		inf.tokens[h.Task] = token
+	}
 	m.guard.add(h, +1)
 	return nil
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"time"
 
@@ -163,7 +164,7 @@ func (c *Catalog) AddFencedTaskHandle(job string, id uint64, h *backend.Handle, 
 	if err := c.checkNotCompleting(job, id); err != nil {
 		return err
 	}
-	return c.report(command{Op: opAddHandle, Job: job, ID: id, Handles: []*backend.Handle{h}}, []Fence{{Task: h.Task, Token: token}})
+	return c.report(command{Op: opAddHandle, Job: job, ID: id, Handles: []*backend.Handle{h}, Token: token}, []Fence{{Task: h.Task, Token: token}})
 }
 
 // report has the machine take a report, with its checkpoint's held-back
@@ -287,7 +288,10 @@ func (c *Catalog) checkNotCompleting(job string, id uint64) error {
 // completion's path). What retention drops goes in the background
 // (discarder): the command marked those checkpoints discarding in every
 // replica, so a leader change leaves their discard to the next leader.
-func (c *Catalog) completeReplicated(ctx context.Context, job string, id uint64) (*Manifest, error) {
+//
+// whole says the caller named no tasks: Options.CheckCompletion then
+// requires every task of the job.
+func (c *Catalog) completeReplicated(ctx context.Context, job string, id uint64, whole bool) (*Manifest, error) {
 	r := ref{job, id}
 	c.mu.Lock()
 	if c.mu.closed {
@@ -314,7 +318,7 @@ func (c *Catalog) completeReplicated(ctx context.Context, job string, id uint64)
 		c.mu.Unlock()
 		return nil, err
 	}
-	started, hs := inf.started, slices.Clone(inf.handles)
+	started, hs, tokens := inf.started, slices.Clone(inf.handles), maps.Clone(inf.tokens)
 	if c.mu.completing == nil {
 		c.mu.completing = map[ref]bool{}
 	}
@@ -326,6 +330,13 @@ func (c *Catalog) completeReplicated(ctx context.Context, job string, id uint64)
 		c.mu.Unlock()
 	}()
 
+	if c.opts.CheckCompletion != nil {
+		// Reports of the checkpoint are refused while it completes, so
+		// these are the handles the manifest lists.
+		if err := c.opts.CheckCompletion(ctx, Completion{Job: job, ID: id, Handles: hs, Tokens: tokens, Whole: whole}); err != nil {
+			return nil, fmt.Errorf("catalog: complete %s: %w", r, err)
+		}
+	}
 	m, enc, err := c.writeManifest(ctx, r, started, hs)
 	if err != nil {
 		return nil, err

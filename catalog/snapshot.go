@@ -22,9 +22,13 @@ import (
 // in it (they are the deleting node's own); everything else is, the
 // registry's holds and the deletion guard's protections included.
 // Frozen: a change is a new version, and readers keep reading the old.
+//
+// Version 2 adds the fencing tokens of in-flight handles (imageInflight's
+// "tokens"); an image without any is still written at version 1.
 const (
-	imageMagic   = "STMS"
-	imageVersion = 1
+	imageMagic    = "STMS"
+	imageVersion1 = 1
+	imageVersion  = 2
 )
 
 // image is the payload of a machine image.
@@ -69,6 +73,14 @@ type imageInflight struct {
 	Handles    []*backend.Handle `json:"handles,omitempty"`
 	Completing bool              `json:"completing,omitempty"`
 	Extra      []*backend.Handle `json:"extra,omitempty"`
+	// Tokens are the fencing tokens Handles were reported under (version
+	// 2).
+	Tokens []imageToken `json:"tokens,omitempty"`
+}
+
+type imageToken struct {
+	Task  backend.TaskID `json:"task"`
+	Token uint64         `json:"token"`
 }
 
 type imageJob struct {
@@ -164,7 +176,8 @@ func cmpRef(a, b ref) int {
 // snapshot encodes the machine's state as an image. The same state always
 // encodes to the same bytes.
 func (m *machine) snapshot() ([]byte, error) {
-	img := image{Version: imageVersion, Loaded: m.loaded, Protect: maps.Clone(m.guard.protect), DamagedDirs: maps.Clone(m.guard.dirs)}
+	version := imageVersion1
+	img := image{Loaded: m.loaded, Protect: maps.Clone(m.guard.protect), DamagedDirs: maps.Clone(m.guard.dirs)}
 	for _, r := range slices.SortedFunc(maps.Keys(m.entries), cmpRef) {
 		e := m.entries[r]
 		img.Entries = append(img.Entries, imageEntry{Job: r.job, ID: r.id, Manifest: e.enc, Owner: e.owner,
@@ -185,8 +198,14 @@ func (m *machine) snapshot() ([]byte, error) {
 		}
 		for _, id := range slices.Sorted(maps.Keys(j.inflight)) {
 			inf := j.inflight[id]
-			ij.Inflight = append(ij.Inflight, imageInflight{ID: id, Started: inf.started, Handles: inf.handles,
-				Completing: inf.completing, Extra: inf.extra})
+			ii := imageInflight{ID: id, Started: inf.started, Handles: inf.handles, Completing: inf.completing, Extra: inf.extra}
+			for _, h := range inf.handles {
+				if tok := inf.tokens[h.Task]; tok != 0 {
+					ii.Tokens = append(ii.Tokens, imageToken{Task: h.Task, Token: tok})
+					version = imageVersion
+				}
+			}
+			ij.Inflight = append(ij.Inflight, ii)
 		}
 		img.Jobs = append(img.Jobs, ij)
 	}
@@ -206,11 +225,12 @@ func (m *machine) snapshot() ([]byte, error) {
 			img.DamagedSps[id] = toImgErr(err)
 		}
 	}
+	img.Version = version
 	payload, err := json.Marshal(img)
 	if err != nil {
 		return nil, fmt.Errorf("catalog: encode machine image: %w", err)
 	}
-	return frame.Encode(imageMagic, imageVersion, payload), nil
+	return frame.Encode(imageMagic, uint16(version), payload), nil
 }
 
 // restoreMachine reads a machine back from an image. Damage is an error
@@ -222,14 +242,14 @@ func restoreMachine(data []byte, retain, maxHistory int) (machine, error) {
 	if err != nil {
 		return m, fmt.Errorf("%w: machine image: %v", ErrCorrupt, err)
 	}
-	if version != imageVersion {
-		return m, fmt.Errorf("%w: machine image version %d (this build reads %d)", backend.ErrIncompatible, version, imageVersion)
+	if version != imageVersion1 && version != imageVersion {
+		return m, fmt.Errorf("%w: machine image version %d (this build reads %d to %d)", backend.ErrIncompatible, version, imageVersion1, imageVersion)
 	}
 	var img image
 	if err := strictUnmarshal(payload, &img); err != nil {
 		return m, fmt.Errorf("%w: machine image: %v", ErrCorrupt, err)
 	}
-	if img.Version != imageVersion {
+	if img.Version != int(version) {
 		return m, fmt.Errorf("%w: machine image frame version %d but payload version %d", ErrCorrupt, version, img.Version)
 	}
 	bad := func(format string, args ...any) (machine, error) {
@@ -287,7 +307,20 @@ func restoreMachine(data []byte, retain, maxHistory int) (machine, error) {
 					return bad("checkpoint %s in flight: %v", CheckpointDir(ij.Name, ii.ID), err)
 				}
 			}
-			j.inflight[ii.ID] = &inflight{started: ii.Started, handles: ii.Handles, completing: ii.Completing, extra: ii.Extra}
+			inf := &inflight{started: ii.Started, handles: ii.Handles, completing: ii.Completing, extra: ii.Extra}
+			for _, t := range ii.Tokens {
+				if version == imageVersion1 {
+					return bad("checkpoint %s in flight: fencing tokens in an image of version 1", CheckpointDir(ij.Name, ii.ID))
+				}
+				if !slices.ContainsFunc(ii.Handles, func(h *backend.Handle) bool { return h.Task == t.Task }) || t.Token == 0 {
+					return bad("checkpoint %s in flight: fencing token %d of task %s, which has no handle", CheckpointDir(ij.Name, ii.ID), t.Token, t.Task)
+				}
+				if inf.tokens == nil {
+					inf.tokens = map[backend.TaskID]uint64{}
+				}
+				inf.tokens[t.Task] = t.Token
+			}
+			j.inflight[ii.ID] = inf
 		}
 	}
 	owners := make(map[string][]refcount.Object, len(img.Registry))

@@ -12,6 +12,9 @@ import (
 	"sync"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
 	"github.com/statedhq/stated/backend"
 	"github.com/statedhq/stated/catalog"
 	"github.com/statedhq/stated/tiered"
@@ -133,7 +136,12 @@ func (c *Client) once(ctx context.Context, method string, req *request) (*answer
 	}
 	out, err := c.opts.Caller.Call(ctx, method, payload)
 	if err != nil {
-		return nil, fmt.Errorf("catalogrpc: %s: %w", method, err)
+		if s, ok := status.FromError(err); ok && s.Code() != codes.Unavailable && s.Code() != codes.FailedPrecondition && s.Code() != codes.Unknown {
+			// The hosting node answered, with an error of its own (a
+			// request it could not read): not an unreachable catalog.
+			return nil, fmt.Errorf("catalogrpc: %s: %w", method, err)
+		}
+		return nil, &UnavailableError{Method: method, Err: err}
 	}
 	if len(out) > maxAnswerSize {
 		return nil, fmt.Errorf("%w: catalogrpc: %s: an answer of %d bytes", backend.ErrCorrupt, method, len(out))
@@ -344,8 +352,37 @@ func (c *Client) Release(ctx context.Context, job string, id uint64) error {
 	return err
 }
 
+// ErrUnavailable is wrapped by the error of a call that did not reach the
+// hosting catalog (no leader within the caller's deadline, a broken
+// connection): the call may not have run, and its answer is unknown,
+// which is not "none".
+var ErrUnavailable = errors.New("the cluster's catalog is unreachable")
+
+// UnavailableError is the error of a call that did not reach the hosting
+// catalog. It wraps ErrUnavailable and the Caller's error, and carries
+// gRPC's UNAVAILABLE code, which the daemon's API answers with (the
+// caller retries).
+type UnavailableError struct {
+	Method string
+	Err    error
+}
+
+func (e *UnavailableError) Error() string {
+	return fmt.Sprintf("catalogrpc: %s: %v (during a leader change this lasts seconds; retry, or see `stated cluster status`): %v",
+		e.Method, ErrUnavailable, e.Err)
+}
+
+func (e *UnavailableError) Unwrap() []error { return []error{ErrUnavailable, e.Err} }
+
+// GRPCStatus is UNAVAILABLE with the error's text.
+func (e *UnavailableError) GRPCStatus() *status.Status {
+	return status.New(codes.Unavailable, e.Error())
+}
+
 // lookup runs a lookup that has no error to return: a failure is logged
-// and answers "not found", which the daemon's callers report as such.
+// and answers "not found". The daemon asks the *Context methods instead,
+// which return the failure; these remain for the daemon.Catalog
+// interface.
 func (c *Client) lookup(method string, req *request) *answer {
 	ctx, cancel := c.bounded()
 	defer cancel()
@@ -381,15 +418,7 @@ func (c *Client) Latest(job string) (*catalog.Manifest, bool) {
 // LatestContext is Latest with its error: a lookup that could not reach
 // the catalog is an error, not "none".
 func (c *Client) LatestContext(ctx context.Context, job string) (*catalog.Manifest, bool, error) {
-	a, err := c.call(ctx, mLatest, &request{Job: job})
-	if err != nil || !a.Found {
-		return nil, false, err
-	}
-	m, err := catalog.DecodeManifest(a.Manifest)
-	if err != nil {
-		return nil, false, fmt.Errorf("catalogrpc: latest of job %s: %w", job, err)
-	}
-	return m, true, nil
+	return c.manifestContext(ctx, mLatest, &request{Job: job})
 }
 
 func (c *Client) Savepoint(id string) (*catalog.Manifest, bool) {
@@ -399,12 +428,64 @@ func (c *Client) Savepoint(id string) (*catalog.Manifest, bool) {
 func (c *Client) Retained(job string) []uint64 { return c.lookup(mRetained, &request{Job: job}).IDs }
 
 func (c *Client) List(job string) []catalog.Record {
-	return c.lookup(mList, &request{Job: job}).Records
+	return fromWireRecords(c.lookup(mList, &request{Job: job}).Records)
+}
+
+// ListContext is List with its error: a catalog that could not be
+// reached is an error, not an empty history.
+func (c *Client) ListContext(ctx context.Context, job string) ([]catalog.Record, error) {
+	a, err := c.call(ctx, mList, &request{Job: job})
+	if err != nil {
+		return nil, err
+	}
+	return fromWireRecords(a.Records), nil
+}
+
+// RetainedContext is Retained with its error.
+func (c *Client) RetainedContext(ctx context.Context, job string) ([]uint64, error) {
+	a, err := c.call(ctx, mRetained, &request{Job: job})
+	if err != nil {
+		return nil, err
+	}
+	return a.IDs, nil
+}
+
+// CheckpointContext is Checkpoint with its error: a lookup that could not
+// reach the catalog is an error, not "not retained".
+func (c *Client) CheckpointContext(ctx context.Context, job string, id uint64) (*catalog.Manifest, bool, error) {
+	return c.manifestContext(ctx, mCheckpoint, &request{Job: job, ID: id})
+}
+
+// SavepointContext is Savepoint with its error.
+func (c *Client) SavepointContext(ctx context.Context, id string) (*catalog.Manifest, bool, error) {
+	return c.manifestContext(ctx, mSavepoint, &request{Savept: id})
+}
+
+func (c *Client) manifestContext(ctx context.Context, method string, req *request) (*catalog.Manifest, bool, error) {
+	a, err := c.call(ctx, method, req)
+	if err != nil || !a.Found {
+		return nil, false, err
+	}
+	m, err := catalog.DecodeManifest(a.Manifest)
+	if err != nil {
+		return nil, false, fmt.Errorf("catalogrpc: %s of job %s: %w", method, req.Job, err)
+	}
+	return m, true, nil
 }
 
 // Jobs, Problems and Savepoints are the hosting catalog's (for the web
 // page); a failure is logged and answers nothing.
 func (c *Client) Jobs() []string { return c.lookup(mJobs, &request{}).Names }
+
+// JobsContext is Jobs with its error: the web page shows a catalog it
+// could not reach as a problem, not as "no checkpoint history".
+func (c *Client) JobsContext(ctx context.Context) ([]string, error) {
+	a, err := c.call(ctx, mJobs, &request{})
+	if err != nil {
+		return nil, err
+	}
+	return a.Names, nil
+}
 
 func (c *Client) Problems() []catalog.Problem {
 	var out []catalog.Problem

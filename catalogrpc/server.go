@@ -231,7 +231,7 @@ func (s *Server) run(ctx context.Context, method string, req *request) (*answer,
 	case mRetained:
 		return &answer{IDs: c.Retained(req.Job)}, nil
 	case mList:
-		return &answer{Records: c.List(req.Job)}, nil
+		return &answer{Records: toWireRecords(c.List(req.Job))}, nil
 	case mNoteNoChans:
 		c.NoteWithoutChannelState(ctx, req.Job, req.ID)
 		return &answer{}, nil

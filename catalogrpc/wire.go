@@ -61,17 +61,46 @@ type restoreRequest struct {
 // answer is every method's result.
 type answer struct {
 	// Epoch identifies the catalog that answered (see the package doc).
-	Epoch    uint64           `json:"epoch"`
-	Err      *wireError       `json:"err,omitempty"`
-	Found    bool             `json:"found,omitempty"`
-	Manifest []byte           `json:"manifest,omitempty"` // catalog.EncodeManifest
-	IDs      []uint64         `json:"ids,omitempty"`
-	Records  []catalog.Record `json:"records,omitempty"`
-	Restore  *restoreAnswer   `json:"restore,omitempty"`
-	Names    []string         `json:"names,omitempty"`
-	Problems []problem        `json:"problems,omitempty"`
+	Epoch    uint64         `json:"epoch"`
+	Err      *wireError     `json:"err,omitempty"`
+	Found    bool           `json:"found,omitempty"`
+	Manifest []byte         `json:"manifest,omitempty"` // catalog.EncodeManifest
+	IDs      []uint64       `json:"ids,omitempty"`
+	Records  []wireRecord   `json:"records,omitempty"`
+	Restore  *restoreAnswer `json:"restore,omitempty"`
+	Names    []string       `json:"names,omitempty"`
+	Problems []problem      `json:"problems,omitempty"`
 	// Manifests are encoded manifests (catalog.EncodeManifest).
 	Manifests [][]byte `json:"manifests,omitempty"`
+}
+
+// wireRecord is a catalog.Record on the wire: the record's own encoding
+// leaves out what the catalog computes when it lists the history
+// (retained, owner, pinned, damaged), which a caller of List needs.
+type wireRecord struct {
+	catalog.Record
+	Retained bool       `json:"retained,omitempty"`
+	Owner    string     `json:"owner,omitempty"`
+	Pinned   bool       `json:"pinned,omitempty"`
+	Damaged  *wireError `json:"damaged,omitempty"`
+}
+
+func toWireRecords(rs []catalog.Record) []wireRecord {
+	out := make([]wireRecord, len(rs))
+	for i, r := range rs {
+		out[i] = wireRecord{Record: r, Retained: r.Retained, Owner: r.Owner, Pinned: r.Pinned, Damaged: toWire(r.Damaged)}
+	}
+	return out
+}
+
+func fromWireRecords(ws []wireRecord) []catalog.Record {
+	out := make([]catalog.Record, len(ws))
+	for i, w := range ws {
+		r := w.Record
+		r.Retained, r.Owner, r.Pinned, r.Damaged = w.Retained, w.Owner, w.Pinned, w.Damaged.err()
+		out[i] = r
+	}
+	return out
 }
 
 type problem struct {

@@ -90,6 +90,8 @@ type Node struct {
 	forwardErrors atomic.Uint64
 	refused       atomic.Uint64
 	commit        *latency.Histogram
+	// ready is Ready's memory (ready.go).
+	ready readiness
 }
 
 // Open starts a node: it opens its raft log in Dir, listens on Addr,

@@ -170,6 +170,10 @@ func (o *Options) EnsureDefaults() {
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
+	} else {
+		// raft's transport logs an error for each connection the node
+		// closed itself (quietClosed).
+		o.Logger = quiet(o.Logger)
 	}
 }
 

@@ -40,7 +40,7 @@ const handshakeTimeout = 5 * time.Second
 
 // ErrRefused is returned by a dial that the peer refused: a wrong cluster
 // token, or a header of another protocol version.
-var ErrRefused = errors.New("cluster: the peer refused the connection (wrong --cluster-token, or another protocol version)")
+var ErrRefused = errors.New("cluster: the peer refused the connection")
 
 // mux accepts the connections of one TCP listener, authenticates them and
 // hands each to the raft transport or the gRPC server.
@@ -269,7 +269,11 @@ func dialPeer(ctx context.Context, dial Dialer, addr string, kind byte, clientTL
 		if err != nil && !errors.Is(err, io.EOF) {
 			return nil, fmt.Errorf("cluster: handshake with %s: %w", addr, err)
 		}
-		return nil, fmt.Errorf("%w: %s", ErrRefused, addr)
+		why := "wrong cluster token (--cluster-token), or another protocol version"
+		if token == "" {
+			why = "no cluster token was sent and the peer needs one (--cluster-token), or another protocol version"
+		}
+		return nil, fmt.Errorf("%w %s: %s", ErrRefused, addr, why)
 	}
 	_ = c.SetDeadline(time.Time{})
 	return c, nil

@@ -54,6 +54,52 @@ type FencedCompleter interface {
 	CompleteFencedTasks(ctx context.Context, job string, id uint64, tasks []backend.TaskID, tokens map[backend.TaskID]uint64) (*catalog.Manifest, error)
 }
 
+// CheckedLookups is a Catalog whose lookups can fail (cluster mode's
+// shared catalog, reached across nodes): the daemon asks these instead of
+// Catalog's, so that a catalog it could not reach is an error (UNAVAILABLE
+// with the reason), never an empty list or "not retained".
+type CheckedLookups interface {
+	CheckpointContext(ctx context.Context, job string, id uint64) (*catalog.Manifest, bool, error)
+	LatestContext(ctx context.Context, job string) (*catalog.Manifest, bool, error)
+	SavepointContext(ctx context.Context, id string) (*catalog.Manifest, bool, error)
+	RetainedContext(ctx context.Context, job string) ([]uint64, error)
+	ListContext(ctx context.Context, job string) ([]catalog.Record, error)
+}
+
+// lookups is the daemon's catalog with errors: CheckedLookups, or a
+// catalog of this daemon's own, whose lookups do not fail.
+func (d *Daemon) lookups() CheckedLookups {
+	if l, ok := d.cfg.Catalog.(CheckedLookups); ok {
+		return l
+	}
+	return infallible{d.cfg.Catalog}
+}
+
+type infallible struct{ c Catalog }
+
+func (i infallible) CheckpointContext(_ context.Context, job string, id uint64) (*catalog.Manifest, bool, error) {
+	m, ok := i.c.Checkpoint(job, id)
+	return m, ok, nil
+}
+
+func (i infallible) LatestContext(_ context.Context, job string) (*catalog.Manifest, bool, error) {
+	m, ok := i.c.Latest(job)
+	return m, ok, nil
+}
+
+func (i infallible) SavepointContext(_ context.Context, id string) (*catalog.Manifest, bool, error) {
+	m, ok := i.c.Savepoint(id)
+	return m, ok, nil
+}
+
+func (i infallible) RetainedContext(_ context.Context, job string) ([]uint64, error) {
+	return i.c.Retained(job), nil
+}
+
+func (i infallible) ListContext(_ context.Context, job string) ([]catalog.Record, error) {
+	return i.c.List(job), nil
+}
+
 // CheckpointInfo describes one checkpoint of a job.
 type CheckpointInfo struct {
 	Job string

@@ -276,9 +276,12 @@ func (d *Daemon) runSnapshot(c *checkpoint, ts *taskSnapshot, ps backend.Pending
 	}
 	close(ts.done)
 	inst.finishSnapshot()
-	if err != nil && c.ctx.Err() == nil {
+	if err != nil && c.ctx.Err() == nil && !errors.Is(err, ErrFenced) {
 		// The checkpoint cannot complete without this task: abort it now so
-		// the other tasks' uploads stop and the catalog records why.
+		// the other tasks' uploads stop and the catalog records why. Not
+		// for a fenced instance (a zombie whose task was opened again
+		// elsewhere): the task's new holder reports its own handle of
+		// this checkpoint, and the other tasks' parts stay.
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
 		_ = d.abortFor(ctx, inst.Task.Job, id, snapshotFailure(ts.err))
@@ -300,9 +303,10 @@ func (d *Daemon) CompleteCheckpoint(ctx context.Context, job string, id uint64, 
 		if m, ok := d.cfg.Catalog.Checkpoint(job, id); ok {
 			return infoFromManifest(m), nil // a retried call
 		}
-		if d.cfg.SharedCatalog && len(tasks) > 0 {
+		if d.cfg.SharedCatalog {
 			// Every task lives on other daemons: the catalog completes it
-			// when they all reported.
+			// when they all reported (without a task list, when every
+			// task of the job open anywhere did).
 			m, err := d.cfg.Catalog.CompleteTasks(ctx, job, id, tasks)
 			if err != nil {
 				return CheckpointInfo{}, fmt.Errorf("daemon: complete checkpoint %d of job %s: %w", id, job, err)
@@ -370,12 +374,29 @@ func (d *Daemon) CompleteCheckpoint(ctx context.Context, job string, id uint64, 
 			return CheckpointInfo{}, fmt.Errorf("daemon: complete checkpoint %d of job %s: waiting for uploads: %w", id, job, ctx.Err())
 		}
 	}
+	// The snapshots of fenced instances (their tasks were opened again on
+	// another node) are left out: the tasks' new holders report theirs
+	// (the catalog refuses the completion until they have).
+	var fenced []error
+	live := snaps[:0]
 	for _, ts := range snaps {
-		if ts.err != nil {
+		switch {
+		case ts.err != nil && errors.Is(ts.err, ErrFenced) && d.cfg.SharedCatalog:
+			fenced = append(fenced, ts.err)
+		case ts.err != nil:
 			reopen()
 			_ = d.abortFor(ctx, job, id, snapshotFailure(ts.err))
 			return CheckpointInfo{}, fmt.Errorf("daemon: complete checkpoint %d of job %s: %w: %w", id, job, ErrCheckpointFailed, ts.err)
+		default:
+			live = append(live, ts)
 		}
+	}
+	snaps = live
+	withFenced := func(err error) error {
+		if err == nil || len(fenced) == 0 {
+			return err
+		}
+		return fmt.Errorf("%w (this daemon's instances of some of its tasks were fenced, their tasks opened elsewhere: %w)", err, errors.Join(fenced...))
 	}
 	var m *catalog.Manifest
 	var err error
@@ -389,6 +410,7 @@ func (d *Daemon) CompleteCheckpoint(ctx context.Context, job string, id uint64, 
 			}
 		}
 		m, err = fc.CompleteFencedTasks(ctx, job, id, tasks, tokens)
+		err = withFenced(err)
 		if errors.Is(err, ErrFenced) {
 			reopen()
 			return CheckpointInfo{}, fmt.Errorf("daemon: complete checkpoint %d of job %s: %w", id, job, err)
@@ -399,6 +421,7 @@ func (d *Daemon) CompleteCheckpoint(ctx context.Context, job string, id uint64, 
 			return CheckpointInfo{}, err
 		}
 		m, err = d.cfg.Catalog.CompleteTasks(ctx, job, id, tasks)
+		err = withFenced(err)
 	}
 	if err != nil {
 		// The catalog keeps it in flight: the coordinator may retry or
@@ -619,11 +642,22 @@ func (d *Daemon) ListCheckpoints(ctx context.Context, job string) ([]CheckpointI
 		return nil, fmt.Errorf("daemon: list checkpoints: %w", err)
 	}
 	now := time.Now()
+	look := d.lookups()
+	recs, err := look.ListContext(ctx, job)
+	if err != nil {
+		return nil, fmt.Errorf("daemon: list checkpoints of job %s: %w", job, err)
+	}
 	var out []CheckpointInfo
-	for _, r := range d.cfg.Catalog.List(job) {
+	for _, r := range recs {
 		in := infoFromRecord(job, r, now)
-		if m, ok := d.cfg.Catalog.Checkpoint(job, r.ID); ok && r.Retained {
-			in.ChangelogSize = m.ChangelogSize()
+		if r.Retained {
+			m, ok, err := look.CheckpointContext(ctx, job, r.ID)
+			if err != nil {
+				return nil, fmt.Errorf("daemon: list checkpoints of job %s: checkpoint %d: %w", job, r.ID, err)
+			}
+			if ok {
+				in.ChangelogSize = m.ChangelogSize()
+			}
 		}
 		out = append(out, in)
 	}

@@ -341,18 +341,23 @@ func (d *Daemon) PlanRescale(ctx context.Context, job, operator string, checkpoi
 	}
 	var m *catalog.Manifest
 	var ok bool
+	var err error
 	var src string
+	look := d.lookups()
 	switch {
 	case savepoint != "":
 		id := strings.TrimPrefix(strings.TrimSuffix(savepoint, "/"), catalog.SavepointsDir+"/")
-		m, ok = d.cfg.Catalog.Savepoint(id)
+		m, ok, err = look.SavepointContext(ctx, id)
 		src = "savepoint " + id
 	case checkpointID == 0:
-		m, ok = d.cfg.Catalog.Latest(job)
+		m, ok, err = look.LatestContext(ctx, job)
 		src = "the latest checkpoint of job " + job
 	default:
-		m, ok = d.cfg.Catalog.Checkpoint(job, checkpointID)
+		m, ok, err = look.CheckpointContext(ctx, job, checkpointID)
 		src = fmt.Sprintf("checkpoint %d of job %s", checkpointID, job)
+	}
+	if err != nil {
+		return nil, nil, fmt.Errorf("daemon: plan rescale of %s/%s: looking up %s: %w", job, operator, src, err)
 	}
 	if !ok {
 		return nil, nil, fmt.Errorf("daemon: plan rescale of %s/%s: %w: %s is not retained", job, operator, backend.ErrNotFound, src)

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -186,8 +188,16 @@ func (h *catalogHost) host(term uint64) error {
 			checks = append(checks, cluster.Check{Task: fenceKey(f.Task), Token: f.Token})
 		}
 		res, err := h.c.Propose(ctx, cmd, checks)
+		if cluster.IsLeadershipError(err) {
+			// Not an answer: the call that proposed it is retried on
+			// the next leader (reports and completions are idempotent,
+			// and a completion whose command was committed after all is
+			// found there).
+			return nil, fmt.Errorf("%w: %w", catalogrpc.ErrNotServing, err)
+		}
 		return res, fencedErr(err)
 	}
+	o.CheckCompletion = h.checkCompletion
 	t0 := time.Now()
 	cat, err := catalog.Open(ctx, o)
 	if err != nil {
@@ -242,6 +252,72 @@ func (h *catalogHost) host(term uint64) error {
 	})
 	h.log.Info("hosting the cluster's catalog", "term", term, "jobs", len(cat.Jobs()), "opened_in", time.Since(t0))
 	return nil
+}
+
+// checkCompletion is the hosted catalog's check of a completion, on the
+// leader, from the tokens every node's opens took (the catalog's guard
+// confirms the leadership right after, before the manifest is written):
+//
+//   - every handle must have been reported under its task's newest token:
+//     a task opened again since (taken over, on any node) makes the old
+//     holder's handle stale, whichever node reported it and whichever
+//     completes (a task released since, and not opened again, keeps its
+//     handle);
+//   - a completion whose caller named no tasks must hold a handle of every
+//     task of the job open anywhere, and of every subtask of each
+//     operator it holds handles of (catalog.Missing).
+func (h *catalogHost) checkCompletion(ctx context.Context, cp catalog.Completion) error {
+	held, err := h.c.HeldTasks(ctx, cp.Job+"/")
+	if cluster.IsLeadershipError(err) {
+		return fmt.Errorf("%w: %w", catalogrpc.ErrNotServing, err)
+	}
+	if err != nil {
+		return fmt.Errorf("reading the tasks' fencing tokens: %w", err)
+	}
+	var errs []error
+	for _, hd := range cp.Handles {
+		tok := cp.Tokens[hd.Task]
+		if tok == 0 {
+			continue
+		}
+		if cur, ok := held[fenceKey(hd.Task)]; ok && cur.Token != tok {
+			errs = append(errs, fmt.Errorf("%w: task %s: its handle was reported under fencing token %d, but node %s holds token %d since (the task was taken over): the old holder's handle must not complete the checkpoint",
+				catalog.ErrFenced, hd.Task, tok, cur.Holder, cur.Token))
+		}
+	}
+	if len(errs) > 0 {
+		return errors.Join(errs...)
+	}
+	if !cp.Whole {
+		return nil
+	}
+	var open []backend.TaskID
+	for key, cur := range held {
+		t, ok := taskOfKey(key)
+		if !ok {
+			h.log.Warn("a fencing token of an unreadable task name", "task", key, "holder", cur.Holder)
+			continue
+		}
+		open = append(open, t)
+	}
+	if missing := catalog.Missing(cp.Handles, open); len(missing) > 0 {
+		return fmt.Errorf("%w: checkpoint %d of job %s is not whole: %s. In cluster mode a completion without a task list needs a handle of every task of the job open on any node and of every subtask of its operators: wait for their reports, or name the tasks the checkpoint holds",
+			catalog.ErrState, cp.ID, cp.Job, strings.Join(missing, "; "))
+	}
+	return nil
+}
+
+// taskOfKey parses fenceKey's "<job>/<operator>/<subtask>".
+func taskOfKey(key string) (backend.TaskID, bool) {
+	parts := strings.Split(key, "/")
+	if len(parts) != 3 {
+		return backend.TaskID{}, false
+	}
+	sub, err := strconv.Atoi(parts[2])
+	if err != nil || sub < 0 {
+		return backend.TaskID{}, false
+	}
+	return backend.TaskID{Job: parts[0], Operator: parts[1], Subtask: sub}, true
 }
 
 // release stops serving and closes the hosted catalog.

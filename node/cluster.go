@@ -99,6 +99,8 @@ func (n *Node) openCluster() error {
 		return err
 	}
 	n.cluster = c
+	// Ready's grace for a first leader counts from now.
+	_ = c.Ready(context.Background())
 	n.closers = append(n.closers, func() { _ = c.Close() })
 	return nil
 }
@@ -109,7 +111,7 @@ func (n *Node) openCluster() error {
 // daemon's memory); the changelog's segments are held and released
 // across the nodes through clusterLog.
 func (n *Node) openClusterCatalog(co catalog.Options, dc *daemon.Config) error {
-	client, err := catalogrpc.NewClient(catalogrpc.Options{Caller: n.cluster, Store: n.store, GCGrace: co.GCGrace, Logger: n.log})
+	client, err := catalogrpc.NewClient(catalogrpc.Options{Caller: readyCaller{n.cluster}, Store: n.store, GCGrace: co.GCGrace, Logger: n.log})
 	if err != nil {
 		return err
 	}
@@ -157,19 +159,25 @@ type clusterFence struct {
 
 func fenceKey(t backend.TaskID) string { return fmt.Sprintf("%s/%s/%d", t.Job, t.Operator, t.Subtask) }
 
-func (f clusterFence) Acquire(ctx context.Context, t backend.TaskID) (uint64, error) {
-	if err := f.before(ctx); err != nil {
-		return 0, err
-	}
-	return f.c.Acquire(ctx, fenceKey(t), f.c.ID())
+// Every call is watched: refused at once, or ended, when the node cannot
+// serve it (not joined, removed, no quorum).
+func (f clusterFence) Acquire(ctx context.Context, t backend.TaskID) (tok uint64, err error) {
+	err = watched(ctx, f.c, func(ctx context.Context) error {
+		if err := f.before(ctx); err != nil {
+			return err
+		}
+		tok, err = f.c.Acquire(ctx, fenceKey(t), f.c.ID())
+		return err
+	})
+	return tok, err
 }
 
 func (f clusterFence) Check(ctx context.Context, t backend.TaskID, token uint64) error {
-	return fencedErr(f.c.Check(ctx, fenceKey(t), token))
+	return watched(ctx, f.c, func(ctx context.Context) error { return fencedErr(f.c.Check(ctx, fenceKey(t), token)) })
 }
 
 func (f clusterFence) Release(ctx context.Context, t backend.TaskID, token uint64) error {
-	return fencedErr(f.c.Release(ctx, fenceKey(t), token))
+	return watched(ctx, f.c, func(ctx context.Context) error { return fencedErr(f.c.Release(ctx, fenceKey(t), token)) })
 }
 
 func fencedErr(err error) error {

@@ -125,6 +125,9 @@ func Open(ctx context.Context, opts Options) (_ *Node, err error) {
 		return nil, err
 	}
 	n.closers = append(n.closers, unlock)
+	if err := recordStore(opts); err != nil {
+		return nil, err
+	}
 	if err := n.openCluster(); err != nil {
 		return nil, err
 	}
@@ -238,7 +241,11 @@ func Open(ctx context.Context, opts Options) (_ *Node, err error) {
 	if n.catClient != nil {
 		page = n.catClient
 	}
-	n.mux.Handle("/ui/", webui.Handler(webui.Source{Catalog: page, Daemon: n.d, Gatherer: n.reg, Token: opts.Token}))
+	src := webui.Source{Catalog: page, Daemon: n.d, Gatherer: n.reg, Token: opts.Token}
+	if n.cluster != nil {
+		src.Cluster = n.clusterPanel
+	}
+	n.mux.Handle("/ui/", webui.Handler(src))
 	n.mux.Handle("GET /{$}", http.RedirectHandler("/ui/", http.StatusFound))
 	if err := n.serve(); err != nil {
 		return nil, err

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -44,7 +45,57 @@ func (f *clusterFlags) call(ctx context.Context, do func(context.Context, *clust
 	defer c.Close()
 	ctx, cancel := context.WithTimeout(ctx, f.timeout)
 	defer cancel()
-	return do(ctx, c)
+	return f.explain(do(ctx, c))
+}
+
+// explain replaces a gRPC error about the connection to the node the
+// flags name with what it means and what to do.
+func (f *clusterFlags) explain(err error) error {
+	if err == nil {
+		return nil
+	}
+	msg := err.Error()
+	switch {
+	case strings.Contains(msg, cluster.ErrRefused.Error()) && f.token != "":
+		return fmt.Errorf("%s refused the connection: wrong --cluster-token (or STATED_CLUSTER_TOKEN), or the node runs another protocol version", f.addr)
+	case strings.Contains(msg, cluster.ErrRefused.Error()):
+		return fmt.Errorf("%s refused the connection: it needs the cluster's --cluster-token (or STATED_CLUSTER_TOKEN), or runs another protocol version", f.addr)
+	case strings.Contains(msg, "connection refused"):
+		return fmt.Errorf("no stated node listens at %s (connection refused): check --raft-addr", f.addr)
+	}
+	return err
+}
+
+// memberHealth is a member's HEALTH column: "ok" or a word or two on why
+// it did not answer (the details follow the table).
+func memberHealth(m *pb.Member) string {
+	if m.GetHealthy() {
+		return "ok"
+	}
+	e := m.GetError()
+	switch {
+	case strings.Contains(e, cluster.ErrRefused.Error()):
+		return "REFUSED (token?)"
+	case strings.Contains(e, "connection refused"):
+		return "DOWN"
+	case strings.Contains(e, "TLS") || strings.Contains(e, "certificate"):
+		return "TLS FAILED"
+	case strings.Contains(e, "DeadlineExceeded") || strings.Contains(e, "deadline exceeded") || strings.Contains(e, "i/o timeout"):
+		return "NO ANSWER"
+	case strings.Contains(e, "no route to host") || strings.Contains(e, "network is unreachable") || strings.Contains(e, "no such host"):
+		return "UNREACHABLE"
+	}
+	return "ERROR"
+}
+
+// shortError strips gRPC's wrapping from a member's probe error.
+func shortError(e string) string {
+	for _, p := range []string{"rpc error: ", "code = Unavailable desc = ", "connection error: desc = ", "\"transport: Error while dialing: ", "transport: Error while dialing: "} {
+		if i := strings.Index(e, p); i >= 0 {
+			e = e[:i] + e[i+len(p):]
+		}
+	}
+	return strings.TrimSuffix(strings.TrimSpace(e), "\"")
 }
 
 func newClusterCmd() *cobra.Command {
@@ -103,14 +154,20 @@ func printClusterStatus(w io.Writer, st *pb.StatusResponse) error {
 		if m.GetLeader() {
 			role = "leader"
 		}
-		health := "ok"
 		if !m.GetHealthy() {
-			health = "UNREACHABLE: " + m.GetError()
 			unhealthy++
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\n", m.GetNodeId(), m.GetRaftAddr(), role, health, m.GetCommitIndex(), m.GetAppliedIndex())
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\n", m.GetNodeId(), m.GetRaftAddr(), role, memberHealth(m), m.GetCommitIndex(), m.GetAppliedIndex())
 	}
 	_ = tw.Flush()
+	if unhealthy > 0 {
+		fmt.Fprintln(w)
+		for _, m := range st.GetMembers() {
+			if !m.GetHealthy() {
+				fmt.Fprintf(w, "%s: %s\n", m.GetNodeId(), shortError(m.GetError()))
+			}
+		}
+	}
 	switch {
 	case st.GetLeaderId() == "":
 		return errors.New("no leader known: fewer than a quorum of the members may be up")

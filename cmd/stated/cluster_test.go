@@ -111,3 +111,54 @@ func pollStatus(t *testing.T, addr string, done func(string, error) bool) (strin
 	}
 	return out, err
 }
+
+// TestClusterStatusReadable: with a member down, status prints a short
+// HEALTH word for it (the reason on a line of its own after the table,
+// without gRPC's wrapping), and a status without a token is told to give
+// one, not that its token is wrong.
+func TestClusterStatusReadable(t *testing.T) {
+	var lns []net.Listener
+	var peers []string
+	for i := range 3 {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		lns = append(lns, ln)
+		peers = append(peers, fmt.Sprintf("n%d=%s", i, ln.Addr()))
+	}
+	var nodes []*node.Node
+	for i := range 3 {
+		nodes = append(nodes, clusterNode(t, fmt.Sprintf("n%d", i), strings.Join(peers, ","), lns[i]))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for _, nd := range nodes {
+		if err := nd.Cluster().WaitLeader(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	addr := lns[0].Addr().String()
+	_, err := runCLI(t, newClusterCmd(), "status", "--raft-addr", addr)
+	if err == nil || !strings.Contains(err.Error(), "needs the cluster's --cluster-token") || strings.Contains(err.Error(), "wrong") {
+		t.Fatalf("status without a token: %v", err)
+	}
+	_, err = runCLI(t, newClusterCmd(), "status", "--raft-addr", addr, "--cluster-token", "wrong")
+	if err == nil || !strings.Contains(err.Error(), "wrong --cluster-token") || strings.Contains(err.Error(), "rpc error") {
+		t.Fatalf("status with a wrong token: %v", err)
+	}
+	_ = nodes[2].Close()
+	out, err := pollStatus(t, addr, func(out string, err error) bool { return strings.Contains(out, "DOWN") })
+	if err != nil {
+		t.Fatalf("status with n2 down: %v\n%s", err, out)
+	}
+	t.Logf("status:\n%s", out)
+	for _, line := range strings.Split(out, "\n") {
+		if strings.HasPrefix(line, "n2 ") && (len(line) > 80 || !strings.Contains(line, "DOWN") || strings.Contains(line, "rpc error")) {
+			t.Fatalf("n2's row is not short:\n%s", out)
+		}
+	}
+	if !strings.Contains(out, "\nn2: ") || strings.Contains(out, "rpc error") {
+		t.Fatalf("status does not give n2's reason after the table, unwrapped:\n%s", out)
+	}
+}

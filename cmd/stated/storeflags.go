@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 
@@ -99,6 +100,9 @@ type cliStore struct {
 	explicit bool
 	// legacy is the deprecated --store.
 	legacy string
+	// recorded: the store is the one the daemon serving from the data
+	// dir recorded there (node.StoreFile), not its default.
+	recorded bool
 }
 
 // storeFlags adds --data-dir, --checkpoint-store, the deprecated --store,
@@ -161,7 +165,16 @@ func (st *cliStore) resolve(fs *pflag.FlagSet) error {
 		return errors.New("--data-dir is empty")
 	}
 	if st.url == "" {
-		st.url = node.DefaultCheckpointStore(st.dataDir)
+		// A node whose store is elsewhere (a cluster node's shared one)
+		// recorded it in its data dir.
+		rec, err := node.RecordedStore(st.dataDir)
+		if err != nil {
+			return err
+		}
+		st.url, st.recorded = rec, rec != ""
+		if rec == "" {
+			st.url = node.DefaultCheckpointStore(st.dataDir)
+		}
 	}
 	if err := refuseMemStore("checkpoint-store", st.url); err != nil {
 		return err
@@ -173,7 +186,10 @@ func (st *cliStore) resolve(fs *pflag.FlagSet) error {
 // who reads another store than the daemon's sees it.
 func (st cliStore) announce(w io.Writer) {
 	how := "from --data-dir " + st.dataDir
-	if st.explicit {
+	switch {
+	case st.recorded:
+		how = "recorded in " + filepath.Join(st.dataDir, node.StoreFile) + " by the daemon"
+	case st.explicit:
 		how = "named by --checkpoint-store or STATED_CHECKPOINT_STORE"
 	}
 	fmt.Fprintf(w, "reading checkpoint store %s (%s)\n", redactStoreURL(st.url), how)

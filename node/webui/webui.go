@@ -1,6 +1,7 @@
 package webui
 
 import (
+	"context"
 	"crypto/subtle"
 	"embed"
 	"encoding/json"
@@ -36,6 +37,15 @@ type Catalog interface {
 	Savepoints() []*catalog.Manifest
 }
 
+// CheckedJobs is a Catalog whose job list can fail (cluster mode's
+// client of the leader's catalog).
+type CheckedJobs interface {
+	JobsContext(ctx context.Context) ([]string, error)
+}
+
+// catalogTimeout bounds the page's wait for a catalog across the cluster.
+const catalogTimeout = 5 * time.Second
+
 // Source is what the page shows. Catalog is required; Daemon and
 // Gatherer may be nil (no instances, no timings; no counters).
 type Source struct {
@@ -49,6 +59,35 @@ type Source struct {
 	Token string
 	// Refresh is the page's reload period. Default 5s; negative: never.
 	Refresh time.Duration
+	// Cluster (nil: the daemon runs alone) is the node's view of its
+	// cluster, for the page's cluster panel.
+	Cluster func() *Cluster
+}
+
+// Cluster is the cluster panel: this node's view of its cluster.
+type Cluster struct {
+	// Node is this node's id, Role its raft state ("leader",
+	// "follower", "candidate", "shutdown").
+	Node string `json:"node"`
+	Role string `json:"role"`
+	// Leader is the leader's id ("": none known).
+	Leader     string `json:"leader"`
+	LeaderAddr string `json:"leaderAddr,omitempty"`
+	Term       uint64 `json:"term"`
+	// Problem says why this node refuses tasks now (not joined, removed,
+	// no quorum), empty when it serves them.
+	Problem string          `json:"problem,omitempty"`
+	Members []ClusterMember `json:"members"`
+}
+
+// ClusterMember is one member of the cluster's configuration.
+type ClusterMember struct {
+	ID       string `json:"id"`
+	Addr     string `json:"addr"`
+	Suffrage string `json:"suffrage"`
+	Leader   bool   `json:"leader"`
+	// This is the node serving the page.
+	This bool `json:"this"`
 }
 
 // State is everything the page shows; /ui/api/state serves it as JSON.
@@ -60,8 +99,10 @@ type State struct {
 	Counters   []Counter   `json:"counters"`
 	Savepoints []Savepoint `json:"savepoints"`
 	Problems   []string    `json:"problems,omitempty"`
-	refresh    int         // seconds; 0: none
-	charts     map[string]template.HTML
+	// Cluster is the cluster panel (nil: the daemon runs alone).
+	Cluster *Cluster `json:"cluster,omitempty"`
+	refresh int      // seconds; 0: none
+	charts  map[string]template.HTML
 }
 
 // Job is one job's history.
@@ -215,6 +256,9 @@ func Collect(src Source) State {
 			st.refresh = 5
 		}
 	}
+	if src.Cluster != nil {
+		st.Cluster = src.Cluster()
+	}
 	c := src.Catalog
 	var insts []*daemon.Instance
 	if src.Daemon != nil {
@@ -226,11 +270,27 @@ func Collect(src Source) State {
 			restored[in.Task.Job] = max(restored[in.Task.Job], in.RestoredFrom)
 		}
 	}
-	for _, p := range c.Problems() {
-		st.Problems = append(st.Problems, p.String())
+	jobs, reachable := c.Jobs, true
+	if cc, ok := c.(CheckedJobs); ok {
+		// A catalog across the cluster: one it cannot reach is a problem
+		// on the page, not an empty history (and the page asks it
+		// nothing more).
+		ctx, cancel := context.WithTimeout(context.Background(), catalogTimeout)
+		names, err := cc.JobsContext(ctx)
+		cancel()
+		if err != nil {
+			st.Problems = append(st.Problems, "the catalog could not be read: "+err.Error())
+			reachable = false
+		}
+		jobs = func() []string { return names }
+	}
+	if reachable {
+		for _, p := range c.Problems() {
+			st.Problems = append(st.Problems, p.String())
+		}
 	}
 	now := time.Now()
-	for _, name := range c.Jobs() {
+	for _, name := range jobs() {
 		j := Job{Name: name, RestoredFrom: restored[name]}
 		recs := c.List(name)
 		for i := len(recs) - 1; i >= 0 && len(j.Checkpoints) < historyLimit; i-- {
@@ -274,8 +334,14 @@ func Collect(src Source) State {
 	for _, in := range insts {
 		x := Instance{Task: in.Task.String(), Job: in.Task.Job, Backend: string(in.Kind),
 			KeyGroups: keyGroups(in.KeyGroups), MaxParallelism: in.MaxParallelism, Changelog: in.Changelog(), RestoredFrom: in.RestoredFrom}
-		x.LastCheckpoint, x.FullSize, x.CheckpointedSize = lastHandle(c, in.Task)
+		if reachable {
+			x.LastCheckpoint, x.FullSize, x.CheckpointedSize = lastHandle(c, in.Task)
+		}
 		st.Instances = append(st.Instances, x)
+	}
+	if !reachable {
+		st.Counters = counters(src.Gatherer)
+		return st
 	}
 	for _, m := range c.Savepoints() {
 		st.Savepoints = append(st.Savepoints, Savepoint{ID: m.SavepointID, Job: m.Job, Checkpoint: m.CheckpointID,

@@ -1,0 +1,66 @@
+package cluster
+
+import (
+	"context"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// errorRecorder keeps the text of every record at level error.
+type errorRecorder struct {
+	mu   *sync.Mutex
+	errs *[]string
+	pre  []slog.Attr
+}
+
+func (r errorRecorder) Enabled(context.Context, slog.Level) bool { return true }
+func (r errorRecorder) WithAttrs(as []slog.Attr) slog.Handler {
+	r.pre = append(append([]slog.Attr(nil), r.pre...), as...)
+	return r
+}
+func (r errorRecorder) WithGroup(string) slog.Handler { return r }
+func (r errorRecorder) Handle(_ context.Context, rec slog.Record) error {
+	if rec.Level < slog.LevelError {
+		return nil
+	}
+	s := rec.Message
+	rec.Attrs(func(a slog.Attr) bool { s += " " + a.String(); return true })
+	r.mu.Lock()
+	*r.errs = append(*r.errs, s)
+	r.mu.Unlock()
+	return nil
+}
+
+// TestCleanShutdownLogsNoError: closing every node of a working cluster
+// logs nothing at level error (raft's transport logged "failed to decode
+// incoming command ... use of closed network connection" for each
+// connection the closing node ended itself).
+func TestCleanShutdownLogsNoError(t *testing.T) {
+	var mu sync.Mutex
+	var errs []string
+	log := slog.New(errorRecorder{mu: &mu, errs: &errs})
+	c := startCluster(t, 3, func(_ int, o *Options) { o.Logger = log })
+	l := c.leader()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for i := range 20 {
+		if _, err := c.nodes[(l+1)%3].Acquire(ctx, "j/op/0", "n"); err != nil {
+			t.Fatalf("acquire %d: %v", i, err)
+		}
+	}
+	// Followers first, then the leader, as a rolling stop does.
+	for _, i := range []int{(l + 1) % 3, (l + 2) % 3, l} {
+		if err := c.nodes[i].Close(); err != nil {
+			t.Fatal(err)
+		}
+		c.nodes[i] = nil
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(errs) > 0 {
+		t.Fatalf("a clean shutdown logged %d errors:\n%s", len(errs), strings.Join(errs, "\n"))
+	}
+}
