@@ -24,6 +24,12 @@ public final class JobParams implements Serializable {
     public int outOfOrdernessMs = 8;
     /** Source rate in events per second; 0 means as fast as the job goes. */
     public double ratePerSecond = 0;
+    /**
+     * Events the source may emit per completed checkpoint; 0 means no such limit. It ties the
+     * job's progress to its checkpoints, so a test can count on a job spanning many
+     * checkpoints however slow the machine is. Excludes {@link #ratePerSecond}.
+     */
+    public long recordsPerCheckpoint = 0;
     /** Parallelism of the keyed operator and the sink (the source always runs at 1). */
     public int parallelism = 2;
     /** Maximum parallelism (the number of key groups); keep it fixed across rescales. */
@@ -47,6 +53,7 @@ public final class JobParams implements Serializable {
         p.windowMs = pt.getLong("window-ms", p.windowMs);
         p.outOfOrdernessMs = pt.getInt("out-of-orderness-ms", p.outOfOrdernessMs);
         p.ratePerSecond = pt.getDouble("rate", p.ratePerSecond);
+        p.recordsPerCheckpoint = pt.getLong("records-per-checkpoint", p.recordsPerCheckpoint);
         p.parallelism = pt.getInt("parallelism", p.parallelism);
         p.maxParallelism = pt.getInt("max-parallelism", p.maxParallelism);
         p.checkpointIntervalMs = pt.getLong("checkpoint-interval-ms", p.checkpointIntervalMs);
@@ -64,6 +71,7 @@ public final class JobParams implements Serializable {
         p.windowMs = windowMs;
         p.outOfOrdernessMs = outOfOrdernessMs;
         p.ratePerSecond = ratePerSecond;
+        p.recordsPerCheckpoint = recordsPerCheckpoint;
         p.parallelism = parallelism;
         p.maxParallelism = maxParallelism;
         p.checkpointIntervalMs = checkpointIntervalMs;
@@ -84,6 +92,12 @@ public final class JobParams implements Serializable {
                 outOfOrdernessMs >= 0 && outOfOrdernessMs < 1_000_000,
                 "--out-of-orderness-ms must be in [0, 1000000), got " + outOfOrdernessMs);
         check(ratePerSecond >= 0, "--rate must be >= 0 (0 = unthrottled), got " + ratePerSecond);
+        check(
+                recordsPerCheckpoint >= 0 && recordsPerCheckpoint <= Integer.MAX_VALUE,
+                "--records-per-checkpoint must be in [0, 2^31), got " + recordsPerCheckpoint);
+        check(
+                ratePerSecond == 0 || recordsPerCheckpoint == 0,
+                "--rate and --records-per-checkpoint exclude each other; set one");
         check(parallelism >= 1, "--parallelism must be >= 1, got " + parallelism);
         check(
                 maxParallelism >= parallelism && maxParallelism <= (1 << 15),
@@ -115,6 +129,8 @@ public final class JobParams implements Serializable {
                 + outOfOrdernessMs
                 + " rate="
                 + ratePerSecond
+                + " recordsPerCheckpoint="
+                + recordsPerCheckpoint
                 + " parallelism="
                 + parallelism
                 + " maxParallelism="

@@ -92,10 +92,14 @@ public final class KeyedAggregationJob {
         params.validate();
         env.setParallelism(params.parallelism);
         env.setMaxParallelism(params.maxParallelism);
-        RateLimiterStrategy<?> rate =
-                params.ratePerSecond > 0
-                        ? RateLimiterStrategy.perSecond(params.ratePerSecond)
-                        : RateLimiterStrategy.noOp();
+        RateLimiterStrategy<?> rate;
+        if (params.ratePerSecond > 0) {
+            rate = RateLimiterStrategy.perSecond(params.ratePerSecond);
+        } else if (params.recordsPerCheckpoint > 0) {
+            rate = RateLimiterStrategy.perCheckpoint((int) params.recordsPerCheckpoint);
+        } else {
+            rate = RateLimiterStrategy.noOp();
+        }
         @SuppressWarnings({"unchecked", "rawtypes"})
         DataGeneratorSource<Event> source =
                 new DataGeneratorSource<>(

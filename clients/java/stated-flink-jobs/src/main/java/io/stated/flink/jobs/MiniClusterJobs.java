@@ -78,7 +78,7 @@ public final class MiniClusterJobs {
             if (done >= n) {
                 return;
             }
-            Thread.sleep(20);
+            Thread.sleep(50);
         }
         throw new IllegalStateException(
                 "job " + job + " completed " + done + " checkpoints within " + timeout + ", wanted " + n);

@@ -31,6 +31,9 @@ class JobParamsTest {
                 .hasMessageContaining("--max-parallelism must be in [parallelism, 32768], got 2");
         assertThatThrownBy(() -> JobParams.fromParameterTool(ParameterTool.fromArgs(new String[] {"--rate", "-1"})))
                 .hasMessageContaining("--rate must be >= 0");
+        assertThatThrownBy(() -> JobParams.fromParameterTool(
+                        ParameterTool.fromArgs(new String[] {"--rate", "10", "--records-per-checkpoint", "5"})))
+                .hasMessageContaining("--rate and --records-per-checkpoint exclude each other");
     }
 
     @Test
