@@ -18,7 +18,9 @@
 #    default 300x: 300 new inputs after the corpus, a count rather than a
 #    duration, because a duration that ends while the fuzzer still gathers
 #    its corpus's baseline coverage fails with "context deadline exceeded"
-#    on a slow machine; scripts/fuzz.sh runs one for longer).
+#    on a slow machine; scripts/fuzz.sh runs one for longer);
+# 7. runs the Flink example job's MiniCluster tests on Flink's own state
+#    backends (scripts/flink-jobs.sh; needs JDK 17 and Maven).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -125,4 +127,13 @@ stage "fuzz (restore path, ${FUZZTIME:-300x} each)"
 for target in $(go test ./fuzz -list '^Fuzz' | grep '^Fuzz'); do
   scripts/fuzz.sh "$target" "${FUZZTIME:-300x}"
 done
+
+# The Flink example job in a MiniCluster on hashmap, rocksdb and forst: an
+# injected failure, a lost TaskManager, a JobManager failover, a savepoint
+# restored at other parallelisms and on another backend, each compared with
+# a reference model (docs/flink.md). About 2 minutes; the first run on a
+# machine downloads Flink 2.3.0 into Maven's local repository.
+stage "Flink jobs (MiniCluster)"
+scripts/flink-jobs.sh
+
 stage "all passed"
