@@ -200,53 +200,66 @@ func (s *Server) RegisterStates(ctx context.Context, req *pb.RegisterStatesReque
 	return &pb.RegisterStatesResponse{States: statesToPB(states)}, nil
 }
 
-// Load implements pb.StatedServer. It holds one request's entries at a
-// time (the lsm backend adds a bounded sort buffer).
+// Load implements pb.StatedServer. Requests are decoded by hand
+// (api/internal/wire), their entries views into the received bytes, and it
+// holds one request at a time (the lsm backend adds a bounded sort buffer).
 func (s *Server) Load(stream pb.Stated_LoadServer) error {
-	req, err := stream.Recv()
+	var raw *wire.Raw
+	defer func() {
+		if raw != nil {
+			raw.Free()
+		}
+	}()
+	var entries []backend.LoadEntry
+	recv := func() (*wire.Load, error) {
+		if raw != nil {
+			raw.Free()
+		}
+		raw = &wire.Raw{Pooled: true}
+		if err := stream.RecvMsg(raw); err != nil {
+			raw = nil
+			return nil, err
+		}
+		l, err := wire.DecodeLoad(raw.Data, entries)
+		if err != nil {
+			return nil, status.Errorf(codes.InvalidArgument, "stated: %v", err)
+		}
+		entries = l.Entries
+		return &l, nil
+	}
+	first, err := recv()
 	if errors.Is(err, io.EOF) {
 		return status.Error(codes.InvalidArgument, "stated: load: the stream ended before its first request (which names the instance)")
 	}
 	if err != nil {
-		return err
+		return toStatus(err)
 	}
-	if err := malformed(req, "load request"); err != nil {
-		return err
-	}
-	inst, err := s.d.Lookup(req.GetInstanceId(), req.GetJob())
+	inst, err := s.d.Lookup(first.InstanceID, string(first.Job))
 	if err != nil {
 		return toStatus(err)
 	}
-	var entries []backend.LoadEntry
+	pendingFirst := len(first.Entries) > 0
 	next := func() ([]backend.LoadEntry, error) {
-		for req == nil {
-			r, err := stream.Recv()
+		if pendingFirst {
+			pendingFirst = false
+			return first.Entries, nil
+		}
+		for {
+			l, err := recv()
 			if errors.Is(err, io.EOF) {
 				return nil, nil
 			}
 			if err != nil {
 				return nil, err
 			}
-			if err := malformed(r, "load request"); err != nil {
-				return nil, err
-			}
-			if (len(r.GetInstanceId()) > 0 && string(r.GetInstanceId()) != string(inst.ID)) || (r.GetJob() != "" && r.GetJob() != inst.Task.Job) {
+			if (len(l.InstanceID) > 0 && string(l.InstanceID) != string(inst.ID)) || (len(l.Job) > 0 && string(l.Job) != inst.Task.Job) {
 				return nil, status.Errorf(codes.InvalidArgument,
 					"stated: load into %s: a request names another instance or job than the first; load each instance on its own stream", inst.Task)
 			}
-			if len(r.GetEntries()) > 0 {
-				req = r
+			if len(l.Entries) > 0 {
+				return l.Entries, nil
 			}
 		}
-		entries = entries[:0]
-		for _, e := range req.GetEntries() {
-			entries = append(entries, protocol.EntryFromPB(e, nil))
-		}
-		req = nil
-		return entries, nil
-	}
-	if len(req.GetEntries()) == 0 {
-		req = nil
 	}
 	st, err := inst.Load(next)
 	if err != nil {

@@ -6,6 +6,7 @@ import (
 	"io"
 	"time"
 
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
@@ -214,59 +215,64 @@ func (in *Instance) RegisterStates(ctx context.Context, ds ...backend.StateDescr
 	return nil
 }
 
+// loadStream is the stream description of the Load RPC.
+func loadStream() *grpc.StreamDesc {
+	for i := range pb.Stated_ServiceDesc.Streams {
+		if d := &pb.Stated_ServiceDesc.Streams[i]; d.StreamName == "Load" {
+			return d
+		}
+	}
+	return &grpc.StreamDesc{StreamName: "Load", ClientStreams: true}
+}
+
 // Load writes entries in bulk (stated.proto, Load): next returns the
 // entries batch by batch and nil at the end; each batch goes out as one
-// request, so keep a batch well under the daemon's message limit (a few
-// MiB). It sends what was issued and waits until it is applied first, and
-// returns once every entry is visible.
+// request, encoded by hand (api/internal/wire), so keep a batch well under
+// the daemon's message limit (a few MiB). It sends what was issued and
+// waits until it is applied first, and returns once every entry is
+// visible.
 func (in *Instance) Load(ctx context.Context, next func() []backend.LoadEntry) (entries, bytes int64, err error) {
 	if err := in.Sync(ctx); err != nil {
 		return 0, 0, err
 	}
 	cctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	stream, err := in.c.rpc.Load(cctx)
+	stream, err := in.c.cc.NewStream(cctx, loadStream(), pb.Stated_Load_FullMethodName, grpc.ForceCodecV2(wire.NewCodec()))
 	if err != nil {
 		return 0, 0, err
 	}
 	first := true
+	size := 4096
 	for {
 		batch := next()
-		if batch == nil {
+		if batch == nil && !first {
 			break
 		}
-		req := &pb.LoadRequest{Entries: make([]*pb.ViewEntry, len(batch))}
+		orig := wire.OutBuffer(size)
+		b := *orig
 		if first {
-			req.InstanceId, req.Job, first = in.id, in.task.Job, false
+			b, first = wire.AppendLoadHeader(b, in.id, in.task.Job), false
 		}
 		for i := range batch {
-			req.Entries[i] = loadEntryToPB(&batch[i])
+			b = wire.AppendLoadEntry(b, &batch[i])
 		}
-		if err := stream.Send(req); err != nil {
+		size = len(b) + len(b)/8
+		if err := stream.SendMsg(wire.NewOutgoing(orig, b)); err != nil {
 			if errors.Is(err, io.EOF) {
-				break // the daemon ended the stream: CloseAndRecv has its status
+				break // the daemon ended the stream: RecvMsg has its status
 			}
 			return 0, 0, err
 		}
-	}
-	if first {
-		if err := stream.Send(&pb.LoadRequest{InstanceId: in.id, Job: in.task.Job}); err != nil && !errors.Is(err, io.EOF) {
-			return 0, 0, err
+		if batch == nil {
+			break
 		}
 	}
-	resp, err := stream.CloseAndRecv()
-	if err != nil {
+	if err := stream.CloseSend(); err != nil {
+		return 0, 0, err
+	}
+	var resp pb.LoadResponse
+	if err := stream.RecvMsg(&resp); err != nil {
 		return 0, 0, err
 	}
 	return resp.GetEntries(), resp.GetBytes(), nil
-}
-
-func loadEntryToPB(e *backend.LoadEntry) *pb.ViewEntry {
-	p := protocol.EntryToPB(e)
-	p.State, p.StateId = e.State, 0
-	if e.Number.Type != 0 {
-		p.NumberType = pb.NumberType(e.Number.Type)
-		p.IntValue, p.FloatValue = e.Number.Int, e.Number.Float
-	}
-	return p
 }

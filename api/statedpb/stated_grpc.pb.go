@@ -179,8 +179,9 @@ type StatedClient interface {
 	// FAILED_PRECONDITION and registers none of the request's states. Batch
 	// requests sent after the response may use the new states.
 	RegisterStates(ctx context.Context, in *RegisterStatesRequest, opts ...grpc.CallOption) (*RegisterStatesResponse, error)
-	// Load writes many entries at once, much faster than PUTs on the batch
-	// stream: for restoring an instance from an engine's own snapshot. The
+	// Load writes many entries at once, with less work than PUTs on the
+	// batch stream (docs/protocol.md, section 10, has the figures): for
+	// restoring an instance from an engine's own snapshot. The
 	// first request names the instance; every request carries entries (in
 	// any order; sorted ones load fastest). Each entry replaces what is
 	// stored at its address (a value, a whole list, one map entry, an
@@ -493,8 +494,9 @@ type StatedServer interface {
 	// FAILED_PRECONDITION and registers none of the request's states. Batch
 	// requests sent after the response may use the new states.
 	RegisterStates(context.Context, *RegisterStatesRequest) (*RegisterStatesResponse, error)
-	// Load writes many entries at once, much faster than PUTs on the batch
-	// stream: for restoring an instance from an engine's own snapshot. The
+	// Load writes many entries at once, with less work than PUTs on the
+	// batch stream (docs/protocol.md, section 10, has the figures): for
+	// restoring an instance from an engine's own snapshot. The
 	// first request names the instance; every request carries entries (in
 	// any order; sorted ones load fastest). Each entry replaces what is
 	// stored at its address (a value, a whole list, one map entry, an

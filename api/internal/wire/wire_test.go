@@ -236,6 +236,9 @@ func TestSchemaMatchesCodec(t *testing.T) {
 	want := map[string][]string{
 		"BatchRequest": {"1 instance_id", "2 job", "3 seq", "4 ops", "5 snapshot", "16 view"},
 		"ViewBarrier":  {"1 idle_timeout_millis"},
+		"LoadRequest":  {"1 instance_id", "2 job", "3 entries"},
+		"ViewEntry": {"1 key_group", "2 state_id", "3 state", "4 kind", "5 key", "6 namespace", "7 user_key", "8 value", "9 values",
+			"10 number_type", "11 int_value", "12 float_value", "13 timestamp"},
 		// The response's snapshot outcome is passed through encoded by the
 		// generated code; the barrier is encoded by hand.
 		"SnapshotBarrier":     {"1 checkpoint_id", "2 wait", "3 stats"},
