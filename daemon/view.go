@@ -134,7 +134,8 @@ func (in *Instance) TakeView(idle time.Duration) (ViewInfo, error) {
 	vs.mu.Lock()
 	defer vs.mu.Unlock()
 	if vs.closed {
-		return ViewInfo{}, fmt.Errorf("daemon: %w %s of %s: closed", ErrUnknownInstance, in.IDString(), in.Task)
+		// As the batch stream's operations after CloseInstance.
+		return ViewInfo{}, in.viewErr("%w: the instance was closed", backend.ErrClosed)
 	}
 	if len(vs.byID) >= cfg.MaxPerInstance {
 		return ViewInfo{}, in.viewErr("%w: the instance holds %d views (max %d); release views with ReleaseView when their scan is done",
