@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -248,6 +249,26 @@ func TestLoadChangelog(t *testing.T) {
 				t.Fatalf("load: %+v, %v", st, err)
 			}
 			checkN(t, in, 0, 100, "l")
+			// Views and key scans of an instance in changelog mode read its
+			// inner backend.
+			v, err := in.TakeView(0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			putN(t, in, 0, 100, "after")
+			got, _, err := scanAll(t, in, v.ID, daemon.ViewScan{})
+			if err != nil || len(got) != 100 {
+				t.Fatalf("view of an instance in changelog mode: %d entries, %v", len(got), err)
+			}
+			for _, s := range got {
+				if !strings.Contains(s, "=l") {
+					t.Fatalf("the view holds %s, written after it", s)
+				}
+			}
+			if n, err := in.CountEntries("v"); err != nil || n != 100 {
+				t.Fatalf("count: %d, %v", n, err)
+			}
+			putN(t, in, 0, 100, "l")
 			e.checkpoint(t, "j", 1, in)
 			e2 := newEnvOn(t, store, nil)
 			r := e2.openCL(t, "j", 0, kind, daemon.ChangelogOn, &daemon.RestoreSpec{Latest: true, NoClaim: true})
