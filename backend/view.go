@@ -123,7 +123,8 @@ type Loader interface {
 // key group, sizes) before writing any of them and fails with the error of
 // the first bad one. A session whose Add or Commit failed may have written
 // part of its entries. Close ends the session; after Commit it is a no-op,
-// before Commit it drops what is buffered.
+// before Commit it drops what is buffered. A session is used by one
+// goroutine at a time.
 type LoadSession interface {
 	Add(entries []LoadEntry) error
 	Commit() error

@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"sync"
 
 	"github.com/cockroachdb/pebble/v2"
 
@@ -49,15 +50,18 @@ func (s snapScanner) Scan(start, end []byte, fn func(k, v []byte) (bool, error))
 
 // loadChunkBytes is how many bytes of encoded entries a bulk load buffers
 // before it sorts them, writes them into SSTs and ingests those (a
-// variable for tests).
-var loadChunkBytes = 32 << 20
+// variable for tests). A session holds at most two chunks: one being
+// filled, one being written.
+var loadChunkBytes = 16 << 20
 
-// Load implements backend.Loader. Entries are buffered (up to
-// 32 MiB), sorted, written into SSTs and ingested, which bypasses
-// the memtable and the compactions a stream of puts costs: entries that
+// Load implements backend.Loader. Entries are buffered in chunks (up to
+// 16 MiB), sorted, written into SSTs and ingested, which bypasses the
+// memtable and the compactions a stream of puts costs: entries that
 // arrive in key order end up in files that overlap nothing and go straight
-// to the bottom level. In remote mode (SSTs created in the checkpoint
-// store) each Add is written as a batch instead.
+// to the bottom level. A chunk is written by the session's own goroutine
+// while the next one fills, in order (a later entry for a key wins). In
+// remote mode (SSTs created in the checkpoint store) each Add is written
+// as a batch instead.
 func (b *Backend) Load() (backend.LoadSession, error) {
 	if b.remote != nil {
 		return b.State.GroupLoad(&b.load), nil
@@ -74,52 +78,112 @@ func (b *Backend) Load() (backend.LoadSession, error) {
 	return &sstLoad{b: b}, nil
 }
 
+// loadChunk is a run of encoded entries to write and ingest.
+type loadChunk struct {
+	kvs []kvstate.KV
+	// unsorted: the keys are not strictly ascending (entries of a
+	// snapshot in stored-key order need no sort).
+	unsorted bool
+}
+
 type sstLoad struct {
 	b      *Backend
-	kvs    []kvstate.KV
+	cur    loadChunk
 	bytes  int
-	chunks int
+	chunks int // chunks written, to name their directories
 	done   bool
-	// unsorted: the buffered keys are not strictly ascending (entries of
-	// a snapshot in stored-key order need no sort).
-	unsorted bool
+
+	// The writer goroutine, started with the first full chunk, writes the
+	// chunks sent on work in order; it closes idle when work is closed
+	// and it has finished. err is its first error (read after idle, or
+	// through failed), after which it skips the chunks still sent.
+	work   chan loadChunk
+	idle   chan struct{}
+	mu     sync.Mutex
+	err    error
+	closed bool // work is closed
+}
+
+func (l *sstLoad) failed() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.err
 }
 
 func (l *sstLoad) Add(entries []backend.LoadEntry) error {
 	if l.done {
 		return fmt.Errorf("lsm: load into %s: %w: used after it ended", l.b.opts.Task, backend.ErrInvalidArgument)
 	}
-	n := len(l.kvs)
+	if err := l.failed(); err != nil {
+		return err
+	}
+	n := len(l.cur.kvs)
 	var err error
-	l.kvs, err = l.b.State.EncodeLoad(l.kvs, entries)
+	l.cur.kvs, err = l.b.State.EncodeLoad(l.cur.kvs, entries)
 	if err != nil {
 		return err
 	}
-	for i, kv := range l.kvs[n:] {
+	for i, kv := range l.cur.kvs[n:] {
 		l.bytes += len(kv.K) + len(kv.V)
-		if n+i > 0 && !l.unsorted && bytes.Compare(l.kvs[n+i-1].K, kv.K) >= 0 {
-			l.unsorted = true
+		if n+i > 0 && !l.cur.unsorted && bytes.Compare(l.cur.kvs[n+i-1].K, kv.K) >= 0 {
+			l.cur.unsorted = true
 		}
 	}
 	if l.bytes >= loadChunkBytes {
-		return l.flush()
+		l.handOff()
+		return l.failed()
 	}
 	return nil
 }
 
-// flush sorts the buffered entries (the last of equal keys wins, as the
-// later put would), writes them into SSTs and ingests them.
-func (l *sstLoad) flush() error {
-	if len(l.kvs) == 0 {
-		return nil
+// handOff sends the current chunk to the writer (starting it), waiting
+// while it writes the previous one.
+func (l *sstLoad) handOff() {
+	if len(l.cur.kvs) == 0 {
+		return
 	}
+	if l.work == nil {
+		l.work, l.idle = make(chan loadChunk), make(chan struct{})
+		go l.writer()
+	}
+	l.work <- l.cur
+	// The writer owns the sent entries (their arenas are never reused).
+	l.cur, l.bytes = loadChunk{}, 0
+}
+
+func (l *sstLoad) writer() {
+	defer close(l.idle)
+	for c := range l.work {
+		if l.failed() != nil {
+			continue
+		}
+		if err := l.flush(c); err != nil {
+			l.mu.Lock()
+			l.err = err
+			l.mu.Unlock()
+		}
+	}
+}
+
+// stop ends the writer once it has written what it was sent.
+func (l *sstLoad) stop() {
+	if l.work != nil && !l.closed {
+		l.closed = true
+		close(l.work)
+		<-l.idle
+	}
+}
+
+// flush sorts a chunk (the last of equal keys wins, as the later put
+// would), writes it into SSTs and ingests them.
+func (l *sstLoad) flush(c loadChunk) error {
 	b := l.b
-	kvs := l.kvs
+	kvs := c.kvs
 	// order is the write order: ascending keys, and for equal keys the
 	// later entry last (an unstable sort on (key, position): stable sorts
 	// took several times as long).
 	var order []int32
-	if l.unsorted {
+	if c.unsorted {
 		order = make([]int32, len(kvs))
 		for i := range order {
 			order[i] = int32(i)
@@ -165,7 +229,6 @@ func (l *sstLoad) flush() error {
 		w.abort()
 		return fail(err)
 	}
-	l.kvs, l.bytes, l.unsorted = l.kvs[:0], 0, false
 	if err := b.db.Ingest(context.Background(), w.paths); err != nil {
 		return fail(wrapErr(err, "ingest %d files", len(w.paths)))
 	}
@@ -176,17 +239,27 @@ func (l *sstLoad) Commit() error {
 	if l.done {
 		return fmt.Errorf("lsm: load into %s: %w: committed after it ended", l.b.opts.Task, backend.ErrInvalidArgument)
 	}
-	err := l.flush()
+	var err error
+	if err = l.failed(); err == nil {
+		l.handOff()
+	}
+	l.stop()
+	if err == nil {
+		err = l.failed()
+	}
 	l.Close()
 	return err
 }
 
+// Close implements backend.LoadSession; it waits for the chunk being
+// written (Pebble must stay open under it).
 func (l *sstLoad) Close() {
 	if l.done {
 		return
 	}
 	l.done = true
-	l.kvs = nil
+	l.stop()
+	l.cur = loadChunk{}
 	_ = l.b.unref(false)
 	l.b.load.Unlock()
 }
