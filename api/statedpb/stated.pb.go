@@ -4574,8 +4574,8 @@ type ScanViewRequest struct {
 	// It must lie within the instance's range (INVALID_ARGUMENT otherwise).
 	KeyGroups *KeyGroupRange `protobuf:"bytes,4,opt,name=key_groups,json=keyGroups,proto3" json:"key_groups,omitempty"`
 	// cursor resumes a scan after the last entry of the page that returned
-	// it (empty: from the start of the range). It must come from a scan of
-	// the same range (INVALID_ARGUMENT otherwise).
+	// it (empty: from the start of the range). Pass it with the same range:
+	// a cursor whose entry lies outside the range is INVALID_ARGUMENT.
 	Cursor []byte `protobuf:"bytes,5,opt,name=cursor,proto3" json:"cursor,omitempty"`
 	// page_bytes is the target size of one response's entries (0: 1 MiB; at
 	// most half the daemon's max_message_size). A page holds at least one
