@@ -16,6 +16,13 @@
 // key-group-partitioned snapshots) and lsm (Pebble, incremental snapshots).
 // backendtest is the conformance suite all of them pass.
 //
+// Optional extensions, which every kind here has: Grouper and ReadGrouper
+// (runs of writes and reads under one lock), CanonicalSnapshotter
+// (backend-neutral snapshots), and for an engine that writes its own
+// snapshots (view.go) Viewer (frozen read views scanned in key-group
+// order, without writing files), KeyScanner (the keys of one state) and
+// Loader (bulk load for restores).
+//
 // # Caveats
 //
 // Handles are versioned (HandleFormatVersion) and framed with a CRC32C
