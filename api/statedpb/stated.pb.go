@@ -2736,6 +2736,21 @@ type CompleteCheckpointRequest struct {
 	CheckpointId uint64 `protobuf:"varint,2,opt,name=checkpoint_id,json=checkpointId,proto3" json:"checkpoint_id,omitempty"`
 	// tasks, when set, are the tasks the checkpoint must contain; otherwise
 	// every instance of the job open in this daemon must have snapshotted it.
+	//
+	// In cluster mode (the job's tasks on several daemons) a completion
+	// without tasks completes only when the checkpoint holds a handle of
+	// every task of the job open on any node of the cluster, and of every
+	// subtask of each operator it holds handles of (the key groups of the
+	// operator's max parallelism all covered); otherwise it is refused with
+	// FAILED_PRECONDITION naming the missing tasks and key groups, and the
+	// checkpoint stays in flight (retry once they reported, or abort). It
+	// may go through any node, one holding no task of the job included.
+	// With tasks, exactly those must have reported, whichever node holds
+	// them. Either way every handle must have been reported under its
+	// task's newest fencing token: a task opened again since on any node
+	// (a takeover) makes its old holder's handle stale, and the completion
+	// is refused (FAILED_PRECONDITION, naming the task and the stale token)
+	// unless the new holder reported the checkpoint, which replaces it.
 	Tasks         []*TaskId `protobuf:"bytes,3,rep,name=tasks,proto3" json:"tasks,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
