@@ -4557,7 +4557,8 @@ const file_stated_proto_rawDesc = "" +
 	"\vPlanRescale\x12\x1d.stated.v1.PlanRescaleRequest\x1a\x1e.stated.v1.PlanRescaleResponse\x12B\n" +
 	"\rCloseInstance\x12\x17.stated.v1.CloseRequest\x1a\x18.stated.v1.CloseResponse\x12`\n" +
 	"\x11WriteChannelState\x12#.stated.v1.WriteChannelStateRequest\x1a$.stated.v1.WriteChannelStateResponse(\x01\x12]\n" +
-	"\x10ReadChannelState\x12\".stated.v1.ReadChannelStateRequest\x1a#.stated.v1.ReadChannelStateResponse0\x01B)Z'github.com/statedhq/stated/api/statedpbb\x06proto3"
+	"\x10ReadChannelState\x12\".stated.v1.ReadChannelStateRequest\x1a#.stated.v1.ReadChannelStateResponse0\x01BJ\n" +
+	"\x10io.stated.api.v1B\vStatedProtoP\x01Z'github.com/statedhq/stated/api/statedpbb\x06proto3"
 
 var (
 	file_stated_proto_rawDescOnce sync.Once
