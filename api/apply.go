@@ -46,6 +46,9 @@ func (s *Server) applyBatch(ctx context.Context, inst *daemon.Instance, bt *wire
 	default:
 		a.out = wire.AppendSnapshotOutcome(a.out, s.barrier(ctx, inst, bt.Snapshot))
 	}
+	if bt.HasView {
+		a.out = wire.AppendViewOutcome(a.out, s.viewBarrier(inst, bt, applied))
+	}
 	return wire.NewOutgoing(orig, a.out)
 }
 

@@ -1907,7 +1907,15 @@ type BatchRequest struct {
 	// (and in this request), and none sent after, without the client waiting
 	// for any response. The response carries the outcome in
 	// BatchResponse.snapshot. A request may carry ops, a barrier, or both.
-	Snapshot      *SnapshotBarrier `protobuf:"bytes,5,opt,name=snapshot,proto3" json:"snapshot,omitempty"`
+	Snapshot *SnapshotBarrier `protobuf:"bytes,5,opt,name=snapshot,proto3" json:"snapshot,omitempty"`
+	// view, when set, is a view barrier: once the request's ops are applied
+	// (and its snapshot barrier, if any, taken), the daemon freezes a read
+	// view of the instance before it applies any later request of the
+	// stream, without writing any file. The view therefore holds every
+	// operation sent before it on this stream and none sent after. The
+	// response carries it in BatchResponse.view; read it with ScanView and
+	// free it with ReleaseView.
+	View          *ViewBarrier `protobuf:"bytes,16,opt,name=view,proto3" json:"view,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1973,6 +1981,13 @@ func (x *BatchRequest) GetOps() []*Op {
 func (x *BatchRequest) GetSnapshot() *SnapshotBarrier {
 	if x != nil {
 		return x.Snapshot
+	}
+	return nil
+}
+
+func (x *BatchRequest) GetView() *ViewBarrier {
+	if x != nil {
+		return x.View
 	}
 	return nil
 }
@@ -2467,7 +2482,10 @@ type BatchResponse struct {
 	Results []*Result `protobuf:"bytes,2,rep,name=results,proto3" json:"results,omitempty"`
 	// snapshot is the outcome of the request's snapshot barrier; set if and
 	// only if the request carried one.
-	Snapshot      *SnapshotOutcome `protobuf:"bytes,3,opt,name=snapshot,proto3" json:"snapshot,omitempty"`
+	Snapshot *SnapshotOutcome `protobuf:"bytes,3,opt,name=snapshot,proto3" json:"snapshot,omitempty"`
+	// view is the outcome of the request's view barrier; set if and only if
+	// the request carried one.
+	View          *ViewOutcome `protobuf:"bytes,16,opt,name=view,proto3" json:"view,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2519,6 +2537,13 @@ func (x *BatchResponse) GetResults() []*Result {
 func (x *BatchResponse) GetSnapshot() *SnapshotOutcome {
 	if x != nil {
 		return x.Snapshot
+	}
+	return nil
+}
+
+func (x *BatchResponse) GetView() *ViewOutcome {
+	if x != nil {
+		return x.View
 	}
 	return nil
 }
@@ -4199,6 +4224,1173 @@ func (x *ReadChannelStateResponse) GetChunks() []*ChannelChunk {
 	return nil
 }
 
+// ViewBarrier asks for a read view (BatchRequest.view).
+type ViewBarrier struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// idle_timeout_millis: the view is released when no ScanView has used it
+	// for this long (0: the daemon's default, 5 minutes; at most the daemon's
+	// maximum, 1 hour). A view is also released by ReleaseView and when its
+	// instance closes.
+	IdleTimeoutMillis int64 `protobuf:"varint,1,opt,name=idle_timeout_millis,json=idleTimeoutMillis,proto3" json:"idle_timeout_millis,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
+}
+
+func (x *ViewBarrier) Reset() {
+	*x = ViewBarrier{}
+	mi := &file_stated_proto_msgTypes[40]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ViewBarrier) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ViewBarrier) ProtoMessage() {}
+
+func (x *ViewBarrier) ProtoReflect() protoreflect.Message {
+	mi := &file_stated_proto_msgTypes[40]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ViewBarrier.ProtoReflect.Descriptor instead.
+func (*ViewBarrier) Descriptor() ([]byte, []int) {
+	return file_stated_proto_rawDescGZIP(), []int{40}
+}
+
+func (x *ViewBarrier) GetIdleTimeoutMillis() int64 {
+	if x != nil {
+		return x.IdleTimeoutMillis
+	}
+	return 0
+}
+
+// ViewOutcome is the result of a view barrier. A failed view fails only the
+// barrier: the request's ops were applied and the stream goes on.
+type ViewOutcome struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// code is a google.rpc.Code (0: OK): RESOURCE_EXHAUSTED when the
+	// instance holds its maximum of views (4 by default), FAILED_PRECONDITION
+	// when it is closed; error says what went wrong.
+	Code  uint32 `protobuf:"varint,1,opt,name=code,proto3" json:"code,omitempty"`
+	Error string `protobuf:"bytes,2,opt,name=error,proto3" json:"error,omitempty"`
+	// view is set when code is 0.
+	View          *ViewInfo `protobuf:"bytes,3,opt,name=view,proto3" json:"view,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ViewOutcome) Reset() {
+	*x = ViewOutcome{}
+	mi := &file_stated_proto_msgTypes[41]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ViewOutcome) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ViewOutcome) ProtoMessage() {}
+
+func (x *ViewOutcome) ProtoReflect() protoreflect.Message {
+	mi := &file_stated_proto_msgTypes[41]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ViewOutcome.ProtoReflect.Descriptor instead.
+func (*ViewOutcome) Descriptor() ([]byte, []int) {
+	return file_stated_proto_rawDescGZIP(), []int{41}
+}
+
+func (x *ViewOutcome) GetCode() uint32 {
+	if x != nil {
+		return x.Code
+	}
+	return 0
+}
+
+func (x *ViewOutcome) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
+func (x *ViewOutcome) GetView() *ViewInfo {
+	if x != nil {
+		return x.View
+	}
+	return nil
+}
+
+type ViewInfo struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// view_id names the view in ScanView and ReleaseView.
+	ViewId []byte `protobuf:"bytes,1,opt,name=view_id,json=viewId,proto3" json:"view_id,omitempty"`
+	// states are the instance's states when the view was taken, in the order
+	// a scan visits them within a key group (by the length of the name, then
+	// the name). ViewEntry.state_id is an index into this list.
+	States []*StateDescriptor `protobuf:"bytes,2,rep,name=states,proto3" json:"states,omitempty"`
+	// key_groups is the instance's range: the widest range a scan may ask.
+	KeyGroups *KeyGroupRange `protobuf:"bytes,3,opt,name=key_groups,json=keyGroups,proto3" json:"key_groups,omitempty"`
+	// idle_timeout_millis is the view's idle timeout as granted.
+	IdleTimeoutMillis int64 `protobuf:"varint,4,opt,name=idle_timeout_millis,json=idleTimeoutMillis,proto3" json:"idle_timeout_millis,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
+}
+
+func (x *ViewInfo) Reset() {
+	*x = ViewInfo{}
+	mi := &file_stated_proto_msgTypes[42]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ViewInfo) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ViewInfo) ProtoMessage() {}
+
+func (x *ViewInfo) ProtoReflect() protoreflect.Message {
+	mi := &file_stated_proto_msgTypes[42]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ViewInfo.ProtoReflect.Descriptor instead.
+func (*ViewInfo) Descriptor() ([]byte, []int) {
+	return file_stated_proto_rawDescGZIP(), []int{42}
+}
+
+func (x *ViewInfo) GetViewId() []byte {
+	if x != nil {
+		return x.ViewId
+	}
+	return nil
+}
+
+func (x *ViewInfo) GetStates() []*StateDescriptor {
+	if x != nil {
+		return x.States
+	}
+	return nil
+}
+
+func (x *ViewInfo) GetKeyGroups() *KeyGroupRange {
+	if x != nil {
+		return x.KeyGroups
+	}
+	return nil
+}
+
+func (x *ViewInfo) GetIdleTimeoutMillis() int64 {
+	if x != nil {
+		return x.IdleTimeoutMillis
+	}
+	return 0
+}
+
+// ViewEntry is one stored entry: a value, a whole list, one map entry, an
+// aggregate or a timer. ScanView returns them; Load takes them.
+type ViewEntry struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	KeyGroup uint32                 `protobuf:"varint,1,opt,name=key_group,json=keyGroup,proto3" json:"key_group,omitempty"`
+	// state_id indexes ViewInfo.states (ScanView). Load ignores it and reads
+	// state.
+	StateId uint32 `protobuf:"varint,2,opt,name=state_id,json=stateId,proto3" json:"state_id,omitempty"`
+	// state is the state's name: set by Load's client, left empty by
+	// ScanView (which names states by state_id).
+	State string `protobuf:"bytes,3,opt,name=state,proto3" json:"state,omitempty"`
+	// kind is the state's kind (ScanView; Load checks it when set).
+	Kind      StateKind `protobuf:"varint,4,opt,name=kind,proto3,enum=stated.v1.StateKind" json:"kind,omitempty"`
+	Key       []byte    `protobuf:"bytes,5,opt,name=key,proto3" json:"key,omitempty"`
+	Namespace []byte    `protobuf:"bytes,6,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	// user_key: map entries.
+	UserKey []byte `protobuf:"bytes,7,opt,name=user_key,json=userKey,proto3" json:"user_key,omitempty"`
+	// value: value states and map entries.
+	Value []byte `protobuf:"bytes,8,opt,name=value,proto3" json:"value,omitempty"`
+	// values: the elements of a list, in append order.
+	Values [][]byte `protobuf:"bytes,9,rep,name=values,proto3" json:"values,omitempty"`
+	// number_type, int_value, float_value: aggregates.
+	NumberType NumberType `protobuf:"varint,10,opt,name=number_type,json=numberType,proto3,enum=stated.v1.NumberType" json:"number_type,omitempty"`
+	IntValue   int64      `protobuf:"zigzag64,11,opt,name=int_value,json=intValue,proto3" json:"int_value,omitempty"`
+	FloatValue float64    `protobuf:"fixed64,12,opt,name=float_value,json=floatValue,proto3" json:"float_value,omitempty"`
+	// timestamp: timers.
+	Timestamp     int64 `protobuf:"varint,13,opt,name=timestamp,proto3" json:"timestamp,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ViewEntry) Reset() {
+	*x = ViewEntry{}
+	mi := &file_stated_proto_msgTypes[43]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ViewEntry) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ViewEntry) ProtoMessage() {}
+
+func (x *ViewEntry) ProtoReflect() protoreflect.Message {
+	mi := &file_stated_proto_msgTypes[43]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ViewEntry.ProtoReflect.Descriptor instead.
+func (*ViewEntry) Descriptor() ([]byte, []int) {
+	return file_stated_proto_rawDescGZIP(), []int{43}
+}
+
+func (x *ViewEntry) GetKeyGroup() uint32 {
+	if x != nil {
+		return x.KeyGroup
+	}
+	return 0
+}
+
+func (x *ViewEntry) GetStateId() uint32 {
+	if x != nil {
+		return x.StateId
+	}
+	return 0
+}
+
+func (x *ViewEntry) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
+func (x *ViewEntry) GetKind() StateKind {
+	if x != nil {
+		return x.Kind
+	}
+	return StateKind_STATE_KIND_UNSPECIFIED
+}
+
+func (x *ViewEntry) GetKey() []byte {
+	if x != nil {
+		return x.Key
+	}
+	return nil
+}
+
+func (x *ViewEntry) GetNamespace() []byte {
+	if x != nil {
+		return x.Namespace
+	}
+	return nil
+}
+
+func (x *ViewEntry) GetUserKey() []byte {
+	if x != nil {
+		return x.UserKey
+	}
+	return nil
+}
+
+func (x *ViewEntry) GetValue() []byte {
+	if x != nil {
+		return x.Value
+	}
+	return nil
+}
+
+func (x *ViewEntry) GetValues() [][]byte {
+	if x != nil {
+		return x.Values
+	}
+	return nil
+}
+
+func (x *ViewEntry) GetNumberType() NumberType {
+	if x != nil {
+		return x.NumberType
+	}
+	return NumberType_NUMBER_TYPE_UNSPECIFIED
+}
+
+func (x *ViewEntry) GetIntValue() int64 {
+	if x != nil {
+		return x.IntValue
+	}
+	return 0
+}
+
+func (x *ViewEntry) GetFloatValue() float64 {
+	if x != nil {
+		return x.FloatValue
+	}
+	return 0
+}
+
+func (x *ViewEntry) GetTimestamp() int64 {
+	if x != nil {
+		return x.Timestamp
+	}
+	return 0
+}
+
+type ScanViewRequest struct {
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	InstanceId []byte                 `protobuf:"bytes,1,opt,name=instance_id,json=instanceId,proto3" json:"instance_id,omitempty"`
+	Job        string                 `protobuf:"bytes,2,opt,name=job,proto3" json:"job,omitempty"`
+	ViewId     []byte                 `protobuf:"bytes,3,opt,name=view_id,json=viewId,proto3" json:"view_id,omitempty"`
+	// key_groups is the range to scan; unset: the instance's whole range.
+	// It must lie within the instance's range (INVALID_ARGUMENT otherwise).
+	KeyGroups *KeyGroupRange `protobuf:"bytes,4,opt,name=key_groups,json=keyGroups,proto3" json:"key_groups,omitempty"`
+	// cursor resumes a scan after the last entry of the page that returned
+	// it (empty: from the start of the range). It must come from a scan of
+	// the same range (INVALID_ARGUMENT otherwise).
+	Cursor []byte `protobuf:"bytes,5,opt,name=cursor,proto3" json:"cursor,omitempty"`
+	// page_bytes is the target size of one response's entries (0: 1 MiB; at
+	// most half the daemon's max_message_size). A page holds at least one
+	// entry, so a single larger entry makes a larger page.
+	PageBytes int32 `protobuf:"varint,6,opt,name=page_bytes,json=pageBytes,proto3" json:"page_bytes,omitempty"`
+	// max_pages ends the stream after this many responses (0: at the end of
+	// the range).
+	MaxPages      int32 `protobuf:"varint,7,opt,name=max_pages,json=maxPages,proto3" json:"max_pages,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ScanViewRequest) Reset() {
+	*x = ScanViewRequest{}
+	mi := &file_stated_proto_msgTypes[44]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ScanViewRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ScanViewRequest) ProtoMessage() {}
+
+func (x *ScanViewRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_stated_proto_msgTypes[44]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ScanViewRequest.ProtoReflect.Descriptor instead.
+func (*ScanViewRequest) Descriptor() ([]byte, []int) {
+	return file_stated_proto_rawDescGZIP(), []int{44}
+}
+
+func (x *ScanViewRequest) GetInstanceId() []byte {
+	if x != nil {
+		return x.InstanceId
+	}
+	return nil
+}
+
+func (x *ScanViewRequest) GetJob() string {
+	if x != nil {
+		return x.Job
+	}
+	return ""
+}
+
+func (x *ScanViewRequest) GetViewId() []byte {
+	if x != nil {
+		return x.ViewId
+	}
+	return nil
+}
+
+func (x *ScanViewRequest) GetKeyGroups() *KeyGroupRange {
+	if x != nil {
+		return x.KeyGroups
+	}
+	return nil
+}
+
+func (x *ScanViewRequest) GetCursor() []byte {
+	if x != nil {
+		return x.Cursor
+	}
+	return nil
+}
+
+func (x *ScanViewRequest) GetPageBytes() int32 {
+	if x != nil {
+		return x.PageBytes
+	}
+	return 0
+}
+
+func (x *ScanViewRequest) GetMaxPages() int32 {
+	if x != nil {
+		return x.MaxPages
+	}
+	return 0
+}
+
+type ScanViewResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// entries in scan order.
+	Entries []*ViewEntry `protobuf:"bytes,1,rep,name=entries,proto3" json:"entries,omitempty"`
+	// cursor continues after this page's last entry (ScanViewRequest.cursor).
+	Cursor []byte `protobuf:"bytes,2,opt,name=cursor,proto3" json:"cursor,omitempty"`
+	// done: the range holds no entry after this page. The last response of
+	// a stream that reached the end of the range has done set (and may have
+	// no entries).
+	Done bool `protobuf:"varint,3,opt,name=done,proto3" json:"done,omitempty"`
+	// states: ViewInfo.states, in the first response of each ScanView call.
+	States        []*StateDescriptor `protobuf:"bytes,4,rep,name=states,proto3" json:"states,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ScanViewResponse) Reset() {
+	*x = ScanViewResponse{}
+	mi := &file_stated_proto_msgTypes[45]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ScanViewResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ScanViewResponse) ProtoMessage() {}
+
+func (x *ScanViewResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_stated_proto_msgTypes[45]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ScanViewResponse.ProtoReflect.Descriptor instead.
+func (*ScanViewResponse) Descriptor() ([]byte, []int) {
+	return file_stated_proto_rawDescGZIP(), []int{45}
+}
+
+func (x *ScanViewResponse) GetEntries() []*ViewEntry {
+	if x != nil {
+		return x.Entries
+	}
+	return nil
+}
+
+func (x *ScanViewResponse) GetCursor() []byte {
+	if x != nil {
+		return x.Cursor
+	}
+	return nil
+}
+
+func (x *ScanViewResponse) GetDone() bool {
+	if x != nil {
+		return x.Done
+	}
+	return false
+}
+
+func (x *ScanViewResponse) GetStates() []*StateDescriptor {
+	if x != nil {
+		return x.States
+	}
+	return nil
+}
+
+type ReleaseViewRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	InstanceId    []byte                 `protobuf:"bytes,1,opt,name=instance_id,json=instanceId,proto3" json:"instance_id,omitempty"`
+	Job           string                 `protobuf:"bytes,2,opt,name=job,proto3" json:"job,omitempty"`
+	ViewId        []byte                 `protobuf:"bytes,3,opt,name=view_id,json=viewId,proto3" json:"view_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReleaseViewRequest) Reset() {
+	*x = ReleaseViewRequest{}
+	mi := &file_stated_proto_msgTypes[46]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReleaseViewRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReleaseViewRequest) ProtoMessage() {}
+
+func (x *ReleaseViewRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_stated_proto_msgTypes[46]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReleaseViewRequest.ProtoReflect.Descriptor instead.
+func (*ReleaseViewRequest) Descriptor() ([]byte, []int) {
+	return file_stated_proto_rawDescGZIP(), []int{46}
+}
+
+func (x *ReleaseViewRequest) GetInstanceId() []byte {
+	if x != nil {
+		return x.InstanceId
+	}
+	return nil
+}
+
+func (x *ReleaseViewRequest) GetJob() string {
+	if x != nil {
+		return x.Job
+	}
+	return ""
+}
+
+func (x *ReleaseViewRequest) GetViewId() []byte {
+	if x != nil {
+		return x.ViewId
+	}
+	return nil
+}
+
+type ReleaseViewResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReleaseViewResponse) Reset() {
+	*x = ReleaseViewResponse{}
+	mi := &file_stated_proto_msgTypes[47]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReleaseViewResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReleaseViewResponse) ProtoMessage() {}
+
+func (x *ReleaseViewResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_stated_proto_msgTypes[47]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReleaseViewResponse.ProtoReflect.Descriptor instead.
+func (*ReleaseViewResponse) Descriptor() ([]byte, []int) {
+	return file_stated_proto_rawDescGZIP(), []int{47}
+}
+
+type ScanKeysRequest struct {
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	InstanceId []byte                 `protobuf:"bytes,1,opt,name=instance_id,json=instanceId,proto3" json:"instance_id,omitempty"`
+	Job        string                 `protobuf:"bytes,2,opt,name=job,proto3" json:"job,omitempty"`
+	// state: a value, list, map or aggregate state.
+	State string `protobuf:"bytes,3,opt,name=state,proto3" json:"state,omitempty"`
+	// namespace, when set, lists only the keys of this namespace.
+	Namespace []byte `protobuf:"bytes,4,opt,name=namespace,proto3,oneof" json:"namespace,omitempty"`
+	// key_groups restricts the scan; unset: the instance's whole range.
+	KeyGroups *KeyGroupRange `protobuf:"bytes,5,opt,name=key_groups,json=keyGroups,proto3" json:"key_groups,omitempty"`
+	// cursor continues after the page that returned it (empty: from the
+	// start).
+	Cursor []byte `protobuf:"bytes,6,opt,name=cursor,proto3" json:"cursor,omitempty"`
+	// limit bounds the keys of one page (<= 0: the daemon's max_page).
+	Limit         int32 `protobuf:"varint,7,opt,name=limit,proto3" json:"limit,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ScanKeysRequest) Reset() {
+	*x = ScanKeysRequest{}
+	mi := &file_stated_proto_msgTypes[48]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ScanKeysRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ScanKeysRequest) ProtoMessage() {}
+
+func (x *ScanKeysRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_stated_proto_msgTypes[48]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ScanKeysRequest.ProtoReflect.Descriptor instead.
+func (*ScanKeysRequest) Descriptor() ([]byte, []int) {
+	return file_stated_proto_rawDescGZIP(), []int{48}
+}
+
+func (x *ScanKeysRequest) GetInstanceId() []byte {
+	if x != nil {
+		return x.InstanceId
+	}
+	return nil
+}
+
+func (x *ScanKeysRequest) GetJob() string {
+	if x != nil {
+		return x.Job
+	}
+	return ""
+}
+
+func (x *ScanKeysRequest) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
+func (x *ScanKeysRequest) GetNamespace() []byte {
+	if x != nil {
+		return x.Namespace
+	}
+	return nil
+}
+
+func (x *ScanKeysRequest) GetKeyGroups() *KeyGroupRange {
+	if x != nil {
+		return x.KeyGroups
+	}
+	return nil
+}
+
+func (x *ScanKeysRequest) GetCursor() []byte {
+	if x != nil {
+		return x.Cursor
+	}
+	return nil
+}
+
+func (x *ScanKeysRequest) GetLimit() int32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+// StateKey is one (key, namespace) of a state.
+type StateKey struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	KeyGroup      uint32                 `protobuf:"varint,1,opt,name=key_group,json=keyGroup,proto3" json:"key_group,omitempty"`
+	Key           []byte                 `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
+	Namespace     []byte                 `protobuf:"bytes,3,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StateKey) Reset() {
+	*x = StateKey{}
+	mi := &file_stated_proto_msgTypes[49]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StateKey) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StateKey) ProtoMessage() {}
+
+func (x *StateKey) ProtoReflect() protoreflect.Message {
+	mi := &file_stated_proto_msgTypes[49]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StateKey.ProtoReflect.Descriptor instead.
+func (*StateKey) Descriptor() ([]byte, []int) {
+	return file_stated_proto_rawDescGZIP(), []int{49}
+}
+
+func (x *StateKey) GetKeyGroup() uint32 {
+	if x != nil {
+		return x.KeyGroup
+	}
+	return 0
+}
+
+func (x *StateKey) GetKey() []byte {
+	if x != nil {
+		return x.Key
+	}
+	return nil
+}
+
+func (x *StateKey) GetNamespace() []byte {
+	if x != nil {
+		return x.Namespace
+	}
+	return nil
+}
+
+type ScanKeysResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// keys: each (key, namespace) once, in the order of the stored entries
+	// (key group, then key, then namespace).
+	Keys []*StateKey `protobuf:"bytes,1,rep,name=keys,proto3" json:"keys,omitempty"`
+	// more: the scan has not reached the end; pass cursor to continue. A
+	// page may hold fewer keys than the limit (even none) while more is set:
+	// a page also ends after reading a bounded number of entries.
+	More          bool   `protobuf:"varint,2,opt,name=more,proto3" json:"more,omitempty"`
+	Cursor        []byte `protobuf:"bytes,3,opt,name=cursor,proto3" json:"cursor,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ScanKeysResponse) Reset() {
+	*x = ScanKeysResponse{}
+	mi := &file_stated_proto_msgTypes[50]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ScanKeysResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ScanKeysResponse) ProtoMessage() {}
+
+func (x *ScanKeysResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_stated_proto_msgTypes[50]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ScanKeysResponse.ProtoReflect.Descriptor instead.
+func (*ScanKeysResponse) Descriptor() ([]byte, []int) {
+	return file_stated_proto_rawDescGZIP(), []int{50}
+}
+
+func (x *ScanKeysResponse) GetKeys() []*StateKey {
+	if x != nil {
+		return x.Keys
+	}
+	return nil
+}
+
+func (x *ScanKeysResponse) GetMore() bool {
+	if x != nil {
+		return x.More
+	}
+	return false
+}
+
+func (x *ScanKeysResponse) GetCursor() []byte {
+	if x != nil {
+		return x.Cursor
+	}
+	return nil
+}
+
+type CountEntriesRequest struct {
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	InstanceId []byte                 `protobuf:"bytes,1,opt,name=instance_id,json=instanceId,proto3" json:"instance_id,omitempty"`
+	Job        string                 `protobuf:"bytes,2,opt,name=job,proto3" json:"job,omitempty"`
+	// state: count only this state's entries (empty: all states).
+	State         string `protobuf:"bytes,3,opt,name=state,proto3" json:"state,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CountEntriesRequest) Reset() {
+	*x = CountEntriesRequest{}
+	mi := &file_stated_proto_msgTypes[51]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CountEntriesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CountEntriesRequest) ProtoMessage() {}
+
+func (x *CountEntriesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_stated_proto_msgTypes[51]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CountEntriesRequest.ProtoReflect.Descriptor instead.
+func (*CountEntriesRequest) Descriptor() ([]byte, []int) {
+	return file_stated_proto_rawDescGZIP(), []int{51}
+}
+
+func (x *CountEntriesRequest) GetInstanceId() []byte {
+	if x != nil {
+		return x.InstanceId
+	}
+	return nil
+}
+
+func (x *CountEntriesRequest) GetJob() string {
+	if x != nil {
+		return x.Job
+	}
+	return ""
+}
+
+func (x *CountEntriesRequest) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
+type CountEntriesResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// entries: values, lists, map entries (each user key), aggregates and
+	// timers stored, expired ones not yet removed included.
+	Entries       int64 `protobuf:"varint,1,opt,name=entries,proto3" json:"entries,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CountEntriesResponse) Reset() {
+	*x = CountEntriesResponse{}
+	mi := &file_stated_proto_msgTypes[52]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CountEntriesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CountEntriesResponse) ProtoMessage() {}
+
+func (x *CountEntriesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_stated_proto_msgTypes[52]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CountEntriesResponse.ProtoReflect.Descriptor instead.
+func (*CountEntriesResponse) Descriptor() ([]byte, []int) {
+	return file_stated_proto_rawDescGZIP(), []int{52}
+}
+
+func (x *CountEntriesResponse) GetEntries() int64 {
+	if x != nil {
+		return x.Entries
+	}
+	return 0
+}
+
+type RegisterStatesRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	InstanceId    []byte                 `protobuf:"bytes,1,opt,name=instance_id,json=instanceId,proto3" json:"instance_id,omitempty"`
+	Job           string                 `protobuf:"bytes,2,opt,name=job,proto3" json:"job,omitempty"`
+	States        []*StateDescriptor     `protobuf:"bytes,3,rep,name=states,proto3" json:"states,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RegisterStatesRequest) Reset() {
+	*x = RegisterStatesRequest{}
+	mi := &file_stated_proto_msgTypes[53]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RegisterStatesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RegisterStatesRequest) ProtoMessage() {}
+
+func (x *RegisterStatesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_stated_proto_msgTypes[53]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RegisterStatesRequest.ProtoReflect.Descriptor instead.
+func (*RegisterStatesRequest) Descriptor() ([]byte, []int) {
+	return file_stated_proto_rawDescGZIP(), []int{53}
+}
+
+func (x *RegisterStatesRequest) GetInstanceId() []byte {
+	if x != nil {
+		return x.InstanceId
+	}
+	return nil
+}
+
+func (x *RegisterStatesRequest) GetJob() string {
+	if x != nil {
+		return x.Job
+	}
+	return ""
+}
+
+func (x *RegisterStatesRequest) GetStates() []*StateDescriptor {
+	if x != nil {
+		return x.States
+	}
+	return nil
+}
+
+type RegisterStatesResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// states: every registered state of the instance, sorted by name.
+	States        []*StateDescriptor `protobuf:"bytes,1,rep,name=states,proto3" json:"states,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RegisterStatesResponse) Reset() {
+	*x = RegisterStatesResponse{}
+	mi := &file_stated_proto_msgTypes[54]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RegisterStatesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RegisterStatesResponse) ProtoMessage() {}
+
+func (x *RegisterStatesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_stated_proto_msgTypes[54]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RegisterStatesResponse.ProtoReflect.Descriptor instead.
+func (*RegisterStatesResponse) Descriptor() ([]byte, []int) {
+	return file_stated_proto_rawDescGZIP(), []int{54}
+}
+
+func (x *RegisterStatesResponse) GetStates() []*StateDescriptor {
+	if x != nil {
+		return x.States
+	}
+	return nil
+}
+
+type LoadRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// instance_id and job are required in the first request and must not
+	// change.
+	InstanceId []byte `protobuf:"bytes,1,opt,name=instance_id,json=instanceId,proto3" json:"instance_id,omitempty"`
+	Job        string `protobuf:"bytes,2,opt,name=job,proto3" json:"job,omitempty"`
+	// entries name their state by ViewEntry.state; each is checked as the
+	// matching operation would be (state, kind, key group, sizes).
+	Entries       []*ViewEntry `protobuf:"bytes,3,rep,name=entries,proto3" json:"entries,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LoadRequest) Reset() {
+	*x = LoadRequest{}
+	mi := &file_stated_proto_msgTypes[55]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LoadRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LoadRequest) ProtoMessage() {}
+
+func (x *LoadRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_stated_proto_msgTypes[55]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LoadRequest.ProtoReflect.Descriptor instead.
+func (*LoadRequest) Descriptor() ([]byte, []int) {
+	return file_stated_proto_rawDescGZIP(), []int{55}
+}
+
+func (x *LoadRequest) GetInstanceId() []byte {
+	if x != nil {
+		return x.InstanceId
+	}
+	return nil
+}
+
+func (x *LoadRequest) GetJob() string {
+	if x != nil {
+		return x.Job
+	}
+	return ""
+}
+
+func (x *LoadRequest) GetEntries() []*ViewEntry {
+	if x != nil {
+		return x.Entries
+	}
+	return nil
+}
+
+type LoadResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// entries and bytes loaded (bytes: keys, namespaces, user keys, values
+	// and elements).
+	Entries       int64 `protobuf:"varint,1,opt,name=entries,proto3" json:"entries,omitempty"`
+	Bytes         int64 `protobuf:"varint,2,opt,name=bytes,proto3" json:"bytes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LoadResponse) Reset() {
+	*x = LoadResponse{}
+	mi := &file_stated_proto_msgTypes[56]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LoadResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LoadResponse) ProtoMessage() {}
+
+func (x *LoadResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_stated_proto_msgTypes[56]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LoadResponse.ProtoReflect.Descriptor instead.
+func (*LoadResponse) Descriptor() ([]byte, []int) {
+	return file_stated_proto_rawDescGZIP(), []int{56}
+}
+
+func (x *LoadResponse) GetEntries() int64 {
+	if x != nil {
+		return x.Entries
+	}
+	return 0
+}
+
+func (x *LoadResponse) GetBytes() int64 {
+	if x != nil {
+		return x.Bytes
+	}
+	return 0
+}
+
 var File_stated_proto protoreflect.FileDescriptor
 
 const file_stated_proto_rawDesc = "" +
@@ -4282,14 +5474,15 @@ const file_stated_proto_rawDesc = "" +
 	"floatValue\x12\x1c\n" +
 	"\ttimestamp\x18\f \x01(\x03R\ttimestamp\x12\x14\n" +
 	"\x05limit\x18\r \x01(\x05R\x05limit\x12A\n" +
-	"\roperator_mode\x18\x0e \x01(\x0e2\x1c.stated.v1.OperatorStateModeR\foperatorMode\"\xac\x01\n" +
+	"\roperator_mode\x18\x0e \x01(\x0e2\x1c.stated.v1.OperatorStateModeR\foperatorMode\"\xd8\x01\n" +
 	"\fBatchRequest\x12\x1f\n" +
 	"\vinstance_id\x18\x01 \x01(\fR\n" +
 	"instanceId\x12\x10\n" +
 	"\x03job\x18\x02 \x01(\tR\x03job\x12\x10\n" +
 	"\x03seq\x18\x03 \x01(\x04R\x03seq\x12\x1f\n" +
 	"\x03ops\x18\x04 \x03(\v2\r.stated.v1.OpR\x03ops\x126\n" +
-	"\bsnapshot\x18\x05 \x01(\v2\x1a.stated.v1.SnapshotBarrierR\bsnapshot\"\x80\x01\n" +
+	"\bsnapshot\x18\x05 \x01(\v2\x1a.stated.v1.SnapshotBarrierR\bsnapshot\x12*\n" +
+	"\x04view\x18\x10 \x01(\v2\x16.stated.v1.ViewBarrierR\x04view\"\x80\x01\n" +
 	"\x0fSnapshotBarrier\x12#\n" +
 	"\rcheckpoint_id\x18\x01 \x01(\x04R\fcheckpointId\x12\x12\n" +
 	"\x04wait\x18\x02 \x01(\bR\x04wait\x124\n" +
@@ -4326,11 +5519,12 @@ const file_stated_proto_rawDesc = "" +
 	"floatValue\x12(\n" +
 	"\x06timers\x18\v \x03(\v2\x10.stated.v1.TimerR\x06timers\x12\x14\n" +
 	"\x05index\x18\f \x01(\rR\x05index\x12A\n" +
-	"\roperator_mode\x18\r \x01(\x0e2\x1c.stated.v1.OperatorStateModeR\foperatorMode\"\x86\x01\n" +
+	"\roperator_mode\x18\r \x01(\x0e2\x1c.stated.v1.OperatorStateModeR\foperatorMode\"\xb2\x01\n" +
 	"\rBatchResponse\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12+\n" +
 	"\aresults\x18\x02 \x03(\v2\x11.stated.v1.ResultR\aresults\x126\n" +
-	"\bsnapshot\x18\x03 \x01(\v2\x1a.stated.v1.SnapshotOutcomeR\bsnapshot\"\xde\x01\n" +
+	"\bsnapshot\x18\x03 \x01(\v2\x1a.stated.v1.SnapshotOutcomeR\bsnapshot\x12*\n" +
+	"\x04view\x18\x10 \x01(\v2\x16.stated.v1.ViewOutcomeR\x04view\"\xde\x01\n" +
 	"\x0fSnapshotRequest\x12\x1f\n" +
 	"\vinstance_id\x18\x01 \x01(\fR\n" +
 	"instanceId\x12\x10\n" +
@@ -4454,7 +5648,100 @@ const file_stated_proto_rawDesc = "" +
 	"instanceId\x12\x10\n" +
 	"\x03job\x18\x02 \x01(\tR\x03job\"K\n" +
 	"\x18ReadChannelStateResponse\x12/\n" +
-	"\x06chunks\x18\x01 \x03(\v2\x17.stated.v1.ChannelChunkR\x06chunks*\x97\x01\n" +
+	"\x06chunks\x18\x01 \x03(\v2\x17.stated.v1.ChannelChunkR\x06chunks\"=\n" +
+	"\vViewBarrier\x12.\n" +
+	"\x13idle_timeout_millis\x18\x01 \x01(\x03R\x11idleTimeoutMillis\"`\n" +
+	"\vViewOutcome\x12\x12\n" +
+	"\x04code\x18\x01 \x01(\rR\x04code\x12\x14\n" +
+	"\x05error\x18\x02 \x01(\tR\x05error\x12'\n" +
+	"\x04view\x18\x03 \x01(\v2\x13.stated.v1.ViewInfoR\x04view\"\xc0\x01\n" +
+	"\bViewInfo\x12\x17\n" +
+	"\aview_id\x18\x01 \x01(\fR\x06viewId\x122\n" +
+	"\x06states\x18\x02 \x03(\v2\x1a.stated.v1.StateDescriptorR\x06states\x127\n" +
+	"\n" +
+	"key_groups\x18\x03 \x01(\v2\x18.stated.v1.KeyGroupRangeR\tkeyGroups\x12.\n" +
+	"\x13idle_timeout_millis\x18\x04 \x01(\x03R\x11idleTimeoutMillis\"\x90\x03\n" +
+	"\tViewEntry\x12\x1b\n" +
+	"\tkey_group\x18\x01 \x01(\rR\bkeyGroup\x12\x19\n" +
+	"\bstate_id\x18\x02 \x01(\rR\astateId\x12\x14\n" +
+	"\x05state\x18\x03 \x01(\tR\x05state\x12(\n" +
+	"\x04kind\x18\x04 \x01(\x0e2\x14.stated.v1.StateKindR\x04kind\x12\x10\n" +
+	"\x03key\x18\x05 \x01(\fR\x03key\x12\x1c\n" +
+	"\tnamespace\x18\x06 \x01(\fR\tnamespace\x12\x19\n" +
+	"\buser_key\x18\a \x01(\fR\auserKey\x12\x14\n" +
+	"\x05value\x18\b \x01(\fR\x05value\x12\x16\n" +
+	"\x06values\x18\t \x03(\fR\x06values\x126\n" +
+	"\vnumber_type\x18\n" +
+	" \x01(\x0e2\x15.stated.v1.NumberTypeR\n" +
+	"numberType\x12\x1b\n" +
+	"\tint_value\x18\v \x01(\x12R\bintValue\x12\x1f\n" +
+	"\vfloat_value\x18\f \x01(\x01R\n" +
+	"floatValue\x12\x1c\n" +
+	"\ttimestamp\x18\r \x01(\x03R\ttimestamp\"\xea\x01\n" +
+	"\x0fScanViewRequest\x12\x1f\n" +
+	"\vinstance_id\x18\x01 \x01(\fR\n" +
+	"instanceId\x12\x10\n" +
+	"\x03job\x18\x02 \x01(\tR\x03job\x12\x17\n" +
+	"\aview_id\x18\x03 \x01(\fR\x06viewId\x127\n" +
+	"\n" +
+	"key_groups\x18\x04 \x01(\v2\x18.stated.v1.KeyGroupRangeR\tkeyGroups\x12\x16\n" +
+	"\x06cursor\x18\x05 \x01(\fR\x06cursor\x12\x1d\n" +
+	"\n" +
+	"page_bytes\x18\x06 \x01(\x05R\tpageBytes\x12\x1b\n" +
+	"\tmax_pages\x18\a \x01(\x05R\bmaxPages\"\xa2\x01\n" +
+	"\x10ScanViewResponse\x12.\n" +
+	"\aentries\x18\x01 \x03(\v2\x14.stated.v1.ViewEntryR\aentries\x12\x16\n" +
+	"\x06cursor\x18\x02 \x01(\fR\x06cursor\x12\x12\n" +
+	"\x04done\x18\x03 \x01(\bR\x04done\x122\n" +
+	"\x06states\x18\x04 \x03(\v2\x1a.stated.v1.StateDescriptorR\x06states\"`\n" +
+	"\x12ReleaseViewRequest\x12\x1f\n" +
+	"\vinstance_id\x18\x01 \x01(\fR\n" +
+	"instanceId\x12\x10\n" +
+	"\x03job\x18\x02 \x01(\tR\x03job\x12\x17\n" +
+	"\aview_id\x18\x03 \x01(\fR\x06viewId\"\x15\n" +
+	"\x13ReleaseViewResponse\"\xf2\x01\n" +
+	"\x0fScanKeysRequest\x12\x1f\n" +
+	"\vinstance_id\x18\x01 \x01(\fR\n" +
+	"instanceId\x12\x10\n" +
+	"\x03job\x18\x02 \x01(\tR\x03job\x12\x14\n" +
+	"\x05state\x18\x03 \x01(\tR\x05state\x12!\n" +
+	"\tnamespace\x18\x04 \x01(\fH\x00R\tnamespace\x88\x01\x01\x127\n" +
+	"\n" +
+	"key_groups\x18\x05 \x01(\v2\x18.stated.v1.KeyGroupRangeR\tkeyGroups\x12\x16\n" +
+	"\x06cursor\x18\x06 \x01(\fR\x06cursor\x12\x14\n" +
+	"\x05limit\x18\a \x01(\x05R\x05limitB\f\n" +
+	"\n" +
+	"_namespace\"W\n" +
+	"\bStateKey\x12\x1b\n" +
+	"\tkey_group\x18\x01 \x01(\rR\bkeyGroup\x12\x10\n" +
+	"\x03key\x18\x02 \x01(\fR\x03key\x12\x1c\n" +
+	"\tnamespace\x18\x03 \x01(\fR\tnamespace\"g\n" +
+	"\x10ScanKeysResponse\x12'\n" +
+	"\x04keys\x18\x01 \x03(\v2\x13.stated.v1.StateKeyR\x04keys\x12\x12\n" +
+	"\x04more\x18\x02 \x01(\bR\x04more\x12\x16\n" +
+	"\x06cursor\x18\x03 \x01(\fR\x06cursor\"^\n" +
+	"\x13CountEntriesRequest\x12\x1f\n" +
+	"\vinstance_id\x18\x01 \x01(\fR\n" +
+	"instanceId\x12\x10\n" +
+	"\x03job\x18\x02 \x01(\tR\x03job\x12\x14\n" +
+	"\x05state\x18\x03 \x01(\tR\x05state\"0\n" +
+	"\x14CountEntriesResponse\x12\x18\n" +
+	"\aentries\x18\x01 \x01(\x03R\aentries\"~\n" +
+	"\x15RegisterStatesRequest\x12\x1f\n" +
+	"\vinstance_id\x18\x01 \x01(\fR\n" +
+	"instanceId\x12\x10\n" +
+	"\x03job\x18\x02 \x01(\tR\x03job\x122\n" +
+	"\x06states\x18\x03 \x03(\v2\x1a.stated.v1.StateDescriptorR\x06states\"L\n" +
+	"\x16RegisterStatesResponse\x122\n" +
+	"\x06states\x18\x01 \x03(\v2\x1a.stated.v1.StateDescriptorR\x06states\"p\n" +
+	"\vLoadRequest\x12\x1f\n" +
+	"\vinstance_id\x18\x01 \x01(\fR\n" +
+	"instanceId\x12\x10\n" +
+	"\x03job\x18\x02 \x01(\tR\x03job\x12.\n" +
+	"\aentries\x18\x03 \x03(\v2\x14.stated.v1.ViewEntryR\aentries\">\n" +
+	"\fLoadResponse\x12\x18\n" +
+	"\aentries\x18\x01 \x01(\x03R\aentries\x12\x14\n" +
+	"\x05bytes\x18\x02 \x01(\x03R\x05bytes*\x97\x01\n" +
 	"\tStateKind\x12\x1a\n" +
 	"\x16STATE_KIND_UNSPECIFIED\x10\x00\x12\x14\n" +
 	"\x10STATE_KIND_VALUE\x10\x01\x12\x13\n" +
@@ -4545,7 +5832,8 @@ const file_stated_proto_rawDesc = "" +
 	"\x18CHANNEL_KIND_UNSPECIFIED\x10\x00\x12\x16\n" +
 	"\x12CHANNEL_KIND_KEYED\x10\x01\x12\x18\n" +
 	"\x14CHANNEL_KIND_FORWARD\x10\x02\x12\x1a\n" +
-	"\x16CHANNEL_KIND_BROADCAST\x10\x032\x8d\a\n" +
+	"\x16CHANNEL_KIND_BROADCAST\x10\x032\xca\n" +
+	"\n" +
 	"\x06Stated\x127\n" +
 	"\x04Open\x12\x16.stated.v1.OpenRequest\x1a\x17.stated.v1.OpenResponse\x12>\n" +
 	"\x05Batch\x12\x17.stated.v1.BatchRequest\x1a\x18.stated.v1.BatchResponse(\x010\x01\x12C\n" +
@@ -4557,7 +5845,13 @@ const file_stated_proto_rawDesc = "" +
 	"\vPlanRescale\x12\x1d.stated.v1.PlanRescaleRequest\x1a\x1e.stated.v1.PlanRescaleResponse\x12B\n" +
 	"\rCloseInstance\x12\x17.stated.v1.CloseRequest\x1a\x18.stated.v1.CloseResponse\x12`\n" +
 	"\x11WriteChannelState\x12#.stated.v1.WriteChannelStateRequest\x1a$.stated.v1.WriteChannelStateResponse(\x01\x12]\n" +
-	"\x10ReadChannelState\x12\".stated.v1.ReadChannelStateRequest\x1a#.stated.v1.ReadChannelStateResponse0\x01BJ\n" +
+	"\x10ReadChannelState\x12\".stated.v1.ReadChannelStateRequest\x1a#.stated.v1.ReadChannelStateResponse0\x01\x12E\n" +
+	"\bScanView\x12\x1a.stated.v1.ScanViewRequest\x1a\x1b.stated.v1.ScanViewResponse0\x01\x12L\n" +
+	"\vReleaseView\x12\x1d.stated.v1.ReleaseViewRequest\x1a\x1e.stated.v1.ReleaseViewResponse\x12C\n" +
+	"\bScanKeys\x12\x1a.stated.v1.ScanKeysRequest\x1a\x1b.stated.v1.ScanKeysResponse\x12O\n" +
+	"\fCountEntries\x12\x1e.stated.v1.CountEntriesRequest\x1a\x1f.stated.v1.CountEntriesResponse\x12U\n" +
+	"\x0eRegisterStates\x12 .stated.v1.RegisterStatesRequest\x1a!.stated.v1.RegisterStatesResponse\x129\n" +
+	"\x04Load\x12\x16.stated.v1.LoadRequest\x1a\x17.stated.v1.LoadResponse(\x01BJ\n" +
 	"\x10io.stated.api.v1B\vStatedProtoP\x01Z'github.com/statedhq/stated/api/statedpbb\x06proto3"
 
 var (
@@ -4573,7 +5867,7 @@ func file_stated_proto_rawDescGZIP() []byte {
 }
 
 var file_stated_proto_enumTypes = make([]protoimpl.EnumInfo, 16)
-var file_stated_proto_msgTypes = make([]protoimpl.MessageInfo, 40)
+var file_stated_proto_msgTypes = make([]protoimpl.MessageInfo, 57)
 var file_stated_proto_goTypes = []any{
 	(StateKind)(0),                     // 0: stated.v1.StateKind
 	(TtlUpdate)(0),                     // 1: stated.v1.TtlUpdate
@@ -4631,6 +5925,23 @@ var file_stated_proto_goTypes = []any{
 	(*WriteChannelStateResponse)(nil),  // 53: stated.v1.WriteChannelStateResponse
 	(*ReadChannelStateRequest)(nil),    // 54: stated.v1.ReadChannelStateRequest
 	(*ReadChannelStateResponse)(nil),   // 55: stated.v1.ReadChannelStateResponse
+	(*ViewBarrier)(nil),                // 56: stated.v1.ViewBarrier
+	(*ViewOutcome)(nil),                // 57: stated.v1.ViewOutcome
+	(*ViewInfo)(nil),                   // 58: stated.v1.ViewInfo
+	(*ViewEntry)(nil),                  // 59: stated.v1.ViewEntry
+	(*ScanViewRequest)(nil),            // 60: stated.v1.ScanViewRequest
+	(*ScanViewResponse)(nil),           // 61: stated.v1.ScanViewResponse
+	(*ReleaseViewRequest)(nil),         // 62: stated.v1.ReleaseViewRequest
+	(*ReleaseViewResponse)(nil),        // 63: stated.v1.ReleaseViewResponse
+	(*ScanKeysRequest)(nil),            // 64: stated.v1.ScanKeysRequest
+	(*StateKey)(nil),                   // 65: stated.v1.StateKey
+	(*ScanKeysResponse)(nil),           // 66: stated.v1.ScanKeysResponse
+	(*CountEntriesRequest)(nil),        // 67: stated.v1.CountEntriesRequest
+	(*CountEntriesResponse)(nil),       // 68: stated.v1.CountEntriesResponse
+	(*RegisterStatesRequest)(nil),      // 69: stated.v1.RegisterStatesRequest
+	(*RegisterStatesResponse)(nil),     // 70: stated.v1.RegisterStatesResponse
+	(*LoadRequest)(nil),                // 71: stated.v1.LoadRequest
+	(*LoadResponse)(nil),               // 72: stated.v1.LoadResponse
 }
 var file_stated_proto_depIdxs = []int32{
 	0,  // 0: stated.v1.StateDescriptor.kind:type_name -> stated.v1.StateKind
@@ -4655,62 +5966,89 @@ var file_stated_proto_depIdxs = []int32{
 	10, // 19: stated.v1.Op.operator_mode:type_name -> stated.v1.OperatorStateMode
 	22, // 20: stated.v1.BatchRequest.ops:type_name -> stated.v1.Op
 	24, // 21: stated.v1.BatchRequest.snapshot:type_name -> stated.v1.SnapshotBarrier
-	25, // 22: stated.v1.SnapshotBarrier.stats:type_name -> stated.v1.TaskCheckpointStats
-	32, // 23: stated.v1.SnapshotOutcome.result:type_name -> stated.v1.SnapshotResponse
-	27, // 24: stated.v1.Result.entries:type_name -> stated.v1.MapEntry
-	3,  // 25: stated.v1.Result.number_type:type_name -> stated.v1.NumberType
-	28, // 26: stated.v1.Result.timers:type_name -> stated.v1.Timer
-	10, // 27: stated.v1.Result.operator_mode:type_name -> stated.v1.OperatorStateMode
-	29, // 28: stated.v1.BatchResponse.results:type_name -> stated.v1.Result
-	26, // 29: stated.v1.BatchResponse.snapshot:type_name -> stated.v1.SnapshotOutcome
-	25, // 30: stated.v1.SnapshotRequest.stats:type_name -> stated.v1.TaskCheckpointStats
-	16, // 31: stated.v1.CompleteCheckpointRequest.tasks:type_name -> stated.v1.TaskId
-	11, // 32: stated.v1.CheckpointInfo.state:type_name -> stated.v1.CheckpointStatus
-	34, // 33: stated.v1.CompleteCheckpointResponse.checkpoint:type_name -> stated.v1.CheckpointInfo
-	12, // 34: stated.v1.AbortCheckpointRequest.reason_code:type_name -> stated.v1.AbortReason
-	34, // 35: stated.v1.ListCheckpointsResponse.checkpoints:type_name -> stated.v1.CheckpointInfo
-	13, // 36: stated.v1.TriggerSavepointRequest.format:type_name -> stated.v1.SavepointFormat
-	16, // 37: stated.v1.RescaleSource.task:type_name -> stated.v1.TaskId
-	17, // 38: stated.v1.RescaleSource.key_groups:type_name -> stated.v1.KeyGroupRange
-	17, // 39: stated.v1.RescaleSource.overlap:type_name -> stated.v1.KeyGroupRange
-	4,  // 40: stated.v1.RescaleSource.backend_kind:type_name -> stated.v1.BackendKind
-	17, // 41: stated.v1.RescaleSubtask.key_groups:type_name -> stated.v1.KeyGroupRange
-	43, // 42: stated.v1.RescaleSubtask.sources:type_name -> stated.v1.RescaleSource
-	44, // 43: stated.v1.PlanRescaleResponse.subtasks:type_name -> stated.v1.RescaleSubtask
-	14, // 44: stated.v1.ChannelId.direction:type_name -> stated.v1.ChannelDirection
-	49, // 45: stated.v1.ChannelBuffer.records:type_name -> stated.v1.ChannelRecord
-	48, // 46: stated.v1.ChannelChunk.channel:type_name -> stated.v1.ChannelId
-	15, // 47: stated.v1.ChannelChunk.kind:type_name -> stated.v1.ChannelKind
-	50, // 48: stated.v1.ChannelChunk.buffers:type_name -> stated.v1.ChannelBuffer
-	51, // 49: stated.v1.WriteChannelStateRequest.chunks:type_name -> stated.v1.ChannelChunk
-	51, // 50: stated.v1.ReadChannelStateResponse.chunks:type_name -> stated.v1.ChannelChunk
-	20, // 51: stated.v1.Stated.Open:input_type -> stated.v1.OpenRequest
-	23, // 52: stated.v1.Stated.Batch:input_type -> stated.v1.BatchRequest
-	31, // 53: stated.v1.Stated.Snapshot:input_type -> stated.v1.SnapshotRequest
-	33, // 54: stated.v1.Stated.CompleteCheckpoint:input_type -> stated.v1.CompleteCheckpointRequest
-	36, // 55: stated.v1.Stated.AbortCheckpoint:input_type -> stated.v1.AbortCheckpointRequest
-	38, // 56: stated.v1.Stated.ListCheckpoints:input_type -> stated.v1.ListCheckpointsRequest
-	40, // 57: stated.v1.Stated.TriggerSavepoint:input_type -> stated.v1.TriggerSavepointRequest
-	42, // 58: stated.v1.Stated.PlanRescale:input_type -> stated.v1.PlanRescaleRequest
-	46, // 59: stated.v1.Stated.CloseInstance:input_type -> stated.v1.CloseRequest
-	52, // 60: stated.v1.Stated.WriteChannelState:input_type -> stated.v1.WriteChannelStateRequest
-	54, // 61: stated.v1.Stated.ReadChannelState:input_type -> stated.v1.ReadChannelStateRequest
-	21, // 62: stated.v1.Stated.Open:output_type -> stated.v1.OpenResponse
-	30, // 63: stated.v1.Stated.Batch:output_type -> stated.v1.BatchResponse
-	32, // 64: stated.v1.Stated.Snapshot:output_type -> stated.v1.SnapshotResponse
-	35, // 65: stated.v1.Stated.CompleteCheckpoint:output_type -> stated.v1.CompleteCheckpointResponse
-	37, // 66: stated.v1.Stated.AbortCheckpoint:output_type -> stated.v1.AbortCheckpointResponse
-	39, // 67: stated.v1.Stated.ListCheckpoints:output_type -> stated.v1.ListCheckpointsResponse
-	41, // 68: stated.v1.Stated.TriggerSavepoint:output_type -> stated.v1.TriggerSavepointResponse
-	45, // 69: stated.v1.Stated.PlanRescale:output_type -> stated.v1.PlanRescaleResponse
-	47, // 70: stated.v1.Stated.CloseInstance:output_type -> stated.v1.CloseResponse
-	53, // 71: stated.v1.Stated.WriteChannelState:output_type -> stated.v1.WriteChannelStateResponse
-	55, // 72: stated.v1.Stated.ReadChannelState:output_type -> stated.v1.ReadChannelStateResponse
-	62, // [62:73] is the sub-list for method output_type
-	51, // [51:62] is the sub-list for method input_type
-	51, // [51:51] is the sub-list for extension type_name
-	51, // [51:51] is the sub-list for extension extendee
-	0,  // [0:51] is the sub-list for field type_name
+	56, // 22: stated.v1.BatchRequest.view:type_name -> stated.v1.ViewBarrier
+	25, // 23: stated.v1.SnapshotBarrier.stats:type_name -> stated.v1.TaskCheckpointStats
+	32, // 24: stated.v1.SnapshotOutcome.result:type_name -> stated.v1.SnapshotResponse
+	27, // 25: stated.v1.Result.entries:type_name -> stated.v1.MapEntry
+	3,  // 26: stated.v1.Result.number_type:type_name -> stated.v1.NumberType
+	28, // 27: stated.v1.Result.timers:type_name -> stated.v1.Timer
+	10, // 28: stated.v1.Result.operator_mode:type_name -> stated.v1.OperatorStateMode
+	29, // 29: stated.v1.BatchResponse.results:type_name -> stated.v1.Result
+	26, // 30: stated.v1.BatchResponse.snapshot:type_name -> stated.v1.SnapshotOutcome
+	57, // 31: stated.v1.BatchResponse.view:type_name -> stated.v1.ViewOutcome
+	25, // 32: stated.v1.SnapshotRequest.stats:type_name -> stated.v1.TaskCheckpointStats
+	16, // 33: stated.v1.CompleteCheckpointRequest.tasks:type_name -> stated.v1.TaskId
+	11, // 34: stated.v1.CheckpointInfo.state:type_name -> stated.v1.CheckpointStatus
+	34, // 35: stated.v1.CompleteCheckpointResponse.checkpoint:type_name -> stated.v1.CheckpointInfo
+	12, // 36: stated.v1.AbortCheckpointRequest.reason_code:type_name -> stated.v1.AbortReason
+	34, // 37: stated.v1.ListCheckpointsResponse.checkpoints:type_name -> stated.v1.CheckpointInfo
+	13, // 38: stated.v1.TriggerSavepointRequest.format:type_name -> stated.v1.SavepointFormat
+	16, // 39: stated.v1.RescaleSource.task:type_name -> stated.v1.TaskId
+	17, // 40: stated.v1.RescaleSource.key_groups:type_name -> stated.v1.KeyGroupRange
+	17, // 41: stated.v1.RescaleSource.overlap:type_name -> stated.v1.KeyGroupRange
+	4,  // 42: stated.v1.RescaleSource.backend_kind:type_name -> stated.v1.BackendKind
+	17, // 43: stated.v1.RescaleSubtask.key_groups:type_name -> stated.v1.KeyGroupRange
+	43, // 44: stated.v1.RescaleSubtask.sources:type_name -> stated.v1.RescaleSource
+	44, // 45: stated.v1.PlanRescaleResponse.subtasks:type_name -> stated.v1.RescaleSubtask
+	14, // 46: stated.v1.ChannelId.direction:type_name -> stated.v1.ChannelDirection
+	49, // 47: stated.v1.ChannelBuffer.records:type_name -> stated.v1.ChannelRecord
+	48, // 48: stated.v1.ChannelChunk.channel:type_name -> stated.v1.ChannelId
+	15, // 49: stated.v1.ChannelChunk.kind:type_name -> stated.v1.ChannelKind
+	50, // 50: stated.v1.ChannelChunk.buffers:type_name -> stated.v1.ChannelBuffer
+	51, // 51: stated.v1.WriteChannelStateRequest.chunks:type_name -> stated.v1.ChannelChunk
+	51, // 52: stated.v1.ReadChannelStateResponse.chunks:type_name -> stated.v1.ChannelChunk
+	58, // 53: stated.v1.ViewOutcome.view:type_name -> stated.v1.ViewInfo
+	18, // 54: stated.v1.ViewInfo.states:type_name -> stated.v1.StateDescriptor
+	17, // 55: stated.v1.ViewInfo.key_groups:type_name -> stated.v1.KeyGroupRange
+	0,  // 56: stated.v1.ViewEntry.kind:type_name -> stated.v1.StateKind
+	3,  // 57: stated.v1.ViewEntry.number_type:type_name -> stated.v1.NumberType
+	17, // 58: stated.v1.ScanViewRequest.key_groups:type_name -> stated.v1.KeyGroupRange
+	59, // 59: stated.v1.ScanViewResponse.entries:type_name -> stated.v1.ViewEntry
+	18, // 60: stated.v1.ScanViewResponse.states:type_name -> stated.v1.StateDescriptor
+	17, // 61: stated.v1.ScanKeysRequest.key_groups:type_name -> stated.v1.KeyGroupRange
+	65, // 62: stated.v1.ScanKeysResponse.keys:type_name -> stated.v1.StateKey
+	18, // 63: stated.v1.RegisterStatesRequest.states:type_name -> stated.v1.StateDescriptor
+	18, // 64: stated.v1.RegisterStatesResponse.states:type_name -> stated.v1.StateDescriptor
+	59, // 65: stated.v1.LoadRequest.entries:type_name -> stated.v1.ViewEntry
+	20, // 66: stated.v1.Stated.Open:input_type -> stated.v1.OpenRequest
+	23, // 67: stated.v1.Stated.Batch:input_type -> stated.v1.BatchRequest
+	31, // 68: stated.v1.Stated.Snapshot:input_type -> stated.v1.SnapshotRequest
+	33, // 69: stated.v1.Stated.CompleteCheckpoint:input_type -> stated.v1.CompleteCheckpointRequest
+	36, // 70: stated.v1.Stated.AbortCheckpoint:input_type -> stated.v1.AbortCheckpointRequest
+	38, // 71: stated.v1.Stated.ListCheckpoints:input_type -> stated.v1.ListCheckpointsRequest
+	40, // 72: stated.v1.Stated.TriggerSavepoint:input_type -> stated.v1.TriggerSavepointRequest
+	42, // 73: stated.v1.Stated.PlanRescale:input_type -> stated.v1.PlanRescaleRequest
+	46, // 74: stated.v1.Stated.CloseInstance:input_type -> stated.v1.CloseRequest
+	52, // 75: stated.v1.Stated.WriteChannelState:input_type -> stated.v1.WriteChannelStateRequest
+	54, // 76: stated.v1.Stated.ReadChannelState:input_type -> stated.v1.ReadChannelStateRequest
+	60, // 77: stated.v1.Stated.ScanView:input_type -> stated.v1.ScanViewRequest
+	62, // 78: stated.v1.Stated.ReleaseView:input_type -> stated.v1.ReleaseViewRequest
+	64, // 79: stated.v1.Stated.ScanKeys:input_type -> stated.v1.ScanKeysRequest
+	67, // 80: stated.v1.Stated.CountEntries:input_type -> stated.v1.CountEntriesRequest
+	69, // 81: stated.v1.Stated.RegisterStates:input_type -> stated.v1.RegisterStatesRequest
+	71, // 82: stated.v1.Stated.Load:input_type -> stated.v1.LoadRequest
+	21, // 83: stated.v1.Stated.Open:output_type -> stated.v1.OpenResponse
+	30, // 84: stated.v1.Stated.Batch:output_type -> stated.v1.BatchResponse
+	32, // 85: stated.v1.Stated.Snapshot:output_type -> stated.v1.SnapshotResponse
+	35, // 86: stated.v1.Stated.CompleteCheckpoint:output_type -> stated.v1.CompleteCheckpointResponse
+	37, // 87: stated.v1.Stated.AbortCheckpoint:output_type -> stated.v1.AbortCheckpointResponse
+	39, // 88: stated.v1.Stated.ListCheckpoints:output_type -> stated.v1.ListCheckpointsResponse
+	41, // 89: stated.v1.Stated.TriggerSavepoint:output_type -> stated.v1.TriggerSavepointResponse
+	45, // 90: stated.v1.Stated.PlanRescale:output_type -> stated.v1.PlanRescaleResponse
+	47, // 91: stated.v1.Stated.CloseInstance:output_type -> stated.v1.CloseResponse
+	53, // 92: stated.v1.Stated.WriteChannelState:output_type -> stated.v1.WriteChannelStateResponse
+	55, // 93: stated.v1.Stated.ReadChannelState:output_type -> stated.v1.ReadChannelStateResponse
+	61, // 94: stated.v1.Stated.ScanView:output_type -> stated.v1.ScanViewResponse
+	63, // 95: stated.v1.Stated.ReleaseView:output_type -> stated.v1.ReleaseViewResponse
+	66, // 96: stated.v1.Stated.ScanKeys:output_type -> stated.v1.ScanKeysResponse
+	68, // 97: stated.v1.Stated.CountEntries:output_type -> stated.v1.CountEntriesResponse
+	70, // 98: stated.v1.Stated.RegisterStates:output_type -> stated.v1.RegisterStatesResponse
+	72, // 99: stated.v1.Stated.Load:output_type -> stated.v1.LoadResponse
+	83, // [83:100] is the sub-list for method output_type
+	66, // [66:83] is the sub-list for method input_type
+	66, // [66:66] is the sub-list for extension type_name
+	66, // [66:66] is the sub-list for extension extendee
+	0,  // [0:66] is the sub-list for field type_name
 }
 
 func init() { file_stated_proto_init() }
@@ -4723,13 +6061,14 @@ func file_stated_proto_init() {
 		(*RestoreSource_CheckpointId)(nil),
 		(*RestoreSource_Savepoint)(nil),
 	}
+	file_stated_proto_msgTypes[48].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_stated_proto_rawDesc), len(file_stated_proto_rawDesc)),
 			NumEnums:      16,
-			NumMessages:   40,
+			NumMessages:   57,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -75,6 +75,12 @@ const (
 	Stated_CloseInstance_FullMethodName      = "/stated.v1.Stated/CloseInstance"
 	Stated_WriteChannelState_FullMethodName  = "/stated.v1.Stated/WriteChannelState"
 	Stated_ReadChannelState_FullMethodName   = "/stated.v1.Stated/ReadChannelState"
+	Stated_ScanView_FullMethodName           = "/stated.v1.Stated/ScanView"
+	Stated_ReleaseView_FullMethodName        = "/stated.v1.Stated/ReleaseView"
+	Stated_ScanKeys_FullMethodName           = "/stated.v1.Stated/ScanKeys"
+	Stated_CountEntries_FullMethodName       = "/stated.v1.Stated/CountEntries"
+	Stated_RegisterStates_FullMethodName     = "/stated.v1.Stated/RegisterStates"
+	Stated_Load_FullMethodName               = "/stated.v1.Stated/Load"
 )
 
 // StatedClient is the client API for Stated service.
@@ -148,6 +154,42 @@ type StatedClient interface {
 	// the subtask owning their key group; an instance restored without
 	// channel state (or from an aligned checkpoint) gets an empty stream.
 	ReadChannelState(ctx context.Context, in *ReadChannelStateRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ReadChannelStateResponse], error)
+	// ScanView streams the entries of a read view (taken with
+	// BatchRequest.view) within a key-group range, in pages of bounded size,
+	// each with a cursor to resume from. The order is key group, then state
+	// (in the order of ViewInfo.states), then key, namespace and user key
+	// (each compared as length, then bytes). The task may keep writing: the
+	// view holds exactly what was written before its barrier.
+	ScanView(ctx context.Context, in *ScanViewRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ScanViewResponse], error)
+	// ReleaseView frees a view. Releasing one that is already released (or
+	// timed out) fails with NOT_FOUND, which a client may ignore.
+	ReleaseView(ctx context.Context, in *ReleaseViewRequest, opts ...grpc.CallOption) (*ReleaseViewResponse, error)
+	// ScanKeys lists the keys (and namespaces) of one state of the live
+	// instance, optionally of one namespace, a page at a time. It is not
+	// ordered with the batch stream: it sees the batch requests whose
+	// responses the client has received, and may or may not see those still
+	// in flight.
+	ScanKeys(ctx context.Context, in *ScanKeysRequest, opts ...grpc.CallOption) (*ScanKeysResponse, error)
+	// CountEntries counts the stored entries of the live instance (of one
+	// state, or of all). It reads every entry: for tests and diagnostics.
+	CountEntries(ctx context.Context, in *CountEntriesRequest, opts ...grpc.CallOption) (*CountEntriesResponse, error)
+	// RegisterStates registers states after Open (an engine creates states
+	// lazily). Registering a state again with the same descriptor is a
+	// no-op; with another kind, function, number type or ttl it fails with
+	// FAILED_PRECONDITION and registers none of the request's states. Batch
+	// requests sent after the response may use the new states.
+	RegisterStates(ctx context.Context, in *RegisterStatesRequest, opts ...grpc.CallOption) (*RegisterStatesResponse, error)
+	// Load writes many entries at once, much faster than PUTs on the batch
+	// stream: for restoring an instance from an engine's own snapshot. The
+	// first request names the instance; every request carries entries (in
+	// any order; sorted ones load fastest). Each entry replaces what is
+	// stored at its address (a value, a whole list, one map entry, an
+	// aggregate) as a PUT, MAP_PUT or DELETE+LIST_APPEND would. Load is not
+	// ordered with the batch stream: send it before the operations that must
+	// see its entries, and wait for its response. Entries are visible to
+	// reads once the response arrived; a Load that fails may have written
+	// part of its entries (open the instance again to retry the restore).
+	Load(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[LoadRequest, LoadResponse], error)
 }
 
 type statedClient struct {
@@ -283,6 +325,78 @@ func (c *statedClient) ReadChannelState(ctx context.Context, in *ReadChannelStat
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Stated_ReadChannelStateClient = grpc.ServerStreamingClient[ReadChannelStateResponse]
 
+func (c *statedClient) ScanView(ctx context.Context, in *ScanViewRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ScanViewResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &Stated_ServiceDesc.Streams[3], Stated_ScanView_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[ScanViewRequest, ScanViewResponse]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Stated_ScanViewClient = grpc.ServerStreamingClient[ScanViewResponse]
+
+func (c *statedClient) ReleaseView(ctx context.Context, in *ReleaseViewRequest, opts ...grpc.CallOption) (*ReleaseViewResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ReleaseViewResponse)
+	err := c.cc.Invoke(ctx, Stated_ReleaseView_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *statedClient) ScanKeys(ctx context.Context, in *ScanKeysRequest, opts ...grpc.CallOption) (*ScanKeysResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ScanKeysResponse)
+	err := c.cc.Invoke(ctx, Stated_ScanKeys_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *statedClient) CountEntries(ctx context.Context, in *CountEntriesRequest, opts ...grpc.CallOption) (*CountEntriesResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CountEntriesResponse)
+	err := c.cc.Invoke(ctx, Stated_CountEntries_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *statedClient) RegisterStates(ctx context.Context, in *RegisterStatesRequest, opts ...grpc.CallOption) (*RegisterStatesResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RegisterStatesResponse)
+	err := c.cc.Invoke(ctx, Stated_RegisterStates_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *statedClient) Load(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[LoadRequest, LoadResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &Stated_ServiceDesc.Streams[4], Stated_Load_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[LoadRequest, LoadResponse]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Stated_LoadClient = grpc.ClientStreamingClient[LoadRequest, LoadResponse]
+
 // StatedServer is the server API for Stated service.
 // All implementations must embed UnimplementedStatedServer
 // for forward compatibility.
@@ -354,6 +468,42 @@ type StatedServer interface {
 	// the subtask owning their key group; an instance restored without
 	// channel state (or from an aligned checkpoint) gets an empty stream.
 	ReadChannelState(*ReadChannelStateRequest, grpc.ServerStreamingServer[ReadChannelStateResponse]) error
+	// ScanView streams the entries of a read view (taken with
+	// BatchRequest.view) within a key-group range, in pages of bounded size,
+	// each with a cursor to resume from. The order is key group, then state
+	// (in the order of ViewInfo.states), then key, namespace and user key
+	// (each compared as length, then bytes). The task may keep writing: the
+	// view holds exactly what was written before its barrier.
+	ScanView(*ScanViewRequest, grpc.ServerStreamingServer[ScanViewResponse]) error
+	// ReleaseView frees a view. Releasing one that is already released (or
+	// timed out) fails with NOT_FOUND, which a client may ignore.
+	ReleaseView(context.Context, *ReleaseViewRequest) (*ReleaseViewResponse, error)
+	// ScanKeys lists the keys (and namespaces) of one state of the live
+	// instance, optionally of one namespace, a page at a time. It is not
+	// ordered with the batch stream: it sees the batch requests whose
+	// responses the client has received, and may or may not see those still
+	// in flight.
+	ScanKeys(context.Context, *ScanKeysRequest) (*ScanKeysResponse, error)
+	// CountEntries counts the stored entries of the live instance (of one
+	// state, or of all). It reads every entry: for tests and diagnostics.
+	CountEntries(context.Context, *CountEntriesRequest) (*CountEntriesResponse, error)
+	// RegisterStates registers states after Open (an engine creates states
+	// lazily). Registering a state again with the same descriptor is a
+	// no-op; with another kind, function, number type or ttl it fails with
+	// FAILED_PRECONDITION and registers none of the request's states. Batch
+	// requests sent after the response may use the new states.
+	RegisterStates(context.Context, *RegisterStatesRequest) (*RegisterStatesResponse, error)
+	// Load writes many entries at once, much faster than PUTs on the batch
+	// stream: for restoring an instance from an engine's own snapshot. The
+	// first request names the instance; every request carries entries (in
+	// any order; sorted ones load fastest). Each entry replaces what is
+	// stored at its address (a value, a whole list, one map entry, an
+	// aggregate) as a PUT, MAP_PUT or DELETE+LIST_APPEND would. Load is not
+	// ordered with the batch stream: send it before the operations that must
+	// see its entries, and wait for its response. Entries are visible to
+	// reads once the response arrived; a Load that fails may have written
+	// part of its entries (open the instance again to retry the restore).
+	Load(grpc.ClientStreamingServer[LoadRequest, LoadResponse]) error
 	mustEmbedUnimplementedStatedServer()
 }
 
@@ -396,6 +546,24 @@ func (UnimplementedStatedServer) WriteChannelState(grpc.ClientStreamingServer[Wr
 }
 func (UnimplementedStatedServer) ReadChannelState(*ReadChannelStateRequest, grpc.ServerStreamingServer[ReadChannelStateResponse]) error {
 	return status.Error(codes.Unimplemented, "method ReadChannelState not implemented")
+}
+func (UnimplementedStatedServer) ScanView(*ScanViewRequest, grpc.ServerStreamingServer[ScanViewResponse]) error {
+	return status.Error(codes.Unimplemented, "method ScanView not implemented")
+}
+func (UnimplementedStatedServer) ReleaseView(context.Context, *ReleaseViewRequest) (*ReleaseViewResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ReleaseView not implemented")
+}
+func (UnimplementedStatedServer) ScanKeys(context.Context, *ScanKeysRequest) (*ScanKeysResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ScanKeys not implemented")
+}
+func (UnimplementedStatedServer) CountEntries(context.Context, *CountEntriesRequest) (*CountEntriesResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method CountEntries not implemented")
+}
+func (UnimplementedStatedServer) RegisterStates(context.Context, *RegisterStatesRequest) (*RegisterStatesResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method RegisterStates not implemented")
+}
+func (UnimplementedStatedServer) Load(grpc.ClientStreamingServer[LoadRequest, LoadResponse]) error {
+	return status.Error(codes.Unimplemented, "method Load not implemented")
 }
 func (UnimplementedStatedServer) mustEmbedUnimplementedStatedServer() {}
 func (UnimplementedStatedServer) testEmbeddedByValue()                {}
@@ -587,6 +755,96 @@ func _Stated_ReadChannelState_Handler(srv interface{}, stream grpc.ServerStream)
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Stated_ReadChannelStateServer = grpc.ServerStreamingServer[ReadChannelStateResponse]
 
+func _Stated_ScanView_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(ScanViewRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(StatedServer).ScanView(m, &grpc.GenericServerStream[ScanViewRequest, ScanViewResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Stated_ScanViewServer = grpc.ServerStreamingServer[ScanViewResponse]
+
+func _Stated_ReleaseView_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ReleaseViewRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(StatedServer).ReleaseView(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Stated_ReleaseView_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(StatedServer).ReleaseView(ctx, req.(*ReleaseViewRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Stated_ScanKeys_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ScanKeysRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(StatedServer).ScanKeys(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Stated_ScanKeys_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(StatedServer).ScanKeys(ctx, req.(*ScanKeysRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Stated_CountEntries_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CountEntriesRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(StatedServer).CountEntries(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Stated_CountEntries_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(StatedServer).CountEntries(ctx, req.(*CountEntriesRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Stated_RegisterStates_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RegisterStatesRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(StatedServer).RegisterStates(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Stated_RegisterStates_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(StatedServer).RegisterStates(ctx, req.(*RegisterStatesRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Stated_Load_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(StatedServer).Load(&grpc.GenericServerStream[LoadRequest, LoadResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Stated_LoadServer = grpc.ClientStreamingServer[LoadRequest, LoadResponse]
+
 // Stated_ServiceDesc is the grpc.ServiceDesc for Stated service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -626,6 +884,22 @@ var Stated_ServiceDesc = grpc.ServiceDesc{
 			MethodName: "CloseInstance",
 			Handler:    _Stated_CloseInstance_Handler,
 		},
+		{
+			MethodName: "ReleaseView",
+			Handler:    _Stated_ReleaseView_Handler,
+		},
+		{
+			MethodName: "ScanKeys",
+			Handler:    _Stated_ScanKeys_Handler,
+		},
+		{
+			MethodName: "CountEntries",
+			Handler:    _Stated_CountEntries_Handler,
+		},
+		{
+			MethodName: "RegisterStates",
+			Handler:    _Stated_RegisterStates_Handler,
+		},
 	},
 	Streams: []grpc.StreamDesc{
 		{
@@ -643,6 +917,16 @@ var Stated_ServiceDesc = grpc.ServiceDesc{
 			StreamName:    "ReadChannelState",
 			Handler:       _Stated_ReadChannelState_Handler,
 			ServerStreams: true,
+		},
+		{
+			StreamName:    "ScanView",
+			Handler:       _Stated_ScanView_Handler,
+			ServerStreams: true,
+		},
+		{
+			StreamName:    "Load",
+			Handler:       _Stated_Load_Handler,
+			ClientStreams: true,
 		},
 	},
 	Metadata: "stated.proto",

@@ -102,6 +102,10 @@ type Batch struct {
 	// taken once Ops are applied.
 	HasSnapshot bool
 	Snapshot    Barrier
+	// HasView: the request carries a view barrier (View), taken once Ops
+	// are applied and the snapshot barrier, if any, is taken.
+	HasView bool
+	View    ViewBarrier
 }
 
 // Barrier is a decoded stated.v1.SnapshotBarrier.
@@ -437,6 +441,11 @@ func DecodeBatch(data []byte, ops []Op) (Batch, error) {
 			bt.HasSnapshot = true
 			if err := decodeBarrier(f.b, &bt.Snapshot); err != nil {
 				return bt, malformed("snapshot barrier", err)
+			}
+		case f.num == reqView && f.typ == protowire.BytesType:
+			bt.HasView = true
+			if err := decodeViewBarrier(f.b, &bt.View); err != nil {
+				return bt, malformed("view barrier", err)
 			}
 		}
 	}

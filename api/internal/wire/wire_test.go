@@ -234,13 +234,14 @@ func FuzzDecode(f *testing.F) {
 // them fails here until wire.go follows.
 func TestSchemaMatchesCodec(t *testing.T) {
 	want := map[string][]string{
-		"BatchRequest": {"1 instance_id", "2 job", "3 seq", "4 ops", "5 snapshot"},
+		"BatchRequest": {"1 instance_id", "2 job", "3 seq", "4 ops", "5 snapshot", "16 view"},
+		"ViewBarrier":  {"1 idle_timeout_millis"},
 		// The response's snapshot outcome is passed through encoded by the
 		// generated code; the barrier is encoded by hand.
 		"SnapshotBarrier":     {"1 checkpoint_id", "2 wait", "3 stats"},
 		"TaskCheckpointStats": {"1 unaligned", "2 alignment_micros", "3 start_delay_micros"},
 		"Op":                  {"1 type", "2 state", "3 key_group", "4 key", "5 namespace", "6 user_key", "7 value", "8 values", "9 number_type", "10 int_value", "11 float_value", "12 timestamp", "13 limit", "14 operator_mode"},
-		"BatchResponse":       {"1 seq", "2 results", "3 snapshot"},
+		"BatchResponse":       {"1 seq", "2 results", "3 snapshot", "16 view"},
 		"Result":              {"1 code", "2 error", "3 found", "4 value", "5 values", "6 entries", "7 more", "8 number_type", "9 int_value", "10 float_value", "11 timers", "12 index", "13 operator_mode"},
 		"MapEntry":            {"1 user_key", "2 value"},
 		"Timer":               {"1 key_group", "2 key", "3 namespace", "4 timestamp"},
