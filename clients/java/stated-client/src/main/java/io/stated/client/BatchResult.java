@@ -3,6 +3,7 @@ package io.stated.client;
 import io.stated.api.v1.BatchResponse;
 import io.stated.api.v1.Result;
 import io.stated.api.v1.SnapshotOutcome;
+import io.stated.api.v1.ViewOutcome;
 import java.util.ArrayList;
 import java.util.Collections;
 import java.util.List;
@@ -15,10 +16,12 @@ import java.util.List;
 public final class BatchResult {
   private final List<Result> results;
   private final SnapshotOutcome snapshot;
+  private final ViewOutcome view;
 
-  private BatchResult(List<Result> results, SnapshotOutcome snapshot) {
+  private BatchResult(List<Result> results, SnapshotOutcome snapshot, ViewOutcome view) {
     this.results = results;
     this.snapshot = snapshot;
+    this.view = view;
   }
 
   /**
@@ -40,7 +43,9 @@ public final class BatchResult {
       }
     }
     return new BatchResult(
-        Collections.unmodifiableList(out), resp.hasSnapshot() ? resp.getSnapshot() : null);
+        Collections.unmodifiableList(out),
+        resp.hasSnapshot() ? resp.getSnapshot() : null,
+        resp.hasView() ? resp.getView() : null);
   }
 
   /** One result per operation of the request, in order. */
@@ -55,6 +60,11 @@ public final class BatchResult {
   /** The barrier's outcome, or null when the request carried none. */
   public SnapshotOutcome snapshot() {
     return snapshot;
+  }
+
+  /** The view barrier's outcome, or null when the request carried none. */
+  public ViewOutcome view() {
+    return view;
   }
 
   /** Throws the first failed operation's error as a {@link StatedException}; returns this. */

@@ -19,6 +19,18 @@ import io.stated.api.v1.OpenResponse;
 import io.stated.api.v1.ReadChannelStateRequest;
 import io.stated.api.v1.ReadChannelStateResponse;
 import io.stated.api.v1.Result;
+import io.stated.api.v1.CountEntriesRequest;
+import io.stated.api.v1.RegisterStatesRequest;
+import io.stated.api.v1.RegisterStatesResponse;
+import io.stated.api.v1.ReleaseViewRequest;
+import io.stated.api.v1.ScanKeysRequest;
+import io.stated.api.v1.ScanKeysResponse;
+import io.stated.api.v1.ScanViewRequest;
+import io.stated.api.v1.ScanViewResponse;
+import io.stated.api.v1.StateDescriptor;
+import io.stated.api.v1.ViewBarrier;
+import io.stated.api.v1.ViewInfo;
+import io.stated.api.v1.ViewOutcome;
 import io.stated.api.v1.SnapshotBarrier;
 import io.stated.api.v1.SnapshotOutcome;
 import io.stated.api.v1.SnapshotResponse;
@@ -27,6 +39,7 @@ import io.stated.api.v1.TaskId;
 import io.stated.api.v1.WriteChannelStateRequest;
 import io.stated.api.v1.WriteChannelStateResponse;
 import java.util.ArrayList;
+import java.util.Iterator;
 import java.util.List;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.ConcurrentLinkedQueue;
@@ -146,7 +159,7 @@ public final class Instance {
     if (out == null) {
       out = (ClientCallStreamObserver<BatchRequest>) obs;
     }
-    return send(List.of(), null);
+    return send(List.of(), null, null);
   }
 
   public TaskId task() {
@@ -176,6 +189,101 @@ public final class Instance {
 
   public int maxInFlight() {
     return maxInFlight;
+  }
+
+  StatedClient client() {
+    return client;
+  }
+
+  /**
+   * Takes a read view as a barrier on the stream: it holds every operation sent or submitted
+   * before it and none after. Read it with {@link #scanView}, free it with {@link #releaseView}.
+   * {@code idleTimeoutMillis} 0: the daemon's default.
+   */
+  public CompletableFuture<ViewInfo> view(long idleTimeoutMillis) {
+    return send(List.of(), null, ViewBarrier.newBuilder().setIdleTimeoutMillis(idleTimeoutMillis).build())
+        .thenApply(
+            r -> {
+              ViewOutcome o = r.view();
+              if (o == null) {
+                throw new StatedException(
+                    Status.Code.INTERNAL, "no view outcome in the response to a view barrier");
+              }
+              if (o.getCode() != 0) {
+                throw StatedException.of(o.getCode(), o.getError());
+              }
+              return o.getView();
+            });
+  }
+
+  /**
+   * Scans a view: the daemon's pages in scan order (key group, state, key, namespace, user key),
+   * fetched as the iterator is read (gRPC flow control bounds what is buffered). {@code req} needs
+   * only the view id, range, cursor and page size: the instance and job are filled in. A failure
+   * is thrown from the iterator as a {@link StatedException}.
+   */
+  public Iterator<ScanViewResponse> scanView(ScanViewRequest req) {
+    ScanViewRequest full = req.toBuilder().setInstanceId(id).setJob(job).build();
+    Iterator<ScanViewResponse> it =
+        ClientCalls.blockingServerStreamingCall(
+            client.channel(), StatedGrpc.SCAN_VIEW, CallOptions.DEFAULT, full);
+    return new Iterator<ScanViewResponse>() {
+      @Override
+      public boolean hasNext() {
+        try {
+          return it.hasNext();
+        } catch (RuntimeException e) {
+          throw StatedException.from(e, client.where());
+        }
+      }
+
+      @Override
+      public ScanViewResponse next() {
+        try {
+          return it.next();
+        } catch (RuntimeException e) {
+          throw StatedException.from(e, client.where());
+        }
+      }
+    };
+  }
+
+  /** Frees a view ({@code NOT_FOUND} for one already released or timed out). */
+  public CompletableFuture<Void> releaseView(ByteString viewId) {
+    return client
+        .unary(
+            StatedGrpc.RELEASE_VIEW,
+            ReleaseViewRequest.newBuilder().setInstanceId(id).setJob(job).setViewId(viewId).build())
+        .thenApply(r -> (Void) null);
+  }
+
+  /**
+   * One page of the keys of a state of the live instance. Not ordered with the batch stream: it
+   * sees what was answered; flush and wait first for what must be seen.
+   */
+  public CompletableFuture<ScanKeysResponse> scanKeys(ScanKeysRequest req) {
+    return client.unary(StatedGrpc.SCAN_KEYS, req.toBuilder().setInstanceId(id).setJob(job).build());
+  }
+
+  /** The number of stored entries of {@code state} (empty: all states). */
+  public CompletableFuture<Long> countEntries(String state) {
+    return client
+        .unary(
+            StatedGrpc.COUNT_ENTRIES,
+            CountEntriesRequest.newBuilder().setInstanceId(id).setJob(job).setState(state).build())
+        .thenApply(r -> r.getEntries());
+  }
+
+  /** Registers states after Open; requests sent after the answer may use them. */
+  public CompletableFuture<RegisterStatesResponse> registerStates(List<StateDescriptor> states) {
+    return client.unary(
+        StatedGrpc.REGISTER_STATES,
+        RegisterStatesRequest.newBuilder().setInstanceId(id).setJob(job).addAllStates(states).build());
+  }
+
+  /** A bulk load into this instance; see {@link Loader}. */
+  public Loader load() {
+    return new Loader(this);
   }
 
   /** The number of requests sent and not answered yet. */
@@ -240,10 +348,19 @@ public final class Instance {
    * not yet sent go first.
    */
   public CompletableFuture<BatchResult> send(List<Op> ops, SnapshotBarrier barrier) {
+    return send(ops, barrier, null);
+  }
+
+  /**
+   * {@link #send(List, SnapshotBarrier)} with a view barrier as well ({@code view} may be null);
+   * see {@link #view}.
+   */
+  public CompletableFuture<BatchResult> send(
+      List<Op> ops, SnapshotBarrier barrier, ViewBarrier view) {
     writeLock.lock();
     try {
       flushLocked();
-      return sendLocked(ops, barrier);
+      return sendLocked(ops, barrier, view);
     } finally {
       writeLock.unlock();
     }
@@ -254,7 +371,8 @@ public final class Instance {
     return send(ops, null);
   }
 
-  private CompletableFuture<BatchResult> sendLocked(List<Op> ops, SnapshotBarrier barrier) {
+  private CompletableFuture<BatchResult> sendLocked(
+      List<Op> ops, SnapshotBarrier barrier, ViewBarrier view) {
     CompletableFuture<BatchResult> f = new CompletableFuture<>();
     if (dead != null) {
       f.completeExceptionally(dead);
@@ -279,6 +397,9 @@ public final class Instance {
     }
     if (barrier != null) {
       req.setSnapshot(barrier);
+    }
+    if (view != null) {
+      req.setView(view);
     }
     pending.add(new Pending(s, ops.size(), f));
     // A failure between the check above and the add: drain again, so
@@ -340,7 +461,7 @@ public final class Instance {
     queued.clear();
     queuedFutures.clear();
     queuedBytes = 0;
-    sendLocked(ops, null)
+    sendLocked(ops, null, null)
         .whenComplete(
             (r, err) -> {
               for (int i = 0; i < fs.size(); i++) {

@@ -9,6 +9,18 @@ import io.stated.api.v1.AbortCheckpointRequest;
 import io.stated.api.v1.AbortCheckpointResponse;
 import io.stated.api.v1.BatchRequest;
 import io.stated.api.v1.BatchResponse;
+import io.stated.api.v1.CountEntriesRequest;
+import io.stated.api.v1.CountEntriesResponse;
+import io.stated.api.v1.LoadRequest;
+import io.stated.api.v1.LoadResponse;
+import io.stated.api.v1.RegisterStatesRequest;
+import io.stated.api.v1.RegisterStatesResponse;
+import io.stated.api.v1.ReleaseViewRequest;
+import io.stated.api.v1.ReleaseViewResponse;
+import io.stated.api.v1.ScanKeysRequest;
+import io.stated.api.v1.ScanKeysResponse;
+import io.stated.api.v1.ScanViewRequest;
+import io.stated.api.v1.ScanViewResponse;
 import io.stated.api.v1.CloseRequest;
 import io.stated.api.v1.CloseResponse;
 import io.stated.api.v1.CompleteCheckpointRequest;
@@ -111,6 +123,43 @@ final class StatedGrpc {
               MethodType.SERVER_STREAMING,
               ReadChannelStateRequest.getDefaultInstance(),
               ReadChannelStateResponse.getDefaultInstance());
+
+  static final MethodDescriptor<ScanViewRequest, ScanViewResponse> SCAN_VIEW =
+      method(
+          "ScanView",
+          MethodType.SERVER_STREAMING,
+          ScanViewRequest.getDefaultInstance(),
+          ScanViewResponse.getDefaultInstance());
+  static final MethodDescriptor<ReleaseViewRequest, ReleaseViewResponse> RELEASE_VIEW =
+      method(
+          "ReleaseView",
+          MethodType.UNARY,
+          ReleaseViewRequest.getDefaultInstance(),
+          ReleaseViewResponse.getDefaultInstance());
+  static final MethodDescriptor<ScanKeysRequest, ScanKeysResponse> SCAN_KEYS =
+      method(
+          "ScanKeys",
+          MethodType.UNARY,
+          ScanKeysRequest.getDefaultInstance(),
+          ScanKeysResponse.getDefaultInstance());
+  static final MethodDescriptor<CountEntriesRequest, CountEntriesResponse> COUNT_ENTRIES =
+      method(
+          "CountEntries",
+          MethodType.UNARY,
+          CountEntriesRequest.getDefaultInstance(),
+          CountEntriesResponse.getDefaultInstance());
+  static final MethodDescriptor<RegisterStatesRequest, RegisterStatesResponse> REGISTER_STATES =
+      method(
+          "RegisterStates",
+          MethodType.UNARY,
+          RegisterStatesRequest.getDefaultInstance(),
+          RegisterStatesResponse.getDefaultInstance());
+  static final MethodDescriptor<LoadRequest, LoadResponse> LOAD =
+      method(
+          "Load",
+          MethodType.CLIENT_STREAMING,
+          LoadRequest.getDefaultInstance(),
+          LoadResponse.getDefaultInstance());
 
   private static <Q extends Message, R extends Message> MethodDescriptor<Q, R> method(
       String name, MethodType type, Q request, R response) {
