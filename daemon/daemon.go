@@ -157,6 +157,8 @@ type Config struct {
 	// instances asking for the changelog and restores of checkpoints
 	// written in it are refused (ErrUnsupported).
 	Changelog *ChangelogConfig
+	// Views bounds the read views of instances (view.go).
+	Views ViewConfig
 }
 
 // EnsureDefaults fills zero fields with their defaults.
@@ -197,6 +199,7 @@ func (c *Config) EnsureDefaults() {
 	if c.Changelog != nil {
 		c.Changelog.EnsureDefaults()
 	}
+	c.Views.ensureDefaults()
 }
 
 // Validate reports every problem of c at once.
@@ -229,6 +232,9 @@ func (c *Config) Validate() error {
 	if c.MaxValueSize < 0 || c.MaxMemoryState < 0 || c.MaxInstances < 0 || c.MaxStreamsPerInstance < 0 || c.CheckpointTimeout < 0 ||
 		c.MaxChannelStateBytes < 0 || c.ChannelStateObjectBytes < 0 || c.ChannelStateLinger < 0 {
 		errs = append(errs, errors.New("daemon: negative limit"))
+	}
+	if err := c.Views.validate(); err != nil {
+		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
 }

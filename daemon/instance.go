@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/statedhq/stated/backend"
@@ -31,9 +32,12 @@ type Instance struct {
 	// Ops records operations into the daemon's metrics.
 	Ops OpCounter
 
-	d      *Daemon
-	dir    string
-	states map[string]stateInfo
+	d   *Daemon
+	dir string
+	// states are the registered states by name, replaced whole when
+	// RegisterStates adds some (view.go), so the batch path reads it
+	// without a lock.
+	states atomic.Pointer[map[string]stateInfo]
 	// fence is the task's fencing token taken at open (0: not fenced).
 	fence uint64
 	// ops is the instance's operator state (opstate.go).
@@ -58,6 +62,10 @@ type Instance struct {
 	// chans is the restored channel state, spooled on local disk until
 	// the instance closes; nil when there is none.
 	chans *chanstate.Restored
+	// views are the instance's read views (view.go); regMu serializes
+	// RegisterStates.
+	views viewSet
+	regMu sync.Mutex
 }
 
 func newInstance(d *Daemon, id []byte, task backend.TaskID, kind backend.Kind, b backend.Backend, dir string, restoredFrom uint64,
@@ -67,12 +75,10 @@ func newInstance(d *Daemon, id []byte, task backend.TaskID, kind backend.Kind, b
 		ID: id, Task: task, Kind: kind, KeyGroups: info.KeyGroups, MaxParallelism: info.MaxParallelism,
 		RestoredFrom: restoredFrom, Backend: b,
 		Ops: OpCounter{m: d.m, b: BackendIndex(kind)},
-		d:   d, dir: dir, states: map[string]stateInfo{}, ops: newOperatorState(ops),
+		d:   d, dir: dir, ops: newOperatorState(ops),
 		detached: time.Now(),
 	}
-	for _, s := range b.States() {
-		in.states[s.Name] = stateInfo{name: s.Name, kind: s.Kind}
-	}
+	in.setStates(b.States())
 	return in
 }
 
@@ -86,12 +92,12 @@ func (in *Instance) IDString() string { return hex.EncodeToString(in.ID) }
 
 // StateKind returns the kind of a registered state (0 if unknown), for
 // metrics; the backend does the authoritative checks.
-func (in *Instance) StateKind(state string) backend.StateKind { return in.states[state].kind }
+func (in *Instance) StateKind(state string) backend.StateKind { return (*in.states.Load())[state].kind }
 
 // State returns the registered name equal to raw (without allocating) and
 // its kind; for a name that is not registered, a copy of raw and kind 0.
 func (in *Instance) State(raw []byte) (string, backend.StateKind) {
-	if s, ok := in.states[string(raw)]; ok {
+	if s, ok := (*in.states.Load())[string(raw)]; ok {
 		return s.name, s.kind
 	}
 	return string(raw), 0
@@ -168,6 +174,7 @@ func (in *Instance) finishSnapshot() {
 // close closes the backend and removes the working directory once no
 // snapshot reads it any more.
 func (in *Instance) close() error {
+	in.releaseViews()
 	err := in.Backend.Close()
 	if errors.Is(err, backend.ErrClosed) {
 		err = nil

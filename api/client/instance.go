@@ -216,7 +216,11 @@ func (in *Instance) KeyGroups() backend.KeyGroupRange { return in.keyGroups }
 func (in *Instance) MaxParallelism() int { return in.maxPar }
 
 // States are the registered states, sorted by name.
-func (in *Instance) States() []backend.StateDescriptor { return in.states }
+func (in *Instance) States() []backend.StateDescriptor {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	return in.states
+}
 
 // RestoredCheckpoint is the checkpoint the instance was restored from (0:
 // none, or a savepoint).

@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -32,7 +33,25 @@ type refBackend struct {
 	tree *memkv.Tree
 	opts backend.Options
 	mut  string // the bug TestSuiteCatchesBugs plants, if any
+	load sync.Mutex
 }
+
+// View implements backend.Viewer with a clone of the tree.
+func (r *refBackend) View() (backend.View, error) {
+	v, err := r.State.FreezeView(func() (kvstate.Scanner, func(), error) {
+		if r.mut == "view-live" {
+			return r.tree, nil, nil
+		}
+		return r.tree.Clone(), nil, nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return v, nil
+}
+
+// Load implements backend.Loader.
+func (r *refBackend) Load() (backend.LoadSession, error) { return r.State.GroupLoad(&r.load), nil }
 
 // mutationEnv names the bug a subprocess of TestSuiteCatchesBugs plants in
 // refBackend.
@@ -287,6 +306,7 @@ func TestSuiteCatchesBugs(t *testing.T) {
 		{"timer-order", "Timers", "PollTimers"},
 		{"wall-clock", "TTL", "model says"},
 		{"close-noop", "Closed", "after Close"},
+		{"view-live", "ViewFrozen", "view after later writes"},
 		{"panic", "Value", "backend panicked in Get"},
 	}
 	for _, c := range cases {

@@ -59,6 +59,9 @@ var (
 	_ backend.CanonicalSnapshotter = (*Backend)(nil)
 	_ backend.Grouper              = (*Backend)(nil)
 	_ backend.ReadGrouper          = (*Backend)(nil)
+	_ backend.Viewer               = (*Backend)(nil)
+	_ backend.KeyScanner           = (*Backend)(nil)
+	_ backend.Loader               = (*Backend)(nil)
 )
 
 // Open opens an instance, restoring it from opts.Restore when that is not

@@ -27,6 +27,9 @@ type Backend struct {
 	db     *pebble.DB
 	cache  *pebble.Cache // the block cache (own or shared); we hold one reference
 
+	// load serializes bulk loads (view.go): one session at a time.
+	load sync.Mutex
+
 	mu sync.Mutex
 	// refs counts the users of db: the instance until Close, plus each
 	// canonical snapshot that still holds a Pebble snapshot. Pebble closes

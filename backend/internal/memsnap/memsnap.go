@@ -43,6 +43,8 @@ type Backend struct {
 	*kvstate.State
 	cfg  Config
 	tree *memkv.Tree
+	// load serializes bulk loads (one session at a time).
+	load sync.Mutex
 }
 
 var (
