@@ -373,6 +373,66 @@ public class StatedKeyedStateBackend<K> extends AbstractKeyedStateBackend<K> {
     return StatedException.await(inst.countEntries("")).intValue();
   }
 
+  /**
+   * The views this backend holds at most at once: the daemon's default limit per instance. A
+   * snapshot whose view would exceed it waits for an earlier snapshot's asynchronous part to end
+   * (Flink may overlap checkpoints), at most {@link #VIEW_WAIT_MILLIS}.
+   */
+  static final int MAX_VIEWS = 4;
+
+  static final long VIEW_WAIT_MILLIS = 60_000;
+
+  private final java.util.concurrent.Semaphore views =
+      new java.util.concurrent.Semaphore(MAX_VIEWS);
+
+  /** Takes a read view as a barrier on the stream (see {@link StatedSnapshotStrategy}). */
+  io.stated.api.v1.ViewInfo takeView() {
+    long deadline = System.nanoTime() + VIEW_WAIT_MILLIS * 1_000_000L;
+    try {
+      if (!views.tryAcquire(VIEW_WAIT_MILLIS, java.util.concurrent.TimeUnit.MILLISECONDS)) {
+        throw new FlinkRuntimeException(
+            "the stated backend holds "
+                + MAX_VIEWS
+                + " snapshot views whose asynchronous parts did not end within "
+                + VIEW_WAIT_MILLIS
+                + " ms; too many checkpoints overlap");
+      }
+    } catch (InterruptedException e) {
+      Thread.currentThread().interrupt();
+      throw new FlinkRuntimeException("interrupted waiting for a snapshot view", e);
+    }
+    while (true) {
+      try {
+        return Daemon.await(inst.view(0));
+      } catch (StatedException e) {
+        // The daemon may allow fewer views than this backend assumes; wait
+        // for one to be released, within the same deadline.
+        if (e.code() != io.grpc.Status.Code.RESOURCE_EXHAUSTED || System.nanoTime() > deadline) {
+          views.release();
+          throw e;
+        }
+        try {
+          Thread.sleep(20);
+        } catch (InterruptedException ie) {
+          Thread.currentThread().interrupt();
+          views.release();
+          throw e;
+        }
+      }
+    }
+  }
+
+  /** Frees a view taken by {@link #takeView} (once; by the snapshot's resources). */
+  void releaseView(io.stated.api.v1.ViewInfo view) {
+    try {
+      Daemon.await(inst.releaseView(view.getViewId()));
+    } catch (StatedException e) {
+      // Gone already (timed out, or the instance closed): nothing to free.
+    } finally {
+      views.release();
+    }
+  }
+
   @Nonnull
   @Override
   public RunnableFuture<SnapshotResult<KeyedStateHandle>> snapshot(

@@ -66,14 +66,13 @@ final class StatedSnapshotResources<K> implements FullSnapshotResources<K> {
     return backend.getKeyGroupCompressionDecorator();
   }
 
+  private final java.util.concurrent.atomic.AtomicBoolean released =
+      new java.util.concurrent.atomic.AtomicBoolean();
+
   @Override
   public void release() {
-    if (view != null) {
-      try {
-        StatedException.await(backend.instance().releaseView(view.getViewId()));
-      } catch (StatedException e) {
-        // Gone already (timed out, or the instance closed): nothing to free.
-      }
+    if (view != null && released.compareAndSet(false, true)) {
+      backend.releaseView(view);
     }
   }
 

@@ -42,7 +42,7 @@ final class StatedSnapshotStrategy<K>
     if (metas.isEmpty()) {
       return new StatedSnapshotResources<>(backend, null, List.of(), List.of());
     }
-    ViewInfo view = StatedException.await(backend.instance().view(0));
+    ViewInfo view = backend.takeView();
     // kvStateId i is the view's state i: the scan visits states in that
     // order within a key group, as the writer wants them grouped.
     List<StateMetaInfoSnapshot> snaps = new ArrayList<>();

@@ -16,11 +16,11 @@ import org.junit.jupiter.api.extension.ExtendWith;
  * Flink's own {@link StateBackendTestBase} (from flink-runtime's tests jar) on the stated backend,
  * against a real daemon started from the repository.
  *
- * <p>All 71 tests of the suite run; none is switched off. (A switched-off test would be
+ * <p>All 71 tests of the suite run for each backend kind; none is switched off. (A switched-off test would be
  * overridden here with {@code @Disabled} and its reason.)
  *
- * <p>Tagged daemon-views: it needs the daemon's state registration, views and bulk load (see the
- * module's pom for when the tag is excluded).
+ * <p>Run on the daemon's file (memory) and lsm (Pebble) working state. Tagged daemon-views: it
+ * needs the daemon's state registration, views, key scans and bulk load.
  */
 @Tag("daemon-views")
 @ExtendWith(ParameterizedTestExtension.class)
@@ -32,7 +32,7 @@ public class StatedStateBackendTest extends StateBackendTestBase<StatedStateBack
 
   @Parameters(name = "kind={0}")
   public static List<String> kinds() {
-    return List.of("file");
+    return List.of("file", "lsm");
   }
 
   @BeforeAll
