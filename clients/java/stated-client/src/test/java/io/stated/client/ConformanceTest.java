@@ -53,6 +53,7 @@ import java.util.function.Supplier;
 import java.util.stream.Collectors;
 import org.junit.jupiter.api.AfterAll;
 import org.junit.jupiter.api.BeforeAll;
+import org.junit.jupiter.api.DisplayName;
 import org.junit.jupiter.api.MethodOrderer;
 import org.junit.jupiter.api.Order;
 import org.junit.jupiter.api.Test;
@@ -65,7 +66,9 @@ import org.junit.jupiter.api.TestMethodOrder;
  * savepoints, channel state, the Go client's data read here and the other way round, pipelined
  * single operations cut by the advertised limits, the in-flight bound, bad input, TCP with the
  * token and with TLS, a daemon that is not there, and kill -9 of the daemon. The same checklist
- * as clients/node/conformance.js.
+ * as clients/node/conformance.js; each test's display name carries the ids of the cases of
+ * docs/conformance.md it runs (JAVA-n: this client's own), and views, key scans and bulk load
+ * are VIEW-n.
  */
 @TestInstance(TestInstance.Lifecycle.PER_CLASS)
 @TestMethodOrder(MethodOrderer.OrderAnnotation.class)
@@ -206,6 +209,7 @@ class ConformanceTest {
 
   @Test
   @Order(1)
+  @DisplayName("OPS-1 every state kind on every backend")
   void everyStateKindOnEveryBackend() {
     for (BackendKind kind :
         List.of(BackendKind.BACKEND_KIND_HEAP, BackendKind.BACKEND_KIND_FILE, BackendKind.BACKEND_KIND_LSM)) {
@@ -288,6 +292,7 @@ class ConformanceTest {
   /** A barrier holds every operation sent before it on the stream, unanswered or not. */
   @Test
   @Order(2)
+  @DisplayName("CKP-1, CKP-2, CKP-3 barriers after unanswered batches; unary Snapshot; ids grow")
   void barriersAfterUnansweredBatches() {
     String job = "order";
     int rounds = 10;
@@ -356,6 +361,7 @@ class ConformanceTest {
 
   @Test
   @Order(3)
+  @DisplayName("RST-1, RST-2 restore modes, abort reasons, waited snapshots; canonical savepoint")
   void restoreModesAndSavepoints() {
     fails("restore latest of a new job",
         () -> c.open(spec("brand-new", BackendKind.BACKEND_KIND_FILE)
@@ -397,6 +403,7 @@ class ConformanceTest {
 
   @Test
   @Order(4)
+  @DisplayName("CHS-1 channel state across a rescale 2 -> 3")
   void channelState() {
     String job = "unaligned";
     List<String> written = new ArrayList<>();
@@ -458,6 +465,7 @@ class ConformanceTest {
   /** State the Go client wrote, read here; and the other way round. */
   @Test
   @Order(5)
+  @DisplayName("XC-1 state the Go client wrote, and the other way round")
   void crossCheckWithTheGoClient() throws Exception {
     String xcheck = Daemon.xcheck().toString();
     Daemon.run(Daemon.repo().toFile(), xcheck, "write", daemon.socket.toString(), "xgo", "go");
@@ -514,6 +522,7 @@ class ConformanceTest {
   /** Single operations queued by submit go out in requests cut by the daemon's limits. */
   @Test
   @Order(6)
+  @DisplayName("JAVA-1 pipelined submits cut by the advertised limits; the in-flight bound")
   void pipelinedSubmitsAndTheInFlightBound() {
     Instance inst = get(c.open(spec("pipeline", BackendKind.BACKEND_KIND_HEAP).build(), 2));
     int maxOps = inst.openResponse().getMaxBatchOps();
@@ -551,6 +560,7 @@ class ConformanceTest {
 
   @Test
   @Order(7)
+  @DisplayName("ERR-1, ERR-2, ERR-3 bad operations, bad Open requests, unknown and foreign instances")
   void badInput() {
     OpenRequest.Builder s = OpenRequest.newBuilder().setTask(task("bad", 0)).setParallelism(2)
         .setBackendKind(BackendKind.BACKEND_KIND_HEAP).addAllStates(ALL_STATES)
@@ -616,6 +626,7 @@ class ConformanceTest {
 
   @Test
   @Order(8)
+  @DisplayName("JAVA-2 TCP with the token")
   void tcpWithTheToken() throws Exception {
     int port = Daemon.freePort();
     try (Daemon d = new Daemon("--listen", "127.0.0.1:" + port, "--token", "s3cret")) {
@@ -635,6 +646,7 @@ class ConformanceTest {
 
   @Test
   @Order(9)
+  @DisplayName("JAVA-3 TCP with TLS")
   void tcpWithTls() throws Exception {
     Path dir = Files.createTempDirectory("stated-tls-");
     Path cert = dir.resolve("cert.pem");
@@ -665,6 +677,7 @@ class ConformanceTest {
 
   @Test
   @Order(10)
+  @DisplayName("JAVA-4 a daemon that is not there")
   void aDaemonThatIsNotThere() throws Exception {
     Path missing = daemon.dir.resolve("nobody-here.sock");
     try (StatedClient gone = StatedClient.unixSocket(missing).build()) {
@@ -673,9 +686,135 @@ class ConformanceTest {
     }
   }
 
+  @Test
+  @Order(7)
+  @DisplayName("OPS-2 a timer registered twice is one")
+  void aTimerRegisteredTwiceIsOne() {
+    Instance inst = open(spec("ops2", BackendKind.BACKEND_KIND_HEAP));
+    List<Result> r = get(inst.send(List.of(
+        inst.op(OpType.OP_TYPE_TIMER_REGISTER, "t", k("k")).setTimestamp(5).build(),
+        inst.op(OpType.OP_TYPE_TIMER_REGISTER, "t", k("k")).setTimestamp(5).build(),
+        Op.newBuilder().setType(OpType.OP_TYPE_TIMER_POLL).setState("t").setTimestamp(10).build())))
+        .check().results();
+    assertEquals(1, r.get(2).getTimersCount(), "timers polled");
+    assertFalse(r.get(2).getMore());
+    get(inst.closeInstance());
+  }
+
+  @Test
+  @Order(7)
+  @DisplayName("OPS-4 MAP_ITERATE pages")
+  void mapIteratePages() {
+    Instance inst = open(spec("ops4", BackendKind.BACKEND_KIND_FILE));
+    List<Op> puts = new ArrayList<>();
+    for (int i = 0; i < 25; i++) {
+      puts.add(inst.op(OpType.OP_TYPE_MAP_PUT, "m", k("key")).setUserKey(b(String.format("u%02d", i)))
+          .setValue(b("v" + i)).build());
+    }
+    get(inst.send(puts)).check();
+    List<Integer> sizes = new ArrayList<>();
+    List<Boolean> mores = new ArrayList<>();
+    List<String> seen = new ArrayList<>();
+    ByteString after = ByteString.EMPTY;
+    while (true) {
+      Result r = get(inst.send(List.of(inst.op(OpType.OP_TYPE_MAP_ITERATE, "m", k("key"))
+          .setUserKey(after).setLimit(10).build()))).check().get(0);
+      sizes.add(r.getEntriesCount());
+      mores.add(r.getMore());
+      r.getEntriesList().forEach(e -> seen.add(str(e.getUserKey())));
+      if (!r.getMore()) {
+        break;
+      }
+      after = r.getEntries(r.getEntriesCount() - 1).getUserKey();
+    }
+    assertEquals(List.of(10, 10, 5), sizes);
+    assertEquals(List.of(true, true, false), mores);
+    List<String> sorted = new ArrayList<>(seen);
+    Collections.sort(sorted);
+    assertEquals(sorted, seen, "user-key order");
+    assertEquals(25, seen.size());
+    get(inst.closeInstance());
+  }
+
+  /**
+   * A view taken as a barrier behind unanswered writes holds exactly them, while later writes go
+   * on; key scans, entry counts, late state registration and a bulk load into another instance.
+   */
+  @Test
+  @Order(7)
+  @DisplayName("VIEW-1 views, key scans, late states and bulk load")
+  void viewsScansAndLoad() {
+    Instance inst = open(spec("views", BackendKind.BACKEND_KIND_LSM).clearStates()
+        .addStates(state("v", StateKind.STATE_KIND_VALUE)));
+    get(inst.registerStates(List.of(state("l", StateKind.STATE_KIND_LIST),
+        state("m", StateKind.STATE_KIND_MAP))));
+    int n = 3000;
+    for (int i = 0; i < n; i += 500) {
+      inst.send(putOps(inst, i, 500, "before"));
+    }
+    inst.submit(inst.op(OpType.OP_TYPE_LIST_APPEND, "l", k("k1")).addValues(b("x")).addValues(b("y")).build());
+    inst.submit(inst.op(OpType.OP_TYPE_MAP_PUT, "m", k("k2")).setUserKey(b("u")).setValue(b("mv")).build());
+    CompletableFuture<io.stated.api.v1.ViewInfo> vf = inst.view(0);
+    // Writes after the barrier are not in the view.
+    CompletableFuture<BatchResult> after = inst.send(putOps(inst, 0, n, "after"));
+    io.stated.api.v1.ViewInfo view = get(vf);
+    get(after).check();
+    assertEquals(List.of("l", "m", "v"),
+        view.getStatesList().stream().map(StateDescriptor::getName).collect(Collectors.toList()));
+    Instance copy = open(spec("views-copy", BackendKind.BACKEND_KIND_FILE).clearStates()
+        .addStates(state("v", StateKind.STATE_KIND_VALUE)).addStates(state("l", StateKind.STATE_KIND_LIST))
+        .addStates(state("m", StateKind.STATE_KIND_MAP)));
+    int entries = 0;
+    int lastKg = -1;
+    try (Loader loader = copy.load()) {
+      java.util.Iterator<io.stated.api.v1.ScanViewResponse> pages = inst.scanView(
+          io.stated.api.v1.ScanViewRequest.newBuilder().setViewId(view.getViewId()).setPageBytes(16 << 10).build());
+      while (pages.hasNext()) {
+        for (io.stated.api.v1.ViewEntry e : pages.next().getEntriesList()) {
+          assertTrue(e.getKeyGroup() >= lastKg, "scan not in key-group order");
+          lastKg = e.getKeyGroup();
+          String st = view.getStates(e.getStateId()).getName();
+          if (st.equals("v")) {
+            assertEquals("before", str(e.getValue()), "the view saw a write after its barrier");
+          }
+          loader.add(e.toBuilder().setState(st).build());
+          entries++;
+        }
+      }
+      assertEquals(n + 2, loader.finish().getEntries());
+    }
+    assertEquals(n + 2, entries);
+    get(inst.releaseView(view.getViewId()));
+    fails("release twice", () -> inst.releaseView(view.getViewId()), Status.Code.NOT_FOUND);
+    assertEquals(n + 2, (long) get(copy.countEntries("")));
+    List<Result> got = readAll(copy, List.of("k0", "k" + (n - 1)));
+    assertEquals("before", str(got.get(0).getValue()));
+    assertEquals("before", str(got.get(1).getValue()));
+    Result l = get(copy.send(List.of(copy.op(OpType.OP_TYPE_LIST_GET, "l", k("k1")).build()))).get(0);
+    assertEquals("x,y", strs(l.getValuesList()));
+    // Key scans of the live instance page through every key of a state once.
+    java.util.Set<String> keys = new java.util.HashSet<>();
+    ByteString cursor = ByteString.EMPTY;
+    while (true) {
+      io.stated.api.v1.ScanKeysResponse page = get(inst.scanKeys(io.stated.api.v1.ScanKeysRequest.newBuilder()
+          .setState("v").setLimit(700).setCursor(cursor).build()));
+      page.getKeysList().forEach(x -> assertTrue(keys.add(str(x.getKey())), "key twice: " + str(x.getKey())));
+      if (!page.getMore()) {
+        break;
+      }
+      cursor = page.getCursor();
+    }
+    assertEquals(n, keys.size());
+    fails("a state registered again with another kind",
+        () -> inst.registerStates(List.of(state("v", StateKind.STATE_KIND_LIST))), Status.Code.FAILED_PRECONDITION);
+    get(copy.closeInstance());
+    get(inst.closeInstance());
+  }
+
   /** kill -9 behind a barrier: unanswered requests fail, the restarted daemon restores it. */
   @Test
   @Order(11)
+  @DisplayName("RST-4 kill and restart")
   void killRestartRestore() throws Exception {
     String job = "restart";
     Instance inst = open(spec(job, BackendKind.BACKEND_KIND_FILE));
