@@ -71,6 +71,8 @@ public class StatedKeyedStateBackend<K> extends AbstractKeyedStateBackend<K> {
   static final class Registered<K> {
     RegisteredKeyValueStateBackendMetaInfo<?, ?> meta;
     AbstractStatedState<K, ?, ?> state;
+    /** Applied to the state's entries as a snapshot writes them (TTL's full-snapshot cleanup). */
+    StateSnapshotTransformFactory<?> transform = StateSnapshotTransformFactory.noTransform();
 
     Registered(RegisteredKeyValueStateBackendMetaInfo<?, ?> meta) {
       this.meta = meta;
@@ -227,11 +229,7 @@ public class StatedKeyedStateBackend<K> extends AbstractKeyedStateBackend<K> {
                 + ") must not be incompatible with the old state serializer.");
       }
       if (sc.isCompatibleAfterMigration()) {
-        throw new StateMigrationException(
-            "The new state serializer of state "
-                + name
-                + " needs a migration of the stored state, which the stated backend does not do"
-                + " yet.");
+        new StatedMigration<>(this, meta).run();
       }
     } else {
       meta =
@@ -243,9 +241,29 @@ public class StatedKeyedStateBackend<K> extends AbstractKeyedStateBackend<K> {
     }
     AbstractStatedState<K, N, SV> state = makeState(stateDesc, meta);
     r.state = state;
+    r.transform = wrapTransform(stateDesc, snapshotTransformFactory);
     @SuppressWarnings("unchecked")
     IS is = (IS) state;
     return is;
+  }
+
+  /** As the heap backend does: list and map transformers work element by element. */
+  @SuppressWarnings({"unchecked", "rawtypes"})
+  private static StateSnapshotTransformFactory<?> wrapTransform(
+      StateDescriptor<?, ?> desc, StateSnapshotTransformFactory<?> f) {
+    if (desc instanceof org.apache.flink.api.common.state.ListStateDescriptor) {
+      return new org.apache.flink.runtime.state.StateSnapshotTransformers
+          .ListStateSnapshotTransformFactory(f);
+    }
+    if (desc instanceof org.apache.flink.api.common.state.MapStateDescriptor) {
+      return new org.apache.flink.runtime.state.StateSnapshotTransformers
+          .MapStateSnapshotTransformFactory(f);
+    }
+    return f;
+  }
+
+  TtlTimeProvider ttlTimeProvider() {
+    return ttlTimeProvider;
   }
 
   @SuppressWarnings({"unchecked", "rawtypes"})

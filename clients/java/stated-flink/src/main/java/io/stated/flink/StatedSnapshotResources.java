@@ -28,13 +28,16 @@ final class StatedSnapshotResources<K> implements FullSnapshotResources<K> {
   private final List<StateMetaInfoSnapshot> snaps;
   private final List<RegisteredKeyValueStateBackendMetaInfo<?, ?>> byId;
   private final TypeSerializer<K> keySerializer;
+  private final List<EntryTransformer> transformers;
 
   StatedSnapshotResources(
       StatedKeyedStateBackend<K> backend,
       ViewInfo view,
       List<StateMetaInfoSnapshot> snaps,
-      List<RegisteredKeyValueStateBackendMetaInfo<?, ?>> byId) {
+      List<RegisteredKeyValueStateBackendMetaInfo<?, ?>> byId,
+      List<EntryTransformer> transformers) {
     this.backend = backend;
+    this.transformers = transformers;
     this.view = view;
     this.snaps = snaps;
     this.byId = byId;
@@ -143,6 +146,13 @@ final class StatedSnapshotResources<K> implements FullSnapshotResources<K> {
         int id = e.getStateId();
         if (id >= byId.size()) {
           throw new IOException("the view names state " + id + " beyond its " + byId.size());
+        }
+        EntryTransformer t = transformers.get(id);
+        if (t != null) {
+          e = t.apply(e);
+          if (e == null) {
+            continue;
+          }
         }
         byte[] v;
         switch (e.getKind()) {

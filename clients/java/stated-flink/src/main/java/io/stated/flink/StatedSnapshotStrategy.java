@@ -36,17 +36,21 @@ final class StatedSnapshotStrategy<K>
   public StatedSnapshotResources<K> syncPrepareResources(long checkpointId) {
     backend.daemon().check();
     Map<String, RegisteredKeyValueStateBackendMetaInfo<?, ?>> metas = new HashMap<>();
+    Map<String, org.apache.flink.runtime.state.StateSnapshotTransformer.StateSnapshotTransformFactory<?>> transforms =
+        new HashMap<>();
     for (Map.Entry<String, StatedKeyedStateBackend.Registered<K>> e : backend.states.entrySet()) {
       metas.put(e.getKey(), e.getValue().meta);
+      transforms.put(e.getKey(), e.getValue().transform);
     }
     if (metas.isEmpty()) {
-      return new StatedSnapshotResources<>(backend, null, List.of(), List.of());
+      return new StatedSnapshotResources<>(backend, null, List.of(), List.of(), List.of());
     }
     ViewInfo view = backend.takeView();
     // kvStateId i is the view's state i: the scan visits states in that
     // order within a key group, as the writer wants them grouped.
     List<StateMetaInfoSnapshot> snaps = new ArrayList<>();
     List<RegisteredKeyValueStateBackendMetaInfo<?, ?>> byId = new ArrayList<>();
+    List<EntryTransformer> transformers = new ArrayList<>();
     for (io.stated.api.v1.StateDescriptor d : view.getStatesList()) {
       RegisteredKeyValueStateBackendMetaInfo<?, ?> m = metas.get(d.getName());
       if (m == null) {
@@ -58,8 +62,9 @@ final class StatedSnapshotStrategy<K>
       }
       snaps.add(m.snapshot());
       byId.add(m);
+      transformers.add(EntryTransformer.of(m, transforms.get(d.getName())));
     }
-    return new StatedSnapshotResources<>(backend, view, snaps, byId);
+    return new StatedSnapshotResources<>(backend, view, snaps, byId, transformers);
   }
 
   @Override
