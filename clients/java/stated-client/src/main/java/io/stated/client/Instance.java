@@ -87,6 +87,7 @@ public final class Instance {
   private final Semaphore slots;
   private final ConcurrentLinkedQueue<Pending> pending = new ConcurrentLinkedQueue<>();
   private volatile StatedException dead;
+  private volatile boolean uninterruptible;
   private final AtomicBoolean woken = new AtomicBoolean();
   private ClientCallStreamObserver<BatchRequest> out;
   private long seq;
@@ -286,6 +287,16 @@ public final class Instance {
     return new Loader(this);
   }
 
+  /**
+   * Whether a send that waits for a free slot ignores interrupts (default false: it fails with
+   * {@code CANCELLED}). A state backend whose callers expect every state access to complete sets
+   * it; the wait stays bounded by the daemon's answers and by the stream's end.
+   */
+  public Instance uninterruptibleSends(boolean on) {
+    this.uninterruptible = on;
+    return this;
+  }
+
   /** The number of requests sent and not answered yet. */
   public int inFlight() {
     return pending.size();
@@ -378,13 +389,19 @@ public final class Instance {
       f.completeExceptionally(dead);
       return f;
     }
-    try {
-      slots.acquire();
-    } catch (InterruptedException e) {
-      Thread.currentThread().interrupt();
-      f.completeExceptionally(
-          new StatedException(Status.Code.CANCELLED, "interrupted waiting for a batch slot"));
-      return f;
+    if (uninterruptible) {
+      // Bounded all the same: every answer frees a slot, and the stream's
+      // end frees them all.
+      slots.acquireUninterruptibly();
+    } else {
+      try {
+        slots.acquire();
+      } catch (InterruptedException e) {
+        Thread.currentThread().interrupt();
+        f.completeExceptionally(
+            new StatedException(Status.Code.CANCELLED, "interrupted waiting for a batch slot"));
+        return f;
+      }
     }
     if (dead != null) {
       f.completeExceptionally(dead);

@@ -21,7 +21,10 @@ final class Daemon {
   private final AtomicReference<StatedException> writeFailure = new AtomicReference<>();
 
   Daemon(Instance inst) {
-    this.inst = inst;
+    // State accesses complete or fail with the stream, as a heap access
+    // is not cut short by an interrupt either (Flink's own tests read
+    // state from threads they interrupt).
+    this.inst = inst.uninterruptibleSends(true);
   }
 
   Instance instance() {

@@ -101,7 +101,8 @@ public class StatedKeyedStateBackend<K> extends AbstractKeyedStateBackend<K> {
       StreamCompressionDecorator compression,
       InternalKeyContext<K> keyContext,
       StatedClient client,
-      Instance inst) {
+      Instance inst,
+      Map<String, Registered<K>> restored) {
     super(
         kvStateRegistry,
         keySerializer,
@@ -118,6 +119,7 @@ public class StatedKeyedStateBackend<K> extends AbstractKeyedStateBackend<K> {
     this.daemon = new Daemon(inst);
     this.priorityQueueFactory =
         new HeapPriorityQueueSetFactory(keyGroupRange, numberOfKeyGroups, 128);
+    this.states.putAll(restored);
   }
 
   Daemon daemon() {
@@ -176,6 +178,11 @@ public class StatedKeyedStateBackend<K> extends AbstractKeyedStateBackend<K> {
 
   /** Registers states in the daemon (a no-op for ones registered already). */
   void registerInDaemon(List<RegisteredKeyValueStateBackendMetaInfo<?, ?>> metas) {
+    registerInDaemon(inst, metas);
+  }
+
+  static void registerInDaemon(
+      Instance inst, List<RegisteredKeyValueStateBackendMetaInfo<?, ?>> metas) {
     List<io.stated.api.v1.StateDescriptor> ds = new ArrayList<>();
     for (RegisteredKeyValueStateBackendMetaInfo<?, ?> m : metas) {
       ds.add(

@@ -86,10 +86,30 @@ final class StatedKeyedStateBackendBuilder<K> {
       throw new BackendBuildingException(
           "cannot open the task's state in the stated daemon: " + e.getMessage(), e);
     }
+    // Restore first: it checks the key serializer against the snapshot's
+    // and may reconfigure it, and the backend must use the result.
+    StateSerializerProvider<K> keyProvider =
+        StateSerializerProvider.fromNewRegisteredSerializer(p.getKeySerializer());
+    Map<String, StatedKeyedStateBackend.Registered<K>> restored = new java.util.LinkedHashMap<>();
+    try {
+      restore(inst, keyProvider, restored, p.getStateHandles());
+    } catch (Exception e) {
+      try {
+        StatedException.await(inst.closeInstance());
+      } catch (StatedException ignored) {
+        // The failure below is the one to report.
+      }
+      client.close();
+      if (e instanceof org.apache.flink.util.StateMigrationException) {
+        throw new BackendBuildingException(e.getMessage(), e);
+      }
+      throw new BackendBuildingException(
+          "cannot restore the task's keyed state into the stated daemon: " + e.getMessage(), e);
+    }
     StatedKeyedStateBackend<K> backend =
         new StatedKeyedStateBackend<>(
             p.getKvStateRegistry(),
-            p.getKeySerializer(),
+            keyProvider.currentSchemaSerializer(),
             env.getUserCodeClassLoader().asClassLoader(),
             env.getExecutionConfig(),
             p.getTtlTimeProvider(),
@@ -99,14 +119,8 @@ final class StatedKeyedStateBackendBuilder<K> {
             AbstractStateBackend.getCompressionDecorator(env.getExecutionConfig()),
             new InternalKeyContextImpl<>(p.getKeyGroupRange(), p.getNumberOfKeyGroups()),
             client,
-            inst);
-    try {
-      restore(backend, p.getStateHandles());
-    } catch (Exception e) {
-      backend.dispose();
-      throw new BackendBuildingException(
-          "cannot restore the task's keyed state into the stated daemon: " + e.getMessage(), e);
-    }
+            inst,
+            restored);
     return backend;
   }
 
@@ -125,7 +139,11 @@ final class StatedKeyedStateBackendBuilder<K> {
     return clean + "-" + UUID.randomUUID().toString().replace("-", "");
   }
 
-  private void restore(StatedKeyedStateBackend<K> backend, Collection<KeyedStateHandle> handles)
+  private void restore(
+      Instance inst,
+      StateSerializerProvider<K> keyProvider,
+      Map<String, StatedKeyedStateBackend.Registered<K>> states,
+      Collection<KeyedStateHandle> handles)
       throws Exception {
     List<KeyedStateHandle> hs =
         handles == null
@@ -134,8 +152,6 @@ final class StatedKeyedStateBackendBuilder<K> {
     if (hs.isEmpty()) {
       return;
     }
-    StateSerializerProvider<K> keyProvider =
-        StateSerializerProvider.fromNewRegisteredSerializer(p.getKeySerializer());
     FullSnapshotRestoreOperation<K> op =
         new FullSnapshotRestoreOperation<>(
             p.getKeyGroupRange(),
@@ -159,20 +175,20 @@ final class StatedKeyedStateBackendBuilder<K> {
             // their entries fail below, if there are any.
             continue;
           }
-          StatedKeyedStateBackend.Registered<K> r = backend.states.get(s.getName());
+          StatedKeyedStateBackend.Registered<K> r = states.get(s.getName());
           if (r == null) {
             RegisteredKeyValueStateBackendMetaInfo<?, ?> m =
                 new RegisteredKeyValueStateBackendMetaInfo<>(s);
             r = new StatedKeyedStateBackend.Registered<>(m);
-            backend.states.put(s.getName(), r);
+            states.put(s.getName(), r);
             fresh.add(m);
           }
           byId.put(i, r.meta);
         }
         if (!fresh.isEmpty()) {
-          backend.registerInDaemon(fresh);
+          StatedKeyedStateBackend.registerInDaemon(inst, fresh);
         }
-        try (Loader loader = backend.instance().load();
+        try (Loader loader = inst.load();
             ThrowingIterator<KeyGroup> groups = result.getRestoredKeyGroups()) {
           DataOutputSerializer out = new DataOutputSerializer(128);
           while (groups.hasNext()) {
