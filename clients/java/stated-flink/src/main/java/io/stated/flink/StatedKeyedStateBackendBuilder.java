@@ -145,10 +145,16 @@ final class StatedKeyedStateBackendBuilder<K> {
       Map<String, StatedKeyedStateBackend.Registered<K>> states,
       Collection<KeyedStateHandle> handles)
       throws Exception {
+    // Clipped to this task's key groups, as Flink's own assignment does
+    // (a handle given whole, e.g. by a test, would fail the reader).
     List<KeyedStateHandle> hs =
         handles == null
             ? List.of()
-            : handles.stream().filter(Objects::nonNull).collect(Collectors.toList());
+            : handles.stream()
+                .filter(Objects::nonNull)
+                .map(h -> h.getIntersection(p.getKeyGroupRange()))
+                .filter(Objects::nonNull)
+                .collect(Collectors.toList());
     if (hs.isEmpty()) {
       return;
     }

@@ -2,7 +2,6 @@ package io.stated.flink;
 
 import org.apache.flink.configuration.ConfigOption;
 import org.apache.flink.configuration.ConfigOptions;
-import org.apache.flink.configuration.MemorySize;
 
 /** The options of the stated state backend, all under {@code state.backend.stated.*}. */
 public final class StatedOptions {
@@ -48,14 +47,6 @@ public final class StatedOptions {
           .withDescription(
               "Where the daemon keeps a task's working state: heap, file (memory) or lsm"
                   + " (Pebble on local disk).");
-
-  public static final ConfigOption<MemorySize> CACHE_SIZE =
-      ConfigOptions.key("state.backend.stated.cache-size")
-          .memoryType()
-          .defaultValue(MemorySize.ofMebiBytes(0))
-          .withDescription(
-              "Size of the JVM-side read cache of each task (0: none). Not built yet: reads go"
-                  + " to the daemon; writes are always pipelined.");
 
   public static final ConfigOption<Integer> MAX_IN_FLIGHT =
       ConfigOptions.key("state.backend.stated.max-in-flight")
