@@ -33,7 +33,11 @@ public final class BatchResult {
     for (Result r : resp.getResultsList()) {
       if (r.getIndex() >= n) {
         throw new IllegalStateException(
-            "result index " + r.getIndex() + " in the response to a request of " + n + " operations");
+            "result index "
+                + r.getIndex()
+                + " in the response to a request of "
+                + n
+                + " operations");
       }
       out.set(r.getIndex(), r);
     }

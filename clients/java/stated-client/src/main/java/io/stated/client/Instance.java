@@ -12,30 +12,30 @@ import io.stated.api.v1.BatchRequest;
 import io.stated.api.v1.BatchResponse;
 import io.stated.api.v1.ChannelChunk;
 import io.stated.api.v1.CloseRequest;
+import io.stated.api.v1.CountEntriesRequest;
 import io.stated.api.v1.KeyGroupRange;
 import io.stated.api.v1.Op;
 import io.stated.api.v1.OpType;
 import io.stated.api.v1.OpenResponse;
 import io.stated.api.v1.ReadChannelStateRequest;
 import io.stated.api.v1.ReadChannelStateResponse;
-import io.stated.api.v1.Result;
-import io.stated.api.v1.CountEntriesRequest;
 import io.stated.api.v1.RegisterStatesRequest;
 import io.stated.api.v1.RegisterStatesResponse;
 import io.stated.api.v1.ReleaseViewRequest;
+import io.stated.api.v1.Result;
 import io.stated.api.v1.ScanKeysRequest;
 import io.stated.api.v1.ScanKeysResponse;
 import io.stated.api.v1.ScanViewRequest;
 import io.stated.api.v1.ScanViewResponse;
-import io.stated.api.v1.StateDescriptor;
-import io.stated.api.v1.ViewBarrier;
-import io.stated.api.v1.ViewInfo;
-import io.stated.api.v1.ViewOutcome;
 import io.stated.api.v1.SnapshotBarrier;
 import io.stated.api.v1.SnapshotOutcome;
 import io.stated.api.v1.SnapshotResponse;
+import io.stated.api.v1.StateDescriptor;
 import io.stated.api.v1.TaskCheckpointStats;
 import io.stated.api.v1.TaskId;
+import io.stated.api.v1.ViewBarrier;
+import io.stated.api.v1.ViewInfo;
+import io.stated.api.v1.ViewOutcome;
 import io.stated.api.v1.WriteChannelStateRequest;
 import io.stated.api.v1.WriteChannelStateResponse;
 import java.util.ArrayList;
@@ -57,13 +57,13 @@ import java.util.concurrent.locks.ReentrantLock;
  * {@link #snapshot} is a barrier: it holds every operation sent or submitted before it and none
  * after, without waiting for any answer.
  *
- * <p>Futures complete on gRPC's executor, in request order. A callback must not wait for a slot
- * (a blocking {@link #send} inside a callback of the same instance can wait for an answer that
- * only that callback's thread would deliver); hand such work to another thread.
+ * <p>Futures complete on gRPC's executor, in request order. A callback must not wait for a slot (a
+ * blocking {@link #send} inside a callback of the same instance can wait for an answer that only
+ * that callback's thread would deliver); hand such work to another thread.
  *
  * <p>If the stream ends (the daemon stopped or restarted, the connection broke), every request in
- * flight and every later one fails with the stream's error; open the instance again (with
- * restore) to go on.
+ * flight and every later one fails with the stream's error; open the instance again (with restore)
+ * to go on.
  */
 public final class Instance {
   /** The most operations of one request cut by {@link #submit} (the Go client's figure). */
@@ -120,7 +120,8 @@ public final class Instance {
     this.open = open;
     this.maxInFlight = maxInFlight;
     this.slots = new Semaphore(maxInFlight);
-    this.batchOps = open.getMaxBatchOps() > 0 ? Math.min(BATCH_OPS, open.getMaxBatchOps()) : BATCH_OPS;
+    this.batchOps =
+        open.getMaxBatchOps() > 0 ? Math.min(BATCH_OPS, open.getMaxBatchOps()) : BATCH_OPS;
     this.batchBytes =
         open.getMaxMessageSize() > 0
             ? Math.min(BATCH_BYTES, open.getMaxMessageSize() / 2)
@@ -197,12 +198,15 @@ public final class Instance {
   }
 
   /**
-   * Takes a read view as a barrier on the stream: it holds every operation sent or submitted
-   * before it and none after. Read it with {@link #scanView}, free it with {@link #releaseView}.
-   * {@code idleTimeoutMillis} 0: the daemon's default.
+   * Takes a read view as a barrier on the stream: it holds every operation sent or submitted before
+   * it and none after. Read it with {@link #scanView}, free it with {@link #releaseView}. {@code
+   * idleTimeoutMillis} 0: the daemon's default.
    */
   public CompletableFuture<ViewInfo> view(long idleTimeoutMillis) {
-    return send(List.of(), null, ViewBarrier.newBuilder().setIdleTimeoutMillis(idleTimeoutMillis).build())
+    return send(
+            List.of(),
+            null,
+            ViewBarrier.newBuilder().setIdleTimeoutMillis(idleTimeoutMillis).build())
         .thenApply(
             r -> {
               ViewOutcome o = r.view();
@@ -220,8 +224,8 @@ public final class Instance {
   /**
    * Scans a view: the daemon's pages in scan order (key group, state, key, namespace, user key),
    * fetched as the iterator is read (gRPC flow control bounds what is buffered). {@code req} needs
-   * only the view id, range, cursor and page size: the instance and job are filled in. A failure
-   * is thrown from the iterator as a {@link StatedException}.
+   * only the view id, range, cursor and page size: the instance and job are filled in. A failure is
+   * thrown from the iterator as a {@link StatedException}.
    */
   public Iterator<ScanViewResponse> scanView(ScanViewRequest req) {
     ScanViewRequest full = req.toBuilder().setInstanceId(id).setJob(job).build();
@@ -263,7 +267,8 @@ public final class Instance {
    * sees what was answered; flush and wait first for what must be seen.
    */
   public CompletableFuture<ScanKeysResponse> scanKeys(ScanKeysRequest req) {
-    return client.unary(StatedGrpc.SCAN_KEYS, req.toBuilder().setInstanceId(id).setJob(job).build());
+    return client.unary(
+        StatedGrpc.SCAN_KEYS, req.toBuilder().setInstanceId(id).setJob(job).build());
   }
 
   /** The number of stored entries of {@code state} (empty: all states). */
@@ -279,7 +284,11 @@ public final class Instance {
   public CompletableFuture<RegisterStatesResponse> registerStates(List<StateDescriptor> states) {
     return client.unary(
         StatedGrpc.REGISTER_STATES,
-        RegisterStatesRequest.newBuilder().setInstanceId(id).setJob(job).addAllStates(states).build());
+        RegisterStatesRequest.newBuilder()
+            .setInstanceId(id)
+            .setJob(job)
+            .addAllStates(states)
+            .build());
   }
 
   /** A bulk load into this instance; see {@link Loader}. */
@@ -563,7 +572,8 @@ public final class Instance {
               public void onCompleted() {
                 if (!f.isDone()) {
                   f.completeExceptionally(
-                      new StatedException(Status.Code.INTERNAL, "WriteChannelState returned nothing"));
+                      new StatedException(
+                          Status.Code.INTERNAL, "WriteChannelState returned nothing"));
                 }
               }
             });
@@ -625,8 +635,8 @@ public final class Instance {
   }
 
   /**
-   * Ends the stream without closing the instance (it stays open in the daemon, for another
-   * stream or until its idle timeout); requests in flight fail with {@code CANCELLED}.
+   * Ends the stream without closing the instance (it stays open in the daemon, for another stream
+   * or until its idle timeout); requests in flight fail with {@code CANCELLED}.
    */
   public void abandon() {
     writeLock.lock();

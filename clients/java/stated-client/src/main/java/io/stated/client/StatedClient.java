@@ -190,9 +190,9 @@ public final class StatedClient implements AutoCloseable {
     }
 
     /**
-     * The default number of batch requests an instance keeps unanswered on its stream before a
-     * send waits (8; the daemon buffers {@code stream_queue_depth}, 4 by default, and a few more
-     * keep it busy).
+     * The default number of batch requests an instance keeps unanswered on its stream before a send
+     * waits (8; the daemon buffers {@code stream_queue_depth}, 4 by default, and a few more keep it
+     * busy).
      */
     public Builder maxInFlight(int n) {
       if (n < 1) {
@@ -327,8 +327,7 @@ public final class StatedClient implements AutoCloseable {
         StatedGrpc.LIST_CHECKPOINTS, ListCheckpointsRequest.newBuilder().setJob(job).build());
   }
 
-  public CompletableFuture<TriggerSavepointResponse> triggerSavepoint(
-      TriggerSavepointRequest req) {
+  public CompletableFuture<TriggerSavepointResponse> triggerSavepoint(TriggerSavepointRequest req) {
     return unary(StatedGrpc.TRIGGER_SAVEPOINT, req);
   }
 

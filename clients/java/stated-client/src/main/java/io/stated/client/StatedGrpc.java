@@ -9,10 +9,22 @@ import io.stated.api.v1.AbortCheckpointRequest;
 import io.stated.api.v1.AbortCheckpointResponse;
 import io.stated.api.v1.BatchRequest;
 import io.stated.api.v1.BatchResponse;
+import io.stated.api.v1.CloseRequest;
+import io.stated.api.v1.CloseResponse;
+import io.stated.api.v1.CompleteCheckpointRequest;
+import io.stated.api.v1.CompleteCheckpointResponse;
 import io.stated.api.v1.CountEntriesRequest;
 import io.stated.api.v1.CountEntriesResponse;
+import io.stated.api.v1.ListCheckpointsRequest;
+import io.stated.api.v1.ListCheckpointsResponse;
 import io.stated.api.v1.LoadRequest;
 import io.stated.api.v1.LoadResponse;
+import io.stated.api.v1.OpenRequest;
+import io.stated.api.v1.OpenResponse;
+import io.stated.api.v1.PlanRescaleRequest;
+import io.stated.api.v1.PlanRescaleResponse;
+import io.stated.api.v1.ReadChannelStateRequest;
+import io.stated.api.v1.ReadChannelStateResponse;
 import io.stated.api.v1.RegisterStatesRequest;
 import io.stated.api.v1.RegisterStatesResponse;
 import io.stated.api.v1.ReleaseViewRequest;
@@ -21,18 +33,6 @@ import io.stated.api.v1.ScanKeysRequest;
 import io.stated.api.v1.ScanKeysResponse;
 import io.stated.api.v1.ScanViewRequest;
 import io.stated.api.v1.ScanViewResponse;
-import io.stated.api.v1.CloseRequest;
-import io.stated.api.v1.CloseResponse;
-import io.stated.api.v1.CompleteCheckpointRequest;
-import io.stated.api.v1.CompleteCheckpointResponse;
-import io.stated.api.v1.ListCheckpointsRequest;
-import io.stated.api.v1.ListCheckpointsResponse;
-import io.stated.api.v1.OpenRequest;
-import io.stated.api.v1.OpenResponse;
-import io.stated.api.v1.PlanRescaleRequest;
-import io.stated.api.v1.PlanRescaleResponse;
-import io.stated.api.v1.ReadChannelStateRequest;
-import io.stated.api.v1.ReadChannelStateResponse;
 import io.stated.api.v1.SnapshotRequest;
 import io.stated.api.v1.SnapshotResponse;
 import io.stated.api.v1.StatedProto;
@@ -56,7 +56,11 @@ final class StatedGrpc {
       StatedProto.getDescriptor().findServiceByName("Stated");
 
   static final MethodDescriptor<OpenRequest, OpenResponse> OPEN =
-      method("Open", MethodType.UNARY, OpenRequest.getDefaultInstance(), OpenResponse.getDefaultInstance());
+      method(
+          "Open",
+          MethodType.UNARY,
+          OpenRequest.getDefaultInstance(),
+          OpenResponse.getDefaultInstance());
   static final MethodDescriptor<BatchRequest, BatchResponse> BATCH =
       method(
           "Batch",
@@ -76,20 +80,18 @@ final class StatedGrpc {
               MethodType.UNARY,
               CompleteCheckpointRequest.getDefaultInstance(),
               CompleteCheckpointResponse.getDefaultInstance());
-  static final MethodDescriptor<AbortCheckpointRequest, AbortCheckpointResponse>
-      ABORT_CHECKPOINT =
-          method(
-              "AbortCheckpoint",
-              MethodType.UNARY,
-              AbortCheckpointRequest.getDefaultInstance(),
-              AbortCheckpointResponse.getDefaultInstance());
-  static final MethodDescriptor<ListCheckpointsRequest, ListCheckpointsResponse>
-      LIST_CHECKPOINTS =
-          method(
-              "ListCheckpoints",
-              MethodType.UNARY,
-              ListCheckpointsRequest.getDefaultInstance(),
-              ListCheckpointsResponse.getDefaultInstance());
+  static final MethodDescriptor<AbortCheckpointRequest, AbortCheckpointResponse> ABORT_CHECKPOINT =
+      method(
+          "AbortCheckpoint",
+          MethodType.UNARY,
+          AbortCheckpointRequest.getDefaultInstance(),
+          AbortCheckpointResponse.getDefaultInstance());
+  static final MethodDescriptor<ListCheckpointsRequest, ListCheckpointsResponse> LIST_CHECKPOINTS =
+      method(
+          "ListCheckpoints",
+          MethodType.UNARY,
+          ListCheckpointsRequest.getDefaultInstance(),
+          ListCheckpointsResponse.getDefaultInstance());
   static final MethodDescriptor<TriggerSavepointRequest, TriggerSavepointResponse>
       TRIGGER_SAVEPOINT =
           method(

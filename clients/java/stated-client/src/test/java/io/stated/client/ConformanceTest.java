@@ -61,14 +61,14 @@ import org.junit.jupiter.api.TestInstance;
 import org.junit.jupiter.api.TestMethodOrder;
 
 /**
- * The Java client against a real daemon ({@code stated serve} on a temporary data dir): every
- * state kind on every backend, barriers right behind unanswered batches, restore modes,
- * savepoints, channel state, the Go client's data read here and the other way round, pipelined
- * single operations cut by the advertised limits, the in-flight bound, bad input, TCP with the
- * token and with TLS, a daemon that is not there, and kill -9 of the daemon. The same checklist
- * as clients/node/conformance.js; each test's display name carries the ids of the cases of
- * docs/conformance.md it runs (JAVA-n: this client's own), and views, key scans and bulk load
- * are VIEW-n.
+ * The Java client against a real daemon ({@code stated serve} on a temporary data dir): every state
+ * kind on every backend, barriers right behind unanswered batches, restore modes, savepoints,
+ * channel state, the Go client's data read here and the other way round, pipelined single
+ * operations cut by the advertised limits, the in-flight bound, bad input, TCP with the token and
+ * with TLS, a daemon that is not there, and kill -9 of the daemon. The same checklist as
+ * clients/node/conformance.js; each test's display name carries the ids of the cases of
+ * docs/conformance.md it runs (JAVA-n: this client's own), and views, key scans and bulk load are
+ * VIEW-n.
  */
 @TestInstance(TestInstance.Lifecycle.PER_CLASS)
 @TestMethodOrder(MethodOrderer.OrderAnnotation.class)
@@ -159,7 +159,9 @@ class ConformanceTest {
     } catch (StatedException e) {
       assertEquals(code, e.code(), what + ": " + e.getMessage());
       for (String w : words) {
-        assertTrue(e.getMessage().contains(w), what + ": message \"" + e.getMessage() + "\" does not name " + w);
+        assertTrue(
+            e.getMessage().contains(w),
+            what + ": message \"" + e.getMessage() + "\" does not name " + w);
       }
       return e;
     }
@@ -212,11 +214,15 @@ class ConformanceTest {
   @DisplayName("OPS-1 every state kind on every backend")
   void everyStateKindOnEveryBackend() {
     for (BackendKind kind :
-        List.of(BackendKind.BACKEND_KIND_HEAP, BackendKind.BACKEND_KIND_FILE, BackendKind.BACKEND_KIND_LSM)) {
+        List.of(
+            BackendKind.BACKEND_KIND_HEAP,
+            BackendKind.BACKEND_KIND_FILE,
+            BackendKind.BACKEND_KIND_LSM)) {
       Instance inst = open(spec("kinds-" + kind.name().toLowerCase(), kind));
       OpenResponse o = inst.openResponse();
       assertEquals(kind, o.getBackendKind());
-      assertTrue(o.getMaxMessageSize() > 0 && o.getMaxBatchOps() > 0 && o.getStreamQueueDepth() > 0,
+      assertTrue(
+          o.getMaxMessageSize() > 0 && o.getMaxBatchOps() > 0 && o.getStreamQueueDepth() > 0,
           "limits not advertised: " + o);
       List<Op> ops =
           List.of(
@@ -224,11 +230,20 @@ class ConformanceTest {
               inst.op(OpType.OP_TYPE_GET, "v", k("k1")).build(), // 1
               inst.op(OpType.OP_TYPE_DELETE, "v", k("k1")).build(), // 2
               inst.op(OpType.OP_TYPE_GET, "v", k("k1")).build(), // 3
-              inst.op(OpType.OP_TYPE_LIST_APPEND, "l", k("k1")).addValues(b("x")).addValues(b("y")).build(), // 4
+              inst.op(OpType.OP_TYPE_LIST_APPEND, "l", k("k1"))
+                  .addValues(b("x"))
+                  .addValues(b("y"))
+                  .build(), // 4
               inst.op(OpType.OP_TYPE_LIST_APPEND, "l", k("k1")).addValues(b("z")).build(), // 5
               inst.op(OpType.OP_TYPE_LIST_GET, "l", k("k1")).build(), // 6
-              inst.op(OpType.OP_TYPE_MAP_PUT, "m", k("k1")).setUserKey(b("u1")).setValue(b("v1")).build(), // 7
-              inst.op(OpType.OP_TYPE_MAP_PUT, "m", k("k1")).setUserKey(b("u2")).setValue(b("v2")).build(), // 8
+              inst.op(OpType.OP_TYPE_MAP_PUT, "m", k("k1"))
+                  .setUserKey(b("u1"))
+                  .setValue(b("v1"))
+                  .build(), // 7
+              inst.op(OpType.OP_TYPE_MAP_PUT, "m", k("k1"))
+                  .setUserKey(b("u2"))
+                  .setValue(b("v2"))
+                  .build(), // 8
               inst.op(OpType.OP_TYPE_MAP_GET, "m", k("k1")).setUserKey(b("u1")).build(), // 9
               inst.op(OpType.OP_TYPE_MAP_CONTAINS, "m", k("k1")).setUserKey(b("u2")).build(), // 10
               inst.op(OpType.OP_TYPE_MAP_REMOVE, "m", k("k1")).setUserKey(b("u2")).build(), // 11
@@ -242,24 +257,41 @@ class ConformanceTest {
               intAdd(inst, "cnt", "k1", 0).build(), // 18
               inst.op(OpType.OP_TYPE_AGGREGATE_GET, "cnt", k("k1")).build(), // 19
               inst.op(OpType.OP_TYPE_AGGREGATE_ADD, "fmax", k("k1"))
-                  .setNumberType(NumberType.NUMBER_TYPE_FLOAT64).setFloatValue(1.5).build(), // 20
+                  .setNumberType(NumberType.NUMBER_TYPE_FLOAT64)
+                  .setFloatValue(1.5)
+                  .build(), // 20
               inst.op(OpType.OP_TYPE_AGGREGATE_ADD, "fmax", k("k1"))
-                  .setNumberType(NumberType.NUMBER_TYPE_FLOAT64).setFloatValue(2.5).build(), // 21
+                  .setNumberType(NumberType.NUMBER_TYPE_FLOAT64)
+                  .setFloatValue(2.5)
+                  .build(), // 21
               inst.op(OpType.OP_TYPE_AGGREGATE_GET, "fmax", k("k1")).build(), // 22
               inst.op(OpType.OP_TYPE_TIMER_REGISTER, "t", k("k1")).setTimestamp(10).build(), // 23
               inst.op(OpType.OP_TYPE_TIMER_REGISTER, "t", k("k2")).setTimestamp(5).build(), // 24
               inst.op(OpType.OP_TYPE_TIMER_REGISTER, "t", k("k3")).setTimestamp(20).build(), // 25
               inst.op(OpType.OP_TYPE_TIMER_DELETE, "t", k("k2")).setTimestamp(5).build(), // 26
               inst.op(OpType.OP_TYPE_TIMER_REGISTER, "t", k("k2")).setTimestamp(7).build(), // 27
-              Op.newBuilder().setType(OpType.OP_TYPE_TIMER_POLL).setState("t").setTimestamp(15).build(), // 28
-              Op.newBuilder().setType(OpType.OP_TYPE_OPERATOR_SET).setState("ol").addValues(b("a"))
-                  .setOperatorMode(OperatorStateMode.OPERATOR_STATE_MODE_UNION).build(), // 29
-              Op.newBuilder().setType(OpType.OP_TYPE_OPERATOR_APPEND).setState("ol").addValues(b("b")).build(), // 30
+              Op.newBuilder()
+                  .setType(OpType.OP_TYPE_TIMER_POLL)
+                  .setState("t")
+                  .setTimestamp(15)
+                  .build(), // 28
+              Op.newBuilder()
+                  .setType(OpType.OP_TYPE_OPERATOR_SET)
+                  .setState("ol")
+                  .addValues(b("a"))
+                  .setOperatorMode(OperatorStateMode.OPERATOR_STATE_MODE_UNION)
+                  .build(), // 29
+              Op.newBuilder()
+                  .setType(OpType.OP_TYPE_OPERATOR_APPEND)
+                  .setState("ol")
+                  .addValues(b("b"))
+                  .build(), // 30
               Op.newBuilder().setType(OpType.OP_TYPE_OPERATOR_GET).setState("ol").build()); // 31
       BatchResult res = get(inst.send(ops)).check();
       List<Result> r = res.results();
       assertEquals(ops.size(), r.size());
-      assertTrue(r.get(1).getFound() && str(r.get(1).getValue()).equals("a"), kind + ": GET after PUT");
+      assertTrue(
+          r.get(1).getFound() && str(r.get(1).getValue()).equals("a"), kind + ": GET after PUT");
       assertFalse(r.get(3).getFound(), kind + ": GET after DELETE");
       assertEquals("x,y,z", strs(r.get(6).getValuesList()), kind + ": LIST_GET");
       assertEquals("v1", str(r.get(9).getValue()), kind + ": MAP_GET");
@@ -281,8 +313,14 @@ class ConformanceTest {
       assertEquals("a,b", strs(r.get(31).getValuesList()));
       assertEquals(OperatorStateMode.OPERATOR_STATE_MODE_UNION, r.get(31).getOperatorMode());
       List<Result> again =
-          get(inst.send(List.of(Op.newBuilder().setType(OpType.OP_TYPE_TIMER_POLL).setState("t")
-              .setTimestamp(100).build()))).results();
+          get(inst.send(
+                  List.of(
+                      Op.newBuilder()
+                          .setType(OpType.OP_TYPE_TIMER_POLL)
+                          .setState("t")
+                          .setTimestamp(100)
+                          .build())))
+              .results();
       assertEquals(1, again.get(0).getTimersCount());
       assertEquals("k3", str(again.get(0).getTimers(0).getKey()));
       get(inst.closeInstance());
@@ -305,7 +343,8 @@ class ConformanceTest {
       for (int bt = 0; bt < batches; bt++) {
         sent.add(inst.send(putOps(inst, bt * per, per, String.valueOf(r))));
       }
-      inst.submit(inst.op(OpType.OP_TYPE_PUT, "v", k("last")).setValue(b(String.valueOf(r))).build());
+      inst.submit(
+          inst.op(OpType.OP_TYPE_PUT, "v", k("last")).setValue(b(String.valueOf(r))).build());
       snaps.add(inst.snapshot(r));
     }
     for (CompletableFuture<BatchResult> f : sent) {
@@ -317,8 +356,13 @@ class ConformanceTest {
     // The unary Snapshot would miss requests in flight: refused unless told.
     fails(
         "unary Snapshot",
-        () -> c.snapshot(SnapshotRequest.newBuilder().setInstanceId(inst.id()).setJob(job)
-            .setCheckpointId(rounds + 1).build()),
+        () ->
+            c.snapshot(
+                SnapshotRequest.newBuilder()
+                    .setInstanceId(inst.id())
+                    .setJob(job)
+                    .setCheckpointId(rounds + 1)
+                    .build()),
         Status.Code.FAILED_PRECONDITION,
         "barrier");
     get(inst.closeInstance());
@@ -338,23 +382,35 @@ class ConformanceTest {
     }
     for (CheckpointInfo ck : retained) {
       Instance re =
-          open(spec(job, BackendKind.BACKEND_KIND_LSM).setReplace(true).setRestore(
-              RestoreSource.newBuilder().setCheckpointId(ck.getCheckpointId())
-                  .setMode(RestoreMode.RESTORE_MODE_NO_CLAIM)));
+          open(
+              spec(job, BackendKind.BACKEND_KIND_LSM)
+                  .setReplace(true)
+                  .setRestore(
+                      RestoreSource.newBuilder()
+                          .setCheckpointId(ck.getCheckpointId())
+                          .setMode(RestoreMode.RESTORE_MODE_NO_CLAIM)));
       assertEquals(ck.getCheckpointId(), re.openResponse().getRestoredCheckpointId());
       List<Result> got = readAll(re, keys);
       for (int i = 0; i < keys.size(); i++) {
-        assertTrue(got.get(i).getFound(), "checkpoint " + ck.getCheckpointId() + ": " + keys.get(i));
-        assertEquals(String.valueOf(ck.getCheckpointId()), str(got.get(i).getValue()),
+        assertTrue(
+            got.get(i).getFound(), "checkpoint " + ck.getCheckpointId() + ": " + keys.get(i));
+        assertEquals(
+            String.valueOf(ck.getCheckpointId()),
+            str(got.get(i).getValue()),
             "checkpoint " + ck.getCheckpointId() + ": " + keys.get(i));
       }
       get(re.closeInstance());
     }
-    assertTrue(get(c.listCheckpoints(job)).getCheckpointsList().stream()
-        .anyMatch(CheckpointInfo::getPinned), "no-claim restore pinned nothing");
+    assertTrue(
+        get(c.listCheckpoints(job)).getCheckpointsList().stream()
+            .anyMatch(CheckpointInfo::getPinned),
+        "no-claim restore pinned nothing");
     Instance late = open(spec(job, BackendKind.BACKEND_KIND_LSM).setReplace(true));
     assertEquals(rounds, late.openResponse().getLastCompletedCheckpointId());
-    fails("old checkpoint id", () -> late.snapshot(rounds - 1), Status.Code.FAILED_PRECONDITION,
+    fails(
+        "old checkpoint id",
+        () -> late.snapshot(rounds - 1),
+        Status.Code.FAILED_PRECONDITION,
         "already completed");
     get(late.closeInstance());
   }
@@ -363,9 +419,13 @@ class ConformanceTest {
   @Order(3)
   @DisplayName("RST-1, RST-2 restore modes, abort reasons, waited snapshots; canonical savepoint")
   void restoreModesAndSavepoints() {
-    fails("restore latest of a new job",
-        () -> c.open(spec("brand-new", BackendKind.BACKEND_KIND_FILE)
-            .setRestore(RestoreSource.newBuilder().setLatest(true)).build()),
+    fails(
+        "restore latest of a new job",
+        () ->
+            c.open(
+                spec("brand-new", BackendKind.BACKEND_KIND_FILE)
+                    .setRestore(RestoreSource.newBuilder().setLatest(true))
+                    .build()),
         Status.Code.NOT_FOUND);
     String job = "claim";
     Instance inst = open(spec(job, BackendKind.BACKEND_KIND_FILE));
@@ -376,25 +436,37 @@ class ConformanceTest {
     SnapshotResponse snap = get(inst.snapshot(2, true, null));
     assertTrue(snap.getFiles() > 0 && snap.getFullSize() > 0, "waited snapshot sizes: " + snap);
     get(c.abortCheckpoint(job, 2, AbortReason.ABORT_REASON_DECLINED, "disk full"));
-    CheckpointInfo two = get(c.listCheckpoints(job)).getCheckpointsList().stream()
-        .filter(x -> x.getCheckpointId() == 2).findFirst().orElseThrow();
+    CheckpointInfo two =
+        get(c.listCheckpoints(job)).getCheckpointsList().stream()
+            .filter(x -> x.getCheckpointId() == 2)
+            .findFirst()
+            .orElseThrow();
     assertEquals(CheckpointStatus.CHECKPOINT_STATUS_DECLINED, two.getState());
     assertTrue(two.getReason().contains("disk full"), two.getReason());
     // A canonical savepoint of the open instance, restored into another backend kind.
     get(inst.send(putOps(inst, 0, 10, "three"))).check();
     get(inst.snapshot(3, false, null));
     get(c.completeCheckpoint(job, 3));
-    TriggerSavepointResponse sp = get(c.triggerSavepoint(TriggerSavepointRequest.newBuilder().setJob(job).build()));
+    TriggerSavepointResponse sp =
+        get(c.triggerSavepoint(TriggerSavepointRequest.newBuilder().setJob(job).build()));
     assertTrue(sp.getPath().contains("savepoints/"), "savepoint path " + sp.getPath());
-    Instance re = open(spec(job, BackendKind.BACKEND_KIND_FILE).setReplace(true)
-        .setRestore(RestoreSource.newBuilder().setLatest(true).setMode(RestoreMode.RESTORE_MODE_CLAIM)));
+    Instance re =
+        open(
+            spec(job, BackendKind.BACKEND_KIND_FILE)
+                .setReplace(true)
+                .setRestore(
+                    RestoreSource.newBuilder()
+                        .setLatest(true)
+                        .setMode(RestoreMode.RESTORE_MODE_CLAIM)));
     assertEquals(3, re.openResponse().getRestoredCheckpointId());
     for (Result x : readAll(re, List.of("k0", "k9"))) {
       assertEquals("three", str(x.getValue()));
     }
     get(re.closeInstance());
-    Instance fromSp = open(spec("claim-copy", BackendKind.BACKEND_KIND_LSM)
-        .setRestore(RestoreSource.newBuilder().setSavepoint(sp.getPath())));
+    Instance fromSp =
+        open(
+            spec("claim-copy", BackendKind.BACKEND_KIND_LSM)
+                .setRestore(RestoreSource.newBuilder().setSavepoint(sp.getPath())));
     for (Result x : readAll(fromSp, List.of("k0", "k9"))) {
       assertEquals("three", str(x.getValue()), "savepoint restored into lsm");
     }
@@ -409,31 +481,47 @@ class ConformanceTest {
     List<String> written = new ArrayList<>();
     List<Instance> ins = new ArrayList<>();
     for (int sub = 0; sub < 2; sub++) {
-      Instance inst = open(OpenRequest.newBuilder().setTask(TaskId.newBuilder().setJob(job)
-          .setOperator("win").setSubtask(sub)).setParallelism(2)
-          .setBackendKind(BackendKind.BACKEND_KIND_FILE).addStates(state("v", StateKind.STATE_KIND_VALUE))
-          .setReplace(true));
+      Instance inst =
+          open(
+              OpenRequest.newBuilder()
+                  .setTask(TaskId.newBuilder().setJob(job).setOperator("win").setSubtask(sub))
+                  .setParallelism(2)
+                  .setBackendKind(BackendKind.BACKEND_KIND_FILE)
+                  .addStates(state("v", StateKind.STATE_KIND_VALUE))
+                  .setReplace(true));
       ins.add(inst);
       List<ChannelRecord> records = new ArrayList<>();
       for (int i = 0; i < 40; i++) {
         byte[] key = k("in-flight-" + sub + "-" + i);
         int kg = KeyGroups.keyGroup(key, inst.maxParallelism());
         if (kg >= inst.keyGroups().getStart() && kg <= inst.keyGroups().getEnd()) {
-          records.add(ChannelRecord.newBuilder().setKeyGroup(kg).setData(ByteString.copyFrom(key)).build());
+          records.add(
+              ChannelRecord.newBuilder().setKeyGroup(kg).setData(ByteString.copyFrom(key)).build());
           written.add(new String(key, StandardCharsets.UTF_8));
         }
       }
-      ChannelChunk chunk = ChannelChunk.newBuilder()
-          .setChannel(ChannelId.newBuilder().setDirection(ChannelDirection.CHANNEL_DIRECTION_INPUT))
-          .setKind(ChannelKind.CHANNEL_KIND_KEYED)
-          .addBuffers(ChannelBuffer.newBuilder().addAllRecords(records.subList(0, 5)))
-          .addBuffers(ChannelBuffer.newBuilder().addAllRecords(records.subList(5, records.size())))
-          .build();
+      ChannelChunk chunk =
+          ChannelChunk.newBuilder()
+              .setChannel(
+                  ChannelId.newBuilder().setDirection(ChannelDirection.CHANNEL_DIRECTION_INPUT))
+              .setKind(ChannelKind.CHANNEL_KIND_KEYED)
+              .addBuffers(ChannelBuffer.newBuilder().addAllRecords(records.subList(0, 5)))
+              .addBuffers(
+                  ChannelBuffer.newBuilder().addAllRecords(records.subList(5, records.size())))
+              .build();
       assertEquals(records.size(), get(inst.writeChannelState(1, List.of(chunk))).getRecords());
-      get(inst.snapshot(1, false, TaskCheckpointStats.newBuilder().setUnaligned(true)
-          .setStartDelayMicros(5000).build()));
+      get(
+          inst.snapshot(
+              1,
+              false,
+              TaskCheckpointStats.newBuilder()
+                  .setUnaligned(true)
+                  .setStartDelayMicros(5000)
+                  .build()));
     }
-    fails("channel state after the snapshot", () -> ins.get(0).writeChannelState(1, List.of()),
+    fails(
+        "channel state after the snapshot",
+        () -> ins.get(0).writeChannelState(1, List.of()),
         Status.Code.FAILED_PRECONDITION);
     CheckpointInfo info = get(c.completeCheckpoint(job, 1)).getCheckpoint();
     assertTrue(info.getUnaligned() && info.getPersistedInFlightBytes() > 0, "statistics: " + info);
@@ -442,15 +530,21 @@ class ConformanceTest {
     }
     List<String> got = new ArrayList<>();
     for (int sub = 0; sub < 3; sub++) {
-      Instance inst = open(OpenRequest.newBuilder().setTask(TaskId.newBuilder().setJob(job)
-          .setOperator("win").setSubtask(sub)).setParallelism(3)
-          .setBackendKind(BackendKind.BACKEND_KIND_FILE).addStates(state("v", StateKind.STATE_KIND_VALUE))
-          .setRestore(RestoreSource.newBuilder().setLatest(true)));
+      Instance inst =
+          open(
+              OpenRequest.newBuilder()
+                  .setTask(TaskId.newBuilder().setJob(job).setOperator("win").setSubtask(sub))
+                  .setParallelism(3)
+                  .setBackendKind(BackendKind.BACKEND_KIND_FILE)
+                  .addStates(state("v", StateKind.STATE_KIND_VALUE))
+                  .setRestore(RestoreSource.newBuilder().setLatest(true)));
       for (ChannelChunk ch : get(inst.readChannelState())) {
         for (ChannelBuffer buf : ch.getBuffersList()) {
           for (ChannelRecord r : buf.getRecordsList()) {
-            assertTrue(r.getKeyGroup() >= inst.keyGroups().getStart()
-                && r.getKeyGroup() <= inst.keyGroups().getEnd(), "key group outside the subtask's range");
+            assertTrue(
+                r.getKeyGroup() >= inst.keyGroups().getStart()
+                    && r.getKeyGroup() <= inst.keyGroups().getEnd(),
+                "key group outside the subtask's range");
             got.add(str(r.getData()));
           }
         }
@@ -469,8 +563,11 @@ class ConformanceTest {
   void crossCheckWithTheGoClient() throws Exception {
     String xcheck = Daemon.xcheck().toString();
     Daemon.run(Daemon.repo().toFile(), xcheck, "write", daemon.socket.toString(), "xgo", "go");
-    Instance inst = open(spec("xgo", BackendKind.BACKEND_KIND_FILE).setReplace(true)
-        .setRestore(RestoreSource.newBuilder().setLatest(true)));
+    Instance inst =
+        open(
+            spec("xgo", BackendKind.BACKEND_KIND_FILE)
+                .setReplace(true)
+                .setRestore(RestoreSource.newBuilder().setLatest(true)));
     List<Op> ops = new ArrayList<>();
     for (int i = 0; i < 50; i++) {
       String key = "x" + i;
@@ -479,7 +576,12 @@ class ConformanceTest {
       ops.add(inst.op(OpType.OP_TYPE_MAP_GET, "m", k(key)).setUserKey(b("u")).build());
       ops.add(inst.op(OpType.OP_TYPE_AGGREGATE_GET, "sum", k(key)).build());
     }
-    ops.add(Op.newBuilder().setType(OpType.OP_TYPE_TIMER_POLL).setState("t").setTimestamp(1050).build());
+    ops.add(
+        Op.newBuilder()
+            .setType(OpType.OP_TYPE_TIMER_POLL)
+            .setState("t")
+            .setTimestamp(1050)
+            .build());
     ops.add(Op.newBuilder().setType(OpType.OP_TYPE_OPERATOR_GET).setState("ops").build());
     List<Result> r = get(inst.send(ops)).check().results();
     for (int i = 0; i < 50; i++) {
@@ -492,7 +594,8 @@ class ConformanceTest {
     assertEquals("go", strs(r.get(201).getValuesList()));
     get(inst.closeInstance());
 
-    OpenRequest.Builder ws = spec("xnode", BackendKind.BACKEND_KIND_FILE).setReplace(true).clearStates();
+    OpenRequest.Builder ws =
+        spec("xnode", BackendKind.BACKEND_KIND_FILE).setReplace(true).clearStates();
     for (StateDescriptor d : ALL_STATES) {
       if (List.of("v", "l", "m", "sum", "t").contains(d.getName())) {
         ws.addStates(d);
@@ -504,13 +607,23 @@ class ConformanceTest {
       String key = "x" + i;
       // xcheck's reader checks the writer's name, "node" (the Node client's run uses it too).
       wops.add(w.op(OpType.OP_TYPE_PUT, "v", k(key)).setValue(b("node-" + i)).build());
-      wops.add(w.op(OpType.OP_TYPE_LIST_APPEND, "l", k(key)).addValues(b("node")).addValues(b(String.valueOf(i))).build());
-      wops.add(w.op(OpType.OP_TYPE_MAP_PUT, "m", k(key)).setUserKey(b("u")).setValue(b("node")).build());
+      wops.add(
+          w.op(OpType.OP_TYPE_LIST_APPEND, "l", k(key))
+              .addValues(b("node"))
+              .addValues(b(String.valueOf(i)))
+              .build());
+      wops.add(
+          w.op(OpType.OP_TYPE_MAP_PUT, "m", k(key)).setUserKey(b("u")).setValue(b("node")).build());
       wops.add(intAdd(w, "sum", key, i + 1).build());
       wops.add(w.op(OpType.OP_TYPE_TIMER_REGISTER, "t", k(key)).setTimestamp(1000 + i).build());
     }
-    wops.add(Op.newBuilder().setType(OpType.OP_TYPE_OPERATOR_SET).setState("ops").addValues(b("node"))
-        .setOperatorMode(OperatorStateMode.OPERATOR_STATE_MODE_SPLIT).build());
+    wops.add(
+        Op.newBuilder()
+            .setType(OpType.OP_TYPE_OPERATOR_SET)
+            .setState("ops")
+            .addValues(b("node"))
+            .setOperatorMode(OperatorStateMode.OPERATOR_STATE_MODE_SPLIT)
+            .build());
     CompletableFuture<BatchResult> sent = w.send(wops);
     get(w.snapshot(1));
     get(sent).check();
@@ -531,7 +644,8 @@ class ConformanceTest {
     int n = maxOps + 2500;
     List<CompletableFuture<Result>> puts = new ArrayList<>();
     for (int i = 0; i < n; i++) {
-      puts.add(inst.submit(inst.op(OpType.OP_TYPE_PUT, "v", k("p" + i)).setValue(b("v" + i)).build()));
+      puts.add(
+          inst.submit(inst.op(OpType.OP_TYPE_PUT, "v", k("p" + i)).setValue(b("v" + i)).build()));
       assertTrue(inst.inFlight() <= 2, "in flight " + inst.inFlight() + " beyond the bound of 2");
     }
     // Reads submitted behind the writes see them (read your writes, in order).
@@ -541,9 +655,14 @@ class ConformanceTest {
     }
     // A large value spills the queue into a request of its own.
     byte[] big = new byte[600 << 10];
-    CompletableFuture<Result> bigPut = inst.submit(inst.op(OpType.OP_TYPE_PUT, "v", k("big")).setValue(ByteString.copyFrom(big)).build());
-    CompletableFuture<Result> bigPut2 = inst.submit(inst.op(OpType.OP_TYPE_PUT, "v", k("big2")).setValue(ByteString.copyFrom(big)).build());
-    CompletableFuture<Result> bad = inst.submit(inst.op(OpType.OP_TYPE_PUT, "nope", k("x")).setValue(b("x")).build());
+    CompletableFuture<Result> bigPut =
+        inst.submit(
+            inst.op(OpType.OP_TYPE_PUT, "v", k("big")).setValue(ByteString.copyFrom(big)).build());
+    CompletableFuture<Result> bigPut2 =
+        inst.submit(
+            inst.op(OpType.OP_TYPE_PUT, "v", k("big2")).setValue(ByteString.copyFrom(big)).build());
+    CompletableFuture<Result> bad =
+        inst.submit(inst.op(OpType.OP_TYPE_PUT, "nope", k("x")).setValue(b("x")).build());
     inst.flush();
     for (CompletableFuture<Result> f : puts) {
       assertEquals(0, get(f).getCode());
@@ -560,11 +679,16 @@ class ConformanceTest {
 
   @Test
   @Order(7)
-  @DisplayName("ERR-1, ERR-2, ERR-3 bad operations, bad Open requests, unknown and foreign instances")
+  @DisplayName(
+      "ERR-1, ERR-2, ERR-3 bad operations, bad Open requests, unknown and foreign instances")
   void badInput() {
-    OpenRequest.Builder s = OpenRequest.newBuilder().setTask(task("bad", 0)).setParallelism(2)
-        .setBackendKind(BackendKind.BACKEND_KIND_HEAP).addAllStates(ALL_STATES)
-        .setKeyHash(KeyHash.KEY_HASH_FNV1A_MURMUR);
+    OpenRequest.Builder s =
+        OpenRequest.newBuilder()
+            .setTask(task("bad", 0))
+            .setParallelism(2)
+            .setBackendKind(BackendKind.BACKEND_KIND_HEAP)
+            .addAllStates(ALL_STATES)
+            .setKeyHash(KeyHash.KEY_HASH_FNV1A_MURMUR);
     Instance inst = open(s);
     assertEquals(KeyHash.KEY_HASH_FNV1A_MURMUR, inst.openResponse().getKeyHash());
     int start = inst.keyGroups().getStart();
@@ -578,16 +702,30 @@ class ConformanceTest {
       outside++;
     }
     byte[] big = new byte[(int) inst.openResponse().getMaxValueSize() + 1];
-    List<Result> r = get(inst.send(List.of(
-        inst.op(OpType.OP_TYPE_PUT, "v", k("o" + outside)).setValue(b("x")).build(),
-        inst.op(OpType.OP_TYPE_PUT, "nope", k("k")).setValue(b("x")).build(),
-        inst.op(OpType.OP_TYPE_LIST_GET, "v", k("k")).build(),
-        inst.op(OpType.OP_TYPE_AGGREGATE_ADD, "sum", k("k")).setNumberType(NumberType.NUMBER_TYPE_FLOAT64)
-            .setFloatValue(1).build(),
-        inst.op(OpType.OP_TYPE_PUT, "v", k("k")).setValue(ByteString.copyFrom(big)).build(),
-        Op.newBuilder().setType(OpType.OP_TYPE_UNSPECIFIED).setState("v").setKey(b("k")).build(),
-        inst.op(OpType.OP_TYPE_PUT, "v", k("fine")).setValue(b("ok")).build(),
-        inst.op(OpType.OP_TYPE_PUT, "v", k("i" + inside)).setValue(b("x")).setKeyGroup(start).build()))).results();
+    List<Result> r =
+        get(inst.send(
+                List.of(
+                    inst.op(OpType.OP_TYPE_PUT, "v", k("o" + outside)).setValue(b("x")).build(),
+                    inst.op(OpType.OP_TYPE_PUT, "nope", k("k")).setValue(b("x")).build(),
+                    inst.op(OpType.OP_TYPE_LIST_GET, "v", k("k")).build(),
+                    inst.op(OpType.OP_TYPE_AGGREGATE_ADD, "sum", k("k"))
+                        .setNumberType(NumberType.NUMBER_TYPE_FLOAT64)
+                        .setFloatValue(1)
+                        .build(),
+                    inst.op(OpType.OP_TYPE_PUT, "v", k("k"))
+                        .setValue(ByteString.copyFrom(big))
+                        .build(),
+                    Op.newBuilder()
+                        .setType(OpType.OP_TYPE_UNSPECIFIED)
+                        .setState("v")
+                        .setKey(b("k"))
+                        .build(),
+                    inst.op(OpType.OP_TYPE_PUT, "v", k("fine")).setValue(b("ok")).build(),
+                    inst.op(OpType.OP_TYPE_PUT, "v", k("i" + inside))
+                        .setValue(b("x"))
+                        .setKeyGroup(start)
+                        .build())))
+            .results();
     expectCode("key group outside the range", r.get(0), Status.Code.INVALID_ARGUMENT, "key group");
     expectCode("unknown state", r.get(1), Status.Code.INVALID_ARGUMENT, "\"nope\"");
     expectCode("wrong state kind", r.get(2), Status.Code.INVALID_ARGUMENT, "\"v\"");
@@ -598,30 +736,66 @@ class ConformanceTest {
     expectCode("key group not the key's", r.get(7), Status.Code.INVALID_ARGUMENT, "not the key's");
     int maxOps = inst.openResponse().getMaxBatchOps();
     BatchResult many = get(inst.send(putOps(inst, 0, maxOps + 1, "x")));
-    expectCode("too many operations", many.get(0), Status.Code.RESOURCE_EXHAUSTED, String.valueOf(maxOps));
+    expectCode(
+        "too many operations", many.get(0), Status.Code.RESOURCE_EXHAUSTED, String.valueOf(maxOps));
     fails("checkpoint id 0", () -> inst.snapshot(0), Status.Code.INVALID_ARGUMENT, "id 0");
-    assertEquals("ok", str(readAll(inst, List.of("fine")).get(0).getValue()), "the stream broke on bad input");
+    assertEquals(
+        "ok",
+        str(readAll(inst, List.of("fine")).get(0).getValue()),
+        "the stream broke on bad input");
     fails("open twice", () -> c.open(s.build()), Status.Code.FAILED_PRECONDITION);
-    fails("open without task", () -> c.openRaw(OpenRequest.newBuilder().setParallelism(1)
-        .setBackendKind(BackendKind.BACKEND_KIND_HEAP).build()), Status.Code.INVALID_ARGUMENT, "task");
+    fails(
+        "open without task",
+        () ->
+            c.openRaw(
+                OpenRequest.newBuilder()
+                    .setParallelism(1)
+                    .setBackendKind(BackendKind.BACKEND_KIND_HEAP)
+                    .build()),
+        Status.Code.INVALID_ARGUMENT,
+        "task");
     @SuppressWarnings("deprecation")
-    OpenRequest rocks = s.clone().setTask(task("bad", 0).toBuilder().setOperator("op2"))
-        .clearBackendKind().setBackend("rocks").build();
+    OpenRequest rocks =
+        s.clone()
+            .setTask(task("bad", 0).toBuilder().setOperator("op2"))
+            .clearBackendKind()
+            .setBackend("rocks")
+            .build();
     fails("unknown backend", () -> c.openRaw(rocks), Status.Code.INVALID_ARGUMENT, "rocks");
-    fails("max parallelism out of range", () -> c.openRaw(s.clone()
-        .setTask(task("bad", 0).toBuilder().setOperator("op4")).setMaxParallelism(1 << 20).build()),
+    fails(
+        "max parallelism out of range",
+        () ->
+            c.openRaw(
+                s.clone()
+                    .setTask(task("bad", 0).toBuilder().setOperator("op4"))
+                    .setMaxParallelism(1 << 20)
+                    .build()),
         Status.Code.INVALID_ARGUMENT);
-    ByteString unknown = ByteString.copyFrom(new byte[] {7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7});
-    fails("close unknown instance", () -> c.closeInstance(CloseRequest.newBuilder().setInstanceId(unknown)
-        .setJob("bad").build()), Status.Code.NOT_FOUND);
-    fails("another job", () -> c.closeInstance(CloseRequest.newBuilder().setInstanceId(inst.id())
-        .setJob("other").build()), Status.Code.PERMISSION_DENIED);
-    fails("batch on an unknown instance", () -> c.attach(task("bad", 0),
-        OpenResponse.newBuilder().setInstanceId(unknown).setMaxParallelism(128).build(), 4),
+    ByteString unknown =
+        ByteString.copyFrom(new byte[] {7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7});
+    fails(
+        "close unknown instance",
+        () ->
+            c.closeInstance(CloseRequest.newBuilder().setInstanceId(unknown).setJob("bad").build()),
+        Status.Code.NOT_FOUND);
+    fails(
+        "another job",
+        () ->
+            c.closeInstance(
+                CloseRequest.newBuilder().setInstanceId(inst.id()).setJob("other").build()),
+        Status.Code.PERMISSION_DENIED);
+    fails(
+        "batch on an unknown instance",
+        () ->
+            c.attach(
+                task("bad", 0),
+                OpenResponse.newBuilder().setInstanceId(unknown).setMaxParallelism(128).build(),
+                4),
         Status.Code.NOT_FOUND);
     get(inst.closeInstance());
     // After CloseInstance the instance's id is unknown, and its stream is gone.
-    fails("send after close", () -> inst.send(List.of()), Status.Code.FAILED_PRECONDITION, "closed");
+    fails(
+        "send after close", () -> inst.send(List.of()), Status.Code.FAILED_PRECONDITION, "closed");
   }
 
   @Test
@@ -651,15 +825,40 @@ class ConformanceTest {
     Path dir = Files.createTempDirectory("stated-tls-");
     Path cert = dir.resolve("cert.pem");
     Path key = dir.resolve("key.pem");
-    Daemon.run(dir.toFile(), "openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt",
-        "ec_paramgen_curve:prime256v1", "-nodes", "-days", "1", "-subj", "/CN=localhost",
-        "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1", "-keyout", key.toString(),
-        "-out", cert.toString());
+    Daemon.run(
+        dir.toFile(),
+        "openssl",
+        "req",
+        "-x509",
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:prime256v1",
+        "-nodes",
+        "-days",
+        "1",
+        "-subj",
+        "/CN=localhost",
+        "-addext",
+        "subjectAltName=DNS:localhost,IP:127.0.0.1",
+        "-keyout",
+        key.toString(),
+        "-out",
+        cert.toString());
     int port = Daemon.freePort();
-    try (Daemon d = new Daemon("--listen", "127.0.0.1:" + port, "--token", "tlstoken",
-        "--tls-cert", cert.toString(), "--tls-key", key.toString())) {
+    try (Daemon d =
+        new Daemon(
+            "--listen",
+            "127.0.0.1:" + port,
+            "--token",
+            "tlstoken",
+            "--tls-cert",
+            cert.toString(),
+            "--tls-key",
+            key.toString())) {
       d.start();
-      try (StatedClient ok = StatedClient.tcp("127.0.0.1", port).tls(cert).token("tlstoken").build();
+      try (StatedClient ok =
+              StatedClient.tcp("127.0.0.1", port).tls(cert).token("tlstoken").build();
           StatedClient plain = StatedClient.tcp("127.0.0.1", port).token("tlstoken").build()) {
         Instance inst = get(ok.open(spec("tls", BackendKind.BACKEND_KIND_HEAP).build()));
         get(inst.send(putOps(inst, 0, 5, "tls"))).check();
@@ -681,8 +880,12 @@ class ConformanceTest {
   void aDaemonThatIsNotThere() throws Exception {
     Path missing = daemon.dir.resolve("nobody-here.sock");
     try (StatedClient gone = StatedClient.unixSocket(missing).build()) {
-      fails("no daemon", () -> gone.listCheckpoints("j"), Status.Code.UNAVAILABLE,
-          missing.toString(), "stated serve");
+      fails(
+          "no daemon",
+          () -> gone.listCheckpoints("j"),
+          Status.Code.UNAVAILABLE,
+          missing.toString(),
+          "stated serve");
     }
   }
 
@@ -691,11 +894,18 @@ class ConformanceTest {
   @DisplayName("OPS-2 a timer registered twice is one")
   void aTimerRegisteredTwiceIsOne() {
     Instance inst = open(spec("ops2", BackendKind.BACKEND_KIND_HEAP));
-    List<Result> r = get(inst.send(List.of(
-        inst.op(OpType.OP_TYPE_TIMER_REGISTER, "t", k("k")).setTimestamp(5).build(),
-        inst.op(OpType.OP_TYPE_TIMER_REGISTER, "t", k("k")).setTimestamp(5).build(),
-        Op.newBuilder().setType(OpType.OP_TYPE_TIMER_POLL).setState("t").setTimestamp(10).build())))
-        .check().results();
+    List<Result> r =
+        get(inst.send(
+                List.of(
+                    inst.op(OpType.OP_TYPE_TIMER_REGISTER, "t", k("k")).setTimestamp(5).build(),
+                    inst.op(OpType.OP_TYPE_TIMER_REGISTER, "t", k("k")).setTimestamp(5).build(),
+                    Op.newBuilder()
+                        .setType(OpType.OP_TYPE_TIMER_POLL)
+                        .setState("t")
+                        .setTimestamp(10)
+                        .build())))
+            .check()
+            .results();
     assertEquals(1, r.get(2).getTimersCount(), "timers polled");
     assertFalse(r.get(2).getMore());
     get(inst.closeInstance());
@@ -708,8 +918,11 @@ class ConformanceTest {
     Instance inst = open(spec("ops4", BackendKind.BACKEND_KIND_FILE));
     List<Op> puts = new ArrayList<>();
     for (int i = 0; i < 25; i++) {
-      puts.add(inst.op(OpType.OP_TYPE_MAP_PUT, "m", k("key")).setUserKey(b(String.format("u%02d", i)))
-          .setValue(b("v" + i)).build());
+      puts.add(
+          inst.op(OpType.OP_TYPE_MAP_PUT, "m", k("key"))
+              .setUserKey(b(String.format("u%02d", i)))
+              .setValue(b("v" + i))
+              .build());
     }
     get(inst.send(puts)).check();
     List<Integer> sizes = new ArrayList<>();
@@ -717,8 +930,15 @@ class ConformanceTest {
     List<String> seen = new ArrayList<>();
     ByteString after = ByteString.EMPTY;
     while (true) {
-      Result r = get(inst.send(List.of(inst.op(OpType.OP_TYPE_MAP_ITERATE, "m", k("key"))
-          .setUserKey(after).setLimit(10).build()))).check().get(0);
+      Result r =
+          get(inst.send(
+                  List.of(
+                      inst.op(OpType.OP_TYPE_MAP_ITERATE, "m", k("key"))
+                          .setUserKey(after)
+                          .setLimit(10)
+                          .build())))
+              .check()
+              .get(0);
       sizes.add(r.getEntriesCount());
       mores.add(r.getMore());
       r.getEntriesList().forEach(e -> seen.add(str(e.getUserKey())));
@@ -744,31 +964,49 @@ class ConformanceTest {
   @Order(7)
   @DisplayName("VIEW-1 views, key scans, late states and bulk load")
   void viewsScansAndLoad() {
-    Instance inst = open(spec("views", BackendKind.BACKEND_KIND_LSM).clearStates()
-        .addStates(state("v", StateKind.STATE_KIND_VALUE)));
-    get(inst.registerStates(List.of(state("l", StateKind.STATE_KIND_LIST),
-        state("m", StateKind.STATE_KIND_MAP))));
+    Instance inst =
+        open(
+            spec("views", BackendKind.BACKEND_KIND_LSM)
+                .clearStates()
+                .addStates(state("v", StateKind.STATE_KIND_VALUE)));
+    get(
+        inst.registerStates(
+            List.of(state("l", StateKind.STATE_KIND_LIST), state("m", StateKind.STATE_KIND_MAP))));
     int n = 3000;
     for (int i = 0; i < n; i += 500) {
       inst.send(putOps(inst, i, 500, "before"));
     }
-    inst.submit(inst.op(OpType.OP_TYPE_LIST_APPEND, "l", k("k1")).addValues(b("x")).addValues(b("y")).build());
-    inst.submit(inst.op(OpType.OP_TYPE_MAP_PUT, "m", k("k2")).setUserKey(b("u")).setValue(b("mv")).build());
+    inst.submit(
+        inst.op(OpType.OP_TYPE_LIST_APPEND, "l", k("k1"))
+            .addValues(b("x"))
+            .addValues(b("y"))
+            .build());
+    inst.submit(
+        inst.op(OpType.OP_TYPE_MAP_PUT, "m", k("k2")).setUserKey(b("u")).setValue(b("mv")).build());
     CompletableFuture<io.stated.api.v1.ViewInfo> vf = inst.view(0);
     // Writes after the barrier are not in the view.
     CompletableFuture<BatchResult> after = inst.send(putOps(inst, 0, n, "after"));
     io.stated.api.v1.ViewInfo view = get(vf);
     get(after).check();
-    assertEquals(List.of("l", "m", "v"),
+    assertEquals(
+        List.of("l", "m", "v"),
         view.getStatesList().stream().map(StateDescriptor::getName).collect(Collectors.toList()));
-    Instance copy = open(spec("views-copy", BackendKind.BACKEND_KIND_FILE).clearStates()
-        .addStates(state("v", StateKind.STATE_KIND_VALUE)).addStates(state("l", StateKind.STATE_KIND_LIST))
-        .addStates(state("m", StateKind.STATE_KIND_MAP)));
+    Instance copy =
+        open(
+            spec("views-copy", BackendKind.BACKEND_KIND_FILE)
+                .clearStates()
+                .addStates(state("v", StateKind.STATE_KIND_VALUE))
+                .addStates(state("l", StateKind.STATE_KIND_LIST))
+                .addStates(state("m", StateKind.STATE_KIND_MAP)));
     int entries = 0;
     int lastKg = -1;
     try (Loader loader = copy.load()) {
-      java.util.Iterator<io.stated.api.v1.ScanViewResponse> pages = inst.scanView(
-          io.stated.api.v1.ScanViewRequest.newBuilder().setViewId(view.getViewId()).setPageBytes(16 << 10).build());
+      java.util.Iterator<io.stated.api.v1.ScanViewResponse> pages =
+          inst.scanView(
+              io.stated.api.v1.ScanViewRequest.newBuilder()
+                  .setViewId(view.getViewId())
+                  .setPageBytes(16 << 10)
+                  .build());
       while (pages.hasNext()) {
         for (io.stated.api.v1.ViewEntry e : pages.next().getEntriesList()) {
           assertTrue(e.getKeyGroup() >= lastKg, "scan not in key-group order");
@@ -790,23 +1028,33 @@ class ConformanceTest {
     List<Result> got = readAll(copy, List.of("k0", "k" + (n - 1)));
     assertEquals("before", str(got.get(0).getValue()));
     assertEquals("before", str(got.get(1).getValue()));
-    Result l = get(copy.send(List.of(copy.op(OpType.OP_TYPE_LIST_GET, "l", k("k1")).build()))).get(0);
+    Result l =
+        get(copy.send(List.of(copy.op(OpType.OP_TYPE_LIST_GET, "l", k("k1")).build()))).get(0);
     assertEquals("x,y", strs(l.getValuesList()));
     // Key scans of the live instance page through every key of a state once.
     java.util.Set<String> keys = new java.util.HashSet<>();
     ByteString cursor = ByteString.EMPTY;
     while (true) {
-      io.stated.api.v1.ScanKeysResponse page = get(inst.scanKeys(io.stated.api.v1.ScanKeysRequest.newBuilder()
-          .setState("v").setLimit(700).setCursor(cursor).build()));
-      page.getKeysList().forEach(x -> assertTrue(keys.add(str(x.getKey())), "key twice: " + str(x.getKey())));
+      io.stated.api.v1.ScanKeysResponse page =
+          get(
+              inst.scanKeys(
+                  io.stated.api.v1.ScanKeysRequest.newBuilder()
+                      .setState("v")
+                      .setLimit(700)
+                      .setCursor(cursor)
+                      .build()));
+      page.getKeysList()
+          .forEach(x -> assertTrue(keys.add(str(x.getKey())), "key twice: " + str(x.getKey())));
       if (!page.getMore()) {
         break;
       }
       cursor = page.getCursor();
     }
     assertEquals(n, keys.size());
-    fails("a state registered again with another kind",
-        () -> inst.registerStates(List.of(state("v", StateKind.STATE_KIND_LIST))), Status.Code.FAILED_PRECONDITION);
+    fails(
+        "a state registered again with another kind",
+        () -> inst.registerStates(List.of(state("v", StateKind.STATE_KIND_LIST))),
+        Status.Code.FAILED_PRECONDITION);
     get(copy.closeInstance());
     get(inst.closeInstance());
   }
@@ -831,10 +1079,14 @@ class ConformanceTest {
     get(c.completeCheckpoint(job, 1));
     daemon.kill();
     // The stream's end fails what is sent next, with the daemon named.
-    StatedException e = fails("send to a dead daemon", () -> inst.send(List.of()), Status.Code.UNAVAILABLE);
+    StatedException e =
+        fails("send to a dead daemon", () -> inst.send(List.of()), Status.Code.UNAVAILABLE);
     assertNotNull(inst.failure(), "the instance did not notice the stream's end: " + e);
     daemon.start();
-    Instance re = open(spec(job, BackendKind.BACKEND_KIND_FILE).setRestore(RestoreSource.newBuilder().setLatest(true)));
+    Instance re =
+        open(
+            spec(job, BackendKind.BACKEND_KIND_FILE)
+                .setRestore(RestoreSource.newBuilder().setLatest(true)));
     assertEquals(1, re.openResponse().getRestoredCheckpointId());
     List<String> keys = new ArrayList<>();
     for (int i = 0; i < 1000; i++) {

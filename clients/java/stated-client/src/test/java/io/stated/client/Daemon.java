@@ -13,8 +13,8 @@ import java.util.concurrent.TimeUnit;
 import java.util.stream.Stream;
 
 /**
- * {@code stated serve} on a temporary data dir, for tests against a real daemon. The binary is
- * the system property {@code stated.bin}, or built from the repository ({@code stated.repo}) with
+ * {@code stated serve} on a temporary data dir, for tests against a real daemon. The binary is the
+ * system property {@code stated.bin}, or built from the repository ({@code stated.repo}) with
  * {@code go build} once per JVM.
  */
 public final class Daemon implements AutoCloseable {

@@ -14,8 +14,8 @@ import org.apache.flink.util.Preconditions;
 
 /**
  * The common part of the states: the current namespace and its bytes, the current key's bytes and
- * key group from the backend, and the daemon access. {@code SV} is the state's stored type (a
- * list, a map, a value or an accumulator).
+ * key group from the backend, and the daemon access. {@code SV} is the state's stored type (a list,
+ * a map, a value or an accumulator).
  */
 abstract class AbstractStatedState<K, N, SV> implements InternalKvState<K, N, SV> {
   final StatedKeyedStateBackend<K> backend;
@@ -135,8 +135,7 @@ abstract class AbstractStatedState<K, N, SV> implements InternalKvState<K, N, SV
     Tuple2<K, N> kn =
         KvStateSerializer.deserializeKeyAndNamespace(
             serializedKeyAndNamespace, safeKeySerializer, safeNamespaceSerializer);
-    int keyGroup =
-        KeyGroupRangeAssignment.assignToKeyGroup(kn.f0, backend.getNumberOfKeyGroups());
+    int keyGroup = KeyGroupRangeAssignment.assignToKeyGroup(kn.f0, backend.getNumberOfKeyGroups());
     DataOutputSerializer o = new DataOutputSerializer(32);
     safeKeySerializer.serialize(kn.f0, o);
     byte[] k = o.getCopyOfBuffer();

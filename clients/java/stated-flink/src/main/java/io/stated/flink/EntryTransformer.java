@@ -20,8 +20,8 @@ import org.apache.flink.runtime.state.StateSnapshotTransformer.StateSnapshotTran
 /**
  * A state's snapshot transformer (TTL's cleanup in full snapshots) applied to the daemon's entries
  * as a snapshot writes them: the entry is deserialized, transformed as Flink's heap backend
- * transforms its objects, and written again, or dropped when the transformer drops it. Runs on
- * the snapshot's asynchronous thread with serializers of its own.
+ * transforms its objects, and written again, or dropped when the transformer drops it. Runs on the
+ * snapshot's asynchronous thread with serializers of its own.
  */
 abstract class EntryTransformer {
   /** The transformed entry, or null to leave it out of the snapshot. */

@@ -37,8 +37,9 @@ import org.apache.flink.runtime.checkpoint.SnapshotType;
 import org.apache.flink.runtime.query.TaskKvStateRegistry;
 import org.apache.flink.runtime.state.AbstractKeyedStateBackend;
 import org.apache.flink.runtime.state.CheckpointStreamFactory;
-import org.apache.flink.runtime.state.Keyed;
+import org.apache.flink.runtime.state.InternalKeyContext;
 import org.apache.flink.runtime.state.KeyGroupedInternalPriorityQueue;
+import org.apache.flink.runtime.state.Keyed;
 import org.apache.flink.runtime.state.KeyedStateHandle;
 import org.apache.flink.runtime.state.PriorityComparable;
 import org.apache.flink.runtime.state.RegisteredKeyValueStateBackendMetaInfo;
@@ -50,7 +51,6 @@ import org.apache.flink.runtime.state.StateSnapshotTransformer.StateSnapshotTran
 import org.apache.flink.runtime.state.StreamCompressionDecorator;
 import org.apache.flink.runtime.state.heap.HeapPriorityQueueElement;
 import org.apache.flink.runtime.state.heap.HeapPriorityQueueSetFactory;
-import org.apache.flink.runtime.state.InternalKeyContext;
 import org.apache.flink.runtime.state.metrics.LatencyTrackingStateConfig;
 import org.apache.flink.runtime.state.metrics.SizeTrackingStateConfig;
 import org.apache.flink.runtime.state.ttl.TtlTimeProvider;
@@ -71,6 +71,7 @@ public class StatedKeyedStateBackend<K> extends AbstractKeyedStateBackend<K> {
   static final class Registered<K> {
     RegisteredKeyValueStateBackendMetaInfo<?, ?> meta;
     AbstractStatedState<K, ?, ?> state;
+
     /** Applied to the state's entries as a snapshot writes them (TTL's full-snapshot cleanup). */
     StateSnapshotTransformFactory<?> transform = StateSnapshotTransformFactory.noTransform();
 
@@ -134,7 +135,8 @@ public class StatedKeyedStateBackend<K> extends AbstractKeyedStateBackend<K> {
   byte[] currentKeyBytes() {
     K key = getCurrentKey();
     if (key == null) {
-      throw new NullPointerException("No key set. This method should not be called outside of a keyed context.");
+      throw new NullPointerException(
+          "No key set. This method should not be called outside of a keyed context.");
     }
     if (key != lastKey || lastKeyBytes == null) {
       keyOut.clear();
@@ -281,7 +283,8 @@ public class StatedKeyedStateBackend<K> extends AbstractKeyedStateBackend<K> {
     String name = desc.getName();
     switch (desc.getType()) {
       case VALUE:
-        return new StatedValueState<>(this, name, ns, vs, ((ValueStateDescriptor<SV>) desc).getDefaultValue());
+        return new StatedValueState<>(
+            this, name, ns, vs, ((ValueStateDescriptor<SV>) desc).getDefaultValue());
       case LIST:
         return (AbstractStatedState) new StatedListState<>(this, name, ns, (TypeSerializer) vs);
       case MAP:

@@ -19,9 +19,9 @@ import org.apache.flink.core.memory.DataOutputSerializer;
 import org.apache.flink.runtime.state.internal.InternalMapState;
 
 /**
- * Map state on the daemon's map state. A user value is stored as Flink's canonical snapshot
- * writes it (a null flag, then the value), so a snapshot passes it through unchanged. Iteration
- * reads pages of MAP_ITERATE; an iterator's remove is a MAP_REMOVE.
+ * Map state on the daemon's map state. A user value is stored as Flink's canonical snapshot writes
+ * it (a null flag, then the value), so a snapshot passes it through unchanged. Iteration reads
+ * pages of MAP_ITERATE; an iterator's remove is a MAP_REMOVE.
  */
 final class StatedMapState<K, N, UK, UV> extends AbstractStatedState<K, N, Map<UK, UV>>
     implements InternalMapState<K, N, UK, UV> {
@@ -70,7 +70,9 @@ final class StatedMapState<K, N, UK, UV> extends AbstractStatedState<K, N, Map<U
                 .op(OpType.OP_TYPE_MAP_GET, name, kg(), key(), ns())
                 .setUserKey(ByteString.copyFrom(serialize(map().getKeySerializer(), userKey)))
                 .build());
-    return r.getFound() ? readUserValue(map().getValueSerializer(), r.getValue().toByteArray(), name) : null;
+    return r.getFound()
+        ? readUserValue(map().getValueSerializer(), r.getValue().toByteArray(), name)
+        : null;
   }
 
   @Override
@@ -153,8 +155,8 @@ final class StatedMapState<K, N, UK, UV> extends AbstractStatedState<K, N, Map<U
 
   /**
    * Iterates the map of the current key and namespace, a page at a time. The key, namespace and
-   * serializers are captured when the iterator is made, as the heap backend's iterators see the
-   * map they were made on.
+   * serializers are captured when the iterator is made, as the heap backend's iterators see the map
+   * they were made on.
    */
   private <T> Iterator<T> iterate(Function<Map.Entry<UK, UV>, T> f) {
     final int keyGroup = kg();
@@ -258,7 +260,8 @@ final class StatedMapState<K, N, UK, UV> extends AbstractStatedState<K, N, Map<U
       Result r = page(keyGroup, key, ns, after, PAGE);
       for (MapEntry e : r.getEntriesList()) {
         out.put(
-            ms.getKeySerializer().deserialize(new DataInputDeserializer(e.getUserKey().toByteArray())),
+            ms.getKeySerializer()
+                .deserialize(new DataInputDeserializer(e.getUserKey().toByteArray())),
             readUserValue(ms.getValueSerializer(), e.getValue().toByteArray(), name));
         after = e.getUserKey();
       }

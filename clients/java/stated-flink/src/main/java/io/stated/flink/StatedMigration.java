@@ -21,8 +21,8 @@ import org.apache.flink.util.StateMigrationException;
  * Migrates the stored values of one state whose new serializer is "compatible after migration":
  * every entry is read from a view of the instance with the previous serializer and written back,
  * with a bulk load, in the new one (through Flink's TtlAwareSerializer, which also adds or drops
- * the TTL wrapper when a state's TTL was switched on or off). Map user keys are not migrated: a
- * map whose key serializer needs it is refused, as RocksDB refuses it.
+ * the TTL wrapper when a state's TTL was switched on or off). Map user keys are not migrated: a map
+ * whose key serializer needs it is refused, as RocksDB refuses it.
  */
 final class StatedMigration<K, N, SV> {
   private final StatedKeyedStateBackend<K> backend;

@@ -4,7 +4,6 @@ import io.stated.api.v1.ScanViewRequest;
 import io.stated.api.v1.ScanViewResponse;
 import io.stated.api.v1.ViewEntry;
 import io.stated.api.v1.ViewInfo;
-import io.stated.client.StatedException;
 import java.io.IOException;
 import java.util.Iterator;
 import java.util.List;

@@ -1,7 +1,6 @@
 package io.stated.flink;
 
 import io.stated.api.v1.ViewInfo;
-import io.stated.client.StatedException;
 import java.util.ArrayList;
 import java.util.HashMap;
 import java.util.List;
@@ -21,8 +20,8 @@ import org.apache.flink.runtime.state.metainfo.StateMetaInfoSnapshot;
 /**
  * Full snapshots in Flink's canonical key-grouped format. The synchronous part sends what the task
  * queued and takes a read view as a barrier on the batch stream (the daemon freezes it without
- * writing any file); the asynchronous part is Flink's own {@link FullSnapshotAsyncWriter}, fed by
- * a scan of that view in key-group order, while the task goes on writing.
+ * writing any file); the asynchronous part is Flink's own {@link FullSnapshotAsyncWriter}, fed by a
+ * scan of that view in key-group order, while the task goes on writing.
  */
 final class StatedSnapshotStrategy<K>
     implements SnapshotStrategy<KeyedStateHandle, StatedSnapshotResources<K>> {
@@ -36,8 +35,11 @@ final class StatedSnapshotStrategy<K>
   public StatedSnapshotResources<K> syncPrepareResources(long checkpointId) {
     backend.daemon().check();
     Map<String, RegisteredKeyValueStateBackendMetaInfo<?, ?>> metas = new HashMap<>();
-    Map<String, org.apache.flink.runtime.state.StateSnapshotTransformer.StateSnapshotTransformFactory<?>> transforms =
-        new HashMap<>();
+    Map<
+            String,
+            org.apache.flink.runtime.state.StateSnapshotTransformer.StateSnapshotTransformFactory<
+                ?>>
+        transforms = new HashMap<>();
     for (Map.Entry<String, StatedKeyedStateBackend.Registered<K>> e : backend.states.entrySet()) {
       metas.put(e.getKey(), e.getValue().meta);
       transforms.put(e.getKey(), e.getValue().transform);

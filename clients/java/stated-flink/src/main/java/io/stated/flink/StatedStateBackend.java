@@ -127,8 +127,8 @@ public class StatedStateBackend extends AbstractStateBackend implements Configur
   }
 
   @Override
-  public OperatorStateBackend createOperatorStateBackend(
-      OperatorStateBackendParameters parameters) throws BackendBuildingException {
+  public OperatorStateBackend createOperatorStateBackend(OperatorStateBackendParameters parameters)
+      throws BackendBuildingException {
     return new DefaultOperatorStateBackendBuilder(
             parameters.getEnv().getUserCodeClassLoader().asClassLoader(),
             parameters.getEnv().getExecutionConfig(),

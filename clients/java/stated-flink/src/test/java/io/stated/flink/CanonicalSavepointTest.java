@@ -46,9 +46,9 @@ import org.junit.jupiter.api.Tag;
 import org.junit.jupiter.api.Test;
 
 /**
- * Canonical savepoints move between stated and Flink's own HashMap backend both ways, and a
- * stated savepoint restores rescaled (two subtasks, then one), with value, list and map state
- * (a null map value included).
+ * Canonical savepoints move between stated and Flink's own HashMap backend both ways, and a stated
+ * savepoint restores rescaled (two subtasks, then one), with value, list and map state (a null map
+ * value included).
  */
 @Tag("daemon-views")
 class CanonicalSavepointTest {
@@ -158,7 +158,14 @@ class CanonicalSavepointTest {
     for (int k = 0; k < KEYS; k++) {
       out.put(
           k,
-          "value-" + k + " [" + k + ", " + -k + "] {a=" + k
+          "value-"
+              + k
+              + " ["
+              + k
+              + ", "
+              + -k
+              + "] {a="
+              + k
               + (nullValue ? ", none=null} true" : "} false"));
     }
     return out;
@@ -196,7 +203,8 @@ class CanonicalSavepointTest {
 
   @Test
   void statedToHashMapAndRescaled() throws Exception {
-    CheckpointableKeyedStateBackend<Integer> src = open(stated(), KeyGroupRange.of(0, MAX - 1), List.of());
+    CheckpointableKeyedStateBackend<Integer> src =
+        open(stated(), KeyGroupRange.of(0, MAX - 1), List.of());
     write(src, true);
     KeyedStateHandle h = savepoint(src);
     close(src);
@@ -227,7 +235,8 @@ class CanonicalSavepointTest {
     write(src, false);
     KeyedStateHandle h = savepoint(src);
     close(src);
-    CheckpointableKeyedStateBackend<Integer> dst = open(stated(), KeyGroupRange.of(0, MAX - 1), List.of(h));
+    CheckpointableKeyedStateBackend<Integer> dst =
+        open(stated(), KeyGroupRange.of(0, MAX - 1), List.of(h));
     assertThat(read(dst)).isEqualTo(expected(false));
     close(dst);
   }

@@ -18,8 +18,7 @@ import org.junit.jupiter.api.extension.ExtendWith;
 /**
  * Flink's own {@link StateBackendMigrationTestBase} (from flink-runtime's tests jar) on the stated
  * backend: serializer upgrades, reconfiguration and incompatibility of keyed and operator state,
- * against a real daemon. The tests switched off are in {@link #SWITCHED_OFF}, each with its
- * reason.
+ * against a real daemon. The tests switched off are in {@link #SWITCHED_OFF}, each with its reason.
  */
 @Tag("daemon-views")
 @ExtendWith({ParameterizedTestExtension.class, SwitchedOff.class})

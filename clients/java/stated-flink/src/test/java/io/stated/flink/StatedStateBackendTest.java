@@ -2,11 +2,11 @@ package io.stated.flink;
 
 import io.stated.client.Daemon;
 import java.util.List;
+import org.apache.flink.runtime.state.ConfigurableStateBackend;
+import org.apache.flink.runtime.state.StateBackendTestBase;
 import org.apache.flink.testutils.junit.extensions.parameterized.Parameter;
 import org.apache.flink.testutils.junit.extensions.parameterized.ParameterizedTestExtension;
 import org.apache.flink.testutils.junit.extensions.parameterized.Parameters;
-import org.apache.flink.runtime.state.ConfigurableStateBackend;
-import org.apache.flink.runtime.state.StateBackendTestBase;
 import org.junit.jupiter.api.AfterAll;
 import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.Tag;
@@ -16,8 +16,8 @@ import org.junit.jupiter.api.extension.ExtendWith;
  * Flink's own {@link StateBackendTestBase} (from flink-runtime's tests jar) on the stated backend,
  * against a real daemon started from the repository.
  *
- * <p>All 71 tests of the suite run for each backend kind; none is switched off. (A switched-off test would be
- * overridden here with {@code @Disabled} and its reason.)
+ * <p>All 71 tests of the suite run for each backend kind; none is switched off. (A switched-off
+ * test would be overridden here with {@code @Disabled} and its reason.)
  *
  * <p>Run on the daemon's file (memory) and lsm (Pebble) working state. Tagged daemon-views: it
  * needs the daemon's state registration, views, key scans and bulk load.
@@ -50,7 +50,8 @@ public class StatedStateBackendTest extends StateBackendTestBase<StatedStateBack
 
   @Override
   protected ConfigurableStateBackend getStateBackend() {
-    org.apache.flink.configuration.Configuration c = new org.apache.flink.configuration.Configuration();
+    org.apache.flink.configuration.Configuration c =
+        new org.apache.flink.configuration.Configuration();
     c.set(StatedOptions.SOCKET, daemon.socket.toString());
     c.set(StatedOptions.BACKEND_KIND, kind);
     return new StatedStateBackend().configure(c, getClass().getClassLoader());

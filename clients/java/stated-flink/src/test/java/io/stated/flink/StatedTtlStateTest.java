@@ -13,10 +13,10 @@ import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.Tag;
 
 /**
- * Flink's own {@link TtlStateTestBase} (from flink-runtime's tests jar) on the stated backend:
- * TTL through Flink's own state wrappers, with snapshots and restores, against a real daemon.
- * None of its tests is switched off. (Flink's incremental TTL cleanup, a heap-backend feature, is
- * not offered: {@code incrementalCleanupSupported()} stays false, as for RocksDB.)
+ * Flink's own {@link TtlStateTestBase} (from flink-runtime's tests jar) on the stated backend: TTL
+ * through Flink's own state wrappers, with snapshots and restores, against a real daemon. None of
+ * its tests is switched off. (Flink's incremental TTL cleanup, a heap-backend feature, is not
+ * offered: {@code incrementalCleanupSupported()} stays false, as for RocksDB.)
  */
 @Tag("daemon-views")
 public class StatedTtlStateTest extends TtlStateTestBase {
