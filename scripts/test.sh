@@ -19,7 +19,9 @@
 #    duration, because a duration that ends while the fuzzer still gathers
 #    its corpus's baseline coverage fails with "context deadline exceeded"
 #    on a slow machine; scripts/fuzz.sh runs one for longer);
-# 7. runs the Flink example job's MiniCluster tests on Flink's own state
+# 7. builds the Java client and the Flink backend and runs their tests
+#    against real daemons (scripts/java-test.sh; needs java and mvn).
+# 8. runs the Flink example job's MiniCluster tests on Flink's own state
 #    backends (scripts/flink-jobs.sh; needs JDK 17 and Maven).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -127,6 +129,13 @@ stage "fuzz (restore path, ${FUZZTIME:-300x} each)"
 for target in $(go test ./fuzz -list '^Fuzz' | grep '^Fuzz'); do
   scripts/fuzz.sh "$target" "${FUZZTIME:-300x}"
 done
+# The Java thin client (clients/java/stated-client), generated from
+# api/stated.proto at build time, against real daemons: every state kind,
+# barriers, restore modes, the Go client's data, TCP with the token and TLS,
+# kill -9 of the daemon; and the Flink state backend's tests
+# (scripts/java-test.sh; needs java and mvn, ~/.m2 cached between runs).
+stage "Java client and Flink backend"
+scripts/java-test.sh
 
 # The Flink example job in a MiniCluster on hashmap, rocksdb and forst: an
 # injected failure, a lost TaskManager, a JobManager failover, a savepoint

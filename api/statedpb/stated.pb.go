@@ -5889,7 +5889,8 @@ const file_stated_proto_rawDesc = "" +
 	"\bScanKeys\x12\x1a.stated.v1.ScanKeysRequest\x1a\x1b.stated.v1.ScanKeysResponse\x12O\n" +
 	"\fCountEntries\x12\x1e.stated.v1.CountEntriesRequest\x1a\x1f.stated.v1.CountEntriesResponse\x12U\n" +
 	"\x0eRegisterStates\x12 .stated.v1.RegisterStatesRequest\x1a!.stated.v1.RegisterStatesResponse\x129\n" +
-	"\x04Load\x12\x16.stated.v1.LoadRequest\x1a\x17.stated.v1.LoadResponse(\x01B)Z'github.com/statedhq/stated/api/statedpbb\x06proto3"
+	"\x04Load\x12\x16.stated.v1.LoadRequest\x1a\x17.stated.v1.LoadResponse(\x01BJ\n" +
+	"\x10io.stated.api.v1B\vStatedProtoP\x01Z'github.com/statedhq/stated/api/statedpbb\x06proto3"
 
 var (
 	file_stated_proto_rawDescOnce sync.Once

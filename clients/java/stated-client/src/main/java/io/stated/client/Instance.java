@@ -1,0 +1,665 @@
+package io.stated.client;
+
+import com.google.protobuf.ByteString;
+import io.grpc.CallOptions;
+import io.grpc.ClientCall;
+import io.grpc.Status;
+import io.grpc.stub.ClientCallStreamObserver;
+import io.grpc.stub.ClientCalls;
+import io.grpc.stub.ClientResponseObserver;
+import io.grpc.stub.StreamObserver;
+import io.stated.api.v1.BatchRequest;
+import io.stated.api.v1.BatchResponse;
+import io.stated.api.v1.ChannelChunk;
+import io.stated.api.v1.CloseRequest;
+import io.stated.api.v1.CountEntriesRequest;
+import io.stated.api.v1.KeyGroupRange;
+import io.stated.api.v1.Op;
+import io.stated.api.v1.OpType;
+import io.stated.api.v1.OpenResponse;
+import io.stated.api.v1.ReadChannelStateRequest;
+import io.stated.api.v1.ReadChannelStateResponse;
+import io.stated.api.v1.RegisterStatesRequest;
+import io.stated.api.v1.RegisterStatesResponse;
+import io.stated.api.v1.ReleaseViewRequest;
+import io.stated.api.v1.Result;
+import io.stated.api.v1.ScanKeysRequest;
+import io.stated.api.v1.ScanKeysResponse;
+import io.stated.api.v1.ScanViewRequest;
+import io.stated.api.v1.ScanViewResponse;
+import io.stated.api.v1.SnapshotBarrier;
+import io.stated.api.v1.SnapshotOutcome;
+import io.stated.api.v1.SnapshotResponse;
+import io.stated.api.v1.StateDescriptor;
+import io.stated.api.v1.TaskCheckpointStats;
+import io.stated.api.v1.TaskId;
+import io.stated.api.v1.ViewBarrier;
+import io.stated.api.v1.ViewInfo;
+import io.stated.api.v1.ViewOutcome;
+import io.stated.api.v1.WriteChannelStateRequest;
+import io.stated.api.v1.WriteChannelStateResponse;
+import java.util.ArrayList;
+import java.util.Iterator;
+import java.util.List;
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.ConcurrentLinkedQueue;
+import java.util.concurrent.Semaphore;
+import java.util.concurrent.atomic.AtomicBoolean;
+import java.util.concurrent.locks.ReentrantLock;
+
+/**
+ * An open backend instance and its one batch stream.
+ *
+ * <p>Requests are written at once, without waiting for earlier answers, up to {@link
+ * #maxInFlight()} unanswered (then a send waits for a slot: the back-pressure); the daemon applies
+ * them in order and answers each in order, which completes its future. {@link #submit} queues
+ * single operations into the next request and cuts requests by the daemon's advertised limits.
+ * {@link #snapshot} is a barrier: it holds every operation sent or submitted before it and none
+ * after, without waiting for any answer.
+ *
+ * <p>Futures complete on gRPC's executor, in request order. A callback must not wait for a slot (a
+ * blocking {@link #send} inside a callback of the same instance can wait for an answer that only
+ * that callback's thread would deliver); hand such work to another thread.
+ *
+ * <p>If the stream ends (the daemon stopped or restarted, the connection broke), every request in
+ * flight and every later one fails with the stream's error; open the instance again (with restore)
+ * to go on.
+ */
+public final class Instance {
+  /** The most operations of one request cut by {@link #submit} (the Go client's figure). */
+  static final int BATCH_OPS = 1000;
+
+  /** The most operand bytes of one request cut by {@link #submit}. */
+  static final int BATCH_BYTES = 1 << 20;
+
+  private final StatedClient client;
+  private final TaskId task;
+  private final String job;
+  private final ByteString id;
+  private final OpenResponse open;
+  private final int maxInFlight;
+  private final int batchOps;
+  private final long batchBytes;
+
+  /** Serializes writes on the stream (and the submit queue), so that send order is seq order. */
+  private final ReentrantLock writeLock = new ReentrantLock();
+
+  private final Semaphore slots;
+  private final ConcurrentLinkedQueue<Pending> pending = new ConcurrentLinkedQueue<>();
+  private volatile StatedException dead;
+  private volatile boolean uninterruptible;
+  private final AtomicBoolean woken = new AtomicBoolean();
+  private ClientCallStreamObserver<BatchRequest> out;
+  private long seq;
+
+  // The request being filled by submit(), guarded by writeLock.
+  private final List<Op> queued = new ArrayList<>();
+  private final List<CompletableFuture<Result>> queuedFutures = new ArrayList<>();
+  private long queuedBytes;
+
+  private static final class Pending {
+    final long seq;
+    final int n;
+    final CompletableFuture<BatchResult> future;
+
+    Pending(long seq, int n, CompletableFuture<BatchResult> future) {
+      this.seq = seq;
+      this.n = n;
+      this.future = future;
+    }
+  }
+
+  Instance(StatedClient client, TaskId task, OpenResponse open, int maxInFlight) {
+    if (maxInFlight < 1) {
+      throw new IllegalArgumentException("maxInFlight " + maxInFlight + " must be at least 1");
+    }
+    this.client = client;
+    this.task = task;
+    this.job = task.getJob();
+    this.id = open.getInstanceId();
+    this.open = open;
+    this.maxInFlight = maxInFlight;
+    this.slots = new Semaphore(maxInFlight);
+    this.batchOps =
+        open.getMaxBatchOps() > 0 ? Math.min(BATCH_OPS, open.getMaxBatchOps()) : BATCH_OPS;
+    this.batchBytes =
+        open.getMaxMessageSize() > 0
+            ? Math.min(BATCH_BYTES, open.getMaxMessageSize() / 2)
+            : BATCH_BYTES;
+  }
+
+  /** Opens the stream and sends the first request, which names the instance. */
+  CompletableFuture<BatchResult> start() {
+    ClientCall<BatchRequest, BatchResponse> call =
+        client.channel().newCall(StatedGrpc.BATCH, CallOptions.DEFAULT);
+    StreamObserver<BatchRequest> obs =
+        ClientCalls.asyncBidiStreamingCall(
+            call,
+            new ClientResponseObserver<BatchRequest, BatchResponse>() {
+              @Override
+              public void beforeStart(ClientCallStreamObserver<BatchRequest> requestStream) {
+                out = requestStream;
+              }
+
+              @Override
+              public void onNext(BatchResponse resp) {
+                onResponse(resp);
+              }
+
+              @Override
+              public void onError(Throwable t) {
+                fail(StatedException.from(t, client.where()));
+              }
+
+              @Override
+              public void onCompleted() {
+                fail(
+                    new StatedException(
+                        Status.Code.UNAVAILABLE, "the daemon ended the batch stream"));
+              }
+            });
+    if (out == null) {
+      out = (ClientCallStreamObserver<BatchRequest>) obs;
+    }
+    return send(List.of(), null, null);
+  }
+
+  public TaskId task() {
+    return task;
+  }
+
+  public String job() {
+    return job;
+  }
+
+  public ByteString id() {
+    return id;
+  }
+
+  /** The daemon's answer to Open: limits, key groups, restored checkpoint. */
+  public OpenResponse openResponse() {
+    return open;
+  }
+
+  public int maxParallelism() {
+    return open.getMaxParallelism();
+  }
+
+  public KeyGroupRange keyGroups() {
+    return open.getKeyGroups();
+  }
+
+  public int maxInFlight() {
+    return maxInFlight;
+  }
+
+  StatedClient client() {
+    return client;
+  }
+
+  /**
+   * Takes a read view as a barrier on the stream: it holds every operation sent or submitted before
+   * it and none after. Read it with {@link #scanView}, free it with {@link #releaseView}. {@code
+   * idleTimeoutMillis} 0: the daemon's default.
+   */
+  public CompletableFuture<ViewInfo> view(long idleTimeoutMillis) {
+    return send(
+            List.of(),
+            null,
+            ViewBarrier.newBuilder().setIdleTimeoutMillis(idleTimeoutMillis).build())
+        .thenApply(
+            r -> {
+              ViewOutcome o = r.view();
+              if (o == null) {
+                throw new StatedException(
+                    Status.Code.INTERNAL, "no view outcome in the response to a view barrier");
+              }
+              if (o.getCode() != 0) {
+                throw StatedException.of(o.getCode(), o.getError());
+              }
+              return o.getView();
+            });
+  }
+
+  /**
+   * Scans a view: the daemon's pages in scan order (key group, state, key, namespace, user key),
+   * fetched as the iterator is read (gRPC flow control bounds what is buffered). {@code req} needs
+   * only the view id, range, cursor and page size: the instance and job are filled in. A failure is
+   * thrown from the iterator as a {@link StatedException}.
+   */
+  public Iterator<ScanViewResponse> scanView(ScanViewRequest req) {
+    ScanViewRequest full = req.toBuilder().setInstanceId(id).setJob(job).build();
+    Iterator<ScanViewResponse> it =
+        ClientCalls.blockingServerStreamingCall(
+            client.channel(), StatedGrpc.SCAN_VIEW, CallOptions.DEFAULT, full);
+    return new Iterator<ScanViewResponse>() {
+      @Override
+      public boolean hasNext() {
+        try {
+          return it.hasNext();
+        } catch (RuntimeException e) {
+          throw StatedException.from(e, client.where());
+        }
+      }
+
+      @Override
+      public ScanViewResponse next() {
+        try {
+          return it.next();
+        } catch (RuntimeException e) {
+          throw StatedException.from(e, client.where());
+        }
+      }
+    };
+  }
+
+  /** Frees a view ({@code NOT_FOUND} for one already released or timed out). */
+  public CompletableFuture<Void> releaseView(ByteString viewId) {
+    return client
+        .unary(
+            StatedGrpc.RELEASE_VIEW,
+            ReleaseViewRequest.newBuilder().setInstanceId(id).setJob(job).setViewId(viewId).build())
+        .thenApply(r -> (Void) null);
+  }
+
+  /**
+   * One page of the keys of a state of the live instance. Not ordered with the batch stream: it
+   * sees what was answered; flush and wait first for what must be seen.
+   */
+  public CompletableFuture<ScanKeysResponse> scanKeys(ScanKeysRequest req) {
+    return client.unary(
+        StatedGrpc.SCAN_KEYS, req.toBuilder().setInstanceId(id).setJob(job).build());
+  }
+
+  /** The number of stored entries of {@code state} (empty: all states). */
+  public CompletableFuture<Long> countEntries(String state) {
+    return client
+        .unary(
+            StatedGrpc.COUNT_ENTRIES,
+            CountEntriesRequest.newBuilder().setInstanceId(id).setJob(job).setState(state).build())
+        .thenApply(r -> r.getEntries());
+  }
+
+  /** Registers states after Open; requests sent after the answer may use them. */
+  public CompletableFuture<RegisterStatesResponse> registerStates(List<StateDescriptor> states) {
+    return client.unary(
+        StatedGrpc.REGISTER_STATES,
+        RegisterStatesRequest.newBuilder()
+            .setInstanceId(id)
+            .setJob(job)
+            .addAllStates(states)
+            .build());
+  }
+
+  /** A bulk load into this instance; see {@link Loader}. */
+  public Loader load() {
+    return new Loader(this);
+  }
+
+  /**
+   * Whether a send that waits for a free slot ignores interrupts (default false: it fails with
+   * {@code CANCELLED}). A state backend whose callers expect every state access to complete sets
+   * it; the wait stays bounded by the daemon's answers and by the stream's end.
+   */
+  public Instance uninterruptibleSends(boolean on) {
+    this.uninterruptible = on;
+    return this;
+  }
+
+  /** The number of requests sent and not answered yet. */
+  public int inFlight() {
+    return pending.size();
+  }
+
+  /** The stream's error once it ended, else null. */
+  public StatedException failure() {
+    return dead;
+  }
+
+  private void onResponse(BatchResponse resp) {
+    Pending p = pending.poll();
+    if (p == null || p.seq != resp.getSeq()) {
+      fail(
+          new StatedException(
+              Status.Code.INTERNAL,
+              "response "
+                  + resp.getSeq()
+                  + " does not match the oldest request in flight "
+                  + (p == null ? "(none)" : p.seq)));
+      if (p != null) {
+        p.future.completeExceptionally(dead);
+      }
+      return;
+    }
+    slots.release();
+    BatchResult r;
+    try {
+      r = BatchResult.expand(resp, p.n);
+    } catch (IllegalStateException e) {
+      StatedException err = new StatedException(Status.Code.INTERNAL, e.getMessage());
+      p.future.completeExceptionally(err);
+      fail(err);
+      return;
+    }
+    p.future.complete(r);
+  }
+
+  private void fail(StatedException err) {
+    if (dead == null) {
+      dead = err;
+    }
+    drain();
+    // Wake every sender waiting for a slot, once: they see the failure.
+    if (woken.compareAndSet(false, true)) {
+      slots.release(Integer.MAX_VALUE / 2);
+    }
+  }
+
+  private void drain() {
+    for (Pending p; (p = pending.poll()) != null; ) {
+      p.future.completeExceptionally(dead);
+    }
+  }
+
+  /**
+   * Sends one request with {@code ops} (at most the daemon's max_batch_ops; the daemon refuses a
+   * larger request operation by operation) and, if {@code barrier} is not null, a snapshot barrier
+   * after them. Waits only for a free in-flight slot. Operations submitted with {@link #submit} and
+   * not yet sent go first.
+   */
+  public CompletableFuture<BatchResult> send(List<Op> ops, SnapshotBarrier barrier) {
+    return send(ops, barrier, null);
+  }
+
+  /**
+   * {@link #send(List, SnapshotBarrier)} with a view barrier as well ({@code view} may be null);
+   * see {@link #view}.
+   */
+  public CompletableFuture<BatchResult> send(
+      List<Op> ops, SnapshotBarrier barrier, ViewBarrier view) {
+    writeLock.lock();
+    try {
+      flushLocked();
+      return sendLocked(ops, barrier, view);
+    } finally {
+      writeLock.unlock();
+    }
+  }
+
+  /** {@link #send(List, SnapshotBarrier)} without a barrier. */
+  public CompletableFuture<BatchResult> send(List<Op> ops) {
+    return send(ops, null);
+  }
+
+  private CompletableFuture<BatchResult> sendLocked(
+      List<Op> ops, SnapshotBarrier barrier, ViewBarrier view) {
+    CompletableFuture<BatchResult> f = new CompletableFuture<>();
+    if (dead != null) {
+      f.completeExceptionally(dead);
+      return f;
+    }
+    if (uninterruptible) {
+      // Bounded all the same: every answer frees a slot, and the stream's
+      // end frees them all.
+      slots.acquireUninterruptibly();
+    } else {
+      try {
+        slots.acquire();
+      } catch (InterruptedException e) {
+        Thread.currentThread().interrupt();
+        f.completeExceptionally(
+            new StatedException(Status.Code.CANCELLED, "interrupted waiting for a batch slot"));
+        return f;
+      }
+    }
+    if (dead != null) {
+      f.completeExceptionally(dead);
+      return f;
+    }
+    long s = ++seq;
+    BatchRequest.Builder req = BatchRequest.newBuilder().setSeq(s).addAllOps(ops);
+    if (s == 1) {
+      req.setInstanceId(id).setJob(job);
+    }
+    if (barrier != null) {
+      req.setSnapshot(barrier);
+    }
+    if (view != null) {
+      req.setView(view);
+    }
+    pending.add(new Pending(s, ops.size(), f));
+    // A failure between the check above and the add: drain again, so
+    // that no future is left behind.
+    if (dead != null) {
+      drain();
+      return f;
+    }
+    try {
+      out.onNext(req.build());
+    } catch (RuntimeException e) {
+      fail(StatedException.from(e, client.where()));
+    }
+    return f;
+  }
+
+  /**
+   * Queues one operation into the next request and returns its result's future (a failed result
+   * completes it exceptionally with the daemon's code and text). The request goes out when it
+   * reaches 1000 operations (or the daemon's max_batch_ops) or 1 MiB of operands (or half the
+   * daemon's message limit), or on {@link #flush}, {@link #send} or {@link #snapshot}.
+   */
+  public CompletableFuture<Result> submit(Op op) {
+    CompletableFuture<Result> f = new CompletableFuture<>();
+    writeLock.lock();
+    try {
+      long size = op.getSerializedSize();
+      if (!queued.isEmpty() && (queued.size() >= batchOps || queuedBytes + size > batchBytes)) {
+        flushLocked();
+      }
+      queued.add(op);
+      queuedFutures.add(f);
+      queuedBytes += size;
+      if (queued.size() >= batchOps) {
+        flushLocked();
+      }
+    } finally {
+      writeLock.unlock();
+    }
+    return f;
+  }
+
+  /** Sends the operations queued by {@link #submit}, if any. */
+  public void flush() {
+    writeLock.lock();
+    try {
+      flushLocked();
+    } finally {
+      writeLock.unlock();
+    }
+  }
+
+  private void flushLocked() {
+    if (queued.isEmpty()) {
+      return;
+    }
+    List<Op> ops = new ArrayList<>(queued);
+    List<CompletableFuture<Result>> fs = new ArrayList<>(queuedFutures);
+    queued.clear();
+    queuedFutures.clear();
+    queuedBytes = 0;
+    sendLocked(ops, null, null)
+        .whenComplete(
+            (r, err) -> {
+              for (int i = 0; i < fs.size(); i++) {
+                if (err != null) {
+                  fs.get(i).completeExceptionally(err);
+                  continue;
+                }
+                Result x = r.get(i);
+                if (x.getCode() != 0) {
+                  fs.get(i).completeExceptionally(BatchResult.error(x));
+                } else {
+                  fs.get(i).complete(x);
+                }
+              }
+            });
+  }
+
+  /**
+   * Takes the snapshot of checkpoint {@code checkpointId} as a barrier on the stream: it holds
+   * every operation sent or submitted before it. Completes with the daemon's answer, or fails with
+   * the barrier's error. {@code wait}: answer once the upload finished (with its sizes); the stream
+   * applies nothing else meanwhile. {@code stats} may be null.
+   */
+  public CompletableFuture<SnapshotResponse> snapshot(
+      long checkpointId, boolean wait, TaskCheckpointStats stats) {
+    SnapshotBarrier.Builder b =
+        SnapshotBarrier.newBuilder().setCheckpointId(checkpointId).setWait(wait);
+    if (stats != null) {
+      b.setStats(stats);
+    }
+    return send(List.of(), b.build())
+        .thenApply(
+            r -> {
+              SnapshotOutcome o = r.snapshot();
+              if (o == null) {
+                throw new StatedException(
+                    Status.Code.INTERNAL, "no snapshot outcome in the response to a barrier");
+              }
+              if (o.getCode() != 0) {
+                throw StatedException.of(o.getCode(), o.getError());
+              }
+              return o.getResult();
+            });
+  }
+
+  /** {@link #snapshot(long, boolean, TaskCheckpointStats)} without waiting or statistics. */
+  public CompletableFuture<SnapshotResponse> snapshot(long checkpointId) {
+    return snapshot(checkpointId, false, null);
+  }
+
+  /** An operation of {@code type} on {@code state} for {@code key}, with its key group set. */
+  public Op.Builder op(OpType type, String state, byte[] key) {
+    return Op.newBuilder()
+        .setType(type)
+        .setState(state)
+        .setKey(ByteString.copyFrom(key))
+        .setKeyGroup(KeyGroups.keyGroup(key, maxParallelism()));
+  }
+
+  /**
+   * Streams an unaligned checkpoint's in-flight buffers for {@code checkpointId}, one request per
+   * chunk. Call it, and wait for it, before the snapshot barrier of that checkpoint.
+   */
+  public CompletableFuture<WriteChannelStateResponse> writeChannelState(
+      long checkpointId, List<ChannelChunk> chunks) {
+    CompletableFuture<WriteChannelStateResponse> f = new CompletableFuture<>();
+    StreamObserver<WriteChannelStateRequest> w =
+        ClientCalls.asyncClientStreamingCall(
+            client.channel().newCall(StatedGrpc.WRITE_CHANNEL_STATE, CallOptions.DEFAULT),
+            new StreamObserver<WriteChannelStateResponse>() {
+              @Override
+              public void onNext(WriteChannelStateResponse v) {
+                f.complete(v);
+              }
+
+              @Override
+              public void onError(Throwable t) {
+                f.completeExceptionally(StatedException.from(t, client.where()));
+              }
+
+              @Override
+              public void onCompleted() {
+                if (!f.isDone()) {
+                  f.completeExceptionally(
+                      new StatedException(
+                          Status.Code.INTERNAL, "WriteChannelState returned nothing"));
+                }
+              }
+            });
+    w.onNext(
+        WriteChannelStateRequest.newBuilder()
+            .setInstanceId(id)
+            .setJob(job)
+            .setCheckpointId(checkpointId)
+            .build());
+    for (ChannelChunk c : chunks) {
+      w.onNext(WriteChannelStateRequest.newBuilder().addChunks(c).build());
+    }
+    w.onCompleted();
+    return f;
+  }
+
+  /** The channel state the instance restored, chunk by chunk in stream order. */
+  public CompletableFuture<List<ChannelChunk>> readChannelState() {
+    CompletableFuture<List<ChannelChunk>> f = new CompletableFuture<>();
+    List<ChannelChunk> got = new ArrayList<>();
+    ClientCalls.asyncServerStreamingCall(
+        client.channel().newCall(StatedGrpc.READ_CHANNEL_STATE, CallOptions.DEFAULT),
+        ReadChannelStateRequest.newBuilder().setInstanceId(id).setJob(job).build(),
+        new StreamObserver<ReadChannelStateResponse>() {
+          @Override
+          public void onNext(ReadChannelStateResponse v) {
+            got.addAll(v.getChunksList());
+          }
+
+          @Override
+          public void onError(Throwable t) {
+            f.completeExceptionally(StatedException.from(t, client.where()));
+          }
+
+          @Override
+          public void onCompleted() {
+            f.complete(got);
+          }
+        });
+    return f;
+  }
+
+  /**
+   * Waits for every request sent so far to be answered, ends the stream and closes the instance
+   * (CloseInstance): its working state is dropped, checkpoints keep theirs.
+   */
+  public CompletableFuture<Void> closeInstance() {
+    CompletableFuture<BatchResult> last =
+        dead == null ? send(List.of(), null) : CompletableFuture.completedFuture(null);
+    return last.handle((r, err) -> null)
+        .thenCompose(
+            x -> {
+              endStream(
+                  new StatedException(Status.Code.FAILED_PRECONDITION, "the instance was closed"));
+              return client
+                  .closeInstance(CloseRequest.newBuilder().setInstanceId(id).setJob(job).build())
+                  .thenApply(r -> (Void) null);
+            });
+  }
+
+  /**
+   * Ends the stream without closing the instance (it stays open in the daemon, for another stream
+   * or until its idle timeout); requests in flight fail with {@code CANCELLED}.
+   */
+  public void abandon() {
+    writeLock.lock();
+    try {
+      if (dead == null) {
+        out.cancel("abandoned by the client", null);
+      }
+    } finally {
+      writeLock.unlock();
+    }
+    fail(new StatedException(Status.Code.CANCELLED, "the batch stream was abandoned"));
+  }
+
+  private void endStream(StatedException reason) {
+    writeLock.lock();
+    try {
+      if (dead == null) {
+        dead = reason;
+        out.onCompleted();
+      }
+    } finally {
+      writeLock.unlock();
+    }
+    fail(reason);
+  }
+}

@@ -1,0 +1,383 @@
+package io.stated.client;
+
+import io.grpc.CallOptions;
+import io.grpc.Channel;
+import io.grpc.ChannelCredentials;
+import io.grpc.ClientCall;
+import io.grpc.ClientInterceptor;
+import io.grpc.ClientInterceptors;
+import io.grpc.ForwardingClientCall;
+import io.grpc.InsecureChannelCredentials;
+import io.grpc.ManagedChannel;
+import io.grpc.Metadata;
+import io.grpc.MethodDescriptor;
+import io.grpc.TlsChannelCredentials;
+import io.grpc.netty.NettyChannelBuilder;
+import io.grpc.stub.ClientCalls;
+import io.grpc.stub.StreamObserver;
+import io.netty.channel.ChannelOption;
+import io.netty.channel.EventLoopGroup;
+import io.netty.channel.MultiThreadIoEventLoopGroup;
+import io.netty.channel.epoll.Epoll;
+import io.netty.channel.epoll.EpollDomainSocketChannel;
+import io.netty.channel.epoll.EpollIoHandler;
+import io.netty.channel.unix.DomainSocketAddress;
+import io.stated.api.v1.AbortCheckpointRequest;
+import io.stated.api.v1.AbortCheckpointResponse;
+import io.stated.api.v1.AbortReason;
+import io.stated.api.v1.CloseRequest;
+import io.stated.api.v1.CloseResponse;
+import io.stated.api.v1.CompleteCheckpointRequest;
+import io.stated.api.v1.CompleteCheckpointResponse;
+import io.stated.api.v1.ListCheckpointsRequest;
+import io.stated.api.v1.ListCheckpointsResponse;
+import io.stated.api.v1.OpenRequest;
+import io.stated.api.v1.OpenResponse;
+import io.stated.api.v1.PlanRescaleRequest;
+import io.stated.api.v1.PlanRescaleResponse;
+import io.stated.api.v1.SnapshotRequest;
+import io.stated.api.v1.SnapshotResponse;
+import io.stated.api.v1.TaskId;
+import io.stated.api.v1.TriggerSavepointRequest;
+import io.stated.api.v1.TriggerSavepointResponse;
+import java.io.File;
+import java.io.IOException;
+import java.nio.file.Path;
+import java.time.Duration;
+import java.util.Objects;
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.TimeUnit;
+
+/**
+ * One connection to a stated daemon: the unary calls, and {@link #open} for an {@link Instance}
+ * with its batch stream. Thread-safe; one client serves many instances (each uses one HTTP/2
+ * stream, the daemon allows 1024 per connection).
+ *
+ * <pre>{@code
+ * try (StatedClient c = StatedClient.unixSocket(Path.of("/var/lib/stated/stated.sock")).build()) {
+ *   Instance inst = StatedException.await(c.open(request));
+ *   ...
+ * }
+ * }</pre>
+ */
+public final class StatedClient implements AutoCloseable {
+  /**
+   * The receive limit: at least the daemon's max_message_size (16 MiB by default), which the
+   * channel must accept before Open says what it is.
+   */
+  static final int MAX_INBOUND = 64 << 20;
+
+  /** The daemon's HTTP/2 stream window; the connection's is grown to match by grpc-netty. */
+  static final int FLOW_WINDOW = 4 << 20;
+
+  private final ManagedChannel managed;
+  private final Channel channel;
+  private final EventLoopGroup group;
+  private final String where;
+  private final int maxInFlight;
+
+  private StatedClient(Builder b) throws IOException {
+    NettyChannelBuilder nb;
+    if (b.socket != null) {
+      if (!Epoll.isAvailable()) {
+        throw new IOException(
+            "Unix sockets need Netty's epoll transport (Linux x86-64), which did not load: "
+                + Epoll.unavailabilityCause());
+      }
+      group = new MultiThreadIoEventLoopGroup(1, EpollIoHandler.newFactory());
+      nb =
+          NettyChannelBuilder.forAddress(
+                  new DomainSocketAddress(b.socket.toString()), InsecureChannelCredentials.create())
+              .eventLoopGroup(group)
+              .channelType(EpollDomainSocketChannel.class)
+              // grpc-netty sets TCP keep-alive on every channel; a domain
+              // socket has none (Netty warns on each connect). null unsets it.
+              .withOption(ChannelOption.SO_KEEPALIVE, null)
+              // A domain socket has no host name; the daemon ignores the authority.
+              .overrideAuthority("localhost");
+      where = "unix socket " + b.socket;
+    } else {
+      group = null;
+      ChannelCredentials creds;
+      if (b.tls) {
+        TlsChannelCredentials.Builder tb = TlsChannelCredentials.newBuilder();
+        if (b.caFile != null) {
+          tb.trustManager(b.caFile.toFile());
+        }
+        if (b.certFile != null) {
+          tb.keyManager(b.certFile.toFile(), b.keyFile.toFile());
+        }
+        creds = tb.build();
+      } else {
+        creds = InsecureChannelCredentials.create();
+      }
+      nb = NettyChannelBuilder.forAddress(b.host, b.port, creds);
+      if (b.authority != null) {
+        nb.overrideAuthority(b.authority);
+      }
+      where = (b.tls ? "TLS address " : "address ") + b.host + ":" + b.port;
+    }
+    nb.maxInboundMessageSize(MAX_INBOUND).flowControlWindow(FLOW_WINDOW);
+    managed = nb.build();
+    Channel ch = managed;
+    if (b.token != null) {
+      ch = ClientInterceptors.intercept(ch, new TokenInterceptor(b.token));
+    }
+    channel = ch;
+    maxInFlight = b.maxInFlight;
+  }
+
+  /** A builder for a daemon on a Unix socket (its {@code <data-dir>/stated.sock} by default). */
+  public static Builder unixSocket(Path socket) {
+    Builder b = new Builder();
+    b.socket = Objects.requireNonNull(socket, "socket");
+    return b;
+  }
+
+  /**
+   * A builder for a daemon serving TCP ({@code stated serve --listen}); set {@link Builder#token}
+   * and, for a daemon with {@code --tls-cert}, {@link Builder#tls}.
+   */
+  public static Builder tcp(String host, int port) {
+    Builder b = new Builder();
+    b.host = Objects.requireNonNull(host, "host");
+    b.port = port;
+    return b;
+  }
+
+  /** Options of a {@link StatedClient}. */
+  public static final class Builder {
+    private Path socket;
+    private String host;
+    private int port;
+    private boolean tls;
+    private Path caFile;
+    private Path certFile;
+    private Path keyFile;
+    private String authority;
+    private String token;
+    private int maxInFlight = 8;
+
+    private Builder() {}
+
+    /**
+     * TLS, verifying the daemon's certificate against the PEM bundle {@code caFile} (null: the
+     * JVM's trusted authorities).
+     */
+    public Builder tls(Path caFile) {
+      this.tls = true;
+      this.caFile = caFile;
+      return this;
+    }
+
+    /** A client certificate and its key (PEM), for a daemon with {@code --tls-client-ca}. */
+    public Builder clientCertificate(Path certFile, Path keyFile) {
+      this.certFile = Objects.requireNonNull(certFile, "certFile");
+      this.keyFile = Objects.requireNonNull(keyFile, "keyFile");
+      return this;
+    }
+
+    /** The name the daemon's certificate is checked against (default: the host). */
+    public Builder authority(String authority) {
+      this.authority = authority;
+      return this;
+    }
+
+    /** The daemon's {@code --token}, sent as {@code authorization: Bearer <token>}. */
+    public Builder token(String token) {
+      this.token = token == null || token.isEmpty() ? null : token;
+      return this;
+    }
+
+    /**
+     * The default number of batch requests an instance keeps unanswered on its stream before a send
+     * waits (8; the daemon buffers {@code stream_queue_depth}, 4 by default, and a few more keep it
+     * busy).
+     */
+    public Builder maxInFlight(int n) {
+      if (n < 1) {
+        throw new IllegalArgumentException("maxInFlight " + n + " must be at least 1");
+      }
+      this.maxInFlight = n;
+      return this;
+    }
+
+    /** The client. It connects lazily: the first call reports a daemon that is not there. */
+    public StatedClient build() throws IOException {
+      if (socket == null && (certFile != null || tls) && port <= 0) {
+        throw new IllegalArgumentException("a TCP port is required");
+      }
+      if (socket != null && (tls || token != null)) {
+        throw new IllegalArgumentException(
+            "TLS and the token are for TCP; a Unix socket is protected by its file mode");
+      }
+      if (socket == null && (port <= 0 || port > 65535)) {
+        throw new IllegalArgumentException("TCP port " + port + " is out of range");
+      }
+      if (socket == null && certFile != null && !new File(certFile.toString()).canRead()) {
+        throw new IllegalArgumentException("cannot read client certificate " + certFile);
+      }
+      return new StatedClient(this);
+    }
+  }
+
+  /** Where the daemon is, as error messages name it. */
+  public String where() {
+    return where;
+  }
+
+  int defaultMaxInFlight() {
+    return maxInFlight;
+  }
+
+  Channel channel() {
+    return channel;
+  }
+
+  <Q, R> CompletableFuture<R> unary(MethodDescriptor<Q, R> m, Q req) {
+    CompletableFuture<R> f = new CompletableFuture<>();
+    ClientCall<Q, R> call = channel.newCall(m, CallOptions.DEFAULT);
+    ClientCalls.asyncUnaryCall(
+        call,
+        req,
+        new StreamObserver<R>() {
+          @Override
+          public void onNext(R value) {
+            f.complete(value);
+          }
+
+          @Override
+          public void onError(Throwable t) {
+            f.completeExceptionally(StatedException.from(t, where));
+          }
+
+          @Override
+          public void onCompleted() {
+            if (!f.isDone()) {
+              f.completeExceptionally(
+                  new StatedException(
+                      io.grpc.Status.Code.INTERNAL, m.getFullMethodName() + " returned nothing"));
+            }
+          }
+        });
+    return f;
+  }
+
+  /**
+   * Opens an instance and binds its batch stream (the stream's first request, which names the
+   * instance, answered). Completes with the instance, or fails with the daemon's error.
+   */
+  public CompletableFuture<Instance> open(OpenRequest req) {
+    return open(req, maxInFlight);
+  }
+
+  /** {@link #open(OpenRequest)} with {@code maxInFlight} unanswered batch requests allowed. */
+  public CompletableFuture<Instance> open(OpenRequest req, int maxInFlight) {
+    return openRaw(req)
+        .thenCompose(
+            resp -> {
+              Instance inst = new Instance(this, req.getTask(), resp, maxInFlight);
+              return inst.start().thenApply(x -> inst);
+            });
+  }
+
+  /** The Open call alone, without a batch stream. */
+  public CompletableFuture<OpenResponse> openRaw(OpenRequest req) {
+    return unary(StatedGrpc.OPEN, req);
+  }
+
+  /**
+   * Attaches a batch stream to an instance opened elsewhere (or an id that may be unknown):
+   * completes once the daemon bound the stream.
+   */
+  public CompletableFuture<Instance> attach(TaskId task, OpenResponse open, int maxInFlight) {
+    Instance inst = new Instance(this, task, open, maxInFlight);
+    return inst.start().thenApply(x -> inst);
+  }
+
+  /** The unary snapshot; see {@link Instance#snapshot} for the barrier, which is preferred. */
+  public CompletableFuture<SnapshotResponse> snapshot(SnapshotRequest req) {
+    return unary(StatedGrpc.SNAPSHOT, req);
+  }
+
+  public CompletableFuture<CompleteCheckpointResponse> completeCheckpoint(
+      String job, long checkpointId, TaskId... tasks) {
+    CompleteCheckpointRequest.Builder b =
+        CompleteCheckpointRequest.newBuilder().setJob(job).setCheckpointId(checkpointId);
+    for (TaskId t : tasks) {
+      b.addTasks(t);
+    }
+    return unary(StatedGrpc.COMPLETE_CHECKPOINT, b.build());
+  }
+
+  public CompletableFuture<AbortCheckpointResponse> abortCheckpoint(
+      String job, long checkpointId, AbortReason code, String reason) {
+    return unary(
+        StatedGrpc.ABORT_CHECKPOINT,
+        AbortCheckpointRequest.newBuilder()
+            .setJob(job)
+            .setCheckpointId(checkpointId)
+            .setReasonCode(code)
+            .setReason(reason == null ? "" : reason)
+            .build());
+  }
+
+  public CompletableFuture<ListCheckpointsResponse> listCheckpoints(String job) {
+    return unary(
+        StatedGrpc.LIST_CHECKPOINTS, ListCheckpointsRequest.newBuilder().setJob(job).build());
+  }
+
+  public CompletableFuture<TriggerSavepointResponse> triggerSavepoint(TriggerSavepointRequest req) {
+    return unary(StatedGrpc.TRIGGER_SAVEPOINT, req);
+  }
+
+  public CompletableFuture<PlanRescaleResponse> planRescale(PlanRescaleRequest req) {
+    return unary(StatedGrpc.PLAN_RESCALE, req);
+  }
+
+  /** CloseInstance by id; {@link Instance#closeInstance} ends the stream first. */
+  public CompletableFuture<CloseResponse> closeInstance(CloseRequest req) {
+    return unary(StatedGrpc.CLOSE_INSTANCE, req);
+  }
+
+  /**
+   * Closes the connection: calls and streams still open fail with {@code UNAVAILABLE} or {@code
+   * CANCELLED}. Waits up to 5 seconds for the transport to end.
+   */
+  @Override
+  public void close() {
+    managed.shutdownNow();
+    try {
+      managed.awaitTermination(5, TimeUnit.SECONDS);
+    } catch (InterruptedException e) {
+      Thread.currentThread().interrupt();
+    }
+    if (group != null) {
+      group.shutdownGracefully(0, Duration.ofSeconds(5).toMillis(), TimeUnit.MILLISECONDS);
+    }
+  }
+
+  /** Adds the daemon's token to every call and stream. */
+  private static final class TokenInterceptor implements ClientInterceptor {
+    private static final Metadata.Key<String> AUTH =
+        Metadata.Key.of("authorization", Metadata.ASCII_STRING_MARSHALLER);
+    private final String value;
+
+    TokenInterceptor(String token) {
+      this.value = "Bearer " + token;
+    }
+
+    @Override
+    public <Q, R> ClientCall<Q, R> interceptCall(
+        MethodDescriptor<Q, R> method, CallOptions options, Channel next) {
+      return new ForwardingClientCall.SimpleForwardingClientCall<Q, R>(
+          next.newCall(method, options)) {
+        @Override
+        public void start(Listener<R> listener, Metadata headers) {
+          headers.put(AUTH, value);
+          super.start(listener, headers);
+        }
+      };
+    }
+  }
+}

@@ -1,0 +1,298 @@
+package io.stated.flink;
+
+import com.google.protobuf.ByteString;
+import io.stated.api.v1.KeyGroupRange;
+import io.stated.api.v1.OpenRequest;
+import io.stated.api.v1.StateKind;
+import io.stated.api.v1.TaskId;
+import io.stated.api.v1.ViewEntry;
+import io.stated.client.Instance;
+import io.stated.client.Loader;
+import io.stated.client.StatedClient;
+import io.stated.client.StatedException;
+import java.io.IOException;
+import java.util.ArrayList;
+import java.util.Collection;
+import java.util.HashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.Objects;
+import java.util.UUID;
+import java.util.stream.Collectors;
+import org.apache.flink.api.common.state.StateDescriptor;
+import org.apache.flink.api.common.typeutils.TypeSerializer;
+import org.apache.flink.core.memory.DataInputDeserializer;
+import org.apache.flink.core.memory.DataOutputSerializer;
+import org.apache.flink.runtime.execution.Environment;
+import org.apache.flink.runtime.state.AbstractStateBackend;
+import org.apache.flink.runtime.state.BackendBuildingException;
+import org.apache.flink.runtime.state.CompositeKeySerializationUtils;
+import org.apache.flink.runtime.state.InternalKeyContextImpl;
+import org.apache.flink.runtime.state.KeyedStateHandle;
+import org.apache.flink.runtime.state.RegisteredKeyValueStateBackendMetaInfo;
+import org.apache.flink.runtime.state.StateBackend;
+import org.apache.flink.runtime.state.StateSerializerProvider;
+import org.apache.flink.runtime.state.metainfo.StateMetaInfoSnapshot;
+import org.apache.flink.runtime.state.restore.FullSnapshotRestoreOperation;
+import org.apache.flink.runtime.state.restore.KeyGroup;
+import org.apache.flink.runtime.state.restore.KeyGroupEntry;
+import org.apache.flink.runtime.state.restore.SavepointRestoreResult;
+import org.apache.flink.runtime.state.restore.ThrowingIterator;
+
+/**
+ * Opens the task's instance in the daemon and, for a restore, loads it from Flink's canonical
+ * key-grouped handles (checkpoints and savepoints of this backend, or canonical savepoints of
+ * another), key group by key group of this task's range.
+ */
+final class StatedKeyedStateBackendBuilder<K> {
+  private final StatedStateBackend config;
+  private final StateBackend.KeyedStateBackendParameters<K> p;
+
+  StatedKeyedStateBackendBuilder(
+      StatedStateBackend config, StateBackend.KeyedStateBackendParameters<K> p) {
+    this.config = config;
+    this.p = p;
+  }
+
+  StatedKeyedStateBackend<K> build() throws IOException {
+    Environment env = p.getEnv();
+    StatedClient client = config.connect();
+    Instance inst;
+    try {
+      // Flink owns the checkpoints, so the daemon's instance is only working
+      // state: a fresh, unique one per backend (two backends of one task may
+      // coexist in tests and during a restart), with the key groups Flink
+      // computed, which the daemon checks by range only.
+      TaskId task =
+          TaskId.newBuilder()
+              .setJob(p.getJobID().toString())
+              .setOperator(operatorName(p.getOperatorIdentifier()))
+              .setSubtask(env.getTaskInfo().getIndexOfThisSubtask())
+              .build();
+      OpenRequest req =
+          OpenRequest.newBuilder()
+              .setTask(task)
+              .setMaxParallelism(p.getNumberOfKeyGroups())
+              .setKeyGroups(
+                  KeyGroupRange.newBuilder()
+                      .setStart(p.getKeyGroupRange().getStartKeyGroup())
+                      .setEnd(p.getKeyGroupRange().getEndKeyGroup()))
+              .setBackendKind(config.backendKind())
+              .setReplace(true)
+              .build();
+      inst = StatedException.await(client.open(req));
+    } catch (StatedException e) {
+      client.close();
+      throw new BackendBuildingException(
+          "cannot open the task's state in the stated daemon: " + e.getMessage(), e);
+    }
+    // Restore first: it checks the key serializer against the snapshot's
+    // and may reconfigure it, and the backend must use the result.
+    StateSerializerProvider<K> keyProvider =
+        StateSerializerProvider.fromNewRegisteredSerializer(p.getKeySerializer());
+    Map<String, StatedKeyedStateBackend.Registered<K>> restored = new java.util.LinkedHashMap<>();
+    try {
+      restore(inst, keyProvider, restored, p.getStateHandles());
+    } catch (Exception e) {
+      try {
+        StatedException.await(inst.closeInstance());
+      } catch (StatedException ignored) {
+        // The failure below is the one to report.
+      }
+      client.close();
+      if (e instanceof org.apache.flink.util.StateMigrationException) {
+        throw new BackendBuildingException(e.getMessage(), e);
+      }
+      throw new BackendBuildingException(
+          "cannot restore the task's keyed state into the stated daemon: " + e.getMessage(), e);
+    }
+    StatedKeyedStateBackend<K> backend =
+        new StatedKeyedStateBackend<>(
+            p.getKvStateRegistry(),
+            keyProvider.currentSchemaSerializer(),
+            env.getUserCodeClassLoader().asClassLoader(),
+            env.getExecutionConfig(),
+            p.getTtlTimeProvider(),
+            config.latencyTracking(p.getMetricGroup()),
+            config.sizeTracking(p.getMetricGroup()),
+            p.getCancelStreamRegistry(),
+            AbstractStateBackend.getCompressionDecorator(env.getExecutionConfig()),
+            new InternalKeyContextImpl<>(p.getKeyGroupRange(), p.getNumberOfKeyGroups()),
+            client,
+            inst,
+            restored);
+    return backend;
+  }
+
+  /**
+   * The daemon's operator name for this backend: Flink's operator identifier reduced to the
+   * characters the daemon allows in a path segment, with a random suffix that makes it unique.
+   */
+  static String operatorName(String flinkOperator) {
+    String clean = flinkOperator.replaceAll("[^A-Za-z0-9._-]", "_");
+    if (clean.isEmpty() || !Character.isLetterOrDigit(clean.charAt(0))) {
+      clean = "op" + clean;
+    }
+    if (clean.length() > 90) {
+      clean = clean.substring(0, 90);
+    }
+    return clean + "-" + UUID.randomUUID().toString().replace("-", "");
+  }
+
+  private void restore(
+      Instance inst,
+      StateSerializerProvider<K> keyProvider,
+      Map<String, StatedKeyedStateBackend.Registered<K>> states,
+      Collection<KeyedStateHandle> handles)
+      throws Exception {
+    // Clipped to this task's key groups, as Flink's own assignment does
+    // (a handle given whole, e.g. by a test, would fail the reader).
+    List<KeyedStateHandle> hs =
+        handles == null
+            ? List.of()
+            : handles.stream()
+                .filter(Objects::nonNull)
+                .map(h -> h.getIntersection(p.getKeyGroupRange()))
+                .filter(Objects::nonNull)
+                .collect(Collectors.toList());
+    if (hs.isEmpty()) {
+      return;
+    }
+    FullSnapshotRestoreOperation<K> op =
+        new FullSnapshotRestoreOperation<>(
+            p.getKeyGroupRange(),
+            p.getEnv().getUserCodeClassLoader().asClassLoader(),
+            hs,
+            keyProvider);
+    int prefixBytes =
+        CompositeKeySerializationUtils.computeRequiredBytesInKeyGroupPrefix(
+            p.getNumberOfKeyGroups());
+    try (ThrowingIterator<SavepointRestoreResult> results = op.restore()) {
+      while (results.hasNext()) {
+        SavepointRestoreResult result = results.next();
+        TypeSerializer<K> keySerializer = keyProvider.previousSchemaSerializer();
+        Map<Integer, RegisteredKeyValueStateBackendMetaInfo<?, ?>> byId = new HashMap<>();
+        List<RegisteredKeyValueStateBackendMetaInfo<?, ?>> fresh = new ArrayList<>();
+        List<StateMetaInfoSnapshot> metas = result.getStateMetaInfoSnapshots();
+        for (int i = 0; i < metas.size(); i++) {
+          StateMetaInfoSnapshot s = metas.get(i);
+          if (s.getBackendStateType() != StateMetaInfoSnapshot.BackendStateType.KEY_VALUE) {
+            // Priority queues (timers a backend kept in its keyed state):
+            // their entries fail below, if there are any.
+            continue;
+          }
+          StatedKeyedStateBackend.Registered<K> r = states.get(s.getName());
+          if (r == null) {
+            RegisteredKeyValueStateBackendMetaInfo<?, ?> m =
+                new RegisteredKeyValueStateBackendMetaInfo<>(s);
+            r = new StatedKeyedStateBackend.Registered<>(m);
+            states.put(s.getName(), r);
+            fresh.add(m);
+          }
+          byId.put(i, r.meta);
+        }
+        if (!fresh.isEmpty()) {
+          StatedKeyedStateBackend.registerInDaemon(inst, fresh);
+        }
+        try (Loader loader = inst.load();
+            ThrowingIterator<KeyGroup> groups = result.getRestoredKeyGroups()) {
+          DataOutputSerializer out = new DataOutputSerializer(128);
+          while (groups.hasNext()) {
+            KeyGroup g = groups.next();
+            try (ThrowingIterator<KeyGroupEntry> entries = g.getKeyGroupEntries()) {
+              while (entries.hasNext()) {
+                KeyGroupEntry e = entries.next();
+                RegisteredKeyValueStateBackendMetaInfo<?, ?> m = byId.get(e.getKvStateId());
+                if (m == null) {
+                  throw new IOException(
+                      "the snapshot holds entries of state "
+                          + metas.get(e.getKvStateId()).getName()
+                          + " of type "
+                          + metas.get(e.getKvStateId()).getBackendStateType()
+                          + ", which the stated backend cannot restore (timers kept by a"
+                          + " backend in its keyed state: take the savepoint with heap timers)");
+                }
+                loader.add(entry(m, keySerializer, prefixBytes, e, out));
+              }
+            }
+          }
+          loader.finish();
+        }
+      }
+    }
+  }
+
+  /** One canonical key/value pair as the daemon entry it was written from. */
+  private static <K> ViewEntry entry(
+      RegisteredKeyValueStateBackendMetaInfo<?, ?> m,
+      TypeSerializer<K> keySerializer,
+      int prefixBytes,
+      KeyGroupEntry e,
+      DataOutputSerializer out)
+      throws IOException {
+    TypeSerializer<?> ns = m.getPreviousNamespaceSerializer();
+    boolean ambiguous = CompositeKeySerializationUtils.isAmbiguousKeyPossible(keySerializer, ns);
+    DataInputDeserializer in = new DataInputDeserializer(e.getKey());
+    int keyGroup = CompositeKeySerializationUtils.readKeyGroup(prefixBytes, in);
+    byte[] key = copyOne(keySerializer, in, out, ambiguous);
+    byte[] namespace = copyOne(ns, in, out, ambiguous);
+    ViewEntry.Builder b =
+        ViewEntry.newBuilder()
+            .setKeyGroup(keyGroup)
+            .setState(m.getName())
+            .setKey(ByteString.copyFrom(key))
+            .setNamespace(ByteString.copyFrom(namespace));
+    StateDescriptor.Type t = m.getStateType();
+    switch (t) {
+      case VALUE:
+      case REDUCING:
+      case AGGREGATING:
+        return b.setKind(StateKind.STATE_KIND_VALUE)
+            .setValue(ByteString.copyFrom(e.getValue()))
+            .build();
+      case MAP:
+        int rest = in.available();
+        byte[] userKey = new byte[rest];
+        in.readFully(userKey);
+        return b.setKind(StateKind.STATE_KIND_MAP)
+            .setUserKey(ByteString.copyFrom(userKey))
+            .setValue(ByteString.copyFrom(e.getValue()))
+            .build();
+      case LIST:
+        b.setKind(StateKind.STATE_KIND_LIST);
+        TypeSerializer<?> el =
+            ((org.apache.flink.api.common.typeutils.base.ListSerializer<?>)
+                    m.getPreviousStateSerializer())
+                .getElementSerializer();
+        DataInputDeserializer vin = new DataInputDeserializer(e.getValue());
+        while (vin.available() > 0) {
+          out.clear();
+          el.copy(vin, out);
+          b.addValues(ByteString.copyFrom(out.getCopyOfBuffer()));
+          if (vin.available() > 0) {
+            byte d = vin.readByte();
+            if (d != StatedSnapshotResources.LIST_DELIMITER) {
+              throw new IOException(
+                  "list state " + m.getName() + ": unexpected byte " + d + " between elements");
+            }
+          }
+        }
+        return b.build();
+      default:
+        throw new IOException("state " + m.getName() + " has type " + t + ", not supported");
+    }
+  }
+
+  /** Copies one serialized object (and skips its length suffix when keys are ambiguous). */
+  private static byte[] copyOne(
+      TypeSerializer<?> s, DataInputDeserializer in, DataOutputSerializer out, boolean ambiguous)
+      throws IOException {
+    out.clear();
+    s.copy(in, out);
+    byte[] b = out.getCopyOfBuffer();
+    if (ambiguous) {
+      CompositeKeySerializationUtils.readVariableIntBytes(in, b.length);
+    }
+    return b;
+  }
+}

@@ -1,0 +1,56 @@
+package io.stated.flink;
+
+import org.apache.flink.configuration.ConfigOption;
+import org.apache.flink.configuration.ConfigOptions;
+
+/** The options of the stated state backend, all under {@code state.backend.stated.*}. */
+public final class StatedOptions {
+  private StatedOptions() {}
+
+  public static final ConfigOption<String> SOCKET =
+      ConfigOptions.key("state.backend.stated.socket")
+          .stringType()
+          .noDefaultValue()
+          .withDescription(
+              "The daemon's Unix socket (stated serve's <data-dir>/stated.sock). Either this or"
+                  + " state.backend.stated.address is required.");
+
+  public static final ConfigOption<String> ADDRESS =
+      ConfigOptions.key("state.backend.stated.address")
+          .stringType()
+          .noDefaultValue()
+          .withDescription("host:port of a daemon serving TCP (stated serve --listen).");
+
+  public static final ConfigOption<String> TOKEN =
+      ConfigOptions.key("state.backend.stated.token")
+          .stringType()
+          .noDefaultValue()
+          .withDescription("The daemon's --token, for TCP.");
+
+  public static final ConfigOption<Boolean> TLS =
+      ConfigOptions.key("state.backend.stated.tls")
+          .booleanType()
+          .defaultValue(false)
+          .withDescription("Speak TLS to the TCP address.");
+
+  public static final ConfigOption<String> TLS_CA =
+      ConfigOptions.key("state.backend.stated.tls.ca")
+          .stringType()
+          .noDefaultValue()
+          .withDescription(
+              "PEM bundle the daemon's certificate is checked against (default: the JVM's).");
+
+  public static final ConfigOption<String> BACKEND_KIND =
+      ConfigOptions.key("state.backend.stated.kind")
+          .stringType()
+          .defaultValue("file")
+          .withDescription(
+              "Where the daemon keeps a task's working state: heap, file (memory) or lsm"
+                  + " (Pebble on local disk).");
+
+  public static final ConfigOption<Integer> MAX_IN_FLIGHT =
+      ConfigOptions.key("state.backend.stated.max-in-flight")
+          .intType()
+          .defaultValue(8)
+          .withDescription("Batch requests a task keeps unanswered on its stream.");
+}

@@ -1,0 +1,146 @@
+package io.stated.flink;
+
+import io.stated.api.v1.BackendKind;
+import io.stated.client.StatedClient;
+import java.io.IOException;
+import java.nio.file.Path;
+import java.util.Locale;
+import org.apache.flink.configuration.IllegalConfigurationException;
+import org.apache.flink.configuration.ReadableConfig;
+import org.apache.flink.runtime.state.AbstractKeyedStateBackend;
+import org.apache.flink.runtime.state.AbstractStateBackend;
+import org.apache.flink.runtime.state.BackendBuildingException;
+import org.apache.flink.runtime.state.ConfigurableStateBackend;
+import org.apache.flink.runtime.state.DefaultOperatorStateBackendBuilder;
+import org.apache.flink.runtime.state.OperatorStateBackend;
+
+/**
+ * The stated state backend: keyed state in a stated daemon, operator state in Flink's default
+ * operator backend. See {@link StatedOptions} for its options.
+ */
+public class StatedStateBackend extends AbstractStateBackend implements ConfigurableStateBackend {
+  private static final long serialVersionUID = 1L;
+
+  private String socket;
+  private String address;
+  private String token;
+  private boolean tls;
+  private String tlsCa;
+  private String kind = "file";
+  private int maxInFlight = 8;
+
+  public StatedStateBackend() {}
+
+  /** A backend on the daemon at Unix socket {@code socket}. */
+  public StatedStateBackend(String socket) {
+    this.socket = socket;
+  }
+
+  @Override
+  public StatedStateBackend configure(ReadableConfig config, ClassLoader classLoader)
+      throws IllegalConfigurationException {
+    StatedStateBackend b = new StatedStateBackend();
+    b.socket = config.getOptional(StatedOptions.SOCKET).orElse(socket);
+    b.address = config.getOptional(StatedOptions.ADDRESS).orElse(address);
+    b.token = config.getOptional(StatedOptions.TOKEN).orElse(token);
+    b.tls = config.getOptional(StatedOptions.TLS).orElse(tls);
+    b.tlsCa = config.getOptional(StatedOptions.TLS_CA).orElse(tlsCa);
+    b.kind = config.getOptional(StatedOptions.BACKEND_KIND).orElse(kind);
+    b.maxInFlight = config.getOptional(StatedOptions.MAX_IN_FLIGHT).orElse(maxInFlight);
+    b.latencyTrackingConfigBuilder = latencyTrackingConfigBuilder.configure(config);
+    b.sizeTrackingConfigBuilder = sizeTrackingConfigBuilder.configure(config);
+    b.validate();
+    return b;
+  }
+
+  void validate() {
+    if ((socket == null || socket.isEmpty()) == (address == null || address.isEmpty())) {
+      throw new IllegalConfigurationException(
+          "the stated state backend needs exactly one of "
+              + StatedOptions.SOCKET.key()
+              + " (the daemon's Unix socket) and "
+              + StatedOptions.ADDRESS.key()
+              + " (host:port of a daemon serving TCP)");
+    }
+    backendKind();
+    if (maxInFlight < 1) {
+      throw new IllegalConfigurationException(
+          StatedOptions.MAX_IN_FLIGHT.key() + " must be at least 1, not " + maxInFlight);
+    }
+    if (address != null && !address.isEmpty() && address.lastIndexOf(':') <= 0) {
+      throw new IllegalConfigurationException(
+          StatedOptions.ADDRESS.key() + " must be host:port, not \"" + address + "\"");
+    }
+  }
+
+  BackendKind backendKind() {
+    switch (kind.toLowerCase(Locale.ROOT)) {
+      case "heap":
+        return BackendKind.BACKEND_KIND_HEAP;
+      case "file":
+        return BackendKind.BACKEND_KIND_FILE;
+      case "lsm":
+        return BackendKind.BACKEND_KIND_LSM;
+      default:
+        throw new IllegalConfigurationException(
+            StatedOptions.BACKEND_KIND.key() + " must be heap, file or lsm, not \"" + kind + "\"");
+    }
+  }
+
+  /** A client for the configured daemon. */
+  StatedClient connect() throws IOException {
+    validate();
+    StatedClient.Builder b;
+    if (socket != null && !socket.isEmpty()) {
+      b = StatedClient.unixSocket(Path.of(socket));
+    } else {
+      int colon = address.lastIndexOf(':');
+      int port;
+      try {
+        port = Integer.parseInt(address.substring(colon + 1));
+      } catch (NumberFormatException e) {
+        throw new IllegalConfigurationException(
+            StatedOptions.ADDRESS.key() + " must be host:port, not \"" + address + "\"");
+      }
+      b = StatedClient.tcp(address.substring(0, colon), port).token(token);
+      if (tls) {
+        b.tls(tlsCa == null || tlsCa.isEmpty() ? null : Path.of(tlsCa));
+      }
+    }
+    return b.maxInFlight(maxInFlight).build();
+  }
+
+  org.apache.flink.runtime.state.metrics.LatencyTrackingStateConfig latencyTracking(
+      org.apache.flink.metrics.MetricGroup group) {
+    return latencyTrackingConfigBuilder.setMetricGroup(group).build();
+  }
+
+  org.apache.flink.runtime.state.metrics.SizeTrackingStateConfig sizeTracking(
+      org.apache.flink.metrics.MetricGroup group) {
+    return sizeTrackingConfigBuilder.setMetricGroup(group).build();
+  }
+
+  @Override
+  public <K> AbstractKeyedStateBackend<K> createKeyedStateBackend(
+      KeyedStateBackendParameters<K> parameters) throws IOException {
+    return new StatedKeyedStateBackendBuilder<>(this, parameters).build();
+  }
+
+  @Override
+  public OperatorStateBackend createOperatorStateBackend(OperatorStateBackendParameters parameters)
+      throws BackendBuildingException {
+    return new DefaultOperatorStateBackendBuilder(
+            parameters.getEnv().getUserCodeClassLoader().asClassLoader(),
+            parameters.getEnv().getExecutionConfig(),
+            true,
+            parameters.getStateHandles(),
+            parameters.getCancelStreamRegistry())
+        .build();
+  }
+
+  @Override
+  public boolean supportsNoClaimRestoreMode() {
+    // Checkpoints are self-contained full snapshots: nothing is shared.
+    return true;
+  }
+}

@@ -1,0 +1,77 @@
+package io.stated.flink;
+
+import io.stated.client.Daemon;
+import java.util.List;
+import org.apache.flink.runtime.state.ConfigurableStateBackend;
+import org.apache.flink.runtime.state.StateBackendTestBase;
+import org.apache.flink.testutils.junit.extensions.parameterized.Parameter;
+import org.apache.flink.testutils.junit.extensions.parameterized.ParameterizedTestExtension;
+import org.apache.flink.testutils.junit.extensions.parameterized.Parameters;
+import org.junit.jupiter.api.AfterAll;
+import org.junit.jupiter.api.BeforeAll;
+import org.junit.jupiter.api.Tag;
+import org.junit.jupiter.api.extension.ExtendWith;
+
+/**
+ * Flink's own {@link StateBackendTestBase} (from flink-runtime's tests jar) on the stated backend,
+ * against a real daemon started from the repository.
+ *
+ * <p>All 71 tests of the suite run for each backend kind; none is switched off. (A switched-off
+ * test would be overridden here with {@code @Disabled} and its reason.)
+ *
+ * <p>Run on the daemon's file (memory) and lsm (Pebble) working state. Tagged daemon-views: it
+ * needs the daemon's state registration, views, key scans and bulk load.
+ */
+@Tag("daemon-views")
+@ExtendWith(ParameterizedTestExtension.class)
+public class StatedStateBackendTest extends StateBackendTestBase<StatedStateBackend> {
+  private static Daemon daemon;
+
+  /** The daemon's backend kind the instances use. */
+  @Parameter public String kind;
+
+  @Parameters(name = "kind={0}")
+  public static List<String> kinds() {
+    return List.of("file", "lsm");
+  }
+
+  @BeforeAll
+  static void startDaemon() throws Exception {
+    daemon = new Daemon();
+    daemon.start();
+  }
+
+  @AfterAll
+  static void stopDaemon() throws Exception {
+    if (daemon != null) {
+      daemon.close();
+    }
+  }
+
+  @Override
+  protected ConfigurableStateBackend getStateBackend() {
+    org.apache.flink.configuration.Configuration c =
+        new org.apache.flink.configuration.Configuration();
+    c.set(StatedOptions.SOCKET, daemon.socket.toString());
+    c.set(StatedOptions.BACKEND_KIND, kind);
+    return new StatedStateBackend().configure(c, getClass().getClassLoader());
+  }
+
+  @Override
+  protected org.apache.flink.runtime.state.CheckpointStorage getCheckpointStorage() {
+    // Snapshots go to Flink's checkpoint streams; the test keeps them in memory.
+    return new org.apache.flink.runtime.state.storage.JobManagerCheckpointStorage();
+  }
+
+  @Override
+  protected boolean isSerializerPresenceRequiredOnRestore() {
+    // Like RocksDB: values stay serialized in the daemon, so a restore
+    // needs no old serializer to read them.
+    return false;
+  }
+
+  @Override
+  protected boolean supportsAsynchronousSnapshots() {
+    return true;
+  }
+}

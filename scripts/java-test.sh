@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Builds the Java modules (clients/java: the thin client and the Flink state
+# backend) and runs their tests against a real daemon: builds stated and the
+# Go client's cross-check helper from the tree, then `mvn verify`, whose
+# tests start `stated serve` on temporary data dirs. Maven's local
+# repository (~/.m2) is reused between runs; the first run downloads gRPC,
+# protoc and Flink.
+# Usage: scripts/java-test.sh [extra mvn arguments, e.g. -pl stated-client]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+for tool in java mvn; do
+  if ! command -v "$tool" >/dev/null 2>&1; then
+    echo "$tool is required (JDK 17 and Maven 3.8 or later) for the Java client's tests"; exit 1
+  fi
+done
+
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+go build -o "$tmp/stated" ./cmd/stated
+go build -o "$tmp/xcheck" ./clients/node/xcheck
+(cd clients/java && mvn -B -q verify -Dstated.bin="$tmp/stated" -Dstated.xcheck="$tmp/xcheck" "$@")
