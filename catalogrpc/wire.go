@@ -2,6 +2,7 @@ package catalogrpc
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 
@@ -61,17 +62,59 @@ type restoreRequest struct {
 // answer is every method's result.
 type answer struct {
 	// Epoch identifies the catalog that answered (see the package doc).
-	Epoch    uint64           `json:"epoch"`
-	Err      *wireError       `json:"err,omitempty"`
-	Found    bool             `json:"found,omitempty"`
-	Manifest []byte           `json:"manifest,omitempty"` // catalog.EncodeManifest
-	IDs      []uint64         `json:"ids,omitempty"`
-	Records  []catalog.Record `json:"records,omitempty"`
-	Restore  *restoreAnswer   `json:"restore,omitempty"`
-	Names    []string         `json:"names,omitempty"`
-	Problems []problem        `json:"problems,omitempty"`
+	Epoch    uint64         `json:"epoch"`
+	Err      *wireError     `json:"err,omitempty"`
+	Found    bool           `json:"found,omitempty"`
+	Manifest []byte         `json:"manifest,omitempty"` // catalog.EncodeManifest
+	IDs      []uint64       `json:"ids,omitempty"`
+	Records  records        `json:"records,omitempty"`
+	Restore  *restoreAnswer `json:"restore,omitempty"`
+	Names    []string       `json:"names,omitempty"`
+	Problems []problem      `json:"problems,omitempty"`
 	// Manifests are encoded manifests (catalog.EncodeManifest).
 	Manifests [][]byte `json:"manifests,omitempty"`
+}
+
+// records are catalog.Records on the wire with the fields List computes
+// (retained, owner, pinned, damaged), which catalog.Record leaves out of
+// its JSON because they are never stored: without them, every checkpoint
+// listed through another node than the leader looked not retained.
+type records []catalog.Record
+
+type wireRecord struct {
+	catalog.Record
+	Retained bool   `json:"retained,omitempty"`
+	Owner    string `json:"owner,omitempty"`
+	Pinned   bool   `json:"pinned,omitempty"`
+	Damaged  string `json:"damaged,omitempty"`
+}
+
+func (rs records) MarshalJSON() ([]byte, error) {
+	out := make([]wireRecord, len(rs))
+	for i, r := range rs {
+		out[i] = wireRecord{Record: r, Retained: r.Retained, Owner: r.Owner, Pinned: r.Pinned}
+		if r.Damaged != nil {
+			out[i].Damaged = r.Damaged.Error()
+		}
+	}
+	return json.Marshal(out)
+}
+
+func (rs *records) UnmarshalJSON(data []byte) error {
+	var in []wireRecord
+	if err := json.Unmarshal(data, &in); err != nil {
+		return err
+	}
+	*rs = make(records, len(in))
+	for i, w := range in {
+		r := w.Record
+		r.Retained, r.Owner, r.Pinned = w.Retained, w.Owner, w.Pinned
+		if w.Damaged != "" {
+			r.Damaged = errors.New(w.Damaged)
+		}
+		(*rs)[i] = r
+	}
+	return nil
 }
 
 type problem struct {
