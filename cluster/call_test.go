@@ -147,3 +147,53 @@ func (c *testCluster) journalOnLeader(prefix string) map[string][]byte {
 	c.t.Fatalf("no leader applied the log: %v", err)
 	return nil
 }
+
+// TestCallLeavesALeaderThatStoppedAnswering: a call forwarded to the
+// leader gets no answer (as from a leader cut off by a silent partition:
+// no reset, no reply), and another node takes over. The call is given up
+// as soon as the caller's node learns of the new leader, and answered
+// there; before, it waited for the caller's whole deadline (found by the
+// partition suite, tests/partition).
+func TestCallLeavesALeaderThatStoppedAnswering(t *testing.T) {
+	c := startCluster(t, 3, nil)
+	l := c.leader()
+	hung := make(chan struct{})
+	release := make(chan struct{})
+	defer close(release)
+	c.nodes[l].SetHandler(func(ctx context.Context, method string, _ []byte) ([]byte, error) {
+		close(hung)
+		<-release // never answers while the test runs, whatever ctx says
+		return nil, errors.New("released")
+	})
+	f := (l + 1) % 3
+	for i, nd := range c.nodes {
+		if i != l {
+			id := nd.ID()
+			nd.SetHandler(func(_ context.Context, method string, _ []byte) ([]byte, error) { return []byte(id), nil })
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	type result struct {
+		out []byte
+		err error
+	}
+	done := make(chan result, 1)
+	start := time.Now()
+	go func() {
+		out, err := c.nodes[f].Call(ctx, "m", nil)
+		done <- result{out, err}
+	}()
+	<-hung
+	if err := c.nodes[l].raft.LeadershipTransfer().Error(); err != nil {
+		t.Fatal(err)
+	}
+	r := <-done
+	if r.err != nil {
+		t.Fatalf("call after %v: %v", time.Since(start).Round(time.Millisecond), r.err)
+	}
+	if string(r.out) == c.nodes[l].ID() || time.Since(start) > 10*time.Second {
+		t.Fatalf("answered by %s after %v", r.out, time.Since(start).Round(time.Millisecond))
+	}
+	t.Logf("answered by %s after %v", r.out, time.Since(start).Round(time.Millisecond))
+}

@@ -805,15 +805,50 @@ func (n *Node) onLeader(ctx context.Context, local func(context.Context) error, 
 			last = fmt.Errorf("no leader known to %s", n.opts.ID)
 			continue
 		}
-		err := remote(ctx, addr)
+		moved, err := n.remoteWhileLeader(ctx, addr, remote)
 		if err == nil {
 			return nil
+		}
+		if moved {
+			last = fmt.Errorf("the leader changed during a call to %s: %w", addr, err)
+			continue
 		}
 		if s, ok := status.FromError(err); ok && s.Code() != codes.FailedPrecondition && s.Code() != codes.Unavailable {
 			return err
 		}
 		last = err
 	}
+}
+
+// remoteWhileLeader runs remote against addr until it answers or this
+// node learns of another leader (or of none), and then gives it up
+// (moved). A leader cut off by a silent partition (no reset, no answer)
+// would otherwise hold the call until the caller's deadline, long after
+// the others elected a new leader that could answer it; calls are
+// idempotent, so the retry may run twice.
+func (n *Node) remoteWhileLeader(ctx context.Context, addr string, remote func(context.Context, string) error) (moved bool, err error) {
+	rctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var changed atomic.Bool
+	go func() {
+		// Owned by this call: ends when it does (cancel above).
+		t := time.NewTicker(50 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-rctx.Done():
+				return
+			case <-t.C:
+				if _, a := n.Leader(); a != addr {
+					changed.Store(true)
+					cancel()
+					return
+				}
+			}
+		}
+	}()
+	err = remote(rctx, addr)
+	return err != nil && changed.Load() && ctx.Err() == nil, err
 }
 
 // Status is this node's view of the cluster; with probe, every member is
