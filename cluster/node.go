@@ -21,8 +21,10 @@ import (
 	wal "github.com/hashicorp/raft-wal"
 	"github.com/hashicorp/raft-wal/metadb"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/status"
 
 	pb "github.com/statedhq/stated/cluster/clusterpb"
@@ -206,7 +208,9 @@ func Open(opts Options) (_ *Node, err error) {
 	n.raft.RegisterObserver(n.obs)
 	n.wg.Add(1)
 	go n.observe()
-	n.grpc = grpc.NewServer()
+	// The nodes' clients ping a connection whose calls wait (rpcKeepalive):
+	// the server must accept pings that often.
+	n.grpc = grpc.NewServer(grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: rpcKeepalive.Time / 2, PermitWithoutStream: true}))
 	pb.RegisterClusterServer(n.grpc, &service{n: n})
 	n.wg.Add(1)
 	go func() {
@@ -444,9 +448,28 @@ func (n *Node) conn(addr string) (*grpc.ClientConn, error) {
 	return c, nil
 }
 
+// rpcKeepalive and rpcBackoff keep a node's connection to another
+// node's service usable across a partition. A silent partition (packets
+// lost, no reset) stalls a connection: what it sent stays unacknowledged,
+// TCP retransmits with a backoff that reaches tens of seconds, and after
+// the heal the connection stays stalled until the next retransmission,
+// while gRPC waits up to 2 minutes between reconnections: a healed node
+// could not forward a call to the leader for 30-45 s (the partition
+// suite, tests/partition). With these, a connection whose calls get no
+// answer for 10 s (gRPC's shortest ping interval) is pinged and closed
+// when the ping gets no answer within 3 s, and a lost connection is
+// dialed again within about 2 s.
+var (
+	rpcKeepalive = keepalive.ClientParameters{Time: 10 * time.Second, Timeout: 3 * time.Second}
+	rpcBackoff   = grpc.ConnectParams{Backoff: backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2,
+		MaxDelay: 2 * time.Second}, MinConnectTimeout: 2 * time.Second}
+)
+
 // dialRPC makes a gRPC connection to a node's service over the mux.
 func dialRPC(addr string, dial Dialer, clientTLS *tls.Config, token string) (*grpc.ClientConn, error) {
 	return grpc.NewClient("passthrough:///"+addr,
+		grpc.WithKeepaliveParams(rpcKeepalive),
+		grpc.WithConnectParams(rpcBackoff),
 		// The connection is authenticated (and encrypted, with TLS) by the
 		// mux's handshake below gRPC, so gRPC itself adds nothing.
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
