@@ -18,7 +18,9 @@
 #    default 300x: 300 new inputs after the corpus, a count rather than a
 #    duration, because a duration that ends while the fuzzer still gathers
 #    its corpus's baseline coverage fails with "context deadline exceeded"
-#    on a slow machine; scripts/fuzz.sh runs one for longer).
+#    on a slow machine; scripts/fuzz.sh runs one for longer);
+# 7. runs the partition suite briefly (scripts/partition.sh: needs root and
+#    iproute2; fails without them when CI=true).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -125,4 +127,13 @@ stage "fuzz (restore path, ${FUZZTIME:-300x} each)"
 for target in $(go test ./fuzz -list '^Fuzz' | grep '^Fuzz'); do
   scripts/fuzz.sh "$target" "${FUZZTIME:-300x}"
 done
+# The partition suite, briefly (every scenario once, 1 s cuts): five real
+# `stated serve` processes in network namespaces of their own, links cut
+# and healed (tests/partition, docs/cluster.md "Partition suite"). It needs
+# root and iproute2's ip; with CI=true and no `ip netns` it fails, saying
+# why. It prints its figures (time to a new leader, completions the
+# minority refused, time to converge). A longer run: scripts/partition.sh 20.
+stage "partition suite (network namespaces)"
+scripts/partition.sh
+
 stage "all passed"
