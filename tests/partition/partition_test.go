@@ -597,10 +597,11 @@ func (s *suite) run(cycle int, sc scenario) {
 	switch sc.trigger {
 	case "completion":
 		done := make(chan struct{})
+		delay := time.Duration(s.rng.IntN(15)) * time.Millisecond
 		s.round(l, func() {
 			go func() {
 				defer close(done)
-				time.Sleep(time.Duration(s.rng.IntN(15)) * time.Millisecond)
+				time.Sleep(delay)
 				cut()
 			}()
 		}, false)
