@@ -17,6 +17,15 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# A fresh Debian machine may lack iproute2: install it when we can (root
+# and apt-get); otherwise the suite says what is missing.
+if ! command -v ip >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+  echo "installing iproute2 (apt-get)"
+  env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq iproute2 >/dev/null ||
+    { apt-get update -qq >/dev/null && env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq iproute2 >/dev/null; } ||
+    echo "could not install iproute2"
+fi
+
 cycles=""
 if [ $# -gt 0 ] && [[ "$1" =~ ^[0-9]+$ ]]; then
   cycles=$1
