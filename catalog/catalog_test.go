@@ -6,6 +6,7 @@ import (
 	"io"
 	"reflect"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -656,4 +657,42 @@ func (s *cancelOnPut) PutIfAbsent(ctx context.Context, name string, r io.Reader,
 		return ctx.Err()
 	}
 	return nil
+}
+
+// TestDroppedCompletionStaysCompleted: a checkpoint that completed
+// through one node, and that retention has since dropped, is begun again
+// by another node replaying its reports to a new leader, and aborted by a
+// node that did not hear of the completion when a later one completes
+// through it. Both must be refused as completed (the replaying client
+// then forgets it); before, either turned its history record into
+// "aborted": an acknowledged completion listed as aborted (found by the
+// partition suite, tests/partition).
+func TestDroppedCompletionStaysCompleted(t *testing.T) {
+	s := memstore.New()
+	c := openCat(t, s, &testClock{}, func(o *Options) { o.Retain = 1 })
+	a := newFakeTask("j", "op", 0, backend.KeyGroupRange{Start: 0, End: 127})
+	for id := uint64(1); id <= 2; id++ {
+		a.state["k"] = strconv.FormatUint(id, 10)
+		checkpoint(t, c, s, id, a)
+	}
+	for deadline := time.Now().Add(10 * time.Second); exists(t, s, CheckpointManifest("j", 1)); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("checkpoint 1 was never discarded")
+		}
+	}
+	if err := c.BeginCheckpoint("j", 1); !errors.Is(err, ErrExists) {
+		t.Fatalf("begin of a completed checkpoint retention dropped: %v, want ErrExists", err)
+	}
+	// The daemon of a node that did not hear of 1's completion aborts
+	// its own copy of it when a later checkpoint completes through it.
+	if err := c.Abort(ctx, "j", 1, StatusAborted, "subsumed by checkpoint 2"); !errors.Is(err, ErrState) {
+		t.Fatalf("abort of a completed checkpoint retention dropped: %v, want ErrState", err)
+	}
+	a.state["k"] = "3"
+	checkpoint(t, c, s, 3, a)
+	for _, r := range c.List("j") {
+		if r.ID == 1 && r.Status != StatusCompleted {
+			t.Fatalf("completed checkpoint 1 is listed %s (%s)", r.Status, r.Reason)
+		}
+	}
 }

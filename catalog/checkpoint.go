@@ -25,7 +25,7 @@ func (c *Catalog) BeginCheckpoint(job string, id uint64) error {
 	}
 	c.mu.Lock()
 	closed := c.mu.closed
-	_, done := c.mu.entries[ref{job, id}]
+	done := c.mu.completedAlready(job, id)
 	j := c.mu.jobs[job]
 	began := !done && j != nil && j.inflight[id] != nil
 	c.mu.Unlock()

@@ -275,7 +275,7 @@ func (m *machine) apply(cmd command) (outcome, error) {
 }
 
 func (m *machine) begin(job string, id uint64, now time.Time) error {
-	if _, ok := m.entries[ref{job, id}]; ok {
+	if m.completedAlready(job, id) {
 		return fmt.Errorf("%w: checkpoint %s completed already", ErrExists, CheckpointDir(job, id))
 	}
 	j := m.job(job)
@@ -284,6 +284,24 @@ func (m *machine) begin(job string, id uint64, now time.Time) error {
 		m.pin(j, id)
 	}
 	return nil
+}
+
+// completedAlready says whether checkpoint id of job completed: it is
+// retained, or its history record says so (retention dropped it). A node
+// replaying its reports to a new leader begins again the checkpoints it
+// did not hear complete (their completion went through another node);
+// begun again, a dropped one would be aborted by the next completion,
+// and its history would list an acknowledged completion as aborted.
+func (m *machine) completedAlready(job string, id uint64) bool {
+	if _, ok := m.entries[ref{job, id}]; ok {
+		return true
+	}
+	j, ok := m.jobs[job]
+	if !ok {
+		return false
+	}
+	i, found := slices.BinarySearchFunc(j.history, id, func(r Record, id uint64) int { return cmpUint(r.ID, id) })
+	return found && j.history[i].Status == StatusCompleted
 }
 
 // inflightOf returns in-flight checkpoint id of job, or an error.
@@ -461,10 +479,14 @@ func (m *machine) completed(cmd command) (outcome, error) {
 
 func (m *machine) abort(job string, id uint64, now time.Time, why Status, reason string) (outcome, error) {
 	r := ref{job, id}
-	if _, ok := m.entries[r]; ok {
+	j := m.job(job)
+	completed := m.completedAlready(job, id)
+	if completed && j.inflight[id] == nil {
+		// Retained, or dropped by retention since: a node that did not
+		// hear of the completion (it went through another node) aborts
+		// its own copy when a later checkpoint completes through it.
 		return outcome{}, fmt.Errorf("%w: checkpoint %s completed; it cannot be aborted", ErrState, r)
 	}
-	j := m.job(job)
 	rec := Record{ID: id, Status: why, Started: now, Ended: now, Reason: reason}
 	var out outcome
 	if inf := j.inflight[id]; inf != nil {
@@ -495,7 +517,7 @@ func (m *machine) abort(job string, id uint64, now time.Time, why Status, reason
 		delete(j.inflight, id)
 		out.release = append(out.release, m.unpin(j, id)...)
 	}
-	if why != "" {
+	if why != "" && !completed {
 		m.record(j, rec)
 	}
 	return out, nil

@@ -4,8 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
+	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -146,4 +149,158 @@ func (c *testCluster) journalOnLeader(prefix string) map[string][]byte {
 	}
 	c.t.Fatalf("no leader applied the log: %v", err)
 	return nil
+}
+
+// TestCallLeavesALeaderThatStoppedAnswering: a call forwarded to the
+// leader gets no answer (as from a leader cut off by a silent partition:
+// no reset, no reply), and another node takes over. The call is given up
+// as soon as the caller's node learns of the new leader, and answered
+// there; before, it waited for the caller's whole deadline (found by the
+// partition suite, tests/partition).
+func TestCallLeavesALeaderThatStoppedAnswering(t *testing.T) {
+	c := startCluster(t, 3, nil)
+	release := make(chan struct{})
+	defer close(release)
+	type result struct {
+		out []byte
+		err error
+	}
+	for attempt := 1; ; attempt++ {
+		l := c.leader()
+		hung := make(chan struct{})
+		var once sync.Once
+		c.nodes[l].SetHandler(func(ctx context.Context, method string, _ []byte) ([]byte, error) {
+			once.Do(func() { close(hung) })
+			<-release // never answers while the test runs, whatever ctx says
+			return nil, errors.New("released")
+		})
+		for i, nd := range c.nodes {
+			if i != l {
+				id := nd.ID()
+				nd.SetHandler(func(_ context.Context, method string, _ []byte) ([]byte, error) { return []byte(id), nil })
+			}
+		}
+		f := (l + 1) % 3
+		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+		defer cancel()
+		done := make(chan result, 1)
+		start := time.Now()
+		go func() {
+			out, err := c.nodes[f].Call(ctx, "m", nil)
+			done <- result{out, err}
+		}()
+		select {
+		case <-hung:
+		case r := <-done:
+			// The leadership moved on its own before the call reached
+			// the leader (a loaded machine): set the stage again.
+			if attempt == 5 {
+				t.Fatalf("the call never reached a leader that stays silent: %q %v", r.out, r.err)
+			}
+			t.Logf("attempt %d: the leadership moved first (%q %v)", attempt, r.out, r.err)
+			continue
+		}
+		if err := c.nodes[l].raft.LeadershipTransfer().Error(); err != nil {
+			t.Fatal(err)
+		}
+		r := <-done
+		if r.err != nil {
+			t.Fatalf("call after %v: %v", time.Since(start).Round(time.Millisecond), r.err)
+		}
+		if string(r.out) == c.nodes[l].ID() || time.Since(start) > 10*time.Second {
+			t.Fatalf("answered by %s after %v", r.out, time.Since(start).Round(time.Millisecond))
+		}
+		t.Logf("answered by %s after %v", r.out, time.Since(start).Round(time.Millisecond))
+		return
+	}
+}
+
+// stallConn is a connection that, once stalled, loses everything: its
+// writes vanish and its reads wait, with no error and no reset, as a TCP
+// connection across a silent partition (and after its heal, until TCP's
+// next retransmission, tens of seconds later).
+type stallConn struct {
+	net.Conn
+	rpc    atomic.Bool // its first write named the node-to-node service
+	first  atomic.Bool
+	stall  atomic.Bool
+	closed chan struct{}
+	once   sync.Once
+}
+
+func (c *stallConn) Write(b []byte) (int, error) {
+	if !c.first.Swap(true) {
+		// The mux's header: magic, version, kind.
+		c.rpc.Store(len(b) > len(headerMagic)+1 && b[len(headerMagic)+1] == kindRPC)
+	}
+	if c.stall.Load() {
+		return len(b), nil
+	}
+	return c.Conn.Write(b)
+}
+
+func (c *stallConn) Read(b []byte) (int, error) {
+	if c.stall.Load() {
+		<-c.closed
+		return 0, net.ErrClosed
+	}
+	return c.Conn.Read(b)
+}
+
+func (c *stallConn) Close() error {
+	c.once.Do(func() { close(c.closed) })
+	return c.Conn.Close()
+}
+
+// TestCallThroughAStalledConnection: a follower's connection to the
+// leader's service stalls silently while the leader stays the leader. A
+// call forwarded over it is answered once the connection is found dead
+// (keepalive) and dialed again; before, it waited for the caller's whole
+// deadline (found by the partition suite, tests/partition, where a healed
+// node could not forward a call for 30-45 s).
+func TestCallThroughAStalledConnection(t *testing.T) {
+	if testing.Short() {
+		t.Skip("takes gRPC's shortest keepalive interval (10 s)")
+	}
+	var mu sync.Mutex
+	var conns []*stallConn
+	c := startCluster(t, 3, func(i int, o *Options) {
+		o.Dial = func(ctx context.Context, addr string) (net.Conn, error) {
+			var d net.Dialer
+			conn, err := d.DialContext(ctx, "tcp", addr)
+			if err != nil {
+				return nil, err
+			}
+			sc := &stallConn{Conn: conn, closed: make(chan struct{})}
+			mu.Lock()
+			conns = append(conns, sc)
+			mu.Unlock()
+			return sc, nil
+		}
+	})
+	l := c.leader()
+	f := (l + 1) % 3
+	id := c.nodes[l].ID()
+	c.nodes[l].SetHandler(func(context.Context, string, []byte) ([]byte, error) { return []byte(id), nil })
+	if out, err := c.nodes[f].Call(ctxT(t), "m", nil); err != nil || string(out) != id {
+		t.Fatalf("call before the stall: %q %v", out, err)
+	}
+	// Stall the connections that exist (the follower's to the leader's
+	// service among them); the ones dialed from now on work.
+	mu.Lock()
+	old := slices.Clone(conns)
+	mu.Unlock()
+	for _, sc := range old {
+		if sc.rpc.Load() {
+			sc.stall.Store(true)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
+	defer cancel()
+	start := time.Now()
+	out, err := c.nodes[f].Call(ctx, "m", nil)
+	if err != nil || string(out) != id {
+		t.Fatalf("call over a stalled connection, after %v: %q %v", time.Since(start).Round(time.Millisecond), out, err)
+	}
+	t.Logf("answered after %v", time.Since(start).Round(time.Millisecond))
 }

@@ -19,8 +19,10 @@ import (
 
 	"github.com/hashicorp/raft"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/status"
 
 	pb "github.com/statedhq/stated/cluster/clusterpb"
@@ -204,7 +206,9 @@ func Open(opts Options) (_ *Node, err error) {
 	n.raft.RegisterObserver(n.obs)
 	n.wg.Add(1)
 	go n.observe()
-	n.grpc = grpc.NewServer()
+	// The nodes' clients ping a connection whose calls wait (rpcKeepalive):
+	// the server must accept pings that often.
+	n.grpc = grpc.NewServer(grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: rpcKeepalive.Time / 2, PermitWithoutStream: true}))
 	pb.RegisterClusterServer(n.grpc, &service{n: n})
 	n.wg.Add(1)
 	go func() {
@@ -439,9 +443,28 @@ func (n *Node) conn(addr string) (*grpc.ClientConn, error) {
 	return c, nil
 }
 
+// rpcKeepalive and rpcBackoff keep a node's connection to another
+// node's service usable across a partition. A silent partition (packets
+// lost, no reset) stalls a connection: what it sent stays unacknowledged,
+// TCP retransmits with a backoff that reaches tens of seconds, and after
+// the heal the connection stays stalled until the next retransmission,
+// while gRPC waits up to 2 minutes between reconnections: a healed node
+// could not forward a call to the leader for 30-45 s (the partition
+// suite, tests/partition). With these, a connection whose calls get no
+// answer for 10 s (gRPC's shortest ping interval) is pinged and closed
+// when the ping gets no answer within 3 s, and a lost connection is
+// dialed again within about 2 s.
+var (
+	rpcKeepalive = keepalive.ClientParameters{Time: 10 * time.Second, Timeout: 3 * time.Second}
+	rpcBackoff   = grpc.ConnectParams{Backoff: backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2,
+		MaxDelay: 2 * time.Second}, MinConnectTimeout: 2 * time.Second}
+)
+
 // dialRPC makes a gRPC connection to a node's service over the mux.
 func dialRPC(addr string, dial Dialer, clientTLS *tls.Config, token string) (*grpc.ClientConn, error) {
 	return grpc.NewClient("passthrough:///"+addr,
+		grpc.WithKeepaliveParams(rpcKeepalive),
+		grpc.WithConnectParams(rpcBackoff),
 		// The connection is authenticated (and encrypted, with TLS) by the
 		// mux's handshake below gRPC, so gRPC itself adds nothing.
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
@@ -800,15 +823,50 @@ func (n *Node) onLeader(ctx context.Context, local func(context.Context) error, 
 			last = fmt.Errorf("no leader known to %s", n.opts.ID)
 			continue
 		}
-		err := remote(ctx, addr)
+		moved, err := n.remoteWhileLeader(ctx, addr, remote)
 		if err == nil {
 			return nil
+		}
+		if moved {
+			last = fmt.Errorf("the leader changed during a call to %s: %w", addr, err)
+			continue
 		}
 		if s, ok := status.FromError(err); ok && s.Code() != codes.FailedPrecondition && s.Code() != codes.Unavailable {
 			return err
 		}
 		last = err
 	}
+}
+
+// remoteWhileLeader runs remote against addr until it answers or this
+// node learns of another leader (or of none), and then gives it up
+// (moved). A leader cut off by a silent partition (no reset, no answer)
+// would otherwise hold the call until the caller's deadline, long after
+// the others elected a new leader that could answer it; calls are
+// idempotent, so the retry may run twice.
+func (n *Node) remoteWhileLeader(ctx context.Context, addr string, remote func(context.Context, string) error) (moved bool, err error) {
+	rctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var changed atomic.Bool
+	go func() {
+		// Owned by this call: ends when it does (cancel above).
+		t := time.NewTicker(50 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-rctx.Done():
+				return
+			case <-t.C:
+				if _, a := n.Leader(); a != addr {
+					changed.Store(true)
+					cancel()
+					return
+				}
+			}
+		}
+	}()
+	err = remote(rctx, addr)
+	return err != nil && changed.Load() && ctx.Err() == nil, err
 }
 
 // Status is this node's view of the cluster; with probe, every member is

@@ -23,6 +23,8 @@
 #    against real daemons (scripts/java-test.sh; needs java and mvn).
 # 8. runs the Flink example job's MiniCluster tests on Flink's own state
 #    backends (scripts/flink-jobs.sh; needs JDK 17 and Maven).
+# 9. runs the partition suite briefly (scripts/partition.sh: needs root and
+#    iproute2; fails without them when CI=true).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -144,5 +146,14 @@ scripts/java-test.sh
 # machine downloads Flink 2.3.0 into Maven's local repository.
 stage "Flink jobs (MiniCluster)"
 scripts/flink-jobs.sh
+
+# The partition suite, briefly (every scenario once, 1 s cuts): five real
+# `stated serve` processes in network namespaces of their own, links cut
+# and healed (tests/partition, docs/cluster.md "Partition suite"). It needs
+# root and iproute2's ip; with CI=true and no `ip netns` it fails, saying
+# why. It prints its figures (time to a new leader, completions the
+# minority refused, time to converge). A longer run: scripts/partition.sh 20.
+stage "partition suite (network namespaces)"
+scripts/partition.sh
 
 stage "all passed"
