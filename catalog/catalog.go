@@ -345,6 +345,10 @@ type Catalog struct {
 	// discardKick wakes a replicated catalog's discarder.
 	discardKick chan struct{}
 
+	// reports holds fenced reports back for a shared log write
+	// (reportbatch.go).
+	reports reportBatcher
+
 	// afterSweep, if set (by tests, before Start), is called by the
 	// background sweep after each pass.
 	afterSweep func(*GCReport, error)

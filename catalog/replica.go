@@ -164,6 +164,9 @@ func (c *Catalog) AddFencedTaskHandle(job string, id uint64, h *backend.Handle, 
 	if err := c.checkNotCompleting(job, id); err != nil {
 		return err
 	}
+	if c.opts.Propose != nil && token != 0 {
+		return c.gatherReport(command{Op: opAddHandle, Job: job, ID: id, Handles: []*backend.Handle{h}, Token: token}, Fence{Task: h.Task, Token: token})
+	}
 	return c.report(command{Op: opAddHandle, Job: job, ID: id, Handles: []*backend.Handle{h}, Token: token}, []Fence{{Task: h.Task, Token: token}})
 }
 
