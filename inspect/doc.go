@@ -6,7 +6,8 @@
 // handle is restored, as a daemon would restore it, into a throwaway lsm
 // instance in a temporary directory (lsm restores from lsm, file, heap
 // and canonical handles alike, checking every file's size and CRC32C on
-// the way); the reader then walks that instance's Pebble store in key
+// the way; a changelog-mode handle goes through dstl/changelog, which
+// restores its base into that instance and replays its log window); the reader then walks that instance's Pebble store in key
 // order and takes each stored key and value apart by the frozen layout of
 // backend/internal/kvstate (keys.go, values.go), which the package cannot
 // import and so restates in layout.go. Memory stays bounded by Pebble's
@@ -20,8 +21,6 @@
 // and the reason, never answered with no entries:
 //   - lsm remote mode handles (SSTs referenced in place): their restore
 //     registers holds in the store;
-//   - changelog-mode handles (a base plus a log window): their restore
-//     needs the daemon's log writer;
 //   - heap checkpoints, whose files live in the daemon's memory (a
 //     canonical or native savepoint of a heap job is readable).
 //

@@ -13,6 +13,8 @@ import (
 	"github.com/statedhq/stated/backend"
 	"github.com/statedhq/stated/backend/lsm"
 	"github.com/statedhq/stated/catalog"
+	"github.com/statedhq/stated/dstl"
+	"github.com/statedhq/stated/dstl/changelog"
 	"github.com/statedhq/stated/tiered"
 )
 
@@ -33,6 +35,10 @@ type Options struct {
 	// was moved elsewhere, a store rooted at the savepoint's directory.
 	// Required; never written to; the caller closes it.
 	Store tiered.Store
+	// LogStore holds the changelog's segments, when the daemon ran with a
+	// separate changelog store (--changelog-store). Default Store. Never
+	// written to.
+	LogStore tiered.Store
 	// Dir is the checkpoint or savepoint directory in Store:
 	// "<job>/chk-<N>", "savepoints/<id>", or "" for a savepoint at the
 	// store's root.
@@ -60,6 +66,9 @@ func (o *Options) ensureDefaults() {
 	}
 	if o.Clock == nil {
 		o.Clock = time.Now
+	}
+	if o.LogStore == nil {
+		o.LogStore = o.Store
 	}
 }
 
@@ -217,10 +226,6 @@ func (r *Reader) Scan(ctx context.Context, f Filter, fn func(*Entry) error) erro
 
 // Readable reports why a task cannot be read offline (nil: it can).
 func (r *Reader) Readable(ctx context.Context, h *backend.Handle) error {
-	if h.IsChangelog() {
-		return fmt.Errorf("inspect: %s of %s: %w: it was written in changelog mode (a base plus a log window), which only the daemon's changelog restore reads; take a canonical savepoint (stated savepoint trigger) and read that",
-			h.Task, r.What(), ErrUnsupported)
-	}
 	for _, fr := range h.Files {
 		if fr.Table != nil {
 			return fmt.Errorf("inspect: %s of %s: %w: its SSTs are referenced in place (lsm remote mode), and a restore of them registers holds in the store; take a canonical savepoint (stated savepoint trigger) and read that",
@@ -262,23 +267,13 @@ func (r *Reader) scanTask(ctx context.Context, h *backend.Handle, f Filter, fn f
 			err = fmt.Errorf("inspect: remove %s: %w", dir, rerr)
 		}
 	}()
-	b, err := lsm.OpenContext(ctx, backend.Options{
-		Task:           h.Task,
-		KeyGroups:      kgs,
-		MaxParallelism: h.MaxParallelism,
-		Store:          r.files,
-		Restore:        []*backend.Handle{h},
-		RestoreStore:   r.files,
-		NoClaim:        true,
-		Clock:          r.opts.Clock,
-	}, lsm.Options{Dir: dir, CacheSize: r.opts.CacheBytes, MemTableSize: 1 << 20,
-		UploadConcurrency: 2, DisableAutomaticCompactions: true})
+	db, closeDB, err := r.restore(ctx, h, kgs, dir)
 	if err != nil {
 		return fmt.Errorf("inspect: read %s of %s: %w", h.Task, r.What(), err)
 	}
-	defer b.Close()
+	defer closeDB()
 	lo, hi := keyGroupBounds(kgs)
-	it, err := b.DB().NewIterWithContext(ctx, &pebble.IterOptions{LowerBound: lo, UpperBound: hi})
+	it, err := db.NewIterWithContext(ctx, &pebble.IterOptions{LowerBound: lo, UpperBound: hi})
 	if err != nil {
 		return fmt.Errorf("inspect: read %s of %s: %w", h.Task, r.What(), err)
 	}
@@ -301,6 +296,60 @@ func (r *Reader) scanTask(ctx context.Context, h *backend.Handle, f Filter, fn f
 		return fmt.Errorf("inspect: read %s of %s: %w", h.Task, r.What(), err)
 	}
 	return nil
+}
+
+// restore restores key groups kgs of h into an lsm instance in dir and
+// returns its Pebble store. A changelog handle is restored as the daemon
+// restores it: its base into the lsm instance, then its log window
+// replayed on top, through the changelog wrapper; the writer it needs
+// never writes (the replay appends nothing, and its log store is
+// read-only).
+func (r *Reader) restore(ctx context.Context, h *backend.Handle, kgs backend.KeyGroupRange, dir string) (*pebble.DB, func(), error) {
+	opts := backend.Options{
+		Task:           h.Task,
+		KeyGroups:      kgs,
+		MaxParallelism: h.MaxParallelism,
+		Store:          r.files,
+		Restore:        []*backend.Handle{h},
+		RestoreStore:   r.files,
+		NoClaim:        true,
+		Clock:          r.opts.Clock,
+	}
+	lo := lsm.Options{Dir: dir, CacheSize: r.opts.CacheBytes, MemTableSize: 1 << 20,
+		UploadConcurrency: 2, DisableAutomaticCompactions: true}
+	if !h.IsChangelog() {
+		b, err := lsm.OpenContext(ctx, opts, lo)
+		if err != nil {
+			return nil, nil, err
+		}
+		return b.DB(), func() { _ = b.Close() }, nil
+	}
+	ls := dstl.TieredLogStore{Store: readOnly{r.opts.LogStore}}
+	w, err := dstl.NewWriter(ls, dstl.Options{})
+	if err != nil {
+		return nil, nil, err
+	}
+	var inner *lsm.Backend
+	cb, err := changelog.Open(opts, changelog.Options{
+		OpenInner: func(o backend.Options) (backend.Backend, error) {
+			b, err := lsm.OpenContext(ctx, o, lo)
+			if err != nil {
+				return nil, err
+			}
+			inner = b
+			return b, nil
+		},
+		Writer: w,
+		Log:    ls,
+	})
+	if err != nil {
+		_ = w.Close()
+		return nil, nil, err
+	}
+	return inner.DB(), func() {
+		_ = cb.Close()
+		_ = w.Close()
+	}, nil
 }
 
 // decoder turns stored entries of one task into Entries.

@@ -63,6 +63,11 @@ func row(e *inspect.Entry) string {
 // fill writes known state of every kind into in and returns the rows a
 // reader must return for it.
 func fill(t *testing.T, in *daemon.Instance, n int) []string {
+	return fillPrefix(t, in, "k", n)
+}
+
+// fillPrefix is fill with keys that start with prefix.
+func fillPrefix(t *testing.T, in *daemon.Instance, prefix string, n int) []string {
 	t.Helper()
 	b := in.Backend
 	var want []string
@@ -78,7 +83,7 @@ func fill(t *testing.T, in *daemon.Instance, n int) []string {
 	}
 	for i := 0; i < n; i++ {
 		kg := in.KeyGroups.Start + i%in.KeyGroups.Len()
-		key := []byte(fmt.Sprintf("k%d-%d", in.Task.Subtask, i))
+		key := []byte(fmt.Sprintf("%s%d-%d", prefix, in.Task.Subtask, i))
 		ns := []byte(fmt.Sprintf("ns%d", i%3))
 		k := backend.Key{KeyGroup: kg, Key: key, Namespace: ns}
 		must(b.Put("val", k, []byte(fmt.Sprintf(`{"i":%d}`, i))))
@@ -200,7 +205,8 @@ func TestRoundTrip(t *testing.T) {
 		mode daemon.ChangelogMode
 	}
 	for _, c := range []tc{{backend.KindHeap, daemon.ChangelogOff}, {backend.KindFile, daemon.ChangelogOff},
-		{backend.KindLSM, daemon.ChangelogOff}, {backend.KindFile, daemon.ChangelogOn}} {
+		{backend.KindLSM, daemon.ChangelogOff}, {backend.KindFile, daemon.ChangelogOn}, {backend.KindLSM, daemon.ChangelogOn},
+		{backend.KindHeap, daemon.ChangelogOn}} {
 		name := string(c.kind)
 		if c.mode == daemon.ChangelogOn {
 			name += "-changelog"
@@ -209,31 +215,46 @@ func TestRoundTrip(t *testing.T) {
 			e := newEnv(t)
 			job := "j-" + name
 			in0, in1 := e.open(t, job, 0, c.kind, c.mode), e.open(t, job, 1, c.kind, c.mode)
-			want := append(fill(t, in0, 40), fill(t, in1, 30)...)
+			want1 := append(fill(t, in0, 40), fill(t, in1, 30)...)
 			e.checkpoint(t, job, 1, in0, in1)
+			// A second checkpoint: incremental for lsm, a log window
+			// after the base in changelog mode.
+			want := append(slices.Clone(want1), append(fillPrefix(t, in0, "x", 20), fillPrefix(t, in1, "x", 10)...)...)
+			e.checkpoint(t, job, 2, in0, in1)
 			sp, err := e.d.TriggerSavepoint(context.Background(), job, false, 0)
 			if err != nil {
 				t.Fatal(err)
 			}
 			before := listing(t, e.store)
 
-			got, err := readAll(t, e.store, catalog.CheckpointDir(job, 1))
-			switch {
-			case c.kind == backend.KindHeap || c.mode == daemon.ChangelogOn:
-				if !errors.Is(err, inspect.ErrUnsupported) || !strings.Contains(err.Error(), "savepoint") {
-					t.Errorf("checkpoint of %s: %v, want ErrUnsupported saying to take a savepoint", name, err)
+			if c.mode == daemon.ChangelogOn {
+				r, err := inspect.Open(context.Background(), inspect.Options{Store: e.store, Dir: catalog.CheckpointDir(job, 2)})
+				if err != nil {
+					t.Fatal(err)
 				}
-			case err != nil:
-				t.Errorf("checkpoint: %v", err)
-			default:
-				diff(t, "checkpoint", got, want)
+				if h := r.Manifest().Tasks[0]; h.Log == nil || h.Log.Bytes == 0 {
+					t.Fatalf("checkpoint 2 in changelog mode has no log window (%+v): the test reads no log", h.Log)
+				}
 			}
-			got, err = readAll(t, e.store, sp.Dir)
+			for id, w := range map[uint64][]string{1: want1, 2: want} {
+				got, err := readAll(t, e.store, catalog.CheckpointDir(job, id))
+				switch {
+				case c.kind == backend.KindHeap && c.mode == daemon.ChangelogOff:
+					if !errors.Is(err, inspect.ErrUnsupported) || !strings.Contains(err.Error(), "savepoint") {
+						t.Errorf("checkpoint %d of %s: %v, want ErrUnsupported saying to take a savepoint", id, name, err)
+					}
+				case err != nil:
+					t.Errorf("checkpoint %d: %v", id, err)
+				default:
+					diff(t, fmt.Sprintf("checkpoint %d", id), got, w)
+				}
+			}
+			got, err := readAll(t, e.store, sp.Dir)
 			if err != nil {
 				t.Fatalf("canonical savepoint: %v", err)
 			}
 			diff(t, "canonical savepoint", got, want)
-			if c.mode == daemon.ChangelogOff {
+			{
 				nsp, err := e.d.TriggerSavepoint(context.Background(), job, true, 50)
 				if err != nil {
 					t.Fatal(err)

@@ -44,10 +44,11 @@ local checkpoint or savepoint directory when no store is named (as for
 (--temp-dir) and read from there, one task at a time: the disk needs room for
 the largest task's state.
 
-Checkpoints in changelog mode, lsm remote mode and heap checkpoints (whose files
-live in the daemon's memory) cannot be read offline yet: the commands refuse
-them with an error, and read a savepoint of the job ("stated savepoint
-trigger") instead.`,
+Checkpoints in changelog mode are read as a restore reads them: the base, then
+the log window replayed (give --changelog-store if the daemon has one).
+Checkpoints in lsm remote mode and heap checkpoints (whose files live in the
+daemon's memory) cannot be read offline yet: the commands refuse them with an
+error; read a savepoint of the job ("stated savepoint trigger") instead.`,
 	}
 	cmd.AddCommand(newStateLsCmd(), newStateGetCmd(), newStateScanCmd(), newStateExportCmd())
 	return cmd
@@ -148,25 +149,30 @@ func openState(cmd *cobra.Command, target string, f *stateFlags, wrap func(tiere
 		}
 		s, dir = ro, d
 	}
+	logStore, err := openCLILogStore(ctx, f.store, false)
+	if err != nil {
+		s.Close()
+		return nil, nil, err
+	}
+	closeFn = func() {
+		s.Close()
+		if logStore != nil {
+			logStore.Close()
+		}
+	}
 	read := s
 	if wrap != nil {
 		read = wrap(s)
 	}
-	return openReader(ctx, s, read, dir, f, f.store.url)
-}
-
-// openReader opens the reader of dir in read (s, or a wrapper of it) and
-// takes ownership of s.
-func openReader(ctx context.Context, s, read tiered.Store, dir string, f *stateFlags, storeURL string) (*inspect.Reader, func(), error) {
-	r, err := inspect.Open(ctx, inspect.Options{Store: read, Dir: dir, TempDir: f.tempDir, IncludeExpired: f.includeExpired})
+	r, err = inspect.Open(ctx, inspect.Options{Store: read, LogStore: logStore, Dir: dir, TempDir: f.tempDir, IncludeExpired: f.includeExpired})
 	if err != nil {
-		s.Close()
+		closeFn()
 		if errors.Is(err, catalog.ErrNotFound) {
-			return nil, nil, fmt.Errorf("%w: \"stated checkpoints\" lists the retained checkpoints and savepoints of %s, and \"<job>/latest\" names a job's newest", err, storeURL)
+			return nil, nil, fmt.Errorf("%w: \"stated checkpoints\" lists the retained checkpoints and savepoints of %s, and \"<job>/latest\" names a job's newest", err, f.store.url)
 		}
 		return nil, nil, err
 	}
-	return r, func() { s.Close() }, nil
+	return r, closeFn, nil
 }
 
 // showBytes renders b for a terminal as --show says: text, hex, json, or
