@@ -6,12 +6,15 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/parquet-go/parquet-go"
 
 	"github.com/statedhq/stated/backend"
 	"github.com/statedhq/stated/daemon"
@@ -131,6 +134,14 @@ func TestStateExportRoundTrip(t *testing.T) {
 				t.Errorf("export of a heap checkpoint: %v, want an error saying to read a savepoint", err)
 			}
 			for _, target := range targets {
+				if got := exportParquet(t, root, target); !slices.Equal(got, want) {
+					t.Errorf("parquet export %s: %d rows, want %d", target, len(got), len(want))
+					for i := range min(len(got), len(want)) {
+						if got[i] != want[i] {
+							t.Fatalf("parquet export %s: first difference:\n got %s\nwant %s", target, got[i], want[i])
+						}
+					}
+				}
 				out := filepath.Join(t.TempDir(), "x.jsonl")
 				if _, err := runState(t, root, "export", target, "-o", out); err != nil {
 					t.Fatalf("export %s: %v", target, err)
@@ -161,4 +172,60 @@ func TestStateExportRoundTrip(t *testing.T) {
 			}
 		})
 	}
+}
+
+// exportParquet runs "stated state export --format parquet" on target,
+// reads the file back with parquet-go's reader and renders each row as
+// exportLine renders a JSON line, sorted.
+func exportParquet(t *testing.T, root, target string) []string {
+	t.Helper()
+	out := filepath.Join(t.TempDir(), "x.parquet")
+	if _, err := runState(t, root, "export", target, "--format", "parquet", "-o", out); err != nil {
+		t.Fatalf("export %s --format parquet: %v", target, err)
+	}
+	f, err := os.Open(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	pr := parquet.NewGenericReader[parquetRow](f)
+	defer pr.Close()
+	b64 := base64.StdEncoding.EncodeToString
+	var got []string
+	rows := make([]parquetRow, 100)
+	for {
+		n, err := pr.Read(rows)
+		for _, p := range rows[:n] {
+			r := map[string]any{"operator": p.Operator, "subtask": p.Subtask, "state": p.State, "kind": p.Kind,
+				"keyGroup": p.KeyGroup, "key": b64(p.Key), "namespace": b64(p.Namespace)}
+			switch p.Kind {
+			case "map":
+				r["userKey"] = b64(p.UserKey)
+				r["value"] = b64(p.Value)
+			case "value", "list":
+				r["value"] = b64(p.Value)
+			}
+			if p.Index != nil {
+				r["index"] = *p.Index
+			}
+			if p.NumberFloat != nil {
+				r["number"] = *p.NumberFloat
+			}
+			if p.NumberInt != nil {
+				r["number"] = *p.NumberInt
+			}
+			if p.Timestamp != nil {
+				r["timestamp"] = *p.Timestamp
+			}
+			got = append(got, exportLine(r))
+		}
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatalf("read parquet export of %s: %v", target, err)
+		}
+	}
+	slices.Sort(got)
+	return got
 }

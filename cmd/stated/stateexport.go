@@ -21,12 +21,13 @@ import (
 
 func newStateExportCmd() *cobra.Command {
 	var f stateFlags
-	var output, enc string
+	var output, enc, format string
 	cmd := &cobra.Command{
 		Use:   "export <target>",
-		Short: "Write the selected entries as JSON lines",
-		Long: `export writes one JSON object a line per entry (a value, a list element, a map
-entry, an aggregate or a timer), for DuckDB, pandas, Spark or jq:
+		Short: "Write the selected entries as JSON lines or Parquet",
+		Long: `export writes one row per entry (a value, a list element, a map entry, an
+aggregate or a timer), for DuckDB, pandas, Spark or jq: as JSON lines (--format
+jsonl, the default), one JSON object a line,
 
   {"operator":"op","subtask":0,"state":"counts","kind":"map","keyGroup":17,
    "key":"...","namespace":"...","userKey":"...","value":"..."}
@@ -37,12 +38,20 @@ timestamp for timers, expiry (unix milliseconds) for entries with a TTL.
 Byte strings are written as --bytes says: base64 (the default: any bytes),
 hex, or text (refused for bytes that are not UTF-8, naming the entry).
 
+--format parquet writes one Parquet file (zstd, row groups of 128Ki rows) with
+the same columns: key, namespace, userKey and value as binary (empty where the
+kind has none), index, numberInt or numberFloat, timestamp and expiry null
+where the kind has none. --bytes does not apply.
+
 Progress (bytes of files read, entries written) goes to stderr.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			encode, err := bytesEncoder(enc)
 			if err != nil {
 				return err
+			}
+			if format != "jsonl" && format != "parquet" {
+				return fmt.Errorf("--format %q: give jsonl or parquet", format)
 			}
 			flt, err := f.filter()
 			if err != nil {
@@ -61,10 +70,19 @@ Progress (bytes of files read, entries written) goes to stderr.`,
 				}
 				out = file
 			}
-			n, err := runStateExport(cmd.Context(), out, r, flt, encode, stderrProgress())
+			var n int64
+			if format == "parquet" {
+				n, err = runStateExportParquet(cmd.Context(), out, r, flt, stderrProgress())
+			} else {
+				n, err = runStateExport(cmd.Context(), out, r, flt, encode, stderrProgress())
+			}
 			if file != nil {
 				if cerr := file.Close(); err == nil {
 					err = cerr
+				}
+				if err != nil {
+					// A partial export must not pass for a whole one.
+					_ = os.Remove(output)
 				}
 			}
 			if err != nil {
@@ -76,7 +94,8 @@ Progress (bytes of files read, entries written) goes to stderr.`,
 	}
 	addStateFlags(cmd, &f)
 	cmd.Flags().StringVarP(&output, "output", "o", "-", "the file to write (-: stdout)")
-	cmd.Flags().StringVar(&enc, "bytes", "base64", "how byte strings are written: base64, hex or text (UTF-8 only)")
+	cmd.Flags().StringVar(&enc, "bytes", "base64", "JSON lines: how byte strings are written: base64, hex or text (UTF-8 only)")
+	cmd.Flags().StringVar(&format, "format", "jsonl", "jsonl (JSON lines) or parquet")
 	return cmd
 }
 
