@@ -366,3 +366,49 @@ func TestFilterAndSummary(t *testing.T) {
 		t.Errorf("largest: %v", l)
 	}
 }
+
+// TestReadWhileCheckpointing: a checkpoint reads back exactly while the
+// daemon keeps writing and completing newer checkpoints into the same
+// store (it stays retained: the catalog keeps 3).
+func TestReadWhileCheckpointing(t *testing.T) {
+	e := newEnv(t)
+	in0, in1 := e.open(t, "j", 0, backend.KindLSM, daemon.ChangelogOff), e.open(t, "j", 1, backend.KindLSM, daemon.ChangelogOff)
+	want := append(fill(t, in0, 60), fill(t, in1, 60)...)
+	e.checkpoint(t, "j", 1, in0, in1)
+	done := make(chan error, 1)
+	go func() {
+		ctx := context.Background()
+		for id := uint64(2); id <= 3; id++ {
+			for i := 0; i < 500; i++ {
+				for _, in := range []*daemon.Instance{in0, in1} {
+					k := backend.Key{KeyGroup: in.KeyGroups.Start + i%in.KeyGroups.Len(), Key: []byte(fmt.Sprintf("k%d-%d", in.Task.Subtask, i%60))}
+					if err := in.Backend.Put("val", k, []byte(fmt.Sprintf("new%d", id))); err != nil {
+						done <- err
+						return
+					}
+				}
+			}
+			for _, in := range []*daemon.Instance{in0, in1} {
+				if _, err := e.d.Snapshot(ctx, in, id, false); err != nil {
+					done <- err
+					return
+				}
+			}
+			if _, err := e.d.CompleteCheckpoint(ctx, "j", id, nil); err != nil {
+				done <- err
+				return
+			}
+		}
+		done <- nil
+	}()
+	for i := 0; i < 3; i++ {
+		got, err := readAll(t, e.store, catalog.CheckpointDir("j", 1))
+		if err != nil {
+			t.Fatalf("read %d of checkpoint 1 while checkpointing: %v", i, err)
+		}
+		diff(t, fmt.Sprintf("read %d of checkpoint 1 while checkpointing", i), got, want)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}

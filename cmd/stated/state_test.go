@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 )
@@ -44,6 +45,11 @@ func TestStateCommands(t *testing.T) {
 		if !strings.Contains(out, want) {
 			t.Errorf("ls j/latest: no %q in\n%s", want, out)
 		}
+	}
+	out, err = runState(t, root, "ls", "j/latest", "--top", "-1", "--key-groups", "5-7")
+	if err != nil || !strings.Contains(out, "3 key groups hold entries:") ||
+		len(regexp.MustCompile(`(?m)^op +[567] +4 `).FindAllString(out, -1)) != 3 {
+		t.Errorf("ls --top -1 --key-groups 5-7: %v\n%s", err, out)
 	}
 	out, err = runState(t, root, "ls", "j/1", "--top", "0")
 	if err != nil || !strings.Contains(out, "checkpoint 1 of job j") || !strings.Contains(out, " 200 ") {

@@ -23,11 +23,11 @@ func newStateLsCmd() *cobra.Command {
 		Long: `ls reads every selected entry and prints, per operator and state, the kind,
 the number of entries (one per value, list element, map entry, aggregate or
 timer) and the stored bytes they take, then the key groups with the most bytes
-(--top).`,
+(--top; -1 lists every key group that holds entries, in key-group order).`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if top < 0 {
-				return fmt.Errorf("--top %d is negative", top)
+			if top < -1 {
+				return fmt.Errorf("--top %d: give a count, 0 for none or -1 for every key group", top)
 			}
 			flt, err := f.filter()
 			if err != nil {
@@ -42,7 +42,7 @@ timer) and the stored bytes they take, then the key groups with the most bytes
 		},
 	}
 	addStateFlags(cmd, &f)
-	cmd.Flags().IntVar(&top, "top", 10, "how many of the largest key groups to list")
+	cmd.Flags().IntVar(&top, "top", 10, "how many of the largest key groups to list (0: none, -1: all)")
 	return cmd
 }
 
@@ -82,10 +82,16 @@ func runStateLs(cmd *cobra.Command, r *inspect.Reader, flt inspect.Filter, top i
 	if top == 0 || len(s.KeyGroups) == 0 {
 		return nil
 	}
-	fmt.Fprintf(out, "\n%d key groups hold entries; the largest:\n", len(s.KeyGroups))
+	groups := s.KeyGroups
+	if top > 0 {
+		groups = s.Largest(top)
+		fmt.Fprintf(out, "\n%d key groups hold entries; the largest:\n", len(s.KeyGroups))
+	} else {
+		fmt.Fprintf(out, "\n%d key groups hold entries:\n", len(s.KeyGroups))
+	}
 	tw = tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "OPERATOR\tKEY GROUP\tENTRIES\tBYTES\tSHARE\t")
-	for _, g := range s.Largest(top) {
+	for _, g := range groups {
 		share := float64(g.Bytes) * 100 / float64(max(1, s.Total.Bytes))
 		fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%.1f%%\t\n", g.Operator, g.KeyGroup, g.Entries, bytesize.Format(g.Bytes), share)
 	}
