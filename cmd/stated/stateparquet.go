@@ -38,11 +38,13 @@ type parquetRow struct {
 // Bounds of a Parquet export's memory: rows are handed to the writer in
 // batches (their bytes copied into one arena, since an Entry's bytes are
 // valid only during the callback), and a row group is written out after
-// parquetRowGroupRows rows.
+// parquetRowGroupRows rows or parquetRowGroupBytes bytes of keys and
+// values, whichever comes first (values may be up to 4 MiB each).
 const (
-	parquetBatchRows    = 1024
-	parquetBatchBytes   = 4 << 20
-	parquetRowGroupRows = 128 << 10
+	parquetBatchRows     = 1024
+	parquetBatchBytes    = 4 << 20
+	parquetRowGroupRows  = 128 << 10
+	parquetRowGroupBytes = 64 << 20
 )
 
 func runStateExportParquet(ctx context.Context, w io.Writer, r *counted, flt inspect.Filter, prog progressOpts) (int64, error) {
@@ -63,6 +65,7 @@ func runStateExportParquet(ctx context.Context, w io.Writer, r *counted, flt ins
 		parquet.CreatedBy("stated", bi.Version, bi.Revision))
 	batch := make([]parquetRow, 0, parquetBatchRows)
 	arena := make([]byte, 0, parquetBatchBytes)
+	var groupBytes int64 // bytes handed to the writer since its last row group
 	flush := func() error {
 		if len(batch) == 0 {
 			return nil
@@ -71,7 +74,16 @@ func runStateExportParquet(ctx context.Context, w io.Writer, r *counted, flt ins
 			return fmt.Errorf("parquet: %w", err)
 		}
 		n.Add(int64(len(batch)))
+		for _, r := range batch {
+			groupBytes += int64(len(r.Key) + len(r.Namespace) + len(r.UserKey) + len(r.Value))
+		}
 		batch, arena = batch[:0], arena[:0]
+		if groupBytes >= parquetRowGroupBytes {
+			groupBytes = 0
+			if err := pw.Flush(); err != nil {
+				return fmt.Errorf("parquet: %w", err)
+			}
+		}
 		return nil
 	}
 	keep := func(b []byte) []byte {
@@ -106,7 +118,7 @@ func runStateExportParquet(ctx context.Context, w io.Writer, r *counted, flt ins
 			row.Timestamp = &ts
 		}
 		batch = append(batch, row)
-		if len(batch) == cap(batch) || len(arena) > parquetBatchBytes/2 {
+		if len(batch) == cap(batch) || len(arena) > parquetBatchBytes/2 || len(e.Value) > parquetBatchBytes/2 {
 			return flush()
 		}
 		return nil
