@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"encoding/hex"
 	"encoding/json"
+	"math"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -143,5 +144,29 @@ func TestStateBadInput(t *testing.T) {
 	out, err := runState(t, root, "export", "j/latest")
 	if err == nil || !strings.Contains(err.Error(), f) || !strings.Contains(err.Error(), "corrupt") || out != "" {
 		t.Errorf("export of a damaged checkpoint: %v, output %q; want an error naming %s and nothing written", err, out, f)
+	}
+}
+
+// TestExportJSONEncoding: the hand-written JSON of export reads back as
+// encoding/json reads it, for text that needs escapes and for the floats
+// JSON has no number for.
+func TestExportJSONEncoding(t *testing.T) {
+	for _, s := range []string{"", "plain-name.1", `q"uote`, "back\\slash", "tab\tnl\n", "<html>&", "ünï €", "\x7f\x01"} {
+		var got string
+		if err := json.Unmarshal(appendJSONString(nil, s), &got); err != nil || got != s {
+			t.Errorf("appendJSONString(%q) reads back as %q, %v", s, got, err)
+		}
+	}
+	enc, err := bytesEncoder("text")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := enc(nil, []byte{0xff}); err == nil {
+		t.Error("text encoding of a non-UTF-8 byte: no error")
+	}
+	for f, want := range map[float64]string{0.5: "0.5", -3: "-3", 1e300: "1e+300", math.NaN(): `"NaN"`, math.Inf(-1): `"-Inf"`} {
+		if got := string(appendJSONFloat(nil, f)); got != want {
+			t.Errorf("appendJSONFloat(%v) = %s, want %s", f, got, want)
+		}
 	}
 }

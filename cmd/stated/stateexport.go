@@ -8,7 +8,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"os"
+	"strconv"
 	"sync/atomic"
 	"unicode/utf8"
 
@@ -120,43 +122,64 @@ func openCountedState(cmd *cobra.Command, target string, f *stateFlags) (*counte
 	return &counted{Reader: r, cs: cs}, closeFn, nil
 }
 
-// bytesEncoder returns the encoding of --bytes.
-func bytesEncoder(name string) (func([]byte) (string, error), error) {
+// bytesEncoder returns the encoding of --bytes: it appends b to dst as a
+// JSON string, quotes included.
+func bytesEncoder(name string) (func(dst, b []byte) ([]byte, error), error) {
 	switch name {
 	case "base64":
-		return func(b []byte) (string, error) { return base64.StdEncoding.EncodeToString(b), nil }, nil
+		return func(dst, b []byte) ([]byte, error) {
+			dst = append(dst, '"')
+			return append(base64.StdEncoding.AppendEncode(dst, b), '"'), nil
+		}, nil
 	case "hex":
-		return func(b []byte) (string, error) { return hex.EncodeToString(b), nil }, nil
+		return func(dst, b []byte) ([]byte, error) {
+			dst = append(dst, '"')
+			return append(hex.AppendEncode(dst, b), '"'), nil
+		}, nil
 	case "text":
-		return func(b []byte) (string, error) {
+		return func(dst, b []byte) ([]byte, error) {
 			if !utf8.Valid(b) {
-				return "", fmt.Errorf("%x is not UTF-8 text: export with --bytes base64 or hex", b)
+				return dst, fmt.Errorf("%x is not UTF-8 text: export with --bytes base64 or hex", b)
 			}
-			return string(b), nil
+			return appendJSONString(dst, string(b)), nil
 		}, nil
 	}
 	return nil, fmt.Errorf("--bytes %q: give base64, hex or text", name)
 }
 
-// exportRow is one line of an export. Field names are part of the
-// format users query: keep them.
-type exportRow struct {
-	Operator  string  `json:"operator"`
-	Subtask   int     `json:"subtask"`
-	State     string  `json:"state"`
-	Kind      string  `json:"kind"`
-	KeyGroup  int     `json:"keyGroup"`
-	Key       string  `json:"key"`
-	Namespace string  `json:"namespace"`
-	UserKey   *string `json:"userKey,omitempty"`
-	Value     *string `json:"value,omitempty"`
-	Index     *int    `json:"index,omitempty"`
-	Number    any     `json:"number,omitempty"`
-	Timestamp *int64  `json:"timestamp,omitempty"`
-	Expiry    int64   `json:"expiry,omitempty"`
+// appendJSONString appends s as a JSON string. Names and most text need
+// no escape; the rest goes through encoding/json.
+func appendJSONString(dst []byte, s string) []byte {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c >= 0x7f || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+			q, _ := json.Marshal(s) // a valid UTF-8 string always marshals
+			return append(dst, q...)
+		}
+	}
+	dst = append(dst, '"')
+	return append(append(dst, s...), '"')
 }
 
-func runStateExport(ctx context.Context, w io.Writer, r *counted, flt inspect.Filter, encode func([]byte) (string, error), prog progressOpts) (int64, error) {
+// appendJSONFloat appends f as a JSON number; NaN and the infinities,
+// which JSON has no number for, as the strings "NaN", "+Inf", "-Inf".
+func appendJSONFloat(dst []byte, f float64) []byte {
+	switch {
+	case math.IsNaN(f):
+		return append(dst, `"NaN"`...)
+	case math.IsInf(f, 1):
+		return append(dst, `"+Inf"`...)
+	case math.IsInf(f, -1):
+		return append(dst, `"-Inf"`...)
+	}
+	return strconv.AppendFloat(dst, f, 'g', -1, 64)
+}
+
+// A line of an export has the fields operator, subtask, state, kind,
+// keyGroup, key, namespace, then by kind userKey, value, index, number,
+// timestamp, and expiry for entries with a TTL. The names are part of the
+// format users query: keep them (and parquetRow's).
+
+func runStateExport(ctx context.Context, w io.Writer, r *counted, flt inspect.Filter, encode func(dst, b []byte) ([]byte, error), prog progressOpts) (int64, error) {
 	var total int64
 	for _, h := range r.Manifest().Tasks {
 		total += h.FullSize
@@ -168,54 +191,63 @@ func runStateExport(ctx context.Context, w io.Writer, r *counted, flt inspect.Fi
 	})
 	defer stop()
 	bw := bufio.NewWriterSize(w, 1<<20)
-	enc := json.NewEncoder(bw)
-	str := func(e *inspect.Entry, what string, b []byte) (string, error) {
-		s, err := encode(b)
-		if err != nil {
-			return "", fmt.Errorf("%s/%d state %s key group %d: %s %w", e.Operator, e.Subtask, e.State, e.KeyGroup, what, err)
-		}
-		return s, nil
-	}
+	var line []byte
 	err := r.Scan(ctx, flt, func(e *inspect.Entry) error {
-		row := exportRow{Operator: e.Operator, Subtask: e.Subtask, State: e.State, Kind: e.Kind.String(),
-			KeyGroup: e.KeyGroup, Expiry: e.Expiry}
-		var err error
-		if row.Key, err = str(e, "key", e.Key); err != nil {
+		field := func(name string, b []byte) error {
+			line = append(append(line, `,"`...), name...)
+			line = append(line, `":`...)
+			var err error
+			if line, err = encode(line, b); err != nil {
+				return fmt.Errorf("%s/%d state %s key group %d: %s %w", e.Operator, e.Subtask, e.State, e.KeyGroup, name, err)
+			}
+			return nil
+		}
+		line = append(line[:0], `{"operator":`...)
+		line = appendJSONString(line, e.Operator)
+		line = strconv.AppendInt(append(line, `,"subtask":`...), int64(e.Subtask), 10)
+		line = appendJSONString(append(line, `,"state":`...), e.State)
+		line = appendJSONString(append(line, `,"kind":`...), e.Kind.String())
+		line = strconv.AppendInt(append(line, `,"keyGroup":`...), int64(e.KeyGroup), 10)
+		if err := field("key", e.Key); err != nil {
 			return err
 		}
-		if row.Namespace, err = str(e, "namespace", e.Namespace); err != nil {
+		if err := field("namespace", e.Namespace); err != nil {
 			return err
 		}
 		switch e.Kind {
 		case backend.KindMap:
-			uk, err := str(e, "user key", e.UserKey)
-			if err != nil {
+			if err := field("userKey", e.UserKey); err != nil {
 				return err
 			}
-			row.UserKey = &uk
-			fallthrough
-		case backend.KindValue, backend.KindList:
-			v, err := str(e, "value", e.Value)
-			if err != nil {
+			if err := field("value", e.Value); err != nil {
 				return err
 			}
-			row.Value = &v
-			if e.Kind == backend.KindList {
-				i := e.Index
-				row.Index = &i
+		case backend.KindValue:
+			if err := field("value", e.Value); err != nil {
+				return err
 			}
+		case backend.KindList:
+			if err := field("value", e.Value); err != nil {
+				return err
+			}
+			line = strconv.AppendInt(append(line, `,"index":`...), int64(e.Index), 10)
 		case backend.KindAggregate:
+			line = append(line, `,"number":`...)
 			if e.Number.Type == backend.NumFloat64 {
-				row.Number = e.Number.Float
+				line = appendJSONFloat(line, e.Number.Float)
 			} else {
-				row.Number = e.Number.Int
+				line = strconv.AppendInt(line, e.Number.Int, 10)
 			}
 		case backend.KindTimers:
-			ts := e.Timestamp
-			row.Timestamp = &ts
+			line = strconv.AppendInt(append(line, `,"timestamp":`...), e.Timestamp, 10)
 		}
+		if e.Expiry != 0 {
+			line = strconv.AppendInt(append(line, `,"expiry":`...), e.Expiry, 10)
+		}
+		line = append(line, '}', '\n')
 		n.Add(1)
-		return enc.Encode(&row)
+		_, err := bw.Write(line)
+		return err
 	})
 	if ferr := bw.Flush(); err == nil {
 		err = ferr
