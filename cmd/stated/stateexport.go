@@ -36,7 +36,9 @@ jsonl, the default), one JSON object a line,
 
 userKey is set for map entries, value for values, list elements and map
 entries, index for list elements (their position), number for aggregates,
-timestamp for timers, expiry (unix milliseconds) for entries with a TTL.
+timestamp for timers, expiry (unix milliseconds) for entries with a TTL. A
+float aggregate that is NaN or infinite is written as the string "NaN", "+Inf"
+or "-Inf", which JSON has no number for.
 Byte strings are written as --bytes says: base64 (the default: any bytes),
 hex, or text (refused for bytes that are not UTF-8, naming the entry).
 
