@@ -138,16 +138,12 @@ func (r *Reader) What() string {
 	return fmt.Sprintf("checkpoint %d of job %s", r.m.CheckpointID, r.m.Job)
 }
 
-// AllSubtasks in Filter.Subtask selects every subtask.
-const AllSubtasks = -1
-
-// Filter selects entries. The zero Filter selects subtask 0 only; use
-// MatchAll (or set Subtask to AllSubtasks) for everything.
+// Filter selects entries; the zero Filter selects every entry.
 type Filter struct {
 	// Operator, when set, selects one operator.
 	Operator string
-	// Subtask selects one subtask, or AllSubtasks.
-	Subtask int
+	// Subtask, when set, selects one subtask.
+	Subtask *int
 	// State, when set, selects one state.
 	State string
 	// KeyGroups, when set, selects a key-group range: only the tasks that
@@ -160,11 +156,13 @@ type Filter struct {
 }
 
 // MatchAll is the Filter that selects every entry.
-func MatchAll() Filter { return Filter{Subtask: AllSubtasks} }
+func MatchAll() Filter { return Filter{} }
 
-func (f *Filter) matchTask(h *backend.Handle) bool {
+// MatchTask reports whether f selects any of h's entries by its task and
+// key groups.
+func (f *Filter) MatchTask(h *backend.Handle) bool {
 	return (f.Operator == "" || h.Task.Operator == f.Operator) &&
-		(f.Subtask == AllSubtasks || h.Task.Subtask == f.Subtask) &&
+		(f.Subtask == nil || h.Task.Subtask == *f.Subtask) &&
 		(f.KeyGroups == nil || !h.KeyGroups.Intersect(*f.KeyGroups).Empty())
 }
 
@@ -214,7 +212,7 @@ type Entry struct {
 // ErrUnsupported; damage fails with backend.ErrCorrupt naming the file.
 func (r *Reader) Scan(ctx context.Context, f Filter, fn func(*Entry) error) error {
 	for _, h := range r.m.Tasks {
-		if !f.matchTask(h) {
+		if !f.MatchTask(h) {
 			continue
 		}
 		if err := r.scanTask(ctx, h, f, fn); err != nil {

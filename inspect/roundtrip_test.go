@@ -329,7 +329,7 @@ func TestFilterAndSummary(t *testing.T) {
 		t.Fatal(err)
 	}
 	kgs := backend.KeyGroupRange{Start: 60, End: 70} // spans both subtasks
-	f := inspect.Filter{Subtask: inspect.AllSubtasks, State: "map", KeyGroups: &kgs, KeyPrefix: []byte("k1-")}
+	f := inspect.Filter{State: "map", KeyGroups: &kgs, KeyPrefix: []byte("k1-")}
 	var got []string
 	if err := r.Scan(ctx, f, func(e *inspect.Entry) error { got = append(got, row(e)); return nil }); err != nil {
 		t.Fatal(err)
@@ -364,6 +364,14 @@ func TestFilterAndSummary(t *testing.T) {
 	}
 	if l := s.Largest(3); len(l) != 3 || l[0].Bytes < l[2].Bytes {
 		t.Errorf("largest: %v", l)
+	}
+	one := 1
+	s1, err := r.Summarize(ctx, inspect.Filter{Subtask: &one})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want1 := fill1Rows(want, "op/1 "); s1.Total.Entries != int64(want1) || want1 == 0 {
+		t.Errorf("summary of subtask 1: %d entries, want %d", s1.Total.Entries, want1)
 	}
 }
 
@@ -411,4 +419,15 @@ func TestReadWhileCheckpointing(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
+}
+
+// fill1Rows counts the model rows that start with prefix.
+func fill1Rows(rows []string, prefix string) int {
+	n := 0
+	for _, r := range rows {
+		if strings.HasPrefix(r, prefix) {
+			n++
+		}
+	}
+	return n
 }

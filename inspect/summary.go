@@ -65,7 +65,7 @@ func (r *Reader) Summarize(ctx context.Context, f Filter) (*Summary, error) {
 	states := map[sk]*StateSummary{}
 	kgs := map[kk]*KeyGroupSummary{}
 	for _, h := range r.m.Tasks {
-		if !f.matchTask(h) {
+		if !f.MatchTask(h) {
 			continue
 		}
 		for _, d := range h.States {

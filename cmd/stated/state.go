@@ -72,7 +72,7 @@ func addStateFlags(cmd *cobra.Command, f *stateFlags) {
 	fl := cmd.Flags()
 	fl.StringVar(&f.tempDir, "temp-dir", "", "where a task's state is restored while it is read (default the system's temporary directory)")
 	fl.StringVar(&f.operator, "operator", "", "read only this operator")
-	fl.IntVar(&f.subtask, "subtask", inspect.AllSubtasks, "read only this subtask (-1: all)")
+	fl.IntVar(&f.subtask, "subtask", -1, "read only this subtask (-1: all)")
 	fl.StringVar(&f.state, "state", "", "read only this state")
 	fl.StringVar(&f.keyGroups, "key-groups", "", "read only these key groups: N or START-END (inclusive)")
 	fl.BoolVar(&f.includeExpired, "include-expired", false, "also show entries past their TTL, which a restore would drop")
@@ -80,9 +80,13 @@ func addStateFlags(cmd *cobra.Command, f *stateFlags) {
 
 // filter is the inspect.Filter of the flags.
 func (f *stateFlags) filter() (inspect.Filter, error) {
-	flt := inspect.Filter{Operator: f.operator, Subtask: f.subtask, State: f.state}
-	if f.subtask < inspect.AllSubtasks {
+	flt := inspect.Filter{Operator: f.operator, State: f.state}
+	switch {
+	case f.subtask < -1:
 		return flt, fmt.Errorf("--subtask %d: give a subtask index, or -1 for all", f.subtask)
+	case f.subtask >= 0:
+		sub := f.subtask
+		flt.Subtask = &sub
 	}
 	if f.keyGroups != "" {
 		r, err := parseKeyGroups(f.keyGroups)

@@ -57,7 +57,7 @@ func runStateLs(cmd *cobra.Command, r *inspect.Reader, flt inspect.Filter, top i
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "TASK\tBACKEND\tKEY GROUPS\tSTATES")
 	for _, h := range m.Tasks {
-		if flt.Operator != "" && h.Task.Operator != flt.Operator || flt.Subtask != inspect.AllSubtasks && h.Task.Subtask != flt.Subtask {
+		if flt.Operator != "" && h.Task.Operator != flt.Operator || flt.Subtask != nil && h.Task.Subtask != *flt.Subtask {
 			continue
 		}
 		backendKind := string(h.Backend)
