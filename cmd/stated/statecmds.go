@@ -55,16 +55,23 @@ func runStateLs(cmd *cobra.Command, r *inspect.Reader, flt inspect.Filter, top i
 	}
 	fmt.Fprintf(out, "%s: %d tasks, %s in files\n", r.What(), len(m.Tasks), bytesize.Format(files))
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "TASK\tBACKEND\tKEY GROUPS\tSTATES")
+	// Operator (non-keyed) state is small and inline in the handle: its
+	// lists and elements are counted here, not read as entries.
+	fmt.Fprintln(tw, "TASK\tBACKEND\tKEY GROUPS\tSTATES\tOPERATOR STATE")
 	for _, h := range m.Tasks {
-		if flt.Operator != "" && h.Task.Operator != flt.Operator || flt.Subtask != nil && h.Task.Subtask != *flt.Subtask {
+		if !flt.MatchTask(h) {
 			continue
 		}
 		backendKind := string(h.Backend)
 		if h.IsChangelog() {
 			backendKind += " (changelog)"
 		}
-		fmt.Fprintf(tw, "%s/%d\t%s\t%s\t%d\n", h.Task.Operator, h.Task.Subtask, backendKind, h.KeyGroups, len(h.States))
+		elems := 0
+		for _, l := range h.OperatorState {
+			elems += len(l.Elements)
+		}
+		fmt.Fprintf(tw, "%s/%d\t%s\t%s\t%d\t%d lists, %d elements\n", h.Task.Operator, h.Task.Subtask, backendKind, h.KeyGroups,
+			len(h.States), len(h.OperatorState), elems)
 	}
 	tw.Flush()
 	s, err := r.Summarize(cmd.Context(), flt)
