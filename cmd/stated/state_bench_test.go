@@ -9,7 +9,6 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-	"syscall"
 	"testing"
 
 	"github.com/statedhq/stated/backend"
@@ -57,10 +56,8 @@ func BenchmarkStateExport(b *testing.B) {
 					b.Fatal(err)
 				}
 			}
-			var ru syscall.Rusage
-			_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
 			b.ReportMetric(float64(n), "entries")
-			b.ReportMetric(float64(ru.Maxrss)/1024, "peak-rss-MiB")
+			b.ReportMetric(peakRSSMiB(), "peak-rss-MiB")
 		})
 	}
 }
