@@ -1,0 +1,29 @@
+// Package inspect reads the keyed state of a checkpoint or savepoint as
+// data, offline: from the checkpoint store alone, with no daemon running.
+// It is what "stated state" (cmd/stated) lists, scans and exports.
+//
+// It writes no decoder of backend file formats of its own. Each task
+// handle is restored, as a daemon would restore it, into a throwaway lsm
+// instance in a temporary directory (lsm restores from lsm, file, heap
+// and canonical handles alike, checking every file's size and CRC32C on
+// the way; a changelog-mode handle goes through dstl/changelog, which
+// restores its base into that instance and replays its log window); the reader then walks that instance's Pebble store in key
+// order and takes each stored key and value apart by the frozen layout of
+// backend/internal/kvstate (keys.go, values.go), which the package cannot
+// import and so restates in layout.go. Memory stays bounded by Pebble's
+// small cache and one entry at a time; the disk holds one task's state at
+// a time, deleted once the task is read.
+//
+// Reading never writes to the store: the restore runs without claim and
+// every store handed to the backend refuses writes (readOnly).
+//
+// What it cannot read yet is refused with ErrUnsupported naming the task
+// and the reason, never answered with no entries:
+//   - lsm remote mode handles (SSTs referenced in place): their restore
+//     registers holds in the store;
+//   - heap checkpoints, whose files live in the daemon's memory (a
+//     canonical or native savepoint of a heap job is readable).
+//
+// A canonical savepoint of any of those is readable: take one with
+// "stated savepoint trigger" and read it.
+package inspect
