@@ -36,6 +36,9 @@ func freeAddrs(t *testing.T, n int) []string {
 
 var leaderRE = regexp.MustCompile(`leader (n\d) `)
 
+// downRE finds a member whose HEALTH column says DOWN in "cluster status".
+var downRE = regexp.MustCompile(`(?m)^n\d\s+\S+\s+\S+\s+DOWN\s`)
+
 // clusterStatus runs "stated cluster status" against addr.
 func clusterStatus(addr, token string) (string, error) {
 	out, err := exec.Command(binary, "cluster", "status", "--raft-addr", addr, "--cluster-token", token, "--timeout", "3s").CombinedOutput()
@@ -108,7 +111,8 @@ func TestClusterEndToEnd(t *testing.T) {
 	via := raft[(dead+1)%3]
 	out = waitStatus(t, via, token, func(out string, _ error) bool {
 		l := leaderRE.FindStringSubmatch(out)
-		return l != nil && l[1] != m[1] && strings.Contains(out, "UNREACHABLE")
+		// A killed process refuses connections: its HEALTH is DOWN.
+		return l != nil && l[1] != m[1] && downRE.MatchString(out)
 	})
 	t.Logf("leader %s killed; status after %v:\n%s", m[1], time.Since(t0).Round(time.Millisecond), out)
 	if err := exec.Command(binary, "cluster", "status", "--raft-addr", via, "--cluster-token", token).Run(); err == nil {
