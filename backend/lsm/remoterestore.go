@@ -225,20 +225,6 @@ func sameL0Bounds(ts []refTable) {
 	}
 }
 
-func maxKey(a, b []byte) []byte {
-	if bytes.Compare(a, b) >= 0 {
-		return a
-	}
-	return b
-}
-
-func minKey(a, b []byte) []byte {
-	if bytes.Compare(a, b) <= 0 {
-		return a
-	}
-	return b
-}
-
 // restoreTailBytes is how much of the end of each restored level-0 table
 // prefetchL0 reads: the footer, properties, index and filter blocks of a
 // table of a memtable's flush.
