@@ -37,16 +37,6 @@ func (k StateKind) String() string {
 	return fmt.Sprintf("kind(%d)", uint8(k))
 }
 
-// ParseStateKind parses the name String returns.
-func ParseStateKind(s string) (StateKind, error) {
-	for k, n := range stateKindNames {
-		if n == s {
-			return k, nil
-		}
-	}
-	return 0, fmt.Errorf("%w: unknown state kind %q", ErrInvalidArgument, s)
-}
-
 // AggregateFunc is the built-in merge of an aggregate state. Frozen values.
 type AggregateFunc uint8
 

@@ -2,7 +2,7 @@ package catalog
 
 // Objects of lsm remote mode ("<job>/shared/lsm/": SSTs Pebble created in
 // the store, their ref markers, instances' leases; see
-// backend/lsm/remotestore/markers.go and docs/lsm-remote.md). The catalog
+// refcount/markers and docs/lsm-remote.md). The catalog
 // never deletes such an SST outright: a live instance's Pebble may still
 // hold it. It removes the markers of checkpoints that are neither retained
 // nor in flight, and deletes the SST only when no marker of anyone is left
@@ -26,13 +26,13 @@ import (
 	"strings"
 	"time"
 
-	"github.com/statedhq/stated/backend/lsm/remotestore"
+	"github.com/statedhq/stated/refcount/markers"
 	"github.com/statedhq/stated/tiered"
 )
 
-// lsmDir is the directory of remote-mode lsm objects inside a job's shared
-// directory. Frozen: backend/lsm writes there.
-const lsmDir = sharedDir + "/lsm/"
+// lsmDir is the directory of remote-mode lsm objects inside a job's
+// directory (markers.Dir, under sharedDir: TestLSMDirUnderShared).
+const lsmDir = markers.Dir
 
 // minLeaseWindow is the least age at which the sweep takes an instance's
 // lease for stale, whatever its grace period: a "stated gc" may run with
@@ -73,7 +73,7 @@ func (c *Catalog) releaseRemote(ctx context.Context, names []string) error {
 		dir := n[:strings.LastIndex(n, "/")+1]
 		h, seen := held[dir]
 		if !seen {
-			holds, err := remotestore.Holds(ctx, c.store, dir)
+			holds, err := markers.Holds(ctx, c.store, dir)
 			if err != nil {
 				errs = append(errs, fmt.Errorf("catalog: release %s: %w", n, err))
 				continue
@@ -90,8 +90,8 @@ func (c *Catalog) releaseRemote(ctx context.Context, names []string) error {
 			// A node that does not lead must not delete.
 			return fmt.Errorf("catalog: release %s: %w", n, err)
 		}
-		_, err := remotestore.Unref(ctx, c.store, n, func(m remotestore.Marker) bool {
-			if m.Kind != remotestore.MarkerCheckpoint {
+		_, err := markers.Unref(ctx, c.store, n, func(m markers.Marker) bool {
+			if m.Kind != markers.MarkerCheckpoint {
 				return false
 			}
 			c.mu.Lock()
@@ -116,7 +116,7 @@ func (c *Catalog) liveHolds(ctx context.Context, objects []tiered.ObjectInfo, cu
 			continue
 		}
 		seen[dir] = true
-		holds, err := remotestore.Holds(ctx, c.store, dir)
+		holds, err := markers.Holds(ctx, c.store, dir)
 		if err != nil {
 			return nil, err
 		}
@@ -136,7 +136,7 @@ func splitRemote(names []string) (ssts, rest []string) {
 		switch {
 		case !isRemoteLSM(n):
 			rest = append(rest, n)
-		case remotestore.IsObject(n):
+		case markers.IsObject(n):
 			ssts = append(ssts, n)
 		}
 	}
@@ -157,7 +157,7 @@ func (c *Catalog) sweepRemote(ctx context.Context, rep *GCReport, objects []tier
 	leaseCutoff := now.Add(-max(c.opts.GCGrace, minLeaseWindow))
 	live := map[uint64]bool{}
 	for _, o := range objects {
-		if cr, ok := remotestore.ParseLease(o.Name); ok && o.ModTime.After(leaseCutoff) {
+		if cr, ok := markers.ParseLease(o.Name); ok && o.ModTime.After(leaseCutoff) {
 			live[cr] = true
 		}
 	}
@@ -166,24 +166,24 @@ func (c *Catalog) sweepRemote(ctx context.Context, rep *GCReport, objects []tier
 	var ssts, staleLeases []tiered.ObjectInfo
 	c.mu.Lock()
 	for _, o := range objects {
-		if remotestore.IsObject(o.Name) {
+		if markers.IsObject(o.Name) {
 			ssts = append(ssts, o)
 			continue
 		}
-		if cr, ok := remotestore.ParseLease(o.Name); ok {
+		if cr, ok := markers.ParseLease(o.Name); ok {
 			if !live[cr] {
 				staleLeases = append(staleLeases, o)
 			}
 			continue
 		}
-		if _, ok := remotestore.ParseHold(o.Name); ok {
+		if _, ok := markers.ParseHold(o.Name); ok {
 			// The instance rewrites its holds with its lease.
 			if !o.ModTime.After(leaseCutoff) {
 				staleLeases = append(staleLeases, o)
 			}
 			continue
 		}
-		m, ok := remotestore.ParseMarker(o.Name)
+		m, ok := markers.ParseMarker(o.Name)
 		if !ok {
 			rep.Unknown++
 			continue
@@ -191,9 +191,9 @@ func (c *Catalog) sweepRemote(ctx context.Context, rep *GCReport, objects []tier
 		dead := false
 		if !o.ModTime.After(cutoff) {
 			switch m.Kind {
-			case remotestore.MarkerPebble, remotestore.MarkerInstance, remotestore.MarkerBase:
+			case markers.MarkerPebble, markers.MarkerInstance, markers.MarkerBase:
 				dead = !live[m.Creator]
-			case remotestore.MarkerCheckpoint:
+			case markers.MarkerCheckpoint:
 				dead = !c.mu.checkpointHeld(m.Job, m.Checkpoint)
 			}
 		}
@@ -244,7 +244,7 @@ func (c *Catalog) sweepRemote(ctx context.Context, rep *GCReport, objects []tier
 		}
 		// Unref lists the markers again: a holder may have marked the SST
 		// since the listing (a hand-off of a restored instance).
-		deleted, err := remotestore.Unref(ctx, c.store, o.Name, func(remotestore.Marker) bool { return false })
+		deleted, err := markers.Unref(ctx, c.store, o.Name, func(markers.Marker) bool { return false })
 		if err != nil {
 			errs = append(errs, err)
 			continue

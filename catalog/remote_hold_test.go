@@ -14,7 +14,7 @@ import (
 
 	"github.com/statedhq/stated/backend"
 	"github.com/statedhq/stated/backend/lsm"
-	"github.com/statedhq/stated/backend/lsm/remotestore"
+	"github.com/statedhq/stated/refcount/markers"
 	"github.com/statedhq/stated/tiered"
 	"github.com/statedhq/stated/tiered/memstore"
 )
@@ -42,7 +42,7 @@ func (g *markerGate) release() {
 }
 
 func (g *markerGate) Put(ctx context.Context, name string, r io.Reader, size int64) error {
-	if m, ok := remotestore.ParseMarker(name); ok && m.Kind == remotestore.MarkerInstance {
+	if m, ok := markers.ParseMarker(name); ok && m.Kind == markers.MarkerInstance {
 		g.mu.Lock()
 		gate := g.gate
 		g.mu.Unlock()
@@ -127,7 +127,7 @@ func TestRemoteRestoreHolds(t *testing.T) {
 	}
 	holds := func() int {
 		t.Helper()
-		hs, err := remotestore.Holds(ctx, gate, "a/shared/lsm/")
+		hs, err := markers.Holds(ctx, gate, "a/shared/lsm/")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -181,7 +181,7 @@ func TestRemoteRestoreHolds(t *testing.T) {
 	tablesThere("swept with the instance markers written")
 	readAll(r, "after the second sweep")
 	for _, f := range h1.Files {
-		ms, err := remotestore.Markers(ctx, gate, f.Path)
+		ms, err := markers.Markers(ctx, gate, f.Path)
 		if err != nil {
 			t.Fatal(err)
 		}

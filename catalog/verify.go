@@ -13,7 +13,7 @@ import (
 	"sync"
 
 	"github.com/statedhq/stated/backend"
-	"github.com/statedhq/stated/backend/lsm"
+	"github.com/statedhq/stated/backend/tablecheck"
 	"github.com/statedhq/stated/internal/frame"
 	"github.com/statedhq/stated/tiered"
 )
@@ -59,7 +59,7 @@ func (r *VerifyReport) OK() bool { return r.Manifest != nil && len(r.Problems) =
 // Verify reads the manifest "<dir>/_metadata" from store and re-reads every
 // file of every handle, checking its size and CRC32C, or for a size-only
 // file (an lsm SST of remote mode) every block checksum of the SST
-// (lsm.ValidateTable). For a checkpoint, dir
+// (tablecheck.Validate). For a checkpoint, dir
 // is "<job>/chk-<N>" and store the checkpoint root (handle paths are
 // relative to it); for a savepoint, dir is its directory in store ("" when
 // store is rooted at the savepoint). A manifest that cannot be read or
@@ -249,7 +249,7 @@ func verifyFile(ctx context.Context, store tiered.Store, f backend.FileRef) *Fil
 // bytes. Pebble's block checksums guard them instead: the SST is read
 // block by block with ranged reads and every block's checksum checked.
 func verifyTable(ctx context.Context, store tiered.Store, f backend.FileRef) *FileProblem {
-	err := lsm.ValidateTable(ctx, store, f.Path, f.Size)
+	err := tablecheck.Validate(ctx, store, f.Path, f.Size)
 	switch {
 	case err == nil:
 		return nil

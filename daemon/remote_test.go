@@ -9,9 +9,9 @@ import (
 	"time"
 
 	"github.com/statedhq/stated/backend"
-	"github.com/statedhq/stated/backend/lsm/remotestore"
 	"github.com/statedhq/stated/daemon"
 	"github.com/statedhq/stated/node"
+	"github.com/statedhq/stated/refcount/markers"
 	"github.com/statedhq/stated/tiered"
 	"github.com/statedhq/stated/tiered/memstore"
 )
@@ -245,20 +245,20 @@ func TestLSMRemoteChangelog(t *testing.T) {
 	var extra []string
 	for deadline := time.Now().Add(3 * time.Second); ; time.Sleep(10 * time.Millisecond) {
 		extra = extra[:0]
-		markers := map[string][]remotestore.Marker{}
+		byObject := map[string][]markers.Marker{}
 		newest := uint64(0)
 		for _, n := range storeNames(t, store, "j/shared/lsm/") {
-			if mk, ok := remotestore.ParseMarker(n); ok {
-				markers[mk.Object] = append(markers[mk.Object], mk)
-				if mk.Kind == remotestore.MarkerBase {
+			if mk, ok := markers.ParseMarker(n); ok {
+				byObject[mk.Object] = append(byObject[mk.Object], mk)
+				if mk.Kind == markers.MarkerBase {
 					newest = max(newest, mk.Base)
 				}
 			}
 		}
 		for _, n := range remoteSSTs(t, store, "j") {
 			held := referenced[n]
-			for _, mk := range markers[n] {
-				held = held || mk.Kind == remotestore.MarkerPebble || (mk.Kind == remotestore.MarkerBase && mk.Base == newest)
+			for _, mk := range byObject[n] {
+				held = held || mk.Kind == markers.MarkerPebble || (mk.Kind == markers.MarkerBase && mk.Base == newest)
 			}
 			if !held {
 				extra = append(extra, n)

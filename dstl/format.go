@@ -160,9 +160,6 @@ func (b *rawBlock) add(seq uint64, kg int, change []byte) {
 	b.kgMin, b.kgMax = min(b.kgMin, c), max(b.kgMax, c)
 }
 
-// recordSize is what a record adds to a raw block at most.
-func recordSize(change []byte) int { return 2*binary.MaxVarintLen64 + 2 + len(change) }
-
 // codec is the process's zstd encoder and decoder for blocks: the fastest
 // level, one encoder (a segment is cut on one goroutine).
 var codec = zstdblock.New(zstdblock.Options{Level: zstd.SpeedFastest, EncoderConcurrency: 1, MaxRawSize: MaxBlockRawSize})

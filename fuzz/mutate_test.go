@@ -63,14 +63,8 @@ func encodeMutations(ms ...mutation) []byte {
 	return out
 }
 
-// apply does m to objects (names are the fixture's sorted names) and
-// returns the names it changed.
-func (m mutation) apply(objects map[string][]byte, names []string) []string {
-	changed, _ := m.applyLeaf(objects, names)
-	return changed
-}
-
-// applyLeaf is apply that also returns the JSON path of the leaf an edit
+// applyLeaf does m to objects (names are the fixture's sorted names) and
+// returns the names it changed and the JSON path of the leaf an edit
 // changed ("" for other mutations).
 func (m mutation) applyLeaf(objects map[string][]byte, names []string) ([]string, string) {
 	if len(names) == 0 {

@@ -41,12 +41,6 @@ type collector struct {
 // front of it (tiered/cache.Store, also through storeurl's wrappers).
 type cacheStats interface{ Stats() cache.Stats }
 
-// storeCache returns s's cache, if it has one.
-func storeCache(s tiered.Store) cacheStats {
-	c, _ := s.(cacheStats)
-	return c
-}
-
 func newCollector(m *daemon.Metrics, cat func() *catalog.Catalog, cs cacheStats, store *metered.Store) *collector {
 	d := func(name, help string, labels ...string) *prometheus.Desc {
 		return prometheus.NewDesc("stated_"+name, help, labels, nil)

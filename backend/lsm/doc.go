@@ -137,11 +137,11 @@
 // key groups, reading nothing of the data up front; a claimed restore
 // holds them with its own marker, a no-claim one rewrites them at its
 // first checkpoint. Objects go only when no marker of anyone is left
-// (remotestore/markers.go, docs/lsm-remote.md). A changelog base
+// (refcount/markers, docs/lsm-remote.md). A changelog base
 // (BaseSnapshot) is a hand-off held by the instance's base markers; each
 // checkpoint that references it adds its own markers (HoldBase), and the
 // instance lets go of a base once a newer one is confirmed
-// (remotebase.go). ValidateTable checks a remote table's block checksums
+// (remotebase.go). tablecheck.Validate checks a remote table's block checksums
 // in place, for verify.
 //
 // What keeps a restore's time to its first get from growing with the

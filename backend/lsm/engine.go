@@ -9,12 +9,14 @@ import (
 
 	"github.com/statedhq/stated/backend"
 	"github.com/statedhq/stated/backend/internal/kvstate"
+	"github.com/statedhq/stated/backend/tablecheck"
 )
 
 // MergerName is the name of the merge operator Pebble records in the
 // store's OPTIONS file. Frozen: a store written with one name cannot be
-// opened with another, and every checkpoint carries it.
-const MergerName = "stated.concat.v1"
+// opened with another, and every checkpoint carries it. Its one home is
+// tablecheck, which must know it to read the tables back.
+const MergerName = tablecheck.MergerName
 
 // concatMerger concatenates operands from oldest to newest: a list append
 // (kvstate.Engine.Merge) becomes value||operand without a read.

@@ -27,6 +27,7 @@ import (
 
 	"github.com/statedhq/stated/backend"
 	"github.com/statedhq/stated/backend/lsm/remotestore"
+	"github.com/statedhq/stated/refcount/markers"
 	"github.com/statedhq/stated/tiered"
 )
 
@@ -170,7 +171,7 @@ func (b *Backend) remoteSetup() error {
 	if r == nil {
 		return nil
 	}
-	store := tiered.WithPrefix(r.Store, b.opts.Task.Job+"/shared/lsm")
+	store := tiered.WithPrefix(r.Store, strings.TrimSuffix(markers.JobPrefix(b.opts.Task.Job), "/"))
 	// Restored objects' sizes are known (the restore checked them by
 	// listing): Pebble's open of each then makes no request.
 	known := func(name string) (int64, bool) { return b.remote.sizeOf(name) }
@@ -187,7 +188,7 @@ func (b *Backend) remoteSetup() error {
 		}
 	}
 	b.remote = &remoteState{storage: f.Storage(remoteLocator), factory: f, creator: binary.LittleEndian.Uint64(id[:]),
-		prefix: b.opts.Task.Job + "/shared/lsm/", sizes: map[string]int64{}, bases: map[uint64][]string{}}
+		prefix: markers.JobPrefix(b.opts.Task.Job), sizes: map[string]int64{}, bases: map[uint64][]string{}}
 	return b.startLease()
 }
 
@@ -195,7 +196,7 @@ func (b *Backend) remoteSetup() error {
 // and keeps it fresh until Close.
 func (b *Backend) startLease() error {
 	r := b.remote
-	name := remotestore.LeaseName(r.prefix, r.creator)
+	name := markers.LeaseName(r.prefix, r.creator)
 	put := func(ctx context.Context) error {
 		if err := tiered.PutBytes(ctx, b.lo.Remote.Store, name, nil); err != nil {
 			return err
@@ -305,7 +306,7 @@ func (b *Backend) closeDB() error {
 		b.remote.stopBackground()
 	}
 	for _, obj := range b.remote.externals {
-		_, uerr := remotestore.UnrefNamed(ctx, b.opts.RestoreStore, obj, remotestore.InstanceMarker(obj, b.remote.creator))
+		_, uerr := markers.UnrefNamed(ctx, b.opts.RestoreStore, obj, markers.InstanceMarker(obj, b.remote.creator))
 		err = errors.Join(err, uerr)
 	}
 	// The holds go after the instance markers: until the markers are
@@ -316,7 +317,7 @@ func (b *Backend) closeDB() error {
 	// The lease goes last: until then the sweep must take our markers
 	// for a live holder's.
 	b.remote.stopLease()
-	if derr := b.lo.Remote.Store.Delete(ctx, remotestore.LeaseName(b.remote.prefix, b.remote.creator)); derr != nil {
+	if derr := b.lo.Remote.Store.Delete(ctx, markers.LeaseName(b.remote.prefix, b.remote.creator)); derr != nil {
 		err = errors.Join(err, fmt.Errorf("lsm: close %s: remove lease: %w", b.opts.Task, derr))
 	}
 	return err

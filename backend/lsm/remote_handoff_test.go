@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/statedhq/stated/backend"
-	"github.com/statedhq/stated/backend/lsm/remotestore"
+	"github.com/statedhq/stated/refcount/markers"
 	"github.com/statedhq/stated/tiered"
 	"github.com/statedhq/stated/tiered/metered"
 )
@@ -190,10 +190,10 @@ func TestRemoteNoClaim(t *testing.T) {
 	sameDump(t, dump(t, restoreRemote(e, store, full(), false, h2)), want)
 	// The no-claim instance never marked the restored objects.
 	for p := range old {
-		ms, err := remotestore.Markers(context.Background(), store, p)
+		ms, err := markers.Markers(context.Background(), store, p)
 		must(t, err)
 		for _, m := range ms {
-			if pm, _ := remotestore.ParseMarker(m); pm.Kind == remotestore.MarkerInstance && pm.Creator == r.remote.creator {
+			if pm, _ := markers.ParseMarker(m); pm.Kind == markers.MarkerInstance && pm.Creator == r.remote.creator {
 				t.Fatalf("no-claim instance marked %s", p)
 			}
 		}

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/statedhq/stated/backend"
-	"github.com/statedhq/stated/backend/lsm/remotestore"
+	"github.com/statedhq/stated/refcount/markers"
 	"github.com/statedhq/stated/tiered"
 	"github.com/statedhq/stated/tiered/memstore"
 	"github.com/statedhq/stated/tiered/metered"
@@ -110,9 +110,9 @@ func TestRemoteMode(t *testing.T) {
 	}
 	baseMarkers := func() (base, chk int) {
 		for _, n := range listAll(t, store, "") {
-			if m, ok := remotestore.ParseMarker(n); ok && m.Kind == remotestore.MarkerBase && m.Base == 1 {
+			if m, ok := markers.ParseMarker(n); ok && m.Kind == markers.MarkerBase && m.Base == 1 {
 				base++
-			} else if ok && m.Kind == remotestore.MarkerCheckpoint && m.Checkpoint == 7 {
+			} else if ok && m.Kind == markers.MarkerCheckpoint && m.Checkpoint == 7 {
 				chk++
 			}
 		}
@@ -136,7 +136,7 @@ func TestRemoteMode(t *testing.T) {
 	}
 	// What checkpoint 7 held is the catalog's to release; here, by hand.
 	for _, n := range listAll(t, store, "") {
-		if m, ok := remotestore.ParseMarker(n); ok && m.Kind == remotestore.MarkerCheckpoint {
+		if m, ok := markers.ParseMarker(n); ok && m.Kind == markers.MarkerCheckpoint {
 			must(t, store.Delete(context.Background(), n))
 		}
 	}

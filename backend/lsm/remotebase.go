@@ -32,7 +32,7 @@ import (
 	"slices"
 
 	"github.com/statedhq/stated/backend"
-	"github.com/statedhq/stated/backend/lsm/remotestore"
+	"github.com/statedhq/stated/refcount/markers"
 	"github.com/statedhq/stated/tiered"
 )
 
@@ -57,7 +57,7 @@ func (b *Backend) HoldBase(ctx context.Context, id, checkpointID uint64) error {
 	attempt = attempt[:16]
 	store := b.lo.Remote.Store
 	err = parallel(ctx, markConcurrency(b.lo.UploadConcurrency), len(objs), func(ctx context.Context, i int) error {
-		return tiered.PutBytes(ctx, store, remotestore.CheckpointMarker(objs[i], task.Job, checkpointID, attempt), nil)
+		return tiered.PutBytes(ctx, store, markers.CheckpointMarker(objs[i], task.Job, checkpointID, attempt), nil)
 	})
 	if err != nil {
 		// Markers written stay for the catalog's abort or sweep, as those
@@ -139,7 +139,7 @@ func (b *Backend) releaseBases(ctx context.Context, bases map[uint64][]string) e
 	var errs []error
 	for _, id := range slices.Sorted(maps.Keys(bases)) {
 		for _, obj := range bases[id] {
-			if _, err := remotestore.UnrefNamed(ctx, store, obj, remotestore.BaseMarker(obj, b.remote.creator, id)); err != nil {
+			if _, err := markers.UnrefNamed(ctx, store, obj, markers.BaseMarker(obj, b.remote.creator, id)); err != nil {
 				errs = append(errs, err)
 			}
 		}

@@ -28,7 +28,7 @@ import (
 	"time"
 
 	"github.com/statedhq/stated/backend"
-	"github.com/statedhq/stated/backend/lsm/remotestore"
+	"github.com/statedhq/stated/refcount/markers"
 	"github.com/statedhq/stated/tiered"
 )
 
@@ -39,7 +39,7 @@ const markRetryMax = 10 * time.Second
 func holdNames(names []string, creator uint64) []string {
 	var holds []string
 	for _, n := range names {
-		holds = append(holds, remotestore.HoldName(n[:strings.LastIndex(n, "/")+1], creator))
+		holds = append(holds, markers.HoldName(n[:strings.LastIndex(n, "/")+1], creator))
 	}
 	slices.Sort(holds)
 	return slices.Compact(holds)
@@ -167,7 +167,7 @@ func (b *Backend) markRestored(ctx context.Context, names []string) {
 	for delay := 100 * time.Millisecond; ; delay = min(2*delay, markRetryMax) {
 		failed := make([]bool, len(pending))
 		err := parallel(ctx, backgroundWorkers, len(pending), func(ctx context.Context, i int) error {
-			if err := tiered.PutBytes(ctx, store, remotestore.InstanceMarker(pending[i], r.creator), nil); err != nil {
+			if err := tiered.PutBytes(ctx, store, markers.InstanceMarker(pending[i], r.creator), nil); err != nil {
 				failed[i] = true
 			}
 			return nil // the others go on; failed ones are retried

@@ -17,6 +17,7 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 
 	"github.com/statedhq/stated/backend"
+	"github.com/statedhq/stated/backend/tablecheck"
 	"github.com/statedhq/stated/tiered"
 )
 
@@ -224,20 +225,6 @@ func sameL0Bounds(ts []refTable) {
 	}
 }
 
-func maxKey(a, b []byte) []byte {
-	if bytes.Compare(a, b) >= 0 {
-		return a
-	}
-	return b
-}
-
-func minKey(a, b []byte) []byte {
-	if bytes.Compare(a, b) <= 0 {
-		return a
-	}
-	return b
-}
-
 // restoreTailBytes is how much of the end of each restored level-0 table
 // prefetchL0 reads: the footer, properties, index and filter blocks of a
 // table of a memtable's flush.
@@ -342,7 +329,7 @@ func (b *Backend) checkObjects(ctx context.Context, names []string, sizes map[st
 		return nil
 	}
 	return parallel(ctx, b.lo.UploadConcurrency, len(names), func(ctx context.Context, i int) error {
-		if err := validateTable(ctx, b.opts.RestoreStore, names[i], sizes[names[i]]); err != nil {
+		if err := tablecheck.Validate(ctx, b.opts.RestoreStore, names[i], sizes[names[i]]); err != nil {
 			return fmt.Errorf("lsm: restore %s: %w", task, err)
 		}
 		return nil

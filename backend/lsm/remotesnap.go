@@ -19,7 +19,7 @@ import (
 	"github.com/cockroachdb/pebble/v2/objstorage"
 
 	"github.com/statedhq/stated/backend"
-	"github.com/statedhq/stated/backend/lsm/remotestore"
+	"github.com/statedhq/stated/refcount/markers"
 	"github.com/statedhq/stated/tiered"
 )
 
@@ -109,7 +109,7 @@ func (b *Backend) remoteTables() ([]liveTable, error) {
 func (b *Backend) remoteSnapshot(ctx context.Context, id uint64) (backend.PendingSnapshot, error) {
 	job := b.opts.Task.Job
 	return b.handOffSnapshot(ctx, "checkpoint", id, func(obj, attempt string) string {
-		return remotestore.CheckpointMarker(obj, job, id, attempt)
+		return markers.CheckpointMarker(obj, job, id, attempt)
 	}, nil)
 }
 
@@ -122,7 +122,7 @@ func (b *Backend) remoteSnapshot(ctx context.Context, id uint64) (backend.Pendin
 func (b *Backend) remoteBaseSnapshot(ctx context.Context, n uint64) (backend.PendingSnapshot, error) {
 	r := b.remote
 	return b.handOffSnapshot(ctx, "base snapshot", n, func(obj, _ string) string {
-		return remotestore.BaseMarker(obj, r.creator, n)
+		return markers.BaseMarker(obj, r.creator, n)
 	}, func(tables []liveTable) {
 		objs := make([]string, 0, len(tables))
 		for _, t := range tables {
@@ -258,7 +258,7 @@ func (b *Backend) handOff(ctx context.Context, tables []liveTable, mark func(obj
 		// One listing after every marker is written (each object's after
 		// its own marker): Pebble's marker of each SST we created must
 		// still be there.
-		mine := fmt.Sprintf("%s%d.", remotestore.MarkerInfix, b.remote.creator)
+		mine := fmt.Sprintf("%s%d.", markers.MarkerInfix, b.remote.creator)
 		held := map[string]bool{}
 		err = b.listAround(ctx, store, names, markConcurrency(b.lo.UploadConcurrency), func(o tiered.ObjectInfo) {
 			if obj, _, ok := strings.Cut(o.Name, mine); ok {
@@ -277,7 +277,7 @@ func (b *Backend) handOff(ctx context.Context, tables []liveTable, mark func(obj
 	// Take this attempt's markers back with the unref rule: an object
 	// whose Pebble marker is gone is deleted once ours goes too.
 	for _, obj := range names {
-		if _, uerr := remotestore.UnrefNamed(ctx, store, obj, mark(obj, attempt)); uerr != nil && err == nil {
+		if _, uerr := markers.UnrefNamed(ctx, store, obj, mark(obj, attempt)); uerr != nil && err == nil {
 			err = uerr
 		}
 	}

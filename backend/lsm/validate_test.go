@@ -6,14 +6,15 @@ import (
 	"testing"
 
 	"github.com/statedhq/stated/backend"
+	"github.com/statedhq/stated/backend/tablecheck"
 	"github.com/statedhq/stated/tiered"
 	"github.com/statedhq/stated/tiered/fault"
 	"github.com/statedhq/stated/tiered/memstore"
 	"github.com/statedhq/stated/tiered/metered"
 )
 
-// TestValidateTable: an intact remote table validates with ranged reads
-// only (no whole-object Get); a flipped byte in its first data block, a
+// TestValidateTable: an intact remote table written by lsm validates
+// (tablecheck.Validate) with ranged reads only (no whole-object Get); a flipped byte in its first data block, a
 // wrong size and a missing object are named errors of the right kind; a
 // failing store is a failed read, not damage.
 func TestValidateTable(t *testing.T) {
@@ -28,7 +29,7 @@ func TestValidateTable(t *testing.T) {
 		t.Fatal("no tables")
 	}
 	for _, f := range h.Files {
-		if err := ValidateTable(ctx, store, f.Path, f.Size); err != nil {
+		if err := tablecheck.Validate(ctx, store, f.Path, f.Size); err != nil {
 			t.Fatalf("intact %s: %v", f.Path, err)
 		}
 	}
@@ -37,10 +38,10 @@ func TestValidateTable(t *testing.T) {
 		t.Fatalf("validation read with %d gets and %d ranged reads for %d tables", c.Calls[tiered.OpGet], c.Calls[tiered.OpGetRange], len(h.Files))
 	}
 	f := h.Files[0]
-	if err := ValidateTable(ctx, store, f.Path, f.Size+1); !errors.Is(err, backend.ErrCorrupt) {
+	if err := tablecheck.Validate(ctx, store, f.Path, f.Size+1); !errors.Is(err, backend.ErrCorrupt) {
 		t.Fatalf("wrong size: %v", err)
 	}
-	if err := ValidateTable(ctx, fault.New(base, fault.Config{ErrorRate: 1, Ops: tiered.OpSet(tiered.OpGetRange)}), f.Path, f.Size); err == nil ||
+	if err := tablecheck.Validate(ctx, fault.New(base, fault.Config{ErrorRate: 1, Ops: tiered.OpSet(tiered.OpGetRange)}), f.Path, f.Size); err == nil ||
 		errors.Is(err, backend.ErrCorrupt) || !errors.Is(err, fault.ErrInjected) {
 		t.Fatalf("a failing store: %v", err)
 	}
@@ -48,11 +49,11 @@ func TestValidateTable(t *testing.T) {
 	must(t, err)
 	data[20] ^= 1
 	must(t, tiered.PutBytes(ctx, base, f.Path, data))
-	if err := ValidateTable(ctx, store, f.Path, f.Size); !errors.Is(err, backend.ErrCorrupt) {
+	if err := tablecheck.Validate(ctx, store, f.Path, f.Size); !errors.Is(err, backend.ErrCorrupt) {
 		t.Fatalf("flipped byte: %v", err)
 	}
 	must(t, base.Delete(ctx, f.Path))
-	if err := ValidateTable(ctx, store, f.Path, f.Size); !errors.Is(err, backend.ErrNotFound) {
+	if err := tablecheck.Validate(ctx, store, f.Path, f.Size); !errors.Is(err, backend.ErrNotFound) {
 		t.Fatalf("missing: %v", err)
 	}
 }

@@ -1,4 +1,4 @@
-package remotestore
+package markers
 
 import (
 	"context"

@@ -1,10 +1,4 @@
-package lsm
-
-// Checking a remote-mode SST in place. Handles list such tables size-only
-// (FileRef.SizeOnly): stated never read their bytes, so it has no CRC of
-// them, and the guard of their bytes is Pebble's per-block checksums.
-// ValidateTable reads them through ranged reads of the store, block by
-// block, without a local copy.
+package tablecheck
 
 import (
 	"context"
@@ -21,21 +15,25 @@ import (
 	"github.com/statedhq/stated/tiered"
 )
 
-// ValidateTable opens the object name of store, size bytes long, as an SST
-// written by this package and checks the checksum of every block of it
+// MergerName is the name of the merge operator of stated's Pebble stores
+// (backend/lsm's concat merger), which every table they write carries in
+// its properties; a reader refuses a table whose merger it does not know.
+// Frozen: a store written with one name cannot be opened with another,
+// and every checkpoint carries it.
+const MergerName = "stated.concat.v1"
+
+// validateMerger names the merger for the reader: validation reads
+// blocks and checks checksums, it never merges values.
+var validateMerger = &pebble.Merger{Name: MergerName, Merge: pebble.DefaultMerger.Merge}
+
+// Validate opens the object name of store, size bytes long, as an SST
+// written by backend/lsm and checks the checksum of every block of it
 // (data, index, filter, range deletion, properties, meta index). Each
 // block is one ranged read. A missing object wraps backend.ErrNotFound;
 // an object of another size, or one that is no SST or has a damaged
-// block, wraps backend.ErrCorrupt and names the object.
-func ValidateTable(ctx context.Context, store tiered.Store, name string, size int64) error {
-	if err := validateTable(ctx, store, name, size); err != nil {
-		return fmt.Errorf("lsm: %w", err)
-	}
-	return nil
-}
-
-// validateTable is ValidateTable, its errors without the package prefix.
-func validateTable(ctx context.Context, store tiered.Store, name string, size int64) error {
+// block, wraps backend.ErrCorrupt and names the object. Errors carry no
+// package prefix: the caller says what it was doing.
+func Validate(ctx context.Context, store tiered.Store, name string, size int64) error {
 	info, err := store.Stat(ctx, name)
 	if tiered.IsNotFound(err) {
 		return fmt.Errorf("table %s: %w: %v", name, backend.ErrNotFound, err)
@@ -46,7 +44,7 @@ func validateTable(ctx context.Context, store tiered.Store, name string, size in
 	if info.Size != size {
 		return fmt.Errorf("table %s: %w: %d bytes, the handle says %d", name, backend.ErrCorrupt, info.Size, size)
 	}
-	o := &pebble.Options{Merger: concatMerger, FormatMajorVersion: pebble.FormatNewest}
+	o := &pebble.Options{Merger: validateMerger, FormatMajorVersion: pebble.FormatNewest}
 	o.EnsureDefaults()
 	r := &storeReadable{store: store, name: name, size: size}
 	rd, err := sstable.NewReader(ctx, r, o.MakeReaderOptions())

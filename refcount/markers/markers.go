@@ -1,4 +1,4 @@
-package remotestore
+package markers
 
 // The ownership protocol of remote SSTs (docs/lsm-remote.md): every holder
 // of an object has one empty marker object "<object>.ref.<holder>", and
@@ -40,6 +40,15 @@ import (
 
 	"github.com/statedhq/stated/tiered"
 )
+
+// Dir is the directory, inside a job's directory of the checkpoint root,
+// of remote-mode lsm objects: the SSTs, their markers, the leases and the
+// holds. backend/lsm writes there and the catalog sweeps it. Frozen: the
+// names are in the store.
+const Dir = "shared/lsm/"
+
+// JobPrefix is the lsm prefix of job: "<job>/shared/lsm/".
+func JobPrefix(job string) string { return job + "/" + Dir }
 
 // MarkerInfix separates an object's name from its holder in a marker name.
 const MarkerInfix = ".ref."
@@ -128,7 +137,7 @@ func Holds(ctx context.Context, store tiered.Store, prefix string) ([]tiered.Obj
 		return nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("remotestore: list the holds under %q: %w", prefix, err)
+		return nil, fmt.Errorf("markers: list the holds under %q: %w", prefix, err)
 	}
 	return out, nil
 }
@@ -207,7 +216,7 @@ func Markers(ctx context.Context, store tiered.Store, object string) ([]string, 
 		return nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("remotestore: list the markers of %s: %w", object, err)
+		return nil, fmt.Errorf("markers: list the markers of %s: %w", object, err)
 	}
 	return out, nil
 }
@@ -230,7 +239,7 @@ func Unref(ctx context.Context, store tiered.Store, object string, drop func(Mar
 			continue
 		}
 		if err := store.Delete(ctx, n); err != nil && !tiered.IsNotFound(err) {
-			return false, fmt.Errorf("remotestore: remove marker %s: %w", n, err)
+			return false, fmt.Errorf("markers: remove marker %s: %w", n, err)
 		}
 	}
 	if left > 0 {
@@ -245,7 +254,7 @@ func Unref(ctx context.Context, store tiered.Store, object string, drop func(Mar
 		return false, nil
 	}
 	if err := store.Delete(ctx, object); err != nil && !errors.Is(err, tiered.ErrNotFound) {
-		return false, fmt.Errorf("remotestore: delete %s: %w", object, err)
+		return false, fmt.Errorf("markers: delete %s: %w", object, err)
 	}
 	return true, nil
 }
@@ -253,7 +262,7 @@ func Unref(ctx context.Context, store tiered.Store, object string, drop func(Mar
 // UnrefNamed is Unref that removes the one marker named marker.
 func UnrefNamed(ctx context.Context, store tiered.Store, object, marker string) (bool, error) {
 	if err := store.Delete(ctx, marker); err != nil && !tiered.IsNotFound(err) {
-		return false, fmt.Errorf("remotestore: remove marker %s: %w", marker, err)
+		return false, fmt.Errorf("markers: remove marker %s: %w", marker, err)
 	}
 	return Unref(ctx, store, object, func(Marker) bool { return false })
 }
