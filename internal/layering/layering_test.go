@@ -28,7 +28,7 @@ var floors = []struct {
 	{"backends and state formats", []string{"backend/heap", "backend/file", "backend/lsm", "backend/lsm/",
 		"backend/internal/", "backend/backendtest", "dstl", "chanstate", "rescale"}},
 	{"catalog", []string{"catalog", "dstl/changelog"}},
-	{"daemon and cluster", []string{"daemon", "daemon/", "cluster", "cluster/", "catalogrpc"}},
+	{"daemon and cluster", []string{"daemon", "daemon/", "cluster", "cluster/", "catalogrpc", "inspect"}},
 	{"api", []string{"api", "api/"}},
 	{"node", []string{"node", "node/"}},
 	{"tools and tests", []string{"cmd/", "bench", "bench/", "examples/", "clients/", "fuzz", "tests/"}},
