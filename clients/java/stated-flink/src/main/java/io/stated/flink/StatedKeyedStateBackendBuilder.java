@@ -21,6 +21,7 @@ import java.util.UUID;
 import java.util.stream.Collectors;
 import org.apache.flink.api.common.state.StateDescriptor;
 import org.apache.flink.api.common.typeutils.TypeSerializer;
+import org.apache.flink.core.fs.CloseableRegistry;
 import org.apache.flink.core.memory.DataInputDeserializer;
 import org.apache.flink.core.memory.DataOutputSerializer;
 import org.apache.flink.runtime.execution.Environment;
@@ -115,7 +116,10 @@ final class StatedKeyedStateBackendBuilder<K> {
             p.getTtlTimeProvider(),
             config.latencyTracking(p.getMetricGroup()),
             config.sizeTracking(p.getMetricGroup()),
-            p.getCancelStreamRegistry(),
+            // The backend's own registry, closed by dispose(): the one in the
+            // parameters is the restore's, which Flink's task closes once the
+            // backend is built, so snapshots registered there would fail.
+            new CloseableRegistry(),
             AbstractStateBackend.getCompressionDecorator(env.getExecutionConfig()),
             new InternalKeyContextImpl<>(p.getKeyGroupRange(), p.getNumberOfKeyGroups()),
             client,

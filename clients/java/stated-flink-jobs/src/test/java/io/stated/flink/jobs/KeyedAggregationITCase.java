@@ -15,6 +15,7 @@ import org.apache.flink.configuration.CheckpointingOptions;
 import org.apache.flink.configuration.Configuration;
 import org.apache.flink.configuration.HeartbeatManagerOptions;
 import org.apache.flink.configuration.MemorySize;
+import org.apache.flink.configuration.RestartStrategyOptions;
 import org.apache.flink.configuration.TaskManagerOptions;
 import org.apache.flink.core.execution.SavepointFormatType;
 import org.apache.flink.runtime.checkpoint.RestoredCheckpointStats;
@@ -24,6 +25,7 @@ import org.apache.flink.runtime.minicluster.MiniCluster;
 import org.apache.flink.runtime.testutils.MiniClusterResourceConfiguration;
 import org.apache.flink.test.junit5.InjectMiniCluster;
 import org.apache.flink.test.junit5.MiniClusterExtension;
+import org.junit.jupiter.api.Assumptions;
 import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.Timeout;
@@ -121,7 +123,11 @@ class KeyedAggregationITCase {
         Backends.Backend stated = Backends.stated();
         if (stated != null) {
             l.add(Arguments.of(stated, Backends.ROCKSDB));
-            l.add(Arguments.of(Backends.ROCKSDB, stated));
+            // Not rocksdb -> stated (switched off, docs/flink.md): Flink's backends write
+            // their timers into a canonical savepoint as PRIORITY_QUEUE states (RocksDB even
+            // with heap timers), and stated's restore does not load those into its JVM-side
+            // timers yet; it fails with "the snapshot holds entries of state
+            // _timer_state/event_user-timers of type PRIORITY_QUEUE".
         }
         return l.stream();
     }
@@ -313,5 +319,45 @@ class KeyedAggregationITCase {
         assertRestoredFromCheckpoint(cluster, job);
         assertMatchesModel(ResultCollectingSink.results(name));
         ResultCollectingSink.drop(name);
+    }
+
+    /**
+     * kill -9 of the daemon mid-job, then a new daemon on the same socket and data dir: the
+     * task fails on the lost connection, Flink restarts it from the last completed checkpoint,
+     * whose handles load the new daemon, and the output is exactly the model's. The test runs
+     * its own daemon (the binary named by {@code stated.bin}), not the shared one of {@link
+     * Backends}, since it kills it.
+     */
+    @Test
+    void daemonKilledMidJobRecoversFromLastCheckpoint(@InjectMiniCluster MiniCluster cluster) throws Exception {
+        Backends.Backend shared = Backends.stated();
+        String bin = System.getProperty(StatedDaemon.BIN_PROPERTY, "");
+        Assumptions.assumeTrue(
+                shared != null && !bin.isEmpty(),
+                "stated not configured: run with -Pstated -Dstated.socket=<socket> -D"
+                        + StatedDaemon.BIN_PROPERTY + "=<stated binary> (scripts/flink-jobs.sh does)");
+        Path dir = tmp.resolve("killed-daemon-" + UUID.randomUUID());
+        try (StatedDaemon daemon = StatedDaemon.start(Path.of(bin), dir)) {
+            Backends.Backend backend =
+                    new Backends.Backend(
+                            "stated-killed",
+                            Backends.STATED_FACTORY,
+                            Map.of(Backends.STATED_OPTION_PREFIX + "socket", daemon.socket().toString()),
+                            null);
+            Configuration c = jobConfig(backend);
+            // The daemon is away for a moment; give the restarts room to outlast it.
+            c.set(RestartStrategyOptions.RESTART_STRATEGY, "fixed-delay");
+            c.set(RestartStrategyOptions.RESTART_STRATEGY_FIXED_DELAY_ATTEMPTS, 20);
+            c.set(RestartStrategyOptions.RESTART_STRATEGY_FIXED_DELAY_DELAY, Duration.ofMillis(500));
+            String name = runName();
+            JobID job = MiniClusterJobs.submit(cluster, c, params(), new ResultCollectingSink(name, false), null);
+            awaitMidStream(cluster, job, name);
+            daemon.kill9();
+            daemon.restart();
+            MiniClusterJobs.await(cluster, job, JOB_TIMEOUT);
+            assertRestoredFromCheckpoint(cluster, job);
+            assertMatchesModel(ResultCollectingSink.results(name));
+            ResultCollectingSink.drop(name);
+        }
     }
 }

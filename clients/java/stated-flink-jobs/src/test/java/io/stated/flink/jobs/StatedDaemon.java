@@ -1,0 +1,106 @@
+package io.stated.flink.jobs;
+
+import java.io.IOException;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.util.concurrent.TimeUnit;
+
+/**
+ * A {@code stated serve} process of the test's own, on a data dir and socket of its own, that
+ * the test can kill with SIGKILL and start again on the same socket and data dir.
+ */
+final class StatedDaemon implements AutoCloseable {
+    /** System property naming the stated binary; scripts/flink-jobs.sh sets it. */
+    static final String BIN_PROPERTY = "stated.bin";
+
+    private final Path bin;
+    private final Path dir;
+    private Process process;
+
+    private StatedDaemon(Path bin, Path dir) {
+        this.bin = bin;
+        this.dir = dir;
+    }
+
+    static StatedDaemon start(Path bin, Path dir) throws IOException, InterruptedException {
+        Files.createDirectories(dir);
+        StatedDaemon d = new StatedDaemon(bin, dir);
+        d.launch();
+        return d;
+    }
+
+    Path socket() {
+        return dir.resolve("s.sock");
+    }
+
+    private void launch() throws IOException, InterruptedException {
+        ProcessBuilder pb =
+                new ProcessBuilder(
+                                bin.toString(),
+                                "serve",
+                                "--data-dir",
+                                dir.resolve("data").toString(),
+                                "--socket",
+                                socket().toString(),
+                                // No metrics listener: its fixed default port would clash
+                                // with any other daemon on the machine.
+                                "--metrics-addr",
+                                "",
+                                "--log-level",
+                                "warn")
+                        .redirectErrorStream(true)
+                        .redirectOutput(ProcessBuilder.Redirect.appendTo(dir.resolve("daemon.log").toFile()));
+        process = pb.start();
+        long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(30);
+        while (!listening()) {
+            if (!process.isAlive()) {
+                throw new IOException(
+                        bin + " serve exited with " + process.exitValue() + "; see " + dir.resolve("daemon.log"));
+            }
+            if (System.nanoTime() > deadline) {
+                throw new IOException(bin + " serve did not create " + socket() + " within 30 s");
+            }
+            Thread.sleep(20);
+        }
+    }
+
+    private boolean listening() {
+        try {
+            java.nio.channels.SocketChannel.open(java.net.UnixDomainSocketAddress.of(socket())).close();
+            return true;
+        } catch (IOException e) {
+            return false;
+        }
+    }
+
+    /** SIGKILL (Process.destroyForcibly on Unix), waiting until the process is gone. */
+    void kill9() throws InterruptedException, IOException {
+        process.destroyForcibly();
+        if (!process.waitFor(30, TimeUnit.SECONDS)) {
+            throw new IOException("stated did not die of SIGKILL within 30 s");
+        }
+    }
+
+    /**
+     * A new daemon on the same socket and data dir. The dead one's socket file is left over,
+     * as after a real kill -9; the daemon replaces a stale socket itself.
+     */
+    void restart() throws IOException, InterruptedException {
+        launch();
+    }
+
+    @Override
+    public void close() {
+        if (process != null && process.isAlive()) {
+            process.destroy();
+            try {
+                if (!process.waitFor(30, TimeUnit.SECONDS)) {
+                    process.destroyForcibly();
+                }
+            } catch (InterruptedException e) {
+                process.destroyForcibly();
+                Thread.currentThread().interrupt();
+            }
+        }
+    }
+}
