@@ -327,6 +327,11 @@ public final class StatedClient implements AutoCloseable {
         StatedGrpc.LIST_CHECKPOINTS, ListCheckpointsRequest.newBuilder().setJob(job).build());
   }
 
+  /**
+   * TriggerSavepoint as given. The daemon refuses it unless {@code batches_answered} is set, which
+   * states that every batch request of the job's instances was answered (flush them and wait for
+   * the last future first), so that the savepoint holds every write sent before it.
+   */
   public CompletableFuture<TriggerSavepointResponse> triggerSavepoint(TriggerSavepointRequest req) {
     return unary(StatedGrpc.TRIGGER_SAVEPOINT, req);
   }

@@ -448,7 +448,11 @@ class ConformanceTest {
     get(inst.snapshot(3, false, null));
     get(c.completeCheckpoint(job, 3));
     TriggerSavepointResponse sp =
-        get(c.triggerSavepoint(TriggerSavepointRequest.newBuilder().setJob(job).build()));
+        // Every batch of the job was answered (the snapshot above is a barrier behind them),
+        // which is what batches_answered states (SAV-2).
+        get(
+            c.triggerSavepoint(
+                TriggerSavepointRequest.newBuilder().setJob(job).setBatchesAnswered(true).build()));
     assertTrue(sp.getPath().contains("savepoints/"), "savepoint path " + sp.getPath());
     Instance re =
         open(
