@@ -22,7 +22,7 @@
 # 7. builds the Java client and the Flink backend and runs their tests
 #    against real daemons (scripts/java-test.sh; needs java and mvn).
 # 8. runs the Flink example job's MiniCluster tests on Flink's own state
-#    backends (scripts/flink-jobs.sh; needs JDK 17 and Maven).
+#    backends and on stated (scripts/flink-jobs.sh; needs JDK 17 and Maven).
 # 9. runs the partition suite briefly (scripts/partition.sh: needs root and
 #    iproute2; fails without them when CI=true).
 set -euo pipefail
@@ -149,10 +149,11 @@ done
 stage "Java client and Flink backend"
 scripts/java-test.sh
 
-# The Flink example job in a MiniCluster on hashmap, rocksdb and forst: an
-# injected failure, a lost TaskManager, a JobManager failover, a savepoint
-# restored at other parallelisms and on another backend, each compared with
-# a reference model (docs/flink.md). About 2 minutes; the first run on a
+# The Flink example job in a MiniCluster on hashmap, rocksdb, forst and
+# stated (the script builds stated and starts its own daemon): an injected
+# failure, a lost TaskManager, a JobManager failover, a savepoint restored at
+# other parallelisms and on another backend, a kill -9 of the daemon mid-job,
+# each compared with a reference model (docs/flink.md). About 2 minutes; the first run on a
 # machine downloads Flink 2.3.0 into Maven's local repository.
 stage "Flink jobs (MiniCluster)"
 scripts/flink-jobs.sh
