@@ -19,4 +19,11 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 go build -o "$tmp/stated" ./cmd/stated
 go build -o "$tmp/xcheck" ./clients/node/xcheck
-(cd clients/java && mvn -B -q verify -Dstated.bin="$tmp/stated" -Dstated.xcheck="$tmp/xcheck" "$@")
+# The client and the backend; the Flink jobs module has its own stage
+# (scripts/flink-jobs.sh, which also runs it on stated), so it is not run
+# twice. Arguments with their own -pl choose other modules.
+modules=(-pl stated-client,stated-flink)
+for a in "$@"; do
+  case "$a" in -pl|--projects|-pl*) modules=() ;; esac
+done
+(cd clients/java && mvn -B -q verify "${modules[@]}" -Dstated.bin="$tmp/stated" -Dstated.xcheck="$tmp/xcheck" "$@")

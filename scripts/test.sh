@@ -110,6 +110,11 @@ go test -count=1 -timeout 20m "$@" ./...
 #                      and node they drive run under the detector here
 #   fuzz               restore-path checks on one goroutine; its power-
 #                      loss suite runs under the detector on the next line
+#   dstl/changelog     the backends' conformance suite once more through
+#                      the changelog wrapper (~2.5 min under the detector);
+#                      its concurrent part, the one log writer, is dstl's,
+#                      which runs here, and the daemon's changelog tests
+#                      drive the wrapper under the detector
 # and, by -skip, rescale's two exhaustive matrices (every parallelism pair
 # up to 8, random larger ones: ~3 min under the detector); the other
 # rescale tests take its concurrent restore path under the detector.
@@ -120,7 +125,7 @@ go test -count=1 -timeout 20m "$@" ./...
 # written while compactions run, restores, rescale) meet the detector in
 # the hand-off tests.
 stage "go test -race (every package but a deny-list)"
-race_deny='^github.com/statedhq/stated/(backend|bench|bench/checkpointsim|fuzz)$'
+race_deny='^github.com/statedhq/stated/(backend|bench|bench/checkpointsim|fuzz|dstl/changelog)$'
 go test -count=1 -race -timeout 20m -skip '^(TestRemotePebble|TestRemoteOwnershipProperty|TestConformanceRemote|TestRescaleEveryPairUpTo8|TestRescaleRandomLarger)' "$@" \
   $(go list ./... | grep -Ev "$race_deny")
 # The power-loss suite briefly: the lsm directories and the cache on a
