@@ -51,17 +51,11 @@ func runCheckpoints(ctx context.Context, out, errOut io.Writer, store cliStore, 
 		ctx = context.Background()
 	}
 	store.announce(errOut)
-	s, err := openCLIStore(ctx, store, false)
+	c, closeAll, err := openCLICatalog(ctx, store, false)
 	if err != nil {
 		return err
 	}
-	defer s.Close()
-	// Open only reads; the options that steer deletes do not matter here.
-	c, err := catalog.Open(ctx, catalog.Options{Store: s})
-	if err != nil {
-		return err
-	}
-	defer c.Close()
+	defer closeAll()
 	problems := 0
 	for _, p := range c.Problems() {
 		fmt.Fprintln(errOut, "problem:", p)

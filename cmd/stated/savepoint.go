@@ -153,16 +153,11 @@ func runSavepointList(ctx context.Context, out, errOut io.Writer, store cliStore
 		ctx = context.Background()
 	}
 	store.announce(errOut)
-	s, err := openCLIStore(ctx, store, false)
+	c, closeAll, err := openCLICatalog(ctx, store, false)
 	if err != nil {
 		return err
 	}
-	defer s.Close()
-	c, err := catalog.Open(ctx, catalog.Options{Store: s})
-	if err != nil {
-		return err
-	}
-	defer c.Close()
+	defer closeAll()
 	var sps []*catalog.Manifest
 	for _, m := range c.Savepoints() {
 		if job == "" || m.Job == job {
@@ -230,16 +225,11 @@ func runSavepointDelete(ctx context.Context, out io.Writer, store cliStore, arg 
 	if err := catalog.ValidateSavepointID(id); err != nil {
 		return err
 	}
-	s, err := openCLIStore(ctx, store, true)
+	c, closeAll, err := openCLICatalog(ctx, store, true)
 	if err != nil {
 		return err
 	}
-	defer s.Close()
-	c, err := catalog.Open(ctx, catalog.Options{Store: s})
-	if err != nil {
-		return err
-	}
-	defer c.Close()
+	defer closeAll()
 	if err := c.DeleteSavepoint(ctx, id); err != nil {
 		if errors.Is(err, catalog.ErrNotFound) {
 			return fmt.Errorf("no savepoint %s in %s: \"stated savepoint list\" lists them", id, store.url)

@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/statedhq/stated/catalog"
 	"github.com/statedhq/stated/node"
 	"github.com/statedhq/stated/tiered"
 	"github.com/statedhq/stated/tiered/localfs"
@@ -214,6 +215,23 @@ func redactStoreURL(u string) string {
 // nothing is cached: the CLI reads the store itself.
 func openCLIStore(ctx context.Context, st cliStore, writable bool) (tiered.Store, error) {
 	return openCLIURL(ctx, st.url, st.s3, writable)
+}
+
+// openCLICatalog opens the store and the catalog on it, as the commands
+// that read or change the history do; closeAll closes both. The catalog's
+// options that steer deletes do not matter to these commands: Open only
+// reads, and each command's own call says what it changes.
+func openCLICatalog(ctx context.Context, st cliStore, writable bool) (c *catalog.Catalog, closeAll func(), err error) {
+	s, err := openCLIStore(ctx, st, writable)
+	if err != nil {
+		return nil, nil, err
+	}
+	c, err = catalog.Open(ctx, catalog.Options{Store: s})
+	if err != nil {
+		s.Close()
+		return nil, nil, err
+	}
+	return c, func() { c.Close(); s.Close() }, nil
 }
 
 // openCLILogStore opens the changelog store --changelog-store names; nil
