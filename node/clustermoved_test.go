@@ -45,7 +45,19 @@ func TestMovedTaskHandleFencedOnTheLeader(t *testing.T) {
 	if _, err := nodes[0].Daemon().Snapshot(ctx, old, 1, true); err != nil {
 		t.Fatalf("snapshot while holding the token: %v", err)
 	}
-	oldToken, _, _ := nodes[0].Cluster().Holder("z/op/0")
+	// The token is read from nodes[0]'s own replica, which a follower
+	// applies a moment after the leader committed the open: wait for it.
+	var oldToken uint64
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		tok, _, ok := nodes[0].Cluster().Holder("z/op/0")
+		if ok && tok != 0 {
+			oldToken = tok
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("nodes[0] never applied the token of its own open")
+		}
+	}
 	openOn(t, ctx, nodes[1], task, allGroups) // the task moves: a newer token
 	_, err := nodes[2].Daemon().CompleteCheckpoint(ctx, "z", 1, []backend.TaskID{task})
 	if !errors.Is(err, daemon.ErrFenced) || !strings.Contains(err.Error(), "task z/op/0") ||
