@@ -7,8 +7,8 @@ import (
 )
 
 // quietClosed is the node's log handler: a record whose error says the
-// connection was already closed ("use of closed network connection") is
-// lowered to debug. raft's transport logs one at level error for every
+// connection was already closed ("use of closed network connection", or
+// raft's "transport shutdown") is lowered to debug. raft's transport logs one at level error for every
 // inbound connection when the node itself closes it, at each clean
 // shutdown: no fault, and an operator alerting on errors must not see
 // one.
@@ -31,7 +31,27 @@ func (q quietClosed) Handle(ctx context.Context, r slog.Record) error {
 		}
 		r.Level = slog.LevelDebug
 	}
+	// A heartbeat that met EOF: the peer closed the connection, as every
+	// member does when it stops (a rolling stop closes followers first).
+	// Not this node's fault, but a peer that went away is worth a
+	// warning; cluster status and the metrics say whether it came back.
+	if r.Level > slog.LevelWarn && strings.HasPrefix(r.Message, "failed to heartbeat") && errorIs(r, "EOF") {
+		r.Level = slog.LevelWarn
+	}
 	return q.h.Handle(ctx, r)
+}
+
+// errorIs reports whether r's error attribute is exactly text.
+func errorIs(r slog.Record, text string) bool {
+	found := false
+	r.Attrs(func(a slog.Attr) bool {
+		if a.Key == "error" && a.Value.String() == text {
+			found = true
+			return false
+		}
+		return true
+	})
+	return found
 }
 
 func (q quietClosed) WithAttrs(as []slog.Attr) slog.Handler { return quietClosed{q.h.WithAttrs(as)} }
@@ -42,7 +62,10 @@ func (q quietClosed) WithGroup(name string) slog.Handler    { return quietClosed
 func closedConn(r slog.Record) bool {
 	found := false
 	r.Attrs(func(a slog.Attr) bool {
-		if a.Key == "error" && strings.Contains(a.Value.String(), "use of closed network connection") {
+		// "transport shutdown" is raft's ErrTransportShutdown: this node's
+		// own transport was closed under a connection handler.
+		if a.Key == "error" && (strings.Contains(a.Value.String(), "use of closed network connection") ||
+			a.Value.String() == "transport shutdown") {
 			found = true
 			return false
 		}
