@@ -541,38 +541,14 @@ type CheckpointStats struct {
 // SnapshotWith is Snapshot with options. The channel state written for id
 // (WriteChannelState) before it goes into the snapshot.
 func (in *Instance) SnapshotWith(ctx context.Context, id uint64, o SnapshotOptions) (*pb.SnapshotResponse, error) {
-	wait := o.Wait
-	in.sendMu.Lock()
-	in.mu.Lock()
-	if in.closed {
-		in.mu.Unlock()
-		in.sendMu.Unlock()
-		return nil, status.Error(codes.FailedPrecondition, errClosed.Error())
-	}
-	b := in.cur
-	in.cur = nil
-	if b == nil {
-		b = &batch{in: in, done: make(chan struct{}), orig: wire.OutBuffer(64)}
-		b.buf = *b.orig
-	}
-	in.taken = b
-	in.mu.Unlock()
-	// b is out of cur: no operation is added to it any more.
-	br := wire.Barrier{CheckpointID: id, Wait: wait}
+	br := wire.Barrier{CheckpointID: id, Wait: o.Wait}
 	if st := o.Stats; st != nil {
 		br.HasStats = true
 		br.Stats = wire.Stats{Unaligned: st.Unaligned, AlignmentMicros: st.Alignment.Microseconds(), StartDelayMicros: st.StartDelay.Microseconds()}
 	}
-	b.buf = wire.AppendSnapshotBarrier(b.buf, br)
-	in.sendLocked(b)
-	in.sendMu.Unlock()
-	select {
-	case <-b.done:
-	case <-ctx.Done():
-		return nil, status.FromContextError(ctx.Err()).Err()
-	}
-	if b.err != nil {
-		return nil, b.err
+	b, err := in.sendBarrier(ctx, func(buf []byte) []byte { return wire.AppendSnapshotBarrier(buf, br) })
+	if err != nil {
+		return nil, err
 	}
 	enc, ok, err := wire.ResponseSnapshot(b.resp)
 	if err == nil && !ok {
@@ -592,6 +568,40 @@ func (in *Instance) SnapshotWith(ctx context.Context, id uint64, o SnapshotOptio
 		return &pb.SnapshotResponse{}, nil
 	}
 	return out.GetResult(), nil
+}
+
+// sendBarrier ends the batch of the operations issued last with a barrier
+// (appended by appendBarrier), sends it and waits for its response: the
+// barrier holds every operation issued before it and none after, because
+// the batch is out of cur before the barrier is added.
+func (in *Instance) sendBarrier(ctx context.Context, appendBarrier func([]byte) []byte) (*batch, error) {
+	in.sendMu.Lock()
+	in.mu.Lock()
+	if in.closed {
+		in.mu.Unlock()
+		in.sendMu.Unlock()
+		return nil, status.Error(codes.FailedPrecondition, errClosed.Error())
+	}
+	b := in.cur
+	in.cur = nil
+	if b == nil {
+		b = &batch{in: in, done: make(chan struct{}), orig: wire.OutBuffer(64)}
+		b.buf = *b.orig
+	}
+	in.taken = b
+	in.mu.Unlock()
+	b.buf = appendBarrier(b.buf)
+	in.sendLocked(b)
+	in.sendMu.Unlock()
+	select {
+	case <-b.done:
+	case <-ctx.Done():
+		return nil, status.FromContextError(ctx.Err()).Err()
+	}
+	if b.err != nil {
+		return nil, b.err
+	}
+	return b, nil
 }
 
 // Close applies what was issued, ends the stream and closes the instance in

@@ -38,31 +38,11 @@ type View struct {
 // operations issued last, so it holds every one of them and none issued
 // after. idle is the view's idle timeout (0: the daemon's default).
 func (in *Instance) TakeView(ctx context.Context, idle time.Duration) (*View, error) {
-	in.sendMu.Lock()
-	in.mu.Lock()
-	if in.closed {
-		in.mu.Unlock()
-		in.sendMu.Unlock()
-		return nil, status.Error(codes.FailedPrecondition, errClosed.Error())
-	}
-	b := in.cur
-	in.cur = nil
-	if b == nil {
-		b = &batch{in: in, done: make(chan struct{}), orig: wire.OutBuffer(64)}
-		b.buf = *b.orig
-	}
-	in.taken = b
-	in.mu.Unlock()
-	b.buf = wire.AppendViewBarrier(b.buf, wire.ViewBarrier{IdleTimeoutMillis: idle.Milliseconds()})
-	in.sendLocked(b)
-	in.sendMu.Unlock()
-	select {
-	case <-b.done:
-	case <-ctx.Done():
-		return nil, status.FromContextError(ctx.Err()).Err()
-	}
-	if b.err != nil {
-		return nil, b.err
+	b, err := in.sendBarrier(ctx, func(buf []byte) []byte {
+		return wire.AppendViewBarrier(buf, wire.ViewBarrier{IdleTimeoutMillis: idle.Milliseconds()})
+	})
+	if err != nil {
+		return nil, err
 	}
 	enc, ok, err := wire.ResponseView(b.resp)
 	if err == nil && !ok {
