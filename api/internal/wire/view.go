@@ -47,28 +47,11 @@ func AppendViewBarrier(b []byte, vb ViewBarrier) []byte {
 
 // AppendViewOutcome appends BatchResponse.view: outcome is an encoded
 // stated.v1.ViewOutcome (written even when empty).
-func AppendViewOutcome(b, outcome []byte) []byte {
-	b = protowire.AppendTag(b, respView, protowire.BytesType)
-	return protowire.AppendBytes(b, outcome)
-}
+func AppendViewOutcome(b, outcome []byte) []byte { return appendMessage(b, respView, outcome) }
 
 // ResponseView returns the encoded ViewOutcome of a BatchResponse (a view
 // into data) and whether the response has one.
-func ResponseView(data []byte) ([]byte, bool, error) {
-	var out []byte
-	found := false
-	for len(data) > 0 {
-		f, rest, err := next(data)
-		if err != nil {
-			return nil, false, malformed("batch response", err)
-		}
-		if f.num == respView && f.typ == protowire.BytesType {
-			out, found = f.b, true
-		}
-		data = rest
-	}
-	return out, found, nil
-}
+func ResponseView(data []byte) ([]byte, bool, error) { return responseMessage(data, respView) }
 
 // Field numbers of LoadRequest and ViewEntry (stated.proto). Frozen.
 const (

@@ -278,14 +278,22 @@ func AppendSnapshotBarrier(b []byte, br Barrier) []byte {
 
 // AppendSnapshotOutcome appends BatchResponse.snapshot: outcome is an
 // encoded stated.v1.SnapshotOutcome (written even when empty).
-func AppendSnapshotOutcome(b, outcome []byte) []byte {
-	b = protowire.AppendTag(b, respSnapshot, protowire.BytesType)
-	return protowire.AppendBytes(b, outcome)
-}
+func AppendSnapshotOutcome(b, outcome []byte) []byte { return appendMessage(b, respSnapshot, outcome) }
 
 // ResponseSnapshot returns the encoded SnapshotOutcome of a BatchResponse
 // (a view into data) and whether the response has one.
-func ResponseSnapshot(data []byte) ([]byte, bool, error) {
+func ResponseSnapshot(data []byte) ([]byte, bool, error) { return responseMessage(data, respSnapshot) }
+
+// appendMessage appends field num holding an encoded message, even an
+// empty one: the outcomes' presence is what the client waits for.
+func appendMessage(b []byte, num protowire.Number, msg []byte) []byte {
+	b = protowire.AppendTag(b, num, protowire.BytesType)
+	return protowire.AppendBytes(b, msg)
+}
+
+// responseMessage returns the last field num of a BatchResponse (a view
+// into data; the last one wins, as in protobuf) and whether it has one.
+func responseMessage(data []byte, num protowire.Number) ([]byte, bool, error) {
 	var out []byte
 	found := false
 	for len(data) > 0 {
@@ -293,7 +301,7 @@ func ResponseSnapshot(data []byte) ([]byte, bool, error) {
 		if err != nil {
 			return nil, false, malformed("batch response", err)
 		}
-		if f.num == respSnapshot && f.typ == protowire.BytesType {
+		if f.num == num && f.typ == protowire.BytesType {
 			out, found = f.b, true
 		}
 		data = rest
