@@ -9,8 +9,8 @@
 // the way; a changelog-mode handle goes through dstl/changelog, which
 // restores its base into that instance and replays its log window); the reader then walks that instance's Pebble store in key
 // order and takes each stored key and value apart by the frozen layout of
-// backend/internal/kvstate (keys.go, values.go), which the package cannot
-// import and so restates in layout.go. Memory stays bounded by Pebble's
+// backend/kvlayout, the one definition backend/internal/kvstate stores
+// state with. Memory stays bounded by Pebble's
 // small cache and one entry at a time; the disk holds one task's state at
 // a time, deleted once the task is read.
 //

@@ -11,6 +11,7 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 
 	"github.com/statedhq/stated/backend"
+	"github.com/statedhq/stated/backend/kvlayout"
 	"github.com/statedhq/stated/backend/lsm"
 	"github.com/statedhq/stated/catalog"
 	"github.com/statedhq/stated/dstl"
@@ -270,7 +271,7 @@ func (r *Reader) scanTask(ctx context.Context, h *backend.Handle, f Filter, fn f
 		return fmt.Errorf("inspect: read %s of %s: %w", h.Task, r.What(), err)
 	}
 	defer closeDB()
-	lo, hi := keyGroupBounds(kgs)
+	lo, hi := kvlayout.KeyGroupSpan(kgs)
 	it, err := db.NewIterWithContext(ctx, &pebble.IterOptions{LowerBound: lo, UpperBound: hi})
 	if err != nil {
 		return fmt.Errorf("inspect: read %s of %s: %w", h.Task, r.What(), err)
@@ -370,10 +371,11 @@ func (d *decoder) expired(expiry int64) bool {
 }
 
 func (d *decoder) entry(k, v []byte) error {
-	kg, name, rest, err := splitKey(k)
+	dk, err := kvlayout.SplitKey(k)
 	if err != nil {
 		return d.corrupt(k, "%v", err)
 	}
+	kg, name, rest := dk.KeyGroup, dk.State, dk.Rest
 	if d.f.State != "" && name != d.f.State {
 		return nil
 	}
@@ -385,7 +387,7 @@ func (d *decoder) entry(k, v []byte) error {
 	*e = Entry{Operator: d.h.Task.Operator, Subtask: d.h.Task.Subtask, State: name, Kind: desc.Kind,
 		KeyGroup: kg, StoredBytes: len(k) + len(v)}
 	if desc.Kind == backend.KindTimers {
-		ts, key, ns, ok := decodeTimer(rest)
+		ts, key, ns, ok := kvlayout.SplitTimer(rest)
 		if !ok {
 			return d.corrupt(k, "bad timer key")
 		}
@@ -395,7 +397,7 @@ func (d *decoder) entry(k, v []byte) error {
 		e.Key, e.Namespace, e.Timestamp = key, ns, ts
 		return d.fn(e)
 	}
-	key, ns, tail, ok := splitAddress(rest)
+	key, ns, tail, ok := kvlayout.SplitAddress(rest)
 	if !ok {
 		return d.corrupt(k, "bad key or namespace")
 	}
@@ -410,7 +412,7 @@ func (d *decoder) entry(k, v []byte) error {
 		} else if len(tail) != 0 {
 			return d.corrupt(k, "%d bytes after the namespace of a %s entry", len(tail), desc.Kind)
 		}
-		expiry, payload, err := decodeValue(v)
+		expiry, payload, err := kvlayout.DecodeValue(v)
 		if err != nil {
 			return d.corrupt(k, "%v", err)
 		}
@@ -419,7 +421,7 @@ func (d *decoder) entry(k, v []byte) error {
 		}
 		e.Expiry = expiry
 		if desc.Kind == backend.KindAggregate {
-			if e.Number, err = decodeNumber(desc.Number, payload); err != nil {
+			if e.Number, err = kvlayout.DecodeNumber(desc.Number, payload); err != nil {
 				return d.corrupt(k, "%v", err)
 			}
 		} else {
@@ -430,16 +432,16 @@ func (d *decoder) entry(k, v []byte) error {
 		if len(tail) != 0 {
 			return d.corrupt(k, "%d bytes after the namespace of a list entry", len(tail))
 		}
-		elems, err := decodeList(v)
+		elems, err := kvlayout.DecodeList(v)
 		if err != nil {
 			return d.corrupt(k, "%v", err)
 		}
 		size, i := e.StoredBytes, 0
 		for _, el := range elems {
-			if d.expired(el.expiry) {
+			if d.expired(el.Expiry) {
 				continue
 			}
-			e.Index, e.Value, e.Expiry, e.StoredBytes = i, el.payload, el.expiry, size
+			e.Index, e.Value, e.Expiry, e.StoredBytes = i, el.Payload, el.Expiry, size
 			size = 0
 			i++
 			if err := d.fn(e); err != nil {
