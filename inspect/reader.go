@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -17,6 +18,7 @@ import (
 	"github.com/statedhq/stated/dstl"
 	"github.com/statedhq/stated/dstl/changelog"
 	"github.com/statedhq/stated/tiered"
+	"github.com/statedhq/stated/tiered/localfs"
 )
 
 // ErrUnsupported is returned for a task handle this build cannot read
@@ -25,6 +27,10 @@ var ErrUnsupported = errors.New("not readable offline")
 
 // maxManifestSize bounds the manifest a reader loads.
 const maxManifestSize = 256 << 20
+
+// remoteCacheBytes bounds the on-disk cache of remote blocks while a
+// remote-mode task is read.
+const remoteCacheBytes = 32 << 20
 
 // DefaultCacheBytes is the block cache of the lsm instance a task is
 // restored into when Options.CacheBytes is 0.
@@ -56,6 +62,11 @@ type Options struct {
 	// IncludeExpired also returns entries past their TTL (which a restore
 	// would never serve); Entry.Expiry tells them apart.
 	IncludeExpired bool
+	// HeapSnapshots is the daemon's in-memory store of heap snapshots
+	// (daemon.Config.HeapSnapshots), where the files of a heap checkpoint
+	// live: set by a reader running inside the daemon, nil offline, where
+	// heap checkpoints cannot be read. Never written to.
+	HeapSnapshots tiered.Store
 }
 
 func (o *Options) ensureDefaults() {
@@ -223,21 +234,33 @@ func (r *Reader) Scan(ctx context.Context, f Filter, fn func(*Entry) error) erro
 	return nil
 }
 
-// Readable reports why a task cannot be read offline (nil: it can).
+// Readable reports why a task cannot be read (nil: it can).
 func (r *Reader) Readable(ctx context.Context, h *backend.Handle) error {
-	for _, fr := range h.Files {
-		if fr.Table != nil {
-			return fmt.Errorf("inspect: %s of %s: %w: its SSTs are referenced in place (lsm remote mode), and a restore of them registers holds in the store; take a canonical savepoint (stated savepoint trigger) and read that",
-				h.Task, r.What(), ErrUnsupported)
-		}
-	}
 	if h.Backend == backend.KindHeap && len(h.Files) > 0 && r.m.Kind == catalog.KindCheckpoint {
-		if _, err := r.files.Stat(ctx, h.Files[0].Path); tiered.IsNotFound(err) {
-			return fmt.Errorf("inspect: %s of %s: %w: a heap checkpoint's files live in the daemon's memory, not in the store (%s is not there); take a savepoint (stated savepoint trigger) and read that",
+		where := r.files
+		if r.opts.HeapSnapshots != nil {
+			where = r.opts.HeapSnapshots
+		}
+		if _, err := where.Stat(ctx, h.Files[0].Path); tiered.IsNotFound(err) {
+			if r.opts.HeapSnapshots != nil {
+				return fmt.Errorf("inspect: %s of %s: %w: its heap snapshot %s is no longer in the daemon's memory (the daemon restarted since, or the checkpoint was discarded)",
+					h.Task, r.What(), backend.ErrNotFound, h.Files[0].Path)
+			}
+			return fmt.Errorf("inspect: %s of %s: %w: a heap checkpoint's files live in the daemon's memory, not in the store (%s is not there); read it through the daemon (its HTTP state API), or take a savepoint (stated savepoint trigger) and read that",
 				h.Task, r.What(), ErrUnsupported, h.Files[0].Path)
 		}
 	}
 	return nil
+}
+
+// isRemote reports whether h references SSTs in place (lsm remote mode).
+func isRemote(h *backend.Handle) bool {
+	for _, f := range h.Files {
+		if f.Table != nil {
+			return true
+		}
+	}
+	return false
 }
 
 func (r *Reader) scanTask(ctx context.Context, h *backend.Handle, f Filter, fn func(*Entry) error) (err error) {
@@ -315,17 +338,44 @@ func (r *Reader) restore(ctx context.Context, h *backend.Handle, kgs backend.Key
 		Clock:          r.opts.Clock,
 	}
 	lo := lsm.Options{Dir: dir, CacheSize: r.opts.CacheBytes, MemTableSize: 1 << 20,
-		UploadConcurrency: 2, DisableAutomaticCompactions: true}
+		UploadConcurrency: 2, DisableAutomaticCompactions: true, HeapSnapshots: r.opts.HeapSnapshots}
+	var own tiered.Store
+	if isRemote(h) {
+		// lsm remote mode: the instance ingests the handle's SSTs by
+		// reference, reading their blocks from the store. Unclaimed (no
+		// holds, no markers written where they live), every table read
+		// whole and checked before anything is returned (VerifyRestore),
+		// and the instance's own objects (its lease; it flushes nothing)
+		// go to a throwaway store in dir, never to the checkpoint store.
+		spool := filepath.Join(dir, "spool")
+		if err := os.MkdirAll(spool, 0o755); err != nil {
+			return nil, nil, err
+		}
+		var err error
+		if own, err = localfs.Open(filepath.Join(dir, "own")); err != nil {
+			return nil, nil, err
+		}
+		lo.Dir = filepath.Join(dir, "lsm")
+		lo.Remote = &lsm.RemoteOptions{Store: own, CacheBytes: remoteCacheBytes,
+			SpoolDir: spool, VerifyRestore: true}
+	}
+	closeOwn := func() {
+		if own != nil {
+			_ = own.Close()
+		}
+	}
 	if !h.IsChangelog() {
 		b, err := lsm.OpenContext(ctx, opts, lo)
 		if err != nil {
+			closeOwn()
 			return nil, nil, err
 		}
-		return b.DB(), func() { _ = b.Close() }, nil
+		return b.DB(), func() { _ = b.Close(); closeOwn() }, nil
 	}
 	ls := dstl.TieredLogStore{Store: readOnly{r.opts.LogStore}}
 	w, err := dstl.NewWriter(ls, dstl.Options{})
 	if err != nil {
+		closeOwn()
 		return nil, nil, err
 	}
 	var inner *lsm.Backend
@@ -343,11 +393,13 @@ func (r *Reader) restore(ctx context.Context, h *backend.Handle, kgs backend.Key
 	})
 	if err != nil {
 		_ = w.Close()
+		closeOwn()
 		return nil, nil, err
 	}
 	return inner.DB(), func() {
 		_ = cb.Close()
 		_ = w.Close()
+		closeOwn()
 	}, nil
 }
 
