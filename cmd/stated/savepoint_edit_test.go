@@ -202,8 +202,8 @@ func TestSavepointEditAndBootstrap(t *testing.T) {
 		t.Fatal(err)
 	}
 	if _, err := runSavepoint(t, root, "bootstrap", "--from", bad, "--job", "j", "--max-parallelism", "64",
-		"--aggregate", "agg=max:float64", "--aggregate", "cnt=sum:int64", "bad"); err == nil || !strings.Contains(err.Error(), "entry 4") {
-		t.Fatalf("bootstrap of a bad line 4: %v, want an error naming entry 4", err)
+		"--aggregate", "agg=max:float64", "--aggregate", "cnt=sum:int64", "bad"); err == nil || !strings.Contains(err.Error(), "at line 4 of") {
+		t.Fatalf("bootstrap of a bad line 4: %v, want an error naming line 4", err)
 	}
 	if _, err := os.Stat(filepath.Join(root, "savepoints", "bad")); err == nil {
 		if ents, _ := os.ReadDir(filepath.Join(root, "savepoints", "bad")); len(ents) > 0 {

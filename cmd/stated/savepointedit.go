@@ -225,8 +225,12 @@ number, and nothing of the savepoint is left.
 			}
 			defer closeDst()
 			start := time.Now()
-			m, err := inspect.WriteBootstrap(ctx, b, t, jsonlEntries(in, decode, b.States))
+			var line int
+			m, err := inspect.WriteBootstrap(ctx, b, t, jsonlEntries(in, decode, b.States, &line))
 			if err != nil {
+				if line > 0 {
+					return fmt.Errorf("%w (at line %d of %s)", err, line, from)
+				}
 				return err
 			}
 			printNewSavepoint(cmd.OutOrStdout(), m, time.Since(start))
@@ -299,8 +303,8 @@ var kindByName = map[string]backend.StateKind{"value": backend.KindValue, "list"
 	"map": backend.KindMap, "aggregate": backend.KindAggregate, "timers": backend.KindTimers}
 
 // jsonlEntries returns the entries of the lines of in, one a call, io.EOF
-// at the end. Errors name the line.
-func jsonlEntries(in io.Reader, decode func(string) ([]byte, error), aggs []backend.StateDescriptor) func() (*inspect.Entry, error) {
+// at the end, and keeps *line at the line last read. Errors name the line.
+func jsonlEntries(in io.Reader, decode func(string) ([]byte, error), aggs []backend.StateDescriptor, line *int) func() (*inspect.Entry, error) {
 	numType := map[string]backend.NumberType{}
 	for _, d := range aggs {
 		numType[d.Name] = d.Number
@@ -320,6 +324,7 @@ func jsonlEntries(in io.Reader, decode func(string) ([]byte, error), aggs []back
 				return nil, io.EOF
 			}
 			n++
+			*line = n
 			if len(strings.TrimSpace(sc.Text())) == 0 {
 				continue
 			}
