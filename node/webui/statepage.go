@@ -203,37 +203,60 @@ const (
 	legendRows = 16
 )
 
-// heatStrip draws one cell per key group of op, left to right in
-// key-group order (rows of stripCols), its colour from pale (empty) to
-// dark red by its bytes over the hottest key group's: a hot key group is
-// the dark cell. Each cell names its key group, entries and bytes.
+// maxCells bounds a heat strip: beyond it a cell covers several
+// adjacent key groups (their sums), so that a job of 32768 key groups
+// still gets a page of bounded size.
+const maxCells = 1024
+
+// heatStrip draws one cell per key group of op (per run of adjacent key
+// groups beyond maxCells), left to right in key-group order (rows of
+// stripCols), its colour from pale (empty) to dark red by its bytes over
+// the hottest cell's: a hot key group is the dark cell. Each cell names
+// its key groups, entries and bytes.
 func heatStrip(op OperatorHeat, maxParallelism int) template.HTML {
 	n := max(maxParallelism, 1)
-	cols := min(n, stripCols)
-	rows := (n + cols - 1) / cols
+	per := (n + maxCells - 1) / maxCells
+	cells := make([]KeyGroupSize, (n+per-1)/per)
+	for i := range cells {
+		cells[i].KeyGroup = i * per
+	}
+	for _, g := range op.KeyGroups {
+		if g.KeyGroup >= 0 && g.KeyGroup < n {
+			c := &cells[g.KeyGroup/per]
+			c.Entries += g.Entries
+			c.Bytes += g.Bytes
+		}
+	}
+	var peak int64
+	for _, c := range cells {
+		peak = max(peak, c.Bytes)
+	}
+	cols := min(len(cells), stripCols)
+	rows := (len(cells) + cols - 1) / cols
 	w := stripPadL*2 + cols*cellW
 	h := stripPadT*2 + rows*cellH + legendRows
-	var peak int64
-	byKG := map[int]KeyGroupSize{}
-	for _, g := range op.KeyGroups {
-		byKG[g.KeyGroup] = g
-		peak = max(peak, g.Bytes)
-	}
 	var b strings.Builder
 	fmt.Fprintf(&b, `<svg class="heat" data-operator="%s" viewBox="0 0 %d %d" width="%d" height="%d" role="img" aria-label="%s">`,
 		html.EscapeString(op.Operator), w, h, w, h, html.EscapeString("bytes per key group of operator "+op.Operator))
-	for kg := 0; kg < n; kg++ {
-		g := byKG[kg]
-		x := stripPadL + (kg%cols)*cellW
-		y := stripPadT + (kg/cols)*cellH
-		fmt.Fprintf(&b, `<rect class="cell" data-kg="%d" data-bytes="%d" x="%d" y="%d" width="%d" height="%d" fill="%s"><title>%s</title></rect>`,
-			kg, g.Bytes, x, y, cellW-1, cellH-1, heatColor(g.Bytes, peak),
-			html.EscapeString(fmt.Sprintf("key group %d: %d entries, %s", kg, g.Entries, bytesize.Format(g.Bytes))))
+	for i, c := range cells {
+		x := stripPadL + (i%cols)*cellW
+		y := stripPadT + (i/cols)*cellH
+		last := min(c.KeyGroup+per, n) - 1
+		what := fmt.Sprintf("key group %d", c.KeyGroup)
+		if last > c.KeyGroup {
+			what = fmt.Sprintf("key groups %d-%d", c.KeyGroup, last)
+		}
+		fmt.Fprintf(&b, `<rect class="cell" data-kg="%d" data-last="%d" data-bytes="%d" x="%d" y="%d" width="%d" height="%d" fill="%s"><title>%s</title></rect>`,
+			c.KeyGroup, last, c.Bytes, x, y, cellW-1, cellH-1, heatColor(c.Bytes, peak),
+			html.EscapeString(fmt.Sprintf("%s: %d entries, %s", what, c.Entries, bytesize.Format(c.Bytes))))
 	}
 	ly := stripPadT + rows*cellH + 12
 	fmt.Fprintf(&b, `<text class="tick" x="%d" y="%d">key group 0</text>`, stripPadL, ly)
-	fmt.Fprintf(&b, `<text class="tick" x="%d" y="%d" text-anchor="end">%d; darkest: %s</text>`, w-stripPadL, ly, n-1,
-		html.EscapeString(bytesize.Format(peak)))
+	legend := fmt.Sprintf("%d; darkest: %s", n-1, bytesize.Format(peak))
+	if per > 1 {
+		legend = fmt.Sprintf("%d; %d key groups a cell; darkest: %s", n-1, per, bytesize.Format(peak))
+	}
+	fmt.Fprintf(&b, `<text class="tick" x="%d" y="%d" text-anchor="end">%s</text>`, w-stripPadL, ly, html.EscapeString(legend))
 	b.WriteString("</svg>")
 	return template.HTML(b.String())
 }
