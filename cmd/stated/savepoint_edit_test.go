@@ -162,6 +162,18 @@ func TestSavepointEditAndBootstrap(t *testing.T) {
 	if got := export("savepoints/edited"); !sameLines(got, want.Bytes()) {
 		t.Errorf("export of the edited savepoint differs from the source's, edited:\n got %d bytes\nwant %d bytes", len(got), want.Len())
 	}
+	// Relocatable: a copy of its directory anywhere reads the same.
+	moved := filepath.Join(t.TempDir(), "moved")
+	if err := os.CopyFS(moved, os.DirFS(filepath.Join(root, "savepoints", "edited"))); err != nil {
+		t.Fatal(err)
+	}
+	movedOut := filepath.Join(t.TempDir(), "moved.jsonl")
+	if _, err := runState(t, "", "export", moved, "-o", movedOut); err != nil {
+		t.Fatalf("export of the moved savepoint: %v", err)
+	}
+	if got, _ := os.ReadFile(movedOut); !sameLines(got, want.Bytes()) {
+		t.Errorf("the edited savepoint, moved, reads otherwise")
+	}
 	vcmd := newVerifyCmd()
 	var vout bytes.Buffer
 	vcmd.SetOut(&vout)
