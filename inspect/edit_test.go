@@ -104,7 +104,8 @@ func rows(es []inspect.Entry) []string {
 // the source's bytes and listing are unchanged and that the new one
 // verifies, then restores it through a real daemon at another
 // parallelism (3 instead of 2) and checks, by a checkpoint of the
-// restored instances, that they hold exactly the edited state.
+// restored instances, that they hold exactly the edited state. A
+// savepoint bootstrapped from the source's entries restores the same way.
 func TestEditedSavepointRestores(t *testing.T) {
 	ctx := context.Background()
 	store := memstore.New()
@@ -182,6 +183,25 @@ func TestEditedSavepointRestores(t *testing.T) {
 		t.Fatalf("model of %d entries from %d: the edit selects nothing or everything", len(model), len(src))
 	}
 
+	// A savepoint bootstrapped from the source's entries, one task per
+	// operator, restored below at parallelism 3 too.
+	i := 0
+	if _, err := inspect.WriteBootstrap(ctx, inspect.Bootstrap{Job: "b", MaxParallelism: maxPar, States: states[:1]},
+		inspect.Target{Store: store, ID: "boot", TempDir: t.TempDir()}, func() (*inspect.Entry, error) {
+			if i == len(src) {
+				return nil, io.EOF
+			}
+			i++
+			return &src[i-1], nil
+		}); err != nil {
+		t.Fatal(err)
+	}
+	var bootModel []inspect.Entry
+	for _, e := range src {
+		e.Subtask = backend.OperatorForKeyGroup(maxPar, newPar, e.KeyGroup)
+		bootModel = append(bootModel, e)
+	}
+
 	// Restore through a daemon (a new one: savepoints are found at start).
 	d2, _ := startNode(t, store)
 	edited := []backend.StateDescriptor{states[0], states[1], states[2],
@@ -208,6 +228,24 @@ func TestEditedSavepointRestores(t *testing.T) {
 	}
 	got := scanAll(t, store, catalog.CheckpointDir("k", 1))
 	diff(t, "restored from the edited savepoint", rows(got), rows(model))
+
+	ins = nil
+	for sub := 0; sub < newPar; sub++ {
+		in, err := d2.Open(ctx, daemon.OpenParams{Task: backend.TaskID{Job: "b", Operator: "op", Subtask: sub},
+			KeyGroups: backend.KeyGroupRangeForOperator(maxPar, newPar, sub), MaxParallelism: maxPar,
+			Kind: backend.KindLSM, States: states, Restore: &daemon.RestoreSpec{Savepoint: "boot"}})
+		if err != nil {
+			t.Fatalf("restore op/%d from the bootstrapped savepoint: %v", sub, err)
+		}
+		if _, err := d2.Snapshot(ctx, in, 1, false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := d2.CompleteCheckpoint(ctx, "b", 1, nil); err != nil {
+		t.Fatal(err)
+	}
+	got = scanAll(t, store, catalog.CheckpointDir("b", 1))
+	diff(t, "restored from the bootstrapped savepoint", rows(got), rows(bootModel))
 }
 
 // TestEditRefusesTypos: an edit naming a state or operator the source
