@@ -6,16 +6,19 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
 
 	"github.com/statedhq/stated/backend"
+	"github.com/statedhq/stated/backend/kvlayout"
 	"github.com/statedhq/stated/backend/lsm"
 	"github.com/statedhq/stated/catalog"
 	"github.com/statedhq/stated/dstl"
 	"github.com/statedhq/stated/dstl/changelog"
 	"github.com/statedhq/stated/tiered"
+	"github.com/statedhq/stated/tiered/localfs"
 )
 
 // ErrUnsupported is returned for a task handle this build cannot read
@@ -24,6 +27,10 @@ var ErrUnsupported = errors.New("not readable offline")
 
 // maxManifestSize bounds the manifest a reader loads.
 const maxManifestSize = 256 << 20
+
+// remoteCacheBytes bounds the on-disk cache of remote blocks while a
+// remote-mode task is read.
+const remoteCacheBytes = 32 << 20
 
 // DefaultCacheBytes is the block cache of the lsm instance a task is
 // restored into when Options.CacheBytes is 0.
@@ -55,6 +62,11 @@ type Options struct {
 	// IncludeExpired also returns entries past their TTL (which a restore
 	// would never serve); Entry.Expiry tells them apart.
 	IncludeExpired bool
+	// HeapSnapshots is the daemon's in-memory store of heap snapshots
+	// (daemon.Config.HeapSnapshots), where the files of a heap checkpoint
+	// live: set by a reader running inside the daemon, nil offline, where
+	// heap checkpoints cannot be read. Never written to.
+	HeapSnapshots tiered.Store
 }
 
 func (o *Options) ensureDefaults() {
@@ -222,21 +234,33 @@ func (r *Reader) Scan(ctx context.Context, f Filter, fn func(*Entry) error) erro
 	return nil
 }
 
-// Readable reports why a task cannot be read offline (nil: it can).
+// Readable reports why a task cannot be read (nil: it can).
 func (r *Reader) Readable(ctx context.Context, h *backend.Handle) error {
-	for _, fr := range h.Files {
-		if fr.Table != nil {
-			return fmt.Errorf("inspect: %s of %s: %w: its SSTs are referenced in place (lsm remote mode), and a restore of them registers holds in the store; take a canonical savepoint (stated savepoint trigger) and read that",
-				h.Task, r.What(), ErrUnsupported)
-		}
-	}
 	if h.Backend == backend.KindHeap && len(h.Files) > 0 && r.m.Kind == catalog.KindCheckpoint {
-		if _, err := r.files.Stat(ctx, h.Files[0].Path); tiered.IsNotFound(err) {
-			return fmt.Errorf("inspect: %s of %s: %w: a heap checkpoint's files live in the daemon's memory, not in the store (%s is not there); take a savepoint (stated savepoint trigger) and read that",
+		where := r.files
+		if r.opts.HeapSnapshots != nil {
+			where = r.opts.HeapSnapshots
+		}
+		if _, err := where.Stat(ctx, h.Files[0].Path); tiered.IsNotFound(err) {
+			if r.opts.HeapSnapshots != nil {
+				return fmt.Errorf("inspect: %s of %s: %w: its heap snapshot %s is no longer in the daemon's memory (the daemon restarted since, or the checkpoint was discarded)",
+					h.Task, r.What(), backend.ErrNotFound, h.Files[0].Path)
+			}
+			return fmt.Errorf("inspect: %s of %s: %w: a heap checkpoint's files live in the daemon's memory, not in the store (%s is not there); read it through the daemon (its HTTP state API), or take a savepoint (stated savepoint trigger) and read that",
 				h.Task, r.What(), ErrUnsupported, h.Files[0].Path)
 		}
 	}
 	return nil
+}
+
+// isRemote reports whether h references SSTs in place (lsm remote mode).
+func isRemote(h *backend.Handle) bool {
+	for _, f := range h.Files {
+		if f.Table != nil {
+			return true
+		}
+	}
+	return false
 }
 
 func (r *Reader) scanTask(ctx context.Context, h *backend.Handle, f Filter, fn func(*Entry) error) (err error) {
@@ -270,7 +294,7 @@ func (r *Reader) scanTask(ctx context.Context, h *backend.Handle, f Filter, fn f
 		return fmt.Errorf("inspect: read %s of %s: %w", h.Task, r.What(), err)
 	}
 	defer closeDB()
-	lo, hi := keyGroupBounds(kgs)
+	lo, hi := kvlayout.KeyGroupSpan(kgs)
 	it, err := db.NewIterWithContext(ctx, &pebble.IterOptions{LowerBound: lo, UpperBound: hi})
 	if err != nil {
 		return fmt.Errorf("inspect: read %s of %s: %w", h.Task, r.What(), err)
@@ -314,17 +338,44 @@ func (r *Reader) restore(ctx context.Context, h *backend.Handle, kgs backend.Key
 		Clock:          r.opts.Clock,
 	}
 	lo := lsm.Options{Dir: dir, CacheSize: r.opts.CacheBytes, MemTableSize: 1 << 20,
-		UploadConcurrency: 2, DisableAutomaticCompactions: true}
+		UploadConcurrency: 2, DisableAutomaticCompactions: true, HeapSnapshots: r.opts.HeapSnapshots}
+	var own tiered.Store
+	if isRemote(h) {
+		// lsm remote mode: the instance ingests the handle's SSTs by
+		// reference, reading their blocks from the store. Unclaimed (no
+		// holds, no markers written where they live), every table read
+		// whole and checked before anything is returned (VerifyRestore),
+		// and the instance's own objects (its lease; it flushes nothing)
+		// go to a throwaway store in dir, never to the checkpoint store.
+		spool := filepath.Join(dir, "spool")
+		if err := os.MkdirAll(spool, 0o755); err != nil {
+			return nil, nil, err
+		}
+		var err error
+		if own, err = localfs.Open(filepath.Join(dir, "own")); err != nil {
+			return nil, nil, err
+		}
+		lo.Dir = filepath.Join(dir, "lsm")
+		lo.Remote = &lsm.RemoteOptions{Store: own, CacheBytes: remoteCacheBytes,
+			SpoolDir: spool, VerifyRestore: true}
+	}
+	closeOwn := func() {
+		if own != nil {
+			_ = own.Close()
+		}
+	}
 	if !h.IsChangelog() {
 		b, err := lsm.OpenContext(ctx, opts, lo)
 		if err != nil {
+			closeOwn()
 			return nil, nil, err
 		}
-		return b.DB(), func() { _ = b.Close() }, nil
+		return b.DB(), func() { _ = b.Close(); closeOwn() }, nil
 	}
 	ls := dstl.TieredLogStore{Store: readOnly{r.opts.LogStore}}
 	w, err := dstl.NewWriter(ls, dstl.Options{})
 	if err != nil {
+		closeOwn()
 		return nil, nil, err
 	}
 	var inner *lsm.Backend
@@ -342,11 +393,13 @@ func (r *Reader) restore(ctx context.Context, h *backend.Handle, kgs backend.Key
 	})
 	if err != nil {
 		_ = w.Close()
+		closeOwn()
 		return nil, nil, err
 	}
 	return inner.DB(), func() {
 		_ = cb.Close()
 		_ = w.Close()
+		closeOwn()
 	}, nil
 }
 
@@ -370,10 +423,11 @@ func (d *decoder) expired(expiry int64) bool {
 }
 
 func (d *decoder) entry(k, v []byte) error {
-	kg, name, rest, err := splitKey(k)
+	dk, err := kvlayout.SplitKey(k)
 	if err != nil {
 		return d.corrupt(k, "%v", err)
 	}
+	kg, name, rest := dk.KeyGroup, dk.State, dk.Rest
 	if d.f.State != "" && name != d.f.State {
 		return nil
 	}
@@ -385,7 +439,7 @@ func (d *decoder) entry(k, v []byte) error {
 	*e = Entry{Operator: d.h.Task.Operator, Subtask: d.h.Task.Subtask, State: name, Kind: desc.Kind,
 		KeyGroup: kg, StoredBytes: len(k) + len(v)}
 	if desc.Kind == backend.KindTimers {
-		ts, key, ns, ok := decodeTimer(rest)
+		ts, key, ns, ok := kvlayout.SplitTimer(rest)
 		if !ok {
 			return d.corrupt(k, "bad timer key")
 		}
@@ -395,7 +449,7 @@ func (d *decoder) entry(k, v []byte) error {
 		e.Key, e.Namespace, e.Timestamp = key, ns, ts
 		return d.fn(e)
 	}
-	key, ns, tail, ok := splitAddress(rest)
+	key, ns, tail, ok := kvlayout.SplitAddress(rest)
 	if !ok {
 		return d.corrupt(k, "bad key or namespace")
 	}
@@ -410,7 +464,7 @@ func (d *decoder) entry(k, v []byte) error {
 		} else if len(tail) != 0 {
 			return d.corrupt(k, "%d bytes after the namespace of a %s entry", len(tail), desc.Kind)
 		}
-		expiry, payload, err := decodeValue(v)
+		expiry, payload, err := kvlayout.DecodeValue(v)
 		if err != nil {
 			return d.corrupt(k, "%v", err)
 		}
@@ -419,7 +473,7 @@ func (d *decoder) entry(k, v []byte) error {
 		}
 		e.Expiry = expiry
 		if desc.Kind == backend.KindAggregate {
-			if e.Number, err = decodeNumber(desc.Number, payload); err != nil {
+			if e.Number, err = kvlayout.DecodeNumber(desc.Number, payload); err != nil {
 				return d.corrupt(k, "%v", err)
 			}
 		} else {
@@ -430,16 +484,16 @@ func (d *decoder) entry(k, v []byte) error {
 		if len(tail) != 0 {
 			return d.corrupt(k, "%d bytes after the namespace of a list entry", len(tail))
 		}
-		elems, err := decodeList(v)
+		elems, err := kvlayout.DecodeList(v)
 		if err != nil {
 			return d.corrupt(k, "%v", err)
 		}
 		size, i := e.StoredBytes, 0
 		for _, el := range elems {
-			if d.expired(el.expiry) {
+			if d.expired(el.Expiry) {
 				continue
 			}
-			e.Index, e.Value, e.Expiry, e.StoredBytes = i, el.payload, el.expiry, size
+			e.Index, e.Value, e.Expiry, e.StoredBytes = i, el.Payload, el.Expiry, size
 			size = 0
 			i++
 			if err := d.fn(e); err != nil {

@@ -2,6 +2,7 @@ package inspect_test
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"io"
@@ -36,11 +37,14 @@ type env struct {
 	store *memstore.Store
 }
 
-func newEnv(t *testing.T) *env {
+func newEnv(t *testing.T) *env { return newEnvWith(t, false) }
+
+// newEnvWith is newEnv with lsm remote mode on or off.
+func newEnvWith(t *testing.T, lsmRemote bool) *env {
 	t.Helper()
 	store := memstore.New()
 	n, err := node.Open(context.Background(), node.Options{DataDir: t.TempDir(), Store: store, NoSocket: true,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		LSMRemote: lsmRemote, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -177,15 +181,23 @@ func diff(t *testing.T, what string, got, want []string) {
 	}
 }
 
-// listing is every object of the store with its size.
+// listing is every object of the store with its size and a hash of its
+// bytes.
 func listing(t *testing.T, s tiered.Store) []string {
 	t.Helper()
 	var out []string
-	if err := tiered.Walk(context.Background(), s, "", func(o tiered.ObjectInfo) error {
-		// The daemon's shared log keeps writing segments on its own.
-		if !strings.HasPrefix(o.Name, "_changelog/") {
-			out = append(out, fmt.Sprintf("%s %d", o.Name, o.Size))
+	ctx := context.Background()
+	if err := tiered.Walk(ctx, s, "", func(o tiered.ObjectInfo) error {
+		// The daemon's shared log keeps writing segments on its own, and
+		// a remote-mode instance its lease.
+		if strings.HasPrefix(o.Name, "_changelog/") || strings.Contains(o.Name, "/_live.") {
+			return nil
 		}
+		b, err := tiered.ReadAll(ctx, s, o.Name, 1<<30)
+		if err != nil {
+			return err
+		}
+		out = append(out, fmt.Sprintf("%s %d %x", o.Name, o.Size, sha256.Sum256(b)))
 		return nil
 	}); err != nil {
 		t.Fatal(err)
@@ -201,18 +213,23 @@ func listing(t *testing.T, s tiered.Store) []string {
 // ErrUnsupported, and its canonical savepoint is read instead.
 func TestRoundTrip(t *testing.T) {
 	type tc struct {
-		kind backend.Kind
-		mode daemon.ChangelogMode
+		kind   backend.Kind
+		mode   daemon.ChangelogMode
+		remote bool // lsm remote mode
 	}
-	for _, c := range []tc{{backend.KindHeap, daemon.ChangelogOff}, {backend.KindFile, daemon.ChangelogOff},
-		{backend.KindLSM, daemon.ChangelogOff}, {backend.KindFile, daemon.ChangelogOn}, {backend.KindLSM, daemon.ChangelogOn},
-		{backend.KindHeap, daemon.ChangelogOn}} {
+	for _, c := range []tc{{backend.KindHeap, daemon.ChangelogOff, false}, {backend.KindFile, daemon.ChangelogOff, false},
+		{backend.KindLSM, daemon.ChangelogOff, false}, {backend.KindFile, daemon.ChangelogOn, false},
+		{backend.KindLSM, daemon.ChangelogOn, false}, {backend.KindHeap, daemon.ChangelogOn, false},
+		{backend.KindLSM, daemon.ChangelogOff, true}, {backend.KindLSM, daemon.ChangelogOn, true}} {
 		name := string(c.kind)
+		if c.remote {
+			name += "-remote"
+		}
 		if c.mode == daemon.ChangelogOn {
 			name += "-changelog"
 		}
 		t.Run(name, func(t *testing.T) {
-			e := newEnv(t)
+			e := newEnvWith(t, c.remote)
 			job := "j-" + name
 			in0, in1 := e.open(t, job, 0, c.kind, c.mode), e.open(t, job, 1, c.kind, c.mode)
 			want1 := append(fill(t, in0, 40), fill(t, in1, 30)...)
@@ -227,6 +244,15 @@ func TestRoundTrip(t *testing.T) {
 			}
 			before := listing(t, e.store)
 
+			if c.remote {
+				r, err := inspect.Open(context.Background(), inspect.Options{Store: e.store, Dir: catalog.CheckpointDir(job, 2)})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if h := r.Manifest().Tasks[0]; len(h.Files) == 0 || h.Files[0].Table == nil {
+					t.Fatalf("checkpoint 2 in remote mode references no SST in place (%+v): the test reads no remote handle", h.Files)
+				}
+			}
 			if c.mode == daemon.ChangelogOn {
 				r, err := inspect.Open(context.Background(), inspect.Options{Store: e.store, Dir: catalog.CheckpointDir(job, 2)})
 				if err != nil {
@@ -273,14 +299,13 @@ func TestRoundTrip(t *testing.T) {
 	}
 }
 
-// TestBadInput: a checkpoint that does not exist and a damaged file are
-// errors naming what is wrong, never an empty answer.
+// TestBadInput: a checkpoint that does not exist is an error naming what
+// is missing, never an empty answer (a damaged file: TestDamagedFile).
 func TestBadInput(t *testing.T) {
 	e := newEnv(t)
 	in := e.open(t, "j", 0, backend.KindFile, daemon.ChangelogOff)
 	fill(t, in, 20)
 	e.checkpoint(t, "j", 1, in)
-	ctx := context.Background()
 
 	_, err := readAll(t, e.store, catalog.CheckpointDir("j", 7))
 	if !errors.Is(err, catalog.ErrNotFound) || !strings.Contains(err.Error(), "j/chk-7/_metadata") {
@@ -290,29 +315,63 @@ func TestBadInput(t *testing.T) {
 	if !errors.Is(err, catalog.ErrNotFound) {
 		t.Errorf("unknown job: %v, want ErrNotFound", err)
 	}
+}
 
-	r, err := inspect.Open(ctx, inspect.Options{Store: e.store, Dir: catalog.CheckpointDir("j", 1)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	f := r.Manifest().Tasks[0].Files[0].Path
-	data, err := tiered.ReadAll(ctx, e.store, f, 1<<30)
-	if err != nil {
-		t.Fatal(err)
-	}
-	data[len(data)/2] ^= 0x40
-	if err := tiered.PutBytes(ctx, e.store, f, data); err != nil {
-		t.Fatal(err)
-	}
-	n := 0
-	_, err = readAll(t, e.store, catalog.CheckpointDir("j", 1))
-	if !errors.Is(err, backend.ErrCorrupt) || !strings.Contains(err.Error(), f) {
-		t.Errorf("damaged %s: %v (%d entries), want ErrCorrupt naming the file", f, err, n)
-	}
-	// The damage is caught before any entry is shown.
-	err = r.Scan(ctx, inspect.MatchAll(), func(*inspect.Entry) error { n++; return nil })
-	if err == nil || n != 0 {
-		t.Errorf("damaged file: %d entries shown, error %v", n, err)
+// TestDamagedFile: a damaged data file of a checkpoint of every backend
+// format fails a read with the data-loss error (backend.ErrCorrupt)
+// "stated verify" reports for it, naming the same file, before any entry
+// is shown.
+func TestDamagedFile(t *testing.T) {
+	for _, c := range []struct {
+		name   string
+		kind   backend.Kind
+		mode   daemon.ChangelogMode
+		remote bool
+	}{
+		{"file", backend.KindFile, daemon.ChangelogOff, false},
+		{"lsm", backend.KindLSM, daemon.ChangelogOff, false},
+		{"lsm-remote", backend.KindLSM, daemon.ChangelogOff, true},
+		{"lsm-changelog", backend.KindLSM, daemon.ChangelogOn, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			ctx := context.Background()
+			e := newEnvWith(t, c.remote)
+			in := e.open(t, "j", 0, c.kind, c.mode)
+			fill(t, in, 200)
+			e.checkpoint(t, "j", 1, in)
+			dir := catalog.CheckpointDir("j", 1)
+			r, err := inspect.Open(ctx, inspect.Options{Store: e.store, Dir: dir, TempDir: t.TempDir()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			// The largest file: its middle is data, not a footer.
+			var f backend.FileRef
+			for _, fr := range r.Manifest().Tasks[0].Files {
+				if fr.Size > f.Size {
+					f = fr
+				}
+			}
+			if f.Path == "" {
+				t.Fatal("the checkpoint has no file")
+			}
+			data, err := tiered.ReadAll(ctx, e.store, f.Path, 1<<30)
+			if err != nil {
+				t.Fatal(err)
+			}
+			data[len(data)/2] ^= 0x40
+			if err := tiered.PutBytes(ctx, e.store, f.Path, data); err != nil {
+				t.Fatal(err)
+			}
+			rep, err := catalog.Verify(ctx, e.store, dir, 0)
+			if err != nil || len(rep.Problems) != 1 || rep.Problems[0].Path != f.Path {
+				t.Fatalf("verify: %v %+v, want one problem naming %s", err, rep, f.Path)
+			}
+			n := 0
+			err = r.Scan(ctx, inspect.MatchAll(), func(*inspect.Entry) error { n++; return nil })
+			if !errors.Is(err, backend.ErrCorrupt) || !strings.Contains(err.Error(), f.Path) || n != 0 {
+				t.Errorf("damaged %s: %v (%d entries shown), want ErrCorrupt naming the file and no entry", f.Path, err, n)
+			}
+		})
 	}
 }
 

@@ -43,6 +43,8 @@ type Summary struct {
 	// are left out.
 	KeyGroups []KeyGroupSummary
 	Total     Count
+	// MaxParallelism is the job's number of key groups (0: no task).
+	MaxParallelism int
 }
 
 // Largest returns the n key groups with the most bytes, largest first.
@@ -95,6 +97,9 @@ func (r *Reader) Summarize(ctx context.Context, f Filter) (*Summary, error) {
 		return nil, err
 	}
 	s := &Summary{Total: total}
+	if len(r.m.Tasks) > 0 {
+		s.MaxParallelism = r.m.Tasks[0].MaxParallelism
+	}
 	for _, v := range states {
 		s.States = append(s.States, *v)
 	}

@@ -241,7 +241,15 @@ func Open(ctx context.Context, opts Options) (_ *Node, err error) {
 	if n.catClient != nil {
 		page = n.catClient
 	}
-	src := webui.Source{Catalog: page, Daemon: n.d, Gatherer: n.reg, Token: opts.Token}
+	// The checkpoint page reads a retained checkpoint's state from the
+	// store (inspect), one read at a time; close stops a read under way
+	// before the store closes.
+	sr, err := newStateReader(page, n.store, n.logStore, n.set.HeapSnapshots, opts.DataDir)
+	if err != nil {
+		return nil, err
+	}
+	n.closers = append(n.closers, sr.close)
+	src := webui.Source{Catalog: page, Daemon: n.d, Gatherer: n.reg, Token: opts.Token, States: sr}
 	if n.cluster != nil {
 		src.Cluster = n.clusterPanel
 	}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"slices"
@@ -12,12 +13,14 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/statedhq/stated/catalog"
+	"github.com/statedhq/stated/inspect"
 	"github.com/statedhq/stated/internal/bytesize"
 )
 
 func newCheckpointsCmd() *cobra.Command {
 	var store cliStore
 	var job string
+	var details checkpointDetails
 	cmd := &cobra.Command{
 		Use:   "checkpoints",
 		Short: "Print the checkpoint history and the savepoints",
@@ -33,20 +36,36 @@ store only, so it works while the daemon runs and after it stopped. Checkpoints
 that were in flight when a daemon stopped are not listed (their files are
 orphans that the sweep or "stated gc" removes). A checkpoint whose manifest is
 damaged is marked DAMAGED with what is wrong, and the command then exits non-zero,
-as it does for any other problem it finds (a damaged job file or savepoint).`,
+as it does for any other problem it finds (a damaged job file or savepoint).
+
+--details also reads the state of each job's newest retained checkpoint, as
+"stated state ls" does (offline, one task at a time, nothing changed), and prints
+its entries and stored bytes per operator and state, and per operator how its
+key groups share the bytes: how many hold entries, the hottest and how many
+times the mean it holds, and the five largest. A damaged file fails the command
+(data loss); a heap checkpoint, which cannot be read offline, is noted.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return runCheckpoints(cmd.Context(), cmd.OutOrStdout(), cmd.ErrOrStderr(), store, job)
+			return runCheckpoints(cmd.Context(), cmd.OutOrStdout(), cmd.ErrOrStderr(), store, job, details)
 		},
 	}
 	storeFlags(cmd, &store)
 	cmd.Flags().StringVar(&job, "job", "", "show only this job")
+	cmd.Flags().BoolVar(&details.on, "details", false,
+		"also read the newest retained checkpoint of each job and print its entries and bytes per state, and its key groups' skew")
+	cmd.Flags().StringVar(&details.tempDir, "temp-dir", "", "--details: where a task's state is restored while it is read (default the system's temporary directory)")
 	return cmd
+}
+
+// checkpointDetails are the --details flags of "stated checkpoints".
+type checkpointDetails struct {
+	on      bool
+	tempDir string
 }
 
 func init() { rootCmd.AddCommand(newCheckpointsCmd()) }
 
-func runCheckpoints(ctx context.Context, out, errOut io.Writer, store cliStore, job string) error {
+func runCheckpoints(ctx context.Context, out, errOut io.Writer, store cliStore, job string, details checkpointDetails) error {
 	if ctx == nil {
 		ctx = context.Background()
 	}
@@ -96,6 +115,11 @@ func runCheckpoints(ctx context.Context, out, errOut io.Writer, store cliStore, 
 				bytesize.Format(r.CheckpointedSize), bytesize.Format(r.FullSize), changelogText(c, j, r), statsText(r.Stats), reason)
 		}
 		tw.Flush()
+		if details.on {
+			if err := printCheckpointDetails(ctx, out, c, store, j, details); err != nil {
+				return err
+			}
+		}
 	}
 	var sps []*catalog.Manifest
 	for _, m := range c.Savepoints() {
@@ -172,4 +196,109 @@ func statsText(st catalog.CheckpointStats) string {
 	us := func(v int64) string { return (time.Duration(v) * time.Microsecond).Round(time.Microsecond).String() }
 	return strings.Join([]string{typ, us(st.SyncMicros), us(st.AsyncMicros), us(st.AlignmentMicros), us(st.StartDelayMicros),
 		bytesize.Format(st.InFlightBytes)}, "\t")
+}
+
+// printCheckpointDetails reads the newest retained completed checkpoint of
+// job and prints its state by size and its key groups' skew.
+func printCheckpointDetails(ctx context.Context, out io.Writer, c *catalog.Catalog, store cliStore, job string, details checkpointDetails) error {
+	recs := c.List(job)
+	var id uint64
+	for i := len(recs) - 1; i >= 0; i-- {
+		if r := recs[i]; r.Retained && r.Status == catalog.StatusCompleted && r.Damaged == nil {
+			id = r.ID
+			break
+		}
+	}
+	if id == 0 {
+		fmt.Fprintf(out, "\nno retained checkpoint of job %s to read\n", job)
+		return nil
+	}
+	s, err := openCLIStore(ctx, store, false)
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	logStore, err := openCLILogStore(ctx, store, false)
+	if err != nil {
+		return err
+	}
+	if logStore != nil {
+		defer logStore.Close()
+	}
+	r, err := inspect.Open(ctx, inspect.Options{Store: s, LogStore: logStore, Dir: catalog.CheckpointDir(job, id), TempDir: details.tempDir})
+	if err != nil {
+		return err
+	}
+	sum, err := r.Summarize(ctx, inspect.MatchAll())
+	fmt.Fprintf(out, "\nstate of %s\n", r.What())
+	if errors.Is(err, inspect.ErrUnsupported) {
+		fmt.Fprintf(out, "not readable offline: %v\n", err)
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("state of %s: %w", r.What(), err)
+	}
+	printStateSizes(out, sum)
+	printSkew(out, sum, 5)
+	return nil
+}
+
+// printStateSizes is the per-state table of "stated state ls" and
+// "stated checkpoints --details".
+func printStateSizes(out io.Writer, s *inspect.Summary) {
+	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "OPERATOR\tSTATE\tKIND\tENTRIES\tBYTES\tSHARE\t")
+	for _, st := range s.States {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%.1f%%\t\n", st.Operator, st.State, st.Kind, st.Entries, bytesize.Format(st.Bytes),
+			float64(st.Bytes)*100/float64(max(1, s.Total.Bytes)))
+	}
+	fmt.Fprintf(tw, "total\t\t\t%d\t%s\t\t\n", s.Total.Entries, bytesize.Format(s.Total.Bytes))
+	tw.Flush()
+}
+
+// printSkew says per operator how its key groups share its bytes: how
+// many hold entries, the hottest and its bytes over the mean of all the
+// job's key groups, and the top largest.
+func printSkew(out io.Writer, s *inspect.Summary, top int) {
+	type opStat struct {
+		groups []inspect.KeyGroupSummary
+		bytes  int64
+	}
+	ops := map[string]*opStat{}
+	var names []string
+	for _, g := range s.KeyGroups {
+		o := ops[g.Operator]
+		if o == nil {
+			o = &opStat{}
+			ops[g.Operator] = o
+			names = append(names, g.Operator)
+		}
+		o.groups = append(o.groups, g)
+		o.bytes += g.Bytes
+	}
+	slices.Sort(names)
+	for _, name := range names {
+		o := ops[name]
+		slices.SortStableFunc(o.groups, func(a, b inspect.KeyGroupSummary) int { return cmpInt64(b.Bytes, a.Bytes) })
+		mean := float64(o.bytes) / float64(max(1, s.MaxParallelism))
+		hot := o.groups[0]
+		fmt.Fprintf(out, "key groups of operator %s: %d of %d hold entries; the hottest, %d, holds %s, %.1fx the mean (%s)\n",
+			name, len(o.groups), s.MaxParallelism, hot.KeyGroup, bytesize.Format(hot.Bytes), float64(hot.Bytes)/max(mean, 1),
+			bytesize.Format(int64(mean)))
+		var parts []string
+		for _, g := range o.groups[:min(top, len(o.groups))] {
+			parts = append(parts, fmt.Sprintf("%d (%s, %d entries)", g.KeyGroup, bytesize.Format(g.Bytes), g.Entries))
+		}
+		fmt.Fprintf(out, "  largest: %s\n", strings.Join(parts, ", "))
+	}
+}
+
+func cmpInt64(a, b int64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
 }

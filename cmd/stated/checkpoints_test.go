@@ -54,7 +54,7 @@ func TestCheckpointsTableChangelog(t *testing.T) {
 		t.Fatal("checkpoint 2 reads no log")
 	}
 	var out, errOut bytes.Buffer
-	if err := runCheckpoints(ctx, &out, &errOut, cliStore{url: "file://" + root}, ""); err != nil {
+	if err := runCheckpoints(ctx, &out, &errOut, cliStore{url: "file://" + root}, "", checkpointDetails{}); err != nil {
 		t.Fatal(err)
 	}
 	var row2 string
@@ -65,6 +65,25 @@ func TestCheckpointsTableChangelog(t *testing.T) {
 	}
 	if !strings.Contains(out.String(), "CHANGELOG") || !strings.Contains(row2, bytesize.Format(logBytes)) {
 		t.Fatalf("checkpoint 2 reads %d log bytes (%s); the table says:\n%s", logBytes, bytesize.Format(logBytes), out.String())
+	}
+
+	// --details reads checkpoint 2 (base and log window): 200 entries of
+	// state v, in key groups 0-99, two a key group.
+	out.Reset()
+	if err := runCheckpoints(ctx, &out, &errOut, cliStore{url: "file://" + root}, "",
+		checkpointDetails{on: true, tempDir: t.TempDir()}); err != nil {
+		t.Fatal(err)
+	}
+	text := out.String()
+	var vRow string
+	for _, l := range strings.Split(text, "\n") {
+		if f := strings.Fields(l); len(f) > 3 && f[0] == "op" && f[1] == "v" {
+			vRow = strings.Join(f, " ")
+		}
+	}
+	if !strings.Contains(text, "state of checkpoint 2 of job j") || !strings.HasPrefix(vRow, "op v value 200 ") ||
+		!strings.Contains(text, "key groups of operator op: 100 of 128 hold entries") {
+		t.Fatalf("--details:\n%s", text)
 	}
 }
 

@@ -26,14 +26,18 @@ func newSavepointCmd() *cobra.Command {
 		Long: `Savepoints are self-contained copies of a job's state that no job owns: a
 restore from one never changes it, and it stays until it is deleted.
 
-  trigger  asks a running daemon for a savepoint of a job (the API's TriggerSavepoint)
-  list     lists the savepoints of the checkpoint store
-  delete   deletes one from the checkpoint store
+  trigger    asks a running daemon for a savepoint of a job (the API's TriggerSavepoint)
+  list       lists the savepoints of the checkpoint store
+  delete     deletes one from the checkpoint store
+  edit       writes an edited copy of a savepoint or checkpoint as a new savepoint
+  bootstrap  writes a new savepoint from JSON lines ("stated state export")
 
-list and delete read the store directly, as "stated checkpoints" and "stated gc"
-do, and take the same --data-dir, --checkpoint-store and S3 flags.`,
+list, delete, edit and bootstrap read the store directly, as "stated checkpoints"
+and "stated gc" do, and take the same --data-dir, --checkpoint-store and S3
+flags.`,
 	}
-	cmd.AddCommand(newSavepointTriggerCmd(), newSavepointListCmd(), newSavepointDeleteCmd())
+	cmd.AddCommand(newSavepointTriggerCmd(), newSavepointListCmd(), newSavepointDeleteCmd(),
+		newSavepointEditCmd(), newSavepointBootstrapCmd())
 	return cmd
 }
 

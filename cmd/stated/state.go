@@ -46,8 +46,9 @@ the largest task's state.
 
 Checkpoints in changelog mode are read as a restore reads them: the base, then
 the log window replayed (give --changelog-store if the daemon has one).
-Checkpoints in lsm remote mode and heap checkpoints (whose files live in the
-daemon's memory) cannot be read offline yet: the commands refuse them with an
+Checkpoints in lsm remote mode are read in place from the store, every SST
+checked whole before any entry is shown. Heap checkpoints (whose files live in
+the daemon's memory) cannot be read offline: the commands refuse them with an
 error; read a savepoint of the job ("stated savepoint trigger") instead.`,
 	}
 	cmd.AddCommand(newStateLsCmd(), newStateGetCmd(), newStateScanCmd(), newStateExportCmd())

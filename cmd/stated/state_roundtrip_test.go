@@ -58,13 +58,15 @@ func TestStateExportRoundTrip(t *testing.T) {
 		{"file", backend.KindFile, daemon.ChangelogOff, true},
 		{"lsm", backend.KindLSM, daemon.ChangelogOff, true},
 		{"lsm-changelog", backend.KindLSM, daemon.ChangelogOn, true},
+		{"lsm-remote", backend.KindLSM, daemon.ChangelogOff, true},
+		{"lsm-remote-changelog", backend.KindLSM, daemon.ChangelogOn, true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			ctx := context.Background()
 			base := t.TempDir()
 			root := filepath.Join(base, "checkpoints")
 			n, err := node.Open(ctx, node.Options{DataDir: filepath.Join(base, "d"), CheckpointStore: "file://" + root,
-				NoSocket: true, Logger: slog.New(slog.DiscardHandler)})
+				NoSocket: true, LSMRemote: strings.Contains(c.name, "remote"), Logger: slog.New(slog.DiscardHandler)})
 			if err != nil {
 				t.Fatal(err)
 			}

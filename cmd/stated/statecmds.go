@@ -79,13 +79,7 @@ func runStateLs(cmd *cobra.Command, r *inspect.Reader, flt inspect.Filter, top i
 		return err
 	}
 	fmt.Fprintln(out)
-	tw = tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "OPERATOR\tSTATE\tKIND\tENTRIES\tBYTES\t")
-	for _, st := range s.States {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t\n", st.Operator, st.State, st.Kind, st.Entries, bytesize.Format(st.Bytes))
-	}
-	fmt.Fprintf(tw, "total\t\t\t%d\t%s\t\n", s.Total.Entries, bytesize.Format(s.Total.Bytes))
-	tw.Flush()
+	printStateSizes(out, s)
 	if top == 0 || len(s.KeyGroups) == 0 {
 		return nil
 	}

@@ -134,7 +134,7 @@ func TestVerifyFindsFlippedByteAndDeletedFile(t *testing.T) {
 func TestCheckpointsTable(t *testing.T) {
 	root, _ := realCheckpoints(t, 4)
 	var out, errOut bytes.Buffer
-	if err := runCheckpoints(context.Background(), &out, &errOut, cliStore{url: root}, ""); err != nil {
+	if err := runCheckpoints(context.Background(), &out, &errOut, cliStore{url: root}, "", checkpointDetails{}); err != nil {
 		t.Fatal(err)
 	}
 	got := out.String()
@@ -147,7 +147,7 @@ func TestCheckpointsTable(t *testing.T) {
 	if lines := strings.Count(got, "completed"); lines != 4 {
 		t.Errorf("%d completed rows, want 4:\n%s", lines, got)
 	}
-	if err := runCheckpoints(context.Background(), &out, &errOut, cliStore{url: root}, "nope"); err == nil {
+	if err := runCheckpoints(context.Background(), &out, &errOut, cliStore{url: root}, "nope", checkpointDetails{}); err == nil {
 		t.Fatal("unknown job accepted")
 	}
 }
@@ -167,7 +167,7 @@ func TestCheckpointsMarksDamaged(t *testing.T) {
 		t.Fatal(err)
 	}
 	var out, errOut bytes.Buffer
-	err = runCheckpoints(context.Background(), &out, &errOut, cliStore{url: root}, "j")
+	err = runCheckpoints(context.Background(), &out, &errOut, cliStore{url: root}, "j", checkpointDetails{})
 	if err == nil || !strings.Contains(err.Error(), "j/chk-3") {
 		t.Fatalf("checkpoints with a damaged manifest: %v", err)
 	}

@@ -26,7 +26,7 @@ var floors = []struct {
 	{"object stores", []string{"tiered", "tiered/"}},
 	{"contracts", []string{"backend", "backend/tablecheck", "refcount", "refcount/"}},
 	{"backends and state formats", []string{"backend/heap", "backend/file", "backend/lsm", "backend/lsm/",
-		"backend/internal/", "backend/backendtest", "dstl", "chanstate", "rescale"}},
+		"backend/kvlayout", "backend/internal/", "backend/backendtest", "dstl", "chanstate", "rescale"}},
 	{"catalog", []string{"catalog", "dstl/changelog"}},
 	{"daemon and cluster", []string{"daemon", "daemon/", "cluster", "cluster/", "catalogrpc", "inspect"}},
 	{"api", []string{"api", "api/"}},

@@ -2,6 +2,7 @@ package webui_test
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -72,7 +73,9 @@ type bar struct {
 // rows newest first, the failed one set apart with its reason, and both
 // charts with a bar per checkpoint (the failed one red, the sizes
 // growing), and checkpoint 2 pinned and marked as the one the open
-// instance was restored from. It saves a screenshot.
+// instance was restored from; then checkpoint 3's state page, reached by
+// its link: the state table and a heat strip of one cell per key group,
+// darker for more bytes. It saves a screenshot of each.
 func TestPageInChromium(t *testing.T) {
 	exe := chromium(t)
 	_, base := history(t, "")
@@ -191,6 +194,84 @@ func TestPageInChromium(t *testing.T) {
 	if len(full) != 3 || !(full["1"] < full["2"] && full["2"] < full["3"]) {
 		t.Errorf("size bars: %+v", size)
 	}
+
+	// Checkpoint 3's state page, reached by its link in the history: the
+	// per-state table and one heat-strip cell per key group, the hottest
+	// the darkest and empty ones pale.
+	var (
+		states []stateRow
+		cells  []heatCell
+	)
+	run("open checkpoint 3's state", func() error {
+		return chromedp.Do(bctx, chromedp.Click(`tr.checkpoint[data-id="3"] a.state-link`),
+			chromedp.WaitReady(`svg.heat`))
+	})
+	run("state table", func() error {
+		states, err = chromedp.Run(bctx, chromedp.Evaluate[[]stateRow](`Array.from(document.querySelectorAll('tr.state')).map(r => ({
+			state: r.dataset.state, entries: r.querySelectorAll('td')[3].innerText, bar: r.querySelector('.sharebar').getBoundingClientRect().width}))`))
+		return err
+	})
+	run("heat strip", func() error {
+		cells, err = chromedp.Run(bctx, chromedp.Evaluate[[]heatCell](`Array.from(document.querySelectorAll('svg.heat rect.cell')).map(r => ({
+			kg: +r.dataset.kg, bytes: +r.dataset.bytes, fill: getComputedStyle(r).fill, w: r.getBBox().width}))`))
+		return err
+	})
+	run("state screenshot", func() error { shot, err = chromedp.Run(bctx, chromedp.FullScreenshot(100)); return err })
+	spath := filepath.Join(artifactDir(t), "webui-state.png")
+	if err := os.WriteFile(spath, shot, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("screenshot: %s (%d bytes)", spath, len(shot))
+	if len(states) != 1 || states[0].State != "v" || states[0].Entries != "1200" || states[0].Bar < 150 {
+		t.Errorf("state table: %+v, want state v with 1200 entries and a full share bar", states)
+	}
+	if len(cells) != 128 {
+		t.Fatalf("heat strip: %d cells, want 128", len(cells))
+	}
+	hot, empty := cells[0], heatCell{Bytes: -1}
+	for _, c := range cells {
+		if c.Width <= 0 {
+			t.Fatalf("cell %d is not drawn: %+v", c.KG, c)
+		}
+		if c.Bytes > hot.Bytes {
+			hot = c
+		}
+		if c.Bytes == 0 {
+			empty = c
+		}
+	}
+	for _, c := range cells {
+		if c.Bytes > 0 && c.Bytes < hot.Bytes && green(t, c.Fill) <= green(t, hot.Fill) {
+			t.Errorf("key group %d (%d bytes) is as dark as the hottest, %d (%d bytes): %s vs %s", c.KG, c.Bytes, hot.KG, hot.Bytes, c.Fill, hot.Fill)
+		}
+	}
+	if empty.Bytes == 0 && green(t, empty.Fill) <= green(t, hot.Fill) {
+		t.Errorf("an empty key group is drawn as dark as the hottest: %s", empty.Fill)
+	}
+}
+
+type stateRow struct {
+	State   string  `json:"state"`
+	Entries string  `json:"entries"`
+	Bar     float64 `json:"bar"`
+}
+
+type heatCell struct {
+	KG    int     `json:"kg"`
+	Bytes int64   `json:"bytes"`
+	Fill  string  `json:"fill"`
+	Width float64 `json:"w"`
+}
+
+// green is the green channel of a computed "rgb(r, g, b)": the heat
+// colours darken by losing green.
+func green(t *testing.T, fill string) int {
+	t.Helper()
+	var r, g, b int
+	if _, err := fmt.Sscanf(fill, "rgb(%d, %d, %d)", &r, &g, &b); err != nil {
+		t.Fatalf("fill %q: %v", fill, err)
+	}
+	return g
 }
 
 // barsJS lists the bars of a job's chart as the browser laid them out.

@@ -6,6 +6,13 @@
 // savepoints. The node serves it on its metrics address under /ui/, with
 // the same data as JSON under /ui/api/state.
 //
+// Each retained completed checkpoint links to its state page,
+// /ui/checkpoint?job=J&id=N: a table of its states by entries and bytes
+// and, per operator, a heat strip with one cell per key group (darker
+// for more bytes), read by Source.States (the node's: package inspect
+// over the checkpoint store, one read at a time, bounded in time, its
+// results cached); /ui/api/checkpoint serves the same as JSON.
+//
 // The page is rendered on the server: HTML, CSS and the SVG charts come
 // from this package (embedded), so it works with no external asset and no
 // network, and reloads itself every few seconds. It never changes state.

@@ -14,8 +14,12 @@ import (
 // pageData is what page.html renders.
 type pageData struct {
 	State
-	CSS template.CSS
+	CSS    template.CSS
+	states bool // the checkpoint page is served
 }
+
+// StateLinks says whether completed checkpoints link to their state page.
+func (p pageData) StateLinks() bool { return p.states }
 
 // Chart returns the SVG chart kind ("duration" or "size") of job.
 func (p pageData) Chart(kind, job string) template.HTML {
@@ -40,7 +44,11 @@ var funcs = template.FuncMap{
 		}
 		return t.Local().Format("2006-01-02 15:04:05")
 	},
-	"num": func(v float64) string { return strconv.FormatFloat(v, 'f', -1, 64) },
+	"num":   func(v float64) string { return strconv.FormatFloat(v, 'f', -1, 64) },
+	"pct":   func(v float64) string { return strconv.FormatFloat(v, 'f', 1, 64) + "%" },
+	"ratio": func(v float64) string { return strconv.FormatFloat(v, 'f', 1, 64) },
+	// width is a share bar's length in pixels (100% = 200).
+	"width": func(v float64) int { return int(min(max(v, 0), 100) * 2) },
 }
 
 func itoa(n int) string { return strconv.Itoa(n) }

@@ -20,7 +20,7 @@ import (
 	"github.com/statedhq/stated/internal/buildinfo"
 )
 
-//go:embed page.html style.css
+//go:embed page.html state.html style.css
 var assets embed.FS
 
 // historyLimit is how many of a job's most recent checkpoints the page
@@ -62,6 +62,9 @@ type Source struct {
 	// Cluster (nil: the daemon runs alone) is the node's view of its
 	// cluster, for the page's cluster panel.
 	Cluster func() *Cluster
+	// States (nil: no state view) reads a completed checkpoint's state
+	// for the checkpoint page (/ui/checkpoint) and /ui/api/checkpoint.
+	States StateReader
 }
 
 // Cluster is the cluster panel: this node's view of its cluster.
@@ -182,8 +185,11 @@ type Savepoint struct {
 // Handler serves the page at /ui/ and the JSON at /ui/api/state.
 func Handler(src Source) http.Handler {
 	tmpl := template.Must(template.New("page.html").Funcs(funcs).ParseFS(assets, "page.html"))
+	stateTmpl := template.Must(template.New("state.html").Funcs(funcs).ParseFS(assets, "state.html"))
 	css, _ := assets.ReadFile("style.css")
 	mux := http.NewServeMux()
+	mux.HandleFunc("GET /ui/checkpoint", serveCheckpointPage(src, stateTmpl, css))
+	mux.HandleFunc("GET /ui/api/checkpoint", serveCheckpointJSON(src))
 	mux.HandleFunc("GET /ui/{$}", func(w http.ResponseWriter, r *http.Request) {
 		st := Collect(src)
 		st.charts = map[string]template.HTML{}
@@ -195,7 +201,7 @@ func Handler(src Source) http.Handler {
 		w.Header().Set("Cache-Control", "no-store")
 		// Nothing on the page comes from elsewhere: say so to the browser.
 		w.Header().Set("Content-Security-Policy", "default-src 'none'; style-src 'unsafe-inline'; img-src data:")
-		if err := tmpl.Execute(w, pageData{State: st, CSS: template.CSS(css)}); err != nil {
+		if err := tmpl.Execute(w, pageData{State: st, CSS: template.CSS(css), states: src.States != nil}); err != nil {
 			http.Error(w, err.Error(), http.StatusInternalServerError)
 		}
 	})

@@ -7,6 +7,7 @@ import (
 	"pgregory.net/rapid"
 
 	"github.com/statedhq/stated/backend"
+	"github.com/statedhq/stated/backend/kvlayout"
 )
 
 // TestEntryPrefixOneAllocation: the key built on every operation costs one
@@ -14,7 +15,7 @@ import (
 func TestEntryPrefixOneAllocation(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		n := rapid.IntRange(0, 1<<40).Draw(t, "n")
-		if got, want := uvarintLen(n), len(binary.AppendUvarint(nil, uint64(n))); got != want {
+		if got, want := kvlayout.UvarintLen(n), len(binary.AppendUvarint(nil, uint64(n))); got != want {
 			t.Fatalf("uvarintLen(%d) = %d, AppendUvarint wrote %d", n, got, want)
 		}
 		state := rapid.StringN(0, 200, -1).Draw(t, "state")

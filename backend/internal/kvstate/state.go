@@ -396,11 +396,11 @@ func (s *State) ListGet(state string, k backend.Key) ([][]byte, error) {
 	var out [][]byte
 	var rewrite []byte
 	for _, e := range elems {
-		if !live(e.expiry, now) {
+		if !live(e.Expiry, now) {
 			continue
 		}
-		out = append(out, clone(e.payload))
-		rewrite = appendListElement(rewrite, expiryFor(d, now), e.payload)
+		out = append(out, clone(e.Payload))
+		rewrite = appendListElement(rewrite, expiryFor(d, now), e.Payload)
 	}
 	if refreshOnRead(d) {
 		if len(out) == 0 {

@@ -179,8 +179,8 @@ func (v *View) decode(k, val []byte, e *backend.ViewEntry) (bool, error) {
 			return false, bad(err.Error())
 		}
 		for _, el := range elems {
-			if live(el.expiry, v.nowMs) {
-				values = append(values, el.payload)
+			if live(el.Expiry, v.nowMs) {
+				values = append(values, el.Payload)
 			}
 		}
 		e.Values = values
