@@ -127,6 +127,10 @@
 //
 // # Remote mode
 //
+// Local and remote mode are the two implementations of one interface
+// (mode, in lsm.go: localMode in local.go, remoteMode in remote.go); the
+// rest of the backend asks its mode and never which one it has.
+//
 // With Options.Remote, Pebble creates every SST in the object store under
 // "<job>/shared/lsm/" (package remotestore), the local disk keeps a bounded
 // cache of remote blocks, and Close drops the instance's references there.
