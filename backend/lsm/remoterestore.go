@@ -18,6 +18,7 @@ import (
 
 	"github.com/statedhq/stated/backend"
 	"github.com/statedhq/stated/backend/tablecheck"
+	"github.com/statedhq/stated/rescale"
 	"github.com/statedhq/stated/tiered"
 )
 
@@ -125,28 +126,18 @@ func (r *remoteMode) restore(ctx context.Context, claim bool) (states []backend.
 }
 
 // planRemoteRestore assigns each key group of the instance to the first
-// handle listed that holds it (as planRestore does) and bounds the tables
-// of each remote-mode lsm handle to the runs of key groups it owns, so the
-// tables of several handles never overlap. Heap and file handles become
-// canonical steps, copied in after the ingestion.
+// handle listed that holds it (rescale.Assign, as planRestore does) and
+// bounds the tables of each remote-mode lsm handle to the runs of key
+// groups it owns, so the tables of several handles never overlap. Heap
+// and file handles become canonical steps, copied in after the ingestion.
 func (r *remoteMode) planRemoteRestore() ([]refTable, []restoreStep, error) {
 	b := r.b
 	task := b.opts.Task
-	kgs := b.opts.KeyGroups
-	owner := make([]int, kgs.Len())
-	for i := range owner {
-		owner[i] = -1
-		for j, h := range b.opts.Restore {
-			if h.KeyGroups.Contains(kgs.Start + i) {
-				owner[i] = j
-				break
-			}
-		}
-	}
+	owners := rescale.Assign(b.opts.Restore, b.opts.KeyGroups)
 	var out []refTable
 	var canonical []restoreStep
 	for hi, h := range b.opts.Restore {
-		runs := ownedRuns(kgs, owner, hi)
+		runs := owners.Runs(hi)
 		switch {
 		case h.Backend == backend.KindHeap || h.Backend == backend.KindFile:
 			if len(runs) > 0 {
