@@ -320,11 +320,11 @@ func (d *Daemon) restoreChannels(ctx context.Context, p OpenParams, r *restorePl
 		d.cfg.Catalog.NoteWithoutChannelState(ctx, r.src.Manifest.Job, id)
 		return nil, nil
 	}
-	sources := r.handles[:1]
-	if r.rescaled {
+	sources := r.Handles[:1]
+	if r.Rescaled {
 		// Any old subtask may hold records of the new range: output
 		// subpartitions carry the receiving operator's key groups.
-		sources = r.all
+		sources = r.All
 	}
 	if !slices.ContainsFunc(sources, func(h *backend.Handle) bool { return len(h.Channels) > 0 }) {
 		return nil, nil
@@ -333,7 +333,7 @@ func (d *Daemon) restoreChannels(ctx context.Context, p OpenParams, r *restorePl
 	slices.SortFunc(sources, func(a, b *backend.Handle) int { return cmp.Compare(a.KeyGroups.Start, b.KeyGroups.Start) })
 	rs, err := chanstate.Restore(ctx, chanstate.RestoreOptions{
 		Store: r.src.Store, Sources: sources, KeyGroups: p.KeyGroups, MaxParallelism: p.MaxParallelism,
-		Rescaled: r.rescaled, SpoolDir: filepath.Join(d.cfg.DataDir, ChannelsDir),
+		Rescaled: r.Rescaled, SpoolDir: filepath.Join(d.cfg.DataDir, ChannelsDir),
 	})
 	if errors.Is(err, chanstate.ErrNotRedistributable) {
 		err = fmt.Errorf("%w: %w", backend.ErrIncompatible, err)

@@ -520,17 +520,17 @@ func (d *Daemon) open(ctx context.Context, p OpenParams) (*Instance, error) {
 		}
 		source = restoreSource(r)
 		rplan = r
-		opts.Restore = r.handles
+		opts.Restore = r.Handles
 		opts.RestoreStore = r.src.Store
 		opts.NoClaim = r.src.NoClaim
 		if !r.src.NoClaim {
 			opts.RestoreHeld = stillRetained(r.src)
 		}
-		opState = r.opState
+		opState = r.OperatorState
 		restoredFrom = r.src.Manifest.CheckpointID
-		if r.rescaled {
+		if r.Rescaled {
 			d.log.Info("rescaling restore", "task", task.String(), "keyGroups", p.KeyGroups.String(),
-				"handles", len(r.handles), "base", r.handles[0].Task.String())
+				"handles", len(r.Handles), "base", r.Handles[0].Task.String())
 		}
 	}
 	opts.EnsureDefaults()

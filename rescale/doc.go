@@ -1,4 +1,10 @@
-// Package rescale plans the restore of a job at a new parallelism.
+// Package rescale plans restores, and is the one place that does: what an
+// instance restores from a checkpoint (PlanInstance: its own handle, or a
+// rescale), the plan of an operator at a new parallelism (PlanOperator,
+// PlanFrom), and which handle each key group comes from when an instance
+// restores from several (Assign: the first listed that holds it), which
+// every backend asks. The daemon resolves the checkpoint in the catalog and
+// the backends carry the plan out.
 //
 // Key groups are the unit of rescale: a job's maxParallelism key groups are
 // dealt out in contiguous ranges (backend.KeyGroupRangeForOperator), so a new

@@ -74,18 +74,12 @@ func PlanOperator(handles []*backend.Handle, maxParallelism, newParallelism int)
 		}
 	}
 	sort.Slice(sorted, func(i, j int) bool { return sorted[i].KeyGroups.Start < sorted[j].KeyGroups.Start })
-	next := 0
-	for _, h := range sorted {
-		switch {
-		case h.KeyGroups.Start > next:
-			return nil, fmt.Errorf("rescale: %w: no handle holds key groups [%d,%d]", backend.ErrInvalidArgument, next, h.KeyGroups.Start-1)
-		case h.KeyGroups.Start < next:
+	if f := faults(sorted, maxParallelism); len(f) > 0 {
+		if i := f[0].overlap; i >= 0 {
+			h := sorted[i]
 			return nil, fmt.Errorf("rescale: %w: handles overlap at key group %d (%s)", backend.ErrInvalidArgument, h.KeyGroups.Start, h.Task)
 		}
-		next = h.KeyGroups.End + 1
-	}
-	if next != maxParallelism {
-		return nil, fmt.Errorf("rescale: %w: no handle holds key groups [%d,%d]", backend.ErrInvalidArgument, next, maxParallelism-1)
+		return nil, fmt.Errorf("rescale: %w: no handle holds key groups [%d,%d]", backend.ErrInvalidArgument, f[0].gap.Start, f[0].gap.End)
 	}
 	plan := &Plan{MaxParallelism: maxParallelism, OldParallelism: len(sorted), NewParallelism: newParallelism}
 	for i := 0; i < newParallelism; i++ {

@@ -56,10 +56,11 @@
 //
 // Several handles, or a handle wider than the range (a rescale): each key
 // group comes from the first handle listed that holds it, and the lsm
-// handle that gives the most key groups is the base. Of every handle only
-// the private files (MANIFEST, OPTIONS) and the SSTs whose bounds meet the
-// key groups it gives are downloaded; handles without bounds (written
-// before they existed) are downloaded whole.
+// handle that gives the most key groups is the base (rescale.Assign, the
+// rule every backend follows). Of every handle only the private files
+// (MANIFEST, OPTIONS) and the SSTs whose bounds meet the key groups it
+// gives are downloaded; handles without bounds (written before they
+// existed) are downloaded whole.
 //
 // The new subtasks of a rescaled job restore from the same old handles,
 // and a file straddling a new boundary (most L0 files, the boundary files
@@ -126,6 +127,10 @@
 // what was downloaded and skipped and the time of each step.
 //
 // # Remote mode
+//
+// Local and remote mode are the two implementations of one interface
+// (mode, in lsm.go: localMode in local.go, remoteMode in remote.go); the
+// rest of the backend asks its mode and never which one it has.
 //
 // With Options.Remote, Pebble creates every SST in the object store under
 // "<job>/shared/lsm/" (package remotestore), the local disk keeps a bounded

@@ -133,3 +133,6 @@ func fill(t *testing.T, b *Backend, r backend.KeyGroupRange, n int, tag string) 
 		must(t, b.Put("v", key(kg, fmt.Sprintf("k%06d", i)), []byte(fmt.Sprintf("%s-%d", tag, i))))
 	}
 }
+
+// remoteOf is the remote mode of b, opened with Options.Remote.
+func remoteOf(b *Backend) *remoteMode { return b.mode.(*remoteMode) }

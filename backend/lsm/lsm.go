@@ -41,8 +41,48 @@ type Backend struct {
 	inc    incremental
 	// rstats is written by the restore in Open, read-only afterwards.
 	rstats RestoreStats
-	// remote is the remote storage of Options.Remote; nil in local mode.
-	remote *remoteState
+	// mode is what local and remote mode (Options.Remote) do differently;
+	// set in Open before the store is, never changed.
+	mode mode
+}
+
+// mode is where local mode (SSTs on the local disk, checkpoints upload
+// them: local.go) and remote mode (SSTs in the checkpoint store from the
+// start, checkpoints hand them over: remote.go) differ. The rest of the
+// backend is the same for both and asks its mode.
+type mode interface {
+	// restore opens b.db from the restore handles and returns the states
+	// they recorded; keepHistory: the restored files may be referenced by
+	// later checkpoints (claim mode, same store).
+	restore(ctx context.Context, keepHistory bool) ([]backend.StateDescriptor, error)
+	// start readies a freshly opened, empty b.db.
+	start() error
+	// pebbleOptions completes the options of the live store.
+	pebbleOptions(o *pebble.Options)
+	// snapshot and baseSnapshot are Snapshot and BaseSnapshot (dir
+	// validated).
+	snapshot(ctx context.Context, checkpointID uint64) (backend.PendingSnapshot, error)
+	baseSnapshot(ctx context.Context, id uint64, dir string) (backend.PendingSnapshot, error)
+	// load is Load.
+	load() (backend.LoadSession, error)
+	// checkpointComplete and checkpointAborted hear the notifications
+	// before the checkpoint history does.
+	checkpointComplete(checkpointID uint64)
+	checkpointAborted(checkpointID uint64)
+	// holdBase is HoldBase.
+	holdBase(ctx context.Context, id, checkpointID uint64) error
+	// close closes b.db (nil if Open failed before it) and releases what
+	// the mode holds; abandon stops the mode's background work only, as
+	// a crash would.
+	close() error
+	abandon()
+
+	// For tests and metrics: HandOffRetries, RefreshLease, HeldBases and
+	// RestoreMarked.
+	handOffRetries() int64
+	refreshLease(ctx context.Context) error
+	heldBases() []uint64
+	restoreMarked() bool
 }
 
 // incremental is the history that lets checkpoints reference instead of
@@ -125,17 +165,20 @@ func OpenContext(ctx context.Context, opts backend.Options, lo Options) (*Backen
 	}
 
 	var restored []backend.StateDescriptor
-	err := b.remoteSetup()
-	if err == nil && len(opts.Restore) > 0 && b.remote != nil {
-		restored, err = b.remoteRestore(ctx, keepHistory)
-	} else if err == nil && len(opts.Restore) > 0 {
-		restored, err = b.restore(ctx, keepHistory)
+	var err error
+	if lo.Remote != nil {
+		b.mode, err = newRemoteMode(b)
+	} else {
+		b.mode = localMode{b}
+	}
+	if err == nil && len(opts.Restore) > 0 {
+		restored, err = b.mode.restore(ctx, keepHistory)
 	} else if err == nil {
 		b.db, err = openFresh(b.dbDir, b.pebbleOptions(false))
 		if err != nil {
 			err = fmt.Errorf("lsm: open %s: pebble in %s: %w", opts.Task, b.dbDir, err)
 		} else {
-			err = b.remoteStart()
+			err = b.mode.start()
 		}
 	}
 	if err == nil {
@@ -152,8 +195,8 @@ func OpenContext(ctx context.Context, opts backend.Options, lo Options) (*Backen
 		}
 	}
 	if err != nil {
-		if b.db != nil || b.remote != nil {
-			_ = b.closeDB()
+		if b.mode != nil {
+			_ = b.mode.close()
 		}
 		_ = fs.RemoveAll(b.dbDir)
 		_ = fs.RemoveAll(fs.PathJoin(lo.Dir, "restore"))
@@ -210,7 +253,7 @@ func (b *Backend) pebbleOptions(readOnly bool) *pebble.Options {
 		o.TargetFileSizes[i] = b.lo.TargetFileSize
 	}
 	if !readOnly {
-		b.remotePebbleOptions(o)
+		b.mode.pebbleOptions(o)
 	}
 	o.EnsureDefaults()
 	return o
@@ -251,7 +294,7 @@ func (b *Backend) unref(closing bool) error {
 	if !last {
 		return nil
 	}
-	err := b.closeDB()
+	err := b.mode.close()
 	b.cache.Unref()
 	if rerr := b.lo.FS.RemoveAll(b.dbDir); rerr != nil && err == nil {
 		err = rerr
@@ -266,10 +309,7 @@ func (b *Backend) unref(closing bool) error {
 // checkpointID become the base later checkpoints reference, unless a newer
 // checkpoint was confirmed already.
 func (b *Backend) NotifyCheckpointComplete(checkpointID uint64) {
-	if b.remote != nil {
-		// In changelog mode the id is a base's (remotebase.go).
-		b.releaseBasesBefore(checkpointID)
-	}
+	b.mode.checkpointComplete(checkpointID)
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if set, ok := b.inc.done[checkpointID]; ok && (!b.inc.completed || checkpointID > b.inc.last) {
@@ -289,12 +329,7 @@ func (b *Backend) NotifyCheckpointComplete(checkpointID uint64) {
 // uploaded is forgotten. Nothing is deleted here; the registry's sweep
 // removes shared files that nothing retained refers to (FLINK-24611).
 func (b *Backend) NotifyCheckpointAborted(checkpointID uint64) {
-	if b.remote != nil {
-		// In changelog mode the id is a base's that no checkpoint will
-		// use (remotebase.go); a hand-off checkpoint's markers are the
-		// catalog's to remove.
-		b.releaseBasesIf(func(id uint64) bool { return id == checkpointID })
-	}
+	b.mode.checkpointAborted(checkpointID)
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	delete(b.inc.done, checkpointID)
@@ -302,3 +337,46 @@ func (b *Backend) NotifyCheckpointAborted(checkpointID uint64) {
 		b.inc.aborted[checkpointID] = true
 	}
 }
+
+// Abandon stops the instance as a crash of the daemon would: Pebble is
+// closed and the local directory removed, but nothing in the store is
+// released (markers, lease and objects stay for the catalog's sweep). For
+// crash tests. The instance is closed afterwards.
+func (b *Backend) Abandon() error {
+	if !b.State.Close() {
+		return nil
+	}
+	b.mode.abandon()
+	b.mu.Lock()
+	b.closed = true
+	b.mu.Unlock()
+	err := b.db.Close()
+	b.cache.Unref()
+	return errors.Join(err, b.lo.FS.RemoveAll(b.dbDir))
+}
+
+// HoldBase implements backend.BaseHolder: every checkpoint that references
+// changelog base id holds the base's objects itself (remotebase.go). In
+// local mode a base's files are the registry's alone and it does nothing.
+func (b *Backend) HoldBase(ctx context.Context, id, checkpointID uint64) error {
+	return b.mode.holdBase(ctx, id, checkpointID)
+}
+
+// HandOffRetries is the number of hand-off snapshots whose version changed
+// between the listings around its pin (retried), or whose holder check
+// failed (declined); 0 in local mode.
+func (b *Backend) HandOffRetries() int64 { return b.mode.handOffRetries() }
+
+// RefreshLease rewrites the instance's lease now, as its timer does every
+// RemoteOptions.LeaseInterval (a no-op in local mode). For tests that move
+// the catalog's clock past the grace period.
+func (b *Backend) RefreshLease(ctx context.Context) error { return b.mode.refreshLease(ctx) }
+
+// HeldBases lists the changelog bases the instance holds with its base
+// markers (none in local mode), for tests.
+func (b *Backend) HeldBases() []uint64 { return b.mode.heldBases() }
+
+// RestoreMarked reports whether a claimed restore's instance markers are
+// all written and its holds removed (true in local mode and without a
+// claimed restore).
+func (b *Backend) RestoreMarked() bool { return b.mode.restoreMarked() }

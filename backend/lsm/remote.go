@@ -93,8 +93,10 @@ func (r *RemoteOptions) validate(bad func(format string, args ...any)) {
 	}
 }
 
-// remoteState is an instance's remote storage.
-type remoteState struct {
+// remoteMode is the mode of an instance with Options.Remote: its remote
+// storage and what it holds there.
+type remoteMode struct {
+	b       *Backend
 	storage *remotestore.Storage
 	factory *remotestore.Factory
 	// creator is this incarnation's Pebble creator ID: it names every
@@ -138,75 +140,70 @@ type remoteState struct {
 	releasing   sync.WaitGroup
 	basesClosed bool
 
-	stopLease    func()
-	refreshLease func(ctx context.Context) error
+	stopLease func()
+	putLease  func(ctx context.Context) error
 }
 
-func (r *remoteState) sizeOf(path string) (int64, bool) {
+var _ mode = (*remoteMode)(nil)
+
+func (r *remoteMode) sizeOf(path string) (int64, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	n, ok := r.sizes[path]
 	return n, ok
 }
 
-func (r *remoteState) setSize(path string, n int64) {
+func (r *remoteMode) setSize(path string, n int64) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.sizes[path] = n
 }
 
-// HandOffRetries is the number of hand-off snapshots whose version changed
-// between the listings around its pin (retried), or whose holder check
-// failed (declined); 0 in local mode.
-func (b *Backend) HandOffRetries() int64 {
-	if b.remote == nil {
-		return 0
-	}
-	return b.remote.retries.Load()
-}
+func (r *remoteMode) handOffRetries() int64 { return r.retries.Load() }
 
-// remoteSetup makes the instance's remote storage (nil in local mode).
-func (b *Backend) remoteSetup() error {
-	r := b.lo.Remote
-	if r == nil {
-		return nil
-	}
-	store := tiered.WithPrefix(r.Store, strings.TrimSuffix(markers.JobPrefix(b.opts.Task.Job), "/"))
+// newRemoteMode makes the remote storage of b (b.lo.Remote set) and
+// writes its lease. On failure it returns a nil mode: nothing is held.
+func newRemoteMode(b *Backend) (mode, error) {
+	ro := b.lo.Remote
+	r := &remoteMode{b: b, prefix: markers.JobPrefix(b.opts.Task.Job), sizes: map[string]int64{}, bases: map[uint64][]string{}}
+	store := tiered.WithPrefix(ro.Store, strings.TrimSuffix(r.prefix, "/"))
 	// Restored objects' sizes are known (the restore checked them by
 	// listing): Pebble's open of each then makes no request.
-	known := func(name string) (int64, bool) { return b.remote.sizeOf(name) }
-	ro := remotestore.Options{Store: store, SpoolDir: r.SpoolDir}
-	f, err := remotestore.NewFactory(map[remote.Locator]remotestore.Options{remoteLocator: ro,
-		externalLocator: {Store: b.opts.RestoreStore, SpoolDir: r.SpoolDir, KnownSize: known}})
+	f, err := remotestore.NewFactory(map[remote.Locator]remotestore.Options{
+		remoteLocator:   {Store: store, SpoolDir: ro.SpoolDir},
+		externalLocator: {Store: b.opts.RestoreStore, SpoolDir: ro.SpoolDir, KnownSize: r.sizeOf}})
 	if err != nil {
-		return fmt.Errorf("lsm: open %s: %w", b.opts.Task, err)
+		return nil, fmt.Errorf("lsm: open %s: %w", b.opts.Task, err)
 	}
+	r.factory, r.storage = f, f.Storage(remoteLocator)
 	var id [8]byte
 	for binary.LittleEndian.Uint64(id[:]) == 0 { // 0 means "unset" to Pebble
 		if _, err := rand.Read(id[:]); err != nil {
-			return fmt.Errorf("lsm: open %s: creator id: %w", b.opts.Task, err)
+			return nil, fmt.Errorf("lsm: open %s: creator id: %w", b.opts.Task, err)
 		}
 	}
-	b.remote = &remoteState{storage: f.Storage(remoteLocator), factory: f, creator: binary.LittleEndian.Uint64(id[:]),
-		prefix: markers.JobPrefix(b.opts.Task.Job), sizes: map[string]int64{}, bases: map[uint64][]string{}}
-	return b.startLease()
+	r.creator = binary.LittleEndian.Uint64(id[:])
+	if err := r.startLease(); err != nil {
+		return nil, err
+	}
+	return r, nil
 }
 
 // startLease writes the instance's lease before the DB writes any marker,
 // and keeps it fresh until Close.
-func (b *Backend) startLease() error {
-	r := b.remote
+func (r *remoteMode) startLease() error {
+	b := r.b
 	name := markers.LeaseName(r.prefix, r.creator)
 	put := func(ctx context.Context) error {
 		if err := tiered.PutBytes(ctx, b.lo.Remote.Store, name, nil); err != nil {
 			return err
 		}
-		return b.refreshHolds(ctx)
+		return r.refreshHolds(ctx)
 	}
 	if err := put(context.Background()); err != nil {
 		return fmt.Errorf("lsm: open %s: write lease %s: %w", b.opts.Task, name, err)
 	}
-	r.refreshLease = put
+	r.putLease = put
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
@@ -228,15 +225,12 @@ func (b *Backend) startLease() error {
 	return nil
 }
 
-// remotePebbleOptions makes o create every SST in the store.
-func (b *Backend) remotePebbleOptions(o *pebble.Options) {
-	if b.remote == nil {
-		return
-	}
-	o.Experimental.RemoteStorage = b.remote.factory
+// pebbleOptions makes o create every SST in the store.
+func (r *remoteMode) pebbleOptions(o *pebble.Options) {
+	o.Experimental.RemoteStorage = r.factory
 	o.Experimental.CreateOnShared = remote.CreateOnSharedAll
 	o.Experimental.CreateOnSharedLocator = remoteLocator
-	o.Experimental.SecondaryCacheSizeBytes = b.lo.Remote.CacheBytes
+	o.Experimental.SecondaryCacheSizeBytes = r.b.lo.Remote.CacheBytes
 	// Bloom filters on every level: without them a get reads an index and
 	// a data block of every level-0 table and of a table per level, each a
 	// store request on a cold cache; with them a table that cannot hold
@@ -250,19 +244,17 @@ func (b *Backend) remotePebbleOptions(o *pebble.Options) {
 // 1% false positives for 1.25 bytes per key.
 const remoteBloomBitsPerKey = 10
 
-// remoteStart gives a newly opened DB its creator ID, before its first
+// start gives a newly opened DB its creator ID, before its first
 // flush: Pebble cannot create a shared object without one.
-func (b *Backend) remoteStart() error {
-	if b.remote == nil {
-		return nil
-	}
-	if err := b.db.SetCreatorID(b.remote.creator); err != nil {
+func (r *remoteMode) start() error {
+	b := r.b
+	if err := b.db.SetCreatorID(r.creator); err != nil {
 		return fmt.Errorf("lsm: open %s: set pebble creator id: %w", b.opts.Task, err)
 	}
 	return nil
 }
 
-// closeDB closes Pebble; in remote mode it then drops this incarnation's
+// close closes Pebble, then drops this incarnation's
 // references to its objects, as Pebble's sharedUnref would for each: delete
 // our markers, then the object when no marker of anyone is left. Nothing
 // else holds them yet (no checkpoint hands them off), and without this
@@ -274,19 +266,17 @@ func (b *Backend) remoteStart() error {
 // objects of aborted writes (no marker: remotestore's Caveats), are found
 // too. Pebble names objects "<hash>-<creator>-<filenum>.sst" and markers
 // "<object>.ref.<creator>.<filenum>" (objstorageprovider/remote_obj_name.go).
-func (b *Backend) closeDB() error {
-	if b.remote == nil {
-		return b.db.Close()
-	}
+func (r *remoteMode) close() error {
+	b := r.b
 	var err error
 	if b.db != nil {
 		err = b.db.Close()
 	}
-	names, lerr := b.remote.storage.List("", "")
+	names, lerr := r.storage.List("", "")
 	if lerr != nil {
 		return errors.Join(err, fmt.Errorf("lsm: close %s: %w", b.opts.Task, lerr))
 	}
-	creator := fmt.Sprint(b.remote.creator)
+	creator := fmt.Sprint(r.creator)
 	ours := map[string]bool{}
 	for _, n := range names {
 		if obj, ref, ok := strings.Cut(n, ".ref."); ok {
@@ -298,47 +288,48 @@ func (b *Backend) closeDB() error {
 		}
 	}
 	for _, obj := range slices.Sorted(maps.Keys(ours)) {
-		err = errors.Join(err, b.remoteUnref(obj))
+		err = errors.Join(err, r.unref(obj))
 	}
 	ctx := context.Background()
-	err = errors.Join(err, b.releaseAllBases(ctx))
-	if b.remote.stopBackground != nil {
-		b.remote.stopBackground()
+	err = errors.Join(err, r.releaseAllBases(ctx))
+	if r.stopBackground != nil {
+		r.stopBackground()
 	}
-	for _, obj := range b.remote.externals {
-		_, uerr := markers.UnrefNamed(ctx, b.opts.RestoreStore, obj, markers.InstanceMarker(obj, b.remote.creator))
+	for _, obj := range r.externals {
+		_, uerr := markers.UnrefNamed(ctx, b.opts.RestoreStore, obj, markers.InstanceMarker(obj, r.creator))
 		err = errors.Join(err, uerr)
 	}
 	// The holds go after the instance markers: until the markers are
 	// written they are what holds the restored objects.
-	if herr := b.dropHolds(ctx); herr != nil {
+	if herr := r.dropHolds(ctx); herr != nil {
 		err = errors.Join(err, fmt.Errorf("lsm: close %s: %w", b.opts.Task, herr))
 	}
 	// The lease goes last: until then the sweep must take our markers
 	// for a live holder's.
-	b.remote.stopLease()
-	if derr := b.lo.Remote.Store.Delete(ctx, markers.LeaseName(b.remote.prefix, b.remote.creator)); derr != nil {
+	r.stopLease()
+	if derr := b.lo.Remote.Store.Delete(ctx, markers.LeaseName(r.prefix, r.creator)); derr != nil {
 		err = errors.Join(err, fmt.Errorf("lsm: close %s: remove lease: %w", b.opts.Task, derr))
 	}
 	return err
 }
 
-// remoteUnref removes this incarnation's markers of name, then name itself
+// unref removes this incarnation's markers of name, then name itself
 // if no marker of anyone is left.
-func (b *Backend) remoteUnref(name string) error {
-	s := b.remote.storage
+func (r *remoteMode) unref(name string) error {
+	b := r.b
+	s := r.storage
 	refs, err := s.List(name+".ref.", "")
 	if err != nil {
 		return fmt.Errorf("lsm: close %s: %w", b.opts.Task, err)
 	}
-	mine := fmt.Sprintf("%d.", b.remote.creator)
+	mine := fmt.Sprintf("%d.", r.creator)
 	left := 0
-	for _, r := range refs {
-		if !strings.HasPrefix(r, mine) {
+	for _, ref := range refs {
+		if !strings.HasPrefix(ref, mine) {
 			left++
 			continue
 		}
-		if err := s.Delete(name + ".ref." + r); err != nil {
+		if err := s.Delete(name + ".ref." + ref); err != nil {
 			return fmt.Errorf("lsm: close %s: %w", b.opts.Task, err)
 		}
 	}
@@ -350,36 +341,15 @@ func (b *Backend) remoteUnref(name string) error {
 	return nil
 }
 
-// RefreshLease rewrites the instance's lease now, as its timer does every
-// RemoteOptions.LeaseInterval (a no-op in local mode). For tests that move
-// the catalog's clock past the grace period.
-func (b *Backend) RefreshLease(ctx context.Context) error {
-	if b.remote == nil {
-		return nil
-	}
-	return b.remote.refreshLease(ctx)
-}
+func (r *remoteMode) refreshLease(ctx context.Context) error { return r.putLease(ctx) }
 
-// Abandon stops the instance as a crash of the daemon would: Pebble is
-// closed and the local directory removed, but nothing in the store is
-// released (markers, lease and objects stay for the catalog's sweep). For
-// crash tests. The instance is closed afterwards.
-func (b *Backend) Abandon() error {
-	if !b.State.Close() {
-		return nil
+// abandon stops the lease and the restore's background work, releasing
+// nothing (Abandon).
+func (r *remoteMode) abandon() {
+	r.stopLease()
+	if r.stopBackground != nil {
+		r.stopBackground()
 	}
-	if b.remote != nil {
-		b.remote.stopLease()
-		if b.remote.stopBackground != nil {
-			b.remote.stopBackground()
-		}
-	}
-	b.mu.Lock()
-	b.closed = true
-	b.mu.Unlock()
-	err := b.db.Close()
-	b.cache.Unref()
-	return errors.Join(err, b.lo.FS.RemoveAll(b.dbDir))
 }
 
 // RestoreModes reports which modes wrote the lsm handles of hs: remote
@@ -401,4 +371,10 @@ func RestoreModes(hs []*backend.Handle) (remote, local bool) {
 		}
 	}
 	return remote, local
+}
+
+// load is Load in remote mode: SSTs are created in the store by Pebble
+// alone, so each Add is written as a batch.
+func (r *remoteMode) load() (backend.LoadSession, error) {
+	return r.b.State.GroupLoad(&r.b.load), nil
 }

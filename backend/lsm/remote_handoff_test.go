@@ -147,7 +147,7 @@ func testRemoteHandOffAndRestore(t *testing.T, e *env, store *metered.Store) {
 		h := checkpoint(t, rb, 10)
 		own, ext := 0, 0
 		for _, f := range h.Files {
-			if strings.Contains(f.Path, fmt.Sprintf("-%d-", rb.remote.creator)) {
+			if strings.Contains(f.Path, fmt.Sprintf("-%d-", remoteOf(rb).creator)) {
 				own++
 			} else {
 				ext++
@@ -193,7 +193,7 @@ func TestRemoteNoClaim(t *testing.T) {
 		ms, err := markers.Markers(context.Background(), store, p)
 		must(t, err)
 		for _, m := range ms {
-			if pm, _ := markers.ParseMarker(m); pm.Kind == markers.MarkerInstance && pm.Creator == r.remote.creator {
+			if pm, _ := markers.ParseMarker(m); pm.Kind == markers.MarkerInstance && pm.Creator == remoteOf(r).creator {
 				t.Fatalf("no-claim instance marked %s", p)
 			}
 		}
@@ -295,9 +295,9 @@ func TestRemoteHandOffRacesCompactions(t *testing.T) {
 		h := checkpoint(t, src, id)
 		hs = append(hs, h)
 		wants = append(wants, want)
-		live, err := src.remoteTables()
+		live, err := remoteOf(src).tables()
 		for err != nil { // a compaction between the two listings inside
-			live, err = src.remoteTables()
+			live, err = remoteOf(src).tables()
 		}
 		in := map[string]bool{}
 		for _, lt := range live {

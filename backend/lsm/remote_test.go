@@ -190,7 +190,7 @@ func TestRemoteModeCloseKeepsOthersReferences(t *testing.T) {
 	for _, n := range theirs {
 		must(t, tiered.PutBytes(ctx, store, n, []byte("x")))
 	}
-	orphan := fmt.Sprintf("%s0def-%d-000999.sst", prefix, b.remote.creator)
+	orphan := fmt.Sprintf("%s0def-%d-000999.sst", prefix, remoteOf(b).creator)
 	must(t, tiered.PutBytes(ctx, store, orphan, []byte("partial")))
 	must(t, b.Close())
 	want := slices.Sorted(slices.Values(append([]string{held, other}, theirs...)))

@@ -36,14 +36,11 @@ import (
 	"github.com/statedhq/stated/tiered"
 )
 
-// HoldBase implements backend.BaseHolder. In local mode a base's files are
-// the registry's alone and it does nothing.
-func (b *Backend) HoldBase(ctx context.Context, id, checkpointID uint64) error {
-	if b.remote == nil {
-		return nil
-	}
+// holdBase writes checkpointID's own markers on the objects of base id
+// (HoldBase).
+func (r *remoteMode) holdBase(ctx context.Context, id, checkpointID uint64) error {
+	b := r.b
 	task := b.opts.Task
-	r := b.remote
 	r.mu.Lock()
 	objs, ok := r.bases[id]
 	r.mu.Unlock()
@@ -69,13 +66,23 @@ func (b *Backend) HoldBase(ctx context.Context, id, checkpointID uint64) error {
 
 // releaseBasesBefore lets go, in the background, of the bases numbered
 // below n: base n is confirmed, so no new checkpoint references them.
-func (b *Backend) releaseBasesBefore(n uint64) {
-	b.releaseBasesIf(func(id uint64) bool { return id < n })
+func (r *remoteMode) releaseBasesBefore(n uint64) {
+	r.releaseBasesIf(func(id uint64) bool { return id < n })
+}
+
+// checkpointComplete: in changelog mode the id is a base's.
+func (r *remoteMode) checkpointComplete(checkpointID uint64) { r.releaseBasesBefore(checkpointID) }
+
+// checkpointAborted: in changelog mode the id is a base's that no
+// checkpoint will use; a hand-off checkpoint's markers are the catalog's
+// to remove.
+func (r *remoteMode) checkpointAborted(checkpointID uint64) {
+	r.releaseBasesIf(func(id uint64) bool { return id == checkpointID })
 }
 
 // releaseBasesIf lets go, in the background, of the bases drop selects.
-func (b *Backend) releaseBasesIf(drop func(id uint64) bool) {
-	r := b.remote
+func (r *remoteMode) releaseBasesIf(drop func(id uint64) bool) {
+	b := r.b
 	r.mu.Lock()
 	if r.basesClosed {
 		r.mu.Unlock()
@@ -101,7 +108,7 @@ func (b *Backend) releaseBasesIf(drop func(id uint64) bool) {
 	}
 	go func() {
 		defer r.releasing.Done()
-		if err := b.releaseBases(context.Background(), rel); err != nil {
+		if err := r.releaseBases(context.Background(), rel); err != nil {
 			// The markers left behind hold their objects until Close (or
 			// the sweep, after a crash).
 			b.lo.Logger.Errorf("lsm: %s: release former changelog bases: %v", b.opts.Task, err)
@@ -116,8 +123,8 @@ func (b *Backend) releaseBasesIf(drop func(id uint64) bool) {
 
 // releaseAllBases waits for background releases, then lets go of every
 // base still held (Close).
-func (b *Backend) releaseAllBases(ctx context.Context) error {
-	r := b.remote
+func (r *remoteMode) releaseAllBases(ctx context.Context) error {
+	b := r.b
 	r.mu.Lock()
 	r.basesClosed = true
 	r.mu.Unlock()
@@ -126,7 +133,7 @@ func (b *Backend) releaseAllBases(ctx context.Context) error {
 	rel := r.bases
 	r.bases = map[uint64][]string{}
 	r.mu.Unlock()
-	if err := b.releaseBases(ctx, rel); err != nil {
+	if err := r.releaseBases(ctx, rel); err != nil {
 		return fmt.Errorf("lsm: close %s: release changelog bases: %w", b.opts.Task, err)
 	}
 	return nil
@@ -134,12 +141,13 @@ func (b *Backend) releaseAllBases(ctx context.Context) error {
 
 // releaseBases removes the base markers of bases, deleting each object no
 // marker holds any more.
-func (b *Backend) releaseBases(ctx context.Context, bases map[uint64][]string) error {
+func (r *remoteMode) releaseBases(ctx context.Context, bases map[uint64][]string) error {
+	b := r.b
 	store := b.lo.Remote.Store
 	var errs []error
 	for _, id := range slices.Sorted(maps.Keys(bases)) {
 		for _, obj := range bases[id] {
-			if _, err := markers.UnrefNamed(ctx, store, obj, markers.BaseMarker(obj, b.remote.creator, id)); err != nil {
+			if _, err := markers.UnrefNamed(ctx, store, obj, markers.BaseMarker(obj, r.creator, id)); err != nil {
 				errs = append(errs, err)
 			}
 		}
@@ -147,13 +155,8 @@ func (b *Backend) releaseBases(ctx context.Context, bases map[uint64][]string) e
 	return errors.Join(errs...)
 }
 
-// HeldBases lists the changelog bases the instance holds with its base
-// markers (none in local mode), for tests.
-func (b *Backend) HeldBases() []uint64 {
-	if b.remote == nil {
-		return nil
-	}
-	b.remote.mu.Lock()
-	defer b.remote.mu.Unlock()
-	return slices.Sorted(maps.Keys(b.remote.bases))
+func (r *remoteMode) heldBases() []uint64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Sorted(maps.Keys(r.bases))
 }

@@ -47,8 +47,8 @@ func holdNames(names []string, creator uint64) []string {
 
 // writeHolds writes the instance's holds for the prefixes of names. They
 // are recorded first, so that Close removes whatever a failure left.
-func (b *Backend) writeHolds(ctx context.Context, names []string) error {
-	r := b.remote
+func (r *remoteMode) writeHolds(ctx context.Context, names []string) error {
+	b := r.b
 	holds := holdNames(names, r.creator)
 	r.holdMu.Lock()
 	defer r.holdMu.Unlock()
@@ -59,8 +59,8 @@ func (b *Backend) writeHolds(ctx context.Context, names []string) error {
 }
 
 // refreshHolds rewrites the pending holds (with the lease).
-func (b *Backend) refreshHolds(ctx context.Context) error {
-	r := b.remote
+func (r *remoteMode) refreshHolds(ctx context.Context) error {
+	b := r.b
 	r.holdMu.Lock()
 	defer r.holdMu.Unlock()
 	var err error
@@ -73,8 +73,8 @@ func (b *Backend) refreshHolds(ctx context.Context) error {
 // dropHolds removes the instance's holds; those it could not remove stay
 // pending (Close tries again; the sweep takes them for stale once they
 // are no longer refreshed).
-func (b *Backend) dropHolds(ctx context.Context) error {
-	r := b.remote
+func (r *remoteMode) dropHolds(ctx context.Context) error {
+	b := r.b
 	r.holdMu.Lock()
 	defer r.holdMu.Unlock()
 	var left []string
@@ -97,8 +97,7 @@ func (b *Backend) dropHolds(ctx context.Context) error {
 // object, failed ones retried until written or the instance closes, and
 // then the removal of the holds. Compactions wait until it is done, or
 // restorePauseMax has passed (gate). stopBackground stops it.
-func (b *Backend) afterRestore(names []string, sizes map[string]int64, claim, check bool, gate *compactionGate) {
-	r := b.remote
+func (r *remoteMode) afterRestore(names []string, sizes map[string]int64, claim, check bool, gate *compactionGate) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	r.checked = make(chan struct{})
@@ -108,26 +107,27 @@ func (b *Backend) afterRestore(names []string, sizes map[string]int64, claim, ch
 		defer close(done)
 		defer gate.Resume()
 		if check {
-			b.checkInBackground(ctx, names, sizes)
+			r.checkInBackground(ctx, names, sizes)
 		}
 		close(r.checked)
 		if claim {
-			b.markRestored(ctx, names)
+			r.markRestored(ctx, names)
 		}
 	}()
 }
 
 // checkInBackground checks the restored objects, retrying failed listings
 // (the store's trouble, not damage) until it can tell or ctx ends.
-func (b *Backend) checkInBackground(ctx context.Context, names []string, sizes map[string]int64) {
+func (r *remoteMode) checkInBackground(ctx context.Context, names []string, sizes map[string]int64) {
+	b := r.b
 	for delay := 100 * time.Millisecond; ; delay = min(2*delay, markRetryMax) {
-		err := b.checkObjects(ctx, names, sizes, backgroundWorkers)
+		err := r.checkObjects(ctx, names, sizes, backgroundWorkers)
 		if err == nil || ctx.Err() != nil {
 			return
 		}
 		if errors.Is(err, backend.ErrNotFound) || errors.Is(err, backend.ErrCorrupt) {
 			b.lo.Logger.Errorf("%v: the instance serves what it can, and fails its snapshots", err)
-			b.remote.damage.Store(&err)
+			r.damage.Store(&err)
 			return
 		}
 		b.lo.Logger.Errorf("lsm: %s: check the restored tables (retrying in %s): %v", b.opts.Task, delay, err)
@@ -141,8 +141,7 @@ func (b *Backend) checkInBackground(ctx context.Context, names []string, sizes m
 
 // restoreDamage waits until the background check of the restored objects
 // is done and returns the damage it found (nil without a restore).
-func (b *Backend) restoreDamage(ctx context.Context) error {
-	r := b.remote
+func (r *remoteMode) restoreDamage(ctx context.Context) error {
 	if r.checked == nil {
 		return nil
 	}
@@ -160,8 +159,8 @@ func (b *Backend) restoreDamage(ctx context.Context) error {
 // markRestored writes the instance marker of every restored object,
 // retrying failed ones until they are written or ctx ends, and then
 // removes the holds.
-func (b *Backend) markRestored(ctx context.Context, names []string) {
-	r := b.remote
+func (r *remoteMode) markRestored(ctx context.Context, names []string) {
+	b := r.b
 	store := b.opts.RestoreStore
 	pending := names
 	for delay := 100 * time.Millisecond; ; delay = min(2*delay, markRetryMax) {
@@ -193,7 +192,7 @@ func (b *Backend) markRestored(ctx context.Context, names []string) {
 		case <-time.After(delay):
 		}
 	}
-	if err := b.dropHolds(ctx); err != nil && ctx.Err() == nil {
+	if err := r.dropHolds(ctx); err != nil && ctx.Err() == nil {
 		b.lo.Logger.Errorf("lsm: %s: %v (Close retries)", b.opts.Task, err)
 	}
 	r.marked.Store(true)
@@ -213,9 +212,6 @@ func markConcurrency(upload int) int {
 	return max(4*upload, 16)
 }
 
-// RestoreMarked reports whether a claimed restore's instance markers are
-// all written and its holds removed (true in local mode and without a
-// claimed restore).
-func (b *Backend) RestoreMarked() bool {
-	return b.remote == nil || len(b.remote.externals) == 0 || b.remote.marked.Load()
+func (r *remoteMode) restoreMarked() bool {
+	return len(r.externals) == 0 || r.marked.Load()
 }

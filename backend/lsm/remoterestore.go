@@ -18,6 +18,7 @@ import (
 
 	"github.com/statedhq/stated/backend"
 	"github.com/statedhq/stated/backend/tablecheck"
+	"github.com/statedhq/stated/rescale"
 	"github.com/statedhq/stated/tiered"
 )
 
@@ -28,10 +29,11 @@ type refTable struct {
 	hidx int // index of its handle, for the order of L0 files
 }
 
-// remoteRestore opens b.db from b.opts.Restore by reference. claim: the
+// restore opens b.db from b.opts.Restore by reference. claim: the
 // instance may keep referencing the objects (it marks them as its own
-// holder); otherwise its first checkpoint copies them (remoteSnapshot).
-func (b *Backend) remoteRestore(ctx context.Context, claim bool) (states []backend.StateDescriptor, err error) {
+// holder); otherwise its first checkpoint copies them (handOffSnapshot).
+func (r *remoteMode) restore(ctx context.Context, claim bool) (states []backend.StateDescriptor, err error) {
+	b := r.b
 	began := time.Now()
 	task := b.opts.Task
 	defer func() {
@@ -39,7 +41,7 @@ func (b *Backend) remoteRestore(ctx context.Context, claim bool) (states []backe
 			err = fmt.Errorf("lsm: restore %s: %w: pebble failed on the restored tables: %v", task, backend.ErrCorrupt, r)
 		}
 	}()
-	tables, canonical, err := b.planRemoteRestore()
+	tables, canonical, err := r.planRemoteRestore()
 	if err != nil {
 		return nil, err
 	}
@@ -54,7 +56,7 @@ func (b *Backend) remoteRestore(ctx context.Context, claim bool) (states []backe
 	if err != nil {
 		return nil, fmt.Errorf("lsm: restore %s: pebble in %s: %w", task, b.dbDir, err)
 	}
-	if err := b.remoteStart(); err != nil {
+	if err := r.start(); err != nil {
 		return nil, err
 	}
 	objects := map[string]int64{}
@@ -69,7 +71,7 @@ func (b *Backend) remoteRestore(ctx context.Context, claim bool) (states []backe
 		}
 	})
 	for n, size := range objects {
-		b.remote.setSize(n, size)
+		r.setSize(n, size)
 	}
 	checkStart := time.Now()
 	if claim {
@@ -77,7 +79,7 @@ func (b *Backend) remoteRestore(ctx context.Context, claim bool) (states []backe
 		// from are still retained: a discard that began before the holds
 		// were written fails the restore here, and one that begins after
 		// sees them and leaves the objects alone (catalog/remote.go).
-		if err := b.writeHolds(ctx, names); err != nil {
+		if err := r.writeHolds(ctx, names); err != nil {
 			return nil, fmt.Errorf("lsm: restore %s: hold the restored objects: %w", task, err)
 		}
 		if b.opts.RestoreHeld != nil {
@@ -87,27 +89,27 @@ func (b *Backend) remoteRestore(ctx context.Context, claim bool) (states []backe
 		}
 	}
 	if b.lo.Remote.VerifyRestore {
-		if err := b.checkObjects(ctx, names, objects, markConcurrency(b.lo.UploadConcurrency)); err != nil {
+		if err := r.checkObjects(ctx, names, objects, markConcurrency(b.lo.UploadConcurrency)); err != nil {
 			return nil, err
 		}
 	}
 	b.rstats.Check = time.Since(checkStart)
 	if claim {
-		b.remote.externals = names
+		r.externals = names
 	} else {
-		b.remote.unclaimed = len(names) > 0
+		r.unclaimed = len(names) > 0
 	}
 	// Without VerifyRestore the objects are checked in the background, and
 	// a claim's instance markers (one per object) are written there too:
 	// the holds keep the objects meanwhile, and the first served operation
 	// waits for no request per table.
-	b.afterRestore(names, objects, claim, !b.lo.Remote.VerifyRestore, gate)
+	r.afterRestore(names, objects, claim, !b.lo.Remote.VerifyRestore, gate)
 	ingestStart := time.Now()
-	if _, err := b.ingestByReference(ctx, tables); err != nil {
+	if _, err := r.ingestByReference(ctx, tables); err != nil {
 		return nil, err
 	}
 	b.rstats.Ingest = time.Since(ingestStart)
-	b.prefetchL0(ctx, tables)
+	r.prefetchL0(ctx, tables)
 	for i, c := range canonical {
 		if err := b.copyFromCanonical(ctx, c.h, c.runs, i); err != nil {
 			return nil, err
@@ -124,27 +126,18 @@ func (b *Backend) remoteRestore(ctx context.Context, claim bool) (states []backe
 }
 
 // planRemoteRestore assigns each key group of the instance to the first
-// handle listed that holds it (as planRestore does) and bounds the tables
-// of each remote-mode lsm handle to the runs of key groups it owns, so the
-// tables of several handles never overlap. Heap and file handles become
-// canonical steps, copied in after the ingestion.
-func (b *Backend) planRemoteRestore() ([]refTable, []restoreStep, error) {
+// handle listed that holds it (rescale.Assign, as planRestore does) and
+// bounds the tables of each remote-mode lsm handle to the runs of key
+// groups it owns, so the tables of several handles never overlap. Heap
+// and file handles become canonical steps, copied in after the ingestion.
+func (r *remoteMode) planRemoteRestore() ([]refTable, []restoreStep, error) {
+	b := r.b
 	task := b.opts.Task
-	r := b.opts.KeyGroups
-	owner := make([]int, r.Len())
-	for i := range owner {
-		owner[i] = -1
-		for j, h := range b.opts.Restore {
-			if h.KeyGroups.Contains(r.Start + i) {
-				owner[i] = j
-				break
-			}
-		}
-	}
+	owners := rescale.Assign(b.opts.Restore, b.opts.KeyGroups)
 	var out []refTable
 	var canonical []restoreStep
 	for hi, h := range b.opts.Restore {
-		runs := ownedRuns(r, owner, hi)
+		runs := owners.Runs(hi)
 		switch {
 		case h.Backend == backend.KindHeap || h.Backend == backend.KindFile:
 			if len(runs) > 0 {
@@ -234,7 +227,8 @@ const restoreTailBytes = 256 << 10
 // (remotestore.Storage.Prefetch), since the first read consults every one
 // of them and Pebble reads each table's metadata one request after
 // another. A failed prefetch costs only time: the reads go to the store.
-func (b *Backend) prefetchL0(ctx context.Context, tables []refTable) {
+func (r *remoteMode) prefetchL0(ctx context.Context, tables []refTable) {
+	b := r.b
 	l0 := map[string]int64{}
 	for _, t := range tables {
 		if t.f.Table.Level == 0 {
@@ -244,7 +238,7 @@ func (b *Backend) prefetchL0(ctx context.Context, tables []refTable) {
 	if len(l0) == 0 {
 		return
 	}
-	st := b.remote.factory.Storage(externalLocator)
+	st := r.factory.Storage(externalLocator)
 	if err := st.Prefetch(ctx, l0, restoreTailBytes, b.lo.UploadConcurrency, 30*time.Second); err != nil {
 		b.lo.Logger.Infof("lsm: restore %s: prefetch of level-0 tables: %v", b.opts.Task, err)
 	}
@@ -256,7 +250,8 @@ func (b *Backend) prefetchL0(ctx context.Context, tables []refTable) {
 // ingestion gets a newer sequence number than the one before, so newer
 // levels shadow older ones as in the source. It returns the number of
 // ingestions.
-func (b *Backend) ingestByReference(ctx context.Context, tables []refTable) (int, error) {
+func (r *remoteMode) ingestByReference(ctx context.Context, tables []refTable) (int, error) {
+	b := r.b
 	var batches [][]pebble.ExternalFile
 	for level := backend.MaxTableLevel; level >= 1; level-- {
 		var batch []pebble.ExternalFile
@@ -304,10 +299,11 @@ func (b *Backend) ingestByReference(ctx context.Context, tables []refTable) (int
 // says and, with RemoteOptions.VerifyRestore, reads each whole and checks
 // its block checksums. It lists the objects' prefixes rather than asking
 // for each (listAround), workers listings at a time.
-func (b *Backend) checkObjects(ctx context.Context, names []string, sizes map[string]int64, workers int) error {
+func (r *remoteMode) checkObjects(ctx context.Context, names []string, sizes map[string]int64, workers int) error {
+	b := r.b
 	task := b.opts.Task
 	listed := map[string]int64{}
-	err := b.listAround(ctx, b.opts.RestoreStore, names, workers, func(o tiered.ObjectInfo) {
+	err := listAround(ctx, b.opts.RestoreStore, names, workers, func(o tiered.ObjectInfo) {
 		if _, ok := sizes[o.Name]; ok {
 			listed[o.Name] = o.Size
 		}
@@ -342,7 +338,7 @@ func (b *Backend) checkObjects(ctx context.Context, names []string, sizes map[st
 // each, one call at a time. A state of 4 GiB has about 600 tables: one
 // listing per prefix and letter (at most 16 for Pebble's hex names,
 // workers at a time) instead of a request per table.
-func (b *Backend) listAround(ctx context.Context, store tiered.Store, names []string, workers int, seen func(tiered.ObjectInfo)) error {
+func listAround(ctx context.Context, store tiered.Store, names []string, workers int, seen func(tiered.ObjectInfo)) error {
 	var prefixes []string
 	for _, n := range names {
 		cut := strings.LastIndex(n, "/") + 2

@@ -41,10 +41,11 @@ type liveTable struct {
 	table    backend.TableRef
 }
 
-// remoteTables lists the SSTs of the current version. It fails when a
+// tables lists the SSTs of the current version. It fails when a
 // table is local (remote mode creates none) or when a compaction removed a
 // table between the two listings (the caller retries).
-func (b *Backend) remoteTables() ([]liveTable, error) {
+func (r *remoteMode) tables() ([]liveTable, error) {
+	b := r.b
 	levels, err := b.db.SSTables()
 	if err != nil {
 		return nil, fmt.Errorf("list tables: %w", err)
@@ -68,7 +69,7 @@ func (b *Backend) remoteTables() ([]liveTable, error) {
 			case m.IsExternal():
 				t.external = true
 				t.path = m.Remote.CustomObjectName
-				t.size, ok = b.remote.sizeOf(t.path)
+				t.size, ok = r.sizeOf(t.path)
 				if !ok {
 					return nil, fmt.Errorf("L%d table %s: external object %s was not restored by this instance", level, ti.FileNum, t.path)
 				}
@@ -77,8 +78,8 @@ func (b *Backend) remoteTables() ([]liveTable, error) {
 				if !ok {
 					return nil, fmt.Errorf("L%d table %s: object %s has another locator", level, ti.FileNum, prov.Path(m))
 				}
-				t.path = b.remote.prefix + name
-				if t.size, ok = b.remote.sizeOf(t.path); !ok {
+				t.path = r.prefix + name
+				if t.size, ok = r.sizeOf(t.path); !ok {
 					if ti.Virtual {
 						n, err := prov.Size(m)
 						if err != nil {
@@ -88,7 +89,7 @@ func (b *Backend) remoteTables() ([]liveTable, error) {
 					} else {
 						t.size = int64(ti.Size)
 					}
-					b.remote.setSize(t.path, t.size)
+					r.setSize(t.path, t.size)
 				}
 			default:
 				return nil, fmt.Errorf("L%d table %s is local, not in the store", level, ti.FileNum)
@@ -99,29 +100,36 @@ func (b *Backend) remoteTables() ([]liveTable, error) {
 	return out, nil
 }
 
-// remoteSnapshot is Snapshot in remote mode. The synchronous part, with
+// snapshot is Snapshot in remote mode. The synchronous part, with
 // writes paused, only flushes and pins the version (an open iterator keeps
 // every table of its version from being deleted); the markers, two small
 // store calls per SST (a put of an empty marker, a listing), are written
 // in Run, UploadConcurrency at a time, while writes go on. With the
 // markers written under the pause, a 4 GiB state paused writes for many
 // seconds against a slow S3 server.
-func (b *Backend) remoteSnapshot(ctx context.Context, id uint64) (backend.PendingSnapshot, error) {
-	job := b.opts.Task.Job
-	return b.handOffSnapshot(ctx, "checkpoint", id, func(obj, attempt string) string {
+func (r *remoteMode) snapshot(ctx context.Context, id uint64) (backend.PendingSnapshot, error) {
+	task := r.b.opts.Task
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("lsm: checkpoint %d of %s: %w", id, task, err)
+	}
+	job := task.Job
+	return r.handOffSnapshot(ctx, "checkpoint", id, func(obj, attempt string) string {
 		return markers.CheckpointMarker(obj, job, id, attempt)
 	}, nil)
 }
 
-// remoteBaseSnapshot is BaseSnapshot in remote mode: a hand-off whose
+// baseSnapshot is BaseSnapshot in remote mode: a hand-off whose
 // markers are the instance's own base markers, which hold the base's
 // objects while the instance lives and until a newer base is confirmed
 // (NotifyCheckpointComplete); every checkpoint that references the base
 // adds its own markers (HoldBase). Nothing is uploaded and there are no
-// private files: the base's handle lists only shared tables.
-func (b *Backend) remoteBaseSnapshot(ctx context.Context, n uint64) (backend.PendingSnapshot, error) {
-	r := b.remote
-	return b.handOffSnapshot(ctx, "base snapshot", n, func(obj, _ string) string {
+// private files (dir is unused): the base's handle lists only shared
+// tables.
+func (r *remoteMode) baseSnapshot(ctx context.Context, n uint64, _ string) (backend.PendingSnapshot, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("lsm: base snapshot %d of %s: %w", n, r.b.opts.Task, err)
+	}
+	return r.handOffSnapshot(ctx, "base snapshot", n, func(obj, _ string) string {
 		return markers.BaseMarker(obj, r.creator, n)
 	}, func(tables []liveTable) {
 		objs := make([]string, 0, len(tables))
@@ -142,15 +150,16 @@ func (b *Backend) remoteBaseSnapshot(ctx context.Context, n uint64) (backend.Pen
 // own markers are still being written: the version stays pinned until
 // they are, and a base whose Run fails fails the checkpoints that used
 // it).
-func (b *Backend) handOffSnapshot(ctx context.Context, what string, id uint64, mark func(obj, attempt string) string,
+func (r *remoteMode) handOffSnapshot(ctx context.Context, what string, id uint64, mark func(obj, attempt string) string,
 	done func([]liveTable)) (backend.PendingSnapshot, error) {
+	b := r.b
 	task := b.opts.Task
 	fail := func(format string, args ...any) error {
 		return fmt.Errorf("lsm: %s %d of %s: "+format, append([]any{what, id, task}, args...)...)
 	}
 	// A table the restore found missing or damaged must not reach a new
 	// checkpoint (nor a base).
-	if err := b.restoreDamage(ctx); err != nil {
+	if err := r.restoreDamage(ctx); err != nil {
 		return nil, fail("%w", err)
 	}
 	var p *handedOff
@@ -158,13 +167,13 @@ func (b *Backend) handOffSnapshot(ctx context.Context, what string, id uint64, m
 		if err := b.db.Flush(); err != nil {
 			return fail("flush: %w", err)
 		}
-		if b.remote.unclaimed {
+		if r.unclaimed {
 			// No-claim (or a restore from another store): the first
 			// checkpoint shares no object with the restored one.
-			if err := b.rewriteSpan(ctx, b.instanceSpan(), "unclaimed"); err != nil {
+			if err := b.rewriteSpan(ctx, r.instanceSpan(), "unclaimed"); err != nil {
 				return fail("copy the restored tables: %w", err)
 			}
-			b.remote.unclaimed = false
+			r.unclaimed = false
 		}
 		// Compactions go on while writes are paused: list the tables,
 		// open an iterator (it pins the current version), list again, and
@@ -175,7 +184,7 @@ func (b *Backend) handOffSnapshot(ctx context.Context, what string, id uint64, m
 			if err := ctx.Err(); err != nil {
 				return fail("%w", err)
 			}
-			tables, err := b.remoteTables()
+			tables, err := r.tables()
 			if err != nil {
 				last = err
 				continue
@@ -184,23 +193,23 @@ func (b *Backend) handOffSnapshot(ctx context.Context, what string, id uint64, m
 			if err != nil {
 				return fail("pin the version: %w", err)
 			}
-			again, err := b.remoteTables()
+			again, err := r.tables()
 			if err != nil || !sameTables(tables, again) {
 				_ = it.Close()
 				last = errors.New("a compaction changed the version while it was pinned")
 				if err != nil {
 					last = err
 				}
-				b.remote.retries.Add(1)
+				r.retries.Add(1)
 				continue
 			}
-			h := b.remoteHandle(id, states, tables)
+			h := r.handle(id, states, tables)
 			if err := h.Validate(); err != nil {
 				_ = it.Close()
 				return fail("built an invalid handle: %w", err)
 			}
 			b.ref() // Pebble stays open while the iterator pins the version
-			p = &handedOff{b: b, h: h, what: what, tables: tables, mark: mark, pin: it}
+			p = &handedOff{r: r, h: h, what: what, tables: tables, mark: mark, pin: it}
 			if done != nil {
 				done(tables)
 			}
@@ -231,7 +240,8 @@ func sameTables(a, b []liveTable) bool {
 // seen), this instance's own marker for ingested ones (removed only at
 // Close). It reports false, after taking back this attempt's markers,
 // when an SST is leaving the version.
-func (b *Backend) handOff(ctx context.Context, tables []liveTable, mark func(obj, attempt string) string) (bool, error) {
+func (r *remoteMode) handOff(ctx context.Context, tables []liveTable, mark func(obj, attempt string) string) (bool, error) {
+	b := r.b
 	attempt, err := randomID()
 	if err != nil {
 		return false, err
@@ -258,9 +268,9 @@ func (b *Backend) handOff(ctx context.Context, tables []liveTable, mark func(obj
 		// One listing after every marker is written (each object's after
 		// its own marker): Pebble's marker of each SST we created must
 		// still be there.
-		mine := fmt.Sprintf("%s%d.", markers.MarkerInfix, b.remote.creator)
+		mine := fmt.Sprintf("%s%d.", markers.MarkerInfix, r.creator)
 		held := map[string]bool{}
-		err = b.listAround(ctx, store, names, markConcurrency(b.lo.UploadConcurrency), func(o tiered.ObjectInfo) {
+		err = listAround(ctx, store, names, markConcurrency(b.lo.UploadConcurrency), func(o tiered.ObjectInfo) {
 			if obj, _, ok := strings.Cut(o.Name, mine); ok {
 				held[obj] = true
 			}
@@ -284,9 +294,10 @@ func (b *Backend) handOff(ctx context.Context, tables []liveTable, mark func(obj
 	return false, err
 }
 
-// remoteHandle is the handle of a hand-off: one shared, size-only file per
+// handle is the handle of a hand-off: one shared, size-only file per
 // table, in the order a restore ingests them.
-func (b *Backend) remoteHandle(id uint64, states []backend.StateDescriptor, tables []liveTable) *backend.Handle {
+func (r *remoteMode) handle(id uint64, states []backend.StateDescriptor, tables []liveTable) *backend.Handle {
+	b := r.b
 	h := &backend.Handle{
 		Version:        backend.HandleVersionRemote,
 		Backend:        backend.KindLSM,
@@ -315,7 +326,8 @@ func keyGroupOf(k []byte) int {
 }
 
 // instanceSpan is the key span of the instance's key groups.
-func (b *Backend) instanceSpan() pebble.KeyRange {
+func (r *remoteMode) instanceSpan() pebble.KeyRange {
+	b := r.b
 	return keyGroupSpan(b.opts.KeyGroups)
 }
 
@@ -328,7 +340,7 @@ func keyGroupSpan(r backend.KeyGroupRange) pebble.KeyRange {
 // handedOff is the pending snapshot of a hand-off: the tables of a pinned
 // version, whose markers Run writes.
 type handedOff struct {
-	b      *Backend
+	r      *remoteMode
 	h      *backend.Handle
 	what   string
 	tables []liveTable
@@ -343,7 +355,7 @@ type handedOff struct {
 // unpin closes the iterator and drops the backend's reference.
 func (p *handedOff) unpin() {
 	_ = p.pin.Close()
-	_ = p.b.unref(false)
+	_ = p.r.b.unref(false)
 }
 
 // Run implements backend.PendingSnapshot: it writes the markers while the
@@ -362,12 +374,12 @@ func (p *handedOff) Run(ctx context.Context) (*backend.Handle, error) {
 	if err := ctx.Err(); err != nil {
 		return fail(err)
 	}
-	ok, err := p.b.handOff(ctx, p.tables, p.mark)
+	ok, err := p.r.handOff(ctx, p.tables, p.mark)
 	if err != nil {
 		return fail(err)
 	}
 	if !ok {
-		p.b.remote.retries.Add(1)
+		p.r.retries.Add(1)
 		return fail(fmt.Errorf("%w: an SST of the pinned version lost its holder during the hand-off", backend.ErrDeclined))
 	}
 	return p.h, nil

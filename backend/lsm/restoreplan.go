@@ -8,6 +8,7 @@ import (
 
 	"github.com/statedhq/stated/backend"
 	"github.com/statedhq/stated/backend/internal/kvstate"
+	"github.com/statedhq/stated/rescale"
 )
 
 // restorePlan is what a restore does, decided from the handles, the
@@ -18,7 +19,7 @@ import (
 // planRestore computes it; restore carries it out (restore.go).
 type restorePlan struct {
 	// base is the base handle's step: the lsm handle that owns the most
-	// key groups (ties: the first listed). Its files become the store as
+	// key groups (rescale.Owners.Base). Its files become the store as
 	// they are. Nil when no lsm handle owns a key group: the store starts
 	// empty.
 	base *restoreStep
@@ -43,7 +44,7 @@ type restoreStep struct {
 	index int
 	h     *backend.Handle
 	// runs are the maximal runs of the instance's key groups restored from
-	// this handle: those it is the first listed to hold.
+	// this handle (rescale.Owners: those it is the first listed to hold).
 	runs []backend.KeyGroupRange
 	// files and clip are for lsm handles only.
 	files restoreFiles
@@ -83,39 +84,14 @@ func planRestore(task backend.TaskID, handles []*backend.Handle, r backend.KeyGr
 			return nil, fmt.Errorf("lsm: restore %s: %w: handle of %s has backend %q", task, backend.ErrIncompatible, h.Task, h.Backend)
 		}
 	}
-	// owner[kg-r.Start] is the handle a key group is restored from: the
-	// first one listed that holds it (backend.ValidateRestore).
-	owner := make([]int, r.Len())
-	for i := range owner {
-		owner[i] = -1
-		for j, h := range handles {
-			if h.KeyGroups.Contains(r.Start + i) {
-				owner[i] = j
-				break
-			}
-		}
-	}
+	owners := rescale.Assign(handles, r)
 	// The base is the lsm handle that owns the most key groups: its files
 	// become the store as they are; the other lsm handles' stores are
 	// grafted in, canonical handles copied in.
-	baseIdx, best := -1, 0
-	for j, h := range handles {
-		if h.Backend != backend.KindLSM {
-			continue
-		}
-		n := 0
-		for _, o := range owner {
-			if o == j {
-				n++
-			}
-		}
-		if n > best {
-			baseIdx, best = j, n
-		}
-	}
+	baseIdx := owners.Base(func(j int) bool { return handles[j].Backend == backend.KindLSM })
 	p := &restorePlan{}
 	for j, h := range handles {
-		runs := ownedRuns(r, owner, j)
+		runs := owners.Runs(j)
 		if len(runs) == 0 {
 			continue
 		}
@@ -128,7 +104,7 @@ func planRestore(task backend.TaskID, handles []*backend.Handle, r backend.KeyGr
 		if s.files, err = planFiles(task, h, neededFor(runs)); err != nil {
 			return nil, err
 		}
-		keep := func(kg int) bool { return r.Contains(kg) && owner[kg-r.Start] == j }
+		keep := func(kg int) bool { return owners.Of(kg) == j }
 		s.clip = clipSpans(h, keep, s.files.skip)
 		if j == baseIdx {
 			p.base = &s
@@ -178,23 +154,6 @@ func planFiles(task backend.TaskID, h *backend.Handle, need func(backend.FileRef
 		}
 	}
 	return out, nil
-}
-
-// ownedRuns returns the maximal runs of key groups of r that handle j owns.
-func ownedRuns(r backend.KeyGroupRange, owner []int, j int) []backend.KeyGroupRange {
-	var runs []backend.KeyGroupRange
-	for i, o := range owner {
-		if o != j {
-			continue
-		}
-		kg := r.Start + i
-		if n := len(runs); n > 0 && runs[n-1].End == kg-1 {
-			runs[n-1].End = kg
-		} else {
-			runs = append(runs, backend.KeyGroupRange{Start: kg, End: kg})
-		}
-	}
-	return runs
 }
 
 // neededFor returns whether a restore of runs needs file f: every file

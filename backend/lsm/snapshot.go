@@ -23,14 +23,7 @@ import (
 // Run uploads while the task keeps writing. In remote mode it hands the
 // SSTs over instead (remotesnap.go).
 func (b *Backend) Snapshot(ctx context.Context, checkpointID uint64) (backend.PendingSnapshot, error) {
-	task := b.opts.Task
-	if b.remote != nil {
-		if err := ctx.Err(); err != nil {
-			return nil, fmt.Errorf("lsm: checkpoint %d of %s: %w", checkpointID, task, err)
-		}
-		return b.remoteSnapshot(ctx, checkpointID)
-	}
-	return b.snapshot(ctx, checkpointID, fmt.Sprintf("%s/chk-%d/%s/", task.Job, checkpointID, task.Dir()))
+	return b.mode.snapshot(ctx, checkpointID)
 }
 
 // BaseSnapshot implements backend.BaseSnapshotter: an incremental
@@ -42,13 +35,7 @@ func (b *Backend) BaseSnapshot(ctx context.Context, id uint64, dir string) (back
 	if err := backend.ValidatePath(dir); err != nil {
 		return nil, fmt.Errorf("lsm: base snapshot %d of %s: %w", id, b.opts.Task, err)
 	}
-	if b.remote != nil {
-		if err := ctx.Err(); err != nil {
-			return nil, fmt.Errorf("lsm: base snapshot %d of %s: %w", id, b.opts.Task, err)
-		}
-		return b.remoteBaseSnapshot(ctx, id)
-	}
-	return b.snapshot(ctx, id, dir+"/")
+	return b.mode.baseSnapshot(ctx, id, dir)
 }
 
 // snapshot is Snapshot with the object-name prefix of the private files.

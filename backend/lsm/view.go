@@ -63,9 +63,11 @@ var loadChunkBytes = 16 << 20
 // remote mode (SSTs created in the checkpoint store) each Add is written
 // as a batch instead.
 func (b *Backend) Load() (backend.LoadSession, error) {
-	if b.remote != nil {
-		return b.State.GroupLoad(&b.load), nil
-	}
+	return b.mode.load()
+}
+
+// sstLoad starts a bulk load of SSTs (local mode).
+func (b *Backend) sstLoad() (backend.LoadSession, error) {
 	b.load.Lock()
 	err := b.State.Exclusive(func([]backend.StateDescriptor) error {
 		b.ref() // Pebble stays open until the session ends

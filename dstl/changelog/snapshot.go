@@ -13,6 +13,7 @@ import (
 	"github.com/statedhq/stated/backend"
 	"github.com/statedhq/stated/dstl"
 	"github.com/statedhq/stated/internal/frame"
+	"github.com/statedhq/stated/rescale"
 	"github.com/statedhq/stated/tiered"
 )
 
@@ -401,29 +402,21 @@ func readRestores(ctx context.Context, store tiered.Store, handles []*backend.Ha
 }
 
 // replay applies the logs of the restored handles: each key group of the
-// instance from the first handle that holds it (the rule of
-// backend.ValidateRestore), so overlapping and rescaled handles replay
+// instance from the first handle that holds it (rescale.Assign, the rule
+// of backend.ValidateRestore), so overlapping and rescaled handles replay
 // every key group exactly once.
 func (b *Backend) replay(ctx context.Context, rs []restoreSource) error {
-	r := b.opts.KeyGroups
-	owner := make([]int, r.Len())
-	for i := range owner {
-		owner[i] = -1
-	}
+	handles := make([]*backend.Handle, len(rs))
 	for i, s := range rs {
-		in := s.h.KeyGroups.Intersect(r)
-		for kg := in.Start; kg <= in.End && in.Len() > 0; kg++ {
-			if owner[kg-r.Start] < 0 {
-				owner[kg-r.Start] = i
-			}
-		}
+		handles[i] = s.h
 	}
+	owners := rescale.Assign(handles, b.opts.KeyGroups)
 	defer b.pin.Store(nil)
 	for i, s := range rs {
 		if s.log == nil {
 			continue
 		}
-		for _, run := range runsOf(owner, i, r.Start) {
+		for _, run := range owners.Runs(i) {
 			run := run
 			ls := b.log
 			if s.ls != nil {
@@ -461,23 +454,6 @@ func (b *Backend) replay(ctx context.Context, rs []restoreSource) error {
 		}
 	}
 	return nil
-}
-
-// runsOf lists the contiguous key-group ranges owned by handle i.
-func runsOf(owner []int, i, start int) []backend.KeyGroupRange {
-	var out []backend.KeyGroupRange
-	for j := 0; j < len(owner); j++ {
-		if owner[j] != i {
-			continue
-		}
-		k := j
-		for k+1 < len(owner) && owner[k+1] == i {
-			k++
-		}
-		out = append(out, backend.KeyGroupRange{Start: start + j, End: start + k})
-		j = k
-	}
-	return out
 }
 
 // apply replays one change on the inner backend at the change's time.

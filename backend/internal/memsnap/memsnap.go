@@ -13,6 +13,7 @@ import (
 	"github.com/statedhq/stated/backend/internal/kvstate"
 	"github.com/statedhq/stated/backend/internal/memkv"
 	"github.com/statedhq/stated/backend/internal/snapfmt"
+	"github.com/statedhq/stated/rescale"
 	"github.com/statedhq/stated/tiered"
 )
 
@@ -79,37 +80,25 @@ func Open(cfg Config) (*Backend, error) {
 
 // restore loads the key groups of cfg.Options.KeyGroups from the restore
 // handles into tree and returns the states they registered. A key group
-// held by several handles is read from the first one listed.
+// held by several handles is read from the first one listed
+// (rescale.Assign).
 func restore(ctx context.Context, cfg Config, tree *memkv.Tree) ([]backend.StateDescriptor, error) {
 	o := cfg.Options
 	if len(o.Restore) == 0 {
 		return nil, nil
 	}
-	covered := make([]bool, o.KeyGroups.Len())
+	owners := rescale.Assign(o.Restore, o.KeyGroups)
 	var states []backend.StateDescriptor
-	for _, h := range o.Restore {
+	for j, h := range o.Restore {
 		if err := checkHandle(cfg.Kind, h); err != nil {
 			return nil, err
 		}
 		states = append(states, h.States...)
 		stores, hint := cfg.RestoreSource(h)
-		in := h.KeyGroups.Intersect(o.KeyGroups)
-		for kg := in.Start; kg <= in.End; {
-			if covered[kg-o.KeyGroups.Start] {
-				kg++
-				continue
-			}
-			run := backend.KeyGroupRange{Start: kg, End: kg}
-			for run.End < in.End && !covered[run.End+1-o.KeyGroups.Start] {
-				run.End++
-			}
-			for k := run.Start; k <= run.End; k++ {
-				covered[k-o.KeyGroups.Start] = true
-			}
+		for _, run := range owners.Runs(j) {
 			if err := readInto(ctx, cfg.Kind, stores, hint, h, run, tree); err != nil {
 				return nil, err
 			}
-			kg = run.End + 1
 		}
 	}
 	return states, nil

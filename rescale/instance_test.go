@@ -1,6 +1,7 @@
-package daemon
+package rescale
 
 import (
+	"fmt"
 	"testing"
 
 	"github.com/statedhq/stated/backend"
@@ -43,37 +44,69 @@ func TestPickHandles(t *testing.T) {
 		h(0, backend.KeyGroupRangeForOperator(128, 2, 0), split("a", "b", "c")),
 		h(1, backend.KeyGroupRangeForOperator(128, 2, 1), split("d")),
 	}
-	open := func(sub, par int, kg backend.KeyGroupRange) OpenParams {
-		return OpenParams{Task: backend.TaskID{Job: "j", Operator: "op", Subtask: sub}, MaxParallelism: 128, Parallelism: par, KeyGroups: kg}
+	pick := func(old []*backend.Handle, sub, par int, kg backend.KeyGroupRange) (*Instance, error) {
+		return pickHandles(old, backend.TaskID{Job: "j", Operator: "op", Subtask: sub}, 128, par, kg)
 	}
 	// Same parallelism: its own handle and split list.
-	p, err := pickHandles(old, open(1, 2, old[1].KeyGroups))
-	if err != nil || p.rescaled || len(p.handles) != 1 || p.handles[0] != old[1] || len(p.opState) != 1 || string(p.opState[0].Elements[0]) != "d" {
+	p, err := pick(old, 1, 2, old[1].KeyGroups)
+	if err != nil || p.Rescaled || len(p.Handles) != 1 || p.Handles[0] != old[1] || len(p.OperatorState) != 1 || string(p.OperatorState[0].Elements[0]) != "d" {
 		t.Fatalf("same parallelism: %+v %v", p, err)
 	}
 	// Only some subtasks in the checkpoint (others ran next to another
 	// daemon): the range decides, no rescale.
-	p, err = pickHandles(old[:1], open(0, 2, old[0].KeyGroups))
-	if err != nil || p.rescaled || len(p.opState[0].Elements) != 3 {
+	p, err = pick(old[:1], 0, 2, old[0].KeyGroups)
+	if err != nil || p.Rescaled || len(p.OperatorState[0].Elements) != 3 {
 		t.Fatalf("partial checkpoint: %+v %v", p, err)
 	}
 	// Rescale to 3: subtask 1 ([43,85]) restores old 1 as its base, then
 	// old 0; split elements a b c d dealt out: b.
 	r := backend.KeyGroupRangeForOperator(128, 3, 1)
-	p, err = pickHandles(old, open(1, 3, r))
-	if err != nil || !p.rescaled || len(p.handles) != 2 || p.handles[0] != old[1] || p.handles[1] != old[0] {
+	p, err = pick(old, 1, 3, r)
+	if err != nil || !p.Rescaled || len(p.Handles) != 2 || p.Handles[0] != old[1] || p.Handles[1] != old[0] {
 		t.Fatalf("rescale to 3: %+v %v", p, err)
 	}
-	if len(p.opState) != 1 || len(p.opState[0].Elements) != 1 || string(p.opState[0].Elements[0]) != "b" {
-		t.Fatalf("split list of subtask 1 of 3: %+v", p.opState)
+	if len(p.OperatorState) != 1 || len(p.OperatorState[0].Elements) != 1 || string(p.OperatorState[0].Elements[0]) != "b" {
+		t.Fatalf("split list of subtask 1 of 3: %+v", p.OperatorState)
 	}
 	// Without a parallelism and an ambiguous range: refused, asking for it.
 	tiny := backend.KeyGroupRange{Start: 0, End: 1}
-	if _, err := pickHandles(old, open(0, 0, tiny)); err == nil {
+	if _, err := pick(old, 0, 0, tiny); err == nil {
 		t.Fatal("ambiguous rescale accepted")
 	}
 	// Without a parallelism but a range only one parallelism gives: derived.
-	if p, err := pickHandles(old, open(1, 0, r)); err != nil || !p.rescaled {
+	if p, err := pick(old, 1, 0, r); err != nil || !p.Rescaled {
 		t.Fatalf("derived parallelism: %+v %v", p, err)
+	}
+}
+
+// TestFaults: gaps and overlaps of an operator's sorted handles, in order,
+// as PlanOperator (the first), covered (the gaps) and disjoint (the first
+// overlap) read them.
+func TestFaults(t *testing.T) {
+	h := func(s, e int) *backend.Handle {
+		return &backend.Handle{KeyGroups: backend.KeyGroupRange{Start: s, End: e}}
+	}
+	for i, c := range []struct {
+		handles []*backend.Handle
+		max     int
+		want    string
+	}{
+		{[]*backend.Handle{h(0, 63), h(64, 127)}, 128, "[]"},
+		{[]*backend.Handle{h(10, 63), h(64, 100)}, 128, "[{-1 [0,9]} {-1 [101,127]}]"},
+		{[]*backend.Handle{h(0, 63), h(60, 100), h(110, 127)}, 128, "[{1 []} {-1 [101,109]}]"},
+		// A handle inside an earlier one: no gap after it.
+		{[]*backend.Handle{h(0, 100), h(10, 20), h(101, 127)}, 128, "[{1 []}]"},
+		// Handles past maxParallelism: an inverted gap at the end.
+		{[]*backend.Handle{h(0, 200)}, 128, "[{-1 []}]"},
+		// Without maxParallelism, none after the last handle.
+		{[]*backend.Handle{h(10, 20), h(30, 40)}, 0, "[{-1 [0,9]} {-1 [21,29]}]"},
+	} {
+		var got []string
+		for _, f := range faults(c.handles, c.max) {
+			got = append(got, fmt.Sprintf("{%d %s}", f.overlap, f.gap))
+		}
+		if fmt.Sprint(got) != c.want {
+			t.Errorf("case %d: faults = %s, want %s", i, got, c.want)
+		}
 	}
 }
