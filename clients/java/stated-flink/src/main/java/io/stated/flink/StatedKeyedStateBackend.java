@@ -37,6 +37,7 @@ import org.apache.flink.runtime.checkpoint.SnapshotType;
 import org.apache.flink.runtime.query.TaskKvStateRegistry;
 import org.apache.flink.runtime.state.AbstractKeyedStateBackend;
 import org.apache.flink.runtime.state.CheckpointStreamFactory;
+import org.apache.flink.runtime.state.HeapPriorityQueuesManager;
 import org.apache.flink.runtime.state.InternalKeyContext;
 import org.apache.flink.runtime.state.KeyGroupedInternalPriorityQueue;
 import org.apache.flink.runtime.state.Keyed;
@@ -51,6 +52,7 @@ import org.apache.flink.runtime.state.StateSnapshotTransformer.StateSnapshotTran
 import org.apache.flink.runtime.state.StreamCompressionDecorator;
 import org.apache.flink.runtime.state.heap.HeapPriorityQueueElement;
 import org.apache.flink.runtime.state.heap.HeapPriorityQueueSetFactory;
+import org.apache.flink.runtime.state.heap.HeapPriorityQueueSnapshotRestoreWrapper;
 import org.apache.flink.runtime.state.metrics.LatencyTrackingStateConfig;
 import org.apache.flink.runtime.state.metrics.SizeTrackingStateConfig;
 import org.apache.flink.runtime.state.ttl.TtlTimeProvider;
@@ -64,7 +66,9 @@ import org.apache.flink.util.StateMigrationException;
  * computed; each Flink state is a daemon state of the same name (value, reducing and aggregating
  * state on a value state, list on a list, map on a map), registered when the task first asks for
  * it. Timers are Flink's heap priority queues in the JVM, written by the timer service into raw
- * keyed state at each checkpoint ({@link #requiresLegacySynchronousTimerSnapshots}).
+ * keyed state at each checkpoint ({@link #requiresLegacySynchronousTimerSnapshots}); queues a
+ * canonical savepoint of another backend held as priority-queue states come filled from the restore
+ * ({@link StatedKeyedStateBackendBuilder}).
  */
 public class StatedKeyedStateBackend<K> extends AbstractKeyedStateBackend<K> {
   /** A registered state: its Flink meta info and the state object made for it (null: not yet). */
@@ -83,7 +87,7 @@ public class StatedKeyedStateBackend<K> extends AbstractKeyedStateBackend<K> {
   private final StatedClient client;
   private final Instance inst;
   private final Daemon daemon;
-  private final HeapPriorityQueueSetFactory priorityQueueFactory;
+  private final HeapPriorityQueuesManager priorityQueues;
   final Map<String, Registered<K>> states = new LinkedHashMap<>();
   private final DataOutputSerializer keyOut = new DataOutputSerializer(64);
   private Object lastKey;
@@ -103,7 +107,9 @@ public class StatedKeyedStateBackend<K> extends AbstractKeyedStateBackend<K> {
       InternalKeyContext<K> keyContext,
       StatedClient client,
       Instance inst,
-      Map<String, Registered<K>> restored) {
+      Map<String, Registered<K>> restored,
+      Map<String, HeapPriorityQueueSnapshotRestoreWrapper<?>> restoredQueues,
+      HeapPriorityQueueSetFactory queueFactory) {
     super(
         kvStateRegistry,
         keySerializer,
@@ -118,8 +124,11 @@ public class StatedKeyedStateBackend<K> extends AbstractKeyedStateBackend<K> {
     this.client = client;
     this.inst = inst;
     this.daemon = new Daemon(inst);
-    this.priorityQueueFactory =
-        new HeapPriorityQueueSetFactory(keyGroupRange, numberOfKeyGroups, 128);
+    // Flink's manager of heap queues by name: a restored queue is returned
+    // (its serializer checked against the new one) instead of a new, empty one.
+    this.priorityQueues =
+        new HeapPriorityQueuesManager(
+            restoredQueues, queueFactory, keyGroupRange, numberOfKeyGroups);
     this.states.putAll(restored);
   }
 
@@ -306,7 +315,17 @@ public class StatedKeyedStateBackend<K> extends AbstractKeyedStateBackend<K> {
   public <T extends HeapPriorityQueueElement & PriorityComparable<? super T> & Keyed<?>>
       KeyGroupedInternalPriorityQueue<T> create(
           @Nonnull String stateName, @Nonnull TypeSerializer<T> byteOrderedElementSerializer) {
-    return priorityQueueFactory.create(stateName, byteOrderedElementSerializer);
+    return priorityQueues.createOrUpdate(stateName, byteOrderedElementSerializer);
+  }
+
+  @Override
+  public <T extends HeapPriorityQueueElement & PriorityComparable<? super T> & Keyed<?>>
+      KeyGroupedInternalPriorityQueue<T> create(
+          @Nonnull String stateName,
+          @Nonnull TypeSerializer<T> byteOrderedElementSerializer,
+          boolean allowFutureMetadataUpdates) {
+    return priorityQueues.createOrUpdate(
+        stateName, byteOrderedElementSerializer, allowFutureMetadataUpdates);
   }
 
   @Override
