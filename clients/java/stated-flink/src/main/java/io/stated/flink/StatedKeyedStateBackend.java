@@ -124,6 +124,10 @@ public class StatedKeyedStateBackend<K> extends AbstractKeyedStateBackend<K> {
     this.client = client;
     this.inst = inst;
     this.daemon = new Daemon(inst);
+    // At least one: a daemon of revision 1 or later (the client checked at
+    // Open) advertises its limit, which is never below one.
+    this.maxViews = Math.max(1, inst.maxViews());
+    this.views = new java.util.concurrent.Semaphore(maxViews);
     // Flink's manager of heap queues by name: a restored queue is returned
     // (its serializer checked against the new one) instead of a new, empty one.
     this.priorityQueues =
@@ -420,17 +424,16 @@ public class StatedKeyedStateBackend<K> extends AbstractKeyedStateBackend<K> {
     return StatedException.await(inst.countEntries("")).intValue();
   }
 
-  /**
-   * The views this backend holds at most at once: the daemon's default limit per instance. A
-   * snapshot whose view would exceed it waits for an earlier snapshot's asynchronous part to end
-   * (Flink may overlap checkpoints), at most {@link #VIEW_WAIT_MILLIS}.
-   */
-  static final int MAX_VIEWS = 4;
-
   static final long VIEW_WAIT_MILLIS = 60_000;
 
-  private final java.util.concurrent.Semaphore views =
-      new java.util.concurrent.Semaphore(MAX_VIEWS);
+  /**
+   * The views this backend holds at most at once: the limit per instance the daemon advertised at
+   * Open. A snapshot whose view would exceed it waits for an earlier snapshot's asynchronous part
+   * to end (Flink may overlap checkpoints), at most {@link #VIEW_WAIT_MILLIS}.
+   */
+  private final int maxViews;
+
+  private final java.util.concurrent.Semaphore views;
 
   /** Takes a read view as a barrier on the stream (see {@link StatedSnapshotStrategy}). */
   io.stated.api.v1.ViewInfo takeView() {
@@ -439,7 +442,7 @@ public class StatedKeyedStateBackend<K> extends AbstractKeyedStateBackend<K> {
       if (!views.tryAcquire(VIEW_WAIT_MILLIS, java.util.concurrent.TimeUnit.MILLISECONDS)) {
         throw new FlinkRuntimeException(
             "the stated backend holds "
-                + MAX_VIEWS
+                + maxViews
                 + " snapshot views whose asynchronous parts did not end within "
                 + VIEW_WAIT_MILLIS
                 + " ms; too many checkpoints overlap");
@@ -452,8 +455,9 @@ public class StatedKeyedStateBackend<K> extends AbstractKeyedStateBackend<K> {
       try {
         return Daemon.await(inst.view(0));
       } catch (StatedException e) {
-        // The daemon may allow fewer views than this backend assumes; wait
-        // for one to be released, within the same deadline.
+        // A view this backend released may not be freed in the daemon yet
+        // (the release is answered after the scan's stream ends); wait for
+        // it, within the same deadline.
         if (e.code() != io.grpc.Status.Code.RESOURCE_EXHAUSTED || System.nanoTime() > deadline) {
           views.release();
           throw e;
