@@ -1,10 +1,18 @@
 package api_test
 
 import (
+	"context"
 	"fmt"
+	"strings"
 	"testing"
 
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/statedhq/stated/api"
 	"github.com/statedhq/stated/api/client"
+	pb "github.com/statedhq/stated/api/statedpb"
 	"github.com/statedhq/stated/backend"
 )
 
@@ -18,6 +26,10 @@ func TestClientViews(t *testing.T) {
 		Backend: backend.KindLSM, States: []backend.StateDescriptor{{Name: "v", Kind: backend.KindValue}}})
 	if err != nil {
 		t.Fatal(err)
+	}
+	if src.ProtocolVersion() != api.ProtocolVersion || src.MaxViews() != 4 {
+		t.Fatalf("the client read protocol revision %d (want %d) and %d views per instance (want 4)",
+			src.ProtocolVersion(), api.ProtocolVersion, src.MaxViews())
 	}
 	if err := src.RegisterStates(ctx, backend.StateDescriptor{Name: "l", Kind: backend.KindList}); err != nil {
 		t.Fatal(err)
@@ -95,5 +107,36 @@ func TestClientViews(t *testing.T) {
 	l, err := dst.ListGet("l", []byte("k7"), []byte("ns")).Wait(ctx)
 	if err != nil || fmt.Sprintf("%s", l) != "[a b]" {
 		t.Fatalf("loaded list %s, %v", l, err)
+	}
+}
+
+// TestClientViewsNeedRevision: a daemon that advertises an older protocol
+// revision (here one that advertises none, as before revisions existed;
+// an interceptor rewrites its OpenResponse) gets a view request refused by
+// the client with a message naming both revisions, not a barrier the
+// daemon would not understand.
+func TestClientViewsNeedRevision(t *testing.T) {
+	ctx := ctxT(t)
+	old := grpc.ChainUnaryInterceptor(func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+		resp, err := h(ctx, req)
+		if o, ok := resp.(*pb.OpenResponse); ok && err == nil {
+			o.ProtocolVersion, o.MaxViewsPerInstance = 0, 0
+		}
+		return resp, err
+	})
+	h := startDaemon(t, harnessOpts{grpc: []grpc.ServerOption{old}})
+	c := h.dial(client.Options{})
+	in, err := c.Open(ctx, client.OpenSpec{Task: task("cvold", "op", 0), KeyGroups: backend.KeyGroupRange{Start: 0, End: 127},
+		Backend: backend.KindLSM, States: []backend.StateDescriptor{{Name: "v", Kind: backend.KindValue}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if in.ProtocolVersion() != 0 || in.MaxViews() != 0 {
+		t.Fatalf("revision %d, %d views: the interceptor did not apply", in.ProtocolVersion(), in.MaxViews())
+	}
+	_, err = in.TakeView(ctx, 0)
+	if status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "revision 0") ||
+		!strings.Contains(err.Error(), fmt.Sprintf("revision %d or later", client.ViewsProtocolVersion)) {
+		t.Fatalf("view from a revision-0 daemon: %v", err)
 	}
 }

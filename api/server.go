@@ -28,6 +28,13 @@ import (
 	"github.com/statedhq/stated/daemon"
 )
 
+// ProtocolVersion is the revision of stated.v1 this daemon speaks, sent as
+// OpenResponse.protocol_version. Raise it, and list what the new revision
+// adds next to that field in stated.proto, whenever a call, field or
+// operation is added that a client may depend on; clients compare it with
+// the revision they need (client.MinProtocolVersion).
+const ProtocolVersion = 1
+
 // Defaults of ServerOptions.
 const (
 	DefaultMaxMessageSize = 16 << 20
@@ -317,6 +324,8 @@ func (s *Server) Open(ctx context.Context, req *pb.OpenRequest) (*pb.OpenRespons
 		IdleInstanceTimeoutMillis: max(cfg.IdleInstanceTimeout.Milliseconds(), 0),
 		MaxOperatorStateBytes:     backend.MaxOperatorStateBytes,
 		LastCompletedCheckpointId: s.d.LastCompleted(inst.Task.Job),
+		ProtocolVersion:           ProtocolVersion,
+		MaxViewsPerInstance:       int32(min(cfg.Views.MaxPerInstance, math.MaxInt32)),
 	}
 	if inst.VerifyKeyGroups {
 		resp.KeyHash = pb.KeyHash_KEY_HASH_FNV1A_MURMUR

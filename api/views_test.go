@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/statedhq/stated/api"
 	pb "github.com/statedhq/stated/api/statedpb"
 	"github.com/statedhq/stated/backend"
 )
@@ -276,8 +277,14 @@ func TestViewBarrierOverTheWire(t *testing.T) {
 				short = resp.GetView().GetView().GetViewId()
 				time.Sleep(300 * time.Millisecond)
 			}
-			// Too many views fail the barrier alone; the stream goes on.
-			for i := 0; i < 5; i++ {
+			// Too many views fail the barrier alone; the stream goes on. The
+			// limit is the one Open advertised, as a client sizes by it.
+			if open.GetProtocolVersion() != api.ProtocolVersion || open.GetMaxViewsPerInstance() != 4 {
+				t.Fatalf("open advertises protocol revision %d (want %d) and %d views per instance (want the default 4)",
+					open.GetProtocolVersion(), api.ProtocolVersion, open.GetMaxViewsPerInstance())
+			}
+			limit := int(open.GetMaxViewsPerInstance())
+			for i := 0; i <= limit; i++ {
 				if err := stream.Send(&pb.BatchRequest{Seq: uint64(20 + i), View: &pb.ViewBarrier{},
 					Ops: []*pb.Op{{Type: pb.OpType_OP_TYPE_PUT, State: "v", KeyGroup: 10, Key: []byte("x"), Value: []byte("y")}}}); err != nil {
 					t.Fatal(err)
@@ -286,7 +293,7 @@ func TestViewBarrierOverTheWire(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				if code := codes.Code(resp.GetView().GetCode()); (i < 4) != (code == codes.OK) || (i == 4 && code != codes.ResourceExhausted) {
+				if code := codes.Code(resp.GetView().GetCode()); (i < limit) != (code == codes.OK) || (i == limit && code != codes.ResourceExhausted) {
 					t.Fatalf("view %d: %v", i+1, resp.GetView())
 				}
 			}

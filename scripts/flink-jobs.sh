@@ -2,8 +2,9 @@
 # Builds the Flink example job (clients/java/stated-flink-jobs) and runs its
 # MiniCluster tests: the job on hashmap, rocksdb, forst and stated, with an
 # injected failure, a lost TaskManager, a JobManager failover, a savepoint
-# restored at other parallelisms and moved between backends, and a kill -9 of
-# the daemon mid-job (docs/flink.md). The script builds stated from the tree
+# restored at other parallelisms and moved between backends, a kill -9 of
+# the daemon mid-job, and a job with every keyed state kind and timers
+# rescaled 2 -> 3 -> 1 through savepoints (docs/flink.md). The script builds stated from the tree
 # and starts one daemon on a temporary data dir for the stated variants (the
 # kill -9 test starts its own from the same binary); it is stopped on exit.
 # The first run downloads Flink 2.3.0 (a few hundred MB).

@@ -2,7 +2,8 @@
 # Builds the Java modules (clients/java: the thin client and the Flink state
 # backend) and runs their tests against a real daemon: builds stated and the
 # Go client's cross-check helper from the tree, then `mvn verify`, whose
-# tests start `stated serve` on temporary data dirs. Maven's local
+# tests start `stated serve` on temporary data dirs (verify also writes the
+# backend's plugin jar and runs ShadedPluginIT on it, docs/flink.md). Maven's local
 # repository (~/.m2) is reused between runs; the first run downloads gRPC,
 # protoc and Flink.
 # Usage: scripts/java-test.sh [extra mvn arguments, e.g. -pl stated-client]

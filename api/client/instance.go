@@ -107,6 +107,10 @@ type Instance struct {
 	restored  uint64
 	changelog bool
 	maxValue  int
+	// protoVersion and maxViews are the daemon's OpenResponse
+	// protocol_version and max_views_per_instance.
+	protoVersion uint32
+	maxViews     int
 
 	stream grpc.ClientStream
 	cancel context.CancelFunc
@@ -160,12 +164,13 @@ func newInstance(ctx context.Context, c *Client, task backend.TaskID, resp *pb.O
 	}
 	in := &Instance{
 		c: c, opts: opts, task: task, id: resp.GetInstanceId(),
-		maxPar:    int(resp.GetMaxParallelism()),
-		keyGroups: backend.KeyGroupRange{Start: int(resp.GetKeyGroups().GetStart()), End: int(resp.GetKeyGroups().GetEnd())},
-		restored:  resp.GetRestoredCheckpointId(),
-		changelog: resp.GetChangelog(),
-		maxValue:  int(resp.GetMaxValueSize()),
-		stream:    stream, cancel: cancel, cb: newRunner(),
+		maxPar:       int(resp.GetMaxParallelism()),
+		keyGroups:    backend.KeyGroupRange{Start: int(resp.GetKeyGroups().GetStart()), End: int(resp.GetKeyGroups().GetEnd())},
+		restored:     resp.GetRestoredCheckpointId(),
+		changelog:    resp.GetChangelog(),
+		maxValue:     int(resp.GetMaxValueSize()),
+		protoVersion: resp.GetProtocolVersion(), maxViews: int(resp.GetMaxViewsPerInstance()),
+		stream: stream, cancel: cancel, cb: newRunner(),
 		pending:  make(chan *batch, opts.MaxInFlight),
 		dead:     make(chan struct{}),
 		recvDone: make(chan struct{}),
@@ -228,6 +233,15 @@ func (in *Instance) RestoredCheckpoint() uint64 { return in.restored }
 
 // Changelog reports whether the instance is in changelog mode.
 func (in *Instance) Changelog() bool { return in.changelog }
+
+// ProtocolVersion is the revision of the protocol the daemon speaks
+// (stated.proto, OpenResponse.protocol_version; 0: a daemon from before
+// revisions were advertised).
+func (in *Instance) ProtocolVersion() uint32 { return in.protoVersion }
+
+// MaxViews is the number of read views the instance may hold at once (0:
+// not advertised, a daemon before ViewsProtocolVersion).
+func (in *Instance) MaxViews() int { return in.maxViews }
 
 // KeyGroup returns the key group of key (see the package doc).
 func (in *Instance) KeyGroup(key []byte) int {

@@ -17,6 +17,12 @@ import (
 	"github.com/statedhq/stated/backend"
 )
 
+// ViewsProtocolVersion is the protocol revision that added read views, key
+// scans, late registration and bulk load (stated.proto,
+// OpenResponse.protocol_version); TakeView refuses a daemon of an earlier
+// one with a message that says so.
+const ViewsProtocolVersion = 1
+
 // View is a frozen read view of an instance (Instance.TakeView): it holds
 // every operation issued before it and none issued after, until Release,
 // its idle timeout or the instance's close.
@@ -38,6 +44,11 @@ type View struct {
 // operations issued last, so it holds every one of them and none issued
 // after. idle is the view's idle timeout (0: the daemon's default).
 func (in *Instance) TakeView(ctx context.Context, idle time.Duration) (*View, error) {
+	if in.protoVersion < ViewsProtocolVersion {
+		return nil, status.Errorf(codes.FailedPrecondition,
+			"client: view of %s: the daemon speaks protocol revision %d of stated.v1 and read views need revision %d or later: upgrade the daemon",
+			in.task, in.protoVersion, ViewsProtocolVersion)
+	}
 	b, err := in.sendBarrier(ctx, func(buf []byte) []byte {
 		return wire.AppendViewBarrier(buf, wire.ViewBarrier{IdleTimeoutMillis: idle.Milliseconds()})
 	})

@@ -1572,9 +1572,25 @@ type OpenResponse struct {
 	LastCompletedCheckpointId uint64 `protobuf:"varint,17,opt,name=last_completed_checkpoint_id,json=lastCompletedCheckpointId,proto3" json:"last_completed_checkpoint_id,omitempty"`
 	// key_hash is the hash the daemon checks key groups against (the one
 	// declared at Open; UNSPECIFIED from a daemon that checks none).
-	KeyHash       KeyHash `protobuf:"varint,18,opt,name=key_hash,json=keyHash,proto3,enum=stated.v1.KeyHash" json:"key_hash,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	KeyHash KeyHash `protobuf:"varint,18,opt,name=key_hash,json=keyHash,proto3,enum=stated.v1.KeyHash" json:"key_hash,omitempty"`
+	// protocol_version is the revision of this protocol (stated.v1) the
+	// daemon speaks. A revision only adds (calls, fields, operations); a
+	// change that breaks a client gets a new package (stated.v2), which a
+	// client of v1 sees as UNIMPLEMENTED for every call. A client that needs
+	// something a revision added checks protocol_version >= that revision at
+	// Open and fails, naming both numbers, if it is lower. 0 is a daemon from
+	// before revisions were advertised. Revisions:
+	//
+	//	1: read views, key scans, late registration, bulk load (ScanView,
+	//	   ReleaseView, ScanKeys, CountEntries, RegisterStates, Load, the
+	//	   view barrier) and max_views_per_instance.
+	ProtocolVersion uint32 `protobuf:"varint,19,opt,name=protocol_version,json=protocolVersion,proto3" json:"protocol_version,omitempty"`
+	// max_views_per_instance bounds the read views one instance holds at
+	// once; another fails with RESOURCE_EXHAUSTED until one is released
+	// (ReleaseView) or times out. 0 from a daemon before revision 1.
+	MaxViewsPerInstance int32 `protobuf:"varint,20,opt,name=max_views_per_instance,json=maxViewsPerInstance,proto3" json:"max_views_per_instance,omitempty"`
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
 }
 
 func (x *OpenResponse) Reset() {
@@ -1731,6 +1747,20 @@ func (x *OpenResponse) GetKeyHash() KeyHash {
 		return x.KeyHash
 	}
 	return KeyHash_KEY_HASH_UNSPECIFIED
+}
+
+func (x *OpenResponse) GetProtocolVersion() uint32 {
+	if x != nil {
+		return x.ProtocolVersion
+	}
+	return 0
+}
+
+func (x *OpenResponse) GetMaxViewsPerInstance() int32 {
+	if x != nil {
+		return x.MaxViewsPerInstance
+	}
+	return 0
 }
 
 // Op is one state operation. It is flat (no oneof) so that a batch of
@@ -5471,7 +5501,7 @@ const file_stated_proto_rawDesc = "" +
 	"\fbackend_kind\x18\n" +
 	" \x01(\x0e2\x16.stated.v1.BackendKindR\vbackendKind\x12-\n" +
 	"\bkey_hash\x18\v \x01(\x0e2\x12.stated.v1.KeyHashR\akeyHash\x12-\n" +
-	"\blsm_mode\x18\f \x01(\x0e2\x12.stated.v1.LsmModeR\alsmMode\"\xf1\x06\n" +
+	"\blsm_mode\x18\f \x01(\x0e2\x12.stated.v1.LsmModeR\alsmMode\"\xd1\a\n" +
 	"\fOpenResponse\x12\x1f\n" +
 	"\vinstance_id\x18\x01 \x01(\fR\n" +
 	"instanceId\x12'\n" +
@@ -5493,7 +5523,9 @@ const file_stated_proto_rawDesc = "" +
 	"\x1cidle_instance_timeout_millis\x18\x0f \x01(\x03R\x19idleInstanceTimeoutMillis\x127\n" +
 	"\x18max_operator_state_bytes\x18\x10 \x01(\x03R\x15maxOperatorStateBytes\x12?\n" +
 	"\x1clast_completed_checkpoint_id\x18\x11 \x01(\x04R\x19lastCompletedCheckpointId\x12-\n" +
-	"\bkey_hash\x18\x12 \x01(\x0e2\x12.stated.v1.KeyHashR\akeyHash\"\xc4\x03\n" +
+	"\bkey_hash\x18\x12 \x01(\x0e2\x12.stated.v1.KeyHashR\akeyHash\x12)\n" +
+	"\x10protocol_version\x18\x13 \x01(\rR\x0fprotocolVersion\x123\n" +
+	"\x16max_views_per_instance\x18\x14 \x01(\x05R\x13maxViewsPerInstance\"\xc4\x03\n" +
 	"\x02Op\x12%\n" +
 	"\x04type\x18\x01 \x01(\x0e2\x11.stated.v1.OpTypeR\x04type\x12\x14\n" +
 	"\x05state\x18\x02 \x01(\tR\x05state\x12\x1b\n" +

@@ -154,6 +154,8 @@ async function stateKinds(c) {
     check(inst.open.maxMessageSize > 0 && inst.open.maxBatchOps > 0 && inst.open.streamQueueDepth > 0 && inst.open.maxPage > 0,
       'open: limits not advertised');
     check(inst.open.keyHash === 'KEY_HASH_FNV1A_MURMUR', `open: key hash ${inst.open.keyHash}`);
+    check(inst.protocolVersion >= 1 && inst.maxViewsPerInstance > 0,
+      `open: protocol revision ${inst.protocolVersion}, ${inst.maxViewsPerInstance} views per instance`);
     const o = (type, state, key, f) => inst.op(type, state, key, f);
     const int = (n) => ({ numberType: 'NUMBER_TYPE_INT64', intValue: n });
     const ops = [

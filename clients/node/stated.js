@@ -146,6 +146,12 @@ class Instance {
     this.open = open;
     this.maxParallelism = open.maxParallelism;
     this.keyGroups = open.keyGroups;
+    // The daemon's protocol revision (0: one from before revisions were
+    // advertised) and its read-view limit per instance (stated.proto,
+    // OpenResponse). This client uses nothing a revision added, so it
+    // opens on any; a caller that uses views checks protocolVersion >= 1.
+    this.protocolVersion = open.protocolVersion || 0;
+    this.maxViewsPerInstance = open.maxViewsPerInstance || 0;
     this.maxInFlight = Math.max(1, Math.min(maxInFlight, open.streamQueueDepth + 2 || maxInFlight));
     this.seq = 0;
     this.pending = []; // {seq, n, done, resolve, reject}, in send order

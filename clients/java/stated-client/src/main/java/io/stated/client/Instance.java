@@ -181,6 +181,19 @@ public final class Instance {
     return open;
   }
 
+  /**
+   * The revision of the protocol the daemon speaks (OpenResponse.protocol_version; at least {@link
+   * StatedClient#MIN_PROTOCOL_VERSION}, or Open failed).
+   */
+  public int protocolVersion() {
+    return open.getProtocolVersion();
+  }
+
+  /** The read views the instance may hold at once (OpenResponse.max_views_per_instance). */
+  public int maxViews() {
+    return open.getMaxViewsPerInstance();
+  }
+
   public int maxParallelism() {
     return open.getMaxParallelism();
   }

@@ -11,6 +11,7 @@ import io.grpc.InsecureChannelCredentials;
 import io.grpc.ManagedChannel;
 import io.grpc.Metadata;
 import io.grpc.MethodDescriptor;
+import io.grpc.Status;
 import io.grpc.TlsChannelCredentials;
 import io.grpc.netty.NettyChannelBuilder;
 import io.grpc.stub.ClientCalls;
@@ -274,11 +275,72 @@ public final class StatedClient implements AutoCloseable {
   /** {@link #open(OpenRequest)} with {@code maxInFlight} unanswered batch requests allowed. */
   public CompletableFuture<Instance> open(OpenRequest req, int maxInFlight) {
     return openRaw(req)
+        .exceptionallyCompose(
+            t -> CompletableFuture.failedFuture(unimplementedOpen(StatedException.from(t, where))))
         .thenCompose(
             resp -> {
+              StatedException old = checkProtocol(resp);
+              if (old != null) {
+                // The daemon opened the instance; it would otherwise stay
+                // until its idle timeout, and a new Open would need replace.
+                // Best effort: the version is the failure to report.
+                return closeInstance(
+                        CloseRequest.newBuilder()
+                            .setInstanceId(resp.getInstanceId())
+                            .setJob(req.getTask().getJob())
+                            .build())
+                    .handle((r, err) -> (Instance) null)
+                    .thenCompose(x -> CompletableFuture.<Instance>failedFuture(old));
+              }
               Instance inst = new Instance(this, req.getTask(), resp, maxInFlight);
               return inst.start().thenApply(x -> inst);
             });
+  }
+
+  /**
+   * The revision of the protocol (stated.v1) this client needs: 1 added read views, key scans, late
+   * registration and bulk load, which {@link Instance} uses (stated.proto,
+   * OpenResponse.protocol_version).
+   */
+  public static final int MIN_PROTOCOL_VERSION = 1;
+
+  /** The failure for a daemon whose revision is older than {@link #MIN_PROTOCOL_VERSION}. */
+  StatedException checkProtocol(OpenResponse resp) {
+    int v = resp.getProtocolVersion();
+    if (Integer.compareUnsigned(v, MIN_PROTOCOL_VERSION) >= 0) {
+      return null;
+    }
+    String msg =
+        "the stated daemon at "
+            + where
+            + " speaks protocol revision "
+            + Integer.toUnsignedString(v)
+            + (v == 0 ? " (it advertises none: a daemon from before revisions)" : "")
+            + " of stated.v1, and this client needs revision "
+            + MIN_PROTOCOL_VERSION
+            + " or later (read views, key scans, bulk load): upgrade the daemon to the release of"
+            + " this client";
+    return new StatedException(Status.Code.FAILED_PRECONDITION, msg);
+  }
+
+  /**
+   * Open unimplemented: the daemon serves no stated.v1 (another major version of the protocol, or
+   * not stated at all). Other failures are returned as they are.
+   */
+  private StatedException unimplementedOpen(StatedException e) {
+    if (e.code() != Status.Code.UNIMPLEMENTED) {
+      return e;
+    }
+    return new StatedException(
+        Status.Code.UNIMPLEMENTED,
+        e.daemonMessage(),
+        "the server at "
+            + where
+            + " does not implement stated.v1's Open ("
+            + e.daemonMessage()
+            + "): it is a stated daemon of another major protocol version, or not stated; run a"
+            + " daemon of the release of this client",
+        e);
   }
 
   /** The Open call alone, without a batch stream. */

@@ -222,8 +222,14 @@ class ConformanceTest {
       OpenResponse o = inst.openResponse();
       assertEquals(kind, o.getBackendKind());
       assertTrue(
-          o.getMaxMessageSize() > 0 && o.getMaxBatchOps() > 0 && o.getStreamQueueDepth() > 0,
+          o.getMaxMessageSize() > 0
+              && o.getMaxBatchOps() > 0
+              && o.getStreamQueueDepth() > 0
+              && o.getMaxViewsPerInstance() > 0,
           "limits not advertised: " + o);
+      assertTrue(
+          inst.protocolVersion() >= StatedClient.MIN_PROTOCOL_VERSION,
+          "protocol revision " + inst.protocolVersion() + " advertised");
       List<Op> ops =
           List.of(
               inst.op(OpType.OP_TYPE_PUT, "v", k("k1")).setValue(b("a")).build(), // 0

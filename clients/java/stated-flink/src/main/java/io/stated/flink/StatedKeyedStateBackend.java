@@ -37,6 +37,7 @@ import org.apache.flink.runtime.checkpoint.SnapshotType;
 import org.apache.flink.runtime.query.TaskKvStateRegistry;
 import org.apache.flink.runtime.state.AbstractKeyedStateBackend;
 import org.apache.flink.runtime.state.CheckpointStreamFactory;
+import org.apache.flink.runtime.state.HeapPriorityQueuesManager;
 import org.apache.flink.runtime.state.InternalKeyContext;
 import org.apache.flink.runtime.state.KeyGroupedInternalPriorityQueue;
 import org.apache.flink.runtime.state.Keyed;
@@ -51,6 +52,7 @@ import org.apache.flink.runtime.state.StateSnapshotTransformer.StateSnapshotTran
 import org.apache.flink.runtime.state.StreamCompressionDecorator;
 import org.apache.flink.runtime.state.heap.HeapPriorityQueueElement;
 import org.apache.flink.runtime.state.heap.HeapPriorityQueueSetFactory;
+import org.apache.flink.runtime.state.heap.HeapPriorityQueueSnapshotRestoreWrapper;
 import org.apache.flink.runtime.state.metrics.LatencyTrackingStateConfig;
 import org.apache.flink.runtime.state.metrics.SizeTrackingStateConfig;
 import org.apache.flink.runtime.state.ttl.TtlTimeProvider;
@@ -64,7 +66,9 @@ import org.apache.flink.util.StateMigrationException;
  * computed; each Flink state is a daemon state of the same name (value, reducing and aggregating
  * state on a value state, list on a list, map on a map), registered when the task first asks for
  * it. Timers are Flink's heap priority queues in the JVM, written by the timer service into raw
- * keyed state at each checkpoint ({@link #requiresLegacySynchronousTimerSnapshots}).
+ * keyed state at each checkpoint ({@link #requiresLegacySynchronousTimerSnapshots}); queues a
+ * canonical savepoint of another backend held as priority-queue states come filled from the restore
+ * ({@link StatedKeyedStateBackendBuilder}).
  */
 public class StatedKeyedStateBackend<K> extends AbstractKeyedStateBackend<K> {
   /** A registered state: its Flink meta info and the state object made for it (null: not yet). */
@@ -83,7 +87,7 @@ public class StatedKeyedStateBackend<K> extends AbstractKeyedStateBackend<K> {
   private final StatedClient client;
   private final Instance inst;
   private final Daemon daemon;
-  private final HeapPriorityQueueSetFactory priorityQueueFactory;
+  private final HeapPriorityQueuesManager priorityQueues;
   final Map<String, Registered<K>> states = new LinkedHashMap<>();
   private final DataOutputSerializer keyOut = new DataOutputSerializer(64);
   private Object lastKey;
@@ -103,7 +107,9 @@ public class StatedKeyedStateBackend<K> extends AbstractKeyedStateBackend<K> {
       InternalKeyContext<K> keyContext,
       StatedClient client,
       Instance inst,
-      Map<String, Registered<K>> restored) {
+      Map<String, Registered<K>> restored,
+      Map<String, HeapPriorityQueueSnapshotRestoreWrapper<?>> restoredQueues,
+      HeapPriorityQueueSetFactory queueFactory) {
     super(
         kvStateRegistry,
         keySerializer,
@@ -118,8 +124,15 @@ public class StatedKeyedStateBackend<K> extends AbstractKeyedStateBackend<K> {
     this.client = client;
     this.inst = inst;
     this.daemon = new Daemon(inst);
-    this.priorityQueueFactory =
-        new HeapPriorityQueueSetFactory(keyGroupRange, numberOfKeyGroups, 128);
+    // At least one: a daemon of revision 1 or later (the client checked at
+    // Open) advertises its limit, which is never below one.
+    this.maxViews = Math.max(1, inst.maxViews());
+    this.views = new java.util.concurrent.Semaphore(maxViews);
+    // Flink's manager of heap queues by name: a restored queue is returned
+    // (its serializer checked against the new one) instead of a new, empty one.
+    this.priorityQueues =
+        new HeapPriorityQueuesManager(
+            restoredQueues, queueFactory, keyGroupRange, numberOfKeyGroups);
     this.states.putAll(restored);
   }
 
@@ -306,7 +319,17 @@ public class StatedKeyedStateBackend<K> extends AbstractKeyedStateBackend<K> {
   public <T extends HeapPriorityQueueElement & PriorityComparable<? super T> & Keyed<?>>
       KeyGroupedInternalPriorityQueue<T> create(
           @Nonnull String stateName, @Nonnull TypeSerializer<T> byteOrderedElementSerializer) {
-    return priorityQueueFactory.create(stateName, byteOrderedElementSerializer);
+    return priorityQueues.createOrUpdate(stateName, byteOrderedElementSerializer);
+  }
+
+  @Override
+  public <T extends HeapPriorityQueueElement & PriorityComparable<? super T> & Keyed<?>>
+      KeyGroupedInternalPriorityQueue<T> create(
+          @Nonnull String stateName,
+          @Nonnull TypeSerializer<T> byteOrderedElementSerializer,
+          boolean allowFutureMetadataUpdates) {
+    return priorityQueues.createOrUpdate(
+        stateName, byteOrderedElementSerializer, allowFutureMetadataUpdates);
   }
 
   @Override
@@ -401,17 +424,16 @@ public class StatedKeyedStateBackend<K> extends AbstractKeyedStateBackend<K> {
     return StatedException.await(inst.countEntries("")).intValue();
   }
 
-  /**
-   * The views this backend holds at most at once: the daemon's default limit per instance. A
-   * snapshot whose view would exceed it waits for an earlier snapshot's asynchronous part to end
-   * (Flink may overlap checkpoints), at most {@link #VIEW_WAIT_MILLIS}.
-   */
-  static final int MAX_VIEWS = 4;
-
   static final long VIEW_WAIT_MILLIS = 60_000;
 
-  private final java.util.concurrent.Semaphore views =
-      new java.util.concurrent.Semaphore(MAX_VIEWS);
+  /**
+   * The views this backend holds at most at once: the limit per instance the daemon advertised at
+   * Open. A snapshot whose view would exceed it waits for an earlier snapshot's asynchronous part
+   * to end (Flink may overlap checkpoints), at most {@link #VIEW_WAIT_MILLIS}.
+   */
+  private final int maxViews;
+
+  private final java.util.concurrent.Semaphore views;
 
   /** Takes a read view as a barrier on the stream (see {@link StatedSnapshotStrategy}). */
   io.stated.api.v1.ViewInfo takeView() {
@@ -420,7 +442,7 @@ public class StatedKeyedStateBackend<K> extends AbstractKeyedStateBackend<K> {
       if (!views.tryAcquire(VIEW_WAIT_MILLIS, java.util.concurrent.TimeUnit.MILLISECONDS)) {
         throw new FlinkRuntimeException(
             "the stated backend holds "
-                + MAX_VIEWS
+                + maxViews
                 + " snapshot views whose asynchronous parts did not end within "
                 + VIEW_WAIT_MILLIS
                 + " ms; too many checkpoints overlap");
@@ -433,8 +455,9 @@ public class StatedKeyedStateBackend<K> extends AbstractKeyedStateBackend<K> {
       try {
         return Daemon.await(inst.view(0));
       } catch (StatedException e) {
-        // The daemon may allow fewer views than this backend assumes; wait
-        // for one to be released, within the same deadline.
+        // A view this backend released may not be freed in the daemon yet
+        // (the release is answered after the scan's stream ends); wait for
+        // it, within the same deadline.
         if (e.code() != io.grpc.Status.Code.RESOURCE_EXHAUSTED || System.nanoTime() > deadline) {
           views.release();
           throw e;

@@ -29,10 +29,16 @@ import org.apache.flink.runtime.state.AbstractStateBackend;
 import org.apache.flink.runtime.state.BackendBuildingException;
 import org.apache.flink.runtime.state.CompositeKeySerializationUtils;
 import org.apache.flink.runtime.state.InternalKeyContextImpl;
+import org.apache.flink.runtime.state.KeyExtractorFunction;
 import org.apache.flink.runtime.state.KeyedStateHandle;
 import org.apache.flink.runtime.state.RegisteredKeyValueStateBackendMetaInfo;
+import org.apache.flink.runtime.state.RegisteredPriorityQueueStateBackendMetaInfo;
 import org.apache.flink.runtime.state.StateBackend;
 import org.apache.flink.runtime.state.StateSerializerProvider;
+import org.apache.flink.runtime.state.heap.HeapPriorityQueueElement;
+import org.apache.flink.runtime.state.heap.HeapPriorityQueueSet;
+import org.apache.flink.runtime.state.heap.HeapPriorityQueueSetFactory;
+import org.apache.flink.runtime.state.heap.HeapPriorityQueueSnapshotRestoreWrapper;
 import org.apache.flink.runtime.state.metainfo.StateMetaInfoSnapshot;
 import org.apache.flink.runtime.state.restore.FullSnapshotRestoreOperation;
 import org.apache.flink.runtime.state.restore.KeyGroup;
@@ -44,6 +50,12 @@ import org.apache.flink.runtime.state.restore.ThrowingIterator;
  * Opens the task's instance in the daemon and, for a restore, loads it from Flink's canonical
  * key-grouped handles (checkpoints and savepoints of this backend, or canonical savepoints of
  * another), key group by key group of this task's range.
+ *
+ * <p>Key/value states go to the daemon. Priority queues (timers) stay in the JVM as Flink's heap
+ * queues: a canonical savepoint of HashMap or RocksDB holds them as {@code PRIORITY_QUEUE} states,
+ * whose entries are loaded into those queues here, and the timer service finds them when it asks
+ * the backend for its queues by name. This backend's own snapshots hold no such states (its timer
+ * service writes timers into raw keyed state), so a restore of its own finds none.
  */
 final class StatedKeyedStateBackendBuilder<K> {
   private final StatedStateBackend config;
@@ -92,8 +104,12 @@ final class StatedKeyedStateBackendBuilder<K> {
     StateSerializerProvider<K> keyProvider =
         StateSerializerProvider.fromNewRegisteredSerializer(p.getKeySerializer());
     Map<String, StatedKeyedStateBackend.Registered<K>> restored = new java.util.LinkedHashMap<>();
+    Map<String, HeapPriorityQueueSnapshotRestoreWrapper<?>> queues = new HashMap<>();
+    HeapPriorityQueueSetFactory queueFactory =
+        new HeapPriorityQueueSetFactory(
+            p.getKeyGroupRange(), p.getNumberOfKeyGroups(), QUEUE_CAPACITY);
     try {
-      restore(inst, keyProvider, restored, p.getStateHandles());
+      restore(inst, keyProvider, restored, queues, queueFactory, p.getStateHandles());
     } catch (Exception e) {
       try {
         StatedException.await(inst.closeInstance());
@@ -124,9 +140,14 @@ final class StatedKeyedStateBackendBuilder<K> {
             new InternalKeyContextImpl<>(p.getKeyGroupRange(), p.getNumberOfKeyGroups()),
             client,
             inst,
-            restored);
+            restored,
+            queues,
+            queueFactory);
     return backend;
   }
+
+  /** The initial capacity of a key group's heap timer queue (as Flink's heap backends size it). */
+  private static final int QUEUE_CAPACITY = 128;
 
   /**
    * The daemon's operator name for this backend: Flink's operator identifier reduced to the
@@ -147,6 +168,8 @@ final class StatedKeyedStateBackendBuilder<K> {
       Instance inst,
       StateSerializerProvider<K> keyProvider,
       Map<String, StatedKeyedStateBackend.Registered<K>> states,
+      Map<String, HeapPriorityQueueSnapshotRestoreWrapper<?>> queues,
+      HeapPriorityQueueSetFactory queueFactory,
       Collection<KeyedStateHandle> handles)
       throws Exception {
     // Clipped to this task's key groups, as Flink's own assignment does
@@ -176,13 +199,18 @@ final class StatedKeyedStateBackendBuilder<K> {
         SavepointRestoreResult result = results.next();
         TypeSerializer<K> keySerializer = keyProvider.previousSchemaSerializer();
         Map<Integer, RegisteredKeyValueStateBackendMetaInfo<?, ?>> byId = new HashMap<>();
+        Map<Integer, HeapPriorityQueueSnapshotRestoreWrapper<?>> queuesById = new HashMap<>();
         List<RegisteredKeyValueStateBackendMetaInfo<?, ?>> fresh = new ArrayList<>();
         List<StateMetaInfoSnapshot> metas = result.getStateMetaInfoSnapshots();
         for (int i = 0; i < metas.size(); i++) {
           StateMetaInfoSnapshot s = metas.get(i);
+          if (s.getBackendStateType() == StateMetaInfoSnapshot.BackendStateType.PRIORITY_QUEUE) {
+            queuesById.put(i, queue(queues, queueFactory, s));
+            continue;
+          }
           if (s.getBackendStateType() != StateMetaInfoSnapshot.BackendStateType.KEY_VALUE) {
-            // Priority queues (timers a backend kept in its keyed state):
-            // their entries fail below, if there are any.
+            // Operator or broadcast state in a keyed handle: its entries
+            // fail below, if there are any.
             continue;
           }
           StatedKeyedStateBackend.Registered<K> r = states.get(s.getName());
@@ -206,6 +234,11 @@ final class StatedKeyedStateBackendBuilder<K> {
             try (ThrowingIterator<KeyGroupEntry> entries = g.getKeyGroupEntries()) {
               while (entries.hasNext()) {
                 KeyGroupEntry e = entries.next();
+                HeapPriorityQueueSnapshotRestoreWrapper<?> q = queuesById.get(e.getKvStateId());
+                if (q != null) {
+                  addElement(q, prefixBytes, e);
+                  continue;
+                }
                 RegisteredKeyValueStateBackendMetaInfo<?, ?> m = byId.get(e.getKvStateId());
                 if (m == null) {
                   throw new IOException(
@@ -213,8 +246,8 @@ final class StatedKeyedStateBackendBuilder<K> {
                           + metas.get(e.getKvStateId()).getName()
                           + " of type "
                           + metas.get(e.getKvStateId()).getBackendStateType()
-                          + ", which the stated backend cannot restore (timers kept by a"
-                          + " backend in its keyed state: take the savepoint with heap timers)");
+                          + " in a keyed state handle, which the stated backend cannot restore"
+                          + " (a keyed handle holds key/value states and priority queues only)");
                 }
                 loader.add(entry(m, keySerializer, prefixBytes, e, out));
               }
@@ -224,6 +257,50 @@ final class StatedKeyedStateBackendBuilder<K> {
         }
       }
     }
+  }
+
+  /**
+   * The heap queue a snapshot's priority-queue state restores into: the one an earlier handle of
+   * this restore made (a rescale reads several), or a new one with the snapshot's serializer. The
+   * timer service's own serializer is checked against it when it asks for the queue ({@link
+   * StatedKeyedStateBackend#create}).
+   */
+  @SuppressWarnings({"unchecked", "rawtypes"})
+  private HeapPriorityQueueSnapshotRestoreWrapper<?> queue(
+      Map<String, HeapPriorityQueueSnapshotRestoreWrapper<?>> queues,
+      HeapPriorityQueueSetFactory factory,
+      StateMetaInfoSnapshot s) {
+    HeapPriorityQueueSnapshotRestoreWrapper<?> q = queues.get(s.getName());
+    if (q != null) {
+      return q;
+    }
+    RegisteredPriorityQueueStateBackendMetaInfo meta =
+        new RegisteredPriorityQueueStateBackendMetaInfo(s);
+    HeapPriorityQueueSet set = factory.create(s.getName(), meta.getElementSerializer());
+    q =
+        new HeapPriorityQueueSnapshotRestoreWrapper(
+            set,
+            meta,
+            KeyExtractorFunction.forKeyedObjects(),
+            p.getKeyGroupRange(),
+            p.getNumberOfKeyGroups());
+    queues.put(s.getName(), q);
+    return q;
+  }
+
+  /**
+   * Adds one canonical priority-queue entry to its queue: the key is the key-group prefix and the
+   * element in its snapshot serializer; the value is empty.
+   */
+  @SuppressWarnings({"unchecked", "rawtypes"})
+  private static void addElement(
+      HeapPriorityQueueSnapshotRestoreWrapper<?> q, int prefixBytes, KeyGroupEntry e)
+      throws IOException {
+    DataInputDeserializer in = new DataInputDeserializer(e.getKey());
+    in.skipBytesToRead(prefixBytes);
+    HeapPriorityQueueElement element =
+        (HeapPriorityQueueElement) q.getMetaInfo().getElementSerializer().deserialize(in);
+    ((HeapPriorityQueueSet) q.getPriorityQueue()).add(element);
   }
 
   /** One canonical key/value pair as the daemon entry it was written from. */

@@ -8,6 +8,7 @@ import java.util.Collection;
 import java.util.List;
 import java.util.Map;
 import java.util.TreeMap;
+import java.util.TreeSet;
 import java.util.concurrent.RunnableFuture;
 import org.apache.flink.api.common.JobID;
 import org.apache.flink.api.common.state.ListState;
@@ -30,6 +31,8 @@ import org.apache.flink.runtime.operators.testutils.MockEnvironmentBuilder;
 import org.apache.flink.runtime.state.CheckpointStorageLocationReference;
 import org.apache.flink.runtime.state.CheckpointableKeyedStateBackend;
 import org.apache.flink.runtime.state.KeyGroupRange;
+import org.apache.flink.runtime.state.KeyGroupRangeAssignment;
+import org.apache.flink.runtime.state.KeyGroupedInternalPriorityQueue;
 import org.apache.flink.runtime.state.KeyGroupsSavepointStateHandle;
 import org.apache.flink.runtime.state.KeyedStateBackendParametersImpl;
 import org.apache.flink.runtime.state.KeyedStateHandle;
@@ -40,6 +43,8 @@ import org.apache.flink.runtime.state.VoidNamespaceSerializer;
 import org.apache.flink.runtime.state.hashmap.HashMapStateBackend;
 import org.apache.flink.runtime.state.memory.MemCheckpointStreamFactory;
 import org.apache.flink.runtime.state.ttl.TtlTimeProvider;
+import org.apache.flink.streaming.api.operators.TimerHeapInternalTimer;
+import org.apache.flink.streaming.api.operators.TimerSerializer;
 import org.junit.jupiter.api.AfterAll;
 import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.Tag;
@@ -48,7 +53,8 @@ import org.junit.jupiter.api.Test;
 /**
  * Canonical savepoints move between stated and Flink's own HashMap backend both ways, and a stated
  * savepoint restores rescaled (two subtasks, then one), with value, list and map state (a null map
- * value included).
+ * value included); timers a HashMap savepoint holds as priority-queue states restore into stated's
+ * heap queues.
  */
 @Tag("daemon-views")
 class CanonicalSavepointTest {
@@ -248,6 +254,70 @@ class CanonicalSavepointTest {
         open(stated(), KeyGroupRange.of(0, MAX - 1), List.of(h));
     assertThat(read(dst)).isEqualTo(expected(false));
     close(dst);
+  }
+
+  private static final String TIMERS = "_timer_state/event_user-timers";
+
+  private static TimerSerializer<Integer, VoidNamespace> timerSerializer() {
+    return new TimerSerializer<>(IntSerializer.INSTANCE, VoidNamespaceSerializer.INSTANCE);
+  }
+
+  /** Every timer of the queue (drained), as "key@timestamp". */
+  private static TreeSet<String> drain(
+      KeyGroupedInternalPriorityQueue<TimerHeapInternalTimer<Integer, VoidNamespace>> q) {
+    TreeSet<String> out = new TreeSet<>();
+    TimerHeapInternalTimer<Integer, VoidNamespace> t;
+    while ((t = q.poll()) != null) {
+      out.add(t.getKey() + "@" + t.getTimestamp());
+    }
+    return out;
+  }
+
+  /**
+   * Flink's HashMap backend (as RocksDB's for savepoints) writes its timer queues into a canonical
+   * savepoint as PRIORITY_QUEUE states; stated restores them into the queue the timer service asks
+   * for by name, whole and rescaled to two subtasks, each with exactly its key groups' timers.
+   * Before, such a restore failed ("the snapshot holds entries of state ... of type
+   * PRIORITY_QUEUE").
+   */
+  @Test
+  void hashMapTimersToStated() throws Exception {
+    CheckpointableKeyedStateBackend<Integer> src =
+        open(new HashMapStateBackend(), KeyGroupRange.of(0, MAX - 1), List.of());
+    write(src, false);
+    KeyGroupedInternalPriorityQueue<TimerHeapInternalTimer<Integer, VoidNamespace>> q =
+        src.create(TIMERS, timerSerializer());
+    TreeSet<String> want = new TreeSet<>();
+    for (int k = 0; k < KEYS; k++) {
+      for (long ts : new long[] {1000L + k, 5000L}) {
+        q.add(new TimerHeapInternalTimer<>(ts, k, VoidNamespace.INSTANCE));
+        want.add(k + "@" + ts);
+      }
+    }
+    KeyedStateHandle h = savepoint(src);
+    close(src);
+
+    CheckpointableKeyedStateBackend<Integer> dst =
+        open(stated(), KeyGroupRange.of(0, MAX - 1), List.of(h));
+    assertThat(read(dst)).isEqualTo(expected(false));
+    assertThat(drain(dst.create(TIMERS, timerSerializer()))).isEqualTo(want);
+    close(dst);
+
+    TreeSet<String> both = new TreeSet<>();
+    for (KeyGroupRange r : List.of(KeyGroupRange.of(0, 63), KeyGroupRange.of(64, MAX - 1))) {
+      CheckpointableKeyedStateBackend<Integer> part = open(stated(), r, List.of(h));
+      TreeSet<String> got = drain(part.create(TIMERS, timerSerializer()));
+      assertThat(got).isNotEmpty();
+      for (String t : got) {
+        int key = Integer.parseInt(t.substring(0, t.indexOf('@')));
+        assertThat(r.contains(KeyGroupRangeAssignment.assignToKeyGroup(key, MAX)))
+            .as("timer %s restored in %s", t, r)
+            .isTrue();
+      }
+      both.addAll(got);
+      close(part);
+    }
+    assertThat(both).isEqualTo(want);
   }
 
   /**

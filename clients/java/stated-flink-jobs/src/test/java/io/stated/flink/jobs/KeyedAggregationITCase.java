@@ -123,11 +123,11 @@ class KeyedAggregationITCase {
         Backends.Backend stated = Backends.stated();
         if (stated != null) {
             l.add(Arguments.of(stated, Backends.ROCKSDB));
-            // Not rocksdb -> stated (switched off, docs/flink.md): Flink's backends write
-            // their timers into a canonical savepoint as PRIORITY_QUEUE states (RocksDB even
-            // with heap timers), and stated's restore does not load those into its JVM-side
-            // timers yet; it fails with "the snapshot holds entries of state
-            // _timer_state/event_user-timers of type PRIORITY_QUEUE".
+            // Flink's backends write their timers into a canonical savepoint as
+            // PRIORITY_QUEUE states (RocksDB even with heap timers); stated's restore loads
+            // them into its JVM-side timer queues.
+            l.add(Arguments.of(Backends.ROCKSDB, stated));
+            l.add(Arguments.of(Backends.HASHMAP, stated));
         }
         return l.stream();
     }
