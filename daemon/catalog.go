@@ -49,9 +49,13 @@ type FencedReporter interface {
 // fencing tokens itself, on the cluster's leader right before the
 // completion confirms the leadership: the daemon then completes through
 // it instead of checking the tokens first, which saves that check's
-// round trip. A refusal wraps ErrFenced.
+// round trip. It also takes reports of the daemon's own tasks not
+// reported yet in the completion's own log write, each checked under its
+// token (catalog.Catalog.CompleteWithReports). A refusal wraps ErrFenced;
+// reports of a completion that failed are not in the catalog.
 type FencedCompleter interface {
-	CompleteFencedTasks(ctx context.Context, job string, id uint64, tasks []backend.TaskID, tokens map[backend.TaskID]uint64) (*catalog.Manifest, error)
+	CompleteWithReports(ctx context.Context, job string, id uint64, tasks []backend.TaskID, tokens map[backend.TaskID]uint64,
+		reports []catalog.FencedHandle) (*catalog.Manifest, error)
 }
 
 // CheckedLookups is a Catalog whose lookups can fail (cluster mode's

@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/statedhq/stated/backend"
@@ -48,6 +50,10 @@ type checkpoint struct {
 	// chans is the channel state the tasks here write for it (nil until
 	// one does). Set under d.mu.
 	chans *checkpointChannels
+	// holdArmed: a timer will flush the held reports (holdReport); flushes
+	// are the flushes under way, closed when done. Under d.mu.
+	holdArmed bool
+	flushes   []chan struct{}
 }
 
 type taskSnapshot struct {
@@ -64,6 +70,17 @@ type taskSnapshot struct {
 	// the engine reported (nil: nothing).
 	channels []backend.ChannelState
 	stats    *SnapshotStats
+	// wait: the caller waits for the report (SnapshotOptions.Wait), which
+	// is then never held.
+	wait bool
+	// held: the handle's report is held for the completion's own log
+	// write (holdReport); release ends the changelog keeper's hold of it
+	// once the handle is with the catalog or the checkpoint ended.
+	// reportErr is the error of a held report made on its own (flush).
+	// Under d.mu.
+	held      bool
+	release   func()
+	reportErr error
 }
 
 // SnapshotOptions are the options of SnapshotWith.
@@ -118,7 +135,7 @@ func (d *Daemon) SnapshotWith(ctx context.Context, inst *Instance, id uint64, o 
 		d.mu.Unlock()
 		return SnapshotResult{}, err
 	}
-	ts := &taskSnapshot{inst: inst, done: make(chan struct{}), stats: o.Stats}
+	ts := &taskSnapshot{inst: inst, done: make(chan struct{}), stats: o.Stats, wait: wait}
 	c.tasks[task] = ts
 	d.wg.Add(1)
 	if c.chans != nil && d.allSnapshottedLocked(c) {
@@ -238,10 +255,13 @@ func (d *Daemon) runSnapshot(c *checkpoint, ts *taskSnapshot, ps backend.Pending
 	if err == nil && len(ts.channels) > 0 {
 		err = d.sealChannels(c)
 	}
+	held := false
 	if err == nil {
 		h = withOperatorState(h, ts.ops)
 		h = withChannels(h, ts.channels, ts.taskStats(time.Since(t0)))
-		if fencedReport {
+		if fencedReport && d.holdReport(c, ts, h, handedOver) {
+			held = true
+		} else if fencedReport {
 			err = fr.AddFencedTaskHandle(inst.Task.Job, id, h, inst.fence)
 			if errors.Is(err, ErrFenced) {
 				err = fmt.Errorf("daemon: snapshot %d of %s (instance %s): %w", id, inst.Task, inst.IDString(), err)
@@ -250,7 +270,9 @@ func (d *Daemon) runSnapshot(c *checkpoint, ts *taskSnapshot, ps backend.Pending
 			err = d.cfg.Catalog.AddTaskHandle(inst.Task.Job, id, h)
 		}
 	}
-	handedOver()
+	if !held {
+		handedOver()
+	}
 	ts.async = time.Since(t0)
 	d.m.CheckpointAsync[bi].Observe(ts.async)
 	if err != nil {
@@ -262,7 +284,9 @@ func (d *Daemon) runSnapshot(c *checkpoint, ts *taskSnapshot, ps backend.Pending
 		d.m.SnapshotFailures[bi].Add(1)
 		d.log.Warn("snapshot failed", "task", inst.Task.String(), "checkpoint", id, "err", err)
 	} else {
-		ts.handle = h
+		if !held {
+			ts.handle = h // holdReport set it under d.mu
+		}
 		d.m.ChannelStateBytes.Add(uint64(h.ChannelBytes()))
 		if h.Stats != nil && h.Stats.Unaligned {
 			d.m.UnalignedSnapshots.Add(1)
@@ -352,6 +376,9 @@ func (d *Daemon) CompleteCheckpoint(ctx context.Context, job string, id uint64, 
 	for _, ts := range c.tasks {
 		snaps = append(snaps, ts)
 	}
+	// No flush of held reports starts while it completes; those under way
+	// must end first (their reports are then in the catalog, or failed).
+	flushes := slices.Clone(c.flushes)
 	d.mu.Unlock()
 	reopen := func() {
 		d.mu.Lock()
@@ -374,6 +401,21 @@ func (d *Daemon) CompleteCheckpoint(ctx context.Context, job string, id uint64, 
 			return CheckpointInfo{}, fmt.Errorf("daemon: complete checkpoint %d of job %s: waiting for uploads: %w", id, job, ctx.Err())
 		}
 	}
+	for _, f := range flushes {
+		select {
+		case <-f:
+		case <-ctx.Done():
+			reopen()
+			return CheckpointInfo{}, fmt.Errorf("daemon: complete checkpoint %d of job %s: waiting for reports: %w", id, job, ctx.Err())
+		}
+	}
+	d.mu.Lock()
+	for _, ts := range snaps {
+		if ts.err == nil && ts.reportErr != nil {
+			ts.err = ts.reportErr // a held report made on its own failed
+		}
+	}
+	d.mu.Unlock()
 	// The snapshots of fenced instances (their tasks were opened again on
 	// another node) are left out: the tasks' new holders report theirs
 	// (the catalog refuses the completion until they have).
@@ -400,17 +442,41 @@ func (d *Daemon) CompleteCheckpoint(ctx context.Context, job string, id uint64, 
 	}
 	var m *catalog.Manifest
 	var err error
+	var merged []*taskSnapshot
 	if fc, ok := d.cfg.Catalog.(FencedCompleter); ok && d.cfg.Fence != nil {
 		// The catalog checks the tokens on the leader, within the
-		// completion's own confirmation of the leadership.
+		// completion's own confirmation of the leadership. The held
+		// reports go in the completion's own log entry, each under its
+		// token.
 		tokens := map[backend.TaskID]uint64{}
+		var reports []catalog.FencedHandle
+		d.mu.Lock()
 		for _, ts := range snaps {
 			if ts.inst.fence != 0 {
 				tokens[ts.inst.Task] = ts.inst.fence
 			}
+			if ts.held {
+				ts.held = false
+				merged = append(merged, ts)
+				reports = append(reports, catalog.FencedHandle{Handle: ts.handle, Token: ts.inst.fence})
+			}
 		}
-		m, err = fc.CompleteFencedTasks(ctx, job, id, tasks, tokens)
+		d.mu.Unlock()
+		m, err = fc.CompleteWithReports(ctx, job, id, tasks, tokens, reports)
 		err = withFenced(err)
+		if err != nil && len(merged) > 0 {
+			// The reports are not in the catalog: report them on their
+			// own (a completion through another node, or a retry, needs
+			// them; a stale token's report is refused then, the others
+			// are taken).
+			d.mu.Lock()
+			for _, ts := range merged {
+				ts.held = true
+			}
+			d.mu.Unlock()
+			reopen()
+			d.flushHeld(c, nil)
+		}
 		if errors.Is(err, ErrFenced) {
 			reopen()
 			return CheckpointInfo{}, fmt.Errorf("daemon: complete checkpoint %d of job %s: %w", id, job, err)
@@ -430,8 +496,12 @@ func (d *Daemon) CompleteCheckpoint(ctx context.Context, job string, id uint64, 
 		return CheckpointInfo{}, d.corruption(CorruptionEvent{Site: CorruptionCatalog, Job: job, Source: fmt.Sprintf("checkpoint %d of job %s", id, job),
 			Err: fmt.Errorf("daemon: complete checkpoint %d of job %s: %w", id, job, err)})
 	}
+	for _, ts := range merged {
+		ts.release()
+	}
 	var subsumed []*checkpoint
 	d.mu.Lock()
+	d.wholeHere[job] = d.allOpenHereLocked(m)
 	c.status = statusCompleted
 	c.timer.Stop()
 	c.cancel()
@@ -597,6 +667,7 @@ func (d *Daemon) abort(ctx context.Context, job string, id uint64, f Failure, sh
 	for _, ts := range snaps {
 		<-ts.done
 	}
+	d.flushHeld(c, nil) // drops them: the checkpoint ended
 	// Its uploads have stopped: the catalog's cleanup below sees every
 	// channel state object there will be.
 	d.closeChannels(c)
@@ -678,4 +749,142 @@ func (ts *taskSnapshot) taskStats(async time.Duration) *backend.TaskStats {
 		st.StartDelayMicros = max(0, s.StartDelay.Microseconds())
 	}
 	return st
+}
+
+// reportHold bounds how long a task's report is held for its daemon's
+// completion (holdReport): a completion through this daemon within it
+// takes the report in its own log write, a later one finds it reported.
+const reportHold = 25 * time.Millisecond
+
+// holdReport holds the report of ts's handle h for the completion's own
+// log entry, and reports whether it did. A cluster completion's path
+// otherwise holds two log writes: the reports' entry, then the
+// completion's. It holds only a report whose caller does not wait for it,
+// of a job whose last checkpoint completed through this daemon with every
+// task open here (the completion then most likely comes here too; a
+// completion through another node meanwhile is refused as not whole,
+// never partial: the tasks hold fencing tokens), and only for reportHold,
+// after which the reports go on their own (flushHeld).
+func (d *Daemon) holdReport(c *checkpoint, ts *taskSnapshot, h *backend.Handle, handedOver func()) bool {
+	if ts.wait {
+		return false
+	}
+	if _, ok := d.cfg.Catalog.(FencedCompleter); !ok {
+		return false
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if !d.wholeHere[c.key.job] || c.status != statusInProgress && c.status != statusCompleting {
+		return false
+	}
+	ts.held, ts.handle, ts.release = true, h, handedOver
+	if !c.holdArmed {
+		c.holdArmed = true
+		d.wg.Add(1) // runSnapshot holds one: Shutdown is not past its wait
+		time.AfterFunc(reportHold, func() {
+			defer d.wg.Done()
+			d.mu.Lock()
+			c.holdArmed = false
+			d.mu.Unlock()
+			d.flushHeld(c, nil)
+		})
+	}
+	return true
+}
+
+// flushInstance reports the held reports of inst (it closes: its token
+// goes next).
+func (d *Daemon) flushInstance(inst *Instance) {
+	d.mu.Lock()
+	var cs []*checkpoint
+	for _, c := range d.ckpts {
+		if ts := c.tasks[inst.Task]; ts != nil && ts.inst == inst && ts.held {
+			cs = append(cs, c)
+		}
+	}
+	d.mu.Unlock()
+	for _, c := range cs {
+		d.flushHeld(c, inst)
+	}
+}
+
+// flushHeld reports the held reports of checkpoint c (of inst's task only,
+// unless nil), each on its own (the leader's catalog puts reports made at
+// once in one log entry), and waits for them. Not while c completes: the
+// completion takes them, or flushes them itself when it fails. The
+// reports of an ended checkpoint are dropped. A report refused for a
+// stale token leaves its task out of the checkpoint (its new holder
+// reports); any other failure fails the checkpoint, as a failed report
+// after an upload does.
+func (d *Daemon) flushHeld(c *checkpoint, inst *Instance) {
+	d.mu.Lock()
+	if c.status == statusCompleting {
+		d.mu.Unlock()
+		return
+	}
+	var todo []*taskSnapshot
+	for _, ts := range c.tasks {
+		if ts.held && (inst == nil || ts.inst == inst) {
+			ts.held = false
+			todo = append(todo, ts)
+		}
+	}
+	ended := c.ctx.Err() != nil
+	done := make(chan struct{})
+	if len(todo) > 0 && !ended {
+		c.flushes = append(c.flushes, done)
+	}
+	d.mu.Unlock()
+	if len(todo) == 0 || ended {
+		for _, ts := range todo {
+			ts.release()
+		}
+		return
+	}
+	defer func() {
+		d.mu.Lock()
+		c.flushes = slices.DeleteFunc(c.flushes, func(f chan struct{}) bool { return f == done })
+		d.mu.Unlock()
+		close(done)
+	}()
+	fr := d.cfg.Catalog.(FencedReporter)
+	job, id := c.key.job, c.key.id
+	var wg sync.WaitGroup
+	var failed error
+	for _, ts := range todo {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-ts.done
+			err := fr.AddFencedTaskHandle(job, id, ts.handle, ts.inst.fence)
+			ts.release()
+			if err == nil {
+				return
+			}
+			err = fmt.Errorf("daemon: snapshot %d of %s (instance %s): report: %w", id, ts.inst.Task, ts.inst.IDString(), err)
+			d.mu.Lock()
+			ts.reportErr = err
+			if !errors.Is(err, ErrFenced) && failed == nil {
+				failed = err
+			}
+			d.mu.Unlock()
+			d.log.Warn("held snapshot report failed", "task", ts.inst.Task.String(), "checkpoint", id, "err", err)
+		}()
+	}
+	wg.Wait()
+	if failed != nil && c.ctx.Err() == nil {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		_ = d.abortFor(ctx, job, id, snapshotFailure(failed))
+	}
+}
+
+// allOpenHereLocked reports whether every task of m is open here.
+func (d *Daemon) allOpenHereLocked(m *catalog.Manifest) bool {
+	for _, h := range m.Tasks {
+		if d.byTask[h.Task] == nil {
+			return false
+		}
+	}
+	return len(m.Tasks) > 0
 }
