@@ -475,7 +475,13 @@ func (d *Daemon) CompleteCheckpoint(ctx context.Context, job string, id uint64, 
 			}
 			d.mu.Unlock()
 			reopen()
-			d.flushHeld(c, nil)
+			if d.flushHeld(c, nil) {
+				d.mu.Lock()
+				if c.ctx.Err() == nil && !d.closing {
+					d.armHoldLocked(c, reportRetry)
+				}
+				d.mu.Unlock()
+			}
 		}
 		if errors.Is(err, ErrFenced) {
 			reopen()
@@ -499,6 +505,7 @@ func (d *Daemon) CompleteCheckpoint(ctx context.Context, job string, id uint64, 
 	for _, ts := range merged {
 		ts.release()
 	}
+	d.m.ReportsMerged.Add(uint64(len(merged)))
 	var subsumed []*checkpoint
 	d.mu.Lock()
 	d.wholeHere[job] = d.allOpenHereLocked(m)
@@ -778,18 +785,37 @@ func (d *Daemon) holdReport(c *checkpoint, ts *taskSnapshot, h *backend.Handle, 
 		return false
 	}
 	ts.held, ts.handle, ts.release = true, h, handedOver
-	if !c.holdArmed {
-		c.holdArmed = true
-		d.wg.Add(1) // runSnapshot holds one: Shutdown is not past its wait
-		time.AfterFunc(reportHold, func() {
-			defer d.wg.Done()
-			d.mu.Lock()
-			c.holdArmed = false
-			d.mu.Unlock()
-			d.flushHeld(c, nil)
-		})
-	}
+	d.armHoldLocked(c, reportHold)
 	return true
+}
+
+// reportRetry is how long a held report whose own report failed waits
+// for the next try (or for its daemon's completion, which takes it).
+const reportRetry = time.Second
+
+// armHoldLocked has a timer flush c's held reports after delay, unless
+// one will already. The caller holds a count of d.wg (runSnapshot, or the
+// timer's own callback), or saw d.closing unset: Shutdown is not past its
+// wait.
+func (d *Daemon) armHoldLocked(c *checkpoint, delay time.Duration) {
+	if c.holdArmed {
+		return
+	}
+	c.holdArmed = true
+	d.wg.Add(1)
+	time.AfterFunc(delay, func() {
+		defer d.wg.Done()
+		d.mu.Lock()
+		c.holdArmed = false
+		d.mu.Unlock()
+		if d.flushHeld(c, nil) {
+			d.mu.Lock()
+			if c.ctx.Err() == nil && !d.closing {
+				d.armHoldLocked(c, reportRetry)
+			}
+			d.mu.Unlock()
+		}
+	})
 }
 
 // flushInstance reports the held reports of inst (it closes: its token
@@ -814,13 +840,16 @@ func (d *Daemon) flushInstance(inst *Instance) {
 // completion takes them, or flushes them itself when it fails. The
 // reports of an ended checkpoint are dropped. A report refused for a
 // stale token leaves its task out of the checkpoint (its new holder
-// reports); any other failure fails the checkpoint, as a failed report
-// after an upload does.
-func (d *Daemon) flushHeld(c *checkpoint, inst *Instance) {
+// reports); a report the catalog refused otherwise (the checkpoint
+// completed or ended through another node meanwhile) stays held for this
+// daemon's completion, which then finds it so; one whose outcome is
+// unknown (no leader) stays held for the next try too, and flushHeld
+// reports true.
+func (d *Daemon) flushHeld(c *checkpoint, inst *Instance) (again bool) {
 	d.mu.Lock()
 	if c.status == statusCompleting {
 		d.mu.Unlock()
-		return
+		return false
 	}
 	var todo []*taskSnapshot
 	for _, ts := range c.tasks {
@@ -839,7 +868,7 @@ func (d *Daemon) flushHeld(c *checkpoint, inst *Instance) {
 		for _, ts := range todo {
 			ts.release()
 		}
-		return
+		return false
 	}
 	defer func() {
 		d.mu.Lock()
@@ -850,33 +879,50 @@ func (d *Daemon) flushHeld(c *checkpoint, inst *Instance) {
 	fr := d.cfg.Catalog.(FencedReporter)
 	job, id := c.key.job, c.key.id
 	var wg sync.WaitGroup
-	var failed error
 	for _, ts := range todo {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			<-ts.done
 			err := fr.AddFencedTaskHandle(job, id, ts.handle, ts.inst.fence)
-			ts.release()
 			if err == nil {
+				ts.release()
 				return
 			}
 			err = fmt.Errorf("daemon: snapshot %d of %s (instance %s): report: %w", id, ts.inst.Task, ts.inst.IDString(), err)
+			fenced := errors.Is(err, ErrFenced)
+			refused := !fenced && refusedReport(err)
 			d.mu.Lock()
-			ts.reportErr = err
-			if !errors.Is(err, ErrFenced) && failed == nil {
-				failed = err
+			switch {
+			case fenced:
+				ts.reportErr = err
+			case refused:
+				// The checkpoint completed or ended elsewhere: a
+				// completion here finds it so; no retry.
+				ts.held = true
+			default:
+				ts.held, again = true, true
 			}
 			d.mu.Unlock()
+			if fenced || refused {
+				ts.release()
+			}
 			d.log.Warn("held snapshot report failed", "task", ts.inst.Task.String(), "checkpoint", id, "err", err)
 		}()
 	}
 	wg.Wait()
-	if failed != nil && c.ctx.Err() == nil {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		_ = d.abortFor(ctx, job, id, snapshotFailure(failed))
+	return again
+}
+
+// refusedReport reports whether the catalog answered a report with a
+// refusal (a retry gets the same), not an unknown outcome.
+func refusedReport(err error) bool {
+	for _, e := range []error{catalog.ErrState, catalog.ErrExists, catalog.ErrNotFound, catalog.ErrInvalidArgument, catalog.ErrCorrupt} {
+		if errors.Is(err, e) {
+			return true
+		}
 	}
+	return false
 }
 
 // allOpenHereLocked reports whether every task of m is open here.
