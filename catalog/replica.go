@@ -150,8 +150,12 @@ func (c *Catalog) Replicated() bool { return c.opts.Replica != nil }
 // token: the log takes it only while token is still the task's newest,
 // decided in the same entry, so that no report of an instance whose task
 // was opened again since can land. A stale token is an error wrapping
-// ErrFenced. Only a replicated catalog checks tokens.
+// ErrFenced. Only a replicated catalog checks tokens; token 0 (none) is
+// AddTaskHandle on any catalog.
 func (c *Catalog) AddFencedTaskHandle(job string, id uint64, h *backend.Handle, token uint64) error {
+	if token == 0 {
+		return c.AddTaskHandle(job, id, h)
+	}
 	if !c.Replicated() {
 		return fmt.Errorf("%w: report of checkpoint %s under fencing token %d: this catalog is not replicated and cannot check tokens",
 			ErrInvalidArgument, CheckpointDir(job, id), token)
@@ -302,7 +306,16 @@ type FencedHandle struct {
 // complete again). The completeness checks count the reports as reported
 // handles. Another catalog takes them as reports first (no token: it
 // cannot check one).
-func (c *Catalog) CompleteWithReports(ctx context.Context, job string, id uint64, tasks []backend.TaskID, reports []FencedHandle) (*Manifest, error) {
+//
+// tokens are those its caller's instances hold: the catalog has no fencing
+// tokens of its own to check them against (a cluster's catalog service
+// checks them before it completes, catalogrpc), so it refuses them.
+func (c *Catalog) CompleteWithReports(ctx context.Context, job string, id uint64, tasks []backend.TaskID, tokens map[backend.TaskID]uint64,
+	reports []FencedHandle) (*Manifest, error) {
+	if len(tokens) > 0 {
+		return nil, fmt.Errorf("%w: complete %s under fencing tokens: this catalog cannot check them (a cluster's catalog service does)",
+			ErrInvalidArgument, CheckpointDir(job, id))
+	}
 	for _, rp := range reports {
 		if rp.Handle == nil {
 			return nil, fmt.Errorf("%w: nil handle for %s", ErrInvalidArgument, CheckpointDir(job, id))

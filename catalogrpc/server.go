@@ -312,7 +312,7 @@ func (s *Server) completeWithReports(ctx context.Context, req *request) (*catalo
 		reports[i] = catalog.FencedHandle{Handle: h, Token: rp.Token}
 	}
 	if c.Replicated() {
-		return c.CompleteWithReports(ctx, req.Job, req.ID, req.Tasks, reports)
+		return c.CompleteWithReports(ctx, req.Job, req.ID, req.Tasks, nil, reports)
 	}
 	for _, rp := range req.Reports {
 		if _, err := s.run(ctx, mReport, &request{Job: req.Job, ID: req.ID, Handle: rp.Handle, Token: rp.Token}); err != nil {

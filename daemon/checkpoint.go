@@ -245,13 +245,8 @@ func (d *Daemon) runSnapshot(c *checkpoint, ts *taskSnapshot, ps backend.Pending
 		err = fmt.Errorf("%w: the backend returned a handle for another task or checkpoint", backend.ErrCorrupt)
 	}
 	// A fenced instance must not report: the task's newer holder reports
-	// its own handle for this checkpoint. A catalog that checks the token
-	// as it keeps the report does it in that write.
-	fr, fencedReport := d.cfg.Catalog.(FencedReporter)
-	fencedReport = fencedReport && d.cfg.Fence != nil && inst.fence != 0
-	if err == nil && !fencedReport {
-		err = d.checkFence(c.ctx, inst, fmt.Sprintf("snapshot %d", id))
-	}
+	// its own handle for this checkpoint. The catalog checks the token
+	// (cluster mode: in the same log write that keeps the report).
 	if err == nil && len(ts.channels) > 0 {
 		err = d.sealChannels(c)
 	}
@@ -259,15 +254,13 @@ func (d *Daemon) runSnapshot(c *checkpoint, ts *taskSnapshot, ps backend.Pending
 	if err == nil {
 		h = withOperatorState(h, ts.ops)
 		h = withChannels(h, ts.channels, ts.taskStats(time.Since(t0)))
-		if fencedReport && d.holdReport(c, ts, h, handedOver) {
+		if d.holdReport(c, ts, h, handedOver) {
 			held = true
-		} else if fencedReport {
-			err = fr.AddFencedTaskHandle(inst.Task.Job, id, h, inst.fence)
+		} else {
+			err = d.cfg.Catalog.AddFencedTaskHandle(inst.Task.Job, id, h, inst.fence)
 			if errors.Is(err, ErrFenced) {
 				err = fmt.Errorf("daemon: snapshot %d of %s (instance %s): %w", id, inst.Task, inst.IDString(), err)
 			}
-		} else {
-			err = d.cfg.Catalog.AddTaskHandle(inst.Task.Job, id, h)
 		}
 	}
 	if !held {
@@ -331,7 +324,7 @@ func (d *Daemon) CompleteCheckpoint(ctx context.Context, job string, id uint64, 
 			// Every task lives on other daemons: the catalog completes it
 			// when they all reported (without a task list, when every
 			// task of the job open anywhere did).
-			m, err := d.cfg.Catalog.CompleteTasks(ctx, job, id, tasks)
+			m, err := d.cfg.Catalog.CompleteWithReports(ctx, job, id, tasks, nil, nil)
 			if err != nil {
 				return CheckpointInfo{}, fmt.Errorf("daemon: complete checkpoint %d of job %s: %w", id, job, err)
 			}
@@ -440,60 +433,48 @@ func (d *Daemon) CompleteCheckpoint(ctx context.Context, job string, id uint64, 
 		}
 		return fmt.Errorf("%w (this daemon's instances of some of its tasks were fenced, their tasks opened elsewhere: %w)", err, errors.Join(fenced...))
 	}
-	var m *catalog.Manifest
-	var err error
+	// The catalog checks the tokens (cluster mode: on the leader, within
+	// the completion's own confirmation of the leadership). The held
+	// reports go in the completion's own log entry, each under its
+	// token.
+	tokens := map[backend.TaskID]uint64{}
+	var reports []catalog.FencedHandle
 	var merged []*taskSnapshot
-	if fc, ok := d.cfg.Catalog.(FencedCompleter); ok && d.cfg.Fence != nil {
-		// The catalog checks the tokens on the leader, within the
-		// completion's own confirmation of the leadership. The held
-		// reports go in the completion's own log entry, each under its
-		// token.
-		tokens := map[backend.TaskID]uint64{}
-		var reports []catalog.FencedHandle
+	d.mu.Lock()
+	for _, ts := range snaps {
+		if ts.inst.fence != 0 {
+			tokens[ts.inst.Task] = ts.inst.fence
+		}
+		if ts.held {
+			ts.held = false
+			merged = append(merged, ts)
+			reports = append(reports, catalog.FencedHandle{Handle: ts.handle, Token: ts.inst.fence})
+		}
+	}
+	d.mu.Unlock()
+	m, err := d.cfg.Catalog.CompleteWithReports(ctx, job, id, tasks, tokens, reports)
+	err = withFenced(err)
+	if err != nil && len(merged) > 0 {
+		// The reports are not in the catalog: report them on their own
+		// (a completion through another node, or a retry, needs them; a
+		// stale token's report is refused then, the others are taken).
 		d.mu.Lock()
-		for _, ts := range snaps {
-			if ts.inst.fence != 0 {
-				tokens[ts.inst.Task] = ts.inst.fence
-			}
-			if ts.held {
-				ts.held = false
-				merged = append(merged, ts)
-				reports = append(reports, catalog.FencedHandle{Handle: ts.handle, Token: ts.inst.fence})
-			}
+		for _, ts := range merged {
+			ts.held = true
 		}
 		d.mu.Unlock()
-		m, err = fc.CompleteWithReports(ctx, job, id, tasks, tokens, reports)
-		err = withFenced(err)
-		if err != nil && len(merged) > 0 {
-			// The reports are not in the catalog: report them on their
-			// own (a completion through another node, or a retry, needs
-			// them; a stale token's report is refused then, the others
-			// are taken).
+		reopen()
+		if d.flushHeld(c, nil) {
 			d.mu.Lock()
-			for _, ts := range merged {
-				ts.held = true
+			if c.ctx.Err() == nil && !d.closing {
+				d.armHoldLocked(c, reportRetry)
 			}
 			d.mu.Unlock()
-			reopen()
-			if d.flushHeld(c, nil) {
-				d.mu.Lock()
-				if c.ctx.Err() == nil && !d.closing {
-					d.armHoldLocked(c, reportRetry)
-				}
-				d.mu.Unlock()
-			}
 		}
-		if errors.Is(err, ErrFenced) {
-			reopen()
-			return CheckpointInfo{}, fmt.Errorf("daemon: complete checkpoint %d of job %s: %w", id, job, err)
-		}
-	} else {
-		if err := d.checkFences(ctx, snaps, fmt.Sprintf("complete checkpoint %d", id)); err != nil {
-			reopen()
-			return CheckpointInfo{}, err
-		}
-		m, err = d.cfg.Catalog.CompleteTasks(ctx, job, id, tasks)
-		err = withFenced(err)
+	}
+	if errors.Is(err, ErrFenced) {
+		reopen()
+		return CheckpointInfo{}, fmt.Errorf("daemon: complete checkpoint %d of job %s: %w", id, job, err)
 	}
 	if err != nil {
 		// The catalog keeps it in flight: the coordinator may retry or
@@ -773,11 +754,8 @@ const reportHold = 25 * time.Millisecond
 // never partial: the tasks hold fencing tokens), and only for reportHold,
 // after which the reports go on their own (flushHeld).
 func (d *Daemon) holdReport(c *checkpoint, ts *taskSnapshot, h *backend.Handle, handedOver func()) bool {
-	if ts.wait {
-		return false
-	}
-	if _, ok := d.cfg.Catalog.(FencedCompleter); !ok {
-		return false
+	if ts.wait || d.cfg.Fence == nil || ts.inst.fence == 0 {
+		return false // no cluster: no log write to save
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -876,7 +854,6 @@ func (d *Daemon) flushHeld(c *checkpoint, inst *Instance) (again bool) {
 		d.mu.Unlock()
 		close(done)
 	}()
-	fr := d.cfg.Catalog.(FencedReporter)
 	job, id := c.key.job, c.key.id
 	var wg sync.WaitGroup
 	for _, ts := range todo {
@@ -884,7 +861,7 @@ func (d *Daemon) flushHeld(c *checkpoint, inst *Instance) (again bool) {
 		go func() {
 			defer wg.Done()
 			<-ts.done
-			err := fr.AddFencedTaskHandle(job, id, ts.handle, ts.inst.fence)
+			err := d.cfg.Catalog.AddFencedTaskHandle(job, id, ts.handle, ts.inst.fence)
 			if err == nil {
 				ts.release()
 				return
