@@ -154,6 +154,9 @@ func sameHandle(a, b *backend.Handle) bool {
 // daemon may still report it, and the caller retries). Without tasks it
 // is Complete.
 func (c *Catalog) CompleteTasks(ctx context.Context, job string, id uint64, tasks []backend.TaskID) (*Manifest, error) {
+	if c.Replicated() {
+		return c.completeReplicated(ctx, job, id, tasks, nil)
+	}
 	if len(tasks) == 0 {
 		return c.Complete(ctx, job, id)
 	}
@@ -192,9 +195,6 @@ func (c *Catalog) CompleteTasks(ctx context.Context, job string, id uint64, task
 			return nil, fmt.Errorf("%w: checkpoint %s has no handle of tasks %s", ErrState, r, strings.Join(missing, ", "))
 		}
 	}
-	if c.Replicated() {
-		return c.completeReplicated(ctx, job, id, false)
-	}
 	return c.Complete(ctx, job, id)
 }
 
@@ -210,7 +210,7 @@ func (c *Catalog) CompleteTasks(ctx context.Context, job string, id uint64, task
 // caller may retry it or Abort it.
 func (c *Catalog) Complete(ctx context.Context, job string, id uint64, handles ...*backend.Handle) (*Manifest, error) {
 	if c.Replicated() && len(handles) == 0 {
-		return c.completeReplicated(ctx, job, id, true)
+		return c.completeReplicated(ctx, job, id, nil, nil)
 	}
 	r := ref{job, id}
 	if c.isClosed() {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/statedhq/stated/backend"
@@ -149,8 +150,12 @@ func (c *Catalog) Replicated() bool { return c.opts.Replica != nil }
 // token: the log takes it only while token is still the task's newest,
 // decided in the same entry, so that no report of an instance whose task
 // was opened again since can land. A stale token is an error wrapping
-// ErrFenced. Only a replicated catalog checks tokens.
+// ErrFenced. Only a replicated catalog checks tokens; token 0 (none) is
+// AddTaskHandle on any catalog.
 func (c *Catalog) AddFencedTaskHandle(job string, id uint64, h *backend.Handle, token uint64) error {
+	if token == 0 {
+		return c.AddTaskHandle(job, id, h)
+	}
 	if !c.Replicated() {
 		return fmt.Errorf("%w: report of checkpoint %s under fencing token %d: this catalog is not replicated and cannot check tokens",
 			ErrInvalidArgument, CheckpointDir(job, id), token)
@@ -285,6 +290,90 @@ func (c *Catalog) checkNotCompleting(job string, id uint64) error {
 	return nil
 }
 
+// FencedHandle is a task's handle with the fencing token its instance
+// holds (0: none).
+type FencedHandle struct {
+	Handle *backend.Handle
+	Token  uint64
+}
+
+// CompleteWithReports is CompleteTasks by a caller that also hands over
+// reports of its own tasks not reported yet. A replicated catalog takes
+// them in the completion's own log entry (one log write for reports and
+// completion): the entry checks every report's token (all or nothing,
+// like a report's own entry), and a report the entry does not take is not
+// in the log, so the caller still holds it and must report it (or
+// complete again). The completeness checks count the reports as reported
+// handles. Another catalog takes them as reports first (no token: it
+// cannot check one).
+//
+// tokens are those its caller's instances hold: the catalog has no fencing
+// tokens of its own to check them against (a cluster's catalog service
+// checks them before it completes, catalogrpc), so it refuses them.
+func (c *Catalog) CompleteWithReports(ctx context.Context, job string, id uint64, tasks []backend.TaskID, tokens map[backend.TaskID]uint64,
+	reports []FencedHandle) (*Manifest, error) {
+	if len(tokens) > 0 {
+		return nil, fmt.Errorf("%w: complete %s under fencing tokens: this catalog cannot check them (a cluster's catalog service does)",
+			ErrInvalidArgument, CheckpointDir(job, id))
+	}
+	for _, rp := range reports {
+		if rp.Handle == nil {
+			return nil, fmt.Errorf("%w: nil handle for %s", ErrInvalidArgument, CheckpointDir(job, id))
+		}
+	}
+	if c.Replicated() {
+		return c.completeReplicated(ctx, job, id, tasks, reports)
+	}
+	for _, rp := range reports {
+		if rp.Token != 0 {
+			return nil, fmt.Errorf("%w: report of checkpoint %s under fencing token %d: this catalog is not replicated and cannot check tokens",
+				ErrInvalidArgument, CheckpointDir(job, id), rp.Token)
+		}
+		if err := c.AddTaskHandle(job, id, rp.Handle); err != nil {
+			return nil, err
+		}
+	}
+	return c.CompleteTasks(ctx, job, id, tasks)
+}
+
+// mergeReports adds reports to the handles and tokens of in-flight
+// checkpoint r as its machine's add-handle would (the completion's entry
+// applies them so): the same report again is taken once, a newer token's
+// handle replaces an older one's, an older token's is fenced, and another
+// handle of a task that has one is refused. It returns the reports that
+// add something.
+func mergeReports(r ref, hs []*backend.Handle, tokens map[backend.TaskID]uint64, reports []FencedHandle) ([]*backend.Handle, map[backend.TaskID]uint64, []FencedHandle, error) {
+	var add []FencedHandle
+	for _, rp := range reports {
+		h, token := rp.Handle, rp.Token
+		i := slices.IndexFunc(hs, func(o *backend.Handle) bool { return o.Task == h.Task })
+		if i >= 0 {
+			old := tokens[h.Task]
+			switch {
+			case sameHandle(hs[i], h) && (token == old || token == 0):
+				continue
+			case token != 0 && old != 0 && token > old:
+				hs[i] = h
+			case token != 0 && old != 0 && token < old:
+				return nil, nil, nil, fmt.Errorf("%w: checkpoint %s: the report of task %s under fencing token %d is older than the one it holds (token %d)",
+					ErrFenced, r, h.Task, token, old)
+			default:
+				return nil, nil, nil, fmt.Errorf("%w: checkpoint %s already has a handle of task %s", ErrExists, r, h.Task)
+			}
+		} else {
+			hs = append(hs, h)
+		}
+		if token != 0 {
+			if tokens == nil {
+				tokens = map[backend.TaskID]uint64{}
+			}
+			tokens[h.Task] = token
+		}
+		add = append(add, rp)
+	}
+	return hs, tokens, add, nil
+}
+
 // completeReplicated is Complete of a replicated catalog: the manifest is
 // written, then one command through the log completes the checkpoint
 // (a single catalog's start-complete would be one more log write on the
@@ -292,10 +381,15 @@ func (c *Catalog) checkNotCompleting(job string, id uint64) error {
 // (discarder): the command marked those checkpoints discarding in every
 // replica, so a leader change leaves their discard to the next leader.
 //
-// whole says the caller named no tasks: Options.CheckCompletion then
-// requires every task of the job.
-func (c *Catalog) completeReplicated(ctx context.Context, job string, id uint64, whole bool) (*Manifest, error) {
+// tasks are those the checkpoint must hold a handle of; none says the
+// caller named no tasks: Options.CheckCompletion then requires every task
+// of the job. reports (CompleteWithReports) go into the completion's
+// entry, as add-handle commands in one batch with it (and the held-back
+// begin of the checkpoint, if the log has not begun it), under their
+// tokens' checks.
+func (c *Catalog) completeReplicated(ctx context.Context, job string, id uint64, tasks []backend.TaskID, reports []FencedHandle) (*Manifest, error) {
 	r := ref{job, id}
+	whole := len(tasks) == 0
 	c.mu.Lock()
 	if c.mu.closed {
 		c.mu.Unlock()
@@ -304,24 +398,47 @@ func (c *Catalog) completeReplicated(ctx context.Context, job string, id uint64,
 	if e, ok := c.mu.entries[r]; ok && !e.discarding {
 		m := cloneManifest(e.m)
 		c.mu.Unlock()
+		// Completed already: every task asked for must be in it.
+		if missing := missingTasks(m.Tasks, tasks); len(missing) > 0 {
+			return nil, fmt.Errorf("%w: checkpoint %s has no handle of tasks %s", ErrState, r, strings.Join(missing, ", "))
+		}
 		return m, nil
 	}
 	_, inf, err := c.mu.inflightOf(job, id, " (BeginCheckpoint first)")
-	_, begun := c.mu.begun[r]
+	beganAt, begun := c.mu.begun[r]
+	begin := false // the entry begins the checkpoint
+	var started time.Time
+	var hs []*backend.Handle
+	var tokens map[backend.TaskID]uint64
 	switch {
+	case err != nil && begun && len(reports) > 0:
+		// Begun here and held back: the completion's entry begins it.
+		err, begin, started = nil, true, beganAt
 	case err != nil && begun:
 		err = fmt.Errorf("%w: checkpoint %s has no task handle", ErrInvalidArgument, r)
 	case err != nil:
 	case c.mu.completing[r] || inf.completing:
 		err = fmt.Errorf("%w: checkpoint %s is already completing", ErrState, r)
-	case len(inf.handles) == 0:
+	default:
+		started, hs, tokens = inf.started, slices.Clone(inf.handles), maps.Clone(inf.tokens)
+	}
+	if err == nil {
+		hs, tokens, reports, err = mergeReports(r, hs, tokens, reports)
+	}
+	if err == nil && len(hs) == 0 {
 		err = fmt.Errorf("%w: checkpoint %s has no task handle", ErrInvalidArgument, r)
+	}
+	if err == nil {
+		if missing := missingTasks(hs, tasks); len(missing) > 0 {
+			// In flight still: their daemons may report them, and the
+			// caller retries.
+			err = fmt.Errorf("%w: checkpoint %s has no handle of tasks %s", ErrState, r, strings.Join(missing, ", "))
+		}
 	}
 	if err != nil {
 		c.mu.Unlock()
 		return nil, err
 	}
-	started, hs, tokens := inf.started, slices.Clone(inf.handles), maps.Clone(inf.tokens)
 	if c.mu.completing == nil {
 		c.mu.completing = map[ref]bool{}
 	}
@@ -344,14 +461,30 @@ func (c *Catalog) completeReplicated(ctx context.Context, job string, id uint64,
 	if err != nil {
 		return nil, err
 	}
-	out, err := c.exec(command{Op: opCompleted, Job: job, ID: id, Manifest: enc, decoded: m})
+	cmd := command{Op: opCompleted, Job: job, ID: id, Manifest: enc, decoded: m}
+	var fences []Fence
+	if len(reports) > 0 || begin {
+		var batch []command
+		if begin {
+			batch = append(batch, command{Op: opBegin, Job: job, ID: id, Now: started})
+		}
+		for _, rp := range reports {
+			batch = append(batch, command{Op: opAddHandle, Job: job, ID: id, Handles: []*backend.Handle{rp.Handle}, Token: rp.Token})
+			if rp.Token != 0 {
+				fences = append(fences, Fence{Task: rp.Handle.Task, Token: rp.Token})
+			}
+		}
+		cmd = command{Op: opBatch, Batch: append(batch, cmd)}
+	}
+	out, err := c.execFenced(cmd, fences)
 	if errors.Is(err, errLogFailed) {
 		// Whether the log took it is unknown: the manifest stays, and a
 		// retry (on the next leader) completes with it.
 		return nil, err
 	}
 	if err != nil {
-		// Refused (aborted meanwhile): no manifest may outlive it.
+		// Refused (aborted meanwhile, a stale token): no manifest may
+		// outlive it.
 		c.deleteNames(ctx, []string{r.manifest()})
 		return nil, err
 	}
@@ -362,6 +495,25 @@ func (c *Catalog) completeReplicated(ctx context.Context, job string, id uint64,
 	}
 	c.saveJobLogged(ctx, job)
 	return cloneManifest(m), nil
+}
+
+// missingTasks are the tasks (sorted names) no handle of hs belongs to.
+func missingTasks(hs []*backend.Handle, tasks []backend.TaskID) []string {
+	if len(tasks) == 0 {
+		return nil
+	}
+	have := map[backend.TaskID]bool{}
+	for _, h := range hs {
+		have[h.Task] = true
+	}
+	var missing []string
+	for _, t := range tasks {
+		if !have[t] {
+			missing = append(missing, t.String())
+		}
+	}
+	slices.Sort(missing)
+	return missing
 }
 
 // startDiscarder runs a replicated catalog's discarder until Close: it

@@ -322,11 +322,33 @@ func (c *Client) CompleteTasks(ctx context.Context, job string, id uint64, tasks
 // completion confirms the leadership (no round trip of its own), and
 // refuses otherwise with an error wrapping catalog.ErrFenced.
 func (c *Client) CompleteFencedTasks(ctx context.Context, job string, id uint64, tasks []backend.TaskID, tokens map[backend.TaskID]uint64) (*catalog.Manifest, error) {
+	return c.CompleteWithReports(ctx, job, id, tasks, tokens, nil)
+}
+
+// CompleteWithReports is CompleteFencedTasks that also hands over the
+// caller's reports of its own tasks not reported yet: the hosting
+// catalog takes them in the completion's own log write
+// (catalog.Catalog.CompleteWithReports), each checked under its token. The
+// client does not keep them for a replay: on an error the caller still
+// holds them and reports them (AddFencedTaskHandle) or completes again.
+func (c *Client) CompleteWithReports(ctx context.Context, job string, id uint64, tasks []backend.TaskID, tokens map[backend.TaskID]uint64,
+	reports []catalog.FencedHandle) (*catalog.Manifest, error) {
 	var fences []Fence
 	for t, tok := range tokens {
 		fences = append(fences, Fence{Task: t, Token: tok})
 	}
-	a, err := c.call(ctx, mComplete, &request{Job: job, ID: id, Tasks: tasks, Fences: fences})
+	var wr []wireReport
+	for _, rp := range reports {
+		if rp.Handle == nil {
+			return nil, fmt.Errorf("%w: nil handle for checkpoint %d of job %s", catalog.ErrInvalidArgument, id, job)
+		}
+		enc, err := backend.EncodeHandle(rp.Handle)
+		if err != nil {
+			return nil, err
+		}
+		wr = append(wr, wireReport{Handle: enc, Token: rp.Token})
+	}
+	a, err := c.call(ctx, mComplete, &request{Job: job, ID: id, Tasks: tasks, Fences: fences, Reports: wr})
 	if err != nil {
 		return nil, err
 	}

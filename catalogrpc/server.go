@@ -190,7 +190,13 @@ func (s *Server) run(ctx context.Context, method string, req *request) (*answer,
 				return nil, fmt.Errorf("catalogrpc: complete checkpoint %d of job %s: %w", req.ID, req.Job, err)
 			}
 		}
-		m, err := c.CompleteTasks(ctx, req.Job, req.ID, req.Tasks)
+		var m *catalog.Manifest
+		var err error
+		if len(req.Reports) > 0 {
+			m, err = s.completeWithReports(ctx, req)
+		} else {
+			m, err = c.CompleteTasks(ctx, req.Job, req.ID, req.Tasks)
+		}
 		if err == nil {
 			s.settle(ctx, req.Job, req.ID, true)
 			s.subsume(ctx, req.Job, req.ID)
@@ -285,4 +291,33 @@ func (s *Server) subsume(ctx context.Context, job string, id uint64) {
 		}
 		s.settle(ctx, job, old, false)
 	}
+}
+
+// completeWithReports is a completion that carries reports of its
+// caller's tasks. A replicated catalog takes them in the completion's log
+// entry (with the checkpoint's begin, if this leader holds it back; a
+// checkpoint a former leader began and held is not in flight here until
+// the caller's client replays its begins, and the completion is refused
+// until then, never begun again here: it may have been aborted since).
+// Otherwise each is a report of its own first, as mReport takes it
+// (journaled, its token checked in the journal's write).
+func (s *Server) completeWithReports(ctx context.Context, req *request) (*catalog.Manifest, error) {
+	c := s.cat
+	reports := make([]catalog.FencedHandle, len(req.Reports))
+	for i, rp := range req.Reports {
+		h, err := backend.DecodeHandle(rp.Handle)
+		if err != nil {
+			return nil, fmt.Errorf("catalogrpc: complete checkpoint %d of job %s: report %d: %w", req.ID, req.Job, i, err)
+		}
+		reports[i] = catalog.FencedHandle{Handle: h, Token: rp.Token}
+	}
+	if c.Replicated() {
+		return c.CompleteWithReports(ctx, req.Job, req.ID, req.Tasks, nil, reports)
+	}
+	for _, rp := range req.Reports {
+		if _, err := s.run(ctx, mReport, &request{Job: req.Job, ID: req.ID, Handle: rp.Handle, Token: rp.Token}); err != nil {
+			return nil, fmt.Errorf("catalogrpc: complete checkpoint %d of job %s: %w", req.ID, req.Job, err)
+		}
+	}
+	return c.CompleteTasks(ctx, req.Job, req.ID, req.Tasks)
 }

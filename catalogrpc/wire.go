@@ -40,13 +40,22 @@ type request struct {
 	// Token is the fencing token a report was made under (0: none).
 	Token uint64 `json:"token,omitempty"`
 	// Fences are the tokens a completion's caller holds its tasks under.
-	Fences  []Fence          `json:"fences,omitempty"`
+	Fences []Fence `json:"fences,omitempty"`
+	// Reports are a completion's handles of its caller's own tasks not
+	// reported yet (CompleteWithReports), each under its token.
+	Reports []wireReport     `json:"reports,omitempty"`
 	Tasks   []backend.TaskID `json:"tasks,omitempty"`
 	Status  catalog.Status   `json:"status,omitempty"`
 	Reason  string           `json:"reason,omitempty"`
 	Savept  string           `json:"savepoint,omitempty"`
 	Names   []string         `json:"names,omitempty"`
 	Restore *restoreRequest  `json:"restore,omitempty"`
+}
+
+// wireReport is one report a completion carries.
+type wireReport struct {
+	Handle []byte `json:"handle"` // backend.EncodeHandle
+	Token  uint64 `json:"token,omitempty"`
 }
 
 type restoreRequest struct {

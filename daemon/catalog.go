@@ -18,8 +18,21 @@ type Catalog interface {
 	GCGrace() time.Duration
 	HeapStore() tiered.Store
 	BeginCheckpoint(job string, id uint64) error
-	AddTaskHandle(job string, id uint64, h *backend.Handle) error
-	CompleteTasks(ctx context.Context, job string, id uint64, tasks []backend.TaskID) (*catalog.Manifest, error)
+	// AddFencedTaskHandle reports a task's handle, taken by an instance
+	// holding fencing token (0: the daemon does not fence). A catalog
+	// that is handed a token checks it as it keeps the report (cluster
+	// mode: in the same log write) and refuses a stale one with an error
+	// wrapping ErrFenced; one that cannot check tokens refuses them.
+	AddFencedTaskHandle(job string, id uint64, h *backend.Handle, token uint64) error
+	// CompleteWithReports completes a checkpoint that must hold a handle
+	// of every task in tasks (none: of every task of the job), whose
+	// caller holds instances of its tasks under tokens, and hands over
+	// reports of its own tasks not reported yet (cluster mode: taken in
+	// the completion's own log write, each under its token). A stale
+	// token is an error wrapping ErrFenced; reports of a completion that
+	// failed are not in the catalog.
+	CompleteWithReports(ctx context.Context, job string, id uint64, tasks []backend.TaskID, tokens map[backend.TaskID]uint64,
+		reports []catalog.FencedHandle) (*catalog.Manifest, error)
 	Abort(ctx context.Context, job string, id uint64, why catalog.Status, reason string) error
 	Release(ctx context.Context, job string, id uint64) error
 	Checkpoint(job string, id uint64) (*catalog.Manifest, bool)
@@ -34,25 +47,6 @@ type Catalog interface {
 }
 
 var _ Catalog = (*catalog.Catalog)(nil)
-
-// FencedReporter is a Catalog that checks an instance's fencing token in
-// the same replicated write that keeps its handle report (cluster mode's
-// shared catalog). The daemon then reports through it instead of checking
-// the token first: that saves the check's round trip on every snapshot,
-// and no report of a fenced instance can land between a check and the
-// report. A refusal wraps ErrFenced.
-type FencedReporter interface {
-	AddFencedTaskHandle(job string, id uint64, h *backend.Handle, token uint64) error
-}
-
-// FencedCompleter is a Catalog that checks the completing daemon's
-// fencing tokens itself, on the cluster's leader right before the
-// completion confirms the leadership: the daemon then completes through
-// it instead of checking the tokens first, which saves that check's
-// round trip. A refusal wraps ErrFenced.
-type FencedCompleter interface {
-	CompleteFencedTasks(ctx context.Context, job string, id uint64, tasks []backend.TaskID, tokens map[backend.TaskID]uint64) (*catalog.Manifest, error)
-}
 
 // CheckedLookups is a Catalog whose lookups can fail (cluster mode's
 // shared catalog, reached across nodes): the daemon asks these instead of

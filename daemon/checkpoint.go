@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/statedhq/stated/backend"
@@ -48,6 +50,10 @@ type checkpoint struct {
 	// chans is the channel state the tasks here write for it (nil until
 	// one does). Set under d.mu.
 	chans *checkpointChannels
+	// holdArmed: a timer will flush the held reports (holdReport); flushes
+	// are the flushes under way, closed when done. Under d.mu.
+	holdArmed bool
+	flushes   []chan struct{}
 }
 
 type taskSnapshot struct {
@@ -64,6 +70,17 @@ type taskSnapshot struct {
 	// the engine reported (nil: nothing).
 	channels []backend.ChannelState
 	stats    *SnapshotStats
+	// wait: the caller waits for the report (SnapshotOptions.Wait), which
+	// is then never held.
+	wait bool
+	// held: the handle's report is held for the completion's own log
+	// write (holdReport); release ends the changelog keeper's hold of it
+	// once the handle is with the catalog or the checkpoint ended.
+	// reportErr is the error of a held report made on its own (flush).
+	// Under d.mu.
+	held      bool
+	release   func()
+	reportErr error
 }
 
 // SnapshotOptions are the options of SnapshotWith.
@@ -118,7 +135,7 @@ func (d *Daemon) SnapshotWith(ctx context.Context, inst *Instance, id uint64, o 
 		d.mu.Unlock()
 		return SnapshotResult{}, err
 	}
-	ts := &taskSnapshot{inst: inst, done: make(chan struct{}), stats: o.Stats}
+	ts := &taskSnapshot{inst: inst, done: make(chan struct{}), stats: o.Stats, wait: wait}
 	c.tasks[task] = ts
 	d.wg.Add(1)
 	if c.chans != nil && d.allSnapshottedLocked(c) {
@@ -228,29 +245,27 @@ func (d *Daemon) runSnapshot(c *checkpoint, ts *taskSnapshot, ps backend.Pending
 		err = fmt.Errorf("%w: the backend returned a handle for another task or checkpoint", backend.ErrCorrupt)
 	}
 	// A fenced instance must not report: the task's newer holder reports
-	// its own handle for this checkpoint. A catalog that checks the token
-	// as it keeps the report does it in that write.
-	fr, fencedReport := d.cfg.Catalog.(FencedReporter)
-	fencedReport = fencedReport && d.cfg.Fence != nil && inst.fence != 0
-	if err == nil && !fencedReport {
-		err = d.checkFence(c.ctx, inst, fmt.Sprintf("snapshot %d", id))
-	}
+	// its own handle for this checkpoint. The catalog checks the token
+	// (cluster mode: in the same log write that keeps the report).
 	if err == nil && len(ts.channels) > 0 {
 		err = d.sealChannels(c)
 	}
+	held := false
 	if err == nil {
 		h = withOperatorState(h, ts.ops)
 		h = withChannels(h, ts.channels, ts.taskStats(time.Since(t0)))
-		if fencedReport {
-			err = fr.AddFencedTaskHandle(inst.Task.Job, id, h, inst.fence)
+		if d.holdReport(c, ts, h, handedOver) {
+			held = true
+		} else {
+			err = d.cfg.Catalog.AddFencedTaskHandle(inst.Task.Job, id, h, inst.fence)
 			if errors.Is(err, ErrFenced) {
 				err = fmt.Errorf("daemon: snapshot %d of %s (instance %s): %w", id, inst.Task, inst.IDString(), err)
 			}
-		} else {
-			err = d.cfg.Catalog.AddTaskHandle(inst.Task.Job, id, h)
 		}
 	}
-	handedOver()
+	if !held {
+		handedOver()
+	}
 	ts.async = time.Since(t0)
 	d.m.CheckpointAsync[bi].Observe(ts.async)
 	if err != nil {
@@ -262,7 +277,9 @@ func (d *Daemon) runSnapshot(c *checkpoint, ts *taskSnapshot, ps backend.Pending
 		d.m.SnapshotFailures[bi].Add(1)
 		d.log.Warn("snapshot failed", "task", inst.Task.String(), "checkpoint", id, "err", err)
 	} else {
-		ts.handle = h
+		if !held {
+			ts.handle = h // holdReport set it under d.mu
+		}
 		d.m.ChannelStateBytes.Add(uint64(h.ChannelBytes()))
 		if h.Stats != nil && h.Stats.Unaligned {
 			d.m.UnalignedSnapshots.Add(1)
@@ -307,7 +324,7 @@ func (d *Daemon) CompleteCheckpoint(ctx context.Context, job string, id uint64, 
 			// Every task lives on other daemons: the catalog completes it
 			// when they all reported (without a task list, when every
 			// task of the job open anywhere did).
-			m, err := d.cfg.Catalog.CompleteTasks(ctx, job, id, tasks)
+			m, err := d.cfg.Catalog.CompleteWithReports(ctx, job, id, tasks, nil, nil)
 			if err != nil {
 				return CheckpointInfo{}, fmt.Errorf("daemon: complete checkpoint %d of job %s: %w", id, job, err)
 			}
@@ -352,6 +369,9 @@ func (d *Daemon) CompleteCheckpoint(ctx context.Context, job string, id uint64, 
 	for _, ts := range c.tasks {
 		snaps = append(snaps, ts)
 	}
+	// No flush of held reports starts while it completes; those under way
+	// must end first (their reports are then in the catalog, or failed).
+	flushes := slices.Clone(c.flushes)
 	d.mu.Unlock()
 	reopen := func() {
 		d.mu.Lock()
@@ -374,6 +394,21 @@ func (d *Daemon) CompleteCheckpoint(ctx context.Context, job string, id uint64, 
 			return CheckpointInfo{}, fmt.Errorf("daemon: complete checkpoint %d of job %s: waiting for uploads: %w", id, job, ctx.Err())
 		}
 	}
+	for _, f := range flushes {
+		select {
+		case <-f:
+		case <-ctx.Done():
+			reopen()
+			return CheckpointInfo{}, fmt.Errorf("daemon: complete checkpoint %d of job %s: waiting for reports: %w", id, job, ctx.Err())
+		}
+	}
+	d.mu.Lock()
+	for _, ts := range snaps {
+		if ts.err == nil && ts.reportErr != nil {
+			ts.err = ts.reportErr // a held report made on its own failed
+		}
+	}
+	d.mu.Unlock()
 	// The snapshots of fenced instances (their tasks were opened again on
 	// another node) are left out: the tasks' new holders report theirs
 	// (the catalog refuses the completion until they have).
@@ -398,30 +433,48 @@ func (d *Daemon) CompleteCheckpoint(ctx context.Context, job string, id uint64, 
 		}
 		return fmt.Errorf("%w (this daemon's instances of some of its tasks were fenced, their tasks opened elsewhere: %w)", err, errors.Join(fenced...))
 	}
-	var m *catalog.Manifest
-	var err error
-	if fc, ok := d.cfg.Catalog.(FencedCompleter); ok && d.cfg.Fence != nil {
-		// The catalog checks the tokens on the leader, within the
-		// completion's own confirmation of the leadership.
-		tokens := map[backend.TaskID]uint64{}
-		for _, ts := range snaps {
-			if ts.inst.fence != 0 {
-				tokens[ts.inst.Task] = ts.inst.fence
+	// The catalog checks the tokens (cluster mode: on the leader, within
+	// the completion's own confirmation of the leadership). The held
+	// reports go in the completion's own log entry, each under its
+	// token.
+	tokens := map[backend.TaskID]uint64{}
+	var reports []catalog.FencedHandle
+	var merged []*taskSnapshot
+	d.mu.Lock()
+	for _, ts := range snaps {
+		if ts.inst.fence != 0 {
+			tokens[ts.inst.Task] = ts.inst.fence
+		}
+		if ts.held {
+			ts.held = false
+			merged = append(merged, ts)
+			reports = append(reports, catalog.FencedHandle{Handle: ts.handle, Token: ts.inst.fence})
+		}
+	}
+	d.mu.Unlock()
+	m, err := d.cfg.Catalog.CompleteWithReports(ctx, job, id, tasks, tokens, reports)
+	err = withFenced(err)
+	if err != nil && len(merged) > 0 {
+		// The reports are not in the catalog: report them on their own
+		// (a completion through another node, or a retry, needs them; a
+		// stale token's report is refused then, the others are taken).
+		d.mu.Lock()
+		for _, ts := range merged {
+			ts.held = true
+		}
+		d.mu.Unlock()
+		reopen()
+		if d.flushHeld(c, nil) {
+			d.mu.Lock()
+			if c.ctx.Err() == nil && !d.closing {
+				d.armHoldLocked(c, reportRetry)
 			}
+			d.mu.Unlock()
 		}
-		m, err = fc.CompleteFencedTasks(ctx, job, id, tasks, tokens)
-		err = withFenced(err)
-		if errors.Is(err, ErrFenced) {
-			reopen()
-			return CheckpointInfo{}, fmt.Errorf("daemon: complete checkpoint %d of job %s: %w", id, job, err)
-		}
-	} else {
-		if err := d.checkFences(ctx, snaps, fmt.Sprintf("complete checkpoint %d", id)); err != nil {
-			reopen()
-			return CheckpointInfo{}, err
-		}
-		m, err = d.cfg.Catalog.CompleteTasks(ctx, job, id, tasks)
-		err = withFenced(err)
+	}
+	if errors.Is(err, ErrFenced) {
+		reopen()
+		return CheckpointInfo{}, fmt.Errorf("daemon: complete checkpoint %d of job %s: %w", id, job, err)
 	}
 	if err != nil {
 		// The catalog keeps it in flight: the coordinator may retry or
@@ -430,8 +483,13 @@ func (d *Daemon) CompleteCheckpoint(ctx context.Context, job string, id uint64, 
 		return CheckpointInfo{}, d.corruption(CorruptionEvent{Site: CorruptionCatalog, Job: job, Source: fmt.Sprintf("checkpoint %d of job %s", id, job),
 			Err: fmt.Errorf("daemon: complete checkpoint %d of job %s: %w", id, job, err)})
 	}
+	for _, ts := range merged {
+		ts.release()
+	}
+	d.m.ReportsMerged.Add(uint64(len(merged)))
 	var subsumed []*checkpoint
 	d.mu.Lock()
+	d.wholeHere[job] = d.allOpenHereLocked(m)
 	c.status = statusCompleted
 	c.timer.Stop()
 	c.cancel()
@@ -597,6 +655,7 @@ func (d *Daemon) abort(ctx context.Context, job string, id uint64, f Failure, sh
 	for _, ts := range snaps {
 		<-ts.done
 	}
+	d.flushHeld(c, nil) // drops them: the checkpoint ended
 	// Its uploads have stopped: the catalog's cleanup below sees every
 	// channel state object there will be.
 	d.closeChannels(c)
@@ -678,4 +737,177 @@ func (ts *taskSnapshot) taskStats(async time.Duration) *backend.TaskStats {
 		st.StartDelayMicros = max(0, s.StartDelay.Microseconds())
 	}
 	return st
+}
+
+// reportHold bounds how long a task's report is held for its daemon's
+// completion (holdReport): a completion through this daemon within it
+// takes the report in its own log write, a later one finds it reported.
+const reportHold = 25 * time.Millisecond
+
+// holdReport holds the report of ts's handle h for the completion's own
+// log entry, and reports whether it did. A cluster completion's path
+// otherwise holds two log writes: the reports' entry, then the
+// completion's. It holds only a report whose caller does not wait for it,
+// of a job whose last checkpoint completed through this daemon with every
+// task open here (the completion then most likely comes here too; a
+// completion through another node meanwhile is refused as not whole,
+// never partial: the tasks hold fencing tokens), and only for reportHold,
+// after which the reports go on their own (flushHeld).
+func (d *Daemon) holdReport(c *checkpoint, ts *taskSnapshot, h *backend.Handle, handedOver func()) bool {
+	if ts.wait || d.cfg.Fence == nil || ts.inst.fence == 0 {
+		return false // no cluster: no log write to save
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if !d.wholeHere[c.key.job] || c.status != statusInProgress && c.status != statusCompleting {
+		return false
+	}
+	ts.held, ts.handle, ts.release = true, h, handedOver
+	d.armHoldLocked(c, reportHold)
+	return true
+}
+
+// reportRetry is how long a held report whose own report failed waits
+// for the next try (or for its daemon's completion, which takes it).
+const reportRetry = time.Second
+
+// armHoldLocked has a timer flush c's held reports after delay, unless
+// one will already. The caller holds a count of d.wg (runSnapshot, or the
+// timer's own callback), or saw d.closing unset: Shutdown is not past its
+// wait.
+func (d *Daemon) armHoldLocked(c *checkpoint, delay time.Duration) {
+	if c.holdArmed {
+		return
+	}
+	c.holdArmed = true
+	d.wg.Add(1)
+	time.AfterFunc(delay, func() {
+		defer d.wg.Done()
+		d.mu.Lock()
+		c.holdArmed = false
+		d.mu.Unlock()
+		if d.flushHeld(c, nil) {
+			d.mu.Lock()
+			if c.ctx.Err() == nil && !d.closing {
+				d.armHoldLocked(c, reportRetry)
+			}
+			d.mu.Unlock()
+		}
+	})
+}
+
+// flushInstance reports the held reports of inst (it closes: its token
+// goes next).
+func (d *Daemon) flushInstance(inst *Instance) {
+	d.mu.Lock()
+	var cs []*checkpoint
+	for _, c := range d.ckpts {
+		if ts := c.tasks[inst.Task]; ts != nil && ts.inst == inst && ts.held {
+			cs = append(cs, c)
+		}
+	}
+	d.mu.Unlock()
+	for _, c := range cs {
+		d.flushHeld(c, inst)
+	}
+}
+
+// flushHeld reports the held reports of checkpoint c (of inst's task only,
+// unless nil), each on its own (the leader's catalog puts reports made at
+// once in one log entry), and waits for them. Not while c completes: the
+// completion takes them, or flushes them itself when it fails. The
+// reports of an ended checkpoint are dropped. A report refused for a
+// stale token leaves its task out of the checkpoint (its new holder
+// reports); a report the catalog refused otherwise (the checkpoint
+// completed or ended through another node meanwhile) stays held for this
+// daemon's completion, which then finds it so; one whose outcome is
+// unknown (no leader) stays held for the next try too, and flushHeld
+// reports true.
+func (d *Daemon) flushHeld(c *checkpoint, inst *Instance) (again bool) {
+	d.mu.Lock()
+	if c.status == statusCompleting {
+		d.mu.Unlock()
+		return false
+	}
+	var todo []*taskSnapshot
+	for _, ts := range c.tasks {
+		if ts.held && (inst == nil || ts.inst == inst) {
+			ts.held = false
+			todo = append(todo, ts)
+		}
+	}
+	ended := c.ctx.Err() != nil
+	done := make(chan struct{})
+	if len(todo) > 0 && !ended {
+		c.flushes = append(c.flushes, done)
+	}
+	d.mu.Unlock()
+	if len(todo) == 0 || ended {
+		for _, ts := range todo {
+			ts.release()
+		}
+		return false
+	}
+	defer func() {
+		d.mu.Lock()
+		c.flushes = slices.DeleteFunc(c.flushes, func(f chan struct{}) bool { return f == done })
+		d.mu.Unlock()
+		close(done)
+	}()
+	job, id := c.key.job, c.key.id
+	var wg sync.WaitGroup
+	for _, ts := range todo {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-ts.done
+			err := d.cfg.Catalog.AddFencedTaskHandle(job, id, ts.handle, ts.inst.fence)
+			if err == nil {
+				ts.release()
+				return
+			}
+			err = fmt.Errorf("daemon: snapshot %d of %s (instance %s): report: %w", id, ts.inst.Task, ts.inst.IDString(), err)
+			fenced := errors.Is(err, ErrFenced)
+			refused := !fenced && refusedReport(err)
+			d.mu.Lock()
+			switch {
+			case fenced:
+				ts.reportErr = err
+			case refused:
+				// The checkpoint completed or ended elsewhere: a
+				// completion here finds it so; no retry.
+				ts.held = true
+			default:
+				ts.held, again = true, true
+			}
+			d.mu.Unlock()
+			if fenced || refused {
+				ts.release()
+			}
+			d.log.Warn("held snapshot report failed", "task", ts.inst.Task.String(), "checkpoint", id, "err", err)
+		}()
+	}
+	wg.Wait()
+	return again
+}
+
+// refusedReport reports whether the catalog answered a report with a
+// refusal (a retry gets the same), not an unknown outcome.
+func refusedReport(err error) bool {
+	for _, e := range []error{catalog.ErrState, catalog.ErrExists, catalog.ErrNotFound, catalog.ErrInvalidArgument, catalog.ErrCorrupt} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	return false
+}
+
+// allOpenHereLocked reports whether every task of m is open here.
+func (d *Daemon) allOpenHereLocked(m *catalog.Manifest) bool {
+	for _, h := range m.Tasks {
+		if d.byTask[h.Task] == nil {
+			return false
+		}
+	}
+	return len(m.Tasks) > 0
 }

@@ -260,6 +260,10 @@ type Daemon struct {
 	// lastCompleted is the highest checkpoint id completed per job by this
 	// process.
 	lastCompleted map[string]uint64
+	// wholeHere are the jobs whose last checkpoint completed through this
+	// daemon listed only tasks open here: their snapshots' reports are
+	// held for the completion's own log entry (holdReport).
+	wholeHere map[string]bool
 	// reaper runs reap (idle.go); nil when IdleInstanceTimeout < 0.
 	reaper *time.Timer
 	// keeper runs the changelog's chores (changelog.go); nil without
@@ -308,6 +312,7 @@ func New(cfg Config) (*Daemon, error) {
 		opening:       map[backend.TaskID]bool{},
 		ckpts:         map[ckptKey]*checkpoint{},
 		lastCompleted: map[string]uint64{},
+		wholeHere:     map[string]bool{},
 		chanName:      fmt.Sprintf("channels-%x", nonce),
 	}
 	if cfg.IdleInstanceTimeout > 0 {
@@ -659,6 +664,9 @@ func (d *Daemon) CloseInstance(id []byte, job string) error {
 	d.mu.Unlock()
 	d.log.Info("instance closed", "task", inst.Task.String(), "instance", inst.IDString())
 	err = inst.close()
+	// Its held reports go before its token does: a report under a
+	// released token is refused.
+	d.flushInstance(inst)
 	d.releaseFence(inst)
 	if d.keeper != nil {
 		d.keeper.nudge() // the instance's log was let go of

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/statedhq/stated/backend"
@@ -19,7 +18,10 @@ var ErrFenced = catalog.ErrFenced
 
 // Fencer hands out and checks the fencing tokens of tasks (cluster mode:
 // the raft-replicated tokens of package cluster). Each open takes a new
-// token; a token passes Check only while it is its task's newest.
+// token; a token passes Check only while it is its task's newest. The
+// daemon hands each report's and completion's tokens to its Catalog, which
+// must check them (cluster mode's shared catalog does, on the leader, in
+// the log write that decides).
 type Fencer interface {
 	Acquire(ctx context.Context, task backend.TaskID) (uint64, error)
 	// Check returns an error wrapping ErrFenced when token is no longer
@@ -43,40 +45,6 @@ func (d *Daemon) acquireFence(ctx context.Context, task backend.TaskID) (uint64,
 		return 0, fmt.Errorf("daemon: open %s: fencing token: %w", task, err)
 	}
 	return tok, nil
-}
-
-// checkFence confirms that inst still holds its task's newest token.
-func (d *Daemon) checkFence(ctx context.Context, inst *Instance, what string) error {
-	if d.cfg.Fence == nil || inst.fence == 0 {
-		return nil
-	}
-	if err := d.cfg.Fence.Check(ctx, inst.Task, inst.fence); err != nil {
-		if errors.Is(err, ErrFenced) {
-			return fmt.Errorf("daemon: %s of %s (instance %s): %w", what, inst.Task, inst.IDString(), err)
-		}
-		return fmt.Errorf("daemon: %s of %s: checking its fencing token %d: %w", what, inst.Task, inst.fence, err)
-	}
-	return nil
-}
-
-// checkFences checks the tokens of every task of a completion at once:
-// concurrent commands share the cluster's log writes, so a job's
-// completion costs about one round trip, not one per task.
-func (d *Daemon) checkFences(ctx context.Context, snaps []*taskSnapshot, what string) error {
-	if d.cfg.Fence == nil {
-		return nil
-	}
-	errs := make([]error, len(snaps))
-	var wg sync.WaitGroup
-	for i, ts := range snaps {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			errs[i] = d.checkFence(ctx, ts.inst, what)
-		}()
-	}
-	wg.Wait()
-	return errors.Join(errs...)
 }
 
 // releaseFence gives the task up at close; failures are only logged (the

@@ -140,6 +140,9 @@ type Metrics struct {
 	// task); CheckpointFailures aborted ones by reason.
 	CheckpointsCompleted atomic.Uint64
 	CheckpointFailures   [numFailureReasons]atomic.Uint64
+	// ReportsMerged counts task reports a completion took in its own log
+	// entry (cluster mode: held for it, not written on their own).
+	ReportsMerged atomic.Uint64
 	// CheckpointDuration: from the first Snapshot of a checkpoint in this
 	// daemon to its completion.
 	CheckpointDuration *latency.Histogram

@@ -29,9 +29,11 @@ import (
 // follower). "dir" is the daemon's default store, a local directory
 // (files and manifests fsync'd), shared by the cluster's members: the
 // ratio a user of one host's disk sees. "s3" is an S3 bucket, the store
-// a cluster of hosts shares. In the cluster each handle report
-// is a log entry (whose fencing check is decided in it) and the
-// completion is one more; "leader" runs the job's client on the leader's
+// a cluster of hosts shares. In the cluster the first checkpoint's
+// reports are a log entry (whose fencing checks are decided in it) and
+// its completion one more; from then on the daemon, which holds every
+// task of the job, hands its reports to the leader with the completion,
+// in one entry (docs/cluster.md, "One log write per completion"); "leader" runs the job's client on the leader's
 // node, "follower" on another, whose catalog calls are forwarded to the
 // leader (two of three nodes in a 3-node cluster). "seq" snapshots the
 // subtasks one after another; "par" snapshots them at once, as the

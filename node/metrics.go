@@ -29,6 +29,7 @@ type collector struct {
 	alignment, startDelay                      *prometheus.Desc
 	ckSync, ckAsync, ckBytes, fullBytes, snapF *prometheus.Desc
 	ckCompleted, ckFailures, ckDuration        *prometheus.Desc
+	ckMerged                                   *prometheus.Desc
 	catJobs, catRetained, catSavepoints        *prometheus.Desc
 	catInFlight, catObjects, catBytes          *prometheus.Desc
 	cacheHits, cacheMisses, cacheEvictions     *prometheus.Desc
@@ -81,6 +82,7 @@ func newCollector(m *daemon.Metrics, cat func() *catalog.Catalog, cs cacheStats,
 		fullBytes:       d("checkpoint_full_bytes_total", "Full size of the state task snapshots describe.", "backend"),
 		snapF:           d("snapshot_failures_total", "Task snapshots that failed.", "backend"),
 		ckCompleted:     d("checkpoints_completed_total", "Checkpoints completed."),
+		ckMerged:        d("checkpoint_reports_merged_total", "Task reports taken in their checkpoint completion's own log entry (cluster mode)."),
 		ckFailures:      d("checkpoint_failures_total", "Checkpoints that failed, by reason.", "reason"),
 		ckDuration:      d("checkpoint_duration_seconds", "From the first snapshot of a checkpoint to its completion."),
 		catJobs:         d("catalog_jobs", "Jobs the catalog knows."),
@@ -149,6 +151,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	counter(c.unaligned, m.UnalignedSnapshots.Load())
 	counter(c.reaped, m.InstancesReaped.Load())
 	counter(c.ckCompleted, m.CheckpointsCompleted.Load())
+	counter(c.ckMerged, m.ReportsMerged.Load())
 	for r := range m.CheckpointFailures {
 		counter(c.ckFailures, m.CheckpointFailures[r].Load(), daemon.FailureReason(r).String())
 	}
