@@ -40,7 +40,30 @@ var funcs = template.FuncMap{
 		}
 		return t.Local().Format("2006-01-02 15:04:05")
 	},
-	"num": func(v float64) string { return strconv.FormatFloat(v, 'f', -1, 64) },
+	"num":     func(v float64) string { return strconv.FormatFloat(v, 'f', -1, 64) },
+	"upper":   strings.ToUpper,
+	"rate":    rateText,
+	"dollars": dollarsText,
+	"duration": func(seconds float64) string {
+		return time.Duration(seconds * float64(time.Second)).Round(time.Second).String()
+	},
+}
+
+// rateText is a rate with three significant digits ("-" for none).
+func rateText(v float64) string {
+	if v == 0 {
+		return "-"
+	}
+	return strconv.FormatFloat(v, 'g', 3, 64)
+}
+
+// dollarsText is a price: cents for a dollar or more, else four decimals
+// (request prices are fractions of a cent).
+func dollarsText(v float64) string {
+	if v >= 1 || v == 0 {
+		return "$" + strconv.FormatFloat(v, 'f', 2, 64)
+	}
+	return "$" + strconv.FormatFloat(v, 'f', 4, 64)
 }
 
 func itoa(n int) string { return strconv.Itoa(n) }
