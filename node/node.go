@@ -162,7 +162,7 @@ func Open(ctx context.Context, opts Options) (_ *Node, err error) {
 		}
 	}
 	co := catalog.Options{
-		Store: n.store, Retain: opts.Retain, GCGrace: opts.GCGrace, SweepInterval: opts.SweepInterval,
+		Store: n.store, Retain: opts.Retain, GCGrace: opts.GCGrace, SweepInterval: opts.SweepInterval, SweepMaxListPages: opts.SweepMaxListPages,
 		// The catalog deletes heap snapshots of checkpoints it no longer
 		// retains from the daemon's memory.
 		HeapStore: n.set.HeapSnapshots,

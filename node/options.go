@@ -158,6 +158,11 @@ type Options struct {
 	// SweepInterval is the period of the orphan sweep (--sweep-interval).
 	// Default catalog.DefaultSweepInterval.
 	SweepInterval time.Duration
+	// SweepMaxListPages bounds the LIST pages one orphan sweep reads
+	// (--sweep-max-list-pages; catalog.Options.SweepMaxListPages): a
+	// sweep that reaches it deletes nothing and warns. Default
+	// catalog.DefaultSweepMaxListPages; negative: no bound.
+	SweepMaxListPages int
 	// CheckpointTimeout: a checkpoint not completed this long after its
 	// first snapshot is aborted as expired (--checkpoint-timeout). Default
 	// daemon.DefaultCheckpointTimeout.
@@ -323,6 +328,7 @@ func (o *Options) EnsureDefaults() {
 	def(&o.Retain, catalog.DefaultRetain)
 	dur(&o.GCGrace, catalog.DefaultGCGrace)
 	dur(&o.SweepInterval, catalog.DefaultSweepInterval)
+	def(&o.SweepMaxListPages, catalog.DefaultSweepMaxListPages)
 	dur(&o.CheckpointTimeout, daemon.DefaultCheckpointTimeout)
 	dur(&o.ChannelStateLinger, daemon.DefaultChannelStateLinger)
 	dur(&o.IdleInstanceTimeout, daemon.DefaultIdleInstanceTimeout)
