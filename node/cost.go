@@ -120,3 +120,17 @@ func (c *costs) table() *webui.Costs {
 	}
 	return out
 }
+
+// Requests are the requests the node's object stores were sent since it
+// opened, every store together (the checkpoint store, and the changelog's
+// when it has one): on S3 every HTTP attempt by kind; on other stores the
+// calls, one request each. Measured says whether every store counted them
+// on the wire.
+func (n *Node) Requests() (c cost.Counts, measured bool) {
+	measured = true
+	for _, s := range n.costs.stores {
+		c = c.Add(s.meter.Requests())
+		measured = measured && s.meter.RequestsMeasured()
+	}
+	return c, measured
+}

@@ -103,6 +103,8 @@ otherwise.`,
 	fl.StringVar(&p.Token, "token", "", "bearer token of an external daemon on TCP (or STATED_TOKEN)")
 	addClientTLSFlags(fl, &f.tls)
 	fl.StringVar(&p.Dir, "dir", "", "where embedded daemons and baselines keep their temporary data (default the system's temp dir)")
+	fl.StringVar(&p.CheckpointStore, "checkpoint-store", "", "checkpoint store of the embedded daemons: file:///dir or s3://bucket/prefix?endpoint=...&path-style=true (credentials from AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY); each run gets a fresh prefix under it, emptied afterwards (default: the daemon's data dir)")
+	fl.StringVar(&p.Prices, "s3-prices", "", "prices of the $/month figures, as \"stated serve --s3-prices\" (default S3 Standard's us-east-1 list prices)")
 	fl.Uint64Var(&p.Seed, "seed", 1, "seed of the operations (same seed, same operations)")
 	fl.StringVar(&f.jsonPath, "json", "", "write every figure, the parameters, the machine and the revision to this file")
 	fl.StringVar(&f.logLevel, "log-level", "warn", "log level of the embedded daemon (debug, info, warn, error), logged to stderr")
