@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"fmt"
+	"io"
 	"net/url"
 	"path"
 	"strings"
@@ -140,10 +141,10 @@ func runStore(base, run string) (string, error) {
 
 // emptyStore deletes what a run left in its store (best effort: a failure
 // is reported, not fatal).
-func emptyStore(ctx context.Context, rawURL string, pr *progress) {
+func emptyStore(ctx context.Context, rawURL string, w io.Writer) {
 	s, err := storeurl.Open(ctx, rawURL, storeurl.Options{})
 	if err != nil {
-		pr.line("cleanup of %s: %v", rawURL, err)
+		fmt.Fprintf(w, "cleanup of %s: %v\n", rawURL, err)
 		return
 	}
 	defer s.Close()
@@ -152,6 +153,6 @@ func emptyStore(ctx context.Context, rawURL string, pr *progress) {
 		err = s.DeleteBatch(ctx, names)
 	}
 	if err != nil {
-		pr.line("cleanup of %s: %v", rawURL, err)
+		fmt.Fprintf(w, "cleanup of %s: %v\n", rawURL, err)
 	}
 }

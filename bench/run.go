@@ -366,7 +366,7 @@ func (r *Runner) runOne(ctx context.Context, c Config, spec *workload.Spec, keys
 				return nil, err
 			}
 			o.CheckpointStore = store
-			defer emptyStore(context.WithoutCancel(ctx), store, pr)
+			defer emptyStore(context.WithoutCancel(ctx), store, r.Progress)
 		}
 		n, err := node.Open(ctx, o)
 		if err != nil {
