@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"testing"
+	"time"
 
 	"github.com/statedhq/stated/tiered/s3store"
 	"github.com/statedhq/stated/tiered/s3store/s3test"
@@ -74,5 +75,20 @@ func TestRunStore(t *testing.T) {
 		if err != nil || got != c[2] {
 			t.Errorf("runStore(%s, %s) = %s, %v; want %s", c[0], c[1], got, err, c[2])
 		}
+	}
+}
+
+// --idle measures an idle spell: every kind reported, the spell's length,
+// and on a local store the calls (not HTTP requests).
+func TestInstancesIdle(t *testing.T) {
+	r, err := Instances(context.Background(), InstancesParams{Backend: "file", Count: 3, Connections: 1, Dir: t.TempDir(), Idle: 200 * time.Millisecond}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.IdleSeconds < 0.2 || len(r.IdleRequests) != 5 || r.IdleMeasured {
+		t.Fatalf("idle: %.3f s, requests %v, measured %v", r.IdleSeconds, r.IdleRequests, r.IdleMeasured)
+	}
+	if _, err := Instances(context.Background(), InstancesParams{Socket: "x.sock", Idle: time.Second}, nil); err == nil {
+		t.Fatal("--idle with an external daemon was accepted")
 	}
 }
