@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
@@ -25,6 +26,7 @@ import (
 	"github.com/statedhq/stated/daemon"
 	"github.com/statedhq/stated/internal/bytesize"
 	"github.com/statedhq/stated/node"
+	"github.com/statedhq/stated/tiered/cost"
 )
 
 // ErrFDLimit is returned when opening the instances asked for would pass
@@ -55,6 +57,19 @@ type InstancesParams struct {
 	// TLS of the connections to an external daemon (client.Options.TLS).
 	TLS *tls.Config
 	Dir string
+	// Idle, when positive, keeps the instances open and idle that long
+	// and counts the requests the embedded daemon sends its checkpoint
+	// store meanwhile (the idle cost; embedded only).
+	Idle time.Duration
+	// CheckpointStore is the embedded daemon's checkpoint store (default
+	// its data dir), as Params.CheckpointStore: a fresh prefix under it,
+	// emptied afterwards.
+	CheckpointStore string
+	// Changelog opens the instances in changelog mode.
+	Changelog bool
+	// LSMRemote runs the embedded daemon with node.Options.LSMRemote (lsm
+	// SSTs in the checkpoint store, each instance keeping a lease there).
+	LSMRemote bool
 	// fdLimit replaces RLIMIT_NOFILE's soft limit in tests.
 	fdLimit uint64
 	// Logger of the embedded daemon (default: warnings to stderr).
@@ -82,6 +97,16 @@ type InstancesResult struct {
 	FDsBefore       int     `json:"fds_before"`
 	FDsAfter        int     `json:"fds_after"`
 	FDLimit         uint64  `json:"fd_limit"`
+	// IdleSeconds is how long the instances stayed idle (Idle);
+	// IdleRequests the requests the checkpoint store was sent meanwhile
+	// by kind (HTTP requests on S3, else store calls), and
+	// IdleRequestsPerHour their rate; IdleDollarsPerMonth their price at
+	// S3 Standard's list prices for a month.
+	IdleSeconds         float64           `json:"idle_s,omitempty"`
+	IdleRequests        map[string]uint64 `json:"idle_requests,omitempty"`
+	IdleRequestsPerHour float64           `json:"idle_requests_per_hour,omitempty"`
+	IdleDollarsPerMonth float64           `json:"idle_dollars_per_month,omitempty"`
+	IdleMeasured        bool              `json:"idle_requests_measured,omitempty"`
 }
 
 func (p *InstancesParams) ensureDefaults() {
@@ -113,6 +138,9 @@ func (p *InstancesParams) validate() error {
 	if p.Token != "" && p.Socket == "" {
 		errs = append(errs, "token without socket: the embedded daemon needs none")
 	}
+	if p.Idle < 0 || (p.Idle > 0 || p.CheckpointStore != "") && p.Socket != "" {
+		errs = append(errs, "idle and checkpoint store measure an embedded daemon: give no socket, and an idle time of 0 or more")
+	}
 	if len(errs) > 0 {
 		return fmt.Errorf("bench: %s", strings.Join(errs, "; "))
 	}
@@ -135,6 +163,7 @@ func Instances(ctx context.Context, p InstancesParams, progress io.Writer) (*Ins
 	}
 	res := &InstancesResult{Backend: p.Backend, Count: p.Count, Connections: p.Connections, Embedded: p.Socket == ""}
 	socket := p.Socket
+	var requests func() (cost.Counts, bool)
 	if res.Embedded {
 		dir, err := os.MkdirTemp(p.Dir, "stated-bench-instances-")
 		if err != nil {
@@ -145,13 +174,23 @@ func Instances(ctx context.Context, p InstancesParams, progress io.Writer) (*Ins
 		if log == nil {
 			log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 		}
-		n, err := node.Open(ctx, node.Options{DataDir: dir, Logger: log,
-			MaxInstances: max(daemon.DefaultMaxInstances, p.Count), MaxConcurrentStreams: max(1024, p.Count/p.Connections+16)})
+		o := node.Options{DataDir: dir, Logger: log, LSMRemote: p.LSMRemote,
+			MaxInstances: max(daemon.DefaultMaxInstances, p.Count), MaxConcurrentStreams: max(1024, p.Count/p.Connections+16)}
+		if p.CheckpointStore != "" {
+			store, err := runStore(p.CheckpointStore, filepath.Base(dir))
+			if err != nil {
+				return nil, err
+			}
+			o.CheckpointStore = store
+			defer emptyStore(context.WithoutCancel(ctx), store, progress)
+		}
+		n, err := node.Open(ctx, o)
 		if err != nil {
 			return nil, fmt.Errorf("bench: start embedded daemon: %w", err)
 		}
 		defer n.Close()
 		socket = n.Socket()
+		requests = n.Requests
 	}
 	cs := make([]*client.Client, p.Connections)
 	defer func() {
@@ -189,6 +228,7 @@ func Instances(ctx context.Context, p InstancesParams, progress io.Writer) (*Ins
 				in, err := cs[c].Open(ctx, client.OpenSpec{
 					Task:    backend.TaskID{Job: "bench-instances", Operator: fmt.Sprintf("op-%d", i)},
 					Backend: backend.Kind(p.Backend), States: []backend.StateDescriptor{{Name: workload.ValueState, Kind: backend.KindValue}},
+					Changelog: changelogChoice(p.Changelog),
 				})
 				if err != nil {
 					if strings.Contains(err.Error(), "too many open files") {
@@ -244,6 +284,28 @@ func Instances(ctx context.Context, p InstancesParams, progress io.Writer) (*Ins
 		res.RSSPerInstance = float64(res.RSSAfter-res.RSSBefore) / float64(p.Count)
 		res.HeapPerInstance = float64(int64(heapInUse())-int64(heapBefore)) / float64(p.Count)
 		res.FDsPerInstance = float64(res.FDsAfter-res.FDsBefore) / float64(p.Count)
+	}
+	if p.Idle > 0 && requests != nil {
+		before, _ := requests()
+		fmt.Fprintf(progress, "idle for %s\n", p.Idle)
+		t0 := time.Now()
+		select {
+		case <-time.After(p.Idle):
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		after, measured := requests()
+		el := time.Since(t0)
+		d := after.Sub(before)
+		res.IdleSeconds, res.IdleMeasured = el.Seconds(), measured
+		res.IdleRequests = map[string]uint64{}
+		for k := range cost.NumKinds {
+			res.IdleRequests[k.String()] = d.Requests[k]
+		}
+		res.IdleRequestsPerHour = float64(d.Total()) / el.Hours()
+		res.IdleDollarsPerMonth = cost.S3Standard.Monthly(d, el, 0).RequestTotal()
+		fmt.Fprintf(progress, "idle %s: %d requests (%v), %.1f per hour, $%.4f a month at S3 Standard's prices\n",
+			el.Round(time.Second), d.Total(), res.IdleRequests, res.IdleRequestsPerHour, res.IdleDollarsPerMonth)
 	}
 	start = time.Now()
 	var mu sync.Mutex
@@ -319,6 +381,18 @@ func PrintInstances(w io.Writer, r *InstancesResult) {
 		fmt.Fprintf(tw, "file descriptors per instance\t%.2f (%d before, %d after, limit %d)\n", r.FDsPerInstance, r.FDsBefore, r.FDsAfter, r.FDLimit)
 	} else {
 		fmt.Fprintf(tw, "memory, descriptors\tnot measured: the daemon is another process (use an embedded one)\n")
+	}
+	if r.IdleSeconds > 0 {
+		what := "store calls (not an S3 store)"
+		if r.IdleMeasured {
+			what = "HTTP requests"
+		}
+		var parts []string
+		for k := range cost.NumKinds {
+			parts = append(parts, fmt.Sprintf("%d %s", r.IdleRequests[k.String()], strings.ToUpper(k.String())))
+		}
+		fmt.Fprintf(tw, "idle requests\t%s in %.0f s (%s)\n", strings.Join(parts, ", "), r.IdleSeconds, what)
+		fmt.Fprintf(tw, "idle cost\t%.1f requests per hour, $%.4f a month at S3 Standard's list prices\n", r.IdleRequestsPerHour, r.IdleDollarsPerMonth)
 	}
 	tw.Flush()
 }

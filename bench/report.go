@@ -107,6 +107,14 @@ func FigureUnit(name string) (unit string, higherBetter bool) {
 	switch {
 	case has("ops_per_sec"):
 		return "ops/s", true
+	case has("requests_per_sec"):
+		return "req/s", false
+	case has("requests_per_gib_hour"):
+		return "req/GiB·h", false
+	case has("requests"):
+		return "req", false
+	case has("dollars_per_month"), has("dollars_per_month_at_1_per_min"):
+		return "$/month", false
 	case has("us_per_op"):
 		return "µs/op", false
 	case has("us"):

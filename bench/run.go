@@ -23,6 +23,8 @@ import (
 	"github.com/statedhq/stated/bench/workload"
 	"github.com/statedhq/stated/internal/bytesize"
 	"github.com/statedhq/stated/node"
+	"github.com/statedhq/stated/tiered/cost"
+	"github.com/statedhq/stated/tiered/storeurl"
 )
 
 // Defaults of Params.
@@ -93,6 +95,15 @@ type Params struct {
 	// Dir is where embedded daemons and baselines keep their temporary
 	// data dirs (default os.TempDir()).
 	Dir string `json:"dir,omitempty"`
+	// CheckpointStore, when set, is the embedded daemons' checkpoint
+	// store: file:///dir or s3://bucket/prefix (?endpoint=...; credentials
+	// from the environment, as for "stated serve"). Each run gets a fresh
+	// prefix under it, emptied when the run ends. Default: each daemon's
+	// data dir.
+	CheckpointStore string `json:"checkpoint_store,omitempty"`
+	// Prices are the prices of the $/month figures (cost.ParsePrices's
+	// form; default S3 Standard's list prices).
+	Prices string `json:"prices,omitempty"`
 	// Seed makes the operations reproducible (default 1).
 	Seed uint64 `json:"seed"`
 }
@@ -191,6 +202,16 @@ func (p *Params) Validate() error {
 	}
 	if p.Baseline != "" && p.Baseline != Baseline {
 		bad("baseline %q is not %q", p.Baseline, Baseline)
+	}
+	if _, err := cost.ParsePrices(p.Prices, cost.S3Standard); err != nil {
+		bad("%s", strings.TrimPrefix(err.Error(), "cost: "))
+	}
+	if p.CheckpointStore != "" {
+		if p.Socket != "" {
+			bad("checkpoint store with socket: an external daemon has its own")
+		} else if _, err := storeurl.Parse(p.CheckpointStore); err != nil {
+			bad("checkpoint store: %s", strings.TrimPrefix(err.Error(), "storeurl: "))
+		}
 	}
 	if p.Token != "" && p.Socket == "" {
 		bad("token without socket: the embedded daemon needs none")
@@ -327,6 +348,9 @@ func (r *Runner) runOne(ctx context.Context, c Config, spec *workload.Spec, keys
 		return figs, r.runBaseline(ctx, gens, figs, pr)
 	}
 	var socket string
+	// requests reads the embedded daemon's store request counts (nil with
+	// an external daemon).
+	var requests func() (cost.Counts, bool)
 	if p.Socket != "" {
 		socket = p.Socket
 	} else {
@@ -335,13 +359,22 @@ func (r *Runner) runOne(ctx context.Context, c Config, spec *workload.Spec, keys
 			return nil, fmt.Errorf("temporary data dir: %w", err)
 		}
 		defer os.RemoveAll(dir)
-		o := node.Options{DataDir: dir, Logger: r.Logger, HeapSnapshotCap: embeddedHeapSnapshotCap}
+		o := node.Options{DataDir: dir, Logger: r.Logger, HeapSnapshotCap: embeddedHeapSnapshotCap, S3Prices: p.Prices}
+		if p.CheckpointStore != "" {
+			store, err := runStore(p.CheckpointStore, filepath.Base(dir))
+			if err != nil {
+				return nil, err
+			}
+			o.CheckpointStore = store
+			defer emptyStore(context.WithoutCancel(ctx), store, r.Progress)
+		}
 		n, err := node.Open(ctx, o)
 		if err != nil {
 			return nil, fmt.Errorf("start embedded daemon: %w", err)
 		}
 		defer n.Close()
 		socket = n.Socket()
+		requests = n.Requests
 	}
 	s := &session{p: p, spec: spec, socket: socket, kind: backend.Kind(c.Backend), changelog: c.Changelog,
 		job: fmt.Sprintf("bench-%d-%s-%d", time.Now().UnixNano(), c.Backend, repeat)}
@@ -356,15 +389,21 @@ func (r *Runner) runOne(ctx context.Context, c Config, spec *workload.Spec, keys
 	if err := load(ctx, p, gens, targets, figs, pr); err != nil {
 		return nil, err
 	}
+	m := newRequestMeter(requests, p.Prices)
+	m.start()
 	if err := s.checkpoint(ctx, 1, "checkpoint1", figs, pr); err != nil {
 		return nil, err
 	}
+	m.checkpoint("checkpoint1", figs, pr)
 	if err := runPhase(ctx, p, spec, gens, targets, figs, pr); err != nil {
 		return nil, err
 	}
+	m.run("run", figs, pr)
 	if err := s.checkpoint(ctx, 2, "checkpoint2", figs, pr); err != nil {
 		return nil, err
 	}
+	m.checkpoint("checkpoint2", figs, pr)
+	m.cost(figs, pr)
 	if err := s.reopen(ctx, p.Tasks, 2, "restore", figs, pr); err != nil {
 		return nil, err
 	}

@@ -47,7 +47,10 @@ func orderedFigures(sum []ConfigSummary) []string {
 		if c := strings.Compare(pa, pb); c != 0 {
 			return c
 		}
-		return suffixOrder(sa) - suffixOrder(sb)
+		if d := suffixOrder(sa) - suffixOrder(sb); d != 0 {
+			return d
+		}
+		return strings.Compare(sa, sb)
 	})
 	return names
 }
@@ -61,7 +64,10 @@ func splitLast(name string) (prefix, last string) {
 // latency percentiles, then the rest by name.
 func suffixOrder(s string) int {
 	order := []string{"ops_per_sec", "cpu_us_per_op", "p50_us", "p99_us", "p999_us", "s", "ms",
-		"close_ms", "sync_ms", "async_ms", "complete_ms", "total_ms", "checkpointed_bytes", "full_bytes"}
+		"close_ms", "sync_ms", "async_ms", "complete_ms", "total_ms", "checkpointed_bytes", "full_bytes",
+		"requests", "put_requests", "get_requests", "list_requests", "delete_requests", "head_requests", "throttled_requests",
+		"requests_per_sec", "put_requests_per_sec", "get_requests_per_sec", "list_requests_per_sec", "delete_requests_per_sec",
+		"head_requests_per_sec", "requests_per_gib_hour", "dollars_per_month", "dollars_per_month_at_1_per_min"}
 	if i := slices.Index(order, s); i >= 0 {
 		return i
 	}

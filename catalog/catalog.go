@@ -10,6 +10,7 @@ import (
 	"slices"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/statedhq/stated/backend"
@@ -23,6 +24,7 @@ const (
 	DefaultRetain            = 3
 	DefaultGCGrace           = time.Hour
 	DefaultSweepInterval     = 10 * time.Minute
+	DefaultSweepMaxListPages = 1000
 	DefaultDeleteBatch       = 1000
 	DefaultDeleteParallelism = 4
 	DefaultMaxHistory        = 100
@@ -46,9 +48,20 @@ type Options struct {
 	// against GCGrace()), so that uploads of a running checkpoint are
 	// never orphans. Default DefaultGCGrace.
 	GCGrace time.Duration
-	// SweepInterval is the period of the background sweep (Start).
-	// Default DefaultSweepInterval.
+	// SweepInterval is the quiet time between background sweeps (Start):
+	// the next pass starts SweepInterval after the previous one ended, so
+	// a pass that takes longer than the interval (a large store listed
+	// page by page) is never followed at once by another. Default
+	// DefaultSweepInterval.
 	SweepInterval time.Duration
+	// SweepMaxListPages bounds the LIST pages one sweep reads (of the
+	// checkpoint store and the log store together; on S3 a page is one
+	// LIST request of up to 1,000 names). A sweep that reaches it stops
+	// listing and deletes nothing from the stores (GCReport.Truncated, a
+	// Problem, and a warning): its decisions need the whole listing. Raise
+	// it for a store of more objects. Default DefaultSweepMaxListPages (a
+	// million objects on S3); negative: no bound.
+	SweepMaxListPages int
 	// DeleteBatch is the most names one DeleteBatch call carries (S3 allows
 	// 1000). Default DefaultDeleteBatch.
 	DeleteBatch int
@@ -157,6 +170,9 @@ func (o *Options) EnsureDefaults() {
 	}
 	if o.SweepInterval == 0 {
 		o.SweepInterval = DefaultSweepInterval
+	}
+	if o.SweepMaxListPages == 0 {
+		o.SweepMaxListPages = DefaultSweepMaxListPages
 	}
 	if o.DeleteBatch == 0 {
 		o.DeleteBatch = DefaultDeleteBatch
@@ -305,6 +321,8 @@ type Catalog struct {
 	// gcMu serializes GC passes. Lock order: gcMu, then a job's saveMu,
 	// then mu.
 	gcMu sync.Mutex
+	// sweeps, sweepPages and sweepsTruncated count GC passes (Stats).
+	sweeps, sweepPages, sweepsTruncated atomic.Uint64
 
 	// mu guards every field in it, the machine's included, and the fields
 	// of every jobState and entry (but jobState.saveMu). It is never held across store I/O:
@@ -732,13 +750,18 @@ type Stats struct {
 	// Referenced counts the objects retained checkpoints and savepoints
 	// reference (shared files counted once) and their bytes.
 	Referenced refcount.Stats
+	// Sweeps are the GC passes run since Open, SweepListPages the LIST
+	// pages they read, and SweepsTruncated the passes that reached
+	// Options.SweepMaxListPages (and deleted nothing from the stores).
+	Sweeps, SweepListPages, SweepsTruncated uint64
 }
 
 // Stats returns the catalog's totals.
 func (c *Catalog) Stats() Stats {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	s := Stats{Jobs: len(c.mu.jobs), Savepoints: len(c.mu.savepoints), Referenced: c.mu.reg.Stats()}
+	s := Stats{Jobs: len(c.mu.jobs), Savepoints: len(c.mu.savepoints), Referenced: c.mu.reg.Stats(),
+		Sweeps: c.sweeps.Load(), SweepListPages: c.sweepPages.Load(), SweepsTruncated: c.sweepsTruncated.Load()}
 	for _, e := range c.mu.entries {
 		if !e.discarding {
 			s.Retained++

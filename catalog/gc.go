@@ -16,6 +16,12 @@ type GCReport struct {
 	DryRun bool
 	// Scanned is the number of objects listed.
 	Scanned int
+	// ListPages is the number of LIST pages the pass read (on S3, LIST
+	// requests), at most Options.SweepMaxListPages.
+	ListPages int
+	// Truncated: the listing reached Options.SweepMaxListPages; the pass
+	// stopped there and deleted nothing from the stores.
+	Truncated bool
 	// Orphans are the unreferenced objects past the grace period: deleted,
 	// or, with DryRun, the ones that would be. Sorted by name.
 	Orphans []tiered.ObjectInfo
@@ -71,7 +77,38 @@ func (c *Catalog) GC(ctx context.Context, dryRun bool) (*GCReport, error) {
 	}
 	herr := c.gcHeap(ctx, rep, dryRun)
 	err := c.gcStore(ctx, rep, dryRun)
+	c.sweeps.Add(1)
+	c.sweepPages.Add(uint64(rep.ListPages))
+	if rep.Truncated {
+		c.sweepsTruncated.Add(1)
+		c.log.Warn("sweep stopped at its LIST bound and deleted nothing: raise the bound for a store this large",
+			"pages", rep.ListPages, "objects", rep.Scanned)
+	}
 	return rep, errors.Join(err, herr)
+}
+
+// errListBound ends a sweep's listing at Options.SweepMaxListPages.
+var errListBound = errors.New("catalog: gc: the listing reached its page bound")
+
+// sweepList lists every object under prefix of s into objects, page by page,
+// counting the pages in rep and stopping with errListBound at the bound.
+func (c *Catalog) sweepList(ctx context.Context, s tiered.Store, prefix string, rep *GCReport, objects []tiered.ObjectInfo) ([]tiered.ObjectInfo, error) {
+	after := ""
+	for {
+		if bound := c.opts.SweepMaxListPages; bound > 0 && rep.ListPages >= bound {
+			return objects, errListBound
+		}
+		page, err := s.List(ctx, prefix, after, 0)
+		if err != nil {
+			return objects, err
+		}
+		rep.ListPages++
+		objects = append(objects, page.Objects...)
+		if page.Next == "" {
+			return objects, nil
+		}
+		after = page.Next
+	}
 }
 
 // gcStore is the sweep of Store, in phases: list the root, read the
@@ -80,7 +117,10 @@ func (c *Catalog) GC(ctx context.Context, dryRun bool) (*GCReport, error) {
 // re-checked under the lock, batched, bounded in parallelism, retried,
 // idempotent).
 func (c *Catalog) gcStore(ctx context.Context, rep *GCReport, dryRun bool) error {
-	objects, err := c.list(ctx, "")
+	objects, err := c.sweepList(ctx, c.store, "", rep, nil)
+	if errors.Is(err, errListBound) {
+		return c.truncated(rep, len(objects))
+	}
 	if err != nil {
 		return fmt.Errorf("catalog: gc: list the checkpoint root: %w", err)
 	}
@@ -91,10 +131,11 @@ func (c *Catalog) gcStore(ctx context.Context, rep *GCReport, dryRun bool) error
 		n := len(objects)
 		objects = slices.DeleteFunc(objects, func(o tiered.ObjectInfo) bool { return classify(o.Name).kind == objLog })
 		rep.Unknown += n - len(objects)
-		err := tiered.Walk(ctx, c.logStore, LogDir+"/", func(o tiered.ObjectInfo) error {
-			objects = append(objects, o)
-			return nil
-		})
+		var err error
+		objects, err = c.sweepList(ctx, c.logStore, LogDir+"/", rep, objects)
+		if errors.Is(err, errListBound) {
+			return c.truncated(rep, len(objects))
+		}
 		if err != nil {
 			return fmt.Errorf("catalog: gc: list the log store: %w", err)
 		}
@@ -145,6 +186,17 @@ func (c *Catalog) gcStore(ctx context.Context, rep *GCReport, dryRun bool) error
 		return errors.Join(fmt.Errorf("catalog: gc: %w", derr), rerr)
 	}
 	return rerr
+}
+
+// truncated ends a pass whose listing reached its bound: every decision
+// of the sweep needs the whole listing (a manifest on a page not read may
+// reference any object), so it deletes nothing.
+func (c *Catalog) truncated(rep *GCReport, listed int) error {
+	rep.Truncated, rep.Scanned = true, listed
+	rep.Problems = append(rep.Problems, fmt.Sprintf(
+		"the sweep stopped after %d LIST pages (%d objects), its bound (--sweep-max-list-pages): nothing was deleted; raise the bound for a store this large",
+		rep.ListPages, listed))
+	return nil
 }
 
 // readForeignManifests reads the listed manifests the catalog does not
@@ -332,9 +384,10 @@ func (c *Catalog) retryDiscards(ctx context.Context, rep *GCReport) {
 	}
 }
 
-// Start runs the sweep (GC) every SweepInterval in a goroutine until ctx
-// is done or Close is called. Close waits for it. Starting twice is an
-// error.
+// Start runs the sweep (GC) in a goroutine until ctx is done or Close is
+// called, SweepInterval after Start and then SweepInterval after each
+// pass ends (never back to back, however long a pass takes). Close waits
+// for it. Starting twice is an error.
 func (c *Catalog) Start(ctx context.Context) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -349,7 +402,7 @@ func (c *Catalog) Start(ctx context.Context) error {
 	c.mu.sweepDone = make(chan struct{})
 	go func() {
 		defer close(c.mu.sweepDone)
-		t := time.NewTicker(c.opts.SweepInterval)
+		t := time.NewTimer(c.opts.SweepInterval)
 		defer t.Stop()
 		for {
 			select {
@@ -367,6 +420,8 @@ func (c *Catalog) Start(ctx context.Context) error {
 			if c.afterSweep != nil {
 				c.afterSweep(rep, err)
 			}
+			// The quiet time counts from the end of this pass.
+			t.Reset(c.opts.SweepInterval)
 		}
 	}()
 	return nil

@@ -253,6 +253,9 @@ func TestChangelogMaterializeFailures(t *testing.T) {
 	putN(t, in, 0, 10, "a")
 	e.checkpoint(t, "j", 1, in)
 	fs.on.Store(true)
+	// A change since checkpoint 1's base: without one there is nothing to
+	// materialize (an idle instance is not materialized again).
+	putN(t, in, 100, 101, "c")
 	m := e.d.Metrics()
 	waitFor(t, func() bool { return m.MaterializeFailures.Load() >= 2 })
 	_, err := e.d.Snapshot(context.Background(), in, 2, true)

@@ -32,6 +32,7 @@ type collector struct {
 	ckMerged                                   *prometheus.Desc
 	catJobs, catRetained, catSavepoints        *prometheus.Desc
 	catInFlight, catObjects, catBytes          *prometheus.Desc
+	sweeps, sweepPages, sweepsTruncated        *prometheus.Desc
 	cacheHits, cacheMisses, cacheEvictions     *prometheus.Desc
 	cacheCorrupt, cacheBytes, cacheEntries     *prometheus.Desc
 	storeCalls, storeErrors, storeDeleted      *prometheus.Desc
@@ -91,6 +92,9 @@ func newCollector(m *daemon.Metrics, cat func() *catalog.Catalog, cs cacheStats,
 		catInFlight:     d("catalog_inflight_checkpoints", "Checkpoints in flight."),
 		catObjects:      d("catalog_referenced_objects", "Objects retained checkpoints and savepoints reference."),
 		catBytes:        d("catalog_referenced_bytes", "Bytes of the referenced objects."),
+		sweeps:          d("catalog_sweeps_total", "Orphan sweeps run."),
+		sweepPages:      d("catalog_sweep_list_pages_total", "LIST pages the orphan sweeps read (on S3, LIST requests)."),
+		sweepsTruncated: d("catalog_sweeps_truncated_total", "Orphan sweeps that reached --sweep-max-list-pages and deleted nothing."),
 	}
 }
 
@@ -170,6 +174,9 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		gauge(c.catInFlight, float64(st.InFlight))
 		gauge(c.catObjects, float64(st.Referenced.Objects))
 		gauge(c.catBytes, float64(st.Referenced.Bytes))
+		counter(c.sweeps, st.Sweeps)
+		counter(c.sweepPages, st.SweepListPages)
+		counter(c.sweepsTruncated, st.SweepsTruncated)
 	}
 	if c.store != nil {
 		st := c.store.Counts()

@@ -35,6 +35,7 @@ import (
 	"github.com/statedhq/stated/internal/buildinfo"
 	"github.com/statedhq/stated/node/webui"
 	"github.com/statedhq/stated/tiered"
+	"github.com/statedhq/stated/tiered/cost"
 	"github.com/statedhq/stated/tiered/memstore"
 	"github.com/statedhq/stated/tiered/metered"
 	"github.com/statedhq/stated/tiered/storeurl"
@@ -56,8 +57,10 @@ type Node struct {
 	clog   *clusterLog
 	writer *dstl.Writer
 	cache  cacheStats // nil: no cache
-	set    *openers.Set
-	cat    *catalog.Catalog // nil in cluster mode: see host
+	// costs prices the stores' requests (metrics, web page).
+	costs *costs
+	set   *openers.Set
+	cat   *catalog.Catalog // nil in cluster mode: see host
 	// host and catClient: the cluster's one catalog, hosted by the leader
 	// and reached through catClient (cluster mode only).
 	host      *catalogHost
@@ -159,7 +162,7 @@ func Open(ctx context.Context, opts Options) (_ *Node, err error) {
 		}
 	}
 	co := catalog.Options{
-		Store: n.store, Retain: opts.Retain, GCGrace: opts.GCGrace, SweepInterval: opts.SweepInterval,
+		Store: n.store, Retain: opts.Retain, GCGrace: opts.GCGrace, SweepInterval: opts.SweepInterval, SweepMaxListPages: opts.SweepMaxListPages,
 		// The catalog deletes heap snapshots of checkpoints it no longer
 		// retains from the daemon's memory.
 		HeapStore: n.set.HeapSnapshots,
@@ -214,7 +217,14 @@ func Open(ctx context.Context, opts Options) (_ *Node, err error) {
 	n.srv = api.NewServer(n.d, api.ServerOptions{MaxMessageSize: opts.MaxMessageSize, QueueDepth: opts.QueueDepth,
 		MaxConcurrentStreams: opts.MaxConcurrentStreams, FirstBatchTimeout: opts.FirstBatchTimeout,
 		ReadParallelism: opts.ReadParallelism, Logger: n.log})
+	prices, _ := cost.ParsePrices(opts.S3Prices, cost.S3Standard) // checked by Validate
+	n.costs = newCosts(prices, n.d.Metrics().CheckpointsCompleted.Load, n.stateBytes)
+	n.costs.add(storeCheckpoint, n.meter)
+	n.costs.add(storeChangelog, n.logMeter)
+	n.costs.start()
+	n.closers = append(n.closers, n.costs.close)
 	n.reg = prometheus.NewRegistry()
+	n.reg.MustRegister(newCostCollector(n.costs))
 	n.reg.MustRegister(newCollector(n.d.Metrics(), n.Catalog, n.cache, n.meter), newChangelogCollector(n.writer, n.d.Metrics(), n.logMeter),
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -249,7 +259,7 @@ func Open(ctx context.Context, opts Options) (_ *Node, err error) {
 		return nil, err
 	}
 	n.closers = append(n.closers, sr.close)
-	src := webui.Source{Catalog: page, Daemon: n.d, Gatherer: n.reg, Token: opts.Token, States: sr}
+	src := webui.Source{Catalog: page, Daemon: n.d, Gatherer: n.reg, Token: opts.Token, States: sr, Costs: n.costs.table}
 	if n.cluster != nil {
 		src.Cluster = n.clusterPanel
 	}
@@ -347,6 +357,15 @@ func (n *Node) openLog(ctx context.Context) error {
 	n.writer = w
 	n.closers = append(n.closers, func() { _ = w.Close() })
 	return nil
+}
+
+// stateBytes is what the catalog references in the checkpoint store (0
+// when this node holds no catalog).
+func (n *Node) stateBytes() int64 {
+	if c := n.Catalog(); c != nil {
+		return c.Stats().Referenced.Bytes
+	}
+	return 0
 }
 
 // keepOpen is an injected store whose Close is the caller's.

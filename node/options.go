@@ -23,6 +23,7 @@ import (
 	"github.com/statedhq/stated/daemon/openers"
 	"github.com/statedhq/stated/dstl"
 	"github.com/statedhq/stated/tiered"
+	"github.com/statedhq/stated/tiered/cost"
 	"github.com/statedhq/stated/tiered/storeurl"
 )
 
@@ -129,8 +130,16 @@ type Options struct {
 	Store tiered.Store
 	// S3 are the S3 settings of an s3:// store (the --s3-* flags). Its
 	// CacheDir, CacheBytes, Uncached and Wrap are the node's: leave them
-	// unset. S3.S3.Logger defaults to Logger's.
+	// unset. S3.S3.Logger defaults to Logger's. S3.S3.RequestsPerSecond
+	// and Burst (--s3-requests-per-second, --s3-request-burst) pace each
+	// store's requests on its own; default: no limit.
 	S3 storeurl.Options
+	// S3Prices are the prices the estimated bill uses (--s3-prices), in
+	// cost.ParsePrices's form "put=0.005,get=0.0004,storage=0.023": dollars
+	// per 1,000 requests of a kind (put, get, list, delete, head) and per
+	// GB-month. Kinds not named keep S3 Standard's list price
+	// (cost.S3Standard). Default "": S3 Standard.
+	S3Prices string
 	// CacheDir is the directory of the local cache of the checkpoint store
 	// (--cache-dir), locked like DataDir. Default <DataDir>/cache for an
 	// s3:// store, no cache otherwise.
@@ -149,6 +158,11 @@ type Options struct {
 	// SweepInterval is the period of the orphan sweep (--sweep-interval).
 	// Default catalog.DefaultSweepInterval.
 	SweepInterval time.Duration
+	// SweepMaxListPages bounds the LIST pages one orphan sweep reads
+	// (--sweep-max-list-pages; catalog.Options.SweepMaxListPages): a
+	// sweep that reaches it deletes nothing and warns. Default
+	// catalog.DefaultSweepMaxListPages; negative: no bound.
+	SweepMaxListPages int
 	// CheckpointTimeout: a checkpoint not completed this long after its
 	// first snapshot is aborted as expired (--checkpoint-timeout). Default
 	// daemon.DefaultCheckpointTimeout.
@@ -314,6 +328,7 @@ func (o *Options) EnsureDefaults() {
 	def(&o.Retain, catalog.DefaultRetain)
 	dur(&o.GCGrace, catalog.DefaultGCGrace)
 	dur(&o.SweepInterval, catalog.DefaultSweepInterval)
+	def(&o.SweepMaxListPages, catalog.DefaultSweepMaxListPages)
 	dur(&o.CheckpointTimeout, daemon.DefaultCheckpointTimeout)
 	dur(&o.ChannelStateLinger, daemon.DefaultChannelStateLinger)
 	dur(&o.IdleInstanceTimeout, daemon.DefaultIdleInstanceTimeout)
@@ -374,6 +389,9 @@ func (o *Options) Validate() error {
 		bad("S3", "%s sets cache or wrap options: use %s and %s", ref("S3"), ref("CacheDir"), ref("CacheBytes"))
 	}
 	errs = append(errs, validateS3(o.S3)...)
+	if _, err := cost.ParsePrices(o.S3Prices, cost.S3Standard); err != nil {
+		bad("S3Prices", "%s: %v", ref("S3Prices"), strings.TrimPrefix(err.Error(), "cost: "))
+	}
 	if _, _, err := o.cache(); err != nil {
 		errs = append(errs, err)
 	}
@@ -461,6 +479,12 @@ func validateS3(s storeurl.Options) []error {
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 			errs = append(errs, optionError("S3.Endpoint", "%s %q is not an http:// or https:// URL", ref("S3.Endpoint"), e))
 		}
+	}
+	if r := s.S3.RequestsPerSecond; r < 0 || math.IsNaN(r) || math.IsInf(r, 0) {
+		errs = append(errs, optionError("S3.S3.RequestsPerSecond", "%s %v: give 0 (no limit) or a rate above 0", ref("S3.S3.RequestsPerSecond"), r))
+	}
+	if b := s.S3.Burst; b < 0 || (b > 0 && s.S3.RequestsPerSecond == 0) {
+		errs = append(errs, optionError("S3.S3.Burst", "%s %d: give it with %s, 1 or more (0: the rate rounded up)", ref("S3.S3.Burst"), b, ref("S3.S3.RequestsPerSecond")))
 	}
 	if (s.AccessKeyID == "") != (s.SecretAccessKey == "") {
 		errs = append(errs, optionError("S3.AccessKeyID", "%s and %s go together (or leave both to AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY)",

@@ -103,6 +103,8 @@ otherwise.`,
 	fl.StringVar(&p.Token, "token", "", "bearer token of an external daemon on TCP (or STATED_TOKEN)")
 	addClientTLSFlags(fl, &f.tls)
 	fl.StringVar(&p.Dir, "dir", "", "where embedded daemons and baselines keep their temporary data (default the system's temp dir)")
+	fl.StringVar(&p.CheckpointStore, "checkpoint-store", "", "checkpoint store of the embedded daemons: file:///dir or s3://bucket/prefix?endpoint=...&path-style=true (credentials from AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY); each run gets a fresh prefix under it, emptied afterwards (default: the daemon's data dir)")
+	fl.StringVar(&p.Prices, "s3-prices", "", "prices of the $/month figures, as \"stated serve --s3-prices\" (default S3 Standard's us-east-1 list prices)")
 	fl.Uint64Var(&p.Seed, "seed", 1, "seed of the operations (same seed, same operations)")
 	fl.StringVar(&f.jsonPath, "json", "", "write every figure, the parameters, the machine and the revision to this file")
 	fl.StringVar(&f.logLevel, "log-level", "warn", "log level of the embedded daemon (debug, info, warn, error), logged to stderr")
@@ -239,7 +241,11 @@ data) over --connections client connections, as that many task processes
 would, and reports the time to open and close them and, on the embedded daemon,
 the resident memory (VmRSS), Go heap and file descriptors per instance of this
 process (daemon and clients). It opens a few first and stops with a clear error
-when the rest would pass the file-descriptor limit (RLIMIT_NOFILE).`,
+when the rest would pass the file-descriptor limit (RLIMIT_NOFILE).
+
+With --idle it keeps them open and idle that long and reports the requests the
+embedded daemon sent its checkpoint store meanwhile (the idle cost; put it on
+S3 with --checkpoint-store s3://...).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if p.Token == "" {
@@ -274,6 +280,10 @@ when the rest would pass the file-descriptor limit (RLIMIT_NOFILE).`,
 	fl.StringVar(&p.Token, "token", "", "bearer token of an external daemon on TCP (or STATED_TOKEN)")
 	addClientTLSFlags(fl, &tlsFlags)
 	fl.StringVar(&p.Dir, "dir", "", "where the embedded daemon keeps its temporary data dir (default the system's temp dir)")
+	fl.DurationVar(&p.Idle, "idle", 0, "keep the instances open and idle this long and report the checkpoint store's requests meanwhile (embedded daemon only)")
+	fl.StringVar(&p.CheckpointStore, "checkpoint-store", "", "checkpoint store of the embedded daemon, as \"stated bench run --checkpoint-store\"")
+	fl.BoolVar(&p.Changelog, "changelog", false, "open the instances in changelog mode")
+	fl.BoolVar(&p.LSMRemote, "lsm-remote", false, "run the embedded daemon as \"stated serve --lsm-remote\" (lsm SSTs in the checkpoint store)")
 	fl.StringVar(&jsonPath, "json", "", "write the figures to this file")
 	return cmd
 }

@@ -78,7 +78,9 @@ func runGC(ctx context.Context, out io.Writer, store cliStore, grace time.Durati
 		return read, fmt.Sprintf("listed %d objects, read %s of manifests, deleted %d objects", listed, bytesize.Format(read), deleted)
 	})
 	defer stop()
-	co := catalog.Options{Store: cs, GCGrace: grace}
+	// An operator's sweep lists the whole store: the page bound is the
+	// background sweep's.
+	co := catalog.Options{Store: cs, GCGrace: grace, SweepMaxListPages: -1}
 	if cl != nil {
 		co.LogStore = cl
 	}

@@ -46,6 +46,7 @@ type serveFlags struct {
 	metricsAddr       string
 	checkpointStore   string
 	s3                s3Flags
+	s3Prices          string
 	cache             cacheFlags
 	retain            int
 	heapSnapshotCap   string
@@ -68,6 +69,7 @@ type serveFlags struct {
 	idleTimeout       time.Duration
 	gcGrace           time.Duration
 	sweepInterval     time.Duration
+	sweepMaxPages     int
 	shutdownGrace     time.Duration
 	logLevel          string
 	logFormat         string
@@ -124,6 +126,7 @@ the grace ends, closes every backend and exits 0.`,
 	fl.StringVar(&f.metricsAddr, "metrics-addr", "127.0.0.1:9464", `address of /metrics and /healthz ("" to disable)`)
 	fl.StringVar(&f.checkpointStore, "checkpoint-store", "", "checkpoint storage URL: file:///dir or s3://bucket/prefix (default file://<data-dir>/checkpoints)")
 	addS3Flags(fl, &f.s3)
+	fl.StringVar(&f.s3Prices, "s3-prices", "", "prices of the estimated object-store bill on /metrics and the web page: dollars per 1,000 requests of a kind and per GB-month, e.g. put=0.005,get=0.0004,list=0.005,delete=0,head=0.0004,storage=0.023; kinds not given keep S3 Standard's us-east-1 list price (see docs/performance.md)")
 	addCacheFlags(fl, &f.cache)
 	fl.IntVar(&f.retain, "retain", catalog.DefaultRetain, "completed checkpoints kept per job")
 	fl.StringVar(&f.heapSnapshotCap, "heap-snapshot-cap", "5MiB", "largest heap snapshot kept in daemon memory; larger ones are declined")
@@ -146,7 +149,8 @@ the grace ends, closes every backend and exits 0.`,
 	fl.DurationVar(&f.idleTimeout, "idle-instance-timeout", daemon.DefaultIdleInstanceTimeout,
 		"an instance with no batch stream (its task died without closing it) for this long is closed; negative: never")
 	fl.DurationVar(&f.gcGrace, "gc-grace", catalog.DefaultGCGrace, "age an unreferenced checkpoint file must reach before the sweep deletes it")
-	fl.DurationVar(&f.sweepInterval, "sweep-interval", catalog.DefaultSweepInterval, "period of the orphan sweep")
+	fl.DurationVar(&f.sweepInterval, "sweep-interval", catalog.DefaultSweepInterval, "quiet time between orphan sweeps (counted from the end of each)")
+	fl.IntVar(&f.sweepMaxPages, "sweep-max-list-pages", catalog.DefaultSweepMaxListPages, "most LIST pages (S3 LIST requests of up to 1,000 names) one orphan sweep reads; a sweep that reaches it deletes nothing and warns; negative: no bound")
 	fl.DurationVar(&f.shutdownGrace, "shutdown-grace", 30*time.Second, "on SIGTERM, how long calls in flight and then in-flight snapshots may take in all before they are cancelled or aborted")
 	fl.IntVar(&f.gcPercent, "gc-percent", daemon.DefaultGCPercent, "Go GC target (as GOGC; GOGC in the environment wins over the default): higher trades memory for throughput; heap and file state lives in the Go heap, so with much of it lower this or set GOMEMLIMIT")
 	fl.BoolVar(&f.changelog, "changelog", false, "changelog mode for every instance whose open request does not choose: each change is logged as it happens, so checkpoints cost a log flush, not a snapshot")
@@ -311,8 +315,8 @@ func (f *serveFlags) nodeOptions(log *slog.Logger) (node.Options, error) {
 		TLSCert: f.tlsCert, TLSKey: f.tlsKey, TLSClientCA: f.tlsClientCA, AllowPlaintextToken: f.plaintextToken,
 		NodeID: f.nodeID, RaftAddr: f.raftAddr, RaftAdvertise: f.raftAdvertise, RaftPeers: f.raftPeers, RaftDir: f.raftDir,
 		ClusterTLSCert: f.clusterTLSCert, ClusterTLSKey: f.clusterTLSKey, ClusterTLSCA: f.clusterTLSCA, ClusterToken: f.clusterToken,
-		CheckpointStore: f.checkpointStore, S3: f.s3.options(), CacheDir: f.cache.dir, CacheBytes: size("cache-bytes", f.cache.bytes),
-		Retain: f.retain, GCGrace: f.gcGrace, SweepInterval: f.sweepInterval, CheckpointTimeout: f.checkpointTimeout, ChannelStateLinger: f.channelLinger,
+		CheckpointStore: f.checkpointStore, S3: f.s3.options(), S3Prices: f.s3Prices, CacheDir: f.cache.dir, CacheBytes: size("cache-bytes", f.cache.bytes),
+		Retain: f.retain, GCGrace: f.gcGrace, SweepInterval: f.sweepInterval, SweepMaxListPages: f.sweepMaxPages, CheckpointTimeout: f.checkpointTimeout, ChannelStateLinger: f.channelLinger,
 		IdleInstanceTimeout: f.idleTimeout, HeapSnapshotCap: size("heap-snapshot-cap", f.heapSnapshotCap),
 		MaxValueSize: int(size("max-value-size", f.maxValueSize)), MaxMessageSize: int(size("max-message-size", f.maxMessageSize)),
 		MaxMemoryState: size("max-memory-state", f.maxMemoryState), MaxInstances: f.maxInstances,
@@ -376,7 +380,8 @@ var flagOf = map[string]string{
 	"CheckpointStore": "checkpoint-store", "CacheDir": "cache-dir", "CacheBytes": "cache-bytes",
 	"S3.Endpoint": "s3-endpoint", "S3.Region": "s3-region", "S3.Addressing": "s3-path-style",
 	"S3.AccessKeyID": "s3-access-key-id", "S3.SecretAccessKey": "s3-secret-access-key",
-	"Retain": "retain", "GCGrace": "gc-grace", "SweepInterval": "sweep-interval", "CheckpointTimeout": "checkpoint-timeout", "ChannelStateLinger": "channel-state-linger",
+	"S3.S3.RequestsPerSecond": "s3-requests-per-second", "S3.S3.Burst": "s3-request-burst", "S3Prices": "s3-prices",
+	"Retain": "retain", "GCGrace": "gc-grace", "SweepInterval": "sweep-interval", "SweepMaxListPages": "sweep-max-list-pages", "CheckpointTimeout": "checkpoint-timeout", "ChannelStateLinger": "channel-state-linger",
 	"IdleInstanceTimeout": "idle-instance-timeout", "HeapSnapshotCap": "heap-snapshot-cap", "MaxValueSize": "max-value-size",
 	"MaxMessageSize": "max-message-size", "MaxMemoryState": "max-memory-state", "MaxInstances": "max-instances",
 	"MaxStreamsPerInstance": "max-streams-per-instance", "QueueDepth": "queue-depth", "MaxConcurrentStreams": "max-concurrent-streams",

@@ -34,10 +34,15 @@ type s3Flags struct {
 	pathStyle       optBool
 	accessKeyID     string
 	secretAccessKey string
+	// requestsPerSecond and burst pace each store's requests (0: no
+	// limit).
+	requestsPerSecond float64
+	burst             int
 }
 
 // s3FlagNames are the flags addS3Flags adds.
-var s3FlagNames = []string{"s3-endpoint", "s3-region", "s3-path-style", "s3-access-key-id", "s3-secret-access-key"}
+var s3FlagNames = []string{"s3-endpoint", "s3-region", "s3-path-style", "s3-access-key-id", "s3-secret-access-key",
+	"s3-requests-per-second", "s3-request-burst"}
 
 func addS3Flags(fs *pflag.FlagSet, f *s3Flags) {
 	fs.StringVar(&f.endpoint, "s3-endpoint", "", "S3 service URL of s3:// stores, e.g. http://127.0.0.1:7070 for MinIO or versitygw (default $AWS_ENDPOINT_URL_S3, $AWS_ENDPOINT_URL, else AWS)")
@@ -46,6 +51,8 @@ func addS3Flags(fs *pflag.FlagSet, f *s3Flags) {
 	fs.Lookup("s3-path-style").NoOptDefVal = "true"
 	fs.StringVar(&f.accessKeyID, "s3-access-key-id", "", "S3 access key id, with --s3-secret-access-key (default $AWS_ACCESS_KEY_ID, else the AWS SDK's default chain)")
 	fs.StringVar(&f.secretAccessKey, "s3-secret-access-key", "", "S3 secret access key; prefer $STATED_S3_SECRET_ACCESS_KEY or $AWS_SECRET_ACCESS_KEY: a flag's value shows in the process list (default $AWS_SECRET_ACCESS_KEY)")
+	fs.Float64Var(&f.requestsPerSecond, "s3-requests-per-second", 0, "client-side limit of each S3 store's HTTP requests per second, retries included (a token bucket; requests wait for a token rather than draw SlowDown answers); 0: no limit")
+	fs.IntVar(&f.burst, "s3-request-burst", 0, "requests an S3 store may send at once under --s3-requests-per-second (default: the rate rounded up)")
 }
 
 // validate reports every problem of the S3 flags (node's rules).
@@ -54,6 +61,7 @@ func (f *s3Flags) validate() error { return flagErrors(node.ValidateS3(f.options
 // options are the storeurl options the flags give.
 func (f *s3Flags) options() storeurl.Options {
 	o := storeurl.Options{Endpoint: f.endpoint, Region: f.region, AccessKeyID: f.accessKeyID, SecretAccessKey: f.secretAccessKey}
+	o.S3.RequestsPerSecond, o.S3.Burst = f.requestsPerSecond, f.burst
 	if f.pathStyle.set {
 		o.Addressing = storeurl.AddressingVirtual
 		if f.pathStyle.v {

@@ -174,12 +174,20 @@ func (b *Backend) now() time.Time {
 // them completes, the log before it is truncated. It never waits on a
 // checkpoint: a failed materialization changes nothing, and the next one
 // starts afresh (FLINK-40302). The daemon calls it in the background every
-// materialization interval.
+// materialization interval. When nothing was logged since the newest base
+// it does nothing: an idle instance costs its store no request.
 func (b *Backend) Materialize(ctx context.Context) error {
 	b.wmu.Lock()
 	if b.closed {
 		b.wmu.Unlock()
 		return backend.ErrClosed
+	}
+	if b.baseIsCurrent() {
+		// Nothing was logged since the newest base: a new one would be
+		// the same state, uploaded again. An idle instance sends its
+		// store nothing.
+		b.wmu.Unlock()
+		return nil
 	}
 	m, p, err := b.startMaterialization(ctx)
 	b.wmu.Unlock()
@@ -191,6 +199,17 @@ func (b *Backend) Materialize(ctx context.Context) error {
 	b.offer(m)
 	b.wmu.Unlock()
 	return m.err
+}
+
+// baseIsCurrent reports whether the newest base (offered or confirmed)
+// already holds every change logged, in the current epoch. Call with wmu
+// held.
+func (b *Backend) baseIsCurrent() bool {
+	newest := b.mat
+	if newest == nil {
+		newest = b.conf
+	}
+	return newest != nil && newest.err == nil && newest.epoch == b.epoch && newest.seq >= b.lastSeq
 }
 
 // startMaterialization freezes the inner backend's view at the log's

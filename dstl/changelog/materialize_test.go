@@ -16,6 +16,7 @@ import (
 	"github.com/statedhq/stated/backend/lsm"
 	"github.com/statedhq/stated/dstl"
 	"github.com/statedhq/stated/dstl/changelog"
+	"github.com/statedhq/stated/tiered"
 	"github.com/statedhq/stated/tiered/memstore"
 )
 
@@ -435,4 +436,52 @@ func TestNativeLSMBase(t *testing.T) {
 		t.Fatalf("second base: %d bytes reused, %d new, of a %d-byte first base: not incremental", reused, fresh, full)
 	}
 	e.check(h2, m, "checkpoint on the second base")
+}
+
+// An instance whose log has nothing new since its newest base is not
+// materialized again: an idle instance makes no request to its store
+// (the daemon materializes every instance every --materialize-interval).
+func TestIdleInstanceIsNotMaterializedAgain(t *testing.T) {
+	e := newEnv(t)
+	b := e.open()
+	m := backendtest.NewModel(propStates...)
+	objects := func() int {
+		n := 0
+		if err := tiered.Walk(e.ctx, e.store, "", func(tiered.ObjectInfo) error { n++; return nil }); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	materialize := func() {
+		t.Helper()
+		if err := b.Materialize(e.ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e.puts(b, m, 50)
+	materialize()
+	n, mats := objects(), b.Stats().Materializations
+	for range 3 {
+		materialize()
+	}
+	if objects() != n || b.Stats().Materializations != mats {
+		t.Fatalf("idle materializations: %d objects (was %d), %d materializations (was %d)", objects(), n, b.Stats().Materializations, mats)
+	}
+	// A checkpoint takes the base and its completion confirms it: still
+	// nothing new to materialize.
+	h, _ := e.checkpoint(b)
+	b.NotifyCheckpointComplete(h.CheckpointID)
+	n = objects()
+	materialize()
+	if objects() != n || b.Stats().Materializations != mats {
+		t.Fatalf("materialization after the base was confirmed: %d objects (was %d), %d materializations (was %d)", objects(), n, b.Stats().Materializations, mats)
+	}
+	// One change: the next materialization takes a new base.
+	e.puts(b, m, 1)
+	materialize()
+	if b.Stats().Materializations != mats+1 {
+		t.Fatalf("after a change: %d materializations, want %d", b.Stats().Materializations, mats+1)
+	}
+	h2, _ := e.checkpoint(b)
+	e.check(h2, m, "checkpoint after the new base")
 }

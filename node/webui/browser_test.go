@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -59,6 +60,14 @@ type row struct {
 	Bg     string `json:"bg"`
 	Sync   string `json:"sync"`
 	Badges string `json:"badges"`
+}
+
+type requestRow struct {
+	Store    string `json:"store"`
+	Kind     string `json:"kind"`
+	Requests string `json:"requests"`
+	PerCP    string `json:"perCheckpoint"`
+	Dollars  string `json:"dollars"`
 }
 
 type bar struct {
@@ -132,6 +141,19 @@ func TestPageInChromium(t *testing.T) {
 		return err
 	})
 	run("size chart", func() error { size, err = chromedp.Run(bctx, chromedp.Evaluate[[]bar](barsJS("size"))); return err })
+	var requests []requestRow
+	var billing string
+	run("requests table", func() error {
+		requests, err = chromedp.Run(bctx, chromedp.Evaluate[[]requestRow](`Array.from(document.querySelectorAll('#requests tr.request')).map(r => ({
+			store: r.dataset.store, kind: r.dataset.kind, requests: r.querySelectorAll('td')[2].innerText,
+			perCheckpoint: r.querySelectorAll('td')[4] ? r.querySelectorAll('td')[4].innerText : '',
+			dollars: r.querySelector('td.dollars').innerText}))`))
+		return err
+	})
+	run("requests total", func() error {
+		billing, err = chromedp.Run(bctx, chromedp.Evaluate[string](`document.querySelector('#requests strong.total').innerText`))
+		return err
+	})
 	run("screenshot", func() error { shot, err = chromedp.Run(bctx, chromedp.FullScreenshot(100)); return err })
 	path := filepath.Join(artifactDir(t), "webui.png")
 	if err := os.WriteFile(path, shot, 0o644); err != nil {
@@ -140,6 +162,30 @@ func TestPageInChromium(t *testing.T) {
 	t.Logf("screenshot: %s (%d bytes)", path, len(shot))
 	if len(shot) < 1000 {
 		t.Fatalf("screenshot of %d bytes", len(shot))
+	}
+
+	// The requests table: the checkpoint store's five kinds and its
+	// storage. The three completed checkpoints put objects (estimated
+	// from calls on a local store) and priced them.
+	kinds := map[string]requestRow{}
+	for _, r := range requests {
+		if r.Store != "checkpoint" {
+			t.Errorf("request row of store %q", r.Store)
+		}
+		kinds[r.Kind] = r
+	}
+	if len(kinds) != 6 || kinds["storage"].Store == "" {
+		t.Fatalf("requests table rows: %+v", requests)
+	}
+	put := kinds["put"]
+	if n, err := strconv.Atoi(put.Requests); err != nil || n < 3 || put.PerCP == "-" || put.Dollars == "$0.00" || !strings.HasPrefix(put.Dollars, "$") {
+		t.Errorf("put row: %+v", put)
+	}
+	if kinds["delete"].Dollars != "$0.00" {
+		t.Errorf("deletes are free on S3 Standard: %+v", kinds["delete"])
+	}
+	if !strings.HasPrefix(billing, "$") || billing == "$0.00" {
+		t.Errorf("the estimated bill reads %q", billing)
 	}
 
 	if !strings.Contains(title, "stated") {

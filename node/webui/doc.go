@@ -2,9 +2,10 @@
 // checkpoint history (as Flink's checkpoint tab shows it: id, status,
 // trigger time, duration, sync and async parts, checkpointed and full
 // size, failure reason, restored-from, pinned) with charts of duration and
-// size over time, the open instances, the store and cache counters and the
-// savepoints. The node serves it on its metrics address under /ui/, with
-// the same data as JSON under /ui/api/state.
+// size over time, the open instances, the object-store requests of the
+// last hour by kind with the estimated monthly bill, the store and cache
+// counters and the savepoints. The node serves it on its metrics address
+// under /ui/, with the same data as JSON under /ui/api/state.
 //
 // Each retained completed checkpoint links to its state page,
 // /ui/checkpoint?job=J&id=N: a table of its states by entries and bytes

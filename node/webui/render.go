@@ -48,7 +48,30 @@ var funcs = template.FuncMap{
 	"pct":   func(v float64) string { return strconv.FormatFloat(v, 'f', 1, 64) + "%" },
 	"ratio": func(v float64) string { return strconv.FormatFloat(v, 'f', 1, 64) },
 	// width is a share bar's length in pixels (100% = 200).
-	"width": func(v float64) int { return int(min(max(v, 0), 100) * 2) },
+	"width":   func(v float64) int { return int(min(max(v, 0), 100) * 2) },
+	"upper":   strings.ToUpper,
+	"rate":    rateText,
+	"dollars": dollarsText,
+	"duration": func(seconds float64) string {
+		return time.Duration(seconds * float64(time.Second)).Round(time.Second).String()
+	},
+}
+
+// rateText is a rate with three significant digits ("-" for none).
+func rateText(v float64) string {
+	if v == 0 {
+		return "-"
+	}
+	return strconv.FormatFloat(v, 'g', 3, 64)
+}
+
+// dollarsText is a price: cents for a dollar or more, else four decimals
+// (request prices are fractions of a cent).
+func dollarsText(v float64) string {
+	if v >= 1 || v == 0 {
+		return "$" + strconv.FormatFloat(v, 'f', 2, 64)
+	}
+	return "$" + strconv.FormatFloat(v, 'f', 4, 64)
 }
 
 func itoa(n int) string { return strconv.Itoa(n) }

@@ -52,7 +52,8 @@ type Source struct {
 	Catalog Catalog
 	Daemon  *daemon.Daemon
 	// Gatherer is the node's Prometheus registry: the page shows its
-	// stated_store_*, stated_cache_* and stated_catalog_* series.
+	// stated_store_*, stated_cache_* and stated_catalog_* series (but the
+	// request counts, which the requests table shows).
 	Gatherer prometheus.Gatherer
 	// Token, when set, is required of every request (see the package
 	// doc).
@@ -65,6 +66,8 @@ type Source struct {
 	// States (nil: no state view) reads a completed checkpoint's state
 	// for the checkpoint page (/ui/checkpoint) and /ui/api/checkpoint.
 	States StateReader
+	// Costs (nil: no table) is the object-store requests table.
+	Costs func() *Costs
 }
 
 // Cluster is the cluster panel: this node's view of its cluster.
@@ -104,7 +107,9 @@ type State struct {
 	Problems   []string    `json:"problems,omitempty"`
 	// Cluster is the cluster panel (nil: the daemon runs alone).
 	Cluster *Cluster `json:"cluster,omitempty"`
-	refresh int      // seconds; 0: none
+	// Costs is the object-store requests table (nil: none).
+	Costs   *Costs `json:"costs,omitempty"`
+	refresh int    // seconds; 0: none
 	charts  map[string]template.HTML
 }
 
@@ -265,6 +270,9 @@ func Collect(src Source) State {
 	if src.Cluster != nil {
 		st.Cluster = src.Cluster()
 	}
+	if src.Costs != nil {
+		st.Costs = src.Costs()
+	}
 	c := src.Catalog
 	var insts []*daemon.Instance
 	if src.Daemon != nil {
@@ -381,6 +389,13 @@ func lastHandle(c Catalog, task backend.TaskID) (id uint64, full, checkpointed i
 // counterPrefixes are the metric families the page shows.
 var counterPrefixes = []string{"stated_store_", "stated_cache_", "stated_catalog_"}
 
+// requestFamilies are the stated_store_ families the requests table shows
+// (Source.Costs): the counters table leaves them out.
+var requestFamilies = map[string]bool{
+	"stated_store_requests_total": true, "stated_store_request_retries_total": true, "stated_store_throttled_total": true,
+	"stated_store_requests_measured": true, "stated_store_estimated_dollars_per_month": true,
+}
+
 func counters(g prometheus.Gatherer) []Counter {
 	if g == nil {
 		return nil
@@ -396,7 +411,7 @@ func counters(g prometheus.Gatherer) []Counter {
 		for _, p := range counterPrefixes {
 			keep = keep || strings.HasPrefix(name, p)
 		}
-		if !keep {
+		if !keep || requestFamilies[name] {
 			continue
 		}
 		for _, m := range mf.GetMetric() {

@@ -6,5 +6,7 @@
 //
 // The counts are of Store calls: an S3 Put of a large object is one call
 // here and several HTTP requests (multipart) on the wire, and the SDK's
-// retries are not counted.
+// retries are not counted. Requests (cost.Source) are the HTTP requests
+// when the store underneath counts them (tiered/s3store), else the calls
+// mapped to the request kinds they would be on S3.
 package metered

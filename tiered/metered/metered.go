@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 
 	"github.com/statedhq/stated/tiered"
+	"github.com/statedhq/stated/tiered/cost"
 )
 
 // Counts is a snapshot of a Store's counters.
@@ -28,7 +29,10 @@ type Store struct {
 	deleted, up, down atomic.Uint64
 }
 
-var _ tiered.Store = (*Store)(nil)
+var (
+	_ tiered.Store = (*Store)(nil)
+	_ cost.Source  = (*Store)(nil)
+)
 
 // New wraps s.
 func New(s tiered.Store) *Store { return &Store{Store: s} }
@@ -47,6 +51,28 @@ func (s *Store) Append(ctx context.Context, name string, data []byte) error {
 	}
 	s.done(tiered.OpPut, err)
 	return err
+}
+
+// Requests implements cost.Source. When the store underneath counts its
+// own requests (s3store: every HTTP attempt, multipart parts and retries
+// included), they are its counts; otherwise they are estimated from the
+// calls, one request per call of the kind it would be on S3 (cost.OpKind).
+func (s *Store) Requests() cost.Counts {
+	if src, ok := cost.SourceOf(s.Store); ok {
+		return src.Requests()
+	}
+	var c cost.Counts
+	for op := range tiered.NumOps {
+		c.Requests[cost.OpKind(op)] += s.calls[op].Load()
+	}
+	return c
+}
+
+// RequestsMeasured reports whether Requests are counted on the wire (the
+// store underneath counts them) rather than estimated from calls.
+func (s *Store) RequestsMeasured() bool {
+	_, ok := cost.SourceOf(s.Store)
+	return ok
 }
 
 // Counts returns the counters now.

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/statedhq/stated/tiered"
+	"github.com/statedhq/stated/tiered/cost"
 	"github.com/statedhq/stated/tiered/fault"
 	"github.com/statedhq/stated/tiered/memstore"
 	"github.com/statedhq/stated/tiered/metered"
@@ -64,6 +65,15 @@ func TestCounts(t *testing.T) {
 	want.Errors[tiered.OpPut] = 1 // the bad name; ErrExists and not-found are answers
 	if c != want {
 		t.Fatalf("counts\n %+v\nwant\n %+v", c, want)
+	}
+	// A store that does not count its requests: one per call, by kind.
+	if s.RequestsMeasured() {
+		t.Fatal("memstore's calls are reported as measured requests")
+	}
+	var req cost.Counts
+	req.Requests = [cost.NumKinds]uint64{cost.Put: 3, cost.Get: 2, cost.Head: 1, cost.List: 1, cost.Delete: 2}
+	if got := s.Requests(); got != req {
+		t.Fatalf("requests\n %+v\nwant\n %+v", got, req)
 	}
 }
 

@@ -19,9 +19,22 @@
 //   - List is ListObjectsV2 with StartAfter (no continuation tokens, so a
 //     page boundary is just a name). DeleteBatch is DeleteObjects in
 //     batches of up to 1000 keys, DeleteConcurrency batches in flight.
-//   - Every request has a timeout (RequestTimeout; for Get it covers reading
-//     the body) and goes through the SDK's standard retryer (exponential
-//     backoff with jitter, MaxAttempts attempts).
+//   - Every request has a timeout (RequestTimeout, over all its attempts;
+//     for Get it covers reading the body) and goes through the SDK's
+//     standard retryer (exponential backoff with jitter): MaxAttempts
+//     attempts, or ThrottleMaxAttempts while the answers are throttling
+//     (503 SlowDown, 429, RequestLimitExceeded; IsThrottle), which must
+//     never surface as a failure while the store only asks to slow down.
+//
+// # Requests and throttling
+//
+// An SDK middleware right after the retry loop sees every HTTP attempt: it
+// counts it by billing kind (cost.S3Kind) into Options.Requests, retries,
+// multipart parts and the bucket check included, and the throttling
+// answers; Store.Requests returns the counts (cost.Source). With
+// RequestsPerSecond set, the same middleware waits for a token of a
+// client-side token bucket (golang.org/x/time/rate) before each attempt.
+// s3test.Throttler is a proxy that answers SlowDown, for tests.
 //
 // Request checksums are sent only where S3 requires them (DeleteObjects):
 // many S3-compatible servers reject the SDK's default trailing checksums.

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"strconv"
 	"strings"
@@ -13,7 +14,6 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/aws/retry"
 	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 	"github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/credentials"
@@ -23,6 +23,7 @@ import (
 	"github.com/aws/smithy-go/logging"
 
 	"github.com/statedhq/stated/tiered"
+	"github.com/statedhq/stated/tiered/cost"
 )
 
 // S3 limits the options are checked against.
@@ -69,10 +70,34 @@ type Options struct {
 	// Default 2 minutes.
 	RequestTimeout time.Duration
 	// MaxAttempts is the number of attempts of each request (the SDK's
-	// standard retryer, exponential backoff with jitter). Default 5.
+	// standard retryer, exponential backoff with jitter) that failed with
+	// an error other than throttling. Default 5.
 	MaxAttempts int
+	// ThrottleMaxAttempts is the number of attempts of a request whose
+	// answers ask to slow down (503 SlowDown, 429, RequestLimitExceeded,
+	// Throttling): throttling is the store working as designed, so it gets
+	// more attempts, each backed off (from 1 s, doubling, with jitter, up
+	// to MaxBackoff) rather than surfaced as a failure. The SDK's shared
+	// retry quota, which would fail every request at once after about 100
+	// throttled retries of the whole client, is off: these per-request
+	// budgets bound the retries instead. Default 20 (with MaxBackoff 5 s,
+	// about 45 s of backoff on average, at most 90 s); at least
+	// MaxAttempts.
+	ThrottleMaxAttempts int
 	// MaxBackoff caps the retryer's delay between attempts. Default 5 s.
 	MaxBackoff time.Duration
+	// RequestsPerSecond, when positive, paces the store's HTTP requests
+	// (every attempt) with a token bucket: a client-side limit below the
+	// provider's, so that a burst of checkpoints queues here instead of
+	// drawing SlowDown answers. Default 0: no limit.
+	RequestsPerSecond float64
+	// Burst is the token bucket's size: requests that may go at once after
+	// a quiet spell. Default: RequestsPerSecond rounded up (at least 1).
+	Burst int
+	// Requests, when set, counts the store's HTTP requests (see
+	// Store.Requests); several stores may share one. Default: a counter of
+	// the store's own.
+	Requests *cost.Counter
 	// HTTPClient, when set, sends the requests. Default: the SDK's client.
 	HTTPClient *http.Client
 	// SkipBucketCheck skips the HeadBucket request Open makes to report a
@@ -108,6 +133,15 @@ func (o *Options) EnsureDefaults() {
 	if o.MaxBackoff == 0 {
 		o.MaxBackoff = 5 * time.Second
 	}
+	if o.ThrottleMaxAttempts == 0 {
+		o.ThrottleMaxAttempts = max(20, o.MaxAttempts)
+	}
+	if o.Burst == 0 && o.RequestsPerSecond > 0 {
+		o.Burst = max(1, int(math.Ceil(o.RequestsPerSecond)))
+	}
+	if o.Requests == nil {
+		o.Requests = new(cost.Counter)
+	}
 }
 
 // Validate reports every problem of o at once. Call EnsureDefaults first.
@@ -132,6 +166,12 @@ func (o *Options) Validate() error {
 	}
 	if o.RequestTimeout < 0 || o.MaxAttempts < 1 || o.MaxBackoff < 0 {
 		errs = append(errs, fmt.Errorf("s3store: request timeout %v, max attempts %d, max backoff %v: must be positive", o.RequestTimeout, o.MaxAttempts, o.MaxBackoff))
+	}
+	if o.ThrottleMaxAttempts < o.MaxAttempts {
+		errs = append(errs, fmt.Errorf("s3store: throttle max attempts %d is below max attempts %d", o.ThrottleMaxAttempts, o.MaxAttempts))
+	}
+	if o.RequestsPerSecond < 0 || math.IsNaN(o.RequestsPerSecond) || math.IsInf(o.RequestsPerSecond, 0) || o.Burst < 0 {
+		errs = append(errs, fmt.Errorf("s3store: request rate %v/s with burst %d: give a rate of 0 (no limit) or more and a burst of 0 or more", o.RequestsPerSecond, o.Burst))
 	}
 	if (o.AccessKeyID == "") != (o.SecretAccessKey == "") {
 		errs = append(errs, errors.New("s3store: give both access key id and secret access key, or neither"))
@@ -161,12 +201,7 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 		return nil, err
 	}
 	lo := []func(*config.LoadOptions) error{
-		config.WithRetryer(func() aws.Retryer {
-			return retry.NewStandard(func(o *retry.StandardOptions) {
-				o.MaxAttempts = opts.MaxAttempts
-				o.MaxBackoff = opts.MaxBackoff
-			})
-		}),
+		config.WithRetryer(func() aws.Retryer { return newRetryer(opts) }),
 	}
 	if opts.Logger != nil {
 		lo = append(lo, config.WithLogger(opts.Logger), config.WithClientLogMode(opts.LogMode))
@@ -195,6 +230,7 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 		}
 		o.RequestChecksumCalculation = aws.RequestChecksumCalculationWhenRequired
 		o.ResponseChecksumValidation = aws.ResponseChecksumValidationWhenRequired
+		o.APIOptions = append(o.APIOptions, attemptMiddleware(opts))
 	})
 	s := &driver{client: client, opts: opts}
 	if p := strings.TrimSuffix(opts.Prefix, "/"); p != "" {
@@ -215,6 +251,12 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 
 // Client is the underlying S3 client (for tests and tools).
 func (s *Store) Client() *s3.Client { return s.d.client }
+
+// Requests implements cost.Source: the HTTP requests the store sent (every
+// attempt, multipart parts and retries included) and the throttling
+// answers, by kind. With a shared Options.Requests they are those of every
+// store that shares it.
+func (s *Store) Requests() cost.Counts { return s.d.opts.Requests.Counts() }
 
 // Options returns the options the store runs with, defaults filled in.
 func (s *Store) Options() Options { return s.d.opts }
