@@ -126,7 +126,22 @@ func (c *Catalog) adoptManifest(ctx context.Context, id string, data []byte) (*M
 			segs = append(segs, h.Log.Segments...)
 		}
 	}
-	c.markAdopting(segs...)
+	objs := savepointObjects(m, data)
+	c.mu.Lock()
+	for _, n := range segs {
+		c.markAdoptingLocked(n, +1)
+	}
+	// Checked here too, after the marks, so that a replicated catalog
+	// never proposes what its own machine would refuse while the other
+	// replicas, which see no deletes of this node, take it.
+	for _, o := range objs {
+		if c.mu.guard.deleting[o.Path] {
+			c.mu.Unlock()
+			c.unmarkAdopting(segs...)
+			return nil, fmt.Errorf("%w: savepoint %s: %s is being deleted as unreferenced; it cannot be adopted", ErrNotFound, id, o.Path)
+		}
+	}
+	c.mu.Unlock()
 	defer c.unmarkAdopting(segs...)
 	out, err := c.exec(command{Op: opSavepointAdopted, Savepoint: id, Manifest: data, decoded: m})
 	if err != nil {
