@@ -354,6 +354,21 @@ type Catalog struct {
 		// applies commands to it from outside the catalog.
 		*shared
 
+		// adopting counts, by name, the savepoint directories and log
+		// segments of the savepoints adoptSavepoint is adopting (this
+		// node's own marks, as guard.deleting): deleteUnreferenced
+		// leaves them alone, so that nothing a savepoint about to be
+		// registered lists is deleted between its check and its
+		// registration.
+		adopting map[string]int
+		// spDeleting are the savepoints DeleteSavepoint is deleting: the
+		// sweep does not drop them (the delete does), and they are not
+		// adopted again meanwhile.
+		spDeleting map[string]bool
+		// droppedSps are savepoints deleted while the catalog ran
+		// (noteDropped), for the error of a restore from one.
+		droppedSps map[string]bool
+
 		// sweepCancel and sweepDone belong to the background sweep
 		// (Start); nil until it starts.
 		sweepCancel context.CancelFunc

@@ -14,9 +14,13 @@ import (
 // Version 2 adds add-handle's "token" (the fencing token of the report);
 // a command is written at version 1 unless it (or a command of its batch)
 // carries a token, so that nodes of version 1 still read the rest.
+// Version 3 adds savepoint-adopted, written at version 3 (a node of an
+// older build refuses it as newer, never as damage); every other command
+// keeps its version.
 const (
 	commandVersion1 = 1
-	commandVersion  = 2
+	commandVersion2 = 2
+	commandVersion  = 3
 )
 
 // wireCommand is a command as encoded.
@@ -54,13 +58,9 @@ func encodeCommand(cmd command) ([]byte, error) {
 	}
 	var batch []json.RawMessage
 	v := commandVersion1
-	if cmd.Token != 0 {
-		v = commandVersion
-	}
+	v = max(v, cmd.version())
 	for _, sub := range cmd.Batch {
-		if sub.Token != 0 {
-			v = commandVersion
-		}
+		v = max(v, sub.version())
 		if sub.Op == opBatch {
 			return nil, fmt.Errorf("%w: a batch inside a batch", ErrInvalidArgument)
 		}
@@ -76,6 +76,18 @@ func encodeCommand(cmd command) ([]byte, error) {
 		Image: cmd.Image})
 }
 
+// version is the oldest command version that carries cmd (not its
+// batch's commands).
+func (cmd command) version() int {
+	switch {
+	case cmd.Op == opSavepointAdopted:
+		return commandVersion
+	case cmd.Token != 0:
+		return commandVersion2
+	}
+	return commandVersion1
+}
+
 // decodeCommand parses and checks an encoded command: a known version and
 // operation, valid names, and handles that pass backend.Handle.Validate.
 // Damage is an error wrapping ErrCorrupt, a newer version one wrapping
@@ -85,7 +97,7 @@ func decodeCommand(data []byte) (command, error) {
 	if err := strictUnmarshal(data, &w); err != nil {
 		return command{}, fmt.Errorf("%w: catalog command: %v", ErrCorrupt, err)
 	}
-	if w.V != commandVersion1 && w.V != commandVersion {
+	if w.V < commandVersion1 || w.V > commandVersion {
 		return command{}, fmt.Errorf("%w: catalog command version %d (this build reads %d)", backend.ErrIncompatible, w.V, commandVersion)
 	}
 	var kind op
@@ -135,6 +147,9 @@ func decodeCommand(data []byte) (command, error) {
 			return command{}, fmt.Errorf("%w: a batch inside a batch", ErrCorrupt)
 		}
 		batch = append(batch, sub)
+	}
+	if kind == opSavepointAdopted && w.V < commandVersion {
+		return command{}, fmt.Errorf("%w: catalog command %s at version %d (it needs %d)", ErrCorrupt, w.Op, w.V, commandVersion)
 	}
 	if w.Token != 0 && (w.V == commandVersion1 || kind != opAddHandle) {
 		return command{}, fmt.Errorf("%w: catalog command %s (version %d) with a fencing token", ErrCorrupt, w.Op, w.V)

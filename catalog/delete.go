@@ -92,7 +92,7 @@ func (c *Catalog) deleteUnreferencedPlain(ctx context.Context, names []string) (
 	c.mu.Lock()
 	var manifests, rest []string
 	for _, n := range names {
-		if c.mu.live(n, c.opts.LogHeld) {
+		if c.mu.live(n, c.opts.LogHeld) || c.adoptingLocked(n) {
 			continue
 		}
 		c.mu.guard.deleting[n] = true

@@ -53,7 +53,8 @@
 // goes through the machine as commands (lifecycle.go): begin, add-handle,
 // start-complete, then completed (the manifest as written) or
 // complete-failed, abort, start-discard and discarded; so do savepoints
-// (begin, completed, failed, deleted), restores (the pick with its
+// (begin, completed, failed, deleted, and adopted: one another process
+// wrote, adopt.go), restores (the pick with its
 // adoption or pin, its undo, then the new base) and history notes. A
 // command carries everything its decision depends on, the time included,
 // so the same commands in the same order give any two machines the same

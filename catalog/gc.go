@@ -44,6 +44,12 @@ type GCReport struct {
 	// that would be; HeapBytes is their size. Sorted by name.
 	HeapOrphans []tiered.ObjectInfo
 	HeapBytes   int64
+	// AdoptedSavepoints are the savepoints another process wrote that
+	// this pass found and registered (adopt.go); DroppedSavepoints the
+	// registered ones whose manifest another process deleted, dropped
+	// from the catalog (with DryRun: the ones that would be). Sorted.
+	AdoptedSavepoints []string
+	DroppedSavepoints []string
 }
 
 // GC runs one orphan sweep. It deletes every object of the layout
@@ -64,7 +70,8 @@ type GCReport struct {
 // It never ends an in-flight checkpoint: that is the caller's (Abort with
 // StatusExpired). Manifests
 // the catalog does not know (another process completed them) are read and
-// everything they reference is kept. With dryRun nothing is changed and
+// everything they reference is kept; a savepoint's is adopted, and a
+// known savepoint whose manifest is gone is dropped (adopt.go). With dryRun nothing is changed and
 // the report lists what would be deleted. Deletes are batched, run in
 // parallel (bounded) and retried; what still fails is left for the next
 // pass.
@@ -149,7 +156,11 @@ func (c *Catalog) gcStore(ctx context.Context, rep *GCReport, dryRun bool) error
 		}
 		return false
 	})
-	keep, keepDirs := c.readForeignManifests(ctx, rep, objects)
+	keep, keepDirs := c.readForeignManifests(ctx, rep, objects, dryRun)
+	// Savepoints deleted by another process: dropped before the
+	// protections are taken, so that what is left of them goes as any
+	// orphan does.
+	rep.DroppedSavepoints = c.dropVanishedSavepoints(ctx, objects, dryRun)
 	// Foreign manifests keep what they reference, remote SSTs included.
 	rerr := c.sweepRemote(ctx, rep, slices.DeleteFunc(remote, func(o tiered.ObjectInfo) bool { return keep[o.Name] }), dryRun)
 	if rerr != nil {
@@ -203,8 +214,11 @@ func (c *Catalog) truncated(rep *GCReport, listed int) error {
 // know and returns what they reference (keep) and the directories of the
 // damaged ones (keepDirs). Whatever a manifest we do not know references
 // stays: another process (a daemon next to a "stated gc", or an ambiguous
-// write that landed) completed it.
-func (c *Catalog) readForeignManifests(ctx context.Context, rep *GCReport, objects []tiered.ObjectInfo) (keep, keepDirs map[string]bool) {
+// write that landed) completed it. A savepoint's is adopted (adopt.go),
+// unless dryRun: savepoints belong to no job, and "stated savepoint
+// edit", "bootstrap" or another daemon wrote it for this one to restore.
+// A checkpoint's stays foreign: it belongs to another process's job.
+func (c *Catalog) readForeignManifests(ctx context.Context, rep *GCReport, objects []tiered.ObjectInfo, dryRun bool) (keep, keepDirs map[string]bool) {
 	var foreign []string
 	c.mu.Lock()
 	for _, o := range objects {
@@ -217,6 +231,23 @@ func (c *Catalog) readForeignManifests(ctx context.Context, rep *GCReport, objec
 	keep, keepDirs = map[string]bool{}, map[string]bool{}
 	for _, name := range foreign {
 		n := classify(name)
+		if n.kind == objSavepointManifest && !dryRun {
+			_, err := c.adoptSavepoint(ctx, n.sp)
+			switch {
+			case err == nil:
+				rep.AdoptedSavepoints = append(rep.AdoptedSavepoints, n.sp)
+				continue
+			case errors.Is(err, ErrNotFound):
+				continue // deleted since the listing
+			case errors.Is(err, ErrCorrupt):
+				keepDirs[n.dir()] = true
+				rep.Problems = append(rep.Problems, fmt.Sprintf("manifest %s is damaged (%v): its directory is kept", name, err))
+				continue
+			}
+			// Not adopted (the catalog is closing, or a delete of one of
+			// its files is under way): kept as a foreign one.
+			rep.Problems = append(rep.Problems, fmt.Sprintf("savepoint %s was not adopted (the next pass retries): %v", n.sp, err))
+		}
 		data, err := tiered.ReadAll(ctx, c.store, name, maxMetaSize)
 		if tiered.IsNotFound(err) {
 			continue

@@ -96,6 +96,12 @@ const (
 	// opTakeOver: a new leader's catalog ends the completions and
 	// savepoints under way on the one before, which never confirmed them.
 	opTakeOver
+	// opSavepointAdopted: savepoint Savepoint, whose manifest (Manifest,
+	// as stored) another process wrote into the store, joins the
+	// catalog as if it had completed here; taken again, deciding
+	// nothing, for a savepoint known with the same manifest. Written at
+	// version 3 (commandVersion): an older node refuses it as newer.
+	opSavepointAdopted
 	// opBatch: Batch's commands, in order, stopping at the first refused
 	// (those before it stand); the outcome is the last one's. A
 	// replicated catalog sends a checkpoint's begin with its first report
@@ -113,7 +119,8 @@ var opNames = [...]string{opBegin: "begin", opAddHandle: "add-handle", opStartCo
 	opSavepointBegin: "savepoint-begin", opSavepointCompleted: "savepoint-completed",
 	opSavepointFailed: "savepoint-failed", opSavepointDeleted: "savepoint-deleted",
 	opRestore: "restore", opRestoreUndo: "restore-undo", opRestored: "restored",
-	opRestoredSavepoint: "restored-savepoint", opLoad: "load", opTakeOver: "take-over", opBatch: "batch"}
+	opRestoredSavepoint: "restored-savepoint", opLoad: "load", opTakeOver: "take-over",
+	opSavepointAdopted: "savepoint-adopted", opBatch: "batch"}
 
 func (o op) String() string {
 	if int(o) < len(opNames) && opNames[o] != "" {
@@ -227,6 +234,8 @@ func (m *machine) apply(cmd command) (outcome, error) {
 		}
 		delete(m.savepoints, cmd.Savepoint)
 		m.reg.Unregister(spOwner(cmd.Savepoint))
+	case opSavepointAdopted:
+		out, err = m.savepointAdopted(cmd)
 	case opRestore:
 		out, err = m.restore(cmd)
 	case opRestoreUndo:
@@ -600,6 +609,48 @@ func (m *machine) savepointCompleted(cmd command) (outcome, error) {
 	}
 	m.savepoints[cmd.Savepoint] = &spEntry{m: mf, enc: cmd.Manifest}
 	delete(m.spInflight, cmd.Savepoint)
+	return outcome{restored: cloneManifest(mf)}, nil
+}
+
+// savepointAdopted registers a savepoint another process wrote
+// (Catalog.adoptSavepoint read its manifest from the store), exactly as
+// Open registers the savepoints it finds. It refuses a savepoint this
+// catalog is writing, one known with another manifest, and one with an
+// object a delete of this node is removing right now (the delete checked
+// before the savepoint was known: the object may be gone).
+func (m *machine) savepointAdopted(cmd command) (outcome, error) {
+	id := cmd.Savepoint
+	if sp, ok := m.savepoints[id]; ok {
+		if !bytes.Equal(sp.enc, cmd.Manifest) {
+			return outcome{}, fmt.Errorf("%w: savepoint %s is in the catalog with another manifest", ErrExists, id)
+		}
+		return outcome{restored: cloneManifest(sp.m)}, nil
+	}
+	if m.spInflight[id] {
+		return outcome{}, fmt.Errorf("%w: savepoint %s is being written by this catalog", ErrState, id)
+	}
+	mf := cmd.decoded
+	if mf == nil {
+		var err error
+		if mf, err = DecodeManifest(cmd.Manifest); err != nil {
+			return outcome{}, fmt.Errorf("catalog: adopt savepoint %s: %w", id, err)
+		}
+	}
+	if err := checkManifestPlace(objName{kind: objSavepointManifest, sp: id}, mf); err != nil {
+		return outcome{}, fmt.Errorf("catalog: adopt savepoint %s: %w", id, err)
+	}
+	objs := savepointObjects(mf, cmd.Manifest)
+	for _, o := range objs {
+		if m.guard.deleting[o.Path] {
+			return outcome{}, fmt.Errorf("%w: savepoint %s: %s is being deleted as unreferenced; it cannot be adopted",
+				ErrNotFound, id, o.Path)
+		}
+	}
+	if err := m.reg.Register(spOwner(id), objs); err != nil {
+		return outcome{}, fmt.Errorf("catalog: adopt savepoint %s: %w", id, err)
+	}
+	m.savepoints[id] = &spEntry{m: mf, enc: cmd.Manifest}
+	delete(m.damagedSavepoints, id)
 	return outcome{restored: cloneManifest(mf)}, nil
 }
 

@@ -159,6 +159,23 @@ func latestDamagedErr(job string, damaged []DamagedCheckpoint, intact *entry) er
 }
 
 func (c *Catalog) restoreSavepoint(ctx context.Context, req RestoreRequest) (*Restore, error) {
+	id := req.SavepointID
+	if err := ValidateSavepointID(id); err != nil {
+		return nil, err
+	}
+	if _, ok := c.Savepoint(id); ok {
+		// Known, but another process may have deleted it since ("stated
+		// savepoint delete"): a clear error now, not a missing file in
+		// the middle of the restore.
+		if c.savepointGone(ctx, id) {
+			c.dropSavepoint(id)
+			return nil, fmt.Errorf("catalog: restore from savepoint: %w", errSavepointGone(id))
+		}
+	} else if _, err := c.adoptSavepoint(ctx, id); err != nil {
+		// Not written by another process since the catalog opened
+		// either (then it is adopted), or damaged.
+		return nil, fmt.Errorf("catalog: restore from savepoint: %w", err)
+	}
 	out, err := c.exec(command{Op: opRestoredSavepoint, Job: req.Job, Savepoint: req.SavepointID})
 	if err != nil {
 		return nil, err

@@ -374,10 +374,25 @@ func (c *Catalog) DeleteSavepoint(ctx context.Context, id string) error {
 	}
 	c.mu.Lock()
 	_, ok := c.mu.savepoints[id]
+	deleting := c.mu.spDeleting[id]
+	if ok && !deleting {
+		if c.mu.spDeleting == nil {
+			c.mu.spDeleting = map[string]bool{}
+		}
+		c.mu.spDeleting[id] = true
+	}
 	c.mu.Unlock()
 	if !ok {
 		return fmt.Errorf("%w: savepoint %s", ErrNotFound, id)
 	}
+	if deleting {
+		return fmt.Errorf("%w: savepoint %s is being deleted by another call", ErrState, id)
+	}
+	defer func() {
+		c.mu.Lock()
+		delete(c.mu.spDeleting, id)
+		c.mu.Unlock()
+	}()
 	if err := c.deleteRetried(ctx, []string{SavepointDir(id) + "/" + ManifestName}); err != nil {
 		return fmt.Errorf("catalog: delete savepoint %s: %w", id, err)
 	}
@@ -385,6 +400,7 @@ func (c *Catalog) DeleteSavepoint(ctx context.Context, id string) error {
 		// Deleted meanwhile by a concurrent call, which cleans up.
 		return err
 	}
+	c.noteDropped(id)
 	listed, err := c.list(ctx, SavepointDir(id)+"/")
 	if err != nil {
 		return fmt.Errorf("catalog: delete savepoint %s: list (the sweep will finish): %w", id, err)

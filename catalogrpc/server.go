@@ -215,7 +215,12 @@ func (s *Server) run(ctx context.Context, method string, req *request) (*answer,
 	case mLatest:
 		return lookup(c.Latest(req.Job))
 	case mSavepoint:
-		return lookup(c.Savepoint(req.Savept))
+		// Finds (adopts) one written by another process, too.
+		m, ok, err := c.SavepointContext(ctx, req.Savept)
+		if err != nil {
+			return nil, err
+		}
+		return lookup(m, ok)
 	case mJobs:
 		return &answer{Names: c.Jobs()}, nil
 	case mProblems:

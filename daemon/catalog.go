@@ -81,7 +81,17 @@ func (i infallible) LatestContext(_ context.Context, job string) (*catalog.Manif
 	return m, ok, nil
 }
 
-func (i infallible) SavepointContext(_ context.Context, id string) (*catalog.Manifest, bool, error) {
+// savepointFinder is a catalog that finds savepoints written into its
+// store by another process ("stated savepoint edit", "bootstrap") since
+// it opened (*catalog.Catalog: it adopts them).
+type savepointFinder interface {
+	SavepointContext(ctx context.Context, id string) (*catalog.Manifest, bool, error)
+}
+
+func (i infallible) SavepointContext(ctx context.Context, id string) (*catalog.Manifest, bool, error) {
+	if f, ok := i.c.(savepointFinder); ok {
+		return f.SavepointContext(ctx, id)
+	}
 	m, ok := i.c.Savepoint(id)
 	return m, ok, nil
 }
