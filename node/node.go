@@ -332,7 +332,12 @@ func (n *Node) openLog(ctx context.Context) error {
 		n.logMeter = metered.New(ls)
 		n.logStore = n.logMeter
 	}
-	w, err := dstl.NewWriter(dstl.TieredLogStore{Store: n.logStore}, dstl.Options{FlushDelay: o.ChangelogFlushDelay, MaxBytesInFlight: o.ChangelogMaxInFlight})
+	logs := dstl.TieredLogStore{Store: n.logStore}
+	delay := o.ChangelogFlushDelay
+	if delay == 0 {
+		delay = dstl.FlushDelayFor(logs)
+	}
+	w, err := dstl.NewWriter(logs, dstl.Options{FlushDelay: delay, FlushSize: o.ChangelogFlushSize, MaxBytesInFlight: o.ChangelogMaxInFlight})
 	if err != nil {
 		return fmt.Errorf("changelog: %w", err)
 	}
@@ -345,6 +350,10 @@ func (n *Node) openLog(ctx context.Context) error {
 type keepOpen struct{ tiered.Store }
 
 func (keepOpen) Close() error { return nil }
+
+// Unwrap lets tiered.AsAppender see whether the injected store appends
+// (a local directory's pack files, and the flush delay that suits it).
+func (k keepOpen) Unwrap() tiered.Store { return k.Store }
 
 // serve starts the gRPC servers and the metrics server, one goroutine
 // each.

@@ -19,7 +19,6 @@ import (
 	"github.com/statedhq/stated/api"
 	"github.com/statedhq/stated/catalog"
 	"github.com/statedhq/stated/daemon"
-	"github.com/statedhq/stated/dstl"
 	"github.com/statedhq/stated/node"
 )
 
@@ -77,6 +76,7 @@ type serveFlags struct {
 	materialize       time.Duration
 	materializeFails  int
 	changelogDelay    time.Duration
+	changelogSize     string
 	changelogInFlight string
 }
 
@@ -153,7 +153,8 @@ the grace ends, closes every backend and exits 0.`,
 	fl.StringVar(&f.changelogStore, "changelog-store", "", "store of the changelog's segments, e.g. a faster bucket or a local disk (default: the checkpoint store); keep it while checkpoints written with it are retained")
 	fl.DurationVar(&f.materialize, "materialize-interval", daemon.DefaultMaterializeInterval, "how often each instance in changelog mode takes a new base snapshot (jittered by 20%)")
 	fl.IntVar(&f.materializeFails, "materialize-max-failures", daemon.DefaultMaxMaterializeFailures, "after this many failed materializations of an instance in a row, its checkpoints fail until one succeeds")
-	fl.DurationVar(&f.changelogDelay, "changelog-flush-delay", dstl.DefaultFlushDelay, "longest a change waits before the changelog cuts and uploads a segment")
+	fl.DurationVar(&f.changelogDelay, "changelog-flush-delay", 0, "longest a change waits before the changelog cuts and uploads a segment of the changes of all instances, unless a checkpoint or --changelog-flush-size cuts it sooner (0: by the changelog's store: 10ms for a local directory, 1s for S3, where each segment is a PUT)")
+	fl.StringVar(&f.changelogSize, "changelog-flush-size", "10MiB", "the changelog cuts a segment when the changes gathered from all instances reach this size")
 	fl.StringVar(&f.changelogInFlight, "changelog-max-in-flight", "100MiB", "most changelog bytes held in memory (buffered or uploading); writes slow down past it")
 	fl.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
 	fl.StringVar(&f.logFormat, "log-format", "text", "text or json")
@@ -323,6 +324,7 @@ func (f *serveFlags) nodeOptions(log *slog.Logger) (node.Options, error) {
 		ShutdownGrace:    f.shutdownGrace, Logger: log,
 		Changelog: f.changelog, ChangelogStore: f.changelogStore, MaterializeInterval: f.materialize,
 		MaxMaterializeFailures: f.materializeFails, ChangelogFlushDelay: f.changelogDelay,
+		ChangelogFlushSize:   int(optionalSize("changelog-flush-size", f.changelogSize)),
 		ChangelogMaxInFlight: size("changelog-max-in-flight", f.changelogInFlight),
 	}
 	if o.CheckpointStore == "" {
@@ -384,7 +386,7 @@ var flagOf = map[string]string{
 	"LSMRemote": "lsm-remote", "LSMRemoteCacheBytes": "lsm-cache-bytes", "LSMMemTableBytes": "lsm-memtable-bytes",
 	"ShutdownGrace": "shutdown-grace", "Changelog": "changelog", "ChangelogStore": "changelog-store",
 	"MaterializeInterval": "materialize-interval", "MaxMaterializeFailures": "materialize-max-failures",
-	"ChangelogFlushDelay": "changelog-flush-delay", "ChangelogMaxInFlight": "changelog-max-in-flight",
+	"ChangelogFlushDelay": "changelog-flush-delay", "ChangelogFlushSize": "changelog-flush-size", "ChangelogMaxInFlight": "changelog-max-in-flight",
 }
 
 // flagName is how the CLI names an option field: by its flag.
