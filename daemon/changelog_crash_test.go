@@ -144,7 +144,11 @@ func TestChangelogBudgetCrashProperty(t *testing.T) {
 		ks.left.Store(int64(rapid.IntRange(1, 400).Draw(rt, "writes before the kill")))
 		opts := func(s tiered.Store) node.Options {
 			return node.Options{DataDir: t.TempDir(), Store: s, NoSocket: true, Logger: quiet, Retain: 2,
-				MaterializeInterval: time.Hour, ShutdownGrace: time.Second, CheckpointTimeout: 5 * time.Second}
+				MaterializeInterval: time.Hour, ShutdownGrace: time.Second, CheckpointTimeout: 5 * time.Second,
+				// Subtasks snapshot one after another here, some waiting
+				// for their upload: their packed manifests wait this long
+				// for the others.
+				ChannelStateLinger: 20 * time.Millisecond}
 		}
 		n1, err := node.Open(ctx, opts(ks))
 		if err != nil {

@@ -295,13 +295,19 @@ func TestBadInput(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := r.Manifest().Tasks[0].Files[0].Path
-	data, err := tiered.ReadAll(ctx, e.store, f, 1<<30)
+	fr := r.Manifest().Tasks[0].Files[0]
+	f := fr.Path
+	// A packed file (backend.FileRef.Pack) is damaged inside its pack.
+	obj, mid := f, fr.Size/2
+	if fr.Pack != nil {
+		obj, mid = fr.Pack.Object, fr.Pack.Offset+fr.Size/2
+	}
+	data, err := tiered.ReadAll(ctx, e.store, obj, 1<<30)
 	if err != nil {
 		t.Fatal(err)
 	}
-	data[len(data)/2] ^= 0x40
-	if err := tiered.PutBytes(ctx, e.store, f, data); err != nil {
+	data[mid] ^= 0x40
+	if err := tiered.PutBytes(ctx, e.store, obj, data); err != nil {
 		t.Fatal(err)
 	}
 	n := 0

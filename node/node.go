@@ -176,6 +176,7 @@ func Open(ctx context.Context, opts Options) (_ *Node, err error) {
 		MaxValueSize: opts.MaxValueSize, MaxMemoryState: opts.MaxMemoryState, MaxInstances: opts.MaxInstances,
 		MaxStreamsPerInstance: opts.MaxStreamsPerInstance, CheckpointTimeout: opts.CheckpointTimeout,
 		IdleInstanceTimeout: opts.IdleInstanceTimeout, Logger: n.log, Fence: n.fencer(), ChannelStateLinger: opts.ChannelStateLinger,
+		PackFileBytes: opts.PackFileBytes,
 		Changelog: &daemon.ChangelogConfig{Writer: n.writer, Log: dstl.TieredLogStore{Store: n.logStore}, Default: opts.Changelog,
 			MaterializeInterval: opts.MaterializeInterval, MaxMaterializeFailures: opts.MaxMaterializeFailures},
 	}

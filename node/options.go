@@ -157,6 +157,12 @@ type Options struct {
 	// state waits for the job's other tasks here to snapshot, so that one
 	// object holds them all. Default daemon.DefaultChannelStateLinger.
 	ChannelStateLinger time.Duration
+	// PackFileBytes: a checkpoint's private files up to this size (file
+	// backend snapshots, changelog manifests) of all tasks of a job here
+	// go into one object per checkpoint, read back with ranged reads
+	// (--pack-file-bytes). Default daemon.DefaultPackFileBytes; negative:
+	// every file is an object of its own.
+	PackFileBytes int64
 	// IdleInstanceTimeout closes an instance with no batch stream for this
 	// long (--idle-instance-timeout). Default
 	// daemon.DefaultIdleInstanceTimeout; negative: never.
@@ -323,6 +329,7 @@ func (o *Options) EnsureDefaults() {
 	dur(&o.SweepInterval, catalog.DefaultSweepInterval)
 	dur(&o.CheckpointTimeout, daemon.DefaultCheckpointTimeout)
 	dur(&o.ChannelStateLinger, daemon.DefaultChannelStateLinger)
+	def64(&o.PackFileBytes, daemon.DefaultPackFileBytes)
 	dur(&o.IdleInstanceTimeout, daemon.DefaultIdleInstanceTimeout)
 	def64(&o.HeapSnapshotCap, heap.DefaultMaxSnapshotSize)
 	def(&o.MaxValueSize, backend.DefaultMaxValueSize)

@@ -64,6 +64,7 @@ type serveFlags struct {
 	fileCompression   string
 	checkpointTimeout time.Duration
 	channelLinger     time.Duration
+	packFileBytes     string
 	idleTimeout       time.Duration
 	gcGrace           time.Duration
 	sweepInterval     time.Duration
@@ -142,6 +143,7 @@ the grace ends, closes every backend and exits 0.`,
 	fl.StringVar(&f.lsmMemTable, "lsm-memtable-bytes", "0", "memtable of each lsm instance, which a writing instance holds up to twice (0: 8MiB, or 64MiB with --lsm-remote, where every flush is an object in the store)")
 	fl.StringVar(&f.fileCompression, "file-compression", "", `compression of file-backend snapshots: "" or "zstd"`)
 	fl.DurationVar(&f.checkpointTimeout, "checkpoint-timeout", daemon.DefaultCheckpointTimeout, "a checkpoint not completed within this is aborted as expired")
+	fl.StringVar(&f.packFileBytes, "pack-file-bytes", "4MiB", "a checkpoint's private files up to this size (file backend snapshots, changelog manifests) of all tasks of a job here go into one object per checkpoint, read back with ranged reads; -1: an object per file")
 	fl.DurationVar(&f.channelLinger, "channel-state-linger", daemon.DefaultChannelStateLinger, "how long a task's upload of unaligned channel state waits for the job's other tasks here, so that one object holds them all")
 	fl.DurationVar(&f.idleTimeout, "idle-instance-timeout", daemon.DefaultIdleInstanceTimeout,
 		"an instance with no batch stream (its task died without closing it) for this long is closed; negative: never")
@@ -307,6 +309,13 @@ func (f *serveFlags) nodeOptions(log *slog.Logger) (node.Options, error) {
 		}
 		return size(flag, v)
 	}
+	// packBytes reads --pack-file-bytes, where -1 turns packing off.
+	packBytes := func(v string) int64 {
+		if v == "-1" {
+			return -1
+		}
+		return optionalSize("pack-file-bytes", v)
+	}
 	o := node.Options{
 		DataDir: f.dataDir, Socket: f.socket, Listen: f.listen, Token: f.token, MetricsAddr: f.metricsAddr,
 		TLSCert: f.tlsCert, TLSKey: f.tlsKey, TLSClientCA: f.tlsClientCA, AllowPlaintextToken: f.plaintextToken,
@@ -314,6 +323,7 @@ func (f *serveFlags) nodeOptions(log *slog.Logger) (node.Options, error) {
 		ClusterTLSCert: f.clusterTLSCert, ClusterTLSKey: f.clusterTLSKey, ClusterTLSCA: f.clusterTLSCA, ClusterToken: f.clusterToken,
 		CheckpointStore: f.checkpointStore, S3: f.s3.options(), CacheDir: f.cache.dir, CacheBytes: size("cache-bytes", f.cache.bytes),
 		Retain: f.retain, GCGrace: f.gcGrace, SweepInterval: f.sweepInterval, CheckpointTimeout: f.checkpointTimeout, ChannelStateLinger: f.channelLinger,
+		PackFileBytes:       packBytes(f.packFileBytes),
 		IdleInstanceTimeout: f.idleTimeout, HeapSnapshotCap: size("heap-snapshot-cap", f.heapSnapshotCap),
 		MaxValueSize: int(size("max-value-size", f.maxValueSize)), MaxMessageSize: int(size("max-message-size", f.maxMessageSize)),
 		MaxMemoryState: size("max-memory-state", f.maxMemoryState), MaxInstances: f.maxInstances,
@@ -378,7 +388,7 @@ var flagOf = map[string]string{
 	"CheckpointStore": "checkpoint-store", "CacheDir": "cache-dir", "CacheBytes": "cache-bytes",
 	"S3.Endpoint": "s3-endpoint", "S3.Region": "s3-region", "S3.Addressing": "s3-path-style",
 	"S3.AccessKeyID": "s3-access-key-id", "S3.SecretAccessKey": "s3-secret-access-key",
-	"Retain": "retain", "GCGrace": "gc-grace", "SweepInterval": "sweep-interval", "CheckpointTimeout": "checkpoint-timeout", "ChannelStateLinger": "channel-state-linger",
+	"Retain": "retain", "GCGrace": "gc-grace", "SweepInterval": "sweep-interval", "CheckpointTimeout": "checkpoint-timeout", "ChannelStateLinger": "channel-state-linger", "PackFileBytes": "pack-file-bytes",
 	"IdleInstanceTimeout": "idle-instance-timeout", "HeapSnapshotCap": "heap-snapshot-cap", "MaxValueSize": "max-value-size",
 	"MaxMessageSize": "max-message-size", "MaxMemoryState": "max-memory-state", "MaxInstances": "max-instances",
 	"MaxStreamsPerInstance": "max-streams-per-instance", "QueueDepth": "queue-depth", "MaxConcurrentStreams": "max-concurrent-streams",
