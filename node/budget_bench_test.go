@@ -99,6 +99,9 @@ func runBudget(b *testing.B, r budgetRun) {
 	defer c.Close()
 	keys := int(state / budgetValueSize / budgetTasks)
 	ins := make([]*client.Instance, budgetTasks)
+	// taskKeys are keys of each task's own key groups (a key of another
+	// task's range would be refused).
+	taskKeys := make([][][]byte, budgetTasks)
 	var wg sync.WaitGroup
 	errs := make(chan error, budgetTasks)
 	for i := range budgetTasks {
@@ -109,12 +112,21 @@ func runBudget(b *testing.B, r budgetRun) {
 			b.Fatal(err)
 		}
 		ins[i] = in
+		kgs := backend.KeyGroupRangeForOperator(128, budgetTasks, i)
+		for n := 0; len(taskKeys[i]) < keys; n++ {
+			k := fmt.Appendf(nil, "k%d", n)
+			if g := in.KeyGroup(k); g >= kgs.Start && g <= kgs.End {
+				taskKeys[i] = append(taskKeys[i], k)
+			}
+		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			r := rand.New(rand.NewPCG(uint64(i), 2))
 			val := make([]byte, budgetValueSize)
 			for k := range keys {
-				in.Put("v", fmt.Appendf(nil, "k%d", k), nil, val)
+				binaryRand(r, val)
+				in.Put("v", taskKeys[i][k], nil, val)
 				if k%1024 == 1023 {
 					if err := in.Sync(ctx); err != nil {
 						errs <- err
@@ -168,13 +180,14 @@ func runBudget(b *testing.B, r budgetRun) {
 					owed += float64(rate) / 100
 					for ; owed >= 1; owed-- {
 						binaryRand(r, val)
-						in.Put("v", fmt.Appendf(nil, "k%d", r.IntN(keys)), nil, val)
+						in.Put("v", taskKeys[i][r.IntN(keys)], nil, val)
 					}
 				}
 			}
 		}()
 	}
 	var lat []time.Duration
+	var fullSize int64 // of the last checkpoint, as the catalog counts it
 	var perCkpt []putCounts
 	var between putCounts
 	var betweenTime time.Duration
@@ -199,10 +212,12 @@ func runBudget(b *testing.B, r budgetRun) {
 				b.Fatal(err)
 			}
 		}
-		if _, err := c.CompleteCheckpoint(ctx, "j", id); err != nil {
+		info, err := c.CompleteCheckpoint(ctx, "j", id)
+		if err != nil {
 			b.Fatal(err)
 		}
 		lat = append(lat, time.Since(start))
+		fullSize = info.GetFullSize()
 		c0 = store.counts()
 		perCkpt = append(perCkpt, c0.sub(cs))
 	}
@@ -221,6 +236,7 @@ func runBudget(b *testing.B, r budgetRun) {
 	b.ReportMetric(float64(all.total())/total.Seconds(), "PUTs/s")
 	b.ReportMetric(float64(lat[len(lat)/2].Microseconds())/1e3, "ckpt-p50-ms")
 	b.ReportMetric(float64(lat[(len(lat)*99)/100].Microseconds())/1e3, "ckpt-p99-ms")
+	b.ReportMetric(float64(fullSize)/(1<<20), "full-MiB")
 	var sum putCounts
 	for _, p := range perCkpt {
 		sum = sum.add(p)
@@ -262,11 +278,12 @@ const (
 	putCatalog        // the catalog's manifest and job file
 	putShared         // shared files (changelog bases, lsm SSTs)
 	putCLManif        // a changelog instance's manifest in chk-N
+	putPack           // a pack of small private files (chk-N/packed-...)
 	putPrivate        // the other private files of a checkpoint
 	numPutKinds
 )
 
-var putKindNames = [numPutKinds]string{"segments", "catalog", "shared", "changelog manifests", "private files"}
+var putKindNames = [numPutKinds]string{"segments", "catalog", "shared", "changelog manifests", "packs", "private files"}
 
 type putCounts [numPutKinds]uint64
 
@@ -320,6 +337,8 @@ func (s *putCounter) count(name string) {
 		k = putShared
 	case base == "_changelog":
 		k = putCLManif
+	case strings.HasPrefix(base, "packed-"):
+		k = putPack
 	}
 	s.mu.Lock()
 	s.n[k]++
