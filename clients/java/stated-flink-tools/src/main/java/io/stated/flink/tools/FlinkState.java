@@ -216,20 +216,23 @@ public final class FlinkState {
     if (top == 0 || groups.isEmpty()) {
       return;
     }
+    java.util.Comparator<Map.Entry<String, Count>> byGroup =
+        (a, b) -> {
+          String[] x = a.getKey().split("\0"), y = b.getKey().split("\0");
+          int c = x[0].compareTo(y[0]);
+          return c != 0 ? c : Integer.compare(Integer.parseInt(x[1]), Integer.parseInt(y[1]));
+        };
     List<Map.Entry<String, Count>> sorted = new ArrayList<>(groups.entrySet());
-    sorted.sort((a, b) -> Long.compare(b.getValue().bytes, a.getValue().bytes));
+    sorted.sort(
+        java.util.Comparator.<Map.Entry<String, Count>>comparingLong(g -> -g.getValue().bytes)
+            .thenComparing(byGroup));
     if (top > 0) {
       out.printf("%n%d key groups hold entries; the largest:%n", groups.size());
       sorted = sorted.subList(0, Math.min(top, sorted.size()));
     } else {
       out.printf("%n%d key groups hold entries:%n", groups.size());
       sorted = new ArrayList<>(groups.entrySet());
-      sorted.sort(
-          (a, b) -> {
-            String[] x = a.getKey().split("\0"), y = b.getKey().split("\0");
-            int c = x[0].compareTo(y[0]);
-            return c != 0 ? c : Integer.compare(Integer.parseInt(x[1]), Integer.parseInt(y[1]));
-          });
+      sorted.sort(byGroup);
     }
     rows = new ArrayList<>();
     rows.add(new String[] {"OPERATOR", "KEY GROUP", "ENTRIES", "BYTES", "SHARE"});

@@ -50,6 +50,8 @@ import org.junit.jupiter.api.AfterAll;
 import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.io.TempDir;
+import org.junit.jupiter.params.ParameterizedTest;
+import org.junit.jupiter.params.provider.ValueSource;
 
 /**
  * A Flink job on stated with value, list, map, reducing and aggregating state and event-time timers
@@ -66,7 +68,6 @@ class FlinkSavepointExportTest {
   static final AtomicLong PROCESSED = new AtomicLong();
 
   private static Daemon daemon;
-  private static MiniCluster cluster;
   private static Path savepoint;
   @TempDir static Path tmp;
 
@@ -135,68 +136,82 @@ class FlinkSavepointExportTest {
   }
 
   @BeforeAll
-  static void runJobToSavepoint() throws Exception {
+  static void runJobOnStated() throws Exception {
     daemon = new Daemon();
     daemon.start();
+    savepoint = runJobToSavepoint("io.stated.flink.StatedStateBackendFactory", "stated");
+  }
+
+  /**
+   * Runs the job on a MiniCluster of its own with the given state backend until it processed all N
+   * events, then stops it with a canonical savepoint; returns the savepoint's directory.
+   */
+  static Path runJobToSavepoint(String backendType, String name) throws Exception {
+    PROCESSED.set(0);
     Configuration conf = new Configuration();
-    conf.setString("state.backend.type", "io.stated.flink.StatedStateBackendFactory");
+    conf.setString("state.backend.type", backendType);
     conf.setString("state.backend.stated.socket", daemon.socket.toString());
     // Every subtask's state in a file of its own, never inline in _metadata, so that
-    // the damaged-file test has a file to cut.
-    // (a file system checkpoint storage: the JobManager's keeps a savepoint's state in memory).
+    // the damaged-file test has a file to cut (a file system checkpoint storage: the
+    // JobManager's keeps a savepoint's state in memory).
     conf.set(
-        CheckpointingOptions.CHECKPOINTS_DIRECTORY, tmp.resolve("checkpoints").toUri().toString());
+        CheckpointingOptions.CHECKPOINTS_DIRECTORY,
+        tmp.resolve("checkpoints-" + name).toUri().toString());
     conf.set(CheckpointingOptions.FS_SMALL_FILE_THRESHOLD, MemorySize.parse("0b"));
     conf.set(org.apache.flink.configuration.RestOptions.BIND_PORT, "0");
-    cluster =
+    MiniCluster cluster =
         new MiniCluster(
             new MiniClusterConfiguration.Builder()
                 .setConfiguration(conf)
                 .setNumTaskManagers(1)
                 .setNumSlotsPerTaskManager(PARALLELISM)
                 .build());
-    cluster.start();
-
-    StreamExecutionEnvironment env = new StreamExecutionEnvironment(conf);
-    env.setParallelism(PARALLELISM);
-    env.setMaxParallelism(MAX_PARALLELISM);
-    DataGeneratorSource<Long> src =
-        new DataGeneratorSource<>(
-            i -> i, Long.MAX_VALUE, RateLimiterStrategy.perSecond(5000), Types.LONG);
-    env.fromSource(src, WatermarkStrategy.noWatermarks(), "numbers")
-        .setParallelism(1)
-        .filter(i -> i < N)
-        .setParallelism(1)
-        .keyBy(i -> (int) (i % KEYS), Types.INT)
-        .process(new Fn())
-        .uid("agg")
-        .name("agg")
-        .sinkTo(new DiscardingSink<>());
-    JobGraph graph = env.getStreamGraph().getJobGraph();
-    cluster.submitJob(graph).get(1, TimeUnit.MINUTES);
-    long deadline = System.nanoTime() + Duration.ofSeconds(60).toNanos();
-    while (PROCESSED.get() < N) {
-      assertThat(System.nanoTime())
-          .as("the job processed " + PROCESSED.get() + " of " + N)
-          .isLessThan(deadline);
-      Thread.sleep(20);
+    try {
+      cluster.start();
+      StreamExecutionEnvironment env = new StreamExecutionEnvironment(conf);
+      env.setParallelism(PARALLELISM);
+      env.setMaxParallelism(MAX_PARALLELISM);
+      DataGeneratorSource<Long> src =
+          new DataGeneratorSource<>(
+              i -> i, Long.MAX_VALUE, RateLimiterStrategy.perSecond(5000), Types.LONG);
+      env.fromSource(src, WatermarkStrategy.noWatermarks(), "numbers")
+          .setParallelism(1)
+          .filter(i -> i < N)
+          .setParallelism(1)
+          .keyBy(i -> (int) (i % KEYS), Types.INT)
+          .process(new Fn())
+          .uid("agg")
+          .name("agg")
+          .sinkTo(new DiscardingSink<>());
+      JobGraph graph = env.getStreamGraph().getJobGraph();
+      cluster.submitJob(graph).get(1, TimeUnit.MINUTES);
+      long deadline = System.nanoTime() + Duration.ofSeconds(60).toNanos();
+      while (PROCESSED.get() < N) {
+        assertThat(System.nanoTime())
+            .as("the job processed " + PROCESSED.get() + " of " + N)
+            .isLessThan(deadline);
+        Thread.sleep(20);
+      }
+      String sp =
+          cluster
+              .stopWithSavepoint(
+                  graph.getJobID(),
+                  tmp.resolve("savepoints-" + name).toUri().toString(),
+                  false,
+                  SavepointFormatType.CANONICAL)
+              .get(1, TimeUnit.MINUTES);
+      Path dir = Path.of(java.net.URI.create(sp));
+      if (System.getProperty("keep.savepoint") != null) {
+        copyDir(dir, Path.of(System.getProperty("keep.savepoint") + "-" + name));
+      }
+      return dir;
+    } finally {
+      cluster.close();
     }
-    String sp =
-        cluster
-            .stopWithSavepoint(
-                graph.getJobID(),
-                tmp.resolve("savepoints").toUri().toString(),
-                false,
-                SavepointFormatType.CANONICAL)
-            .get(1, TimeUnit.MINUTES);
-    savepoint = Path.of(java.net.URI.create(sp));
   }
 
   @AfterAll
   static void stop() throws Exception {
-    if (cluster != null) {
-      cluster.close();
-    }
     if (daemon != null) {
       daemon.close();
     }
@@ -279,6 +294,18 @@ class FlinkSavepointExportTest {
     String first = b64.lines().findFirst().orElseThrow();
     assertThat(first).contains("\"key\":\"").doesNotContain("\"namespace\":\"\"x");
     assertThat(sortedLines(b64)).hasSize(got.size());
+  }
+
+  /**
+   * Flink's own backends write the same canonical format; their timers are PRIORITY_QUEUE states in
+   * the managed keyed state (stated's are raw keyed state), and read the same.
+   */
+  @ParameterizedTest
+  @ValueSource(strings = {"hashmap", "rocksdb"})
+  void flinksOwnBackendsExportTheSame(String backend) throws Exception {
+    Path sp = runJobToSavepoint(backend, backend);
+    List<String> got = sortedLines(run("export", "--bytes", "text", sp.toString()));
+    assertThat(got).containsExactlyElementsOf(model());
   }
 
   @Test
