@@ -224,7 +224,8 @@ public final class SavepointReader {
                     + st.getKey()
                     + ": its keyed state is a "
                     + h.getClass().getSimpleName()
-                    + " (an incremental or changelog checkpoint), which this tool does not read:"
+                    + " (an incremental or changelog checkpoint, or a native-format savepoint), which"
+                    + " this tool does not read:"
                     + " take a canonical savepoint of the job (flink stop --savepointPath ...,"
                     + " the default format) and read that");
           }
@@ -284,7 +285,12 @@ public final class SavepointReader {
               + "): "
               + what
               + "; nothing after this point was read: restore from another savepoint or"
-              + " checkpoint",
+              + " checkpoint"
+              + (handle instanceof org.apache.flink.runtime.state.KeyGroupsSavepointStateHandle
+                  ? ""
+                  : " (this is a checkpoint, not a savepoint: if the job ran on hashmap, its"
+                      + " checkpoints are in the heap backend's own format, which this tool"
+                      + " does not read; read a canonical savepoint of the job)"),
           cause);
     }
 
