@@ -69,6 +69,10 @@ class FlinkSavepointExportTest {
 
   private static Daemon daemon;
   private static Path savepoint;
+
+  /** The export of a checkpoint of the job on stated, read while the job still ran. */
+  private static String checkpointExport;
+
   @TempDir static Path tmp;
 
   /** The job's state, one update per event. */
@@ -159,6 +163,8 @@ class FlinkSavepointExportTest {
         tmp.resolve("checkpoints-" + name).toUri().toString());
     conf.set(CheckpointingOptions.FS_SMALL_FILE_THRESHOLD, MemorySize.parse("0b"));
     conf.set(org.apache.flink.configuration.RestOptions.BIND_PORT, "0");
+    // Checkpointing on (for the checkpoint the test triggers), never on its own.
+    conf.set(CheckpointingOptions.CHECKPOINTING_INTERVAL, Duration.ofHours(1));
     MiniCluster cluster =
         new MiniCluster(
             new MiniClusterConfiguration.Builder()
@@ -191,6 +197,12 @@ class FlinkSavepointExportTest {
             .as("the job processed " + PROCESSED.get() + " of " + N)
             .isLessThan(deadline);
         Thread.sleep(20);
+      }
+      if (name.equals("stated")) {
+        // A checkpoint of stated's backend is in the same format as its savepoints: it
+        // is read here, while the job runs and the checkpoint exists.
+        String chk = cluster.triggerCheckpoint(graph.getJobID()).get(1, TimeUnit.MINUTES);
+        checkpointExport = run("export", "--bytes", "text", chk);
       }
       String sp =
           cluster
@@ -294,6 +306,11 @@ class FlinkSavepointExportTest {
     String first = b64.lines().findFirst().orElseThrow();
     assertThat(first).contains("\"key\":\"").doesNotContain("\"namespace\":\"\"x");
     assertThat(sortedLines(b64)).hasSize(got.size());
+  }
+
+  @Test
+  void aCheckpointOnStatedExportsTheSame() {
+    assertThat(sortedLines(checkpointExport)).containsExactlyElementsOf(model());
   }
 
   /**
