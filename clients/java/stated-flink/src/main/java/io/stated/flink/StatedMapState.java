@@ -240,10 +240,20 @@ final class StatedMapState<K, N, UK, UV> extends AbstractStatedState<K, N, Map<U
       @Override
       Map.Entry<byte[], byte[]> fetch() {
         while ((page == null || pos >= page.size()) && more) {
+          boolean first = page == null;
           Result r = page(keyGroup, key, ns, last, PAGE);
           page = r.getEntriesList();
           pos = 0;
           more = r.getMore() && !page.isEmpty();
+          if (first && !more) {
+            // The whole map in one answer, which follows every write: the
+            // cache may know it whole from now on.
+            StateCache.MapNode whole = new StateCache.MapNode(true);
+            for (MapEntry e : page) {
+              whole.set(e.getUserKey().toByteArray(), e.getValue().toByteArray());
+            }
+            c.put(name, key, ns, whole);
+          }
           if (!page.isEmpty()) {
             last = page.get(page.size() - 1).getUserKey();
           }
