@@ -38,8 +38,17 @@ final class StateCache {
    */
   static final long ENTRY_OVERHEAD = 160;
 
-  /** Bytes counted per element of a list or user entry of a map besides its own bytes. */
+  /** Bytes counted per element of a list besides its own bytes (array header, list slot). */
   static final long ELEMENT_OVERHEAD = 64;
+
+  /**
+   * Bytes counted per user entry of a map besides its key and value bytes: the hash map's node, the
+   * key wrapper and two array headers.
+   */
+  static final long MAP_ENTRY_OVERHEAD = 96;
+
+  /** Bytes counted for a map node's own hash map. */
+  static final long MAP_OVERHEAD = 64;
 
   /** A map user value known to be absent. */
   static final byte[] ABSENT = new byte[0];
@@ -350,15 +359,15 @@ final class StateCache {
       if (whole && value == ABSENT) {
         byte[] old = entries.remove(k);
         if (old != null) {
-          content -= userKey.length + old.length + ELEMENT_OVERHEAD;
+          content -= userKey.length + old.length + MAP_ENTRY_OVERHEAD;
         }
         return;
       }
       byte[] old = entries.put(k, value);
       if (old != null) {
-        content -= userKey.length + old.length + ELEMENT_OVERHEAD;
+        content -= userKey.length + old.length + MAP_ENTRY_OVERHEAD;
       }
-      content += userKey.length + value.length + ELEMENT_OVERHEAD;
+      content += userKey.length + value.length + MAP_ENTRY_OVERHEAD;
     }
 
     /** The user key's value, {@link #ABSENT}, or null when the node does not know. */
@@ -394,7 +403,7 @@ final class StateCache {
 
     @Override
     long contentBytes() {
-      return content;
+      return MAP_OVERHEAD + content;
     }
   }
 
