@@ -107,8 +107,13 @@ final class StatedMapState<K, N, UK, UV> extends AbstractStatedState<K, N, Map<U
     StateCache.MapNode n = (StateCache.MapNode) c.peek(name, key, ns);
     if (n != null) {
       n.set(userKey, v);
-      c.resized(n);
-    } else if (c.enabled()) {
+      if (n.whole && n.entries.isEmpty() && c.complete(name)) {
+        // An empty map of a complete state: its absence says as much.
+        c.putAbsent(name, key, ns, n);
+      } else {
+        c.resized(n);
+      }
+    } else if (c.enabled() && !(v == StateCache.ABSENT && c.complete(name))) {
       n = new StateCache.MapNode(c.complete(name));
       n.set(userKey, v);
       c.put(name, key, ns, n);
