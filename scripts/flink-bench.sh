@@ -16,7 +16,8 @@
 # and starts one daemon on a temporary data dir for the stated run, stopped
 # on exit; --no-stated leaves stated out.
 # JAVA_HEAP sets the JVM's -Xmx (default 4g; give 1 GiB of state 10g or more,
-# the hashmap backend holds it on the heap).
+# the hashmap backend holds it on the heap). JAVA_OPTS adds JVM options, e.g.
+# -XX:StartFlightRecording=filename=bench.jfr,settings=profile to profile.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 
@@ -73,6 +74,7 @@ cp_file=$PWD/stated-flink-jobs/target/bench.classpath
 mvn -B -q -pl stated-flink-jobs -am "${profile[@]}" -DskipTests package \
   dependency:build-classpath -Dmdep.includeScope=test -Dmdep.outputFile="$cp_file"
 # Not exec: the trap stops the daemon when the benchmark ends.
-java -Xmx"${JAVA_HEAP:-4g}" \
+# shellcheck disable=SC2086 # JAVA_OPTS is a list of options
+java -Xmx"${JAVA_HEAP:-4g}" ${JAVA_OPTS:-} \
   -cp "stated-flink-jobs/target/classes:$(cat "$cp_file")" \
   io.stated.flink.jobs.SideBySideBenchmark "${args[@]}"
