@@ -1,8 +1,11 @@
 package io.stated.flink;
 
+import io.stated.api.v1.Op;
 import io.stated.api.v1.OpType;
 import io.stated.api.v1.Result;
 import java.io.IOException;
+import java.util.ArrayList;
+import java.util.List;
 import org.apache.flink.api.common.typeutils.TypeSerializer;
 import org.apache.flink.api.java.tuple.Tuple2;
 import org.apache.flink.core.memory.DataInputDeserializer;
@@ -14,8 +17,9 @@ import org.apache.flink.util.Preconditions;
 
 /**
  * The common part of the states: the current namespace and its bytes, the current key's bytes and
- * key group from the backend, and the daemon access. {@code SV} is the state's stored type (a list,
- * a map, a value or an accumulator).
+ * key group from the backend, and the daemon access through the backend's {@link StateCache} (every
+ * write goes to both; a read asks the daemon only on a miss). {@code SV} is the state's stored type
+ * (a list, a map, a value or an accumulator).
  */
 abstract class AbstractStatedState<K, N, SV> implements InternalKvState<K, N, SV> {
   final StatedKeyedStateBackend<K> backend;
@@ -116,9 +120,85 @@ abstract class AbstractStatedState<K, N, SV> implements InternalKvState<K, N, SV
     }
   }
 
+  StateCache cache() {
+    return backend.cache();
+  }
+
+  /** The cache's node of an absent entry of this state's kind. */
+  abstract StateCache.Node emptyNode();
+
   @Override
   public void clear() {
-    daemon.write(daemon.op(OpType.OP_TYPE_DELETE, name, kg(), key(), ns()).build());
+    byte[] key = key();
+    byte[] ns = ns();
+    deleteRaw(kg(), key, ns);
+    cache().putAbsent(name, key, ns, emptyNode());
+  }
+
+  /** The value-kind entry at the current key and namespace, or null: cached, else the daemon's. */
+  byte[] getValue() {
+    return getValue(kg(), key(), ns());
+  }
+
+  byte[] getValue(int keyGroup, byte[] key, byte[] ns) {
+    StateCache c = cache();
+    StateCache.Node n = c.get(name, key, ns);
+    if (n != null) {
+      daemon.check();
+      return ((StateCache.ValueNode) n).value;
+    }
+    if (c.complete(name)) {
+      daemon.check();
+      return null;
+    }
+    byte[] b = getRaw(keyGroup, key, ns);
+    c.put(name, key, ns, new StateCache.ValueNode(b));
+    return b;
+  }
+
+  /**
+   * The value-kind entries of one key in several namespaces, the ones not cached read in one
+   * request (a multi-get).
+   */
+  List<byte[]> getValues(int keyGroup, byte[] key, List<byte[]> nss) {
+    StateCache c = cache();
+    boolean complete = c.complete(name);
+    List<byte[]> out = new ArrayList<>(nss.size());
+    List<Op> ops = new ArrayList<>();
+    List<Integer> missing = new ArrayList<>();
+    for (int i = 0; i < nss.size(); i++) {
+      StateCache.Node n = c.get(name, key, nss.get(i));
+      if (n == null && !complete) {
+        ops.add(daemon.op(OpType.OP_TYPE_GET, name, keyGroup, key, nss.get(i)).build());
+        missing.add(i);
+      }
+      out.add(n == null ? null : ((StateCache.ValueNode) n).value);
+    }
+    if (ops.isEmpty()) {
+      daemon.check();
+      return out;
+    }
+    List<Result> rs = daemon.readAll(ops);
+    for (int j = 0; j < rs.size(); j++) {
+      Result r = rs.get(j);
+      byte[] b = r.getFound() ? r.getValue().toByteArray() : null;
+      int i = missing.get(j);
+      out.set(i, b);
+      c.put(name, key, nss.get(i), new StateCache.ValueNode(b));
+    }
+    return out;
+  }
+
+  /** Writes a value-kind entry (to the daemon, without waiting, and to the cache). */
+  void putValue(int keyGroup, byte[] key, byte[] ns, byte[] value) {
+    putRaw(keyGroup, key, ns, value);
+    cache().put(name, key, ns, new StateCache.ValueNode(value));
+  }
+
+  /** Deletes the entry at an address (in the daemon and the cache). */
+  void deleteEntry(int keyGroup, byte[] key, byte[] ns) {
+    deleteRaw(keyGroup, key, ns);
+    cache().putAbsent(name, key, ns, emptyNode());
   }
 
   /** The stored value at (key group, key, namespace) for a query from another thread, or null. */

@@ -31,8 +31,16 @@ final class Daemon {
     return inst;
   }
 
-  /** Throws the first failure of a write submitted earlier, if any. */
+  /**
+   * Throws the first failure of a write submitted earlier, if any, or the stream's end: a read the
+   * cache answers still fails once the daemon is gone, as soon as the stream has seen it.
+   */
   void check() {
+    StatedException dead = inst.failure();
+    if (dead != null) {
+      throw new StatedException(
+          dead.code(), "the batch stream to the stated daemon ended: " + dead.getMessage());
+    }
     StatedException e = writeFailure.get();
     if (e != null) {
       throw new StatedException(

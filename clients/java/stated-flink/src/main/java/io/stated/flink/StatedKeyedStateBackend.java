@@ -93,6 +93,7 @@ public class StatedKeyedStateBackend<K> extends AbstractKeyedStateBackend<K> {
   private Object lastKey;
   private byte[] lastKeyBytes;
   private boolean disposed;
+  private StateCache cache = new StateCache(StatedOptions.CACHE_SIZE.defaultValue().getBytes());
 
   StatedKeyedStateBackend(
       TaskKvStateRegistry kvStateRegistry,
@@ -142,6 +143,22 @@ public class StatedKeyedStateBackend<K> extends AbstractKeyedStateBackend<K> {
 
   Instance instance() {
     return inst;
+  }
+
+  /** The write-through cache of this backend's states (see {@link StateCache}). */
+  StateCache cache() {
+    return cache;
+  }
+
+  /**
+   * Sizes the cache ({@link StatedOptions#CACHE_SIZE}; 0 switches it off). Only before the task
+   * registers a state: the states of a restore are not in any cache yet, so nothing is lost.
+   */
+  void setCacheCapacity(long bytes) {
+    if (states.values().stream().anyMatch(r -> r.state != null)) {
+      throw new IllegalStateException("the stated cache is sized before any state is used");
+    }
+    cache = new StateCache(bytes);
   }
 
   /** The current key's serialized bytes (cached while the key object stays the same). */
@@ -252,6 +269,8 @@ public class StatedKeyedStateBackend<K> extends AbstractKeyedStateBackend<K> {
       }
       if (sc.isCompatibleAfterMigration()) {
         new StatedMigration<>(this, meta).run();
+        // The cached bytes are in the previous serializer's format.
+        cache.invalidate(name);
       }
     } else {
       meta =
@@ -260,6 +279,9 @@ public class StatedKeyedStateBackend<K> extends AbstractKeyedStateBackend<K> {
       registerInDaemon(List.of(meta));
       r = new Registered<>(meta);
       states.put(name, r);
+      // Not restored: the (fresh) instance holds nothing of this state, so
+      // the cache, which sees every write from now on, has all of it.
+      cache.markComplete(name);
     }
     AbstractStatedState<K, N, SV> state = makeState(stateDesc, meta);
     r.state = state;
@@ -525,6 +547,7 @@ public class StatedKeyedStateBackend<K> extends AbstractKeyedStateBackend<K> {
       return;
     }
     disposed = true;
+    cache.clear();
     super.dispose();
     try {
       StatedException.await(inst.closeInstance());

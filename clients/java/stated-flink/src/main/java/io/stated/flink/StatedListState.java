@@ -15,7 +15,8 @@ import org.apache.flink.util.Preconditions;
 
 /**
  * List state on the daemon's list state: each element serialized on its own, appended with
- * LIST_APPEND (no read), replaced with DELETE then LIST_APPEND in order.
+ * LIST_APPEND (no read), replaced with DELETE then LIST_APPEND in order. The cache keeps a list's
+ * element bytes once read or known.
  */
 final class StatedListState<K, N, V> extends AbstractStatedState<K, N, List<V>>
     implements InternalListState<K, N, V> {
@@ -33,14 +34,41 @@ final class StatedListState<K, N, V> extends AbstractStatedState<K, N, List<V>>
     return ((ListSerializer<V>) valueSerializer).getElementSerializer();
   }
 
-  private List<V> read(int keyGroup, byte[] key, byte[] ns, TypeSerializer<V> el) {
-    Result r = daemon.read(daemon.op(OpType.OP_TYPE_LIST_GET, name, keyGroup, key, ns).build());
-    if (r.getValuesCount() == 0) {
+  @Override
+  StateCache.Node emptyNode() {
+    return new StateCache.ListNode(List.of());
+  }
+
+  /** The list's serialized elements, or null for no list: cached, else the daemon's. */
+  private List<byte[]> elementBytes(int keyGroup, byte[] key, byte[] ns) {
+    StateCache c = cache();
+    StateCache.Node n = c.get(name, key, ns);
+    if (n != null) {
+      daemon.check();
+      List<byte[]> els = ((StateCache.ListNode) n).elements;
+      return els.isEmpty() ? null : els;
+    }
+    if (c.complete(name)) {
+      daemon.check();
       return null;
     }
-    List<V> out = new ArrayList<>(r.getValuesCount());
+    Result r = daemon.read(daemon.op(OpType.OP_TYPE_LIST_GET, name, keyGroup, key, ns).build());
+    List<byte[]> els = new ArrayList<>(r.getValuesCount());
     for (ByteString b : r.getValuesList()) {
-      out.add(deserialize(el, b.toByteArray()));
+      els.add(b.toByteArray());
+    }
+    c.put(name, key, ns, new StateCache.ListNode(els));
+    return els.isEmpty() ? null : els;
+  }
+
+  private List<V> read(int keyGroup, byte[] key, byte[] ns, TypeSerializer<V> el) {
+    List<byte[]> els = elementBytes(keyGroup, key, ns);
+    if (els == null) {
+      return null;
+    }
+    List<V> out = new ArrayList<>(els.size());
+    for (byte[] b : els) {
+      out.add(deserialize(el, b));
     }
     return out;
   }
@@ -58,21 +86,44 @@ final class StatedListState<K, N, V> extends AbstractStatedState<K, N, List<V>>
   @Override
   public void add(V value) {
     Preconditions.checkNotNull(value, "You cannot add null to a ListState.");
-    daemon.write(
-        daemon
-            .op(OpType.OP_TYPE_LIST_APPEND, name, kg(), key(), ns())
-            .addValues(ByteString.copyFrom(serialize(elements(), value)))
-            .build());
+    appendAll(kg(), key(), ns(), List.of(serialize(elements(), value)));
   }
 
-  private Op.Builder append(int keyGroup, byte[] key, byte[] ns, Collection<V> values) {
-    Op.Builder op = daemon.op(OpType.OP_TYPE_LIST_APPEND, name, keyGroup, key, ns);
+  /** Serializes values (none may be null) into element bytes. */
+  private List<byte[]> serializeAll(Collection<V> values) {
     TypeSerializer<V> el = elements();
+    List<byte[]> out = new ArrayList<>(values.size());
     for (V v : values) {
       Preconditions.checkNotNull(v, "You cannot add null to a ListState.");
-      op.addValues(ByteString.copyFrom(serialize(el, v)));
+      out.add(serialize(el, v));
     }
-    return op;
+    return out;
+  }
+
+  /**
+   * Appends elements with one LIST_APPEND, without reading; the cached list, if any, grows with
+   * them (a complete state's absent list becomes them).
+   */
+  private void appendAll(int keyGroup, byte[] key, byte[] ns, List<byte[]> els) {
+    if (els.isEmpty()) {
+      return;
+    }
+    Op.Builder op = daemon.op(OpType.OP_TYPE_LIST_APPEND, name, keyGroup, key, ns);
+    for (byte[] b : els) {
+      op.addValues(ByteString.copyFrom(b));
+    }
+    daemon.write(op.build());
+    StateCache c = cache();
+    StateCache.Node n = c.peek(name, key, ns);
+    if (n != null) {
+      StateCache.ListNode l = (StateCache.ListNode) n;
+      for (byte[] b : els) {
+        l.add(b);
+      }
+      c.resized(l);
+    } else if (c.complete(name)) {
+      c.put(name, key, ns, new StateCache.ListNode(els));
+    }
   }
 
   @Override
@@ -81,18 +132,18 @@ final class StatedListState<K, N, V> extends AbstractStatedState<K, N, List<V>>
     if (values.isEmpty()) {
       return;
     }
-    Op op = append(kg(), key(), ns(), values).build();
-    daemon.write(op);
+    appendAll(kg(), key(), ns(), serializeAll(values));
   }
 
   @Override
   public void update(List<V> values) {
     Preconditions.checkNotNull(values, "List of values to add cannot be null.");
-    Op op = append(kg(), key(), ns(), values).build();
-    clear();
-    if (!values.isEmpty()) {
-      daemon.write(op);
-    }
+    List<byte[]> els = serializeAll(values);
+    byte[] key = key();
+    byte[] ns = ns();
+    int keyGroup = kg();
+    deleteEntry(keyGroup, key, ns);
+    appendAll(keyGroup, key, ns, els);
   }
 
   @Override
@@ -107,22 +158,19 @@ final class StatedListState<K, N, V> extends AbstractStatedState<K, N, List<V>>
     }
     int keyGroup = kg();
     byte[] key = key();
-    TypeSerializer<V> el = elements();
-    List<V> merged = new ArrayList<>();
+    List<byte[]> merged = new ArrayList<>();
     for (N source : sources) {
       if (source == null) {
         continue;
       }
       byte[] ns = nsBytes(source);
-      List<V> part = read(keyGroup, key, ns, el);
+      List<byte[]> part = elementBytes(keyGroup, key, ns);
       if (part != null) {
         merged.addAll(part);
-        deleteRaw(keyGroup, key, ns);
+        deleteEntry(keyGroup, key, ns);
       }
     }
-    if (!merged.isEmpty()) {
-      daemon.write(append(keyGroup, key, nsBytes(target), merged).build());
-    }
+    appendAll(keyGroup, key, nsBytes(target), merged);
   }
 
   @Override

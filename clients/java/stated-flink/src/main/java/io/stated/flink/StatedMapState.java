@@ -21,7 +21,9 @@ import org.apache.flink.runtime.state.internal.InternalMapState;
 /**
  * Map state on the daemon's map state. A user value is stored as Flink's canonical snapshot writes
  * it (a null flag, then the value), so a snapshot passes it through unchanged. Iteration reads
- * pages of MAP_ITERATE; an iterator's remove is a MAP_REMOVE.
+ * pages of MAP_ITERATE; an iterator's remove is a MAP_REMOVE. The cache keeps, per key and
+ * namespace, the user entries read or written (absences too) and knows the whole map after a clear
+ * or in a complete state, when point reads and iteration need no daemon.
  */
 final class StatedMapState<K, N, UK, UV> extends AbstractStatedState<K, N, Map<UK, UV>>
     implements InternalMapState<K, N, UK, UV> {
@@ -63,26 +65,80 @@ final class StatedMapState<K, N, UK, UV> extends AbstractStatedState<K, N, Map<U
   }
 
   @Override
-  public UV get(UK userKey) {
+  StateCache.Node emptyNode() {
+    return new StateCache.MapNode(true);
+  }
+
+  private byte[] userKeyBytes(UK userKey) {
+    return serialize(map().getKeySerializer(), userKey);
+  }
+
+  /**
+   * A user key's stored value bytes (with the null flag) or {@link StateCache#ABSENT}: cached, else
+   * the daemon's (MAP_GET), which the cache then keeps, an absence too.
+   */
+  private byte[] lookup(int keyGroup, byte[] key, byte[] ns, byte[] userKey) {
+    StateCache c = cache();
+    StateCache.MapNode n = (StateCache.MapNode) c.get(name, key, ns);
+    if (n != null) {
+      byte[] v = n.lookup(userKey);
+      if (v != null) {
+        daemon.check();
+        return v;
+      }
+    } else if (c.complete(name)) {
+      daemon.check();
+      return StateCache.ABSENT;
+    }
     Result r =
         daemon.read(
             daemon
-                .op(OpType.OP_TYPE_MAP_GET, name, kg(), key(), ns())
-                .setUserKey(ByteString.copyFrom(serialize(map().getKeySerializer(), userKey)))
+                .op(OpType.OP_TYPE_MAP_GET, name, keyGroup, key, ns)
+                .setUserKey(ByteString.copyFrom(userKey))
                 .build());
-    return r.getFound()
-        ? readUserValue(map().getValueSerializer(), r.getValue().toByteArray(), name)
-        : null;
+    byte[] v = r.getFound() ? r.getValue().toByteArray() : StateCache.ABSENT;
+    remember(keyGroup, key, ns, userKey, v);
+    return v;
+  }
+
+  /** Records a user key's value bytes or {@link StateCache#ABSENT} in the cache. */
+  private void remember(int keyGroup, byte[] key, byte[] ns, byte[] userKey, byte[] v) {
+    StateCache c = cache();
+    StateCache.MapNode n = (StateCache.MapNode) c.peek(name, key, ns);
+    if (n != null) {
+      n.set(userKey, v);
+      if (n.whole && n.entries.isEmpty() && c.complete(name)) {
+        // An empty map of a complete state: its absence says as much.
+        c.putAbsent(name, key, ns, n);
+      } else {
+        c.resized(n);
+      }
+    } else if (c.enabled() && !(v == StateCache.ABSENT && c.complete(name))) {
+      n = new StateCache.MapNode(c.complete(name));
+      n.set(userKey, v);
+      c.put(name, key, ns, n);
+    }
+  }
+
+  @Override
+  public UV get(UK userKey) {
+    byte[] v = lookup(kg(), key(), ns(), userKeyBytes(userKey));
+    return v == StateCache.ABSENT ? null : readUserValue(map().getValueSerializer(), v, name);
   }
 
   @Override
   public void put(UK userKey, UV value) {
+    putRaw(kg(), key(), ns(), userKeyBytes(userKey), userValue(value));
+  }
+
+  private void putRaw(int keyGroup, byte[] key, byte[] ns, byte[] userKey, byte[] value) {
     daemon.write(
         daemon
-            .op(OpType.OP_TYPE_MAP_PUT, name, kg(), key(), ns())
-            .setUserKey(ByteString.copyFrom(serialize(map().getKeySerializer(), userKey)))
-            .setValue(ByteString.copyFrom(userValue(value)))
+            .op(OpType.OP_TYPE_MAP_PUT, name, keyGroup, key, ns)
+            .setUserKey(ByteString.copyFrom(userKey))
+            .setValue(ByteString.copyFrom(value))
             .build());
+    remember(keyGroup, key, ns, userKey, value);
   }
 
   @Override
@@ -97,7 +153,7 @@ final class StatedMapState<K, N, UK, UV> extends AbstractStatedState<K, N, Map<U
 
   @Override
   public void remove(UK userKey) {
-    removeRaw(kg(), key(), ns(), serialize(map().getKeySerializer(), userKey));
+    removeRaw(kg(), key(), ns(), userKeyBytes(userKey));
   }
 
   private void removeRaw(int keyGroup, byte[] key, byte[] ns, byte[] userKey) {
@@ -106,22 +162,25 @@ final class StatedMapState<K, N, UK, UV> extends AbstractStatedState<K, N, Map<U
             .op(OpType.OP_TYPE_MAP_REMOVE, name, keyGroup, key, ns)
             .setUserKey(ByteString.copyFrom(userKey))
             .build());
+    remember(keyGroup, key, ns, userKey, StateCache.ABSENT);
   }
 
   @Override
   public boolean contains(UK userKey) {
-    return daemon
-        .read(
-            daemon
-                .op(OpType.OP_TYPE_MAP_CONTAINS, name, kg(), key(), ns())
-                .setUserKey(ByteString.copyFrom(serialize(map().getKeySerializer(), userKey)))
-                .build())
-        .getFound();
+    return lookup(kg(), key(), ns(), userKeyBytes(userKey)) != StateCache.ABSENT;
   }
 
   @Override
   public boolean isEmpty() {
-    return page(kg(), key(), ns(), ByteString.EMPTY, 1).getEntriesCount() == 0;
+    byte[] key = key();
+    byte[] ns = ns();
+    StateCache c = cache();
+    StateCache.MapNode n = (StateCache.MapNode) c.get(name, key, ns);
+    if (n != null ? n.anyPresent() || n.whole : c.complete(name)) {
+      daemon.check();
+      return n == null || !n.anyPresent();
+    }
+    return page(kg(), key, ns, ByteString.EMPTY, 1).getEntriesCount() == 0;
   }
 
   private Result page(int keyGroup, byte[] key, byte[] ns, ByteString after, int limit) {
@@ -154,79 +213,130 @@ final class StatedMapState<K, N, UK, UV> extends AbstractStatedState<K, N, Map<U
   }
 
   /**
-   * Iterates the map of the current key and namespace, a page at a time. The key, namespace and
-   * serializers are captured when the iterator is made, as the heap backend's iterators see the map
-   * they were made on.
+   * Iterates the map of the current key and namespace: from the cache when it holds the whole map
+   * (in the daemon's order, by user key bytes), else a page of MAP_ITERATE at a time. The key,
+   * namespace and serializers are captured when the iterator is made, as the heap backend's
+   * iterators see the map they were made on.
    */
   private <T> Iterator<T> iterate(Function<Map.Entry<UK, UV>, T> f) {
     final int keyGroup = kg();
     final byte[] key = key();
     final byte[] ns = ns();
-    final TypeSerializer<UK> ks = map().getKeySerializer();
-    final TypeSerializer<UV> vs = map().getValueSerializer();
-    return new Iterator<T>() {
+    StateCache c = cache();
+    StateCache.MapNode n = (StateCache.MapNode) c.get(name, key, ns);
+    if (n != null ? n.whole : c.complete(name)) {
+      daemon.check();
+      List<Map.Entry<byte[], byte[]>> entries = n == null ? List.of() : n.sorted();
+      return new EntryIterator<T>(keyGroup, key, ns, f) {
+        private int pos;
+
+        @Override
+        Map.Entry<byte[], byte[]> fetch() {
+          return pos < entries.size() ? entries.get(pos++) : null;
+        }
+      };
+    }
+    return new EntryIterator<T>(keyGroup, key, ns, f) {
       private List<MapEntry> page;
       private int pos;
       private boolean more = true;
       private ByteString last = ByteString.EMPTY;
-      private ByteString current;
 
-      private void fill() {
+      @Override
+      Map.Entry<byte[], byte[]> fetch() {
         while ((page == null || pos >= page.size()) && more) {
+          boolean first = page == null;
           Result r = page(keyGroup, key, ns, last, PAGE);
           page = r.getEntriesList();
           pos = 0;
           more = r.getMore() && !page.isEmpty();
+          if (first && !more) {
+            // The whole map in one answer, which follows every write: the
+            // cache may know it whole from now on.
+            StateCache.MapNode whole = new StateCache.MapNode(true);
+            for (MapEntry e : page) {
+              whole.set(e.getUserKey().toByteArray(), e.getValue().toByteArray());
+            }
+            c.put(name, key, ns, whole);
+          }
           if (!page.isEmpty()) {
             last = page.get(page.size() - 1).getUserKey();
           }
         }
-      }
-
-      @Override
-      public boolean hasNext() {
-        fill();
-        return page != null && pos < page.size();
-      }
-
-      @Override
-      public T next() {
-        if (!hasNext()) {
-          throw new NoSuchElementException();
+        if (page == null || pos >= page.size()) {
+          return null;
         }
         MapEntry e = page.get(pos++);
-        current = e.getUserKey();
-        UK uk = deserialize(ks, e.getUserKey().toByteArray());
-        UV uv = readUserValue(vs, e.getValue().toByteArray(), name);
-        byte[] ukBytes = e.getUserKey().toByteArray();
-        Map.Entry<UK, UV> entry =
-            new AbstractMap.SimpleEntry<UK, UV>(uk, uv) {
-              private static final long serialVersionUID = 1L;
-
-              @Override
-              public UV setValue(UV value) {
-                UV old = super.setValue(value);
-                daemon.write(
-                    daemon
-                        .op(OpType.OP_TYPE_MAP_PUT, name, keyGroup, key, ns)
-                        .setUserKey(ByteString.copyFrom(ukBytes))
-                        .setValue(ByteString.copyFrom(userValueOf(vs, value)))
-                        .build());
-                return old;
-              }
-            };
-        return f.apply(entry);
-      }
-
-      @Override
-      public void remove() {
-        if (current == null) {
-          throw new IllegalStateException("remove() without next()");
-        }
-        removeRaw(keyGroup, key, ns, current.toByteArray());
-        current = null;
+        return Map.entry(e.getUserKey().toByteArray(), e.getValue().toByteArray());
       }
     };
+  }
+
+  /**
+   * An iterator over user entries as stored bytes, whatever their source; an entry's setValue and
+   * the iterator's remove write to the daemon and the cache.
+   */
+  private abstract class EntryIterator<T> implements Iterator<T> {
+    private final int keyGroup;
+    private final byte[] key;
+    private final byte[] ns;
+    private final Function<Map.Entry<UK, UV>, T> f;
+    private final TypeSerializer<UK> ks = map().getKeySerializer();
+    private final TypeSerializer<UV> vs = map().getValueSerializer();
+    private Map.Entry<byte[], byte[]> next;
+    private byte[] current;
+
+    EntryIterator(int keyGroup, byte[] key, byte[] ns, Function<Map.Entry<UK, UV>, T> f) {
+      this.keyGroup = keyGroup;
+      this.key = key;
+      this.ns = ns;
+      this.f = f;
+    }
+
+    /** The next stored entry (user key bytes, value bytes), or null at the end. */
+    abstract Map.Entry<byte[], byte[]> fetch();
+
+    @Override
+    public boolean hasNext() {
+      if (next == null) {
+        next = fetch();
+      }
+      return next != null;
+    }
+
+    @Override
+    public T next() {
+      if (!hasNext()) {
+        throw new NoSuchElementException();
+      }
+      Map.Entry<byte[], byte[]> e = next;
+      next = null;
+      byte[] ukBytes = e.getKey();
+      current = ukBytes;
+      UK uk = deserialize(ks, ukBytes);
+      UV uv = readUserValue(vs, e.getValue(), name);
+      Map.Entry<UK, UV> entry =
+          new AbstractMap.SimpleEntry<UK, UV>(uk, uv) {
+            private static final long serialVersionUID = 1L;
+
+            @Override
+            public UV setValue(UV value) {
+              UV old = super.setValue(value);
+              putRaw(keyGroup, key, ns, ukBytes, userValueOf(vs, value));
+              return old;
+            }
+          };
+      return f.apply(entry);
+    }
+
+    @Override
+    public void remove() {
+      if (current == null) {
+        throw new IllegalStateException("remove() without next()");
+      }
+      removeRaw(keyGroup, key, ns, current);
+      current = null;
+    }
   }
 
   private static <V> byte[] userValueOf(TypeSerializer<V> s, V v) {

@@ -2,6 +2,7 @@ package io.stated.flink;
 
 import org.apache.flink.configuration.ConfigOption;
 import org.apache.flink.configuration.ConfigOptions;
+import org.apache.flink.configuration.MemorySize;
 
 /** The options of the stated state backend, all under {@code state.backend.stated.*}. */
 public final class StatedOptions {
@@ -53,4 +54,14 @@ public final class StatedOptions {
           .intType()
           .defaultValue(8)
           .withDescription("Batch requests a task keeps unanswered on its stream.");
+
+  public static final ConfigOption<MemorySize> CACHE_SIZE =
+      ConfigOptions.key("state.backend.stated.cache-size")
+          .memoryType()
+          .defaultValue(MemorySize.ofMebiBytes(64))
+          .withDescription(
+              "Bytes of JVM heap each keyed operator subtask may use to cache its state"
+                  + " (write-through: reads of cached keys need no round trip to the daemon,"
+                  + " writes are batched either way). 0 switches the cache off. Take it from the"
+                  + " task heap: a TaskManager holds one cache per keyed operator per slot.");
 }

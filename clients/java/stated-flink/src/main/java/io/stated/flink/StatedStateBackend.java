@@ -6,6 +6,7 @@ import java.io.IOException;
 import java.nio.file.Path;
 import java.util.Locale;
 import org.apache.flink.configuration.IllegalConfigurationException;
+import org.apache.flink.configuration.MemorySize;
 import org.apache.flink.configuration.ReadableConfig;
 import org.apache.flink.runtime.state.AbstractKeyedStateBackend;
 import org.apache.flink.runtime.state.AbstractStateBackend;
@@ -28,6 +29,7 @@ public class StatedStateBackend extends AbstractStateBackend implements Configur
   private String tlsCa;
   private String kind = "file";
   private int maxInFlight = 8;
+  private long cacheBytes = StatedOptions.CACHE_SIZE.defaultValue().getBytes();
 
   public StatedStateBackend() {}
 
@@ -47,6 +49,8 @@ public class StatedStateBackend extends AbstractStateBackend implements Configur
     b.tlsCa = config.getOptional(StatedOptions.TLS_CA).orElse(tlsCa);
     b.kind = config.getOptional(StatedOptions.BACKEND_KIND).orElse(kind);
     b.maxInFlight = config.getOptional(StatedOptions.MAX_IN_FLIGHT).orElse(maxInFlight);
+    b.cacheBytes =
+        config.getOptional(StatedOptions.CACHE_SIZE).map(MemorySize::getBytes).orElse(cacheBytes);
     b.latencyTrackingConfigBuilder = latencyTrackingConfigBuilder.configure(config);
     b.sizeTrackingConfigBuilder = sizeTrackingConfigBuilder.configure(config);
     b.validate();
@@ -123,7 +127,15 @@ public class StatedStateBackend extends AbstractStateBackend implements Configur
   @Override
   public <K> AbstractKeyedStateBackend<K> createKeyedStateBackend(
       KeyedStateBackendParameters<K> parameters) throws IOException {
-    return new StatedKeyedStateBackendBuilder<>(this, parameters).build();
+    StatedKeyedStateBackend<K> backend =
+        new StatedKeyedStateBackendBuilder<>(this, parameters).build();
+    backend.setCacheCapacity(cacheBytes);
+    return backend;
+  }
+
+  /** The cache's bytes per keyed backend ({@link StatedOptions#CACHE_SIZE}). */
+  long cacheBytes() {
+    return cacheBytes;
   }
 
   @Override

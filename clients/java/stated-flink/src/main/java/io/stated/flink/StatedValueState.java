@@ -20,8 +20,13 @@ final class StatedValueState<K, N, V> extends AbstractStatedState<K, N, V>
   }
 
   @Override
+  StateCache.Node emptyNode() {
+    return new StateCache.ValueNode(null);
+  }
+
+  @Override
   public V value() {
-    byte[] b = getRaw(kg(), key(), ns());
+    byte[] b = getValue();
     if (b == null) {
       return defaultValue == null ? null : valueSerializer.copy(defaultValue);
     }
@@ -34,7 +39,7 @@ final class StatedValueState<K, N, V> extends AbstractStatedState<K, N, V>
       clear();
       return;
     }
-    putRaw(kg(), key(), ns(), serialize(valueSerializer, value));
+    putValue(kg(), key(), ns(), serialize(valueSerializer, value));
   }
 
   @Override

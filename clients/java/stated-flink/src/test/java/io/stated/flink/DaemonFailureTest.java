@@ -61,13 +61,18 @@ class DaemonFailureTest {
       v.update("x");
       assertThat(v.value()).isEqualTo("x");
       daemon.kill();
-      // Whether the write or the read meets the dead stream first, the task
-      // gets an UNAVAILABLE naming the socket and how to start a daemon; it
-      // neither hangs nor returns a value.
+      // The task gets an UNAVAILABLE naming the socket and how to start a
+      // daemon; it never hangs. A read the cache answers does not meet the
+      // stream, so the failure comes once the stream has seen the daemon's
+      // end, or at the latest when a batch of writes goes out (at most 1000
+      // operations) or a snapshot's barrier does.
       assertThatThrownBy(
               () -> {
-                v.update("y");
-                v.value();
+                for (int i = 0; i < 5000; i++) {
+                  kb.setCurrentKey(i);
+                  v.update("y");
+                  assertThat(v.value()).isEqualTo("y");
+                }
               })
           .isInstanceOf(StatedException.class)
           .hasMessageContaining(daemon.socket.toString())

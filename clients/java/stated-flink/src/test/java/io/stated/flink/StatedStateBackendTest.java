@@ -19,20 +19,22 @@ import org.junit.jupiter.api.extension.ExtendWith;
  * <p>All 71 tests of the suite run for each backend kind; none is switched off. (A switched-off
  * test would be overridden here with {@code @Disabled} and its reason.)
  *
- * <p>Run on the daemon's file (memory) and lsm (Pebble) working state. Tagged daemon-views: it
- * needs the daemon's state registration, views, key scans and bulk load.
+ * <p>Run on the daemon's file (memory) and lsm (Pebble) working state, with the default cache, and
+ * on file with a 4 KiB cache, which evicts all the time (so reads miss, misses go to the daemon and
+ * states stop being complete in the cache). Tagged daemon-views: it needs the daemon's state
+ * registration, views, key scans and bulk load.
  */
 @Tag("daemon-views")
 @ExtendWith(ParameterizedTestExtension.class)
 public class StatedStateBackendTest extends StateBackendTestBase<StatedStateBackend> {
   private static Daemon daemon;
 
-  /** The daemon's backend kind the instances use. */
+  /** The daemon's backend kind the instances use, and a cache size after a colon if not 64m. */
   @Parameter public String kind;
 
   @Parameters(name = "kind={0}")
   public static List<String> kinds() {
-    return List.of("file", "lsm");
+    return List.of("file", "lsm", "file:4kb");
   }
 
   @BeforeAll
@@ -53,7 +55,11 @@ public class StatedStateBackendTest extends StateBackendTestBase<StatedStateBack
     org.apache.flink.configuration.Configuration c =
         new org.apache.flink.configuration.Configuration();
     c.set(StatedOptions.SOCKET, daemon.socket.toString());
-    c.set(StatedOptions.BACKEND_KIND, kind);
+    String[] kc = kind.split(":");
+    c.set(StatedOptions.BACKEND_KIND, kc[0]);
+    if (kc.length > 1) {
+      c.set(StatedOptions.CACHE_SIZE, org.apache.flink.configuration.MemorySize.parse(kc[1]));
+    }
     return new StatedStateBackend().configure(c, getClass().getClassLoader());
   }
 

@@ -109,6 +109,12 @@ public final class SideBySideBenchmark {
             conf.setString("state.backend.type", backend);
             if (backend.equals(Backend.STATED_FACTORY)) {
                 conf.setString("state.backend.stated.socket", pt.get("stated-socket"));
+                if (pt.has("stated-cache-size")) {
+                    conf.setString("state.backend.stated.cache-size", pt.get("stated-cache-size"));
+                }
+                if (pt.has("stated-kind")) {
+                    conf.setString("state.backend.stated.kind", pt.get("stated-kind"));
+                }
             }
             conf.set(CheckpointingOptions.INCREMENTAL_CHECKPOINTS, true);
             conf.set(CheckpointingOptions.CHECKPOINTS_DIRECTORY, runDir.resolve("checkpoints").toUri().toString());
@@ -128,6 +134,8 @@ public final class SideBySideBenchmark {
             FileUtils.deleteDirectory(runDir.toFile());
         }
         printTable(rows);
+        printRatios(rows, "rocksdb");
+        printRatios(rows, "forst");
     }
 
     /** Adds stated to the backends when asked and possible; returns a line saying what happened. */
@@ -243,6 +251,33 @@ public final class SideBySideBenchmark {
                     Locale.ROOT, "%-10s %10.0f %12.0f %6d %8.0fms %8.0fms %12s %14s %10.0fms %9.1fs %9s",
                     r.backend(), r.recordsPerSecond(), r.recordsPerCpuSecond(), r.checkpoints(), r.p50Ms(), r.p99Ms(),
                     mib(r.fullBytes()), mib(r.persistedBytes()), r.recoveryMs(), r.wallSeconds(), r.output()));
+        }
+    }
+
+    /**
+     * Each backend's throughput (records/s and rec/cpu-s) and recovery time as ratios to those of
+     * {@code base} in the same run: above 1 is faster for throughput, slower for recovery.
+     */
+    private static void printRatios(List<Row> rows, String base) {
+        Row b = null;
+        for (Row r : rows) {
+            if (r.backend().equals(base)) {
+                b = r;
+            }
+        }
+        if (b == null) {
+            return;
+        }
+        System.out.println();
+        String header = String.format(
+                Locale.ROOT, "%-10s %14s %14s %14s", "vs " + base, "records/s", "rec/cpu-s", "recovery");
+        System.out.println(header);
+        System.out.println("-".repeat(header.length()));
+        for (Row r : rows) {
+            System.out.println(String.format(
+                    Locale.ROOT, "%-10s %13.2fx %13.2fx %13.2fx",
+                    r.backend(), r.recordsPerSecond() / b.recordsPerSecond(),
+                    r.recordsPerCpuSecond() / b.recordsPerCpuSecond(), r.recoveryMs() / b.recoveryMs()));
         }
     }
 
