@@ -30,8 +30,13 @@ const (
 	// instead of downloading the SSTs as if they were its own copies, or
 	// checking a CRC that was never computed.
 	HandleVersionRemote = 4
+	// HandleVersionPacked is version 5: it adds FileRef.Pack (a private
+	// file stored inside an object shared by the daemon's tasks of one
+	// checkpoint). A reader of an older version refuses such a handle
+	// instead of looking for an object under the file's own name.
+	HandleVersionPacked = 5
 	// HandleFormatVersion is the newest version this build reads.
-	HandleFormatVersion = HandleVersionRemote
+	HandleFormatVersion = HandleVersionPacked
 )
 
 // handleMagic starts every encoded handle. Frozen.
@@ -136,6 +141,19 @@ type FileRef struct {
 	// of downloading it, and needs what Pebble's MANIFEST would have said
 	// about it. Needs HandleVersionRemote; the file must be shared.
 	Table *TableRef `json:"table,omitempty"`
+	// Pack, when set, says where the file's bytes are stored: Size bytes
+	// from Pack.Offset of the object Pack.Object (relative to the same
+	// root as Path), which holds the small private files of many tasks of
+	// one checkpoint. Path stays the file's name: readers look it up with
+	// PackedStore, which serves it with a ranged read. Needs
+	// HandleVersionPacked; the file must be private.
+	Pack *FilePack `json:"pack,omitempty"`
+}
+
+// FilePack locates a packed file's bytes (FileRef.Pack).
+type FilePack struct {
+	Object string `json:"object"`
+	Offset int64  `json:"offset"`
 }
 
 // TableRef is what a restore by reference needs of one SST: its level and
@@ -251,6 +269,21 @@ func (h *Handle) Validate() error {
 		if (f.SizeOnly || f.Table != nil) && h.Version < HandleVersionRemote {
 			return fmt.Errorf("%w: handle of %s, file %s: a size-only or table reference in a version %d handle (they need version %d)",
 				ErrCorrupt, h.Task, f.Path, h.Version, HandleVersionRemote)
+		}
+		if pk := f.Pack; pk != nil {
+			if h.Version < HandleVersionPacked {
+				return fmt.Errorf("%w: handle of %s, file %s: a packed file in a version %d handle (it needs version %d)",
+					ErrCorrupt, h.Task, f.Path, h.Version, HandleVersionPacked)
+			}
+			if f.Shared || f.Table != nil || f.SizeOnly {
+				return fmt.Errorf("%w: handle of %s, file %s: a packed file must be private, with its CRC32C", ErrCorrupt, h.Task, f.Path)
+			}
+			if err := ValidatePath(pk.Object); err != nil {
+				return fmt.Errorf("handle of %s, file %s, pack: %w", h.Task, f.Path, err)
+			}
+			if pk.Offset < 0 {
+				return fmt.Errorf("%w: handle of %s, file %s: negative offset %d in pack %s", ErrCorrupt, h.Task, f.Path, pk.Offset, pk.Object)
+			}
 		}
 		if f.SizeOnly && f.CRC32C != 0 {
 			return fmt.Errorf("%w: handle of %s, file %s: size-only with a CRC32C", ErrCorrupt, h.Task, f.Path)

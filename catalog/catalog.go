@@ -606,6 +606,13 @@ func managedObjects(h *backend.Handle) []refcount.Object {
 	var objs []refcount.Object
 	if managed(h) {
 		for _, f := range h.Files {
+			if f.Pack != nil {
+				// The pack object is shared by the tasks of one daemon,
+				// as channel state objects are: counted once per
+				// checkpoint. The file has no object of its own.
+				objs = append(objs, refcount.Object{Path: f.Pack.Object})
+				continue
+			}
 			objs = append(objs, refcount.Object{Path: f.Path, Size: f.Size, CRC32C: f.CRC32C})
 		}
 	}

@@ -279,11 +279,18 @@ func (c *Catalog) writeManifest(ctx context.Context, r ref, started time.Time, h
 	}
 	var check []sizeCheck
 	seen := map[string]bool{}
+	// Channel state objects and packs of small files must hold every
+	// segment and file the handles read.
+	chanEnd := map[string]int64{}
 	for _, h := range hs {
 		if !managed(h) {
 			continue
 		}
 		for _, f := range h.Files {
+			if f.Pack != nil {
+				chanEnd[f.Pack.Object] = max(chanEnd[f.Pack.Object], f.Pack.Offset+f.Size)
+				continue
+			}
 			if seen[f.Path] {
 				continue
 			}
@@ -298,8 +305,6 @@ func (c *Catalog) writeManifest(ctx context.Context, r ref, started time.Time, h
 			check = append(check, sizeCheck{path: f.Path, size: f.Size})
 		}
 	}
-	// Channel state objects must hold every segment the handles read.
-	chanEnd := map[string]int64{}
 	for _, h := range hs {
 		for _, cs := range h.Channels {
 			for _, sg := range cs.Segments {
@@ -324,7 +329,7 @@ func (c *Catalog) writeManifest(ctx context.Context, r ref, started time.Time, h
 		}
 		switch {
 		case f.atLeast && info.Size < f.size:
-			return fmt.Errorf("%w: checkpoint %s: channel state %s has %d bytes, its segments reach %d", ErrCorrupt, r, f.path, info.Size, f.size)
+			return fmt.Errorf("%w: checkpoint %s: object %s (channel state or packed files) has %d bytes, what the handles read of it reaches %d", ErrCorrupt, r, f.path, info.Size, f.size)
 		case !f.atLeast && info.Size != f.size:
 			return fmt.Errorf("%w: checkpoint %s: file %s has %d bytes, its handle says %d", ErrCorrupt, r, f.path, info.Size, f.size)
 		}

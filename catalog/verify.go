@@ -94,6 +94,8 @@ func VerifyWithLog(ctx context.Context, store, logStore tiered.Store, dir string
 		root = tiered.WithPrefix(store, dir)
 	}
 	rep := &VerifyReport{Manifest: m}
+	// Packed files are read from their pack objects' ranges.
+	root = backend.PackedStore(root, m.Tasks)
 	type job struct {
 		f    backend.FileRef
 		task backend.TaskID

@@ -16,6 +16,11 @@
 // channels' segments: object, offset, length and CRC32C. Restore reads
 // each segment with one ranged read.
 //
+// Writer.AppendFile appends a file's bytes as they are, for the daemon's
+// packing of its tasks' small snapshot files into one object per
+// checkpoint (backend.FileRef.Pack, read back through
+// backend.PackedStore): the same spooling, parts and Seal.
+//
 // # Segment format
 //
 // A segment is an internal/frame envelope (magic "STCS", version 1, length,

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"io"
 	"os"
 	"sync"
@@ -149,7 +150,24 @@ func (w *Writer) Append(ctx context.Context, task backend.TaskID, ch backend.Cha
 		return backend.ChannelSegment{}, fmt.Errorf("chanstate: %s channel %s: %w: segment of %d bytes is over the %d-byte bound (append the buffers in pieces)",
 			task, ch, backend.ErrInvalidArgument, len(seg), MaxSegmentBytes)
 	}
+	return w.appendBytes(ctx, seg, SegmentChecksum(seg))
+}
 
+// AppendFile appends data, a small file of a task's snapshot, as it is
+// to the current part, as Append does a segment: the daemon packs the
+// small private files of its tasks' checkpoint into the same few
+// objects (backend.FileRef.Pack). The returned ref says where it lies;
+// its CRC32C is that of data. Only Seal's success says it is durable.
+func (w *Writer) AppendFile(ctx context.Context, data []byte) (backend.ChannelSegment, error) {
+	if len(data) > MaxSegmentBytes {
+		return backend.ChannelSegment{}, fmt.Errorf("chanstate: %w: file of %d bytes is over the %d-byte bound", backend.ErrInvalidArgument, len(data), MaxSegmentBytes)
+	}
+	return w.appendBytes(ctx, data, crc32.Checksum(data, crc32.MakeTable(crc32.Castagnoli)))
+}
+
+// appendBytes appends b to the current part (a new one if b does not
+// fit) and uploads the part it closed.
+func (w *Writer) appendBytes(ctx context.Context, seg []byte, crc uint32) (backend.ChannelSegment, error) {
 	w.mu.Lock()
 	if w.isClosed {
 		w.mu.Unlock()
@@ -175,7 +193,7 @@ func (w *Writer) Append(ctx context.Context, task backend.TaskID, ch backend.Cha
 		w.mu.Unlock()
 		return backend.ChannelSegment{}, fmt.Errorf("chanstate: spool %s: %w", cur.f.Name(), err)
 	}
-	ref := backend.ChannelSegment{Path: cur.name, Offset: cur.size, Length: int64(len(seg)), CRC32C: SegmentChecksum(seg)}
+	ref := backend.ChannelSegment{Path: cur.name, Offset: cur.size, Length: int64(len(seg)), CRC32C: crc}
 	cur.size += int64(len(seg))
 	w.stats.Segments++
 	var wait []*part

@@ -1,9 +1,11 @@
 package chanstate
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"io"
 	"os"
 	"strings"
@@ -359,6 +361,47 @@ func TestWriterRefusesBadInput(t *testing.T) {
 	for _, o := range []WriterOptions{{}, {Store: memstore.New()}, {Store: memstore.New(), Name: "x", Dir: "/abs"}, {Store: memstore.New(), Name: "x", MaxObjectBytes: -1}} {
 		if _, err := NewWriter(o); !errors.Is(err, backend.ErrInvalidArgument) {
 			t.Errorf("NewWriter(%+v): %v", o, err)
+		}
+	}
+}
+
+// TestWriterAppendFile: files appended as they are share the parts with
+// segments; each ref locates the file's exact bytes with its CRC32C, and
+// one Seal uploads them all as one object.
+func TestWriterAppendFile(t *testing.T) {
+	store := metered.New(memstore.New())
+	w := newWriter(t, store, 0)
+	ctx := context.Background()
+	files := [][]byte{[]byte("first file"), bytes.Repeat([]byte{7}, 1000), []byte("x")}
+	var refs []backend.ChannelSegment
+	for _, f := range files {
+		ref, err := w.AppendFile(ctx, f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		refs = append(refs, ref)
+	}
+	if err := w.Seal(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := store.Counts().Calls[tiered.OpPutIfAbsent] + store.Counts().Calls[tiered.OpPut]; n != 1 {
+		t.Fatalf("%d puts for three files, want 1", n)
+	}
+	for i, ref := range refs {
+		if ref.Path != refs[0].Path {
+			t.Fatalf("file %d in %s, file 0 in %s", i, ref.Path, refs[0].Path)
+		}
+		rc, err := store.GetRange(ctx, ref.Path, ref.Offset, ref.Length)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := io.ReadAll(rc)
+		rc.Close()
+		if err != nil || !bytes.Equal(got, files[i]) {
+			t.Fatalf("file %d read back %q %v", i, got, err)
+		}
+		if ref.CRC32C != crc32.Checksum(files[i], crc32.MakeTable(crc32.Castagnoli)) {
+			t.Fatalf("file %d: crc %08x is not the file's", i, ref.CRC32C)
 		}
 	}
 }

@@ -54,6 +54,9 @@ type checkpoint struct {
 	// are the flushes under way, closed when done. Under d.mu.
 	holdArmed bool
 	flushes   []chan struct{}
+	// pack holds the small private files the tasks here write for it
+	// (nil until one does; pack.go). Set under d.mu.
+	pack *checkpointPack
 }
 
 type taskSnapshot struct {
@@ -81,6 +84,9 @@ type taskSnapshot struct {
 	held      bool
 	release   func()
 	reportErr error
+	// ran: the backend's asynchronous part returned (it writes no more
+	// files). Guarded by d.mu.
+	ran bool
 }
 
 // SnapshotOptions are the options of SnapshotWith.
@@ -163,6 +169,10 @@ func (d *Daemon) SnapshotWith(ctx context.Context, inst *Instance, id uint64, o 
 	if err != nil {
 		ts.err = fmt.Errorf("daemon: snapshot %d of %s: %w", id, task, err)
 		d.m.SnapshotFailures[bi].Add(1)
+		d.mu.Lock()
+		ts.ran = true
+		d.packKickLocked(c)
+		d.mu.Unlock()
 		close(ts.done)
 		inst.finishSnapshot()
 		d.wg.Done()
@@ -241,8 +251,15 @@ func (d *Daemon) runSnapshot(c *checkpoint, ts *taskSnapshot, ps backend.Pending
 	bi := BackendIndex(inst.Kind)
 	t0 := time.Now()
 	h, err := ps.Run(c.ctx)
+	d.mu.Lock()
+	ts.ran = true
+	d.packKickLocked(c) // the others waiting in a pack may be all that is left
+	d.mu.Unlock()
 	if err == nil && (h == nil || h.Task != inst.Task || h.CheckpointID != id) {
 		err = fmt.Errorf("%w: the backend returned a handle for another task or checkpoint", backend.ErrCorrupt)
+	}
+	if err == nil {
+		h = d.packedHandle(c, h)
 	}
 	// A fenced instance must not report: the task's newer holder reports
 	// its own handle for this checkpoint. The catalog checks the token
@@ -509,6 +526,7 @@ func (d *Daemon) CompleteCheckpoint(ctx context.Context, job string, id uint64, 
 	}
 	d.mu.Unlock()
 	d.closeChannels(c)
+	d.closePack(c)
 	d.timing.record(key, snaps)
 	for _, ts := range snaps {
 		ts.inst.Backend.NotifyCheckpointComplete(id)
@@ -659,6 +677,7 @@ func (d *Daemon) abort(ctx context.Context, job string, id uint64, f Failure, sh
 	// Its uploads have stopped: the catalog's cleanup below sees every
 	// channel state object there will be.
 	d.closeChannels(c)
+	d.closePack(c)
 	var err error
 	// Also for a checkpoint no task here began: the catalog records it and
 	// cleans what tasks elsewhere may have written.

@@ -38,6 +38,11 @@ const (
 	// milliseconds of each other under a barrier; longer means a task is
 	// not taking part here.
 	DefaultChannelStateLinger = 250 * time.Millisecond
+	// DefaultPackFileBytes: a checkpoint's private files up to 4 MiB
+	// (file-backend snapshots of small state, changelog manifests) are
+	// packed; a bigger file is a request of its own either way (and a
+	// multipart upload on S3 past 16 MiB).
+	DefaultPackFileBytes = 4 << 20
 	// DefaultGCPercent is the Go GC target "stated serve" runs with (GOGC
 	// 100 is Go's default): batches allocate request and response buffers
 	// at a high rate, and collecting four times less often buys about 20%
@@ -153,6 +158,13 @@ type Config struct {
 	// channel state object without them (their state then goes into
 	// another object). Default DefaultChannelStateLinger.
 	ChannelStateLinger time.Duration
+	// PackFileBytes: the private files of a checkpoint up to this size
+	// that the daemon's file-backend instances and changelog manifests
+	// write go into one object per job and checkpoint shared by its
+	// tasks here (the channel state's writer, chanstate), instead of an
+	// object each; their handles say where (backend.FileRef.Pack).
+	// Default DefaultPackFileBytes; negative: off.
+	PackFileBytes int64
 	// Changelog makes changelog mode available. Optional: without it,
 	// instances asking for the changelog and restores of checkpoints
 	// written in it are refused (ErrUnsupported).
@@ -195,6 +207,9 @@ func (c *Config) EnsureDefaults() {
 	}
 	if c.ChannelStateLinger == 0 {
 		c.ChannelStateLinger = DefaultChannelStateLinger
+	}
+	if c.PackFileBytes == 0 {
+		c.PackFileBytes = DefaultPackFileBytes
 	}
 	if c.Changelog != nil {
 		c.Changelog.EnsureDefaults()
@@ -510,7 +525,7 @@ func (d *Daemon) open(ctx context.Context, p OpenParams) (*Instance, error) {
 		KeyGroups:      p.KeyGroups,
 		MaxParallelism: p.MaxParallelism,
 		States:         p.States,
-		Store:          d.cfg.Store,
+		Store:          d.packingStore(task.Job, p.Kind),
 		MaxValueSize:   d.cfg.MaxValueSize,
 		MaxMemoryBytes: d.cfg.MaxMemoryState,
 	}
@@ -526,7 +541,7 @@ func (d *Daemon) open(ctx context.Context, p OpenParams) (*Instance, error) {
 		source = restoreSource(r)
 		rplan = r
 		opts.Restore = r.Handles
-		opts.RestoreStore = r.src.Store
+		opts.RestoreStore = backend.PackedStore(r.src.Store, append(slices.Clone(r.Handles), r.All...))
 		opts.NoClaim = r.src.NoClaim
 		if !r.src.NoClaim {
 			opts.RestoreHeld = stillRetained(r.src)
@@ -741,6 +756,7 @@ func (d *Daemon) Shutdown(ctx context.Context) error {
 	defer cancel()
 	for _, c := range pending {
 		d.closeChannels(c)
+		d.closePack(c)
 		if err := d.cfg.Catalog.Abort(actx, c.key.job, c.key.id, FailureAborted.Status(), "daemon shutting down"); err != nil {
 			errs = append(errs, err)
 		}

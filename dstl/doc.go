@@ -60,6 +60,12 @@
 //     ErrUploadFailed until Truncate moves past them (the instance must
 //     materialize again): an acknowledged Persist is never undone, and an
 //     unacknowledged change is never reported durable.
+//   - Every segment on an object store is a request of its own, billed and
+//     throttled: FlushDelayFor gives the delay that suits a store (1 s when
+//     it does not append, 10 ms when it does), which the daemon uses unless
+//     told otherwise, so between checkpoints a daemon's log costs at most
+//     one PUT per delay plus one per FlushSize of changes, whatever the
+//     number of instances; a Persist still cuts at once.
 //   - When the log store appends (a local directory: see tiered.Appender
 //     and localfs's pack files), a segment is written in place into a
 //     preallocated pack file and only its data is synced, one fdatasync

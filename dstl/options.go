@@ -17,12 +17,16 @@ const (
 	DefaultFlushSize           = 10 << 20
 	DefaultPreemptiveFlushSize = 5 << 20
 	DefaultFlushDelay          = 10 * time.Millisecond
-	DefaultMaxBytesInFlight    = 100 << 20
-	DefaultUploadConcurrency   = 5
-	DefaultMaxAttempts         = 5
-	DefaultRetryDelay          = 10 * time.Millisecond
-	DefaultMaxRetryDelay       = time.Second
-	DefaultUploadTimeout       = time.Second
+	// DefaultObjectStoreFlushDelay is FlushDelayFor's delay for a store
+	// that does not append (S3 and every other object store), where each
+	// flush is a billed, rate-limited PUT of its own.
+	DefaultObjectStoreFlushDelay = time.Second
+	DefaultMaxBytesInFlight      = 100 << 20
+	DefaultUploadConcurrency     = 5
+	DefaultMaxAttempts           = 5
+	DefaultRetryDelay            = 10 * time.Millisecond
+	DefaultMaxRetryDelay         = time.Second
+	DefaultUploadTimeout         = time.Second
 )
 
 // Options configure a Writer. The zero value of every field means its
@@ -43,7 +47,8 @@ type Options struct {
 	// left to upload. Default 5 MiB; at most FlushSize.
 	PreemptiveFlushSize int
 	// FlushDelay: the buffer is cut at the latest this long after its first
-	// change arrived. Default 10 ms.
+	// change arrived. Default 10 ms; FlushDelayFor gives the delay that
+	// suits a store (1 s on an object store), which the daemon uses.
 	FlushDelay time.Duration
 	// MaxBytesInFlight caps the changes held in memory, buffered or being
 	// uploaded, counted as their bytes plus 16 per change (which covers a
@@ -97,6 +102,27 @@ func (o *Options) EnsureDefaults() {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
+}
+
+// FlushDelayFor is the flush delay that suits the log store ls: on a
+// store that appends (a local directory: tiered.Appender), a flush costs
+// a shared fdatasync and no request, so DefaultFlushDelay keeps changes
+// durable within milliseconds; on any other tiered store (S3 and the
+// like) every flush is a PUT, billed and throttled per request, so the
+// Writer gathers the changes of all instances for
+// DefaultObjectStoreFlushDelay and an upload costs at most one request a
+// second between checkpoints (a Persist still cuts at once, so a
+// checkpoint does not wait for the delay). A LogStore that is not a
+// TieredLogStore gets DefaultFlushDelay.
+func FlushDelayFor(ls LogStore) time.Duration {
+	t, ok := ls.(TieredLogStore)
+	if !ok {
+		return DefaultFlushDelay
+	}
+	if _, ok := tiered.AsAppender(t.Store); ok {
+		return DefaultFlushDelay
+	}
+	return DefaultObjectStoreFlushDelay
 }
 
 // orDefault sets *v to d when it is zero.

@@ -270,9 +270,10 @@ func clusterJobThroughLeaderDeaths(t *testing.T, size int, rounds uint64, tune f
 		if !ok {
 			t.Fatalf("retained checkpoint %d has no manifest", id)
 		}
+		files := backend.PackedStore(store, m.Tasks) // packed files: in their packs
 		for _, h := range m.Tasks {
 			for _, f := range h.Files {
-				if _, err := store.Stat(context.Background(), f.Path); err != nil {
+				if _, err := files.Stat(context.Background(), f.Path); err != nil {
 					t.Fatalf("file %s of retained checkpoint %d: %v", f.Path, id, err)
 				}
 			}

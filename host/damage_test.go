@@ -186,7 +186,11 @@ func TestMissingFileIsDataLossOverTheSocket(t *testing.T) {
 		t.Fatal(err)
 	}
 	gone := m.Tasks[0].Files[0].Path
-	if err := os.Remove(filepath.Join(dir, "checkpoints", filepath.FromSlash(gone))); err != nil {
+	obj := gone
+	if pk := m.Tasks[0].Files[0].Pack; pk != nil {
+		obj = pk.Object // packed: its pack goes
+	}
+	if err := os.Remove(filepath.Join(dir, "checkpoints", filepath.FromSlash(obj))); err != nil {
 		t.Fatal(err)
 	}
 	n, err = host.Open(ctx, host.Options{DataDir: dir, Logger: quiet()})

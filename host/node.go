@@ -179,6 +179,7 @@ func Open(ctx context.Context, opts Options) (_ *Host, err error) {
 		MaxValueSize: opts.MaxValueSize, MaxMemoryState: opts.MaxMemoryState, MaxInstances: opts.MaxInstances,
 		MaxStreamsPerInstance: opts.MaxStreamsPerInstance, CheckpointTimeout: opts.CheckpointTimeout,
 		IdleInstanceTimeout: opts.IdleInstanceTimeout, Logger: n.log, Fence: n.fencer(), ChannelStateLinger: opts.ChannelStateLinger,
+		PackFileBytes: opts.PackFileBytes,
 		Changelog: &daemon.ChangelogConfig{Writer: n.writer, Log: dstl.TieredLogStore{Store: n.logStore}, Default: opts.Changelog,
 			MaterializeInterval: opts.MaterializeInterval, MaxMaterializeFailures: opts.MaxMaterializeFailures},
 	}
@@ -350,7 +351,12 @@ func (n *Host) openLog(ctx context.Context) error {
 		n.logMeter = metered.New(ls)
 		n.logStore = n.logMeter
 	}
-	w, err := dstl.NewWriter(dstl.TieredLogStore{Store: n.logStore}, dstl.Options{FlushDelay: o.ChangelogFlushDelay, MaxBytesInFlight: o.ChangelogMaxInFlight})
+	logs := dstl.TieredLogStore{Store: n.logStore}
+	delay := o.ChangelogFlushDelay
+	if delay == 0 {
+		delay = dstl.FlushDelayFor(logs)
+	}
+	w, err := dstl.NewWriter(logs, dstl.Options{FlushDelay: delay, FlushSize: o.ChangelogFlushSize, MaxBytesInFlight: o.ChangelogMaxInFlight})
 	if err != nil {
 		return fmt.Errorf("changelog: %w", err)
 	}
@@ -372,6 +378,10 @@ func (n *Host) stateBytes() int64 {
 type keepOpen struct{ tiered.Store }
 
 func (keepOpen) Close() error { return nil }
+
+// Unwrap lets tiered.AsAppender see whether the injected store appends
+// (a local directory's pack files, and the flush delay that suits it).
+func (k keepOpen) Unwrap() tiered.Store { return k.Store }
 
 // serve starts the gRPC servers and the metrics server, one goroutine
 // each.

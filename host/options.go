@@ -171,6 +171,12 @@ type Options struct {
 	// state waits for the job's other tasks here to snapshot, so that one
 	// object holds them all. Default daemon.DefaultChannelStateLinger.
 	ChannelStateLinger time.Duration
+	// PackFileBytes: a checkpoint's private files up to this size (file
+	// backend snapshots, changelog manifests) of all tasks of a job here
+	// go into one object per checkpoint, read back with ranged reads
+	// (--pack-file-bytes). Default daemon.DefaultPackFileBytes; negative:
+	// every file is an object of its own.
+	PackFileBytes int64
 	// IdleInstanceTimeout closes an instance with no batch stream for this
 	// long (--idle-instance-timeout). Default
 	// daemon.DefaultIdleInstanceTimeout; negative: never.
@@ -268,9 +274,16 @@ type Options struct {
 	// daemon.DefaultMaxMaterializeFailures.
 	MaxMaterializeFailures int
 	// ChangelogFlushDelay is the longest a change waits before its
-	// segment is cut (--changelog-flush-delay). Default 10ms
-	// (dstl.Options.FlushDelay).
+	// segment is cut (--changelog-flush-delay) when no checkpoint asks
+	// for it sooner: segments gather the changes of every instance of the
+	// daemon, so it bounds the log's requests per second. Default 0: the
+	// log store's (dstl.FlushDelayFor): 10ms for a local directory, whose
+	// flushes append to a pack file, 1s for S3 and other object stores,
+	// where each flush is a PUT.
 	ChangelogFlushDelay time.Duration
+	// ChangelogFlushSize cuts a segment when the changes gathered reach it
+	// (--changelog-flush-size). Default 10MiB (dstl.DefaultFlushSize).
+	ChangelogFlushSize int
 	// ChangelogMaxInFlight caps the changes held in memory, buffered or
 	// uploading; writes slow down past it (--changelog-max-in-flight).
 	// Default 100MiB (dstl.Options.MaxBytesInFlight).
@@ -331,6 +344,7 @@ func (o *Options) EnsureDefaults() {
 	def(&o.SweepMaxListPages, catalog.DefaultSweepMaxListPages)
 	dur(&o.CheckpointTimeout, daemon.DefaultCheckpointTimeout)
 	dur(&o.ChannelStateLinger, daemon.DefaultChannelStateLinger)
+	def64(&o.PackFileBytes, daemon.DefaultPackFileBytes)
 	dur(&o.IdleInstanceTimeout, daemon.DefaultIdleInstanceTimeout)
 	def64(&o.HeapSnapshotCap, heap.DefaultMaxSnapshotSize)
 	def(&o.MaxValueSize, backend.DefaultMaxValueSize)
@@ -346,7 +360,7 @@ func (o *Options) EnsureDefaults() {
 	dur(&o.ShutdownGrace, DefaultShutdownGrace)
 	dur(&o.MaterializeInterval, daemon.DefaultMaterializeInterval)
 	def(&o.MaxMaterializeFailures, daemon.DefaultMaxMaterializeFailures)
-	dur(&o.ChangelogFlushDelay, dstl.DefaultFlushDelay)
+	def(&o.ChangelogFlushSize, dstl.DefaultFlushSize)
 	def64(&o.ChangelogMaxInFlight, dstl.DefaultMaxBytesInFlight)
 	if o.Logger == nil {
 		o.Logger = slog.Default()
@@ -432,13 +446,19 @@ func (o *Options) Validate() error {
 	for _, d := range []struct {
 		name string
 		d    time.Duration
-	}{{"MaterializeInterval", o.MaterializeInterval}, {"ChangelogFlushDelay", o.ChangelogFlushDelay}} {
+	}{{"MaterializeInterval", o.MaterializeInterval}} {
 		if d.d <= 0 {
 			bad(d.name, "%s %v must be positive", ref(d.name), d.d)
 		}
 	}
-	if o.ChangelogMaxInFlight < dstl.DefaultFlushSize {
-		bad("ChangelogMaxInFlight", "%s %d must be at least the segment size %d", ref("ChangelogMaxInFlight"), o.ChangelogMaxInFlight, dstl.DefaultFlushSize)
+	if o.ChangelogFlushDelay < 0 {
+		bad("ChangelogFlushDelay", "%s %v must not be negative (0: the log store's default)", ref("ChangelogFlushDelay"), o.ChangelogFlushDelay)
+	}
+	if o.ChangelogFlushSize <= 0 {
+		bad("ChangelogFlushSize", "%s %d must be positive", ref("ChangelogFlushSize"), o.ChangelogFlushSize)
+	}
+	if o.ChangelogMaxInFlight < int64(o.ChangelogFlushSize) {
+		bad("ChangelogMaxInFlight", "%s %d must be at least the segment size %d (%s)", ref("ChangelogMaxInFlight"), o.ChangelogMaxInFlight, o.ChangelogFlushSize, ref("ChangelogFlushSize"))
 	}
 	if o.LogStore != nil && o.ChangelogStore != "" {
 		bad("LogStore", "both %s and %s %q are set", ref("LogStore"), ref("ChangelogStore"), o.ChangelogStore)

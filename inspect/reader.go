@@ -136,6 +136,8 @@ func Open(ctx context.Context, opts Options) (*Reader, error) {
 		// A savepoint's paths are relative to its directory.
 		files = readOnly{tiered.WithPrefix(opts.Store, opts.Dir)}
 	}
+	// Packed files (backend.FileRef.Pack) are read from their packs.
+	files = backend.PackedStore(files, m.Tasks)
 	return &Reader{opts: opts, m: m, files: files}, nil
 }
 

@@ -354,12 +354,17 @@ func TestDamagedFile(t *testing.T) {
 			if f.Path == "" {
 				t.Fatal("the checkpoint has no file")
 			}
-			data, err := tiered.ReadAll(ctx, e.store, f.Path, 1<<30)
+			// A packed file (backend.FileRef.Pack) is damaged inside its pack.
+			obj, mid := f.Path, f.Size/2
+			if f.Pack != nil {
+				obj, mid = f.Pack.Object, f.Pack.Offset+f.Size/2
+			}
+			data, err := tiered.ReadAll(ctx, e.store, obj, 1<<30)
 			if err != nil {
 				t.Fatal(err)
 			}
-			data[len(data)/2] ^= 0x40
-			if err := tiered.PutBytes(ctx, e.store, f.Path, data); err != nil {
+			data[mid] ^= 0x40
+			if err := tiered.PutBytes(ctx, e.store, obj, data); err != nil {
 				t.Fatal(err)
 			}
 			rep, err := catalog.Verify(ctx, e.store, dir, 0)

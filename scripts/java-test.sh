@@ -20,10 +20,12 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 go build -o "$tmp/stated" ./cmd/stated
 go build -o "$tmp/xcheck" ./clients/node/xcheck
-# The client and the backend; the Flink jobs module has its own stage
-# (scripts/flink-jobs.sh, which also runs it on stated), so it is not run
-# twice. Arguments with their own -pl choose other modules.
-modules=(-pl stated-client,stated-flink)
+# The client, the backend and the savepoint tools (stated-flink-tools: a
+# job on stated, hashmap and rocksdb stopped with a savepoint, read back);
+# the Flink jobs module has its own stage (scripts/flink-jobs.sh, which also
+# runs it on stated), so it is not run twice. Arguments with their own -pl
+# choose other modules.
+modules=(-pl stated-client,stated-flink,stated-flink-tools)
 for a in "$@"; do
   case "$a" in -pl|--projects|-pl*) modules=() ;; esac
 done

@@ -19,7 +19,6 @@ import (
 	"github.com/statedhq/stated/api"
 	"github.com/statedhq/stated/catalog"
 	"github.com/statedhq/stated/daemon"
-	"github.com/statedhq/stated/dstl"
 	"github.com/statedhq/stated/host"
 )
 
@@ -66,6 +65,7 @@ type serveFlags struct {
 	fileCompression   string
 	checkpointTimeout time.Duration
 	channelLinger     time.Duration
+	packFileBytes     string
 	idleTimeout       time.Duration
 	gcGrace           time.Duration
 	sweepInterval     time.Duration
@@ -79,6 +79,7 @@ type serveFlags struct {
 	materialize       time.Duration
 	materializeFails  int
 	changelogDelay    time.Duration
+	changelogSize     string
 	changelogInFlight string
 }
 
@@ -145,6 +146,7 @@ the grace ends, closes every backend and exits 0.`,
 	fl.StringVar(&f.lsmMemTable, "lsm-memtable-bytes", "0", "memtable of each lsm instance, which a writing instance holds up to twice (0: 8MiB, or 64MiB with --lsm-remote, where every flush is an object in the store)")
 	fl.StringVar(&f.fileCompression, "file-compression", "", `compression of file-backend snapshots: "" or "zstd"`)
 	fl.DurationVar(&f.checkpointTimeout, "checkpoint-timeout", daemon.DefaultCheckpointTimeout, "a checkpoint not completed within this is aborted as expired")
+	fl.StringVar(&f.packFileBytes, "pack-file-bytes", "4MiB", "a checkpoint's private files up to this size (file backend snapshots, changelog manifests) of all tasks of a job here go into one object per checkpoint, read back with ranged reads; -1: an object per file")
 	fl.DurationVar(&f.channelLinger, "channel-state-linger", daemon.DefaultChannelStateLinger, "how long a task's upload of unaligned channel state waits for the job's other tasks here, so that one object holds them all")
 	fl.DurationVar(&f.idleTimeout, "idle-instance-timeout", daemon.DefaultIdleInstanceTimeout,
 		"an instance with no batch stream (its task died without closing it) for this long is closed; negative: never")
@@ -157,7 +159,8 @@ the grace ends, closes every backend and exits 0.`,
 	fl.StringVar(&f.changelogStore, "changelog-store", "", "store of the changelog's segments, e.g. a faster bucket or a local disk (default: the checkpoint store); keep it while checkpoints written with it are retained")
 	fl.DurationVar(&f.materialize, "materialize-interval", daemon.DefaultMaterializeInterval, "how often each instance in changelog mode takes a new base snapshot (jittered by 20%)")
 	fl.IntVar(&f.materializeFails, "materialize-max-failures", daemon.DefaultMaxMaterializeFailures, "after this many failed materializations of an instance in a row, its checkpoints fail until one succeeds")
-	fl.DurationVar(&f.changelogDelay, "changelog-flush-delay", dstl.DefaultFlushDelay, "longest a change waits before the changelog cuts and uploads a segment")
+	fl.DurationVar(&f.changelogDelay, "changelog-flush-delay", 0, "longest a change waits before the changelog cuts and uploads a segment of the changes of all instances, unless a checkpoint or --changelog-flush-size cuts it sooner (0: by the changelog's store: 10ms for a local directory, 1s for S3, where each segment is a PUT)")
+	fl.StringVar(&f.changelogSize, "changelog-flush-size", "10MiB", "the changelog cuts a segment when the changes gathered from all instances reach this size")
 	fl.StringVar(&f.changelogInFlight, "changelog-max-in-flight", "100MiB", "most changelog bytes held in memory (buffered or uploading); writes slow down past it")
 	fl.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
 	fl.StringVar(&f.logFormat, "log-format", "text", "text or json")
@@ -310,6 +313,13 @@ func (f *serveFlags) nodeOptions(log *slog.Logger) (host.Options, error) {
 		}
 		return size(flag, v)
 	}
+	// packBytes reads --pack-file-bytes, where -1 turns packing off.
+	packBytes := func(v string) int64 {
+		if v == "-1" {
+			return -1
+		}
+		return optionalSize("pack-file-bytes", v)
+	}
 	o := host.Options{
 		DataDir: f.dataDir, Socket: f.socket, Listen: f.listen, Token: f.token, MetricsAddr: f.metricsAddr,
 		TLSCert: f.tlsCert, TLSKey: f.tlsKey, TLSClientCA: f.tlsClientCA, AllowPlaintextToken: f.plaintextToken,
@@ -317,6 +327,7 @@ func (f *serveFlags) nodeOptions(log *slog.Logger) (host.Options, error) {
 		ClusterTLSCert: f.clusterTLSCert, ClusterTLSKey: f.clusterTLSKey, ClusterTLSCA: f.clusterTLSCA, ClusterToken: f.clusterToken,
 		CheckpointStore: f.checkpointStore, S3: f.s3.options(), S3Prices: f.s3Prices, CacheDir: f.cache.dir, CacheBytes: size("cache-bytes", f.cache.bytes),
 		Retain: f.retain, GCGrace: f.gcGrace, SweepInterval: f.sweepInterval, SweepMaxListPages: f.sweepMaxPages, CheckpointTimeout: f.checkpointTimeout, ChannelStateLinger: f.channelLinger,
+		PackFileBytes:       packBytes(f.packFileBytes),
 		IdleInstanceTimeout: f.idleTimeout, HeapSnapshotCap: size("heap-snapshot-cap", f.heapSnapshotCap),
 		MaxValueSize: int(size("max-value-size", f.maxValueSize)), MaxMessageSize: int(size("max-message-size", f.maxMessageSize)),
 		MaxMemoryState: size("max-memory-state", f.maxMemoryState), MaxInstances: f.maxInstances,
@@ -327,6 +338,7 @@ func (f *serveFlags) nodeOptions(log *slog.Logger) (host.Options, error) {
 		ShutdownGrace:    f.shutdownGrace, Logger: log,
 		Changelog: f.changelog, ChangelogStore: f.changelogStore, MaterializeInterval: f.materialize,
 		MaxMaterializeFailures: f.materializeFails, ChangelogFlushDelay: f.changelogDelay,
+		ChangelogFlushSize:   int(optionalSize("changelog-flush-size", f.changelogSize)),
 		ChangelogMaxInFlight: size("changelog-max-in-flight", f.changelogInFlight),
 	}
 	if o.CheckpointStore == "" {
@@ -381,7 +393,7 @@ var flagOf = map[string]string{
 	"S3.Endpoint": "s3-endpoint", "S3.Region": "s3-region", "S3.Addressing": "s3-path-style",
 	"S3.AccessKeyID": "s3-access-key-id", "S3.SecretAccessKey": "s3-secret-access-key",
 	"S3.S3.RequestsPerSecond": "s3-requests-per-second", "S3.S3.Burst": "s3-request-burst", "S3Prices": "s3-prices",
-	"Retain": "retain", "GCGrace": "gc-grace", "SweepInterval": "sweep-interval", "SweepMaxListPages": "sweep-max-list-pages", "CheckpointTimeout": "checkpoint-timeout", "ChannelStateLinger": "channel-state-linger",
+	"Retain": "retain", "GCGrace": "gc-grace", "SweepInterval": "sweep-interval", "SweepMaxListPages": "sweep-max-list-pages", "CheckpointTimeout": "checkpoint-timeout", "ChannelStateLinger": "channel-state-linger", "PackFileBytes": "pack-file-bytes",
 	"IdleInstanceTimeout": "idle-instance-timeout", "HeapSnapshotCap": "heap-snapshot-cap", "MaxValueSize": "max-value-size",
 	"MaxMessageSize": "max-message-size", "MaxMemoryState": "max-memory-state", "MaxInstances": "max-instances",
 	"MaxStreamsPerInstance": "max-streams-per-instance", "QueueDepth": "queue-depth", "MaxConcurrentStreams": "max-concurrent-streams",
@@ -389,7 +401,7 @@ var flagOf = map[string]string{
 	"LSMRemote": "lsm-remote", "LSMRemoteCacheBytes": "lsm-cache-bytes", "LSMMemTableBytes": "lsm-memtable-bytes",
 	"ShutdownGrace": "shutdown-grace", "Changelog": "changelog", "ChangelogStore": "changelog-store",
 	"MaterializeInterval": "materialize-interval", "MaxMaterializeFailures": "materialize-max-failures",
-	"ChangelogFlushDelay": "changelog-flush-delay", "ChangelogMaxInFlight": "changelog-max-in-flight",
+	"ChangelogFlushDelay": "changelog-flush-delay", "ChangelogFlushSize": "changelog-flush-size", "ChangelogMaxInFlight": "changelog-max-in-flight",
 }
 
 // flagName is how the CLI names an option field: by its flag.

@@ -56,7 +56,7 @@ func validServeFlags(t *testing.T) serveFlags {
 		maxMemoryState: "1GiB", retain: 3, cache: cacheFlags{bytes: defaultCacheBytes}, maxInstances: daemon.DefaultMaxInstances,
 		maxStreams: 2, queueDepth: 7, maxConnStreams: 50, firstBatchTimeout: 3 * time.Second, sweepInterval: time.Minute,
 		logLevel: "info", logFormat: "text", materialize: time.Minute, materializeFails: 3, changelogDelay: 10 * time.Millisecond,
-		changelogInFlight: "100MiB"}
+		changelogSize: "10MiB", changelogInFlight: "100MiB", packFileBytes: "4MiB"}
 }
 
 func TestServeFlagValidation(t *testing.T) {

@@ -1,0 +1,103 @@
+package backend_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"testing"
+
+	"github.com/statedhq/stated/backend"
+	"github.com/statedhq/stated/tiered"
+	"github.com/statedhq/stated/tiered/memstore"
+)
+
+// TestPackedStore: a packed file reads as its range of the pack, whole,
+// in part or past its end; other names go to the store; a pack shorter
+// than its files is damage, not a short file.
+func TestPackedStore(t *testing.T) {
+	ctx := context.Background()
+	s := memstore.New()
+	pack := []byte("aaaaBBBBBBcc")
+	if err := s.Put(ctx, "j/chk-1/pack", bytes.NewReader(pack), int64(len(pack))); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Put(ctx, "j/chk-1/plain", bytes.NewReader([]byte("plain")), 5); err != nil {
+		t.Fatal(err)
+	}
+	h := &backend.Handle{Files: []backend.FileRef{
+		{Path: "j/chk-1/op-0/state", Size: 6, Pack: &backend.FilePack{Object: "j/chk-1/pack", Offset: 4}},
+		{Path: "j/chk-1/op-1/state", Size: 9, Pack: &backend.FilePack{Object: "j/chk-1/pack", Offset: 10}},
+		{Path: "j/chk-1/plain", Size: 5},
+	}}
+	if got := backend.PackedStore(s, []*backend.Handle{{Files: h.Files[2:]}}); got != tiered.Store(s) {
+		t.Fatal("a view without packed files is not the store itself")
+	}
+	v := backend.PackedStore(s, []*backend.Handle{h})
+	read := func(name string, off, n int64) (string, error) {
+		rc, err := v.GetRange(ctx, name, off, n)
+		if err != nil {
+			return "", err
+		}
+		defer rc.Close()
+		b, err := io.ReadAll(rc)
+		return string(b), err
+	}
+	for _, tc := range []struct {
+		name   string
+		off, n int64
+		want   string
+	}{
+		{"j/chk-1/op-0/state", 0, -1, "BBBBBB"},
+		{"j/chk-1/op-0/state", 2, 3, "BBB"},
+		{"j/chk-1/op-0/state", 4, 100, "BB"},
+		{"j/chk-1/plain", 0, -1, "plain"},
+	} {
+		if got, err := read(tc.name, tc.off, tc.n); err != nil || got != tc.want {
+			t.Errorf("%s [%d,+%d): %q %v, want %q", tc.name, tc.off, tc.n, got, err, tc.want)
+		}
+	}
+	if _, err := read("j/chk-1/op-0/state", 7, -1); !errors.Is(err, tiered.ErrInvalidRange) {
+		t.Errorf("a range past the file's end: %v", err)
+	}
+	if info, err := v.Stat(ctx, "j/chk-1/op-0/state"); err != nil || info.Size != 6 {
+		t.Errorf("stat: %+v %v", info, err)
+	}
+	if _, err := read("j/chk-1/op-1/state", 0, -1); !errors.Is(err, backend.ErrCorrupt) {
+		t.Errorf("a file past its pack's end: %v", err)
+	}
+	if _, err := v.Stat(ctx, "j/chk-1/op-1/state"); !errors.Is(err, backend.ErrCorrupt) {
+		t.Errorf("stat of a file past its pack's end: %v", err)
+	}
+	if err := s.Delete(ctx, "j/chk-1/pack"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := read("j/chk-1/op-0/state", 0, -1); !tiered.IsNotFound(err) {
+		t.Errorf("a file whose pack is gone: %v", err)
+	}
+}
+
+// TestPackedHandleValidation: a packed file needs version 5, must be
+// private and needs a valid pack name and offset.
+func TestPackedHandleValidation(t *testing.T) {
+	base := func() *backend.Handle {
+		return &backend.Handle{Version: backend.HandleVersionPacked, Backend: backend.KindFile,
+			Task: backend.TaskID{Job: "j", Operator: "op"}, CheckpointID: 1, KeyGroups: backend.KeyGroupRange{Start: 0, End: 127}, MaxParallelism: 128,
+			Files: []backend.FileRef{{Path: "j/chk-1/op-0/state", Size: 3, CRC32C: 1, Pack: &backend.FilePack{Object: "j/chk-1/packed-x-0", Offset: 9}}}}
+	}
+	if err := base().Validate(); err != nil {
+		t.Fatalf("a valid packed handle: %v", err)
+	}
+	for name, mod := range map[string]func(*backend.Handle){
+		"old version":     func(h *backend.Handle) { h.Version = backend.HandleVersionRemote },
+		"shared":          func(h *backend.Handle) { h.Files[0].Shared = true },
+		"bad object":      func(h *backend.Handle) { h.Files[0].Pack.Object = "../x" },
+		"negative offset": func(h *backend.Handle) { h.Files[0].Pack.Offset = -1 },
+	} {
+		h := base()
+		mod(h)
+		if err := h.Validate(); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+}
