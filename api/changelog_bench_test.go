@@ -13,7 +13,7 @@ import (
 
 	"github.com/statedhq/stated/api/client"
 	"github.com/statedhq/stated/backend"
-	"github.com/statedhq/stated/node"
+	"github.com/statedhq/stated/host"
 )
 
 // The changelog benchmarks compare, in one run and through the real
@@ -45,7 +45,7 @@ type clBench struct {
 	ins map[bool]*client.Instance // by changelog mode
 }
 
-func newCLBench(b *testing.B, mod func(*node.Options)) *clBench {
+func newCLBench(b *testing.B, mod func(*host.Options)) *clBench {
 	daemonGC(b)
 	h := startDaemon(b, harnessOpts{node: mod})
 	cb := &clBench{h: h, c: h.dial(client.Options{MaxBatchOps: 1000, FlushDelay: time.Minute}), ins: map[bool]*client.Instance{}}
@@ -166,7 +166,7 @@ func BenchmarkChangelogCheckpoint(b *testing.B) {
 			// No background materialization: every timed checkpoint is the
 			// log since the first checkpoint's base (the worst case of a
 			// materialization interval).
-			cb := newCLBench(b, func(o *node.Options) { o.MaterializeInterval = time.Hour })
+			cb := newCLBench(b, func(o *host.Options) { o.MaterializeInterval = time.Hour })
 			keys := mib << 20 / clValueSize
 			changed := max(keys/100, 1)
 			for _, on := range []bool{false, true} {
@@ -210,7 +210,7 @@ func BenchmarkChangelogCheckpoint(b *testing.B) {
 func BenchmarkChangelogRestore(b *testing.B) {
 	for _, mib := range stateSizes(b) {
 		b.Run(fmt.Sprintf("state=%dMiB", mib), func(b *testing.B) {
-			cb := newCLBench(b, func(o *node.Options) { o.MaterializeInterval = time.Hour })
+			cb := newCLBench(b, func(o *host.Options) { o.MaterializeInterval = time.Hour })
 			keys := mib << 20 / clValueSize
 			changed := max(keys/100, 1)
 			for _, on := range []bool{false, true} {

@@ -19,7 +19,7 @@ import (
 	"github.com/statedhq/stated/api/client"
 	pb "github.com/statedhq/stated/api/statedpb"
 	"github.com/statedhq/stated/backend"
-	"github.com/statedhq/stated/node"
+	"github.com/statedhq/stated/host"
 	"github.com/statedhq/stated/tiered"
 	"github.com/statedhq/stated/tiered/localfs"
 )
@@ -70,7 +70,7 @@ func chanHarness(t *testing.T, linger time.Duration) (*harness, *putLog, string)
 		t.Fatal(err)
 	}
 	pl := &putLog{Store: fs}
-	h := startDaemon(t, harnessOpts{node: func(o *node.Options) {
+	h := startDaemon(t, harnessOpts{node: func(o *host.Options) {
 		o.CheckpointStore = ""
 		o.Store = pl
 		o.ChannelStateLinger = linger

@@ -16,7 +16,7 @@ import (
 	"github.com/statedhq/stated/api/protocol"
 	pb "github.com/statedhq/stated/api/statedpb"
 	"github.com/statedhq/stated/backend"
-	"github.com/statedhq/stated/node"
+	"github.com/statedhq/stated/host"
 )
 
 func openHeap(t *testing.T, c *client.Client, tk backend.TaskID) *client.Instance {
@@ -183,7 +183,7 @@ func TestClientCallbacksInOrderWithLocalRefusals(t *testing.T) {
 // is sent; an oversized value too.
 func TestClientLocalChecks(t *testing.T) {
 	ctx := ctxT(t)
-	h := startDaemon(t, harnessOpts{node: func(o *node.Options) { o.MaxValueSize = 100 }})
+	h := startDaemon(t, harnessOpts{node: func(o *host.Options) { o.MaxValueSize = 100 }})
 	c := h.dial(client.Options{})
 	in, err := c.Open(ctx, client.OpenSpec{Task: task("j", "op", 0), Parallelism: 4, Backend: backend.KindHeap, States: allStates})
 	if err != nil {
@@ -214,7 +214,7 @@ func TestClientLocalChecks(t *testing.T) {
 func TestMemoryStateBound(t *testing.T) {
 	ctx := ctxT(t)
 	const limit = 64 << 10
-	h := startDaemon(t, harnessOpts{node: func(o *node.Options) { o.MaxMemoryState = limit }})
+	h := startDaemon(t, harnessOpts{node: func(o *host.Options) { o.MaxMemoryState = limit }})
 	c := h.dial(client.Options{})
 	for _, kind := range []backend.Kind{backend.KindHeap, backend.KindFile} {
 		in, err := c.Open(ctx, client.OpenSpec{Task: task("mem-"+string(kind), "op", 0), Parallelism: 1, Backend: kind, States: allStates})

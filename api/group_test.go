@@ -15,7 +15,7 @@ import (
 	"github.com/statedhq/stated/api/client"
 	pb "github.com/statedhq/stated/api/statedpb"
 	"github.com/statedhq/stated/backend"
-	"github.com/statedhq/stated/node"
+	"github.com/statedhq/stated/host"
 )
 
 // TestSnapshotDuringGroupedWrites: while one goroutine writes rounds of
@@ -30,7 +30,7 @@ import (
 func TestSnapshotDuringGroupedWrites(t *testing.T) {
 	ctx := ctxT(t)
 	const keys, rounds, snaps = 400, 150, 25
-	h := startDaemon(t, harnessOpts{node: func(o *node.Options) { o.Retain = snaps }})
+	h := startDaemon(t, harnessOpts{node: func(o *host.Options) { o.Retain = snaps }})
 	// A round is one request: it goes out when full, never on a delay.
 	c := h.dial(client.Options{MaxBatchOps: keys, MaxInFlight: 4, FlushDelay: time.Minute})
 	tk := task("grp", "op", 0)

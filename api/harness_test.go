@@ -15,14 +15,14 @@ import (
 	"github.com/statedhq/stated/backend"
 	"github.com/statedhq/stated/catalog"
 	"github.com/statedhq/stated/daemon"
-	"github.com/statedhq/stated/node"
+	"github.com/statedhq/stated/host"
 )
 
 type harness struct {
 	t      testing.TB
 	dir    string
 	sock   string
-	n      *node.Node
+	n      *host.Host
 	d      *daemon.Daemon
 	cat    *catalog.Catalog
 	srv    *api.Server
@@ -34,7 +34,7 @@ type harnessOpts struct {
 	dir    string // reuse a data dir (restart)
 	server api.ServerOptions
 	// node changes the node's options (limits, retention).
-	node func(*node.Options)
+	node func(*host.Options)
 	// grpc options added to the server's.
 	grpc []grpc.ServerOption
 }
@@ -51,7 +51,7 @@ func startDaemon(t testing.TB, o harnessOpts) *harness {
 		// the test's temp dir.
 		dir = t.TempDir()
 	}
-	no := node.Options{DataDir: filepath.Join(dir, "data"), CheckpointStore: "file://" + filepath.Join(dir, "chk"),
+	no := host.Options{DataDir: filepath.Join(dir, "data"), CheckpointStore: "file://" + filepath.Join(dir, "chk"),
 		Socket: filepath.Join(dir, "s.sock"), Logger: quietLogger(), GRPCOptions: o.grpc,
 		MaxMessageSize: o.server.MaxMessageSize, QueueDepth: o.server.QueueDepth,
 		MaxConcurrentStreams: o.server.MaxConcurrentStreams, FirstBatchTimeout: o.server.FirstBatchTimeout}
@@ -63,7 +63,7 @@ func startDaemon(t testing.TB, o harnessOpts) *harness {
 	if o.node != nil {
 		o.node(&no)
 	}
-	n, err := node.Open(context.Background(), no)
+	n, err := host.Open(context.Background(), no)
 	if err != nil {
 		t.Fatal(err)
 	}

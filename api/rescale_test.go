@@ -16,7 +16,7 @@ import (
 	"github.com/statedhq/stated/api/protocol"
 	pb "github.com/statedhq/stated/api/statedpb"
 	"github.com/statedhq/stated/backend"
-	"github.com/statedhq/stated/node"
+	"github.com/statedhq/stated/host"
 	"github.com/statedhq/stated/tiered/s3store/s3test"
 	"github.com/statedhq/stated/tiered/storeurl"
 )
@@ -162,7 +162,7 @@ func rescaleVariant(name string) (kind backend.Kind, remote, spec, s3 bool) {
 
 // s3Checkpoints points the node's checkpoint store at a fresh prefix of
 // the S3 server the tests start.
-func s3Checkpoints(t testing.TB, o *node.Options) {
+func s3Checkpoints(t testing.TB, o *host.Options) {
 	so, _ := s3test.Options(t)
 	o.CheckpointStore = "s3://" + so.Bucket + "/" + strings.Trim(so.Prefix+"/chk", "/")
 	o.S3 = storeurl.Options{Endpoint: so.Endpoint, Region: so.Region, AccessKeyID: so.AccessKeyID,
@@ -176,7 +176,7 @@ func TestRescaleThroughTheDaemon(t *testing.T) {
 		kind, remote, spec, s3 := rescaleVariant(name)
 		t.Run(name, func(t *testing.T) {
 			ctx := ctxT(t)
-			h := startDaemon(t, harnessOpts{node: func(o *node.Options) {
+			h := startDaemon(t, harnessOpts{node: func(o *host.Options) {
 				o.LSMRemote = remote && !spec
 				if s3 {
 					s3Checkpoints(t, o)
@@ -339,7 +339,7 @@ func TestRescaleChangelog(t *testing.T) {
 	for _, name := range []string{"file", "lsm", "heap", "lsm-remote", "lsm-remote-s3"} {
 		kind, remote, _, s3 := rescaleVariant(name)
 		t.Run(name, func(t *testing.T) {
-			h := startDaemon(t, harnessOpts{node: func(o *node.Options) {
+			h := startDaemon(t, harnessOpts{node: func(o *host.Options) {
 				o.LSMRemote = remote
 				if s3 {
 					s3Checkpoints(t, o)

@@ -17,7 +17,7 @@ var quietLog = slog.New(slog.NewTextHandler(io.Discard, nil))
 
 // newTestDaemon runs a daemon of its own on an in-memory checkpoint store
 // (its data directory is t's temp dir) for the tests of this package that
-// call the server's unexported apply. They cannot use package node, which
+// call the server's unexported apply. They cannot use package host, which
 // assembles a node everywhere else: node imports api. t's cleanup shuts the
 // daemon down before what it uses goes.
 func newTestDaemon(t *testing.T, maxValue int) *daemon.Daemon {

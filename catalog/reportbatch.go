@@ -22,7 +22,7 @@ import (
 //
 // What a report means does not change: it is answered once its entry is
 // on a quorum, and a stale token refuses it. The entry's checks are all
-// or nothing (cluster.Node.Propose), and a batch stops at the first
+// or nothing (cluster.Member.Propose), and a batch stops at the first
 // command the machine refuses, so when a batch is refused each of its
 // reports is proposed again alone (a report taken already is taken again
 // as a no-op), and each gets its own answer: a zombie's report among

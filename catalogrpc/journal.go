@@ -17,7 +17,7 @@ import (
 
 // Journal is where a Server keeps the reports it accepted, so that the
 // next hosting catalog recovers them: the cluster's replicated journal
-// (cluster.Node's JournalPut, JournalDeleteRange and JournalRead).
+// (cluster.Member's JournalPut, JournalDeleteRange and JournalRead).
 type Journal interface {
 	// PutMany keeps every record, or none, in one write. A record with a
 	// fence (fences[key]) is kept only while the fence's token is its

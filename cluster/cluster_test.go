@@ -33,13 +33,13 @@ func testLogger(t testing.TB) *slog.Logger {
 // testCluster is n nodes on 127.0.0.1, bootstrapped together.
 type testCluster struct {
 	t     testing.TB
-	nodes []*Node
+	nodes []*Member
 	opts  []Options
 }
 
 func startCluster(t testing.TB, n int, mod func(i int, o *Options)) *testCluster {
 	t.Helper()
-	c := &testCluster{t: t, nodes: make([]*Node, n), opts: make([]Options, n)}
+	c := &testCluster{t: t, nodes: make([]*Member, n), opts: make([]Options, n)}
 	var peers []Peer
 	lns := make([]net.Listener, n)
 	for i := range n {

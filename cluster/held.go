@@ -23,7 +23,7 @@ type Holding struct {
 // after this returns before it acts on the answer (the hosted catalog's
 // guard does, before a completion's manifest is written), which makes the
 // two a read-index read.
-func (n *Node) HeldTasks(ctx context.Context, prefix string) (map[string]Holding, error) {
+func (n *Member) HeldTasks(ctx context.Context, prefix string) (map[string]Holding, error) {
 	if n.raft.State() != raft.Leader {
 		return nil, fmt.Errorf("%w: %s reads tokens only while it leads", raft.ErrNotLeader, n.opts.ID)
 	}

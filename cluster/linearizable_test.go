@@ -94,7 +94,7 @@ func TestLinearizable(t *testing.T) {
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	var nodesMu sync.Mutex
-	node := func(i int) *Node {
+	node := func(i int) *Member {
 		nodesMu.Lock()
 		defer nodesMu.Unlock()
 		return c.nodes[i]

@@ -251,7 +251,7 @@ func damage(t *testing.T, dir string) {
 	}
 }
 
-func openOn(t *testing.T, dir string, log *slog.Logger) (*Node, error) {
+func openOn(t *testing.T, dir string, log *slog.Logger) (*Member, error) {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -266,7 +266,7 @@ func openOn(t *testing.T, dir string, log *slog.Logger) (*Node, error) {
 	return n, err
 }
 
-func waitLeaderNode(t *testing.T, n *Node) {
+func waitLeaderNode(t *testing.T, n *Member) {
 	t.Helper()
 	for deadline := time.Now().Add(10 * time.Second); !n.IsLeader(); time.Sleep(10 * time.Millisecond) {
 		if time.Now().After(deadline) {

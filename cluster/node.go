@@ -52,11 +52,11 @@ var ErrServiceNotReady = errors.New("cluster: the leader's service is not ready 
 // included, are in its result.
 type Handler func(ctx context.Context, method string, payload []byte) ([]byte, error)
 
-// Node is one member of a stated cluster: its raft instance, the
+// Member is one member of a stated cluster: its raft instance, the
 // replicated state machine, and the node-to-node service. Its methods are
 // safe for concurrent use; any member accepts every call and forwards to
 // the leader what the leader must decide.
-type Node struct {
+type Member struct {
 	opts      Options
 	log       *slog.Logger
 	raft      *raft.Raft
@@ -99,12 +99,12 @@ type Node struct {
 // Open starts a node: it opens its raft log in Dir, listens on Addr,
 // bootstraps a new cluster of Peers when Dir holds no raft state, and
 // joins the elections. It does not wait for a leader.
-func Open(opts Options) (_ *Node, err error) {
+func Open(opts Options) (_ *Member, err error) {
 	opts.EnsureDefaults()
 	if err := opts.Validate(); err != nil {
 		return nil, err
 	}
-	n := &Node{opts: opts, log: opts.Logger.With("component", "cluster"), fsm: newFSM(opts.Service),
+	n := &Member{opts: opts, log: opts.Logger.With("component", "cluster"), fsm: newFSM(opts.Service),
 		conns: map[string]*grpc.ClientConn{}, stop: make(chan struct{}), commit: latency.New(1e-4, 2, 18)}
 	var serverTLS *tls.Config
 	if opts.ServerTLS.set() {
@@ -220,7 +220,7 @@ func Open(opts Options) (_ *Node, err error) {
 }
 
 // observe counts leader changes and logs them.
-func (n *Node) observe() {
+func (n *Member) observe() {
 	defer n.wg.Done()
 	for {
 		select {
@@ -240,7 +240,7 @@ func (n *Node) observe() {
 
 // Close leaves the elections and stops every goroutine and connection. It
 // does not remove the node from the cluster (Leave does).
-func (n *Node) Close() error {
+func (n *Member) Close() error {
 	var err error
 	n.closeMu.Do(func() {
 		n.raft.DeregisterObserver(n.obs)
@@ -267,19 +267,19 @@ func (n *Node) Close() error {
 }
 
 // ID is the node's id; Addr the address other nodes reach it at.
-func (n *Node) ID() string   { return n.opts.ID }
-func (n *Node) Addr() string { return n.advertise }
+func (n *Member) ID() string   { return n.opts.ID }
+func (n *Member) Addr() string { return n.advertise }
 
 // IsLeader reports whether this node believes it leads (it may have been
 // deposed without knowing: deletes check with VerifyLeader).
-func (n *Node) IsLeader() bool { return n.raft.State() == raft.Leader }
+func (n *Member) IsLeader() bool { return n.raft.State() == raft.Leader }
 
 // VerifyLeader confirms with a quorum that this node still leads: a
 // deposed leader cut off from the others gets an error. Callers check it
 // before effects only the leader may cause, when even a leader cut off
 // a moment ago must not cause them (deletes). A confirmation starts a
 // lease (Options.LeaderLease) that ConfirmLeader may answer from.
-func (n *Node) VerifyLeader(ctx context.Context) error {
+func (n *Member) VerifyLeader(ctx context.Context) error {
 	asked, term := time.Now(), n.raft.CurrentTerm()
 	if err := n.wait(ctx, n.raft.VerifyLeader()); err != nil {
 		return fmt.Errorf("cluster: %s is not the leader: %w", n.opts.ID, err)
@@ -300,7 +300,7 @@ func (n *Node) VerifyLeader(ctx context.Context) error {
 // then, so what this node does is what the only leader does. Reads
 // (read-index checks) and writes whose effect a later leader sees
 // (manifests, job files) use it.
-func (n *Node) ConfirmLeader(ctx context.Context) error {
+func (n *Member) ConfirmLeader(ctx context.Context) error {
 	if n.leased() {
 		return nil
 	}
@@ -308,7 +308,7 @@ func (n *Node) ConfirmLeader(ctx context.Context) error {
 }
 
 // leased reports whether a lease of this term covers now.
-func (n *Node) leased() bool {
+func (n *Member) leased() bool {
 	if n.opts.LeaderLease <= 0 || n.raft.State() != raft.Leader {
 		return false
 	}
@@ -324,7 +324,7 @@ func (n *Node) leased() bool {
 // with Apply, whose futures do not watch for the shutdown): its
 // waiting goroutine then ends only if raft answers late, so every wait is
 // bounded for the caller.
-func (n *Node) wait(ctx context.Context, f raft.Future) error {
+func (n *Member) wait(ctx context.Context, f raft.Future) error {
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, n.opts.ApplyTimeout)
@@ -344,13 +344,13 @@ func (n *Node) wait(ctx context.Context, f raft.Future) error {
 
 // Leader returns the leader's id and address as this node knows them
 // ("" when none).
-func (n *Node) Leader() (id, addr string) {
+func (n *Member) Leader() (id, addr string) {
 	a, i := n.raft.LeaderWithID()
 	return string(i), string(a)
 }
 
 // WaitLeader waits until this node knows a leader.
-func (n *Node) WaitLeader(ctx context.Context) error {
+func (n *Member) WaitLeader(ctx context.Context) error {
 	for {
 		if id, _ := n.Leader(); id != "" {
 			return nil
@@ -367,7 +367,7 @@ func (n *Node) WaitLeader(ctx context.Context) error {
 // A command may reach the log twice (its first attempt committed but the
 // answer was lost with the leader): run gives acquires and releases a
 // request id, which the machine answers once.
-func (n *Node) apply(ctx context.Context, cmd []byte) (res []byte, err error) {
+func (n *Member) apply(ctx context.Context, cmd []byte) (res []byte, err error) {
 	err = n.onLeader(ctx, func(ctx context.Context) (err error) {
 		res, err = n.readLocal(ctx, cmd)
 		return err
@@ -389,7 +389,7 @@ func retryable(err error) bool {
 }
 
 // applyLocal applies cmd through this node's raft, which must lead.
-func (n *Node) applyLocal(ctx context.Context, cmd []byte) ([]byte, error) {
+func (n *Member) applyLocal(ctx context.Context, cmd []byte) ([]byte, error) {
 	timeout := n.opts.ApplyTimeout
 	if d, ok := ctx.Deadline(); ok {
 		timeout = max(time.Until(d), time.Millisecond)
@@ -408,7 +408,7 @@ func (n *Node) applyLocal(ctx context.Context, cmd []byte) ([]byte, error) {
 }
 
 // forward sends cmd to the leader at addr.
-func (n *Node) forward(ctx context.Context, addr string, cmd []byte) ([]byte, error) {
+func (n *Member) forward(ctx context.Context, addr string, cmd []byte) ([]byte, error) {
 	n.forwarded.Add(1)
 	cc, err := n.conn(addr)
 	if err != nil {
@@ -424,7 +424,7 @@ func (n *Node) forward(ctx context.Context, addr string, cmd []byte) ([]byte, er
 }
 
 // conn returns the (lazily connecting) gRPC connection to a node.
-func (n *Node) conn(addr string) (*grpc.ClientConn, error) {
+func (n *Member) conn(addr string) (*grpc.ClientConn, error) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	select {
@@ -484,7 +484,7 @@ func decodeResult(b []byte) (result, error) {
 	return r, nil
 }
 
-func (n *Node) run(ctx context.Context, c command) (result, error) {
+func (n *Member) run(ctx context.Context, c command) (result, error) {
 	if c.Op != opCheck {
 		var id [16]byte
 		_, _ = rand.Read(id[:]) // crypto/rand never fails on Linux
@@ -507,7 +507,7 @@ func (n *Node) run(ctx context.Context, c command) (result, error) {
 // for a barrier, so that the commit index covers earlier terms; then it
 // waits until the machine applied the commit index taken at the start.
 // The error of a fenced check wraps ErrFenced and names the newer holder.
-func (n *Node) CheckHeld(ctx context.Context, checks []Check) error {
+func (n *Member) CheckHeld(ctx context.Context, checks []Check) error {
 	if n.raft.State() != raft.Leader {
 		return fmt.Errorf("%w: %s checks tokens only while it leads", raft.ErrNotLeader, n.opts.ID)
 	}
@@ -536,7 +536,7 @@ func (n *Node) CheckHeld(ctx context.Context, checks []Check) error {
 // index covers every entry of earlier terms. It saves a log write and its
 // fsync per check: checks are most of the cluster's commands (every
 // handle report and completion checks its tasks' tokens).
-func (n *Node) readLocal(ctx context.Context, cmd []byte) ([]byte, error) {
+func (n *Member) readLocal(ctx context.Context, cmd []byte) ([]byte, error) {
 	c, err := decodeCommand(cmd)
 	if err != nil {
 		return nil, err
@@ -563,7 +563,7 @@ func (n *Node) readLocal(ctx context.Context, cmd []byte) ([]byte, error) {
 // readBarrier waits, at the first read of each term, for a barrier: the
 // commit index then covers every entry of earlier terms, and everything
 // in the log before the barrier is applied.
-func (n *Node) readBarrier(ctx context.Context) error {
+func (n *Member) readBarrier(ctx context.Context) error {
 	term := n.raft.CurrentTerm()
 	if n.readTerm.Load() == term {
 		return nil
@@ -585,7 +585,7 @@ func (n *Node) readBarrier(ctx context.Context) error {
 // by looking their types up in the log, back from index to the first
 // command; entries no longer in the log are in a snapshot the machine
 // holds.
-func (n *Node) waitApplied(ctx context.Context, index uint64) error {
+func (n *Member) waitApplied(ctx context.Context, index uint64) error {
 	var l raft.Log
 	for i := index; i > n.fsm.appliedIndex(); i-- {
 		err := n.logs.GetLog(i, &l)
@@ -605,7 +605,7 @@ func (n *Node) waitApplied(ctx context.Context, index uint64) error {
 // Acquire takes a new fencing token for task, held by holder (a node id):
 // every token handed out is larger than any before it, and from now on
 // only this token passes Check for the task.
-func (n *Node) Acquire(ctx context.Context, task, holder string) (uint64, error) {
+func (n *Member) Acquire(ctx context.Context, task, holder string) (uint64, error) {
 	r, err := n.run(ctx, command{Op: opAcquire, Task: task, Holder: holder})
 	if err != nil {
 		return 0, err
@@ -616,7 +616,7 @@ func (n *Node) Acquire(ctx context.Context, task, holder string) (uint64, error)
 // Check confirms, linearizably (through the log), that token is still
 // task's newest; otherwise the error wraps ErrFenced and names the newer
 // token and its holder.
-func (n *Node) Check(ctx context.Context, task string, token uint64) error {
+func (n *Member) Check(ctx context.Context, task string, token uint64) error {
 	r, err := n.run(ctx, command{Op: opCheck, Task: task, Token: token})
 	if err != nil {
 		return err
@@ -629,7 +629,7 @@ func (n *Node) Check(ctx context.Context, task string, token uint64) error {
 
 // Release gives task up if token is still its newest (a closed instance);
 // a newer holder is left alone and the error wraps ErrFenced.
-func (n *Node) Release(ctx context.Context, task string, token uint64) error {
+func (n *Member) Release(ctx context.Context, task string, token uint64) error {
 	r, err := n.run(ctx, command{Op: opRelease, Task: task, Token: token})
 	if err != nil {
 		return err
@@ -644,7 +644,7 @@ func (n *Node) Release(ctx context.Context, task string, token uint64) error {
 // returns, every later leader's JournalRead (after Barrier) sees it. A
 // repeated put of the same value is harmless, so a retry after a lost
 // answer is safe.
-func (n *Node) JournalPut(ctx context.Context, key string, value []byte) error {
+func (n *Member) JournalPut(ctx context.Context, key string, value []byte) error {
 	b, err := n.apply(ctx, encodeCommand(command{Op: opPut, Key: key, Value: value}))
 	if err != nil {
 		return err
@@ -655,7 +655,7 @@ func (n *Node) JournalPut(ctx context.Context, key string, value []byte) error {
 
 // JournalPutMany is JournalPut of several records in one log entry: all
 // of them or none.
-func (n *Node) JournalPutMany(ctx context.Context, records map[string][]byte) error {
+func (n *Member) JournalPutMany(ctx context.Context, records map[string][]byte) error {
 	_, err := n.JournalPutChecked(ctx, records, nil)
 	return err
 }
@@ -665,7 +665,7 @@ func (n *Node) JournalPutMany(ctx context.Context, records map[string][]byte) er
 // log entry. refused maps the keys not set to errors wrapping ErrFenced
 // that name the newer holder; err is for the write as a whole (then no
 // record is set).
-func (n *Node) JournalPutChecked(ctx context.Context, records map[string][]byte, checks map[string]Check) (refused map[string]error, err error) {
+func (n *Member) JournalPutChecked(ctx context.Context, records map[string][]byte, checks map[string]Check) (refused map[string]error, err error) {
 	b, err := n.apply(ctx, encodeCommand(command{Op: opPutMany, Records: records, Checks: checks}))
 	if err != nil {
 		return nil, err
@@ -684,7 +684,7 @@ func (n *Node) JournalPutChecked(ctx context.Context, records map[string][]byte,
 }
 
 // JournalDeleteRange deletes the journal's keys in [from, to).
-func (n *Node) JournalDeleteRange(ctx context.Context, from, to string) error {
+func (n *Member) JournalDeleteRange(ctx context.Context, from, to string) error {
 	b, err := n.apply(ctx, encodeCommand(command{Op: opDeleteRange, Key: from, To: to}))
 	if err != nil {
 		return err
@@ -695,7 +695,7 @@ func (n *Node) JournalDeleteRange(ctx context.Context, from, to string) error {
 
 // JournalRead returns the journal's records under prefix from this node's
 // copy: complete on a leader after Barrier, possibly behind elsewhere.
-func (n *Node) JournalRead(prefix string) map[string][]byte { return n.fsm.journal(prefix) }
+func (n *Member) JournalRead(prefix string) map[string][]byte { return n.fsm.journal(prefix) }
 
 func fenced(task string, token uint64, r result) error {
 	if r.Token == 0 {
@@ -711,7 +711,7 @@ func fenced(task string, token uint64, r result) error {
 // error wraps ErrFenced and names the newer holder, and no node's Service
 // saw it. Any other error (leadership lost, a timeout) leaves unknown
 // whether the command was applied.
-func (n *Node) Propose(ctx context.Context, cmd []byte, checks []Check) (any, error) {
+func (n *Member) Propose(ctx context.Context, cmd []byte, checks []Check) (any, error) {
 	if n.fsm.service == nil {
 		return nil, errors.New("cluster: propose without a service (Options.Service)")
 	}
@@ -743,13 +743,13 @@ func (n *Node) Propose(ctx context.Context, cmd []byte, checks []Check) (any, er
 
 // Holder reads task's newest token and holder from this node's copy of
 // the state, which may lag the leader's (Check is the linearizable read).
-func (n *Node) Holder(task string) (token uint64, holder string, ok bool) {
+func (n *Member) Holder(task string) (token uint64, holder string, ok bool) {
 	fe, ok := n.fsm.lookup(task)
 	return fe.Token, fe.Holder, ok
 }
 
 // Join adds a voter, on the leader (forwarded when this node is not it).
-func (n *Node) Join(ctx context.Context, id, addr string) error {
+func (n *Member) Join(ctx context.Context, id, addr string) error {
 	if id == "" || addr == "" {
 		return errors.New("cluster: join needs a node id and its raft address")
 	}
@@ -767,7 +767,7 @@ func (n *Node) Join(ctx context.Context, id, addr string) error {
 
 // Leave removes a member, on the leader (forwarded when this node is not
 // it). A leader may remove itself: the others elect a new one.
-func (n *Node) Leave(ctx context.Context, id string) error {
+func (n *Member) Leave(ctx context.Context, id string) error {
 	if id == "" {
 		return errors.New("cluster: leave needs a node id")
 	}
@@ -788,7 +788,7 @@ func (n *Node) Leave(ctx context.Context, id string) error {
 // ApplyTimeout) ends: raft's errors of a lost or moving leadership, and a
 // remote node's answer that it does not lead or cannot be reached, are
 // retried after a short backoff; any other error is returned.
-func (n *Node) onLeader(ctx context.Context, local func(context.Context) error, remote func(ctx context.Context, addr string) error) error {
+func (n *Member) onLeader(ctx context.Context, local func(context.Context) error, remote func(ctx context.Context, addr string) error) error {
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, n.opts.ApplyTimeout)
@@ -844,7 +844,7 @@ func (n *Node) onLeader(ctx context.Context, local func(context.Context) error, 
 // would otherwise hold the call until the caller's deadline, long after
 // the others elected a new leader that could answer it; calls are
 // idempotent, so the retry may run twice.
-func (n *Node) remoteWhileLeader(ctx context.Context, addr string, remote func(context.Context, string) error) (moved bool, err error) {
+func (n *Member) remoteWhileLeader(ctx context.Context, addr string, remote func(context.Context, string) error) (moved bool, err error) {
 	rctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var changed atomic.Bool
@@ -871,7 +871,7 @@ func (n *Node) remoteWhileLeader(ctx context.Context, addr string, remote func(c
 
 // Status is this node's view of the cluster; with probe, every member is
 // asked for its own indexes within ProbeTimeout.
-func (n *Node) Status(ctx context.Context, probe bool) (*pb.StatusResponse, error) {
+func (n *Member) Status(ctx context.Context, probe bool) (*pb.StatusResponse, error) {
 	st := n.raft.Stats()
 	num := func(k string) uint64 { v, _ := strconv.ParseUint(st[k], 10, 64); return v }
 	lid, laddr := n.Leader()
@@ -958,7 +958,7 @@ type Stats struct {
 }
 
 // Stats reads the counters.
-func (n *Node) Stats() Stats {
+func (n *Member) Stats() Stats {
 	st := n.raft.Stats()
 	num := func(k string) uint64 { v, _ := strconv.ParseUint(st[k], 10, 64); return v }
 	members := 0
@@ -972,7 +972,7 @@ func (n *Node) Stats() Stats {
 
 // Members returns the ids of the servers in the cluster's configuration
 // as this node knows it.
-func (n *Node) Members() (map[string]bool, error) {
+func (n *Member) Members() (map[string]bool, error) {
 	cf := n.raft.GetConfiguration()
 	if err := cf.Error(); err != nil {
 		return nil, fmt.Errorf("cluster: read the configuration: %w", err)
@@ -985,11 +985,11 @@ func (n *Node) Members() (map[string]bool, error) {
 }
 
 // Term is the raft term this node is in.
-func (n *Node) Term() uint64 { return n.raft.CurrentTerm() }
+func (n *Member) Term() uint64 { return n.raft.CurrentTerm() }
 
 // Barrier waits until this node, as leader, has applied every command
 // committed before it: what a new leader does before it serves.
-func (n *Node) Barrier(ctx context.Context) error {
+func (n *Member) Barrier(ctx context.Context) error {
 	timeout := n.opts.ApplyTimeout
 	if d, ok := ctx.Deadline(); ok {
 		timeout = max(time.Until(d), time.Millisecond)
@@ -1000,7 +1000,7 @@ func (n *Node) Barrier(ctx context.Context) error {
 // SetHandler makes h the service this node hosts while it leads (nil:
 // none; calls reaching it are retried by their callers until a handler is
 // set here or on another leader).
-func (n *Node) SetHandler(h Handler) {
+func (n *Member) SetHandler(h Handler) {
 	if h == nil {
 		n.handler.Store(nil)
 		return
@@ -1012,7 +1012,7 @@ func (n *Node) SetHandler(h Handler) {
 // forwarded, retrying through leader changes and a service that is not
 // ready, until ctx (or ApplyTimeout) ends. A call may run twice when an
 // answer is lost with a leader: the service's calls must be idempotent.
-func (n *Node) Call(ctx context.Context, method string, payload []byte) (res []byte, err error) {
+func (n *Member) Call(ctx context.Context, method string, payload []byte) (res []byte, err error) {
 	err = n.onLeader(ctx, func(ctx context.Context) (err error) {
 		res, err = n.callLocal(ctx, method, payload)
 		return err
@@ -1034,7 +1034,7 @@ func (n *Node) Call(ctx context.Context, method string, payload []byte) (res []b
 	return res, err
 }
 
-func (n *Node) callLocal(ctx context.Context, method string, payload []byte) ([]byte, error) {
+func (n *Member) callLocal(ctx context.Context, method string, payload []byte) ([]byte, error) {
 	h := n.handler.Load()
 	if h == nil {
 		return nil, errNotReady
@@ -1045,7 +1045,7 @@ func (n *Node) callLocal(ctx context.Context, method string, payload []byte) ([]
 // service is the node-to-node gRPC service.
 type service struct {
 	pb.UnimplementedClusterServer
-	n *Node
+	n *Member
 }
 
 func (s *service) Apply(ctx context.Context, req *pb.ApplyRequest) (*pb.ApplyResponse, error) {

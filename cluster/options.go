@@ -54,7 +54,7 @@ func ParsePeers(s string) ([]Peer, error) {
 	return out, nil
 }
 
-// Options configure a Node.
+// Options configure a Member.
 type Options struct {
 	// ID is this node's id, unique in the cluster (--node-id). Required.
 	ID string

@@ -43,7 +43,7 @@ const readyProbeTTL = time.Second
 // A removed node often never hears of its removal (the leader stops
 // replicating to it at once), so once it has known no leader past the
 // grace Ready asks the other members whether it is still one of them.
-func (n *Node) Ready(ctx context.Context) error {
+func (n *Member) Ready(ctx context.Context) error {
 	select {
 	case <-n.stop:
 		return fmt.Errorf("%w: node %s is closed", ErrNoLeader, n.opts.ID)
@@ -83,7 +83,7 @@ func (n *Node) Ready(ctx context.Context) error {
 	return err
 }
 
-func (n *Node) removedErr() error {
+func (n *Member) removedErr() error {
 	return fmt.Errorf("%w: node %s was removed from the cluster (`stated cluster leave`) and serves no tasks: stop it, or add it again with `stated cluster join`",
 		ErrNotMember, n.opts.ID)
 }
@@ -91,7 +91,7 @@ func (n *Node) removedErr() error {
 // probeMembers asks the other members for their view: one that follows a
 // leader and does not list this node means it was removed; otherwise the
 // error says how many answer.
-func (n *Node) probeMembers(ctx context.Context, members map[string]bool, without time.Duration) error {
+func (n *Member) probeMembers(ctx context.Context, members map[string]bool, without time.Duration) error {
 	cf := n.raft.GetConfiguration()
 	if err := cf.Error(); err != nil {
 		return fmt.Errorf("%w: node %s: %v", ErrNoLeader, n.opts.ID, err)

@@ -15,7 +15,7 @@ import (
 
 	"github.com/statedhq/stated/backend"
 	"github.com/statedhq/stated/daemon"
-	"github.com/statedhq/stated/node"
+	"github.com/statedhq/stated/host"
 	"github.com/statedhq/stated/tiered"
 	"github.com/statedhq/stated/tiered/memstore"
 )
@@ -142,15 +142,15 @@ func TestChangelogBudgetCrashProperty(t *testing.T) {
 		base := memstore.New()
 		ks := &killStore{Store: base}
 		ks.left.Store(int64(rapid.IntRange(1, 400).Draw(rt, "writes before the kill")))
-		opts := func(s tiered.Store) node.Options {
-			return node.Options{DataDir: t.TempDir(), Store: s, NoSocket: true, Logger: quiet, Retain: 2,
+		opts := func(s tiered.Store) host.Options {
+			return host.Options{DataDir: t.TempDir(), Store: s, NoSocket: true, Logger: quiet, Retain: 2,
 				MaterializeInterval: time.Hour, ShutdownGrace: time.Second, CheckpointTimeout: 5 * time.Second,
 				// Subtasks snapshot one after another here, some waiting
 				// for their upload: their packed manifests wait this long
 				// for the others.
 				ChannelStateLinger: 20 * time.Millisecond}
 		}
-		n1, err := node.Open(ctx, opts(ks))
+		n1, err := host.Open(ctx, opts(ks))
 		if err != nil {
 			rt.Fatal(err)
 		}
@@ -256,7 +256,7 @@ func TestChangelogBudgetCrashProperty(t *testing.T) {
 		ks.left.Store(-1 << 40)
 		_ = n1.Close()
 
-		n2, err := node.Open(ctx, opts(base))
+		n2, err := host.Open(ctx, opts(base))
 		if err != nil {
 			rt.Fatalf("reopen after the kill: %v", err)
 		}

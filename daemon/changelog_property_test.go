@@ -11,7 +11,7 @@ import (
 
 	"github.com/statedhq/stated/backend"
 	"github.com/statedhq/stated/daemon"
-	"github.com/statedhq/stated/node"
+	"github.com/statedhq/stated/host"
 	"github.com/statedhq/stated/tiered/memstore"
 )
 
@@ -36,7 +36,7 @@ type clJob struct {
 func TestChangelogLifecycleProperty(t *testing.T) {
 	rapid.Check(t, func(rt *rapid.T) {
 		store := memstore.New()
-		e := newEnvOn(t, store, func(o *node.Options) { o.Retain = 2; o.MaterializeInterval = time.Hour })
+		e := newEnvOn(t, store, func(o *host.Options) { o.Retain = 2; o.MaterializeInterval = time.Hour })
 		ctx := context.Background()
 		defer e.node.Close() // now, not at the end of the test: one node per run
 		jobs := []*clJob{

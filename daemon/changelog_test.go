@@ -14,7 +14,7 @@ import (
 	"github.com/statedhq/stated/backend"
 	"github.com/statedhq/stated/catalog"
 	"github.com/statedhq/stated/daemon"
-	"github.com/statedhq/stated/node"
+	"github.com/statedhq/stated/host"
 	"github.com/statedhq/stated/tiered"
 	"github.com/statedhq/stated/tiered/memstore"
 )
@@ -178,7 +178,7 @@ func TestChangelogCheckpointAndRestore(t *testing.T) {
 // the log store holds only what retained checkpoints reference or the log
 // holds — also after the instance closes.
 func TestChangelogMaterializationTruncates(t *testing.T) {
-	e := newEnv(t, func(o *node.Options) {
+	e := newEnv(t, func(o *host.Options) {
 		o.MaterializeInterval = 20 * time.Millisecond
 		o.Retain = 1
 	})
@@ -244,7 +244,7 @@ func (f *failingBases) PutIfAbsent(ctx context.Context, name string, r io.Reader
 // reason, and they work again once one succeeds.
 func TestChangelogMaterializeFailures(t *testing.T) {
 	fs := &failingBases{Store: memstore.New()}
-	e := newEnv(t, func(o *node.Options) {
+	e := newEnv(t, func(o *host.Options) {
 		o.Store = fs
 		o.MaterializeInterval = 10 * time.Millisecond
 		o.MaxMaterializeFailures = 2
@@ -349,7 +349,7 @@ func TestChangelogModeChecked(t *testing.T) {
 // and that job's next checkpoint restores.
 func TestChangelogSharedSegmentOutlivesOneJob(t *testing.T) {
 	store := memstore.New()
-	e := newEnvOn(t, store, func(o *node.Options) { o.Retain = 1; o.MaterializeInterval = time.Hour })
+	e := newEnvOn(t, store, func(o *host.Options) { o.Retain = 1; o.MaterializeInterval = time.Hour })
 	a := e.openCL(t, "a", 0, backend.KindFile, daemon.ChangelogOn, nil)
 	b := e.openCL(t, "b", 0, backend.KindFile, daemon.ChangelogOn, nil)
 	putN(t, a, 0, 10, "a1-")
@@ -439,7 +439,7 @@ func (f *flakyStore) DeleteBatch(ctx context.Context, names []string) error {
 func TestChangelogFaultyLogStore(t *testing.T) {
 	store, logs := memstore.New(), &flakyStore{Store: memstore.New()}
 	logs.on.Store(true)
-	mod := func(o *node.Options) { o.LogStore = logs; o.MaterializeInterval = 30 * time.Millisecond }
+	mod := func(o *host.Options) { o.LogStore = logs; o.MaterializeInterval = 30 * time.Millisecond }
 	e := newEnvOn(t, store, mod)
 	ctx := context.Background()
 	ins := []*daemon.Instance{

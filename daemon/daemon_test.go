@@ -14,7 +14,7 @@ import (
 	"github.com/statedhq/stated/catalog"
 	"github.com/statedhq/stated/daemon"
 	"github.com/statedhq/stated/daemon/openers"
-	"github.com/statedhq/stated/node"
+	"github.com/statedhq/stated/host"
 	"github.com/statedhq/stated/tiered"
 	"github.com/statedhq/stated/tiered/memstore"
 )
@@ -22,7 +22,7 @@ import (
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 
 type env struct {
-	node  *node.Node
+	node  *host.Host
 	d     *daemon.Daemon
 	cat   *catalog.Catalog
 	store *memstore.Store
@@ -45,21 +45,21 @@ func storeNames(t *testing.T, s tiered.Store, prefix string) []string {
 
 // newEnv runs a node (as "stated serve" assembles it) on an in-memory
 // checkpoint store, without a socket: the tests call its daemon.
-func newEnv(t *testing.T, mod func(*node.Options)) *env {
+func newEnv(t *testing.T, mod func(*host.Options)) *env {
 	t.Helper()
 	return newEnvOn(t, memstore.New(), mod)
 }
 
 // newEnvOn is newEnv on a given checkpoint store (a second node restoring
 // what a first one wrote).
-func newEnvOn(t *testing.T, store *memstore.Store, mod func(*node.Options)) *env {
+func newEnvOn(t *testing.T, store *memstore.Store, mod func(*host.Options)) *env {
 	t.Helper()
 	ctx := context.Background()
-	o := node.Options{DataDir: t.TempDir(), Store: store, NoSocket: true, Logger: quiet}
+	o := host.Options{DataDir: t.TempDir(), Store: store, NoSocket: true, Logger: quiet}
 	if mod != nil {
 		mod(&o)
 	}
-	n, err := node.Open(ctx, o)
+	n, err := host.Open(ctx, o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -122,7 +122,7 @@ func TestLookupIsolationAndReplace(t *testing.T) {
 }
 
 func TestMaxInstances(t *testing.T) {
-	e := newEnv(t, func(o *node.Options) { o.MaxInstances = 1 })
+	e := newEnv(t, func(o *host.Options) { o.MaxInstances = 1 })
 	e.open(t, "a", 0, backend.KindHeap)
 	_, err := e.d.Open(context.Background(), daemon.OpenParams{Task: backend.TaskID{Job: "a", Operator: "op", Subtask: 1},
 		KeyGroups: backend.KeyGroupRange{Start: 0, End: 1}, Kind: backend.KindFile})
@@ -213,7 +213,7 @@ func TestCheckpointFlow(t *testing.T) {
 
 func TestDeclinedAndExpired(t *testing.T) {
 	ctx := context.Background()
-	e := newEnv(t, func(o *node.Options) { o.HeapSnapshotCap, o.CheckpointTimeout = 1, 50*time.Millisecond })
+	e := newEnv(t, func(o *host.Options) { o.HeapSnapshotCap, o.CheckpointTimeout = 1, 50*time.Millisecond })
 	h := e.open(t, "job", 0, backend.KindHeap)
 	if err := h.Backend.Put("v", backend.Key{KeyGroup: h.KeyGroups.Start, Key: []byte("k")}, []byte("a value larger than one byte")); err != nil {
 		t.Fatal(err)
@@ -282,7 +282,7 @@ func (b slowBackend) Snapshot(ctx context.Context, id uint64) (backend.PendingSn
 func TestShutdownAbortsInflightSnapshots(t *testing.T) {
 	ctx := context.Background()
 	// File snapshots never finish uploading: Shutdown must abort them.
-	e := newEnv(t, func(o *node.Options) {
+	e := newEnv(t, func(o *host.Options) {
 		o.WrapOpener = func(k backend.Kind, op daemon.Opener) daemon.Opener {
 			if k != backend.KindFile {
 				return op
@@ -562,7 +562,7 @@ func TestRestoreModeDefault(t *testing.T) {
 // is open, and is closed once its stream has been gone that long.
 func TestIdleInstancesAreReaped(t *testing.T) {
 	const idle = 100 * time.Millisecond
-	e := newEnv(t, func(o *node.Options) { o.IdleInstanceTimeout = idle })
+	e := newEnv(t, func(o *host.Options) { o.IdleInstanceTimeout = idle })
 	orphan := e.open(t, "a", 0, backend.KindHeap)
 	live := e.open(t, "a", 1, backend.KindLSM)
 	release, err := live.AcquireStream()

@@ -15,7 +15,7 @@ import (
 	"github.com/statedhq/stated/backend"
 	"github.com/statedhq/stated/catalog"
 	"github.com/statedhq/stated/daemon"
-	"github.com/statedhq/stated/node"
+	"github.com/statedhq/stated/host"
 	"github.com/statedhq/stated/tiered"
 	"github.com/statedhq/stated/tiered/memstore"
 )
@@ -87,7 +87,7 @@ func snapshotAll(t *testing.T, e *env, job string, id uint64, ins []*daemon.Inst
 func TestPackedCheckpointIsOneObject(t *testing.T) {
 	const tasks, keys = 16, 50
 	store := memstore.New()
-	e := newEnvOn(t, store, func(o *node.Options) { o.Retain = 1 })
+	e := newEnvOn(t, store, func(o *host.Options) { o.Retain = 1 })
 	ins := openFileTasks(t, e, "j", tasks, keys, "v", nil)
 	snapshotAll(t, e, "j", 1, ins)
 	names := storeNames(t, store, "j/chk-1/")
@@ -142,7 +142,7 @@ func TestPackedCheckpointIsOneObject(t *testing.T) {
 // own, in a handle of the version before packing.
 func TestPackedFilesOff(t *testing.T) {
 	store := memstore.New()
-	e := newEnvOn(t, store, func(o *node.Options) { o.PackFileBytes = -1 })
+	e := newEnvOn(t, store, func(o *host.Options) { o.PackFileBytes = -1 })
 	ins := openFileTasks(t, e, "j", 4, 10, "v", nil)
 	snapshotAll(t, e, "j", 1, ins)
 	if n := len(storeNames(t, store, "j/chk-1/")); n != 5 {
@@ -172,7 +172,7 @@ func TestPinnedPackedCheckpoints(t *testing.T) {
 		t.Run(filepath.Base(tc.dir), func(t *testing.T) {
 			if *updatePacked {
 				store := memstore.New()
-				e := newEnvOn(t, store, func(o *node.Options) { o.PackFileBytes = tc.pack })
+				e := newEnvOn(t, store, func(o *host.Options) { o.PackFileBytes = tc.pack })
 				snapshotAll(t, e, "j", 1, openFileTasks(t, e, "j", 3, 20, "pinned", nil))
 				if err := os.RemoveAll(tc.dir); err != nil {
 					t.Fatal(err)

@@ -10,7 +10,7 @@ import (
 
 	"github.com/statedhq/stated/backend"
 	"github.com/statedhq/stated/daemon"
-	"github.com/statedhq/stated/node"
+	"github.com/statedhq/stated/host"
 	"github.com/statedhq/stated/refcount/markers"
 	"github.com/statedhq/stated/tiered"
 	"github.com/statedhq/stated/tiered/memstore"
@@ -20,7 +20,7 @@ import (
 // enough that a test's sweep runs past it.
 func remoteEnv(t *testing.T, store *memstore.Store) *env {
 	t.Helper()
-	return newEnvOn(t, store, func(o *node.Options) {
+	return newEnvOn(t, store, func(o *host.Options) {
 		o.LSMRemote, o.LSMRemoteCacheBytes = true, 4<<20
 		o.GCGrace, o.CheckpointTimeout = time.Second, 900*time.Millisecond
 	})
@@ -173,7 +173,7 @@ func TestLSMRemoteNativeSavepoint(t *testing.T) {
 func TestLSMRemoteChangelog(t *testing.T) {
 	ctx := context.Background()
 	store := memstore.New()
-	mod := func(o *node.Options) {
+	mod := func(o *host.Options) {
 		o.LSMRemote, o.LSMRemoteCacheBytes = true, 4<<20
 		o.GCGrace, o.CheckpointTimeout = time.Second, 900*time.Millisecond
 		o.MaterializeInterval = 20 * time.Millisecond

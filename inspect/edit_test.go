@@ -15,8 +15,8 @@ import (
 	"github.com/statedhq/stated/backend"
 	"github.com/statedhq/stated/catalog"
 	"github.com/statedhq/stated/daemon"
+	"github.com/statedhq/stated/host"
 	"github.com/statedhq/stated/inspect"
-	"github.com/statedhq/stated/node"
 	"github.com/statedhq/stated/tiered"
 	"github.com/statedhq/stated/tiered/memstore"
 )
@@ -46,7 +46,7 @@ func contents(t *testing.T, s tiered.Store) map[string]string {
 // startNode runs a node on store; stop shuts it down (once).
 func startNode(t *testing.T, store *memstore.Store) (*daemon.Daemon, func()) {
 	t.Helper()
-	n, err := node.Open(context.Background(), node.Options{DataDir: t.TempDir(), Store: store, NoSocket: true,
+	n, err := host.Open(context.Background(), host.Options{DataDir: t.TempDir(), Store: store, NoSocket: true,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)

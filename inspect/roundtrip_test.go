@@ -15,8 +15,8 @@ import (
 	"github.com/statedhq/stated/backend"
 	"github.com/statedhq/stated/catalog"
 	"github.com/statedhq/stated/daemon"
+	"github.com/statedhq/stated/host"
 	"github.com/statedhq/stated/inspect"
-	"github.com/statedhq/stated/node"
 	"github.com/statedhq/stated/tiered"
 	"github.com/statedhq/stated/tiered/memstore"
 )
@@ -43,7 +43,7 @@ func newEnv(t *testing.T) *env { return newEnvWith(t, false) }
 func newEnvWith(t *testing.T, lsmRemote bool) *env {
 	t.Helper()
 	store := memstore.New()
-	n, err := node.Open(context.Background(), node.Options{DataDir: t.TempDir(), Store: store, NoSocket: true,
+	n, err := host.Open(context.Background(), host.Options{DataDir: t.TempDir(), Store: store, NoSocket: true,
 		LSMRemote: lsmRemote, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)

@@ -105,9 +105,9 @@ go test -count=1 -timeout 20m "$@" ./...
 #   backend            the state model: codecs and key groups on one
 #                      goroutine; its property tests take ~6 min under
 #                      the detector
-#   bench, bench/checkpointsim
+#   tools/bench, tools/bench/checkpointsim
 #                      tools above the product (~3 min); the daemon, API
-#                      and node they drive run under the detector here
+#                      and host they drive run under the detector here
 #   fuzz               restore-path checks on one goroutine; its power-
 #                      loss suite runs under the detector on the next line
 #   dstl/changelog     the backends' conformance suite once more through
@@ -125,7 +125,7 @@ go test -count=1 -timeout 20m "$@" ./...
 # written while compactions run, restores, rescale) meet the detector in
 # the hand-off tests.
 stage "go test -race (every package but a deny-list)"
-race_deny='^github.com/statedhq/stated/(backend|bench|bench/checkpointsim|fuzz|dstl/changelog)$'
+race_deny='^github.com/statedhq/stated/(backend|tools/bench|tools/bench/checkpointsim|fuzz|dstl/changelog)$'
 go test -count=1 -race -timeout 20m -skip '^(TestRemotePebble|TestRemoteOwnershipProperty|TestConformanceRemote|TestRescaleEveryPairUpTo8|TestRescaleRandomLarger)' "$@" \
   $(go list ./... | grep -Ev "$race_deny")
 # The power-loss suite briefly: the lsm directories and the cache on a

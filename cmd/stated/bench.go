@@ -15,8 +15,8 @@ import (
 	"github.com/spf13/pflag"
 	"golang.org/x/term"
 
-	"github.com/statedhq/stated/bench"
-	"github.com/statedhq/stated/bench/workload"
+	"github.com/statedhq/stated/tools/bench"
+	"github.com/statedhq/stated/tools/bench/workload"
 )
 
 func newBenchCmd() *cobra.Command {

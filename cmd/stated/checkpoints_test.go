@@ -11,8 +11,8 @@ import (
 	"github.com/statedhq/stated/backend"
 	"github.com/statedhq/stated/catalog"
 	"github.com/statedhq/stated/daemon"
+	"github.com/statedhq/stated/host"
 	"github.com/statedhq/stated/internal/bytesize"
-	"github.com/statedhq/stated/node"
 )
 
 // TestCheckpointsTableChangelog: "stated checkpoints" shows the log bytes
@@ -20,7 +20,7 @@ import (
 func TestCheckpointsTableChangelog(t *testing.T) {
 	ctx := context.Background()
 	root := filepath.Join(t.TempDir(), "checkpoints")
-	n, err := node.Open(ctx, node.Options{DataDir: t.TempDir(), CheckpointStore: "file://" + root, NoSocket: true,
+	n, err := host.Open(ctx, host.Options{DataDir: t.TempDir(), CheckpointStore: "file://" + root, NoSocket: true,
 		Changelog: true, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)

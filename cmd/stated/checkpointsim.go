@@ -11,7 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/statedhq/stated/backend"
-	"github.com/statedhq/stated/bench/checkpointsim"
+	"github.com/statedhq/stated/tools/bench/checkpointsim"
 )
 
 type checkpointSimFlags struct {

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/statedhq/stated/bench/checkpointsim"
+	"github.com/statedhq/stated/tools/bench/checkpointsim"
 )
 
 func TestBenchCheckpointSim(t *testing.T) {

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/statedhq/stated/cluster"
-	"github.com/statedhq/stated/node"
+	"github.com/statedhq/stated/host"
 	"github.com/statedhq/stated/tiered/memstore"
 )
 
@@ -19,9 +19,9 @@ import (
 // cluster shares.
 var clusterStore = memstore.New()
 
-func clusterNode(t *testing.T, id, peers string, ln net.Listener) *node.Node {
+func clusterNode(t *testing.T, id, peers string, ln net.Listener) *host.Host {
 	t.Helper()
-	nd, err := node.Open(context.Background(), node.Options{DataDir: filepath.Join(t.TempDir(), "d"), NoSocket: true, Store: clusterStore,
+	nd, err := host.Open(context.Background(), host.Options{DataDir: filepath.Join(t.TempDir(), "d"), NoSocket: true, Store: clusterStore,
 		Logger: slog.New(slog.DiscardHandler), NodeID: id, RaftAddr: ln.Addr().String(), RaftPeers: peers, ClusterToken: "secret",
 		TuneCluster: func(o *cluster.Options) {
 			o.Listener = ln
@@ -49,7 +49,7 @@ func TestClusterCommands(t *testing.T) {
 		lns = append(lns, ln)
 		peers = append(peers, fmt.Sprintf("n%d=%s", i, ln.Addr()))
 	}
-	var nodes []*node.Node
+	var nodes []*host.Host
 	for i := range 3 {
 		nodes = append(nodes, clusterNode(t, fmt.Sprintf("n%d", i), strings.Join(peers, ","), lns[i]))
 	}
@@ -127,7 +127,7 @@ func TestClusterStatusReadable(t *testing.T) {
 		lns = append(lns, ln)
 		peers = append(peers, fmt.Sprintf("n%d=%s", i, ln.Addr()))
 	}
-	var nodes []*node.Node
+	var nodes []*host.Host
 	for i := range 3 {
 		nodes = append(nodes, clusterNode(t, fmt.Sprintf("n%d", i), strings.Join(peers, ","), lns[i]))
 	}

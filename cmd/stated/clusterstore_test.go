@@ -14,7 +14,7 @@ import (
 	"github.com/statedhq/stated/backend"
 	"github.com/statedhq/stated/cluster"
 	"github.com/statedhq/stated/daemon"
-	"github.com/statedhq/stated/node"
+	"github.com/statedhq/stated/host"
 )
 
 // TestCheckpointsOfAClusterNodeDataDir: `stated checkpoints --data-dir`
@@ -35,7 +35,7 @@ func TestCheckpointsOfAClusterNodeDataDir(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	nd, err := node.Open(context.Background(), node.Options{DataDir: dataDir, NoSocket: true, CheckpointStore: "file://" + shared,
+	nd, err := host.Open(context.Background(), host.Options{DataDir: dataDir, NoSocket: true, CheckpointStore: "file://" + shared,
 		Logger: slog.New(slog.DiscardHandler), NodeID: "n0", RaftAddr: ln.Addr().String(), RaftPeers: "n0=" + ln.Addr().String(),
 		ClusterToken: "secret", TuneCluster: func(o *cluster.Options) {
 			o.Listener = ln
@@ -66,7 +66,7 @@ func TestCheckpointsOfAClusterNodeDataDir(t *testing.T) {
 	cmd.SetOut(&out)
 	cmd.SetErr(&errOut)
 	if err := cmd.Execute(); err != nil || !strings.Contains(out.String(), "job cj") ||
-		!strings.Contains(errOut.String(), "reading checkpoint store file://"+shared) || !strings.Contains(errOut.String(), node.StoreFile) {
+		!strings.Contains(errOut.String(), "reading checkpoint store file://"+shared) || !strings.Contains(errOut.String(), host.StoreFile) {
 		t.Fatalf("checkpoints --data-dir of a cluster node: %v\nstdout:\n%s\nstderr:\n%s", err, out.String(), errOut.String())
 	}
 }

@@ -15,8 +15,8 @@ import (
 
 	"github.com/statedhq/stated/api/client"
 	"github.com/statedhq/stated/catalog"
+	"github.com/statedhq/stated/host"
 	"github.com/statedhq/stated/internal/bytesize"
-	"github.com/statedhq/stated/node"
 )
 
 func newSavepointCmd() *cobra.Command {
@@ -85,8 +85,8 @@ names (0: the latest).`,
 		},
 	}
 	fl := cmd.Flags()
-	fl.StringVar(&f.addr, "addr", "", "the daemon's Unix socket or host:port (default <data-dir>/"+node.SocketName+")")
-	fl.StringVar(&f.dataDir, "data-dir", node.DefaultDataDir, "the daemon's data directory, where its socket is (env STATED_DATA_DIR)")
+	fl.StringVar(&f.addr, "addr", "", "the daemon's Unix socket or host:port (default <data-dir>/"+host.SocketName+")")
+	fl.StringVar(&f.dataDir, "data-dir", host.DefaultDataDir, "the daemon's data directory, where its socket is (env STATED_DATA_DIR)")
 	fl.StringVar(&f.token, "token", "", "bearer token of a daemon on TCP (or STATED_TOKEN)")
 	addClientTLSFlags(fl, &f.tls)
 	fl.StringVar(&f.format, "format", "canonical", "canonical (restores into any backend kind) or native (the backends' own files)")
@@ -112,7 +112,7 @@ func runSavepointTrigger(ctx context.Context, out io.Writer, job string, f savep
 	}
 	addr := f.addr
 	if addr == "" {
-		addr = filepath.Join(f.dataDir, node.SocketName)
+		addr = filepath.Join(f.dataDir, host.SocketName)
 	}
 	tlsConf, err := f.tls.config()
 	if err != nil {

@@ -16,7 +16,7 @@ import (
 	"github.com/statedhq/stated/backend"
 	"github.com/statedhq/stated/catalog"
 	"github.com/statedhq/stated/daemon"
-	"github.com/statedhq/stated/node"
+	"github.com/statedhq/stated/host"
 )
 
 // TestRunningDaemonFindsEditedSavepoints: while a daemon runs (its sweep
@@ -32,7 +32,7 @@ func TestRunningDaemonFindsEditedSavepoints(t *testing.T) {
 	ctx := context.Background()
 	base := t.TempDir()
 	root := filepath.Join(base, "checkpoints")
-	n, err := node.Open(ctx, node.Options{DataDir: filepath.Join(base, "d"), CheckpointStore: "file://" + root,
+	n, err := host.Open(ctx, host.Options{DataDir: filepath.Join(base, "d"), CheckpointStore: "file://" + root,
 		NoSocket: true, Logger: slog.New(slog.DiscardHandler),
 		GCGrace: 2 * time.Second, CheckpointTimeout: time.Second, SweepInterval: 100 * time.Millisecond})
 	if err != nil {

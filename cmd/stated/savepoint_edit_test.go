@@ -17,7 +17,7 @@ import (
 
 	"github.com/statedhq/stated/backend"
 	"github.com/statedhq/stated/daemon"
-	"github.com/statedhq/stated/node"
+	"github.com/statedhq/stated/host"
 )
 
 // runSavepoint runs "stated savepoint <args>" against the store root.
@@ -70,7 +70,7 @@ func TestSavepointEditAndBootstrap(t *testing.T) {
 	ctx := context.Background()
 	base := t.TempDir()
 	root := filepath.Join(base, "checkpoints")
-	n, err := node.Open(ctx, node.Options{DataDir: filepath.Join(base, "d"), CheckpointStore: "file://" + root,
+	n, err := host.Open(ctx, host.Options{DataDir: filepath.Join(base, "d"), CheckpointStore: "file://" + root,
 		NoSocket: true, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)

@@ -13,7 +13,7 @@ import (
 
 	"github.com/statedhq/stated/backend"
 	"github.com/statedhq/stated/daemon"
-	"github.com/statedhq/stated/node"
+	"github.com/statedhq/stated/host"
 )
 
 // TestSavepointTriggerListDelete: a savepoint triggered through a running
@@ -27,7 +27,7 @@ func TestSavepointTriggerListDelete(t *testing.T) {
 	}
 	t.Cleanup(func() { os.RemoveAll(base) })
 	root := filepath.Join(base, "checkpoints")
-	n, err := node.Open(ctx, node.Options{DataDir: filepath.Join(base, "d"), CheckpointStore: "file://" + root,
+	n, err := host.Open(ctx, host.Options{DataDir: filepath.Join(base, "d"), CheckpointStore: "file://" + root,
 		MetricsAddr: "", Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)

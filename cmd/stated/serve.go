@@ -19,7 +19,7 @@ import (
 	"github.com/statedhq/stated/api"
 	"github.com/statedhq/stated/catalog"
 	"github.com/statedhq/stated/daemon"
-	"github.com/statedhq/stated/node"
+	"github.com/statedhq/stated/host"
 )
 
 // serveFlags are the options of "stated serve"; each flag also reads the
@@ -265,7 +265,7 @@ func runServe(ctx context.Context, f serveFlags, gcFlagSet bool) error {
 		case <-opened:
 		}
 	}()
-	n, err := node.Open(openCtx, opts)
+	n, err := host.Open(openCtx, opts)
 	close(opened)
 	if err != nil {
 		select {
@@ -297,7 +297,7 @@ func runServe(ctx context.Context, f serveFlags, gcFlagSet bool) error {
 // options are validated as the flags give them, before the node's
 // defaults: every flag has its own default, so a zero is the user's and a
 // limit of 0 is refused rather than taken for the node's default.
-func (f *serveFlags) nodeOptions(log *slog.Logger) (node.Options, error) {
+func (f *serveFlags) nodeOptions(log *slog.Logger) (host.Options, error) {
 	var errs []error
 	size := func(flag, v string) int64 {
 		n, err := parseSize(v)
@@ -320,7 +320,7 @@ func (f *serveFlags) nodeOptions(log *slog.Logger) (node.Options, error) {
 		}
 		return optionalSize("pack-file-bytes", v)
 	}
-	o := node.Options{
+	o := host.Options{
 		DataDir: f.dataDir, Socket: f.socket, Listen: f.listen, Token: f.token, MetricsAddr: f.metricsAddr,
 		TLSCert: f.tlsCert, TLSKey: f.tlsKey, TLSClientCA: f.tlsClientCA, AllowPlaintextToken: f.plaintextToken,
 		NodeID: f.nodeID, RaftAddr: f.raftAddr, RaftAdvertise: f.raftAdvertise, RaftPeers: f.raftPeers, RaftDir: f.raftDir,
@@ -342,7 +342,7 @@ func (f *serveFlags) nodeOptions(log *slog.Logger) (node.Options, error) {
 		ChangelogMaxInFlight: size("changelog-max-in-flight", f.changelogInFlight),
 	}
 	if o.CheckpointStore == "" {
-		o.CheckpointStore = node.DefaultCheckpointStore(o.DataDir)
+		o.CheckpointStore = host.DefaultCheckpointStore(o.DataDir)
 	}
 	if o.CacheBytes == 0 {
 		o.CacheBytes = -1 // --cache-bytes 0: no cache (the node's 0 is its default)
@@ -373,10 +373,10 @@ func (f *serveFlags) nodeOptions(log *slog.Logger) (node.Options, error) {
 		o.ShutdownGrace = -1 // --shutdown-grace 0: none, not the default
 	}
 	if len(errs) > 0 {
-		return node.Options{}, errors.Join(errs...)
+		return host.Options{}, errors.Join(errs...)
 	}
 	if err := flagErrors(o.Validate()); err != nil {
-		return node.Options{}, err
+		return host.Options{}, err
 	}
 	return o, nil
 }
@@ -422,7 +422,7 @@ func flagErrors(err error) error {
 		}
 		return errors.Join(out...)
 	}
-	var oe *node.OptionError
+	var oe *host.OptionError
 	if errors.As(err, &oe) {
 		return errors.New(oe.Text(flagName))
 	}

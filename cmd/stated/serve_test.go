@@ -9,7 +9,7 @@ import (
 
 	"github.com/statedhq/stated/api"
 	"github.com/statedhq/stated/daemon"
-	"github.com/statedhq/stated/node"
+	"github.com/statedhq/stated/host"
 )
 
 func TestParseSize(t *testing.T) {
@@ -233,7 +233,7 @@ func TestFlagOfCoversOptions(t *testing.T) {
 			}
 		}
 	}
-	walk("", reflect.TypeOf(node.Options{}))
+	walk("", reflect.TypeOf(host.Options{}))
 	for name := range fields {
 		if _, ok := flagOf[name]; ok == noFlag[name] {
 			t.Errorf("node.Options field %s: in flagOf %v, without a flag %v; want exactly one", name, ok, noFlag[name])
@@ -255,7 +255,7 @@ func TestFlagOfCoversOptions(t *testing.T) {
 // node itself fills in (EnsureDefaults), so a default has one value
 // whether a node is run by the CLI or built in Go.
 func TestFlagDefaultsAreNodeDefaults(t *testing.T) {
-	var o node.Options
+	var o host.Options
 	o.EnsureDefaults()
 	v := reflect.ValueOf(o)
 	fl := newServeCmd().Flags()

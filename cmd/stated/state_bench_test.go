@@ -13,8 +13,8 @@ import (
 
 	"github.com/statedhq/stated/backend"
 	"github.com/statedhq/stated/daemon"
+	"github.com/statedhq/stated/host"
 	"github.com/statedhq/stated/inspect"
-	"github.com/statedhq/stated/node"
 	"github.com/statedhq/stated/tiered/localfs"
 )
 
@@ -70,7 +70,7 @@ func benchLSMState(b *testing.B, mb int) (string, int64) {
 	ctx := context.Background()
 	base := b.TempDir()
 	root := filepath.Join(base, "checkpoints")
-	n, err := node.Open(ctx, node.Options{DataDir: filepath.Join(base, "d"), CheckpointStore: "file://" + root,
+	n, err := host.Open(ctx, host.Options{DataDir: filepath.Join(base, "d"), CheckpointStore: "file://" + root,
 		NoSocket: true, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		b.Fatal(err)

@@ -18,7 +18,7 @@ import (
 
 	"github.com/statedhq/stated/backend"
 	"github.com/statedhq/stated/daemon"
-	"github.com/statedhq/stated/node"
+	"github.com/statedhq/stated/host"
 )
 
 // exportLine renders one line of "stated state export" for comparison.
@@ -65,7 +65,7 @@ func TestStateExportRoundTrip(t *testing.T) {
 			ctx := context.Background()
 			base := t.TempDir()
 			root := filepath.Join(base, "checkpoints")
-			n, err := node.Open(ctx, node.Options{DataDir: filepath.Join(base, "d"), CheckpointStore: "file://" + root,
+			n, err := host.Open(ctx, host.Options{DataDir: filepath.Join(base, "d"), CheckpointStore: "file://" + root,
 				NoSocket: true, LSMRemote: strings.Contains(c.name, "remote"), Logger: slog.New(slog.DiscardHandler)})
 			if err != nil {
 				t.Fatal(err)

@@ -15,7 +15,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/statedhq/stated/catalog"
-	"github.com/statedhq/stated/node"
+	"github.com/statedhq/stated/host"
 	"github.com/statedhq/stated/tiered"
 	"github.com/statedhq/stated/tiered/localfs"
 	"github.com/statedhq/stated/tiered/storeurl"
@@ -56,7 +56,7 @@ func addS3Flags(fs *pflag.FlagSet, f *s3Flags) {
 }
 
 // validate reports every problem of the S3 flags (node's rules).
-func (f *s3Flags) validate() error { return flagErrors(node.ValidateS3(f.options())) }
+func (f *s3Flags) validate() error { return flagErrors(host.ValidateS3(f.options())) }
 
 // options are the storeurl options the flags give.
 func (f *s3Flags) options() storeurl.Options {
@@ -120,7 +120,7 @@ type cliStore struct {
 // daemon's environment reads the daemon's store.
 func storeFlags(cmd *cobra.Command, dst *cliStore) {
 	fl := cmd.Flags()
-	fl.StringVar(&dst.dataDir, "data-dir", node.DefaultDataDir, "the daemon's data directory: the checkpoint store defaults to <data-dir>/checkpoints (env STATED_DATA_DIR)")
+	fl.StringVar(&dst.dataDir, "data-dir", host.DefaultDataDir, "the daemon's data directory: the checkpoint store defaults to <data-dir>/checkpoints (env STATED_DATA_DIR)")
 	fl.StringVar(&dst.url, "checkpoint-store", "", "checkpoint storage URL: file:///dir, a directory or s3://bucket/prefix (env STATED_CHECKPOINT_STORE; default file://<data-dir>/checkpoints)")
 	fl.StringVar(&dst.legacy, "store", "", "deprecated: use --checkpoint-store")
 	_ = fl.MarkDeprecated("store", "use --checkpoint-store (the flag of \"stated serve\")")
@@ -176,13 +176,13 @@ func (st *cliStore) resolve(fs *pflag.FlagSet) error {
 	if st.url == "" {
 		// A node whose store is elsewhere (a cluster node's shared one)
 		// recorded it in its data dir.
-		rec, err := node.RecordedStore(st.dataDir)
+		rec, err := host.RecordedStore(st.dataDir)
 		if err != nil {
 			return err
 		}
 		st.url, st.recorded = rec, rec != ""
 		if rec == "" {
-			st.url = node.DefaultCheckpointStore(st.dataDir)
+			st.url = host.DefaultCheckpointStore(st.dataDir)
 		}
 	}
 	if err := refuseMemStore("checkpoint-store", st.url); err != nil {
@@ -197,7 +197,7 @@ func (st cliStore) announce(w io.Writer) {
 	how := "from --data-dir " + st.dataDir
 	switch {
 	case st.recorded:
-		how = "recorded in " + filepath.Join(st.dataDir, node.StoreFile) + " by the daemon"
+		how = "recorded in " + filepath.Join(st.dataDir, host.StoreFile) + " by the daemon"
 	case st.explicit:
 		how = "named by --checkpoint-store or STATED_CHECKPOINT_STORE"
 	}
@@ -287,7 +287,7 @@ func openCLIURLUnwrapped(ctx context.Context, url string, s3 s3Flags, writable b
 // (component=aws) rather than in the SDK's format.
 func cliS3Options(s3 s3Flags, w io.Writer) storeurl.Options {
 	o := s3.options()
-	o.S3.Logger = node.SDKLogger(slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelWarn})))
+	o.S3.Logger = host.SDKLogger(slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelWarn})))
 	return o
 }
 

@@ -30,13 +30,13 @@ var floors = []struct {
 	{"catalog", []string{"catalog", "dstl/changelog"}},
 	{"daemon and cluster", []string{"daemon", "daemon/", "cluster", "cluster/", "catalogrpc", "inspect"}},
 	{"api", []string{"api", "api/"}},
-	{"node", []string{"node", "node/"}},
-	{"tools and tests", []string{"cmd/", "bench", "bench/", "examples/", "clients/", "fuzz", "tests/"}},
+	{"host", []string{"host", "host/"}},
+	{"tools and tests", []string{"cmd/", "tools/", "examples/", "clients/", "fuzz", "tests/"}},
 }
 
 // belowDaemon are the packages that must not depend, even indirectly, on
 // a backend implementation: the daemon (through daemon/openers) and the
-// node choose backends, nothing under them does.
+// host choose backends, nothing under them does.
 var belowDaemon = []string{"tiered", "tiered/", "refcount", "refcount/", "backend", "backend/tablecheck",
 	"dstl", "chanstate", "rescale", "catalog"}
 
@@ -144,7 +144,7 @@ func check(pkgs []pkg) []string {
 		if match(belowDaemon, r) >= 0 && match(implementations, r) < match(belowDaemon, r) {
 			for _, d := range p.Deps {
 				if dr, ok := rel(d); ok && match(implementations, dr) >= 0 {
-					bad = append(bad, fmt.Sprintf("%s depends on the backend implementation %s: only the daemon's openers and the node choose backends", r, dr))
+					bad = append(bad, fmt.Sprintf("%s depends on the backend implementation %s: only the daemon's openers and the host choose backends", r, dr))
 				}
 			}
 		}

@@ -18,7 +18,7 @@ import (
 	"github.com/statedhq/stated/backend"
 	"github.com/statedhq/stated/catalog"
 	"github.com/statedhq/stated/daemon"
-	statednode "github.com/statedhq/stated/node"
+	statednode "github.com/statedhq/stated/host"
 	"github.com/statedhq/stated/tiered"
 	"github.com/statedhq/stated/tiered/cache"
 	"github.com/statedhq/stated/tiered/fault"
@@ -40,7 +40,7 @@ const (
 // catalog's metadata bypassing it (catalog.IsMetadata), shared by the
 // catalog and the daemon.
 type node struct {
-	n     *statednode.Node
+	n     *statednode.Host
 	d     *daemon.Daemon
 	cat   *catalog.Catalog
 	store tiered.Store

@@ -1,0 +1,409 @@
+package host_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"path"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/statedhq/stated/api/client"
+	"github.com/statedhq/stated/backend"
+	"github.com/statedhq/stated/host"
+	"github.com/statedhq/stated/tiered"
+	"github.com/statedhq/stated/tiered/metered"
+	"github.com/statedhq/stated/tiered/s3store/s3test"
+)
+
+// BenchmarkRequestBudget is issue 39's request-budget benchmark: one
+// daemon on an S3 bucket (the server STATED_TEST_S3_ENDPOINT names, as
+// scripts/bench-request-budget.sh starts one; else an in-process fake),
+// 16 file-backend tasks of one job holding STATED_BENCH_BUDGET_STATE of
+// state in all (default 256MiB, 1 KiB values), updating
+// STATED_BENCH_BUDGET_RATE keys per second each (default 200) for
+// STATED_BENCH_BUDGET_SECONDS (default 30), with a checkpoint every
+// second (every task snapshots when the trigger reaches it, as a
+// barrier does, then the job completes it), with the changelog off and
+// on. It reports the store's PUTs per checkpoint (trigger to completion),
+// per second between checkpoints and per second overall, and the
+// checkpoint's duration at p50 and p99; the log lists the PUTs by kind
+// of object. The first checkpoint (a full upload) is not counted.
+// STATED_BENCH_BUDGET_INTERVAL sets the checkpoint interval (default 1s),
+// STATED_BENCH_BUDGET_FLUSH_DELAY the changelog's --changelog-flush-delay
+// (default: the store's), STATED_BENCH_BUDGET_CHANGELOG the modes run
+// ("off,on").
+//
+//	scripts/bench-request-budget.sh                  # the figures
+//	STATED_BENCH_BUDGET_STATE=4MiB STATED_BENCH_BUDGET_SECONDS=3 \
+//	  go test ./node -run '^$' -bench RequestBudget -benchtime 1x   # a smoke run
+func BenchmarkRequestBudget(b *testing.B) {
+	state := envSize(b, "STATED_BENCH_BUDGET_STATE", 256<<20)
+	rate := envInt(b, "STATED_BENCH_BUDGET_RATE", 200)
+	secs := envInt(b, "STATED_BENCH_BUDGET_SECONDS", 30)
+	interval := envDuration(b, "STATED_BENCH_BUDGET_INTERVAL", time.Second)
+	delay := envDuration(b, "STATED_BENCH_BUDGET_FLUSH_DELAY", 0)
+	modes := os.Getenv("STATED_BENCH_BUDGET_CHANGELOG")
+	if modes == "" {
+		modes = "off,on"
+	}
+	for _, m := range strings.Split(modes, ",") {
+		if m != "off" && m != "on" {
+			b.Fatalf("STATED_BENCH_BUDGET_CHANGELOG=%q: want off, on or off,on", modes)
+		}
+		cl := m == "on"
+		b.Run(fmt.Sprintf("changelog=%v", cl), func(b *testing.B) {
+			for b.Loop() {
+				runBudget(b, budgetRun{changelog: cl, state: state, rate: rate, steady: time.Duration(secs) * time.Second,
+					interval: interval, flushDelay: delay})
+			}
+		})
+	}
+}
+
+// budgetRun is one run's settings.
+type budgetRun struct {
+	changelog            bool
+	state                int64
+	rate                 int
+	steady               time.Duration
+	interval, flushDelay time.Duration
+}
+
+const (
+	budgetTasks     = 16
+	budgetValueSize = 1 << 10
+)
+
+func runBudget(b *testing.B, r budgetRun) {
+	changelog, state, rate, steady := r.changelog, r.state, r.rate, r.steady
+	ctx := context.Background()
+	store := &putCounter{Store: metered.New(s3test.Store(b))}
+	nd, err := host.Open(ctx, host.Options{DataDir: filepath.Join(b.TempDir(), "d"), Logger: quiet(), Store: store, Changelog: changelog,
+		ChangelogFlushDelay: r.flushDelay})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer nd.Close()
+	c, err := client.Dial(nd.Socket(), client.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Close()
+	keys := int(state / budgetValueSize / budgetTasks)
+	ins := make([]*client.Instance, budgetTasks)
+	// taskKeys are keys of each task's own key groups (a key of another
+	// task's range would be refused).
+	taskKeys := make([][][]byte, budgetTasks)
+	var wg sync.WaitGroup
+	errs := make(chan error, budgetTasks)
+	for i := range budgetTasks {
+		in, err := c.Open(ctx, client.OpenSpec{Task: backend.TaskID{Job: "j", Operator: "op", Subtask: i},
+			KeyGroups: backend.KeyGroupRangeForOperator(128, budgetTasks, i), MaxParallelism: 128, Parallelism: budgetTasks,
+			Backend: backend.KindFile, States: valueState})
+		if err != nil {
+			b.Fatal(err)
+		}
+		ins[i] = in
+		kgs := backend.KeyGroupRangeForOperator(128, budgetTasks, i)
+		for n := 0; len(taskKeys[i]) < keys; n++ {
+			k := fmt.Appendf(nil, "k%d", n)
+			if g := in.KeyGroup(k); g >= kgs.Start && g <= kgs.End {
+				taskKeys[i] = append(taskKeys[i], k)
+			}
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r := rand.New(rand.NewPCG(uint64(i), 2))
+			val := make([]byte, budgetValueSize)
+			for k := range keys {
+				binaryRand(r, val)
+				in.Put("v", taskKeys[i][k], nil, val)
+				if k%1024 == 1023 {
+					if err := in.Sync(ctx); err != nil {
+						errs <- err
+						return
+					}
+				}
+			}
+			errs <- in.Sync(ctx)
+		}()
+	}
+	wg.Wait()
+	for range budgetTasks {
+		if err := <-errs; err != nil {
+			b.Fatal(err)
+		}
+	}
+	// Checkpoint 1 uploads everything (and, with the changelog, the first
+	// materialization): not part of the steady state measured.
+	id := uint64(1)
+	if err := budgetCheckpoint(ctx, c, ins, id); err != nil {
+		b.Fatal(err)
+	}
+
+	// Each task updates rate keys a second, in steps of 10 ms, and takes
+	// its snapshot when the trigger reaches it, in its own goroutine as a
+	// task takes it when the barrier arrives.
+	type trigger struct {
+		id   uint64
+		done chan<- error
+	}
+	stop := make(chan struct{})
+	trig := make([]chan trigger, budgetTasks)
+	for i, in := range ins {
+		trig[i] = make(chan trigger, 1)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r := rand.New(rand.NewPCG(uint64(i), 1))
+			val := make([]byte, budgetValueSize)
+			tick := time.NewTicker(10 * time.Millisecond)
+			defer tick.Stop()
+			owed := 0.0
+			for {
+				select {
+				case <-stop:
+					return
+				case t := <-trig[i]:
+					_, err := in.Snapshot(ctx, t.id, false)
+					t.done <- err
+				case <-tick.C:
+					owed += float64(rate) / 100
+					for ; owed >= 1; owed-- {
+						binaryRand(r, val)
+						in.Put("v", taskKeys[i][r.IntN(keys)], nil, val)
+					}
+				}
+			}
+		}()
+	}
+	var lat []time.Duration
+	var fullSize int64 // of the last checkpoint, as the catalog counts it
+	var perCkpt []putCounts
+	var between putCounts
+	var betweenTime time.Duration
+	t0 := time.Now()
+	c0 := store.counts()
+	next := time.Now().Add(r.interval)
+	for time.Since(t0) < steady {
+		idle := time.Now()
+		time.Sleep(time.Until(next))
+		next = next.Add(r.interval)
+		start := time.Now()
+		cs := store.counts()
+		between = between.add(cs.sub(c0))
+		betweenTime += start.Sub(idle)
+		id++
+		done := make(chan error, budgetTasks)
+		for i := range ins {
+			trig[i] <- trigger{id: id, done: done}
+		}
+		for range ins {
+			if err := <-done; err != nil {
+				b.Fatal(err)
+			}
+		}
+		info, err := c.CompleteCheckpoint(ctx, "j", id)
+		if err != nil {
+			b.Fatal(err)
+		}
+		lat = append(lat, time.Since(start))
+		fullSize = info.GetFullSize()
+		c0 = store.counts()
+		perCkpt = append(perCkpt, c0.sub(cs))
+	}
+	total := time.Since(t0)
+	close(stop)
+	wg.Wait()
+	var all putCounts
+	for _, p := range perCkpt {
+		all = all.add(p)
+	}
+	all = all.add(between)
+	n := float64(len(perCkpt))
+	slices.Sort(lat)
+	b.ReportMetric(float64(all.total()-between.total())/n, "PUTs/ckpt")
+	b.ReportMetric(float64(between.total())/betweenTime.Seconds(), "PUTs/s-between")
+	b.ReportMetric(float64(all.total())/total.Seconds(), "PUTs/s")
+	b.ReportMetric(float64(lat[len(lat)/2].Microseconds())/1e3, "ckpt-p50-ms")
+	b.ReportMetric(float64(lat[(len(lat)*99)/100].Microseconds())/1e3, "ckpt-p99-ms")
+	b.ReportMetric(float64(fullSize)/(1<<20), "full-MiB")
+	var sum putCounts
+	for _, p := range perCkpt {
+		sum = sum.add(p)
+	}
+	b.Logf("changelog=%v flush delay=%v interval=%v state=%d B tasks=%d rate=%d/s/task checkpoints=%d: per checkpoint %s; between checkpoints per second %s",
+		changelog, nd.ChangelogWriter().Options().FlushDelay, r.interval, state, budgetTasks, rate, len(perCkpt), sum.per(n), between.per(betweenTime.Seconds()))
+}
+
+// budgetCheckpoint snapshots every instance at once and completes id.
+func budgetCheckpoint(ctx context.Context, c *client.Client, ins []*client.Instance, id uint64) error {
+	errs := make(chan error, len(ins))
+	for _, in := range ins {
+		go func() {
+			_, err := in.Snapshot(ctx, id, false)
+			errs <- err
+		}()
+	}
+	for range ins {
+		if err := <-errs; err != nil {
+			return err
+		}
+	}
+	_, err := c.CompleteCheckpoint(ctx, "j", id)
+	return err
+}
+
+func binaryRand(r *rand.Rand, p []byte) {
+	for i := 0; i+8 <= len(p); i += 8 {
+		v := r.Uint64()
+		for j := range 8 {
+			p[i+j] = byte(v >> (8 * j))
+		}
+	}
+}
+
+// Kinds of object a PUT writes, by name.
+const (
+	putSegment = iota // a changelog segment (_changelog/...)
+	putCatalog        // the catalog's manifest and job file
+	putShared         // shared files (changelog bases, lsm SSTs)
+	putCLManif        // a changelog instance's manifest in chk-N
+	putPack           // a pack of small private files (chk-N/packed-...)
+	putPrivate        // the other private files of a checkpoint
+	numPutKinds
+)
+
+var putKindNames = [numPutKinds]string{"segments", "catalog", "shared", "changelog manifests", "packs", "private files"}
+
+type putCounts [numPutKinds]uint64
+
+func (p putCounts) add(q putCounts) putCounts {
+	for i := range p {
+		p[i] += q[i]
+	}
+	return p
+}
+
+func (p putCounts) sub(q putCounts) putCounts {
+	for i := range p {
+		p[i] -= q[i]
+	}
+	return p
+}
+
+func (p putCounts) total() (n uint64) {
+	for _, v := range p {
+		n += v
+	}
+	return n
+}
+
+func (p putCounts) per(d float64) string {
+	var parts []string
+	for i, v := range p {
+		parts = append(parts, fmt.Sprintf("%s %.2f", putKindNames[i], float64(v)/d))
+	}
+	return fmt.Sprintf("%.2f PUTs (%s)", float64(p.total())/d, strings.Join(parts, ", "))
+}
+
+// putCounter counts the PUTs of the store it wraps by kind of object.
+type putCounter struct {
+	tiered.Store
+	mu sync.Mutex
+	n  putCounts
+}
+
+func (s *putCounter) Unwrap() tiered.Store { return s.Store }
+
+func (s *putCounter) count(name string) {
+	k := putPrivate
+	base := path.Base(name)
+	switch {
+	case strings.HasPrefix(name, "_changelog/"):
+		k = putSegment
+	case base == "_metadata" || base == "_catalog":
+		k = putCatalog
+	case strings.Contains(name, "/shared/"):
+		k = putShared
+	case base == "_changelog":
+		k = putCLManif
+	case strings.HasPrefix(base, "packed-"):
+		k = putPack
+	}
+	s.mu.Lock()
+	s.n[k]++
+	s.mu.Unlock()
+}
+
+func (s *putCounter) counts() putCounts {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.n
+}
+
+func (s *putCounter) Put(ctx context.Context, name string, r io.Reader, size int64) error {
+	s.count(name)
+	return s.Store.Put(ctx, name, r, size)
+}
+
+func (s *putCounter) PutIfAbsent(ctx context.Context, name string, r io.Reader, size int64) error {
+	s.count(name)
+	return s.Store.PutIfAbsent(ctx, name, r, size)
+}
+
+func envInt(b *testing.B, name string, def int) int {
+	v := os.Getenv(name)
+	if v == "" {
+		return def
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n <= 0 {
+		b.Fatalf("%s=%q: want a positive integer", name, v)
+	}
+	return n
+}
+
+func envDuration(b *testing.B, name string, def time.Duration) time.Duration {
+	v := os.Getenv(name)
+	if v == "" {
+		return def
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d < 0 {
+		b.Fatalf("%s=%q: want a duration (e.g. 1s)", name, v)
+	}
+	return d
+}
+
+// envSize reads a size like 256MiB, 4KiB or 1000.
+func envSize(b *testing.B, name string, def int64) int64 {
+	v := os.Getenv(name)
+	if v == "" {
+		return def
+	}
+	mult := int64(1)
+	for _, u := range []struct {
+		s string
+		m int64
+	}{{"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}} {
+		if s, ok := strings.CutSuffix(v, u.s); ok {
+			v, mult = s, u.m
+			break
+		}
+	}
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil || n <= 0 {
+		b.Fatalf("%s=%q: want a positive size (e.g. 256MiB)", name, os.Getenv(name))
+	}
+	return n * mult
+}

@@ -1,0 +1,204 @@
+package host
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/statedhq/stated/catalog"
+	"github.com/statedhq/stated/cluster"
+	"github.com/statedhq/stated/dstl"
+)
+
+// Changelog mode in a cluster. Every node's log writer puts segments into
+// the shared store under its own run id; the catalog that may delete them
+// is hosted by the leader, which cannot ask another node's writer what it
+// still holds (dstl.Writer.Holds). So:
+//
+//   - Before this node's first open (the first fencing token it takes),
+//     it journals "changelog/runs/<node id>" = its writer's run id. One
+//     record per node: a restarted node replaces its run, and the old
+//     run's segments become free to delete once no retained checkpoint
+//     references them. A writer writes segments only for instances, and
+//     an instance opens only after the record is on a quorum, so no
+//     segment of an unregistered run is live.
+//   - The daemon reports, as its log lets go of segments, the names and
+//     its writer's heldFrom (daemon.ChangelogConfig.Release): every
+//     segment of its run below heldFrom is released.
+//   - The hosted catalog's LogHeld: a segment of this node's run is held
+//     if its writer holds it; of another node's run, if that run is the
+//     node's registered one, the node is a member, the segment is not
+//     among the names reported released, and its counter is at or above
+//     the reported heldFrom. Both only ever free segments (a released
+//     segment is never held again, heldFrom never decreases), so what
+//     the leader learned stays true; a new leader, knowing nothing yet,
+//     holds every segment of a live run until its node reports (at least
+//     every 30 s).
+
+// logRunsPrefix starts the journal keys of the nodes' log runs:
+// logRunsPrefix + node id = run id.
+const logRunsPrefix = "changelog/runs/"
+
+// mLogRelease is the leader's call a node reports released segments with.
+const mLogRelease = "changelog-release"
+
+// logReportTimeout bounds one report: the log keeper's goroutine, which
+// also starts materializations, must not wait for a leader for long.
+const logReportTimeout = 10 * time.Second
+
+// membersTTL is how long the leader trusts its reading of the members.
+const membersTTL = time.Second
+
+// logRelease is mLogRelease's payload.
+type logRelease struct {
+	Run      string   `json:"run"`
+	HeldFrom uint64   `json:"held_from"`
+	Names    []string `json:"names,omitempty"`
+}
+
+// clusterLog is a node's part in changelog mode across the cluster: it
+// registers the node's run, reports releases, and (while the node hosts
+// the catalog) answers LogHeld and takes the other nodes' reports.
+type clusterLog struct {
+	c      *cluster.Member
+	w      *dstl.Writer
+	prefix string
+	log    *slog.Logger
+
+	regMu      sync.Mutex
+	registered bool
+
+	mu        sync.Mutex
+	heldFrom  map[string]uint64          // run -> heldFrom its node reported
+	released  map[string]map[string]bool // run -> names reported released at or above heldFrom
+	members   map[string]bool
+	membersAt time.Time
+}
+
+func newClusterLog(c *cluster.Member, w *dstl.Writer, log *slog.Logger) *clusterLog {
+	return &clusterLog{c: c, w: w, prefix: w.Options().Prefix, log: log.With("component", "cluster-changelog"),
+		heldFrom: map[string]uint64{}, released: map[string]map[string]bool{}}
+}
+
+// register journals this node's run once; later calls return at once.
+func (l *clusterLog) register(ctx context.Context) error {
+	l.regMu.Lock()
+	defer l.regMu.Unlock()
+	if l.registered {
+		return nil
+	}
+	if err := l.c.JournalPut(ctx, logRunsPrefix+l.c.ID(), []byte(l.w.RunID())); err != nil {
+		return fmt.Errorf("node: registering this node's changelog run with the cluster: %w", err)
+	}
+	l.registered = true
+	return nil
+}
+
+// report is the daemon's Release in cluster mode: names and heldFrom go
+// to the leader's catalog.
+func (l *clusterLog) report(ctx context.Context, names []string, heldFrom uint64) error {
+	l.regMu.Lock()
+	registered := l.registered
+	l.regMu.Unlock()
+	if !registered {
+		return nil // no instance opened yet: the writer has no segment
+	}
+	b, err := json.Marshal(logRelease{Run: l.w.RunID(), HeldFrom: heldFrom, Names: names})
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, logReportTimeout)
+	defer cancel()
+	_, err = l.c.Call(ctx, mLogRelease, b)
+	return err
+}
+
+// liveRuns maps the registered run of every member node to true.
+func (l *clusterLog) liveRuns() map[string]bool {
+	runs := l.c.JournalRead(logRunsPrefix)
+	l.mu.Lock()
+	members := l.members
+	if time.Since(l.membersAt) > membersTTL {
+		l.mu.Unlock()
+		m, err := l.c.Members()
+		l.mu.Lock()
+		if err == nil {
+			l.members, l.membersAt, members = m, time.Now(), m
+		}
+	}
+	l.mu.Unlock()
+	out := make(map[string]bool, len(runs))
+	for k, v := range runs {
+		// Without a reading of the members, every registered run is live:
+		// holding too much only delays deletes.
+		if members == nil || members[strings.TrimPrefix(k, logRunsPrefix)] {
+			out[string(v)] = true
+		}
+	}
+	return out
+}
+
+// held is the hosted catalog's LogHeld.
+func (l *clusterLog) held(name string) bool {
+	run, counter, ok := dstl.ParseSegmentName(l.prefix, name)
+	if !ok {
+		return false // not a segment any writer makes: the sweep's
+	}
+	if run == l.w.RunID() {
+		return l.w.Holds(name)
+	}
+	if !l.liveRuns()[run] {
+		return false
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.released[run][name] {
+		return false
+	}
+	return counter >= l.heldFrom[run]
+}
+
+// take records a node's report (on the leader) and hands its names to
+// the catalog.
+func (l *clusterLog) take(ctx context.Context, cat *catalog.Catalog, payload []byte) ([]byte, error) {
+	var r logRelease
+	if err := json.Unmarshal(payload, &r); err != nil {
+		return nil, fmt.Errorf("%w: changelog release report: %v", catalog.ErrInvalidArgument, err)
+	}
+	live := l.liveRuns()
+	l.mu.Lock()
+	for run := range l.heldFrom {
+		if !live[run] {
+			delete(l.heldFrom, run)
+			delete(l.released, run)
+		}
+	}
+	if live[r.Run] && r.Run != l.w.RunID() {
+		hf := max(l.heldFrom[r.Run], r.HeldFrom)
+		l.heldFrom[r.Run] = hf
+		rel := l.released[r.Run]
+		if rel == nil {
+			rel = map[string]bool{}
+			l.released[r.Run] = rel
+		}
+		for n := range rel {
+			if _, c, _ := dstl.ParseSegmentName(l.prefix, n); c < hf {
+				delete(rel, n) // heldFrom covers it
+			}
+		}
+		for _, n := range r.Names {
+			if run, c, ok := dstl.ParseSegmentName(l.prefix, n); ok && run == r.Run && c >= hf {
+				rel[n] = true
+			}
+		}
+	}
+	l.mu.Unlock()
+	if err := cat.ReleaseLog(ctx, r.Names); err != nil {
+		return nil, err
+	}
+	return []byte("{}"), nil
+}
