@@ -46,9 +46,12 @@ import org.junit.jupiter.api.Test;
  *
  * <pre>
  * scripts/flink-jobs.sh -Dtest=AsyncStateBench -Dasync.bench=true [-Dasync.bench.events=N]
+ *     [-Dasync.bench.keys=K] [-Dasync.bench.conf.FLINK_OPTION=VALUE ...]
  * </pre>
  */
 class AsyncStateBench {
+  static final String CONF_PREFIX = "async.bench.conf.";
+
   @Test
   @SuppressWarnings("try")
   void sideBySide() throws Exception {
@@ -94,6 +97,13 @@ class AsyncStateBench {
         conf.set(
             CheckpointingOptions.CHECKPOINTS_DIRECTORY,
             tmp.resolve(b.name()).toUri().toString());
+        // -Dasync.bench.conf.<Flink option>=<value>: e.g. the execution
+        // controller's execution.async-state.buffer-size.
+        for (String k : System.getProperties().stringPropertyNames()) {
+          if (k.startsWith(CONF_PREFIX)) {
+            conf.setString(k.substring(CONF_PREFIX.length()), System.getProperty(k));
+          }
+        }
         StreamExecutionEnvironment env =
             new StreamExecutionEnvironment(KeyedAggregationJob.withDefaults(b.apply(conf), p));
         env.setParallelism(p.parallelism);
