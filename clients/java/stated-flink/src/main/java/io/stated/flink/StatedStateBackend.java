@@ -139,6 +139,24 @@ public class StatedStateBackend extends AbstractStateBackend implements Configur
   }
 
   @Override
+  public boolean supportsAsyncKeyedStateBackend() {
+    return true;
+  }
+
+  /**
+   * The asynchronous (State V2) keyed backend: the synchronous backend's restore, registration,
+   * snapshots and timers, with state accesses batched onto the daemon's stream ({@link
+   * StatedAsyncKeyedStateBackend}).
+   */
+  @Override
+  public <K> org.apache.flink.runtime.state.AsyncKeyedStateBackend<K> createAsyncKeyedStateBackend(
+      KeyedStateBackendParameters<K> parameters) throws IOException {
+    return new StatedAsyncKeyedStateBackend<>(
+        new StatedKeyedStateBackendBuilder<>(this, parameters).build(),
+        parameters.getEnv().getExecutionConfig());
+  }
+
+  @Override
   public OperatorStateBackend createOperatorStateBackend(OperatorStateBackendParameters parameters)
       throws BackendBuildingException {
     return new DefaultOperatorStateBackendBuilder(

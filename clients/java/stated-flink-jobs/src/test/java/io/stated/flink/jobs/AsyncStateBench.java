@@ -1,0 +1,202 @@
+package io.stated.flink.jobs;
+
+import static org.assertj.core.api.Assertions.assertThat;
+
+import java.lang.management.ManagementFactory;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.util.ArrayList;
+import java.util.HashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.UUID;
+import java.util.concurrent.TimeUnit;
+import org.apache.flink.api.common.JobID;
+import org.apache.flink.api.common.eventtime.WatermarkStrategy;
+import org.apache.flink.api.common.functions.OpenContext;
+import org.apache.flink.api.common.state.v2.ReducingState;
+import org.apache.flink.api.common.state.v2.ReducingStateDescriptor;
+import org.apache.flink.api.common.state.v2.ValueState;
+import org.apache.flink.api.common.state.v2.ValueStateDescriptor;
+import org.apache.flink.api.common.typeinfo.TypeInformation;
+import org.apache.flink.api.common.typeinfo.Types;
+import org.apache.flink.api.connector.source.util.ratelimit.RateLimiterStrategy;
+import org.apache.flink.configuration.CheckpointingOptions;
+import org.apache.flink.configuration.Configuration;
+import org.apache.flink.configuration.MemorySize;
+import org.apache.flink.configuration.TaskManagerOptions;
+import org.apache.flink.connector.datagen.source.DataGeneratorSource;
+import org.apache.flink.runtime.jobgraph.JobGraph;
+import org.apache.flink.runtime.minicluster.MiniCluster;
+import org.apache.flink.runtime.minicluster.MiniClusterConfiguration;
+import org.apache.flink.streaming.api.environment.StreamExecutionEnvironment;
+import org.apache.flink.streaming.api.functions.KeyedProcessFunction;
+import org.apache.flink.streaming.api.operators.StreamingRuntimeContext;
+import org.apache.flink.util.Collector;
+import org.junit.jupiter.api.Assumptions;
+import org.junit.jupiter.api.Test;
+
+/**
+ * A throughput comparison, not a timed test: the same {@code enableAsyncState()} job (per event a
+ * value read and update and a reducing add, State V2) on hashmap and rocksdb (both through Flink's
+ * adaptor over their synchronous backends), ForSt (its asynchronous backend) and stated (its
+ * asynchronous backend, when configured), one after the other in fresh MiniClusters in this JVM.
+ * It prints records/s and records per CPU second of the JVM; it asserts only that every backend's
+ * per-key results are right. Runs only with {@code -Dasync.bench=true} (docs/flink.md):
+ *
+ * <pre>
+ * scripts/flink-jobs.sh -Dtest=AsyncStateBench -Dasync.bench=true [-Dasync.bench.events=N]
+ *     [-Dasync.bench.keys=K] [-Dasync.bench.conf.FLINK_OPTION=VALUE ...]
+ * </pre>
+ */
+class AsyncStateBench {
+  static final String CONF_PREFIX = "async.bench.conf.";
+
+  @Test
+  @SuppressWarnings("try")
+  void sideBySide() throws Exception {
+    Assumptions.assumeTrue(
+        Boolean.getBoolean("async.bench"), "a benchmark: run it with -Dasync.bench=true");
+    JobParams p = new JobParams();
+    p.events = Long.getLong("async.bench.events", 400_000L);
+    p.keys = Integer.getInteger("async.bench.keys", 20_000);
+    p.parallelism = 2;
+    p.checkpointIntervalMs = 1000;
+    p.validate();
+    long[] perKey = new long[p.keys];
+    EventGenerator gen = new EventGenerator(p);
+    Map<Long, long[]> sums = new HashMap<>();
+    for (long i = 0; i < p.events; i++) {
+      Event e = gen.map(i);
+      perKey[(int) e.key]++;
+      sums.computeIfAbsent(e.key, k -> new long[1])[0] += e.value;
+    }
+    Map<String, Result> expected = new HashMap<>();
+    for (Map.Entry<Long, long[]> e : sums.entrySet()) {
+      Result r =
+          new Result(Result.FINAL, e.getKey(), -1, perKey[e.getKey().intValue()], e.getValue()[0], 0, 0, 0, 0, 0);
+      expected.put(r.id(), r);
+    }
+    List<Backends.Backend> backends =
+        Backends.with(Backends.HASHMAP, Backends.ROCKSDB, Backends.FORST);
+    List<String> rows = new ArrayList<>();
+    Path tmp = Files.createTempDirectory("async-bench");
+    for (Backends.Backend b : backends) {
+      Configuration cluster = new Configuration();
+      cluster.set(TaskManagerOptions.MANAGED_MEMORY_SIZE, MemorySize.ofMebiBytes(512));
+      try (MiniCluster mc =
+          new MiniCluster(
+              new MiniClusterConfiguration.Builder()
+                  .setConfiguration(cluster)
+                  .setNumTaskManagers(1)
+                  .setNumSlotsPerTaskManager(2)
+                  .build())) {
+        mc.start();
+        String name = "bench-" + UUID.randomUUID();
+        Configuration conf = new Configuration();
+        conf.set(
+            CheckpointingOptions.CHECKPOINTS_DIRECTORY,
+            tmp.resolve(b.name()).toUri().toString());
+        // -Dasync.bench.conf.<Flink option>=<value>: e.g. the execution
+        // controller's execution.async-state.buffer-size.
+        for (String k : System.getProperties().stringPropertyNames()) {
+          if (k.startsWith(CONF_PREFIX)) {
+            conf.setString(k.substring(CONF_PREFIX.length()), System.getProperty(k));
+          }
+        }
+        StreamExecutionEnvironment env =
+            new StreamExecutionEnvironment(KeyedAggregationJob.withDefaults(b.apply(conf), p));
+        env.setParallelism(p.parallelism);
+        env.setMaxParallelism(p.maxParallelism);
+        DataGeneratorSource<Event> source =
+            new DataGeneratorSource<>(
+                new EventGenerator(p),
+                p.events,
+                RateLimiterStrategy.noOp(),
+                TypeInformation.of(Event.class));
+        env.fromSource(source, WatermarkStrategy.noWatermarks(), "events")
+            .setParallelism(1)
+            .keyBy(new KeyedAggregationJob.EventKey(), Types.LONG)
+            .enableAsyncState()
+            .process(new CountSum(perKey))
+            .sinkTo(new ResultCollectingSink(name, true));
+        JobGraph graph = env.getStreamGraph().getJobGraph();
+        long cpu0 = cpuNanos();
+        long t0 = System.nanoTime();
+        JobID job = graph.getJobID();
+        mc.submitJob(graph).get(1, TimeUnit.MINUTES);
+        MiniClusterJobs.await(mc, job, java.time.Duration.ofMinutes(10));
+        long wall = System.nanoTime() - t0;
+        long cpu = cpuNanos() - cpu0;
+        ResultSet got = ResultCollectingSink.results(name);
+        assertThat(got.diff(expected)).as("results on " + b.name()).isEmpty();
+        ResultCollectingSink.drop(name);
+        rows.add(
+            String.format(
+                "%-8s %10.0f %12.0f %8.1fs",
+                b.name(), p.events / (wall / 1e9), p.events / (cpu / 1e9), wall / 1e9));
+      }
+    }
+    System.out.println(
+        "async-state side by side: "
+            + p.events
+            + " events over "
+            + p.keys
+            + " keys, parallelism "
+            + p.parallelism
+            + ", checkpoint every "
+            + p.checkpointIntervalMs
+            + " ms, enableAsyncState(), value get+update and reducing add per event");
+    System.out.println(String.format("%-8s %10s %12s %9s", "backend", "records/s", "rec/cpu-s", "wall"));
+    rows.forEach(System.out::println);
+  }
+
+  private static long cpuNanos() {
+    return ((com.sun.management.OperatingSystemMXBean) ManagementFactory.getOperatingSystemMXBean())
+        .getProcessCpuTime();
+  }
+
+  /** Per event: a value read and update (the key's count) and a reducing add (its sum). */
+  static final class CountSum extends KeyedProcessFunction<Long, Event, Result> {
+    private static final long serialVersionUID = 1L;
+    private final long[] perKey;
+    private transient ValueState<Long> count;
+    private transient ReducingState<Long> sum;
+
+    CountSum(long[] perKey) {
+      this.perKey = perKey;
+    }
+
+    @Override
+    public void open(OpenContext openContext) {
+      StreamingRuntimeContext ctx = (StreamingRuntimeContext) getRuntimeContext();
+      count = ctx.getValueState(new ValueStateDescriptor<>("count", Types.LONG));
+      sum = ctx.getReducingState(new ReducingStateDescriptor<>("sum", Long::sum, Types.LONG));
+    }
+
+    @Override
+    public void processElement(Event e, Context ctx, Collector<Result> out) {
+      long key = e.key;
+      count
+          .asyncValue()
+          .thenCompose(
+              c -> {
+                long n = (c == null ? 0 : c) + 1;
+                return count
+                    .asyncUpdate(n)
+                    .thenCompose(x -> sum.asyncAdd(e.value))
+                    .thenCompose(
+                        x ->
+                            n == perKey[(int) key]
+                                ? sum.asyncGet()
+                                    .thenAccept(
+                                        s ->
+                                            out.collect(
+                                                new Result(
+                                                    Result.FINAL, key, -1, n, s, 0, 0, 0, 0, 0)))
+                                : org.apache.flink.core.state.StateFutureUtils
+                                    .completedVoidFuture());
+              });
+    }
+  }
+}

@@ -1,0 +1,471 @@
+package io.stated.flink;
+
+import com.google.protobuf.ByteString;
+import io.stated.api.v1.MapEntry;
+import io.stated.api.v1.Op;
+import io.stated.api.v1.OpType;
+import io.stated.api.v1.Result;
+import io.stated.client.BatchResult;
+import io.stated.client.Instance;
+import io.stated.client.StatedException;
+import java.io.IOException;
+import java.util.AbstractMap;
+import java.util.ArrayList;
+import java.util.Collection;
+import java.util.List;
+import java.util.Map;
+import java.util.concurrent.CompletableFuture;
+import org.apache.flink.api.common.typeutils.TypeSerializer;
+import org.apache.flink.api.java.tuple.Tuple2;
+import org.apache.flink.core.memory.DataInputDeserializer;
+import org.apache.flink.core.memory.DataOutputSerializer;
+import org.apache.flink.runtime.asyncprocessing.AsyncRequestContainer;
+import org.apache.flink.runtime.asyncprocessing.StateExecutor;
+import org.apache.flink.runtime.asyncprocessing.StateRequest;
+import org.apache.flink.runtime.asyncprocessing.StateRequestHandler;
+import org.apache.flink.runtime.asyncprocessing.StateRequestType;
+import org.apache.flink.runtime.state.v2.AbstractKeyedState;
+
+/**
+ * Executes Flink's batches of state requests on the daemon: each batch becomes one stated batch
+ * request (cut only where the daemon's per-request limits demand it), sent on the task thread in
+ * request order, so the daemon applies a key's requests in the order Flink issued them and a view
+ * barrier taken later (a snapshot) holds all of them. The answer completes Flink's futures, on the
+ * client's response thread; Flink moves the callbacks to the task's mailbox.
+ *
+ * <p>Requests are translated on the task thread (keys, namespaces and values serialized there);
+ * answers are decoded with each state's thread-local serializer copies.
+ */
+final class StatedAsyncStateExecutor implements StateExecutor {
+  /** The page size of a map iteration (MAP_ITERATE's limit), as the synchronous map state. */
+  static final int MAP_PAGE = StatedMapState.PAGE;
+
+  private final Instance inst;
+  private final TypeSerializer<Object> keySerializer;
+  private final java.util.function.Supplier<StateRequestHandler> handler;
+  private final int maxOps;
+  private final long maxBytes;
+  private final DataOutputSerializer out = new DataOutputSerializer(128);
+
+  @SuppressWarnings("unchecked")
+  StatedAsyncStateExecutor(
+      Instance inst,
+      TypeSerializer<?> keySerializer,
+      java.util.function.Supplier<StateRequestHandler> handler) {
+    this.inst = inst;
+    this.keySerializer = (TypeSerializer<Object>) keySerializer.duplicate();
+    this.handler = handler;
+    int ops = inst.openResponse().getMaxBatchOps();
+    this.maxOps = ops > 0 ? Math.min(1000, ops) : 1000;
+    long msg = inst.openResponse().getMaxMessageSize();
+    this.maxBytes = msg > 0 ? Math.min(1 << 20, msg / 2) : 1 << 20;
+  }
+
+  /** The requests of one batch, in Flink's order. */
+  static final class Batch implements AsyncRequestContainer<StateRequest<?, ?, ?, ?>> {
+    final List<StateRequest<?, ?, ?, ?>> requests = new ArrayList<>();
+
+    @Override
+    public void offer(StateRequest<?, ?, ?, ?> r) {
+      requests.add(r);
+    }
+
+    @Override
+    public boolean isEmpty() {
+      return requests.isEmpty();
+    }
+  }
+
+  @Override
+  public AsyncRequestContainer<StateRequest<?, ?, ?, ?>> createRequestContainer() {
+    return new Batch();
+  }
+
+  @Override
+  public boolean fullyLoaded() {
+    return inst.inFlight() >= inst.maxInFlight();
+  }
+
+  @Override
+  public void executeRequestSync(StateRequest<?, ?, ?, ?> request) {
+    Batch b = new Batch();
+    b.offer(request);
+    executeBatchRequests(b);
+  }
+
+  @Override
+  public void shutdown() {
+    // The instance belongs to the backend, which closes it.
+  }
+
+  /** Decodes the answer of one request from its operations' results. */
+  private interface Decoder {
+    Object decode(List<Result> results, int from, int to) throws Exception;
+  }
+
+  /** One translated request: its operations are results [from, to) of the batch. */
+  private static final class Translated {
+    final StateRequest<?, ?, ?, ?> request;
+    final int from;
+    final int to;
+    final Decoder decoder;
+
+    Translated(StateRequest<?, ?, ?, ?> request, int from, int to, Decoder decoder) {
+      this.request = request;
+      this.from = from;
+      this.to = to;
+      this.decoder = decoder;
+    }
+  }
+
+  private static final Decoder NOTHING = (rs, from, to) -> null;
+
+  @Override
+  public CompletableFuture<Void> executeBatchRequests(
+      AsyncRequestContainer<StateRequest<?, ?, ?, ?>> container) {
+    List<StateRequest<?, ?, ?, ?>> requests = ((Batch) container).requests;
+    List<Op> ops = new ArrayList<>(requests.size());
+    List<Translated> done = new ArrayList<>(requests.size());
+    for (StateRequest<?, ?, ?, ?> r : requests) {
+      int from = ops.size();
+      try {
+        Decoder d = translate(r, ops);
+        done.add(new Translated(r, from, ops.size(), d));
+      } catch (RuntimeException e) {
+        // Nothing of this request was sent: drop its operations.
+        while (ops.size() > from) {
+          ops.remove(ops.size() - 1);
+        }
+        fail(r, "cannot send " + r.getRequestType() + " of a stated state", e);
+      }
+    }
+    List<CompletableFuture<BatchResult>> parts = new ArrayList<>();
+    int start = 0;
+    long bytes = 0;
+    for (int i = 0; i < ops.size(); i++) {
+      long size = ops.get(i).getSerializedSize();
+      if (i > start && (i - start >= maxOps || bytes + size > maxBytes)) {
+        parts.add(inst.send(ops.subList(start, i)));
+        start = i;
+        bytes = 0;
+      }
+      bytes += size;
+    }
+    if (start < ops.size()) {
+      parts.add(inst.send(ops.subList(start, ops.size())));
+    }
+    return CompletableFuture.allOf(parts.toArray(new CompletableFuture<?>[0]))
+        .handle(
+            (v, err) -> {
+              List<Result> results = new ArrayList<>(ops.size());
+              if (err == null) {
+                for (CompletableFuture<BatchResult> p : parts) {
+                  results.addAll(p.join().results());
+                }
+              }
+              for (Translated t : done) {
+                complete(t, results, err);
+              }
+              return null;
+            });
+  }
+
+  @SuppressWarnings({"unchecked", "rawtypes"})
+  private static void complete(Translated t, List<Result> results, Throwable err) {
+    if (err != null) {
+      fail(t.request, "the stated daemon failed a batch", StatedException.from(err, null));
+      return;
+    }
+    for (int i = t.from; i < t.to; i++) {
+      StatedException e = BatchResult.error(results.get(i));
+      if (e != null) {
+        fail(t.request, "the stated daemon failed " + t.request.getRequestType(), e);
+        return;
+      }
+    }
+    Object value;
+    try {
+      value = t.decoder.decode(results, t.from, t.to);
+    } catch (Exception e) {
+      fail(t.request, "cannot read the answer to " + t.request.getRequestType(), e);
+      return;
+    }
+    ((StateRequest) t.request).getFuture().complete(value);
+  }
+
+  private static void fail(StateRequest<?, ?, ?, ?> r, String what, Throwable e) {
+    r.getFuture().completeExceptionally(what + ": " + e.getMessage(), e);
+  }
+
+  private byte[] keyBytes(StateRequest<?, ?, ?, ?> r) {
+    out.clear();
+    try {
+      keySerializer.serialize(r.getRecordContext().getKey(), out);
+    } catch (IOException e) {
+      throw new IllegalStateException("cannot serialize key " + r.getRecordContext().getKey(), e);
+    }
+    return out.getCopyOfBuffer();
+  }
+
+  private <T> byte[] bytes(TypeSerializer<T> s, T v, String state) {
+    out.clear();
+    try {
+      s.serialize(v, out);
+    } catch (IOException e) {
+      throw new IllegalStateException("cannot serialize a value of state " + state + ": " + e, e);
+    }
+    return out.getCopyOfBuffer();
+  }
+
+  /** A map's user value as the synchronous map state stores it: a null flag, then the value. */
+  private <T> byte[] userValue(TypeSerializer<T> s, T v, String state) {
+    out.clear();
+    try {
+      out.writeBoolean(v == null);
+      if (v != null) {
+        s.serialize(v, out);
+      }
+    } catch (IOException e) {
+      throw new IllegalStateException("cannot serialize a value of state " + state + ": " + e, e);
+    }
+    return out.getCopyOfBuffer();
+  }
+
+  private static <T> T read(TypeSerializer<T> s, ByteString b) throws IOException {
+    return s.deserialize(new DataInputDeserializer(b.toByteArray()));
+  }
+
+  private static Op op(OpType t, String state, int kg, byte[] key, byte[] ns) {
+    return Op.newBuilder()
+        .setType(t)
+        .setState(state)
+        .setKeyGroup(kg)
+        .setKey(ByteString.copyFrom(key))
+        .setNamespace(ByteString.copyFrom(ns))
+        .build();
+  }
+
+  /** Appends the request's operations to {@code ops} and returns how to decode its answer. */
+  @SuppressWarnings({"unchecked", "rawtypes"})
+  private Decoder translate(StateRequest<?, ?, ?, ?> r, List<Op> ops) {
+    StateRequestType type = r.getRequestType();
+    if (type == StateRequestType.SYNC_POINT) {
+      return NOTHING;
+    }
+    if (!(r.getState() instanceof StatedAsyncStates.Addressed)) {
+      throw new IllegalArgumentException(
+          "state " + r.getState() + " does not belong to the stated backend");
+    }
+    StatedAsyncStates.Addressed s = (StatedAsyncStates.Addressed) r.getState();
+    AbstractKeyedState<?, ?, Object> ks = (AbstractKeyedState<?, ?, Object>) r.getState();
+    String name = s.stateName();
+    Object payload = r.getPayload();
+    if (type == StateRequestType.ITERATOR_LOADING) {
+      StatedAsyncStates.MapCursor c = (StatedAsyncStates.MapCursor) payload;
+      return mapPage(ops, (StatedAsyncStates.MapS) s, c);
+    }
+    int kg = r.getRecordContext().getKeyGroup();
+    byte[] key = keyBytes(r);
+    byte[] ns = s.namespaceBytes(r.getNamespace());
+    switch (type) {
+      case CLEAR:
+        ops.add(op(OpType.OP_TYPE_DELETE, name, kg, key, ns));
+        return NOTHING;
+      case VALUE_GET:
+      case REDUCING_GET:
+      case AGGREGATING_GET:
+        ops.add(op(OpType.OP_TYPE_GET, name, kg, key, ns));
+        return (rs, from, to) -> {
+          Result x = rs.get(from);
+          return x.getFound() ? read(ks.getValueSerializer(), x.getValue()) : null;
+        };
+      case VALUE_UPDATE:
+      case REDUCING_ADD:
+      case AGGREGATING_ADD:
+        if (payload == null) {
+          ops.add(op(OpType.OP_TYPE_DELETE, name, kg, key, ns));
+        } else {
+          ops.add(
+              op(OpType.OP_TYPE_PUT, name, kg, key, ns).toBuilder()
+                  .setValue(ByteString.copyFrom(bytes(ks.getValueSerializer(), payload, name)))
+                  .build());
+        }
+        return NOTHING;
+      case LIST_GET:
+        ops.add(op(OpType.OP_TYPE_LIST_GET, name, kg, key, ns));
+        return (rs, from, to) -> {
+          Result x = rs.get(from);
+          TypeSerializer<Object> el = ks.getValueSerializer();
+          List<Object> items = new ArrayList<>(x.getValuesCount());
+          for (ByteString b : x.getValuesList()) {
+            items.add(read(el, b));
+          }
+          return new StatedAsyncStates.WholeList<>(r.getState(), handler.get(), items);
+        };
+      case LIST_ADD:
+        if (payload == null) {
+          throw new NullPointerException("You cannot add null to a ListState.");
+        }
+        ops.add(append(name, kg, key, ns, List.of(payload), ks.getValueSerializer()));
+        return NOTHING;
+      case LIST_ADD_ALL:
+      case LIST_UPDATE:
+        {
+          if (payload == null) {
+            throw new NullPointerException("List of values to add cannot be null.");
+          }
+          Collection<Object> values = (Collection<Object>) payload;
+          Op add =
+              values.isEmpty() ? null : append(name, kg, key, ns, values, ks.getValueSerializer());
+          if (type == StateRequestType.LIST_UPDATE) {
+            ops.add(op(OpType.OP_TYPE_DELETE, name, kg, key, ns));
+          }
+          if (add != null) {
+            ops.add(add);
+          }
+          return NOTHING;
+        }
+      case MAP_GET:
+      case MAP_CONTAINS:
+        {
+          StatedAsyncStates.MapS m = (StatedAsyncStates.MapS) s;
+          ops.add(
+              op(
+                      type == StateRequestType.MAP_GET
+                          ? OpType.OP_TYPE_MAP_GET
+                          : OpType.OP_TYPE_MAP_CONTAINS,
+                      name,
+                      kg,
+                      key,
+                      ns)
+                  .toBuilder()
+                  .setUserKey(
+                      ByteString.copyFrom(
+                          bytes((TypeSerializer<Object>) m.userKeySerializer(), payload, name)))
+                  .build());
+          if (type == StateRequestType.MAP_CONTAINS) {
+            return (rs, from, to) -> rs.get(from).getFound();
+          }
+          return (rs, from, to) -> {
+            Result x = rs.get(from);
+            return x.getFound()
+                ? StatedMapState.readUserValue(
+                    ks.getValueSerializer(), x.getValue().toByteArray(), name)
+                : null;
+          };
+        }
+      case MAP_PUT:
+        {
+          Tuple2<Object, Object> kv = (Tuple2<Object, Object>) payload;
+          ops.add(mapPut((StatedAsyncStates.MapS) s, ks, kg, key, ns, kv.f0, kv.f1));
+          return NOTHING;
+        }
+      case MAP_PUT_ALL:
+        if (payload != null) {
+          for (Map.Entry<Object, Object> e : ((Map<Object, Object>) payload).entrySet()) {
+            ops.add(mapPut((StatedAsyncStates.MapS) s, ks, kg, key, ns, e.getKey(), e.getValue()));
+          }
+        }
+        return NOTHING;
+      case MAP_REMOVE:
+        {
+          StatedAsyncStates.MapS m = (StatedAsyncStates.MapS) s;
+          ops.add(
+              op(OpType.OP_TYPE_MAP_REMOVE, name, kg, key, ns).toBuilder()
+                  .setUserKey(
+                      ByteString.copyFrom(
+                          bytes((TypeSerializer<Object>) m.userKeySerializer(), payload, name)))
+                  .build());
+          return NOTHING;
+        }
+      case MAP_IS_EMPTY:
+        ops.add(op(OpType.OP_TYPE_MAP_ITERATE, name, kg, key, ns).toBuilder().setLimit(1).build());
+        return (rs, from, to) -> rs.get(from).getEntriesCount() == 0;
+      case MAP_ITER:
+      case MAP_ITER_KEY:
+      case MAP_ITER_VALUE:
+        return mapPage(
+            ops,
+            (StatedAsyncStates.MapS) s,
+            new StatedAsyncStates.MapCursor(type, kg, key, ns, ByteString.EMPTY));
+      default:
+        throw new UnsupportedOperationException(
+            "the stated backend does not support state request " + type);
+    }
+  }
+
+  private Op append(
+      String name,
+      int kg,
+      byte[] key,
+      byte[] ns,
+      Collection<Object> values,
+      TypeSerializer<Object> el) {
+    Op.Builder b = op(OpType.OP_TYPE_LIST_APPEND, name, kg, key, ns).toBuilder();
+    for (Object v : values) {
+      if (v == null) {
+        throw new NullPointerException("You cannot add null to a ListState.");
+      }
+      b.addValues(ByteString.copyFrom(bytes(el, v, name)));
+    }
+    return b.build();
+  }
+
+  @SuppressWarnings({"unchecked", "rawtypes"})
+  private Op mapPut(
+      StatedAsyncStates.MapS m,
+      AbstractKeyedState<?, ?, Object> ks,
+      int kg,
+      byte[] key,
+      byte[] ns,
+      Object userKey,
+      Object value) {
+    String name = m.stateName();
+    byte[] uk = bytes((TypeSerializer<Object>) m.userKeySerializer(), userKey, name);
+    byte[] uv = userValue(ks.getValueSerializer(), value, name);
+    return op(OpType.OP_TYPE_MAP_PUT, name, kg, key, ns).toBuilder()
+        .setUserKey(ByteString.copyFrom(uk))
+        .setValue(ByteString.copyFrom(uv))
+        .build();
+  }
+
+  /** One MAP_ITERATE page from the cursor on; its answer is a page iterator. */
+  @SuppressWarnings({"unchecked", "rawtypes"})
+  private Decoder mapPage(List<Op> ops, StatedAsyncStates.MapS m, StatedAsyncStates.MapCursor c) {
+    String name = m.stateName();
+    ops.add(
+        op(OpType.OP_TYPE_MAP_ITERATE, name, c.keyGroup, c.key, c.namespace).toBuilder()
+            .setUserKey(c.after)
+            .setLimit(MAP_PAGE)
+            .build());
+    return (rs, from, to) -> {
+      Result x = rs.get(from);
+      // The user key serializer is shared with the task thread: a copy per page.
+      TypeSerializer<Object> uks = ((TypeSerializer<Object>) m.userKeySerializer()).duplicate();
+      TypeSerializer<Object> uvs = m.getValueSerializer();
+      List<Object> items = new ArrayList<>(x.getEntriesCount());
+      ByteString last = c.after;
+      for (MapEntry e : x.getEntriesList()) {
+        last = e.getUserKey();
+        switch (c.type) {
+          case MAP_ITER_KEY:
+            items.add(read(uks, e.getUserKey()));
+            break;
+          case MAP_ITER_VALUE:
+            items.add(StatedMapState.readUserValue(uvs, e.getValue().toByteArray(), name));
+            break;
+          default:
+            items.add(
+                new AbstractMap.SimpleImmutableEntry<>(
+                    read(uks, e.getUserKey()),
+                    StatedMapState.readUserValue(uvs, e.getValue().toByteArray(), name)));
+        }
+      }
+      StatedAsyncStates.MapCursor next =
+          x.getMore() && x.getEntriesCount() > 0
+              ? new StatedAsyncStates.MapCursor(c.type, c.keyGroup, c.key, c.namespace, last)
+              : null;
+      return new StatedAsyncStates.MapPage<>(m, c.type, handler.get(), items, next);
+    };
+  }
+}

@@ -1,0 +1,566 @@
+package io.stated.flink;
+
+import static org.assertj.core.api.Assertions.assertThat;
+
+import io.stated.client.Daemon;
+import java.util.ArrayList;
+import java.util.Collections;
+import java.util.HashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.concurrent.RunnableFuture;
+import java.util.concurrent.atomic.AtomicInteger;
+import java.util.concurrent.atomic.AtomicReference;
+import org.apache.flink.api.common.JobID;
+import org.apache.flink.api.common.functions.AggregateFunction;
+import org.apache.flink.api.common.state.v2.AggregatingState;
+import org.apache.flink.api.common.state.v2.AggregatingStateDescriptor;
+import org.apache.flink.api.common.state.v2.ListState;
+import org.apache.flink.api.common.state.v2.ListStateDescriptor;
+import org.apache.flink.api.common.state.v2.MapState;
+import org.apache.flink.api.common.state.v2.MapStateDescriptor;
+import org.apache.flink.api.common.state.v2.ReducingState;
+import org.apache.flink.api.common.state.v2.ReducingStateDescriptor;
+import org.apache.flink.api.common.state.v2.ValueState;
+import org.apache.flink.api.common.state.v2.ValueStateDescriptor;
+import org.apache.flink.api.common.typeinfo.BasicTypeInfo;
+import org.apache.flink.api.common.typeutils.base.IntSerializer;
+import org.apache.flink.api.common.typeutils.base.LongSerializer;
+import org.apache.flink.api.common.typeutils.base.StringSerializer;
+import org.apache.flink.configuration.Configuration;
+import org.apache.flink.core.fs.CloseableRegistry;
+import org.apache.flink.metrics.groups.UnregisteredMetricsGroup;
+import org.apache.flink.runtime.asyncprocessing.EpochManager;
+import org.apache.flink.runtime.asyncprocessing.RecordContext;
+import org.apache.flink.runtime.asyncprocessing.StateExecutionController;
+import org.apache.flink.runtime.asyncprocessing.declare.DeclarationManager;
+import org.apache.flink.runtime.checkpoint.CheckpointOptions;
+import org.apache.flink.runtime.operators.testutils.MockEnvironment;
+import org.apache.flink.runtime.state.AsyncKeyedStateBackend;
+import org.apache.flink.runtime.state.CheckpointStorageLocationReference;
+import org.apache.flink.runtime.state.CheckpointStreamFactory;
+import org.apache.flink.runtime.state.KeyGroupRange;
+import org.apache.flink.runtime.state.KeyGroupRangeAssignment;
+import org.apache.flink.runtime.state.KeyedStateBackendParametersImpl;
+import org.apache.flink.runtime.state.KeyedStateHandle;
+import org.apache.flink.runtime.state.SnapshotResult;
+import org.apache.flink.runtime.state.VoidNamespace;
+import org.apache.flink.runtime.state.VoidNamespaceSerializer;
+import org.apache.flink.runtime.state.storage.JobManagerCheckpointStorage;
+import org.apache.flink.runtime.state.ttl.TtlTimeProvider;
+import org.apache.flink.runtime.state.v2.internal.InternalListState;
+import org.apache.flink.streaming.runtime.tasks.StreamTaskActionExecutor;
+import org.apache.flink.streaming.runtime.tasks.mailbox.MailboxExecutorImpl;
+import org.apache.flink.streaming.runtime.tasks.mailbox.TaskMailboxImpl;
+import org.apache.flink.testutils.junit.extensions.parameterized.Parameter;
+import org.apache.flink.testutils.junit.extensions.parameterized.ParameterizedTestExtension;
+import org.apache.flink.testutils.junit.extensions.parameterized.Parameters;
+import org.apache.flink.util.IOUtils;
+import org.junit.jupiter.api.AfterAll;
+import org.junit.jupiter.api.AfterEach;
+import org.junit.jupiter.api.BeforeAll;
+import org.junit.jupiter.api.BeforeEach;
+import org.junit.jupiter.api.Tag;
+import org.junit.jupiter.api.TestTemplate;
+import org.junit.jupiter.api.extension.ExtendWith;
+
+/**
+ * The asynchronous backend driven by Flink's own asynchronous execution controller, as an operator
+ * with {@code enableAsyncState()} drives it, on a real daemon: every state kind through batches,
+ * map iteration across pages, per-key order, snapshots taken while requests are in flight, restore
+ * by the asynchronous and the synchronous backend, and rescaling.
+ */
+@Tag("daemon-views")
+@ExtendWith(ParameterizedTestExtension.class)
+public class StatedAsyncStateTest {
+  private static Daemon daemon;
+
+  @Parameter public String kind;
+
+  @Parameters(name = "kind={0}")
+  public static List<String> kinds() {
+    return List.of("file", "lsm");
+  }
+
+  @BeforeAll
+  static void startDaemon() throws Exception {
+    daemon = new Daemon();
+    daemon.start();
+  }
+
+  @AfterAll
+  static void stopDaemon() throws Exception {
+    if (daemon != null) {
+      daemon.close();
+    }
+  }
+
+  private MockEnvironment env;
+  private final List<AutoCloseable> toClose = new ArrayList<>();
+  private final AtomicReference<Throwable> asyncFailure = new AtomicReference<>();
+
+  @BeforeEach
+  void before() {
+    env = MockEnvironment.builder().build();
+  }
+
+  @AfterEach
+  void after() {
+    Collections.reverse(toClose);
+    for (AutoCloseable c : toClose) {
+      IOUtils.closeQuietly(c);
+    }
+    IOUtils.closeQuietly(env);
+    assertThat(asyncFailure.get()).as("failure reported to Flink's async framework").isNull();
+  }
+
+  private StatedStateBackend stateBackend() {
+    Configuration c = new Configuration();
+    c.set(StatedOptions.SOCKET, daemon.socket.toString());
+    c.set(StatedOptions.BACKEND_KIND, kind);
+    return new StatedStateBackend().configure(c, getClass().getClassLoader());
+  }
+
+  private <K> KeyedStateBackendParametersImpl<K> params(
+      org.apache.flink.api.common.typeutils.TypeSerializer<K> keys,
+      int maxParallelism,
+      KeyGroupRange range,
+      List<KeyedStateHandle> handles) {
+    return new KeyedStateBackendParametersImpl<>(
+        env,
+        new JobID(),
+        "async_op",
+        keys,
+        maxParallelism,
+        range,
+        env.getTaskKvStateRegistry(),
+        TtlTimeProvider.DEFAULT,
+        new UnregisteredMetricsGroup(),
+        (name, value) -> {},
+        handles,
+        new CloseableRegistry(),
+        1.0d);
+  }
+
+  /** A backend and the execution controller of an operator on it. */
+  private final class Task {
+    final AsyncKeyedStateBackend<Integer> backend;
+    final StateExecutionController<Integer> aec;
+    final int maxParallelism;
+    private int records;
+
+    Task(int maxParallelism, KeyGroupRange range, List<KeyedStateHandle> handles, int batchSize)
+        throws Exception {
+      this.maxParallelism = maxParallelism;
+      backend =
+          stateBackend()
+              .createAsyncKeyedStateBackend(
+                  params(IntSerializer.INSTANCE, maxParallelism, range, handles));
+      toClose.add(
+          () -> {
+            backend.close();
+            backend.dispose();
+          });
+      // The mailbox of this (the test's) thread: callbacks run here while
+      // the controller waits, as on a task thread.
+      aec =
+          new StateExecutionController<>(
+              new MailboxExecutorImpl(new TaskMailboxImpl(), 0, StreamTaskActionExecutor.IMMEDIATE),
+              (message, t) -> asyncFailure.compareAndSet(null, t),
+              backend.createStateExecutor(),
+              new DeclarationManager(),
+              EpochManager.ParallelMode.SERIAL_BETWEEN_EPOCH,
+              maxParallelism,
+              batchSize,
+              -1,
+              1000,
+              null,
+              new UnregisteredMetricsGroup());
+      backend.setup(aec);
+    }
+
+    /** Runs {@code body} as the processing of one record of {@code key}. */
+    void record(int key, Runnable body) {
+      RecordContext<Integer> ctx = aec.buildContext("record-" + records++, key);
+      ctx.retain();
+      aec.setCurrentContext(ctx);
+      body.run();
+      ctx.release();
+    }
+
+    void drain() {
+      aec.drainInflightRecords(0);
+    }
+
+    KeyedStateHandle snapshot(long id, Runnable beforeAsyncPart) throws Exception {
+      CheckpointStreamFactory streams =
+          new JobManagerCheckpointStorage()
+              .createCheckpointStorage(new JobID())
+              .resolveCheckpointStorageLocation(
+                  id, CheckpointStorageLocationReference.getDefault());
+      RunnableFuture<SnapshotResult<KeyedStateHandle>> f =
+          backend.snapshot(id, 0L, streams, CheckpointOptions.forCheckpointWithDefaultLocation());
+      beforeAsyncPart.run();
+      if (!f.isDone()) {
+        f.run();
+      }
+      return f.get().getJobManagerOwnedSnapshot();
+    }
+  }
+
+  private static final class Avg implements AggregateFunction<Integer, Long, Long> {
+    private static final long serialVersionUID = 1L;
+
+    @Override
+    public Long createAccumulator() {
+      return 0L;
+    }
+
+    @Override
+    public Long add(Integer value, Long acc) {
+      return acc + value;
+    }
+
+    @Override
+    public Long getResult(Long acc) {
+      return acc * 10;
+    }
+
+    @Override
+    public Long merge(Long a, Long b) {
+      return a + b;
+    }
+  }
+
+  private static <S extends org.apache.flink.api.common.state.v2.State> S state(
+      Task t, org.apache.flink.api.common.state.v2.StateDescriptor<?> d) throws Exception {
+    return t.backend.getOrCreateKeyedState(
+        VoidNamespace.INSTANCE, VoidNamespaceSerializer.INSTANCE, d);
+  }
+
+  @TestTemplate
+  void everyKindThroughBatches() throws Exception {
+    Task t = new Task(128, new KeyGroupRange(0, 127), List.of(), 100);
+    ValueState<Integer> v = state(t, new ValueStateDescriptor<>("v", BasicTypeInfo.INT_TYPE_INFO));
+    ListState<Integer> l = state(t, new ListStateDescriptor<>("l", BasicTypeInfo.INT_TYPE_INFO));
+    MapState<Integer, String> m =
+        state(
+            t,
+            new MapStateDescriptor<>(
+                "m", BasicTypeInfo.INT_TYPE_INFO, BasicTypeInfo.STRING_TYPE_INFO));
+    ReducingState<Long> r =
+        state(t, new ReducingStateDescriptor<>("r", Long::sum, BasicTypeInfo.LONG_TYPE_INFO));
+    AggregatingState<Integer, Long> a =
+        state(t, new AggregatingStateDescriptor<>("a", new Avg(), BasicTypeInfo.LONG_TYPE_INFO));
+    int keys = 300;
+    for (int k = 0; k < keys; k++) {
+      int key = k;
+      t.record(
+          key,
+          () -> {
+            v.asyncUpdate(key);
+            l.asyncAdd(key);
+            l.asyncAddAll(List.of(key + 1, key + 2));
+            m.asyncPut(key, "x" + key);
+            m.asyncPut(-1, null);
+            // A reducing or aggregating add reads, then writes in a callback:
+            // two adds of one record are chained, or both read the old value
+            // (Flink's State V2 semantics, the same on ForSt).
+            r.asyncAdd((long) key).thenCompose(x -> r.asyncAdd(1L));
+            a.asyncAdd(key).thenCompose(x -> a.asyncAdd(2));
+          });
+    }
+    t.drain();
+    Map<Integer, List<Object>> got = new HashMap<>();
+    for (int k = 0; k < keys; k++) {
+      int key = k;
+      List<Object> row = Collections.synchronizedList(new ArrayList<>());
+      got.put(key, row);
+      t.record(
+          key,
+          () -> {
+            v.asyncValue()
+                .thenAccept(x -> row.add(x))
+                .thenCompose(x -> l.asyncGet())
+                .thenCompose(
+                    it -> {
+                      List<Integer> items = new ArrayList<>();
+                      return it.onNext(
+                              (Integer x) -> {
+                                items.add(x);
+                              })
+                          .thenAccept(x -> row.add(items));
+                    })
+                .thenCompose(x -> m.asyncGet(key))
+                .thenAccept(row::add)
+                .thenCompose(x -> m.asyncContains(-1))
+                .thenAccept(row::add)
+                .thenCompose(x -> m.asyncGet(-1))
+                .thenAccept(row::add)
+                .thenCompose(x -> r.asyncGet())
+                .thenAccept(row::add)
+                .thenCompose(x -> a.asyncGet())
+                .thenAccept(row::add);
+          });
+    }
+    t.drain();
+    for (int k = 0; k < keys; k++) {
+      assertThat(got.get(k))
+          .as("key %d", k)
+          .containsExactly(
+              k, List.of(k, k + 1, k + 2), "x" + k, true, null, (long) k + 1, (k + 2) * 10L);
+    }
+    // The synchronous forms go through the same executor.
+    t.record(
+        5,
+        () -> {
+          assertThat(v.value()).isEqualTo(5);
+          v.update(null);
+          assertThat(v.value()).isNull();
+          l.update(List.of(9));
+          assertThat(l.get()).containsExactly(9);
+          l.update(List.of());
+          assertThat(l.get()).isEmpty();
+          m.remove(5);
+          assertThat(m.contains(5)).isFalse();
+          assertThat(m.isEmpty()).isFalse();
+          m.remove(-1);
+          assertThat(m.isEmpty()).isTrue();
+          r.clear();
+          assertThat(r.get()).isNull();
+        });
+    t.drain();
+  }
+
+  @TestTemplate
+  void mapIterationPagesAndPerKeyOrder() throws Exception {
+    Task t = new Task(128, new KeyGroupRange(0, 127), List.of(), 1000);
+    MapState<Integer, String> m =
+        state(
+            t,
+            new MapStateDescriptor<>(
+                "m", BasicTypeInfo.INT_TYPE_INFO, BasicTypeInfo.STRING_TYPE_INFO));
+    ValueState<Integer> v = state(t, new ValueStateDescriptor<>("v", BasicTypeInfo.INT_TYPE_INFO));
+    int n = 2 * StatedAsyncStateExecutor.MAP_PAGE + 345;
+    Map<Integer, String> big = new HashMap<>();
+    for (int i = 0; i < n; i++) {
+      big.put(i, "v" + i);
+    }
+    AtomicInteger entries = new AtomicInteger();
+    AtomicInteger keySum = new AtomicInteger();
+    AtomicInteger values = new AtomicInteger();
+    List<Object> order = Collections.synchronizedList(new ArrayList<>());
+    t.record(
+        3,
+        () -> {
+          m.asyncPutAll(big);
+          m.asyncEntries()
+              .thenCompose(
+                  it ->
+                      it.onNext(
+                          e -> {
+                            assertThat(e.getValue()).isEqualTo("v" + e.getKey());
+                            entries.incrementAndGet();
+                          }));
+          m.asyncKeys()
+              .thenCompose(
+                  it ->
+                      it.onNext(
+                          (Integer k) -> {
+                            keySum.addAndGet(k);
+                          }));
+          m.asyncValues()
+              .thenCompose(
+                  it ->
+                      it.onNext(
+                          (String x) -> {
+                            values.incrementAndGet();
+                          }));
+          // Requests of one key, not waited for, in one batch: applied in order.
+          v.asyncUpdate(1);
+          v.asyncUpdate(2);
+          v.asyncValue().thenAccept(order::add);
+          v.asyncClear();
+          v.asyncValue().thenAccept(order::add);
+          v.asyncUpdate(3);
+        });
+    t.drain();
+    assertThat(entries.get()).isEqualTo(n);
+    assertThat(keySum.get()).isEqualTo(n * (n - 1) / 2);
+    assertThat(values.get()).isEqualTo(n);
+    assertThat(order).containsExactly(2, null);
+    t.record(3, () -> assertThat(v.value()).isEqualTo(3));
+    t.drain();
+  }
+
+  @TestTemplate
+  void listMergesNamespaces() throws Exception {
+    Task t = new Task(128, new KeyGroupRange(0, 127), List.of(), 10);
+    InternalListState<Integer, String, Integer> l =
+        t.backend.createStateInternal(
+            "w", StringSerializer.INSTANCE, new ListStateDescriptor<>("l", IntSerializer.INSTANCE));
+    List<Integer> target = new ArrayList<>();
+    List<Integer> source = new ArrayList<>();
+    t.record(
+        1,
+        () -> {
+          l.setCurrentNamespace("a");
+          l.asyncAdd(1);
+          l.setCurrentNamespace("b");
+          l.asyncAddAll(List.of(2, 3));
+          l.setCurrentNamespace("t");
+          l.asyncAdd(0);
+          l.asyncMergeNamespaces("t", List.of("a", "b"))
+              .thenCompose(
+                  x -> {
+                    l.setCurrentNamespace("t");
+                    return l.asyncGet();
+                  })
+              .thenCompose(
+                  it ->
+                      it.onNext(
+                          (Integer x) -> {
+                            target.add(x);
+                          }))
+              .thenCompose(
+                  x -> {
+                    l.setCurrentNamespace("b");
+                    return l.asyncGet();
+                  })
+              .thenCompose(
+                  it ->
+                      it.onNext(
+                          (Integer x) -> {
+                            source.add(x);
+                          }));
+        });
+    t.drain();
+    assertThat(target).containsExactlyInAnyOrder(0, 1, 2, 3);
+    assertThat(source).isEmpty();
+  }
+
+  @TestTemplate
+  void snapshotHoldsRequestsInFlightAndRestoresEitherWay() throws Exception {
+    // Batch size 1: each request is sent as soon as it is made, and the
+    // snapshot comes right after, with requests unanswered.
+    Task t = new Task(128, new KeyGroupRange(0, 127), List.of(), 1);
+    ValueState<Integer> v = state(t, new ValueStateDescriptor<>("v", BasicTypeInfo.INT_TYPE_INFO));
+    MapState<Integer, Long> m =
+        state(
+            t,
+            new MapStateDescriptor<>(
+                "m", BasicTypeInfo.INT_TYPE_INFO, BasicTypeInfo.LONG_TYPE_INFO));
+    int keys = 200;
+    for (int k = 0; k < keys; k++) {
+      int key = k;
+      t.record(
+          key,
+          () -> {
+            v.asyncUpdate(key);
+            m.asyncPut(key, (long) key * 7);
+          });
+    }
+    KeyedStateHandle h =
+        t.snapshot(
+            1,
+            () -> {
+              // Written after the barrier, before the snapshot is read: not in it.
+              for (int k = 0; k < keys; k++) {
+                int key = k;
+                t.record(key, () -> v.asyncUpdate(-key - 1));
+              }
+              t.drain();
+            });
+    assertThat(h).isNotNull();
+
+    Task back = new Task(128, new KeyGroupRange(0, 127), List.of(h), 50);
+    ValueState<Integer> v2 =
+        state(back, new ValueStateDescriptor<>("v", BasicTypeInfo.INT_TYPE_INFO));
+    MapState<Integer, Long> m2 =
+        state(
+            back,
+            new MapStateDescriptor<>(
+                "m", BasicTypeInfo.INT_TYPE_INFO, BasicTypeInfo.LONG_TYPE_INFO));
+    int[] vs = new int[keys];
+    long[] ms = new long[keys];
+    for (int k = 0; k < keys; k++) {
+      int key = k;
+      back.record(
+          key,
+          () -> {
+            v2.asyncValue().thenAccept(x -> vs[key] = x);
+            m2.asyncGet(key).thenAccept(x -> ms[key] = x);
+          });
+    }
+    back.drain();
+    for (int k = 0; k < keys; k++) {
+      assertThat(vs[k]).as("value of key %d", k).isEqualTo(k);
+      assertThat(ms[k]).as("map of key %d", k).isEqualTo(k * 7L);
+    }
+
+    // The synchronous backend restores the same handle.
+    org.apache.flink.runtime.state.AbstractKeyedStateBackend<Integer> sync =
+        stateBackend()
+            .createKeyedStateBackend(
+                params(IntSerializer.INSTANCE, 128, new KeyGroupRange(0, 127), List.of(h)));
+    toClose.add(
+        () -> {
+          sync.close();
+          sync.dispose();
+        });
+    org.apache.flink.api.common.state.ValueState<Integer> sv =
+        sync.getPartitionedState(
+            VoidNamespace.INSTANCE,
+            VoidNamespaceSerializer.INSTANCE,
+            new org.apache.flink.api.common.state.ValueStateDescriptor<>(
+                "v", IntSerializer.INSTANCE));
+    org.apache.flink.api.common.state.MapState<Integer, Long> sm =
+        sync.getPartitionedState(
+            VoidNamespace.INSTANCE,
+            VoidNamespaceSerializer.INSTANCE,
+            new org.apache.flink.api.common.state.MapStateDescriptor<>(
+                "m", IntSerializer.INSTANCE, LongSerializer.INSTANCE));
+    for (int k = 0; k < keys; k++) {
+      sync.setCurrentKey(k);
+      assertThat(sv.value()).isEqualTo(k);
+      assertThat(sm.get(k)).isEqualTo(k * 7L);
+    }
+  }
+
+  @TestTemplate
+  void rescale() throws Exception {
+    int max = 16;
+    KeyGroupRange low = new KeyGroupRange(0, 7);
+    KeyGroupRange high = new KeyGroupRange(8, 15);
+    Task a = new Task(max, low, List.of(), 20);
+    Task b = new Task(max, high, List.of(), 20);
+    ValueStateDescriptor<Integer> d = new ValueStateDescriptor<>("v", BasicTypeInfo.INT_TYPE_INFO);
+    ValueState<Integer> va = state(a, d);
+    ValueState<Integer> vb = state(b, new ValueStateDescriptor<>("v", BasicTypeInfo.INT_TYPE_INFO));
+    int keys = 300;
+    for (int k = 0; k < keys; k++) {
+      int key = k;
+      if (low.contains(KeyGroupRangeAssignment.assignToKeyGroup(key, max))) {
+        a.record(key, () -> va.asyncUpdate(key * 3));
+      } else {
+        b.record(key, () -> vb.asyncUpdate(key * 3));
+      }
+    }
+    a.drain();
+    b.drain();
+    KeyedStateHandle ha = a.snapshot(1, () -> {});
+    KeyedStateHandle hb = b.snapshot(1, () -> {});
+    Task all = new Task(max, new KeyGroupRange(0, 15), List.of(ha, hb), 20);
+    ValueState<Integer> v =
+        state(all, new ValueStateDescriptor<>("v", BasicTypeInfo.INT_TYPE_INFO));
+    int[] got = new int[keys];
+    for (int k = 0; k < keys; k++) {
+      int key = k;
+      all.record(key, () -> v.asyncValue().thenAccept(x -> got[key] = x));
+    }
+    all.drain();
+    for (int k = 0; k < keys; k++) {
+      assertThat(got[k]).as("key %d", k).isEqualTo(k * 3);
+    }
+  }
+}
