@@ -517,6 +517,9 @@ func plOnlyReferenced(ctx context.Context, e *plEnv, retained []uint64) error {
 			}
 			for _, f := range h.Files {
 				keep[f.Path] = true
+				if f.Pack != nil {
+					keep[f.Pack.Object] = true // the file lies in its pack
+				}
 			}
 			if h.Log != nil {
 				for _, s := range h.Log.Segments {
