@@ -181,6 +181,8 @@ final class StatedKeyedStateBackendBuilder<K> {
                 .filter(Objects::nonNull)
                 .map(h -> h.getIntersection(p.getKeyGroupRange()))
                 .filter(Objects::nonNull)
+                // Flink's reader does small reads on the raw stream (RestoreStreams says why).
+                .map(RestoreStreams::buffered)
                 .collect(Collectors.toList());
     if (hs.isEmpty()) {
       return;

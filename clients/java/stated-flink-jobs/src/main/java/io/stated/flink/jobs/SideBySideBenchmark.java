@@ -13,6 +13,7 @@ import org.apache.flink.configuration.CheckpointingOptions;
 import org.apache.flink.configuration.Configuration;
 import org.apache.flink.configuration.HeartbeatManagerOptions;
 import org.apache.flink.configuration.MemorySize;
+import org.apache.flink.configuration.RestOptions;
 import org.apache.flink.configuration.TaskManagerOptions;
 import org.apache.flink.configuration.WebOptions;
 import org.apache.flink.runtime.checkpoint.AbstractCheckpointStats;
@@ -167,6 +168,9 @@ public final class SideBySideBenchmark {
         clusterConf.set(TaskManagerOptions.MANAGED_MEMORY_SIZE, MemorySize.parse(managedMemory));
         clusterConf.set(WebOptions.CHECKPOINTS_HISTORY_SIZE, 100_000);
         clusterConf.set(HeartbeatManagerOptions.HEARTBEAT_TIMEOUT, Duration.ofSeconds(30));
+        // Any free port: the default 8081 fails when another MiniCluster on the
+        // machine (a test, another benchmark) holds it.
+        clusterConf.set(RestOptions.BIND_PORT, "0");
         MiniClusterConfiguration mcc =
                 new MiniClusterConfiguration.Builder()
                         .setConfiguration(clusterConf)
