@@ -452,6 +452,11 @@ func (d *docState) stated(line int, words []string, block bool) {
 		if w == "help" || w == "completion" || placeholderRE.MatchString(w) {
 			return
 		}
+		if i == 0 && (w == "" || w[0] < 'a' || w[0] > 'z') {
+			// "stated 0.85x", "stated  3015 ...": a table row of a
+			// benchmark's output names the backend, not a command.
+			return
+		}
 		if cur.HasSubCommands() && !cur.Runnable() {
 			if !block && !slices.ContainsFunc(words[i+1:], func(w string) bool { return strings.HasPrefix(w, "--") }) {
 				return

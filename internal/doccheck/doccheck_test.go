@@ -87,6 +87,9 @@ func TestFindsWhatNamesNothing(t *testing.T) {
 		{"See [ops](docs/opz.md#x).", "link (docs/opz.md): docs/opz.md does not exist"},
 		{"The store is `api/gone.Store`.", "api/gone.Store: no such file"},
 		{"```console\n$ go run ./api/client serve\n```", ""},
+		// A benchmark's output row names a backend "stated": not a command.
+		{"```\nrocksdb   5890  1.00x\nstated    1250  0.21x\n```\n", ""},
+		{"```\nstated frob 1250\n```\n", "README.md:2: `stated frob`: stated has no command \"frob\""},
 	}
 	for _, c := range cases {
 		got := check(t, c.doc)
