@@ -4,7 +4,7 @@
 # temporary directory and stopped on exit): one daemon, 16 file-backend tasks
 # of one job, a checkpoint a second, changelog off and on; PUTs per
 # checkpoint, per second between checkpoints and overall, and checkpoint
-# p50/p99 (node/budget_bench_test.go says what each figure is).
+# p50/p99 (host/budget_bench_test.go says what each figure is).
 #
 #   scripts/bench-request-budget.sh [state] [seconds] [extra go test flags]
 #   scripts/bench-request-budget.sh                 # 256MiB, 30 s per mode
@@ -36,7 +36,7 @@ if [ -z "${STATED_TEST_S3_ENDPOINT:-}" ]; then
 fi
 echo "S3 endpoint: $STATED_TEST_S3_ENDPOINT bucket: $STATED_TEST_S3_BUCKET"
 
-echo "== go test ./node -bench BenchmarkRequestBudget, state $state, $secs s per mode"
+echo "== go test ./host -bench BenchmarkRequestBudget, state $state, $secs s per mode"
 set -x
 STATED_BENCH_BUDGET_STATE=$state STATED_BENCH_BUDGET_SECONDS=$secs \
-	go test ./node -run '^$' -bench 'BenchmarkRequestBudget$' -benchtime 1x -timeout 60m -v "$@"
+	go test ./host -run '^$' -bench 'BenchmarkRequestBudget$' -benchtime 1x -timeout 60m -v "$@"

@@ -173,7 +173,7 @@ stage "partition suite (network namespaces)"
 scripts/partition.sh
 
 # Issue 39's request budget, a smoke run (4 MiB of state, 3 s per mode,
-# about 20 s with the build): node's BenchmarkRequestBudget end to end on the
+# about 20 s with the build): host's BenchmarkRequestBudget end to end on the
 # S3 server started above, printing PUTs per checkpoint and per second with the
 # changelog off and on. The figures in docs/performance.md ("Request budget:
 # changelog and merged files") come from scripts/bench-request-budget.sh.
