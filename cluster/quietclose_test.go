@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -51,8 +52,14 @@ func TestCleanShutdownLogsNoError(t *testing.T) {
 			t.Fatalf("acquire %d: %v", i, err)
 		}
 	}
-	// Followers first, then the leader, as a rolling stop does.
+	// Followers first, then the leader, as a rolling stop does. Until it
+	// stops, the leader may still try a follower that stopped before it:
+	// "connection refused" from a stopped peer is what a leader must log
+	// (it cannot tell a stop from a crash), so those are allowed; nothing
+	// else is, the closing node's own transport least of all.
+	var stopped []string
 	for _, i := range []int{(l + 1) % 3, (l + 2) % 3, l} {
+		stopped = append(stopped, c.nodes[i].Addr())
 		if err := c.nodes[i].Close(); err != nil {
 			t.Fatal(err)
 		}
@@ -60,8 +67,15 @@ func TestCleanShutdownLogsNoError(t *testing.T) {
 	}
 	mu.Lock()
 	defer mu.Unlock()
-	if len(errs) > 0 {
-		t.Fatalf("a clean shutdown logged %d errors:\n%s", len(errs), strings.Join(errs, "\n"))
+	var bad []string
+	for _, e := range errs {
+		if strings.Contains(e, "connection refused") && slices.ContainsFunc(stopped, func(a string) bool { return strings.Contains(e, a) }) {
+			continue
+		}
+		bad = append(bad, e)
+	}
+	if len(bad) > 0 {
+		t.Fatalf("a clean shutdown logged %d errors:\n%s", len(bad), strings.Join(bad, "\n"))
 	}
 }
 
