@@ -2,8 +2,10 @@ package backend
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
+	"strings"
 
 	"github.com/statedhq/stated/tiered"
 )
@@ -102,3 +104,33 @@ func (r *exactReader) Read(b []byte) (int, error) {
 }
 
 func (r *exactReader) Close() error { return r.rc.Close() }
+
+// NamePacks adds to a damage error the pack objects of the packed files
+// it names. A packed file has no object of its own: an operator told that
+// "j/chk-2/op-0/state-…" is corrupt must also be told which object in the
+// store holds its bytes. err is returned unchanged when it is not damage
+// (ErrCorrupt) or names no packed file of hs.
+func NamePacks(err error, hs []*Handle) error {
+	if err == nil || !errors.Is(err, ErrCorrupt) {
+		return err
+	}
+	msg := err.Error()
+	var notes []string
+	seen := map[string]bool{}
+	for _, h := range hs {
+		if h == nil {
+			continue
+		}
+		for _, f := range h.Files {
+			if f.Pack == nil || seen[f.Path] || !strings.Contains(msg, f.Path) || strings.Contains(msg, f.Pack.Object) {
+				continue
+			}
+			seen[f.Path] = true
+			notes = append(notes, fmt.Sprintf("%s is bytes %d-%d of pack %s", f.Path, f.Pack.Offset, f.Pack.Offset+f.Size, f.Pack.Object))
+		}
+	}
+	if len(notes) == 0 {
+		return err
+	}
+	return fmt.Errorf("%w (%s)", err, strings.Join(notes, "; "))
+}

@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
+	"strings"
 	"testing"
 
 	"github.com/statedhq/stated/backend"
@@ -98,6 +100,29 @@ func TestPackedHandleValidation(t *testing.T) {
 		mod(h)
 		if err := h.Validate(); err == nil {
 			t.Errorf("%s: accepted", name)
+		}
+	}
+}
+
+// TestNamePacks: damage naming a packed file also names its pack; other
+// errors, and damage naming no packed file, are left as they are.
+func TestNamePacks(t *testing.T) {
+	hs := []*backend.Handle{{Files: []backend.FileRef{
+		{Path: "j/chk-1/op-0/state", Size: 6, Pack: &backend.FilePack{Object: "j/chk-1/pack", Offset: 4}},
+		{Path: "j/chk-1/plain", Size: 5},
+	}}}
+	damaged := fmt.Errorf("snapshot file j/chk-1/op-0/state: %w: checksum", backend.ErrCorrupt)
+	got := backend.NamePacks(damaged, hs)
+	if !errors.Is(got, backend.ErrCorrupt) || !strings.Contains(got.Error(), "bytes 4-10 of pack j/chk-1/pack") {
+		t.Fatalf("packed damage: %v", got)
+	}
+	for _, err := range []error{
+		nil,
+		fmt.Errorf("snapshot file j/chk-1/op-0/state: %w", backend.ErrNotFound),
+		fmt.Errorf("snapshot file j/chk-1/plain: %w", backend.ErrCorrupt),
+	} {
+		if got := backend.NamePacks(err, hs); got != err {
+			t.Errorf("NamePacks(%v) = %v, want it unchanged", err, got)
 		}
 	}
 }

@@ -584,6 +584,7 @@ func (d *Daemon) open(ctx context.Context, p OpenParams) (*Instance, error) {
 		err = fmt.Errorf("daemon: open %s (%s backend): %w", task, p.Kind, err)
 		if p.Restore != nil {
 			err = missingIsCorrupt(err, source)
+			err = backend.NamePacks(err, append(slices.Clone(rplan.Handles), rplan.All...))
 			err = d.corruption(CorruptionEvent{Site: CorruptionRestore, Job: task.Job, Task: task, Source: source, Err: err})
 		}
 		return nil, err
