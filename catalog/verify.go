@@ -30,13 +30,21 @@ type FileProblem struct {
 	// wrong (size, checksum, read error).
 	Missing bool
 	Detail  string
+	// Pack is the object that holds a packed file's bytes (its range in
+	// it), "" for a file that is an object of its own: the Path of a
+	// packed file is not an object an operator can find in the store.
+	Pack string
 }
 
 func (p FileProblem) String() string {
-	if p.Missing {
-		return fmt.Sprintf("%s (task %s): missing", p.Path, p.Task)
+	where := fmt.Sprintf("%s (task %s)", p.Path, p.Task)
+	if p.Pack != "" {
+		where = fmt.Sprintf("%s (task %s, %s)", p.Path, p.Task, p.Pack)
 	}
-	return fmt.Sprintf("%s (task %s): %s", p.Path, p.Task, p.Detail)
+	if p.Missing {
+		return where + ": missing"
+	}
+	return where + ": " + p.Detail
 }
 
 // VerifyReport is the result of Verify.
@@ -155,6 +163,9 @@ func VerifyWithLog(ctx context.Context, store, logStore tiered.Store, dir string
 				size, prob = j.channel.Length, verifyChannelSegment(ctx, root, *j.channel)
 			default:
 				prob = verifyFile(ctx, root, j.f)
+				if prob != nil && j.f.Pack != nil {
+					prob.Pack = fmt.Sprintf("bytes %d-%d of pack %s", j.f.Pack.Offset, j.f.Pack.Offset+j.f.Size, j.f.Pack.Object)
+				}
 			}
 			mu.Lock()
 			defer mu.Unlock()
