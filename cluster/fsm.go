@@ -13,21 +13,34 @@ import (
 	"sync/atomic"
 
 	"github.com/hashicorp/raft"
+	"google.golang.org/protobuf/proto"
+
+	pb "github.com/statedhq/stated/cluster/clusterpb"
 )
 
-// The replicated state machine. Commands and snapshots are JSON behind a
-// version number, so that a node of a later version can read what an
-// earlier one wrote, and refuses, naming the version, what it cannot.
+// The replicated state machine. Commands (protobuf from version 5, JSON
+// before) and snapshots (JSON) carry a version number, so that a node of
+// a later version can read what an earlier one wrote, and refuses, naming
+// the version, what it cannot.
 // The machine is deterministic: it decides from the commands alone (no
 // clock, no randomness, no I/O), which is what lets every node reach the
 // same state from the same log.
 const (
 	// commandVersion 2 adds the journal's put and delete-range; a node
 	// of version 1 refuses them. Version 3 adds put-many's Checks,
-	// version 4 the service's commands. Snapshot version 2 adds the
-	// service's image.
-	commandVersion  = 4
+	// version 4 the service's commands. Version 5 is the same command in
+	// protobuf (clusterpb.Command behind the byte binaryCommand) instead
+	// of JSON: a completion's entry is the catalog's command, which JSON
+	// carried in base64 (a third larger, and decoded on every node, the
+	// leader's decode on the completion's path). Versions 1-4 stay
+	// readable: a node's log and snapshots may hold them. Snapshot
+	// version 2 adds the service's image.
+	commandVersion  = 5
+	jsonVersion     = 4 // the newest JSON command version
 	snapshotVersion = 2
+	// binaryCommand is the first byte of a command of version 5 on; a
+	// JSON command's is '{'.
+	binaryCommand = 0x01
 )
 
 // Operations of the machine.
@@ -52,7 +65,8 @@ const (
 	maxJournalValue = 2 << 20 // base64 in a command, under gRPC's 4 MiB
 )
 
-// command is one entry of the raft log.
+// command is one entry of the raft log (encodeCommand; its JSON names
+// are those of versions 1-4).
 type command struct {
 	V  int    `json:"v"`
 	Op string `json:"op"`
@@ -182,8 +196,31 @@ func (f *fsm) waitApplied(ctx context.Context, index uint64) error {
 	}
 }
 
+// encodeCommand encodes c at commandVersion: binaryCommand, then c as a
+// clusterpb.Command. A command protobuf cannot carry (a string that is
+// not UTF-8, which proto3 refuses) goes as JSON of version 4, which
+// every node reads the same way.
 func encodeCommand(c command) []byte {
-	c.V = commandVersion
+	pc := &pb.Command{V: commandVersion, Op: c.Op, Task: c.Task, Holder: c.Holder, Token: c.Token, Req: c.Req, Key: c.Key,
+		Value: c.Value, To: c.To, Records: c.Records}
+	if len(c.Checks) > 0 {
+		pc.Checks = make(map[string]*pb.CommandCheck, len(c.Checks))
+		for k, ck := range c.Checks {
+			pc.Checks[k] = &pb.CommandCheck{Task: ck.Task, Token: ck.Token}
+		}
+	}
+	// Deterministic: map entries in key order, so that a command encodes
+	// to the same bytes every time (pinned_test.go).
+	b, err := proto.MarshalOptions{Deterministic: true}.MarshalAppend([]byte{binaryCommand}, pc)
+	if err != nil {
+		return encodeJSONCommand(c)
+	}
+	return b
+}
+
+// encodeJSONCommand encodes c as JSON at version 4 (jsonVersion).
+func encodeJSONCommand(c command) []byte {
+	c.V = jsonVersion
 	b, err := json.Marshal(c)
 	if err != nil {
 		panic(err) // a struct of strings and integers always encodes
@@ -191,13 +228,41 @@ func encodeCommand(c command) []byte {
 	return b
 }
 
+// decodeCommand reads a command of any version: JSON (1-4) or protobuf
+// (5 on).
 func decodeCommand(b []byte) (command, error) {
+	if len(b) > 0 && b[0] == binaryCommand {
+		return decodeBinaryCommand(b[1:])
+	}
 	var c command
 	if err := json.Unmarshal(b, &c); err != nil {
 		return c, fmt.Errorf("cluster: command: %w", err)
 	}
-	if c.V < 1 || c.V > commandVersion {
-		return c, fmt.Errorf("cluster: command version %d: this node reads 1..%d", c.V, commandVersion)
+	if c.V < 1 || c.V > jsonVersion {
+		return c, fmt.Errorf("cluster: JSON command version %d: this node reads 1..%d in JSON (and %d..%d in protobuf)",
+			c.V, jsonVersion, jsonVersion+1, commandVersion)
+	}
+	return c, nil
+}
+
+func decodeBinaryCommand(b []byte) (command, error) {
+	var pc pb.Command
+	if err := proto.Unmarshal(b, &pc); err != nil {
+		return command{}, fmt.Errorf("cluster: command: %w", err)
+	}
+	if pc.V <= jsonVersion || pc.V > commandVersion {
+		return command{}, fmt.Errorf("cluster: command version %d in protobuf: this node reads %d..%d in protobuf", pc.V, jsonVersion+1, commandVersion)
+	}
+	c := command{V: int(pc.V), Op: pc.Op, Task: pc.Task, Holder: pc.Holder, Token: pc.Token, Req: pc.Req, Key: pc.Key,
+		Value: pc.Value, To: pc.To}
+	if len(pc.Records) > 0 {
+		c.Records = pc.Records
+	}
+	if len(pc.Checks) > 0 {
+		c.Checks = make(map[string]Check, len(pc.Checks))
+		for k, ck := range pc.Checks {
+			c.Checks[k] = Check{Task: ck.GetTask(), Token: ck.GetToken()}
+		}
 	}
 	return c, nil
 }

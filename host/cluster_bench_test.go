@@ -17,6 +17,7 @@ import (
 	"github.com/statedhq/stated/tiered"
 	"github.com/statedhq/stated/tiered/localfs"
 	"github.com/statedhq/stated/tiered/memstore"
+	"github.com/statedhq/stated/tiered/metered"
 	"github.com/statedhq/stated/tiered/s3store/s3test"
 )
 
@@ -38,7 +39,8 @@ import (
 // leader (two of three nodes in a 3-node cluster). "seq" snapshots the
 // subtasks one after another; "par" snapshots them at once, as the
 // subtasks of a real job (separate task processes) take their snapshots
-// when the barrier reaches them.
+// when the barrier reaches them. store-writes/op and store-reads/op are
+// the shared store's calls per checkpoint, on every node.
 //
 //	go test ./host -run '^$' -bench CheckpointCompletion -benchtime 200x
 func BenchmarkCheckpointCompletion(b *testing.B) {
@@ -54,7 +56,8 @@ func BenchmarkCheckpointCompletion(b *testing.B) {
 		parts := strings.Split(name, "/")
 		kind, mode, order := parts[0], parts[1], parts[2]
 		b.Run(name, func(b *testing.B) {
-			nd := benchNode(b, mode, benchStore(b, kind))
+			store := metered.New(benchStore(b, kind))
+			nd := benchNode(b, mode, store)
 			c, err := client.Dial(nd.Socket(), client.Options{})
 			if err != nil {
 				b.Fatal(err)
@@ -80,6 +83,7 @@ func BenchmarkCheckpointCompletion(b *testing.B) {
 			}
 			var lat, snaps []time.Duration
 			id := uint64(0)
+			before := store.Counts()
 			t0 := time.Now()
 			for b.Loop() {
 				id++
@@ -112,12 +116,25 @@ func BenchmarkCheckpointCompletion(b *testing.B) {
 				snaps = append(snaps, snapped.Sub(s))
 			}
 			total := time.Since(t0)
+			after := store.Counts()
 			slices.Sort(lat)
 			b.ReportMetric(float64(lat[len(lat)/2].Microseconds())/1e3, "p50-ms")
 			b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds())/1e3, "p99-ms")
 			slices.Sort(snaps)
 			b.ReportMetric(float64(snaps[len(snaps)/2].Microseconds())/1e3, "snapshots-p50-ms")
 			b.ReportMetric(float64(len(lat))/total.Seconds(), "completions/s")
+			// The store's calls per checkpoint (writes: puts; reads: gets,
+			// stats and lists), on every node: what a cluster does on
+			// the shared store that a daemon alone does not.
+			calls := func(ops ...tiered.Op) float64 {
+				n := uint64(0)
+				for _, op := range ops {
+					n += after.Calls[op] - before.Calls[op]
+				}
+				return float64(n) / float64(len(lat))
+			}
+			b.ReportMetric(calls(tiered.OpPut, tiered.OpPutIfAbsent), "store-writes/op")
+			b.ReportMetric(calls(tiered.OpGet, tiered.OpGetRange, tiered.OpStat, tiered.OpList), "store-reads/op")
 		})
 	}
 }

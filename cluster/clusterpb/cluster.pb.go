@@ -660,6 +660,200 @@ func (x *StatusResponse) GetMembers() []*Member {
 	return nil
 }
 
+// Command is an entry of the raft log (cluster/fsm.go), from command
+// version 5 on: the byte 0x01, then this message (deterministically
+// marshaled). Versions 1-4 were JSON objects (first byte '{'), which
+// every node still reads: its log and snapshots may hold them. A
+// service's command (the catalog's) is carried as raw bytes here; JSON
+// carried it in base64, a third larger and slower to read on every node.
+type Command struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// v is the command version (5).
+	V uint32 `protobuf:"varint,1,opt,name=v,proto3" json:"v,omitempty"`
+	// op is the operation (fsm.go's op constants: "acquire", "service", ...).
+	Op string `protobuf:"bytes,2,opt,name=op,proto3" json:"op,omitempty"`
+	// task names the fenced unit: "<job>/<operator>/<subtask>".
+	Task string `protobuf:"bytes,3,opt,name=task,proto3" json:"task,omitempty"`
+	// holder is the node id that acquires or releases.
+	Holder string `protobuf:"bytes,4,opt,name=holder,proto3" json:"holder,omitempty"`
+	// token is the token checked or released.
+	Token uint64 `protobuf:"varint,5,opt,name=token,proto3" json:"token,omitempty"`
+	// req identifies the caller's operation (an acquire or release applied
+	// once).
+	Req string `protobuf:"bytes,6,opt,name=req,proto3" json:"req,omitempty"`
+	// key, value and to are the journal's (put, delete-range); value is the
+	// service's command for "service".
+	Key   string `protobuf:"bytes,7,opt,name=key,proto3" json:"key,omitempty"`
+	Value []byte `protobuf:"bytes,8,opt,name=value,proto3" json:"value,omitempty"`
+	To    string `protobuf:"bytes,9,opt,name=to,proto3" json:"to,omitempty"`
+	// records are put-many's keys and values.
+	Records map[string][]byte `protobuf:"bytes,10,rep,name=records,proto3" json:"records,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// checks are put-many's and the service's conditions, by key.
+	Checks        map[string]*CommandCheck `protobuf:"bytes,11,rep,name=checks,proto3" json:"checks,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Command) Reset() {
+	*x = Command{}
+	mi := &file_cluster_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Command) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Command) ProtoMessage() {}
+
+func (x *Command) ProtoReflect() protoreflect.Message {
+	mi := &file_cluster_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Command.ProtoReflect.Descriptor instead.
+func (*Command) Descriptor() ([]byte, []int) {
+	return file_cluster_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *Command) GetV() uint32 {
+	if x != nil {
+		return x.V
+	}
+	return 0
+}
+
+func (x *Command) GetOp() string {
+	if x != nil {
+		return x.Op
+	}
+	return ""
+}
+
+func (x *Command) GetTask() string {
+	if x != nil {
+		return x.Task
+	}
+	return ""
+}
+
+func (x *Command) GetHolder() string {
+	if x != nil {
+		return x.Holder
+	}
+	return ""
+}
+
+func (x *Command) GetToken() uint64 {
+	if x != nil {
+		return x.Token
+	}
+	return 0
+}
+
+func (x *Command) GetReq() string {
+	if x != nil {
+		return x.Req
+	}
+	return ""
+}
+
+func (x *Command) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *Command) GetValue() []byte {
+	if x != nil {
+		return x.Value
+	}
+	return nil
+}
+
+func (x *Command) GetTo() string {
+	if x != nil {
+		return x.To
+	}
+	return ""
+}
+
+func (x *Command) GetRecords() map[string][]byte {
+	if x != nil {
+		return x.Records
+	}
+	return nil
+}
+
+func (x *Command) GetChecks() map[string]*CommandCheck {
+	if x != nil {
+		return x.Checks
+	}
+	return nil
+}
+
+// CommandCheck is a condition of a Command: token must be task's newest.
+type CommandCheck struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Task          string                 `protobuf:"bytes,1,opt,name=task,proto3" json:"task,omitempty"`
+	Token         uint64                 `protobuf:"varint,2,opt,name=token,proto3" json:"token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CommandCheck) Reset() {
+	*x = CommandCheck{}
+	mi := &file_cluster_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CommandCheck) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CommandCheck) ProtoMessage() {}
+
+func (x *CommandCheck) ProtoReflect() protoreflect.Message {
+	mi := &file_cluster_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CommandCheck.ProtoReflect.Descriptor instead.
+func (*CommandCheck) Descriptor() ([]byte, []int) {
+	return file_cluster_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *CommandCheck) GetTask() string {
+	if x != nil {
+		return x.Task
+	}
+	return ""
+}
+
+func (x *CommandCheck) GetToken() uint64 {
+	if x != nil {
+		return x.Token
+	}
+	return 0
+}
+
 var File_cluster_proto protoreflect.FileDescriptor
 
 const file_cluster_proto_rawDesc = "" +
@@ -704,7 +898,29 @@ const file_cluster_proto_rawDesc = "" +
 	"\fcommit_index\x18\x06 \x01(\x04R\vcommitIndex\x12#\n" +
 	"\rapplied_index\x18\a \x01(\x04R\fappliedIndex\x12$\n" +
 	"\x0elast_log_index\x18\b \x01(\x04R\flastLogIndex\x123\n" +
-	"\amembers\x18\t \x03(\v2\x19.stated.cluster.v1.MemberR\amembers2\x82\x03\n" +
+	"\amembers\x18\t \x03(\v2\x19.stated.cluster.v1.MemberR\amembers\"\xce\x03\n" +
+	"\aCommand\x12\f\n" +
+	"\x01v\x18\x01 \x01(\rR\x01v\x12\x0e\n" +
+	"\x02op\x18\x02 \x01(\tR\x02op\x12\x12\n" +
+	"\x04task\x18\x03 \x01(\tR\x04task\x12\x16\n" +
+	"\x06holder\x18\x04 \x01(\tR\x06holder\x12\x14\n" +
+	"\x05token\x18\x05 \x01(\x04R\x05token\x12\x10\n" +
+	"\x03req\x18\x06 \x01(\tR\x03req\x12\x10\n" +
+	"\x03key\x18\a \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\b \x01(\fR\x05value\x12\x0e\n" +
+	"\x02to\x18\t \x01(\tR\x02to\x12A\n" +
+	"\arecords\x18\n" +
+	" \x03(\v2'.stated.cluster.v1.Command.RecordsEntryR\arecords\x12>\n" +
+	"\x06checks\x18\v \x03(\v2&.stated.cluster.v1.Command.ChecksEntryR\x06checks\x1a:\n" +
+	"\fRecordsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\fR\x05value:\x028\x01\x1aZ\n" +
+	"\vChecksEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x125\n" +
+	"\x05value\x18\x02 \x01(\v2\x1f.stated.cluster.v1.CommandCheckR\x05value:\x028\x01\"8\n" +
+	"\fCommandCheck\x12\x12\n" +
+	"\x04task\x18\x01 \x01(\tR\x04task\x12\x14\n" +
+	"\x05token\x18\x02 \x01(\x04R\x05token2\x82\x03\n" +
 	"\aCluster\x12J\n" +
 	"\x05Apply\x12\x1f.stated.cluster.v1.ApplyRequest\x1a .stated.cluster.v1.ApplyResponse\x12G\n" +
 	"\x04Join\x12\x1e.stated.cluster.v1.JoinRequest\x1a\x1f.stated.cluster.v1.JoinResponse\x12J\n" +
@@ -724,7 +940,7 @@ func file_cluster_proto_rawDescGZIP() []byte {
 	return file_cluster_proto_rawDescData
 }
 
-var file_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
+var file_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
 var file_cluster_proto_goTypes = []any{
 	(*CallRequest)(nil),    // 0: stated.cluster.v1.CallRequest
 	(*CallResponse)(nil),   // 1: stated.cluster.v1.CallResponse
@@ -737,24 +953,31 @@ var file_cluster_proto_goTypes = []any{
 	(*StatusRequest)(nil),  // 8: stated.cluster.v1.StatusRequest
 	(*Member)(nil),         // 9: stated.cluster.v1.Member
 	(*StatusResponse)(nil), // 10: stated.cluster.v1.StatusResponse
+	(*Command)(nil),        // 11: stated.cluster.v1.Command
+	(*CommandCheck)(nil),   // 12: stated.cluster.v1.CommandCheck
+	nil,                    // 13: stated.cluster.v1.Command.RecordsEntry
+	nil,                    // 14: stated.cluster.v1.Command.ChecksEntry
 }
 var file_cluster_proto_depIdxs = []int32{
 	9,  // 0: stated.cluster.v1.StatusResponse.members:type_name -> stated.cluster.v1.Member
-	2,  // 1: stated.cluster.v1.Cluster.Apply:input_type -> stated.cluster.v1.ApplyRequest
-	4,  // 2: stated.cluster.v1.Cluster.Join:input_type -> stated.cluster.v1.JoinRequest
-	6,  // 3: stated.cluster.v1.Cluster.Leave:input_type -> stated.cluster.v1.LeaveRequest
-	8,  // 4: stated.cluster.v1.Cluster.Status:input_type -> stated.cluster.v1.StatusRequest
-	0,  // 5: stated.cluster.v1.Cluster.Call:input_type -> stated.cluster.v1.CallRequest
-	3,  // 6: stated.cluster.v1.Cluster.Apply:output_type -> stated.cluster.v1.ApplyResponse
-	5,  // 7: stated.cluster.v1.Cluster.Join:output_type -> stated.cluster.v1.JoinResponse
-	7,  // 8: stated.cluster.v1.Cluster.Leave:output_type -> stated.cluster.v1.LeaveResponse
-	10, // 9: stated.cluster.v1.Cluster.Status:output_type -> stated.cluster.v1.StatusResponse
-	1,  // 10: stated.cluster.v1.Cluster.Call:output_type -> stated.cluster.v1.CallResponse
-	6,  // [6:11] is the sub-list for method output_type
-	1,  // [1:6] is the sub-list for method input_type
-	1,  // [1:1] is the sub-list for extension type_name
-	1,  // [1:1] is the sub-list for extension extendee
-	0,  // [0:1] is the sub-list for field type_name
+	13, // 1: stated.cluster.v1.Command.records:type_name -> stated.cluster.v1.Command.RecordsEntry
+	14, // 2: stated.cluster.v1.Command.checks:type_name -> stated.cluster.v1.Command.ChecksEntry
+	12, // 3: stated.cluster.v1.Command.ChecksEntry.value:type_name -> stated.cluster.v1.CommandCheck
+	2,  // 4: stated.cluster.v1.Cluster.Apply:input_type -> stated.cluster.v1.ApplyRequest
+	4,  // 5: stated.cluster.v1.Cluster.Join:input_type -> stated.cluster.v1.JoinRequest
+	6,  // 6: stated.cluster.v1.Cluster.Leave:input_type -> stated.cluster.v1.LeaveRequest
+	8,  // 7: stated.cluster.v1.Cluster.Status:input_type -> stated.cluster.v1.StatusRequest
+	0,  // 8: stated.cluster.v1.Cluster.Call:input_type -> stated.cluster.v1.CallRequest
+	3,  // 9: stated.cluster.v1.Cluster.Apply:output_type -> stated.cluster.v1.ApplyResponse
+	5,  // 10: stated.cluster.v1.Cluster.Join:output_type -> stated.cluster.v1.JoinResponse
+	7,  // 11: stated.cluster.v1.Cluster.Leave:output_type -> stated.cluster.v1.LeaveResponse
+	10, // 12: stated.cluster.v1.Cluster.Status:output_type -> stated.cluster.v1.StatusResponse
+	1,  // 13: stated.cluster.v1.Cluster.Call:output_type -> stated.cluster.v1.CallResponse
+	9,  // [9:14] is the sub-list for method output_type
+	4,  // [4:9] is the sub-list for method input_type
+	4,  // [4:4] is the sub-list for extension type_name
+	4,  // [4:4] is the sub-list for extension extendee
+	0,  // [0:4] is the sub-list for field type_name
 }
 
 func init() { file_cluster_proto_init() }
@@ -768,7 +991,7 @@ func file_cluster_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_cluster_proto_rawDesc), len(file_cluster_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   11,
+			NumMessages:   15,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
