@@ -62,7 +62,7 @@ const (
 // without limit.
 const (
 	maxJournalKeys  = 1 << 16
-	maxJournalValue = 2 << 20 // base64 in a command, under gRPC's 4 MiB
+	maxJournalValue = 2 << 20 // in a command, well under gRPC's 4 MiB message limit
 )
 
 // command is one entry of the raft log (encodeCommand; its JSON names

@@ -4,13 +4,31 @@ package cluster
 
 import (
 	"context"
+	"fmt"
 )
+
+// checkRecord refuses a record the machine would refuse, before it costs
+// a log entry: a caller learns of an oversized record at once, even while
+// the cluster has no leader. The machine checks again when it applies
+// (state.apply): an entry from a node of another build is not trusted.
+func checkRecord(key string, value []byte) error {
+	switch {
+	case key == "":
+		return fmt.Errorf("cluster: a journal put without a key")
+	case len(value) > maxJournalValue:
+		return fmt.Errorf("cluster: journal record %q of %d bytes (at most %d)", key, len(value), maxJournalValue)
+	}
+	return nil
+}
 
 // JournalPut sets key to value in the replicated journal: once it
 // returns, every later leader's JournalRead (after Barrier) sees it. A
 // repeated put of the same value is harmless, so a retry after a lost
 // answer is safe.
 func (n *Member) JournalPut(ctx context.Context, key string, value []byte) error {
+	if err := checkRecord(key, value); err != nil {
+		return err
+	}
 	b, err := n.apply(ctx, encodeCommand(command{Op: opPut, Key: key, Value: value}))
 	if err != nil {
 		return err
@@ -32,6 +50,11 @@ func (n *Member) JournalPutMany(ctx context.Context, records map[string][]byte) 
 // that name the newer holder; err is for the write as a whole (then no
 // record is set).
 func (n *Member) JournalPutChecked(ctx context.Context, records map[string][]byte, checks map[string]Check) (refused map[string]error, err error) {
+	for k, v := range records {
+		if err := checkRecord(k, v); err != nil {
+			return nil, err
+		}
+	}
 	b, err := n.apply(ctx, encodeCommand(command{Op: opPutMany, Records: records, Checks: checks}))
 	if err != nil {
 		return nil, err
