@@ -33,7 +33,7 @@ import (
 // adds next to that field in stated.proto, whenever a call, field or
 // operation is added that a client may depend on; clients compare it with
 // the revision they need (client.MinProtocolVersion).
-const ProtocolVersion = 1
+const ProtocolVersion = 2
 
 // Defaults of ServerOptions.
 const (
@@ -469,6 +469,18 @@ func openParams(req *pb.OpenRequest) (daemon.OpenParams, error) {
 	if err := errors.Join(problems...); err != nil {
 		return p, fmt.Errorf("api: open %s: %w: %w", p.Task, backend.ErrInvalidArgument, err)
 	}
+	if e := req.GetExternal(); e != nil {
+		ext := &daemon.ExternalParams{Root: e.GetRoot()}
+		for i, raw := range e.GetRestoreHandles() {
+			h, err := backend.DecodeHandle(raw)
+			if err != nil {
+				return p, fmt.Errorf("api: open %s: %w: external.restore_handles[%d] is not a task handle the daemon wrote (pass ExternalSnapshot.task_handle as it was returned): %v",
+					p.Task, backend.ErrInvalidArgument, i, err)
+			}
+			ext.Restore = append(ext.Restore, h)
+		}
+		p.External = ext
+	}
 	if r := req.GetRestore(); r != nil {
 		spec := &daemon.RestoreSpec{AllowFallback: r.GetAllowFallback(), WithoutChannelState: r.GetWithoutChannelStateCheckpointId()}
 		switch r.GetMode() {
@@ -510,18 +522,86 @@ func (s *Server) Snapshot(ctx context.Context, req *pb.SnapshotRequest) (*pb.Sna
 				"send the snapshot as a barrier on the batch stream (BatchRequest.snapshot), or set batches_answered once every batch response it must cover has arrived",
 			req.GetCheckpointId(), inst.Task)
 	}
-	res, err := s.d.SnapshotWith(ctx, inst, req.GetCheckpointId(), daemon.SnapshotOptions{Wait: req.GetWait(), Stats: statsFromPB(req.GetStats())})
+	res, err := s.d.SnapshotWith(ctx, inst, req.GetCheckpointId(), daemon.SnapshotOptions{Wait: req.GetWait(), Stats: statsFromPB(req.GetStats()),
+		Full: req.GetFullCheckpoint()})
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	return snapshotToPB(res), nil
+	out, err := snapshotToPB(res)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return out, nil
 }
 
-func snapshotToPB(res daemon.SnapshotResult) *pb.SnapshotResponse {
-	return &pb.SnapshotResponse{
+func snapshotToPB(res daemon.SnapshotResult) (*pb.SnapshotResponse, error) {
+	out := &pb.SnapshotResponse{
 		SyncMicros: res.Sync.Microseconds(), AsyncMicros: res.Async.Microseconds(),
 		CheckpointedSize: res.CheckpointedSize, FullSize: res.FullSize, Files: int32(res.Files),
 	}
+	if res.External != nil {
+		e, err := externalToPB(res.External)
+		if err != nil {
+			return nil, err
+		}
+		out.External = e
+	}
+	return out, nil
+}
+
+// externalToPB encodes an externally owned snapshot.
+func externalToPB(x *daemon.ExternalSnapshot) (*pb.ExternalSnapshot, error) {
+	raw, err := backend.EncodeHandle(x.Handle)
+	if err != nil {
+		return nil, fmt.Errorf("api: snapshot %d of %s: encode the task handle: %w", x.Handle.CheckpointID, x.Handle.Task, err)
+	}
+	out := &pb.ExternalSnapshot{CheckpointId: x.Handle.CheckpointID, TaskHandle: raw,
+		CheckpointedSize: x.Handle.CheckpointedSize, FullSize: x.Handle.FullSize}
+	for _, f := range x.Files {
+		out.Files = append(out.Files, &pb.ExternalFile{Path: f.Path, Location: f.Location, Size: f.Size, Shared: f.Shared})
+	}
+	return out, nil
+}
+
+// AwaitSnapshot implements pb.StatedServer.
+func (s *Server) AwaitSnapshot(ctx context.Context, req *pb.AwaitSnapshotRequest) (*pb.AwaitSnapshotResponse, error) {
+	inst, err := s.d.Lookup(req.GetInstanceId(), req.GetJob())
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	x, err := s.d.AwaitExternal(ctx, inst, req.GetCheckpointId())
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	out, err := externalToPB(x)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return &pb.AwaitSnapshotResponse{Snapshot: out}, nil
+}
+
+// ConfirmSnapshot implements pb.StatedServer.
+func (s *Server) ConfirmSnapshot(ctx context.Context, req *pb.ConfirmSnapshotRequest) (*pb.ConfirmSnapshotResponse, error) {
+	inst, err := s.d.Lookup(req.GetInstanceId(), req.GetJob())
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	if err := s.d.ConfirmExternal(ctx, inst, req.GetCheckpointId()); err != nil {
+		return nil, toStatus(err)
+	}
+	return &pb.ConfirmSnapshotResponse{}, nil
+}
+
+// ForgetSnapshot implements pb.StatedServer.
+func (s *Server) ForgetSnapshot(ctx context.Context, req *pb.ForgetSnapshotRequest) (*pb.ForgetSnapshotResponse, error) {
+	inst, err := s.d.Lookup(req.GetInstanceId(), req.GetJob())
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	if err := s.d.ForgetExternal(inst, req.GetCheckpointId()); err != nil {
+		return nil, toStatus(err)
+	}
+	return &pb.ForgetSnapshotResponse{}, nil
 }
 
 // barrier takes the snapshot a batch request carries, once its operations
@@ -530,7 +610,7 @@ func snapshotToPB(res daemon.SnapshotResult) *pb.SnapshotResponse {
 // operations.
 func (s *Server) barrier(ctx context.Context, inst *daemon.Instance, br wire.Barrier) []byte {
 	var out pb.SnapshotOutcome
-	o := daemon.SnapshotOptions{Wait: br.Wait}
+	o := daemon.SnapshotOptions{Wait: br.Wait, Full: br.Full}
 	if br.HasStats {
 		o.Stats = &daemon.SnapshotStats{Unaligned: br.Stats.Unaligned,
 			Alignment: time.Duration(br.Stats.AlignmentMicros) * time.Microsecond, StartDelay: time.Duration(br.Stats.StartDelayMicros) * time.Microsecond}
@@ -539,8 +619,11 @@ func (s *Server) barrier(ctx context.Context, inst *daemon.Instance, br wire.Bar
 	if err != nil {
 		out.Code = uint32(Code(err))
 		out.Error = err.Error()
+	} else if r, err := snapshotToPB(res); err != nil {
+		out.Code = uint32(Code(err))
+		out.Error = err.Error()
 	} else {
-		out.Result = snapshotToPB(res)
+		out.Result = r
 	}
 	return encodeOutcome(&out)
 }

@@ -94,7 +94,10 @@ type SnapshotOptions struct {
 	// Wait returns only once the asynchronous part has finished.
 	Wait bool
 	// Stats is what the engine reports of the task's part (nil: nothing).
-	Stats *SnapshotStats
+	Stats *SnapshotStats // Full references no file of an earlier checkpoint (an engine's
+	// first checkpoint after a no-claim restore). Externally owned lsm
+	// instances only.
+	Full bool
 }
 
 // SnapshotResult describes one task snapshot.
@@ -107,6 +110,9 @@ type SnapshotResult struct {
 	CheckpointedSize int64
 	FullSize         int64
 	Files            int
+	// External is the handle and files of an externally owned instance's
+	// snapshot (when Done).
+	External *ExternalSnapshot
 }
 
 // Snapshot runs the synchronous part of checkpoint id on inst and starts its
@@ -124,6 +130,13 @@ func (d *Daemon) SnapshotWith(ctx context.Context, inst *Instance, id uint64, o 
 	wait := o.Wait
 	if id == 0 {
 		return SnapshotResult{}, fmt.Errorf("daemon: snapshot of %s: %w: checkpoint id 0 (ids start at 1)", task, backend.ErrInvalidArgument)
+	}
+	if inst.ext != nil {
+		return d.snapshotExternal(ctx, inst, id, o)
+	}
+	if o.Full {
+		return SnapshotResult{}, fmt.Errorf("daemon: snapshot %d of %s: %w: a full checkpoint is for externally owned instances; "+
+			"the daemon's own checkpoints after a no-claim restore share nothing with it anyway", id, task, backend.ErrInvalidArgument)
 	}
 	key := ckptKey{task.Job, id}
 	d.mu.Lock()

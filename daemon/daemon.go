@@ -18,6 +18,7 @@ import (
 	"github.com/statedhq/stated/chanstate"
 	"github.com/statedhq/stated/dstl/changelog"
 	"github.com/statedhq/stated/tiered"
+	"github.com/statedhq/stated/tiered/localfs"
 )
 
 // Defaults of Config.
@@ -66,6 +67,10 @@ type OpenEnv struct {
 	Dir string
 	// LSM is the instance's choice of lsm mode (OpenParams.LSM).
 	LSM LSMMode
+	// ObjectPrefix, when set, is where the instance's checkpoint files go
+	// in Store (lsm.Options.ObjectPrefix): an externally owned instance's
+	// root, with a trailing slash.
+	ObjectPrefix string
 	// DataDir is the daemon's data directory (Config.DataDir). Openers may
 	// keep resources that all instances share in a directory of their own
 	// under it, other than InstancesDir (the lsm opener's restore-download
@@ -171,6 +176,13 @@ type Config struct {
 	Changelog *ChangelogConfig
 	// Views bounds the read views of instances (view.go).
 	Views ViewConfig
+	// ExternalDir is the directory under which externally owned instances
+	// (OpenParams.External, external.go) write their checkpoint files, at
+	// roots their engine names: a directory the engine reaches too (a
+	// shared mount), which the catalog never reads, sweeps or deletes in.
+	// It must not be inside the checkpoint store's directory. Optional:
+	// without it the externally owned mode is refused (ErrUnsupported).
+	ExternalDir string
 }
 
 // EnsureDefaults fills zero fields with their defaults.
@@ -244,6 +256,9 @@ func (c *Config) Validate() error {
 			errs = append(errs, err)
 		}
 	}
+	if c.ExternalDir != "" && !filepath.IsAbs(c.ExternalDir) {
+		errs = append(errs, fmt.Errorf("daemon: the external directory %q is not an absolute path", c.ExternalDir))
+	}
 	if c.MaxValueSize < 0 || c.MaxMemoryState < 0 || c.MaxInstances < 0 || c.MaxStreamsPerInstance < 0 || c.CheckpointTimeout < 0 ||
 		c.MaxChannelStateBytes < 0 || c.ChannelStateObjectBytes < 0 || c.ChannelStateLinger < 0 {
 		errs = append(errs, errors.New("daemon: negative limit"))
@@ -289,6 +304,8 @@ type Daemon struct {
 	// chanName is the stem of this process's channel state objects: two
 	// daemons (or two runs of one) never write the same name.
 	chanName string
+	// extStore is the store at Config.ExternalDir (nil without it).
+	extStore tiered.Store
 }
 
 // New starts a daemon. It clears the instances directory under DataDir.
@@ -314,6 +331,16 @@ func New(cfg Config) (*Daemon, error) {
 	if err := os.MkdirAll(spool, 0o700); err != nil {
 		return nil, fmt.Errorf("daemon: create %s: %w", spool, err)
 	}
+	var extStore tiered.Store
+	if cfg.ExternalDir != "" {
+		// Files only (no packs: Put never packs), so each file of an
+		// externally owned snapshot is a file the engine can hold.
+		st, err := localfs.Open(cfg.ExternalDir)
+		if err != nil {
+			return nil, fmt.Errorf("daemon: external directory: %w", err)
+		}
+		extStore = st
+	}
 	nonce := make([]byte, 6)
 	if _, err := rand.Read(nonce); err != nil {
 		return nil, fmt.Errorf("daemon: channel state name: %w", err)
@@ -329,6 +356,7 @@ func New(cfg Config) (*Daemon, error) {
 		lastCompleted: map[string]uint64{},
 		wholeHere:     map[string]bool{},
 		chanName:      fmt.Sprintf("channels-%x", nonce),
+		extStore:      extStore,
 	}
 	if cfg.IdleInstanceTimeout > 0 {
 		d.reaper = time.AfterFunc(reapInterval(cfg.IdleInstanceTimeout), d.reap)
@@ -384,6 +412,10 @@ type OpenParams struct {
 	// VerifyKeyGroups: the client declared the specified key hash, and the
 	// API checks every operation's key group against its key.
 	VerifyKeyGroups bool
+	// External opens the instance in the externally owned mode
+	// (external.go): its engine owns its checkpoint files. Nil: the
+	// daemon's own mode.
+	External *ExternalParams
 }
 
 func (p *OpenParams) validate(openers map[backend.Kind]Opener, cl *ChangelogConfig) error {
@@ -467,7 +499,13 @@ func (p *OpenParams) validate(openers map[backend.Kind]Opener, cl *ChangelogConf
 
 // Open creates an instance for a task, restoring it when p.Restore is set.
 func (d *Daemon) Open(ctx context.Context, p OpenParams) (*Instance, error) {
-	if err := p.validate(d.cfg.Openers, d.cfg.Changelog); err != nil {
+	err := p.validate(d.cfg.Openers, d.cfg.Changelog)
+	if err == nil && p.External != nil {
+		if err = d.validateExternal(&p); err != nil {
+			err = fmt.Errorf("daemon: open %s: %w", p.Task, err)
+		}
+	}
+	if err != nil {
 		d.m.OpenFailures.Add(1)
 		return nil, err
 	}
@@ -553,6 +591,24 @@ func (d *Daemon) open(ctx context.Context, p OpenParams) (*Instance, error) {
 				"handles", len(r.Handles), "base", r.Handles[0].Task.String())
 		}
 	}
+	var ext *external
+	if e := p.External; e != nil {
+		ext = &external{root: e.Root, snaps: map[uint64]*extSnap{}}
+		opts.Store = d.extStore
+		if len(e.Restore) > 0 {
+			in, err := d.planExternal(ctx, p)
+			if err != nil {
+				return nil, fmt.Errorf("daemon: open %s: restore from the handles given: %w", task, err)
+			}
+			// RestoreStore stays nil: the restored files are in the
+			// store the instance writes to, so its snapshots may
+			// reference them (the engine keeps them while they do).
+			opts.Restore = in.Handles
+			restoredFrom = in.Handles[0].CheckpointID
+			ext.restored = restoredFrom
+			source = fmt.Sprintf("the handles given (checkpoint %d of %s first)", restoredFrom, in.Handles[0].Task)
+		}
+	}
 	opts.EnsureDefaults()
 
 	id := make([]byte, 16)
@@ -565,6 +621,10 @@ func (d *Daemon) open(ctx context.Context, p OpenParams) (*Instance, error) {
 	// instances cost on ext4.
 	dir := filepath.Join(d.cfg.DataDir, InstancesDir, task.Job, fmt.Sprintf("%s-%x", task.Dir(), id[:6]))
 	env := OpenEnv{Dir: dir, DataDir: d.cfg.DataDir, LSM: p.LSM}
+	if ext != nil {
+		env.LSM = LSMLocal
+		env.ObjectPrefix = ext.root + "/"
+	}
 	opener := func(o backend.Options) (backend.Backend, error) { return d.cfg.Openers[p.Kind](ctx, o, env) }
 	wantCL := d.wantChangelog(p.Changelog)
 	restoreCL := slices.ContainsFunc(opts.Restore, (*backend.Handle).IsChangelog)
@@ -582,6 +642,9 @@ func (d *Daemon) open(ctx context.Context, p OpenParams) (*Instance, error) {
 	if err != nil {
 		_ = os.RemoveAll(dir)
 		err = fmt.Errorf("daemon: open %s (%s backend): %w", task, p.Kind, err)
+		if ext != nil && len(opts.Restore) > 0 {
+			err = fmt.Errorf("restore from %s: %w", source, err)
+		}
 		if p.Restore != nil {
 			err = missingIsCorrupt(err, source)
 			err = backend.NamePacks(err, append(slices.Clone(rplan.Handles), rplan.All...))
@@ -617,6 +680,7 @@ func (d *Daemon) open(ctx context.Context, p OpenParams) (*Instance, error) {
 	inst.chans = chans
 	inst.fence = fence
 	inst.VerifyKeyGroups = p.VerifyKeyGroups
+	inst.ext = ext
 	if cb != nil {
 		inst.cl = &clState{b: cb, next: d.nextMaterialization(time.Now())}
 		if p.Restore != nil {

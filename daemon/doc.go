@@ -30,6 +30,12 @@
 // That timer (Config.CheckpointTimeout) is the only expiry: the catalog never
 // ends a checkpoint on its own, and takes no callback into the daemon.
 //
+// An lsm instance opened with OpenParams.External is externally owned
+// (external.go): its engine owns its checkpoint files, written under
+// Config.ExternalDir. None of the above applies to its snapshots: no
+// checkpoint of the job, no catalog, no expiry; the engine confirms and
+// forgets them per instance, and restores it from handles it passes.
+//
 // # Caveats
 //
 // Heap snapshots live in the daemon's memory. A restore from a heap

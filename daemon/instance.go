@@ -66,6 +66,9 @@ type Instance struct {
 	// RegisterStates.
 	views viewSet
 	regMu sync.Mutex
+	// ext is the externally owned mode's state (external.go); nil in the
+	// daemon's own mode. Set at open.
+	ext *external
 }
 
 func newInstance(d *Daemon, id []byte, task backend.TaskID, kind backend.Kind, b backend.Backend, dir string, restoredFrom uint64,
@@ -175,6 +178,7 @@ func (in *Instance) finishSnapshot() {
 // snapshot reads it any more.
 func (in *Instance) close() error {
 	in.releaseViews()
+	in.closeExternal()
 	err := in.Backend.Close()
 	if errors.Is(err, backend.ErrClosed) {
 		err = nil

@@ -179,7 +179,7 @@ func Open(ctx context.Context, opts Options) (_ *Host, err error) {
 		MaxValueSize: opts.MaxValueSize, MaxMemoryState: opts.MaxMemoryState, MaxInstances: opts.MaxInstances,
 		MaxStreamsPerInstance: opts.MaxStreamsPerInstance, CheckpointTimeout: opts.CheckpointTimeout,
 		IdleInstanceTimeout: opts.IdleInstanceTimeout, Logger: n.log, Fence: n.fencer(), ChannelStateLinger: opts.ChannelStateLinger,
-		PackFileBytes: opts.PackFileBytes,
+		PackFileBytes: opts.PackFileBytes, ExternalDir: opts.ExternalDir,
 		Changelog: &daemon.ChangelogConfig{Writer: n.writer, Log: dstl.TieredLogStore{Store: n.logStore}, Default: opts.Changelog,
 			MaterializeInterval: opts.MaterializeInterval, MaxMaterializeFailures: opts.MaxMaterializeFailures},
 	}

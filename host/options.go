@@ -177,6 +177,12 @@ type Options struct {
 	// (--pack-file-bytes). Default daemon.DefaultPackFileBytes; negative:
 	// every file is an object of its own.
 	PackFileBytes int64
+	// ExternalDir is the directory under which externally owned instances
+	// (an engine such as Flink owns their checkpoint files) write them, at
+	// roots the engine names (--external-dir; daemon.Config.ExternalDir).
+	// It must be reachable by the engine under the same path, and outside
+	// the checkpoint store. Empty: the externally owned mode is refused.
+	ExternalDir string
 	// IdleInstanceTimeout closes an instance with no batch stream for this
 	// long (--idle-instance-timeout). Default
 	// daemon.DefaultIdleInstanceTimeout; negative: never.
@@ -378,6 +384,18 @@ func (o *Options) Validate() error {
 	bad := func(field, format string, args ...any) { errs = append(errs, optionError(field, format, args...)) }
 	if o.DataDir == "" {
 		bad("DataDir", "%s is empty", ref("DataDir"))
+	}
+	if e := o.ExternalDir; e != "" {
+		if !filepath.IsAbs(e) {
+			bad("ExternalDir", "%s %q is not an absolute path (the engine reaches the files under the same path)", ref("ExternalDir"), e)
+		} else if dir, ok := strings.CutPrefix(o.CheckpointStore, "file://"); ok {
+			// The catalog's sweep deletes what no checkpoint of its own
+			// references in its store: externally owned files there would go.
+			if rel, err := filepath.Rel(filepath.Clean(dir), filepath.Clean(e)); err == nil && rel != ".." && !strings.HasPrefix(rel, "../") {
+				bad("ExternalDir", "%s %s is inside the checkpoint store %s, whose sweep would delete the engine's files: give a directory outside it",
+					ref("ExternalDir"), e, dir)
+			}
+		}
 	}
 	if !o.NoSocket && o.Listener == nil {
 		// The kernel refuses a longer path with a bare EINVAL at bind

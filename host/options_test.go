@@ -89,3 +89,32 @@ func TestOptionErrorText(t *testing.T) {
 		}
 	}
 }
+
+// TestExternalDirOutsideTheStore: an external directory inside a file
+// checkpoint store is refused (the catalog's sweep would delete the
+// engine's files), as is a relative one; beside it is fine.
+func TestExternalDirOutsideTheStore(t *testing.T) {
+	dir := t.TempDir()
+	for _, c := range []struct {
+		ext  string
+		says string
+	}{
+		{filepath.Join(dir, "chk", "flink"), "inside the checkpoint store"},
+		{filepath.Join(dir, "chk"), "inside the checkpoint store"},
+		{"rel/dir", "not an absolute path"},
+		{filepath.Join(dir, "chk-ext"), ""},
+	} {
+		o := Options{DataDir: filepath.Join(dir, "data"), CheckpointStore: "file://" + filepath.Join(dir, "chk"), ExternalDir: c.ext}
+		o.EnsureDefaults()
+		err := o.Validate()
+		if c.says == "" {
+			if err != nil {
+				t.Errorf("%s: %v", c.ext, err)
+			}
+			continue
+		}
+		if err == nil || !strings.Contains(err.Error(), c.says) || !strings.Contains(err.Error(), "ExternalDir") {
+			t.Errorf("%s: %v, want a problem of ExternalDir saying %q", c.ext, err, c.says)
+		}
+	}
+}

@@ -265,3 +265,60 @@ func unrescaledOperatorState(own *backend.Handle, old []*backend.Handle) ([]back
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out, nil
 }
+
+// PlanAssigned plans the restore of an instance with key groups kg out of
+// maxParallelism from handles an engine assigned to it itself (Flink's
+// scheduler hands each new subtask the old subtasks' handles that overlap
+// its range, possibly from several old subtasks after a rescale), with no
+// catalog to ask for the rest of the checkpoint. The handles must not
+// overlap each other, must each overlap kg, and must together hold every
+// key group of kg; the one with the largest overlap comes first (the
+// restore base, which the backend clips), ties to the lower key groups.
+// Operator state is left to the engine: the handles of the other subtasks,
+// which a redistribution needs, are not here.
+func PlanAssigned(handles []*backend.Handle, maxParallelism int, kg backend.KeyGroupRange) (*Instance, error) {
+	if len(handles) == 0 {
+		return nil, fmt.Errorf("rescale: %w: no handles to restore from", backend.ErrInvalidArgument)
+	}
+	for i, h := range handles {
+		if h == nil {
+			return nil, fmt.Errorf("rescale: %w: handle %d is nil", backend.ErrInvalidArgument, i)
+		}
+	}
+	if err := sameMaxParallelism(handles, maxParallelism); err != nil {
+		return nil, err
+	}
+	sorted := append([]*backend.Handle(nil), handles...)
+	sort.SliceStable(sorted, func(i, j int) bool { return sorted[i].KeyGroups.Start < sorted[j].KeyGroups.Start })
+	if err := disjoint(sorted); err != nil {
+		return nil, err
+	}
+	var srcs []Source
+	next := kg.Start // the first key group of kg no handle holds yet
+	var gaps []string
+	for _, h := range sorted {
+		ov := h.KeyGroups.Intersect(kg)
+		if ov.Empty() {
+			return nil, fmt.Errorf("rescale: %w: the handle of %s (checkpoint %d) holds key groups %s, none of which the instance's range %s holds; "+
+				"pass only the handles that overlap the instance's key groups",
+				backend.ErrInvalidArgument, h.Task, h.CheckpointID, h.KeyGroups, kg)
+		}
+		if ov.Start > next {
+			gaps = append(gaps, backend.KeyGroupRange{Start: next, End: ov.Start - 1}.String())
+		}
+		next = ov.End + 1
+		srcs = append(srcs, Source{Handle: h, Overlap: ov})
+	}
+	if next <= kg.End {
+		gaps = append(gaps, backend.KeyGroupRange{Start: next, End: kg.End}.String())
+	}
+	if len(gaps) > 0 {
+		return nil, fmt.Errorf("rescale: %w: no handle given holds key groups %s of the instance's range %s; "+
+			"pass every handle the engine assigned to the task", backend.ErrInvalidArgument, strings.Join(gaps, ", "), kg)
+	}
+	sort.SliceStable(srcs, func(a, b int) bool { return srcs[a].Overlap.Len() > srcs[b].Overlap.Len() })
+	st := Subtask{KeyGroups: kg, Sources: srcs}
+	in := &Instance{Handles: st.Handles(), All: sorted}
+	in.Rescaled = len(srcs) > 1 || srcs[0].Handle.KeyGroups != kg
+	return in, nil
+}

@@ -1,7 +1,9 @@
 package rescale
 
 import (
+	"errors"
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/statedhq/stated/backend"
@@ -108,5 +110,56 @@ func TestFaults(t *testing.T) {
 		if fmt.Sprint(got) != c.want {
 			t.Errorf("case %d: faults = %s, want %s", i, got, c.want)
 		}
+	}
+}
+
+// TestPlanAssigned: the handles an engine assigned to one new subtask,
+// without the rest of the checkpoint.
+func TestPlanAssigned(t *testing.T) {
+	h := func(sub, par int) *backend.Handle {
+		return &backend.Handle{Task: backend.TaskID{Job: "old", Operator: "op", Subtask: sub}, CheckpointID: 4,
+			KeyGroups: backend.KeyGroupRangeForOperator(128, par, sub), MaxParallelism: 128}
+	}
+	old := []*backend.Handle{h(0, 2), h(1, 2)}
+	kg := func(sub, par int) backend.KeyGroupRange { return backend.KeyGroupRangeForOperator(128, par, sub) }
+
+	// 2 -> 3: subtask 0 holds part of old 0 only (a PlanFrom of the whole
+	// checkpoint would need old 1 too); subtask 1 both, the larger
+	// overlap first.
+	p, err := PlanAssigned(old[:1], 128, kg(0, 3))
+	if err != nil || !p.Rescaled || len(p.Handles) != 1 || p.Handles[0] != old[0] {
+		t.Fatalf("subtask 0 of 3: %+v %v", p, err)
+	}
+	p, err = PlanAssigned([]*backend.Handle{old[1], old[0]}, 128, kg(1, 3))
+	if err != nil || len(p.Handles) != 2 {
+		t.Fatalf("subtask 1 of 3: %+v %v", p, err)
+	}
+	// [43,85]: 21 key groups of old 0 ([0,63]), 22 of old 1.
+	if p.Handles[0] != old[1] {
+		t.Errorf("subtask 1 of 3: base %s, want the larger overlap %s", p.Handles[0].Task, old[1].Task)
+	}
+	// Same parallelism, another job: its own handle, not rescaled.
+	p, err = PlanAssigned(old[1:], 128, kg(1, 2))
+	if err != nil || p.Rescaled || p.Handles[0] != old[1] {
+		t.Fatalf("own handle: %+v %v", p, err)
+	}
+
+	for _, c := range []struct {
+		name string
+		hs   []*backend.Handle
+		kg   backend.KeyGroupRange
+		says string
+	}{
+		{"gap", old[:1], kg(1, 3), "no handle given holds key groups [64,85]"},
+		{"outside", old, kg(0, 3), "none of which the instance's range"},
+		{"overlap", []*backend.Handle{old[0], h(0, 1)}, kg(0, 1), "overlap"},
+		{"none", nil, kg(0, 1), "no handles"},
+	} {
+		if _, err := PlanAssigned(c.hs, 128, c.kg); err == nil || !strings.Contains(err.Error(), c.says) {
+			t.Errorf("%s: %v, want an error saying %q", c.name, err, c.says)
+		}
+	}
+	if _, err := PlanAssigned(old, 256, kg(0, 1)); !errors.Is(err, ErrMaxParallelismChanged) {
+		t.Errorf("another max parallelism: %v", err)
 	}
 }

@@ -1395,7 +1395,11 @@ type OpenRequest struct {
 	// UNSPECIFIED follows the daemon's --lsm-remote. Set only for an lsm
 	// backend (INVALID_ARGUMENT otherwise). A restore reads checkpoints of
 	// either mode.
-	LsmMode       LsmMode `protobuf:"varint,12,opt,name=lsm_mode,json=lsmMode,proto3,enum=stated.v1.LsmMode" json:"lsm_mode,omitempty"`
+	LsmMode LsmMode `protobuf:"varint,12,opt,name=lsm_mode,json=lsmMode,proto3,enum=stated.v1.LsmMode" json:"lsm_mode,omitempty"`
+	// external, when set, opens the instance in the externally owned mode
+	// (revision 2; lsm instances only; see ExternalOwnership). Unset: the
+	// daemon's own mode, as always.
+	External      *ExternalOwnership `protobuf:"bytes,13,opt,name=external,proto3" json:"external,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1515,6 +1519,94 @@ func (x *OpenRequest) GetLsmMode() LsmMode {
 	return LsmMode_LSM_MODE_UNSPECIFIED
 }
 
+func (x *OpenRequest) GetExternal() *ExternalOwnership {
+	if x != nil {
+		return x.External
+	}
+	return nil
+}
+
+// ExternalOwnership opens an instance whose checkpoint files belong to the
+// engine (Flink keeps them in its checkpoint metadata, counts the shared
+// ones and deletes them). For such an instance the daemon's catalog
+// completes nothing, retains nothing, sweeps nothing and deletes nothing:
+// its snapshots are not checkpoints of the job (CompleteCheckpoint,
+// AbortCheckpoint and ListCheckpoints do not see them). A snapshot
+// (barrier or Snapshot) writes the files under root and AwaitSnapshot (or
+// a snapshot with wait) returns the daemon's task handle and the file
+// list; ConfirmSnapshot and ForgetSnapshot replace the job-level
+// completion and abort. A snapshot reuses only shared files of a confirmed
+// checkpoint or of the checkpoint restored from; full_checkpoint reuses
+// none. The daemon must run with an external directory (--external-dir;
+// UNIMPLEMENTED otherwise), a directory the engine reaches too under the
+// same path. The instance keeps its SSTs locally (lsm_mode REMOTE and
+// changelog ON are refused), and operator state is the engine's (a
+// restore from handles restores none).
+type ExternalOwnership struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// root is the directory the instance's files go to: relative to the
+	// daemon's external directory, or an absolute path inside it. Shared
+	// files go under root/shared, private ones under
+	// root/chk-<checkpoint id>/<task>. Tasks of one job may share a root.
+	Root string `protobuf:"bytes,1,opt,name=root,proto3" json:"root,omitempty"`
+	// restore_handles are the task handles (ExternalSnapshot.task_handle)
+	// the engine assigned to the task: its own, or after a rescale those of
+	// every old subtask whose key groups overlap the instance's, of any job
+	// (a restore into a new job id works). Together they must hold every key
+	// group of the instance's range, each must overlap it, and they must not
+	// overlap each other (INVALID_ARGUMENT naming the key groups); a handle
+	// of another backend kind or mode is FAILED_PRECONDITION, a missing file
+	// NOT_FOUND naming it. The checkpoint restored from may be reused by
+	// later snapshots: it counts as confirmed. Empty: a new, empty instance.
+	RestoreHandles [][]byte `protobuf:"bytes,2,rep,name=restore_handles,json=restoreHandles,proto3" json:"restore_handles,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *ExternalOwnership) Reset() {
+	*x = ExternalOwnership{}
+	mi := &file_stated_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExternalOwnership) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExternalOwnership) ProtoMessage() {}
+
+func (x *ExternalOwnership) ProtoReflect() protoreflect.Message {
+	mi := &file_stated_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExternalOwnership.ProtoReflect.Descriptor instead.
+func (*ExternalOwnership) Descriptor() ([]byte, []int) {
+	return file_stated_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *ExternalOwnership) GetRoot() string {
+	if x != nil {
+		return x.Root
+	}
+	return ""
+}
+
+func (x *ExternalOwnership) GetRestoreHandles() [][]byte {
+	if x != nil {
+		return x.RestoreHandles
+	}
+	return nil
+}
+
 type OpenResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// instance_id names the instance in every later call. It is random and
@@ -1584,6 +1676,8 @@ type OpenResponse struct {
 	//	1: read views, key scans, late registration, bulk load (ScanView,
 	//	   ReleaseView, ScanKeys, CountEntries, RegisterStates, Load, the
 	//	   view barrier) and max_views_per_instance.
+	//	2: the externally owned mode (OpenRequest.external, AwaitSnapshot,
+	//	   ConfirmSnapshot, ForgetSnapshot, full_checkpoint).
 	ProtocolVersion uint32 `protobuf:"varint,19,opt,name=protocol_version,json=protocolVersion,proto3" json:"protocol_version,omitempty"`
 	// max_views_per_instance bounds the read views one instance holds at
 	// once; another fails with RESOURCE_EXHAUSTED until one is released
@@ -1595,7 +1689,7 @@ type OpenResponse struct {
 
 func (x *OpenResponse) Reset() {
 	*x = OpenResponse{}
-	mi := &file_stated_proto_msgTypes[5]
+	mi := &file_stated_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1607,7 +1701,7 @@ func (x *OpenResponse) String() string {
 func (*OpenResponse) ProtoMessage() {}
 
 func (x *OpenResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_stated_proto_msgTypes[5]
+	mi := &file_stated_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1620,7 +1714,7 @@ func (x *OpenResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OpenResponse.ProtoReflect.Descriptor instead.
 func (*OpenResponse) Descriptor() ([]byte, []int) {
-	return file_stated_proto_rawDescGZIP(), []int{5}
+	return file_stated_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *OpenResponse) GetInstanceId() []byte {
@@ -1797,7 +1891,7 @@ type Op struct {
 
 func (x *Op) Reset() {
 	*x = Op{}
-	mi := &file_stated_proto_msgTypes[6]
+	mi := &file_stated_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1809,7 +1903,7 @@ func (x *Op) String() string {
 func (*Op) ProtoMessage() {}
 
 func (x *Op) ProtoReflect() protoreflect.Message {
-	mi := &file_stated_proto_msgTypes[6]
+	mi := &file_stated_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1822,7 +1916,7 @@ func (x *Op) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Op.ProtoReflect.Descriptor instead.
 func (*Op) Descriptor() ([]byte, []int) {
-	return file_stated_proto_rawDescGZIP(), []int{6}
+	return file_stated_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *Op) GetType() OpType {
@@ -1957,7 +2051,7 @@ type BatchRequest struct {
 
 func (x *BatchRequest) Reset() {
 	*x = BatchRequest{}
-	mi := &file_stated_proto_msgTypes[7]
+	mi := &file_stated_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1969,7 +2063,7 @@ func (x *BatchRequest) String() string {
 func (*BatchRequest) ProtoMessage() {}
 
 func (x *BatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_stated_proto_msgTypes[7]
+	mi := &file_stated_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1982,7 +2076,7 @@ func (x *BatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchRequest.ProtoReflect.Descriptor instead.
 func (*BatchRequest) Descriptor() ([]byte, []int) {
-	return file_stated_proto_rawDescGZIP(), []int{7}
+	return file_stated_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *BatchRequest) GetInstanceId() []byte {
@@ -2040,14 +2134,19 @@ type SnapshotBarrier struct {
 	// CompleteCheckpoint wait for the uploads, unless the sizes are needed.
 	Wait bool `protobuf:"varint,2,opt,name=wait,proto3" json:"wait,omitempty"`
 	// stats: how the engine took this task's part of the checkpoint.
-	Stats         *TaskCheckpointStats `protobuf:"bytes,3,opt,name=stats,proto3" json:"stats,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Stats *TaskCheckpointStats `protobuf:"bytes,3,opt,name=stats,proto3" json:"stats,omitempty"`
+	// full_checkpoint: reuse no file of an earlier checkpoint (Flink's
+	// FULL_CHECKPOINT, its first checkpoint after a NO_CLAIM restore).
+	// Externally owned instances only (INVALID_ARGUMENT otherwise). Revision
+	// 2.
+	FullCheckpoint bool `protobuf:"varint,4,opt,name=full_checkpoint,json=fullCheckpoint,proto3" json:"full_checkpoint,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *SnapshotBarrier) Reset() {
 	*x = SnapshotBarrier{}
-	mi := &file_stated_proto_msgTypes[8]
+	mi := &file_stated_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2059,7 +2158,7 @@ func (x *SnapshotBarrier) String() string {
 func (*SnapshotBarrier) ProtoMessage() {}
 
 func (x *SnapshotBarrier) ProtoReflect() protoreflect.Message {
-	mi := &file_stated_proto_msgTypes[8]
+	mi := &file_stated_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2072,7 +2171,7 @@ func (x *SnapshotBarrier) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotBarrier.ProtoReflect.Descriptor instead.
 func (*SnapshotBarrier) Descriptor() ([]byte, []int) {
-	return file_stated_proto_rawDescGZIP(), []int{8}
+	return file_stated_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *SnapshotBarrier) GetCheckpointId() uint64 {
@@ -2096,6 +2195,13 @@ func (x *SnapshotBarrier) GetStats() *TaskCheckpointStats {
 	return nil
 }
 
+func (x *SnapshotBarrier) GetFullCheckpoint() bool {
+	if x != nil {
+		return x.FullCheckpoint
+	}
+	return false
+}
+
 // TaskCheckpointStats is what the engine reports of one task's part in a
 // checkpoint, shown with the checkpoint (CheckpointInfo, stated
 // checkpoints, metrics).
@@ -2116,7 +2222,7 @@ type TaskCheckpointStats struct {
 
 func (x *TaskCheckpointStats) Reset() {
 	*x = TaskCheckpointStats{}
-	mi := &file_stated_proto_msgTypes[9]
+	mi := &file_stated_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2128,7 +2234,7 @@ func (x *TaskCheckpointStats) String() string {
 func (*TaskCheckpointStats) ProtoMessage() {}
 
 func (x *TaskCheckpointStats) ProtoReflect() protoreflect.Message {
-	mi := &file_stated_proto_msgTypes[9]
+	mi := &file_stated_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2141,7 +2247,7 @@ func (x *TaskCheckpointStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskCheckpointStats.ProtoReflect.Descriptor instead.
 func (*TaskCheckpointStats) Descriptor() ([]byte, []int) {
-	return file_stated_proto_rawDescGZIP(), []int{9}
+	return file_stated_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *TaskCheckpointStats) GetUnaligned() bool {
@@ -2182,7 +2288,7 @@ type SnapshotOutcome struct {
 
 func (x *SnapshotOutcome) Reset() {
 	*x = SnapshotOutcome{}
-	mi := &file_stated_proto_msgTypes[10]
+	mi := &file_stated_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2194,7 +2300,7 @@ func (x *SnapshotOutcome) String() string {
 func (*SnapshotOutcome) ProtoMessage() {}
 
 func (x *SnapshotOutcome) ProtoReflect() protoreflect.Message {
-	mi := &file_stated_proto_msgTypes[10]
+	mi := &file_stated_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2207,7 +2313,7 @@ func (x *SnapshotOutcome) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotOutcome.ProtoReflect.Descriptor instead.
 func (*SnapshotOutcome) Descriptor() ([]byte, []int) {
-	return file_stated_proto_rawDescGZIP(), []int{10}
+	return file_stated_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *SnapshotOutcome) GetCode() uint32 {
@@ -2241,7 +2347,7 @@ type MapEntry struct {
 
 func (x *MapEntry) Reset() {
 	*x = MapEntry{}
-	mi := &file_stated_proto_msgTypes[11]
+	mi := &file_stated_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2253,7 +2359,7 @@ func (x *MapEntry) String() string {
 func (*MapEntry) ProtoMessage() {}
 
 func (x *MapEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_stated_proto_msgTypes[11]
+	mi := &file_stated_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2266,7 +2372,7 @@ func (x *MapEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MapEntry.ProtoReflect.Descriptor instead.
 func (*MapEntry) Descriptor() ([]byte, []int) {
-	return file_stated_proto_rawDescGZIP(), []int{11}
+	return file_stated_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *MapEntry) GetUserKey() []byte {
@@ -2295,7 +2401,7 @@ type Timer struct {
 
 func (x *Timer) Reset() {
 	*x = Timer{}
-	mi := &file_stated_proto_msgTypes[12]
+	mi := &file_stated_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2307,7 +2413,7 @@ func (x *Timer) String() string {
 func (*Timer) ProtoMessage() {}
 
 func (x *Timer) ProtoReflect() protoreflect.Message {
-	mi := &file_stated_proto_msgTypes[12]
+	mi := &file_stated_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2320,7 +2426,7 @@ func (x *Timer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Timer.ProtoReflect.Descriptor instead.
 func (*Timer) Descriptor() ([]byte, []int) {
-	return file_stated_proto_rawDescGZIP(), []int{12}
+	return file_stated_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *Timer) GetKeyGroup() uint32 {
@@ -2387,7 +2493,7 @@ type Result struct {
 
 func (x *Result) Reset() {
 	*x = Result{}
-	mi := &file_stated_proto_msgTypes[13]
+	mi := &file_stated_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2399,7 +2505,7 @@ func (x *Result) String() string {
 func (*Result) ProtoMessage() {}
 
 func (x *Result) ProtoReflect() protoreflect.Message {
-	mi := &file_stated_proto_msgTypes[13]
+	mi := &file_stated_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2412,7 +2518,7 @@ func (x *Result) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Result.ProtoReflect.Descriptor instead.
 func (*Result) Descriptor() ([]byte, []int) {
-	return file_stated_proto_rawDescGZIP(), []int{13}
+	return file_stated_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *Result) GetCode() uint32 {
@@ -2527,7 +2633,7 @@ type BatchResponse struct {
 
 func (x *BatchResponse) Reset() {
 	*x = BatchResponse{}
-	mi := &file_stated_proto_msgTypes[14]
+	mi := &file_stated_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2539,7 +2645,7 @@ func (x *BatchResponse) String() string {
 func (*BatchResponse) ProtoMessage() {}
 
 func (x *BatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_stated_proto_msgTypes[14]
+	mi := &file_stated_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2552,7 +2658,7 @@ func (x *BatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchResponse.ProtoReflect.Descriptor instead.
 func (*BatchResponse) Descriptor() ([]byte, []int) {
-	return file_stated_proto_rawDescGZIP(), []int{14}
+	return file_stated_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *BatchResponse) GetSeq() uint64 {
@@ -2603,14 +2709,16 @@ type SnapshotRequest struct {
 	// the stream instead (BatchRequest.snapshot).
 	BatchesAnswered bool `protobuf:"varint,5,opt,name=batches_answered,json=batchesAnswered,proto3" json:"batches_answered,omitempty"`
 	// stats as in SnapshotBarrier.stats.
-	Stats         *TaskCheckpointStats `protobuf:"bytes,6,opt,name=stats,proto3" json:"stats,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Stats *TaskCheckpointStats `protobuf:"bytes,6,opt,name=stats,proto3" json:"stats,omitempty"`
+	// full_checkpoint as in SnapshotBarrier.full_checkpoint.
+	FullCheckpoint bool `protobuf:"varint,7,opt,name=full_checkpoint,json=fullCheckpoint,proto3" json:"full_checkpoint,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *SnapshotRequest) Reset() {
 	*x = SnapshotRequest{}
-	mi := &file_stated_proto_msgTypes[15]
+	mi := &file_stated_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2622,7 +2730,7 @@ func (x *SnapshotRequest) String() string {
 func (*SnapshotRequest) ProtoMessage() {}
 
 func (x *SnapshotRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_stated_proto_msgTypes[15]
+	mi := &file_stated_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2635,7 +2743,7 @@ func (x *SnapshotRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotRequest.ProtoReflect.Descriptor instead.
 func (*SnapshotRequest) Descriptor() ([]byte, []int) {
-	return file_stated_proto_rawDescGZIP(), []int{15}
+	return file_stated_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *SnapshotRequest) GetInstanceId() []byte {
@@ -2680,6 +2788,13 @@ func (x *SnapshotRequest) GetStats() *TaskCheckpointStats {
 	return nil
 }
 
+func (x *SnapshotRequest) GetFullCheckpoint() bool {
+	if x != nil {
+		return x.FullCheckpoint
+	}
+	return false
+}
+
 type SnapshotResponse struct {
 	state      protoimpl.MessageState `protogen:"open.v1"`
 	SyncMicros int64                  `protobuf:"varint,1,opt,name=sync_micros,json=syncMicros,proto3" json:"sync_micros,omitempty"`
@@ -2689,13 +2804,16 @@ type SnapshotResponse struct {
 	CheckpointedSize int64 `protobuf:"varint,3,opt,name=checkpointed_size,json=checkpointedSize,proto3" json:"checkpointed_size,omitempty"`
 	FullSize         int64 `protobuf:"varint,4,opt,name=full_size,json=fullSize,proto3" json:"full_size,omitempty"`
 	Files            int32 `protobuf:"varint,5,opt,name=files,proto3" json:"files,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// external: the snapshot of an externally owned instance, when wait was
+	// set (AwaitSnapshot returns it otherwise). Revision 2.
+	External      *ExternalSnapshot `protobuf:"bytes,6,opt,name=external,proto3" json:"external,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *SnapshotResponse) Reset() {
 	*x = SnapshotResponse{}
-	mi := &file_stated_proto_msgTypes[16]
+	mi := &file_stated_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2707,7 +2825,7 @@ func (x *SnapshotResponse) String() string {
 func (*SnapshotResponse) ProtoMessage() {}
 
 func (x *SnapshotResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_stated_proto_msgTypes[16]
+	mi := &file_stated_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2720,7 +2838,7 @@ func (x *SnapshotResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotResponse.ProtoReflect.Descriptor instead.
 func (*SnapshotResponse) Descriptor() ([]byte, []int) {
-	return file_stated_proto_rawDescGZIP(), []int{16}
+	return file_stated_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *SnapshotResponse) GetSyncMicros() int64 {
@@ -2758,6 +2876,466 @@ func (x *SnapshotResponse) GetFiles() int32 {
 	return 0
 }
 
+func (x *SnapshotResponse) GetExternal() *ExternalSnapshot {
+	if x != nil {
+		return x.External
+	}
+	return nil
+}
+
+// ExternalSnapshot is one snapshot of an externally owned instance.
+type ExternalSnapshot struct {
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	CheckpointId uint64                 `protobuf:"varint,1,opt,name=checkpoint_id,json=checkpointId,proto3" json:"checkpoint_id,omitempty"`
+	// task_handle is the daemon's handle of the snapshot (opaque to the
+	// engine; JSON today): the engine keeps it in its checkpoint and passes
+	// it back in ExternalOwnership.restore_handles.
+	TaskHandle []byte `protobuf:"bytes,2,opt,name=task_handle,json=taskHandle,proto3" json:"task_handle,omitempty"`
+	// files are every file the handle references, the reused ones too.
+	Files []*ExternalFile `protobuf:"bytes,3,rep,name=files,proto3" json:"files,omitempty"`
+	// checkpointed_size is the bytes this snapshot wrote; full_size the size
+	// of all its files.
+	CheckpointedSize int64 `protobuf:"varint,4,opt,name=checkpointed_size,json=checkpointedSize,proto3" json:"checkpointed_size,omitempty"`
+	FullSize         int64 `protobuf:"varint,5,opt,name=full_size,json=fullSize,proto3" json:"full_size,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *ExternalSnapshot) Reset() {
+	*x = ExternalSnapshot{}
+	mi := &file_stated_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExternalSnapshot) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExternalSnapshot) ProtoMessage() {}
+
+func (x *ExternalSnapshot) ProtoReflect() protoreflect.Message {
+	mi := &file_stated_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExternalSnapshot.ProtoReflect.Descriptor instead.
+func (*ExternalSnapshot) Descriptor() ([]byte, []int) {
+	return file_stated_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *ExternalSnapshot) GetCheckpointId() uint64 {
+	if x != nil {
+		return x.CheckpointId
+	}
+	return 0
+}
+
+func (x *ExternalSnapshot) GetTaskHandle() []byte {
+	if x != nil {
+		return x.TaskHandle
+	}
+	return nil
+}
+
+func (x *ExternalSnapshot) GetFiles() []*ExternalFile {
+	if x != nil {
+		return x.Files
+	}
+	return nil
+}
+
+func (x *ExternalSnapshot) GetCheckpointedSize() int64 {
+	if x != nil {
+		return x.CheckpointedSize
+	}
+	return 0
+}
+
+func (x *ExternalSnapshot) GetFullSize() int64 {
+	if x != nil {
+		return x.FullSize
+	}
+	return 0
+}
+
+// ExternalFile is one file of an ExternalSnapshot.
+type ExternalFile struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// path is the file's name relative to the daemon's external directory
+	// (as the task handle names it); location is its absolute path there.
+	Path     string `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
+	Location string `protobuf:"bytes,2,opt,name=location,proto3" json:"location,omitempty"`
+	Size     int64  `protobuf:"varint,3,opt,name=size,proto3" json:"size,omitempty"`
+	// shared: other snapshots of the instance may reuse the file, so the
+	// engine reference-counts it (Flink's shared state); otherwise private
+	// to this snapshot.
+	Shared        bool `protobuf:"varint,4,opt,name=shared,proto3" json:"shared,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExternalFile) Reset() {
+	*x = ExternalFile{}
+	mi := &file_stated_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExternalFile) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExternalFile) ProtoMessage() {}
+
+func (x *ExternalFile) ProtoReflect() protoreflect.Message {
+	mi := &file_stated_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExternalFile.ProtoReflect.Descriptor instead.
+func (*ExternalFile) Descriptor() ([]byte, []int) {
+	return file_stated_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *ExternalFile) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *ExternalFile) GetLocation() string {
+	if x != nil {
+		return x.Location
+	}
+	return ""
+}
+
+func (x *ExternalFile) GetSize() int64 {
+	if x != nil {
+		return x.Size
+	}
+	return 0
+}
+
+func (x *ExternalFile) GetShared() bool {
+	if x != nil {
+		return x.Shared
+	}
+	return false
+}
+
+type AwaitSnapshotRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	InstanceId    []byte                 `protobuf:"bytes,1,opt,name=instance_id,json=instanceId,proto3" json:"instance_id,omitempty"`
+	Job           string                 `protobuf:"bytes,2,opt,name=job,proto3" json:"job,omitempty"`
+	CheckpointId  uint64                 `protobuf:"varint,3,opt,name=checkpoint_id,json=checkpointId,proto3" json:"checkpoint_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AwaitSnapshotRequest) Reset() {
+	*x = AwaitSnapshotRequest{}
+	mi := &file_stated_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AwaitSnapshotRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AwaitSnapshotRequest) ProtoMessage() {}
+
+func (x *AwaitSnapshotRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_stated_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AwaitSnapshotRequest.ProtoReflect.Descriptor instead.
+func (*AwaitSnapshotRequest) Descriptor() ([]byte, []int) {
+	return file_stated_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *AwaitSnapshotRequest) GetInstanceId() []byte {
+	if x != nil {
+		return x.InstanceId
+	}
+	return nil
+}
+
+func (x *AwaitSnapshotRequest) GetJob() string {
+	if x != nil {
+		return x.Job
+	}
+	return ""
+}
+
+func (x *AwaitSnapshotRequest) GetCheckpointId() uint64 {
+	if x != nil {
+		return x.CheckpointId
+	}
+	return 0
+}
+
+type AwaitSnapshotResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Snapshot      *ExternalSnapshot      `protobuf:"bytes,1,opt,name=snapshot,proto3" json:"snapshot,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AwaitSnapshotResponse) Reset() {
+	*x = AwaitSnapshotResponse{}
+	mi := &file_stated_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AwaitSnapshotResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AwaitSnapshotResponse) ProtoMessage() {}
+
+func (x *AwaitSnapshotResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_stated_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AwaitSnapshotResponse.ProtoReflect.Descriptor instead.
+func (*AwaitSnapshotResponse) Descriptor() ([]byte, []int) {
+	return file_stated_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *AwaitSnapshotResponse) GetSnapshot() *ExternalSnapshot {
+	if x != nil {
+		return x.Snapshot
+	}
+	return nil
+}
+
+type ConfirmSnapshotRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	InstanceId    []byte                 `protobuf:"bytes,1,opt,name=instance_id,json=instanceId,proto3" json:"instance_id,omitempty"`
+	Job           string                 `protobuf:"bytes,2,opt,name=job,proto3" json:"job,omitempty"`
+	CheckpointId  uint64                 `protobuf:"varint,3,opt,name=checkpoint_id,json=checkpointId,proto3" json:"checkpoint_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ConfirmSnapshotRequest) Reset() {
+	*x = ConfirmSnapshotRequest{}
+	mi := &file_stated_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ConfirmSnapshotRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ConfirmSnapshotRequest) ProtoMessage() {}
+
+func (x *ConfirmSnapshotRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_stated_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ConfirmSnapshotRequest.ProtoReflect.Descriptor instead.
+func (*ConfirmSnapshotRequest) Descriptor() ([]byte, []int) {
+	return file_stated_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *ConfirmSnapshotRequest) GetInstanceId() []byte {
+	if x != nil {
+		return x.InstanceId
+	}
+	return nil
+}
+
+func (x *ConfirmSnapshotRequest) GetJob() string {
+	if x != nil {
+		return x.Job
+	}
+	return ""
+}
+
+func (x *ConfirmSnapshotRequest) GetCheckpointId() uint64 {
+	if x != nil {
+		return x.CheckpointId
+	}
+	return 0
+}
+
+type ConfirmSnapshotResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ConfirmSnapshotResponse) Reset() {
+	*x = ConfirmSnapshotResponse{}
+	mi := &file_stated_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ConfirmSnapshotResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ConfirmSnapshotResponse) ProtoMessage() {}
+
+func (x *ConfirmSnapshotResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_stated_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ConfirmSnapshotResponse.ProtoReflect.Descriptor instead.
+func (*ConfirmSnapshotResponse) Descriptor() ([]byte, []int) {
+	return file_stated_proto_rawDescGZIP(), []int{23}
+}
+
+type ForgetSnapshotRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	InstanceId    []byte                 `protobuf:"bytes,1,opt,name=instance_id,json=instanceId,proto3" json:"instance_id,omitempty"`
+	Job           string                 `protobuf:"bytes,2,opt,name=job,proto3" json:"job,omitempty"`
+	CheckpointId  uint64                 `protobuf:"varint,3,opt,name=checkpoint_id,json=checkpointId,proto3" json:"checkpoint_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ForgetSnapshotRequest) Reset() {
+	*x = ForgetSnapshotRequest{}
+	mi := &file_stated_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ForgetSnapshotRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ForgetSnapshotRequest) ProtoMessage() {}
+
+func (x *ForgetSnapshotRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_stated_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ForgetSnapshotRequest.ProtoReflect.Descriptor instead.
+func (*ForgetSnapshotRequest) Descriptor() ([]byte, []int) {
+	return file_stated_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *ForgetSnapshotRequest) GetInstanceId() []byte {
+	if x != nil {
+		return x.InstanceId
+	}
+	return nil
+}
+
+func (x *ForgetSnapshotRequest) GetJob() string {
+	if x != nil {
+		return x.Job
+	}
+	return ""
+}
+
+func (x *ForgetSnapshotRequest) GetCheckpointId() uint64 {
+	if x != nil {
+		return x.CheckpointId
+	}
+	return 0
+}
+
+type ForgetSnapshotResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ForgetSnapshotResponse) Reset() {
+	*x = ForgetSnapshotResponse{}
+	mi := &file_stated_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ForgetSnapshotResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ForgetSnapshotResponse) ProtoMessage() {}
+
+func (x *ForgetSnapshotResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_stated_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ForgetSnapshotResponse.ProtoReflect.Descriptor instead.
+func (*ForgetSnapshotResponse) Descriptor() ([]byte, []int) {
+	return file_stated_proto_rawDescGZIP(), []int{25}
+}
+
 type CompleteCheckpointRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Job   string                 `protobuf:"bytes,1,opt,name=job,proto3" json:"job,omitempty"`
@@ -2788,7 +3366,7 @@ type CompleteCheckpointRequest struct {
 
 func (x *CompleteCheckpointRequest) Reset() {
 	*x = CompleteCheckpointRequest{}
-	mi := &file_stated_proto_msgTypes[17]
+	mi := &file_stated_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2800,7 +3378,7 @@ func (x *CompleteCheckpointRequest) String() string {
 func (*CompleteCheckpointRequest) ProtoMessage() {}
 
 func (x *CompleteCheckpointRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_stated_proto_msgTypes[17]
+	mi := &file_stated_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2813,7 +3391,7 @@ func (x *CompleteCheckpointRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompleteCheckpointRequest.ProtoReflect.Descriptor instead.
 func (*CompleteCheckpointRequest) Descriptor() ([]byte, []int) {
-	return file_stated_proto_rawDescGZIP(), []int{17}
+	return file_stated_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *CompleteCheckpointRequest) GetJob() string {
@@ -2885,7 +3463,7 @@ type CheckpointInfo struct {
 
 func (x *CheckpointInfo) Reset() {
 	*x = CheckpointInfo{}
-	mi := &file_stated_proto_msgTypes[18]
+	mi := &file_stated_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2897,7 +3475,7 @@ func (x *CheckpointInfo) String() string {
 func (*CheckpointInfo) ProtoMessage() {}
 
 func (x *CheckpointInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_stated_proto_msgTypes[18]
+	mi := &file_stated_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2910,7 +3488,7 @@ func (x *CheckpointInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckpointInfo.ProtoReflect.Descriptor instead.
 func (*CheckpointInfo) Descriptor() ([]byte, []int) {
-	return file_stated_proto_rawDescGZIP(), []int{18}
+	return file_stated_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *CheckpointInfo) GetJob() string {
@@ -3063,7 +3641,7 @@ type CompleteCheckpointResponse struct {
 
 func (x *CompleteCheckpointResponse) Reset() {
 	*x = CompleteCheckpointResponse{}
-	mi := &file_stated_proto_msgTypes[19]
+	mi := &file_stated_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3075,7 +3653,7 @@ func (x *CompleteCheckpointResponse) String() string {
 func (*CompleteCheckpointResponse) ProtoMessage() {}
 
 func (x *CompleteCheckpointResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_stated_proto_msgTypes[19]
+	mi := &file_stated_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3088,7 +3666,7 @@ func (x *CompleteCheckpointResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompleteCheckpointResponse.ProtoReflect.Descriptor instead.
 func (*CompleteCheckpointResponse) Descriptor() ([]byte, []int) {
-	return file_stated_proto_rawDescGZIP(), []int{19}
+	return file_stated_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *CompleteCheckpointResponse) GetCheckpoint() *CheckpointInfo {
@@ -3118,7 +3696,7 @@ type AbortCheckpointRequest struct {
 
 func (x *AbortCheckpointRequest) Reset() {
 	*x = AbortCheckpointRequest{}
-	mi := &file_stated_proto_msgTypes[20]
+	mi := &file_stated_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3130,7 +3708,7 @@ func (x *AbortCheckpointRequest) String() string {
 func (*AbortCheckpointRequest) ProtoMessage() {}
 
 func (x *AbortCheckpointRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_stated_proto_msgTypes[20]
+	mi := &file_stated_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3143,7 +3721,7 @@ func (x *AbortCheckpointRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AbortCheckpointRequest.ProtoReflect.Descriptor instead.
 func (*AbortCheckpointRequest) Descriptor() ([]byte, []int) {
-	return file_stated_proto_rawDescGZIP(), []int{20}
+	return file_stated_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *AbortCheckpointRequest) GetJob() string {
@@ -3182,7 +3760,7 @@ type AbortCheckpointResponse struct {
 
 func (x *AbortCheckpointResponse) Reset() {
 	*x = AbortCheckpointResponse{}
-	mi := &file_stated_proto_msgTypes[21]
+	mi := &file_stated_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3194,7 +3772,7 @@ func (x *AbortCheckpointResponse) String() string {
 func (*AbortCheckpointResponse) ProtoMessage() {}
 
 func (x *AbortCheckpointResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_stated_proto_msgTypes[21]
+	mi := &file_stated_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3207,7 +3785,7 @@ func (x *AbortCheckpointResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AbortCheckpointResponse.ProtoReflect.Descriptor instead.
 func (*AbortCheckpointResponse) Descriptor() ([]byte, []int) {
-	return file_stated_proto_rawDescGZIP(), []int{21}
+	return file_stated_proto_rawDescGZIP(), []int{30}
 }
 
 type ListCheckpointsRequest struct {
@@ -3219,7 +3797,7 @@ type ListCheckpointsRequest struct {
 
 func (x *ListCheckpointsRequest) Reset() {
 	*x = ListCheckpointsRequest{}
-	mi := &file_stated_proto_msgTypes[22]
+	mi := &file_stated_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3231,7 +3809,7 @@ func (x *ListCheckpointsRequest) String() string {
 func (*ListCheckpointsRequest) ProtoMessage() {}
 
 func (x *ListCheckpointsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_stated_proto_msgTypes[22]
+	mi := &file_stated_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3244,7 +3822,7 @@ func (x *ListCheckpointsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListCheckpointsRequest.ProtoReflect.Descriptor instead.
 func (*ListCheckpointsRequest) Descriptor() ([]byte, []int) {
-	return file_stated_proto_rawDescGZIP(), []int{22}
+	return file_stated_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *ListCheckpointsRequest) GetJob() string {
@@ -3263,7 +3841,7 @@ type ListCheckpointsResponse struct {
 
 func (x *ListCheckpointsResponse) Reset() {
 	*x = ListCheckpointsResponse{}
-	mi := &file_stated_proto_msgTypes[23]
+	mi := &file_stated_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3275,7 +3853,7 @@ func (x *ListCheckpointsResponse) String() string {
 func (*ListCheckpointsResponse) ProtoMessage() {}
 
 func (x *ListCheckpointsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_stated_proto_msgTypes[23]
+	mi := &file_stated_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3288,7 +3866,7 @@ func (x *ListCheckpointsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListCheckpointsResponse.ProtoReflect.Descriptor instead.
 func (*ListCheckpointsResponse) Descriptor() ([]byte, []int) {
-	return file_stated_proto_rawDescGZIP(), []int{23}
+	return file_stated_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ListCheckpointsResponse) GetCheckpoints() []*CheckpointInfo {
@@ -3325,7 +3903,7 @@ type TriggerSavepointRequest struct {
 
 func (x *TriggerSavepointRequest) Reset() {
 	*x = TriggerSavepointRequest{}
-	mi := &file_stated_proto_msgTypes[24]
+	mi := &file_stated_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3337,7 +3915,7 @@ func (x *TriggerSavepointRequest) String() string {
 func (*TriggerSavepointRequest) ProtoMessage() {}
 
 func (x *TriggerSavepointRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_stated_proto_msgTypes[24]
+	mi := &file_stated_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3350,7 +3928,7 @@ func (x *TriggerSavepointRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TriggerSavepointRequest.ProtoReflect.Descriptor instead.
 func (*TriggerSavepointRequest) Descriptor() ([]byte, []int) {
-	return file_stated_proto_rawDescGZIP(), []int{24}
+	return file_stated_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *TriggerSavepointRequest) GetJob() string {
@@ -3394,7 +3972,7 @@ type TriggerSavepointResponse struct {
 
 func (x *TriggerSavepointResponse) Reset() {
 	*x = TriggerSavepointResponse{}
-	mi := &file_stated_proto_msgTypes[25]
+	mi := &file_stated_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3406,7 +3984,7 @@ func (x *TriggerSavepointResponse) String() string {
 func (*TriggerSavepointResponse) ProtoMessage() {}
 
 func (x *TriggerSavepointResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_stated_proto_msgTypes[25]
+	mi := &file_stated_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3419,7 +3997,7 @@ func (x *TriggerSavepointResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TriggerSavepointResponse.ProtoReflect.Descriptor instead.
 func (*TriggerSavepointResponse) Descriptor() ([]byte, []int) {
-	return file_stated_proto_rawDescGZIP(), []int{25}
+	return file_stated_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *TriggerSavepointResponse) GetPath() string {
@@ -3459,7 +4037,7 @@ type PlanRescaleRequest struct {
 
 func (x *PlanRescaleRequest) Reset() {
 	*x = PlanRescaleRequest{}
-	mi := &file_stated_proto_msgTypes[26]
+	mi := &file_stated_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3471,7 +4049,7 @@ func (x *PlanRescaleRequest) String() string {
 func (*PlanRescaleRequest) ProtoMessage() {}
 
 func (x *PlanRescaleRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_stated_proto_msgTypes[26]
+	mi := &file_stated_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3484,7 +4062,7 @@ func (x *PlanRescaleRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlanRescaleRequest.ProtoReflect.Descriptor instead.
 func (*PlanRescaleRequest) Descriptor() ([]byte, []int) {
-	return file_stated_proto_rawDescGZIP(), []int{26}
+	return file_stated_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *PlanRescaleRequest) GetJob() string {
@@ -3542,7 +4120,7 @@ type RescaleSource struct {
 
 func (x *RescaleSource) Reset() {
 	*x = RescaleSource{}
-	mi := &file_stated_proto_msgTypes[27]
+	mi := &file_stated_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3554,7 +4132,7 @@ func (x *RescaleSource) String() string {
 func (*RescaleSource) ProtoMessage() {}
 
 func (x *RescaleSource) ProtoReflect() protoreflect.Message {
-	mi := &file_stated_proto_msgTypes[27]
+	mi := &file_stated_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3567,7 +4145,7 @@ func (x *RescaleSource) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RescaleSource.ProtoReflect.Descriptor instead.
 func (*RescaleSource) Descriptor() ([]byte, []int) {
-	return file_stated_proto_rawDescGZIP(), []int{27}
+	return file_stated_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *RescaleSource) GetTask() *TaskId {
@@ -3620,7 +4198,7 @@ type RescaleSubtask struct {
 
 func (x *RescaleSubtask) Reset() {
 	*x = RescaleSubtask{}
-	mi := &file_stated_proto_msgTypes[28]
+	mi := &file_stated_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3632,7 +4210,7 @@ func (x *RescaleSubtask) String() string {
 func (*RescaleSubtask) ProtoMessage() {}
 
 func (x *RescaleSubtask) ProtoReflect() protoreflect.Message {
-	mi := &file_stated_proto_msgTypes[28]
+	mi := &file_stated_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3645,7 +4223,7 @@ func (x *RescaleSubtask) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RescaleSubtask.ProtoReflect.Descriptor instead.
 func (*RescaleSubtask) Descriptor() ([]byte, []int) {
-	return file_stated_proto_rawDescGZIP(), []int{28}
+	return file_stated_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *RescaleSubtask) GetIndex() int32 {
@@ -3685,7 +4263,7 @@ type PlanRescaleResponse struct {
 
 func (x *PlanRescaleResponse) Reset() {
 	*x = PlanRescaleResponse{}
-	mi := &file_stated_proto_msgTypes[29]
+	mi := &file_stated_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3697,7 +4275,7 @@ func (x *PlanRescaleResponse) String() string {
 func (*PlanRescaleResponse) ProtoMessage() {}
 
 func (x *PlanRescaleResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_stated_proto_msgTypes[29]
+	mi := &file_stated_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3710,7 +4288,7 @@ func (x *PlanRescaleResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlanRescaleResponse.ProtoReflect.Descriptor instead.
 func (*PlanRescaleResponse) Descriptor() ([]byte, []int) {
-	return file_stated_proto_rawDescGZIP(), []int{29}
+	return file_stated_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *PlanRescaleResponse) GetCheckpointId() uint64 {
@@ -3758,7 +4336,7 @@ type CloseRequest struct {
 
 func (x *CloseRequest) Reset() {
 	*x = CloseRequest{}
-	mi := &file_stated_proto_msgTypes[30]
+	mi := &file_stated_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3770,7 +4348,7 @@ func (x *CloseRequest) String() string {
 func (*CloseRequest) ProtoMessage() {}
 
 func (x *CloseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_stated_proto_msgTypes[30]
+	mi := &file_stated_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3783,7 +4361,7 @@ func (x *CloseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseRequest.ProtoReflect.Descriptor instead.
 func (*CloseRequest) Descriptor() ([]byte, []int) {
-	return file_stated_proto_rawDescGZIP(), []int{30}
+	return file_stated_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *CloseRequest) GetInstanceId() []byte {
@@ -3808,7 +4386,7 @@ type CloseResponse struct {
 
 func (x *CloseResponse) Reset() {
 	*x = CloseResponse{}
-	mi := &file_stated_proto_msgTypes[31]
+	mi := &file_stated_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3820,7 +4398,7 @@ func (x *CloseResponse) String() string {
 func (*CloseResponse) ProtoMessage() {}
 
 func (x *CloseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_stated_proto_msgTypes[31]
+	mi := &file_stated_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3833,7 +4411,7 @@ func (x *CloseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseResponse.ProtoReflect.Descriptor instead.
 func (*CloseResponse) Descriptor() ([]byte, []int) {
-	return file_stated_proto_rawDescGZIP(), []int{31}
+	return file_stated_proto_rawDescGZIP(), []int{40}
 }
 
 type ChannelId struct {
@@ -3847,7 +4425,7 @@ type ChannelId struct {
 
 func (x *ChannelId) Reset() {
 	*x = ChannelId{}
-	mi := &file_stated_proto_msgTypes[32]
+	mi := &file_stated_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3859,7 +4437,7 @@ func (x *ChannelId) String() string {
 func (*ChannelId) ProtoMessage() {}
 
 func (x *ChannelId) ProtoReflect() protoreflect.Message {
-	mi := &file_stated_proto_msgTypes[32]
+	mi := &file_stated_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3872,7 +4450,7 @@ func (x *ChannelId) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChannelId.ProtoReflect.Descriptor instead.
 func (*ChannelId) Descriptor() ([]byte, []int) {
-	return file_stated_proto_rawDescGZIP(), []int{32}
+	return file_stated_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *ChannelId) GetDirection() ChannelDirection {
@@ -3908,7 +4486,7 @@ type ChannelRecord struct {
 
 func (x *ChannelRecord) Reset() {
 	*x = ChannelRecord{}
-	mi := &file_stated_proto_msgTypes[33]
+	mi := &file_stated_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3920,7 +4498,7 @@ func (x *ChannelRecord) String() string {
 func (*ChannelRecord) ProtoMessage() {}
 
 func (x *ChannelRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_stated_proto_msgTypes[33]
+	mi := &file_stated_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3933,7 +4511,7 @@ func (x *ChannelRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChannelRecord.ProtoReflect.Descriptor instead.
 func (*ChannelRecord) Descriptor() ([]byte, []int) {
-	return file_stated_proto_rawDescGZIP(), []int{33}
+	return file_stated_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *ChannelRecord) GetKeyGroup() int32 {
@@ -3959,7 +4537,7 @@ type ChannelBuffer struct {
 
 func (x *ChannelBuffer) Reset() {
 	*x = ChannelBuffer{}
-	mi := &file_stated_proto_msgTypes[34]
+	mi := &file_stated_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3971,7 +4549,7 @@ func (x *ChannelBuffer) String() string {
 func (*ChannelBuffer) ProtoMessage() {}
 
 func (x *ChannelBuffer) ProtoReflect() protoreflect.Message {
-	mi := &file_stated_proto_msgTypes[34]
+	mi := &file_stated_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3984,7 +4562,7 @@ func (x *ChannelBuffer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChannelBuffer.ProtoReflect.Descriptor instead.
 func (*ChannelBuffer) Descriptor() ([]byte, []int) {
-	return file_stated_proto_rawDescGZIP(), []int{34}
+	return file_stated_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *ChannelBuffer) GetRecords() []*ChannelRecord {
@@ -4007,7 +4585,7 @@ type ChannelChunk struct {
 
 func (x *ChannelChunk) Reset() {
 	*x = ChannelChunk{}
-	mi := &file_stated_proto_msgTypes[35]
+	mi := &file_stated_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4019,7 +4597,7 @@ func (x *ChannelChunk) String() string {
 func (*ChannelChunk) ProtoMessage() {}
 
 func (x *ChannelChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_stated_proto_msgTypes[35]
+	mi := &file_stated_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4032,7 +4610,7 @@ func (x *ChannelChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChannelChunk.ProtoReflect.Descriptor instead.
 func (*ChannelChunk) Descriptor() ([]byte, []int) {
-	return file_stated_proto_rawDescGZIP(), []int{35}
+	return file_stated_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *ChannelChunk) GetChannel() *ChannelId {
@@ -4070,7 +4648,7 @@ type WriteChannelStateRequest struct {
 
 func (x *WriteChannelStateRequest) Reset() {
 	*x = WriteChannelStateRequest{}
-	mi := &file_stated_proto_msgTypes[36]
+	mi := &file_stated_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4082,7 +4660,7 @@ func (x *WriteChannelStateRequest) String() string {
 func (*WriteChannelStateRequest) ProtoMessage() {}
 
 func (x *WriteChannelStateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_stated_proto_msgTypes[36]
+	mi := &file_stated_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4095,7 +4673,7 @@ func (x *WriteChannelStateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteChannelStateRequest.ProtoReflect.Descriptor instead.
 func (*WriteChannelStateRequest) Descriptor() ([]byte, []int) {
-	return file_stated_proto_rawDescGZIP(), []int{36}
+	return file_stated_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *WriteChannelStateRequest) GetInstanceId() []byte {
@@ -4139,7 +4717,7 @@ type WriteChannelStateResponse struct {
 
 func (x *WriteChannelStateResponse) Reset() {
 	*x = WriteChannelStateResponse{}
-	mi := &file_stated_proto_msgTypes[37]
+	mi := &file_stated_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4151,7 +4729,7 @@ func (x *WriteChannelStateResponse) String() string {
 func (*WriteChannelStateResponse) ProtoMessage() {}
 
 func (x *WriteChannelStateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_stated_proto_msgTypes[37]
+	mi := &file_stated_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4164,7 +4742,7 @@ func (x *WriteChannelStateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteChannelStateResponse.ProtoReflect.Descriptor instead.
 func (*WriteChannelStateResponse) Descriptor() ([]byte, []int) {
-	return file_stated_proto_rawDescGZIP(), []int{37}
+	return file_stated_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *WriteChannelStateResponse) GetChannels() int32 {
@@ -4205,7 +4783,7 @@ type ReadChannelStateRequest struct {
 
 func (x *ReadChannelStateRequest) Reset() {
 	*x = ReadChannelStateRequest{}
-	mi := &file_stated_proto_msgTypes[38]
+	mi := &file_stated_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4217,7 +4795,7 @@ func (x *ReadChannelStateRequest) String() string {
 func (*ReadChannelStateRequest) ProtoMessage() {}
 
 func (x *ReadChannelStateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_stated_proto_msgTypes[38]
+	mi := &file_stated_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4230,7 +4808,7 @@ func (x *ReadChannelStateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadChannelStateRequest.ProtoReflect.Descriptor instead.
 func (*ReadChannelStateRequest) Descriptor() ([]byte, []int) {
-	return file_stated_proto_rawDescGZIP(), []int{38}
+	return file_stated_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *ReadChannelStateRequest) GetInstanceId() []byte {
@@ -4256,7 +4834,7 @@ type ReadChannelStateResponse struct {
 
 func (x *ReadChannelStateResponse) Reset() {
 	*x = ReadChannelStateResponse{}
-	mi := &file_stated_proto_msgTypes[39]
+	mi := &file_stated_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4268,7 +4846,7 @@ func (x *ReadChannelStateResponse) String() string {
 func (*ReadChannelStateResponse) ProtoMessage() {}
 
 func (x *ReadChannelStateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_stated_proto_msgTypes[39]
+	mi := &file_stated_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4281,7 +4859,7 @@ func (x *ReadChannelStateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadChannelStateResponse.ProtoReflect.Descriptor instead.
 func (*ReadChannelStateResponse) Descriptor() ([]byte, []int) {
-	return file_stated_proto_rawDescGZIP(), []int{39}
+	return file_stated_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *ReadChannelStateResponse) GetChunks() []*ChannelChunk {
@@ -4305,7 +4883,7 @@ type ViewBarrier struct {
 
 func (x *ViewBarrier) Reset() {
 	*x = ViewBarrier{}
-	mi := &file_stated_proto_msgTypes[40]
+	mi := &file_stated_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4317,7 +4895,7 @@ func (x *ViewBarrier) String() string {
 func (*ViewBarrier) ProtoMessage() {}
 
 func (x *ViewBarrier) ProtoReflect() protoreflect.Message {
-	mi := &file_stated_proto_msgTypes[40]
+	mi := &file_stated_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4330,7 +4908,7 @@ func (x *ViewBarrier) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ViewBarrier.ProtoReflect.Descriptor instead.
 func (*ViewBarrier) Descriptor() ([]byte, []int) {
-	return file_stated_proto_rawDescGZIP(), []int{40}
+	return file_stated_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *ViewBarrier) GetIdleTimeoutMillis() int64 {
@@ -4357,7 +4935,7 @@ type ViewOutcome struct {
 
 func (x *ViewOutcome) Reset() {
 	*x = ViewOutcome{}
-	mi := &file_stated_proto_msgTypes[41]
+	mi := &file_stated_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4369,7 +4947,7 @@ func (x *ViewOutcome) String() string {
 func (*ViewOutcome) ProtoMessage() {}
 
 func (x *ViewOutcome) ProtoReflect() protoreflect.Message {
-	mi := &file_stated_proto_msgTypes[41]
+	mi := &file_stated_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4382,7 +4960,7 @@ func (x *ViewOutcome) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ViewOutcome.ProtoReflect.Descriptor instead.
 func (*ViewOutcome) Descriptor() ([]byte, []int) {
-	return file_stated_proto_rawDescGZIP(), []int{41}
+	return file_stated_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *ViewOutcome) GetCode() uint32 {
@@ -4424,7 +5002,7 @@ type ViewInfo struct {
 
 func (x *ViewInfo) Reset() {
 	*x = ViewInfo{}
-	mi := &file_stated_proto_msgTypes[42]
+	mi := &file_stated_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4436,7 +5014,7 @@ func (x *ViewInfo) String() string {
 func (*ViewInfo) ProtoMessage() {}
 
 func (x *ViewInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_stated_proto_msgTypes[42]
+	mi := &file_stated_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4449,7 +5027,7 @@ func (x *ViewInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ViewInfo.ProtoReflect.Descriptor instead.
 func (*ViewInfo) Descriptor() ([]byte, []int) {
-	return file_stated_proto_rawDescGZIP(), []int{42}
+	return file_stated_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *ViewInfo) GetViewId() []byte {
@@ -4513,7 +5091,7 @@ type ViewEntry struct {
 
 func (x *ViewEntry) Reset() {
 	*x = ViewEntry{}
-	mi := &file_stated_proto_msgTypes[43]
+	mi := &file_stated_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4525,7 +5103,7 @@ func (x *ViewEntry) String() string {
 func (*ViewEntry) ProtoMessage() {}
 
 func (x *ViewEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_stated_proto_msgTypes[43]
+	mi := &file_stated_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4538,7 +5116,7 @@ func (x *ViewEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ViewEntry.ProtoReflect.Descriptor instead.
 func (*ViewEntry) Descriptor() ([]byte, []int) {
-	return file_stated_proto_rawDescGZIP(), []int{43}
+	return file_stated_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *ViewEntry) GetKeyGroup() uint32 {
@@ -4657,7 +5235,7 @@ type ScanViewRequest struct {
 
 func (x *ScanViewRequest) Reset() {
 	*x = ScanViewRequest{}
-	mi := &file_stated_proto_msgTypes[44]
+	mi := &file_stated_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4669,7 +5247,7 @@ func (x *ScanViewRequest) String() string {
 func (*ScanViewRequest) ProtoMessage() {}
 
 func (x *ScanViewRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_stated_proto_msgTypes[44]
+	mi := &file_stated_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4682,7 +5260,7 @@ func (x *ScanViewRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScanViewRequest.ProtoReflect.Descriptor instead.
 func (*ScanViewRequest) Descriptor() ([]byte, []int) {
-	return file_stated_proto_rawDescGZIP(), []int{44}
+	return file_stated_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *ScanViewRequest) GetInstanceId() []byte {
@@ -4752,7 +5330,7 @@ type ScanViewResponse struct {
 
 func (x *ScanViewResponse) Reset() {
 	*x = ScanViewResponse{}
-	mi := &file_stated_proto_msgTypes[45]
+	mi := &file_stated_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4764,7 +5342,7 @@ func (x *ScanViewResponse) String() string {
 func (*ScanViewResponse) ProtoMessage() {}
 
 func (x *ScanViewResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_stated_proto_msgTypes[45]
+	mi := &file_stated_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4777,7 +5355,7 @@ func (x *ScanViewResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScanViewResponse.ProtoReflect.Descriptor instead.
 func (*ScanViewResponse) Descriptor() ([]byte, []int) {
-	return file_stated_proto_rawDescGZIP(), []int{45}
+	return file_stated_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *ScanViewResponse) GetEntries() []*ViewEntry {
@@ -4819,7 +5397,7 @@ type ReleaseViewRequest struct {
 
 func (x *ReleaseViewRequest) Reset() {
 	*x = ReleaseViewRequest{}
-	mi := &file_stated_proto_msgTypes[46]
+	mi := &file_stated_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4831,7 +5409,7 @@ func (x *ReleaseViewRequest) String() string {
 func (*ReleaseViewRequest) ProtoMessage() {}
 
 func (x *ReleaseViewRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_stated_proto_msgTypes[46]
+	mi := &file_stated_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4844,7 +5422,7 @@ func (x *ReleaseViewRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseViewRequest.ProtoReflect.Descriptor instead.
 func (*ReleaseViewRequest) Descriptor() ([]byte, []int) {
-	return file_stated_proto_rawDescGZIP(), []int{46}
+	return file_stated_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *ReleaseViewRequest) GetInstanceId() []byte {
@@ -4876,7 +5454,7 @@ type ReleaseViewResponse struct {
 
 func (x *ReleaseViewResponse) Reset() {
 	*x = ReleaseViewResponse{}
-	mi := &file_stated_proto_msgTypes[47]
+	mi := &file_stated_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4888,7 +5466,7 @@ func (x *ReleaseViewResponse) String() string {
 func (*ReleaseViewResponse) ProtoMessage() {}
 
 func (x *ReleaseViewResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_stated_proto_msgTypes[47]
+	mi := &file_stated_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4901,7 +5479,7 @@ func (x *ReleaseViewResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseViewResponse.ProtoReflect.Descriptor instead.
 func (*ReleaseViewResponse) Descriptor() ([]byte, []int) {
-	return file_stated_proto_rawDescGZIP(), []int{47}
+	return file_stated_proto_rawDescGZIP(), []int{56}
 }
 
 type ScanKeysRequest struct {
@@ -4925,7 +5503,7 @@ type ScanKeysRequest struct {
 
 func (x *ScanKeysRequest) Reset() {
 	*x = ScanKeysRequest{}
-	mi := &file_stated_proto_msgTypes[48]
+	mi := &file_stated_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4937,7 +5515,7 @@ func (x *ScanKeysRequest) String() string {
 func (*ScanKeysRequest) ProtoMessage() {}
 
 func (x *ScanKeysRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_stated_proto_msgTypes[48]
+	mi := &file_stated_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4950,7 +5528,7 @@ func (x *ScanKeysRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScanKeysRequest.ProtoReflect.Descriptor instead.
 func (*ScanKeysRequest) Descriptor() ([]byte, []int) {
-	return file_stated_proto_rawDescGZIP(), []int{48}
+	return file_stated_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *ScanKeysRequest) GetInstanceId() []byte {
@@ -5014,7 +5592,7 @@ type StateKey struct {
 
 func (x *StateKey) Reset() {
 	*x = StateKey{}
-	mi := &file_stated_proto_msgTypes[49]
+	mi := &file_stated_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5026,7 +5604,7 @@ func (x *StateKey) String() string {
 func (*StateKey) ProtoMessage() {}
 
 func (x *StateKey) ProtoReflect() protoreflect.Message {
-	mi := &file_stated_proto_msgTypes[49]
+	mi := &file_stated_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5039,7 +5617,7 @@ func (x *StateKey) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StateKey.ProtoReflect.Descriptor instead.
 func (*StateKey) Descriptor() ([]byte, []int) {
-	return file_stated_proto_rawDescGZIP(), []int{49}
+	return file_stated_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *StateKey) GetKeyGroup() uint32 {
@@ -5079,7 +5657,7 @@ type ScanKeysResponse struct {
 
 func (x *ScanKeysResponse) Reset() {
 	*x = ScanKeysResponse{}
-	mi := &file_stated_proto_msgTypes[50]
+	mi := &file_stated_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5091,7 +5669,7 @@ func (x *ScanKeysResponse) String() string {
 func (*ScanKeysResponse) ProtoMessage() {}
 
 func (x *ScanKeysResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_stated_proto_msgTypes[50]
+	mi := &file_stated_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5104,7 +5682,7 @@ func (x *ScanKeysResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScanKeysResponse.ProtoReflect.Descriptor instead.
 func (*ScanKeysResponse) Descriptor() ([]byte, []int) {
-	return file_stated_proto_rawDescGZIP(), []int{50}
+	return file_stated_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *ScanKeysResponse) GetKeys() []*StateKey {
@@ -5140,7 +5718,7 @@ type CountEntriesRequest struct {
 
 func (x *CountEntriesRequest) Reset() {
 	*x = CountEntriesRequest{}
-	mi := &file_stated_proto_msgTypes[51]
+	mi := &file_stated_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5152,7 +5730,7 @@ func (x *CountEntriesRequest) String() string {
 func (*CountEntriesRequest) ProtoMessage() {}
 
 func (x *CountEntriesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_stated_proto_msgTypes[51]
+	mi := &file_stated_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5165,7 +5743,7 @@ func (x *CountEntriesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CountEntriesRequest.ProtoReflect.Descriptor instead.
 func (*CountEntriesRequest) Descriptor() ([]byte, []int) {
-	return file_stated_proto_rawDescGZIP(), []int{51}
+	return file_stated_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *CountEntriesRequest) GetInstanceId() []byte {
@@ -5200,7 +5778,7 @@ type CountEntriesResponse struct {
 
 func (x *CountEntriesResponse) Reset() {
 	*x = CountEntriesResponse{}
-	mi := &file_stated_proto_msgTypes[52]
+	mi := &file_stated_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5212,7 +5790,7 @@ func (x *CountEntriesResponse) String() string {
 func (*CountEntriesResponse) ProtoMessage() {}
 
 func (x *CountEntriesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_stated_proto_msgTypes[52]
+	mi := &file_stated_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5225,7 +5803,7 @@ func (x *CountEntriesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CountEntriesResponse.ProtoReflect.Descriptor instead.
 func (*CountEntriesResponse) Descriptor() ([]byte, []int) {
-	return file_stated_proto_rawDescGZIP(), []int{52}
+	return file_stated_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *CountEntriesResponse) GetEntries() int64 {
@@ -5246,7 +5824,7 @@ type RegisterStatesRequest struct {
 
 func (x *RegisterStatesRequest) Reset() {
 	*x = RegisterStatesRequest{}
-	mi := &file_stated_proto_msgTypes[53]
+	mi := &file_stated_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5258,7 +5836,7 @@ func (x *RegisterStatesRequest) String() string {
 func (*RegisterStatesRequest) ProtoMessage() {}
 
 func (x *RegisterStatesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_stated_proto_msgTypes[53]
+	mi := &file_stated_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5271,7 +5849,7 @@ func (x *RegisterStatesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterStatesRequest.ProtoReflect.Descriptor instead.
 func (*RegisterStatesRequest) Descriptor() ([]byte, []int) {
-	return file_stated_proto_rawDescGZIP(), []int{53}
+	return file_stated_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *RegisterStatesRequest) GetInstanceId() []byte {
@@ -5305,7 +5883,7 @@ type RegisterStatesResponse struct {
 
 func (x *RegisterStatesResponse) Reset() {
 	*x = RegisterStatesResponse{}
-	mi := &file_stated_proto_msgTypes[54]
+	mi := &file_stated_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5317,7 +5895,7 @@ func (x *RegisterStatesResponse) String() string {
 func (*RegisterStatesResponse) ProtoMessage() {}
 
 func (x *RegisterStatesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_stated_proto_msgTypes[54]
+	mi := &file_stated_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5330,7 +5908,7 @@ func (x *RegisterStatesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterStatesResponse.ProtoReflect.Descriptor instead.
 func (*RegisterStatesResponse) Descriptor() ([]byte, []int) {
-	return file_stated_proto_rawDescGZIP(), []int{54}
+	return file_stated_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *RegisterStatesResponse) GetStates() []*StateDescriptor {
@@ -5355,7 +5933,7 @@ type LoadRequest struct {
 
 func (x *LoadRequest) Reset() {
 	*x = LoadRequest{}
-	mi := &file_stated_proto_msgTypes[55]
+	mi := &file_stated_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5367,7 +5945,7 @@ func (x *LoadRequest) String() string {
 func (*LoadRequest) ProtoMessage() {}
 
 func (x *LoadRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_stated_proto_msgTypes[55]
+	mi := &file_stated_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5380,7 +5958,7 @@ func (x *LoadRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LoadRequest.ProtoReflect.Descriptor instead.
 func (*LoadRequest) Descriptor() ([]byte, []int) {
-	return file_stated_proto_rawDescGZIP(), []int{55}
+	return file_stated_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *LoadRequest) GetInstanceId() []byte {
@@ -5416,7 +5994,7 @@ type LoadResponse struct {
 
 func (x *LoadResponse) Reset() {
 	*x = LoadResponse{}
-	mi := &file_stated_proto_msgTypes[56]
+	mi := &file_stated_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5428,7 +6006,7 @@ func (x *LoadResponse) String() string {
 func (*LoadResponse) ProtoMessage() {}
 
 func (x *LoadResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_stated_proto_msgTypes[56]
+	mi := &file_stated_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5441,7 +6019,7 @@ func (x *LoadResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LoadResponse.ProtoReflect.Descriptor instead.
 func (*LoadResponse) Descriptor() ([]byte, []int) {
-	return file_stated_proto_rawDescGZIP(), []int{56}
+	return file_stated_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *LoadResponse) GetEntries() int64 {
@@ -5486,7 +6064,7 @@ const file_stated_proto_rawDesc = "" +
 	"\x04mode\x18\x04 \x01(\x0e2\x16.stated.v1.RestoreModeR\x04mode\x12%\n" +
 	"\x0eallow_fallback\x18\x05 \x01(\bR\rallowFallback\x12L\n" +
 	"#without_channel_state_checkpoint_id\x18\x06 \x01(\x04R\x1fwithoutChannelStateCheckpointIdB\b\n" +
-	"\x06source\"\xa9\x04\n" +
+	"\x06source\"\xe3\x04\n" +
 	"\vOpenRequest\x12%\n" +
 	"\x04task\x18\x01 \x01(\v2\x11.stated.v1.TaskIdR\x04task\x127\n" +
 	"\n" +
@@ -5501,7 +6079,11 @@ const file_stated_proto_rawDesc = "" +
 	"\fbackend_kind\x18\n" +
 	" \x01(\x0e2\x16.stated.v1.BackendKindR\vbackendKind\x12-\n" +
 	"\bkey_hash\x18\v \x01(\x0e2\x12.stated.v1.KeyHashR\akeyHash\x12-\n" +
-	"\blsm_mode\x18\f \x01(\x0e2\x12.stated.v1.LsmModeR\alsmMode\"\xd1\a\n" +
+	"\blsm_mode\x18\f \x01(\x0e2\x12.stated.v1.LsmModeR\alsmMode\x128\n" +
+	"\bexternal\x18\r \x01(\v2\x1c.stated.v1.ExternalOwnershipR\bexternal\"P\n" +
+	"\x11ExternalOwnership\x12\x12\n" +
+	"\x04root\x18\x01 \x01(\tR\x04root\x12'\n" +
+	"\x0frestore_handles\x18\x02 \x03(\fR\x0erestoreHandles\"\xd1\a\n" +
 	"\fOpenResponse\x12\x1f\n" +
 	"\vinstance_id\x18\x01 \x01(\fR\n" +
 	"instanceId\x12'\n" +
@@ -5551,11 +6133,12 @@ const file_stated_proto_rawDesc = "" +
 	"\x03seq\x18\x03 \x01(\x04R\x03seq\x12\x1f\n" +
 	"\x03ops\x18\x04 \x03(\v2\r.stated.v1.OpR\x03ops\x126\n" +
 	"\bsnapshot\x18\x05 \x01(\v2\x1a.stated.v1.SnapshotBarrierR\bsnapshot\x12*\n" +
-	"\x04view\x18\x10 \x01(\v2\x16.stated.v1.ViewBarrierR\x04view\"\x80\x01\n" +
+	"\x04view\x18\x10 \x01(\v2\x16.stated.v1.ViewBarrierR\x04view\"\xa9\x01\n" +
 	"\x0fSnapshotBarrier\x12#\n" +
 	"\rcheckpoint_id\x18\x01 \x01(\x04R\fcheckpointId\x12\x12\n" +
 	"\x04wait\x18\x02 \x01(\bR\x04wait\x124\n" +
-	"\x05stats\x18\x03 \x01(\v2\x1e.stated.v1.TaskCheckpointStatsR\x05stats\"\x8c\x01\n" +
+	"\x05stats\x18\x03 \x01(\v2\x1e.stated.v1.TaskCheckpointStatsR\x05stats\x12'\n" +
+	"\x0ffull_checkpoint\x18\x04 \x01(\bR\x0efullCheckpoint\"\x8c\x01\n" +
 	"\x13TaskCheckpointStats\x12\x1c\n" +
 	"\tunaligned\x18\x01 \x01(\bR\tunaligned\x12)\n" +
 	"\x10alignment_micros\x18\x02 \x01(\x03R\x0falignmentMicros\x12,\n" +
@@ -5593,7 +6176,7 @@ const file_stated_proto_rawDesc = "" +
 	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12+\n" +
 	"\aresults\x18\x02 \x03(\v2\x11.stated.v1.ResultR\aresults\x126\n" +
 	"\bsnapshot\x18\x03 \x01(\v2\x1a.stated.v1.SnapshotOutcomeR\bsnapshot\x12*\n" +
-	"\x04view\x18\x10 \x01(\v2\x16.stated.v1.ViewOutcomeR\x04view\"\xde\x01\n" +
+	"\x04view\x18\x10 \x01(\v2\x16.stated.v1.ViewOutcomeR\x04view\"\x87\x02\n" +
 	"\x0fSnapshotRequest\x12\x1f\n" +
 	"\vinstance_id\x18\x01 \x01(\fR\n" +
 	"instanceId\x12\x10\n" +
@@ -5601,14 +6184,47 @@ const file_stated_proto_rawDesc = "" +
 	"\rcheckpoint_id\x18\x03 \x01(\x04R\fcheckpointId\x12\x12\n" +
 	"\x04wait\x18\x04 \x01(\bR\x04wait\x12)\n" +
 	"\x10batches_answered\x18\x05 \x01(\bR\x0fbatchesAnswered\x124\n" +
-	"\x05stats\x18\x06 \x01(\v2\x1e.stated.v1.TaskCheckpointStatsR\x05stats\"\xb6\x01\n" +
+	"\x05stats\x18\x06 \x01(\v2\x1e.stated.v1.TaskCheckpointStatsR\x05stats\x12'\n" +
+	"\x0ffull_checkpoint\x18\a \x01(\bR\x0efullCheckpoint\"\xef\x01\n" +
 	"\x10SnapshotResponse\x12\x1f\n" +
 	"\vsync_micros\x18\x01 \x01(\x03R\n" +
 	"syncMicros\x12!\n" +
 	"\fasync_micros\x18\x02 \x01(\x03R\vasyncMicros\x12+\n" +
 	"\x11checkpointed_size\x18\x03 \x01(\x03R\x10checkpointedSize\x12\x1b\n" +
 	"\tfull_size\x18\x04 \x01(\x03R\bfullSize\x12\x14\n" +
-	"\x05files\x18\x05 \x01(\x05R\x05files\"{\n" +
+	"\x05files\x18\x05 \x01(\x05R\x05files\x127\n" +
+	"\bexternal\x18\x06 \x01(\v2\x1b.stated.v1.ExternalSnapshotR\bexternal\"\xd1\x01\n" +
+	"\x10ExternalSnapshot\x12#\n" +
+	"\rcheckpoint_id\x18\x01 \x01(\x04R\fcheckpointId\x12\x1f\n" +
+	"\vtask_handle\x18\x02 \x01(\fR\n" +
+	"taskHandle\x12-\n" +
+	"\x05files\x18\x03 \x03(\v2\x17.stated.v1.ExternalFileR\x05files\x12+\n" +
+	"\x11checkpointed_size\x18\x04 \x01(\x03R\x10checkpointedSize\x12\x1b\n" +
+	"\tfull_size\x18\x05 \x01(\x03R\bfullSize\"j\n" +
+	"\fExternalFile\x12\x12\n" +
+	"\x04path\x18\x01 \x01(\tR\x04path\x12\x1a\n" +
+	"\blocation\x18\x02 \x01(\tR\blocation\x12\x12\n" +
+	"\x04size\x18\x03 \x01(\x03R\x04size\x12\x16\n" +
+	"\x06shared\x18\x04 \x01(\bR\x06shared\"n\n" +
+	"\x14AwaitSnapshotRequest\x12\x1f\n" +
+	"\vinstance_id\x18\x01 \x01(\fR\n" +
+	"instanceId\x12\x10\n" +
+	"\x03job\x18\x02 \x01(\tR\x03job\x12#\n" +
+	"\rcheckpoint_id\x18\x03 \x01(\x04R\fcheckpointId\"P\n" +
+	"\x15AwaitSnapshotResponse\x127\n" +
+	"\bsnapshot\x18\x01 \x01(\v2\x1b.stated.v1.ExternalSnapshotR\bsnapshot\"p\n" +
+	"\x16ConfirmSnapshotRequest\x12\x1f\n" +
+	"\vinstance_id\x18\x01 \x01(\fR\n" +
+	"instanceId\x12\x10\n" +
+	"\x03job\x18\x02 \x01(\tR\x03job\x12#\n" +
+	"\rcheckpoint_id\x18\x03 \x01(\x04R\fcheckpointId\"\x19\n" +
+	"\x17ConfirmSnapshotResponse\"o\n" +
+	"\x15ForgetSnapshotRequest\x12\x1f\n" +
+	"\vinstance_id\x18\x01 \x01(\fR\n" +
+	"instanceId\x12\x10\n" +
+	"\x03job\x18\x02 \x01(\tR\x03job\x12#\n" +
+	"\rcheckpoint_id\x18\x03 \x01(\x04R\fcheckpointId\"\x18\n" +
+	"\x16ForgetSnapshotResponse\"{\n" +
 	"\x19CompleteCheckpointRequest\x12\x10\n" +
 	"\x03job\x18\x01 \x01(\tR\x03job\x12#\n" +
 	"\rcheckpoint_id\x18\x02 \x01(\x04R\fcheckpointId\x12'\n" +
@@ -5902,8 +6518,7 @@ const file_stated_proto_rawDesc = "" +
 	"\x18CHANNEL_KIND_UNSPECIFIED\x10\x00\x12\x16\n" +
 	"\x12CHANNEL_KIND_KEYED\x10\x01\x12\x18\n" +
 	"\x14CHANNEL_KIND_FORWARD\x10\x02\x12\x1a\n" +
-	"\x16CHANNEL_KIND_BROADCAST\x10\x032\xca\n" +
-	"\n" +
+	"\x16CHANNEL_KIND_BROADCAST\x10\x032\xcf\f\n" +
 	"\x06Stated\x127\n" +
 	"\x04Open\x12\x16.stated.v1.OpenRequest\x1a\x17.stated.v1.OpenResponse\x12>\n" +
 	"\x05Batch\x12\x17.stated.v1.BatchRequest\x1a\x18.stated.v1.BatchResponse(\x010\x01\x12C\n" +
@@ -5921,7 +6536,10 @@ const file_stated_proto_rawDesc = "" +
 	"\bScanKeys\x12\x1a.stated.v1.ScanKeysRequest\x1a\x1b.stated.v1.ScanKeysResponse\x12O\n" +
 	"\fCountEntries\x12\x1e.stated.v1.CountEntriesRequest\x1a\x1f.stated.v1.CountEntriesResponse\x12U\n" +
 	"\x0eRegisterStates\x12 .stated.v1.RegisterStatesRequest\x1a!.stated.v1.RegisterStatesResponse\x129\n" +
-	"\x04Load\x12\x16.stated.v1.LoadRequest\x1a\x17.stated.v1.LoadResponse(\x01BJ\n" +
+	"\x04Load\x12\x16.stated.v1.LoadRequest\x1a\x17.stated.v1.LoadResponse(\x01\x12R\n" +
+	"\rAwaitSnapshot\x12\x1f.stated.v1.AwaitSnapshotRequest\x1a .stated.v1.AwaitSnapshotResponse\x12X\n" +
+	"\x0fConfirmSnapshot\x12!.stated.v1.ConfirmSnapshotRequest\x1a\".stated.v1.ConfirmSnapshotResponse\x12U\n" +
+	"\x0eForgetSnapshot\x12 .stated.v1.ForgetSnapshotRequest\x1a!.stated.v1.ForgetSnapshotResponseBJ\n" +
 	"\x10io.stated.api.v1B\vStatedProtoP\x01Z'github.com/statedhq/stated/api/statedpbb\x06proto3"
 
 var (
@@ -5937,7 +6555,7 @@ func file_stated_proto_rawDescGZIP() []byte {
 }
 
 var file_stated_proto_enumTypes = make([]protoimpl.EnumInfo, 16)
-var file_stated_proto_msgTypes = make([]protoimpl.MessageInfo, 57)
+var file_stated_proto_msgTypes = make([]protoimpl.MessageInfo, 66)
 var file_stated_proto_goTypes = []any{
 	(StateKind)(0),                     // 0: stated.v1.StateKind
 	(TtlUpdate)(0),                     // 1: stated.v1.TtlUpdate
@@ -5960,58 +6578,67 @@ var file_stated_proto_goTypes = []any{
 	(*StateDescriptor)(nil),            // 18: stated.v1.StateDescriptor
 	(*RestoreSource)(nil),              // 19: stated.v1.RestoreSource
 	(*OpenRequest)(nil),                // 20: stated.v1.OpenRequest
-	(*OpenResponse)(nil),               // 21: stated.v1.OpenResponse
-	(*Op)(nil),                         // 22: stated.v1.Op
-	(*BatchRequest)(nil),               // 23: stated.v1.BatchRequest
-	(*SnapshotBarrier)(nil),            // 24: stated.v1.SnapshotBarrier
-	(*TaskCheckpointStats)(nil),        // 25: stated.v1.TaskCheckpointStats
-	(*SnapshotOutcome)(nil),            // 26: stated.v1.SnapshotOutcome
-	(*MapEntry)(nil),                   // 27: stated.v1.MapEntry
-	(*Timer)(nil),                      // 28: stated.v1.Timer
-	(*Result)(nil),                     // 29: stated.v1.Result
-	(*BatchResponse)(nil),              // 30: stated.v1.BatchResponse
-	(*SnapshotRequest)(nil),            // 31: stated.v1.SnapshotRequest
-	(*SnapshotResponse)(nil),           // 32: stated.v1.SnapshotResponse
-	(*CompleteCheckpointRequest)(nil),  // 33: stated.v1.CompleteCheckpointRequest
-	(*CheckpointInfo)(nil),             // 34: stated.v1.CheckpointInfo
-	(*CompleteCheckpointResponse)(nil), // 35: stated.v1.CompleteCheckpointResponse
-	(*AbortCheckpointRequest)(nil),     // 36: stated.v1.AbortCheckpointRequest
-	(*AbortCheckpointResponse)(nil),    // 37: stated.v1.AbortCheckpointResponse
-	(*ListCheckpointsRequest)(nil),     // 38: stated.v1.ListCheckpointsRequest
-	(*ListCheckpointsResponse)(nil),    // 39: stated.v1.ListCheckpointsResponse
-	(*TriggerSavepointRequest)(nil),    // 40: stated.v1.TriggerSavepointRequest
-	(*TriggerSavepointResponse)(nil),   // 41: stated.v1.TriggerSavepointResponse
-	(*PlanRescaleRequest)(nil),         // 42: stated.v1.PlanRescaleRequest
-	(*RescaleSource)(nil),              // 43: stated.v1.RescaleSource
-	(*RescaleSubtask)(nil),             // 44: stated.v1.RescaleSubtask
-	(*PlanRescaleResponse)(nil),        // 45: stated.v1.PlanRescaleResponse
-	(*CloseRequest)(nil),               // 46: stated.v1.CloseRequest
-	(*CloseResponse)(nil),              // 47: stated.v1.CloseResponse
-	(*ChannelId)(nil),                  // 48: stated.v1.ChannelId
-	(*ChannelRecord)(nil),              // 49: stated.v1.ChannelRecord
-	(*ChannelBuffer)(nil),              // 50: stated.v1.ChannelBuffer
-	(*ChannelChunk)(nil),               // 51: stated.v1.ChannelChunk
-	(*WriteChannelStateRequest)(nil),   // 52: stated.v1.WriteChannelStateRequest
-	(*WriteChannelStateResponse)(nil),  // 53: stated.v1.WriteChannelStateResponse
-	(*ReadChannelStateRequest)(nil),    // 54: stated.v1.ReadChannelStateRequest
-	(*ReadChannelStateResponse)(nil),   // 55: stated.v1.ReadChannelStateResponse
-	(*ViewBarrier)(nil),                // 56: stated.v1.ViewBarrier
-	(*ViewOutcome)(nil),                // 57: stated.v1.ViewOutcome
-	(*ViewInfo)(nil),                   // 58: stated.v1.ViewInfo
-	(*ViewEntry)(nil),                  // 59: stated.v1.ViewEntry
-	(*ScanViewRequest)(nil),            // 60: stated.v1.ScanViewRequest
-	(*ScanViewResponse)(nil),           // 61: stated.v1.ScanViewResponse
-	(*ReleaseViewRequest)(nil),         // 62: stated.v1.ReleaseViewRequest
-	(*ReleaseViewResponse)(nil),        // 63: stated.v1.ReleaseViewResponse
-	(*ScanKeysRequest)(nil),            // 64: stated.v1.ScanKeysRequest
-	(*StateKey)(nil),                   // 65: stated.v1.StateKey
-	(*ScanKeysResponse)(nil),           // 66: stated.v1.ScanKeysResponse
-	(*CountEntriesRequest)(nil),        // 67: stated.v1.CountEntriesRequest
-	(*CountEntriesResponse)(nil),       // 68: stated.v1.CountEntriesResponse
-	(*RegisterStatesRequest)(nil),      // 69: stated.v1.RegisterStatesRequest
-	(*RegisterStatesResponse)(nil),     // 70: stated.v1.RegisterStatesResponse
-	(*LoadRequest)(nil),                // 71: stated.v1.LoadRequest
-	(*LoadResponse)(nil),               // 72: stated.v1.LoadResponse
+	(*ExternalOwnership)(nil),          // 21: stated.v1.ExternalOwnership
+	(*OpenResponse)(nil),               // 22: stated.v1.OpenResponse
+	(*Op)(nil),                         // 23: stated.v1.Op
+	(*BatchRequest)(nil),               // 24: stated.v1.BatchRequest
+	(*SnapshotBarrier)(nil),            // 25: stated.v1.SnapshotBarrier
+	(*TaskCheckpointStats)(nil),        // 26: stated.v1.TaskCheckpointStats
+	(*SnapshotOutcome)(nil),            // 27: stated.v1.SnapshotOutcome
+	(*MapEntry)(nil),                   // 28: stated.v1.MapEntry
+	(*Timer)(nil),                      // 29: stated.v1.Timer
+	(*Result)(nil),                     // 30: stated.v1.Result
+	(*BatchResponse)(nil),              // 31: stated.v1.BatchResponse
+	(*SnapshotRequest)(nil),            // 32: stated.v1.SnapshotRequest
+	(*SnapshotResponse)(nil),           // 33: stated.v1.SnapshotResponse
+	(*ExternalSnapshot)(nil),           // 34: stated.v1.ExternalSnapshot
+	(*ExternalFile)(nil),               // 35: stated.v1.ExternalFile
+	(*AwaitSnapshotRequest)(nil),       // 36: stated.v1.AwaitSnapshotRequest
+	(*AwaitSnapshotResponse)(nil),      // 37: stated.v1.AwaitSnapshotResponse
+	(*ConfirmSnapshotRequest)(nil),     // 38: stated.v1.ConfirmSnapshotRequest
+	(*ConfirmSnapshotResponse)(nil),    // 39: stated.v1.ConfirmSnapshotResponse
+	(*ForgetSnapshotRequest)(nil),      // 40: stated.v1.ForgetSnapshotRequest
+	(*ForgetSnapshotResponse)(nil),     // 41: stated.v1.ForgetSnapshotResponse
+	(*CompleteCheckpointRequest)(nil),  // 42: stated.v1.CompleteCheckpointRequest
+	(*CheckpointInfo)(nil),             // 43: stated.v1.CheckpointInfo
+	(*CompleteCheckpointResponse)(nil), // 44: stated.v1.CompleteCheckpointResponse
+	(*AbortCheckpointRequest)(nil),     // 45: stated.v1.AbortCheckpointRequest
+	(*AbortCheckpointResponse)(nil),    // 46: stated.v1.AbortCheckpointResponse
+	(*ListCheckpointsRequest)(nil),     // 47: stated.v1.ListCheckpointsRequest
+	(*ListCheckpointsResponse)(nil),    // 48: stated.v1.ListCheckpointsResponse
+	(*TriggerSavepointRequest)(nil),    // 49: stated.v1.TriggerSavepointRequest
+	(*TriggerSavepointResponse)(nil),   // 50: stated.v1.TriggerSavepointResponse
+	(*PlanRescaleRequest)(nil),         // 51: stated.v1.PlanRescaleRequest
+	(*RescaleSource)(nil),              // 52: stated.v1.RescaleSource
+	(*RescaleSubtask)(nil),             // 53: stated.v1.RescaleSubtask
+	(*PlanRescaleResponse)(nil),        // 54: stated.v1.PlanRescaleResponse
+	(*CloseRequest)(nil),               // 55: stated.v1.CloseRequest
+	(*CloseResponse)(nil),              // 56: stated.v1.CloseResponse
+	(*ChannelId)(nil),                  // 57: stated.v1.ChannelId
+	(*ChannelRecord)(nil),              // 58: stated.v1.ChannelRecord
+	(*ChannelBuffer)(nil),              // 59: stated.v1.ChannelBuffer
+	(*ChannelChunk)(nil),               // 60: stated.v1.ChannelChunk
+	(*WriteChannelStateRequest)(nil),   // 61: stated.v1.WriteChannelStateRequest
+	(*WriteChannelStateResponse)(nil),  // 62: stated.v1.WriteChannelStateResponse
+	(*ReadChannelStateRequest)(nil),    // 63: stated.v1.ReadChannelStateRequest
+	(*ReadChannelStateResponse)(nil),   // 64: stated.v1.ReadChannelStateResponse
+	(*ViewBarrier)(nil),                // 65: stated.v1.ViewBarrier
+	(*ViewOutcome)(nil),                // 66: stated.v1.ViewOutcome
+	(*ViewInfo)(nil),                   // 67: stated.v1.ViewInfo
+	(*ViewEntry)(nil),                  // 68: stated.v1.ViewEntry
+	(*ScanViewRequest)(nil),            // 69: stated.v1.ScanViewRequest
+	(*ScanViewResponse)(nil),           // 70: stated.v1.ScanViewResponse
+	(*ReleaseViewRequest)(nil),         // 71: stated.v1.ReleaseViewRequest
+	(*ReleaseViewResponse)(nil),        // 72: stated.v1.ReleaseViewResponse
+	(*ScanKeysRequest)(nil),            // 73: stated.v1.ScanKeysRequest
+	(*StateKey)(nil),                   // 74: stated.v1.StateKey
+	(*ScanKeysResponse)(nil),           // 75: stated.v1.ScanKeysResponse
+	(*CountEntriesRequest)(nil),        // 76: stated.v1.CountEntriesRequest
+	(*CountEntriesResponse)(nil),       // 77: stated.v1.CountEntriesResponse
+	(*RegisterStatesRequest)(nil),      // 78: stated.v1.RegisterStatesRequest
+	(*RegisterStatesResponse)(nil),     // 79: stated.v1.RegisterStatesResponse
+	(*LoadRequest)(nil),                // 80: stated.v1.LoadRequest
+	(*LoadResponse)(nil),               // 81: stated.v1.LoadResponse
 }
 var file_stated_proto_depIdxs = []int32{
 	0,  // 0: stated.v1.StateDescriptor.kind:type_name -> stated.v1.StateKind
@@ -6027,98 +6654,108 @@ var file_stated_proto_depIdxs = []int32{
 	4,  // 10: stated.v1.OpenRequest.backend_kind:type_name -> stated.v1.BackendKind
 	5,  // 11: stated.v1.OpenRequest.key_hash:type_name -> stated.v1.KeyHash
 	7,  // 12: stated.v1.OpenRequest.lsm_mode:type_name -> stated.v1.LsmMode
-	17, // 13: stated.v1.OpenResponse.key_groups:type_name -> stated.v1.KeyGroupRange
-	18, // 14: stated.v1.OpenResponse.states:type_name -> stated.v1.StateDescriptor
-	4,  // 15: stated.v1.OpenResponse.backend_kind:type_name -> stated.v1.BackendKind
-	5,  // 16: stated.v1.OpenResponse.key_hash:type_name -> stated.v1.KeyHash
-	9,  // 17: stated.v1.Op.type:type_name -> stated.v1.OpType
-	3,  // 18: stated.v1.Op.number_type:type_name -> stated.v1.NumberType
-	10, // 19: stated.v1.Op.operator_mode:type_name -> stated.v1.OperatorStateMode
-	22, // 20: stated.v1.BatchRequest.ops:type_name -> stated.v1.Op
-	24, // 21: stated.v1.BatchRequest.snapshot:type_name -> stated.v1.SnapshotBarrier
-	56, // 22: stated.v1.BatchRequest.view:type_name -> stated.v1.ViewBarrier
-	25, // 23: stated.v1.SnapshotBarrier.stats:type_name -> stated.v1.TaskCheckpointStats
-	32, // 24: stated.v1.SnapshotOutcome.result:type_name -> stated.v1.SnapshotResponse
-	27, // 25: stated.v1.Result.entries:type_name -> stated.v1.MapEntry
-	3,  // 26: stated.v1.Result.number_type:type_name -> stated.v1.NumberType
-	28, // 27: stated.v1.Result.timers:type_name -> stated.v1.Timer
-	10, // 28: stated.v1.Result.operator_mode:type_name -> stated.v1.OperatorStateMode
-	29, // 29: stated.v1.BatchResponse.results:type_name -> stated.v1.Result
-	26, // 30: stated.v1.BatchResponse.snapshot:type_name -> stated.v1.SnapshotOutcome
-	57, // 31: stated.v1.BatchResponse.view:type_name -> stated.v1.ViewOutcome
-	25, // 32: stated.v1.SnapshotRequest.stats:type_name -> stated.v1.TaskCheckpointStats
-	16, // 33: stated.v1.CompleteCheckpointRequest.tasks:type_name -> stated.v1.TaskId
-	11, // 34: stated.v1.CheckpointInfo.state:type_name -> stated.v1.CheckpointStatus
-	34, // 35: stated.v1.CompleteCheckpointResponse.checkpoint:type_name -> stated.v1.CheckpointInfo
-	12, // 36: stated.v1.AbortCheckpointRequest.reason_code:type_name -> stated.v1.AbortReason
-	34, // 37: stated.v1.ListCheckpointsResponse.checkpoints:type_name -> stated.v1.CheckpointInfo
-	13, // 38: stated.v1.TriggerSavepointRequest.format:type_name -> stated.v1.SavepointFormat
-	16, // 39: stated.v1.RescaleSource.task:type_name -> stated.v1.TaskId
-	17, // 40: stated.v1.RescaleSource.key_groups:type_name -> stated.v1.KeyGroupRange
-	17, // 41: stated.v1.RescaleSource.overlap:type_name -> stated.v1.KeyGroupRange
-	4,  // 42: stated.v1.RescaleSource.backend_kind:type_name -> stated.v1.BackendKind
-	17, // 43: stated.v1.RescaleSubtask.key_groups:type_name -> stated.v1.KeyGroupRange
-	43, // 44: stated.v1.RescaleSubtask.sources:type_name -> stated.v1.RescaleSource
-	44, // 45: stated.v1.PlanRescaleResponse.subtasks:type_name -> stated.v1.RescaleSubtask
-	14, // 46: stated.v1.ChannelId.direction:type_name -> stated.v1.ChannelDirection
-	49, // 47: stated.v1.ChannelBuffer.records:type_name -> stated.v1.ChannelRecord
-	48, // 48: stated.v1.ChannelChunk.channel:type_name -> stated.v1.ChannelId
-	15, // 49: stated.v1.ChannelChunk.kind:type_name -> stated.v1.ChannelKind
-	50, // 50: stated.v1.ChannelChunk.buffers:type_name -> stated.v1.ChannelBuffer
-	51, // 51: stated.v1.WriteChannelStateRequest.chunks:type_name -> stated.v1.ChannelChunk
-	51, // 52: stated.v1.ReadChannelStateResponse.chunks:type_name -> stated.v1.ChannelChunk
-	58, // 53: stated.v1.ViewOutcome.view:type_name -> stated.v1.ViewInfo
-	18, // 54: stated.v1.ViewInfo.states:type_name -> stated.v1.StateDescriptor
-	17, // 55: stated.v1.ViewInfo.key_groups:type_name -> stated.v1.KeyGroupRange
-	0,  // 56: stated.v1.ViewEntry.kind:type_name -> stated.v1.StateKind
-	3,  // 57: stated.v1.ViewEntry.number_type:type_name -> stated.v1.NumberType
-	17, // 58: stated.v1.ScanViewRequest.key_groups:type_name -> stated.v1.KeyGroupRange
-	59, // 59: stated.v1.ScanViewResponse.entries:type_name -> stated.v1.ViewEntry
-	18, // 60: stated.v1.ScanViewResponse.states:type_name -> stated.v1.StateDescriptor
-	17, // 61: stated.v1.ScanKeysRequest.key_groups:type_name -> stated.v1.KeyGroupRange
-	65, // 62: stated.v1.ScanKeysResponse.keys:type_name -> stated.v1.StateKey
-	18, // 63: stated.v1.RegisterStatesRequest.states:type_name -> stated.v1.StateDescriptor
-	18, // 64: stated.v1.RegisterStatesResponse.states:type_name -> stated.v1.StateDescriptor
-	59, // 65: stated.v1.LoadRequest.entries:type_name -> stated.v1.ViewEntry
-	20, // 66: stated.v1.Stated.Open:input_type -> stated.v1.OpenRequest
-	23, // 67: stated.v1.Stated.Batch:input_type -> stated.v1.BatchRequest
-	31, // 68: stated.v1.Stated.Snapshot:input_type -> stated.v1.SnapshotRequest
-	33, // 69: stated.v1.Stated.CompleteCheckpoint:input_type -> stated.v1.CompleteCheckpointRequest
-	36, // 70: stated.v1.Stated.AbortCheckpoint:input_type -> stated.v1.AbortCheckpointRequest
-	38, // 71: stated.v1.Stated.ListCheckpoints:input_type -> stated.v1.ListCheckpointsRequest
-	40, // 72: stated.v1.Stated.TriggerSavepoint:input_type -> stated.v1.TriggerSavepointRequest
-	42, // 73: stated.v1.Stated.PlanRescale:input_type -> stated.v1.PlanRescaleRequest
-	46, // 74: stated.v1.Stated.CloseInstance:input_type -> stated.v1.CloseRequest
-	52, // 75: stated.v1.Stated.WriteChannelState:input_type -> stated.v1.WriteChannelStateRequest
-	54, // 76: stated.v1.Stated.ReadChannelState:input_type -> stated.v1.ReadChannelStateRequest
-	60, // 77: stated.v1.Stated.ScanView:input_type -> stated.v1.ScanViewRequest
-	62, // 78: stated.v1.Stated.ReleaseView:input_type -> stated.v1.ReleaseViewRequest
-	64, // 79: stated.v1.Stated.ScanKeys:input_type -> stated.v1.ScanKeysRequest
-	67, // 80: stated.v1.Stated.CountEntries:input_type -> stated.v1.CountEntriesRequest
-	69, // 81: stated.v1.Stated.RegisterStates:input_type -> stated.v1.RegisterStatesRequest
-	71, // 82: stated.v1.Stated.Load:input_type -> stated.v1.LoadRequest
-	21, // 83: stated.v1.Stated.Open:output_type -> stated.v1.OpenResponse
-	30, // 84: stated.v1.Stated.Batch:output_type -> stated.v1.BatchResponse
-	32, // 85: stated.v1.Stated.Snapshot:output_type -> stated.v1.SnapshotResponse
-	35, // 86: stated.v1.Stated.CompleteCheckpoint:output_type -> stated.v1.CompleteCheckpointResponse
-	37, // 87: stated.v1.Stated.AbortCheckpoint:output_type -> stated.v1.AbortCheckpointResponse
-	39, // 88: stated.v1.Stated.ListCheckpoints:output_type -> stated.v1.ListCheckpointsResponse
-	41, // 89: stated.v1.Stated.TriggerSavepoint:output_type -> stated.v1.TriggerSavepointResponse
-	45, // 90: stated.v1.Stated.PlanRescale:output_type -> stated.v1.PlanRescaleResponse
-	47, // 91: stated.v1.Stated.CloseInstance:output_type -> stated.v1.CloseResponse
-	53, // 92: stated.v1.Stated.WriteChannelState:output_type -> stated.v1.WriteChannelStateResponse
-	55, // 93: stated.v1.Stated.ReadChannelState:output_type -> stated.v1.ReadChannelStateResponse
-	61, // 94: stated.v1.Stated.ScanView:output_type -> stated.v1.ScanViewResponse
-	63, // 95: stated.v1.Stated.ReleaseView:output_type -> stated.v1.ReleaseViewResponse
-	66, // 96: stated.v1.Stated.ScanKeys:output_type -> stated.v1.ScanKeysResponse
-	68, // 97: stated.v1.Stated.CountEntries:output_type -> stated.v1.CountEntriesResponse
-	70, // 98: stated.v1.Stated.RegisterStates:output_type -> stated.v1.RegisterStatesResponse
-	72, // 99: stated.v1.Stated.Load:output_type -> stated.v1.LoadResponse
-	83, // [83:100] is the sub-list for method output_type
-	66, // [66:83] is the sub-list for method input_type
-	66, // [66:66] is the sub-list for extension type_name
-	66, // [66:66] is the sub-list for extension extendee
-	0,  // [0:66] is the sub-list for field type_name
+	21, // 13: stated.v1.OpenRequest.external:type_name -> stated.v1.ExternalOwnership
+	17, // 14: stated.v1.OpenResponse.key_groups:type_name -> stated.v1.KeyGroupRange
+	18, // 15: stated.v1.OpenResponse.states:type_name -> stated.v1.StateDescriptor
+	4,  // 16: stated.v1.OpenResponse.backend_kind:type_name -> stated.v1.BackendKind
+	5,  // 17: stated.v1.OpenResponse.key_hash:type_name -> stated.v1.KeyHash
+	9,  // 18: stated.v1.Op.type:type_name -> stated.v1.OpType
+	3,  // 19: stated.v1.Op.number_type:type_name -> stated.v1.NumberType
+	10, // 20: stated.v1.Op.operator_mode:type_name -> stated.v1.OperatorStateMode
+	23, // 21: stated.v1.BatchRequest.ops:type_name -> stated.v1.Op
+	25, // 22: stated.v1.BatchRequest.snapshot:type_name -> stated.v1.SnapshotBarrier
+	65, // 23: stated.v1.BatchRequest.view:type_name -> stated.v1.ViewBarrier
+	26, // 24: stated.v1.SnapshotBarrier.stats:type_name -> stated.v1.TaskCheckpointStats
+	33, // 25: stated.v1.SnapshotOutcome.result:type_name -> stated.v1.SnapshotResponse
+	28, // 26: stated.v1.Result.entries:type_name -> stated.v1.MapEntry
+	3,  // 27: stated.v1.Result.number_type:type_name -> stated.v1.NumberType
+	29, // 28: stated.v1.Result.timers:type_name -> stated.v1.Timer
+	10, // 29: stated.v1.Result.operator_mode:type_name -> stated.v1.OperatorStateMode
+	30, // 30: stated.v1.BatchResponse.results:type_name -> stated.v1.Result
+	27, // 31: stated.v1.BatchResponse.snapshot:type_name -> stated.v1.SnapshotOutcome
+	66, // 32: stated.v1.BatchResponse.view:type_name -> stated.v1.ViewOutcome
+	26, // 33: stated.v1.SnapshotRequest.stats:type_name -> stated.v1.TaskCheckpointStats
+	34, // 34: stated.v1.SnapshotResponse.external:type_name -> stated.v1.ExternalSnapshot
+	35, // 35: stated.v1.ExternalSnapshot.files:type_name -> stated.v1.ExternalFile
+	34, // 36: stated.v1.AwaitSnapshotResponse.snapshot:type_name -> stated.v1.ExternalSnapshot
+	16, // 37: stated.v1.CompleteCheckpointRequest.tasks:type_name -> stated.v1.TaskId
+	11, // 38: stated.v1.CheckpointInfo.state:type_name -> stated.v1.CheckpointStatus
+	43, // 39: stated.v1.CompleteCheckpointResponse.checkpoint:type_name -> stated.v1.CheckpointInfo
+	12, // 40: stated.v1.AbortCheckpointRequest.reason_code:type_name -> stated.v1.AbortReason
+	43, // 41: stated.v1.ListCheckpointsResponse.checkpoints:type_name -> stated.v1.CheckpointInfo
+	13, // 42: stated.v1.TriggerSavepointRequest.format:type_name -> stated.v1.SavepointFormat
+	16, // 43: stated.v1.RescaleSource.task:type_name -> stated.v1.TaskId
+	17, // 44: stated.v1.RescaleSource.key_groups:type_name -> stated.v1.KeyGroupRange
+	17, // 45: stated.v1.RescaleSource.overlap:type_name -> stated.v1.KeyGroupRange
+	4,  // 46: stated.v1.RescaleSource.backend_kind:type_name -> stated.v1.BackendKind
+	17, // 47: stated.v1.RescaleSubtask.key_groups:type_name -> stated.v1.KeyGroupRange
+	52, // 48: stated.v1.RescaleSubtask.sources:type_name -> stated.v1.RescaleSource
+	53, // 49: stated.v1.PlanRescaleResponse.subtasks:type_name -> stated.v1.RescaleSubtask
+	14, // 50: stated.v1.ChannelId.direction:type_name -> stated.v1.ChannelDirection
+	58, // 51: stated.v1.ChannelBuffer.records:type_name -> stated.v1.ChannelRecord
+	57, // 52: stated.v1.ChannelChunk.channel:type_name -> stated.v1.ChannelId
+	15, // 53: stated.v1.ChannelChunk.kind:type_name -> stated.v1.ChannelKind
+	59, // 54: stated.v1.ChannelChunk.buffers:type_name -> stated.v1.ChannelBuffer
+	60, // 55: stated.v1.WriteChannelStateRequest.chunks:type_name -> stated.v1.ChannelChunk
+	60, // 56: stated.v1.ReadChannelStateResponse.chunks:type_name -> stated.v1.ChannelChunk
+	67, // 57: stated.v1.ViewOutcome.view:type_name -> stated.v1.ViewInfo
+	18, // 58: stated.v1.ViewInfo.states:type_name -> stated.v1.StateDescriptor
+	17, // 59: stated.v1.ViewInfo.key_groups:type_name -> stated.v1.KeyGroupRange
+	0,  // 60: stated.v1.ViewEntry.kind:type_name -> stated.v1.StateKind
+	3,  // 61: stated.v1.ViewEntry.number_type:type_name -> stated.v1.NumberType
+	17, // 62: stated.v1.ScanViewRequest.key_groups:type_name -> stated.v1.KeyGroupRange
+	68, // 63: stated.v1.ScanViewResponse.entries:type_name -> stated.v1.ViewEntry
+	18, // 64: stated.v1.ScanViewResponse.states:type_name -> stated.v1.StateDescriptor
+	17, // 65: stated.v1.ScanKeysRequest.key_groups:type_name -> stated.v1.KeyGroupRange
+	74, // 66: stated.v1.ScanKeysResponse.keys:type_name -> stated.v1.StateKey
+	18, // 67: stated.v1.RegisterStatesRequest.states:type_name -> stated.v1.StateDescriptor
+	18, // 68: stated.v1.RegisterStatesResponse.states:type_name -> stated.v1.StateDescriptor
+	68, // 69: stated.v1.LoadRequest.entries:type_name -> stated.v1.ViewEntry
+	20, // 70: stated.v1.Stated.Open:input_type -> stated.v1.OpenRequest
+	24, // 71: stated.v1.Stated.Batch:input_type -> stated.v1.BatchRequest
+	32, // 72: stated.v1.Stated.Snapshot:input_type -> stated.v1.SnapshotRequest
+	42, // 73: stated.v1.Stated.CompleteCheckpoint:input_type -> stated.v1.CompleteCheckpointRequest
+	45, // 74: stated.v1.Stated.AbortCheckpoint:input_type -> stated.v1.AbortCheckpointRequest
+	47, // 75: stated.v1.Stated.ListCheckpoints:input_type -> stated.v1.ListCheckpointsRequest
+	49, // 76: stated.v1.Stated.TriggerSavepoint:input_type -> stated.v1.TriggerSavepointRequest
+	51, // 77: stated.v1.Stated.PlanRescale:input_type -> stated.v1.PlanRescaleRequest
+	55, // 78: stated.v1.Stated.CloseInstance:input_type -> stated.v1.CloseRequest
+	61, // 79: stated.v1.Stated.WriteChannelState:input_type -> stated.v1.WriteChannelStateRequest
+	63, // 80: stated.v1.Stated.ReadChannelState:input_type -> stated.v1.ReadChannelStateRequest
+	69, // 81: stated.v1.Stated.ScanView:input_type -> stated.v1.ScanViewRequest
+	71, // 82: stated.v1.Stated.ReleaseView:input_type -> stated.v1.ReleaseViewRequest
+	73, // 83: stated.v1.Stated.ScanKeys:input_type -> stated.v1.ScanKeysRequest
+	76, // 84: stated.v1.Stated.CountEntries:input_type -> stated.v1.CountEntriesRequest
+	78, // 85: stated.v1.Stated.RegisterStates:input_type -> stated.v1.RegisterStatesRequest
+	80, // 86: stated.v1.Stated.Load:input_type -> stated.v1.LoadRequest
+	36, // 87: stated.v1.Stated.AwaitSnapshot:input_type -> stated.v1.AwaitSnapshotRequest
+	38, // 88: stated.v1.Stated.ConfirmSnapshot:input_type -> stated.v1.ConfirmSnapshotRequest
+	40, // 89: stated.v1.Stated.ForgetSnapshot:input_type -> stated.v1.ForgetSnapshotRequest
+	22, // 90: stated.v1.Stated.Open:output_type -> stated.v1.OpenResponse
+	31, // 91: stated.v1.Stated.Batch:output_type -> stated.v1.BatchResponse
+	33, // 92: stated.v1.Stated.Snapshot:output_type -> stated.v1.SnapshotResponse
+	44, // 93: stated.v1.Stated.CompleteCheckpoint:output_type -> stated.v1.CompleteCheckpointResponse
+	46, // 94: stated.v1.Stated.AbortCheckpoint:output_type -> stated.v1.AbortCheckpointResponse
+	48, // 95: stated.v1.Stated.ListCheckpoints:output_type -> stated.v1.ListCheckpointsResponse
+	50, // 96: stated.v1.Stated.TriggerSavepoint:output_type -> stated.v1.TriggerSavepointResponse
+	54, // 97: stated.v1.Stated.PlanRescale:output_type -> stated.v1.PlanRescaleResponse
+	56, // 98: stated.v1.Stated.CloseInstance:output_type -> stated.v1.CloseResponse
+	62, // 99: stated.v1.Stated.WriteChannelState:output_type -> stated.v1.WriteChannelStateResponse
+	64, // 100: stated.v1.Stated.ReadChannelState:output_type -> stated.v1.ReadChannelStateResponse
+	70, // 101: stated.v1.Stated.ScanView:output_type -> stated.v1.ScanViewResponse
+	72, // 102: stated.v1.Stated.ReleaseView:output_type -> stated.v1.ReleaseViewResponse
+	75, // 103: stated.v1.Stated.ScanKeys:output_type -> stated.v1.ScanKeysResponse
+	77, // 104: stated.v1.Stated.CountEntries:output_type -> stated.v1.CountEntriesResponse
+	79, // 105: stated.v1.Stated.RegisterStates:output_type -> stated.v1.RegisterStatesResponse
+	81, // 106: stated.v1.Stated.Load:output_type -> stated.v1.LoadResponse
+	37, // 107: stated.v1.Stated.AwaitSnapshot:output_type -> stated.v1.AwaitSnapshotResponse
+	39, // 108: stated.v1.Stated.ConfirmSnapshot:output_type -> stated.v1.ConfirmSnapshotResponse
+	41, // 109: stated.v1.Stated.ForgetSnapshot:output_type -> stated.v1.ForgetSnapshotResponse
+	90, // [90:110] is the sub-list for method output_type
+	70, // [70:90] is the sub-list for method input_type
+	70, // [70:70] is the sub-list for extension type_name
+	70, // [70:70] is the sub-list for extension extendee
+	0,  // [0:70] is the sub-list for field type_name
 }
 
 func init() { file_stated_proto_init() }
@@ -6131,14 +6768,14 @@ func file_stated_proto_init() {
 		(*RestoreSource_CheckpointId)(nil),
 		(*RestoreSource_Savepoint)(nil),
 	}
-	file_stated_proto_msgTypes[48].OneofWrappers = []any{}
+	file_stated_proto_msgTypes[57].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_stated_proto_rawDesc), len(file_stated_proto_rawDesc)),
 			NumEnums:      16,
-			NumMessages:   57,
+			NumMessages:   66,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

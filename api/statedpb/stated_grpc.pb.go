@@ -81,6 +81,9 @@ const (
 	Stated_CountEntries_FullMethodName       = "/stated.v1.Stated/CountEntries"
 	Stated_RegisterStates_FullMethodName     = "/stated.v1.Stated/RegisterStates"
 	Stated_Load_FullMethodName               = "/stated.v1.Stated/Load"
+	Stated_AwaitSnapshot_FullMethodName      = "/stated.v1.Stated/AwaitSnapshot"
+	Stated_ConfirmSnapshot_FullMethodName    = "/stated.v1.Stated/ConfirmSnapshot"
+	Stated_ForgetSnapshot_FullMethodName     = "/stated.v1.Stated/ForgetSnapshot"
 )
 
 // StatedClient is the client API for Stated service.
@@ -193,6 +196,25 @@ type StatedClient interface {
 	// reads once the response arrived; a Load that fails may have written
 	// part of its entries (open the instance again to retry the restore).
 	Load(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[LoadRequest, LoadResponse], error)
+	// AwaitSnapshot waits for the asynchronous part (the upload) of a
+	// snapshot of an externally owned instance (OpenRequest.external) and
+	// returns its task handle and files. NOT_FOUND for a checkpoint the
+	// instance did not snapshot, or confirmed or forgot already (call it
+	// before ConfirmSnapshot); INVALID_ARGUMENT for an instance in the
+	// daemon's own mode. Revision 2.
+	AwaitSnapshot(ctx context.Context, in *AwaitSnapshotRequest, opts ...grpc.CallOption) (*AwaitSnapshotResponse, error)
+	// ConfirmSnapshot tells an externally owned instance that the engine
+	// completed a checkpoint it snapshotted: later snapshots may reuse that
+	// checkpoint's shared files (and no file of a checkpoint not confirmed).
+	// It waits for the upload. NOT_FOUND for a checkpoint the instance did
+	// not snapshot (or forgot). Revision 2.
+	ConfirmSnapshot(ctx context.Context, in *ConfirmSnapshotRequest, opts ...grpc.CallOption) (*ConfirmSnapshotResponse, error)
+	// ForgetSnapshot tells an externally owned instance that the engine
+	// subsumed or aborted a checkpoint: its upload stops if running, the
+	// daemon drops what it remembers of it, and no later snapshot reuses its
+	// files. The daemon deletes no file: the engine does. Forgetting an
+	// unknown checkpoint succeeds. Revision 2.
+	ForgetSnapshot(ctx context.Context, in *ForgetSnapshotRequest, opts ...grpc.CallOption) (*ForgetSnapshotResponse, error)
 }
 
 type statedClient struct {
@@ -400,6 +422,36 @@ func (c *statedClient) Load(ctx context.Context, opts ...grpc.CallOption) (grpc.
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Stated_LoadClient = grpc.ClientStreamingClient[LoadRequest, LoadResponse]
 
+func (c *statedClient) AwaitSnapshot(ctx context.Context, in *AwaitSnapshotRequest, opts ...grpc.CallOption) (*AwaitSnapshotResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(AwaitSnapshotResponse)
+	err := c.cc.Invoke(ctx, Stated_AwaitSnapshot_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *statedClient) ConfirmSnapshot(ctx context.Context, in *ConfirmSnapshotRequest, opts ...grpc.CallOption) (*ConfirmSnapshotResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ConfirmSnapshotResponse)
+	err := c.cc.Invoke(ctx, Stated_ConfirmSnapshot_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *statedClient) ForgetSnapshot(ctx context.Context, in *ForgetSnapshotRequest, opts ...grpc.CallOption) (*ForgetSnapshotResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ForgetSnapshotResponse)
+	err := c.cc.Invoke(ctx, Stated_ForgetSnapshot_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // StatedServer is the server API for Stated service.
 // All implementations must embed UnimplementedStatedServer
 // for forward compatibility.
@@ -510,6 +562,25 @@ type StatedServer interface {
 	// reads once the response arrived; a Load that fails may have written
 	// part of its entries (open the instance again to retry the restore).
 	Load(grpc.ClientStreamingServer[LoadRequest, LoadResponse]) error
+	// AwaitSnapshot waits for the asynchronous part (the upload) of a
+	// snapshot of an externally owned instance (OpenRequest.external) and
+	// returns its task handle and files. NOT_FOUND for a checkpoint the
+	// instance did not snapshot, or confirmed or forgot already (call it
+	// before ConfirmSnapshot); INVALID_ARGUMENT for an instance in the
+	// daemon's own mode. Revision 2.
+	AwaitSnapshot(context.Context, *AwaitSnapshotRequest) (*AwaitSnapshotResponse, error)
+	// ConfirmSnapshot tells an externally owned instance that the engine
+	// completed a checkpoint it snapshotted: later snapshots may reuse that
+	// checkpoint's shared files (and no file of a checkpoint not confirmed).
+	// It waits for the upload. NOT_FOUND for a checkpoint the instance did
+	// not snapshot (or forgot). Revision 2.
+	ConfirmSnapshot(context.Context, *ConfirmSnapshotRequest) (*ConfirmSnapshotResponse, error)
+	// ForgetSnapshot tells an externally owned instance that the engine
+	// subsumed or aborted a checkpoint: its upload stops if running, the
+	// daemon drops what it remembers of it, and no later snapshot reuses its
+	// files. The daemon deletes no file: the engine does. Forgetting an
+	// unknown checkpoint succeeds. Revision 2.
+	ForgetSnapshot(context.Context, *ForgetSnapshotRequest) (*ForgetSnapshotResponse, error)
 	mustEmbedUnimplementedStatedServer()
 }
 
@@ -570,6 +641,15 @@ func (UnimplementedStatedServer) RegisterStates(context.Context, *RegisterStates
 }
 func (UnimplementedStatedServer) Load(grpc.ClientStreamingServer[LoadRequest, LoadResponse]) error {
 	return status.Error(codes.Unimplemented, "method Load not implemented")
+}
+func (UnimplementedStatedServer) AwaitSnapshot(context.Context, *AwaitSnapshotRequest) (*AwaitSnapshotResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method AwaitSnapshot not implemented")
+}
+func (UnimplementedStatedServer) ConfirmSnapshot(context.Context, *ConfirmSnapshotRequest) (*ConfirmSnapshotResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ConfirmSnapshot not implemented")
+}
+func (UnimplementedStatedServer) ForgetSnapshot(context.Context, *ForgetSnapshotRequest) (*ForgetSnapshotResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ForgetSnapshot not implemented")
 }
 func (UnimplementedStatedServer) mustEmbedUnimplementedStatedServer() {}
 func (UnimplementedStatedServer) testEmbeddedByValue()                {}
@@ -851,6 +931,60 @@ func _Stated_Load_Handler(srv interface{}, stream grpc.ServerStream) error {
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Stated_LoadServer = grpc.ClientStreamingServer[LoadRequest, LoadResponse]
 
+func _Stated_AwaitSnapshot_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(AwaitSnapshotRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(StatedServer).AwaitSnapshot(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Stated_AwaitSnapshot_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(StatedServer).AwaitSnapshot(ctx, req.(*AwaitSnapshotRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Stated_ConfirmSnapshot_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ConfirmSnapshotRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(StatedServer).ConfirmSnapshot(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Stated_ConfirmSnapshot_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(StatedServer).ConfirmSnapshot(ctx, req.(*ConfirmSnapshotRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Stated_ForgetSnapshot_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ForgetSnapshotRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(StatedServer).ForgetSnapshot(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Stated_ForgetSnapshot_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(StatedServer).ForgetSnapshot(ctx, req.(*ForgetSnapshotRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Stated_ServiceDesc is the grpc.ServiceDesc for Stated service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -905,6 +1039,18 @@ var Stated_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "RegisterStates",
 			Handler:    _Stated_RegisterStates_Handler,
+		},
+		{
+			MethodName: "AwaitSnapshot",
+			Handler:    _Stated_AwaitSnapshot_Handler,
+		},
+		{
+			MethodName: "ConfirmSnapshot",
+			Handler:    _Stated_ConfirmSnapshot_Handler,
+		},
+		{
+			MethodName: "ForgetSnapshot",
+			Handler:    _Stated_ForgetSnapshot_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

@@ -32,7 +32,7 @@ func (localMode) pebbleOptions(*pebble.Options) {}
 
 func (m localMode) snapshot(ctx context.Context, checkpointID uint64) (backend.PendingSnapshot, error) {
 	task := m.b.opts.Task
-	return m.b.snapshot(ctx, checkpointID, fmt.Sprintf("%s/chk-%d/%s/", task.Job, checkpointID, task.Dir()))
+	return m.b.snapshot(ctx, checkpointID, fmt.Sprintf("%schk-%d/%s/", m.b.objectPrefix(), checkpointID, task.Dir()))
 }
 
 func (m localMode) baseSnapshot(ctx context.Context, id uint64, dir string) (backend.PendingSnapshot, error) {

@@ -3,6 +3,7 @@ package lsm
 import (
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
@@ -83,6 +84,15 @@ type Options struct {
 	// Logger receives Pebble's messages. Default: errors go to the standard
 	// logger, informational lines are dropped.
 	Logger pebble.Logger
+	// ObjectPrefix is where a checkpoint's objects go in the store: shared
+	// files under ObjectPrefix+"shared/", private ones under
+	// ObjectPrefix+"chk-<id>/<task>/". It ends in "/" and is a valid
+	// relative object name (backend.ValidatePath). Default "<job>/", the
+	// catalog's layout; the daemon's externally owned instances put their
+	// files under the root the engine named instead (no catalog knows
+	// them). Local mode only: remote mode keeps its SSTs where it made
+	// them.
+	ObjectPrefix string
 
 	// DisableAutomaticCompactions keeps every SST until a manual
 	// compaction: for tests and tools that need an SST to outlive several
@@ -155,6 +165,16 @@ func (o *Options) Validate() error {
 	}
 	if o.Remote != nil {
 		o.Remote.validate(bad)
+	}
+	if o.ObjectPrefix != "" {
+		if !strings.HasSuffix(o.ObjectPrefix, "/") {
+			bad("object prefix %q does not end in /", o.ObjectPrefix)
+		} else if err := backend.ValidatePath(strings.TrimSuffix(o.ObjectPrefix, "/")); err != nil {
+			bad("object prefix %q: %v", o.ObjectPrefix, err)
+		}
+		if o.Remote != nil {
+			bad("an object prefix (%q) with remote mode: remote SSTs live where they were made; use local mode", o.ObjectPrefix)
+		}
 	}
 	return errors.Join(errs...)
 }

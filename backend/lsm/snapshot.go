@@ -38,6 +38,43 @@ func (b *Backend) BaseSnapshot(ctx context.Context, id uint64, dir string) (back
 	return b.mode.baseSnapshot(ctx, id, dir)
 }
 
+// SnapshotFull is Snapshot that references no file of an earlier
+// checkpoint, confirmed or restored from: every file is uploaded anew, so
+// the checkpoint shares nothing with older ones (an engine's first
+// checkpoint after a no-claim restore, Flink's FULL_CHECKPOINT). Once
+// confirmed, it is the base of later incremental checkpoints as any
+// other. Local mode only (ErrInvalidArgument in remote mode, whose SSTs are
+// in the store already).
+func (b *Backend) SnapshotFull(ctx context.Context, checkpointID uint64) (backend.PendingSnapshot, error) {
+	if b.lo.Remote != nil {
+		return nil, fmt.Errorf("lsm: full checkpoint %d of %s: %w: remote mode references its SSTs in place", checkpointID, b.opts.Task, backend.ErrInvalidArgument)
+	}
+	ps, err := b.mode.snapshot(ctx, checkpointID)
+	if err != nil {
+		return nil, err
+	}
+	ps.(*checkpointSnapshot).full = true
+	return ps, nil
+}
+
+// DropBase makes later checkpoints reference no file of the confirmed or
+// restored-from checkpoint: its owner (an engine that owns the files) is
+// about to delete them. Checkpoints confirmed later become the base as
+// usual; one confirmed before is never the base again.
+func (b *Backend) DropBase() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.inc.base = nil
+}
+
+// objectPrefix is Options.ObjectPrefix or its default.
+func (b *Backend) objectPrefix() string {
+	if b.lo.ObjectPrefix != "" {
+		return b.lo.ObjectPrefix
+	}
+	return b.opts.Task.Job + "/"
+}
+
 // snapshot is Snapshot with the object-name prefix of the private files.
 func (b *Backend) snapshot(ctx context.Context, checkpointID uint64, privatePrefix string) (backend.PendingSnapshot, error) {
 	if err := ctx.Err(); err != nil {
@@ -79,6 +116,8 @@ type checkpointSnapshot struct {
 	// directory, or a changelog base's.
 	privatePrefix string
 	used          atomic.Bool // Run or Release happened
+	// full: reference no earlier file (SnapshotFull).
+	full bool
 }
 
 // Release implements backend.PendingSnapshot.
@@ -111,6 +150,9 @@ func (p *checkpointSnapshot) Run(ctx context.Context) (*backend.Handle, error) {
 
 	b.mu.Lock()
 	base := b.inc.base
+	if p.full {
+		base = nil
+	}
 	b.inc.running[p.id]++
 	b.mu.Unlock()
 	var set fileSet
@@ -184,7 +226,7 @@ func (p *checkpointSnapshot) upload(ctx context.Context, base fileSet) (*backend
 			if err != nil {
 				return nil, fail("%w", err)
 			}
-			ref.Path = task.Job + "/shared/" + id + "-" + name
+			ref.Path = b.objectPrefix() + "shared/" + id + "-" + name
 		} else {
 			ref.Path = privatePrefix + name
 		}

@@ -66,6 +66,7 @@ type serveFlags struct {
 	checkpointTimeout time.Duration
 	channelLinger     time.Duration
 	packFileBytes     string
+	externalDir       string
 	idleTimeout       time.Duration
 	gcGrace           time.Duration
 	sweepInterval     time.Duration
@@ -147,6 +148,7 @@ the grace ends, closes every backend and exits 0.`,
 	fl.StringVar(&f.fileCompression, "file-compression", "", `compression of file-backend snapshots: "" or "zstd"`)
 	fl.DurationVar(&f.checkpointTimeout, "checkpoint-timeout", daemon.DefaultCheckpointTimeout, "a checkpoint not completed within this is aborted as expired")
 	fl.StringVar(&f.packFileBytes, "pack-file-bytes", "4MiB", "a checkpoint's private files up to this size (file backend snapshots, changelog manifests) of all tasks of a job here go into one object per checkpoint, read back with ranged reads; -1: an object per file")
+	fl.StringVar(&f.externalDir, "external-dir", "", "directory under which externally owned instances (an engine such as Flink owns their checkpoint files) write them, at roots the engine names; the engine must reach it under the same path; empty: that mode is refused (docs/protocol.md)")
 	fl.DurationVar(&f.channelLinger, "channel-state-linger", daemon.DefaultChannelStateLinger, "how long a task's upload of unaligned channel state waits for the job's other tasks here, so that one object holds them all")
 	fl.DurationVar(&f.idleTimeout, "idle-instance-timeout", daemon.DefaultIdleInstanceTimeout,
 		"an instance with no batch stream (its task died without closing it) for this long is closed; negative: never")
@@ -327,7 +329,7 @@ func (f *serveFlags) nodeOptions(log *slog.Logger) (host.Options, error) {
 		ClusterTLSCert: f.clusterTLSCert, ClusterTLSKey: f.clusterTLSKey, ClusterTLSCA: f.clusterTLSCA, ClusterToken: f.clusterToken,
 		CheckpointStore: f.checkpointStore, S3: f.s3.options(), S3Prices: f.s3Prices, CacheDir: f.cache.dir, CacheBytes: size("cache-bytes", f.cache.bytes),
 		Retain: f.retain, GCGrace: f.gcGrace, SweepInterval: f.sweepInterval, SweepMaxListPages: f.sweepMaxPages, CheckpointTimeout: f.checkpointTimeout, ChannelStateLinger: f.channelLinger,
-		PackFileBytes:       packBytes(f.packFileBytes),
+		PackFileBytes: packBytes(f.packFileBytes), ExternalDir: f.externalDir,
 		IdleInstanceTimeout: f.idleTimeout, HeapSnapshotCap: size("heap-snapshot-cap", f.heapSnapshotCap),
 		MaxValueSize: int(size("max-value-size", f.maxValueSize)), MaxMessageSize: int(size("max-message-size", f.maxMessageSize)),
 		MaxMemoryState: size("max-memory-state", f.maxMemoryState), MaxInstances: f.maxInstances,
@@ -393,7 +395,7 @@ var flagOf = map[string]string{
 	"S3.Endpoint": "s3-endpoint", "S3.Region": "s3-region", "S3.Addressing": "s3-path-style",
 	"S3.AccessKeyID": "s3-access-key-id", "S3.SecretAccessKey": "s3-secret-access-key",
 	"S3.S3.RequestsPerSecond": "s3-requests-per-second", "S3.S3.Burst": "s3-request-burst", "S3Prices": "s3-prices",
-	"Retain": "retain", "GCGrace": "gc-grace", "SweepInterval": "sweep-interval", "SweepMaxListPages": "sweep-max-list-pages", "CheckpointTimeout": "checkpoint-timeout", "ChannelStateLinger": "channel-state-linger", "PackFileBytes": "pack-file-bytes",
+	"Retain": "retain", "GCGrace": "gc-grace", "SweepInterval": "sweep-interval", "SweepMaxListPages": "sweep-max-list-pages", "CheckpointTimeout": "checkpoint-timeout", "ChannelStateLinger": "channel-state-linger", "PackFileBytes": "pack-file-bytes", "ExternalDir": "external-dir",
 	"IdleInstanceTimeout": "idle-instance-timeout", "HeapSnapshotCap": "heap-snapshot-cap", "MaxValueSize": "max-value-size",
 	"MaxMessageSize": "max-message-size", "MaxMemoryState": "max-memory-state", "MaxInstances": "max-instances",
 	"MaxStreamsPerInstance": "max-streams-per-instance", "QueueDepth": "queue-depth", "MaxConcurrentStreams": "max-concurrent-streams",

@@ -141,7 +141,7 @@ func New(cfg Config) (*Set, error) {
 			return nil, err
 		}
 		lo := lsm.Options{Dir: env.Dir, Cache: cache, HeapSnapshots: cfg.HeapSnapshots, DownloadCache: dc, Logger: pl,
-			MemTableSize: uint64(cfg.LSMMemTableBytes)}
+			MemTableSize: uint64(cfg.LSMMemTableBytes), ObjectPrefix: env.ObjectPrefix}
 		// A checkpoint restores in the mode that wrote it (canonical
 		// ones in either): an instance that does not choose follows it,
 		// and one that chooses the other mode is refused, naming why.

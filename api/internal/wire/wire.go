@@ -24,6 +24,7 @@ const (
 	barrierCheckpointID = 1
 	barrierWait         = 2
 	barrierStats        = 3
+	barrierFull         = 4
 
 	statsUnaligned  = 1
 	statsAlignment  = 2
@@ -112,6 +113,8 @@ type Batch struct {
 type Barrier struct {
 	CheckpointID uint64
 	Wait         bool
+	// Full is SnapshotBarrier.full_checkpoint.
+	Full bool
 	// HasStats: the barrier carries TaskCheckpointStats (Stats).
 	HasStats bool
 	Stats    Stats
@@ -321,6 +324,8 @@ func decodeBarrier(data []byte, br *Barrier) error {
 			br.CheckpointID = f.v
 		case f.num == barrierWait && f.typ == protowire.VarintType:
 			br.Wait = f.v != 0
+		case f.num == barrierFull && f.typ == protowire.VarintType:
+			br.Full = f.v != 0
 		case f.num == barrierStats && f.typ == protowire.BytesType:
 			br.HasStats = true
 			if err := decodeStats(f.b, &br.Stats); err != nil {
