@@ -2,26 +2,30 @@ package catalogrpc
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"maps"
+	"path"
 	"slices"
 	"strings"
 	"sync"
 	"time"
 
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/statedhq/stated/backend"
 	"github.com/statedhq/stated/catalog"
+	pb "github.com/statedhq/stated/cluster/clusterpb"
 	"github.com/statedhq/stated/tiered"
 )
 
-// Caller delivers one call to the hosting catalog's Server.Handle and
-// returns its answer; an error means the call may not have run (no
+// Caller delivers one call to the hosting catalog's Server.Handle (method:
+// a Catalog method's full gRPC name; payload: its encoded request) and
+// returns its encoded response; an error means the call may not have run (no
 // leader within the caller's deadline, a broken connection).
 type Caller interface {
 	Call(ctx context.Context, method string, payload []byte) ([]byte, error)
@@ -86,6 +90,7 @@ type ckpt struct {
 type Client struct {
 	opts Options
 	log  *slog.Logger
+	rpc  pb.CatalogClient
 
 	mu sync.Mutex
 	// epoch of the last answer (0: none yet).
@@ -105,52 +110,81 @@ func NewClient(opts Options) (*Client, error) {
 	if err := opts.validate(); err != nil {
 		return nil, err
 	}
-	return &Client{opts: opts, log: opts.Logger.With("component", "catalogrpc"), pending: map[ckpt]map[backend.TaskID]report{}}, nil
+	return &Client{opts: opts, log: opts.Logger.With("component", "catalogrpc"), rpc: pb.NewCatalogClient(callerConn{opts.Caller}),
+		pending: map[ckpt]map[backend.TaskID]report{}}, nil
 }
 
-// call runs method and decodes its answer; a new epoch first gets this
-// node's pending reports (and then, for the calls that depend on them,
-// the call again).
-func (c *Client) call(ctx context.Context, method string, req *request) (*answer, error) {
-	a, err := c.once(ctx, method, req)
-	if err != nil {
-		return nil, err
-	}
-	if c.newEpoch(a.Epoch) {
-		if rerr := c.replay(ctx); rerr != nil {
-			c.log.Warn("replaying reports to the new catalog failed; the next call retries", "err", rerr)
-		} else if a.Err != nil && (method == mReport || method == mComplete) {
-			if a, err = c.once(ctx, method, req); err != nil {
-				return nil, err
-			}
-		}
-	}
-	return a, a.Err.err()
-}
+// callerConn is the generated Catalog client's connection: each call goes
+// through the Caller (the cluster's leader-forwarding Call) as its full
+// method name and its encoded request.
+type callerConn struct{ c Caller }
 
-// once is one call, without replays.
-func (c *Client) once(ctx context.Context, method string, req *request) (*answer, error) {
-	payload, err := json.Marshal(req)
+func (cc callerConn) Invoke(ctx context.Context, method string, args, reply any, _ ...grpc.CallOption) error {
+	name := path.Base(method)
+	payload, err := proto.Marshal(args.(proto.Message))
 	if err != nil {
-		return nil, err
+		return err
 	}
-	out, err := c.opts.Caller.Call(ctx, method, payload)
+	out, err := cc.c.Call(ctx, method, payload)
 	if err != nil {
 		if s, ok := status.FromError(err); ok && s.Code() != codes.Unavailable && s.Code() != codes.FailedPrecondition && s.Code() != codes.Unknown {
 			// The hosting node answered, with an error of its own (a
 			// request it could not read): not an unreachable catalog.
-			return nil, fmt.Errorf("catalogrpc: %s: %w", method, err)
+			return fmt.Errorf("catalogrpc: %s: %w", name, err)
 		}
-		return nil, &UnavailableError{Method: method, Err: err}
+		return &UnavailableError{Method: name, Err: err}
 	}
 	if len(out) > maxAnswerSize {
-		return nil, fmt.Errorf("%w: catalogrpc: %s: an answer of %d bytes", backend.ErrCorrupt, method, len(out))
+		return fmt.Errorf("%w: catalogrpc: %s: an answer of %d bytes", backend.ErrCorrupt, name, len(out))
 	}
-	var a answer
-	if err := json.Unmarshal(out, &a); err != nil {
-		return nil, fmt.Errorf("%w: catalogrpc: %s: unreadable answer: %v", backend.ErrCorrupt, method, err)
+	if err := proto.Unmarshal(out, reply.(proto.Message)); err != nil {
+		return fmt.Errorf("%w: catalogrpc: %s: unreadable answer: %v", backend.ErrCorrupt, name, err)
 	}
-	return &a, nil
+	return nil
+}
+
+func (callerConn) NewStream(context.Context, *grpc.StreamDesc, string, ...grpc.CallOption) (grpc.ClientStream, error) {
+	return nil, errors.New("catalogrpc: the catalog service has no streams")
+}
+
+// answer is every Catalog response: it carries the serving catalog's
+// status.
+type answer interface{ GetStatus() *pb.CatalogStatus }
+
+// rpcFunc is a method of the generated Catalog client.
+type rpcFunc[Q any, A answer] func(context.Context, Q, ...grpc.CallOption) (A, error)
+
+// call runs one call and returns its answer with the catalog's error; a
+// new epoch first gets this node's pending reports (and then, for the
+// calls that depend on them, retry set, the call again).
+func call[Q any, A answer](c *Client, ctx context.Context, rpc rpcFunc[Q, A], req Q, retry bool) (A, error) {
+	a, st, err := once(ctx, rpc, req)
+	if err != nil {
+		return a, err
+	}
+	if c.newEpoch(st.GetEpoch()) {
+		if rerr := c.replay(ctx); rerr != nil {
+			c.log.Warn("replaying reports to the new catalog failed; the next call retries", "err", rerr)
+		} else if st.GetError() != nil && retry {
+			if a, st, err = once(ctx, rpc, req); err != nil {
+				return a, err
+			}
+		}
+	}
+	return a, fromWire(st.GetError())
+}
+
+// once is one call, without replays.
+func once[Q any, A answer](ctx context.Context, rpc rpcFunc[Q, A], req Q) (A, *pb.CatalogStatus, error) {
+	a, err := rpc(ctx, req)
+	if err != nil {
+		return a, nil, err
+	}
+	st := a.GetStatus()
+	if st == nil {
+		return a, nil, fmt.Errorf("%w: catalogrpc: an answer without its status", backend.ErrCorrupt)
+	}
+	return a, st, nil
 }
 
 // newEpoch records epoch and reports whether it replaced an earlier one
@@ -185,9 +219,9 @@ func (c *Client) replay(ctx context.Context) error {
 	c.mu.Unlock()
 	var errs []error
 	for _, it := range items {
-		if a, err := c.once(ctx, mBegin, &request{Job: it.k.job, ID: it.k.id}); err != nil {
+		if _, st, err := once(ctx, c.rpc.Begin, &pb.BeginRequest{Job: it.k.job, Id: it.k.id}); err != nil {
 			return err
-		} else if err := a.Err.err(); err != nil {
+		} else if err := fromWire(st.GetError()); err != nil {
 			if errors.Is(err, catalog.ErrExists) {
 				c.forget(it.k) // completed meanwhile
 				continue
@@ -196,11 +230,11 @@ func (c *Client) replay(ctx context.Context) error {
 			continue
 		}
 		for _, h := range it.h {
-			a, err := c.once(ctx, mReport, &request{Job: it.k.job, ID: it.k.id, Handle: h.handle, Token: h.token})
+			_, st, err := once(ctx, c.rpc.Report, &pb.ReportRequest{Job: it.k.job, Id: it.k.id, Report: &pb.Report{Handle: h.handle, Token: h.token}})
 			if err != nil {
 				return err
 			}
-			if err := a.Err.err(); err != nil {
+			if err := fromWire(st.GetError()); err != nil {
 				errs = append(errs, err)
 			}
 		}
@@ -245,7 +279,7 @@ func (c *Client) forget(k ckpt) {
 // cluster's leader changed, so that completions through other nodes find
 // this node's reports without waiting for its daemon's next call.
 func (c *Client) Resync(ctx context.Context) error {
-	_, err := c.call(ctx, mEpoch, &request{})
+	_, err := call(c, ctx, c.rpc.Epoch, &pb.EpochRequest{}, false)
 	return err
 }
 
@@ -278,7 +312,7 @@ func (c *Client) BeginCheckpoint(job string, id uint64) error {
 	}
 	ctx, cancel := c.bounded()
 	defer cancel()
-	if _, err := c.call(ctx, mBegin, &request{Job: job, ID: id}); err != nil {
+	if _, err := call(c, ctx, c.rpc.Begin, &pb.BeginRequest{Job: job, Id: id}, false); err != nil {
 		return err
 	}
 	c.remember(ckpt{job, id}, backend.TaskID{}, nil, 0)
@@ -305,7 +339,7 @@ func (c *Client) AddFencedTaskHandle(job string, id uint64, h *backend.Handle, t
 	}
 	ctx, cancel := c.bounded()
 	defer cancel()
-	if _, err := c.call(ctx, mReport, &request{Job: job, ID: id, Handle: enc, Token: token}); err != nil {
+	if _, err := call(c, ctx, c.rpc.Report, &pb.ReportRequest{Job: job, Id: id, Report: &pb.Report{Handle: enc, Token: token}}, true); err != nil {
 		return err
 	}
 	c.remember(ckpt{job, id}, h.Task, enc, token)
@@ -333,11 +367,11 @@ func (c *Client) CompleteFencedTasks(ctx context.Context, job string, id uint64,
 // holds them and reports them (AddFencedTaskHandle) or completes again.
 func (c *Client) CompleteWithReports(ctx context.Context, job string, id uint64, tasks []backend.TaskID, tokens map[backend.TaskID]uint64,
 	reports []catalog.FencedHandle) (*catalog.Manifest, error) {
-	var fences []Fence
+	var fences []*pb.Fence
 	for t, tok := range tokens {
-		fences = append(fences, Fence{Task: t, Token: tok})
+		fences = append(fences, &pb.Fence{Task: toTaskID(t), Token: tok})
 	}
-	var wr []wireReport
+	var wr []*pb.Report
 	for _, rp := range reports {
 		if rp.Handle == nil {
 			return nil, fmt.Errorf("%w: nil handle for checkpoint %d of job %s", catalog.ErrInvalidArgument, id, job)
@@ -346,13 +380,13 @@ func (c *Client) CompleteWithReports(ctx context.Context, job string, id uint64,
 		if err != nil {
 			return nil, err
 		}
-		wr = append(wr, wireReport{Handle: enc, Token: rp.Token})
+		wr = append(wr, &pb.Report{Handle: enc, Token: rp.Token})
 	}
-	a, err := c.call(ctx, mComplete, &request{Job: job, ID: id, Tasks: tasks, Fences: fences, Reports: wr})
+	a, err := call(c, ctx, c.rpc.Complete, &pb.CompleteRequest{Job: job, Id: id, Tasks: toTaskIDs(tasks), Fences: fences, Reports: wr}, true)
 	if err != nil {
 		return nil, err
 	}
-	m, err := catalog.DecodeManifest(a.Manifest)
+	m, err := catalog.DecodeManifest(a.GetManifest())
 	if err != nil {
 		return nil, fmt.Errorf("catalogrpc: complete checkpoint %d of job %s: %w", id, job, err)
 	}
@@ -364,13 +398,13 @@ func (c *Client) Abort(ctx context.Context, job string, id uint64, why catalog.S
 	// Forgotten whatever the answer: an aborted checkpoint never completes,
 	// and a new leader's sweep deletes its uploads after the grace.
 	c.forget(ckpt{job, id})
-	_, err := c.call(ctx, mAbort, &request{Job: job, ID: id, Status: why, Reason: reason})
+	_, err := call(c, ctx, c.rpc.Abort, &pb.AbortRequest{Job: job, Id: id, Status: string(why), Reason: reason}, false)
 	return err
 }
 
 func (c *Client) Release(ctx context.Context, job string, id uint64) error {
 	c.forget(ckpt{job, id})
-	_, err := c.call(ctx, mRelease, &request{Job: job, ID: id})
+	_, err := call(c, ctx, c.rpc.Release, &pb.ReleaseRequest{Job: job, Id: id}, false)
 	return err
 }
 
@@ -401,125 +435,164 @@ func (e *UnavailableError) GRPCStatus() *status.Status {
 	return status.New(codes.Unavailable, e.Error())
 }
 
-// lookup runs a lookup that has no error to return: a failure is logged
-// and answers "not found". The daemon asks the *Context methods instead,
-// which return the failure; these remain for the daemon.Catalog
+// The lookups without a context have no error to return: a failure is
+// logged and answers "not found". The daemon asks the *Context methods
+// instead, which return the failure; these remain for the daemon.Catalog
 // interface.
-func (c *Client) lookup(method string, req *request) *answer {
-	ctx, cancel := c.bounded()
-	defer cancel()
-	a, err := c.call(ctx, method, req)
-	if err != nil {
-		c.log.Warn("catalog lookup failed", "method", method, "job", req.Job, "id", req.ID, "err", err)
-		return &answer{}
-	}
-	return a
+
+// lookupFailed logs a failed lookup.
+func (c *Client) lookupFailed(call, job string, id uint64, err error) {
+	c.log.Warn("catalog lookup failed", "call", call, "job", job, "id", id, "err", err)
 }
 
-func (c *Client) manifestOf(method string, req *request) (*catalog.Manifest, bool) {
-	a := c.lookup(method, req)
-	if !a.Found {
-		return nil, false
+// manifestOf decodes a manifest answer.
+func manifestOf(call, job string, a *pb.ManifestResponse, err error) (*catalog.Manifest, bool, error) {
+	if err != nil || !a.GetFound() {
+		return nil, false, err
 	}
-	m, err := catalog.DecodeManifest(a.Manifest)
+	m, err := catalog.DecodeManifest(a.GetManifest())
 	if err != nil {
-		c.log.Warn("catalog lookup answered a bad manifest", "method", method, "job", req.Job, "id", req.ID, "err", err)
-		return nil, false
+		return nil, false, fmt.Errorf("catalogrpc: %s of job %s: %w", call, job, err)
 	}
-	return m, true
+	return m, true, nil
 }
 
 func (c *Client) Checkpoint(job string, id uint64) (*catalog.Manifest, bool) {
-	return c.manifestOf(mCheckpoint, &request{Job: job, ID: id})
+	ctx, cancel := c.bounded()
+	defer cancel()
+	m, ok, err := c.CheckpointContext(ctx, job, id)
+	if err != nil {
+		c.lookupFailed("checkpoint", job, id, err)
+	}
+	return m, ok
 }
 
 func (c *Client) Latest(job string) (*catalog.Manifest, bool) {
-	return c.manifestOf(mLatest, &request{Job: job})
+	ctx, cancel := c.bounded()
+	defer cancel()
+	m, ok, err := c.LatestContext(ctx, job)
+	if err != nil {
+		c.lookupFailed("latest", job, 0, err)
+	}
+	return m, ok
 }
 
 // LatestContext is Latest with its error: a lookup that could not reach
 // the catalog is an error, not "none".
 func (c *Client) LatestContext(ctx context.Context, job string) (*catalog.Manifest, bool, error) {
-	return c.manifestContext(ctx, mLatest, &request{Job: job})
+	a, err := call(c, ctx, c.rpc.Latest, &pb.LatestRequest{Job: job}, false)
+	return manifestOf("latest", job, a, err)
 }
 
 func (c *Client) Savepoint(id string) (*catalog.Manifest, bool) {
-	return c.manifestOf(mSavepoint, &request{Savept: id})
+	ctx, cancel := c.bounded()
+	defer cancel()
+	m, ok, err := c.SavepointContext(ctx, id)
+	if err != nil {
+		c.lookupFailed("savepoint "+id, "", 0, err)
+	}
+	return m, ok
 }
 
-func (c *Client) Retained(job string) []uint64 { return c.lookup(mRetained, &request{Job: job}).IDs }
+func (c *Client) Retained(job string) []uint64 {
+	ctx, cancel := c.bounded()
+	defer cancel()
+	ids, err := c.RetainedContext(ctx, job)
+	if err != nil {
+		c.lookupFailed("retained", job, 0, err)
+	}
+	return ids
+}
 
 func (c *Client) List(job string) []catalog.Record {
-	return fromWireRecords(c.lookup(mList, &request{Job: job}).Records)
+	ctx, cancel := c.bounded()
+	defer cancel()
+	rs, err := c.ListContext(ctx, job)
+	if err != nil {
+		c.lookupFailed("list", job, 0, err)
+	}
+	return rs
 }
 
 // ListContext is List with its error: a catalog that could not be
 // reached is an error, not an empty history.
 func (c *Client) ListContext(ctx context.Context, job string) ([]catalog.Record, error) {
-	a, err := c.call(ctx, mList, &request{Job: job})
+	a, err := call(c, ctx, c.rpc.List, &pb.ListRequest{Job: job}, false)
 	if err != nil {
 		return nil, err
 	}
-	return fromWireRecords(a.Records), nil
+	return fromWireRecords(a.GetRecords()), nil
 }
 
 // RetainedContext is Retained with its error.
 func (c *Client) RetainedContext(ctx context.Context, job string) ([]uint64, error) {
-	a, err := c.call(ctx, mRetained, &request{Job: job})
+	a, err := call(c, ctx, c.rpc.Retained, &pb.RetainedRequest{Job: job}, false)
 	if err != nil {
 		return nil, err
 	}
-	return a.IDs, nil
+	return a.GetIds(), nil
 }
 
 // CheckpointContext is Checkpoint with its error: a lookup that could not
 // reach the catalog is an error, not "not retained".
 func (c *Client) CheckpointContext(ctx context.Context, job string, id uint64) (*catalog.Manifest, bool, error) {
-	return c.manifestContext(ctx, mCheckpoint, &request{Job: job, ID: id})
+	a, err := call(c, ctx, c.rpc.Checkpoint, &pb.CheckpointRequest{Job: job, Id: id}, false)
+	return manifestOf("checkpoint", job, a, err)
 }
 
 // SavepointContext is Savepoint with its error.
 func (c *Client) SavepointContext(ctx context.Context, id string) (*catalog.Manifest, bool, error) {
-	return c.manifestContext(ctx, mSavepoint, &request{Savept: id})
-}
-
-func (c *Client) manifestContext(ctx context.Context, method string, req *request) (*catalog.Manifest, bool, error) {
-	a, err := c.call(ctx, method, req)
-	if err != nil || !a.Found {
-		return nil, false, err
-	}
-	m, err := catalog.DecodeManifest(a.Manifest)
-	if err != nil {
-		return nil, false, fmt.Errorf("catalogrpc: %s of job %s: %w", method, req.Job, err)
-	}
-	return m, true, nil
+	a, err := call(c, ctx, c.rpc.Savepoint, &pb.SavepointRequest{SavepointId: id}, false)
+	return manifestOf("savepoint "+id, "", a, err)
 }
 
 // Jobs, Problems and Savepoints are the hosting catalog's (for the web
 // page); a failure is logged and answers nothing.
-func (c *Client) Jobs() []string { return c.lookup(mJobs, &request{}).Names }
+func (c *Client) Jobs() []string {
+	ctx, cancel := c.bounded()
+	defer cancel()
+	jobs, err := c.JobsContext(ctx)
+	if err != nil {
+		c.lookupFailed("jobs", "", 0, err)
+	}
+	return jobs
+}
 
 // JobsContext is Jobs with its error: the web page shows a catalog it
 // could not reach as a problem, not as "no checkpoint history".
 func (c *Client) JobsContext(ctx context.Context) ([]string, error) {
-	a, err := c.call(ctx, mJobs, &request{})
+	a, err := call(c, ctx, c.rpc.Jobs, &pb.JobsRequest{}, false)
 	if err != nil {
 		return nil, err
 	}
-	return a.Names, nil
+	return a.GetJobs(), nil
 }
 
 func (c *Client) Problems() []catalog.Problem {
+	ctx, cancel := c.bounded()
+	defer cancel()
+	a, err := call(c, ctx, c.rpc.Problems, &pb.ProblemsRequest{}, false)
+	if err != nil {
+		c.lookupFailed("problems", "", 0, err)
+		return nil
+	}
 	var out []catalog.Problem
-	for _, p := range c.lookup(mProblems, &request{}).Problems {
-		out = append(out, catalog.Problem{What: p.What, Object: p.Object, Job: p.Job, Err: p.Err.err(), Effect: p.Effect})
+	for _, p := range a.GetProblems() {
+		out = append(out, catalog.Problem{What: p.GetWhat(), Object: p.GetObject(), Job: p.GetJob(), Err: fromWire(p.GetError()), Effect: p.GetEffect()})
 	}
 	return out
 }
 
 func (c *Client) Savepoints() []*catalog.Manifest {
+	ctx, cancel := c.bounded()
+	defer cancel()
+	a, err := call(c, ctx, c.rpc.Savepoints, &pb.SavepointsRequest{}, false)
+	if err != nil {
+		c.lookupFailed("savepoints", "", 0, err)
+		return nil
+	}
 	var out []*catalog.Manifest
-	for _, enc := range c.lookup(mSavepoints, &request{}).Manifests {
+	for _, enc := range a.GetManifests() {
 		m, err := catalog.DecodeManifest(enc)
 		if err != nil {
 			c.log.Warn("catalog lookup answered a bad savepoint manifest", "err", err)
@@ -531,28 +604,25 @@ func (c *Client) Savepoints() []*catalog.Manifest {
 }
 
 func (c *Client) RestoreSource(ctx context.Context, req catalog.RestoreRequest) (*catalog.Restore, error) {
-	a, err := c.call(ctx, mRestore, &request{Restore: &restoreRequest{Job: req.Job, FromJob: req.FromJob, CheckpointID: req.CheckpointID,
-		SavepointID: req.SavepointID, Mode: req.Mode, AllowFallback: req.AllowFallback}})
+	a, err := call(c, ctx, c.rpc.Restore, &pb.RestoreRequest{Job: req.Job, FromJob: req.FromJob, CheckpointId: req.CheckpointID,
+		SavepointId: req.SavepointID, Mode: string(req.Mode), AllowFallback: req.AllowFallback}, false)
 	if err != nil {
 		return nil, err
 	}
-	if a.Restore == nil {
-		return nil, fmt.Errorf("%w: catalogrpc: restore of job %s: an answer without its restore", backend.ErrCorrupt, req.Job)
-	}
-	m, err := catalog.DecodeManifest(a.Manifest)
+	m, err := catalog.DecodeManifest(a.GetManifest())
 	if err != nil {
 		return nil, fmt.Errorf("catalogrpc: restore of job %s: %w", req.Job, err)
 	}
-	r := &catalog.Restore{Manifest: m, Handles: m.Tasks, Store: c.opts.Store, NoClaim: a.Restore.NoClaim}
-	if sp := a.Restore.Savepoint; sp != "" {
+	r := &catalog.Restore{Manifest: m, Handles: m.Tasks, Store: c.opts.Store, NoClaim: a.GetNoClaim()}
+	if sp := a.GetSavepoint(); sp != "" {
 		if err := catalog.ValidateSavepointID(sp); err != nil {
 			return nil, err
 		}
 		r.Store = tiered.WithPrefix(c.opts.Store, catalog.SavepointDir(sp))
 	}
-	for _, d := range a.Restore.Skipped {
-		r.Skipped = append(r.Skipped, catalog.DamagedCheckpoint{Job: d.Job, ID: d.ID, Manifest: d.Manifest,
-			Err: fmt.Errorf("%w: %s", catalog.ErrCorrupt, d.Err)})
+	for _, d := range a.GetSkipped() {
+		r.Skipped = append(r.Skipped, catalog.DamagedCheckpoint{Job: d.GetJob(), ID: d.GetId(), Manifest: d.GetManifest(),
+			Err: fmt.Errorf("%w: %s", catalog.ErrCorrupt, d.GetError())})
 	}
 	return r, nil
 }
@@ -575,11 +645,11 @@ func (c *Client) SavepointFromCheckpoint(ctx context.Context, job string, id uin
 	if err := catalog.ValidateJob(job); err != nil {
 		return nil, err
 	}
-	a, err := c.call(ctx, mSavepointOf, &request{Job: job, ID: id})
+	a, err := call(c, ctx, c.rpc.SavepointFromCheckpoint, &pb.SavepointFromCheckpointRequest{Job: job, Id: id}, false)
 	if err != nil {
 		return nil, err
 	}
-	m, err := catalog.DecodeManifest(a.Manifest)
+	m, err := catalog.DecodeManifest(a.GetManifest())
 	if err != nil {
 		return nil, fmt.Errorf("catalogrpc: savepoint of job %s: %w", job, err)
 	}
@@ -587,12 +657,19 @@ func (c *Client) SavepointFromCheckpoint(ctx context.Context, job string, id uin
 }
 
 func (c *Client) NoteWithoutChannelState(ctx context.Context, job string, id uint64) {
-	if _, err := c.call(ctx, mNoteNoChans, &request{Job: job, ID: id}); err != nil {
+	if _, err := call(c, ctx, c.rpc.NoteWithoutChannelState, &pb.NoteWithoutChannelStateRequest{Job: job, Id: id}, false); err != nil {
 		c.log.Warn("recording a restore without channel state failed", "job", job, "id", id, "err", err)
 	}
 }
 
 func (c *Client) ReleaseLog(ctx context.Context, names []string) error {
-	_, err := c.call(ctx, mReleaseLog, &request{Names: names})
+	_, err := call(c, ctx, c.rpc.ReleaseLog, &pb.ReleaseLogRequest{Names: names}, false)
+	return err
+}
+
+// ReleaseChangelog reports the changelog segments this node's writer (of
+// run) let go of: every segment of the run below heldFrom, and names.
+func (c *Client) ReleaseChangelog(ctx context.Context, run string, heldFrom uint64, names []string) error {
+	_, err := call(c, ctx, c.rpc.ReleaseChangelog, &pb.ReleaseChangelogRequest{Run: run, HeldFrom: heldFrom, Names: names}, false)
 	return err
 }

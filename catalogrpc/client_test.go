@@ -3,7 +3,6 @@ package catalogrpc
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -11,8 +10,11 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/protobuf/proto"
+
 	"github.com/statedhq/stated/backend"
 	"github.com/statedhq/stated/catalog"
+	pb "github.com/statedhq/stated/cluster/clusterpb"
 	"github.com/statedhq/stated/tiered"
 	"github.com/statedhq/stated/tiered/memstore"
 )
@@ -443,14 +445,14 @@ func TestNotServingIsNoAnswer(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, token := range []uint64{0, 5} {
-		payload, _ := json.Marshal(request{Job: "j", ID: 1, Handle: enc, Token: token})
-		if out, err := srv.Handle(ctx, mReport, payload); !errors.Is(err, ErrNotServing) {
+		payload, _ := proto.Marshal(&pb.ReportRequest{Job: "j", Id: 1, Report: &pb.Report{Handle: enc, Token: token}})
+		if out, err := srv.Handle(ctx, pb.Catalog_Report_FullMethodName, payload); !errors.Is(err, ErrNotServing) {
 			t.Fatalf("report (token %d) whose journal write lost the leadership: answer %s, error %v", token, out, err)
 		}
 	}
 	cat.Close()
-	payload, _ := json.Marshal(request{Job: "j", ID: 1, Tasks: []backend.TaskID{a}})
-	if out, err := srv.Handle(ctx, mComplete, payload); !errors.Is(err, ErrNotServing) {
+	payload, _ := proto.Marshal(&pb.CompleteRequest{Job: "j", Id: 1, Tasks: toTaskIDs([]backend.TaskID{a})})
+	if out, err := srv.Handle(ctx, pb.Catalog_Complete_FullMethodName, payload); !errors.Is(err, ErrNotServing) {
 		t.Fatalf("completion on a closed catalog: answer %s, error %v", out, err)
 	}
 }

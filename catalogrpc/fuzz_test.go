@@ -1,23 +1,36 @@
 package catalogrpc
 
 import (
-	"encoding/json"
 	"testing"
 
+	"google.golang.org/protobuf/proto"
+
 	"github.com/statedhq/stated/catalog"
+	pb "github.com/statedhq/stated/cluster/clusterpb"
 	"github.com/statedhq/stated/tiered/memstore"
 )
 
 // FuzzServerHandle: any call a peer sends gets an answer or an error,
 // never a panic, and an answer always names the server's epoch.
 func FuzzServerHandle(f *testing.F) {
-	for _, m := range []string{mBegin, mReport, mComplete, mAbort, mRelease, mCheckpoint, mLatest, mSavepoint,
-		mRetained, mList, mRestore, mNoteNoChans, mReleaseLog, mEpoch, mSavepointOf, mJobs, mProblems, mSavepoints, "nonsense"} {
-		f.Add(m, []byte(`{"job":"j","id":1}`))
-		f.Add(m, []byte(`{"job":"j","id":1,"handle":"U1RIMQ==","tasks":[{"job":"j","operator":"op","subtask":0}]}`))
-		f.Add(m, []byte(`{"restore":{"job":"j","mode":"claim","savepointId":"../x"}}`))
-		f.Add(m, []byte(`{"job":"j","id":1,"handle":"U1RIMQ==","token":7}`))
+	seeds := []proto.Message{
+		&pb.BeginRequest{Job: "j", Id: 1},
+		&pb.ReportRequest{Job: "j", Id: 1, Report: &pb.Report{Handle: []byte("STH1"), Token: 7}},
+		&pb.CompleteRequest{Job: "j", Id: 1, Tasks: []*pb.TaskId{{Job: "j", Operator: "op"}}, Reports: []*pb.Report{{Handle: []byte("STH1")}}},
+		&pb.RestoreRequest{Job: "j", Mode: "claim", SavepointId: "../x"},
+		&pb.SavepointFromCheckpointRequest{Job: "j"},
 	}
+	for _, md := range pb.Catalog_ServiceDesc.Methods {
+		m := "/" + pb.Catalog_ServiceDesc.ServiceName + "/" + md.MethodName
+		for _, seed := range seeds {
+			b, err := proto.Marshal(seed)
+			if err != nil {
+				f.Fatal(err)
+			}
+			f.Add(m, b)
+		}
+	}
+	f.Add("nonsense", []byte{0x0a, 0x01, 'j'})
 	cat, err := catalog.Open(ctx, catalog.Options{Store: memstore.New()})
 	if err != nil {
 		f.Fatal(err)
@@ -33,12 +46,13 @@ func FuzzServerHandle(f *testing.F) {
 		if err != nil {
 			return
 		}
-		var a answer
-		if err := json.Unmarshal(out, &a); err != nil {
+		// Every response's field 1 is its CatalogStatus.
+		var a pb.CatalogAck
+		if err := proto.Unmarshal(out, &a); err != nil {
 			t.Fatalf("unreadable answer: %v", err)
 		}
-		if a.Epoch != 3 {
-			t.Fatalf("answer of epoch %d", a.Epoch)
+		if a.GetStatus().GetEpoch() != 3 {
+			t.Fatalf("answer of epoch %d", a.GetStatus().GetEpoch())
 		}
 	})
 }

@@ -2,14 +2,18 @@ package catalogrpc
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
+	"path"
 	"sync"
+
+	"google.golang.org/grpc"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/statedhq/stated/backend"
 	"github.com/statedhq/stated/catalog"
+	pb "github.com/statedhq/stated/cluster/clusterpb"
 )
 
 // ErrNotServing is wrapped by Server.Handle's error when the server
@@ -57,6 +61,10 @@ type ServerOptions struct {
 	// catalog's Options.Guard confirms the leadership before the manifest
 	// is written, and the two make a linearizable read.
 	CheckFences func(context.Context, []Fence) error
+	// LogRelease (nil: none) takes a node's report of the changelog
+	// segments its writer let go of (ReleaseChangelog), before the
+	// catalog is told its names.
+	LogRelease func(run string, heldFrom uint64, names []string)
 	// Logger receives journal writes that failed after the catalog
 	// decided (the next completion settles them). Default: discard.
 	Logger *slog.Logger
@@ -94,191 +102,314 @@ func (s *Server) Close() {
 // Epoch is the server's epoch.
 func (s *Server) Epoch() uint64 { return s.opts.Epoch }
 
-// Handle runs one call. Its error is for a call it cannot read, or one
-// that this server must not answer (verify failed); what the catalog
-// answers, errors included, is in the returned answer.
+// catalogMethods are the Catalog service's handlers by full method name,
+// as protoc-gen-go-grpc generated them: Handle dispatches to the
+// service's typed methods through them.
+var catalogMethods = func() map[string]methodHandler {
+	m := map[string]methodHandler{}
+	for _, md := range pb.Catalog_ServiceDesc.Methods {
+		m["/"+pb.Catalog_ServiceDesc.ServiceName+"/"+md.MethodName] = methodHandler(md.Handler)
+	}
+	return m
+}()
+
+type methodHandler func(srv any, ctx context.Context, dec func(any) error, interceptor grpc.UnaryServerInterceptor) (any, error)
+
+// Handle runs one call: method is a Catalog method's full gRPC name,
+// payload its encoded request. Its error is for a call it cannot read, or
+// one that this server must not answer (verify failed, or it stopped
+// hosting the catalog); what the catalog answers, errors included, is in
+// the returned response.
 func (s *Server) Handle(ctx context.Context, method string, payload []byte) ([]byte, error) {
-	var req request
-	if err := json.Unmarshal(payload, &req); err != nil {
-		return nil, fmt.Errorf("%w: catalogrpc: %s: bad request: %v", backend.ErrInvalidArgument, method, err)
+	h, ok := catalogMethods[method]
+	if !ok {
+		return nil, fmt.Errorf("%w: catalogrpc: unknown method %q (a node of a newer build?)", backend.ErrInvalidArgument, method)
 	}
-	if method == mRestore || method == mLatest || method == mSavepointOf {
-		// A read that decides what a task restores must not be stale:
-		// not an answer when it fails, the caller asks the leader again.
-		if err := s.opts.Verify(ctx); err != nil {
-			return nil, err
+	dec := func(v any) error {
+		if err := proto.Unmarshal(payload, v.(proto.Message)); err != nil {
+			return fmt.Errorf("%w: catalogrpc: %s: bad request: %v", backend.ErrInvalidArgument, path.Base(method), err)
 		}
+		return nil
 	}
-	a, err := s.run(ctx, method, &req)
-	if errors.Is(err, catalog.ErrClosed) || errors.Is(err, ErrNotServing) {
-		// This server stopped hosting the catalog (its node lost the
-		// leadership) during the call: not an answer, the caller asks
-		// the next leader (reports and completions are idempotent).
-		return nil, fmt.Errorf("%w: %s: %v", ErrNotServing, method, err)
-	}
+	resp, err := h(service{s: s}, ctx, dec, nil)
 	if err != nil {
-		a = &answer{Err: toWire(err)}
+		return nil, err
 	}
-	a.Epoch = s.opts.Epoch
-	return json.Marshal(a)
+	return proto.Marshal(resp.(proto.Message))
 }
 
-func (s *Server) run(ctx context.Context, method string, req *request) (*answer, error) {
+// service is the Server as the generated pb.CatalogServer: one typed
+// method per call.
+type service struct {
+	pb.UnimplementedCatalogServer
+	s *Server
+}
+
+// status is the answer's status for what the catalog returned; an error
+// saying this server stopped hosting the catalog (its node lost the
+// leadership during the call) is not an answer: the caller asks the next
+// leader (reports and completions are idempotent).
+func (s *Server) status(call string, err error) (*pb.CatalogStatus, error) {
+	if errors.Is(err, catalog.ErrClosed) || errors.Is(err, ErrNotServing) {
+		return nil, fmt.Errorf("%w: %s: %v", ErrNotServing, call, err)
+	}
+	return &pb.CatalogStatus{Epoch: s.opts.Epoch, Error: toWire(err)}, nil
+}
+
+func (v service) ack(call string, err error) (*pb.CatalogAck, error) {
+	st, err := v.s.status(call, err)
+	if err != nil {
+		return nil, err
+	}
+	return &pb.CatalogAck{Status: st}, nil
+}
+
+func (v service) manifest(call string, m *catalog.Manifest, found bool, err error) (*pb.ManifestResponse, error) {
+	var enc []byte
+	if err == nil && found {
+		enc, err = catalog.EncodeManifest(m)
+	}
+	st, err := v.s.status(call, err)
+	if err != nil {
+		return nil, err
+	}
+	r := &pb.ManifestResponse{Status: st}
+	if st.Error == nil && found {
+		r.Found, r.Manifest = true, enc
+	}
+	return r, nil
+}
+
+func (v service) Epoch(context.Context, *pb.EpochRequest) (*pb.CatalogAck, error) {
+	return v.ack("epoch", nil)
+}
+
+func (v service) Begin(_ context.Context, r *pb.BeginRequest) (*pb.CatalogAck, error) {
+	return v.ack("begin", v.s.cat.BeginCheckpoint(r.GetJob(), r.GetId()))
+}
+
+func (v service) Report(ctx context.Context, r *pb.ReportRequest) (*pb.CatalogAck, error) {
+	return v.ack("report", v.s.report(ctx, r.GetJob(), r.GetId(), r.GetReport().GetHandle(), r.GetReport().GetToken()))
+}
+
+// report takes one report of a task's handle, under token (0: none).
+func (s *Server) report(ctx context.Context, job string, id uint64, handle []byte, token uint64) error {
 	c := s.cat
-	manifest := func(m *catalog.Manifest, err error) (*answer, error) {
-		if err != nil {
-			return nil, err
-		}
-		enc, err := catalog.EncodeManifest(m)
-		if err != nil {
-			return nil, err
-		}
-		return &answer{Found: true, Manifest: enc}, nil
+	h, err := backend.DecodeHandle(handle)
+	if err != nil {
+		return fmt.Errorf("catalogrpc: report to checkpoint %d of job %s: %w", id, job, err)
 	}
-	lookup := func(m *catalog.Manifest, ok bool) (*answer, error) {
+	if token != 0 && c.Replicated() {
+		// The catalog's own log checks the token in the entry that
+		// takes the report.
+		return c.AddFencedTaskHandle(job, id, h, token)
+	}
+	if token != 0 {
+		// A fenced report: the journal write that keeps it also
+		// checks the token, so a report of an instance whose task
+		// was opened again since cannot land, whatever happens
+		// between the instance's snapshot and this call. Only then
+		// does the catalog take it (a report the catalog refuses
+		// after that stays in the journal until a completion or
+		// abort of the job settles it; Recover refuses it again).
+		if s.opts.Journal == nil {
+			return fmt.Errorf("%w: catalogrpc: report of %s under fencing token %d: this catalog keeps no journal to check tokens in",
+				catalog.ErrInvalidArgument, h.Task, token)
+		}
+		if err := s.record(ctx, job, id, h.Task, handle, &Fence{Task: h.Task, Token: token}); err != nil {
+			return err
+		}
+		return c.AddTaskHandle(job, id, h)
+	}
+	if err := c.AddTaskHandle(job, id, h); err != nil {
+		return err
+	}
+	// Journaled once the catalog accepted it: the report stands only
+	// when it is kept (the client retries otherwise; a repeated
+	// report is accepted).
+	return s.record(ctx, job, id, h.Task, handle, nil)
+}
+
+func (v service) Complete(ctx context.Context, r *pb.CompleteRequest) (*pb.ManifestResponse, error) {
+	m, err := v.s.complete(ctx, r)
+	return v.manifest("complete", m, err == nil, err)
+}
+
+func (s *Server) complete(ctx context.Context, r *pb.CompleteRequest) (*catalog.Manifest, error) {
+	job, id := r.GetJob(), r.GetId()
+	if fs := r.GetFences(); len(fs) > 0 {
+		if s.opts.CheckFences == nil {
+			return nil, fmt.Errorf("%w: catalogrpc: complete checkpoint %d of job %s under fencing tokens: this catalog cannot check them",
+				catalog.ErrInvalidArgument, id, job)
+		}
+		fences := make([]Fence, len(fs))
+		for i, f := range fs {
+			fences[i] = Fence{Task: fromTaskID(f.GetTask()), Token: f.GetToken()}
+		}
+		if err := s.opts.CheckFences(ctx, fences); err != nil {
+			return nil, fmt.Errorf("catalogrpc: complete checkpoint %d of job %s: %w", id, job, err)
+		}
+	}
+	var m *catalog.Manifest
+	var err error
+	if len(r.GetReports()) > 0 {
+		m, err = s.completeWithReports(ctx, r)
+	} else {
+		m, err = s.cat.CompleteTasks(ctx, job, id, fromTaskIDs(r.GetTasks()))
+	}
+	if err == nil {
+		s.settle(ctx, job, id, true)
+		s.subsume(ctx, job, id)
+	}
+	return m, err
+}
+
+func (v service) Abort(ctx context.Context, r *pb.AbortRequest) (*pb.CatalogAck, error) {
+	err := v.s.cat.Abort(ctx, r.GetJob(), r.GetId(), catalog.Status(r.GetStatus()), r.GetReason())
+	v.s.settle(ctx, r.GetJob(), r.GetId(), false)
+	return v.ack("abort", err)
+}
+
+func (v service) Release(ctx context.Context, r *pb.ReleaseRequest) (*pb.CatalogAck, error) {
+	err := v.s.cat.Release(ctx, r.GetJob(), r.GetId())
+	v.s.settle(ctx, r.GetJob(), r.GetId(), false)
+	return v.ack("release", err)
+}
+
+func (v service) Checkpoint(_ context.Context, r *pb.CheckpointRequest) (*pb.ManifestResponse, error) {
+	m, ok := v.s.cat.Checkpoint(r.GetJob(), r.GetId())
+	return v.manifest("checkpoint", m, ok, nil)
+}
+
+// Latest, Restore and SavepointFromCheckpoint decide what a task restores
+// and must not be stale: when the leadership cannot be confirmed (Verify)
+// they are not answered, and the caller asks the leader again.
+func (v service) Latest(ctx context.Context, r *pb.LatestRequest) (*pb.ManifestResponse, error) {
+	if err := v.s.opts.Verify(ctx); err != nil {
+		return nil, err
+	}
+	m, ok := v.s.cat.Latest(r.GetJob())
+	return v.manifest("latest", m, ok, nil)
+}
+
+func (v service) Savepoint(ctx context.Context, r *pb.SavepointRequest) (*pb.ManifestResponse, error) {
+	// Finds (adopts) one written by another process, too.
+	m, ok, err := v.s.cat.SavepointContext(ctx, r.GetSavepointId())
+	return v.manifest("savepoint", m, ok, err)
+}
+
+func (v service) Retained(_ context.Context, r *pb.RetainedRequest) (*pb.RetainedResponse, error) {
+	st, err := v.s.status("retained", nil)
+	if err != nil {
+		return nil, err
+	}
+	return &pb.RetainedResponse{Status: st, Ids: v.s.cat.Retained(r.GetJob())}, nil
+}
+
+func (v service) List(_ context.Context, r *pb.ListRequest) (*pb.ListResponse, error) {
+	st, err := v.s.status("list", nil)
+	if err != nil {
+		return nil, err
+	}
+	return &pb.ListResponse{Status: st, Records: toWireRecords(v.s.cat.List(r.GetJob()))}, nil
+}
+
+func (v service) NoteWithoutChannelState(ctx context.Context, r *pb.NoteWithoutChannelStateRequest) (*pb.CatalogAck, error) {
+	v.s.cat.NoteWithoutChannelState(ctx, r.GetJob(), r.GetId())
+	return v.ack("note-without-channel-state", nil)
+}
+
+func (v service) ReleaseLog(ctx context.Context, r *pb.ReleaseLogRequest) (*pb.CatalogAck, error) {
+	return v.ack("release-log", v.s.cat.ReleaseLog(ctx, r.GetNames()))
+}
+
+func (v service) ReleaseChangelog(ctx context.Context, r *pb.ReleaseChangelogRequest) (*pb.CatalogAck, error) {
+	if v.s.opts.LogRelease != nil {
+		v.s.opts.LogRelease(r.GetRun(), r.GetHeldFrom(), r.GetNames())
+	}
+	return v.ack("release-changelog", v.s.cat.ReleaseLog(ctx, r.GetNames()))
+}
+
+func (v service) Jobs(context.Context, *pb.JobsRequest) (*pb.JobsResponse, error) {
+	st, err := v.s.status("jobs", nil)
+	if err != nil {
+		return nil, err
+	}
+	return &pb.JobsResponse{Status: st, Jobs: v.s.cat.Jobs()}, nil
+}
+
+func (v service) Problems(context.Context, *pb.ProblemsRequest) (*pb.ProblemsResponse, error) {
+	st, err := v.s.status("problems", nil)
+	if err != nil {
+		return nil, err
+	}
+	a := &pb.ProblemsResponse{Status: st}
+	for _, p := range v.s.cat.Problems() {
+		a.Problems = append(a.Problems, &pb.CatalogProblem{What: p.What, Object: p.Object, Job: p.Job, Error: toWire(p.Err), Effect: p.Effect})
+	}
+	return a, nil
+}
+
+func (v service) Savepoints(context.Context, *pb.SavepointsRequest) (*pb.SavepointsResponse, error) {
+	var encs [][]byte
+	var err error
+	for _, m := range v.s.cat.Savepoints() {
+		var enc []byte
+		if enc, err = catalog.EncodeManifest(m); err != nil {
+			break
+		}
+		encs = append(encs, enc)
+	}
+	st, err := v.s.status("savepoints", err)
+	if err != nil {
+		return nil, err
+	}
+	if st.Error != nil {
+		encs = nil
+	}
+	return &pb.SavepointsResponse{Status: st, Manifests: encs}, nil
+}
+
+func (v service) SavepointFromCheckpoint(ctx context.Context, r *pb.SavepointFromCheckpointRequest) (*pb.ManifestResponse, error) {
+	if err := v.s.opts.Verify(ctx); err != nil {
+		return nil, err
+	}
+	c, job, id := v.s.cat, r.GetJob(), r.GetId()
+	if id == 0 {
+		m, ok := c.Latest(job)
 		if !ok {
-			return &answer{}, nil
+			return v.manifest("savepoint-from-checkpoint", nil, false,
+				fmt.Errorf("%w: savepoint of job %s: the job has no completed checkpoint", catalog.ErrNotFound, job))
 		}
-		return manifest(m, nil)
+		id = m.CheckpointID
 	}
-	switch method {
-	case mEpoch:
-		return &answer{}, nil
-	case mBegin:
-		return &answer{}, c.BeginCheckpoint(req.Job, req.ID)
-	case mReport:
-		h, err := backend.DecodeHandle(req.Handle)
-		if err != nil {
-			return nil, fmt.Errorf("catalogrpc: report to checkpoint %d of job %s: %w", req.ID, req.Job, err)
-		}
-		if req.Token != 0 && c.Replicated() {
-			// The catalog's own log checks the token in the entry that
-			// takes the report.
-			return &answer{}, c.AddFencedTaskHandle(req.Job, req.ID, h, req.Token)
-		}
-		if req.Token != 0 {
-			// A fenced report: the journal write that keeps it also
-			// checks the token, so a report of an instance whose task
-			// was opened again since cannot land, whatever happens
-			// between the instance's snapshot and this call. Only then
-			// does the catalog take it (a report the catalog refuses
-			// after that stays in the journal until a completion or
-			// abort of the job settles it; Recover refuses it again).
-			if s.opts.Journal == nil {
-				return nil, fmt.Errorf("%w: catalogrpc: report of %s under fencing token %d: this catalog keeps no journal to check tokens in",
-					catalog.ErrInvalidArgument, h.Task, req.Token)
-			}
-			if err := s.record(ctx, req.Job, req.ID, h.Task, req.Handle, &Fence{Task: h.Task, Token: req.Token}); err != nil {
-				return nil, err
-			}
-			return &answer{}, c.AddTaskHandle(req.Job, req.ID, h)
-		}
-		if err := c.AddTaskHandle(req.Job, req.ID, h); err != nil {
-			return nil, err
-		}
-		// Journaled once the catalog accepted it: the report stands only
-		// when it is kept (the client retries otherwise; a repeated
-		// report is accepted).
-		return &answer{}, s.record(ctx, req.Job, req.ID, h.Task, req.Handle, nil)
-	case mComplete:
-		if len(req.Fences) > 0 {
-			if s.opts.CheckFences == nil {
-				return nil, fmt.Errorf("%w: catalogrpc: complete checkpoint %d of job %s under fencing tokens: this catalog cannot check them",
-					catalog.ErrInvalidArgument, req.ID, req.Job)
-			}
-			if err := s.opts.CheckFences(ctx, req.Fences); err != nil {
-				return nil, fmt.Errorf("catalogrpc: complete checkpoint %d of job %s: %w", req.ID, req.Job, err)
-			}
-		}
-		var m *catalog.Manifest
-		var err error
-		if len(req.Reports) > 0 {
-			m, err = s.completeWithReports(ctx, req)
-		} else {
-			m, err = c.CompleteTasks(ctx, req.Job, req.ID, req.Tasks)
-		}
-		if err == nil {
-			s.settle(ctx, req.Job, req.ID, true)
-			s.subsume(ctx, req.Job, req.ID)
-		}
-		return manifest(m, err)
-	case mAbort:
-		err := c.Abort(ctx, req.Job, req.ID, req.Status, req.Reason)
-		s.settle(ctx, req.Job, req.ID, false)
-		return &answer{}, err
-	case mRelease:
-		err := c.Release(ctx, req.Job, req.ID)
-		s.settle(ctx, req.Job, req.ID, false)
-		return &answer{}, err
-	case mCheckpoint:
-		return lookup(c.Checkpoint(req.Job, req.ID))
-	case mLatest:
-		return lookup(c.Latest(req.Job))
-	case mSavepoint:
-		// Finds (adopts) one written by another process, too.
-		m, ok, err := c.SavepointContext(ctx, req.Savept)
-		if err != nil {
-			return nil, err
-		}
-		return lookup(m, ok)
-	case mJobs:
-		return &answer{Names: c.Jobs()}, nil
-	case mProblems:
-		a := &answer{}
-		for _, p := range c.Problems() {
-			a.Problems = append(a.Problems, problem{What: p.What, Object: p.Object, Job: p.Job, Err: toWire(p.Err), Effect: p.Effect})
-		}
-		return a, nil
-	case mSavepoints:
-		a := &answer{}
-		for _, m := range c.Savepoints() {
-			enc, err := catalog.EncodeManifest(m)
-			if err != nil {
-				return nil, err
-			}
-			a.Manifests = append(a.Manifests, enc)
-		}
-		return a, nil
-	case mRetained:
-		return &answer{IDs: c.Retained(req.Job)}, nil
-	case mList:
-		return &answer{Records: toWireRecords(c.List(req.Job))}, nil
-	case mNoteNoChans:
-		c.NoteWithoutChannelState(ctx, req.Job, req.ID)
-		return &answer{}, nil
-	case mSavepointOf:
-		id := req.ID
-		if id == 0 {
-			m, ok := c.Latest(req.Job)
-			if !ok {
-				return nil, fmt.Errorf("%w: savepoint of job %s: the job has no completed checkpoint", catalog.ErrNotFound, req.Job)
-			}
-			id = m.CheckpointID
-		}
-		return manifest(c.SavepointFromCheckpoint(ctx, "", req.Job, id))
-	case mReleaseLog:
-		return &answer{}, c.ReleaseLog(ctx, req.Names)
-	case mRestore:
-		if req.Restore == nil {
-			return nil, fmt.Errorf("%w: catalogrpc: restore without its request", backend.ErrInvalidArgument)
-		}
-		rr := req.Restore
-		r, err := c.RestoreSource(ctx, catalog.RestoreRequest{Job: rr.Job, FromJob: rr.FromJob, CheckpointID: rr.CheckpointID,
-			SavepointID: rr.SavepointID, Mode: rr.Mode, AllowFallback: rr.AllowFallback})
-		if err != nil {
-			return nil, err
-		}
-		a, err := manifest(r.Manifest, nil)
-		if err != nil {
-			return nil, err
-		}
-		a.Restore = &restoreAnswer{NoClaim: r.NoClaim, Savepoint: rr.SavepointID}
-		for _, d := range r.Skipped {
-			a.Restore.Skipped = append(a.Restore.Skipped, damage{Job: d.Job, ID: d.ID, Manifest: d.Manifest, Err: d.Err.Error()})
-		}
+	m, err := c.SavepointFromCheckpoint(ctx, "", job, id)
+	return v.manifest("savepoint-from-checkpoint", m, err == nil, err)
+}
+
+func (v service) Restore(ctx context.Context, rr *pb.RestoreRequest) (*pb.RestoreResponse, error) {
+	if err := v.s.opts.Verify(ctx); err != nil {
+		return nil, err
+	}
+	r, err := v.s.cat.RestoreSource(ctx, catalog.RestoreRequest{Job: rr.GetJob(), FromJob: rr.GetFromJob(), CheckpointID: rr.GetCheckpointId(),
+		SavepointID: rr.GetSavepointId(), Mode: catalog.Mode(rr.GetMode()), AllowFallback: rr.GetAllowFallback()})
+	var enc []byte
+	if err == nil {
+		enc, err = catalog.EncodeManifest(r.Manifest)
+	}
+	st, err := v.s.status("restore", err)
+	if err != nil {
+		return nil, err
+	}
+	a := &pb.RestoreResponse{Status: st}
+	if st.Error != nil {
 		return a, nil
 	}
-	return nil, fmt.Errorf("%w: catalogrpc: unknown method %q (a node of a newer build?)", backend.ErrInvalidArgument, method)
+	a.Manifest, a.NoClaim, a.Savepoint = enc, r.NoClaim, rr.GetSavepointId()
+	for _, d := range r.Skipped {
+		a.Skipped = append(a.Skipped, &pb.DamagedCheckpoint{Job: d.Job, Id: d.ID, Manifest: d.Manifest, Error: d.Err.Error()})
+	}
+	return a, nil
 }
 
 // subsume aborts the job's checkpoints older than id still in flight: a
@@ -304,25 +435,25 @@ func (s *Server) subsume(ctx context.Context, job string, id uint64) {
 // checkpoint a former leader began and held is not in flight here until
 // the caller's client replays its begins, and the completion is refused
 // until then, never begun again here: it may have been aborted since).
-// Otherwise each is a report of its own first, as mReport takes it
+// Otherwise each is a report of its own first, as Report takes it
 // (journaled, its token checked in the journal's write).
-func (s *Server) completeWithReports(ctx context.Context, req *request) (*catalog.Manifest, error) {
-	c := s.cat
-	reports := make([]catalog.FencedHandle, len(req.Reports))
-	for i, rp := range req.Reports {
-		h, err := backend.DecodeHandle(rp.Handle)
-		if err != nil {
-			return nil, fmt.Errorf("catalogrpc: complete checkpoint %d of job %s: report %d: %w", req.ID, req.Job, i, err)
-		}
-		reports[i] = catalog.FencedHandle{Handle: h, Token: rp.Token}
-	}
+func (s *Server) completeWithReports(ctx context.Context, r *pb.CompleteRequest) (*catalog.Manifest, error) {
+	c, job, id, tasks := s.cat, r.GetJob(), r.GetId(), fromTaskIDs(r.GetTasks())
 	if c.Replicated() {
-		return c.CompleteWithReports(ctx, req.Job, req.ID, req.Tasks, nil, reports)
+		reports := make([]catalog.FencedHandle, len(r.GetReports()))
+		for i, rp := range r.GetReports() {
+			h, err := backend.DecodeHandle(rp.GetHandle())
+			if err != nil {
+				return nil, fmt.Errorf("catalogrpc: complete checkpoint %d of job %s: report %d: %w", id, job, i, err)
+			}
+			reports[i] = catalog.FencedHandle{Handle: h, Token: rp.GetToken()}
+		}
+		return c.CompleteWithReports(ctx, job, id, tasks, nil, reports)
 	}
-	for _, rp := range req.Reports {
-		if _, err := s.run(ctx, mReport, &request{Job: req.Job, ID: req.ID, Handle: rp.Handle, Token: rp.Token}); err != nil {
-			return nil, fmt.Errorf("catalogrpc: complete checkpoint %d of job %s: %w", req.ID, req.Job, err)
+	for _, rp := range r.GetReports() {
+		if err := s.report(ctx, job, id, rp.GetHandle(), rp.GetToken()); err != nil {
+			return nil, fmt.Errorf("catalogrpc: complete checkpoint %d of job %s: %w", id, job, err)
 		}
 	}
-	return c.CompleteTasks(ctx, req.Job, req.ID, req.Tasks)
+	return c.CompleteTasks(ctx, job, id, tasks)
 }

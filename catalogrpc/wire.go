@@ -4,145 +4,104 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/statedhq/stated/backend"
 	"github.com/statedhq/stated/catalog"
+	pb "github.com/statedhq/stated/cluster/clusterpb"
 )
 
-// Method names, frozen: nodes of different builds may talk to each other.
-const (
-	mBegin        = "begin"
-	mReport       = "report"
-	mComplete     = "complete"
-	mAbort        = "abort"
-	mRelease      = "release"
-	mCheckpoint   = "checkpoint"
-	mLatest       = "latest"
-	mSavepoint    = "savepoint"
-	mRetained     = "retained"
-	mList         = "list"
-	mRestore      = "restore"
-	mNoteNoChans  = "note-without-channel-state"
-	mReleaseLog   = "release-log"
-	mEpoch        = "epoch"
-	mJobs         = "jobs"
-	mProblems     = "problems"
-	mSavepoints   = "savepoints"
-	mSavepointOf  = "savepoint-from-checkpoint"
-	maxAnswerSize = 64 << 20 // a manifest of many tasks, with room
-)
+// The catalog service's messages are the Catalog service of
+// cluster/cluster.proto. This file converts between them and the
+// catalog's own types; handles and manifests travel in their own
+// checksummed encodings (backend.EncodeHandle, catalog.EncodeManifest).
 
-// request is every method's argument; each uses the fields it names.
-type request struct {
-	Job    string `json:"job,omitempty"`
-	ID     uint64 `json:"id,omitempty"`
-	Handle []byte `json:"handle,omitempty"` // backend.EncodeHandle
-	// Token is the fencing token a report was made under (0: none).
-	Token uint64 `json:"token,omitempty"`
-	// Fences are the tokens a completion's caller holds its tasks under.
-	Fences []Fence `json:"fences,omitempty"`
-	// Reports are a completion's handles of its caller's own tasks not
-	// reported yet (CompleteWithReports), each under its token.
-	Reports []wireReport     `json:"reports,omitempty"`
-	Tasks   []backend.TaskID `json:"tasks,omitempty"`
-	Status  catalog.Status   `json:"status,omitempty"`
-	Reason  string           `json:"reason,omitempty"`
-	Savept  string           `json:"savepoint,omitempty"`
-	Names   []string         `json:"names,omitempty"`
-	Restore *restoreRequest  `json:"restore,omitempty"`
+// maxAnswerSize bounds an answer a Client reads: a manifest of many
+// tasks, with room.
+const maxAnswerSize = 64 << 20
+
+func toTaskID(t backend.TaskID) *pb.TaskId {
+	return &pb.TaskId{Job: t.Job, Operator: t.Operator, Subtask: int64(t.Subtask)}
 }
 
-// wireReport is one report a completion carries.
-type wireReport struct {
-	Handle []byte `json:"handle"` // backend.EncodeHandle
-	Token  uint64 `json:"token,omitempty"`
+func fromTaskID(t *pb.TaskId) backend.TaskID {
+	return backend.TaskID{Job: t.GetJob(), Operator: t.GetOperator(), Subtask: int(t.GetSubtask())}
 }
 
-type restoreRequest struct {
-	Job           string       `json:"job"`
-	FromJob       string       `json:"fromJob,omitempty"`
-	CheckpointID  uint64       `json:"checkpointId,omitempty"`
-	SavepointID   string       `json:"savepointId,omitempty"`
-	Mode          catalog.Mode `json:"mode,omitempty"`
-	AllowFallback bool         `json:"allowFallback,omitempty"`
-}
-
-// answer is every method's result.
-type answer struct {
-	// Epoch identifies the catalog that answered (see the package doc).
-	Epoch    uint64         `json:"epoch"`
-	Err      *wireError     `json:"err,omitempty"`
-	Found    bool           `json:"found,omitempty"`
-	Manifest []byte         `json:"manifest,omitempty"` // catalog.EncodeManifest
-	IDs      []uint64       `json:"ids,omitempty"`
-	Records  []wireRecord   `json:"records,omitempty"`
-	Restore  *restoreAnswer `json:"restore,omitempty"`
-	Names    []string       `json:"names,omitempty"`
-	Problems []problem      `json:"problems,omitempty"`
-	// Manifests are encoded manifests (catalog.EncodeManifest).
-	Manifests [][]byte `json:"manifests,omitempty"`
-}
-
-// wireRecord is a catalog.Record on the wire: the record's own encoding
-// leaves out what the catalog computes when it lists the history
-// (retained, owner, pinned, damaged), which a caller of List needs.
-type wireRecord struct {
-	catalog.Record
-	Retained bool       `json:"retained,omitempty"`
-	Owner    string     `json:"owner,omitempty"`
-	Pinned   bool       `json:"pinned,omitempty"`
-	Damaged  *wireError `json:"damaged,omitempty"`
-}
-
-func toWireRecords(rs []catalog.Record) []wireRecord {
-	out := make([]wireRecord, len(rs))
-	for i, r := range rs {
-		out[i] = wireRecord{Record: r, Retained: r.Retained, Owner: r.Owner, Pinned: r.Pinned, Damaged: toWire(r.Damaged)}
+func toTaskIDs(ts []backend.TaskID) []*pb.TaskId {
+	if len(ts) == 0 {
+		return nil
+	}
+	out := make([]*pb.TaskId, len(ts))
+	for i, t := range ts {
+		out[i] = toTaskID(t)
 	}
 	return out
 }
 
-func fromWireRecords(ws []wireRecord) []catalog.Record {
+func fromTaskIDs(ts []*pb.TaskId) []backend.TaskID {
+	if len(ts) == 0 {
+		return nil
+	}
+	out := make([]backend.TaskID, len(ts))
+	for i, t := range ts {
+		out[i] = fromTaskID(t)
+	}
+	return out
+}
+
+// unixNano is t in Unix nanoseconds, 0 for the zero time.
+func unixNano(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixNano()
+}
+
+func fromUnixNano(n int64) time.Time {
+	if n == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, n).UTC()
+}
+
+// toWireRecords carries the records with what the catalog computes when
+// it lists the history (retained, owner, pinned, damaged), which the
+// records' own encoding leaves out and a caller of List needs.
+func toWireRecords(rs []catalog.Record) []*pb.CheckpointRecord {
+	out := make([]*pb.CheckpointRecord, len(rs))
+	for i, r := range rs {
+		out[i] = &pb.CheckpointRecord{Id: r.ID, Status: string(r.Status), StartedUnixNano: unixNano(r.Started), EndedUnixNano: unixNano(r.Ended),
+			CheckpointedSize: r.CheckpointedSize, FullSize: r.FullSize, Tasks: int64(r.Tasks), Reason: r.Reason,
+			WithoutChannelState: r.WithoutChannelState, Retained: r.Retained, Owner: r.Owner, Pinned: r.Pinned, Damaged: toWire(r.Damaged)}
+		if st := r.Stats; st != (catalog.CheckpointStats{}) {
+			out[i].Stats = &pb.CheckpointStats{Unaligned: st.Unaligned, AlignmentMicros: st.AlignmentMicros, StartDelayMicros: st.StartDelayMicros,
+				SyncMicros: st.SyncMicros, AsyncMicros: st.AsyncMicros, InFlightBytes: st.InFlightBytes}
+		}
+	}
+	return out
+}
+
+func fromWireRecords(ws []*pb.CheckpointRecord) []catalog.Record {
 	out := make([]catalog.Record, len(ws))
 	for i, w := range ws {
-		r := w.Record
-		r.Retained, r.Owner, r.Pinned, r.Damaged = w.Retained, w.Owner, w.Pinned, w.Damaged.err()
+		r := catalog.Record{ID: w.GetId(), Status: catalog.Status(w.GetStatus()), Started: fromUnixNano(w.GetStartedUnixNano()),
+			Ended: fromUnixNano(w.GetEndedUnixNano()), CheckpointedSize: w.GetCheckpointedSize(), FullSize: w.GetFullSize(),
+			Tasks: int(w.GetTasks()), Reason: w.GetReason(), WithoutChannelState: w.GetWithoutChannelState(),
+			Retained: w.GetRetained(), Owner: w.GetOwner(), Pinned: w.GetPinned(), Damaged: fromWire(w.GetDamaged())}
+		if st := w.GetStats(); st != nil {
+			r.Stats = catalog.CheckpointStats{TaskStats: backend.TaskStats{Unaligned: st.GetUnaligned(), AlignmentMicros: st.GetAlignmentMicros(),
+				StartDelayMicros: st.GetStartDelayMicros(), SyncMicros: st.GetSyncMicros(), AsyncMicros: st.GetAsyncMicros()},
+				InFlightBytes: st.GetInFlightBytes()}
+		}
 		out[i] = r
 	}
 	return out
 }
 
-type problem struct {
-	What   string     `json:"what"`
-	Object string     `json:"object"`
-	Job    string     `json:"job,omitempty"`
-	Err    *wireError `json:"err,omitempty"`
-	Effect string     `json:"effect,omitempty"`
-}
-
-type restoreAnswer struct {
-	NoClaim bool     `json:"noClaim,omitempty"`
-	Skipped []damage `json:"skipped,omitempty"`
-	// Savepoint: the restore reads from the savepoint's directory, not the
-	// checkpoint root.
-	Savepoint string `json:"savepoint,omitempty"`
-}
-
-type damage struct {
-	Job      string `json:"job"`
-	ID       uint64 `json:"id"`
-	Manifest string `json:"manifest"`
-	Err      string `json:"err"`
-}
-
-// wireError is an error with its class: the sentinel it wraps.
-type wireError struct {
-	Kind string `json:"kind,omitempty"`
-	Msg  string `json:"msg"`
-}
-
 // kinds maps class names to sentinels, most specific first: the catalog's
-// wrap the backend's, so a catalog error is named by the catalog's.
+// wrap the backend's, so a catalog error is named by the catalog's. The
+// names are frozen: nodes of different builds may talk to each other.
 var kinds = []struct {
 	name string
 	err  error
@@ -164,11 +123,12 @@ var kinds = []struct {
 	{"canceled", context.Canceled},
 }
 
-func toWire(err error) *wireError {
+// toWire is err with its class: the sentinel it wraps (nil: none).
+func toWire(err error) *pb.CatalogError {
 	if err == nil {
 		return nil
 	}
-	w := &wireError{Msg: err.Error()}
+	w := &pb.CatalogError{Msg: err.Error()}
 	for _, k := range kinds {
 		if errors.Is(err, k.err) {
 			w.Kind = k.name
@@ -187,19 +147,21 @@ type remoteError struct {
 func (e *remoteError) Error() string { return e.msg }
 func (e *remoteError) Unwrap() error { return e.class }
 
-func (w *wireError) err() error {
+// fromWire is the error w names, wrapping its class's sentinel (nil for
+// nil).
+func fromWire(w *pb.CatalogError) error {
 	if w == nil {
 		return nil
 	}
-	e := &remoteError{msg: w.Msg}
+	e := &remoteError{msg: w.GetMsg()}
 	for _, k := range kinds {
-		if k.name == w.Kind {
+		if k.name == w.GetKind() {
 			e.class = k.err
 		}
 	}
-	if e.class == nil && w.Kind != "" {
+	if e.class == nil && w.GetKind() != "" {
 		// A class this build does not know (a newer node): keep the text.
-		e.msg = fmt.Sprintf("%s (class %s)", w.Msg, w.Kind)
+		e.msg = fmt.Sprintf("%s (class %s)", w.GetMsg(), w.GetKind())
 	}
 	return e
 }

@@ -39,7 +39,7 @@ type catalogHost struct {
 	base   catalog.Options
 	client *catalogrpc.Client
 	log    *slog.Logger
-	// logs takes the nodes' changelog release reports (mLogRelease).
+	// logs takes the nodes' changelog release reports (ReleaseChangelog).
 	logs   *clusterLog
 	kick   chan struct{}
 	resync chan struct{}
@@ -231,7 +231,11 @@ func (h *catalogHost) host(term uint64) error {
 		return fencedErr(err)
 	}
 	// The replicated catalog keeps the reports itself: no journal.
-	srv, err := catalogrpc.NewServer(cat, catalogrpc.ServerOptions{Epoch: term, Verify: o.Guard, CheckFences: checkFences, Logger: h.log})
+	so := catalogrpc.ServerOptions{Epoch: term, Verify: o.Guard, CheckFences: checkFences, Logger: h.log}
+	if h.logs != nil {
+		so.LogRelease = h.logs.noteRelease
+	}
+	srv, err := catalogrpc.NewServer(cat, so)
 	if err != nil {
 		_ = cat.Close()
 		return err
@@ -240,9 +244,6 @@ func (h *catalogHost) host(term uint64) error {
 	h.cat, h.srv, h.term = cat, srv, term
 	h.mu.Unlock()
 	h.c.SetHandler(func(ctx context.Context, method string, payload []byte) ([]byte, error) {
-		if method == mLogRelease && h.logs != nil {
-			return h.logs.take(ctx, cat, payload)
-		}
 		out, err := srv.Handle(ctx, method, payload)
 		if errors.Is(err, catalogrpc.ErrNotServing) {
 			// Retried by Call on the next leader.

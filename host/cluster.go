@@ -119,6 +119,7 @@ func (n *Host) openClusterCatalog(co catalog.Options, dc *daemon.Config) error {
 	// have their own); it asks every node's log what it holds.
 	co.HeapStore, co.LogHeld = nil, n.clog.held
 	n.catClient = client
+	n.clog.client = client
 	co.Replica = n.replica
 	n.host = newCatalogHost(n.cluster, co, client, n.log)
 	n.host.logs = n.clog
