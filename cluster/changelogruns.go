@@ -1,4 +1,4 @@
-package host
+package cluster
 
 import (
 	"context"
@@ -8,12 +8,10 @@ import (
 	"sync"
 	"time"
 
-	"github.com/statedhq/stated/catalogrpc"
-	"github.com/statedhq/stated/cluster"
 	"github.com/statedhq/stated/dstl"
 )
 
-// Changelog mode in a cluster. Every node's log writer puts segments into
+// Changelog mode in a  Every node's log writer puts segments into
 // the shared store under its own run id; the catalog that may delete them
 // is hosted by the leader, which cannot ask another node's writer what it
 // still holds (dstl.Writer.Holds). So:
@@ -49,14 +47,14 @@ const logReportTimeout = 10 * time.Second
 // membersTTL is how long the leader trusts its reading of the members.
 const membersTTL = time.Second
 
-// clusterLog is a node's part in changelog mode across the cluster: it
+// ChangelogRuns is a node's part in changelog mode across the cluster: it
 // registers the node's run, reports releases, and (while the node hosts
 // the catalog) answers LogHeld and takes the other nodes' reports.
-type clusterLog struct {
-	c *cluster.Member
+type ChangelogRuns struct {
+	c *Member
 	// client reports releases to the leader's catalog (its
 	// ReleaseChangelog call); set before the daemon starts.
-	client *catalogrpc.Client
+	client *CatalogClient
 	w      *dstl.Writer
 	prefix string
 	log    *slog.Logger
@@ -71,28 +69,28 @@ type clusterLog struct {
 	membersAt time.Time
 }
 
-func newClusterLog(c *cluster.Member, w *dstl.Writer, log *slog.Logger) *clusterLog {
-	return &clusterLog{c: c, w: w, prefix: w.Options().Prefix, log: log.With("component", "cluster-changelog"),
+func NewChangelogRuns(c *Member, w *dstl.Writer, log *slog.Logger) *ChangelogRuns {
+	return &ChangelogRuns{c: c, w: w, prefix: w.Options().Prefix, log: log.With("component", "cluster-changelog"),
 		heldFrom: map[string]uint64{}, released: map[string]map[string]bool{}}
 }
 
-// register journals this node's run once; later calls return at once.
-func (l *clusterLog) register(ctx context.Context) error {
+// Register journals this node's run once; later calls return at once.
+func (l *ChangelogRuns) Register(ctx context.Context) error {
 	l.regMu.Lock()
 	defer l.regMu.Unlock()
 	if l.registered {
 		return nil
 	}
 	if err := l.c.JournalPut(ctx, logRunsPrefix+l.c.ID(), []byte(l.w.RunID())); err != nil {
-		return fmt.Errorf("node: registering this node's changelog run with the cluster: %w", err)
+		return fmt.Errorf("cluster: registering this node's changelog run with the cluster: %w", err)
 	}
 	l.registered = true
 	return nil
 }
 
-// report is the daemon's Release in cluster mode: names and heldFrom go
+// Report is the daemon's Release in cluster mode: names and heldFrom go
 // to the leader's catalog.
-func (l *clusterLog) report(ctx context.Context, names []string, heldFrom uint64) error {
+func (l *ChangelogRuns) Report(ctx context.Context, names []string, heldFrom uint64) error {
 	l.regMu.Lock()
 	registered := l.registered
 	l.regMu.Unlock()
@@ -105,7 +103,7 @@ func (l *clusterLog) report(ctx context.Context, names []string, heldFrom uint64
 }
 
 // liveRuns maps the registered run of every member node to true.
-func (l *clusterLog) liveRuns() map[string]bool {
+func (l *ChangelogRuns) liveRuns() map[string]bool {
 	runs := l.c.JournalRead(logRunsPrefix)
 	l.mu.Lock()
 	members := l.members
@@ -129,8 +127,8 @@ func (l *clusterLog) liveRuns() map[string]bool {
 	return out
 }
 
-// held is the hosted catalog's LogHeld.
-func (l *clusterLog) held(name string) bool {
+// Held is the hosted catalog's LogHeld.
+func (l *ChangelogRuns) Held(name string) bool {
 	run, counter, ok := dstl.ParseSegmentName(l.prefix, name)
 	if !ok {
 		return false // not a segment any writer makes: the sweep's
@@ -152,7 +150,7 @@ func (l *clusterLog) held(name string) bool {
 // noteRelease records a node's report (on the leader, the hosted
 // catalog server's LogRelease; the server then hands the names to the
 // catalog).
-func (l *clusterLog) noteRelease(run string, heldFrom uint64, names []string) {
+func (l *ChangelogRuns) noteRelease(run string, heldFrom uint64, names []string) {
 	live := l.liveRuns()
 	l.mu.Lock()
 	defer l.mu.Unlock()

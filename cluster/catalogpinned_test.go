@@ -1,8 +1,7 @@
-package catalogrpc
+package cluster
 
 import (
 	"errors"
-	"flag"
 	"os"
 	"path/filepath"
 	"testing"
@@ -16,15 +15,11 @@ import (
 	pb "github.com/statedhq/stated/cluster/clusterpb"
 )
 
-// updatePinned regenerates testdata/pinned. Only for a new format: nodes
-// of different builds call each other, so an old request or answer must
-// still read; keep the old files and a test that reads them.
-var updatePinned = flag.Bool("update", false, "regenerate the pinned format files in testdata/pinned")
-
-// The pinned files (under testdata/pinned): <message name>.pb is the
+// The catalog service's pinned files (under testdata/catalogpinned,
+// regenerated with -update as the machine's are: only for a new format): <message name>.pb is the
 // message of pinnedMessages, as proto.Marshal writes it (what the Client
 // sends and Server.Handle answers).
-const rpcPinnedDir = "testdata/pinned"
+const rpcPinnedDir = "testdata/catalogpinned"
 
 var pinnedT0 = time.Date(2026, 1, 2, 3, 4, 5, 600000000, time.UTC)
 

@@ -1,4 +1,4 @@
-package catalogrpc
+package cluster
 
 import (
 	"context"
@@ -23,21 +23,21 @@ import (
 	"github.com/statedhq/stated/tiered"
 )
 
-// Caller delivers one call to the hosting catalog's Server.Handle (method:
+// CatalogCaller delivers one call to the hosting catalog's CatalogServer.Handle (method:
 // a Catalog method's full gRPC name; payload: its encoded request) and
 // returns its encoded response; an error means the call may not have run (no
 // leader within the caller's deadline, a broken connection).
-type Caller interface {
+type CatalogCaller interface {
 	Call(ctx context.Context, method string, payload []byte) ([]byte, error)
 }
 
-// DefaultTimeout bounds the calls that take no context.
-const DefaultTimeout = 15 * time.Second
+// DefaultCatalogTimeout bounds the calls that take no context.
+const DefaultCatalogTimeout = 15 * time.Second
 
-// Options configure a Client.
-type Options struct {
+// CatalogClientOptions configure a CatalogClient.
+type CatalogClientOptions struct {
 	// Caller reaches the hosting catalog. Required.
-	Caller Caller
+	Caller CatalogCaller
 	// Store is this node's view of the checkpoint root the hosting
 	// catalog manages (the same bucket and prefix). Required.
 	Store tiered.Store
@@ -53,28 +53,28 @@ type Options struct {
 	Logger *slog.Logger
 }
 
-func (o *Options) ensureDefaults() {
+func (o *CatalogClientOptions) ensureDefaults() {
 	if o.GCGrace == 0 {
 		o.GCGrace = catalog.DefaultGCGrace
 	}
 	if o.Timeout == 0 {
-		o.Timeout = DefaultTimeout
+		o.Timeout = DefaultCatalogTimeout
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
 }
 
-func (o *Options) validate() error {
+func (o *CatalogClientOptions) validate() error {
 	var errs []error
 	if o.Caller == nil {
-		errs = append(errs, errors.New("catalogrpc: no caller"))
+		errs = append(errs, errors.New("catalog service: no caller"))
 	}
 	if o.Store == nil {
-		errs = append(errs, errors.New("catalogrpc: no checkpoint store"))
+		errs = append(errs, errors.New("catalog service: no checkpoint store"))
 	}
 	if o.GCGrace < 0 || o.Timeout < 0 {
-		errs = append(errs, errors.New("catalogrpc: negative gc grace or timeout"))
+		errs = append(errs, errors.New("catalog service: negative gc grace or timeout"))
 	}
 	return errors.Join(errs...)
 }
@@ -85,10 +85,10 @@ type ckpt struct {
 	id  uint64
 }
 
-// Client is a daemon.Catalog over a Caller. It is safe for concurrent
+// CatalogClient is a daemon.Catalog over a Caller. It is safe for concurrent
 // use.
-type Client struct {
-	opts Options
+type CatalogClient struct {
+	opts CatalogClientOptions
 	log  *slog.Logger
 	rpc  pb.CatalogClient
 
@@ -104,20 +104,20 @@ type Client struct {
 	replays uint64
 }
 
-// NewClient returns a Client.
-func NewClient(opts Options) (*Client, error) {
+// NewCatalogClient returns a CatalogClient.
+func NewCatalogClient(opts CatalogClientOptions) (*CatalogClient, error) {
 	opts.ensureDefaults()
 	if err := opts.validate(); err != nil {
 		return nil, err
 	}
-	return &Client{opts: opts, log: opts.Logger.With("component", "catalogrpc"), rpc: pb.NewCatalogClient(callerConn{opts.Caller}),
+	return &CatalogClient{opts: opts, log: opts.Logger.With("component", "catalog-service"), rpc: pb.NewCatalogClient(callerConn{opts.Caller}),
 		pending: map[ckpt]map[backend.TaskID]report{}}, nil
 }
 
 // callerConn is the generated Catalog client's connection: each call goes
 // through the Caller (the cluster's leader-forwarding Call) as its full
 // method name and its encoded request.
-type callerConn struct{ c Caller }
+type callerConn struct{ c CatalogCaller }
 
 func (cc callerConn) Invoke(ctx context.Context, method string, args, reply any, _ ...grpc.CallOption) error {
 	name := path.Base(method)
@@ -130,21 +130,21 @@ func (cc callerConn) Invoke(ctx context.Context, method string, args, reply any,
 		if s, ok := status.FromError(err); ok && s.Code() != codes.Unavailable && s.Code() != codes.FailedPrecondition && s.Code() != codes.Unknown {
 			// The hosting node answered, with an error of its own (a
 			// request it could not read): not an unreachable catalog.
-			return fmt.Errorf("catalogrpc: %s: %w", name, err)
+			return fmt.Errorf("catalog service: %s: %w", name, err)
 		}
-		return &UnavailableError{Method: name, Err: err}
+		return &CatalogUnavailableError{Method: name, Err: err}
 	}
 	if len(out) > maxAnswerSize {
-		return fmt.Errorf("%w: catalogrpc: %s: an answer of %d bytes", backend.ErrCorrupt, name, len(out))
+		return fmt.Errorf("%w: catalog service: %s: an answer of %d bytes", backend.ErrCorrupt, name, len(out))
 	}
 	if err := proto.Unmarshal(out, reply.(proto.Message)); err != nil {
-		return fmt.Errorf("%w: catalogrpc: %s: unreadable answer: %v", backend.ErrCorrupt, name, err)
+		return fmt.Errorf("%w: catalog service: %s: unreadable answer: %v", backend.ErrCorrupt, name, err)
 	}
 	return nil
 }
 
 func (callerConn) NewStream(context.Context, *grpc.StreamDesc, string, ...grpc.CallOption) (grpc.ClientStream, error) {
-	return nil, errors.New("catalogrpc: the catalog service has no streams")
+	return nil, errors.New("catalog service: the catalog service has no streams")
 }
 
 // answer is every Catalog response: it carries the serving catalog's
@@ -157,7 +157,7 @@ type rpcFunc[Q any, A answer] func(context.Context, Q, ...grpc.CallOption) (A, e
 // call runs one call and returns its answer with the catalog's error; a
 // new epoch first gets this node's pending reports (and then, for the
 // calls that depend on them, retry set, the call again).
-func call[Q any, A answer](c *Client, ctx context.Context, rpc rpcFunc[Q, A], req Q, retry bool) (A, error) {
+func call[Q any, A answer](c *CatalogClient, ctx context.Context, rpc rpcFunc[Q, A], req Q, retry bool) (A, error) {
 	a, st, err := once(ctx, rpc, req)
 	if err != nil {
 		return a, err
@@ -182,14 +182,14 @@ func once[Q any, A answer](ctx context.Context, rpc rpcFunc[Q, A], req Q) (A, *p
 	}
 	st := a.GetStatus()
 	if st == nil {
-		return a, nil, fmt.Errorf("%w: catalogrpc: an answer without its status", backend.ErrCorrupt)
+		return a, nil, fmt.Errorf("%w: catalog service: an answer without its status", backend.ErrCorrupt)
 	}
 	return a, st, nil
 }
 
 // newEpoch records epoch and reports whether it replaced an earlier one
 // (the first answer's epoch has nothing to replay to).
-func (c *Client) newEpoch(epoch uint64) bool {
+func (c *CatalogClient) newEpoch(epoch uint64) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if epoch == c.epoch {
@@ -201,7 +201,7 @@ func (c *Client) newEpoch(epoch uint64) bool {
 }
 
 // replay reports this node's pending checkpoints again.
-func (c *Client) replay(ctx context.Context) error {
+func (c *CatalogClient) replay(ctx context.Context) error {
 	c.mu.Lock()
 	type item struct {
 		k ckpt
@@ -255,7 +255,7 @@ type report struct {
 	token  uint64
 }
 
-func (c *Client) remember(k ckpt, t backend.TaskID, h []byte, token uint64) {
+func (c *CatalogClient) remember(k ckpt, t backend.TaskID, h []byte, token uint64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	m := c.pending[k]
@@ -268,7 +268,7 @@ func (c *Client) remember(k ckpt, t backend.TaskID, h []byte, token uint64) {
 	}
 }
 
-func (c *Client) forget(k ckpt) {
+func (c *CatalogClient) forget(k ckpt) {
 	c.mu.Lock()
 	delete(c.pending, k)
 	c.mu.Unlock()
@@ -278,35 +278,35 @@ func (c *Client) forget(k ckpt) {
 // reports this node's in-flight checkpoints to it: call it when the
 // cluster's leader changed, so that completions through other nodes find
 // this node's reports without waiting for its daemon's next call.
-func (c *Client) Resync(ctx context.Context) error {
+func (c *CatalogClient) Resync(ctx context.Context) error {
 	_, err := call(c, ctx, c.rpc.Epoch, &pb.EpochRequest{}, false)
 	return err
 }
 
 // Pending is how many in-flight checkpoints the client would replay.
-func (c *Client) Pending() int {
+func (c *CatalogClient) Pending() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return len(c.pending)
 }
 
 // Replays counts the reports replayed to new catalogs.
-func (c *Client) Replays() uint64 {
+func (c *CatalogClient) Replays() uint64 {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.replays
 }
 
 // bounded is a context for the calls that take none.
-func (c *Client) bounded() (context.Context, context.CancelFunc) {
+func (c *CatalogClient) bounded() (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.Background(), c.opts.Timeout)
 }
 
-func (c *Client) Store() tiered.Store     { return c.opts.Store }
-func (c *Client) GCGrace() time.Duration  { return c.opts.GCGrace }
-func (c *Client) HeapStore() tiered.Store { return nil }
+func (c *CatalogClient) Store() tiered.Store     { return c.opts.Store }
+func (c *CatalogClient) GCGrace() time.Duration  { return c.opts.GCGrace }
+func (c *CatalogClient) HeapStore() tiered.Store { return nil }
 
-func (c *Client) BeginCheckpoint(job string, id uint64) error {
+func (c *CatalogClient) BeginCheckpoint(job string, id uint64) error {
 	if err := catalog.ValidateJob(job); err != nil {
 		return err
 	}
@@ -319,7 +319,7 @@ func (c *Client) BeginCheckpoint(job string, id uint64) error {
 	return nil
 }
 
-func (c *Client) AddTaskHandle(job string, id uint64, h *backend.Handle) error {
+func (c *CatalogClient) AddTaskHandle(job string, id uint64, h *backend.Handle) error {
 	return c.AddFencedTaskHandle(job, id, h, 0)
 }
 
@@ -329,7 +329,7 @@ func (c *Client) AddTaskHandle(job string, id uint64, h *backend.Handle) error {
 // it, and refuses it otherwise with an error wrapping catalog.ErrFenced
 // (daemon.ErrFenced). The daemon then needs no check of its own before
 // reporting.
-func (c *Client) AddFencedTaskHandle(job string, id uint64, h *backend.Handle, token uint64) error {
+func (c *CatalogClient) AddFencedTaskHandle(job string, id uint64, h *backend.Handle, token uint64) error {
 	if h == nil {
 		return fmt.Errorf("%w: nil handle for checkpoint %d of job %s", catalog.ErrInvalidArgument, id, job)
 	}
@@ -346,7 +346,7 @@ func (c *Client) AddFencedTaskHandle(job string, id uint64, h *backend.Handle, t
 	return nil
 }
 
-func (c *Client) CompleteTasks(ctx context.Context, job string, id uint64, tasks []backend.TaskID) (*catalog.Manifest, error) {
+func (c *CatalogClient) CompleteTasks(ctx context.Context, job string, id uint64, tasks []backend.TaskID) (*catalog.Manifest, error) {
 	return c.CompleteFencedTasks(ctx, job, id, tasks, nil)
 }
 
@@ -355,7 +355,7 @@ func (c *Client) CompleteTasks(ctx context.Context, job string, id uint64, tasks
 // is still its task's newest, checked on the leader right before the
 // completion confirms the leadership (no round trip of its own), and
 // refuses otherwise with an error wrapping catalog.ErrFenced.
-func (c *Client) CompleteFencedTasks(ctx context.Context, job string, id uint64, tasks []backend.TaskID, tokens map[backend.TaskID]uint64) (*catalog.Manifest, error) {
+func (c *CatalogClient) CompleteFencedTasks(ctx context.Context, job string, id uint64, tasks []backend.TaskID, tokens map[backend.TaskID]uint64) (*catalog.Manifest, error) {
 	return c.CompleteWithReports(ctx, job, id, tasks, tokens, nil)
 }
 
@@ -365,7 +365,7 @@ func (c *Client) CompleteFencedTasks(ctx context.Context, job string, id uint64,
 // (catalog.Catalog.CompleteWithReports), each checked under its token. The
 // client does not keep them for a replay: on an error the caller still
 // holds them and reports them (AddFencedTaskHandle) or completes again.
-func (c *Client) CompleteWithReports(ctx context.Context, job string, id uint64, tasks []backend.TaskID, tokens map[backend.TaskID]uint64,
+func (c *CatalogClient) CompleteWithReports(ctx context.Context, job string, id uint64, tasks []backend.TaskID, tokens map[backend.TaskID]uint64,
 	reports []catalog.FencedHandle) (*catalog.Manifest, error) {
 	var fences []*pb.Fence
 	for t, tok := range tokens {
@@ -388,13 +388,13 @@ func (c *Client) CompleteWithReports(ctx context.Context, job string, id uint64,
 	}
 	m, err := catalog.DecodeManifest(a.GetManifest())
 	if err != nil {
-		return nil, fmt.Errorf("catalogrpc: complete checkpoint %d of job %s: %w", id, job, err)
+		return nil, fmt.Errorf("catalog service: complete checkpoint %d of job %s: %w", id, job, err)
 	}
 	c.forget(ckpt{job, id})
 	return m, nil
 }
 
-func (c *Client) Abort(ctx context.Context, job string, id uint64, why catalog.Status, reason string) error {
+func (c *CatalogClient) Abort(ctx context.Context, job string, id uint64, why catalog.Status, reason string) error {
 	// Forgotten whatever the answer: an aborted checkpoint never completes,
 	// and a new leader's sweep deletes its uploads after the grace.
 	c.forget(ckpt{job, id})
@@ -402,36 +402,36 @@ func (c *Client) Abort(ctx context.Context, job string, id uint64, why catalog.S
 	return err
 }
 
-func (c *Client) Release(ctx context.Context, job string, id uint64) error {
+func (c *CatalogClient) Release(ctx context.Context, job string, id uint64) error {
 	c.forget(ckpt{job, id})
 	_, err := call(c, ctx, c.rpc.Release, &pb.ReleaseRequest{Job: job, Id: id}, false)
 	return err
 }
 
-// ErrUnavailable is wrapped by the error of a call that did not reach the
+// ErrCatalogUnavailable is wrapped by the error of a call that did not reach the
 // hosting catalog (no leader within the caller's deadline, a broken
 // connection): the call may not have run, and its answer is unknown,
 // which is not "none".
-var ErrUnavailable = errors.New("the cluster's catalog is unreachable")
+var ErrCatalogUnavailable = errors.New("the cluster's catalog is unreachable")
 
-// UnavailableError is the error of a call that did not reach the hosting
+// CatalogUnavailableError is the error of a call that did not reach the hosting
 // catalog. It wraps ErrUnavailable and the Caller's error, and carries
 // gRPC's UNAVAILABLE code, which the daemon's API answers with (the
 // caller retries).
-type UnavailableError struct {
+type CatalogUnavailableError struct {
 	Method string
 	Err    error
 }
 
-func (e *UnavailableError) Error() string {
-	return fmt.Sprintf("catalogrpc: %s: %v (during a leader change this lasts seconds; retry, or see `stated cluster status`): %v",
-		e.Method, ErrUnavailable, e.Err)
+func (e *CatalogUnavailableError) Error() string {
+	return fmt.Sprintf("catalog service: %s: %v (during a leader change this lasts seconds; retry, or see `stated cluster status`): %v",
+		e.Method, ErrCatalogUnavailable, e.Err)
 }
 
-func (e *UnavailableError) Unwrap() []error { return []error{ErrUnavailable, e.Err} }
+func (e *CatalogUnavailableError) Unwrap() []error { return []error{ErrCatalogUnavailable, e.Err} }
 
 // GRPCStatus is UNAVAILABLE with the error's text.
-func (e *UnavailableError) GRPCStatus() *status.Status {
+func (e *CatalogUnavailableError) GRPCStatus() *status.Status {
 	return status.New(codes.Unavailable, e.Error())
 }
 
@@ -441,7 +441,7 @@ func (e *UnavailableError) GRPCStatus() *status.Status {
 // interface.
 
 // lookupFailed logs a failed lookup.
-func (c *Client) lookupFailed(call, job string, id uint64, err error) {
+func (c *CatalogClient) lookupFailed(call, job string, id uint64, err error) {
 	c.log.Warn("catalog lookup failed", "call", call, "job", job, "id", id, "err", err)
 }
 
@@ -452,12 +452,12 @@ func manifestOf(call, job string, a *pb.ManifestResponse, err error) (*catalog.M
 	}
 	m, err := catalog.DecodeManifest(a.GetManifest())
 	if err != nil {
-		return nil, false, fmt.Errorf("catalogrpc: %s of job %s: %w", call, job, err)
+		return nil, false, fmt.Errorf("catalog service: %s of job %s: %w", call, job, err)
 	}
 	return m, true, nil
 }
 
-func (c *Client) Checkpoint(job string, id uint64) (*catalog.Manifest, bool) {
+func (c *CatalogClient) Checkpoint(job string, id uint64) (*catalog.Manifest, bool) {
 	ctx, cancel := c.bounded()
 	defer cancel()
 	m, ok, err := c.CheckpointContext(ctx, job, id)
@@ -467,7 +467,7 @@ func (c *Client) Checkpoint(job string, id uint64) (*catalog.Manifest, bool) {
 	return m, ok
 }
 
-func (c *Client) Latest(job string) (*catalog.Manifest, bool) {
+func (c *CatalogClient) Latest(job string) (*catalog.Manifest, bool) {
 	ctx, cancel := c.bounded()
 	defer cancel()
 	m, ok, err := c.LatestContext(ctx, job)
@@ -479,12 +479,12 @@ func (c *Client) Latest(job string) (*catalog.Manifest, bool) {
 
 // LatestContext is Latest with its error: a lookup that could not reach
 // the catalog is an error, not "none".
-func (c *Client) LatestContext(ctx context.Context, job string) (*catalog.Manifest, bool, error) {
+func (c *CatalogClient) LatestContext(ctx context.Context, job string) (*catalog.Manifest, bool, error) {
 	a, err := call(c, ctx, c.rpc.Latest, &pb.LatestRequest{Job: job}, false)
 	return manifestOf("latest", job, a, err)
 }
 
-func (c *Client) Savepoint(id string) (*catalog.Manifest, bool) {
+func (c *CatalogClient) Savepoint(id string) (*catalog.Manifest, bool) {
 	ctx, cancel := c.bounded()
 	defer cancel()
 	m, ok, err := c.SavepointContext(ctx, id)
@@ -494,7 +494,7 @@ func (c *Client) Savepoint(id string) (*catalog.Manifest, bool) {
 	return m, ok
 }
 
-func (c *Client) Retained(job string) []uint64 {
+func (c *CatalogClient) Retained(job string) []uint64 {
 	ctx, cancel := c.bounded()
 	defer cancel()
 	ids, err := c.RetainedContext(ctx, job)
@@ -504,7 +504,7 @@ func (c *Client) Retained(job string) []uint64 {
 	return ids
 }
 
-func (c *Client) List(job string) []catalog.Record {
+func (c *CatalogClient) List(job string) []catalog.Record {
 	ctx, cancel := c.bounded()
 	defer cancel()
 	rs, err := c.ListContext(ctx, job)
@@ -516,7 +516,7 @@ func (c *Client) List(job string) []catalog.Record {
 
 // ListContext is List with its error: a catalog that could not be
 // reached is an error, not an empty history.
-func (c *Client) ListContext(ctx context.Context, job string) ([]catalog.Record, error) {
+func (c *CatalogClient) ListContext(ctx context.Context, job string) ([]catalog.Record, error) {
 	a, err := call(c, ctx, c.rpc.List, &pb.ListRequest{Job: job}, false)
 	if err != nil {
 		return nil, err
@@ -525,7 +525,7 @@ func (c *Client) ListContext(ctx context.Context, job string) ([]catalog.Record,
 }
 
 // RetainedContext is Retained with its error.
-func (c *Client) RetainedContext(ctx context.Context, job string) ([]uint64, error) {
+func (c *CatalogClient) RetainedContext(ctx context.Context, job string) ([]uint64, error) {
 	a, err := call(c, ctx, c.rpc.Retained, &pb.RetainedRequest{Job: job}, false)
 	if err != nil {
 		return nil, err
@@ -535,20 +535,20 @@ func (c *Client) RetainedContext(ctx context.Context, job string) ([]uint64, err
 
 // CheckpointContext is Checkpoint with its error: a lookup that could not
 // reach the catalog is an error, not "not retained".
-func (c *Client) CheckpointContext(ctx context.Context, job string, id uint64) (*catalog.Manifest, bool, error) {
+func (c *CatalogClient) CheckpointContext(ctx context.Context, job string, id uint64) (*catalog.Manifest, bool, error) {
 	a, err := call(c, ctx, c.rpc.Checkpoint, &pb.CheckpointRequest{Job: job, Id: id}, false)
 	return manifestOf("checkpoint", job, a, err)
 }
 
 // SavepointContext is Savepoint with its error.
-func (c *Client) SavepointContext(ctx context.Context, id string) (*catalog.Manifest, bool, error) {
+func (c *CatalogClient) SavepointContext(ctx context.Context, id string) (*catalog.Manifest, bool, error) {
 	a, err := call(c, ctx, c.rpc.Savepoint, &pb.SavepointRequest{SavepointId: id}, false)
 	return manifestOf("savepoint "+id, "", a, err)
 }
 
 // Jobs, Problems and Savepoints are the hosting catalog's (for the web
 // page); a failure is logged and answers nothing.
-func (c *Client) Jobs() []string {
+func (c *CatalogClient) Jobs() []string {
 	ctx, cancel := c.bounded()
 	defer cancel()
 	jobs, err := c.JobsContext(ctx)
@@ -560,7 +560,7 @@ func (c *Client) Jobs() []string {
 
 // JobsContext is Jobs with its error: the web page shows a catalog it
 // could not reach as a problem, not as "no checkpoint history".
-func (c *Client) JobsContext(ctx context.Context) ([]string, error) {
+func (c *CatalogClient) JobsContext(ctx context.Context) ([]string, error) {
 	a, err := call(c, ctx, c.rpc.Jobs, &pb.JobsRequest{}, false)
 	if err != nil {
 		return nil, err
@@ -568,7 +568,7 @@ func (c *Client) JobsContext(ctx context.Context) ([]string, error) {
 	return a.GetJobs(), nil
 }
 
-func (c *Client) Problems() []catalog.Problem {
+func (c *CatalogClient) Problems() []catalog.Problem {
 	ctx, cancel := c.bounded()
 	defer cancel()
 	a, err := call(c, ctx, c.rpc.Problems, &pb.ProblemsRequest{}, false)
@@ -583,7 +583,7 @@ func (c *Client) Problems() []catalog.Problem {
 	return out
 }
 
-func (c *Client) Savepoints() []*catalog.Manifest {
+func (c *CatalogClient) Savepoints() []*catalog.Manifest {
 	ctx, cancel := c.bounded()
 	defer cancel()
 	a, err := call(c, ctx, c.rpc.Savepoints, &pb.SavepointsRequest{}, false)
@@ -603,7 +603,7 @@ func (c *Client) Savepoints() []*catalog.Manifest {
 	return out
 }
 
-func (c *Client) RestoreSource(ctx context.Context, req catalog.RestoreRequest) (*catalog.Restore, error) {
+func (c *CatalogClient) RestoreSource(ctx context.Context, req catalog.RestoreRequest) (*catalog.Restore, error) {
 	a, err := call(c, ctx, c.rpc.Restore, &pb.RestoreRequest{Job: req.Job, FromJob: req.FromJob, CheckpointId: req.CheckpointID,
 		SavepointId: req.SavepointID, Mode: string(req.Mode), AllowFallback: req.AllowFallback}, false)
 	if err != nil {
@@ -611,7 +611,7 @@ func (c *Client) RestoreSource(ctx context.Context, req catalog.RestoreRequest) 
 	}
 	m, err := catalog.DecodeManifest(a.GetManifest())
 	if err != nil {
-		return nil, fmt.Errorf("catalogrpc: restore of job %s: %w", req.Job, err)
+		return nil, fmt.Errorf("catalog service: restore of job %s: %w", req.Job, err)
 	}
 	r := &catalog.Restore{Manifest: m, Handles: m.Tasks, Store: c.opts.Store, NoClaim: a.GetNoClaim()}
 	if sp := a.GetSavepoint(); sp != "" {
@@ -632,8 +632,8 @@ func (c *Client) RestoreSource(ctx context.Context, req catalog.RestoreRequest) 
 // A cluster's savepoints are copies of completed checkpoints
 // (SavepointFromCheckpoint; the daemon uses that with SharedCatalog, this
 // is the backstop).
-func (c *Client) TriggerSavepoint(ctx context.Context, req catalog.SavepointRequest) (*catalog.Manifest, error) {
-	return nil, fmt.Errorf("%w: catalogrpc: savepoint of job %s: in cluster mode a savepoint is a copy of a completed checkpoint (SavepointFromCheckpoint)",
+func (c *CatalogClient) TriggerSavepoint(ctx context.Context, req catalog.SavepointRequest) (*catalog.Manifest, error) {
+	return nil, fmt.Errorf("%w: catalog service: savepoint of job %s: in cluster mode a savepoint is a copy of a completed checkpoint (SavepointFromCheckpoint)",
 		backend.ErrInvalidArgument, req.Job)
 }
 
@@ -641,7 +641,7 @@ func (c *Client) TriggerSavepoint(ctx context.Context, req catalog.SavepointRequ
 // id of job (0: its latest) into a native savepoint: self-contained and
 // relocatable, whichever nodes wrote the checkpoint's handles. A retry
 // after a lost answer writes a second savepoint; the first stays valid.
-func (c *Client) SavepointFromCheckpoint(ctx context.Context, job string, id uint64) (*catalog.Manifest, error) {
+func (c *CatalogClient) SavepointFromCheckpoint(ctx context.Context, job string, id uint64) (*catalog.Manifest, error) {
 	if err := catalog.ValidateJob(job); err != nil {
 		return nil, err
 	}
@@ -651,25 +651,25 @@ func (c *Client) SavepointFromCheckpoint(ctx context.Context, job string, id uin
 	}
 	m, err := catalog.DecodeManifest(a.GetManifest())
 	if err != nil {
-		return nil, fmt.Errorf("catalogrpc: savepoint of job %s: %w", job, err)
+		return nil, fmt.Errorf("catalog service: savepoint of job %s: %w", job, err)
 	}
 	return m, nil
 }
 
-func (c *Client) NoteWithoutChannelState(ctx context.Context, job string, id uint64) {
+func (c *CatalogClient) NoteWithoutChannelState(ctx context.Context, job string, id uint64) {
 	if _, err := call(c, ctx, c.rpc.NoteWithoutChannelState, &pb.NoteWithoutChannelStateRequest{Job: job, Id: id}, false); err != nil {
 		c.log.Warn("recording a restore without channel state failed", "job", job, "id", id, "err", err)
 	}
 }
 
-func (c *Client) ReleaseLog(ctx context.Context, names []string) error {
+func (c *CatalogClient) ReleaseLog(ctx context.Context, names []string) error {
 	_, err := call(c, ctx, c.rpc.ReleaseLog, &pb.ReleaseLogRequest{Names: names}, false)
 	return err
 }
 
 // ReleaseChangelog reports the changelog segments this node's writer (of
 // run) let go of: every segment of the run below heldFrom, and names.
-func (c *Client) ReleaseChangelog(ctx context.Context, run string, heldFrom uint64, names []string) error {
+func (c *CatalogClient) ReleaseChangelog(ctx context.Context, run string, heldFrom uint64, names []string) error {
 	_, err := call(c, ctx, c.rpc.ReleaseChangelog, &pb.ReleaseChangelogRequest{Run: run, HeldFrom: heldFrom, Names: names}, false)
 	return err
 }

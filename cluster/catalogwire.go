@@ -1,4 +1,4 @@
-package catalogrpc
+package cluster
 
 import (
 	"context"
@@ -12,7 +12,7 @@ import (
 )
 
 // The catalog service's messages are the Catalog service of
-// cluster/cluster.proto. This file converts between them and the
+// cluster/proto. This file converts between them and the
 // catalog's own types; handles and manifests travel in their own
 // checksummed encodings (backend.EncodeHandle, catalog.EncodeManifest).
 

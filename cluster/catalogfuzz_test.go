@@ -1,4 +1,4 @@
-package catalogrpc
+package cluster
 
 import (
 	"testing"
@@ -36,7 +36,7 @@ func FuzzServerHandle(f *testing.F) {
 		f.Fatal(err)
 	}
 	defer cat.Close()
-	srv, err := NewServer(cat, ServerOptions{Epoch: 3, Journal: &memJournal{m: map[string][]byte{}}})
+	srv, err := NewCatalogServer(cat, CatalogServerOptions{Epoch: 3, Journal: &memJournal{m: map[string][]byte{}}})
 	if err != nil {
 		f.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package catalogrpc
+package cluster
 
 import (
 	"context"
@@ -16,18 +16,18 @@ import (
 	pb "github.com/statedhq/stated/cluster/clusterpb"
 )
 
-// ErrNotServing is wrapped by Server.Handle's error when the server
+// ErrCatalogNotServing is wrapped by Server.Handle's error when the server
 // stopped hosting the catalog during the call: its catalog was closed, or
-// its Journal said (by wrapping ErrNotServing) that this node no longer
+// its Journal said (by wrapping ErrCatalogNotServing) that this node no longer
 // leads. The call did not decide anything the next leader would not; the
 // caller asks again there.
-var ErrNotServing = errors.New("catalogrpc: this server no longer hosts the catalog")
+var ErrCatalogNotServing = errors.New("catalog service: this server no longer hosts the catalog")
 
-// Server answers Clients' calls with a catalog: the one the cluster's
+// CatalogServer answers Clients' calls with a catalog: the one the cluster's
 // leader hosts.
-type Server struct {
+type CatalogServer struct {
 	cat   *catalog.Catalog
-	opts  ServerOptions
+	opts  CatalogServerOptions
 	log   *slog.Logger
 	group groupPut
 	// settles feeds the settler goroutine (with a Journal only); stop
@@ -37,8 +37,8 @@ type Server struct {
 	closeOnce     sync.Once
 }
 
-// ServerOptions configure a Server.
-type ServerOptions struct {
+// CatalogServerOptions configure a Server.
+type CatalogServerOptions struct {
 	// Epoch is a number no earlier hosting catalog used (the leader's raft
 	// term), so that Clients notice a new catalog. Required (> 0).
 	Epoch uint64
@@ -53,7 +53,7 @@ type ServerOptions struct {
 	// recovers them (Recover) even if the reporting node died. A
 	// replicated catalog (catalog.Options.Replica) needs none: its log
 	// keeps the reports, and checks a fenced report's token itself.
-	Journal Journal
+	Journal ReportJournal
 	// CheckFences (nil: fenced completions are refused) checks, from the
 	// leader's own state, that each fence's token is its task's newest,
 	// with an error wrapping catalog.ErrFenced otherwise. It need not
@@ -70,10 +70,10 @@ type ServerOptions struct {
 	Logger *slog.Logger
 }
 
-// NewServer serves cat.
-func NewServer(cat *catalog.Catalog, o ServerOptions) (*Server, error) {
+// NewCatalogServer serves cat.
+func NewCatalogServer(cat *catalog.Catalog, o CatalogServerOptions) (*CatalogServer, error) {
 	if cat == nil || o.Epoch == 0 {
-		return nil, errors.New("catalogrpc: a server needs a catalog and an epoch")
+		return nil, errors.New("catalog service: a server needs a catalog and an epoch")
 	}
 	if o.Verify == nil {
 		o.Verify = func(context.Context) error { return nil }
@@ -81,7 +81,7 @@ func NewServer(cat *catalog.Catalog, o ServerOptions) (*Server, error) {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
-	s := &Server{cat: cat, opts: o, log: o.Logger.With("component", "catalogrpc"), stop: make(chan struct{}), settled: make(chan struct{})}
+	s := &CatalogServer{cat: cat, opts: o, log: o.Logger.With("component", "catalog-service"), stop: make(chan struct{}), settled: make(chan struct{})}
 	if o.Journal != nil {
 		s.settles = make(chan settlement, settleQueue)
 		go s.settler()
@@ -94,13 +94,13 @@ func NewServer(cat *catalog.Catalog, o ServerOptions) (*Server, error) {
 // Close stops the server's settler goroutine; settlements still queued
 // are dropped (the next leader's Recover settles what completed). It does
 // not close the catalog.
-func (s *Server) Close() {
+func (s *CatalogServer) Close() {
 	s.closeOnce.Do(func() { close(s.stop) })
 	<-s.settled
 }
 
 // Epoch is the server's epoch.
-func (s *Server) Epoch() uint64 { return s.opts.Epoch }
+func (s *CatalogServer) Epoch() uint64 { return s.opts.Epoch }
 
 // catalogMethods are the Catalog service's handlers by full method name,
 // as protoc-gen-go-grpc generated them: Handle dispatches to the
@@ -120,43 +120,43 @@ type methodHandler func(srv any, ctx context.Context, dec func(any) error, inter
 // one that this server must not answer (verify failed, or it stopped
 // hosting the catalog); what the catalog answers, errors included, is in
 // the returned response.
-func (s *Server) Handle(ctx context.Context, method string, payload []byte) ([]byte, error) {
+func (s *CatalogServer) Handle(ctx context.Context, method string, payload []byte) ([]byte, error) {
 	h, ok := catalogMethods[method]
 	if !ok {
-		return nil, fmt.Errorf("%w: catalogrpc: unknown method %q (a node of a newer build?)", backend.ErrInvalidArgument, method)
+		return nil, fmt.Errorf("%w: catalog service: unknown method %q (a node of a newer build?)", backend.ErrInvalidArgument, method)
 	}
 	dec := func(v any) error {
 		if err := proto.Unmarshal(payload, v.(proto.Message)); err != nil {
-			return fmt.Errorf("%w: catalogrpc: %s: bad request: %v", backend.ErrInvalidArgument, path.Base(method), err)
+			return fmt.Errorf("%w: catalog service: %s: bad request: %v", backend.ErrInvalidArgument, path.Base(method), err)
 		}
 		return nil
 	}
-	resp, err := h(service{s: s}, ctx, dec, nil)
+	resp, err := h(catalogService{s: s}, ctx, dec, nil)
 	if err != nil {
 		return nil, err
 	}
 	return proto.Marshal(resp.(proto.Message))
 }
 
-// service is the Server as the generated pb.CatalogServer: one typed
+// catalogService is the Server as the generated pb.CatalogServer: one typed
 // method per call.
-type service struct {
+type catalogService struct {
 	pb.UnimplementedCatalogServer
-	s *Server
+	s *CatalogServer
 }
 
 // status is the answer's status for what the catalog returned; an error
 // saying this server stopped hosting the catalog (its node lost the
 // leadership during the call) is not an answer: the caller asks the next
 // leader (reports and completions are idempotent).
-func (s *Server) status(call string, err error) (*pb.CatalogStatus, error) {
-	if errors.Is(err, catalog.ErrClosed) || errors.Is(err, ErrNotServing) {
-		return nil, fmt.Errorf("%w: %s: %v", ErrNotServing, call, err)
+func (s *CatalogServer) status(call string, err error) (*pb.CatalogStatus, error) {
+	if errors.Is(err, catalog.ErrClosed) || errors.Is(err, ErrCatalogNotServing) {
+		return nil, fmt.Errorf("%w: %s: %v", ErrCatalogNotServing, call, err)
 	}
 	return &pb.CatalogStatus{Epoch: s.opts.Epoch, Error: toWire(err)}, nil
 }
 
-func (v service) ack(call string, err error) (*pb.CatalogAck, error) {
+func (v catalogService) ack(call string, err error) (*pb.CatalogAck, error) {
 	st, err := v.s.status(call, err)
 	if err != nil {
 		return nil, err
@@ -164,7 +164,7 @@ func (v service) ack(call string, err error) (*pb.CatalogAck, error) {
 	return &pb.CatalogAck{Status: st}, nil
 }
 
-func (v service) manifest(call string, m *catalog.Manifest, found bool, err error) (*pb.ManifestResponse, error) {
+func (v catalogService) manifest(call string, m *catalog.Manifest, found bool, err error) (*pb.ManifestResponse, error) {
 	var enc []byte
 	if err == nil && found {
 		enc, err = catalog.EncodeManifest(m)
@@ -180,24 +180,24 @@ func (v service) manifest(call string, m *catalog.Manifest, found bool, err erro
 	return r, nil
 }
 
-func (v service) Epoch(context.Context, *pb.EpochRequest) (*pb.CatalogAck, error) {
+func (v catalogService) Epoch(context.Context, *pb.EpochRequest) (*pb.CatalogAck, error) {
 	return v.ack("epoch", nil)
 }
 
-func (v service) Begin(_ context.Context, r *pb.BeginRequest) (*pb.CatalogAck, error) {
+func (v catalogService) Begin(_ context.Context, r *pb.BeginRequest) (*pb.CatalogAck, error) {
 	return v.ack("begin", v.s.cat.BeginCheckpoint(r.GetJob(), r.GetId()))
 }
 
-func (v service) Report(ctx context.Context, r *pb.ReportRequest) (*pb.CatalogAck, error) {
+func (v catalogService) Report(ctx context.Context, r *pb.ReportRequest) (*pb.CatalogAck, error) {
 	return v.ack("report", v.s.report(ctx, r.GetJob(), r.GetId(), r.GetReport().GetHandle(), r.GetReport().GetToken()))
 }
 
 // report takes one report of a task's handle, under token (0: none).
-func (s *Server) report(ctx context.Context, job string, id uint64, handle []byte, token uint64) error {
+func (s *CatalogServer) report(ctx context.Context, job string, id uint64, handle []byte, token uint64) error {
 	c := s.cat
 	h, err := backend.DecodeHandle(handle)
 	if err != nil {
-		return fmt.Errorf("catalogrpc: report to checkpoint %d of job %s: %w", id, job, err)
+		return fmt.Errorf("catalog service: report to checkpoint %d of job %s: %w", id, job, err)
 	}
 	if token != 0 && c.Replicated() {
 		// The catalog's own log checks the token in the entry that
@@ -213,7 +213,7 @@ func (s *Server) report(ctx context.Context, job string, id uint64, handle []byt
 		// after that stays in the journal until a completion or
 		// abort of the job settles it; Recover refuses it again).
 		if s.opts.Journal == nil {
-			return fmt.Errorf("%w: catalogrpc: report of %s under fencing token %d: this catalog keeps no journal to check tokens in",
+			return fmt.Errorf("%w: catalog service: report of %s under fencing token %d: this catalog keeps no journal to check tokens in",
 				catalog.ErrInvalidArgument, h.Task, token)
 		}
 		if err := s.record(ctx, job, id, h.Task, handle, &Fence{Task: h.Task, Token: token}); err != nil {
@@ -230,16 +230,16 @@ func (s *Server) report(ctx context.Context, job string, id uint64, handle []byt
 	return s.record(ctx, job, id, h.Task, handle, nil)
 }
 
-func (v service) Complete(ctx context.Context, r *pb.CompleteRequest) (*pb.ManifestResponse, error) {
+func (v catalogService) Complete(ctx context.Context, r *pb.CompleteRequest) (*pb.ManifestResponse, error) {
 	m, err := v.s.complete(ctx, r)
 	return v.manifest("complete", m, err == nil, err)
 }
 
-func (s *Server) complete(ctx context.Context, r *pb.CompleteRequest) (*catalog.Manifest, error) {
+func (s *CatalogServer) complete(ctx context.Context, r *pb.CompleteRequest) (*catalog.Manifest, error) {
 	job, id := r.GetJob(), r.GetId()
 	if fs := r.GetFences(); len(fs) > 0 {
 		if s.opts.CheckFences == nil {
-			return nil, fmt.Errorf("%w: catalogrpc: complete checkpoint %d of job %s under fencing tokens: this catalog cannot check them",
+			return nil, fmt.Errorf("%w: catalog service: complete checkpoint %d of job %s under fencing tokens: this catalog cannot check them",
 				catalog.ErrInvalidArgument, id, job)
 		}
 		fences := make([]Fence, len(fs))
@@ -247,7 +247,7 @@ func (s *Server) complete(ctx context.Context, r *pb.CompleteRequest) (*catalog.
 			fences[i] = Fence{Task: fromTaskID(f.GetTask()), Token: f.GetToken()}
 		}
 		if err := s.opts.CheckFences(ctx, fences); err != nil {
-			return nil, fmt.Errorf("catalogrpc: complete checkpoint %d of job %s: %w", id, job, err)
+			return nil, fmt.Errorf("catalog service: complete checkpoint %d of job %s: %w", id, job, err)
 		}
 	}
 	var m *catalog.Manifest
@@ -264,19 +264,19 @@ func (s *Server) complete(ctx context.Context, r *pb.CompleteRequest) (*catalog.
 	return m, err
 }
 
-func (v service) Abort(ctx context.Context, r *pb.AbortRequest) (*pb.CatalogAck, error) {
+func (v catalogService) Abort(ctx context.Context, r *pb.AbortRequest) (*pb.CatalogAck, error) {
 	err := v.s.cat.Abort(ctx, r.GetJob(), r.GetId(), catalog.Status(r.GetStatus()), r.GetReason())
 	v.s.settle(ctx, r.GetJob(), r.GetId(), false)
 	return v.ack("abort", err)
 }
 
-func (v service) Release(ctx context.Context, r *pb.ReleaseRequest) (*pb.CatalogAck, error) {
+func (v catalogService) Release(ctx context.Context, r *pb.ReleaseRequest) (*pb.CatalogAck, error) {
 	err := v.s.cat.Release(ctx, r.GetJob(), r.GetId())
 	v.s.settle(ctx, r.GetJob(), r.GetId(), false)
 	return v.ack("release", err)
 }
 
-func (v service) Checkpoint(_ context.Context, r *pb.CheckpointRequest) (*pb.ManifestResponse, error) {
+func (v catalogService) Checkpoint(_ context.Context, r *pb.CheckpointRequest) (*pb.ManifestResponse, error) {
 	m, ok := v.s.cat.Checkpoint(r.GetJob(), r.GetId())
 	return v.manifest("checkpoint", m, ok, nil)
 }
@@ -284,7 +284,7 @@ func (v service) Checkpoint(_ context.Context, r *pb.CheckpointRequest) (*pb.Man
 // Latest, Restore and SavepointFromCheckpoint decide what a task restores
 // and must not be stale: when the leadership cannot be confirmed (Verify)
 // they are not answered, and the caller asks the leader again.
-func (v service) Latest(ctx context.Context, r *pb.LatestRequest) (*pb.ManifestResponse, error) {
+func (v catalogService) Latest(ctx context.Context, r *pb.LatestRequest) (*pb.ManifestResponse, error) {
 	if err := v.s.opts.Verify(ctx); err != nil {
 		return nil, err
 	}
@@ -292,13 +292,13 @@ func (v service) Latest(ctx context.Context, r *pb.LatestRequest) (*pb.ManifestR
 	return v.manifest("latest", m, ok, nil)
 }
 
-func (v service) Savepoint(ctx context.Context, r *pb.SavepointRequest) (*pb.ManifestResponse, error) {
+func (v catalogService) Savepoint(ctx context.Context, r *pb.SavepointRequest) (*pb.ManifestResponse, error) {
 	// Finds (adopts) one written by another process, too.
 	m, ok, err := v.s.cat.SavepointContext(ctx, r.GetSavepointId())
 	return v.manifest("savepoint", m, ok, err)
 }
 
-func (v service) Retained(_ context.Context, r *pb.RetainedRequest) (*pb.RetainedResponse, error) {
+func (v catalogService) Retained(_ context.Context, r *pb.RetainedRequest) (*pb.RetainedResponse, error) {
 	st, err := v.s.status("retained", nil)
 	if err != nil {
 		return nil, err
@@ -306,7 +306,7 @@ func (v service) Retained(_ context.Context, r *pb.RetainedRequest) (*pb.Retaine
 	return &pb.RetainedResponse{Status: st, Ids: v.s.cat.Retained(r.GetJob())}, nil
 }
 
-func (v service) List(_ context.Context, r *pb.ListRequest) (*pb.ListResponse, error) {
+func (v catalogService) List(_ context.Context, r *pb.ListRequest) (*pb.ListResponse, error) {
 	st, err := v.s.status("list", nil)
 	if err != nil {
 		return nil, err
@@ -314,23 +314,23 @@ func (v service) List(_ context.Context, r *pb.ListRequest) (*pb.ListResponse, e
 	return &pb.ListResponse{Status: st, Records: toWireRecords(v.s.cat.List(r.GetJob()))}, nil
 }
 
-func (v service) NoteWithoutChannelState(ctx context.Context, r *pb.NoteWithoutChannelStateRequest) (*pb.CatalogAck, error) {
+func (v catalogService) NoteWithoutChannelState(ctx context.Context, r *pb.NoteWithoutChannelStateRequest) (*pb.CatalogAck, error) {
 	v.s.cat.NoteWithoutChannelState(ctx, r.GetJob(), r.GetId())
 	return v.ack("note-without-channel-state", nil)
 }
 
-func (v service) ReleaseLog(ctx context.Context, r *pb.ReleaseLogRequest) (*pb.CatalogAck, error) {
+func (v catalogService) ReleaseLog(ctx context.Context, r *pb.ReleaseLogRequest) (*pb.CatalogAck, error) {
 	return v.ack("release-log", v.s.cat.ReleaseLog(ctx, r.GetNames()))
 }
 
-func (v service) ReleaseChangelog(ctx context.Context, r *pb.ReleaseChangelogRequest) (*pb.CatalogAck, error) {
+func (v catalogService) ReleaseChangelog(ctx context.Context, r *pb.ReleaseChangelogRequest) (*pb.CatalogAck, error) {
 	if v.s.opts.LogRelease != nil {
 		v.s.opts.LogRelease(r.GetRun(), r.GetHeldFrom(), r.GetNames())
 	}
 	return v.ack("release-changelog", v.s.cat.ReleaseLog(ctx, r.GetNames()))
 }
 
-func (v service) Jobs(context.Context, *pb.JobsRequest) (*pb.JobsResponse, error) {
+func (v catalogService) Jobs(context.Context, *pb.JobsRequest) (*pb.JobsResponse, error) {
 	st, err := v.s.status("jobs", nil)
 	if err != nil {
 		return nil, err
@@ -338,7 +338,7 @@ func (v service) Jobs(context.Context, *pb.JobsRequest) (*pb.JobsResponse, error
 	return &pb.JobsResponse{Status: st, Jobs: v.s.cat.Jobs()}, nil
 }
 
-func (v service) Problems(context.Context, *pb.ProblemsRequest) (*pb.ProblemsResponse, error) {
+func (v catalogService) Problems(context.Context, *pb.ProblemsRequest) (*pb.ProblemsResponse, error) {
 	st, err := v.s.status("problems", nil)
 	if err != nil {
 		return nil, err
@@ -350,7 +350,7 @@ func (v service) Problems(context.Context, *pb.ProblemsRequest) (*pb.ProblemsRes
 	return a, nil
 }
 
-func (v service) Savepoints(context.Context, *pb.SavepointsRequest) (*pb.SavepointsResponse, error) {
+func (v catalogService) Savepoints(context.Context, *pb.SavepointsRequest) (*pb.SavepointsResponse, error) {
 	var encs [][]byte
 	var err error
 	for _, m := range v.s.cat.Savepoints() {
@@ -370,7 +370,7 @@ func (v service) Savepoints(context.Context, *pb.SavepointsRequest) (*pb.Savepoi
 	return &pb.SavepointsResponse{Status: st, Manifests: encs}, nil
 }
 
-func (v service) SavepointFromCheckpoint(ctx context.Context, r *pb.SavepointFromCheckpointRequest) (*pb.ManifestResponse, error) {
+func (v catalogService) SavepointFromCheckpoint(ctx context.Context, r *pb.SavepointFromCheckpointRequest) (*pb.ManifestResponse, error) {
 	if err := v.s.opts.Verify(ctx); err != nil {
 		return nil, err
 	}
@@ -387,7 +387,7 @@ func (v service) SavepointFromCheckpoint(ctx context.Context, r *pb.SavepointFro
 	return v.manifest("savepoint-from-checkpoint", m, err == nil, err)
 }
 
-func (v service) Restore(ctx context.Context, rr *pb.RestoreRequest) (*pb.RestoreResponse, error) {
+func (v catalogService) Restore(ctx context.Context, rr *pb.RestoreRequest) (*pb.RestoreResponse, error) {
 	if err := v.s.opts.Verify(ctx); err != nil {
 		return nil, err
 	}
@@ -417,7 +417,7 @@ func (v service) Restore(ctx context.Context, rr *pb.RestoreRequest) (*pb.Restor
 // catches the ones no daemon knows any more (recovered from the journal
 // after their node died, or after an abort whose settlement was lost), so
 // that they do not protect their uploads from the sweep for ever.
-func (s *Server) subsume(ctx context.Context, job string, id uint64) {
+func (s *CatalogServer) subsume(ctx context.Context, job string, id uint64) {
 	for _, old := range s.cat.InFlight(job) {
 		if old >= id {
 			break
@@ -437,14 +437,14 @@ func (s *Server) subsume(ctx context.Context, job string, id uint64) {
 // until then, never begun again here: it may have been aborted since).
 // Otherwise each is a report of its own first, as Report takes it
 // (journaled, its token checked in the journal's write).
-func (s *Server) completeWithReports(ctx context.Context, r *pb.CompleteRequest) (*catalog.Manifest, error) {
+func (s *CatalogServer) completeWithReports(ctx context.Context, r *pb.CompleteRequest) (*catalog.Manifest, error) {
 	c, job, id, tasks := s.cat, r.GetJob(), r.GetId(), fromTaskIDs(r.GetTasks())
 	if c.Replicated() {
 		reports := make([]catalog.FencedHandle, len(r.GetReports()))
 		for i, rp := range r.GetReports() {
 			h, err := backend.DecodeHandle(rp.GetHandle())
 			if err != nil {
-				return nil, fmt.Errorf("catalogrpc: complete checkpoint %d of job %s: report %d: %w", id, job, i, err)
+				return nil, fmt.Errorf("catalog service: complete checkpoint %d of job %s: report %d: %w", id, job, i, err)
 			}
 			reports[i] = catalog.FencedHandle{Handle: h, Token: rp.GetToken()}
 		}
@@ -452,7 +452,7 @@ func (s *Server) completeWithReports(ctx context.Context, r *pb.CompleteRequest)
 	}
 	for _, rp := range r.GetReports() {
 		if err := s.report(ctx, job, id, rp.GetHandle(), rp.GetToken()); err != nil {
-			return nil, fmt.Errorf("catalogrpc: complete checkpoint %d of job %s: %w", id, job, err)
+			return nil, fmt.Errorf("catalog service: complete checkpoint %d of job %s: %w", id, job, err)
 		}
 	}
 	return c.CompleteTasks(ctx, job, id, tasks)

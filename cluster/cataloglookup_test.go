@@ -1,4 +1,4 @@
-package catalogrpc
+package cluster
 
 import (
 	"errors"
@@ -24,7 +24,7 @@ func TestLookupsReturnTheirErrors(t *testing.T) {
 	n := newClient(t, caller, store)
 	check := func(what string, err error) {
 		t.Helper()
-		if !errors.Is(err, ErrUnavailable) || status.Code(err) != codes.Unavailable || !strings.Contains(err.Error(), "no leader") {
+		if !errors.Is(err, ErrCatalogUnavailable) || status.Code(err) != codes.Unavailable || !strings.Contains(err.Error(), "no leader") {
 			t.Fatalf("%s without a catalog: %v (code %s)", what, err, status.Code(err))
 		}
 		// The daemon wraps it; the code survives.

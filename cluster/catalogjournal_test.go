@@ -1,4 +1,4 @@
-package catalogrpc
+package cluster
 
 import (
 	"context"
@@ -92,7 +92,7 @@ func TestReportsOfACheckpointShareAWrite(t *testing.T) {
 	}
 	defer cat.Close()
 	j := &slowJournal{memJournal: memJournal{m: map[string][]byte{}}, took: 3 * time.Millisecond}
-	srv, err := NewServer(cat, ServerOptions{Epoch: 1, Journal: j})
+	srv, err := NewCatalogServer(cat, CatalogServerOptions{Epoch: 1, Journal: j})
 	if err != nil {
 		t.Fatal(err)
 	}
