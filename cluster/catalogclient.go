@@ -630,18 +630,18 @@ func (c *CatalogClient) RestoreSource(ctx context.Context, req catalog.RestoreRe
 // TriggerSavepoint is refused: it takes a savepoint from live backends or
 // files of one daemon, while in a cluster a job's tasks live on several.
 // A cluster's savepoints are copies of completed checkpoints
-// (SavepointFromCheckpoint; the daemon uses that with SharedCatalog, this
+// (SavepointOfCheckpoint; the daemon uses that with SharedCatalog, this
 // is the backstop).
 func (c *CatalogClient) TriggerSavepoint(ctx context.Context, req catalog.SavepointRequest) (*catalog.Manifest, error) {
-	return nil, fmt.Errorf("%w: catalog service: savepoint of job %s: in cluster mode a savepoint is a copy of a completed checkpoint (SavepointFromCheckpoint)",
+	return nil, fmt.Errorf("%w: catalog service: savepoint of job %s: in cluster mode a savepoint is a copy of a completed checkpoint (SavepointOfCheckpoint)",
 		backend.ErrInvalidArgument, req.Job)
 }
 
-// SavepointFromCheckpoint has the hosting catalog copy retained checkpoint
+// SavepointOfCheckpoint has the hosting catalog copy retained checkpoint
 // id of job (0: its latest) into a native savepoint: self-contained and
 // relocatable, whichever nodes wrote the checkpoint's handles. A retry
 // after a lost answer writes a second savepoint; the first stays valid.
-func (c *CatalogClient) SavepointFromCheckpoint(ctx context.Context, job string, id uint64) (*catalog.Manifest, error) {
+func (c *CatalogClient) SavepointOfCheckpoint(ctx context.Context, job string, id uint64) (*catalog.Manifest, error) {
 	if err := catalog.ValidateJob(job); err != nil {
 		return nil, err
 	}

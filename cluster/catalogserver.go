@@ -374,16 +374,7 @@ func (v catalogService) SavepointFromCheckpoint(ctx context.Context, r *pb.Savep
 	if err := v.s.opts.Verify(ctx); err != nil {
 		return nil, err
 	}
-	c, job, id := v.s.cat, r.GetJob(), r.GetId()
-	if id == 0 {
-		m, ok := c.Latest(job)
-		if !ok {
-			return v.manifest("savepoint-from-checkpoint", nil, false,
-				fmt.Errorf("%w: savepoint of job %s: the job has no completed checkpoint", catalog.ErrNotFound, job))
-		}
-		id = m.CheckpointID
-	}
-	m, err := c.SavepointFromCheckpoint(ctx, "", job, id)
+	m, err := v.s.cat.SavepointOfCheckpoint(ctx, r.GetJob(), r.GetId())
 	return v.manifest("savepoint-from-checkpoint", m, err == nil, err)
 }
 
