@@ -46,7 +46,7 @@ type CatalogClientOptions struct {
 	// against it. Default catalog.DefaultGCGrace.
 	GCGrace time.Duration
 	// Timeout bounds the calls that take no context (BeginCheckpoint,
-	// AddTaskHandle and the lookups). Default DefaultTimeout.
+	// AddTaskHandle and the lookups). Default DefaultCatalogTimeout.
 	Timeout time.Duration
 	// Logger receives lookups that failed (they answer "not found") and
 	// replays after a leader change. Default: discard.
@@ -85,7 +85,7 @@ type ckpt struct {
 	id  uint64
 }
 
-// CatalogClient is a daemon.Catalog over a Caller. It is safe for concurrent
+// CatalogClient is a daemon.Catalog over a CatalogCaller. It is safe for concurrent
 // use.
 type CatalogClient struct {
 	opts CatalogClientOptions
@@ -415,7 +415,7 @@ func (c *CatalogClient) Release(ctx context.Context, job string, id uint64) erro
 var ErrCatalogUnavailable = errors.New("the cluster's catalog is unreachable")
 
 // CatalogUnavailableError is the error of a call that did not reach the hosting
-// catalog. It wraps ErrUnavailable and the Caller's error, and carries
+// catalog. It wraps ErrCatalogUnavailable and the Caller's error, and carries
 // gRPC's UNAVAILABLE code, which the daemon's API answers with (the
 // caller retries).
 type CatalogUnavailableError struct {

@@ -70,7 +70,7 @@ func (s *swapCaller) host(t *testing.T, store tiered.Store, epoch uint64) *catal
 	return cat
 }
 
-// memJournal is a Journal in memory (the cluster's is tested in package
+// memJournal is a ReportJournal in memory (the cluster's is tested in package
 // cluster).
 type memJournal struct {
 	mu sync.Mutex
@@ -422,7 +422,7 @@ func (j *downJournal) PutMany(context.Context, map[string][]byte, map[string]Fen
 
 // TestNotServingIsNoAnswer: a server that stops hosting the catalog during
 // a call (its journal write lost the leadership, or its catalog closed)
-// answers with an error wrapping ErrNotServing, which the cluster retries
+// answers with an error wrapping ErrCatalogNotServing, which the cluster retries
 // on the next leader, not with an answer that would fail the caller's
 // snapshot or completion.
 func TestNotServingIsNoAnswer(t *testing.T) {

@@ -15,7 +15,7 @@ import (
 	"github.com/statedhq/stated/catalog"
 )
 
-// ReportJournal is where a Server keeps the reports it accepted, so that the
+// ReportJournal is where a CatalogServer keeps the reports it accepted, so that the
 // next hosting catalog recovers them: the cluster's replicated journal
 // (Member's JournalPut, JournalDeleteRange and JournalRead).
 type ReportJournal interface {
@@ -23,7 +23,7 @@ type ReportJournal interface {
 	// fence (fences[key]) is kept only while the fence's token is its
 	// task's newest, decided in that same write: refused names the
 	// records not kept, each error wrapping catalog.ErrFenced and naming
-	// the newer holder. An error wrapping ErrNotServing means this node
+	// the newer holder. An error wrapping ErrCatalogNotServing means this node
 	// no longer leads.
 	PutMany(ctx context.Context, records map[string][]byte, fences map[string]Fence) (refused map[string]error, err error)
 	DeleteRange(ctx context.Context, from, to string) error
@@ -250,7 +250,7 @@ const settleQueue = 256
 // and of every earlier one, subsumed by its completion). It is handed to
 // the server's settler goroutine, off the completion's path (done
 // synchronously when the queue is full). A failure is logged: the next
-// completion of the job settles them too, and Recover settles what a
+// completion of the job settles them too, and RecoverReports settles what a
 // completed checkpoint left.
 func (s *CatalogServer) settle(ctx context.Context, job string, id uint64, through bool) {
 	if s.opts.Journal == nil || id == ^uint64(0) {
@@ -278,7 +278,7 @@ func (s *CatalogServer) settleNow(ctx context.Context, st settlement) {
 // writes them: a journal write is a log entry and an fsync on every
 // member, and one per completion would compete with the next
 // checkpoint's reports for the log. Reports left a little longer are
-// harmless: Recover settles those of completed checkpoints.
+// harmless: RecoverReports settles those of completed checkpoints.
 const settleDelay = 200 * time.Millisecond
 
 // settler runs the queued settlements until Close, gathered for

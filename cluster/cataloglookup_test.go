@@ -16,7 +16,7 @@ import (
 )
 
 // TestLookupsReturnTheirErrors: while no catalog answers, every lookup
-// with a context is an error wrapping ErrUnavailable with gRPC's
+// with a context is an error wrapping ErrCatalogUnavailable with gRPC's
 // UNAVAILABLE code (naming the reason), not an empty answer.
 func TestLookupsReturnTheirErrors(t *testing.T) {
 	store := memstore.New()

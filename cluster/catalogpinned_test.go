@@ -17,8 +17,8 @@ import (
 
 // The catalog service's pinned files (under testdata/catalogpinned,
 // regenerated with -update as the machine's are: only for a new format): <message name>.pb is the
-// message of pinnedMessages, as proto.Marshal writes it (what the Client
-// sends and Server.Handle answers).
+// message of pinnedMessages, as proto.Marshal writes it (what the CatalogClient
+// sends and CatalogServer.Handle answers).
 const rpcPinnedDir = "testdata/catalogpinned"
 
 var pinnedT0 = time.Date(2026, 1, 2, 3, 4, 5, 600000000, time.UTC)

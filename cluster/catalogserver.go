@@ -16,14 +16,14 @@ import (
 	pb "github.com/statedhq/stated/cluster/clusterpb"
 )
 
-// ErrCatalogNotServing is wrapped by Server.Handle's error when the server
+// ErrCatalogNotServing is wrapped by CatalogServer.Handle's error when the server
 // stopped hosting the catalog during the call: its catalog was closed, or
 // its Journal said (by wrapping ErrCatalogNotServing) that this node no longer
 // leads. The call did not decide anything the next leader would not; the
 // caller asks again there.
 var ErrCatalogNotServing = errors.New("catalog service: this server no longer hosts the catalog")
 
-// CatalogServer answers Clients' calls with a catalog: the one the cluster's
+// CatalogServer answers CatalogClients' calls with a catalog: the one the cluster's
 // leader hosts.
 type CatalogServer struct {
 	cat   *catalog.Catalog
@@ -37,7 +37,7 @@ type CatalogServer struct {
 	closeOnce     sync.Once
 }
 
-// CatalogServerOptions configure a Server.
+// CatalogServerOptions configure a CatalogServer.
 type CatalogServerOptions struct {
 	// Epoch is a number no earlier hosting catalog used (the leader's raft
 	// term), so that Clients notice a new catalog. Required (> 0).

@@ -16,7 +16,7 @@ import (
 // catalog's own types; handles and manifests travel in their own
 // checksummed encodings (backend.EncodeHandle, catalog.EncodeManifest).
 
-// maxAnswerSize bounds an answer a Client reads: a manifest of many
+// maxAnswerSize bounds an answer a CatalogClient reads: a manifest of many
 // tasks, with room.
 const maxAnswerSize = 64 << 20
 
