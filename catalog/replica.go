@@ -309,7 +309,7 @@ type FencedHandle struct {
 //
 // tokens are those its caller's instances hold: the catalog has no fencing
 // tokens of its own to check them against (a cluster's catalog service
-// checks them before it completes, catalogrpc), so it refuses them.
+// checks them before it completes, cluster.CatalogServer), so it refuses them.
 func (c *Catalog) CompleteWithReports(ctx context.Context, job string, id uint64, tasks []backend.TaskID, tokens map[backend.TaskID]uint64,
 	reports []FencedHandle) (*Manifest, error) {
 	if len(tokens) > 0 {

@@ -27,7 +27,8 @@
 // # Transport and authentication
 //
 // One TCP port per node (--raft-addr) carries both the raft traffic and
-// the node-to-node gRPC service (clusterpb: Apply, Join, Leave, Status).
+// the node-to-node gRPC service (clusterpb: Apply, Join, Leave, Status,
+// Call).
 // Each connection starts with TLS (with client certificates: both sides
 // present a certificate of the cluster's CA) when it is configured, then a
 // header naming the service and carrying the shared cluster token, which
@@ -48,6 +49,42 @@
 // a leader lease instead (Options.LeaderLease: no member votes for another
 // leader within a heartbeat timeout of answering this one), for reads and
 // for writes a later leader will see.
+//
+// # The cluster's catalog
+//
+// The daemons of a cluster share one checkpoint catalog, and this package
+// is all of cluster mode's part in it:
+//
+//   - CatalogHost (cataloghost.go) follows the leadership: while this
+//     node leads it opens a catalog.Catalog over the replica the log keeps
+//     (its decisions proposed through the log, their fencing tokens
+//     checked in the same entry) and serves it with a CatalogServer.
+//   - The Catalog service of cluster.proto is what it serves: one rpc per
+//     catalog call, typed messages. CatalogServer implements the
+//     generated server (catalogserver.go); its calls travel in the Call
+//     rpc, which followers forward to the leader.
+//   - CatalogClient (catalogclient.go) is every node's daemon.Catalog: the
+//     generated client over Member.Call.
+//   - TaskFence (taskfence.go) gives the daemon the cluster's fencing
+//     tokens; ChangelogRuns (changelogruns.go) registers this node's
+//     changelog run and reports the segments it releases.
+//
+// Handles and manifests travel in their own checksummed encodings
+// (backend.EncodeHandle, catalog.EncodeManifest), so what a node reports
+// is what the leader checks. An error keeps its class across the wire:
+// the answer names the catalog or backend sentinel it wraps, and the
+// client's error wraps the same sentinel, so the api layer maps it to the
+// same gRPC code as on a daemon alone.
+//
+// Leader changes. The catalog a new leader opens reads the replica, which
+// holds every decision of the log; what it cannot know is what a client
+// reported to an old leader's catalog that had not reached the log. Every
+// answer therefore carries the serving catalog's epoch (the leader's raft
+// term), and each client remembers what it reported for the checkpoints
+// still in flight: when it meets a new epoch it reports them again (Begin
+// and Report are idempotent), so a completion retried after a leader
+// change succeeds. Resync does the same on demand, when a node observes a
+// leader change before its daemon next calls.
 package cluster
 
 //go:generate protoc --go_out=. --go_opt=module=github.com/statedhq/stated/cluster --go-grpc_out=. --go-grpc_opt=module=github.com/statedhq/stated/cluster cluster.proto

@@ -40,69 +40,28 @@ type Catalog interface {
 	Savepoint(id string) (*catalog.Manifest, bool)
 	Retained(job string) []uint64
 	List(job string) []catalog.Record
-	RestoreSource(ctx context.Context, req catalog.RestoreRequest) (*catalog.Restore, error)
-	TriggerSavepoint(ctx context.Context, req catalog.SavepointRequest) (*catalog.Manifest, error)
-	NoteWithoutChannelState(ctx context.Context, job string, id uint64)
-	ReleaseLog(ctx context.Context, names []string) error
-}
-
-var _ Catalog = (*catalog.Catalog)(nil)
-
-// CheckedLookups is a Catalog whose lookups can fail (cluster mode's
-// shared catalog, reached across nodes): the daemon asks these instead of
-// Catalog's, so that a catalog it could not reach is an error (UNAVAILABLE
-// with the reason), never an empty list or "not retained".
-type CheckedLookups interface {
+	// The lookups with their errors: in cluster mode the catalog is
+	// reached across nodes, and one it could not reach is an error
+	// (UNAVAILABLE with the reason), never an empty list or "not
+	// retained". SavepointContext also finds savepoints written into the
+	// store by another process ("stated savepoint edit", "bootstrap")
+	// since the catalog opened.
 	CheckpointContext(ctx context.Context, job string, id uint64) (*catalog.Manifest, bool, error)
 	LatestContext(ctx context.Context, job string) (*catalog.Manifest, bool, error)
 	SavepointContext(ctx context.Context, id string) (*catalog.Manifest, bool, error)
 	RetainedContext(ctx context.Context, job string) ([]uint64, error)
 	ListContext(ctx context.Context, job string) ([]catalog.Record, error)
+	RestoreSource(ctx context.Context, req catalog.RestoreRequest) (*catalog.Restore, error)
+	TriggerSavepoint(ctx context.Context, req catalog.SavepointRequest) (*catalog.Manifest, error)
+	// SavepointOfCheckpoint copies retained checkpoint id of job (0: the
+	// latest) into a new native savepoint: a cluster's savepoints, since
+	// a job's tasks live on several daemons there.
+	SavepointOfCheckpoint(ctx context.Context, job string, id uint64) (*catalog.Manifest, error)
+	NoteWithoutChannelState(ctx context.Context, job string, id uint64)
+	ReleaseLog(ctx context.Context, names []string) error
 }
 
-// lookups is the daemon's catalog with errors: CheckedLookups, or a
-// catalog of this daemon's own, whose lookups do not fail.
-func (d *Daemon) lookups() CheckedLookups {
-	if l, ok := d.cfg.Catalog.(CheckedLookups); ok {
-		return l
-	}
-	return infallible{d.cfg.Catalog}
-}
-
-type infallible struct{ c Catalog }
-
-func (i infallible) CheckpointContext(_ context.Context, job string, id uint64) (*catalog.Manifest, bool, error) {
-	m, ok := i.c.Checkpoint(job, id)
-	return m, ok, nil
-}
-
-func (i infallible) LatestContext(_ context.Context, job string) (*catalog.Manifest, bool, error) {
-	m, ok := i.c.Latest(job)
-	return m, ok, nil
-}
-
-// savepointFinder is a catalog that finds savepoints written into its
-// store by another process ("stated savepoint edit", "bootstrap") since
-// it opened (*catalog.Catalog: it adopts them).
-type savepointFinder interface {
-	SavepointContext(ctx context.Context, id string) (*catalog.Manifest, bool, error)
-}
-
-func (i infallible) SavepointContext(ctx context.Context, id string) (*catalog.Manifest, bool, error) {
-	if f, ok := i.c.(savepointFinder); ok {
-		return f.SavepointContext(ctx, id)
-	}
-	m, ok := i.c.Savepoint(id)
-	return m, ok, nil
-}
-
-func (i infallible) RetainedContext(_ context.Context, job string) ([]uint64, error) {
-	return i.c.Retained(job), nil
-}
-
-func (i infallible) ListContext(_ context.Context, job string) ([]catalog.Record, error) {
-	return i.c.List(job), nil
-}
+var _ Catalog = (*catalog.Catalog)(nil)
 
 // CheckpointInfo describes one checkpoint of a job.
 type CheckpointInfo struct {

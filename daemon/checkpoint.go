@@ -733,7 +733,7 @@ func (d *Daemon) ListCheckpoints(ctx context.Context, job string) ([]CheckpointI
 		return nil, fmt.Errorf("daemon: list checkpoints: %w", err)
 	}
 	now := time.Now()
-	look := d.lookups()
+	look := d.cfg.Catalog
 	recs, err := look.ListContext(ctx, job)
 	if err != nil {
 		return nil, fmt.Errorf("daemon: list checkpoints of job %s: %w", job, err)

@@ -135,7 +135,7 @@ func (d *Daemon) PlanRescale(ctx context.Context, job, operator string, checkpoi
 	var ok bool
 	var err error
 	var src string
-	look := d.lookups()
+	look := d.cfg.Catalog
 	switch {
 	case savepoint != "":
 		id := strings.TrimPrefix(strings.TrimSuffix(savepoint, "/"), catalog.SavepointsDir+"/")

@@ -78,14 +78,6 @@ func (d *Daemon) TriggerSavepoint(ctx context.Context, job string, native bool, 
 	return sp, nil
 }
 
-// CheckpointSavepointer is a Catalog that copies a completed checkpoint
-// into a native savepoint (cluster mode's shared catalog).
-type CheckpointSavepointer interface {
-	// SavepointFromCheckpoint copies retained checkpoint id of job (0:
-	// the latest) into a new native savepoint.
-	SavepointFromCheckpoint(ctx context.Context, job string, id uint64) (*catalog.Manifest, error)
-}
-
 // clusterSavepoint is TriggerSavepoint with a shared catalog. The tasks of
 // this daemon may be a part of the job's, so a savepoint of them alone
 // would look whole and restore with the rest missing; a cluster's
@@ -95,12 +87,11 @@ type CheckpointSavepointer interface {
 // checkpoint of the job first to capture its current state. Canonical
 // savepoints need every task's live backend and are refused.
 func (d *Daemon) clusterSavepoint(ctx context.Context, job string, native bool, checkpointID uint64) (Savepoint, error) {
-	cs, ok := d.cfg.Catalog.(CheckpointSavepointer)
-	if !ok || !native {
+	if !native {
 		return Savepoint{}, fmt.Errorf("daemon: savepoint of job %s: %w: in cluster mode a job's tasks live on several daemons; take a native savepoint, which copies a completed checkpoint",
 			job, ErrUnsupported)
 	}
-	m, err := cs.SavepointFromCheckpoint(ctx, job, checkpointID)
+	m, err := d.cfg.Catalog.SavepointOfCheckpoint(ctx, job, checkpointID)
 	if err != nil {
 		return Savepoint{}, d.corruption(CorruptionEvent{Site: CorruptionSavepoint, Job: job,
 			Err: fmt.Errorf("daemon: savepoint of job %s from checkpoint %d: %w", job, checkpointID, err)})

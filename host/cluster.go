@@ -2,7 +2,6 @@ package host
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"path/filepath"
 
@@ -10,7 +9,6 @@ import (
 
 	"github.com/statedhq/stated/backend"
 	"github.com/statedhq/stated/catalog"
-	"github.com/statedhq/stated/catalogrpc"
 	"github.com/statedhq/stated/cluster"
 	"github.com/statedhq/stated/daemon"
 )
@@ -84,7 +82,7 @@ func (n *Host) openCluster() error {
 		// leader: it looks at the leadership itself when it starts.
 		OnLeaderChange: func(string) {
 			if h := n.hostRef.Load(); h != nil {
-				h.nudge()
+				h.Nudge()
 			}
 		}}
 	if o.ClusterTLSCert != "" {
@@ -109,28 +107,27 @@ func (n *Host) openCluster() error {
 // of the catalog the leader hosts, and the host that serves it while this
 // node leads. Heap instances are refused (their snapshots live in one
 // daemon's memory); the changelog's segments are held and released
-// across the nodes through clusterLog.
+// across the nodes through cluster.ChangelogRuns.
 func (n *Host) openClusterCatalog(co catalog.Options, dc *daemon.Config) error {
-	client, err := catalogrpc.NewClient(catalogrpc.Options{Caller: readyCaller{n.cluster}, Store: n.store, GCGrace: co.GCGrace, Logger: n.log})
+	client, err := cluster.NewCatalogClient(cluster.CatalogClientOptions{Caller: n.cluster.CatalogCaller(), Store: n.store, GCGrace: co.GCGrace, Logger: n.log})
 	if err != nil {
 		return err
 	}
 	// The hosted catalog never sees this node's heap store (other nodes
 	// have their own); it asks every node's log what it holds.
-	co.HeapStore, co.LogHeld = nil, n.clog.held
+	co.HeapStore, co.LogHeld = nil, n.clog.Held
 	n.catClient = client
 	co.Replica = n.replica
-	n.host = newCatalogHost(n.cluster, co, client, n.log)
-	n.host.logs = n.clog
+	n.host = cluster.NewCatalogHost(n.cluster, co, client, n.clog, n.log)
 	n.hostRef.Store(n.host)
 	// The host's goroutine stops in its closer (after the daemon's
 	// shutdown, which still reports aborts through it), not with the
 	// servers' goroutines.
-	go n.host.run()
-	n.closers = append(n.closers, n.host.close)
+	go n.host.Run()
+	n.closers = append(n.closers, n.host.Close)
 	dc.Catalog, dc.SharedCatalog = client, true
 	dc.HeapSnapshots = nil
-	dc.Changelog.Release = n.clog.report
+	dc.Changelog.Release = n.clog.Report
 	dc.Openers = refuseHeap(dc.Openers)
 	return nil
 }
@@ -142,49 +139,24 @@ func (n *Host) fencer() daemon.Fencer {
 		return n.opts.Fence
 	}
 	if n.cluster != nil {
-		return clusterFence{n.cluster, n.clog.register}
+		return cluster.NewTaskFence(n.cluster, n.clog.Register)
 	}
 	return nil
 }
 
-// clusterFence adapts the cluster's tokens to the daemon: a task is named
-// "<job>/<operator>/<subtask>" and held by this node's id.
-//
-// Before the first token it registers the node's changelog run (before),
-// so that no segment of an unregistered run is ever live.
-type clusterFence struct {
-	c      *cluster.Member
-	before func(context.Context) error
-}
-
-func fenceKey(t backend.TaskID) string { return fmt.Sprintf("%s/%s/%d", t.Job, t.Operator, t.Subtask) }
-
-// Every call is watched: refused at once, or ended, when the node cannot
-// serve it (not joined, removed, no quorum).
-func (f clusterFence) Acquire(ctx context.Context, t backend.TaskID) (tok uint64, err error) {
-	err = watched(ctx, f.c, func(ctx context.Context) error {
-		if err := f.before(ctx); err != nil {
-			return err
-		}
-		tok, err = f.c.Acquire(ctx, fenceKey(t), f.c.ID())
-		return err
-	})
-	return tok, err
-}
-
-func (f clusterFence) Check(ctx context.Context, t backend.TaskID, token uint64) error {
-	return watched(ctx, f.c, func(ctx context.Context) error { return fencedErr(f.c.Check(ctx, fenceKey(t), token)) })
-}
-
-func (f clusterFence) Release(ctx context.Context, t backend.TaskID, token uint64) error {
-	return watched(ctx, f.c, func(ctx context.Context) error { return fencedErr(f.c.Release(ctx, fenceKey(t), token)) })
-}
-
-func fencedErr(err error) error {
-	if errors.Is(err, cluster.ErrFenced) {
-		return fmt.Errorf("%w: %w", daemon.ErrFenced, err)
+// refuseHeap is the heap opener of a cluster node: heap snapshots live in
+// one daemon's memory, where no other node could restore them and the
+// leader's catalog could not delete them.
+func refuseHeap(ops map[backend.Kind]daemon.Opener) map[backend.Kind]daemon.Opener {
+	out := make(map[backend.Kind]daemon.Opener, len(ops))
+	for k, op := range ops {
+		out[k] = op
 	}
-	return err
+	out[backend.KindHeap] = func(context.Context, backend.Options, daemon.OpenEnv) (backend.Backend, error) {
+		return nil, fmt.Errorf("%w: the heap backend keeps its snapshots in one daemon's memory, which other nodes of a cluster cannot restore from: use file or lsm in cluster mode",
+			daemon.ErrUnsupported)
+	}
+	return out
 }
 
 // Cluster is the node's cluster member (nil: the node runs alone).

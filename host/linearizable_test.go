@@ -15,7 +15,7 @@ import (
 
 	"github.com/statedhq/stated/backend"
 	"github.com/statedhq/stated/catalog"
-	"github.com/statedhq/stated/catalogrpc"
+	"github.com/statedhq/stated/cluster"
 	"github.com/statedhq/stated/tiered/memstore"
 )
 
@@ -113,9 +113,9 @@ func TestCatalogLinearizable(t *testing.T) {
 		history = append(history, porcupine.Operation{ClientId: client, Input: in, Call: call, Output: out, Return: ret})
 		mu.Unlock()
 	}
-	clients := make([]*catalogrpc.Client, len(nodes))
+	clients := make([]*cluster.CatalogClient, len(nodes))
 	for i, nd := range nodes {
-		c, err := catalogrpc.NewClient(catalogrpc.Options{Caller: nd.Cluster(), Store: store})
+		c, err := cluster.NewCatalogClient(cluster.CatalogClientOptions{Caller: nd.Cluster(), Store: store})
 		if err != nil {
 			t.Fatal(err)
 		}

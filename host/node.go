@@ -26,7 +26,6 @@ import (
 	"github.com/statedhq/stated/api"
 	"github.com/statedhq/stated/backend"
 	"github.com/statedhq/stated/catalog"
-	"github.com/statedhq/stated/catalogrpc"
 	"github.com/statedhq/stated/cluster"
 	"github.com/statedhq/stated/daemon"
 	"github.com/statedhq/stated/daemon/openers"
@@ -54,7 +53,7 @@ type Host struct {
 	logStore tiered.Store
 	logMeter *metered.Store // nil when logStore is store
 	// clog is the changelog's part in cluster mode (nil: alone).
-	clog   *clusterLog
+	clog   *cluster.ChangelogRuns
 	writer *dstl.Writer
 	cache  cacheStats // nil: no cache
 	// costs prices the stores' requests (metrics, web page).
@@ -63,12 +62,12 @@ type Host struct {
 	cat   *catalog.Catalog // nil in cluster mode: see host
 	// host and catClient: the cluster's one catalog, hosted by the leader
 	// and reached through catClient (cluster mode only).
-	host      *catalogHost
-	catClient *catalogrpc.Client
+	host      *cluster.CatalogHost
+	catClient *cluster.CatalogClient
 	// replica is this node's copy of the cluster's catalog, kept by the
 	// raft log (cluster mode only).
 	replica *catalog.Replica
-	hostRef atomic.Pointer[catalogHost] // host, for raft's callback
+	hostRef atomic.Pointer[cluster.CatalogHost] // host, for raft's callback
 	d       *daemon.Daemon
 	srv     *api.Server
 	reg     *prometheus.Registry
@@ -141,7 +140,7 @@ func Open(ctx context.Context, opts Options) (_ *Host, err error) {
 		return nil, err
 	}
 	if n.cluster != nil {
-		n.clog = newClusterLog(n.cluster, n.writer, n.log)
+		n.clog = cluster.NewChangelogRuns(n.cluster, n.writer, n.log)
 	}
 	n.set, err = openers.New(openers.Config{HeapSnapshotCap: opts.HeapSnapshotCap, LSMCacheSize: opts.LSMCacheSize,
 		LSMRemote: opts.LSMRemote, LSMRemoteCacheBytes: opts.LSMRemoteCacheBytes, LSMMemTableBytes: opts.LSMMemTableBytes,
@@ -539,7 +538,7 @@ func (n *Host) Daemon() *daemon.Daemon { return n.d }
 // on the other nodes, and while it opens).
 func (n *Host) Catalog() *catalog.Catalog {
 	if n.host != nil {
-		return n.host.current()
+		return n.host.Current()
 	}
 	return n.cat
 }

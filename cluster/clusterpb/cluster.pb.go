@@ -28,7 +28,9 @@ const (
 
 type CallRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// method names the call; payload is its encoded argument.
+	// method names the call (a Catalog method's full gRPC name, such as
+	// "/stated.cluster.v1.Catalog/Complete"); payload is its request
+	// message, encoded.
 	Method  string `protobuf:"bytes,1,opt,name=method,proto3" json:"method,omitempty"`
 	Payload []byte `protobuf:"bytes,2,opt,name=payload,proto3" json:"payload,omitempty"`
 	// from is the node id of the calling node, for logs and metrics.
@@ -90,7 +92,7 @@ func (x *CallRequest) GetFrom() string {
 
 type CallResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// payload is the encoded answer.
+	// payload is the encoded response message.
 	Payload       []byte `protobuf:"bytes,1,opt,name=payload,proto3" json:"payload,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -854,6 +856,2093 @@ func (x *CommandCheck) GetToken() uint64 {
 	return 0
 }
 
+// CatalogError is an error with its class: the name of the catalog or
+// backend sentinel it wraps (cluster/catalogwire.go), so the caller's
+// error wraps the same sentinel.
+type CatalogError struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Kind          string                 `protobuf:"bytes,1,opt,name=kind,proto3" json:"kind,omitempty"`
+	Msg           string                 `protobuf:"bytes,2,opt,name=msg,proto3" json:"msg,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CatalogError) Reset() {
+	*x = CatalogError{}
+	mi := &file_cluster_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CatalogError) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CatalogError) ProtoMessage() {}
+
+func (x *CatalogError) ProtoReflect() protoreflect.Message {
+	mi := &file_cluster_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CatalogError.ProtoReflect.Descriptor instead.
+func (*CatalogError) Descriptor() ([]byte, []int) {
+	return file_cluster_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *CatalogError) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *CatalogError) GetMsg() string {
+	if x != nil {
+		return x.Msg
+	}
+	return ""
+}
+
+type CatalogStatus struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// epoch identifies the catalog that answered (the leader's raft term).
+	Epoch uint64 `protobuf:"varint,1,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	// error is the catalog's refusal (none: the call succeeded).
+	Error         *CatalogError `protobuf:"bytes,2,opt,name=error,proto3" json:"error,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CatalogStatus) Reset() {
+	*x = CatalogStatus{}
+	mi := &file_cluster_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CatalogStatus) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CatalogStatus) ProtoMessage() {}
+
+func (x *CatalogStatus) ProtoReflect() protoreflect.Message {
+	mi := &file_cluster_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CatalogStatus.ProtoReflect.Descriptor instead.
+func (*CatalogStatus) Descriptor() ([]byte, []int) {
+	return file_cluster_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *CatalogStatus) GetEpoch() uint64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
+func (x *CatalogStatus) GetError() *CatalogError {
+	if x != nil {
+		return x.Error
+	}
+	return nil
+}
+
+type TaskId struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Job           string                 `protobuf:"bytes,1,opt,name=job,proto3" json:"job,omitempty"`
+	Operator      string                 `protobuf:"bytes,2,opt,name=operator,proto3" json:"operator,omitempty"`
+	Subtask       int64                  `protobuf:"varint,3,opt,name=subtask,proto3" json:"subtask,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TaskId) Reset() {
+	*x = TaskId{}
+	mi := &file_cluster_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TaskId) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TaskId) ProtoMessage() {}
+
+func (x *TaskId) ProtoReflect() protoreflect.Message {
+	mi := &file_cluster_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TaskId.ProtoReflect.Descriptor instead.
+func (*TaskId) Descriptor() ([]byte, []int) {
+	return file_cluster_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *TaskId) GetJob() string {
+	if x != nil {
+		return x.Job
+	}
+	return ""
+}
+
+func (x *TaskId) GetOperator() string {
+	if x != nil {
+		return x.Operator
+	}
+	return ""
+}
+
+func (x *TaskId) GetSubtask() int64 {
+	if x != nil {
+		return x.Subtask
+	}
+	return 0
+}
+
+// Fence is the fencing token its caller holds a task under.
+type Fence struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Task          *TaskId                `protobuf:"bytes,1,opt,name=task,proto3" json:"task,omitempty"`
+	Token         uint64                 `protobuf:"varint,2,opt,name=token,proto3" json:"token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Fence) Reset() {
+	*x = Fence{}
+	mi := &file_cluster_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Fence) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Fence) ProtoMessage() {}
+
+func (x *Fence) ProtoReflect() protoreflect.Message {
+	mi := &file_cluster_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Fence.ProtoReflect.Descriptor instead.
+func (*Fence) Descriptor() ([]byte, []int) {
+	return file_cluster_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *Fence) GetTask() *TaskId {
+	if x != nil {
+		return x.Task
+	}
+	return nil
+}
+
+func (x *Fence) GetToken() uint64 {
+	if x != nil {
+		return x.Token
+	}
+	return 0
+}
+
+// Report is a task's handle (backend.EncodeHandle) reported under a
+// fencing token (0: none).
+type Report struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Handle        []byte                 `protobuf:"bytes,1,opt,name=handle,proto3" json:"handle,omitempty"`
+	Token         uint64                 `protobuf:"varint,2,opt,name=token,proto3" json:"token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Report) Reset() {
+	*x = Report{}
+	mi := &file_cluster_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Report) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Report) ProtoMessage() {}
+
+func (x *Report) ProtoReflect() protoreflect.Message {
+	mi := &file_cluster_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Report.ProtoReflect.Descriptor instead.
+func (*Report) Descriptor() ([]byte, []int) {
+	return file_cluster_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *Report) GetHandle() []byte {
+	if x != nil {
+		return x.Handle
+	}
+	return nil
+}
+
+func (x *Report) GetToken() uint64 {
+	if x != nil {
+		return x.Token
+	}
+	return 0
+}
+
+type CatalogAck struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Status        *CatalogStatus         `protobuf:"bytes,1,opt,name=status,proto3" json:"status,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CatalogAck) Reset() {
+	*x = CatalogAck{}
+	mi := &file_cluster_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CatalogAck) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CatalogAck) ProtoMessage() {}
+
+func (x *CatalogAck) ProtoReflect() protoreflect.Message {
+	mi := &file_cluster_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CatalogAck.ProtoReflect.Descriptor instead.
+func (*CatalogAck) Descriptor() ([]byte, []int) {
+	return file_cluster_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *CatalogAck) GetStatus() *CatalogStatus {
+	if x != nil {
+		return x.Status
+	}
+	return nil
+}
+
+type EpochRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EpochRequest) Reset() {
+	*x = EpochRequest{}
+	mi := &file_cluster_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EpochRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EpochRequest) ProtoMessage() {}
+
+func (x *EpochRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_cluster_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EpochRequest.ProtoReflect.Descriptor instead.
+func (*EpochRequest) Descriptor() ([]byte, []int) {
+	return file_cluster_proto_rawDescGZIP(), []int{19}
+}
+
+type BeginRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Job           string                 `protobuf:"bytes,1,opt,name=job,proto3" json:"job,omitempty"`
+	Id            uint64                 `protobuf:"varint,2,opt,name=id,proto3" json:"id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BeginRequest) Reset() {
+	*x = BeginRequest{}
+	mi := &file_cluster_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BeginRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BeginRequest) ProtoMessage() {}
+
+func (x *BeginRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_cluster_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BeginRequest.ProtoReflect.Descriptor instead.
+func (*BeginRequest) Descriptor() ([]byte, []int) {
+	return file_cluster_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *BeginRequest) GetJob() string {
+	if x != nil {
+		return x.Job
+	}
+	return ""
+}
+
+func (x *BeginRequest) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+type ReportRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Job           string                 `protobuf:"bytes,1,opt,name=job,proto3" json:"job,omitempty"`
+	Id            uint64                 `protobuf:"varint,2,opt,name=id,proto3" json:"id,omitempty"`
+	Report        *Report                `protobuf:"bytes,3,opt,name=report,proto3" json:"report,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReportRequest) Reset() {
+	*x = ReportRequest{}
+	mi := &file_cluster_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReportRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReportRequest) ProtoMessage() {}
+
+func (x *ReportRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_cluster_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReportRequest.ProtoReflect.Descriptor instead.
+func (*ReportRequest) Descriptor() ([]byte, []int) {
+	return file_cluster_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *ReportRequest) GetJob() string {
+	if x != nil {
+		return x.Job
+	}
+	return ""
+}
+
+func (x *ReportRequest) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *ReportRequest) GetReport() *Report {
+	if x != nil {
+		return x.Report
+	}
+	return nil
+}
+
+type CompleteRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Job   string                 `protobuf:"bytes,1,opt,name=job,proto3" json:"job,omitempty"`
+	Id    uint64                 `protobuf:"varint,2,opt,name=id,proto3" json:"id,omitempty"`
+	// tasks the checkpoint must hold a handle of (none: every task of the
+	// job).
+	Tasks []*TaskId `protobuf:"bytes,3,rep,name=tasks,proto3" json:"tasks,omitempty"`
+	// fences are the tokens the caller holds its tasks under.
+	Fences []*Fence `protobuf:"bytes,4,rep,name=fences,proto3" json:"fences,omitempty"`
+	// reports are the caller's handles not reported yet, taken with the
+	// completion.
+	Reports       []*Report `protobuf:"bytes,5,rep,name=reports,proto3" json:"reports,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CompleteRequest) Reset() {
+	*x = CompleteRequest{}
+	mi := &file_cluster_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CompleteRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CompleteRequest) ProtoMessage() {}
+
+func (x *CompleteRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_cluster_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CompleteRequest.ProtoReflect.Descriptor instead.
+func (*CompleteRequest) Descriptor() ([]byte, []int) {
+	return file_cluster_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *CompleteRequest) GetJob() string {
+	if x != nil {
+		return x.Job
+	}
+	return ""
+}
+
+func (x *CompleteRequest) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *CompleteRequest) GetTasks() []*TaskId {
+	if x != nil {
+		return x.Tasks
+	}
+	return nil
+}
+
+func (x *CompleteRequest) GetFences() []*Fence {
+	if x != nil {
+		return x.Fences
+	}
+	return nil
+}
+
+func (x *CompleteRequest) GetReports() []*Report {
+	if x != nil {
+		return x.Reports
+	}
+	return nil
+}
+
+type AbortRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Job   string                 `protobuf:"bytes,1,opt,name=job,proto3" json:"job,omitempty"`
+	Id    uint64                 `protobuf:"varint,2,opt,name=id,proto3" json:"id,omitempty"`
+	// status is the catalog's status of the abort ("aborted", "declined",
+	// "expired").
+	Status        string `protobuf:"bytes,3,opt,name=status,proto3" json:"status,omitempty"`
+	Reason        string `protobuf:"bytes,4,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AbortRequest) Reset() {
+	*x = AbortRequest{}
+	mi := &file_cluster_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AbortRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AbortRequest) ProtoMessage() {}
+
+func (x *AbortRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_cluster_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AbortRequest.ProtoReflect.Descriptor instead.
+func (*AbortRequest) Descriptor() ([]byte, []int) {
+	return file_cluster_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *AbortRequest) GetJob() string {
+	if x != nil {
+		return x.Job
+	}
+	return ""
+}
+
+func (x *AbortRequest) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *AbortRequest) GetStatus() string {
+	if x != nil {
+		return x.Status
+	}
+	return ""
+}
+
+func (x *AbortRequest) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+type ReleaseRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Job           string                 `protobuf:"bytes,1,opt,name=job,proto3" json:"job,omitempty"`
+	Id            uint64                 `protobuf:"varint,2,opt,name=id,proto3" json:"id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReleaseRequest) Reset() {
+	*x = ReleaseRequest{}
+	mi := &file_cluster_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReleaseRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReleaseRequest) ProtoMessage() {}
+
+func (x *ReleaseRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_cluster_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReleaseRequest.ProtoReflect.Descriptor instead.
+func (*ReleaseRequest) Descriptor() ([]byte, []int) {
+	return file_cluster_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *ReleaseRequest) GetJob() string {
+	if x != nil {
+		return x.Job
+	}
+	return ""
+}
+
+func (x *ReleaseRequest) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+type CheckpointRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Job           string                 `protobuf:"bytes,1,opt,name=job,proto3" json:"job,omitempty"`
+	Id            uint64                 `protobuf:"varint,2,opt,name=id,proto3" json:"id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CheckpointRequest) Reset() {
+	*x = CheckpointRequest{}
+	mi := &file_cluster_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CheckpointRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CheckpointRequest) ProtoMessage() {}
+
+func (x *CheckpointRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_cluster_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CheckpointRequest.ProtoReflect.Descriptor instead.
+func (*CheckpointRequest) Descriptor() ([]byte, []int) {
+	return file_cluster_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *CheckpointRequest) GetJob() string {
+	if x != nil {
+		return x.Job
+	}
+	return ""
+}
+
+func (x *CheckpointRequest) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+type LatestRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Job           string                 `protobuf:"bytes,1,opt,name=job,proto3" json:"job,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LatestRequest) Reset() {
+	*x = LatestRequest{}
+	mi := &file_cluster_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LatestRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LatestRequest) ProtoMessage() {}
+
+func (x *LatestRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_cluster_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LatestRequest.ProtoReflect.Descriptor instead.
+func (*LatestRequest) Descriptor() ([]byte, []int) {
+	return file_cluster_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *LatestRequest) GetJob() string {
+	if x != nil {
+		return x.Job
+	}
+	return ""
+}
+
+type SavepointRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	SavepointId   string                 `protobuf:"bytes,1,opt,name=savepoint_id,json=savepointId,proto3" json:"savepoint_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SavepointRequest) Reset() {
+	*x = SavepointRequest{}
+	mi := &file_cluster_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SavepointRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SavepointRequest) ProtoMessage() {}
+
+func (x *SavepointRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_cluster_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SavepointRequest.ProtoReflect.Descriptor instead.
+func (*SavepointRequest) Descriptor() ([]byte, []int) {
+	return file_cluster_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *SavepointRequest) GetSavepointId() string {
+	if x != nil {
+		return x.SavepointId
+	}
+	return ""
+}
+
+type SavepointFromCheckpointRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Job   string                 `protobuf:"bytes,1,opt,name=job,proto3" json:"job,omitempty"`
+	// id 0: the job's latest completed checkpoint.
+	Id            uint64 `protobuf:"varint,2,opt,name=id,proto3" json:"id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SavepointFromCheckpointRequest) Reset() {
+	*x = SavepointFromCheckpointRequest{}
+	mi := &file_cluster_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SavepointFromCheckpointRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SavepointFromCheckpointRequest) ProtoMessage() {}
+
+func (x *SavepointFromCheckpointRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_cluster_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SavepointFromCheckpointRequest.ProtoReflect.Descriptor instead.
+func (*SavepointFromCheckpointRequest) Descriptor() ([]byte, []int) {
+	return file_cluster_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *SavepointFromCheckpointRequest) GetJob() string {
+	if x != nil {
+		return x.Job
+	}
+	return ""
+}
+
+func (x *SavepointFromCheckpointRequest) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+// ManifestResponse answers a lookup or a completion: found says whether
+// the manifest (catalog.EncodeManifest, checksummed) is there.
+type ManifestResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Status        *CatalogStatus         `protobuf:"bytes,1,opt,name=status,proto3" json:"status,omitempty"`
+	Found         bool                   `protobuf:"varint,2,opt,name=found,proto3" json:"found,omitempty"`
+	Manifest      []byte                 `protobuf:"bytes,3,opt,name=manifest,proto3" json:"manifest,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ManifestResponse) Reset() {
+	*x = ManifestResponse{}
+	mi := &file_cluster_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ManifestResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ManifestResponse) ProtoMessage() {}
+
+func (x *ManifestResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_cluster_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ManifestResponse.ProtoReflect.Descriptor instead.
+func (*ManifestResponse) Descriptor() ([]byte, []int) {
+	return file_cluster_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *ManifestResponse) GetStatus() *CatalogStatus {
+	if x != nil {
+		return x.Status
+	}
+	return nil
+}
+
+func (x *ManifestResponse) GetFound() bool {
+	if x != nil {
+		return x.Found
+	}
+	return false
+}
+
+func (x *ManifestResponse) GetManifest() []byte {
+	if x != nil {
+		return x.Manifest
+	}
+	return nil
+}
+
+type RetainedRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Job           string                 `protobuf:"bytes,1,opt,name=job,proto3" json:"job,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RetainedRequest) Reset() {
+	*x = RetainedRequest{}
+	mi := &file_cluster_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RetainedRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RetainedRequest) ProtoMessage() {}
+
+func (x *RetainedRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_cluster_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RetainedRequest.ProtoReflect.Descriptor instead.
+func (*RetainedRequest) Descriptor() ([]byte, []int) {
+	return file_cluster_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *RetainedRequest) GetJob() string {
+	if x != nil {
+		return x.Job
+	}
+	return ""
+}
+
+type RetainedResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Status        *CatalogStatus         `protobuf:"bytes,1,opt,name=status,proto3" json:"status,omitempty"`
+	Ids           []uint64               `protobuf:"varint,2,rep,packed,name=ids,proto3" json:"ids,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RetainedResponse) Reset() {
+	*x = RetainedResponse{}
+	mi := &file_cluster_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RetainedResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RetainedResponse) ProtoMessage() {}
+
+func (x *RetainedResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_cluster_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RetainedResponse.ProtoReflect.Descriptor instead.
+func (*RetainedResponse) Descriptor() ([]byte, []int) {
+	return file_cluster_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *RetainedResponse) GetStatus() *CatalogStatus {
+	if x != nil {
+		return x.Status
+	}
+	return nil
+}
+
+func (x *RetainedResponse) GetIds() []uint64 {
+	if x != nil {
+		return x.Ids
+	}
+	return nil
+}
+
+type ListRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Job           string                 `protobuf:"bytes,1,opt,name=job,proto3" json:"job,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListRequest) Reset() {
+	*x = ListRequest{}
+	mi := &file_cluster_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListRequest) ProtoMessage() {}
+
+func (x *ListRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_cluster_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListRequest.ProtoReflect.Descriptor instead.
+func (*ListRequest) Descriptor() ([]byte, []int) {
+	return file_cluster_proto_rawDescGZIP(), []int{32}
+}
+
+func (x *ListRequest) GetJob() string {
+	if x != nil {
+		return x.Job
+	}
+	return ""
+}
+
+// CheckpointStats sums up how the tasks took a checkpoint.
+type CheckpointStats struct {
+	state            protoimpl.MessageState `protogen:"open.v1"`
+	Unaligned        bool                   `protobuf:"varint,1,opt,name=unaligned,proto3" json:"unaligned,omitempty"`
+	AlignmentMicros  int64                  `protobuf:"varint,2,opt,name=alignment_micros,json=alignmentMicros,proto3" json:"alignment_micros,omitempty"`
+	StartDelayMicros int64                  `protobuf:"varint,3,opt,name=start_delay_micros,json=startDelayMicros,proto3" json:"start_delay_micros,omitempty"`
+	SyncMicros       int64                  `protobuf:"varint,4,opt,name=sync_micros,json=syncMicros,proto3" json:"sync_micros,omitempty"`
+	AsyncMicros      int64                  `protobuf:"varint,5,opt,name=async_micros,json=asyncMicros,proto3" json:"async_micros,omitempty"`
+	InFlightBytes    int64                  `protobuf:"varint,6,opt,name=in_flight_bytes,json=inFlightBytes,proto3" json:"in_flight_bytes,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *CheckpointStats) Reset() {
+	*x = CheckpointStats{}
+	mi := &file_cluster_proto_msgTypes[33]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CheckpointStats) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CheckpointStats) ProtoMessage() {}
+
+func (x *CheckpointStats) ProtoReflect() protoreflect.Message {
+	mi := &file_cluster_proto_msgTypes[33]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CheckpointStats.ProtoReflect.Descriptor instead.
+func (*CheckpointStats) Descriptor() ([]byte, []int) {
+	return file_cluster_proto_rawDescGZIP(), []int{33}
+}
+
+func (x *CheckpointStats) GetUnaligned() bool {
+	if x != nil {
+		return x.Unaligned
+	}
+	return false
+}
+
+func (x *CheckpointStats) GetAlignmentMicros() int64 {
+	if x != nil {
+		return x.AlignmentMicros
+	}
+	return 0
+}
+
+func (x *CheckpointStats) GetStartDelayMicros() int64 {
+	if x != nil {
+		return x.StartDelayMicros
+	}
+	return 0
+}
+
+func (x *CheckpointStats) GetSyncMicros() int64 {
+	if x != nil {
+		return x.SyncMicros
+	}
+	return 0
+}
+
+func (x *CheckpointStats) GetAsyncMicros() int64 {
+	if x != nil {
+		return x.AsyncMicros
+	}
+	return 0
+}
+
+func (x *CheckpointStats) GetInFlightBytes() int64 {
+	if x != nil {
+		return x.InFlightBytes
+	}
+	return 0
+}
+
+// CheckpointRecord is one checkpoint of a job's history, with what the
+// catalog computes as it lists it (retained, owner, pinned, damaged).
+type CheckpointRecord struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Id     uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	Status string                 `protobuf:"bytes,2,opt,name=status,proto3" json:"status,omitempty"`
+	// started and ended are Unix nanoseconds (0: not set).
+	StartedUnixNano     int64            `protobuf:"varint,3,opt,name=started_unix_nano,json=startedUnixNano,proto3" json:"started_unix_nano,omitempty"`
+	EndedUnixNano       int64            `protobuf:"varint,4,opt,name=ended_unix_nano,json=endedUnixNano,proto3" json:"ended_unix_nano,omitempty"`
+	CheckpointedSize    int64            `protobuf:"varint,5,opt,name=checkpointed_size,json=checkpointedSize,proto3" json:"checkpointed_size,omitempty"`
+	FullSize            int64            `protobuf:"varint,6,opt,name=full_size,json=fullSize,proto3" json:"full_size,omitempty"`
+	Tasks               int64            `protobuf:"varint,7,opt,name=tasks,proto3" json:"tasks,omitempty"`
+	Reason              string           `protobuf:"bytes,8,opt,name=reason,proto3" json:"reason,omitempty"`
+	Stats               *CheckpointStats `protobuf:"bytes,9,opt,name=stats,proto3" json:"stats,omitempty"`
+	WithoutChannelState bool             `protobuf:"varint,10,opt,name=without_channel_state,json=withoutChannelState,proto3" json:"without_channel_state,omitempty"`
+	Retained            bool             `protobuf:"varint,11,opt,name=retained,proto3" json:"retained,omitempty"`
+	Owner               string           `protobuf:"bytes,12,opt,name=owner,proto3" json:"owner,omitempty"`
+	Pinned              bool             `protobuf:"varint,13,opt,name=pinned,proto3" json:"pinned,omitempty"`
+	Damaged             *CatalogError    `protobuf:"bytes,14,opt,name=damaged,proto3" json:"damaged,omitempty"`
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
+}
+
+func (x *CheckpointRecord) Reset() {
+	*x = CheckpointRecord{}
+	mi := &file_cluster_proto_msgTypes[34]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CheckpointRecord) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CheckpointRecord) ProtoMessage() {}
+
+func (x *CheckpointRecord) ProtoReflect() protoreflect.Message {
+	mi := &file_cluster_proto_msgTypes[34]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CheckpointRecord.ProtoReflect.Descriptor instead.
+func (*CheckpointRecord) Descriptor() ([]byte, []int) {
+	return file_cluster_proto_rawDescGZIP(), []int{34}
+}
+
+func (x *CheckpointRecord) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *CheckpointRecord) GetStatus() string {
+	if x != nil {
+		return x.Status
+	}
+	return ""
+}
+
+func (x *CheckpointRecord) GetStartedUnixNano() int64 {
+	if x != nil {
+		return x.StartedUnixNano
+	}
+	return 0
+}
+
+func (x *CheckpointRecord) GetEndedUnixNano() int64 {
+	if x != nil {
+		return x.EndedUnixNano
+	}
+	return 0
+}
+
+func (x *CheckpointRecord) GetCheckpointedSize() int64 {
+	if x != nil {
+		return x.CheckpointedSize
+	}
+	return 0
+}
+
+func (x *CheckpointRecord) GetFullSize() int64 {
+	if x != nil {
+		return x.FullSize
+	}
+	return 0
+}
+
+func (x *CheckpointRecord) GetTasks() int64 {
+	if x != nil {
+		return x.Tasks
+	}
+	return 0
+}
+
+func (x *CheckpointRecord) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *CheckpointRecord) GetStats() *CheckpointStats {
+	if x != nil {
+		return x.Stats
+	}
+	return nil
+}
+
+func (x *CheckpointRecord) GetWithoutChannelState() bool {
+	if x != nil {
+		return x.WithoutChannelState
+	}
+	return false
+}
+
+func (x *CheckpointRecord) GetRetained() bool {
+	if x != nil {
+		return x.Retained
+	}
+	return false
+}
+
+func (x *CheckpointRecord) GetOwner() string {
+	if x != nil {
+		return x.Owner
+	}
+	return ""
+}
+
+func (x *CheckpointRecord) GetPinned() bool {
+	if x != nil {
+		return x.Pinned
+	}
+	return false
+}
+
+func (x *CheckpointRecord) GetDamaged() *CatalogError {
+	if x != nil {
+		return x.Damaged
+	}
+	return nil
+}
+
+type ListResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Status        *CatalogStatus         `protobuf:"bytes,1,opt,name=status,proto3" json:"status,omitempty"`
+	Records       []*CheckpointRecord    `protobuf:"bytes,2,rep,name=records,proto3" json:"records,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListResponse) Reset() {
+	*x = ListResponse{}
+	mi := &file_cluster_proto_msgTypes[35]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListResponse) ProtoMessage() {}
+
+func (x *ListResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_cluster_proto_msgTypes[35]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListResponse.ProtoReflect.Descriptor instead.
+func (*ListResponse) Descriptor() ([]byte, []int) {
+	return file_cluster_proto_rawDescGZIP(), []int{35}
+}
+
+func (x *ListResponse) GetStatus() *CatalogStatus {
+	if x != nil {
+		return x.Status
+	}
+	return nil
+}
+
+func (x *ListResponse) GetRecords() []*CheckpointRecord {
+	if x != nil {
+		return x.Records
+	}
+	return nil
+}
+
+type RestoreRequest struct {
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	Job          string                 `protobuf:"bytes,1,opt,name=job,proto3" json:"job,omitempty"`
+	FromJob      string                 `protobuf:"bytes,2,opt,name=from_job,json=fromJob,proto3" json:"from_job,omitempty"`
+	CheckpointId uint64                 `protobuf:"varint,3,opt,name=checkpoint_id,json=checkpointId,proto3" json:"checkpoint_id,omitempty"`
+	SavepointId  string                 `protobuf:"bytes,4,opt,name=savepoint_id,json=savepointId,proto3" json:"savepoint_id,omitempty"`
+	// mode: "claim" or "no-claim".
+	Mode          string `protobuf:"bytes,5,opt,name=mode,proto3" json:"mode,omitempty"`
+	AllowFallback bool   `protobuf:"varint,6,opt,name=allow_fallback,json=allowFallback,proto3" json:"allow_fallback,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RestoreRequest) Reset() {
+	*x = RestoreRequest{}
+	mi := &file_cluster_proto_msgTypes[36]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RestoreRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RestoreRequest) ProtoMessage() {}
+
+func (x *RestoreRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_cluster_proto_msgTypes[36]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RestoreRequest.ProtoReflect.Descriptor instead.
+func (*RestoreRequest) Descriptor() ([]byte, []int) {
+	return file_cluster_proto_rawDescGZIP(), []int{36}
+}
+
+func (x *RestoreRequest) GetJob() string {
+	if x != nil {
+		return x.Job
+	}
+	return ""
+}
+
+func (x *RestoreRequest) GetFromJob() string {
+	if x != nil {
+		return x.FromJob
+	}
+	return ""
+}
+
+func (x *RestoreRequest) GetCheckpointId() uint64 {
+	if x != nil {
+		return x.CheckpointId
+	}
+	return 0
+}
+
+func (x *RestoreRequest) GetSavepointId() string {
+	if x != nil {
+		return x.SavepointId
+	}
+	return ""
+}
+
+func (x *RestoreRequest) GetMode() string {
+	if x != nil {
+		return x.Mode
+	}
+	return ""
+}
+
+func (x *RestoreRequest) GetAllowFallback() bool {
+	if x != nil {
+		return x.AllowFallback
+	}
+	return false
+}
+
+// DamagedCheckpoint is a checkpoint a fallback restore skipped.
+type DamagedCheckpoint struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Job           string                 `protobuf:"bytes,1,opt,name=job,proto3" json:"job,omitempty"`
+	Id            uint64                 `protobuf:"varint,2,opt,name=id,proto3" json:"id,omitempty"`
+	Manifest      string                 `protobuf:"bytes,3,opt,name=manifest,proto3" json:"manifest,omitempty"`
+	Error         string                 `protobuf:"bytes,4,opt,name=error,proto3" json:"error,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DamagedCheckpoint) Reset() {
+	*x = DamagedCheckpoint{}
+	mi := &file_cluster_proto_msgTypes[37]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DamagedCheckpoint) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DamagedCheckpoint) ProtoMessage() {}
+
+func (x *DamagedCheckpoint) ProtoReflect() protoreflect.Message {
+	mi := &file_cluster_proto_msgTypes[37]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DamagedCheckpoint.ProtoReflect.Descriptor instead.
+func (*DamagedCheckpoint) Descriptor() ([]byte, []int) {
+	return file_cluster_proto_rawDescGZIP(), []int{37}
+}
+
+func (x *DamagedCheckpoint) GetJob() string {
+	if x != nil {
+		return x.Job
+	}
+	return ""
+}
+
+func (x *DamagedCheckpoint) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *DamagedCheckpoint) GetManifest() string {
+	if x != nil {
+		return x.Manifest
+	}
+	return ""
+}
+
+func (x *DamagedCheckpoint) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
+type RestoreResponse struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Status   *CatalogStatus         `protobuf:"bytes,1,opt,name=status,proto3" json:"status,omitempty"`
+	Manifest []byte                 `protobuf:"bytes,2,opt,name=manifest,proto3" json:"manifest,omitempty"`
+	NoClaim  bool                   `protobuf:"varint,3,opt,name=no_claim,json=noClaim,proto3" json:"no_claim,omitempty"`
+	Skipped  []*DamagedCheckpoint   `protobuf:"bytes,4,rep,name=skipped,proto3" json:"skipped,omitempty"`
+	// savepoint: the restore reads from this savepoint's directory, not the
+	// checkpoint root.
+	Savepoint     string `protobuf:"bytes,5,opt,name=savepoint,proto3" json:"savepoint,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RestoreResponse) Reset() {
+	*x = RestoreResponse{}
+	mi := &file_cluster_proto_msgTypes[38]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RestoreResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RestoreResponse) ProtoMessage() {}
+
+func (x *RestoreResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_cluster_proto_msgTypes[38]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RestoreResponse.ProtoReflect.Descriptor instead.
+func (*RestoreResponse) Descriptor() ([]byte, []int) {
+	return file_cluster_proto_rawDescGZIP(), []int{38}
+}
+
+func (x *RestoreResponse) GetStatus() *CatalogStatus {
+	if x != nil {
+		return x.Status
+	}
+	return nil
+}
+
+func (x *RestoreResponse) GetManifest() []byte {
+	if x != nil {
+		return x.Manifest
+	}
+	return nil
+}
+
+func (x *RestoreResponse) GetNoClaim() bool {
+	if x != nil {
+		return x.NoClaim
+	}
+	return false
+}
+
+func (x *RestoreResponse) GetSkipped() []*DamagedCheckpoint {
+	if x != nil {
+		return x.Skipped
+	}
+	return nil
+}
+
+func (x *RestoreResponse) GetSavepoint() string {
+	if x != nil {
+		return x.Savepoint
+	}
+	return ""
+}
+
+type NoteWithoutChannelStateRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Job           string                 `protobuf:"bytes,1,opt,name=job,proto3" json:"job,omitempty"`
+	Id            uint64                 `protobuf:"varint,2,opt,name=id,proto3" json:"id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *NoteWithoutChannelStateRequest) Reset() {
+	*x = NoteWithoutChannelStateRequest{}
+	mi := &file_cluster_proto_msgTypes[39]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NoteWithoutChannelStateRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NoteWithoutChannelStateRequest) ProtoMessage() {}
+
+func (x *NoteWithoutChannelStateRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_cluster_proto_msgTypes[39]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NoteWithoutChannelStateRequest.ProtoReflect.Descriptor instead.
+func (*NoteWithoutChannelStateRequest) Descriptor() ([]byte, []int) {
+	return file_cluster_proto_rawDescGZIP(), []int{39}
+}
+
+func (x *NoteWithoutChannelStateRequest) GetJob() string {
+	if x != nil {
+		return x.Job
+	}
+	return ""
+}
+
+func (x *NoteWithoutChannelStateRequest) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+type ReleaseLogRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Names         []string               `protobuf:"bytes,1,rep,name=names,proto3" json:"names,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReleaseLogRequest) Reset() {
+	*x = ReleaseLogRequest{}
+	mi := &file_cluster_proto_msgTypes[40]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReleaseLogRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReleaseLogRequest) ProtoMessage() {}
+
+func (x *ReleaseLogRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_cluster_proto_msgTypes[40]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReleaseLogRequest.ProtoReflect.Descriptor instead.
+func (*ReleaseLogRequest) Descriptor() ([]byte, []int) {
+	return file_cluster_proto_rawDescGZIP(), []int{40}
+}
+
+func (x *ReleaseLogRequest) GetNames() []string {
+	if x != nil {
+		return x.Names
+	}
+	return nil
+}
+
+type ReleaseChangelogRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// run is the reporting node's changelog writer's run id.
+	Run string `protobuf:"bytes,1,opt,name=run,proto3" json:"run,omitempty"`
+	// held_from: every segment of the run below it is released.
+	HeldFrom uint64 `protobuf:"varint,2,opt,name=held_from,json=heldFrom,proto3" json:"held_from,omitempty"`
+	// names are segments at or above held_from released as well.
+	Names         []string `protobuf:"bytes,3,rep,name=names,proto3" json:"names,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReleaseChangelogRequest) Reset() {
+	*x = ReleaseChangelogRequest{}
+	mi := &file_cluster_proto_msgTypes[41]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReleaseChangelogRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReleaseChangelogRequest) ProtoMessage() {}
+
+func (x *ReleaseChangelogRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_cluster_proto_msgTypes[41]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReleaseChangelogRequest.ProtoReflect.Descriptor instead.
+func (*ReleaseChangelogRequest) Descriptor() ([]byte, []int) {
+	return file_cluster_proto_rawDescGZIP(), []int{41}
+}
+
+func (x *ReleaseChangelogRequest) GetRun() string {
+	if x != nil {
+		return x.Run
+	}
+	return ""
+}
+
+func (x *ReleaseChangelogRequest) GetHeldFrom() uint64 {
+	if x != nil {
+		return x.HeldFrom
+	}
+	return 0
+}
+
+func (x *ReleaseChangelogRequest) GetNames() []string {
+	if x != nil {
+		return x.Names
+	}
+	return nil
+}
+
+type JobsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *JobsRequest) Reset() {
+	*x = JobsRequest{}
+	mi := &file_cluster_proto_msgTypes[42]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *JobsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*JobsRequest) ProtoMessage() {}
+
+func (x *JobsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_cluster_proto_msgTypes[42]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use JobsRequest.ProtoReflect.Descriptor instead.
+func (*JobsRequest) Descriptor() ([]byte, []int) {
+	return file_cluster_proto_rawDescGZIP(), []int{42}
+}
+
+type JobsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Status        *CatalogStatus         `protobuf:"bytes,1,opt,name=status,proto3" json:"status,omitempty"`
+	Jobs          []string               `protobuf:"bytes,2,rep,name=jobs,proto3" json:"jobs,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *JobsResponse) Reset() {
+	*x = JobsResponse{}
+	mi := &file_cluster_proto_msgTypes[43]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *JobsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*JobsResponse) ProtoMessage() {}
+
+func (x *JobsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_cluster_proto_msgTypes[43]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use JobsResponse.ProtoReflect.Descriptor instead.
+func (*JobsResponse) Descriptor() ([]byte, []int) {
+	return file_cluster_proto_rawDescGZIP(), []int{43}
+}
+
+func (x *JobsResponse) GetStatus() *CatalogStatus {
+	if x != nil {
+		return x.Status
+	}
+	return nil
+}
+
+func (x *JobsResponse) GetJobs() []string {
+	if x != nil {
+		return x.Jobs
+	}
+	return nil
+}
+
+type ProblemsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ProblemsRequest) Reset() {
+	*x = ProblemsRequest{}
+	mi := &file_cluster_proto_msgTypes[44]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ProblemsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ProblemsRequest) ProtoMessage() {}
+
+func (x *ProblemsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_cluster_proto_msgTypes[44]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ProblemsRequest.ProtoReflect.Descriptor instead.
+func (*ProblemsRequest) Descriptor() ([]byte, []int) {
+	return file_cluster_proto_rawDescGZIP(), []int{44}
+}
+
+// CatalogProblem is something the catalog could not do (catalog.Problem).
+type CatalogProblem struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	What          string                 `protobuf:"bytes,1,opt,name=what,proto3" json:"what,omitempty"`
+	Object        string                 `protobuf:"bytes,2,opt,name=object,proto3" json:"object,omitempty"`
+	Job           string                 `protobuf:"bytes,3,opt,name=job,proto3" json:"job,omitempty"`
+	Error         *CatalogError          `protobuf:"bytes,4,opt,name=error,proto3" json:"error,omitempty"`
+	Effect        string                 `protobuf:"bytes,5,opt,name=effect,proto3" json:"effect,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CatalogProblem) Reset() {
+	*x = CatalogProblem{}
+	mi := &file_cluster_proto_msgTypes[45]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CatalogProblem) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CatalogProblem) ProtoMessage() {}
+
+func (x *CatalogProblem) ProtoReflect() protoreflect.Message {
+	mi := &file_cluster_proto_msgTypes[45]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CatalogProblem.ProtoReflect.Descriptor instead.
+func (*CatalogProblem) Descriptor() ([]byte, []int) {
+	return file_cluster_proto_rawDescGZIP(), []int{45}
+}
+
+func (x *CatalogProblem) GetWhat() string {
+	if x != nil {
+		return x.What
+	}
+	return ""
+}
+
+func (x *CatalogProblem) GetObject() string {
+	if x != nil {
+		return x.Object
+	}
+	return ""
+}
+
+func (x *CatalogProblem) GetJob() string {
+	if x != nil {
+		return x.Job
+	}
+	return ""
+}
+
+func (x *CatalogProblem) GetError() *CatalogError {
+	if x != nil {
+		return x.Error
+	}
+	return nil
+}
+
+func (x *CatalogProblem) GetEffect() string {
+	if x != nil {
+		return x.Effect
+	}
+	return ""
+}
+
+type ProblemsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Status        *CatalogStatus         `protobuf:"bytes,1,opt,name=status,proto3" json:"status,omitempty"`
+	Problems      []*CatalogProblem      `protobuf:"bytes,2,rep,name=problems,proto3" json:"problems,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ProblemsResponse) Reset() {
+	*x = ProblemsResponse{}
+	mi := &file_cluster_proto_msgTypes[46]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ProblemsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ProblemsResponse) ProtoMessage() {}
+
+func (x *ProblemsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_cluster_proto_msgTypes[46]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ProblemsResponse.ProtoReflect.Descriptor instead.
+func (*ProblemsResponse) Descriptor() ([]byte, []int) {
+	return file_cluster_proto_rawDescGZIP(), []int{46}
+}
+
+func (x *ProblemsResponse) GetStatus() *CatalogStatus {
+	if x != nil {
+		return x.Status
+	}
+	return nil
+}
+
+func (x *ProblemsResponse) GetProblems() []*CatalogProblem {
+	if x != nil {
+		return x.Problems
+	}
+	return nil
+}
+
+type SavepointsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SavepointsRequest) Reset() {
+	*x = SavepointsRequest{}
+	mi := &file_cluster_proto_msgTypes[47]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SavepointsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SavepointsRequest) ProtoMessage() {}
+
+func (x *SavepointsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_cluster_proto_msgTypes[47]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SavepointsRequest.ProtoReflect.Descriptor instead.
+func (*SavepointsRequest) Descriptor() ([]byte, []int) {
+	return file_cluster_proto_rawDescGZIP(), []int{47}
+}
+
+type SavepointsResponse struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Status *CatalogStatus         `protobuf:"bytes,1,opt,name=status,proto3" json:"status,omitempty"`
+	// manifests are catalog.EncodeManifest's.
+	Manifests     [][]byte `protobuf:"bytes,2,rep,name=manifests,proto3" json:"manifests,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SavepointsResponse) Reset() {
+	*x = SavepointsResponse{}
+	mi := &file_cluster_proto_msgTypes[48]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SavepointsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SavepointsResponse) ProtoMessage() {}
+
+func (x *SavepointsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_cluster_proto_msgTypes[48]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SavepointsResponse.ProtoReflect.Descriptor instead.
+func (*SavepointsResponse) Descriptor() ([]byte, []int) {
+	return file_cluster_proto_rawDescGZIP(), []int{48}
+}
+
+func (x *SavepointsResponse) GetStatus() *CatalogStatus {
+	if x != nil {
+		return x.Status
+	}
+	return nil
+}
+
+func (x *SavepointsResponse) GetManifests() [][]byte {
+	if x != nil {
+		return x.Manifests
+	}
+	return nil
+}
+
 var File_cluster_proto protoreflect.FileDescriptor
 
 const file_cluster_proto_rawDesc = "" +
@@ -920,13 +3009,170 @@ const file_cluster_proto_rawDesc = "" +
 	"\x05value\x18\x02 \x01(\v2\x1f.stated.cluster.v1.CommandCheckR\x05value:\x028\x01\"8\n" +
 	"\fCommandCheck\x12\x12\n" +
 	"\x04task\x18\x01 \x01(\tR\x04task\x12\x14\n" +
-	"\x05token\x18\x02 \x01(\x04R\x05token2\x82\x03\n" +
+	"\x05token\x18\x02 \x01(\x04R\x05token\"4\n" +
+	"\fCatalogError\x12\x12\n" +
+	"\x04kind\x18\x01 \x01(\tR\x04kind\x12\x10\n" +
+	"\x03msg\x18\x02 \x01(\tR\x03msg\"\\\n" +
+	"\rCatalogStatus\x12\x14\n" +
+	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\x125\n" +
+	"\x05error\x18\x02 \x01(\v2\x1f.stated.cluster.v1.CatalogErrorR\x05error\"P\n" +
+	"\x06TaskId\x12\x10\n" +
+	"\x03job\x18\x01 \x01(\tR\x03job\x12\x1a\n" +
+	"\boperator\x18\x02 \x01(\tR\boperator\x12\x18\n" +
+	"\asubtask\x18\x03 \x01(\x03R\asubtask\"L\n" +
+	"\x05Fence\x12-\n" +
+	"\x04task\x18\x01 \x01(\v2\x19.stated.cluster.v1.TaskIdR\x04task\x12\x14\n" +
+	"\x05token\x18\x02 \x01(\x04R\x05token\"6\n" +
+	"\x06Report\x12\x16\n" +
+	"\x06handle\x18\x01 \x01(\fR\x06handle\x12\x14\n" +
+	"\x05token\x18\x02 \x01(\x04R\x05token\"F\n" +
+	"\n" +
+	"CatalogAck\x128\n" +
+	"\x06status\x18\x01 \x01(\v2 .stated.cluster.v1.CatalogStatusR\x06status\"\x0e\n" +
+	"\fEpochRequest\"0\n" +
+	"\fBeginRequest\x12\x10\n" +
+	"\x03job\x18\x01 \x01(\tR\x03job\x12\x0e\n" +
+	"\x02id\x18\x02 \x01(\x04R\x02id\"d\n" +
+	"\rReportRequest\x12\x10\n" +
+	"\x03job\x18\x01 \x01(\tR\x03job\x12\x0e\n" +
+	"\x02id\x18\x02 \x01(\x04R\x02id\x121\n" +
+	"\x06report\x18\x03 \x01(\v2\x19.stated.cluster.v1.ReportR\x06report\"\xcb\x01\n" +
+	"\x0fCompleteRequest\x12\x10\n" +
+	"\x03job\x18\x01 \x01(\tR\x03job\x12\x0e\n" +
+	"\x02id\x18\x02 \x01(\x04R\x02id\x12/\n" +
+	"\x05tasks\x18\x03 \x03(\v2\x19.stated.cluster.v1.TaskIdR\x05tasks\x120\n" +
+	"\x06fences\x18\x04 \x03(\v2\x18.stated.cluster.v1.FenceR\x06fences\x123\n" +
+	"\areports\x18\x05 \x03(\v2\x19.stated.cluster.v1.ReportR\areports\"`\n" +
+	"\fAbortRequest\x12\x10\n" +
+	"\x03job\x18\x01 \x01(\tR\x03job\x12\x0e\n" +
+	"\x02id\x18\x02 \x01(\x04R\x02id\x12\x16\n" +
+	"\x06status\x18\x03 \x01(\tR\x06status\x12\x16\n" +
+	"\x06reason\x18\x04 \x01(\tR\x06reason\"2\n" +
+	"\x0eReleaseRequest\x12\x10\n" +
+	"\x03job\x18\x01 \x01(\tR\x03job\x12\x0e\n" +
+	"\x02id\x18\x02 \x01(\x04R\x02id\"5\n" +
+	"\x11CheckpointRequest\x12\x10\n" +
+	"\x03job\x18\x01 \x01(\tR\x03job\x12\x0e\n" +
+	"\x02id\x18\x02 \x01(\x04R\x02id\"!\n" +
+	"\rLatestRequest\x12\x10\n" +
+	"\x03job\x18\x01 \x01(\tR\x03job\"5\n" +
+	"\x10SavepointRequest\x12!\n" +
+	"\fsavepoint_id\x18\x01 \x01(\tR\vsavepointId\"B\n" +
+	"\x1eSavepointFromCheckpointRequest\x12\x10\n" +
+	"\x03job\x18\x01 \x01(\tR\x03job\x12\x0e\n" +
+	"\x02id\x18\x02 \x01(\x04R\x02id\"~\n" +
+	"\x10ManifestResponse\x128\n" +
+	"\x06status\x18\x01 \x01(\v2 .stated.cluster.v1.CatalogStatusR\x06status\x12\x14\n" +
+	"\x05found\x18\x02 \x01(\bR\x05found\x12\x1a\n" +
+	"\bmanifest\x18\x03 \x01(\fR\bmanifest\"#\n" +
+	"\x0fRetainedRequest\x12\x10\n" +
+	"\x03job\x18\x01 \x01(\tR\x03job\"^\n" +
+	"\x10RetainedResponse\x128\n" +
+	"\x06status\x18\x01 \x01(\v2 .stated.cluster.v1.CatalogStatusR\x06status\x12\x10\n" +
+	"\x03ids\x18\x02 \x03(\x04R\x03ids\"\x1f\n" +
+	"\vListRequest\x12\x10\n" +
+	"\x03job\x18\x01 \x01(\tR\x03job\"\xf4\x01\n" +
+	"\x0fCheckpointStats\x12\x1c\n" +
+	"\tunaligned\x18\x01 \x01(\bR\tunaligned\x12)\n" +
+	"\x10alignment_micros\x18\x02 \x01(\x03R\x0falignmentMicros\x12,\n" +
+	"\x12start_delay_micros\x18\x03 \x01(\x03R\x10startDelayMicros\x12\x1f\n" +
+	"\vsync_micros\x18\x04 \x01(\x03R\n" +
+	"syncMicros\x12!\n" +
+	"\fasync_micros\x18\x05 \x01(\x03R\vasyncMicros\x12&\n" +
+	"\x0fin_flight_bytes\x18\x06 \x01(\x03R\rinFlightBytes\"\xf9\x03\n" +
+	"\x10CheckpointRecord\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x16\n" +
+	"\x06status\x18\x02 \x01(\tR\x06status\x12*\n" +
+	"\x11started_unix_nano\x18\x03 \x01(\x03R\x0fstartedUnixNano\x12&\n" +
+	"\x0fended_unix_nano\x18\x04 \x01(\x03R\rendedUnixNano\x12+\n" +
+	"\x11checkpointed_size\x18\x05 \x01(\x03R\x10checkpointedSize\x12\x1b\n" +
+	"\tfull_size\x18\x06 \x01(\x03R\bfullSize\x12\x14\n" +
+	"\x05tasks\x18\a \x01(\x03R\x05tasks\x12\x16\n" +
+	"\x06reason\x18\b \x01(\tR\x06reason\x128\n" +
+	"\x05stats\x18\t \x01(\v2\".stated.cluster.v1.CheckpointStatsR\x05stats\x122\n" +
+	"\x15without_channel_state\x18\n" +
+	" \x01(\bR\x13withoutChannelState\x12\x1a\n" +
+	"\bretained\x18\v \x01(\bR\bretained\x12\x14\n" +
+	"\x05owner\x18\f \x01(\tR\x05owner\x12\x16\n" +
+	"\x06pinned\x18\r \x01(\bR\x06pinned\x129\n" +
+	"\adamaged\x18\x0e \x01(\v2\x1f.stated.cluster.v1.CatalogErrorR\adamaged\"\x87\x01\n" +
+	"\fListResponse\x128\n" +
+	"\x06status\x18\x01 \x01(\v2 .stated.cluster.v1.CatalogStatusR\x06status\x12=\n" +
+	"\arecords\x18\x02 \x03(\v2#.stated.cluster.v1.CheckpointRecordR\arecords\"\xc0\x01\n" +
+	"\x0eRestoreRequest\x12\x10\n" +
+	"\x03job\x18\x01 \x01(\tR\x03job\x12\x19\n" +
+	"\bfrom_job\x18\x02 \x01(\tR\afromJob\x12#\n" +
+	"\rcheckpoint_id\x18\x03 \x01(\x04R\fcheckpointId\x12!\n" +
+	"\fsavepoint_id\x18\x04 \x01(\tR\vsavepointId\x12\x12\n" +
+	"\x04mode\x18\x05 \x01(\tR\x04mode\x12%\n" +
+	"\x0eallow_fallback\x18\x06 \x01(\bR\rallowFallback\"g\n" +
+	"\x11DamagedCheckpoint\x12\x10\n" +
+	"\x03job\x18\x01 \x01(\tR\x03job\x12\x0e\n" +
+	"\x02id\x18\x02 \x01(\x04R\x02id\x12\x1a\n" +
+	"\bmanifest\x18\x03 \x01(\tR\bmanifest\x12\x14\n" +
+	"\x05error\x18\x04 \x01(\tR\x05error\"\xe0\x01\n" +
+	"\x0fRestoreResponse\x128\n" +
+	"\x06status\x18\x01 \x01(\v2 .stated.cluster.v1.CatalogStatusR\x06status\x12\x1a\n" +
+	"\bmanifest\x18\x02 \x01(\fR\bmanifest\x12\x19\n" +
+	"\bno_claim\x18\x03 \x01(\bR\anoClaim\x12>\n" +
+	"\askipped\x18\x04 \x03(\v2$.stated.cluster.v1.DamagedCheckpointR\askipped\x12\x1c\n" +
+	"\tsavepoint\x18\x05 \x01(\tR\tsavepoint\"B\n" +
+	"\x1eNoteWithoutChannelStateRequest\x12\x10\n" +
+	"\x03job\x18\x01 \x01(\tR\x03job\x12\x0e\n" +
+	"\x02id\x18\x02 \x01(\x04R\x02id\")\n" +
+	"\x11ReleaseLogRequest\x12\x14\n" +
+	"\x05names\x18\x01 \x03(\tR\x05names\"^\n" +
+	"\x17ReleaseChangelogRequest\x12\x10\n" +
+	"\x03run\x18\x01 \x01(\tR\x03run\x12\x1b\n" +
+	"\theld_from\x18\x02 \x01(\x04R\bheldFrom\x12\x14\n" +
+	"\x05names\x18\x03 \x03(\tR\x05names\"\r\n" +
+	"\vJobsRequest\"\\\n" +
+	"\fJobsResponse\x128\n" +
+	"\x06status\x18\x01 \x01(\v2 .stated.cluster.v1.CatalogStatusR\x06status\x12\x12\n" +
+	"\x04jobs\x18\x02 \x03(\tR\x04jobs\"\x11\n" +
+	"\x0fProblemsRequest\"\x9d\x01\n" +
+	"\x0eCatalogProblem\x12\x12\n" +
+	"\x04what\x18\x01 \x01(\tR\x04what\x12\x16\n" +
+	"\x06object\x18\x02 \x01(\tR\x06object\x12\x10\n" +
+	"\x03job\x18\x03 \x01(\tR\x03job\x125\n" +
+	"\x05error\x18\x04 \x01(\v2\x1f.stated.cluster.v1.CatalogErrorR\x05error\x12\x16\n" +
+	"\x06effect\x18\x05 \x01(\tR\x06effect\"\x8b\x01\n" +
+	"\x10ProblemsResponse\x128\n" +
+	"\x06status\x18\x01 \x01(\v2 .stated.cluster.v1.CatalogStatusR\x06status\x12=\n" +
+	"\bproblems\x18\x02 \x03(\v2!.stated.cluster.v1.CatalogProblemR\bproblems\"\x13\n" +
+	"\x11SavepointsRequest\"l\n" +
+	"\x12SavepointsResponse\x128\n" +
+	"\x06status\x18\x01 \x01(\v2 .stated.cluster.v1.CatalogStatusR\x06status\x12\x1c\n" +
+	"\tmanifests\x18\x02 \x03(\fR\tmanifests2\x82\x03\n" +
 	"\aCluster\x12J\n" +
 	"\x05Apply\x12\x1f.stated.cluster.v1.ApplyRequest\x1a .stated.cluster.v1.ApplyResponse\x12G\n" +
 	"\x04Join\x12\x1e.stated.cluster.v1.JoinRequest\x1a\x1f.stated.cluster.v1.JoinResponse\x12J\n" +
 	"\x05Leave\x12\x1f.stated.cluster.v1.LeaveRequest\x1a .stated.cluster.v1.LeaveResponse\x12M\n" +
 	"\x06Status\x12 .stated.cluster.v1.StatusRequest\x1a!.stated.cluster.v1.StatusResponse\x12G\n" +
-	"\x04Call\x12\x1e.stated.cluster.v1.CallRequest\x1a\x1f.stated.cluster.v1.CallResponseB.Z,github.com/statedhq/stated/cluster/clusterpbb\x06proto3"
+	"\x04Call\x12\x1e.stated.cluster.v1.CallRequest\x1a\x1f.stated.cluster.v1.CallResponse2\xcd\f\n" +
+	"\aCatalog\x12G\n" +
+	"\x05Epoch\x12\x1f.stated.cluster.v1.EpochRequest\x1a\x1d.stated.cluster.v1.CatalogAck\x12G\n" +
+	"\x05Begin\x12\x1f.stated.cluster.v1.BeginRequest\x1a\x1d.stated.cluster.v1.CatalogAck\x12I\n" +
+	"\x06Report\x12 .stated.cluster.v1.ReportRequest\x1a\x1d.stated.cluster.v1.CatalogAck\x12S\n" +
+	"\bComplete\x12\".stated.cluster.v1.CompleteRequest\x1a#.stated.cluster.v1.ManifestResponse\x12G\n" +
+	"\x05Abort\x12\x1f.stated.cluster.v1.AbortRequest\x1a\x1d.stated.cluster.v1.CatalogAck\x12K\n" +
+	"\aRelease\x12!.stated.cluster.v1.ReleaseRequest\x1a\x1d.stated.cluster.v1.CatalogAck\x12W\n" +
+	"\n" +
+	"Checkpoint\x12$.stated.cluster.v1.CheckpointRequest\x1a#.stated.cluster.v1.ManifestResponse\x12O\n" +
+	"\x06Latest\x12 .stated.cluster.v1.LatestRequest\x1a#.stated.cluster.v1.ManifestResponse\x12U\n" +
+	"\tSavepoint\x12#.stated.cluster.v1.SavepointRequest\x1a#.stated.cluster.v1.ManifestResponse\x12S\n" +
+	"\bRetained\x12\".stated.cluster.v1.RetainedRequest\x1a#.stated.cluster.v1.RetainedResponse\x12G\n" +
+	"\x04List\x12\x1e.stated.cluster.v1.ListRequest\x1a\x1f.stated.cluster.v1.ListResponse\x12P\n" +
+	"\aRestore\x12!.stated.cluster.v1.RestoreRequest\x1a\".stated.cluster.v1.RestoreResponse\x12k\n" +
+	"\x17NoteWithoutChannelState\x121.stated.cluster.v1.NoteWithoutChannelStateRequest\x1a\x1d.stated.cluster.v1.CatalogAck\x12Q\n" +
+	"\n" +
+	"ReleaseLog\x12$.stated.cluster.v1.ReleaseLogRequest\x1a\x1d.stated.cluster.v1.CatalogAck\x12]\n" +
+	"\x10ReleaseChangelog\x12*.stated.cluster.v1.ReleaseChangelogRequest\x1a\x1d.stated.cluster.v1.CatalogAck\x12G\n" +
+	"\x04Jobs\x12\x1e.stated.cluster.v1.JobsRequest\x1a\x1f.stated.cluster.v1.JobsResponse\x12S\n" +
+	"\bProblems\x12\".stated.cluster.v1.ProblemsRequest\x1a#.stated.cluster.v1.ProblemsResponse\x12Y\n" +
+	"\n" +
+	"Savepoints\x12$.stated.cluster.v1.SavepointsRequest\x1a%.stated.cluster.v1.SavepointsResponse\x12q\n" +
+	"\x17SavepointFromCheckpoint\x121.stated.cluster.v1.SavepointFromCheckpointRequest\x1a#.stated.cluster.v1.ManifestResponseB.Z,github.com/statedhq/stated/cluster/clusterpbb\x06proto3"
 
 var (
 	file_cluster_proto_rawDescOnce sync.Once
@@ -940,44 +3186,138 @@ func file_cluster_proto_rawDescGZIP() []byte {
 	return file_cluster_proto_rawDescData
 }
 
-var file_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
+var file_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 51)
 var file_cluster_proto_goTypes = []any{
-	(*CallRequest)(nil),    // 0: stated.cluster.v1.CallRequest
-	(*CallResponse)(nil),   // 1: stated.cluster.v1.CallResponse
-	(*ApplyRequest)(nil),   // 2: stated.cluster.v1.ApplyRequest
-	(*ApplyResponse)(nil),  // 3: stated.cluster.v1.ApplyResponse
-	(*JoinRequest)(nil),    // 4: stated.cluster.v1.JoinRequest
-	(*JoinResponse)(nil),   // 5: stated.cluster.v1.JoinResponse
-	(*LeaveRequest)(nil),   // 6: stated.cluster.v1.LeaveRequest
-	(*LeaveResponse)(nil),  // 7: stated.cluster.v1.LeaveResponse
-	(*StatusRequest)(nil),  // 8: stated.cluster.v1.StatusRequest
-	(*Member)(nil),         // 9: stated.cluster.v1.Member
-	(*StatusResponse)(nil), // 10: stated.cluster.v1.StatusResponse
-	(*Command)(nil),        // 11: stated.cluster.v1.Command
-	(*CommandCheck)(nil),   // 12: stated.cluster.v1.CommandCheck
-	nil,                    // 13: stated.cluster.v1.Command.RecordsEntry
-	nil,                    // 14: stated.cluster.v1.Command.ChecksEntry
+	(*CallRequest)(nil),                    // 0: stated.cluster.v1.CallRequest
+	(*CallResponse)(nil),                   // 1: stated.cluster.v1.CallResponse
+	(*ApplyRequest)(nil),                   // 2: stated.cluster.v1.ApplyRequest
+	(*ApplyResponse)(nil),                  // 3: stated.cluster.v1.ApplyResponse
+	(*JoinRequest)(nil),                    // 4: stated.cluster.v1.JoinRequest
+	(*JoinResponse)(nil),                   // 5: stated.cluster.v1.JoinResponse
+	(*LeaveRequest)(nil),                   // 6: stated.cluster.v1.LeaveRequest
+	(*LeaveResponse)(nil),                  // 7: stated.cluster.v1.LeaveResponse
+	(*StatusRequest)(nil),                  // 8: stated.cluster.v1.StatusRequest
+	(*Member)(nil),                         // 9: stated.cluster.v1.Member
+	(*StatusResponse)(nil),                 // 10: stated.cluster.v1.StatusResponse
+	(*Command)(nil),                        // 11: stated.cluster.v1.Command
+	(*CommandCheck)(nil),                   // 12: stated.cluster.v1.CommandCheck
+	(*CatalogError)(nil),                   // 13: stated.cluster.v1.CatalogError
+	(*CatalogStatus)(nil),                  // 14: stated.cluster.v1.CatalogStatus
+	(*TaskId)(nil),                         // 15: stated.cluster.v1.TaskId
+	(*Fence)(nil),                          // 16: stated.cluster.v1.Fence
+	(*Report)(nil),                         // 17: stated.cluster.v1.Report
+	(*CatalogAck)(nil),                     // 18: stated.cluster.v1.CatalogAck
+	(*EpochRequest)(nil),                   // 19: stated.cluster.v1.EpochRequest
+	(*BeginRequest)(nil),                   // 20: stated.cluster.v1.BeginRequest
+	(*ReportRequest)(nil),                  // 21: stated.cluster.v1.ReportRequest
+	(*CompleteRequest)(nil),                // 22: stated.cluster.v1.CompleteRequest
+	(*AbortRequest)(nil),                   // 23: stated.cluster.v1.AbortRequest
+	(*ReleaseRequest)(nil),                 // 24: stated.cluster.v1.ReleaseRequest
+	(*CheckpointRequest)(nil),              // 25: stated.cluster.v1.CheckpointRequest
+	(*LatestRequest)(nil),                  // 26: stated.cluster.v1.LatestRequest
+	(*SavepointRequest)(nil),               // 27: stated.cluster.v1.SavepointRequest
+	(*SavepointFromCheckpointRequest)(nil), // 28: stated.cluster.v1.SavepointFromCheckpointRequest
+	(*ManifestResponse)(nil),               // 29: stated.cluster.v1.ManifestResponse
+	(*RetainedRequest)(nil),                // 30: stated.cluster.v1.RetainedRequest
+	(*RetainedResponse)(nil),               // 31: stated.cluster.v1.RetainedResponse
+	(*ListRequest)(nil),                    // 32: stated.cluster.v1.ListRequest
+	(*CheckpointStats)(nil),                // 33: stated.cluster.v1.CheckpointStats
+	(*CheckpointRecord)(nil),               // 34: stated.cluster.v1.CheckpointRecord
+	(*ListResponse)(nil),                   // 35: stated.cluster.v1.ListResponse
+	(*RestoreRequest)(nil),                 // 36: stated.cluster.v1.RestoreRequest
+	(*DamagedCheckpoint)(nil),              // 37: stated.cluster.v1.DamagedCheckpoint
+	(*RestoreResponse)(nil),                // 38: stated.cluster.v1.RestoreResponse
+	(*NoteWithoutChannelStateRequest)(nil), // 39: stated.cluster.v1.NoteWithoutChannelStateRequest
+	(*ReleaseLogRequest)(nil),              // 40: stated.cluster.v1.ReleaseLogRequest
+	(*ReleaseChangelogRequest)(nil),        // 41: stated.cluster.v1.ReleaseChangelogRequest
+	(*JobsRequest)(nil),                    // 42: stated.cluster.v1.JobsRequest
+	(*JobsResponse)(nil),                   // 43: stated.cluster.v1.JobsResponse
+	(*ProblemsRequest)(nil),                // 44: stated.cluster.v1.ProblemsRequest
+	(*CatalogProblem)(nil),                 // 45: stated.cluster.v1.CatalogProblem
+	(*ProblemsResponse)(nil),               // 46: stated.cluster.v1.ProblemsResponse
+	(*SavepointsRequest)(nil),              // 47: stated.cluster.v1.SavepointsRequest
+	(*SavepointsResponse)(nil),             // 48: stated.cluster.v1.SavepointsResponse
+	nil,                                    // 49: stated.cluster.v1.Command.RecordsEntry
+	nil,                                    // 50: stated.cluster.v1.Command.ChecksEntry
 }
 var file_cluster_proto_depIdxs = []int32{
 	9,  // 0: stated.cluster.v1.StatusResponse.members:type_name -> stated.cluster.v1.Member
-	13, // 1: stated.cluster.v1.Command.records:type_name -> stated.cluster.v1.Command.RecordsEntry
-	14, // 2: stated.cluster.v1.Command.checks:type_name -> stated.cluster.v1.Command.ChecksEntry
-	12, // 3: stated.cluster.v1.Command.ChecksEntry.value:type_name -> stated.cluster.v1.CommandCheck
-	2,  // 4: stated.cluster.v1.Cluster.Apply:input_type -> stated.cluster.v1.ApplyRequest
-	4,  // 5: stated.cluster.v1.Cluster.Join:input_type -> stated.cluster.v1.JoinRequest
-	6,  // 6: stated.cluster.v1.Cluster.Leave:input_type -> stated.cluster.v1.LeaveRequest
-	8,  // 7: stated.cluster.v1.Cluster.Status:input_type -> stated.cluster.v1.StatusRequest
-	0,  // 8: stated.cluster.v1.Cluster.Call:input_type -> stated.cluster.v1.CallRequest
-	3,  // 9: stated.cluster.v1.Cluster.Apply:output_type -> stated.cluster.v1.ApplyResponse
-	5,  // 10: stated.cluster.v1.Cluster.Join:output_type -> stated.cluster.v1.JoinResponse
-	7,  // 11: stated.cluster.v1.Cluster.Leave:output_type -> stated.cluster.v1.LeaveResponse
-	10, // 12: stated.cluster.v1.Cluster.Status:output_type -> stated.cluster.v1.StatusResponse
-	1,  // 13: stated.cluster.v1.Cluster.Call:output_type -> stated.cluster.v1.CallResponse
-	9,  // [9:14] is the sub-list for method output_type
-	4,  // [4:9] is the sub-list for method input_type
-	4,  // [4:4] is the sub-list for extension type_name
-	4,  // [4:4] is the sub-list for extension extendee
-	0,  // [0:4] is the sub-list for field type_name
+	49, // 1: stated.cluster.v1.Command.records:type_name -> stated.cluster.v1.Command.RecordsEntry
+	50, // 2: stated.cluster.v1.Command.checks:type_name -> stated.cluster.v1.Command.ChecksEntry
+	13, // 3: stated.cluster.v1.CatalogStatus.error:type_name -> stated.cluster.v1.CatalogError
+	15, // 4: stated.cluster.v1.Fence.task:type_name -> stated.cluster.v1.TaskId
+	14, // 5: stated.cluster.v1.CatalogAck.status:type_name -> stated.cluster.v1.CatalogStatus
+	17, // 6: stated.cluster.v1.ReportRequest.report:type_name -> stated.cluster.v1.Report
+	15, // 7: stated.cluster.v1.CompleteRequest.tasks:type_name -> stated.cluster.v1.TaskId
+	16, // 8: stated.cluster.v1.CompleteRequest.fences:type_name -> stated.cluster.v1.Fence
+	17, // 9: stated.cluster.v1.CompleteRequest.reports:type_name -> stated.cluster.v1.Report
+	14, // 10: stated.cluster.v1.ManifestResponse.status:type_name -> stated.cluster.v1.CatalogStatus
+	14, // 11: stated.cluster.v1.RetainedResponse.status:type_name -> stated.cluster.v1.CatalogStatus
+	33, // 12: stated.cluster.v1.CheckpointRecord.stats:type_name -> stated.cluster.v1.CheckpointStats
+	13, // 13: stated.cluster.v1.CheckpointRecord.damaged:type_name -> stated.cluster.v1.CatalogError
+	14, // 14: stated.cluster.v1.ListResponse.status:type_name -> stated.cluster.v1.CatalogStatus
+	34, // 15: stated.cluster.v1.ListResponse.records:type_name -> stated.cluster.v1.CheckpointRecord
+	14, // 16: stated.cluster.v1.RestoreResponse.status:type_name -> stated.cluster.v1.CatalogStatus
+	37, // 17: stated.cluster.v1.RestoreResponse.skipped:type_name -> stated.cluster.v1.DamagedCheckpoint
+	14, // 18: stated.cluster.v1.JobsResponse.status:type_name -> stated.cluster.v1.CatalogStatus
+	13, // 19: stated.cluster.v1.CatalogProblem.error:type_name -> stated.cluster.v1.CatalogError
+	14, // 20: stated.cluster.v1.ProblemsResponse.status:type_name -> stated.cluster.v1.CatalogStatus
+	45, // 21: stated.cluster.v1.ProblemsResponse.problems:type_name -> stated.cluster.v1.CatalogProblem
+	14, // 22: stated.cluster.v1.SavepointsResponse.status:type_name -> stated.cluster.v1.CatalogStatus
+	12, // 23: stated.cluster.v1.Command.ChecksEntry.value:type_name -> stated.cluster.v1.CommandCheck
+	2,  // 24: stated.cluster.v1.Cluster.Apply:input_type -> stated.cluster.v1.ApplyRequest
+	4,  // 25: stated.cluster.v1.Cluster.Join:input_type -> stated.cluster.v1.JoinRequest
+	6,  // 26: stated.cluster.v1.Cluster.Leave:input_type -> stated.cluster.v1.LeaveRequest
+	8,  // 27: stated.cluster.v1.Cluster.Status:input_type -> stated.cluster.v1.StatusRequest
+	0,  // 28: stated.cluster.v1.Cluster.Call:input_type -> stated.cluster.v1.CallRequest
+	19, // 29: stated.cluster.v1.Catalog.Epoch:input_type -> stated.cluster.v1.EpochRequest
+	20, // 30: stated.cluster.v1.Catalog.Begin:input_type -> stated.cluster.v1.BeginRequest
+	21, // 31: stated.cluster.v1.Catalog.Report:input_type -> stated.cluster.v1.ReportRequest
+	22, // 32: stated.cluster.v1.Catalog.Complete:input_type -> stated.cluster.v1.CompleteRequest
+	23, // 33: stated.cluster.v1.Catalog.Abort:input_type -> stated.cluster.v1.AbortRequest
+	24, // 34: stated.cluster.v1.Catalog.Release:input_type -> stated.cluster.v1.ReleaseRequest
+	25, // 35: stated.cluster.v1.Catalog.Checkpoint:input_type -> stated.cluster.v1.CheckpointRequest
+	26, // 36: stated.cluster.v1.Catalog.Latest:input_type -> stated.cluster.v1.LatestRequest
+	27, // 37: stated.cluster.v1.Catalog.Savepoint:input_type -> stated.cluster.v1.SavepointRequest
+	30, // 38: stated.cluster.v1.Catalog.Retained:input_type -> stated.cluster.v1.RetainedRequest
+	32, // 39: stated.cluster.v1.Catalog.List:input_type -> stated.cluster.v1.ListRequest
+	36, // 40: stated.cluster.v1.Catalog.Restore:input_type -> stated.cluster.v1.RestoreRequest
+	39, // 41: stated.cluster.v1.Catalog.NoteWithoutChannelState:input_type -> stated.cluster.v1.NoteWithoutChannelStateRequest
+	40, // 42: stated.cluster.v1.Catalog.ReleaseLog:input_type -> stated.cluster.v1.ReleaseLogRequest
+	41, // 43: stated.cluster.v1.Catalog.ReleaseChangelog:input_type -> stated.cluster.v1.ReleaseChangelogRequest
+	42, // 44: stated.cluster.v1.Catalog.Jobs:input_type -> stated.cluster.v1.JobsRequest
+	44, // 45: stated.cluster.v1.Catalog.Problems:input_type -> stated.cluster.v1.ProblemsRequest
+	47, // 46: stated.cluster.v1.Catalog.Savepoints:input_type -> stated.cluster.v1.SavepointsRequest
+	28, // 47: stated.cluster.v1.Catalog.SavepointFromCheckpoint:input_type -> stated.cluster.v1.SavepointFromCheckpointRequest
+	3,  // 48: stated.cluster.v1.Cluster.Apply:output_type -> stated.cluster.v1.ApplyResponse
+	5,  // 49: stated.cluster.v1.Cluster.Join:output_type -> stated.cluster.v1.JoinResponse
+	7,  // 50: stated.cluster.v1.Cluster.Leave:output_type -> stated.cluster.v1.LeaveResponse
+	10, // 51: stated.cluster.v1.Cluster.Status:output_type -> stated.cluster.v1.StatusResponse
+	1,  // 52: stated.cluster.v1.Cluster.Call:output_type -> stated.cluster.v1.CallResponse
+	18, // 53: stated.cluster.v1.Catalog.Epoch:output_type -> stated.cluster.v1.CatalogAck
+	18, // 54: stated.cluster.v1.Catalog.Begin:output_type -> stated.cluster.v1.CatalogAck
+	18, // 55: stated.cluster.v1.Catalog.Report:output_type -> stated.cluster.v1.CatalogAck
+	29, // 56: stated.cluster.v1.Catalog.Complete:output_type -> stated.cluster.v1.ManifestResponse
+	18, // 57: stated.cluster.v1.Catalog.Abort:output_type -> stated.cluster.v1.CatalogAck
+	18, // 58: stated.cluster.v1.Catalog.Release:output_type -> stated.cluster.v1.CatalogAck
+	29, // 59: stated.cluster.v1.Catalog.Checkpoint:output_type -> stated.cluster.v1.ManifestResponse
+	29, // 60: stated.cluster.v1.Catalog.Latest:output_type -> stated.cluster.v1.ManifestResponse
+	29, // 61: stated.cluster.v1.Catalog.Savepoint:output_type -> stated.cluster.v1.ManifestResponse
+	31, // 62: stated.cluster.v1.Catalog.Retained:output_type -> stated.cluster.v1.RetainedResponse
+	35, // 63: stated.cluster.v1.Catalog.List:output_type -> stated.cluster.v1.ListResponse
+	38, // 64: stated.cluster.v1.Catalog.Restore:output_type -> stated.cluster.v1.RestoreResponse
+	18, // 65: stated.cluster.v1.Catalog.NoteWithoutChannelState:output_type -> stated.cluster.v1.CatalogAck
+	18, // 66: stated.cluster.v1.Catalog.ReleaseLog:output_type -> stated.cluster.v1.CatalogAck
+	18, // 67: stated.cluster.v1.Catalog.ReleaseChangelog:output_type -> stated.cluster.v1.CatalogAck
+	43, // 68: stated.cluster.v1.Catalog.Jobs:output_type -> stated.cluster.v1.JobsResponse
+	46, // 69: stated.cluster.v1.Catalog.Problems:output_type -> stated.cluster.v1.ProblemsResponse
+	48, // 70: stated.cluster.v1.Catalog.Savepoints:output_type -> stated.cluster.v1.SavepointsResponse
+	29, // 71: stated.cluster.v1.Catalog.SavepointFromCheckpoint:output_type -> stated.cluster.v1.ManifestResponse
+	48, // [48:72] is the sub-list for method output_type
+	24, // [24:48] is the sub-list for method input_type
+	24, // [24:24] is the sub-list for extension type_name
+	24, // [24:24] is the sub-list for extension extendee
+	0,  // [0:24] is the sub-list for field type_name
 }
 
 func init() { file_cluster_proto_init() }
@@ -991,9 +3331,9 @@ func file_cluster_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_cluster_proto_rawDesc), len(file_cluster_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   15,
+			NumMessages:   51,
 			NumExtensions: 0,
-			NumServices:   1,
+			NumServices:   2,
 		},
 		GoTypes:           file_cluster_proto_goTypes,
 		DependencyIndexes: file_cluster_proto_depIdxs,

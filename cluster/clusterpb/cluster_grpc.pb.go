@@ -47,8 +47,8 @@ type ClusterClient interface {
 	Leave(ctx context.Context, in *LeaveRequest, opts ...grpc.CallOption) (*LeaveResponse, error)
 	// Status is this node's view of the cluster.
 	Status(ctx context.Context, in *StatusRequest, opts ...grpc.CallOption) (*StatusResponse, error)
-	// Call runs a call of the service the leader hosts (the catalog, see
-	// package catalogrpc) and returns its answer. FAILED_PRECONDITION: this
+	// Call runs a call of the service the leader hosts (the Catalog service
+	// below) and returns its answer. FAILED_PRECONDITION: this
 	// node is not the leader; UNAVAILABLE: it leads but its service is not
 	// ready yet (its catalog is opening). The caller retries both.
 	Call(ctx context.Context, in *CallRequest, opts ...grpc.CallOption) (*CallResponse, error)
@@ -128,8 +128,8 @@ type ClusterServer interface {
 	Leave(context.Context, *LeaveRequest) (*LeaveResponse, error)
 	// Status is this node's view of the cluster.
 	Status(context.Context, *StatusRequest) (*StatusResponse, error)
-	// Call runs a call of the service the leader hosts (the catalog, see
-	// package catalogrpc) and returns its answer. FAILED_PRECONDITION: this
+	// Call runs a call of the service the leader hosts (the Catalog service
+	// below) and returns its answer. FAILED_PRECONDITION: this
 	// node is not the leader; UNAVAILABLE: it leads but its service is not
 	// ready yet (its catalog is opening). The caller retries both.
 	Call(context.Context, *CallRequest) (*CallResponse, error)
@@ -295,6 +295,824 @@ var Cluster_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Call",
 			Handler:    _Cluster_Call_Handler,
+		},
+	},
+	Streams:  []grpc.StreamDesc{},
+	Metadata: "cluster.proto",
+}
+
+const (
+	Catalog_Epoch_FullMethodName                   = "/stated.cluster.v1.Catalog/Epoch"
+	Catalog_Begin_FullMethodName                   = "/stated.cluster.v1.Catalog/Begin"
+	Catalog_Report_FullMethodName                  = "/stated.cluster.v1.Catalog/Report"
+	Catalog_Complete_FullMethodName                = "/stated.cluster.v1.Catalog/Complete"
+	Catalog_Abort_FullMethodName                   = "/stated.cluster.v1.Catalog/Abort"
+	Catalog_Release_FullMethodName                 = "/stated.cluster.v1.Catalog/Release"
+	Catalog_Checkpoint_FullMethodName              = "/stated.cluster.v1.Catalog/Checkpoint"
+	Catalog_Latest_FullMethodName                  = "/stated.cluster.v1.Catalog/Latest"
+	Catalog_Savepoint_FullMethodName               = "/stated.cluster.v1.Catalog/Savepoint"
+	Catalog_Retained_FullMethodName                = "/stated.cluster.v1.Catalog/Retained"
+	Catalog_List_FullMethodName                    = "/stated.cluster.v1.Catalog/List"
+	Catalog_Restore_FullMethodName                 = "/stated.cluster.v1.Catalog/Restore"
+	Catalog_NoteWithoutChannelState_FullMethodName = "/stated.cluster.v1.Catalog/NoteWithoutChannelState"
+	Catalog_ReleaseLog_FullMethodName              = "/stated.cluster.v1.Catalog/ReleaseLog"
+	Catalog_ReleaseChangelog_FullMethodName        = "/stated.cluster.v1.Catalog/ReleaseChangelog"
+	Catalog_Jobs_FullMethodName                    = "/stated.cluster.v1.Catalog/Jobs"
+	Catalog_Problems_FullMethodName                = "/stated.cluster.v1.Catalog/Problems"
+	Catalog_Savepoints_FullMethodName              = "/stated.cluster.v1.Catalog/Savepoints"
+	Catalog_SavepointFromCheckpoint_FullMethodName = "/stated.cluster.v1.Catalog/SavepointFromCheckpoint"
+)
+
+// CatalogClient is the client API for Catalog service.
+//
+// For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
+//
+// Catalog is the cluster's one checkpoint catalog, hosted by the leader.
+// It is not served on a gRPC server of its own: each call travels in
+// Cluster.Call (method: the call's full gRPC name; payload: its request),
+// which followers forward to the leader. Every response carries a
+// CatalogStatus: the serving catalog's epoch and, when the catalog
+// refused the call, its error. A gRPC error instead of a response means
+// the call was not answered (the leader stepped down, or a read that must
+// not be stale could not confirm the leadership): the caller asks again.
+type CatalogClient interface {
+	// Epoch answers only the serving catalog's epoch (a resync).
+	Epoch(ctx context.Context, in *EpochRequest, opts ...grpc.CallOption) (*CatalogAck, error)
+	Begin(ctx context.Context, in *BeginRequest, opts ...grpc.CallOption) (*CatalogAck, error)
+	// Report keeps a task's handle for an in-flight checkpoint.
+	Report(ctx context.Context, in *ReportRequest, opts ...grpc.CallOption) (*CatalogAck, error)
+	Complete(ctx context.Context, in *CompleteRequest, opts ...grpc.CallOption) (*ManifestResponse, error)
+	Abort(ctx context.Context, in *AbortRequest, opts ...grpc.CallOption) (*CatalogAck, error)
+	Release(ctx context.Context, in *ReleaseRequest, opts ...grpc.CallOption) (*CatalogAck, error)
+	Checkpoint(ctx context.Context, in *CheckpointRequest, opts ...grpc.CallOption) (*ManifestResponse, error)
+	Latest(ctx context.Context, in *LatestRequest, opts ...grpc.CallOption) (*ManifestResponse, error)
+	Savepoint(ctx context.Context, in *SavepointRequest, opts ...grpc.CallOption) (*ManifestResponse, error)
+	Retained(ctx context.Context, in *RetainedRequest, opts ...grpc.CallOption) (*RetainedResponse, error)
+	List(ctx context.Context, in *ListRequest, opts ...grpc.CallOption) (*ListResponse, error)
+	Restore(ctx context.Context, in *RestoreRequest, opts ...grpc.CallOption) (*RestoreResponse, error)
+	NoteWithoutChannelState(ctx context.Context, in *NoteWithoutChannelStateRequest, opts ...grpc.CallOption) (*CatalogAck, error)
+	// ReleaseLog lets go of changelog segments the daemon no longer needs.
+	ReleaseLog(ctx context.Context, in *ReleaseLogRequest, opts ...grpc.CallOption) (*CatalogAck, error)
+	// ReleaseChangelog is a node's report of the changelog segments its
+	// writer let go of (cluster/clusterlog.go).
+	ReleaseChangelog(ctx context.Context, in *ReleaseChangelogRequest, opts ...grpc.CallOption) (*CatalogAck, error)
+	Jobs(ctx context.Context, in *JobsRequest, opts ...grpc.CallOption) (*JobsResponse, error)
+	Problems(ctx context.Context, in *ProblemsRequest, opts ...grpc.CallOption) (*ProblemsResponse, error)
+	Savepoints(ctx context.Context, in *SavepointsRequest, opts ...grpc.CallOption) (*SavepointsResponse, error)
+	// SavepointFromCheckpoint copies a retained checkpoint (id 0: the
+	// job's latest) into a self-contained savepoint.
+	SavepointFromCheckpoint(ctx context.Context, in *SavepointFromCheckpointRequest, opts ...grpc.CallOption) (*ManifestResponse, error)
+}
+
+type catalogClient struct {
+	cc grpc.ClientConnInterface
+}
+
+func NewCatalogClient(cc grpc.ClientConnInterface) CatalogClient {
+	return &catalogClient{cc}
+}
+
+func (c *catalogClient) Epoch(ctx context.Context, in *EpochRequest, opts ...grpc.CallOption) (*CatalogAck, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CatalogAck)
+	err := c.cc.Invoke(ctx, Catalog_Epoch_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *catalogClient) Begin(ctx context.Context, in *BeginRequest, opts ...grpc.CallOption) (*CatalogAck, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CatalogAck)
+	err := c.cc.Invoke(ctx, Catalog_Begin_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *catalogClient) Report(ctx context.Context, in *ReportRequest, opts ...grpc.CallOption) (*CatalogAck, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CatalogAck)
+	err := c.cc.Invoke(ctx, Catalog_Report_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *catalogClient) Complete(ctx context.Context, in *CompleteRequest, opts ...grpc.CallOption) (*ManifestResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ManifestResponse)
+	err := c.cc.Invoke(ctx, Catalog_Complete_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *catalogClient) Abort(ctx context.Context, in *AbortRequest, opts ...grpc.CallOption) (*CatalogAck, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CatalogAck)
+	err := c.cc.Invoke(ctx, Catalog_Abort_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *catalogClient) Release(ctx context.Context, in *ReleaseRequest, opts ...grpc.CallOption) (*CatalogAck, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CatalogAck)
+	err := c.cc.Invoke(ctx, Catalog_Release_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *catalogClient) Checkpoint(ctx context.Context, in *CheckpointRequest, opts ...grpc.CallOption) (*ManifestResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ManifestResponse)
+	err := c.cc.Invoke(ctx, Catalog_Checkpoint_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *catalogClient) Latest(ctx context.Context, in *LatestRequest, opts ...grpc.CallOption) (*ManifestResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ManifestResponse)
+	err := c.cc.Invoke(ctx, Catalog_Latest_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *catalogClient) Savepoint(ctx context.Context, in *SavepointRequest, opts ...grpc.CallOption) (*ManifestResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ManifestResponse)
+	err := c.cc.Invoke(ctx, Catalog_Savepoint_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *catalogClient) Retained(ctx context.Context, in *RetainedRequest, opts ...grpc.CallOption) (*RetainedResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RetainedResponse)
+	err := c.cc.Invoke(ctx, Catalog_Retained_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *catalogClient) List(ctx context.Context, in *ListRequest, opts ...grpc.CallOption) (*ListResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListResponse)
+	err := c.cc.Invoke(ctx, Catalog_List_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *catalogClient) Restore(ctx context.Context, in *RestoreRequest, opts ...grpc.CallOption) (*RestoreResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RestoreResponse)
+	err := c.cc.Invoke(ctx, Catalog_Restore_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *catalogClient) NoteWithoutChannelState(ctx context.Context, in *NoteWithoutChannelStateRequest, opts ...grpc.CallOption) (*CatalogAck, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CatalogAck)
+	err := c.cc.Invoke(ctx, Catalog_NoteWithoutChannelState_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *catalogClient) ReleaseLog(ctx context.Context, in *ReleaseLogRequest, opts ...grpc.CallOption) (*CatalogAck, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CatalogAck)
+	err := c.cc.Invoke(ctx, Catalog_ReleaseLog_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *catalogClient) ReleaseChangelog(ctx context.Context, in *ReleaseChangelogRequest, opts ...grpc.CallOption) (*CatalogAck, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CatalogAck)
+	err := c.cc.Invoke(ctx, Catalog_ReleaseChangelog_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *catalogClient) Jobs(ctx context.Context, in *JobsRequest, opts ...grpc.CallOption) (*JobsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(JobsResponse)
+	err := c.cc.Invoke(ctx, Catalog_Jobs_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *catalogClient) Problems(ctx context.Context, in *ProblemsRequest, opts ...grpc.CallOption) (*ProblemsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ProblemsResponse)
+	err := c.cc.Invoke(ctx, Catalog_Problems_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *catalogClient) Savepoints(ctx context.Context, in *SavepointsRequest, opts ...grpc.CallOption) (*SavepointsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SavepointsResponse)
+	err := c.cc.Invoke(ctx, Catalog_Savepoints_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *catalogClient) SavepointFromCheckpoint(ctx context.Context, in *SavepointFromCheckpointRequest, opts ...grpc.CallOption) (*ManifestResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ManifestResponse)
+	err := c.cc.Invoke(ctx, Catalog_SavepointFromCheckpoint_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// CatalogServer is the server API for Catalog service.
+// All implementations must embed UnimplementedCatalogServer
+// for forward compatibility.
+//
+// Catalog is the cluster's one checkpoint catalog, hosted by the leader.
+// It is not served on a gRPC server of its own: each call travels in
+// Cluster.Call (method: the call's full gRPC name; payload: its request),
+// which followers forward to the leader. Every response carries a
+// CatalogStatus: the serving catalog's epoch and, when the catalog
+// refused the call, its error. A gRPC error instead of a response means
+// the call was not answered (the leader stepped down, or a read that must
+// not be stale could not confirm the leadership): the caller asks again.
+type CatalogServer interface {
+	// Epoch answers only the serving catalog's epoch (a resync).
+	Epoch(context.Context, *EpochRequest) (*CatalogAck, error)
+	Begin(context.Context, *BeginRequest) (*CatalogAck, error)
+	// Report keeps a task's handle for an in-flight checkpoint.
+	Report(context.Context, *ReportRequest) (*CatalogAck, error)
+	Complete(context.Context, *CompleteRequest) (*ManifestResponse, error)
+	Abort(context.Context, *AbortRequest) (*CatalogAck, error)
+	Release(context.Context, *ReleaseRequest) (*CatalogAck, error)
+	Checkpoint(context.Context, *CheckpointRequest) (*ManifestResponse, error)
+	Latest(context.Context, *LatestRequest) (*ManifestResponse, error)
+	Savepoint(context.Context, *SavepointRequest) (*ManifestResponse, error)
+	Retained(context.Context, *RetainedRequest) (*RetainedResponse, error)
+	List(context.Context, *ListRequest) (*ListResponse, error)
+	Restore(context.Context, *RestoreRequest) (*RestoreResponse, error)
+	NoteWithoutChannelState(context.Context, *NoteWithoutChannelStateRequest) (*CatalogAck, error)
+	// ReleaseLog lets go of changelog segments the daemon no longer needs.
+	ReleaseLog(context.Context, *ReleaseLogRequest) (*CatalogAck, error)
+	// ReleaseChangelog is a node's report of the changelog segments its
+	// writer let go of (cluster/clusterlog.go).
+	ReleaseChangelog(context.Context, *ReleaseChangelogRequest) (*CatalogAck, error)
+	Jobs(context.Context, *JobsRequest) (*JobsResponse, error)
+	Problems(context.Context, *ProblemsRequest) (*ProblemsResponse, error)
+	Savepoints(context.Context, *SavepointsRequest) (*SavepointsResponse, error)
+	// SavepointFromCheckpoint copies a retained checkpoint (id 0: the
+	// job's latest) into a self-contained savepoint.
+	SavepointFromCheckpoint(context.Context, *SavepointFromCheckpointRequest) (*ManifestResponse, error)
+	mustEmbedUnimplementedCatalogServer()
+}
+
+// UnimplementedCatalogServer must be embedded to have
+// forward compatible implementations.
+//
+// NOTE: this should be embedded by value instead of pointer to avoid a nil
+// pointer dereference when methods are called.
+type UnimplementedCatalogServer struct{}
+
+func (UnimplementedCatalogServer) Epoch(context.Context, *EpochRequest) (*CatalogAck, error) {
+	return nil, status.Error(codes.Unimplemented, "method Epoch not implemented")
+}
+func (UnimplementedCatalogServer) Begin(context.Context, *BeginRequest) (*CatalogAck, error) {
+	return nil, status.Error(codes.Unimplemented, "method Begin not implemented")
+}
+func (UnimplementedCatalogServer) Report(context.Context, *ReportRequest) (*CatalogAck, error) {
+	return nil, status.Error(codes.Unimplemented, "method Report not implemented")
+}
+func (UnimplementedCatalogServer) Complete(context.Context, *CompleteRequest) (*ManifestResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Complete not implemented")
+}
+func (UnimplementedCatalogServer) Abort(context.Context, *AbortRequest) (*CatalogAck, error) {
+	return nil, status.Error(codes.Unimplemented, "method Abort not implemented")
+}
+func (UnimplementedCatalogServer) Release(context.Context, *ReleaseRequest) (*CatalogAck, error) {
+	return nil, status.Error(codes.Unimplemented, "method Release not implemented")
+}
+func (UnimplementedCatalogServer) Checkpoint(context.Context, *CheckpointRequest) (*ManifestResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Checkpoint not implemented")
+}
+func (UnimplementedCatalogServer) Latest(context.Context, *LatestRequest) (*ManifestResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Latest not implemented")
+}
+func (UnimplementedCatalogServer) Savepoint(context.Context, *SavepointRequest) (*ManifestResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Savepoint not implemented")
+}
+func (UnimplementedCatalogServer) Retained(context.Context, *RetainedRequest) (*RetainedResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Retained not implemented")
+}
+func (UnimplementedCatalogServer) List(context.Context, *ListRequest) (*ListResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method List not implemented")
+}
+func (UnimplementedCatalogServer) Restore(context.Context, *RestoreRequest) (*RestoreResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Restore not implemented")
+}
+func (UnimplementedCatalogServer) NoteWithoutChannelState(context.Context, *NoteWithoutChannelStateRequest) (*CatalogAck, error) {
+	return nil, status.Error(codes.Unimplemented, "method NoteWithoutChannelState not implemented")
+}
+func (UnimplementedCatalogServer) ReleaseLog(context.Context, *ReleaseLogRequest) (*CatalogAck, error) {
+	return nil, status.Error(codes.Unimplemented, "method ReleaseLog not implemented")
+}
+func (UnimplementedCatalogServer) ReleaseChangelog(context.Context, *ReleaseChangelogRequest) (*CatalogAck, error) {
+	return nil, status.Error(codes.Unimplemented, "method ReleaseChangelog not implemented")
+}
+func (UnimplementedCatalogServer) Jobs(context.Context, *JobsRequest) (*JobsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Jobs not implemented")
+}
+func (UnimplementedCatalogServer) Problems(context.Context, *ProblemsRequest) (*ProblemsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Problems not implemented")
+}
+func (UnimplementedCatalogServer) Savepoints(context.Context, *SavepointsRequest) (*SavepointsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Savepoints not implemented")
+}
+func (UnimplementedCatalogServer) SavepointFromCheckpoint(context.Context, *SavepointFromCheckpointRequest) (*ManifestResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method SavepointFromCheckpoint not implemented")
+}
+func (UnimplementedCatalogServer) mustEmbedUnimplementedCatalogServer() {}
+func (UnimplementedCatalogServer) testEmbeddedByValue()                 {}
+
+// UnsafeCatalogServer may be embedded to opt out of forward compatibility for this service.
+// Use of this interface is not recommended, as added methods to CatalogServer will
+// result in compilation errors.
+type UnsafeCatalogServer interface {
+	mustEmbedUnimplementedCatalogServer()
+}
+
+func RegisterCatalogServer(s grpc.ServiceRegistrar, srv CatalogServer) {
+	// If the following call panics, it indicates UnimplementedCatalogServer was
+	// embedded by pointer and is nil.  This will cause panics if an
+	// unimplemented method is ever invoked, so we test this at initialization
+	// time to prevent it from happening at runtime later due to I/O.
+	if t, ok := srv.(interface{ testEmbeddedByValue() }); ok {
+		t.testEmbeddedByValue()
+	}
+	s.RegisterService(&Catalog_ServiceDesc, srv)
+}
+
+func _Catalog_Epoch_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(EpochRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(CatalogServer).Epoch(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Catalog_Epoch_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(CatalogServer).Epoch(ctx, req.(*EpochRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Catalog_Begin_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(BeginRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(CatalogServer).Begin(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Catalog_Begin_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(CatalogServer).Begin(ctx, req.(*BeginRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Catalog_Report_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ReportRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(CatalogServer).Report(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Catalog_Report_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(CatalogServer).Report(ctx, req.(*ReportRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Catalog_Complete_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CompleteRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(CatalogServer).Complete(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Catalog_Complete_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(CatalogServer).Complete(ctx, req.(*CompleteRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Catalog_Abort_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(AbortRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(CatalogServer).Abort(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Catalog_Abort_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(CatalogServer).Abort(ctx, req.(*AbortRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Catalog_Release_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ReleaseRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(CatalogServer).Release(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Catalog_Release_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(CatalogServer).Release(ctx, req.(*ReleaseRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Catalog_Checkpoint_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CheckpointRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(CatalogServer).Checkpoint(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Catalog_Checkpoint_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(CatalogServer).Checkpoint(ctx, req.(*CheckpointRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Catalog_Latest_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(LatestRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(CatalogServer).Latest(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Catalog_Latest_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(CatalogServer).Latest(ctx, req.(*LatestRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Catalog_Savepoint_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SavepointRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(CatalogServer).Savepoint(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Catalog_Savepoint_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(CatalogServer).Savepoint(ctx, req.(*SavepointRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Catalog_Retained_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RetainedRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(CatalogServer).Retained(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Catalog_Retained_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(CatalogServer).Retained(ctx, req.(*RetainedRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Catalog_List_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(CatalogServer).List(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Catalog_List_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(CatalogServer).List(ctx, req.(*ListRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Catalog_Restore_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RestoreRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(CatalogServer).Restore(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Catalog_Restore_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(CatalogServer).Restore(ctx, req.(*RestoreRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Catalog_NoteWithoutChannelState_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(NoteWithoutChannelStateRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(CatalogServer).NoteWithoutChannelState(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Catalog_NoteWithoutChannelState_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(CatalogServer).NoteWithoutChannelState(ctx, req.(*NoteWithoutChannelStateRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Catalog_ReleaseLog_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ReleaseLogRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(CatalogServer).ReleaseLog(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Catalog_ReleaseLog_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(CatalogServer).ReleaseLog(ctx, req.(*ReleaseLogRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Catalog_ReleaseChangelog_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ReleaseChangelogRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(CatalogServer).ReleaseChangelog(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Catalog_ReleaseChangelog_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(CatalogServer).ReleaseChangelog(ctx, req.(*ReleaseChangelogRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Catalog_Jobs_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(JobsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(CatalogServer).Jobs(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Catalog_Jobs_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(CatalogServer).Jobs(ctx, req.(*JobsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Catalog_Problems_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ProblemsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(CatalogServer).Problems(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Catalog_Problems_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(CatalogServer).Problems(ctx, req.(*ProblemsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Catalog_Savepoints_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SavepointsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(CatalogServer).Savepoints(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Catalog_Savepoints_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(CatalogServer).Savepoints(ctx, req.(*SavepointsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Catalog_SavepointFromCheckpoint_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SavepointFromCheckpointRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(CatalogServer).SavepointFromCheckpoint(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Catalog_SavepointFromCheckpoint_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(CatalogServer).SavepointFromCheckpoint(ctx, req.(*SavepointFromCheckpointRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+// Catalog_ServiceDesc is the grpc.ServiceDesc for Catalog service.
+// It's only intended for direct use with grpc.RegisterService,
+// and not to be introspected or modified (even as a copy)
+var Catalog_ServiceDesc = grpc.ServiceDesc{
+	ServiceName: "stated.cluster.v1.Catalog",
+	HandlerType: (*CatalogServer)(nil),
+	Methods: []grpc.MethodDesc{
+		{
+			MethodName: "Epoch",
+			Handler:    _Catalog_Epoch_Handler,
+		},
+		{
+			MethodName: "Begin",
+			Handler:    _Catalog_Begin_Handler,
+		},
+		{
+			MethodName: "Report",
+			Handler:    _Catalog_Report_Handler,
+		},
+		{
+			MethodName: "Complete",
+			Handler:    _Catalog_Complete_Handler,
+		},
+		{
+			MethodName: "Abort",
+			Handler:    _Catalog_Abort_Handler,
+		},
+		{
+			MethodName: "Release",
+			Handler:    _Catalog_Release_Handler,
+		},
+		{
+			MethodName: "Checkpoint",
+			Handler:    _Catalog_Checkpoint_Handler,
+		},
+		{
+			MethodName: "Latest",
+			Handler:    _Catalog_Latest_Handler,
+		},
+		{
+			MethodName: "Savepoint",
+			Handler:    _Catalog_Savepoint_Handler,
+		},
+		{
+			MethodName: "Retained",
+			Handler:    _Catalog_Retained_Handler,
+		},
+		{
+			MethodName: "List",
+			Handler:    _Catalog_List_Handler,
+		},
+		{
+			MethodName: "Restore",
+			Handler:    _Catalog_Restore_Handler,
+		},
+		{
+			MethodName: "NoteWithoutChannelState",
+			Handler:    _Catalog_NoteWithoutChannelState_Handler,
+		},
+		{
+			MethodName: "ReleaseLog",
+			Handler:    _Catalog_ReleaseLog_Handler,
+		},
+		{
+			MethodName: "ReleaseChangelog",
+			Handler:    _Catalog_ReleaseChangelog_Handler,
+		},
+		{
+			MethodName: "Jobs",
+			Handler:    _Catalog_Jobs_Handler,
+		},
+		{
+			MethodName: "Problems",
+			Handler:    _Catalog_Problems_Handler,
+		},
+		{
+			MethodName: "Savepoints",
+			Handler:    _Catalog_Savepoints_Handler,
+		},
+		{
+			MethodName: "SavepointFromCheckpoint",
+			Handler:    _Catalog_SavepointFromCheckpoint_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

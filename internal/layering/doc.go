@@ -9,6 +9,9 @@
 //
 //   - every package sits on a floor (floors, in layering_test.go), and no
 //     package imports one on a higher floor: imports point down;
+//   - daemon and cluster, on one floor, do not import each other (apart):
+//     the daemon sees cluster mode only through its Catalog and Fencer
+//     interfaces, filled in by the host;
 //   - no package below the daemon (tiered, refcount, backend's contract,
 //     dstl, chanstate, rescale, catalog) depends, even indirectly, on a
 //     backend implementation (backend/heap, backend/file, backend/lsm and

@@ -28,7 +28,7 @@ var floors = []struct {
 	{"backends and state formats", []string{"backend/heap", "backend/file", "backend/lsm", "backend/lsm/",
 		"backend/kvlayout", "backend/internal/", "backend/backendtest", "dstl", "chanstate", "rescale"}},
 	{"catalog", []string{"catalog", "dstl/changelog"}},
-	{"daemon and cluster", []string{"daemon", "daemon/", "cluster", "cluster/", "catalogrpc", "inspect"}},
+	{"daemon and cluster", []string{"daemon", "daemon/", "cluster", "cluster/", "inspect"}},
 	{"api", []string{"api", "api/"}},
 	{"host", []string{"host", "host/"}},
 	{"tools and tests", []string{"cmd/", "tools/", "examples/", "clients/", "fuzz", "tests/"}},
@@ -43,6 +43,16 @@ var belowDaemon = []string{"tiered", "tiered/", "refcount", "refcount/", "backen
 // implementations are the backend implementations and what only they use.
 var implementations = []string{"backend/heap", "backend/file", "backend/lsm", "backend/lsm/",
 	"backend/internal/", "backend/backendtest", "dstl/changelog"}
+
+// apart are packages on one floor that must not import each other: the
+// daemon sees cluster mode only through its Catalog and Fencer
+// interfaces, which the host fills in with the cluster's, so that the
+// cluster's completion path crosses daemon, cluster and catalog and no
+// more (docs/architecture.md).
+var apart = [][2][]string{
+	{{"daemon", "daemon/"}, {"cluster", "cluster/"}},
+	{{"cluster", "cluster/"}, {"daemon", "daemon/"}},
+}
 
 // match returns the length of the longest entry of pats that places rel,
 // or -1.
@@ -140,6 +150,11 @@ func check(pkgs []pkg) []string {
 			if to > from {
 				bad = append(bad, fmt.Sprintf("%s (floor %q) imports %s (floor %q, higher): imports point down", r, floors[from].name, ir, floors[to].name))
 			}
+			for _, a := range apart {
+				if match(a[0], r) >= 0 && match(a[1], ir) >= 0 {
+					bad = append(bad, fmt.Sprintf("%s imports %s: the daemon and the cluster meet only in host, through the daemon's Catalog and Fencer interfaces", r, ir))
+				}
+			}
 		}
 		if match(belowDaemon, r) >= 0 && match(implementations, r) < match(belowDaemon, r) {
 			for _, d := range p.Deps {
@@ -153,8 +168,9 @@ func check(pkgs []pkg) []string {
 	return bad
 }
 
-// TestImportRules: imports point down, and nothing below the daemon
-// depends on a backend implementation (see doc.go).
+// TestImportRules: imports point down, the daemon and the cluster do not
+// import each other, and nothing below the daemon depends on a backend
+// implementation (see doc.go).
 func TestImportRules(t *testing.T) {
 	for _, b := range check(load(t)) {
 		t.Error(b)
@@ -187,6 +203,8 @@ func TestRulesCatchBreaks(t *testing.T) {
 		{p("catalog", []string{"refcount"}, []string{"refcount", "backend/lsm"}), "backend implementation backend/lsm"},
 		{p("rescale", []string{"backend/heap"}, []string{"backend/heap"}), "backend implementation backend/heap"},
 		{p("newthing", nil, nil), "on no floor"},
+		{p("cluster", []string{"daemon"}, []string{"daemon"}), "meet only in host"},
+		{p("daemon", []string{"cluster/clusterpb"}, []string{"cluster/clusterpb"}), "meet only in host"},
 		{cycle, "import cycle"},
 	} {
 		got := check([]pkg{c.pkg})

@@ -1,20 +1,17 @@
-package host
+package cluster
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"log/slog"
 	"strings"
 	"sync"
 	"time"
 
-	"github.com/statedhq/stated/catalog"
-	"github.com/statedhq/stated/cluster"
 	"github.com/statedhq/stated/dstl"
 )
 
-// Changelog mode in a cluster. Every node's log writer puts segments into
+// Changelog mode in a  Every node's log writer puts segments into
 // the shared store under its own run id; the catalog that may delete them
 // is hosted by the leader, which cannot ask another node's writer what it
 // still holds (dstl.Writer.Holds). So:
@@ -43,9 +40,6 @@ import (
 // logRunsPrefix + node id = run id.
 const logRunsPrefix = "changelog/runs/"
 
-// mLogRelease is the leader's call a node reports released segments with.
-const mLogRelease = "changelog-release"
-
 // logReportTimeout bounds one report: the log keeper's goroutine, which
 // also starts materializations, must not wait for a leader for long.
 const logReportTimeout = 10 * time.Second
@@ -53,18 +47,14 @@ const logReportTimeout = 10 * time.Second
 // membersTTL is how long the leader trusts its reading of the members.
 const membersTTL = time.Second
 
-// logRelease is mLogRelease's payload.
-type logRelease struct {
-	Run      string   `json:"run"`
-	HeldFrom uint64   `json:"held_from"`
-	Names    []string `json:"names,omitempty"`
-}
-
-// clusterLog is a node's part in changelog mode across the cluster: it
+// ChangelogRuns is a node's part in changelog mode across the cluster: it
 // registers the node's run, reports releases, and (while the node hosts
 // the catalog) answers LogHeld and takes the other nodes' reports.
-type clusterLog struct {
-	c      *cluster.Member
+type ChangelogRuns struct {
+	c *Member
+	// client reports releases to the leader's catalog (its
+	// ReleaseChangelog call); set before the daemon starts.
+	client *CatalogClient
 	w      *dstl.Writer
 	prefix string
 	log    *slog.Logger
@@ -79,46 +69,41 @@ type clusterLog struct {
 	membersAt time.Time
 }
 
-func newClusterLog(c *cluster.Member, w *dstl.Writer, log *slog.Logger) *clusterLog {
-	return &clusterLog{c: c, w: w, prefix: w.Options().Prefix, log: log.With("component", "cluster-changelog"),
+func NewChangelogRuns(c *Member, w *dstl.Writer, log *slog.Logger) *ChangelogRuns {
+	return &ChangelogRuns{c: c, w: w, prefix: w.Options().Prefix, log: log.With("component", "cluster-changelog"),
 		heldFrom: map[string]uint64{}, released: map[string]map[string]bool{}}
 }
 
-// register journals this node's run once; later calls return at once.
-func (l *clusterLog) register(ctx context.Context) error {
+// Register journals this node's run once; later calls return at once.
+func (l *ChangelogRuns) Register(ctx context.Context) error {
 	l.regMu.Lock()
 	defer l.regMu.Unlock()
 	if l.registered {
 		return nil
 	}
 	if err := l.c.JournalPut(ctx, logRunsPrefix+l.c.ID(), []byte(l.w.RunID())); err != nil {
-		return fmt.Errorf("node: registering this node's changelog run with the cluster: %w", err)
+		return fmt.Errorf("cluster: registering this node's changelog run with the cluster: %w", err)
 	}
 	l.registered = true
 	return nil
 }
 
-// report is the daemon's Release in cluster mode: names and heldFrom go
+// Report is the daemon's Release in cluster mode: names and heldFrom go
 // to the leader's catalog.
-func (l *clusterLog) report(ctx context.Context, names []string, heldFrom uint64) error {
+func (l *ChangelogRuns) Report(ctx context.Context, names []string, heldFrom uint64) error {
 	l.regMu.Lock()
 	registered := l.registered
 	l.regMu.Unlock()
 	if !registered {
 		return nil // no instance opened yet: the writer has no segment
 	}
-	b, err := json.Marshal(logRelease{Run: l.w.RunID(), HeldFrom: heldFrom, Names: names})
-	if err != nil {
-		return err
-	}
 	ctx, cancel := context.WithTimeout(ctx, logReportTimeout)
 	defer cancel()
-	_, err = l.c.Call(ctx, mLogRelease, b)
-	return err
+	return l.client.ReleaseChangelog(ctx, l.w.RunID(), heldFrom, names)
 }
 
 // liveRuns maps the registered run of every member node to true.
-func (l *clusterLog) liveRuns() map[string]bool {
+func (l *ChangelogRuns) liveRuns() map[string]bool {
 	runs := l.c.JournalRead(logRunsPrefix)
 	l.mu.Lock()
 	members := l.members
@@ -142,8 +127,8 @@ func (l *clusterLog) liveRuns() map[string]bool {
 	return out
 }
 
-// held is the hosted catalog's LogHeld.
-func (l *clusterLog) held(name string) bool {
+// Held is the hosted catalog's LogHeld.
+func (l *ChangelogRuns) Held(name string) bool {
 	run, counter, ok := dstl.ParseSegmentName(l.prefix, name)
 	if !ok {
 		return false // not a segment any writer makes: the sweep's
@@ -162,43 +147,37 @@ func (l *clusterLog) held(name string) bool {
 	return counter >= l.heldFrom[run]
 }
 
-// take records a node's report (on the leader) and hands its names to
-// the catalog.
-func (l *clusterLog) take(ctx context.Context, cat *catalog.Catalog, payload []byte) ([]byte, error) {
-	var r logRelease
-	if err := json.Unmarshal(payload, &r); err != nil {
-		return nil, fmt.Errorf("%w: changelog release report: %v", catalog.ErrInvalidArgument, err)
-	}
+// noteRelease records a node's report (on the leader, the hosted
+// catalog server's LogRelease; the server then hands the names to the
+// catalog).
+func (l *ChangelogRuns) noteRelease(run string, heldFrom uint64, names []string) {
 	live := l.liveRuns()
 	l.mu.Lock()
-	for run := range l.heldFrom {
-		if !live[run] {
-			delete(l.heldFrom, run)
-			delete(l.released, run)
+	defer l.mu.Unlock()
+	for r := range l.heldFrom {
+		if !live[r] {
+			delete(l.heldFrom, r)
+			delete(l.released, r)
 		}
 	}
-	if live[r.Run] && r.Run != l.w.RunID() {
-		hf := max(l.heldFrom[r.Run], r.HeldFrom)
-		l.heldFrom[r.Run] = hf
-		rel := l.released[r.Run]
-		if rel == nil {
-			rel = map[string]bool{}
-			l.released[r.Run] = rel
-		}
-		for n := range rel {
-			if _, c, _ := dstl.ParseSegmentName(l.prefix, n); c < hf {
-				delete(rel, n) // heldFrom covers it
-			}
-		}
-		for _, n := range r.Names {
-			if run, c, ok := dstl.ParseSegmentName(l.prefix, n); ok && run == r.Run && c >= hf {
-				rel[n] = true
-			}
+	if !live[run] || run == l.w.RunID() {
+		return
+	}
+	hf := max(l.heldFrom[run], heldFrom)
+	l.heldFrom[run] = hf
+	rel := l.released[run]
+	if rel == nil {
+		rel = map[string]bool{}
+		l.released[run] = rel
+	}
+	for n := range rel {
+		if _, c, _ := dstl.ParseSegmentName(l.prefix, n); c < hf {
+			delete(rel, n) // heldFrom covers it
 		}
 	}
-	l.mu.Unlock()
-	if err := cat.ReleaseLog(ctx, r.Names); err != nil {
-		return nil, err
+	for _, n := range names {
+		if r, c, ok := dstl.ParseSegmentName(l.prefix, n); ok && r == run && c >= hf {
+			rel[n] = true
+		}
 	}
-	return []byte("{}"), nil
 }

@@ -1,4 +1,4 @@
-package catalogrpc
+package cluster
 
 import (
 	"testing"

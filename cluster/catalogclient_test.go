@@ -1,9 +1,8 @@
-package catalogrpc
+package cluster
 
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -11,8 +10,11 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/protobuf/proto"
+
 	"github.com/statedhq/stated/backend"
 	"github.com/statedhq/stated/catalog"
+	pb "github.com/statedhq/stated/cluster/clusterpb"
 	"github.com/statedhq/stated/tiered"
 	"github.com/statedhq/stated/tiered/memstore"
 )
@@ -24,7 +26,7 @@ var ctx = context.Background()
 type swapCaller struct {
 	journal *memJournal // nil: none
 	mu      sync.Mutex
-	srv     *Server
+	srv     *CatalogServer
 	down    bool
 	log     []string
 }
@@ -47,18 +49,18 @@ func (s *swapCaller) host(t *testing.T, store tiered.Store, epoch uint64) *catal
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cat.Close() })
-	o := ServerOptions{Epoch: epoch}
+	o := CatalogServerOptions{Epoch: epoch}
 	if s.journal != nil {
 		o.Journal = s.journal
 		o.CheckFences = s.journal.checkFences
 	}
-	srv, err := NewServer(cat, o)
+	srv, err := NewCatalogServer(cat, o)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(srv.Close)
 	if s.journal != nil {
-		if _, err := Recover(ctx, cat, s.journal); err != nil {
+		if _, err := RecoverReports(ctx, cat, s.journal); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -68,7 +70,7 @@ func (s *swapCaller) host(t *testing.T, store tiered.Store, epoch uint64) *catal
 	return cat
 }
 
-// memJournal is a Journal in memory (the cluster's is tested in package
+// memJournal is a ReportJournal in memory (the cluster's is tested in package
 // cluster).
 type memJournal struct {
 	mu sync.Mutex
@@ -145,9 +147,9 @@ func upload(t *testing.T, store tiered.Store, task backend.TaskID, kg backend.Ke
 	return h
 }
 
-func newClient(t *testing.T, c Caller, store tiered.Store) *Client {
+func newClient(t *testing.T, c CatalogCaller, store tiered.Store) *CatalogClient {
 	t.Helper()
-	cl, err := NewClient(Options{Caller: c, Store: store})
+	cl, err := NewCatalogClient(CatalogClientOptions{Caller: c, Store: store})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -170,7 +172,7 @@ func TestCompletionAcrossALeaderChange(t *testing.T) {
 	tasks := []backend.TaskID{a, b}
 	checkpoint := func(id uint64, body string) {
 		t.Helper()
-		for i, n := range []*Client{n1, n2} {
+		for i, n := range []*CatalogClient{n1, n2} {
 			if err := n.BeginCheckpoint("j", id); err != nil {
 				t.Fatal(err)
 			}
@@ -307,7 +309,7 @@ func TestJournalOutlivesTheReportingNode(t *testing.T) {
 	ka, kb := backend.KeyGroupRangeForOperator(128, 2, 0), backend.KeyGroupRangeForOperator(128, 2, 1)
 	tasks := []backend.TaskID{a, b}
 	for _, id := range []uint64{1, 2, 3} {
-		for i, n := range []*Client{n1, dead} {
+		for i, n := range []*CatalogClient{n1, dead} {
 			task, kg := a, ka
 			if i == 1 {
 				task, kg = b, kb
@@ -415,12 +417,12 @@ func TestFencedReports(t *testing.T) {
 type downJournal struct{ memJournal }
 
 func (j *downJournal) PutMany(context.Context, map[string][]byte, map[string]Fence) (map[string]error, error) {
-	return nil, fmt.Errorf("%w: leadership lost", ErrNotServing)
+	return nil, fmt.Errorf("%w: leadership lost", ErrCatalogNotServing)
 }
 
 // TestNotServingIsNoAnswer: a server that stops hosting the catalog during
 // a call (its journal write lost the leadership, or its catalog closed)
-// answers with an error wrapping ErrNotServing, which the cluster retries
+// answers with an error wrapping ErrCatalogNotServing, which the cluster retries
 // on the next leader, not with an answer that would fail the caller's
 // snapshot or completion.
 func TestNotServingIsNoAnswer(t *testing.T) {
@@ -429,7 +431,7 @@ func TestNotServingIsNoAnswer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := NewServer(cat, ServerOptions{Epoch: 1, Journal: &downJournal{memJournal{m: map[string][]byte{}}}})
+	srv, err := NewCatalogServer(cat, CatalogServerOptions{Epoch: 1, Journal: &downJournal{memJournal{m: map[string][]byte{}}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -443,14 +445,14 @@ func TestNotServingIsNoAnswer(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, token := range []uint64{0, 5} {
-		payload, _ := json.Marshal(request{Job: "j", ID: 1, Handle: enc, Token: token})
-		if out, err := srv.Handle(ctx, mReport, payload); !errors.Is(err, ErrNotServing) {
+		payload, _ := proto.Marshal(&pb.ReportRequest{Job: "j", Id: 1, Report: &pb.Report{Handle: enc, Token: token}})
+		if out, err := srv.Handle(ctx, pb.Catalog_Report_FullMethodName, payload); !errors.Is(err, ErrCatalogNotServing) {
 			t.Fatalf("report (token %d) whose journal write lost the leadership: answer %s, error %v", token, out, err)
 		}
 	}
 	cat.Close()
-	payload, _ := json.Marshal(request{Job: "j", ID: 1, Tasks: []backend.TaskID{a}})
-	if out, err := srv.Handle(ctx, mComplete, payload); !errors.Is(err, ErrNotServing) {
+	payload, _ := proto.Marshal(&pb.CompleteRequest{Job: "j", Id: 1, Tasks: toTaskIDs([]backend.TaskID{a})})
+	if out, err := srv.Handle(ctx, pb.Catalog_Complete_FullMethodName, payload); !errors.Is(err, ErrCatalogNotServing) {
 		t.Fatalf("completion on a closed catalog: answer %s, error %v", out, err)
 	}
 }

@@ -1,4 +1,4 @@
-package catalogrpc
+package cluster
 
 import (
 	"errors"
@@ -16,7 +16,7 @@ import (
 )
 
 // TestLookupsReturnTheirErrors: while no catalog answers, every lookup
-// with a context is an error wrapping ErrUnavailable with gRPC's
+// with a context is an error wrapping ErrCatalogUnavailable with gRPC's
 // UNAVAILABLE code (naming the reason), not an empty answer.
 func TestLookupsReturnTheirErrors(t *testing.T) {
 	store := memstore.New()
@@ -24,7 +24,7 @@ func TestLookupsReturnTheirErrors(t *testing.T) {
 	n := newClient(t, caller, store)
 	check := func(what string, err error) {
 		t.Helper()
-		if !errors.Is(err, ErrUnavailable) || status.Code(err) != codes.Unavailable || !strings.Contains(err.Error(), "no leader") {
+		if !errors.Is(err, ErrCatalogUnavailable) || status.Code(err) != codes.Unavailable || !strings.Contains(err.Error(), "no leader") {
 			t.Fatalf("%s without a catalog: %v (code %s)", what, err, status.Code(err))
 		}
 		// The daemon wraps it; the code survives.

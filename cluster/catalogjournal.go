@@ -1,4 +1,4 @@
-package catalogrpc
+package cluster
 
 import (
 	"context"
@@ -15,15 +15,15 @@ import (
 	"github.com/statedhq/stated/catalog"
 )
 
-// Journal is where a Server keeps the reports it accepted, so that the
+// ReportJournal is where a CatalogServer keeps the reports it accepted, so that the
 // next hosting catalog recovers them: the cluster's replicated journal
-// (cluster.Member's JournalPut, JournalDeleteRange and JournalRead).
-type Journal interface {
+// (Member's JournalPut, JournalDeleteRange and JournalRead).
+type ReportJournal interface {
 	// PutMany keeps every record, or none, in one write. A record with a
 	// fence (fences[key]) is kept only while the fence's token is its
 	// task's newest, decided in that same write: refused names the
 	// records not kept, each error wrapping catalog.ErrFenced and naming
-	// the newer holder. An error wrapping ErrNotServing means this node
+	// the newer holder. An error wrapping ErrCatalogNotServing means this node
 	// no longer leads.
 	PutMany(ctx context.Context, records map[string][]byte, fences map[string]Fence) (refused map[string]error, err error)
 	DeleteRange(ctx context.Context, from, to string) error
@@ -146,7 +146,7 @@ func reportKey(job string, id uint64) string {
 
 // record journals one report; with a fence, only while the fence holds
 // (the error then wraps catalog.ErrFenced).
-func (s *Server) record(ctx context.Context, job string, id uint64, task backend.TaskID, handle []byte, fence *Fence) error {
+func (s *CatalogServer) record(ctx context.Context, job string, id uint64, task backend.TaskID, handle []byte, fence *Fence) error {
 	if s.opts.Journal == nil {
 		return nil
 	}
@@ -188,19 +188,19 @@ func (s *Server) record(ctx context.Context, job string, id uint64, task backend
 	select {
 	case err := <-done:
 		if errors.Is(err, catalog.ErrFenced) {
-			return fmt.Errorf("catalogrpc: report of %s for checkpoint %d refused: %w", task, id, err)
+			return fmt.Errorf("catalog service: report of %s for checkpoint %d refused: %w", task, id, err)
 		}
 		if err != nil {
-			return fmt.Errorf("catalogrpc: keeping the report of %s for checkpoint %d: %w", task, id, err)
+			return fmt.Errorf("catalog service: keeping the report of %s for checkpoint %d: %w", task, id, err)
 		}
 		return nil
 	case <-ctx.Done():
-		return fmt.Errorf("catalogrpc: keeping the report of %s for checkpoint %d: %w", task, id, ctx.Err())
+		return fmt.Errorf("catalog service: keeping the report of %s for checkpoint %d: %w", task, id, ctx.Err())
 	}
 }
 
 // flush writes the pending reports, in groups, until none is left.
-func (s *Server) flush() {
+func (s *CatalogServer) flush() {
 	g := &s.group
 	stopped := false
 	for {
@@ -250,9 +250,9 @@ const settleQueue = 256
 // and of every earlier one, subsumed by its completion). It is handed to
 // the server's settler goroutine, off the completion's path (done
 // synchronously when the queue is full). A failure is logged: the next
-// completion of the job settles them too, and Recover settles what a
+// completion of the job settles them too, and RecoverReports settles what a
 // completed checkpoint left.
-func (s *Server) settle(ctx context.Context, job string, id uint64, through bool) {
+func (s *CatalogServer) settle(ctx context.Context, job string, id uint64, through bool) {
 	if s.opts.Journal == nil || id == ^uint64(0) {
 		return
 	}
@@ -268,7 +268,7 @@ func (s *Server) settle(ctx context.Context, job string, id uint64, through bool
 	}
 }
 
-func (s *Server) settleNow(ctx context.Context, st settlement) {
+func (s *CatalogServer) settleNow(ctx context.Context, st settlement) {
 	if err := s.opts.Journal.DeleteRange(ctx, st.from, st.to); err != nil {
 		s.log.Warn("settling journaled reports failed; the next completion retries", "from", st.from, "to", st.to, "err", err)
 	}
@@ -278,12 +278,12 @@ func (s *Server) settleNow(ctx context.Context, st settlement) {
 // writes them: a journal write is a log entry and an fsync on every
 // member, and one per completion would compete with the next
 // checkpoint's reports for the log. Reports left a little longer are
-// harmless: Recover settles those of completed checkpoints.
+// harmless: RecoverReports settles those of completed checkpoints.
 const settleDelay = 200 * time.Millisecond
 
 // settler runs the queued settlements until Close, gathered for
 // settleDelay and merged (one write per job, as a rule).
-func (s *Server) settler() {
+func (s *CatalogServer) settler() {
 	defer close(s.settled)
 	for {
 		var batch []settlement
@@ -331,12 +331,12 @@ func mergeSettlements(sts []settlement) []settlement {
 	return out
 }
 
-// Recover gives cat, a catalog just opened by a new leader, the reports
+// RecoverReports gives cat, a catalog just opened by a new leader, the reports
 // the journal kept: each begins its checkpoint again and adds its handle.
 // Reports of checkpoints that completed meanwhile are settled. It returns
 // how many reports it restored, and the errors of the ones it could not
 // (a damaged record, a handle the catalog refuses now), which stay out.
-func Recover(ctx context.Context, cat *catalog.Catalog, j Journal) (int, error) {
+func RecoverReports(ctx context.Context, cat *catalog.Catalog, j ReportJournal) (int, error) {
 	recs := j.Read(reportsPrefix)
 	keys := slices.Sorted(maps.Keys(recs))
 	n := 0
@@ -346,13 +346,13 @@ func Recover(ctx context.Context, cat *catalog.Catalog, j Journal) (int, error) 
 		rest := strings.TrimPrefix(k, reportsPrefix)
 		parts := strings.SplitN(rest, "/", 3)
 		if len(parts) != 3 {
-			errs = append(errs, fmt.Errorf("catalogrpc: journal key %q is not a report's", k))
+			errs = append(errs, fmt.Errorf("catalog service: journal key %q is not a report's", k))
 			continue
 		}
 		job := parts[0]
 		id, err := strconv.ParseUint(parts[1], 10, 64)
 		if err != nil {
-			errs = append(errs, fmt.Errorf("catalogrpc: journal key %q: %v", k, err))
+			errs = append(errs, fmt.Errorf("catalog service: journal key %q: %v", k, err))
 			continue
 		}
 		if done[parts[0]+"/"+parts[1]] {
@@ -360,7 +360,7 @@ func Recover(ctx context.Context, cat *catalog.Catalog, j Journal) (int, error) 
 		}
 		h, err := backend.DecodeHandle(recs[k])
 		if err != nil {
-			errs = append(errs, fmt.Errorf("catalogrpc: journaled report %s: %w", k, err))
+			errs = append(errs, fmt.Errorf("catalog service: journaled report %s: %w", k, err))
 			continue
 		}
 		if err := cat.BeginCheckpoint(job, id); errors.Is(err, catalog.ErrExists) {
@@ -369,11 +369,11 @@ func Recover(ctx context.Context, cat *catalog.Catalog, j Journal) (int, error) 
 			_ = j.DeleteRange(ctx, reportKey(job, id), reportKey(job, id+1))
 			continue
 		} else if err != nil {
-			errs = append(errs, fmt.Errorf("catalogrpc: journaled report %s: %w", k, err))
+			errs = append(errs, fmt.Errorf("catalog service: journaled report %s: %w", k, err))
 			continue
 		}
 		if err := cat.AddTaskHandle(job, id, h); err != nil {
-			errs = append(errs, fmt.Errorf("catalogrpc: journaled report %s: %w", k, err))
+			errs = append(errs, fmt.Errorf("catalog service: journaled report %s: %w", k, err))
 			continue
 		}
 		n++

@@ -1,18 +1,18 @@
-package catalogrpc
+package cluster
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"google.golang.org/protobuf/proto"
 	"pgregory.net/rapid"
 
 	"github.com/statedhq/stated/backend"
 	"github.com/statedhq/stated/catalog"
+	pb "github.com/statedhq/stated/cluster/clusterpb"
 	"github.com/statedhq/stated/tiered/memstore"
 )
 
@@ -92,7 +92,7 @@ func TestReportsOfACheckpointShareAWrite(t *testing.T) {
 	}
 	defer cat.Close()
 	j := &slowJournal{memJournal: memJournal{m: map[string][]byte{}}, took: 3 * time.Millisecond}
-	srv, err := NewServer(cat, ServerOptions{Epoch: 1, Journal: j})
+	srv, err := NewCatalogServer(cat, CatalogServerOptions{Epoch: 1, Journal: j})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -112,12 +112,17 @@ func TestReportsOfACheckpointShareAWrite(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			payload, _ := json.Marshal(request{Job: "j", ID: id, Handle: enc})
+			payload, _ := proto.Marshal(&pb.ReportRequest{Job: "j", Id: id, Report: &pb.Report{Handle: enc}})
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				if out, err := srv.Handle(ctx, mReport, payload); err != nil || strings.Contains(string(out), `"err"`) {
-					errs <- fmt.Errorf("report %d of checkpoint %d: %s %v", i, id, out, err)
+				out, err := srv.Handle(ctx, pb.Catalog_Report_FullMethodName, payload)
+				var a pb.CatalogAck
+				if err == nil {
+					err = proto.Unmarshal(out, &a)
+				}
+				if err != nil || a.GetStatus().GetError() != nil {
+					errs <- fmt.Errorf("report %d of checkpoint %d: %v %v", i, id, a.GetStatus().GetError(), err)
 				}
 			}()
 			// 200 us apart (a spin: a sleep that short oversleeps).

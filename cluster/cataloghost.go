@@ -1,4 +1,4 @@
-package host
+package cluster
 
 import (
 	"context"
@@ -12,9 +12,6 @@ import (
 
 	"github.com/statedhq/stated/backend"
 	"github.com/statedhq/stated/catalog"
-	"github.com/statedhq/stated/catalogrpc"
-	"github.com/statedhq/stated/cluster"
-	"github.com/statedhq/stated/daemon"
 )
 
 // hostOpenTimeout bounds a new leader's wait for its log and the opening
@@ -24,23 +21,23 @@ const hostOpenTimeout = 2 * time.Minute
 
 // errDeposed fails the hosted catalog's writes once this node's term has
 // passed: another leader may have decided since.
-var errDeposed = errors.New("node: this node no longer hosts the cluster's catalog")
+var errDeposed = errors.New("cluster: this node no longer hosts the cluster's catalog")
 
-// catalogHost hosts the cluster's one catalog while this node leads: on
+// CatalogHost hosts the cluster's one catalog while this node leads: on
 // becoming leader it waits for the raft log to be applied, opens the
 // catalog over the node's replica (which the log keeps, so only the
 // cluster's first leader reads the checkpoint store) and serves it to every node's
-// catalogrpc.Client through cluster.Call; on losing leadership (or a new
+// CatalogClient through Call; on losing leadership (or a new
 // term) it stops serving and closes it. It then has the node's own
 // client report its in-flight checkpoints to whichever catalog now
 // serves. One goroutine, owned by the node, does all of it in order.
-type catalogHost struct {
-	c      *cluster.Member
+type CatalogHost struct {
+	c      *Member
 	base   catalog.Options
-	client *catalogrpc.Client
+	client *CatalogClient
 	log    *slog.Logger
-	// logs takes the nodes' changelog release reports (mLogRelease).
-	logs   *clusterLog
+	// logs takes the nodes' changelog release reports (ReleaseChangelog).
+	logs   *ChangelogRuns
 	kick   chan struct{}
 	resync chan struct{}
 	stop   chan struct{}
@@ -48,35 +45,43 @@ type catalogHost struct {
 
 	mu   sync.Mutex
 	cat  *catalog.Catalog // nil: not hosting
-	srv  *catalogrpc.Server
+	srv  *CatalogServer
 	term uint64
 }
 
-func newCatalogHost(c *cluster.Member, base catalog.Options, client *catalogrpc.Client, log *slog.Logger) *catalogHost {
-	return &catalogHost{c: c, base: base, client: client, log: log.With("component", "catalog-host"),
+// NewCatalogHost returns the catalog host of member c: base are the
+// catalog's options (its Replica the one c's log keeps), client this
+// node's client of whichever catalog serves, and logs (nil: no changelog)
+// the node's changelog runs, whose releases then go through client. Run
+// starts it, Close stops it.
+func NewCatalogHost(c *Member, base catalog.Options, client *CatalogClient, logs *ChangelogRuns, log *slog.Logger) *CatalogHost {
+	if logs != nil {
+		logs.client = client
+	}
+	return &CatalogHost{c: c, base: base, client: client, logs: logs, log: log.With("component", "catalog-host"),
 		kick: make(chan struct{}, 1), resync: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
 }
 
-// nudge asks the host to look at the leadership again (OnLeaderChange).
-func (h *catalogHost) nudge() {
+// Nudge asks the host to look at the leadership again (OnLeaderChange).
+func (h *CatalogHost) Nudge() {
 	select {
 	case h.kick <- struct{}{}:
 	default:
 	}
 }
 
-// current is the hosted catalog (nil: this node does not host it).
-func (h *catalogHost) current() *catalog.Catalog {
+// Current is the hosted catalog (nil: this node does not host it).
+func (h *CatalogHost) Current() *catalog.Catalog {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return h.cat
 }
 
-// run starts the host's two goroutines: one hosts or releases the
+// Run starts the host's two goroutines: one hosts or releases the
 // catalog as the leadership changes, the other resyncs the node's client
 // with whichever catalog serves (it may wait seconds for a new leader,
 // which must not delay this node's own hosting).
-func (h *catalogHost) run() {
+func (h *CatalogHost) Run() {
 	var wg sync.WaitGroup
 	wg.Add(2)
 	go func() {
@@ -136,7 +141,7 @@ func (h *catalogHost) run() {
 // reconcile hosts the catalog if this node leads in a term it does not
 // host yet and releases it if not; it reports whether the leadership
 // changed (a resync is due) — any nudge may mean another node leads now.
-func (h *catalogHost) reconcile() bool {
+func (h *CatalogHost) reconcile() bool {
 	leading, term := h.c.IsLeader(), h.c.Term()
 	h.mu.Lock()
 	hosting, hostTerm := h.cat != nil, h.term
@@ -157,7 +162,7 @@ func (h *catalogHost) reconcile() bool {
 }
 
 // host opens the catalog for term and serves it.
-func (h *catalogHost) host(term uint64) error {
+func (h *CatalogHost) host(term uint64) error {
 	ctx, cancel := context.WithTimeout(context.Background(), hostOpenTimeout)
 	defer cancel()
 	// Every command committed by earlier leaders (fencing tokens) is
@@ -183,17 +188,17 @@ func (h *catalogHost) host(term uint64) error {
 		if h.c.Term() != term {
 			return nil, fmt.Errorf("%w (its term %d ended)", errDeposed, term)
 		}
-		var checks []cluster.Check
+		var checks []Check
 		for _, f := range fences {
-			checks = append(checks, cluster.Check{Task: fenceKey(f.Task), Token: f.Token})
+			checks = append(checks, Check{Task: fenceKey(f.Task), Token: f.Token})
 		}
 		res, err := h.c.Propose(ctx, cmd, checks)
-		if cluster.IsLeadershipError(err) {
+		if IsLeadershipError(err) {
 			// Not an answer: the call that proposed it is retried on
 			// the next leader (reports and completions are idempotent,
 			// and a completion whose command was committed after all is
 			// found there).
-			return nil, fmt.Errorf("%w: %w", catalogrpc.ErrNotServing, err)
+			return nil, fmt.Errorf("%w: %w", ErrCatalogNotServing, err)
 		}
 		return res, fencedErr(err)
 	}
@@ -214,24 +219,28 @@ func (h *catalogHost) host(term uint64) error {
 	// The reports the old leader's catalog accepted for checkpoints still
 	// in flight, whichever node made them (it may have died with it).
 	j := clusterJournal{h.c}
-	if n, err := catalogrpc.Recover(ctx, cat, j); err != nil {
+	if n, err := RecoverReports(ctx, cat, j); err != nil {
 		h.log.Warn("some journaled reports were not recovered", "recovered", n, "err", err)
 	} else if n > 0 {
 		h.log.Info("recovered journaled reports", "reports", n)
 	}
-	checkFences := func(ctx context.Context, fences []catalogrpc.Fence) error {
-		checks := make([]cluster.Check, len(fences))
+	checkFences := func(ctx context.Context, fences []Fence) error {
+		checks := make([]Check, len(fences))
 		for i, f := range fences {
-			checks[i] = cluster.Check{Task: fenceKey(f.Task), Token: f.Token}
+			checks[i] = Check{Task: fenceKey(f.Task), Token: f.Token}
 		}
 		err := h.c.CheckHeld(ctx, checks)
-		if cluster.IsLeadershipError(err) {
-			return fmt.Errorf("%w: %w", catalogrpc.ErrNotServing, err)
+		if IsLeadershipError(err) {
+			return fmt.Errorf("%w: %w", ErrCatalogNotServing, err)
 		}
 		return fencedErr(err)
 	}
 	// The replicated catalog keeps the reports itself: no journal.
-	srv, err := catalogrpc.NewServer(cat, catalogrpc.ServerOptions{Epoch: term, Verify: o.Guard, CheckFences: checkFences, Logger: h.log})
+	so := CatalogServerOptions{Epoch: term, Verify: o.Guard, CheckFences: checkFences, Logger: h.log}
+	if h.logs != nil {
+		so.LogRelease = h.logs.noteRelease
+	}
+	srv, err := NewCatalogServer(cat, so)
 	if err != nil {
 		_ = cat.Close()
 		return err
@@ -240,13 +249,10 @@ func (h *catalogHost) host(term uint64) error {
 	h.cat, h.srv, h.term = cat, srv, term
 	h.mu.Unlock()
 	h.c.SetHandler(func(ctx context.Context, method string, payload []byte) ([]byte, error) {
-		if method == mLogRelease && h.logs != nil {
-			return h.logs.take(ctx, cat, payload)
-		}
 		out, err := srv.Handle(ctx, method, payload)
-		if errors.Is(err, catalogrpc.ErrNotServing) {
+		if errors.Is(err, ErrCatalogNotServing) {
 			// Retried by Call on the next leader.
-			return nil, fmt.Errorf("%w: %w", cluster.ErrServiceNotReady, err)
+			return nil, fmt.Errorf("%w: %w", ErrServiceNotReady, err)
 		}
 		return out, err
 	})
@@ -266,10 +272,10 @@ func (h *catalogHost) host(term uint64) error {
 //   - a completion whose caller named no tasks must hold a handle of every
 //     task of the job open anywhere, and of every subtask of each
 //     operator it holds handles of (catalog.Missing).
-func (h *catalogHost) checkCompletion(ctx context.Context, cp catalog.Completion) error {
+func (h *CatalogHost) checkCompletion(ctx context.Context, cp catalog.Completion) error {
 	held, err := h.c.HeldTasks(ctx, cp.Job+"/")
-	if cluster.IsLeadershipError(err) {
-		return fmt.Errorf("%w: %w", catalogrpc.ErrNotServing, err)
+	if IsLeadershipError(err) {
+		return fmt.Errorf("%w: %w", ErrCatalogNotServing, err)
 	}
 	if err != nil {
 		return fmt.Errorf("reading the tasks' fencing tokens: %w", err)
@@ -321,7 +327,7 @@ func taskOfKey(key string) (backend.TaskID, bool) {
 }
 
 // release stops serving and closes the hosted catalog.
-func (h *catalogHost) release() {
+func (h *CatalogHost) release() {
 	h.c.SetHandler(nil)
 	h.mu.Lock()
 	cat, srv, term := h.cat, h.srv, h.term
@@ -336,8 +342,8 @@ func (h *catalogHost) release() {
 	}
 }
 
-// close stops the host's goroutine and releases the catalog.
-func (h *catalogHost) close() {
+// Close stops the host's goroutine and releases the catalog.
+func (h *CatalogHost) Close() {
 	select {
 	case <-h.stop:
 	default:
@@ -346,21 +352,21 @@ func (h *catalogHost) close() {
 	<-h.done
 }
 
-// clusterJournal is the cluster's replicated journal as catalogrpc uses
+// clusterJournal is the cluster's replicated journal as the catalog server uses
 // it.
-type clusterJournal struct{ c *cluster.Member }
+type clusterJournal struct{ c *Member }
 
-func (j clusterJournal) PutMany(ctx context.Context, recs map[string][]byte, fences map[string]catalogrpc.Fence) (map[string]error, error) {
-	var checks map[string]cluster.Check
+func (j clusterJournal) PutMany(ctx context.Context, recs map[string][]byte, fences map[string]Fence) (map[string]error, error) {
+	var checks map[string]Check
 	for k, f := range fences {
 		if checks == nil {
-			checks = map[string]cluster.Check{}
+			checks = map[string]Check{}
 		}
-		checks[k] = cluster.Check{Task: fenceKey(f.Task), Token: f.Token}
+		checks[k] = Check{Task: fenceKey(f.Task), Token: f.Token}
 	}
 	refused, err := j.c.JournalPutChecked(ctx, recs, checks)
-	if cluster.IsLeadershipError(err) {
-		return nil, fmt.Errorf("%w: %w", catalogrpc.ErrNotServing, err)
+	if IsLeadershipError(err) {
+		return nil, fmt.Errorf("%w: %w", ErrCatalogNotServing, err)
 	}
 	for k, e := range refused {
 		refused[k] = fencedErr(e)
@@ -373,18 +379,3 @@ func (j clusterJournal) DeleteRange(ctx context.Context, from, to string) error 
 }
 
 func (j clusterJournal) Read(prefix string) map[string][]byte { return j.c.JournalRead(prefix) }
-
-// refuseHeap is the heap opener of a cluster node: heap snapshots live in
-// one daemon's memory, where no other node could restore them and the
-// leader's catalog could not delete them.
-func refuseHeap(ops map[backend.Kind]daemon.Opener) map[backend.Kind]daemon.Opener {
-	out := make(map[backend.Kind]daemon.Opener, len(ops))
-	for k, op := range ops {
-		out[k] = op
-	}
-	out[backend.KindHeap] = func(context.Context, backend.Options, daemon.OpenEnv) (backend.Backend, error) {
-		return nil, fmt.Errorf("%w: the heap backend keeps its snapshots in one daemon's memory, which other nodes of a cluster cannot restore from: use file or lsm in cluster mode",
-			daemon.ErrUnsupported)
-	}
-	return out
-}

@@ -1,0 +1,2 @@
+
+jaborted"why

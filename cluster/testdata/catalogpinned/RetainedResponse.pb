@@ -1,0 +1,3 @@
+
+ 
+catalog-not-foundno such
