@@ -20,13 +20,14 @@ import java.util.Set;
  * all fit answers its misses as absences, as a fresh job's does.
  *
  * <p>A map state's entries are one per user key. A map's node is made whole (it knows every user
- * key of its key and namespace) when the restore meets the map for the first time in its key group:
- * a key's entries are all in its key group, and within one key group every writer of Flink's
- * canonical format (heap, RocksDB, ForSt, this backend) writes one map's entries one after the
- * other. Should a map come back later in its key group after its node was evicted, the node made
- * then is not whole (its earlier entries are only in the daemon); the maps seen are remembered per
- * key group, at most {@link #MAX_MAPS_IN_GROUP} (and no more than the cache could hold), and past that the key group's further maps
- * are not cached and their states are no longer complete.
+ * key of its key and namespace) when the restore meets the map for the first time in its key group
+ * (all of a key's entries are in its key group): the node then takes every entry of the map that
+ * follows, as long as it stays in the cache. A map met again after its node was evicted gets a node
+ * that is not whole (its earlier entries are only in the daemon). Writers of Flink's canonical
+ * format put one map's entries one after the other, so that is rare, but nothing here depends on
+ * it. The maps met are remembered per key group, at most {@link #MAX_MAPS_IN_GROUP} (and no more
+ * than the cache could hold); past that, the key group's further maps are not cached and their
+ * states are no longer complete.
  *
  * <p>Used by the restore on its one thread, before the backend exists.
  */
