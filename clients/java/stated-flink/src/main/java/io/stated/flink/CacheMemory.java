@@ -13,21 +13,21 @@ import org.apache.flink.runtime.state.StateBackend;
  * cache and write buffers: the backend declares that it uses managed memory ({@link
  * StatedStateBackend#useManagedMemory}), Flink gives each keyed operator a fraction of its slot's
  * managed memory for the state-backend use case, and the cache takes that many bytes, reserved in
- * the slot's memory manager so that nothing else in the slot is given them. The cache's entries
- * are on the JVM heap, not in managed (off-heap) memory: the reservation allocates nothing, it
- * only keeps the slot's budget from being handed out twice. The bytes themselves are heap, so the
+ * the slot's memory manager so that nothing else in the slot is given them. The cache's entries are
+ * on the JVM heap, not in managed (off-heap) memory: the reservation allocates nothing, it only
+ * keeps the slot's budget from being handed out twice. The bytes themselves are heap, so the
  * TaskManager's heap must have room for them (docs/flink.md, "Options", says how to size it).
  *
  * <p>With the option set, the cache has that size and reserves nothing (the backend then declares
- * no managed memory use either). When the slot gives the operator no managed memory (managed
- * memory 0, or a test environment without it), the cache falls back to {@link #FALLBACK} bytes of
- * heap.
+ * no managed memory use either). When the slot gives the operator no managed memory (managed memory
+ * 0, or a test environment without it), the cache falls back to {@link #FALLBACK} bytes of heap.
  */
 final class CacheMemory {
   /** The cache's size when neither the option nor managed memory gives one. */
   static final MemorySize FALLBACK = MemorySize.ofMebiBytes(64);
 
   final long bytes;
+
   /** Whether {@link #bytes} came from the slot's managed memory (and are reserved there). */
   final boolean managed;
 

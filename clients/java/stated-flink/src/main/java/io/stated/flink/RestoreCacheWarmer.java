@@ -50,8 +50,8 @@ final class RestoreCacheWarmer {
   }
 
   /**
-   * Called for each key/value state a restored snapshot lists, before its entries: the first time
-   * a state is met it is complete (nothing of it is in the daemon yet).
+   * Called for each key/value state a restored snapshot lists, before its entries: the first time a
+   * state is met it is complete (nothing of it is in the daemon yet).
    */
   void state(String name) {
     if (cache.enabled() && seenStates.add(name)) {

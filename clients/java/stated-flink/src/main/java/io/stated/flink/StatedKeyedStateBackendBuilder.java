@@ -84,8 +84,7 @@ final class StatedKeyedStateBackendBuilder<K> {
     }
   }
 
-  private StatedKeyedStateBackend<K> build(Environment env, CacheMemory memory)
-      throws IOException {
+  private StatedKeyedStateBackend<K> build(Environment env, CacheMemory memory) throws IOException {
     StateCache cache = new StateCache(memory.bytes);
     StatedClient client = config.connect();
     Instance inst;

@@ -29,7 +29,10 @@ public class StatedStateBackend extends AbstractStateBackend implements Configur
   private String tlsCa;
   private String kind = "file";
   private int maxInFlight = 8;
-  /** The cache's bytes per keyed backend; -1: from the slot's managed memory ({@link CacheMemory}). */
+
+  /**
+   * The cache's bytes per keyed backend; -1: from the slot's managed memory ({@link CacheMemory}).
+   */
   private long cacheBytes = -1;
 
   public StatedStateBackend() {}

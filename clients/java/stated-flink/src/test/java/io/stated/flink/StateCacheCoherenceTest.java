@@ -61,8 +61,10 @@ class StateCacheCoherenceTest {
   private static final int MAX = 128;
   private static final int KEYS = 40;
   private static final String[] NAMESPACES = {"a", "b", "c", "d"};
+
   /** A cache that holds all of the test's state. */
   private static final long FITS = 64 << 20;
+
   private static Daemon daemon;
 
   private final ValueStateDescriptor<Long> valueDesc =
@@ -404,9 +406,9 @@ class StateCacheCoherenceTest {
   }
 
   /**
-   * Right after a restore: the restore put what it loaded into the cache (as much as fits), so
-   * with a cache that holds all of it, reading everything back (present and absent entries) needs
-   * no round trip to the daemon; with a smaller one, the reads still match the model.
+   * Right after a restore: the restore put what it loaded into the cache (as much as fits), so with
+   * a cache that holds all of it, reading everything back (present and absent entries) needs no
+   * round trip to the daemon; with a smaller one, the reads still match the model.
    */
   private void checkRestored(States s, long cacheBytes) throws Exception {
     StatedKeyedStateBackend<?> sb = (StatedKeyedStateBackend<?>) s.b;
