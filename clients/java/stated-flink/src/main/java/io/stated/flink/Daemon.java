@@ -19,6 +19,8 @@ import java.util.concurrent.atomic.AtomicReference;
 final class Daemon {
   private final Instance inst;
   private final AtomicReference<StatedException> writeFailure = new AtomicReference<>();
+  private final java.util.concurrent.atomic.LongAdder roundTrips =
+      new java.util.concurrent.atomic.LongAdder();
 
   Daemon(Instance inst) {
     // State accesses complete or fail with the stream, as a heap access
@@ -29,6 +31,11 @@ final class Daemon {
 
   Instance instance() {
     return inst;
+  }
+
+  /** Reads that waited for the daemon ({@link #read}, {@link #readAll}): what the cache saves. */
+  long roundTrips() {
+    return roundTrips.sum();
   }
 
   /**
@@ -72,6 +79,7 @@ final class Daemon {
   /** Sends a read behind every queued write and waits for its result. */
   Result read(Op op) {
     check();
+    roundTrips.increment();
     CompletableFuture<Result> f = inst.submit(op);
     inst.flush();
     return await(f);
@@ -105,6 +113,7 @@ final class Daemon {
   /** Sends several reads in one request and waits for them. */
   List<Result> readAll(List<Op> ops) {
     check();
+    roundTrips.increment();
     List<CompletableFuture<Result>> fs = new ArrayList<>(ops.size());
     for (Op op : ops) {
       fs.add(inst.submit(op));

@@ -23,9 +23,11 @@ import java.util.Set;
  * <p>An entry is one address (state, key, namespace): a value (or a known absence), a list's
  * elements, or a map's user entries (each a value or a known absence) with a flag that says whether
  * the node holds the whole map. A state is <em>complete</em> while this cache has every entry the
- * daemon holds for it: from its registration in a fresh instance (the daemon holds nothing of it)
- * until the first entry of it is evicted or dropped. A miss on a complete state is an absence,
- * answered without asking the daemon: a fresh job whose state fits never reads from the daemon.
+ * daemon holds for it: from its registration in a fresh instance (the daemon holds nothing of it),
+ * or from the start of a restore that puts every entry it loads here too ({@link
+ * RestoreCacheWarmer}), until the first entry of it is evicted or dropped. A miss on a complete
+ * state is an absence, answered without asking the daemon: a fresh job whose state fits never reads
+ * from the daemon, nor does a restored one whose state fits.
  *
  * <p>Used from the task thread only (a queryable-state read from another thread goes to the
  * daemon). Capacity 0 switches the cache off: lookups miss and nothing is stored.

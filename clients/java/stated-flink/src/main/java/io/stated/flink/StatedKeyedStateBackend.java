@@ -93,7 +93,8 @@ public class StatedKeyedStateBackend<K> extends AbstractKeyedStateBackend<K> {
   private Object lastKey;
   private byte[] lastKeyBytes;
   private boolean disposed;
-  private StateCache cache = new StateCache(StatedOptions.CACHE_SIZE.defaultValue().getBytes());
+  private final StateCache cache;
+  private final CacheMemory cacheMemory;
 
   StatedKeyedStateBackend(
       TaskKvStateRegistry kvStateRegistry,
@@ -110,7 +111,9 @@ public class StatedKeyedStateBackend<K> extends AbstractKeyedStateBackend<K> {
       Instance inst,
       Map<String, Registered<K>> restored,
       Map<String, HeapPriorityQueueSnapshotRestoreWrapper<?>> restoredQueues,
-      HeapPriorityQueueSetFactory queueFactory) {
+      HeapPriorityQueueSetFactory queueFactory,
+      StateCache cache,
+      CacheMemory cacheMemory) {
     super(
         kvStateRegistry,
         keySerializer,
@@ -125,6 +128,8 @@ public class StatedKeyedStateBackend<K> extends AbstractKeyedStateBackend<K> {
     this.client = client;
     this.inst = inst;
     this.daemon = new Daemon(inst);
+    this.cache = cache;
+    this.cacheMemory = cacheMemory;
     // At least one: a daemon of revision 1 or later (the client checked at
     // Open) advertises its limit, which is never below one.
     this.maxViews = Math.max(1, inst.maxViews());
@@ -150,15 +155,9 @@ public class StatedKeyedStateBackend<K> extends AbstractKeyedStateBackend<K> {
     return cache;
   }
 
-  /**
-   * Sizes the cache ({@link StatedOptions#CACHE_SIZE}; 0 switches it off). Only before the task
-   * registers a state: the states of a restore are not in any cache yet, so nothing is lost.
-   */
-  void setCacheCapacity(long bytes) {
-    if (states.values().stream().anyMatch(r -> r.state != null)) {
-      throw new IllegalStateException("the stated cache is sized before any state is used");
-    }
-    cache = new StateCache(bytes);
+  /** Where the cache's size came from and what it reserved (see {@link CacheMemory}). */
+  CacheMemory cacheMemory() {
+    return cacheMemory;
   }
 
   /** The current key's serialized bytes (cached while the key object stays the same). */
@@ -548,6 +547,7 @@ public class StatedKeyedStateBackend<K> extends AbstractKeyedStateBackend<K> {
     }
     disposed = true;
     cache.clear();
+    cacheMemory.release();
     super.dispose();
     try {
       StatedException.await(inst.closeInstance());

@@ -60,15 +60,32 @@ import org.apache.flink.runtime.state.restore.ThrowingIterator;
 final class StatedKeyedStateBackendBuilder<K> {
   private final StatedStateBackend config;
   private final StateBackend.KeyedStateBackendParameters<K> p;
+  private final boolean withCache;
 
+  /**
+   * {@code withCache}: whether the backend's synchronous states read through a {@link StateCache}
+   * (the asynchronous backend's states do not, so it gets none and reserves no memory).
+   */
   StatedKeyedStateBackendBuilder(
-      StatedStateBackend config, StateBackend.KeyedStateBackendParameters<K> p) {
+      StatedStateBackend config, StateBackend.KeyedStateBackendParameters<K> p, boolean withCache) {
     this.config = config;
     this.p = p;
+    this.withCache = withCache;
   }
 
   StatedKeyedStateBackend<K> build() throws IOException {
     Environment env = p.getEnv();
+    CacheMemory memory = CacheMemory.of(config, p, withCache);
+    try {
+      return build(env, memory);
+    } catch (IOException | RuntimeException e) {
+      memory.release();
+      throw e;
+    }
+  }
+
+  private StatedKeyedStateBackend<K> build(Environment env, CacheMemory memory) throws IOException {
+    StateCache cache = new StateCache(memory.bytes);
     StatedClient client = config.connect();
     Instance inst;
     try {
@@ -109,7 +126,14 @@ final class StatedKeyedStateBackendBuilder<K> {
         new HeapPriorityQueueSetFactory(
             p.getKeyGroupRange(), p.getNumberOfKeyGroups(), QUEUE_CAPACITY);
     try {
-      restore(inst, keyProvider, restored, queues, queueFactory, p.getStateHandles());
+      restore(
+          inst,
+          keyProvider,
+          restored,
+          queues,
+          queueFactory,
+          p.getStateHandles(),
+          new RestoreCacheWarmer(cache));
     } catch (Exception e) {
       try {
         StatedException.await(inst.closeInstance());
@@ -142,7 +166,9 @@ final class StatedKeyedStateBackendBuilder<K> {
             inst,
             restored,
             queues,
-            queueFactory);
+            queueFactory,
+            cache,
+            memory);
     return backend;
   }
 
@@ -170,7 +196,8 @@ final class StatedKeyedStateBackendBuilder<K> {
       Map<String, StatedKeyedStateBackend.Registered<K>> states,
       Map<String, HeapPriorityQueueSnapshotRestoreWrapper<?>> queues,
       HeapPriorityQueueSetFactory queueFactory,
-      Collection<KeyedStateHandle> handles)
+      Collection<KeyedStateHandle> handles,
+      RestoreCacheWarmer warmer)
       throws Exception {
     // Clipped to this task's key groups, as Flink's own assignment does
     // (a handle given whole, e.g. by a test, would fail the reader).
@@ -224,6 +251,7 @@ final class StatedKeyedStateBackendBuilder<K> {
             fresh.add(m);
           }
           byId.put(i, r.meta);
+          warmer.state(s.getName());
         }
         if (!fresh.isEmpty()) {
           StatedKeyedStateBackend.registerInDaemon(inst, fresh);
@@ -251,7 +279,10 @@ final class StatedKeyedStateBackendBuilder<K> {
                           + " in a keyed state handle, which the stated backend cannot restore"
                           + " (a keyed handle holds key/value states and priority queues only)");
                 }
-                loader.add(entry(m, keySerializer, prefixBytes, e, out));
+                ViewEntry ve = entry(m, keySerializer, prefixBytes, e, out);
+                loader.add(ve);
+                // The bytes the daemon will hold, into the cache as they pass.
+                warmer.add(ve);
               }
             }
           }

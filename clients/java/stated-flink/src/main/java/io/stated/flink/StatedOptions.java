@@ -58,10 +58,13 @@ public final class StatedOptions {
   public static final ConfigOption<MemorySize> CACHE_SIZE =
       ConfigOptions.key("state.backend.stated.cache-size")
           .memoryType()
-          .defaultValue(MemorySize.ofMebiBytes(64))
+          .noDefaultValue()
           .withDescription(
               "Bytes of JVM heap each keyed operator subtask may use to cache its state"
                   + " (write-through: reads of cached keys need no round trip to the daemon,"
-                  + " writes are batched either way). 0 switches the cache off. Take it from the"
-                  + " task heap: a TaskManager holds one cache per keyed operator per slot.");
+                  + " writes are batched either way). 0 switches the cache off. Unset: the"
+                  + " operator's share of its slot's managed memory, as RocksDB's block cache"
+                  + " takes it (reserved there, held on the heap; 64 MiB when the slot has no"
+                  + " managed memory). Set: taken from the task heap, a TaskManager holds one"
+                  + " cache per keyed operator per slot.");
 }

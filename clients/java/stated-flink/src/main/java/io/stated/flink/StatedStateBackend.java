@@ -29,7 +29,11 @@ public class StatedStateBackend extends AbstractStateBackend implements Configur
   private String tlsCa;
   private String kind = "file";
   private int maxInFlight = 8;
-  private long cacheBytes = StatedOptions.CACHE_SIZE.defaultValue().getBytes();
+
+  /**
+   * The cache's bytes per keyed backend; -1: from the slot's managed memory ({@link CacheMemory}).
+   */
+  private long cacheBytes = -1;
 
   public StatedStateBackend() {}
 
@@ -127,15 +131,25 @@ public class StatedStateBackend extends AbstractStateBackend implements Configur
   @Override
   public <K> AbstractKeyedStateBackend<K> createKeyedStateBackend(
       KeyedStateBackendParameters<K> parameters) throws IOException {
-    StatedKeyedStateBackend<K> backend =
-        new StatedKeyedStateBackendBuilder<>(this, parameters).build();
-    backend.setCacheCapacity(cacheBytes);
-    return backend;
+    return new StatedKeyedStateBackendBuilder<>(this, parameters, true).build();
   }
 
-  /** The cache's bytes per keyed backend ({@link StatedOptions#CACHE_SIZE}). */
+  /**
+   * The cache's bytes per keyed backend ({@link StatedOptions#CACHE_SIZE}), or -1 when the cache
+   * takes its size from the slot's managed memory.
+   */
   long cacheBytes() {
     return cacheBytes;
+  }
+
+  /**
+   * Whether Flink gives the keyed operators managed memory for this backend: yes unless {@link
+   * StatedOptions#CACHE_SIZE} sizes the cache (as RocksDB takes it for its block cache); the cache
+   * reserves it there and keeps its entries on the heap ({@link CacheMemory}).
+   */
+  @Override
+  public boolean useManagedMemory() {
+    return cacheBytes < 0;
   }
 
   @Override
@@ -152,7 +166,9 @@ public class StatedStateBackend extends AbstractStateBackend implements Configur
   public <K> org.apache.flink.runtime.state.AsyncKeyedStateBackend<K> createAsyncKeyedStateBackend(
       KeyedStateBackendParameters<K> parameters) throws IOException {
     return new StatedAsyncKeyedStateBackend<>(
-        new StatedKeyedStateBackendBuilder<>(this, parameters).build(),
+        // Its states read the daemon directly, not through a cache: none is
+        // made (nor warmed by a restore, nor given managed memory).
+        new StatedKeyedStateBackendBuilder<>(this, parameters, false).build(),
         parameters.getEnv().getExecutionConfig());
   }
 
