@@ -156,7 +156,9 @@ type Config struct {
 	// ChannelStateLinger is how long a task's upload waits for the other
 	// tasks of its job here to snapshot before it uploads the shared
 	// channel state object without them (their state then goes into
-	// another object). Default DefaultChannelStateLinger.
+	// another object); the same bound applies to a pack of small files
+	// (pack.go) and to the changelog's barrier cut (barrier.go). Default
+	// DefaultChannelStateLinger.
 	ChannelStateLinger time.Duration
 	// PackFileBytes: the private files of a checkpoint up to this size
 	// that the daemon's file-backend instances and changelog manifests
