@@ -38,11 +38,14 @@ const (
 	// milliseconds of each other under a barrier; longer means a task is
 	// not taking part here.
 	DefaultChannelStateLinger = 250 * time.Millisecond
-	// DefaultPackFileBytes: a checkpoint's private files up to 4 MiB
-	// (file-backend snapshots of small state, changelog manifests) are
-	// packed; a bigger file is a request of its own either way (and a
-	// multipart upload on S3 past 16 MiB).
-	DefaultPackFileBytes = 4 << 20
+	// DefaultPackFileBytes: a checkpoint's private files up to 64 GiB,
+	// in practice all (file-backend snapshots, changelog manifests), are
+	// packed, so that a checkpoint of the file backend's tasks here is
+	// one object (on S3 a multipart upload of one request per 16 MiB
+	// part, where an object per file costs two more requests per file;
+	// restores read each file with one ranged GET either way:
+	// docs/performance.md).
+	DefaultPackFileBytes = 64 << 30
 	// DefaultGCPercent is the Go GC target "stated serve" runs with (GOGC
 	// 100 is Go's default): batches allocate request and response buffers
 	// at a high rate, and collecting four times less often buys about 20%

@@ -31,6 +31,14 @@ import (
 // each packed file lies (backend.FileRef.Pack), and restores read them
 // through backend.PackedStore with ranged reads.
 
+// maxPackObjectBytes bounds one pack object: the pack of a checkpoint is
+// one object up to it, so that a checkpoint of the file backend costs one
+// PUT (a multipart upload of one request per 16 MiB part on S3, fewer
+// than a multipart upload per file). s3store's multipart uploads have at
+// most 10,000 parts of 16 MiB (156 GiB); a bigger checkpoint of a job
+// here is split into objects of this size.
+const maxPackObjectBytes = 64 << 30
+
 // packName is the stem of the pack objects of this daemon, beside its
 // channel state objects ("packed-<run>" next to "channels-<run>").
 func (d *Daemon) packName() string { return "packed-" + strings.TrimPrefix(d.chanName, "channels-") }
@@ -139,14 +147,8 @@ func (d *Daemon) packPut(ctx context.Context, s *packingStore, name string, r io
 	if err != nil {
 		return true, err
 	}
-	data, err := io.ReadAll(io.LimitReader(r, size+1))
-	if err == nil && int64(len(data)) != size {
-		err = fmt.Errorf("daemon: pack %s: read %d bytes, the writer said %d", name, len(data), size)
-	}
-	if err != nil {
-		return true, err
-	}
-	ref, err := pk.w.AppendFile(ctx, data)
+	// Streamed into the pack's spool (a snapshot file may be large).
+	ref, err := pk.w.AppendFileFrom(ctx, r, size)
 	if err != nil {
 		return true, fmt.Errorf("daemon: pack %s: %w", name, err)
 	}
@@ -190,7 +192,7 @@ func (d *Daemon) packLocked(c *checkpoint) (*checkpointPack, error) {
 		Store:          d.cfg.Store,
 		Dir:            catalog.CheckpointDir(c.key.job, c.key.id),
 		Name:           d.packName(),
-		MaxObjectBytes: d.cfg.ChannelStateObjectBytes,
+		MaxObjectBytes: maxPackObjectBytes,
 		SpoolDir:       filepath.Join(d.cfg.DataDir, ChannelsDir),
 	})
 	if err != nil {

@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io/fs"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"strings"
@@ -218,5 +219,62 @@ func TestPinnedPackedCheckpoints(t *testing.T) {
 			}
 			checkFileTasks(t, openFileTasks(t, e, "j", 3, 20, "pinned", &daemon.RestoreSpec{Latest: true}), 20, "pinned")
 		})
+	}
+}
+
+// TestPackedLargeFilesAreOneObject: the file backend's snapshot files go
+// into the checkpoint's one pack whatever their size (here 4 files above
+// the 4 MiB that bounded packing before), and restore exactly from it.
+func TestPackedLargeFilesAreOneObject(t *testing.T) {
+	const tasks, keys, valSize = 4, 1300, 4 << 10
+	store := memstore.New()
+	e := newEnvOn(t, store, nil)
+	value := func(sub, k int) []byte {
+		v := make([]byte, valSize)
+		r := rand.New(rand.NewPCG(uint64(sub), uint64(k)))
+		for i := range v {
+			v[i] = byte(r.Uint32())
+		}
+		return v
+	}
+	var ins []*daemon.Instance
+	for sub := range tasks {
+		in, err := e.d.Open(context.Background(), daemon.OpenParams{Task: backend.TaskID{Job: "j", Operator: "op", Subtask: sub},
+			KeyGroups: backend.KeyGroupRangeForOperator(128, tasks, sub), MaxParallelism: 128, Kind: backend.KindFile, States: valueState})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for k := range keys {
+			if err := in.Backend.Put("v", backend.Key{KeyGroup: in.KeyGroups.Start, Key: fmt.Appendf(nil, "k%d", k)}, value(sub, k)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		ins = append(ins, in)
+	}
+	snapshotAll(t, e, "j", 1, ins)
+	names := storeNames(t, store, "j/chk-1/")
+	if len(names) != 2 || !strings.Contains(names[0]+names[1], "/packed-") {
+		t.Fatalf("checkpoint 1 wrote %v: want the manifest and one pack", names)
+	}
+	m, _ := e.cat.Checkpoint("j", 1)
+	for _, h := range m.Tasks {
+		if len(h.Files) != 1 || h.Files[0].Pack == nil || h.Files[0].Size <= 4<<20 {
+			t.Fatalf("handle of %s: files %+v: want one packed file above 4 MiB", h.Task, h.Files)
+		}
+	}
+	e2 := newEnvOn(t, store, nil)
+	for sub := range tasks {
+		in, err := e2.d.Open(context.Background(), daemon.OpenParams{Task: backend.TaskID{Job: "j", Operator: "op", Subtask: sub},
+			KeyGroups: backend.KeyGroupRangeForOperator(128, tasks, sub), MaxParallelism: 128, Kind: backend.KindFile, States: valueState,
+			Restore: &daemon.RestoreSpec{Latest: true, NoClaim: true}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for k := range keys {
+			got, ok, err := in.Backend.Get("v", backend.Key{KeyGroup: in.KeyGroups.Start, Key: fmt.Appendf(nil, "k%d", k)})
+			if err != nil || !ok || !bytes.Equal(got, value(sub, k)) {
+				t.Fatalf("subtask %d key %d: %d bytes %v %v, not its value", sub, k, len(got), ok, err)
+			}
+		}
 	}
 }

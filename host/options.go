@@ -174,8 +174,8 @@ type Options struct {
 	// PackFileBytes: a checkpoint's private files up to this size (file
 	// backend snapshots, changelog manifests) of all tasks of a job here
 	// go into one object per checkpoint, read back with ranged reads
-	// (--pack-file-bytes). Default daemon.DefaultPackFileBytes; negative:
-	// every file is an object of its own.
+	// (--pack-file-bytes). Default daemon.DefaultPackFileBytes (64 GiB);
+	// negative: every file is an object of its own.
 	PackFileBytes int64
 	// IdleInstanceTimeout closes an instance with no batch stream for this
 	// long (--idle-instance-timeout). Default
