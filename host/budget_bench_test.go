@@ -19,6 +19,7 @@ import (
 	"github.com/statedhq/stated/backend"
 	"github.com/statedhq/stated/host"
 	"github.com/statedhq/stated/tiered"
+	"github.com/statedhq/stated/tiered/cost"
 	"github.com/statedhq/stated/tiered/metered"
 	"github.com/statedhq/stated/tiered/s3store/s3test"
 )
@@ -38,18 +39,27 @@ import (
 // of object. The first checkpoint (a full upload) is not counted.
 // STATED_BENCH_BUDGET_INTERVAL sets the checkpoint interval (default 1s),
 // STATED_BENCH_BUDGET_FLUSH_DELAY the changelog's --changelog-flush-delay
-// (default: the store's), STATED_BENCH_BUDGET_CHANGELOG the modes run
-// ("off,on").
+// (default: the store's), STATED_BENCH_BUDGET_PACK_FILE_BYTES the
+// daemon's --pack-file-bytes (default: the daemon's; -1: off),
+// STATED_BENCH_BUDGET_CHANGELOG the modes run ("off,on"). Besides the
+// Put calls it reports the PUT requests S3 was sent per checkpoint
+// (multipart uploads: one per part and two more), as s3store counts them.
 //
 //	scripts/bench-request-budget.sh                  # the figures
 //	STATED_BENCH_BUDGET_STATE=4MiB STATED_BENCH_BUDGET_SECONDS=3 \
-//	  go test ./node -run '^$' -bench RequestBudget -benchtime 1x   # a smoke run
+//	  go test ./host -run '^$' -bench RequestBudget -benchtime 1x   # a smoke run
 func BenchmarkRequestBudget(b *testing.B) {
 	state := envSize(b, "STATED_BENCH_BUDGET_STATE", 256<<20)
 	rate := envInt(b, "STATED_BENCH_BUDGET_RATE", 200)
 	secs := envInt(b, "STATED_BENCH_BUDGET_SECONDS", 30)
 	interval := envDuration(b, "STATED_BENCH_BUDGET_INTERVAL", time.Second)
 	delay := envDuration(b, "STATED_BENCH_BUDGET_FLUSH_DELAY", 0)
+	var pack int64
+	if v := os.Getenv("STATED_BENCH_BUDGET_PACK_FILE_BYTES"); v == "-1" {
+		pack = -1
+	} else if v != "" {
+		pack = envSize(b, "STATED_BENCH_BUDGET_PACK_FILE_BYTES", 0)
+	}
 	modes := os.Getenv("STATED_BENCH_BUDGET_CHANGELOG")
 	if modes == "" {
 		modes = "off,on"
@@ -62,7 +72,7 @@ func BenchmarkRequestBudget(b *testing.B) {
 		b.Run(fmt.Sprintf("changelog=%v", cl), func(b *testing.B) {
 			for b.Loop() {
 				runBudget(b, budgetRun{changelog: cl, state: state, rate: rate, steady: time.Duration(secs) * time.Second,
-					interval: interval, flushDelay: delay})
+					interval: interval, flushDelay: delay, packFileBytes: pack})
 			}
 		})
 	}
@@ -75,6 +85,7 @@ type budgetRun struct {
 	rate                 int
 	steady               time.Duration
 	interval, flushDelay time.Duration
+	packFileBytes        int64
 }
 
 const (
@@ -85,9 +96,11 @@ const (
 func runBudget(b *testing.B, r budgetRun) {
 	changelog, state, rate, steady := r.changelog, r.state, r.rate, r.steady
 	ctx := context.Background()
-	store := &putCounter{Store: metered.New(s3test.Store(b))}
+	meter := metered.New(s3test.Store(b))
+	store := &putCounter{Store: meter}
+	putReqs := func() uint64 { return meter.Requests().Requests[cost.Put] }
 	nd, err := host.Open(ctx, host.Options{DataDir: filepath.Join(b.TempDir(), "d"), Logger: quiet(), Store: store, Changelog: changelog,
-		ChangelogFlushDelay: r.flushDelay})
+		ChangelogFlushDelay: r.flushDelay, PackFileBytes: r.packFileBytes})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -191,6 +204,7 @@ func runBudget(b *testing.B, r budgetRun) {
 	var perCkpt []putCounts
 	var between putCounts
 	var betweenTime time.Duration
+	var ckptReqs uint64 // PUT requests sent during checkpoints
 	t0 := time.Now()
 	c0 := store.counts()
 	next := time.Now().Add(r.interval)
@@ -200,6 +214,7 @@ func runBudget(b *testing.B, r budgetRun) {
 		next = next.Add(r.interval)
 		start := time.Now()
 		cs := store.counts()
+		r0 := putReqs()
 		between = between.add(cs.sub(c0))
 		betweenTime += start.Sub(idle)
 		id++
@@ -219,6 +234,7 @@ func runBudget(b *testing.B, r budgetRun) {
 		lat = append(lat, time.Since(start))
 		fullSize = info.GetFullSize()
 		c0 = store.counts()
+		ckptReqs += putReqs() - r0
 		perCkpt = append(perCkpt, c0.sub(cs))
 	}
 	total := time.Since(t0)
@@ -232,6 +248,9 @@ func runBudget(b *testing.B, r budgetRun) {
 	n := float64(len(perCkpt))
 	slices.Sort(lat)
 	b.ReportMetric(float64(all.total()-between.total())/n, "PUTs/ckpt")
+	if meter.RequestsMeasured() {
+		b.ReportMetric(float64(ckptReqs)/n, "PUT-requests/ckpt")
+	}
 	b.ReportMetric(float64(between.total())/betweenTime.Seconds(), "PUTs/s-between")
 	b.ReportMetric(float64(all.total())/total.Seconds(), "PUTs/s")
 	b.ReportMetric(float64(lat[len(lat)/2].Microseconds())/1e3, "ckpt-p50-ms")
