@@ -26,10 +26,11 @@ import (
 // durable. The pack is sealed (uploaded) once every task of the job here
 // has snapshotted and each of their asynchronous parts is either waiting
 // in such a Put or done, or when a waiting Put has lingered
-// Config.ChannelStateLinger (a task that never snapshots must not hold
-// the others back). runSnapshot then records in the task's handle where
-// each packed file lies (backend.FileRef.Pack), and restores read them
-// through backend.PackedStore with ranged reads.
+// Config.ChannelStateLinger while a task here has not snapshotted (a
+// task that never snapshots must not hold the others back). runSnapshot
+// then records in the task's handle where each packed file lies
+// (backend.FileRef.Pack), and restores read them through
+// backend.PackedStore with ranged reads.
 
 // maxPackObjectBytes bounds one pack object: the pack of a checkpoint is
 // one object up to it, so that a checkpoint of the file backend costs one
@@ -159,23 +160,28 @@ func (d *Daemon) packPut(ctx context.Context, s *packingStore, name string, r io
 	d.packKickLocked(c)
 	d.mu.Unlock()
 
+	// The linger bounds the wait for a task that has not snapshotted (it
+	// may never): checked every linger. Once every task here has, each of
+	// them comes with its files or finishes (packKickLocked seals then),
+	// however long it takes to write them: a big state's files are
+	// written seconds apart, and a seal per linger would cut the pack
+	// into several objects.
 	t := time.NewTimer(d.cfg.ChannelStateLinger)
 	defer t.Stop()
-	select {
-	case <-rd.done:
-	case <-t.C:
-		d.mu.Lock()
-		if pk.round == rd {
-			d.packSealLocked(c)
-		}
-		d.mu.Unlock()
+	for sealed := false; !sealed; {
 		select {
 		case <-rd.done:
+			sealed = true
+		case <-t.C:
+			d.mu.Lock()
+			if pk.round == rd && !d.allSnapshottedLocked(c) {
+				d.packSealLocked(c)
+			}
+			d.mu.Unlock()
+			t.Reset(d.cfg.ChannelStateLinger)
 		case <-ctx.Done():
 			return true, fmt.Errorf("daemon: pack %s: %w", name, ctx.Err())
 		}
-	case <-ctx.Done():
-		return true, fmt.Errorf("daemon: pack %s: %w", name, ctx.Err())
 	}
 	if rd.err != nil {
 		return true, fmt.Errorf("daemon: pack %s: %w", name, rd.err)

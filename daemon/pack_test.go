@@ -278,3 +278,58 @@ func TestPackedLargeFilesAreOneObject(t *testing.T) {
 		}
 	}
 }
+
+// TestPackWaitsForSlowFiles: once every task here has snapshotted, the
+// pack waits for a task whose file takes longer than the linger to
+// write (a big state) instead of sealing without it: one object per
+// checkpoint, not one per linger.
+func TestPackWaitsForSlowFiles(t *testing.T) {
+	const tasks, bigKeys, valSize = 4, 4 << 10, 4 << 10 // task 0: 16 MiB
+	store := memstore.New()
+	e := newEnvOn(t, store, func(o *host.Options) { o.ChannelStateLinger = 40 * time.Millisecond })
+	val := make([]byte, valSize)
+	r := rand.New(rand.NewPCG(1, 2))
+	var ins []*daemon.Instance
+	for sub := range tasks {
+		in, err := e.d.Open(context.Background(), daemon.OpenParams{Task: backend.TaskID{Job: "j", Operator: "op", Subtask: sub},
+			KeyGroups: backend.KeyGroupRangeForOperator(128, tasks, sub), MaxParallelism: 128, Kind: backend.KindFile, States: valueState})
+		if err != nil {
+			t.Fatal(err)
+		}
+		keys := 10
+		if sub == 0 {
+			keys = bigKeys
+		}
+		for k := range keys {
+			for i := range val {
+				val[i] = byte(r.Uint32())
+			}
+			if err := in.Backend.Put("v", backend.Key{KeyGroup: in.KeyGroups.Start, Key: fmt.Appendf(nil, "k%d", k)}, val); err != nil {
+				t.Fatal(err)
+			}
+		}
+		ins = append(ins, in)
+	}
+	// The big task first: the small ones' files wait in the pack while
+	// its file is written, long past the linger.
+	ctx := context.Background()
+	start := time.Now()
+	for _, in := range ins {
+		if _, err := e.d.Snapshot(ctx, in, 1, false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := e.d.CompleteCheckpoint(ctx, "j", 1, nil); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("checkpoint of %d MiB took %v", bigKeys*valSize>>20, time.Since(start))
+	var packs []string
+	for _, n := range storeNames(t, store, "j/chk-1/") {
+		if strings.Contains(n, "/packed-") {
+			packs = append(packs, n)
+		}
+	}
+	if len(packs) != 1 {
+		t.Fatalf("checkpoint 1 wrote packs %v, want one", packs)
+	}
+}
