@@ -74,13 +74,13 @@ type packingStore struct {
 func (s *packingStore) Unwrap() tiered.Store { return s.Store }
 
 // packingStore returns the store instances of job and kind write to.
-// Not with a shared catalog (cluster mode): a checkpoint's tasks there
-// report to a catalog that may complete or end the checkpoint while a
-// packed file waits for this daemon's other tasks, which the cluster's
-// tests showed as reports arriving after the end; packing there is not
-// built yet.
+// Also with a shared catalog (cluster mode): the pack object is
+// registered and counted by the same catalog code the cluster's leader
+// hosts (the handles name it, as they name channel state objects), a
+// pack holds only this daemon's tasks, and a report waits for the pack
+// of its daemon's tasks alone, never for another daemon's.
 func (d *Daemon) packingStore(job string, kind backend.Kind) tiered.Store {
-	if d.cfg.PackFileBytes < 0 || d.cfg.Store == nil || d.cfg.SharedCatalog {
+	if d.cfg.PackFileBytes < 0 || d.cfg.Store == nil {
 		return d.cfg.Store
 	}
 	return &packingStore{Store: d.cfg.Store, d: d, job: job, kind: kind}
