@@ -61,6 +61,9 @@ type checkpoint struct {
 	// its synchronous part (barrier.go); barrierClosed says so. Under d.mu.
 	barrier       chan struct{}
 	barrierClosed bool
+	// joined is when the latest task here snapshotted c: the linger of a
+	// pack runs from it (pack.go). Under d.mu.
+	joined time.Time
 }
 
 type taskSnapshot struct {
@@ -150,6 +153,7 @@ func (d *Daemon) SnapshotWith(ctx context.Context, inst *Instance, id uint64, o 
 	}
 	ts := &taskSnapshot{inst: inst, done: make(chan struct{}), stats: o.Stats, wait: wait}
 	c.tasks[task] = ts
+	c.joined = time.Now()
 	d.wg.Add(1)
 	if c.chans != nil && d.allSnapshottedLocked(c) {
 		c.chans.trigger()

@@ -161,11 +161,14 @@ func (d *Daemon) packPut(ctx context.Context, s *packingStore, name string, r io
 	d.mu.Unlock()
 
 	// The linger bounds the wait for a task that has not snapshotted (it
-	// may never): checked every linger. Once every task here has, each of
-	// them comes with its files or finishes (packKickLocked seals then),
-	// however long it takes to write them: a big state's files are
-	// written seconds apart, and a seal per linger would cut the pack
-	// into several objects.
+	// may never): the pack is sealed without it once no task here has
+	// snapshotted for a linger. While tasks keep arriving (a loaded
+	// host reaches them one by one, each past the linger after the
+	// first) the pack waits for them. Once every task here has
+	// snapshotted, each of them comes with its files or finishes
+	// (packKickLocked seals then), however long it takes to write them: a
+	// big state's files are written seconds apart, and a seal per linger
+	// would cut the pack into several objects.
 	t := time.NewTimer(d.cfg.ChannelStateLinger)
 	defer t.Stop()
 	for sealed := false; !sealed; {
@@ -173,12 +176,17 @@ func (d *Daemon) packPut(ctx context.Context, s *packingStore, name string, r io
 		case <-rd.done:
 			sealed = true
 		case <-t.C:
+			next := d.cfg.ChannelStateLinger
 			d.mu.Lock()
 			if pk.round == rd && !d.allSnapshottedLocked(c) {
-				d.packSealLocked(c)
+				if quiet := time.Since(c.joined); quiet < next {
+					next -= quiet
+				} else {
+					d.packSealLocked(c)
+				}
 			}
 			d.mu.Unlock()
-			t.Reset(d.cfg.ChannelStateLinger)
+			t.Reset(next)
 		case <-ctx.Done():
 			return true, fmt.Errorf("daemon: pack %s: %w", name, ctx.Err())
 		}

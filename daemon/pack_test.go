@@ -333,3 +333,79 @@ func TestPackWaitsForSlowFiles(t *testing.T) {
 		t.Fatalf("checkpoint 1 wrote packs %v, want one", packs)
 	}
 }
+
+// TestPackWaitsForTasksStillArriving: on a loaded host the tasks of a
+// job reach a checkpoint one by one, the last past the linger after the
+// first file waits in the pack. While they keep arriving (each within a
+// linger of the one before) the pack waits for them: one object. The
+// rule before sealed a linger after the first file, whatever came next.
+func TestPackWaitsForTasksStillArriving(t *testing.T) {
+	const tasks, keys, gap, linger = 6, 10, 50 * time.Millisecond, 200 * time.Millisecond
+	store := memstore.New()
+	e := newEnvOn(t, store, func(o *host.Options) { o.ChannelStateLinger = linger })
+	ins := openFileTasks(t, e, "j", tasks, keys, "v", nil)
+	ctx := context.Background()
+	start := time.Now()
+	for i, in := range ins {
+		if i > 0 {
+			time.Sleep(gap)
+		}
+		if _, err := e.d.Snapshot(ctx, in, 1, false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if spread := time.Since(start); spread <= linger {
+		t.Fatalf("the tasks arrived within %v, not past the linger %v: the test shows nothing", spread, linger)
+	}
+	if _, err := e.d.CompleteCheckpoint(ctx, "j", 1, nil); err != nil {
+		t.Fatal(err)
+	}
+	var packs []string
+	for _, n := range storeNames(t, store, "j/chk-1/") {
+		if strings.Contains(n, "/packed-") {
+			packs = append(packs, n)
+		}
+	}
+	if len(packs) != 1 {
+		t.Fatalf("checkpoint 1 of tasks arriving %v apart wrote packs %v, want one", gap, packs)
+	}
+	e2 := newEnvOn(t, store, nil)
+	checkFileTasks(t, openFileTasks(t, e2, "j", tasks, keys, "v", &daemon.RestoreSpec{Latest: true, NoClaim: true}), keys, "v")
+}
+
+// TestPackDoesNotWaitForATaskThatNeverSnapshots: a task of the job open
+// here that never takes part in the checkpoint holds the others' pack
+// back for one linger after the last of them arrived, not until the
+// checkpoint times out.
+func TestPackDoesNotWaitForATaskThatNeverSnapshots(t *testing.T) {
+	const tasks, keys, linger = 3, 10, 100 * time.Millisecond
+	store := memstore.New()
+	e := newEnvOn(t, store, func(o *host.Options) {
+		o.ChannelStateLinger = linger
+		o.CheckpointTimeout = time.Minute
+	})
+	ins := openFileTasks(t, e, "j", tasks, keys, "v", nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	var ids []backend.TaskID
+	for _, in := range ins[:tasks-1] {
+		if _, err := e.d.Snapshot(ctx, in, 1, false); err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, in.Task)
+	}
+	start := time.Now()
+	if _, err := e.d.CompleteCheckpoint(ctx, "j", 1, ids); err != nil {
+		t.Fatalf("completing without the task that never snapshotted: %v (after %v)", err, time.Since(start))
+	}
+	var packs []string
+	for _, n := range storeNames(t, store, "j/chk-1/") {
+		if strings.Contains(n, "/packed-") {
+			packs = append(packs, n)
+		}
+	}
+	if len(packs) != 1 {
+		t.Fatalf("checkpoint 1 wrote packs %v, want one", packs)
+	}
+	t.Logf("completed %v after the last task arrived (linger %v)", time.Since(start), linger)
+}
