@@ -3,10 +3,13 @@ package daemon_test
 import (
 	"context"
 	"fmt"
+	"path"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/statedhq/stated/backend"
+	"github.com/statedhq/stated/catalog"
 	"github.com/statedhq/stated/daemon"
 	"github.com/statedhq/stated/host"
 )
@@ -97,5 +100,69 @@ func TestChangelogBarrierIsOneSegment(t *testing.T) {
 	for sub, in := range restored {
 		checkN(t, in, 0, 20, "a")
 		checkN(t, in, 20, 60, fmt.Sprintf("b%d-", sub))
+	}
+}
+
+// TestChangelogManifestsInline: a changelog checkpoint writes the log's
+// barrier segment and the catalog's objects, and no object for the
+// tasks' changelog manifests (neither one each nor a pack of them):
+// each handle carries its manifest. A second daemon restores every task
+// from the checkpoint and from a savepoint copied out of it, and
+// verification reads the inline manifests.
+func TestChangelogManifestsInline(t *testing.T) {
+	const tasks = 4
+	ctx := context.Background()
+	e := newEnv(t, func(o *host.Options) { o.ChangelogFlushDelay = time.Hour })
+	ins := openCLTasks(t, e, "j", tasks, nil)
+	for _, in := range ins {
+		putN(t, in, 0, 30, "a")
+	}
+	snapshotAll(t, e, "j", 1, ins)
+	for _, in := range ins {
+		putN(t, in, 20, 50, "b")
+	}
+	snapshotAll(t, e, "j", 2, ins)
+	for _, id := range []uint64{1, 2} {
+		dir := fmt.Sprintf("j/chk-%d/", id)
+		for _, n := range storeNames(t, e.store, dir) {
+			if strings.HasSuffix(n, "/_changelog") || strings.Contains(n, "/packed-") {
+				t.Fatalf("checkpoint %d wrote %s: its manifests should be in the handles (objects %v)", id, n, storeNames(t, e.store, dir))
+			}
+		}
+		m, ok := e.cat.Checkpoint("j", id)
+		if !ok {
+			t.Fatalf("checkpoint %d not retained", id)
+		}
+		for _, h := range m.Tasks {
+			inline := 0
+			for _, f := range h.Files {
+				if f.Inline != nil {
+					inline++
+					if path.Base(f.Path) != "_changelog" || h.Version < backend.HandleVersionInline {
+						t.Fatalf("checkpoint %d, %s: inline file %s in a version %d handle", id, h.Task, f.Path, h.Version)
+					}
+				}
+			}
+			if inline != 1 {
+				t.Fatalf("checkpoint %d, %s: %d inline files, want its manifest: %+v", id, h.Task, inline, h.Files)
+			}
+		}
+		rep, err := catalog.Verify(ctx, e.store, fmt.Sprintf("j/chk-%d", id), 2)
+		if err != nil || len(rep.Problems) != 0 {
+			t.Fatalf("verify checkpoint %d: %v %+v", id, err, rep)
+		}
+	}
+	if _, err := e.cat.SavepointFromCheckpoint(ctx, "sp", "j", 2); err != nil {
+		t.Fatal(err)
+	}
+	for _, restore := range []*daemon.RestoreSpec{{Latest: true, NoClaim: true}, {Savepoint: "sp"}} {
+		e2 := newEnvOn(t, e.store, nil)
+		for sub, in := range openCLTasks(t, e2, "j", tasks, restore) {
+			checkN(t, in, 0, 20, "a")
+			checkN(t, in, 20, 50, "b")
+			if err := e2.d.CloseInstance(in.ID, "j"); err != nil {
+				t.Fatalf("subtask %d: %v", sub, err)
+			}
+		}
 	}
 }

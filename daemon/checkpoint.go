@@ -57,6 +57,9 @@ type checkpoint struct {
 	// pack holds the small private files the tasks here write for it
 	// (nil until one does; pack.go). Set under d.mu.
 	pack *checkpointPack
+	// inline are the changelog manifests the tasks here wrote for it, by
+	// name: their handles carry them (pack.go). Set under d.mu.
+	inline map[string][]byte
 	// barrier is closed once every task of the job open here has taken
 	// its synchronous part (barrier.go); barrierClosed says so. Under d.mu.
 	barrier       chan struct{}

@@ -38,9 +38,9 @@ const (
 	// milliseconds of each other under a barrier; longer means a task is
 	// not taking part here.
 	DefaultChannelStateLinger = 250 * time.Millisecond
-	// DefaultPackFileBytes: a checkpoint's private files up to 64 GiB,
-	// in practice all (file-backend snapshots, changelog manifests), are
-	// packed, so that a checkpoint of the file backend's tasks here is
+	// DefaultPackFileBytes: a checkpoint's file-backend snapshot files up
+	// to 64 GiB, in practice all, are packed (changelog manifests go into
+	// the handles), so that a checkpoint of the file backend's tasks here is
 	// one object (on S3 a multipart upload of one request per 16 MiB
 	// part, where an object per file costs two more requests per file;
 	// restores read each file with one ranged GET either way:
@@ -164,11 +164,13 @@ type Config struct {
 	// DefaultChannelStateLinger.
 	ChannelStateLinger time.Duration
 	// PackFileBytes: the private files of a checkpoint up to this size
-	// that the daemon's file-backend instances and changelog manifests
-	// write go into one object per job and checkpoint shared by its
-	// tasks here (the channel state's writer, chanstate), instead of an
-	// object each; their handles say where (backend.FileRef.Pack).
-	// Default DefaultPackFileBytes; negative: off.
+	// that the daemon's file-backend instances write go into one object
+	// per job and checkpoint shared by its tasks here (the channel
+	// state's writer, chanstate), instead of an object each; their
+	// handles say where (backend.FileRef.Pack). Changelog manifests
+	// (at most backend.MaxInlineBytes) go into the handles themselves
+	// (backend.FileRef.Inline). Default DefaultPackFileBytes; negative:
+	// off, for both.
 	PackFileBytes int64
 	// Changelog makes changelog mode available. Optional: without it,
 	// instances asking for the changelog and restores of checkpoints

@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -87,7 +88,7 @@ func (d *Daemon) packingStore(job string, kind backend.Kind) tiered.Store {
 }
 
 func (s *packingStore) Put(ctx context.Context, name string, r io.Reader, size int64) error {
-	if ok, err := s.d.packPut(ctx, s, name, r, size); ok {
+	if ok, err := s.d.packPut(ctx, s, name, r, size, s.Store.Put); ok {
 		return err
 	}
 	return s.Store.Put(ctx, name, r, size)
@@ -96,7 +97,7 @@ func (s *packingStore) Put(ctx context.Context, name string, r io.Reader, size i
 func (s *packingStore) PutIfAbsent(ctx context.Context, name string, r io.Reader, size int64) error {
 	// A name of a checkpoint's directory is written once: a packed one
 	// cannot exist as an object of its own.
-	if ok, err := s.d.packPut(ctx, s, name, r, size); ok {
+	if ok, err := s.d.packPut(ctx, s, name, r, size, s.Store.PutIfAbsent); ok {
 		return err
 	}
 	return s.Store.PutIfAbsent(ctx, name, r, size)
@@ -125,10 +126,23 @@ func packable(kind backend.Kind, name string) bool {
 	return kind == backend.KindFile || path.Base(name) == "_changelog"
 }
 
+// inlined says whether a packable file goes into its task's handle
+// instead of an object or a pack: a changelog manifest (a few hundred
+// bytes naming the log window) of at most backend.MaxInlineBytes. With
+// the changelog a checkpoint's other files are the log's barrier
+// segment and the catalog's own objects, so a pack of the tasks'
+// manifests would be one PUT of four per checkpoint.
+func inlined(name string, size int64) bool {
+	return path.Base(name) == "_changelog" && size <= backend.MaxInlineBytes
+}
+
 // packPut packs the file name of size bytes from r when it is small, a
 // private file of a checkpoint in progress here, and of a kind that is
-// packed; ok false leaves it to the store.
-func (d *Daemon) packPut(ctx context.Context, s *packingStore, name string, r io.Reader, size int64) (ok bool, err error) {
+// packed; ok false leaves it to the store. put is the store's call it
+// stands for, which writes an inline file read before the checkpoint
+// turned out to have ended.
+func (d *Daemon) packPut(ctx context.Context, s *packingStore, name string, r io.Reader, size int64,
+	put func(context.Context, string, io.Reader, int64) error) (ok bool, err error) {
 	if size > d.cfg.PackFileBytes || !packable(s.kind, name) {
 		return false, nil
 	}
@@ -136,12 +150,33 @@ func (d *Daemon) packPut(ctx context.Context, s *packingStore, name string, r io
 	if !isCkpt {
 		return false, nil
 	}
+	inline := inlined(name, size)
+	var data []byte
+	if inline {
+		data = make([]byte, size)
+		if _, err := io.ReadFull(r, data); err != nil {
+			return true, fmt.Errorf("daemon: read %s: %w", name, err)
+		}
+	}
 	d.mu.Lock()
 	c := d.ckpts[ckptKey{s.job, id}]
 	// A completion may already wait for the asynchronous parts.
 	if c == nil || (c.status != statusInProgress && c.status != statusCompleting) {
 		d.mu.Unlock()
+		if inline {
+			return true, put(ctx, name, bytes.NewReader(data), size)
+		}
 		return false, nil
+	}
+	if inline {
+		// The handle carries it into the catalog's manifest, which is
+		// written anyway: no object, no PUT, nothing to wait for.
+		if c.inline == nil {
+			c.inline = map[string][]byte{}
+		}
+		c.inline[name] = data
+		d.mu.Unlock()
+		return true, nil
 	}
 	pk, err := d.packLocked(c)
 	d.mu.Unlock()
@@ -257,26 +292,42 @@ func (d *Daemon) packedHandle(c *checkpoint, h *backend.Handle) *backend.Handle 
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	pk := c.pack
-	if pk == nil || len(pk.files) == 0 {
+	if (pk == nil || len(pk.files) == 0) && len(c.inline) == 0 {
 		return h
 	}
 	var files []backend.FileRef
+	version := h.Version
 	for i, f := range h.Files {
+		if f.Shared {
+			continue
+		}
+		if data, ok := c.inline[f.Path]; ok {
+			if files == nil {
+				files = append([]backend.FileRef(nil), h.Files...)
+			}
+			files[i].Inline = data
+			version = max(version, backend.HandleVersionInline)
+			continue
+		}
+		if pk == nil {
+			continue
+		}
 		fp, ok := pk.files[f.Path]
-		if !ok || f.Shared {
+		if !ok {
 			continue
 		}
 		if files == nil {
 			files = append([]backend.FileRef(nil), h.Files...)
 		}
 		files[i].Pack = &fp
+		version = max(version, backend.HandleVersionPacked)
 	}
 	if files == nil {
 		return h
 	}
 	h2 := *h
 	h2.Files = files
-	h2.Version = max(h2.Version, backend.HandleVersionPacked)
+	h2.Version = version
 	return &h2
 }
 
