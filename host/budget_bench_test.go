@@ -1,6 +1,7 @@
 package host_test
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -246,6 +247,18 @@ func runBudget(b *testing.B, r budgetRun) {
 	}
 	all = all.add(between)
 	n := float64(len(perCkpt))
+	// The slowest checkpoints with what they wrote: the tail that p99
+	// reports, to tell a slow upload from a late task.
+	order := make([]int, len(lat))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortFunc(order, func(a, b int) int { return cmp.Compare(lat[b], lat[a]) })
+	var slow []string
+	for _, i := range order[:min(3, len(order))] {
+		slow = append(slow, fmt.Sprintf("%v (%s)", lat[i].Round(time.Millisecond), perCkpt[i].per(1)))
+	}
+	b.Logf("slowest checkpoints: %s", strings.Join(slow, "; "))
 	slices.Sort(lat)
 	b.ReportMetric(float64(all.total()-between.total())/n, "PUTs/ckpt")
 	if meter.RequestsMeasured() {
