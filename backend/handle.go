@@ -35,9 +35,19 @@ const (
 	// checkpoint). A reader of an older version refuses such a handle
 	// instead of looking for an object under the file's own name.
 	HandleVersionPacked = 5
+	// HandleVersionInline is version 6: it adds FileRef.Inline (a small
+	// private file whose bytes the handle carries, with no object of its
+	// own). A reader of an older version refuses such a handle instead
+	// of looking for an object that was never written.
+	HandleVersionInline = 6
 	// HandleFormatVersion is the newest version this build reads.
-	HandleFormatVersion = HandleVersionPacked
+	HandleFormatVersion = HandleVersionInline
 )
+
+// MaxInlineBytes bounds FileRef.Inline: a handle travels in the
+// catalog's manifest (and, in cluster mode, in the leader's log), so only
+// small files such as changelog manifests are carried in it.
+const MaxInlineBytes = 16 << 10
 
 // handleMagic starts every encoded handle. Frozen.
 const handleMagic = "STH1"
@@ -148,6 +158,12 @@ type FileRef struct {
 	// PackedStore, which serves it with a ranged read. Needs
 	// HandleVersionPacked; the file must be private.
 	Pack *FilePack `json:"pack,omitempty"`
+	// Inline, when set, are the file's bytes: the file has no object (a
+	// checkpoint's changelog manifest, which would otherwise cost a PUT
+	// per checkpoint). Path stays its name; readers get it through
+	// PackedStore. Needs HandleVersionInline; the file must be private,
+	// at most MaxInlineBytes, and len(Inline) == Size.
+	Inline []byte `json:"inline,omitempty"`
 }
 
 // FilePack locates a packed file's bytes (FileRef.Pack).
@@ -283,6 +299,19 @@ func (h *Handle) Validate() error {
 			}
 			if pk.Offset < 0 {
 				return fmt.Errorf("%w: handle of %s, file %s: negative offset %d in pack %s", ErrCorrupt, h.Task, f.Path, pk.Offset, pk.Object)
+			}
+		}
+		if f.Inline != nil {
+			if h.Version < HandleVersionInline {
+				return fmt.Errorf("%w: handle of %s, file %s: an inline file in a version %d handle (it needs version %d)",
+					ErrCorrupt, h.Task, f.Path, h.Version, HandleVersionInline)
+			}
+			if f.Shared || f.Table != nil || f.SizeOnly || f.Pack != nil {
+				return fmt.Errorf("%w: handle of %s, file %s: an inline file must be private, with its CRC32C, and not packed", ErrCorrupt, h.Task, f.Path)
+			}
+			if int64(len(f.Inline)) != f.Size || f.Size > MaxInlineBytes {
+				return fmt.Errorf("%w: handle of %s, file %s: %d inline bytes for a %d-byte file (at most %d)",
+					ErrCorrupt, h.Task, f.Path, len(f.Inline), f.Size, MaxInlineBytes)
 			}
 		}
 		if f.SizeOnly && f.CRC32C != 0 {

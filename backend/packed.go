@@ -1,6 +1,7 @@
 package backend
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -12,9 +13,10 @@ import (
 
 // PackedStore returns s as the handles hs see it: a packed file
 // (FileRef.Pack) is served under its own Path from the range of its pack
-// object, with one ranged read; every other name goes to s unchanged.
-// Writes, listings and deletes go to s. With no packed file among hs it
-// returns s itself. The caller keeps closing s; the view's Close does
+// object, with one ranged read, and an inline file (FileRef.Inline) from
+// the handle's bytes, with no read; every other name goes to s
+// unchanged. Writes, listings and deletes go to s. With no packed or
+// inline file among hs it returns s itself. The caller keeps closing s; the view's Close does
 // nothing.
 func PackedStore(s tiered.Store, hs []*Handle) tiered.Store {
 	var files map[string]FileRef
@@ -23,7 +25,7 @@ func PackedStore(s tiered.Store, hs []*Handle) tiered.Store {
 			continue
 		}
 		for _, f := range h.Files {
-			if f.Pack == nil {
+			if f.Pack == nil && f.Inline == nil {
 				continue
 			}
 			if files == nil {
@@ -58,11 +60,14 @@ func (p *packedStore) GetRange(ctx context.Context, name string, offset, length 
 		return p.Store.GetRange(ctx, name, offset, length)
 	}
 	if offset < 0 || offset > f.Size || (offset == f.Size && f.Size > 0) {
-		return nil, fmt.Errorf("%w: %s (packed in %s): offset %d of a %d-byte file", tiered.ErrInvalidRange, name, f.Pack.Object, offset, f.Size)
+		return nil, fmt.Errorf("%w: %s (%s): offset %d of a %d-byte file", tiered.ErrInvalidRange, name, where(f), offset, f.Size)
 	}
 	n := f.Size - offset
 	if length >= 0 && length < n {
 		n = length
+	}
+	if f.Inline != nil {
+		return io.NopCloser(bytes.NewReader(f.Inline[offset : offset+n])), nil
 	}
 	rc, err := p.Store.GetRange(ctx, f.Pack.Object, f.Pack.Offset+offset, n)
 	if err != nil {
@@ -76,6 +81,9 @@ func (p *packedStore) Stat(ctx context.Context, name string) (tiered.ObjectInfo,
 	if !ok {
 		return p.Store.Stat(ctx, name)
 	}
+	if f.Inline != nil {
+		return tiered.ObjectInfo{Name: name, Size: f.Size}, nil
+	}
 	info, err := p.Store.Stat(ctx, f.Pack.Object)
 	if err != nil {
 		return tiered.ObjectInfo{}, fmt.Errorf("%s (packed in %s): %w", name, f.Pack.Object, err)
@@ -84,6 +92,14 @@ func (p *packedStore) Stat(ctx context.Context, name string) (tiered.ObjectInfo,
 		return tiered.ObjectInfo{}, fmt.Errorf("%w: %s: pack %s has %d bytes, the file ends at %d", ErrCorrupt, name, f.Pack.Object, info.Size, f.Pack.Offset+f.Size)
 	}
 	return tiered.ObjectInfo{Name: name, Size: f.Size, ModTime: info.ModTime}, nil
+}
+
+// where says where a file of the view lies, for errors.
+func where(f FileRef) string {
+	if f.Inline != nil {
+		return "inline in its handle"
+	}
+	return "packed in " + f.Pack.Object
 }
 
 // exactReader fails a read that ends before the file's last byte: a pack

@@ -126,3 +126,63 @@ func TestNamePacks(t *testing.T) {
 		}
 	}
 }
+
+// TestInlineFiles: an inline file (a changelog manifest carried in its
+// handle) reads as its bytes, whole or in part, with no object in the
+// store; a handle holding one validates only at version 6, private, not
+// packed, with as many bytes as its size and at most MaxInlineBytes.
+func TestInlineFiles(t *testing.T) {
+	ctx := context.Background()
+	s := memstore.New()
+	base := func() *backend.Handle {
+		return &backend.Handle{Version: backend.HandleVersionInline, Backend: backend.KindFile,
+			Task: backend.TaskID{Job: "j", Operator: "op"}, CheckpointID: 1, KeyGroups: backend.KeyGroupRange{Start: 0, End: 127}, MaxParallelism: 128,
+			Files: []backend.FileRef{{Path: "j/chk-1/op-0/_changelog", Size: 8, CRC32C: 1, Inline: []byte("manifest")}}}
+	}
+	if err := base().Validate(); err != nil {
+		t.Fatalf("a valid inline handle: %v", err)
+	}
+	for name, mod := range map[string]func(*backend.Handle){
+		"old version": func(h *backend.Handle) { h.Version = backend.HandleVersionPacked },
+		"shared":      func(h *backend.Handle) { h.Files[0].Shared = true },
+		"packed too":  func(h *backend.Handle) { h.Files[0].Pack = &backend.FilePack{Object: "j/chk-1/packed-x-0"} },
+		"short":       func(h *backend.Handle) { h.Files[0].Size = 9 },
+		"too big": func(h *backend.Handle) {
+			h.Files[0].Inline = make([]byte, backend.MaxInlineBytes+1)
+			h.Files[0].Size = backend.MaxInlineBytes + 1
+		},
+	} {
+		h := base()
+		mod(h)
+		if err := h.Validate(); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+	v := backend.PackedStore(s, []*backend.Handle{base()})
+	if v == tiered.Store(s) {
+		t.Fatal("a view with an inline file is the store itself")
+	}
+	for _, tc := range []struct {
+		off, n int64
+		want   string
+	}{{0, -1, "manifest"}, {3, 2, "if"}, {5, 100, "est"}} {
+		rc, err := v.GetRange(ctx, "j/chk-1/op-0/_changelog", tc.off, tc.n)
+		if err != nil {
+			t.Fatalf("[%d,+%d): %v", tc.off, tc.n, err)
+		}
+		b, err := io.ReadAll(rc)
+		rc.Close()
+		if err != nil || string(b) != tc.want {
+			t.Errorf("[%d,+%d): %q %v, want %q", tc.off, tc.n, b, err, tc.want)
+		}
+	}
+	if _, err := v.GetRange(ctx, "j/chk-1/op-0/_changelog", 9, -1); !errors.Is(err, tiered.ErrInvalidRange) {
+		t.Errorf("read past the end: %v", err)
+	}
+	if info, err := v.Stat(ctx, "j/chk-1/op-0/_changelog"); err != nil || info.Size != 8 {
+		t.Errorf("stat: %+v %v", info, err)
+	}
+	if page, err := s.List(ctx, "", "", 10); err != nil || len(page.Objects) != 0 {
+		t.Errorf("the store holds %+v %v", page, err)
+	}
+}

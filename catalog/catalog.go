@@ -606,6 +606,9 @@ func managedObjects(h *backend.Handle) []refcount.Object {
 	var objs []refcount.Object
 	if managed(h) {
 		for _, f := range h.Files {
+			if f.Inline != nil {
+				continue // its bytes are in the handle: no object
+			}
 			if f.Pack != nil {
 				// The pack object is shared by the tasks of one daemon,
 				// as channel state objects are: counted once per

@@ -287,6 +287,9 @@ func (c *Catalog) writeManifest(ctx context.Context, r ref, started time.Time, h
 			continue
 		}
 		for _, f := range h.Files {
+			if f.Inline != nil {
+				continue // in the handle (Validate checked its size)
+			}
 			if f.Pack != nil {
 				chanEnd[f.Pack.Object] = max(chanEnd[f.Pack.Object], f.Pack.Offset+f.Size)
 				continue

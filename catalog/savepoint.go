@@ -166,8 +166,8 @@ func (c *Catalog) beginSavepoint(ctx context.Context, id string) error {
 // returns the rewritten handles.
 func (c *Catalog) copyNative(ctx context.Context, id string, hs []*backend.Handle, src tiered.Store) ([]*backend.Handle, error) {
 	dst := tiered.WithPrefix(c.store, SavepointDir(id))
-	// A packed file is read from its pack and becomes a file of its own:
-	// a savepoint holds plain files.
+	// A packed file is read from its pack, an inline one from its handle,
+	// and each becomes a file of its own: a savepoint holds plain files.
 	src = backend.PackedStore(src, hs)
 	files := map[string]backend.FileRef{}
 	written := map[string]bool{} // made in place by SelfContain: not copied
@@ -197,6 +197,7 @@ func (c *Catalog) copyNative(ctx context.Context, id string, hs []*backend.Handl
 			files[f.Path] = f
 			h.Files[i].Path = savepointDataDir + "/" + f.Path
 			h.Files[i].Pack = nil
+			h.Files[i].Inline = nil
 		}
 		out = append(out, h)
 	}

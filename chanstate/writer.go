@@ -165,9 +165,50 @@ func (w *Writer) AppendFile(ctx context.Context, data []byte) (backend.ChannelSe
 	return w.appendBytes(ctx, data, crc32.Checksum(data, crc32.MakeTable(crc32.Castagnoli)))
 }
 
+// AppendFileFrom appends the size bytes of r, a file of a task's
+// snapshot, as AppendFile does data, but streams them into the spool
+// instead of holding them in memory and has no size bound: the daemon
+// packs the file backend's snapshot files of a checkpoint whatever their
+// size. It fails, leaving the part as it was, when r holds fewer or more
+// than size bytes. The returned ref's CRC32C is that of the bytes read.
+func (w *Writer) AppendFileFrom(ctx context.Context, r io.Reader, size int64) (backend.ChannelSegment, error) {
+	if size < 0 {
+		return backend.ChannelSegment{}, fmt.Errorf("chanstate: %w: file of %d bytes", backend.ErrInvalidArgument, size)
+	}
+	var crc uint32
+	ref, err := w.appendWith(ctx, size, func(f *os.File, off int64) error {
+		h := crc32.New(crc32.MakeTable(crc32.Castagnoli))
+		n, err := io.Copy(io.NewOffsetWriter(f, off), io.TeeReader(io.LimitReader(r, size+1), h))
+		switch {
+		case err != nil:
+			return fmt.Errorf("chanstate: spool %s: %w", f.Name(), err)
+		case n != size:
+			return fmt.Errorf("chanstate: %w: the file has %d bytes or more, its writer said %d", backend.ErrInvalidArgument, n, size)
+		}
+		crc = h.Sum32()
+		return ctx.Err()
+	})
+	ref.CRC32C = crc
+	return ref, err
+}
+
 // appendBytes appends b to the current part (a new one if b does not
 // fit) and uploads the part it closed.
 func (w *Writer) appendBytes(ctx context.Context, seg []byte, crc uint32) (backend.ChannelSegment, error) {
+	ref, err := w.appendWith(ctx, int64(len(seg)), func(f *os.File, off int64) error {
+		if _, err := f.WriteAt(seg, off); err != nil {
+			return fmt.Errorf("chanstate: spool %s: %w", f.Name(), err)
+		}
+		return nil
+	})
+	ref.CRC32C = crc
+	return ref, err
+}
+
+// appendWith appends n bytes that write puts into the spool file f at
+// off to the current part (a new one if they do not fit) and uploads the
+// part it closed. The returned ref has no CRC32C.
+func (w *Writer) appendWith(ctx context.Context, n int64, write func(f *os.File, off int64) error) (backend.ChannelSegment, error) {
 	w.mu.Lock()
 	if w.isClosed {
 		w.mu.Unlock()
@@ -175,7 +216,7 @@ func (w *Writer) appendBytes(ctx context.Context, seg []byte, crc uint32) (backe
 	}
 	var full *part
 	cur := w.current()
-	if cur != nil && cur.size > 0 && cur.size+int64(len(seg)) > w.o.MaxObjectBytes {
+	if cur != nil && cur.size > 0 && cur.size+n > w.o.MaxObjectBytes {
 		cur.closed = true
 		full = cur
 		cur = nil
@@ -188,13 +229,14 @@ func (w *Writer) appendBytes(ctx context.Context, seg []byte, crc uint32) (backe
 		}
 	}
 	// Writing under the lock keeps the spool file's layout equal to the
-	// segments' refs; a failed write leaves the part as it was.
-	if _, err := cur.f.WriteAt(seg, cur.size); err != nil {
+	// segments' refs; a failed write leaves the part as it was (its size
+	// unchanged: the next write goes over what it left).
+	if err := write(cur.f, cur.size); err != nil {
 		w.mu.Unlock()
-		return backend.ChannelSegment{}, fmt.Errorf("chanstate: spool %s: %w", cur.f.Name(), err)
+		return backend.ChannelSegment{}, err // a part closed here is Seal's to upload
 	}
-	ref := backend.ChannelSegment{Path: cur.name, Offset: cur.size, Length: int64(len(seg)), CRC32C: crc}
-	cur.size += int64(len(seg))
+	ref := backend.ChannelSegment{Path: cur.name, Offset: cur.size, Length: n}
+	cur.size += n
 	w.stats.Segments++
 	var wait []*part
 	if full != nil {

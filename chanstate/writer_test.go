@@ -405,3 +405,54 @@ func TestWriterAppendFile(t *testing.T) {
 		}
 	}
 }
+
+// TestWriterAppendFileFrom: a file streamed from a reader, larger than
+// AppendFile's bound, lies in the same object as the small ones with its
+// exact bytes and CRC32C; a reader with fewer or more bytes than said
+// fails and leaves nothing behind (the next file lies where it would
+// have).
+func TestWriterAppendFileFrom(t *testing.T) {
+	store := metered.New(memstore.New())
+	w := newWriter(t, store, 1<<40)
+	ctx := context.Background()
+	big := make([]byte, MaxSegmentBytes+4096)
+	for i := range big {
+		big[i] = byte(i * 7)
+	}
+	small := []byte("small file")
+	r1, err := w.AppendFile(ctx, small)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.AppendFileFrom(ctx, bytes.NewReader(small[:4]), int64(len(small))); !errors.Is(err, backend.ErrInvalidArgument) {
+		t.Fatalf("a short reader: %v, want ErrInvalidArgument", err)
+	}
+	if _, err := w.AppendFileFrom(ctx, bytes.NewReader(small), 3); !errors.Is(err, backend.ErrInvalidArgument) {
+		t.Fatalf("a long reader: %v, want ErrInvalidArgument", err)
+	}
+	r2, err := w.AppendFileFrom(ctx, bytes.NewReader(big), int64(len(big)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r2.Path != r1.Path || r2.Offset != int64(len(small)) || r2.Length != int64(len(big)) {
+		t.Fatalf("big file at %+v, small at %+v", r2, r1)
+	}
+	if r2.CRC32C != crc32.Checksum(big, crc32.MakeTable(crc32.Castagnoli)) {
+		t.Fatalf("crc %08x is not the file's", r2.CRC32C)
+	}
+	if err := w.Seal(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := store.Counts().Calls[tiered.OpPutIfAbsent] + store.Counts().Calls[tiered.OpPut]; n != 1 {
+		t.Fatalf("%d puts for two files, want 1", n)
+	}
+	rc, err := store.GetRange(ctx, r2.Path, r2.Offset, r2.Length)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := io.ReadAll(rc)
+	rc.Close()
+	if err != nil || !bytes.Equal(got, big) {
+		t.Fatalf("big file read back %d bytes (%v), not its own", len(got), err)
+	}
+}

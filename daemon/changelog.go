@@ -147,7 +147,9 @@ type clState struct {
 // false, the restored state is unwrapped into a plain backend.
 func (d *Daemon) openChangelog(opts backend.Options, wrap bool, open func(backend.Options) (backend.Backend, error)) (backend.Backend, *changelog.Backend, error) {
 	cl := d.cfg.Changelog
-	cb, err := changelog.Open(opts, changelog.Options{OpenInner: open, Writer: cl.Writer, Log: cl.Log})
+	job := opts.Task.Job
+	cb, err := changelog.Open(opts, changelog.Options{OpenInner: open, Writer: cl.Writer, Log: cl.Log,
+		BeforePersist: func(ctx context.Context, id uint64) { d.awaitBarrier(ctx, job, id) }})
 	if err != nil {
 		return nil, nil, err
 	}

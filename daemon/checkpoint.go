@@ -57,6 +57,16 @@ type checkpoint struct {
 	// pack holds the small private files the tasks here write for it
 	// (nil until one does; pack.go). Set under d.mu.
 	pack *checkpointPack
+	// inline are the changelog manifests the tasks here wrote for it, by
+	// name: their handles carry them (pack.go). Set under d.mu.
+	inline map[string][]byte
+	// barrier is closed once every task of the job open here has taken
+	// its synchronous part (barrier.go); barrierClosed says so. Under d.mu.
+	barrier       chan struct{}
+	barrierClosed bool
+	// joined is when the latest task here snapshotted c: the linger of a
+	// pack runs from it (pack.go). Under d.mu.
+	joined time.Time
 }
 
 type taskSnapshot struct {
@@ -87,6 +97,9 @@ type taskSnapshot struct {
 	// ran: the backend's asynchronous part returned (it writes no more
 	// files). Guarded by d.mu.
 	ran bool
+	// synced: the synchronous part returned (the task's changes up to the
+	// barrier are in the log writer). Guarded by d.mu.
+	synced bool
 }
 
 // SnapshotOptions are the options of SnapshotWith.
@@ -156,6 +169,7 @@ func (d *Daemon) SnapshotWith(ctx context.Context, inst *Instance, id uint64, o 
 	}
 	ts := &taskSnapshot{inst: inst, done: make(chan struct{}), stats: o.Stats, wait: wait}
 	c.tasks[task] = ts
+	c.joined = time.Now()
 	d.wg.Add(1)
 	if c.chans != nil && d.allSnapshottedLocked(c) {
 		c.chans.trigger()
@@ -184,6 +198,7 @@ func (d *Daemon) SnapshotWith(ctx context.Context, inst *Instance, id uint64, o 
 		d.m.SnapshotFailures[bi].Add(1)
 		d.mu.Lock()
 		ts.ran = true
+		d.syncedLocked(c, ts)
 		d.packKickLocked(c)
 		d.mu.Unlock()
 		close(ts.done)
@@ -196,6 +211,9 @@ func (d *Daemon) SnapshotWith(ctx context.Context, inst *Instance, id uint64, o 
 		}
 		return SnapshotResult{Sync: ts.sync}, ts.err
 	}
+	d.mu.Lock()
+	d.syncedLocked(c, ts)
+	d.mu.Unlock()
 	release := func() {}
 	if d.keeper != nil {
 		release = d.keeper.hold()
@@ -232,7 +250,8 @@ func reasonSuffix(r string) string {
 func (d *Daemon) newCheckpointLocked(key ckptKey) *checkpoint {
 	ctx, cancel := context.WithCancel(d.baseCtx)
 	c := &checkpoint{key: key, started: time.Now(), ctx: ctx, cancel: cancel,
-		tasks: map[backend.TaskID]*taskSnapshot{}, status: statusInProgress, aborted: make(chan struct{})}
+		tasks: map[backend.TaskID]*taskSnapshot{}, status: statusInProgress, aborted: make(chan struct{}),
+		barrier: make(chan struct{})}
 	c.timer = time.AfterFunc(d.cfg.CheckpointTimeout, func() { d.expire(c) })
 	d.ckpts[key] = c
 	if len(d.ckpts) > tombstoneLimit {

@@ -39,11 +39,14 @@ const (
 	// milliseconds of each other under a barrier; longer means a task is
 	// not taking part here.
 	DefaultChannelStateLinger = 250 * time.Millisecond
-	// DefaultPackFileBytes: a checkpoint's private files up to 4 MiB
-	// (file-backend snapshots of small state, changelog manifests) are
-	// packed; a bigger file is a request of its own either way (and a
-	// multipart upload on S3 past 16 MiB).
-	DefaultPackFileBytes = 4 << 20
+	// DefaultPackFileBytes: a checkpoint's file-backend snapshot files up
+	// to 64 GiB, in practice all, are packed (changelog manifests go into
+	// the handles), so that a checkpoint of the file backend's tasks here is
+	// one object (on S3 a multipart upload of one request per 16 MiB
+	// part, where an object per file costs two more requests per file;
+	// restores read each file with one ranged GET either way:
+	// docs/performance.md).
+	DefaultPackFileBytes = 64 << 30
 	// DefaultGCPercent is the Go GC target "stated serve" runs with (GOGC
 	// 100 is Go's default): batches allocate request and response buffers
 	// at a high rate, and collecting four times less often buys about 20%
@@ -161,14 +164,18 @@ type Config struct {
 	// ChannelStateLinger is how long a task's upload waits for the other
 	// tasks of its job here to snapshot before it uploads the shared
 	// channel state object without them (their state then goes into
-	// another object). Default DefaultChannelStateLinger.
+	// another object); the same bound applies to a pack of small files
+	// (pack.go) and to the changelog's barrier cut (barrier.go). Default
+	// DefaultChannelStateLinger.
 	ChannelStateLinger time.Duration
 	// PackFileBytes: the private files of a checkpoint up to this size
-	// that the daemon's file-backend instances and changelog manifests
-	// write go into one object per job and checkpoint shared by its
-	// tasks here (the channel state's writer, chanstate), instead of an
-	// object each; their handles say where (backend.FileRef.Pack).
-	// Default DefaultPackFileBytes; negative: off.
+	// that the daemon's file-backend instances write go into one object
+	// per job and checkpoint shared by its tasks here (the channel
+	// state's writer, chanstate), instead of an object each; their
+	// handles say where (backend.FileRef.Pack). Changelog manifests
+	// (at most backend.MaxInlineBytes) go into the handles themselves
+	// (backend.FileRef.Inline). Default DefaultPackFileBytes; negative:
+	// off, for both.
 	PackFileBytes int64
 	// Changelog makes changelog mode available. Optional: without it,
 	// instances asking for the changelog and restores of checkpoints

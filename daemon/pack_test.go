@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io/fs"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"strings"
@@ -219,4 +220,192 @@ func TestPinnedPackedCheckpoints(t *testing.T) {
 			checkFileTasks(t, openFileTasks(t, e, "j", 3, 20, "pinned", &daemon.RestoreSpec{Latest: true}), 20, "pinned")
 		})
 	}
+}
+
+// TestPackedLargeFilesAreOneObject: the file backend's snapshot files go
+// into the checkpoint's one pack whatever their size (here 4 files above
+// the 4 MiB that bounded packing before), and restore exactly from it.
+func TestPackedLargeFilesAreOneObject(t *testing.T) {
+	const tasks, keys, valSize = 4, 1300, 4 << 10
+	store := memstore.New()
+	e := newEnvOn(t, store, nil)
+	value := func(sub, k int) []byte {
+		v := make([]byte, valSize)
+		r := rand.New(rand.NewPCG(uint64(sub), uint64(k)))
+		for i := range v {
+			v[i] = byte(r.Uint32())
+		}
+		return v
+	}
+	var ins []*daemon.Instance
+	for sub := range tasks {
+		in, err := e.d.Open(context.Background(), daemon.OpenParams{Task: backend.TaskID{Job: "j", Operator: "op", Subtask: sub},
+			KeyGroups: backend.KeyGroupRangeForOperator(128, tasks, sub), MaxParallelism: 128, Kind: backend.KindFile, States: valueState})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for k := range keys {
+			if err := in.Backend.Put("v", backend.Key{KeyGroup: in.KeyGroups.Start, Key: fmt.Appendf(nil, "k%d", k)}, value(sub, k)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		ins = append(ins, in)
+	}
+	snapshotAll(t, e, "j", 1, ins)
+	names := storeNames(t, store, "j/chk-1/")
+	if len(names) != 2 || !strings.Contains(names[0]+names[1], "/packed-") {
+		t.Fatalf("checkpoint 1 wrote %v: want the manifest and one pack", names)
+	}
+	m, _ := e.cat.Checkpoint("j", 1)
+	for _, h := range m.Tasks {
+		if len(h.Files) != 1 || h.Files[0].Pack == nil || h.Files[0].Size <= 4<<20 {
+			t.Fatalf("handle of %s: files %+v: want one packed file above 4 MiB", h.Task, h.Files)
+		}
+	}
+	e2 := newEnvOn(t, store, nil)
+	for sub := range tasks {
+		in, err := e2.d.Open(context.Background(), daemon.OpenParams{Task: backend.TaskID{Job: "j", Operator: "op", Subtask: sub},
+			KeyGroups: backend.KeyGroupRangeForOperator(128, tasks, sub), MaxParallelism: 128, Kind: backend.KindFile, States: valueState,
+			Restore: &daemon.RestoreSpec{Latest: true, NoClaim: true}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for k := range keys {
+			got, ok, err := in.Backend.Get("v", backend.Key{KeyGroup: in.KeyGroups.Start, Key: fmt.Appendf(nil, "k%d", k)})
+			if err != nil || !ok || !bytes.Equal(got, value(sub, k)) {
+				t.Fatalf("subtask %d key %d: %d bytes %v %v, not its value", sub, k, len(got), ok, err)
+			}
+		}
+	}
+}
+
+// TestPackWaitsForSlowFiles: once every task here has snapshotted, the
+// pack waits for a task whose file takes longer than the linger to
+// write (a big state) instead of sealing without it: one object per
+// checkpoint, not one per linger.
+func TestPackWaitsForSlowFiles(t *testing.T) {
+	const tasks, bigKeys, valSize = 4, 4 << 10, 4 << 10 // task 0: 16 MiB
+	store := memstore.New()
+	e := newEnvOn(t, store, func(o *host.Options) { o.ChannelStateLinger = 40 * time.Millisecond })
+	val := make([]byte, valSize)
+	r := rand.New(rand.NewPCG(1, 2))
+	var ins []*daemon.Instance
+	for sub := range tasks {
+		in, err := e.d.Open(context.Background(), daemon.OpenParams{Task: backend.TaskID{Job: "j", Operator: "op", Subtask: sub},
+			KeyGroups: backend.KeyGroupRangeForOperator(128, tasks, sub), MaxParallelism: 128, Kind: backend.KindFile, States: valueState})
+		if err != nil {
+			t.Fatal(err)
+		}
+		keys := 10
+		if sub == 0 {
+			keys = bigKeys
+		}
+		for k := range keys {
+			for i := range val {
+				val[i] = byte(r.Uint32())
+			}
+			if err := in.Backend.Put("v", backend.Key{KeyGroup: in.KeyGroups.Start, Key: fmt.Appendf(nil, "k%d", k)}, val); err != nil {
+				t.Fatal(err)
+			}
+		}
+		ins = append(ins, in)
+	}
+	// The big task first: the small ones' files wait in the pack while
+	// its file is written, long past the linger.
+	ctx := context.Background()
+	start := time.Now()
+	for _, in := range ins {
+		if _, err := e.d.Snapshot(ctx, in, 1, false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := e.d.CompleteCheckpoint(ctx, "j", 1, nil); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("checkpoint of %d MiB took %v", bigKeys*valSize>>20, time.Since(start))
+	var packs []string
+	for _, n := range storeNames(t, store, "j/chk-1/") {
+		if strings.Contains(n, "/packed-") {
+			packs = append(packs, n)
+		}
+	}
+	if len(packs) != 1 {
+		t.Fatalf("checkpoint 1 wrote packs %v, want one", packs)
+	}
+}
+
+// TestPackWaitsForTasksStillArriving: on a loaded host the tasks of a
+// job reach a checkpoint one by one, the last past the linger after the
+// first file waits in the pack. While they keep arriving (each within a
+// linger of the one before) the pack waits for them: one object. The
+// rule before sealed a linger after the first file, whatever came next.
+func TestPackWaitsForTasksStillArriving(t *testing.T) {
+	const tasks, keys, gap, linger = 6, 10, 50 * time.Millisecond, 200 * time.Millisecond
+	store := memstore.New()
+	e := newEnvOn(t, store, func(o *host.Options) { o.ChannelStateLinger = linger })
+	ins := openFileTasks(t, e, "j", tasks, keys, "v", nil)
+	ctx := context.Background()
+	start := time.Now()
+	for i, in := range ins {
+		if i > 0 {
+			time.Sleep(gap)
+		}
+		if _, err := e.d.Snapshot(ctx, in, 1, false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if spread := time.Since(start); spread <= linger {
+		t.Fatalf("the tasks arrived within %v, not past the linger %v: the test shows nothing", spread, linger)
+	}
+	if _, err := e.d.CompleteCheckpoint(ctx, "j", 1, nil); err != nil {
+		t.Fatal(err)
+	}
+	var packs []string
+	for _, n := range storeNames(t, store, "j/chk-1/") {
+		if strings.Contains(n, "/packed-") {
+			packs = append(packs, n)
+		}
+	}
+	if len(packs) != 1 {
+		t.Fatalf("checkpoint 1 of tasks arriving %v apart wrote packs %v, want one", gap, packs)
+	}
+	e2 := newEnvOn(t, store, nil)
+	checkFileTasks(t, openFileTasks(t, e2, "j", tasks, keys, "v", &daemon.RestoreSpec{Latest: true, NoClaim: true}), keys, "v")
+}
+
+// TestPackDoesNotWaitForATaskThatNeverSnapshots: a task of the job open
+// here that never takes part in the checkpoint holds the others' pack
+// back for one linger after the last of them arrived, not until the
+// checkpoint times out.
+func TestPackDoesNotWaitForATaskThatNeverSnapshots(t *testing.T) {
+	const tasks, keys, linger = 3, 10, 100 * time.Millisecond
+	store := memstore.New()
+	e := newEnvOn(t, store, func(o *host.Options) {
+		o.ChannelStateLinger = linger
+		o.CheckpointTimeout = time.Minute
+	})
+	ins := openFileTasks(t, e, "j", tasks, keys, "v", nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	var ids []backend.TaskID
+	for _, in := range ins[:tasks-1] {
+		if _, err := e.d.Snapshot(ctx, in, 1, false); err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, in.Task)
+	}
+	start := time.Now()
+	if _, err := e.d.CompleteCheckpoint(ctx, "j", 1, ids); err != nil {
+		t.Fatalf("completing without the task that never snapshotted: %v (after %v)", err, time.Since(start))
+	}
+	var packs []string
+	for _, n := range storeNames(t, store, "j/chk-1/") {
+		if strings.Contains(n, "/packed-") {
+			packs = append(packs, n)
+		}
+	}
+	if len(packs) != 1 {
+		t.Fatalf("checkpoint 1 wrote packs %v, want one", packs)
+	}
+	t.Logf("completed %v after the last task arrived (linger %v)", time.Since(start), linger)
 }

@@ -3,8 +3,10 @@ package daemon_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/statedhq/stated/backend"
 	"github.com/statedhq/stated/catalog"
@@ -95,5 +97,108 @@ func TestSharedCatalogCompletion(t *testing.T) {
 	v, _, err := moved.Backend.Get("v", backend.Key{KeyGroup: a.KeyGroups.Start, Key: []byte("k")})
 	if err != nil || string(v) != "from d1" {
 		t.Fatalf("restored value %q %v", v, err)
+	}
+}
+
+// TestSharedCatalogPacks: in cluster mode (daemons sharing one catalog)
+// each daemon packs the snapshot files of its tasks of a checkpoint into
+// one object; the shared catalog completes the checkpoint over both
+// packs, the packs go with the checkpoint once a later one subsumes it,
+// and another daemon restores every task exactly from the later one's.
+func TestSharedCatalogPacks(t *testing.T) {
+	ctx := context.Background()
+	store := memstore.New()
+	cat, err := catalog.Open(ctx, catalog.Options{Store: store, Retain: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cat.Close()
+	const tasks = 4
+	ds := []*daemon.Daemon{sharedDaemon(t, store, cat), sharedDaemon(t, store, cat)}
+	open := func(d *daemon.Daemon, sub int, restore *daemon.RestoreSpec) *daemon.Instance {
+		t.Helper()
+		in, err := d.Open(ctx, daemon.OpenParams{Task: backend.TaskID{Job: "job", Operator: "op", Subtask: sub},
+			KeyGroups: backend.KeyGroupRangeForOperator(128, tasks, sub), MaxParallelism: 128, Kind: backend.KindFile,
+			States: valueState, Restore: restore})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return in
+	}
+	key := func(in *daemon.Instance) backend.Key {
+		return backend.Key{KeyGroup: in.KeyGroups.Start, Key: []byte("k")}
+	}
+	var ins []*daemon.Instance
+	var ids []backend.TaskID
+	for sub := range tasks {
+		in := open(ds[sub%2], sub, nil)
+		if err := in.Backend.Put("v", key(in), fmt.Appendf(nil, "value %d", sub)); err != nil {
+			t.Fatal(err)
+		}
+		ins, ids = append(ins, in), append(ids, in.Task)
+	}
+	checkpoint := func(id uint64) {
+		t.Helper()
+		errs := make(chan error, tasks)
+		for sub, in := range ins {
+			go func() {
+				_, err := ds[sub%2].Snapshot(ctx, in, id, true)
+				errs <- err
+			}()
+		}
+		for range ins {
+			if err := <-errs; err != nil {
+				t.Fatal(err)
+			}
+		}
+		if _, err := ds[0].CompleteCheckpoint(ctx, "job", id, ids); err != nil {
+			t.Fatal(err)
+		}
+	}
+	checkpoint(1)
+	var packs []string
+	for _, n := range storeNames(t, store, "job/chk-1/") {
+		if strings.Contains(n, "/packed-") {
+			packs = append(packs, n)
+		}
+	}
+	if len(packs) != 2 {
+		t.Fatalf("checkpoint 1 of two daemons wrote packs %v, want one each", packs)
+	}
+	m, _ := cat.Checkpoint("job", 1)
+	for _, h := range m.Tasks {
+		if len(h.Files) != 1 || h.Files[0].Pack == nil {
+			t.Fatalf("handle of %s: files %+v, want its file packed", h.Task, h.Files)
+		}
+	}
+	rep, err := catalog.Verify(ctx, store, "job/chk-1", 2)
+	if err != nil || len(rep.Problems) != 0 || rep.Files != tasks {
+		t.Fatalf("verify: %v %+v", err, rep)
+	}
+	// Checkpoint 2 subsumes 1 (retain 1): both packs go with it.
+	checkpoint(2)
+	deadline := time.Now().Add(5 * time.Second)
+	for len(storeNames(t, store, "job/chk-1/")) > 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("checkpoint 1's objects are still there: %v", storeNames(t, store, "job/chk-1/"))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	m, _ = cat.Checkpoint("job", 2)
+	for _, h := range m.Tasks {
+		if len(h.Files) != 1 || h.Files[0].Pack == nil {
+			t.Fatalf("checkpoint 2, handle of %s: files %+v, want its file packed", h.Task, h.Files)
+		}
+	}
+	d3 := sharedDaemon(t, store, cat)
+	for sub := range tasks {
+		r := open(d3, sub, &daemon.RestoreSpec{Latest: true, NoClaim: true})
+		v, ok, err := r.Backend.Get("v", key(r))
+		if err != nil || !ok || string(v) != fmt.Sprintf("value %d", sub) {
+			t.Fatalf("subtask %d restored %q %v %v", sub, v, ok, err)
+		}
+		if err := d3.CloseInstance(r.ID, "job"); err != nil {
+			t.Fatal(err)
+		}
 	}
 }

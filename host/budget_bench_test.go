@@ -1,6 +1,7 @@
 package host_test
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -19,6 +20,7 @@ import (
 	"github.com/statedhq/stated/backend"
 	"github.com/statedhq/stated/host"
 	"github.com/statedhq/stated/tiered"
+	"github.com/statedhq/stated/tiered/cost"
 	"github.com/statedhq/stated/tiered/metered"
 	"github.com/statedhq/stated/tiered/s3store/s3test"
 )
@@ -38,18 +40,27 @@ import (
 // of object. The first checkpoint (a full upload) is not counted.
 // STATED_BENCH_BUDGET_INTERVAL sets the checkpoint interval (default 1s),
 // STATED_BENCH_BUDGET_FLUSH_DELAY the changelog's --changelog-flush-delay
-// (default: the store's), STATED_BENCH_BUDGET_CHANGELOG the modes run
-// ("off,on").
+// (default: the store's), STATED_BENCH_BUDGET_PACK_FILE_BYTES the
+// daemon's --pack-file-bytes (default: the daemon's; -1: off),
+// STATED_BENCH_BUDGET_CHANGELOG the modes run ("off,on"). Besides the
+// Put calls it reports the PUT requests S3 was sent per checkpoint
+// (multipart uploads: one per part and two more), as s3store counts them.
 //
 //	scripts/bench-request-budget.sh                  # the figures
 //	STATED_BENCH_BUDGET_STATE=4MiB STATED_BENCH_BUDGET_SECONDS=3 \
-//	  go test ./node -run '^$' -bench RequestBudget -benchtime 1x   # a smoke run
+//	  go test ./host -run '^$' -bench RequestBudget -benchtime 1x   # a smoke run
 func BenchmarkRequestBudget(b *testing.B) {
 	state := envSize(b, "STATED_BENCH_BUDGET_STATE", 256<<20)
 	rate := envInt(b, "STATED_BENCH_BUDGET_RATE", 200)
 	secs := envInt(b, "STATED_BENCH_BUDGET_SECONDS", 30)
 	interval := envDuration(b, "STATED_BENCH_BUDGET_INTERVAL", time.Second)
 	delay := envDuration(b, "STATED_BENCH_BUDGET_FLUSH_DELAY", 0)
+	var pack int64
+	if v := os.Getenv("STATED_BENCH_BUDGET_PACK_FILE_BYTES"); v == "-1" {
+		pack = -1
+	} else if v != "" {
+		pack = envSize(b, "STATED_BENCH_BUDGET_PACK_FILE_BYTES", 0)
+	}
 	modes := os.Getenv("STATED_BENCH_BUDGET_CHANGELOG")
 	if modes == "" {
 		modes = "off,on"
@@ -62,7 +73,7 @@ func BenchmarkRequestBudget(b *testing.B) {
 		b.Run(fmt.Sprintf("changelog=%v", cl), func(b *testing.B) {
 			for b.Loop() {
 				runBudget(b, budgetRun{changelog: cl, state: state, rate: rate, steady: time.Duration(secs) * time.Second,
-					interval: interval, flushDelay: delay})
+					interval: interval, flushDelay: delay, packFileBytes: pack})
 			}
 		})
 	}
@@ -75,6 +86,7 @@ type budgetRun struct {
 	rate                 int
 	steady               time.Duration
 	interval, flushDelay time.Duration
+	packFileBytes        int64
 }
 
 const (
@@ -85,9 +97,11 @@ const (
 func runBudget(b *testing.B, r budgetRun) {
 	changelog, state, rate, steady := r.changelog, r.state, r.rate, r.steady
 	ctx := context.Background()
-	store := &putCounter{Store: metered.New(s3test.Store(b))}
+	meter := metered.New(s3test.Store(b))
+	store := &putCounter{Store: meter}
+	putReqs := func() uint64 { return meter.Requests().Requests[cost.Put] }
 	nd, err := host.Open(ctx, host.Options{DataDir: filepath.Join(b.TempDir(), "d"), Logger: quiet(), Store: store, Changelog: changelog,
-		ChangelogFlushDelay: r.flushDelay})
+		ChangelogFlushDelay: r.flushDelay, PackFileBytes: r.packFileBytes})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -191,6 +205,7 @@ func runBudget(b *testing.B, r budgetRun) {
 	var perCkpt []putCounts
 	var between putCounts
 	var betweenTime time.Duration
+	var ckptReqs uint64 // PUT requests sent during checkpoints
 	t0 := time.Now()
 	c0 := store.counts()
 	next := time.Now().Add(r.interval)
@@ -200,6 +215,7 @@ func runBudget(b *testing.B, r budgetRun) {
 		next = next.Add(r.interval)
 		start := time.Now()
 		cs := store.counts()
+		r0 := putReqs()
 		between = between.add(cs.sub(c0))
 		betweenTime += start.Sub(idle)
 		id++
@@ -219,6 +235,7 @@ func runBudget(b *testing.B, r budgetRun) {
 		lat = append(lat, time.Since(start))
 		fullSize = info.GetFullSize()
 		c0 = store.counts()
+		ckptReqs += putReqs() - r0
 		perCkpt = append(perCkpt, c0.sub(cs))
 	}
 	total := time.Since(t0)
@@ -230,8 +247,23 @@ func runBudget(b *testing.B, r budgetRun) {
 	}
 	all = all.add(between)
 	n := float64(len(perCkpt))
+	// The slowest checkpoints with what they wrote: the tail that p99
+	// reports, to tell a slow upload from a late task.
+	order := make([]int, len(lat))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortFunc(order, func(a, b int) int { return cmp.Compare(lat[b], lat[a]) })
+	var slow []string
+	for _, i := range order[:min(3, len(order))] {
+		slow = append(slow, fmt.Sprintf("%v (%s)", lat[i].Round(time.Millisecond), perCkpt[i].per(1)))
+	}
+	b.Logf("slowest checkpoints: %s", strings.Join(slow, "; "))
 	slices.Sort(lat)
 	b.ReportMetric(float64(all.total()-between.total())/n, "PUTs/ckpt")
+	if meter.RequestsMeasured() {
+		b.ReportMetric(float64(ckptReqs)/n, "PUT-requests/ckpt")
+	}
 	b.ReportMetric(float64(between.total())/betweenTime.Seconds(), "PUTs/s-between")
 	b.ReportMetric(float64(all.total())/total.Seconds(), "PUTs/s")
 	b.ReportMetric(float64(lat[len(lat)/2].Microseconds())/1e3, "ckpt-p50-ms")

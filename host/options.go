@@ -171,11 +171,12 @@ type Options struct {
 	// state waits for the job's other tasks here to snapshot, so that one
 	// object holds them all. Default daemon.DefaultChannelStateLinger.
 	ChannelStateLinger time.Duration
-	// PackFileBytes: a checkpoint's private files up to this size (file
-	// backend snapshots, changelog manifests) of all tasks of a job here
-	// go into one object per checkpoint, read back with ranged reads
-	// (--pack-file-bytes). Default daemon.DefaultPackFileBytes; negative:
-	// every file is an object of its own.
+	// PackFileBytes: a checkpoint's file-backend snapshot files up to
+	// this size of all tasks of a job here go into one object per
+	// checkpoint, read back with ranged reads, and changelog manifests
+	// into the tasks' handles (--pack-file-bytes). Default
+	// daemon.DefaultPackFileBytes (64 GiB); negative: every file is an
+	// object of its own.
 	PackFileBytes int64
 	// ExternalDir is the directory under which externally owned instances
 	// (an engine such as Flink owns their checkpoint files) write them, at

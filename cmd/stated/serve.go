@@ -147,7 +147,7 @@ the grace ends, closes every backend and exits 0.`,
 	fl.StringVar(&f.lsmMemTable, "lsm-memtable-bytes", "0", "memtable of each lsm instance, which a writing instance holds up to twice (0: 8MiB, or 64MiB with --lsm-remote, where every flush is an object in the store)")
 	fl.StringVar(&f.fileCompression, "file-compression", "", `compression of file-backend snapshots: "" or "zstd"`)
 	fl.DurationVar(&f.checkpointTimeout, "checkpoint-timeout", daemon.DefaultCheckpointTimeout, "a checkpoint not completed within this is aborted as expired")
-	fl.StringVar(&f.packFileBytes, "pack-file-bytes", "4MiB", "a checkpoint's private files up to this size (file backend snapshots, changelog manifests) of all tasks of a job here go into one object per checkpoint, read back with ranged reads; -1: an object per file")
+	fl.StringVar(&f.packFileBytes, "pack-file-bytes", "64GiB", "a checkpoint's file backend snapshot files up to this size of all tasks of a job here go into one object per checkpoint, read back with ranged reads, and changelog manifests into the tasks' handles; -1: an object per file")
 	fl.StringVar(&f.externalDir, "external-dir", "", "directory under which externally owned instances (an engine such as Flink owns their checkpoint files) write them, at roots the engine names; the engine must reach it under the same path; empty: that mode is refused (docs/protocol.md)")
 	fl.DurationVar(&f.channelLinger, "channel-state-linger", daemon.DefaultChannelStateLinger, "how long a task's upload of unaligned channel state waits for the job's other tasks here, so that one object holds them all")
 	fl.DurationVar(&f.idleTimeout, "idle-instance-timeout", daemon.DefaultIdleInstanceTimeout,

@@ -31,6 +31,16 @@ type Options struct {
 	// RunID tells this instance's log apart from the logs of earlier runs
 	// of the same task. Default: 64 random bits in hex.
 	RunID string
+	// BeforePersist, when set, is called by a checkpoint's asynchronous
+	// part right before it makes the instance's log durable up to the
+	// checkpoint (Writer.Persist, which cuts the shared buffer into a
+	// segment at once). The daemon waits there, bounded, until the other
+	// tasks of the job on it have taken their synchronous parts: then
+	// their changes up to the barrier are all buffered and the first
+	// Persist's cut holds them all, one segment (one PUT on an object
+	// store) per checkpoint instead of one per task. It must return when
+	// ctx ends.
+	BeforePersist func(ctx context.Context, checkpointID uint64)
 }
 
 // Backend is a backend.Backend in changelog mode. It also implements
@@ -43,6 +53,9 @@ type Backend struct {
 	opts  backend.Options
 	id    string // the instance's dstl writer id
 	run   string
+
+	// beforePersist is Options.BeforePersist (nil: none).
+	beforePersist func(ctx context.Context, checkpointID uint64)
 
 	// pin, when set, is the time the inner backend's clock returns: the
 	// time of the write being applied (so the logged time is the one the
@@ -120,7 +133,7 @@ func Open(opts backend.Options, o Options) (*Backend, error) {
 		o.RunID = hex.EncodeToString(r[:])
 	}
 	b := &Backend{
-		w: o.Writer, log: o.Log, opts: opts, run: o.RunID,
+		w: o.Writer, log: o.Log, opts: opts, run: o.RunID, beforePersist: o.BeforePersist,
 		id:     fmt.Sprintf("%s/%s/%d/%s", opts.Task.Job, opts.Task.Operator, opts.Task.Subtask, o.RunID),
 		states: map[string]backend.StateDescriptor{},
 		used:   map[uint64]*materialization{},

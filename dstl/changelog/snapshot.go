@@ -178,6 +178,9 @@ func (p *pending) Run(ctx context.Context) (*backend.Handle, error) {
 	}
 	mf := manifest{Version: 1, BaseSeq: m.seq}
 	if p.upto > m.seq {
+		if b.beforePersist != nil {
+			b.beforePersist(ctx, p.id)
+		}
 		lh, err := b.w.Persist(ctx, b.id, p.upto)
 		if err != nil {
 			return nil, fmt.Errorf("changelog: checkpoint %d of %s: persist the log: %w", p.id, b.opts.Task, err)
