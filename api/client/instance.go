@@ -538,6 +538,10 @@ type SnapshotOptions struct {
 	// checkpoint; the checkpoint's statistics (ListCheckpoints, stated
 	// checkpoints, metrics) show them.
 	Stats *CheckpointStats
+	// Full: the snapshot reuses no file of an earlier one (an engine
+	// that restored in no-claim mode asks this of its first checkpoint;
+	// SnapshotBarrier.full_checkpoint).
+	Full bool
 }
 
 // CheckpointStats is what an engine reports of a task's part in a
@@ -555,7 +559,7 @@ type CheckpointStats struct {
 // SnapshotWith is Snapshot with options. The channel state written for id
 // (WriteChannelState) before it goes into the snapshot.
 func (in *Instance) SnapshotWith(ctx context.Context, id uint64, o SnapshotOptions) (*pb.SnapshotResponse, error) {
-	br := wire.Barrier{CheckpointID: id, Wait: o.Wait}
+	br := wire.Barrier{CheckpointID: id, Wait: o.Wait, Full: o.Full}
 	if st := o.Stats; st != nil {
 		br.HasStats = true
 		br.Stats = wire.Stats{Unaligned: st.Unaligned, AlignmentMicros: st.Alignment.Microseconds(), StartDelayMicros: st.StartDelay.Microseconds()}

@@ -258,7 +258,8 @@ func AppendBatchHeader(b []byte, seq uint64, instanceID []byte, job string) []by
 // AppendSnapshotBarrier appends BatchRequest.snapshot. The message is
 // written even when empty: its presence is the barrier.
 func AppendSnapshotBarrier(b []byte, br Barrier) []byte {
-	n := sizeVarintField(barrierCheckpointID, br.CheckpointID) + sizeVarintField(barrierWait, boolWire(br.Wait))
+	n := sizeVarintField(barrierCheckpointID, br.CheckpointID) + sizeVarintField(barrierWait, boolWire(br.Wait)) +
+		sizeVarintField(barrierFull, boolWire(br.Full))
 	sn := statsSize(br.Stats)
 	if br.HasStats {
 		// Present even when empty (all zero): sizeBytesField would count
@@ -276,7 +277,9 @@ func AppendSnapshotBarrier(b []byte, br Barrier) []byte {
 		b = appendVarintField(b, statsAlignment, uint64(br.Stats.AlignmentMicros))
 		b = appendVarintField(b, statsStartDelay, uint64(br.Stats.StartDelayMicros))
 	}
-	return b
+	// Field order is the generated code's (by number): full_checkpoint
+	// (4) after stats (3).
+	return appendVarintField(b, barrierFull, boolWire(br.Full))
 }
 
 // AppendSnapshotOutcome appends BatchResponse.snapshot: outcome is an

@@ -68,7 +68,8 @@ func TestBatchRequestMatchesProto(t *testing.T) {
 		}
 		if rapid.Bool().Draw(t, "barrier") {
 			// An empty barrier (id 0, no wait) is still a barrier.
-			req.Snapshot = &pb.SnapshotBarrier{CheckpointId: rapid.Uint64Range(0, 1<<40).Draw(t, "ckpt"), Wait: rapid.Bool().Draw(t, "wait")}
+			req.Snapshot = &pb.SnapshotBarrier{CheckpointId: rapid.Uint64Range(0, 1<<40).Draw(t, "ckpt"), Wait: rapid.Bool().Draw(t, "wait"),
+				FullCheckpoint: rapid.Bool().Draw(t, "full")}
 			if rapid.Bool().Draw(t, "stats") {
 				req.Snapshot.Stats = &pb.TaskCheckpointStats{Unaligned: rapid.Bool().Draw(t, "unaligned"),
 					AlignmentMicros: rapid.Int64().Draw(t, "align"), StartDelayMicros: rapid.Int64().Draw(t, "delay")}
@@ -89,7 +90,8 @@ func TestBatchRequestMatchesProto(t *testing.T) {
 		for i := range bt.Ops {
 			checkOp(t, &bt.Ops[i], req.Ops[i])
 		}
-		if bt.HasSnapshot != (req.Snapshot != nil) || bt.Snapshot.CheckpointID != req.Snapshot.GetCheckpointId() || bt.Snapshot.Wait != req.Snapshot.GetWait() {
+		if bt.HasSnapshot != (req.Snapshot != nil) || bt.Snapshot.CheckpointID != req.Snapshot.GetCheckpointId() || bt.Snapshot.Wait != req.Snapshot.GetWait() ||
+			bt.Snapshot.Full != req.Snapshot.GetFullCheckpoint() {
 			t.Fatalf("barrier %v %+v, want %v", bt.HasSnapshot, bt.Snapshot, req.Snapshot)
 		}
 		st := req.Snapshot.GetStats()
@@ -106,7 +108,7 @@ func TestBatchRequestMatchesProto(t *testing.T) {
 		}
 		b = AppendBatchHeader(b, req.Seq, req.InstanceId, req.Job)
 		if req.Snapshot != nil {
-			br := Barrier{CheckpointID: req.Snapshot.CheckpointId, Wait: req.Snapshot.Wait}
+			br := Barrier{CheckpointID: req.Snapshot.CheckpointId, Wait: req.Snapshot.Wait, Full: req.Snapshot.FullCheckpoint}
 			if st := req.Snapshot.Stats; st != nil {
 				br.HasStats, br.Stats = true, Stats{st.Unaligned, st.AlignmentMicros, st.StartDelayMicros}
 			}
@@ -241,7 +243,7 @@ func TestSchemaMatchesCodec(t *testing.T) {
 			"10 number_type", "11 int_value", "12 float_value", "13 timestamp"},
 		// The response's snapshot outcome is passed through encoded by the
 		// generated code; the barrier is encoded by hand.
-		"SnapshotBarrier":     {"1 checkpoint_id", "2 wait", "3 stats"},
+		"SnapshotBarrier":     {"1 checkpoint_id", "2 wait", "3 stats", "4 full_checkpoint"},
 		"TaskCheckpointStats": {"1 unaligned", "2 alignment_micros", "3 start_delay_micros"},
 		"Op":                  {"1 type", "2 state", "3 key_group", "4 key", "5 namespace", "6 user_key", "7 value", "8 values", "9 number_type", "10 int_value", "11 float_value", "12 timestamp", "13 limit", "14 operator_mode"},
 		"BatchResponse":       {"1 seq", "2 results", "3 snapshot", "16 view"},
