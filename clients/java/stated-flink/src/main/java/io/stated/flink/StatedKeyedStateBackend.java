@@ -95,6 +95,9 @@ public class StatedKeyedStateBackend<K> extends AbstractKeyedStateBackend<K> {
   private boolean disposed;
   private StateCache cache = new StateCache(StatedOptions.CACHE_SIZE.defaultValue().getBytes());
 
+  /** Set when checkpoints are stated's incremental ones (an externally owned instance). */
+  private ExternalSnapshots external;
+
   StatedKeyedStateBackend(
       TaskKvStateRegistry kvStateRegistry,
       TypeSerializer<K> keySerializer,
@@ -135,6 +138,11 @@ public class StatedKeyedStateBackend<K> extends AbstractKeyedStateBackend<K> {
         new HeapPriorityQueuesManager(
             restoredQueues, queueFactory, keyGroupRange, numberOfKeyGroups);
     this.states.putAll(restored);
+  }
+
+  /** Checkpoints become stated's incremental ones through {@code e} (set by the builder). */
+  void setExternal(ExternalSnapshots e) {
+    this.external = e;
   }
 
   Daemon daemon() {
@@ -514,6 +522,19 @@ public class StatedKeyedStateBackend<K> extends AbstractKeyedStateBackend<K> {
       @Nonnull CheckpointStreamFactory streamFactory,
       @Nonnull CheckpointOptions checkpointOptions)
       throws Exception {
+    if (external != null && !checkpointOptions.getCheckpointType().isSavepoint()) {
+      // Only FORWARD_BACKWARD may reference files of earlier checkpoints;
+      // FULL_CHECKPOINT (after a NO_CLAIM restore) is FORWARD.
+      boolean full =
+          checkpointOptions.getCheckpointType().getSharingFilesStrategy()
+              != SnapshotType.SharingFilesStrategy.FORWARD_BACKWARD;
+      return new SnapshotStrategyRunner<>(
+              "stated incremental snapshot",
+              new StatedIncrementalSnapshotStrategy<>(this, external, full),
+              cancelStreamRegistry,
+              SnapshotExecutionType.ASYNCHRONOUS)
+          .snapshot(checkpointId, timestamp, streamFactory, checkpointOptions);
+    }
     return new SnapshotStrategyRunner<>(
             "stated backend snapshot",
             new StatedSnapshotStrategy<>(this),
@@ -536,10 +557,25 @@ public class StatedKeyedStateBackend<K> extends AbstractKeyedStateBackend<K> {
   }
 
   @Override
-  public void notifyCheckpointComplete(long checkpointId) {}
+  public void notifyCheckpointComplete(long checkpointId) {
+    if (external != null) {
+      external.confirm(checkpointId);
+    }
+  }
 
   @Override
-  public void notifyCheckpointAborted(long checkpointId) {}
+  public void notifyCheckpointAborted(long checkpointId) {
+    if (external != null) {
+      external.forget(checkpointId, false);
+    }
+  }
+
+  @Override
+  public void notifyCheckpointSubsumed(long checkpointId) {
+    if (external != null) {
+      external.forget(checkpointId, true);
+    }
+  }
 
   @Override
   public void dispose() {

@@ -1,0 +1,166 @@
+package io.stated.flink;
+
+import io.grpc.Status;
+import io.stated.client.Instance;
+import io.stated.client.OwnedSnapshot;
+import io.stated.client.StatedException;
+import java.io.File;
+import java.util.ArrayList;
+import java.util.HashSet;
+import java.util.Iterator;
+import java.util.List;
+import java.util.Map;
+import java.util.Set;
+import java.util.TreeMap;
+import java.util.UUID;
+import org.apache.flink.core.fs.Path;
+import org.apache.flink.runtime.state.IncrementalKeyedStateHandle.HandleAndLocalPath;
+import org.apache.flink.runtime.state.IncrementalRemoteKeyedStateHandle;
+import org.apache.flink.runtime.state.KeyGroupRange;
+import org.apache.flink.runtime.state.PlaceholderStreamStateHandle;
+import org.apache.flink.runtime.state.StreamStateHandle;
+import org.apache.flink.runtime.state.filesystem.FileStateHandle;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
+
+/**
+ * The Flink side of an externally owned instance (docs/protocol.md, section 11): turns the daemon's
+ * snapshots into {@link IncrementalRemoteKeyedStateHandle}s and passes Flink's checkpoint
+ * notifications on as ConfirmSnapshot and ForgetSnapshot.
+ *
+ * <p>A shared file the daemon reused from an earlier checkpoint goes into the handle as a {@link
+ * PlaceholderStreamStateHandle}, as Flink's RocksDB backend does: Flink's JobManager replaces it by
+ * the handle it registered already, and a handle discarded on the TaskManager before registration
+ * (a declined checkpoint) deletes only the files this snapshot wrote, never those a completed
+ * checkpoint holds. The daemon reuses only files of the checkpoint Flink last confirmed or of the
+ * one restored from, whose handles Flink's {@code SharedStateRegistry} knows, so every placeholder
+ * names a registered file.
+ */
+final class ExternalSnapshots {
+  private static final Logger LOG = LoggerFactory.getLogger(ExternalSnapshots.class);
+
+  /** Snapshots whose shared files are remembered at most (Flink subsumes long before). */
+  private static final int MAX_REMEMBERED = 64;
+
+  private final Instance inst;
+  private final UUID backendId = UUID.randomUUID();
+
+  /** The shared files (daemon paths) of the restored checkpoint(s): reusable until replaced. */
+  private final Set<String> restoredShared;
+
+  /** The shared files of each snapshot taken and not subsumed or aborted, by checkpoint id. */
+  private final TreeMap<Long, Set<String>> sharedByCheckpoint = new TreeMap<>();
+
+  ExternalSnapshots(Instance inst, Set<String> restoredShared) {
+    this.inst = inst;
+    this.restoredShared = Set.copyOf(restoredShared);
+  }
+
+  Instance instance() {
+    return inst;
+  }
+
+  /** The file handle of a daemon file, the same for the same file in every checkpoint. */
+  static FileStateHandle fileHandle(OwnedSnapshot.File f) {
+    return new FileStateHandle(Path.fromLocalFile(new File(f.location())), f.size());
+  }
+
+  /**
+   * The Flink handle of snapshot {@code s} with meta stream {@code meta}, and remembers its shared
+   * files as reusable by later snapshots.
+   */
+  IncrementalRemoteKeyedStateHandle handle(
+      OwnedSnapshot s, KeyGroupRange range, StreamStateHandle meta) {
+    Set<String> known = known();
+    List<HandleAndLocalPath> shared = new ArrayList<>();
+    List<HandleAndLocalPath> priv = new ArrayList<>();
+    for (OwnedSnapshot.File f : s.files()) {
+      FileStateHandle h = fileHandle(f);
+      if (!f.shared()) {
+        priv.add(HandleAndLocalPath.of(h, f.path()));
+      } else if (known.contains(f.path())) {
+        shared.add(
+            HandleAndLocalPath.of(
+                new PlaceholderStreamStateHandle(h.getStreamStateHandleID(), f.size(), false),
+                f.path()));
+      } else {
+        shared.add(HandleAndLocalPath.of(h, f.path()));
+      }
+    }
+    synchronized (sharedByCheckpoint) {
+      sharedByCheckpoint.put(s.checkpointId(), s.sharedPaths());
+      while (sharedByCheckpoint.size() > MAX_REMEMBERED) {
+        sharedByCheckpoint.pollFirstEntry();
+      }
+    }
+    return new IncrementalRemoteKeyedStateHandle(
+        backendId,
+        range,
+        s.checkpointId(),
+        shared,
+        priv,
+        meta,
+        s.checkpointedSize() + meta.getStateSize());
+  }
+
+  private Set<String> known() {
+    Set<String> out = new HashSet<>(restoredShared);
+    synchronized (sharedByCheckpoint) {
+      for (Set<String> paths : sharedByCheckpoint.values()) {
+        out.addAll(paths);
+      }
+    }
+    return out;
+  }
+
+  /** Flink completed checkpoint {@code id}: later snapshots may reuse its files. */
+  void confirm(long id) {
+    inst.confirmSnapshot(id)
+        .whenComplete(
+            (r, err) -> {
+              if (err != null) {
+                report("confirm", id, err);
+              }
+            });
+  }
+
+  /**
+   * Flink subsumed every checkpoint up to {@code id} ({@code upTo}) or aborted {@code id}: the
+   * daemon reuses none of its files any more, and Flink may delete them.
+   */
+  void forget(long id, boolean upTo) {
+    synchronized (sharedByCheckpoint) {
+      if (upTo) {
+        Iterator<Map.Entry<Long, Set<String>>> it =
+            sharedByCheckpoint.headMap(id, true).entrySet().iterator();
+        while (it.hasNext()) {
+          it.next();
+          it.remove();
+        }
+      } else {
+        sharedByCheckpoint.remove(id);
+      }
+    }
+    inst.forgetSnapshot(id)
+        .whenComplete(
+            (r, err) -> {
+              if (err != null) {
+                report("forget", id, err);
+              }
+            });
+  }
+
+  /**
+   * A notification the daemon could not act on. {@code NOT_FOUND} is normal (a savepoint, which is
+   * a full snapshot, or a checkpoint of the task's attempt before a restore); anything else costs
+   * at most the reuse of files, never a file Flink holds, so it is logged and not thrown.
+   */
+  private static void report(String what, long id, Throwable err) {
+    StatedException e = StatedException.from(err, null);
+    if (e.code() == Status.Code.NOT_FOUND) {
+      LOG.debug("stated: {} of checkpoint {}: {}", what, id, e.getMessage());
+    } else {
+      LOG.warn("stated: {} of checkpoint {} failed: {}", what, id, e.getMessage());
+    }
+  }
+}
