@@ -51,13 +51,42 @@ final class ExternalSnapshots {
   /** The shared files of each snapshot taken and not subsumed or aborted, by checkpoint id. */
   private final TreeMap<Long, Set<String>> sharedByCheckpoint = new TreeMap<>();
 
+  /**
+   * The daemon's id of each Flink checkpoint this backend snapshotted. The daemon wants every id
+   * new for the instance, above the one it restored from, and at least 1; Flink's ids are that in a
+   * job, but its tests snapshot checkpoint 0, or one id twice, or the restored one again. So the
+   * daemon's id is Flink's unless that is not above the last one used, then the next free one.
+   */
+  private final TreeMap<Long, Long> daemonIds = new TreeMap<>();
+
+  private long lastDaemonId;
+
   ExternalSnapshots(Instance inst, Set<String> restoredShared) {
     this.inst = inst;
     this.restoredShared = Set.copyOf(restoredShared);
+    // The daemon refuses the id it restored from, too.
+    this.lastDaemonId = inst.openResponse().getRestoredCheckpointId();
   }
 
   Instance instance() {
     return inst;
+  }
+
+  /**
+   * A new daemon id for a snapshot of Flink checkpoint {@code flinkId} (see {@link #daemonIds}).
+   */
+  synchronized long newDaemonId(long flinkId) {
+    long id = Math.max(flinkId, lastDaemonId + 1);
+    lastDaemonId = id;
+    daemonIds.put(flinkId, id);
+    while (daemonIds.size() > MAX_REMEMBERED) {
+      daemonIds.pollFirstEntry();
+    }
+    return id;
+  }
+
+  private synchronized Long daemonId(long flinkId) {
+    return daemonIds.get(flinkId);
   }
 
   /** The file handle of a daemon file, the same for the same file in every checkpoint. */
@@ -70,7 +99,7 @@ final class ExternalSnapshots {
    * files as reusable by later snapshots.
    */
   IncrementalRemoteKeyedStateHandle handle(
-      OwnedSnapshot s, KeyGroupRange range, StreamStateHandle meta) {
+      long flinkId, OwnedSnapshot s, KeyGroupRange range, StreamStateHandle meta) {
     Set<String> known = known();
     List<HandleAndLocalPath> shared = new ArrayList<>();
     List<HandleAndLocalPath> priv = new ArrayList<>();
@@ -88,19 +117,13 @@ final class ExternalSnapshots {
       }
     }
     synchronized (sharedByCheckpoint) {
-      sharedByCheckpoint.put(s.checkpointId(), s.sharedPaths());
+      sharedByCheckpoint.put(flinkId, s.sharedPaths());
       while (sharedByCheckpoint.size() > MAX_REMEMBERED) {
         sharedByCheckpoint.pollFirstEntry();
       }
     }
     return new IncrementalRemoteKeyedStateHandle(
-        backendId,
-        range,
-        s.checkpointId(),
-        shared,
-        priv,
-        meta,
-        s.checkpointedSize() + meta.getStateSize());
+        backendId, range, flinkId, shared, priv, meta, s.checkpointedSize() + meta.getStateSize());
   }
 
   private Set<String> known() {
@@ -115,7 +138,12 @@ final class ExternalSnapshots {
 
   /** Flink completed checkpoint {@code id}: later snapshots may reuse its files. */
   void confirm(long id) {
-    inst.confirmSnapshot(id)
+    Long d = daemonId(id);
+    if (d == null) {
+      // Not snapshotted by this backend (a savepoint, or before a restore).
+      return;
+    }
+    inst.confirmSnapshot(d)
         .whenComplete(
             (r, err) -> {
               if (err != null) {
@@ -141,7 +169,11 @@ final class ExternalSnapshots {
         sharedByCheckpoint.remove(id);
       }
     }
-    inst.forgetSnapshot(id)
+    Long d = daemonId(id);
+    if (d == null) {
+      return;
+    }
+    inst.forgetSnapshot(d)
         .whenComplete(
             (r, err) -> {
               if (err != null) {

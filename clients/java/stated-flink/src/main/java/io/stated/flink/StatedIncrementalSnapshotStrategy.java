@@ -48,13 +48,21 @@ final class StatedIncrementalSnapshotStrategy<K>
     this.fullCheckpoint = fullCheckpoint;
   }
 
-  /** The barrier sent and the serializer snapshots taken at it. */
+  /**
+   * The barrier sent (null: no state registered, nothing to snapshot), the daemon's id of the
+   * snapshot and the serializer snapshots taken at it.
+   */
   static final class Resources implements SnapshotResources {
     final CompletableFuture<SnapshotResponse> barrier;
+    final long daemonId;
     final List<StateMetaInfoSnapshot> states;
 
-    Resources(CompletableFuture<SnapshotResponse> barrier, List<StateMetaInfoSnapshot> states) {
+    Resources(
+        CompletableFuture<SnapshotResponse> barrier,
+        long daemonId,
+        List<StateMetaInfoSnapshot> states) {
       this.barrier = barrier;
+      this.daemonId = daemonId;
       this.states = states;
     }
 
@@ -69,11 +77,13 @@ final class StatedIncrementalSnapshotStrategy<K>
     for (StatedKeyedStateBackend.Registered<K> r : backend.states.values()) {
       states.add(r.meta.snapshot());
     }
-    // Every state is in the snapshot even when the task holds none: the
-    // daemon's restore wants the task's whole key-group range covered by
-    // handles, so an empty task checkpoints an empty store too.
-    return new Resources(
-        external.instance().snapshotExternal(checkpointId, fullCheckpoint), states);
+    if (states.isEmpty()) {
+      // A task that registered no state has nothing to restore (as for
+      // Flink's own backends, its snapshot is empty).
+      return new Resources(null, 0, states);
+    }
+    long id = external.newDaemonId(checkpointId);
+    return new Resources(external.instance().snapshotExternal(id, fullCheckpoint), id, states);
   }
 
   @Override
@@ -83,12 +93,16 @@ final class StatedIncrementalSnapshotStrategy<K>
       long timestamp,
       @Nonnull CheckpointStreamFactory streamFactory,
       @Nonnull CheckpointOptions checkpointOptions) {
+    if (resources.barrier == null) {
+      return registry -> SnapshotResult.empty();
+    }
     TypeSerializer<K> keySerializer = backend.getKeySerializer().duplicate();
     return registry -> {
       boolean done = false;
       try {
         StatedException.await(resources.barrier);
-        OwnedSnapshot s = StatedException.await(external.instance().awaitSnapshot(checkpointId));
+        OwnedSnapshot s =
+            StatedException.await(external.instance().awaitSnapshot(resources.daemonId));
         CheckpointStateOutputStream out =
             streamFactory.createCheckpointStateOutputStream(CheckpointedStateScope.EXCLUSIVE);
         registry.registerCloseable(out);
@@ -110,7 +124,7 @@ final class StatedIncrementalSnapshotStrategy<K>
         }
         StreamStateHandle meta = out.closeAndGetHandle();
         SnapshotResult<KeyedStateHandle> result =
-            SnapshotResult.of(external.handle(s, backend.getKeyGroupRange(), meta));
+            SnapshotResult.of(external.handle(checkpointId, s, backend.getKeyGroupRange(), meta));
         done = true;
         return result;
       } finally {
