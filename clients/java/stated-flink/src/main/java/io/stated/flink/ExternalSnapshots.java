@@ -61,6 +61,14 @@ final class ExternalSnapshots {
 
   private long lastDaemonId;
 
+  /**
+   * Daemon ids of snapshots taken whose files Flink has not got in a handle yet. Until Flink has
+   * them, nobody else deletes them: a snapshot that fails or is cancelled after the daemon wrote
+   * its files, or is still running when the backend is disposed, is cleaned up here ({@link
+   * #abandon}, {@link #abandonPending}). Whoever removes an id from here owns its files.
+   */
+  private final Set<Long> pending = new HashSet<>();
+
   ExternalSnapshots(Instance inst, Set<String> restoredShared) {
     this.inst = inst;
     this.restoredShared = Set.copyOf(restoredShared);
@@ -79,6 +87,7 @@ final class ExternalSnapshots {
     long id = Math.max(flinkId, lastDaemonId + 1);
     lastDaemonId = id;
     daemonIds.put(flinkId, id);
+    pending.add(id);
     while (daemonIds.size() > MAX_REMEMBERED) {
       daemonIds.pollFirstEntry();
     }
@@ -87,6 +96,76 @@ final class ExternalSnapshots {
 
   private synchronized Long daemonId(long flinkId) {
     return daemonIds.get(flinkId);
+  }
+
+  /** Takes {@code daemonId} out of {@link #pending}: true if it was there. */
+  private synchronized boolean claim(long daemonId) {
+    return pending.remove(daemonId);
+  }
+
+  /**
+   * The snapshot of daemon id {@code daemonId} will not reach Flink (its asynchronous part failed
+   * or was cancelled): deletes the files it wrote, once the daemon says which ({@code s} if known
+   * already), and forgets it. Files it reused belong to completed checkpoints and stay.
+   */
+  void abandon(long daemonId, OwnedSnapshot s) {
+    if (!claim(daemonId)) {
+      return;
+    }
+    if (s != null) {
+      deleteNew(s);
+      forgetDaemonId(daemonId);
+      return;
+    }
+    inst.awaitSnapshot(daemonId)
+        .whenComplete(
+            (r, err) -> {
+              if (r != null) {
+                deleteNew(r);
+              }
+              forgetDaemonId(daemonId);
+            });
+  }
+
+  /**
+   * Before the instance closes: waits (at most {@code timeoutMillis} in all) for the snapshots
+   * whose files Flink has not got, e.g. one the task's end cut short, and deletes their files.
+   */
+  void abandonPending(long timeoutMillis) {
+    List<Long> ids;
+    synchronized (this) {
+      ids = new ArrayList<>(pending);
+      pending.clear();
+    }
+    long deadline = System.nanoTime() + timeoutMillis * 1_000_000L;
+    for (long id : ids) {
+      try {
+        long left = Math.max(1, (deadline - System.nanoTime()) / 1_000_000L);
+        deleteNew(inst.awaitSnapshot(id).get(left, java.util.concurrent.TimeUnit.MILLISECONDS));
+      } catch (InterruptedException e) {
+        Thread.currentThread().interrupt();
+        return;
+      } catch (Exception e) {
+        // Failed or not done in time: the daemon stops it at close, and
+        // what it wrote is not known here (docs/flink.md says so).
+        LOG.debug("stated: abandoned snapshot {}: {}", id, e.getMessage());
+      }
+    }
+  }
+
+  /** Deletes the files of {@code s} that it did not reuse from a checkpoint Flink holds. */
+  private void deleteNew(OwnedSnapshot s) {
+    Set<String> known = known();
+    for (OwnedSnapshot.File f : s.files()) {
+      if (f.shared() && known.contains(f.path())) {
+        continue;
+      }
+      try {
+        java.nio.file.Files.deleteIfExists(java.nio.file.Path.of(f.location()));
+      } catch (java.io.IOException e) {
+        LOG.warn("stated: cannot delete {} of an abandoned snapshot: {}", f.location(), e);
+      }
+    }
   }
 
   /** The file handle of a daemon file, the same for the same file in every checkpoint. */
@@ -100,6 +179,11 @@ final class ExternalSnapshots {
    */
   IncrementalRemoteKeyedStateHandle handle(
       long flinkId, OwnedSnapshot s, KeyGroupRange range, StreamStateHandle meta) {
+    if (!claim(s.checkpointId())) {
+      // The backend was disposed meanwhile and deleted the files.
+      throw new java.util.concurrent.CancellationException(
+          "the snapshot of checkpoint " + flinkId + " was abandoned when the backend closed");
+    }
     Set<String> known = known();
     List<HandleAndLocalPath> shared = new ArrayList<>();
     List<HandleAndLocalPath> priv = new ArrayList<>();
@@ -173,11 +257,24 @@ final class ExternalSnapshots {
     if (d == null) {
       return;
     }
+    synchronized (this) {
+      if (pending.contains(d)) {
+        // Aborted before its handle reached Flink (the asynchronous part
+        // may never run): nobody else knows its files, so they are deleted
+        // here before the daemon forgets which they were.
+        abandon(d, null);
+        return;
+      }
+    }
+    forgetDaemonId(d);
+  }
+
+  private void forgetDaemonId(long d) {
     inst.forgetSnapshot(d)
         .whenComplete(
             (r, err) -> {
               if (err != null) {
-                report("forget", id, err);
+                report("forget", d, err);
               }
             });
   }

@@ -99,10 +99,10 @@ final class StatedIncrementalSnapshotStrategy<K>
     TypeSerializer<K> keySerializer = backend.getKeySerializer().duplicate();
     return registry -> {
       boolean done = false;
+      OwnedSnapshot s = null;
       try {
         StatedException.await(resources.barrier);
-        OwnedSnapshot s =
-            StatedException.await(external.instance().awaitSnapshot(resources.daemonId));
+        s = StatedException.await(external.instance().awaitSnapshot(resources.daemonId));
         CheckpointStateOutputStream out =
             streamFactory.createCheckpointStateOutputStream(CheckpointedStateScope.EXCLUSIVE);
         registry.registerCloseable(out);
@@ -129,8 +129,8 @@ final class StatedIncrementalSnapshotStrategy<K>
         return result;
       } finally {
         if (!done) {
-          // The daemon stops the upload; Flink discards what it got.
-          external.forget(checkpointId, false);
+          // Flink never gets these files: delete what the daemon wrote.
+          external.abandon(resources.daemonId, s);
         }
       }
     };

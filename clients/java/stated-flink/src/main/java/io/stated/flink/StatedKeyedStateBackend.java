@@ -456,6 +456,9 @@ public class StatedKeyedStateBackend<K> extends AbstractKeyedStateBackend<K> {
 
   static final long VIEW_WAIT_MILLIS = 60_000;
 
+  /** How long dispose waits for unfinished incremental snapshots to delete their files. */
+  static final long ABANDON_WAIT_MILLIS = 10_000;
+
   /**
    * The views this backend holds at most at once: the limit per instance the daemon advertised at
    * Open. A snapshot whose view would exceed it waits for an earlier snapshot's asynchronous part
@@ -585,6 +588,10 @@ public class StatedKeyedStateBackend<K> extends AbstractKeyedStateBackend<K> {
     disposed = true;
     cache.clear();
     super.dispose();
+    if (external != null) {
+      // A snapshot the task's end cut short: its files reach no Flink handle.
+      external.abandonPending(ABANDON_WAIT_MILLIS);
+    }
     try {
       StatedException.await(inst.closeInstance());
     } catch (StatedException e) {
