@@ -110,8 +110,8 @@ class StatedIncrementalITCase {
 
             // The job finished: Flink discards its checkpoints (asynchronously), and with them
             // the private files of each. NOT checked: that the shared files go too. They do
-            // for RocksDB in the same setup, but here the last completed checkpoint's new
-            // shared files stay (an open bug, docs/flink.md), so this test asserts only what
+            // for RocksDB in the same setup, but here the shared files the last completed
+            // checkpoint references stay (an open bug, docs/flink.md), so this test asserts only what
             // holds: no private file (MANIFEST, OPTIONS) is left, and no shared file of any
             // earlier checkpoint.
             long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(30);
