@@ -8,11 +8,14 @@ import io.grpc.stub.ClientCallStreamObserver;
 import io.grpc.stub.ClientCalls;
 import io.grpc.stub.ClientResponseObserver;
 import io.grpc.stub.StreamObserver;
+import io.stated.api.v1.AwaitSnapshotRequest;
 import io.stated.api.v1.BatchRequest;
 import io.stated.api.v1.BatchResponse;
 import io.stated.api.v1.ChannelChunk;
 import io.stated.api.v1.CloseRequest;
+import io.stated.api.v1.ConfirmSnapshotRequest;
 import io.stated.api.v1.CountEntriesRequest;
+import io.stated.api.v1.ForgetSnapshotRequest;
 import io.stated.api.v1.KeyGroupRange;
 import io.stated.api.v1.Op;
 import io.stated.api.v1.OpType;
@@ -531,7 +534,16 @@ public final class Instance {
     if (stats != null) {
       b.setStats(stats);
     }
-    return send(List.of(), b.build())
+    return snapshot(b.build());
+  }
+
+  /**
+   * Sends {@code barrier} (any of its fields) on the stream as in {@link #snapshot(long, boolean,
+   * TaskCheckpointStats)}, and completes with the daemon's answer or fails with the barrier's
+   * error.
+   */
+  public CompletableFuture<SnapshotResponse> snapshot(SnapshotBarrier barrier) {
+    return send(List.of(), barrier)
         .thenApply(
             r -> {
               SnapshotOutcome o = r.snapshot();
@@ -544,6 +556,76 @@ public final class Instance {
               }
               return o.getResult();
             });
+  }
+
+  /**
+   * The synchronous part of a snapshot of an externally owned instance ({@link
+   * StatedClient#openExternal}), as a barrier on the stream: completes once the daemon froze the
+   * state, while the upload runs in the daemon; {@link #awaitSnapshot} waits for it and returns the
+   * files. {@code fullCheckpoint}: reuse no file of an earlier checkpoint (Flink's {@code
+   * FULL_CHECKPOINT}, the first checkpoint after a {@code NO_CLAIM} restore). Checkpoint ids are
+   * the instance's own: each new for it.
+   */
+  public CompletableFuture<SnapshotResponse> snapshotExternal(
+      long checkpointId, boolean fullCheckpoint) {
+    return snapshot(
+        SnapshotBarrier.newBuilder()
+            .setCheckpointId(checkpointId)
+            .setFullCheckpoint(fullCheckpoint)
+            .build());
+  }
+
+  /**
+   * Waits for the upload of checkpoint {@code checkpointId}'s snapshot of this externally owned
+   * instance and returns its task handle and files. Call it before {@link #confirmSnapshot}: fails
+   * with {@code NOT_FOUND} for a checkpoint the instance did not snapshot, or confirmed or forgot
+   * already, and with the upload's error if it failed. Not ordered with the batch stream: send the
+   * barrier first ({@link #snapshotExternal}; its future need not be complete).
+   */
+  public CompletableFuture<OwnedSnapshot> awaitSnapshot(long checkpointId) {
+    return client
+        .unary(
+            StatedGrpc.AWAIT_SNAPSHOT,
+            AwaitSnapshotRequest.newBuilder()
+                .setInstanceId(id)
+                .setJob(job)
+                .setCheckpointId(checkpointId)
+                .build())
+        .thenApply(r -> OwnedSnapshot.of(r.hasSnapshot() ? r.getSnapshot() : null));
+  }
+
+  /**
+   * Tells the daemon the engine completed checkpoint {@code checkpointId}: later snapshots may
+   * reuse its shared files (and no file of a checkpoint not confirmed). Waits for its upload.
+   * {@code NOT_FOUND}, naming the checkpoint, for one the instance did not snapshot or forgot.
+   */
+  public CompletableFuture<Void> confirmSnapshot(long checkpointId) {
+    return client
+        .unary(
+            StatedGrpc.CONFIRM_SNAPSHOT,
+            ConfirmSnapshotRequest.newBuilder()
+                .setInstanceId(id)
+                .setJob(job)
+                .setCheckpointId(checkpointId)
+                .build())
+        .thenApply(r -> (Void) null);
+  }
+
+  /**
+   * Tells the daemon the engine subsumed or aborted checkpoint {@code checkpointId}: its upload
+   * stops if running and no later snapshot reuses its files (the engine may delete them now; the
+   * daemon deletes none). Forgetting an unknown checkpoint succeeds.
+   */
+  public CompletableFuture<Void> forgetSnapshot(long checkpointId) {
+    return client
+        .unary(
+            StatedGrpc.FORGET_SNAPSHOT,
+            ForgetSnapshotRequest.newBuilder()
+                .setInstanceId(id)
+                .setJob(job)
+                .setCheckpointId(checkpointId)
+                .build())
+        .thenApply(r -> (Void) null);
   }
 
   /** {@link #snapshot(long, boolean, TaskCheckpointStats)} without waiting or statistics. */

@@ -1,5 +1,6 @@
 package io.stated.client;
 
+import com.google.protobuf.ByteString;
 import io.grpc.CallOptions;
 import io.grpc.Channel;
 import io.grpc.ChannelCredentials;
@@ -30,6 +31,7 @@ import io.stated.api.v1.CloseRequest;
 import io.stated.api.v1.CloseResponse;
 import io.stated.api.v1.CompleteCheckpointRequest;
 import io.stated.api.v1.CompleteCheckpointResponse;
+import io.stated.api.v1.ExternalOwnership;
 import io.stated.api.v1.ListCheckpointsRequest;
 import io.stated.api.v1.ListCheckpointsResponse;
 import io.stated.api.v1.OpenRequest;
@@ -45,6 +47,7 @@ import java.io.File;
 import java.io.IOException;
 import java.nio.file.Path;
 import java.time.Duration;
+import java.util.List;
 import java.util.Objects;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.TimeUnit;
@@ -279,7 +282,7 @@ public final class StatedClient implements AutoCloseable {
             t -> CompletableFuture.failedFuture(unimplementedOpen(StatedException.from(t, where))))
         .thenCompose(
             resp -> {
-              StatedException old = checkProtocol(resp);
+              StatedException old = checkProtocol(resp, req.hasExternal());
               if (old != null) {
                 // The daemon opened the instance; it would otherwise stay
                 // until its idle timeout, and a new Open would need replace.
@@ -304,10 +307,21 @@ public final class StatedClient implements AutoCloseable {
    */
   public static final int MIN_PROTOCOL_VERSION = 1;
 
-  /** The failure for a daemon whose revision is older than {@link #MIN_PROTOCOL_VERSION}. */
-  StatedException checkProtocol(OpenResponse resp) {
+  /**
+   * The revision an externally owned instance ({@link #openExternal}) needs: 2 added the mode. An
+   * older daemon would ignore {@code OpenRequest.external} and open an instance whose checkpoints
+   * it owns itself, so {@link #open} checks it for every request with {@code external} set.
+   */
+  public static final int EXTERNAL_PROTOCOL_VERSION = 2;
+
+  /**
+   * The failure for a daemon whose revision is older than what the request needs ({@link
+   * #MIN_PROTOCOL_VERSION}, or {@link #EXTERNAL_PROTOCOL_VERSION} for an externally owned one).
+   */
+  StatedException checkProtocol(OpenResponse resp, boolean external) {
+    int need = external ? EXTERNAL_PROTOCOL_VERSION : MIN_PROTOCOL_VERSION;
     int v = resp.getProtocolVersion();
-    if (Integer.compareUnsigned(v, MIN_PROTOCOL_VERSION) >= 0) {
+    if (Integer.compareUnsigned(v, need) >= 0) {
       return null;
     }
     String msg =
@@ -317,9 +331,13 @@ public final class StatedClient implements AutoCloseable {
             + Integer.toUnsignedString(v)
             + (v == 0 ? " (it advertises none: a daemon from before revisions)" : "")
             + " of stated.v1, and this client needs revision "
-            + MIN_PROTOCOL_VERSION
-            + " or later (read views, key scans, bulk load): upgrade the daemon to the release of"
-            + " this client";
+            + need
+            + " or later"
+            + (external
+                ? " for an externally owned instance (OpenRequest.external; an older daemon would"
+                    + " own its checkpoint files itself)"
+                : " (read views, key scans, bulk load)")
+            + ": upgrade the daemon to the release of this client";
     return new StatedException(Status.Code.FAILED_PRECONDITION, msg);
   }
 
@@ -341,6 +359,35 @@ public final class StatedClient implements AutoCloseable {
             + "): it is a stated daemon of another major protocol version, or not stated; run a"
             + " daemon of the release of this client",
         e);
+  }
+
+  /**
+   * Opens an lsm instance in the externally owned mode (docs/protocol.md, section 11): its
+   * checkpoint files go under {@code root} in the daemon's external directory ({@code stated serve
+   * --external-dir}) and belong to the engine. Take snapshots with {@link
+   * Instance#snapshotExternal}, collect each with {@link Instance#awaitSnapshot}, and tell the
+   * daemon what became of it with {@link Instance#confirmSnapshot} and {@link
+   * Instance#forgetSnapshot}. {@code restoreHandles} are the {@link OwnedSnapshot#taskHandle}s the
+   * engine assigned to the task (after a rescale: those of every old subtask that overlaps its key
+   * groups; of any job); empty: a new, empty instance. {@code req} must not set {@code restore} or
+   * {@code external}. Fails with the daemon's error ({@code UNIMPLEMENTED} for a daemon without
+   * {@code --external-dir}), or {@code FAILED_PRECONDITION} for a daemon older than {@link
+   * #EXTERNAL_PROTOCOL_VERSION}.
+   */
+  public CompletableFuture<Instance> openExternal(
+      OpenRequest req, String root, List<ByteString> restoreHandles) {
+    Objects.requireNonNull(req, "req");
+    Objects.requireNonNull(root, "root");
+    Objects.requireNonNull(restoreHandles, "restoreHandles");
+    if (req.hasExternal()) {
+      throw new IllegalArgumentException(
+          "the request sets external already; openExternal sets it from root and the handles");
+    }
+    ExternalOwnership.Builder ext = ExternalOwnership.newBuilder().setRoot(root);
+    for (int i = 0; i < restoreHandles.size(); i++) {
+      ext.addRestoreHandles(Objects.requireNonNull(restoreHandles.get(i), "restore handle " + i));
+    }
+    return open(req.toBuilder().setExternal(ext).build(), maxInFlight);
   }
 
   /** The Open call alone, without a batch stream. */

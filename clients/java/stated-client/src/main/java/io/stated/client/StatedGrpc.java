@@ -7,14 +7,20 @@ import io.grpc.MethodDescriptor.MethodType;
 import io.grpc.protobuf.ProtoUtils;
 import io.stated.api.v1.AbortCheckpointRequest;
 import io.stated.api.v1.AbortCheckpointResponse;
+import io.stated.api.v1.AwaitSnapshotRequest;
+import io.stated.api.v1.AwaitSnapshotResponse;
 import io.stated.api.v1.BatchRequest;
 import io.stated.api.v1.BatchResponse;
 import io.stated.api.v1.CloseRequest;
 import io.stated.api.v1.CloseResponse;
 import io.stated.api.v1.CompleteCheckpointRequest;
 import io.stated.api.v1.CompleteCheckpointResponse;
+import io.stated.api.v1.ConfirmSnapshotRequest;
+import io.stated.api.v1.ConfirmSnapshotResponse;
 import io.stated.api.v1.CountEntriesRequest;
 import io.stated.api.v1.CountEntriesResponse;
+import io.stated.api.v1.ForgetSnapshotRequest;
+import io.stated.api.v1.ForgetSnapshotResponse;
 import io.stated.api.v1.ListCheckpointsRequest;
 import io.stated.api.v1.ListCheckpointsResponse;
 import io.stated.api.v1.LoadRequest;
@@ -162,6 +168,26 @@ final class StatedGrpc {
           MethodType.CLIENT_STREAMING,
           LoadRequest.getDefaultInstance(),
           LoadResponse.getDefaultInstance());
+
+  // The externally owned mode (revision 2).
+  static final MethodDescriptor<AwaitSnapshotRequest, AwaitSnapshotResponse> AWAIT_SNAPSHOT =
+      method(
+          "AwaitSnapshot",
+          MethodType.UNARY,
+          AwaitSnapshotRequest.getDefaultInstance(),
+          AwaitSnapshotResponse.getDefaultInstance());
+  static final MethodDescriptor<ConfirmSnapshotRequest, ConfirmSnapshotResponse> CONFIRM_SNAPSHOT =
+      method(
+          "ConfirmSnapshot",
+          MethodType.UNARY,
+          ConfirmSnapshotRequest.getDefaultInstance(),
+          ConfirmSnapshotResponse.getDefaultInstance());
+  static final MethodDescriptor<ForgetSnapshotRequest, ForgetSnapshotResponse> FORGET_SNAPSHOT =
+      method(
+          "ForgetSnapshot",
+          MethodType.UNARY,
+          ForgetSnapshotRequest.getDefaultInstance(),
+          ForgetSnapshotResponse.getDefaultInstance());
 
   private static <Q extends Message, R extends Message> MethodDescriptor<Q, R> method(
       String name, MethodType type, Q request, R response) {

@@ -93,6 +93,27 @@ class ProtocolVersionTest {
   }
 
   @Test
+  void externalOpenNeedsRevisionTwo() throws Exception {
+    List<ByteString> closed = new CopyOnWriteArrayList<>();
+    StatedException e =
+        withServer(
+            daemonOfRevision(1, closed),
+            // Revision 1 serves every other Open, but would ignore OpenRequest.external.
+            c ->
+                assertThrows(
+                    StatedException.class,
+                    () -> StatedException.await(c.openExternal(REQ, "ckpts/j", List.of()))));
+    assertEquals(Status.Code.FAILED_PRECONDITION, e.code(), e.getMessage());
+    assertTrue(
+        e.getMessage().contains("speaks protocol revision 1")
+            && e.getMessage()
+                .contains("needs revision " + StatedClient.EXTERNAL_PROTOCOL_VERSION + " or later")
+            && e.getMessage().contains("externally owned"),
+        e.getMessage());
+    assertEquals(List.of(ByteString.copyFromUtf8("inst-1")), closed);
+  }
+
+  @Test
   void noStatedV1FailsOpenNamingTheProtocol() throws Exception {
     StatedException e =
         withServer(

@@ -96,6 +96,9 @@ public class StatedKeyedStateBackend<K> extends AbstractKeyedStateBackend<K> {
   private final StateCache cache;
   private final CacheMemory cacheMemory;
 
+  /** Set when checkpoints are stated's incremental ones (an externally owned instance). */
+  private ExternalSnapshots external;
+
   StatedKeyedStateBackend(
       TaskKvStateRegistry kvStateRegistry,
       TypeSerializer<K> keySerializer,
@@ -140,6 +143,11 @@ public class StatedKeyedStateBackend<K> extends AbstractKeyedStateBackend<K> {
         new HeapPriorityQueuesManager(
             restoredQueues, queueFactory, keyGroupRange, numberOfKeyGroups);
     this.states.putAll(restored);
+  }
+
+  /** Checkpoints become stated's incremental ones through {@code e} (set by the builder). */
+  void setExternal(ExternalSnapshots e) {
+    this.external = e;
   }
 
   Daemon daemon() {
@@ -447,6 +455,9 @@ public class StatedKeyedStateBackend<K> extends AbstractKeyedStateBackend<K> {
 
   static final long VIEW_WAIT_MILLIS = 60_000;
 
+  /** How long dispose waits for unfinished incremental snapshots to delete their files. */
+  static final long ABANDON_WAIT_MILLIS = 10_000;
+
   /**
    * The views this backend holds at most at once: the limit per instance the daemon advertised at
    * Open. A snapshot whose view would exceed it waits for an earlier snapshot's asynchronous part
@@ -513,6 +524,19 @@ public class StatedKeyedStateBackend<K> extends AbstractKeyedStateBackend<K> {
       @Nonnull CheckpointStreamFactory streamFactory,
       @Nonnull CheckpointOptions checkpointOptions)
       throws Exception {
+    if (external != null && !checkpointOptions.getCheckpointType().isSavepoint()) {
+      // Only FORWARD_BACKWARD may reference files of earlier checkpoints;
+      // FULL_CHECKPOINT (after a NO_CLAIM restore) is FORWARD.
+      boolean full =
+          checkpointOptions.getCheckpointType().getSharingFilesStrategy()
+              != SnapshotType.SharingFilesStrategy.FORWARD_BACKWARD;
+      return new SnapshotStrategyRunner<>(
+              "stated incremental snapshot",
+              new StatedIncrementalSnapshotStrategy<>(this, external, full),
+              cancelStreamRegistry,
+              SnapshotExecutionType.ASYNCHRONOUS)
+          .snapshot(checkpointId, timestamp, streamFactory, checkpointOptions);
+    }
     return new SnapshotStrategyRunner<>(
             "stated backend snapshot",
             new StatedSnapshotStrategy<>(this),
@@ -535,10 +559,25 @@ public class StatedKeyedStateBackend<K> extends AbstractKeyedStateBackend<K> {
   }
 
   @Override
-  public void notifyCheckpointComplete(long checkpointId) {}
+  public void notifyCheckpointComplete(long checkpointId) {
+    if (external != null) {
+      external.confirm(checkpointId);
+    }
+  }
 
   @Override
-  public void notifyCheckpointAborted(long checkpointId) {}
+  public void notifyCheckpointAborted(long checkpointId) {
+    if (external != null) {
+      external.forget(checkpointId, false);
+    }
+  }
+
+  @Override
+  public void notifyCheckpointSubsumed(long checkpointId) {
+    if (external != null) {
+      external.forget(checkpointId, true);
+    }
+  }
 
   @Override
   public void dispose() {
@@ -549,6 +588,10 @@ public class StatedKeyedStateBackend<K> extends AbstractKeyedStateBackend<K> {
     cache.clear();
     cacheMemory.release();
     super.dispose();
+    if (external != null) {
+      // A snapshot the task's end cut short: its files reach no Flink handle.
+      external.abandonPending(ABANDON_WAIT_MILLIS);
+    }
     try {
       StatedException.await(inst.closeInstance());
     } catch (StatedException e) {

@@ -28,6 +28,8 @@ import org.apache.flink.runtime.execution.Environment;
 import org.apache.flink.runtime.state.AbstractStateBackend;
 import org.apache.flink.runtime.state.BackendBuildingException;
 import org.apache.flink.runtime.state.CompositeKeySerializationUtils;
+import org.apache.flink.runtime.state.IncrementalKeyedStateHandle;
+import org.apache.flink.runtime.state.IncrementalRemoteKeyedStateHandle;
 import org.apache.flink.runtime.state.InternalKeyContextImpl;
 import org.apache.flink.runtime.state.KeyExtractorFunction;
 import org.apache.flink.runtime.state.KeyedStateHandle;
@@ -86,6 +88,65 @@ final class StatedKeyedStateBackendBuilder<K> {
 
   private StatedKeyedStateBackend<K> build(Environment env, CacheMemory memory) throws IOException {
     StateCache cache = new StateCache(memory.bytes);
+    // Restore first: it checks the key serializer against the snapshot's
+    // and may reconfigure it, and the backend must use the result.
+    StateSerializerProvider<K> keyProvider =
+        StateSerializerProvider.fromNewRegisteredSerializer(p.getKeySerializer());
+    Map<String, StatedKeyedStateBackend.Registered<K>> restored = new java.util.LinkedHashMap<>();
+    // stated's incremental checkpoints are restored by the daemon from their
+    // task handles at Open; any other handle is loaded after it.
+    List<IncrementalRemoteKeyedStateHandle> incremental = new ArrayList<>();
+    List<KeyedStateHandle> full = new ArrayList<>();
+    for (KeyedStateHandle h :
+        p.getStateHandles() == null ? List.<KeyedStateHandle>of() : p.getStateHandles()) {
+      if (h == null
+          || h.getKeyGroupRange().getIntersection(p.getKeyGroupRange()).getNumberOfKeyGroups()
+              == 0) {
+        continue;
+      }
+      if (h instanceof IncrementalRemoteKeyedStateHandle) {
+        incremental.add((IncrementalRemoteKeyedStateHandle) h);
+      } else if (h instanceof IncrementalKeyedStateHandle) {
+        throw new BackendBuildingException(
+            "the stated backend cannot restore "
+                + h.getClass().getSimpleName()
+                + " (a local or changelog copy of an incremental checkpoint); switch local"
+                + " recovery and the changelog off");
+      } else {
+        full.add(h);
+      }
+    }
+    if (!incremental.isEmpty() && !full.isEmpty()) {
+      throw new BackendBuildingException(
+          "the task got both incremental ("
+              + incremental.size()
+              + ") and full ("
+              + full.size()
+              + ") keyed state handles to restore; the stated backend restores one kind at once");
+    }
+    if (!incremental.isEmpty() && !config.incremental()) {
+      throw new BackendBuildingException(
+          "the checkpoint to restore holds stated incremental checkpoints ("
+              + incremental.get(0).getClass().getSimpleName()
+              + "), which need "
+              + StatedOptions.INCREMENTAL.key()
+              + ": true (and "
+              + StatedOptions.BACKEND_KIND.key()
+              + ": lsm)");
+    }
+    List<ByteString> taskHandles = new ArrayList<>();
+    java.util.Set<String> restoredShared = new java.util.HashSet<>();
+    List<RegisteredKeyValueStateBackendMetaInfo<?, ?>> incrementalStates = new ArrayList<>();
+    try {
+      readIncremental(
+          incremental, keyProvider, restored, taskHandles, restoredShared, incrementalStates);
+    } catch (Exception e) {
+      if (e instanceof org.apache.flink.util.StateMigrationException) {
+        throw new BackendBuildingException(e.getMessage(), e);
+      }
+      throw new BackendBuildingException(
+          "cannot read the stated incremental checkpoint to restore: " + e.getMessage(), e);
+    }
     StatedClient client = config.connect();
     Instance inst;
     try {
@@ -110,30 +171,27 @@ final class StatedKeyedStateBackendBuilder<K> {
               .setBackendKind(config.backendKind())
               .setReplace(true)
               .build();
-      inst = StatedException.await(client.open(req));
+      inst =
+          StatedException.await(
+              config.incremental()
+                  ? client.openExternal(
+                      req, config.externalRoot(p.getJobID().toString()), taskHandles)
+                  : client.open(req));
+      if (!incrementalStates.isEmpty()) {
+        StatedKeyedStateBackend.registerInDaemon(inst, incrementalStates);
+      }
     } catch (StatedException e) {
       client.close();
       throw new BackendBuildingException(
           "cannot open the task's state in the stated daemon: " + e.getMessage(), e);
     }
-    // Restore first: it checks the key serializer against the snapshot's
-    // and may reconfigure it, and the backend must use the result.
-    StateSerializerProvider<K> keyProvider =
-        StateSerializerProvider.fromNewRegisteredSerializer(p.getKeySerializer());
-    Map<String, StatedKeyedStateBackend.Registered<K>> restored = new java.util.LinkedHashMap<>();
     Map<String, HeapPriorityQueueSnapshotRestoreWrapper<?>> queues = new HashMap<>();
     HeapPriorityQueueSetFactory queueFactory =
         new HeapPriorityQueueSetFactory(
             p.getKeyGroupRange(), p.getNumberOfKeyGroups(), QUEUE_CAPACITY);
     try {
       restore(
-          inst,
-          keyProvider,
-          restored,
-          queues,
-          queueFactory,
-          p.getStateHandles(),
-          new RestoreCacheWarmer(cache));
+          inst, keyProvider, restored, queues, queueFactory, full, new RestoreCacheWarmer(cache));
     } catch (Exception e) {
       try {
         StatedException.await(inst.closeInstance());
@@ -169,7 +227,65 @@ final class StatedKeyedStateBackendBuilder<K> {
             queueFactory,
             cache,
             memory);
+    if (config.incremental()) {
+      backend.setExternal(new ExternalSnapshots(inst, restoredShared));
+    }
     return backend;
+  }
+
+  /**
+   * Reads the meta streams of stated incremental handles: checks the key serializer against the
+   * first one's, as a full restore does, registers their states (the union, as several old
+   * subtasks' handles after a rescale hold), and collects the daemon's task handles and the shared
+   * files the daemon may reuse.
+   */
+  private void readIncremental(
+      List<IncrementalRemoteKeyedStateHandle> handles,
+      StateSerializerProvider<K> keyProvider,
+      Map<String, StatedKeyedStateBackend.Registered<K>> states,
+      List<ByteString> taskHandles,
+      java.util.Set<String> shared,
+      List<RegisteredKeyValueStateBackendMetaInfo<?, ?>> fresh)
+      throws Exception {
+    boolean keyChecked = false;
+    for (IncrementalRemoteKeyedStateHandle h : handles) {
+      IncrementalMeta m =
+          IncrementalMeta.read(h, p.getEnv().getUserCodeClassLoader().asClassLoader());
+      if (!keyChecked) {
+        @SuppressWarnings("unchecked")
+        org.apache.flink.api.common.typeutils.TypeSerializerSnapshot<K> ks =
+            (org.apache.flink.api.common.typeutils.TypeSerializerSnapshot<K>)
+                m.proxy().getKeySerializerSnapshot();
+        org.apache.flink.api.common.typeutils.TypeSerializerSchemaCompatibility<K> c =
+            keyProvider.setPreviousSerializerSnapshotForRestoredState(ks);
+        if (c.isCompatibleAfterMigration() || c.isIncompatible()) {
+          throw new org.apache.flink.util.StateMigrationException(
+              "The new key serializer must be compatible with the one of the stated incremental"
+                  + " checkpoint to restore.");
+        }
+        keyChecked = true;
+      }
+      for (StateMetaInfoSnapshot s : m.proxy().getStateMetaInfoSnapshots()) {
+        if (s.getBackendStateType() != StateMetaInfoSnapshot.BackendStateType.KEY_VALUE) {
+          throw new IOException(
+              "the stated incremental checkpoint holds state "
+                  + s.getName()
+                  + " of type "
+                  + s.getBackendStateType()
+                  + "; it writes key/value states only");
+        }
+        if (!states.containsKey(s.getName())) {
+          RegisteredKeyValueStateBackendMetaInfo<?, ?> meta =
+              new RegisteredKeyValueStateBackendMetaInfo<>(s);
+          states.put(s.getName(), new StatedKeyedStateBackend.Registered<>(meta));
+          fresh.add(meta);
+        }
+      }
+      taskHandles.add(m.taskHandle());
+      for (IncrementalKeyedStateHandle.HandleAndLocalPath f : h.getSharedState()) {
+        shared.add(f.getLocalPath());
+      }
+    }
   }
 
   /** The initial capacity of a key group's heap timer queue (as Flink's heap backends size it). */

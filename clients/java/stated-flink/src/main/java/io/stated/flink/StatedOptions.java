@@ -67,4 +67,26 @@ public final class StatedOptions {
                   + " takes it (reserved there, held on the heap; 64 MiB when the slot has no"
                   + " managed memory). Set: taken from the task heap, a TaskManager holds one"
                   + " cache per keyed operator per slot.");
+
+  public static final ConfigOption<Boolean> INCREMENTAL =
+      ConfigOptions.key("state.backend.stated.incremental")
+          .booleanType()
+          .defaultValue(false)
+          .withDescription(
+              "Checkpoints as stated's incremental lsm checkpoints (kind lsm only): the daemon"
+                  + " writes the changed files under its --external-dir, and Flink's checkpoint"
+                  + " holds them as an IncrementalRemoteKeyedStateHandle, so Flink counts the"
+                  + " shared files and deletes every file when it discards the checkpoint."
+                  + " Savepoints stay canonical full snapshots. Run the daemon with --external-dir"
+                  + " set to Flink's checkpoint directory (a path both reach).");
+
+  public static final ConfigOption<String> EXTERNAL_ROOT =
+      ConfigOptions.key("state.backend.stated.external-root")
+          .stringType()
+          .defaultValue("")
+          .withDescription(
+              "With incremental checkpoints: the directory, relative to the daemon's"
+                  + " --external-dir, under which a job's files go, as <external-root>/<job id>."
+                  + " Empty (the default): <job id>, which is Flink's own directory of the job"
+                  + " when --external-dir is Flink's checkpoint directory.");
 }

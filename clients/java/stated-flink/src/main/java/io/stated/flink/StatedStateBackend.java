@@ -35,6 +35,9 @@ public class StatedStateBackend extends AbstractStateBackend implements Configur
    */
   private long cacheBytes = -1;
 
+  private boolean incremental;
+  private String externalRoot = "";
+
   public StatedStateBackend() {}
 
   /** A backend on the daemon at Unix socket {@code socket}. */
@@ -55,6 +58,8 @@ public class StatedStateBackend extends AbstractStateBackend implements Configur
     b.maxInFlight = config.getOptional(StatedOptions.MAX_IN_FLIGHT).orElse(maxInFlight);
     b.cacheBytes =
         config.getOptional(StatedOptions.CACHE_SIZE).map(MemorySize::getBytes).orElse(cacheBytes);
+    b.incremental = config.getOptional(StatedOptions.INCREMENTAL).orElse(incremental);
+    b.externalRoot = config.getOptional(StatedOptions.EXTERNAL_ROOT).orElse(externalRoot);
     b.latencyTrackingConfigBuilder = latencyTrackingConfigBuilder.configure(config);
     b.sizeTrackingConfigBuilder = sizeTrackingConfigBuilder.configure(config);
     b.validate();
@@ -75,6 +80,22 @@ public class StatedStateBackend extends AbstractStateBackend implements Configur
       throw new IllegalConfigurationException(
           StatedOptions.MAX_IN_FLIGHT.key() + " must be at least 1, not " + maxInFlight);
     }
+    if (incremental && backendKind() != BackendKind.BACKEND_KIND_LSM) {
+      throw new IllegalConfigurationException(
+          StatedOptions.INCREMENTAL.key()
+              + " needs "
+              + StatedOptions.BACKEND_KIND.key()
+              + " lsm (stated's incremental checkpoints are of its lsm store), not \""
+              + kind
+              + "\"");
+    }
+    if (externalRoot.startsWith("/") || externalRoot.contains("..")) {
+      throw new IllegalConfigurationException(
+          StatedOptions.EXTERNAL_ROOT.key()
+              + " must be a relative path inside the daemon's --external-dir, not \""
+              + externalRoot
+              + "\"");
+    }
     if (address != null && !address.isEmpty() && address.lastIndexOf(':') <= 0) {
       throw new IllegalConfigurationException(
           StatedOptions.ADDRESS.key() + " must be host:port, not \"" + address + "\"");
@@ -93,6 +114,20 @@ public class StatedStateBackend extends AbstractStateBackend implements Configur
         throw new IllegalConfigurationException(
             StatedOptions.BACKEND_KIND.key() + " must be heap, file or lsm, not \"" + kind + "\"");
     }
+  }
+
+  /** Whether checkpoints are stated's incremental ones ({@link StatedOptions#INCREMENTAL}). */
+  boolean incremental() {
+    return incremental;
+  }
+
+  /** The daemon's root of a job's files ({@link StatedOptions#EXTERNAL_ROOT}). */
+  String externalRoot(String jobId) {
+    String prefix = externalRoot;
+    while (prefix.endsWith("/")) {
+      prefix = prefix.substring(0, prefix.length() - 1);
+    }
+    return prefix.isEmpty() ? jobId : prefix + "/" + jobId;
   }
 
   /** A client for the configured daemon. */
@@ -186,7 +221,9 @@ public class StatedStateBackend extends AbstractStateBackend implements Configur
 
   @Override
   public boolean supportsNoClaimRestoreMode() {
-    // Checkpoints are self-contained full snapshots: nothing is shared.
+    // Full snapshots are self-contained; incremental ones take Flink's
+    // FULL_CHECKPOINT after a NO_CLAIM restore as the daemon's
+    // full_checkpoint, which reuses no file of the restored checkpoint.
     return true;
   }
 }

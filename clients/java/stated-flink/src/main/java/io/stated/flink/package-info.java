@@ -9,6 +9,9 @@
  * state uses Flink's default operator backend. Checkpoints and savepoints are Flink's own: the
  * canonical key-grouped format ({@code KeyGroupsStateHandle}) written by Flink's {@code
  * FullSnapshotAsyncWriter} from a read view the daemon freezes at a barrier on the stream, while
- * the task goes on writing; a restore loads the daemon from those handles.
+ * the task goes on writing; a restore loads the daemon from those handles. With {@link
+ * io.stated.flink.StatedOptions#INCREMENTAL} checkpoints are stated's incremental lsm checkpoints
+ * instead, as {@code IncrementalRemoteKeyedStateHandle}s over the daemon's files ({@link
+ * io.stated.flink.StatedIncrementalSnapshotStrategy}, {@link io.stated.flink.ExternalSnapshots}).
  */
 package io.stated.flink;

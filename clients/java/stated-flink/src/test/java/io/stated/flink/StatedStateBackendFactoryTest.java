@@ -65,6 +65,30 @@ class StatedStateBackendFactoryTest {
         .hasMessageContaining("host:port");
   }
 
+  @Test
+  void incrementalNeedsLsmAndARelativeRoot() {
+    Configuration file = new Configuration();
+    file.set(StatedOptions.SOCKET, "/x.sock");
+    file.set(StatedOptions.INCREMENTAL, true);
+    assertThatThrownBy(() -> new StatedStateBackendFactory().createFromConfig(file, null))
+        .isInstanceOf(IllegalConfigurationException.class)
+        .hasMessageContaining(StatedOptions.INCREMENTAL.key())
+        .hasMessageContaining("lsm")
+        .hasMessageContaining("\"file\"");
+    Configuration root = new Configuration();
+    root.set(StatedOptions.SOCKET, "/x.sock");
+    root.set(StatedOptions.BACKEND_KIND, "lsm");
+    root.set(StatedOptions.INCREMENTAL, true);
+    root.set(StatedOptions.EXTERNAL_ROOT, "/abs");
+    assertThatThrownBy(() -> new StatedStateBackendFactory().createFromConfig(root, null))
+        .isInstanceOf(IllegalConfigurationException.class)
+        .hasMessageContaining(StatedOptions.EXTERNAL_ROOT.key())
+        .hasMessageContaining("/abs");
+    root.set(StatedOptions.EXTERNAL_ROOT, "flink/");
+    StatedStateBackend ok = new StatedStateBackendFactory().createFromConfig(root, null);
+    org.assertj.core.api.Assertions.assertThat(ok.externalRoot("j1")).isEqualTo("flink/j1");
+  }
+
   /** A daemon that is not running: the task fails, naming the socket and how to start one. */
   @Test
   void aDaemonThatIsNotRunning() throws Exception {

@@ -3,6 +3,8 @@ package io.stated.flink.jobs;
 import java.io.IOException;
 import java.nio.file.Files;
 import java.nio.file.Path;
+import java.util.ArrayList;
+import java.util.List;
 import java.util.concurrent.TimeUnit;
 
 /**
@@ -15,18 +17,25 @@ final class StatedDaemon implements AutoCloseable {
 
     private final Path bin;
     private final Path dir;
+    private final List<String> extraArgs;
     private Process process;
 
-    private StatedDaemon(Path bin, Path dir) {
+    private StatedDaemon(Path bin, Path dir, List<String> extraArgs) {
         this.bin = bin;
         this.dir = dir;
+        this.extraArgs = extraArgs;
     }
 
-    static StatedDaemon start(Path bin, Path dir) throws IOException, InterruptedException {
+    /** Starts the daemon; {@code extraArgs} go to {@code stated serve} (e.g. --external-dir). */
+    static StatedDaemon start(Path bin, Path dir, String... extraArgs) throws IOException, InterruptedException {
         Files.createDirectories(dir);
-        StatedDaemon d = new StatedDaemon(bin, dir);
+        StatedDaemon d = new StatedDaemon(bin, dir, List.of(extraArgs));
         d.launch();
         return d;
+    }
+
+    Path log() {
+        return dir.resolve("daemon.log");
     }
 
     Path socket() {
@@ -34,8 +43,9 @@ final class StatedDaemon implements AutoCloseable {
     }
 
     private void launch() throws IOException, InterruptedException {
-        ProcessBuilder pb =
-                new ProcessBuilder(
+        List<String> cmd =
+                new ArrayList<>(
+                        List.of(
                                 bin.toString(),
                                 "serve",
                                 "--data-dir",
@@ -47,7 +57,10 @@ final class StatedDaemon implements AutoCloseable {
                                 "--metrics-addr",
                                 "",
                                 "--log-level",
-                                "warn")
+                                "warn"));
+        cmd.addAll(extraArgs);
+        ProcessBuilder pb =
+                new ProcessBuilder(cmd)
                         .redirectErrorStream(true)
                         .redirectOutput(ProcessBuilder.Redirect.appendTo(dir.resolve("daemon.log").toFile()));
         process = pb.start();

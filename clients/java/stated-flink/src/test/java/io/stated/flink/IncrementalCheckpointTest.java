@@ -1,0 +1,357 @@
+package io.stated.flink;
+
+import static org.assertj.core.api.Assertions.assertThat;
+import static org.assertj.core.api.Assertions.assertThatThrownBy;
+
+import io.stated.client.Daemon;
+import java.io.IOException;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.util.ArrayList;
+import java.util.Collection;
+import java.util.Comparator;
+import java.util.HashSet;
+import java.util.List;
+import java.util.Map;
+import java.util.Set;
+import java.util.TreeMap;
+import java.util.concurrent.RunnableFuture;
+import java.util.stream.Collectors;
+import java.util.stream.Stream;
+import org.apache.flink.api.common.JobID;
+import org.apache.flink.api.common.state.MapState;
+import org.apache.flink.api.common.state.MapStateDescriptor;
+import org.apache.flink.api.common.state.ValueState;
+import org.apache.flink.api.common.state.ValueStateDescriptor;
+import org.apache.flink.api.common.typeutils.base.IntSerializer;
+import org.apache.flink.api.common.typeutils.base.StringSerializer;
+import org.apache.flink.configuration.Configuration;
+import org.apache.flink.core.fs.CloseableRegistry;
+import org.apache.flink.metrics.groups.UnregisteredMetricsGroup;
+import org.apache.flink.runtime.checkpoint.CheckpointOptions;
+import org.apache.flink.runtime.checkpoint.CheckpointType;
+import org.apache.flink.runtime.operators.testutils.MockEnvironment;
+import org.apache.flink.runtime.operators.testutils.MockEnvironmentBuilder;
+import org.apache.flink.runtime.state.BackendBuildingException;
+import org.apache.flink.runtime.state.CheckpointStorageLocationReference;
+import org.apache.flink.runtime.state.CheckpointableKeyedStateBackend;
+import org.apache.flink.runtime.state.IncrementalKeyedStateHandle.HandleAndLocalPath;
+import org.apache.flink.runtime.state.IncrementalRemoteKeyedStateHandle;
+import org.apache.flink.runtime.state.KeyGroupRange;
+import org.apache.flink.runtime.state.KeyGroupRangeAssignment;
+import org.apache.flink.runtime.state.KeyedStateBackendParametersImpl;
+import org.apache.flink.runtime.state.KeyedStateHandle;
+import org.apache.flink.runtime.state.PlaceholderStreamStateHandle;
+import org.apache.flink.runtime.state.SharedStateRegistryImpl;
+import org.apache.flink.runtime.state.SnapshotResult;
+import org.apache.flink.runtime.state.StateBackend;
+import org.apache.flink.runtime.state.VoidNamespace;
+import org.apache.flink.runtime.state.VoidNamespaceSerializer;
+import org.apache.flink.runtime.state.filesystem.FileStateHandle;
+import org.apache.flink.runtime.state.memory.MemCheckpointStreamFactory;
+import org.apache.flink.runtime.state.ttl.TtlTimeProvider;
+import org.junit.jupiter.api.AfterAll;
+import org.junit.jupiter.api.BeforeAll;
+import org.junit.jupiter.api.Tag;
+import org.junit.jupiter.api.Test;
+
+/**
+ * stated's incremental checkpoints as Flink handles, against a real daemon with {@code
+ * --external-dir}, with Flink's own {@link SharedStateRegistryImpl} in the JobManager's part:
+ * checkpoints are {@link IncrementalRemoteKeyedStateHandle}s whose files are Flink file handles; a
+ * checkpoint after a confirmed one reuses its shared files as placeholders that the registry
+ * resolves; a restore from the handle gets every entry back, also rescaled to two subtasks (the
+ * daemon clips by key group); a {@code FULL_CHECKPOINT} reuses nothing; and once Flink subsumes and
+ * discards the checkpoints, the registry and the handles delete every file the daemon wrote.
+ *
+ * <p>The first keys go to key groups 0-126 and the later changes to 127 alone, so that Pebble
+ * writes the changes as an SST of their own instead of compacting the store's few SSTs together,
+ * which would leave nothing to reuse (as api/external_test.go does).
+ */
+@Tag("daemon-views")
+class IncrementalCheckpointTest {
+  private static final int MAX = 128;
+  private static Daemon daemon;
+  private static Path extDir;
+  private final JobID job = new JobID();
+
+  private final ValueStateDescriptor<String> valueDesc =
+      new ValueStateDescriptor<>("v", StringSerializer.INSTANCE);
+  private final MapStateDescriptor<String, Integer> mapDesc =
+      new MapStateDescriptor<>("m", StringSerializer.INSTANCE, IntSerializer.INSTANCE);
+
+  @BeforeAll
+  static void startDaemon() throws Exception {
+    // Outside the daemon's data dir, whose checkpoint sweep deletes what
+    // its catalog does not know.
+    extDir = Files.createTempDirectory("stated-flink-ext-").toRealPath();
+    daemon = new Daemon("--external-dir", extDir.toString());
+    daemon.start();
+  }
+
+  @AfterAll
+  static void stopDaemon() throws Exception {
+    if (daemon != null) {
+      daemon.close();
+    }
+    if (extDir != null) {
+      try (Stream<Path> s = Files.walk(extDir)) {
+        s.sorted(Comparator.reverseOrder()).forEach(p -> p.toFile().delete());
+      }
+    }
+  }
+
+  private static StateBackend stated(boolean incremental) {
+    Configuration c = new Configuration();
+    c.set(StatedOptions.SOCKET, daemon.socket.toString());
+    c.set(StatedOptions.BACKEND_KIND, "lsm");
+    c.set(StatedOptions.INCREMENTAL, incremental);
+    return new StatedStateBackendFactory().createFromConfig(c, null);
+  }
+
+  private CheckpointableKeyedStateBackend<Integer> open(
+      StateBackend b, KeyGroupRange range, Collection<KeyedStateHandle> handles) throws Exception {
+    MockEnvironment env = new MockEnvironmentBuilder().build();
+    return b.createKeyedStateBackend(
+        new KeyedStateBackendParametersImpl<>(
+            env,
+            job,
+            "op",
+            IntSerializer.INSTANCE,
+            MAX,
+            range,
+            env.getTaskKvStateRegistry(),
+            TtlTimeProvider.DEFAULT,
+            new UnregisteredMetricsGroup(),
+            (name, value) -> {},
+            handles,
+            new CloseableRegistry(),
+            1.0));
+  }
+
+  private static int keyGroup(int key) {
+    return KeyGroupRangeAssignment.assignToKeyGroup(key, MAX);
+  }
+
+  /** Writes value and map state for the keys in [from, to) whose key group is in [kgFrom, kgTo]. */
+  private void write(
+      CheckpointableKeyedStateBackend<Integer> b,
+      int from,
+      int to,
+      int kgFrom,
+      int kgTo,
+      String round,
+      Map<Integer, String> expect)
+      throws Exception {
+    ValueState<String> v =
+        b.getPartitionedState(VoidNamespace.INSTANCE, VoidNamespaceSerializer.INSTANCE, valueDesc);
+    MapState<String, Integer> m =
+        b.getPartitionedState(VoidNamespace.INSTANCE, VoidNamespaceSerializer.INSTANCE, mapDesc);
+    for (int k = from; k < to; k++) {
+      int kg = keyGroup(k);
+      if (kg < kgFrom || kg > kgTo) {
+        continue;
+      }
+      b.setCurrentKey(k);
+      String s = "value-" + k + "-" + round + "-" + "x".repeat(64);
+      v.update(s);
+      m.put("k" + k, k);
+      expect.put(k, s);
+    }
+  }
+
+  /** Reads back every key of {@code expect} in the backend's key groups, and no other key. */
+  private void check(CheckpointableKeyedStateBackend<Integer> b, Map<Integer, String> expect)
+      throws Exception {
+    ValueState<String> v =
+        b.getPartitionedState(VoidNamespace.INSTANCE, VoidNamespaceSerializer.INSTANCE, valueDesc);
+    MapState<String, Integer> m =
+        b.getPartitionedState(VoidNamespace.INSTANCE, VoidNamespaceSerializer.INSTANCE, mapDesc);
+    int mine = 0;
+    for (Map.Entry<Integer, String> e : expect.entrySet()) {
+      if (!b.getKeyGroupRange().contains(keyGroup(e.getKey()))) {
+        continue;
+      }
+      mine++;
+      b.setCurrentKey(e.getKey());
+      assertThat(v.value()).as("value of key " + e.getKey()).isEqualTo(e.getValue());
+      assertThat(m.get("k" + e.getKey())).as("map of key " + e.getKey()).isEqualTo(e.getKey());
+    }
+    // One value and one map entry per key: nothing of other key groups or later writes.
+    assertThat(((StatedKeyedStateBackend<Integer>) b).numKeyValueStateEntries())
+        .as("entries in " + b.getKeyGroupRange())
+        .isEqualTo(2 * mine);
+  }
+
+  private static IncrementalRemoteKeyedStateHandle snapshot(
+      CheckpointableKeyedStateBackend<Integer> b, long id, boolean full) throws Exception {
+    RunnableFuture<SnapshotResult<KeyedStateHandle>> f =
+        b.snapshot(
+            id,
+            0,
+            new MemCheckpointStreamFactory(64 << 20),
+            full
+                ? new CheckpointOptions(
+                    CheckpointType.FULL_CHECKPOINT, CheckpointStorageLocationReference.getDefault())
+                : CheckpointOptions.forCheckpointWithDefaultLocation());
+    f.run();
+    KeyedStateHandle h = f.get().getJobManagerOwnedSnapshot();
+    assertThat(h).isInstanceOf(IncrementalRemoteKeyedStateHandle.class);
+    IncrementalRemoteKeyedStateHandle ih = (IncrementalRemoteKeyedStateHandle) h;
+    assertThat(ih.getCheckpointId()).isEqualTo(id);
+    assertThat(ih.getKeyGroupRange()).isEqualTo(b.getKeyGroupRange());
+    assertThat(ih.getSharedState()).as("shared files of " + id).isNotEmpty();
+    assertThat(ih.getPrivateState()).as("private files of " + id).isNotEmpty();
+    return ih;
+  }
+
+  private static List<HandleAndLocalPath> placeholders(IncrementalRemoteKeyedStateHandle h) {
+    return h.getSharedState().stream()
+        .filter(f -> f.getHandle() instanceof PlaceholderStreamStateHandle)
+        .collect(Collectors.toList());
+  }
+
+  /** The files' paths on disk (placeholders excluded). */
+  private static Set<Path> files(IncrementalRemoteKeyedStateHandle h) {
+    Set<Path> out = new HashSet<>();
+    for (List<HandleAndLocalPath> l : List.of(h.getSharedState(), h.getPrivateState())) {
+      for (HandleAndLocalPath f : l) {
+        if (f.getHandle() instanceof FileStateHandle) {
+          out.add(Path.of(((FileStateHandle) f.getHandle()).getFilePath().toUri()));
+        }
+      }
+    }
+    return out;
+  }
+
+  /** Every regular file under the job's root in the external directory. */
+  private Set<Path> filesOnDisk() throws IOException {
+    Path root = extDir.resolve(job.toString());
+    if (!Files.exists(root)) {
+      return Set.of();
+    }
+    try (Stream<Path> s = Files.walk(root)) {
+      return s.filter(Files::isRegularFile).collect(Collectors.toSet());
+    }
+  }
+
+  @Test
+  void incrementalCheckpointsRestoreRescaleAndAreDeletedByFlink() throws Exception {
+    SharedStateRegistryImpl registry = new SharedStateRegistryImpl();
+    Map<Integer, String> expect = new TreeMap<>();
+    StatedKeyedStateBackend<Integer> b =
+        (StatedKeyedStateBackend<Integer>)
+            open(stated(true), new KeyGroupRange(0, MAX - 1), List.of());
+    write(b, 0, 4000, 0, MAX - 2, "a", expect);
+
+    // 1 flushes the load and Pebble compacts it; 2, on the settled store, is
+    // the base that Flink completes.
+    IncrementalRemoteKeyedStateHandle h1 = snapshot(b, 1, false);
+    Thread.sleep(300);
+    IncrementalRemoteKeyedStateHandle h2 = snapshot(b, 2, false);
+    for (IncrementalRemoteKeyedStateHandle h : List.of(h1, h2)) {
+      assertThat(placeholders(h)).as("nothing confirmed before " + h.getCheckpointId()).isEmpty();
+      for (Path f : files(h)) {
+        assertThat(f).startsWith(extDir.resolve(job.toString())).exists();
+      }
+    }
+    registry.registerAll(List.of(h1), 1);
+    registry.checkpointCompleted(1);
+    b.notifyCheckpointComplete(1);
+    registry.registerAll(List.of(h2), 2);
+    registry.checkpointCompleted(2);
+    b.notifyCheckpointComplete(2);
+    // Flink subsumes 1: the registry deletes its shared files no later
+    // checkpoint uses, the handle its private ones and meta stream.
+    b.notifyCheckpointSubsumed(1);
+    registry.unregisterUnusedState(2);
+    h1.discardState();
+    Set<Path> gone = new HashSet<>(files(h1));
+    gone.removeAll(files(h2));
+    for (Path f : gone) {
+      assertThat(f).as("a file of subsumed checkpoint 1 only").doesNotExist();
+    }
+
+    // A change of one key group: 3 reuses 2's files as placeholders and
+    // writes only the change.
+    Map<Integer, String> at3 = new TreeMap<>(expect);
+    write(b, 4000, 4400, MAX - 1, MAX - 1, "b", at3);
+    IncrementalRemoteKeyedStateHandle h3 = snapshot(b, 3, false);
+    Set<String> shared2 =
+        h2.getSharedState().stream()
+            .map(HandleAndLocalPath::getLocalPath)
+            .collect(Collectors.toSet());
+    assertThat(placeholders(h3).stream().map(HandleAndLocalPath::getLocalPath))
+        .as("3 reuses 2's shared files")
+        .isNotEmpty()
+        .allMatch(shared2::contains);
+    assertThat(h3.getCheckpointedSize() * 4)
+        .as("bytes 3 wrote against its full size " + h3.getStateSize())
+        .isLessThan(h3.getStateSize());
+    registry.registerAll(List.of(h3), 3);
+    assertThat(placeholders(h3)).as("the registry replaced the placeholders").isEmpty();
+    registry.checkpointCompleted(3);
+    b.notifyCheckpointComplete(3);
+
+    // Writes after 3 are in no restore of it.
+    write(b, 0, 50, 0, MAX - 1, "after", new TreeMap<>());
+    b.dispose();
+
+    // Restore, whole and rescaled to two subtasks.
+    for (KeyGroupRange r :
+        List.of(
+            new KeyGroupRange(0, MAX - 1), new KeyGroupRange(0, 40), new KeyGroupRange(41, 127))) {
+      CheckpointableKeyedStateBackend<Integer> rb = open(stated(true), r, List.of(h3));
+      try {
+        check(rb, at3);
+      } finally {
+        rb.dispose();
+      }
+    }
+
+    // A NO_CLAIM restore's first checkpoint: FULL_CHECKPOINT reuses nothing.
+    CheckpointableKeyedStateBackend<Integer> nb =
+        open(stated(true), new KeyGroupRange(0, MAX - 1), List.of(h3));
+    IncrementalRemoteKeyedStateHandle h4;
+    try {
+      h4 = snapshot(nb, 4, true);
+    } finally {
+      nb.dispose();
+    }
+    Set<String> shared3 =
+        h3.getSharedState().stream()
+            .map(HandleAndLocalPath::getLocalPath)
+            .collect(Collectors.toSet());
+    assertThat(placeholders(h4)).isEmpty();
+    assertThat(h4.getSharedState().stream().map(HandleAndLocalPath::getLocalPath))
+        .noneMatch(shared3::contains);
+    assertThat(h4.getCheckpointedSize()).isGreaterThanOrEqualTo(h4.getStateSize() - 4096);
+
+    // Flink discards everything: no file the daemon wrote is left.
+    assertThat(filesOnDisk()).isNotEmpty();
+    registry.registerAll(List.of(h4), 4);
+    registry.unregisterUnusedState(Long.MAX_VALUE);
+    for (IncrementalRemoteKeyedStateHandle h : List.of(h2, h3, h4)) {
+      h.discardState();
+    }
+    assertThat(filesOnDisk()).as("files left after Flink discarded every checkpoint").isEmpty();
+  }
+
+  @Test
+  void incrementalHandlesNeedTheIncrementalOption() throws Exception {
+    CheckpointableKeyedStateBackend<Integer> b =
+        open(stated(true), new KeyGroupRange(0, MAX - 1), List.of());
+    IncrementalRemoteKeyedStateHandle h;
+    try {
+      write(b, 0, 100, 0, MAX - 1, "a", new TreeMap<>());
+      h = snapshot(b, 1, false);
+    } finally {
+      b.dispose();
+    }
+    List<KeyedStateHandle> handles = new ArrayList<>(List.of(h));
+    assertThatThrownBy(() -> open(stated(false), new KeyGroupRange(0, MAX - 1), handles))
+        .isInstanceOf(BackendBuildingException.class)
+        .hasMessageContaining(StatedOptions.INCREMENTAL.key());
+    h.discardState();
+  }
+}
