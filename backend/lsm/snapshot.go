@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/statedhq/stated/backend"
 	"github.com/statedhq/stated/internal/frame"
@@ -250,7 +251,7 @@ func (p *checkpointSnapshot) upload(ctx context.Context, base fileSet) (*backend
 		return nil
 	})
 	if err != nil {
-		return nil, err
+		return nil, p.removeWritten(err, files, todo)
 	}
 	h := &backend.Handle{
 		Version:        backend.HandleVersionBase,
@@ -273,6 +274,36 @@ func (p *checkpointSnapshot) upload(ctx context.Context, base fileSet) (*backend
 	}
 	return h, nil
 }
+
+// removeWritten deletes the files a failed upload was to write (todo:
+// their indexes in files), when no catalog of the daemon will: with an
+// ObjectPrefix the files belong to an engine that learns of a snapshot's
+// files only from its handle, which a failed upload never returns, so
+// whatever reached the store would stay there for good. The names are
+// this snapshot's own (fresh random shared names, this checkpoint's
+// private directory), never a reused file's. Missing ones (not uploaded
+// yet) are success. The deletes run even when ctx was cancelled (the
+// upload's own failure), within cleanupTimeout; err, which the caller
+// returns, names any file left behind. With the catalog's layout its
+// orphan sweep removes them after --gc-grace, as for every failed upload.
+func (p *checkpointSnapshot) removeWritten(err error, files []backend.FileRef, todo []int) error {
+	if p.b.lo.ObjectPrefix == "" || len(todo) == 0 {
+		return err
+	}
+	names := make([]string, 0, len(todo))
+	for _, i := range todo {
+		names = append(names, files[i].Path)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
+	defer cancel()
+	if derr := p.b.opts.Store.DeleteBatch(ctx, names); derr != nil {
+		return fmt.Errorf("%w (and the files it wrote could not all be deleted: %v)", err, derr)
+	}
+	return err
+}
+
+// cleanupTimeout bounds removeWritten's deletes.
+const cleanupTimeout = 30 * time.Second
 
 // uploadFile streams one local file to the store and fills in its CRC32C.
 // Shared names are unique, so they are written with PutIfAbsent: a
