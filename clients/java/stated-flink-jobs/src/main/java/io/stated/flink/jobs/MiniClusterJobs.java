@@ -65,6 +65,32 @@ public final class MiniClusterJobs {
     }
 
     /**
+     * Waits until the job has completed 3 checkpoints and the sink {@code name} ({@link
+     * ResultCollectingSink}) holds a tenth of the {@code expected} results, so that what follows
+     * (a failure, a savepoint, a killed daemon) lands mid-stream with state and output behind it.
+     * A source with a per-checkpoint budget keeps the job from ending meanwhile; should it have
+     * ended, this fails rather than let a test pass without having tested anything.
+     */
+    public static void awaitMidStream(MiniCluster cluster, JobID job, String name, int expected, Duration timeout)
+            throws Exception {
+        awaitCompletedCheckpoints(cluster, job, 3, timeout);
+        long deadline = System.nanoTime() + timeout.toNanos();
+        ResultSet results = ResultCollectingSink.results(name);
+        while (results.size() < expected / 10) {
+            if (System.nanoTime() > deadline) {
+                throw new IllegalStateException(
+                        "job " + job + " emitted " + results.size() + " results within " + timeout
+                                + ", wanted " + expected / 10);
+            }
+            Thread.sleep(10);
+        }
+        if (results.size() >= expected) {
+            throw new IllegalStateException(
+                    "job " + job + " emitted all " + expected + " results before it was interrupted mid-stream");
+        }
+    }
+
+    /**
      * Waits until the job has completed at least {@code n} checkpoints in total; fails after
      * {@code timeout} naming the count it reached.
      */

@@ -15,7 +15,6 @@ import org.apache.flink.configuration.CheckpointingOptions;
 import org.apache.flink.configuration.Configuration;
 import org.apache.flink.configuration.HeartbeatManagerOptions;
 import org.apache.flink.configuration.MemorySize;
-import org.apache.flink.configuration.RestartStrategyOptions;
 import org.apache.flink.configuration.TaskManagerOptions;
 import org.apache.flink.core.execution.SavepointFormatType;
 import org.apache.flink.runtime.checkpoint.RestoredCheckpointStats;
@@ -25,7 +24,6 @@ import org.apache.flink.runtime.minicluster.MiniCluster;
 import org.apache.flink.runtime.testutils.MiniClusterResourceConfiguration;
 import org.apache.flink.test.junit5.InjectMiniCluster;
 import org.apache.flink.test.junit5.MiniClusterExtension;
-import org.junit.jupiter.api.Assumptions;
 import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.Timeout;
@@ -159,21 +157,8 @@ class KeyedAggregationITCase {
         assertThat(restored.getCheckpointId()).isPositive();
     }
 
-    /**
-     * Waits until the job has completed 3 checkpoints and emitted a tenth of its results, so
-     * that what follows (a failure, a savepoint) lands mid-stream with state and output behind
-     * it. The source's per-checkpoint budget keeps the job from ending meanwhile; should it
-     * have ended, the test fails rather than pass without having tested anything.
-     */
     private static void awaitMidStream(MiniCluster cluster, JobID job, String name) throws Exception {
-        MiniClusterJobs.awaitCompletedCheckpoints(cluster, job, 3, JOB_TIMEOUT);
-        long deadline = System.nanoTime() + JOB_TIMEOUT.toNanos();
-        ResultSet results = ResultCollectingSink.results(name);
-        while (results.size() < expected.size() / 10) {
-            assertThat(System.nanoTime()).as("results of " + job + " within " + JOB_TIMEOUT).isLessThan(deadline);
-            Thread.sleep(10);
-        }
-        assertThat(results.size()).as("mid-stream: the job has not finished").isLessThan(expected.size());
+        MiniClusterJobs.awaitMidStream(cluster, job, name, expected.size(), JOB_TIMEOUT);
     }
 
     private static void assertMatchesModel(ResultSet got) {
@@ -330,25 +315,9 @@ class KeyedAggregationITCase {
      */
     @Test
     void daemonKilledMidJobRecoversFromLastCheckpoint(@InjectMiniCluster MiniCluster cluster) throws Exception {
-        Backends.Backend shared = Backends.stated();
-        String bin = System.getProperty(StatedDaemon.BIN_PROPERTY, "");
-        Assumptions.assumeTrue(
-                shared != null && !bin.isEmpty(),
-                "stated not configured: run with -Pstated -Dstated.socket=<socket> -D"
-                        + StatedDaemon.BIN_PROPERTY + "=<stated binary> (scripts/flink-jobs.sh does)");
-        Path dir = tmp.resolve("killed-daemon-" + UUID.randomUUID());
-        try (StatedDaemon daemon = StatedDaemon.start(Path.of(bin), dir)) {
-            Backends.Backend backend =
-                    new Backends.Backend(
-                            "stated-killed",
-                            Backends.STATED_FACTORY,
-                            Map.of(Backends.STATED_OPTION_PREFIX + "socket", daemon.socket().toString()),
-                            null);
-            Configuration c = jobConfig(backend);
-            // The daemon is away for a moment; give the restarts room to outlast it.
-            c.set(RestartStrategyOptions.RESTART_STRATEGY, "fixed-delay");
-            c.set(RestartStrategyOptions.RESTART_STRATEGY_FIXED_DELAY_ATTEMPTS, 20);
-            c.set(RestartStrategyOptions.RESTART_STRATEGY_FIXED_DELAY_DELAY, Duration.ofMillis(500));
+        Path bin = StatedDaemon.binOrSkip();
+        try (StatedDaemon daemon = StatedDaemon.start(bin, tmp.resolve("killed-daemon-" + UUID.randomUUID()))) {
+            Configuration c = StatedDaemon.restartsOutlastingKill(jobConfig(daemon.backend()));
             String name = runName();
             JobID job = MiniClusterJobs.submit(cluster, c, params(), new ResultCollectingSink(name, false), null);
             awaitMidStream(cluster, job, name);

@@ -3,7 +3,12 @@ package io.stated.flink.jobs;
 import java.io.IOException;
 import java.nio.file.Files;
 import java.nio.file.Path;
+import java.time.Duration;
+import java.util.Map;
 import java.util.concurrent.TimeUnit;
+import org.apache.flink.configuration.Configuration;
+import org.apache.flink.configuration.RestartStrategyOptions;
+import org.junit.jupiter.api.Assumptions;
 
 /**
  * A {@code stated serve} process of the test's own, on a data dir and socket of its own, that
@@ -31,6 +36,39 @@ final class StatedDaemon implements AutoCloseable {
 
     Path socket() {
         return dir.resolve("s.sock");
+    }
+
+    /**
+     * The stated binary a kill -9 test starts its own daemon from; skips the test when stated is
+     * not configured (it then runs on Flink's backends only, see {@link Backends}).
+     */
+    static Path binOrSkip() {
+        String bin = System.getProperty(BIN_PROPERTY, "");
+        Assumptions.assumeTrue(
+                Backends.stated() != null && !bin.isEmpty(),
+                "stated not configured: run with -Pstated -Dstated.socket=<socket> -D"
+                        + BIN_PROPERTY + "=<stated binary> (scripts/flink-jobs.sh does)");
+        return Path.of(bin);
+    }
+
+    /** The stated backend on this daemon's socket. */
+    Backends.Backend backend() {
+        return new Backends.Backend(
+                "stated-killed",
+                Backends.STATED_FACTORY,
+                Map.of(Backends.STATED_OPTION_PREFIX + "socket", socket().toString()),
+                null);
+    }
+
+    /**
+     * {@code c} with restarts that outlast a killed daemon: the task fails while the daemon is
+     * away, so the job needs more than the default 3 attempts 100 ms apart.
+     */
+    static Configuration restartsOutlastingKill(Configuration c) {
+        c.set(RestartStrategyOptions.RESTART_STRATEGY, "fixed-delay");
+        c.set(RestartStrategyOptions.RESTART_STRATEGY_FIXED_DELAY_ATTEMPTS, 20);
+        c.set(RestartStrategyOptions.RESTART_STRATEGY_FIXED_DELAY_DELAY, Duration.ofMillis(500));
+        return c;
     }
 
     private void launch() throws IOException, InterruptedException {
