@@ -12,6 +12,7 @@ import java.io.IOException;
 import java.util.AbstractMap;
 import java.util.ArrayList;
 import java.util.Collection;
+import java.util.HashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.concurrent.CompletableFuture;
@@ -46,6 +47,8 @@ final class StatedAsyncStateExecutor implements StateExecutor {
   private final int maxOps;
   private final long maxBytes;
   private final DataOutputSerializer out = new DataOutputSerializer(128);
+  private long sentOps;
+  private long mergedReads;
 
   @SuppressWarnings("unchecked")
   StatedAsyncStateExecutor(
@@ -98,6 +101,66 @@ final class StatedAsyncStateExecutor implements StateExecutor {
     // The instance belongs to the backend, which closes it.
   }
 
+  /** Operations sent to the daemon so far (tests; the task thread's count). */
+  long sentOps() {
+    return sentOps;
+  }
+
+  /** Requests answered by an earlier identical read of their batch (tests). */
+  long mergedReads() {
+    return mergedReads;
+  }
+
+  /**
+   * Finds the reads of one batch that an earlier read of the same batch already answers: the same
+   * operation (state, key group, key, namespace, user key, limit) with no write to that state, key
+   * and namespace between them. The daemon applies a batch's operations in order, so the earlier
+   * read's result is what the later one would get: N gets of one key become one operation, and a
+   * put between two gets still shows in the second. Each merged request decodes its own copy of the
+   * value from the shared result.
+   */
+  private static final class ReadMerger {
+    /** The state, key and namespace an operation addresses. */
+    private record Address(String state, int keyGroup, ByteString key, ByteString namespace) {
+      static Address of(Op op) {
+        return new Address(op.getState(), op.getKeyGroup(), op.getKey(), op.getNamespace());
+      }
+    }
+
+    /** Per address, the reads since its last write: operation to its index in the batch. */
+    private final Map<Address, Map<Op, Integer>> reads = new HashMap<>();
+
+    /**
+     * Notes {@code op} at {@code index}; returns the index of an earlier identical read that
+     * answers it, or -1 when it must be sent.
+     */
+    int offer(Op op, int index) {
+      switch (op.getType()) {
+        case OP_TYPE_GET:
+        case OP_TYPE_LIST_GET:
+        case OP_TYPE_MAP_GET:
+        case OP_TYPE_MAP_CONTAINS:
+        case OP_TYPE_MAP_ITERATE:
+          {
+            Integer earlier =
+                reads.computeIfAbsent(Address.of(op), a -> new HashMap<>()).putIfAbsent(op, index);
+            return earlier == null ? -1 : earlier;
+          }
+        case OP_TYPE_PUT:
+        case OP_TYPE_DELETE:
+        case OP_TYPE_LIST_APPEND:
+        case OP_TYPE_MAP_PUT:
+        case OP_TYPE_MAP_REMOVE:
+          reads.remove(Address.of(op));
+          return -1;
+        default:
+          // An operation this does not know to touch only its own address.
+          reads.clear();
+          return -1;
+      }
+    }
+  }
+
   /** Decodes the answer of one request from its operations' results. */
   private interface Decoder {
     Object decode(List<Result> results, int from, int to) throws Exception;
@@ -126,11 +189,25 @@ final class StatedAsyncStateExecutor implements StateExecutor {
     List<StateRequest<?, ?, ?, ?>> requests = ((Batch) container).requests;
     List<Op> ops = new ArrayList<>(requests.size());
     List<Translated> done = new ArrayList<>(requests.size());
+    ReadMerger reads = new ReadMerger();
     for (StateRequest<?, ?, ?, ?> r : requests) {
       int from = ops.size();
       try {
         Decoder d = translate(r, ops);
-        done.add(new Translated(r, from, ops.size(), d));
+        int to = ops.size();
+        int earlier = to - from == 1 ? reads.offer(ops.get(from), from) : -1;
+        if (earlier >= 0) {
+          // The same read, with no write to its state, key and namespace since:
+          // answered by the earlier operation's result.
+          ops.remove(from);
+          mergedReads++;
+          done.add(new Translated(r, earlier, earlier + 1, d));
+          continue;
+        }
+        for (int i = from; to - from > 1 && i < to; i++) {
+          reads.offer(ops.get(i), i);
+        }
+        done.add(new Translated(r, from, to, d));
       } catch (RuntimeException e) {
         // Nothing of this request was sent: drop its operations.
         while (ops.size() > from) {
@@ -139,6 +216,7 @@ final class StatedAsyncStateExecutor implements StateExecutor {
         fail(r, "cannot send " + r.getRequestType() + " of a stated state", e);
       }
     }
+    sentOps += ops.size();
     List<CompletableFuture<BatchResult>> parts = new ArrayList<>();
     int start = 0;
     long bytes = 0;

@@ -146,6 +146,7 @@ public class StatedAsyncStateTest {
   private final class Task {
     final AsyncKeyedStateBackend<Integer> backend;
     final StateExecutionController<Integer> aec;
+    final StatedAsyncStateExecutor executor;
     final int maxParallelism;
     private int records;
 
@@ -161,13 +162,14 @@ public class StatedAsyncStateTest {
             backend.close();
             backend.dispose();
           });
+      executor = (StatedAsyncStateExecutor) backend.createStateExecutor();
       // The mailbox of this (the test's) thread: callbacks run here while
       // the controller waits, as on a task thread.
       aec =
           new StateExecutionController<>(
               new MailboxExecutorImpl(new TaskMailboxImpl(), 0, StreamTaskActionExecutor.IMMEDIATE),
               (message, t) -> asyncFailure.compareAndSet(null, t),
-              backend.createStateExecutor(),
+              executor,
               new DeclarationManager(),
               EpochManager.ParallelMode.SERIAL_BETWEEN_EPOCH,
               maxParallelism,
@@ -391,6 +393,83 @@ public class StatedAsyncStateTest {
     assertThat(order).containsExactly(2, null);
     t.record(3, () -> assertThat(v.value()).isEqualTo(3));
     t.drain();
+  }
+
+  @TestTemplate
+  void readsOfOneKeyMergeWithinABatchInOrder() throws Exception {
+    Task t = new Task(128, new KeyGroupRange(0, 127), List.of(), 1000);
+    ValueState<Integer> v = state(t, new ValueStateDescriptor<>("v", BasicTypeInfo.INT_TYPE_INFO));
+    ListState<Integer> l = state(t, new ListStateDescriptor<>("l", BasicTypeInfo.INT_TYPE_INFO));
+    MapState<Integer, String> m =
+        state(
+            t,
+            new MapStateDescriptor<>(
+                "m", BasicTypeInfo.INT_TYPE_INFO, BasicTypeInfo.STRING_TYPE_INFO));
+    t.record(
+        7,
+        () -> {
+          v.asyncUpdate(1);
+          l.asyncAdd(1);
+          m.asyncPut(1, "x");
+        });
+    t.record(8, () -> v.asyncUpdate(80));
+    t.drain();
+    long opsBefore = t.executor.sentOps();
+    long mergedBefore = t.executor.mergedReads();
+    Map<String, Object> got = Collections.synchronizedMap(new HashMap<>());
+    // One batch: requests of one record, not waited for, and a record of another key.
+    t.record(
+        7,
+        () -> {
+          v.asyncValue().thenAccept(x -> got.put("v0", x));
+          v.asyncValue().thenAccept(x -> got.put("v1", x));
+          v.asyncUpdate(2);
+          v.asyncValue().thenAccept(x -> got.put("v2", x));
+          v.asyncValue().thenAccept(x -> got.put("v3", x));
+          l.asyncGet().thenCompose(it -> collect(it, got, "l0"));
+          l.asyncAdd(2);
+          l.asyncGet().thenCompose(it -> collect(it, got, "l1"));
+          l.asyncGet().thenCompose(it -> collect(it, got, "l2"));
+          m.asyncGet(1).thenAccept(x -> got.put("m0", x));
+          m.asyncGet(1).thenAccept(x -> got.put("m1", x));
+          m.asyncGet(2).thenAccept(x -> got.put("m2", x));
+          m.asyncPut(1, "y");
+          m.asyncGet(1).thenAccept(x -> got.put("m3", x));
+          // Another state's write leaves this state's reads merged.
+          v.asyncValue().thenAccept(x -> got.put("v4", x));
+        });
+    t.record(8, () -> v.asyncValue().thenAccept(x -> got.put("other key", x)));
+    t.drain();
+    assertThat(got)
+        .containsEntry("v0", 1)
+        .containsEntry("v1", 1)
+        .containsEntry("v2", 2)
+        .containsEntry("v3", 2)
+        .containsEntry("v4", 2)
+        .containsEntry("l0", List.of(1))
+        .containsEntry("l1", List.of(1, 2))
+        .containsEntry("l2", List.of(1, 2))
+        .containsEntry("m0", "x")
+        .containsEntry("m1", "x")
+        .containsEntry("m2", null)
+        .containsEntry("m3", "y")
+        .containsEntry("other key", 80)
+        .hasSize(13);
+    // Merged: v1 into v0, v3 and v4 into v2, l2 into l1, m1 into m0.
+    assertThat(t.executor.mergedReads() - mergedBefore).as("reads merged").isEqualTo(5);
+    assertThat(t.executor.sentOps() - opsBefore).as("operations sent").isEqualTo(16 - 5);
+  }
+
+  private static org.apache.flink.api.common.state.v2.StateFuture<Void> collect(
+      org.apache.flink.api.common.state.v2.StateIterator<Integer> it,
+      Map<String, Object> into,
+      String name) {
+    List<Integer> items = Collections.synchronizedList(new ArrayList<>());
+    return it.onNext(
+            (Integer x) -> {
+              items.add(x);
+            })
+        .thenAccept(x -> into.put(name, items));
   }
 
   @TestTemplate
