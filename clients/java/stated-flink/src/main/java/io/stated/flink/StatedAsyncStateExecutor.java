@@ -49,13 +49,16 @@ final class StatedAsyncStateExecutor implements StateExecutor {
   private final DataOutputSerializer out = new DataOutputSerializer(128);
   private long sentOps;
   private long mergedReads;
+  private final AsyncValueCache cache;
 
   @SuppressWarnings("unchecked")
   StatedAsyncStateExecutor(
       Instance inst,
       TypeSerializer<?> keySerializer,
-      java.util.function.Supplier<StateRequestHandler> handler) {
+      java.util.function.Supplier<StateRequestHandler> handler,
+      long cacheBytes) {
     this.inst = inst;
+    this.cache = new AsyncValueCache(cacheBytes);
     this.keySerializer = (TypeSerializer<Object>) keySerializer.duplicate();
     this.handler = handler;
     int ops = inst.openResponse().getMaxBatchOps();
@@ -99,6 +102,11 @@ final class StatedAsyncStateExecutor implements StateExecutor {
   @Override
   public void shutdown() {
     // The instance belongs to the backend, which closes it.
+  }
+
+  /** The cache of the value-like states (tests). */
+  AsyncValueCache cache() {
+    return cache;
   }
 
   /** Operations sent to the daemon so far (tests; the task thread's count). */
@@ -313,6 +321,11 @@ final class StatedAsyncStateExecutor implements StateExecutor {
     return s.deserialize(new DataInputDeserializer(b.toByteArray()));
   }
 
+  private static AsyncValueCache.Address address(Op op) {
+    return new AsyncValueCache.Address(
+        op.getState(), op.getKeyGroup(), op.getKey(), op.getNamespace());
+  }
+
   private static Op op(OpType t, String state, int kg, byte[] key, byte[] ns) {
     return Op.newBuilder()
         .setType(t)
@@ -345,30 +358,63 @@ final class StatedAsyncStateExecutor implements StateExecutor {
     int kg = r.getRecordContext().getKeyGroup();
     byte[] key = keyBytes(r);
     byte[] ns = s.namespaceBytes(r.getNamespace());
+    // Value, reducing and aggregating state go through the cache: every
+    // write is stored there as it is sent, a get of a cached address sends
+    // nothing (AsyncValueCache).
+    boolean cached =
+        cache.enabled()
+            && (s instanceof StatedAsyncStates.Value
+                || s instanceof StatedAsyncStates.Reducing
+                || s instanceof StatedAsyncStates.Aggregating);
     switch (type) {
       case CLEAR:
-        ops.add(op(OpType.OP_TYPE_DELETE, name, kg, key, ns));
-        return NOTHING;
+        {
+          Op del = op(OpType.OP_TYPE_DELETE, name, kg, key, ns);
+          ops.add(del);
+          if (cached) {
+            cache.write(address(del), null);
+          }
+          return NOTHING;
+        }
       case VALUE_GET:
       case REDUCING_GET:
       case AGGREGATING_GET:
-        ops.add(op(OpType.OP_TYPE_GET, name, kg, key, ns));
-        return (rs, from, to) -> {
-          Result x = rs.get(from);
-          return x.getFound() ? read(ks.getValueSerializer(), x.getValue()) : null;
-        };
+        {
+          Op get = op(OpType.OP_TYPE_GET, name, kg, key, ns);
+          AsyncValueCache.Address a = cached ? address(get) : null;
+          AsyncValueCache.Lookup l = cached ? cache.lookup(a) : null;
+          if (l != null && l.hit) {
+            ByteString v = l.value;
+            return (rs, from, to) -> v == null ? null : read(ks.getValueSerializer(), v);
+          }
+          ops.add(get);
+          return (rs, from, to) -> {
+            Result x = rs.get(from);
+            if (l != null) {
+              cache.fill(a, l.ticket, x.getFound() ? x.getValue() : null);
+            }
+            return x.getFound() ? read(ks.getValueSerializer(), x.getValue()) : null;
+          };
+        }
       case VALUE_UPDATE:
       case REDUCING_ADD:
       case AGGREGATING_ADD:
-        if (payload == null) {
-          ops.add(op(OpType.OP_TYPE_DELETE, name, kg, key, ns));
-        } else {
-          ops.add(
-              op(OpType.OP_TYPE_PUT, name, kg, key, ns).toBuilder()
-                  .setValue(ByteString.copyFrom(bytes(ks.getValueSerializer(), payload, name)))
-                  .build());
+        {
+          Op w;
+          if (payload == null) {
+            w = op(OpType.OP_TYPE_DELETE, name, kg, key, ns);
+          } else {
+            w =
+                op(OpType.OP_TYPE_PUT, name, kg, key, ns).toBuilder()
+                    .setValue(ByteString.copyFrom(bytes(ks.getValueSerializer(), payload, name)))
+                    .build();
+          }
+          ops.add(w);
+          if (cached) {
+            cache.write(address(w), payload == null ? null : w.getValue());
+          }
+          return NOTHING;
         }
-        return NOTHING;
       case LIST_GET:
         ops.add(op(OpType.OP_TYPE_LIST_GET, name, kg, key, ns));
         return (rs, from, to) -> {

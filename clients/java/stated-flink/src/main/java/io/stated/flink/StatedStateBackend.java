@@ -154,7 +154,8 @@ public class StatedStateBackend extends AbstractStateBackend implements Configur
       KeyedStateBackendParameters<K> parameters) throws IOException {
     return new StatedAsyncKeyedStateBackend<>(
         new StatedKeyedStateBackendBuilder<>(this, parameters).build(),
-        parameters.getEnv().getExecutionConfig());
+        parameters.getEnv().getExecutionConfig(),
+        cacheBytes);
   }
 
   @Override

@@ -1,0 +1,174 @@
+package io.stated.flink;
+
+import com.google.protobuf.ByteString;
+import java.util.HashMap;
+import java.util.Iterator;
+import java.util.LinkedHashMap;
+import java.util.Map;
+
+/**
+ * The asynchronous backend's write-through cache of its value-like states (value, reducing,
+ * aggregating), bounded by bytes, least recently used first out: a get of a cached address is
+ * answered without a daemon operation.
+ *
+ * <p>It is coherent for the reason the synchronous backend's cache is: the task is the only writer
+ * of its instance, and every write is sent to the daemon (in Flink's order, on the task thread) and
+ * stored here in the same call, so the cache never holds a value the daemon will not have. Entries
+ * are the daemon's bytes, so each answer deserializes a fresh copy.
+ *
+ * <p>What the synchronous cache does not need: a get that misses is answered later, on the client's
+ * response thread, and by then the task may have written the address again. So a miss takes a
+ * ticket, every write withdraws the address's ticket, and an answer fills the cache only while its
+ * ticket is still the address's: an answer older than a write never overwrites it. The methods are
+ * synchronized for that (task thread and response thread).
+ *
+ * <p>Capacity 0 switches the cache off: lookups miss, nothing is stored.
+ */
+final class AsyncValueCache {
+  /**
+   * Bytes counted for an entry besides its key, namespace and value: the address and entry objects,
+   * the LRU map's node and the byte strings' headers. On the high side for a 64-bit JVM.
+   */
+  static final long ENTRY_OVERHEAD = 160;
+
+  /** A cached absence: the daemon holds nothing at the address (not a value of zero bytes). */
+  private static final Object ABSENT = new Object();
+
+  /** The state, key group, key and namespace a value lives at. */
+  record Address(String state, int keyGroup, ByteString key, ByteString namespace) {
+    long bytes() {
+      return key.size() + namespace.size() + 2L * state.length();
+    }
+  }
+
+  /** The answer of {@link #lookup}: a hit with its value (null: absent), or a miss's ticket. */
+  static final class Lookup {
+    final boolean hit;
+    final ByteString value;
+    final Object ticket;
+
+    private Lookup(boolean hit, ByteString value, Object ticket) {
+      this.hit = hit;
+      this.value = value;
+      this.ticket = ticket;
+    }
+  }
+
+  private final long capacity;
+  private long bytes;
+  private long hits;
+  private long misses;
+
+  /** Address to its value's bytes or {@link #ABSENT}. */
+  private final LinkedHashMap<Address, Object> lru = new LinkedHashMap<>(1024, 0.75f, true);
+
+  private final Map<Address, Object> tickets = new HashMap<>();
+
+  AsyncValueCache(long capacity) {
+    if (capacity < 0) {
+      throw new IllegalArgumentException("cache capacity must be >= 0 bytes, got " + capacity);
+    }
+    this.capacity = capacity;
+  }
+
+  boolean enabled() {
+    return capacity > 0;
+  }
+
+  /**
+   * Drops every entry and pending fill of {@code state}: the backend registered it again, and a
+   * migration may have rewritten its values in the daemon in a new serializer's format.
+   */
+  synchronized void invalidate(String state) {
+    Iterator<Map.Entry<Address, Object>> it = lru.entrySet().iterator();
+    while (it.hasNext()) {
+      Map.Entry<Address, Object> e = it.next();
+      if (e.getKey().state().equals(state)) {
+        bytes -= size(e.getKey(), e.getValue());
+        it.remove();
+      }
+    }
+    tickets.keySet().removeIf(a -> a.state().equals(state));
+  }
+
+  /** The cached value of {@code a}, or a miss whose ticket {@link #fill} needs. */
+  synchronized Lookup lookup(Address a) {
+    Object v = capacity == 0 ? null : lru.get(a);
+    if (v != null) {
+      hits++;
+      return new Lookup(true, v == ABSENT ? null : (ByteString) v, null);
+    }
+    misses++;
+    if (capacity == 0) {
+      return new Lookup(false, null, null);
+    }
+    Object ticket = new Object();
+    tickets.put(a, ticket);
+    return new Lookup(false, null, ticket);
+  }
+
+  /**
+   * The task wrote {@code value} (null: deleted) at {@code a}: stored, any pending fill dropped.
+   */
+  synchronized void write(Address a, ByteString value) {
+    if (capacity == 0) {
+      return;
+    }
+    tickets.remove(a);
+    store(a, value);
+  }
+
+  /**
+   * The daemon's answer to the get that took {@code ticket}: stored unless the task wrote {@code a}
+   * since (or another get took a newer ticket, whose answer will fill it instead). A get that
+   * failed leaves its ticket behind until the next write or miss of the address; it fails the task,
+   * and the cache with it.
+   */
+  synchronized void fill(Address a, Object ticket, ByteString value) {
+    if (ticket == null || tickets.get(a) != ticket) {
+      return;
+    }
+    tickets.remove(a);
+    store(a, value);
+  }
+
+  private static long size(Address a, Object v) {
+    return a.bytes() + (v == ABSENT ? 0 : ((ByteString) v).size()) + ENTRY_OVERHEAD;
+  }
+
+  private void store(Address a, ByteString value) {
+    Object v = value == null ? ABSENT : value;
+    Object old = lru.remove(a);
+    if (old != null) {
+      bytes -= size(a, old);
+    }
+    long size = size(a, v);
+    if (size > capacity) {
+      return;
+    }
+    lru.put(a, v);
+    bytes += size;
+    Iterator<Map.Entry<Address, Object>> it = lru.entrySet().iterator();
+    while (bytes > capacity && it.hasNext()) {
+      Map.Entry<Address, Object> e = it.next();
+      bytes -= size(e.getKey(), e.getValue());
+      it.remove();
+    }
+  }
+
+  synchronized long bytes() {
+    return bytes;
+  }
+
+  synchronized int entries() {
+    return lru.size();
+  }
+
+  synchronized long hits() {
+    return hits;
+  }
+
+  synchronized long misses() {
+    return misses;
+  }
+}
