@@ -34,10 +34,76 @@ final class AsyncValueCache {
   /** A cached absence: the daemon holds nothing at the address (not a value of zero bytes). */
   private static final Object ABSENT = new Object();
 
-  /** The state, key group, key and namespace a value lives at. */
-  record Address(String state, int keyGroup, ByteString key, ByteString namespace) {
+  /**
+   * The state, key group, key and namespace a value lives at. Its hash mixes every byte: {@link
+   * ByteString#hashCode} (31 times the hash plus the byte) gives many equal hashes to the short,
+   * mostly zero keys of numbers (a serialized long), and the hash map's bins turn into trees.
+   */
+  static final class Address {
+    private final String state;
+    private final int keyGroup;
+    private final ByteString key;
+    private final ByteString namespace;
+    private final int hash;
+
+    Address(String state, int keyGroup, ByteString key, ByteString namespace) {
+      this.state = state;
+      this.keyGroup = keyGroup;
+      this.key = key;
+      this.namespace = namespace;
+      int h = state.hashCode() * 0x9E3779B9 + keyGroup;
+      h = mix(h, key);
+      h = mix(h * 0x9E3779B9, namespace);
+      // MurmurHash3's finalizer: every input bit reaches every hash bit.
+      h ^= h >>> 16;
+      h *= 0x85EBCA6B;
+      h ^= h >>> 13;
+      h *= 0xC2B2AE35;
+      h ^= h >>> 16;
+      this.hash = h;
+    }
+
+    /** FNV-1a over the bytes, then their count. */
+    private static int mix(int h, ByteString b) {
+      int n = b.size();
+      for (int i = 0; i < n; i++) {
+        h = (h ^ (b.byteAt(i) & 0xFF)) * 0x01000193;
+      }
+      return (h ^ n) * 0x01000193;
+    }
+
+    String state() {
+      return state;
+    }
+
     long bytes() {
       return key.size() + namespace.size() + 2L * state.length();
+    }
+
+    @Override
+    public int hashCode() {
+      return hash;
+    }
+
+    @Override
+    public boolean equals(Object o) {
+      if (this == o) {
+        return true;
+      }
+      if (!(o instanceof Address)) {
+        return false;
+      }
+      Address a = (Address) o;
+      return hash == a.hash
+          && keyGroup == a.keyGroup
+          && state.equals(a.state)
+          && key.equals(a.key)
+          && namespace.equals(a.namespace);
+    }
+
+    @Override
+    public String toString() {
+      return state + "/" + keyGroup + "/" + key + "/" + namespace;
     }
   }
 

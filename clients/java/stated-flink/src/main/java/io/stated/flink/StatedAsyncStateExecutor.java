@@ -128,15 +128,8 @@ final class StatedAsyncStateExecutor implements StateExecutor {
    * value from the shared result.
    */
   private static final class ReadMerger {
-    /** The state, key and namespace an operation addresses. */
-    private record Address(String state, int keyGroup, ByteString key, ByteString namespace) {
-      static Address of(Op op) {
-        return new Address(op.getState(), op.getKeyGroup(), op.getKey(), op.getNamespace());
-      }
-    }
-
     /** Per address, the reads since its last write: operation to its index in the batch. */
-    private final Map<Address, Map<Op, Integer>> reads = new HashMap<>();
+    private final Map<AsyncValueCache.Address, Map<Op, Integer>> reads = new HashMap<>();
 
     /**
      * Notes {@code op} at {@code index}; returns the index of an earlier identical read that
@@ -151,7 +144,7 @@ final class StatedAsyncStateExecutor implements StateExecutor {
         case OP_TYPE_MAP_ITERATE:
           {
             Integer earlier =
-                reads.computeIfAbsent(Address.of(op), a -> new HashMap<>()).putIfAbsent(op, index);
+                reads.computeIfAbsent(address(op), a -> new HashMap<>()).putIfAbsent(op, index);
             return earlier == null ? -1 : earlier;
           }
         case OP_TYPE_PUT:
@@ -159,7 +152,7 @@ final class StatedAsyncStateExecutor implements StateExecutor {
         case OP_TYPE_LIST_APPEND:
         case OP_TYPE_MAP_PUT:
         case OP_TYPE_MAP_REMOVE:
-          reads.remove(Address.of(op));
+          reads.remove(address(op));
           return -1;
         default:
           // An operation this does not know to touch only its own address.

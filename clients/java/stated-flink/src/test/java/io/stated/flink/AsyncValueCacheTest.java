@@ -112,6 +112,26 @@ class AsyncValueCacheTest {
     assertThat(c.lookup(at("v", 500)).hit).isFalse();
   }
 
+  /**
+   * Keys that are serialized longs (mostly zero bytes) get distinct hashes: with {@link
+   * ByteString#hashCode} about one in eight did, and the cache's hash map degraded into trees.
+   */
+  @Test
+  void addressesOfNumberKeysHashApart() {
+    java.util.Set<Integer> hashes = new java.util.HashSet<>();
+    int n = 200_000;
+    for (long k = 0; k < n; k++) {
+      ByteString key = ByteString.copyFrom(java.nio.ByteBuffer.allocate(8).putLong(k).array());
+      hashes.add(
+          new AsyncValueCache.Address("count", (int) (k % 128), key, ByteString.EMPTY).hashCode());
+    }
+    assertThat(hashes.size()).as("distinct hashes of %d keys", n).isGreaterThan(n - n / 100);
+    // Equal addresses are equal and hash alike.
+    AsyncValueCache.Address a = at("v", 3);
+    AsyncValueCache.Address b = at("v", 3);
+    assertThat(a).isEqualTo(b).hasSameHashCodeAs(b).isNotEqualTo(at("w", 3));
+  }
+
   @Test
   void capacityZeroHoldsNothingAndNegativeIsRefused() {
     AsyncValueCache c = new AsyncValueCache(0);

@@ -40,8 +40,9 @@ import org.junit.jupiter.api.Test;
  * A throughput comparison, not a timed test: the same {@code enableAsyncState()} job (per event a
  * value read and update and a reducing add, State V2) on hashmap and rocksdb (both through Flink's
  * adaptor over their synchronous backends), ForSt (its asynchronous backend) and stated (its
- * asynchronous backend, when configured), one after the other in fresh MiniClusters in this JVM.
- * It prints records/s and records per CPU second of the JVM; it asserts only that every backend's
+ * asynchronous backend, when configured, with its value cache and without), one after the other in
+ * fresh MiniClusters in this JVM. It prints records/s and records per CPU second of the JVM, and
+ * stated's records/s as ratios to ForSt's and RocksDB's; it asserts only that every backend's
  * per-key results are right. Runs only with {@code -Dasync.bench=true} (docs/flink.md):
  *
  * <pre>
@@ -79,7 +80,22 @@ class AsyncStateBench {
     }
     List<Backends.Backend> backends =
         Backends.with(Backends.HASHMAP, Backends.ROCKSDB, Backends.FORST);
+    Backends.Backend stated = Backends.stated();
+    if (stated != null) {
+      // The same backend without its value cache, in the same run: what the
+      // cache is worth, against the same machine load.
+      Map<String, String> o = new java.util.TreeMap<>(stated.options());
+      o.put(Backends.STATED_OPTION_PREFIX + "cache-size", "0");
+      backends.add(new Backends.Backend("stated-nocache", stated.type(), o, null));
+    }
+    // -Dasync.bench.backends=forst,stated: only those (ratios need forst and rocksdb).
+    String only = System.getProperty("async.bench.backends", "");
+    if (!only.isEmpty()) {
+      List<String> names = List.of(only.split(","));
+      backends.removeIf(b -> !names.contains(b.name()));
+    }
     List<String> rows = new ArrayList<>();
+    Map<String, Double> rate = new java.util.LinkedHashMap<>();
     Path tmp = Files.createTempDirectory("async-bench");
     for (Backends.Backend b : backends) {
       Configuration cluster = new Configuration();
@@ -131,9 +147,10 @@ class AsyncStateBench {
         ResultSet got = ResultCollectingSink.results(name);
         assertThat(got.diff(expected)).as("results on " + b.name()).isEmpty();
         ResultCollectingSink.drop(name);
+        rate.put(b.name(), p.events / (wall / 1e9));
         rows.add(
             String.format(
-                "%-8s %10.0f %12.0f %8.1fs",
+                "%-14s %10.0f %12.0f %8.1fs",
                 b.name(), p.events / (wall / 1e9), p.events / (cpu / 1e9), wall / 1e9));
       }
     }
@@ -147,8 +164,18 @@ class AsyncStateBench {
             + ", checkpoint every "
             + p.checkpointIntervalMs
             + " ms, enableAsyncState(), value get+update and reducing add per event");
-    System.out.println(String.format("%-8s %10s %12s %9s", "backend", "records/s", "rec/cpu-s", "wall"));
+    System.out.println(
+        String.format("%-14s %10s %12s %9s", "backend", "records/s", "rec/cpu-s", "wall"));
     rows.forEach(System.out::println);
+    // The targets are ratios to ForSt and to RocksDB of the same run.
+    for (String n : rate.keySet()) {
+      if (n.startsWith("stated") && rate.containsKey("forst") && rate.containsKey("rocksdb")) {
+        System.out.println(
+            String.format(
+                "%-14s records/s %.2fx forst, %.2fx rocksdb",
+                n, rate.get(n) / rate.get("forst"), rate.get(n) / rate.get("rocksdb")));
+      }
+    }
   }
 
   private static long cpuNanos() {
