@@ -55,7 +55,7 @@ public class StatedAsyncKeyedStateBackend<K> implements AsyncKeyedStateBackend<K
 
   private final org.apache.flink.api.common.ExecutionConfig executionConfig;
 
-  /** The value cache's bytes ({@link StatedOptions#CACHE_SIZE}, as the synchronous backend's). */
+  /** The value cache's bytes ({@link StatedOptions#ASYNC_CACHE_SIZE}). */
   private final long cacheBytes;
 
   StatedAsyncKeyedStateBackend(

@@ -365,7 +365,7 @@ final class StatedAsyncStateExecutor implements StateExecutor {
           Op del = op(OpType.OP_TYPE_DELETE, name, kg, key, ns);
           ops.add(del);
           if (cached) {
-            cache.write(address(del), null);
+            cache.write(new AsyncValueCache.Address(name, kg, key, ns), null);
           }
           return NOTHING;
         }
@@ -373,14 +373,14 @@ final class StatedAsyncStateExecutor implements StateExecutor {
       case REDUCING_GET:
       case AGGREGATING_GET:
         {
-          Op get = op(OpType.OP_TYPE_GET, name, kg, key, ns);
-          AsyncValueCache.Address a = cached ? address(get) : null;
+          AsyncValueCache.Address a =
+              cached ? new AsyncValueCache.Address(name, kg, key, ns) : null;
           AsyncValueCache.Lookup l = cached ? cache.lookup(a) : null;
           if (l != null && l.hit) {
             ByteString v = l.value;
             return (rs, from, to) -> v == null ? null : read(ks.getValueSerializer(), v);
           }
-          ops.add(get);
+          ops.add(op(OpType.OP_TYPE_GET, name, kg, key, ns));
           return (rs, from, to) -> {
             Result x = rs.get(from);
             if (l != null) {
@@ -404,7 +404,9 @@ final class StatedAsyncStateExecutor implements StateExecutor {
           }
           ops.add(w);
           if (cached) {
-            cache.write(address(w), payload == null ? null : w.getValue());
+            cache.write(
+                new AsyncValueCache.Address(name, kg, key, ns),
+                payload == null ? null : w.getValue());
           }
           return NOTHING;
         }

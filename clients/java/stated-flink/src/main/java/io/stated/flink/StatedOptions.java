@@ -64,4 +64,16 @@ public final class StatedOptions {
                   + " (write-through: reads of cached keys need no round trip to the daemon,"
                   + " writes are batched either way). 0 switches the cache off. Take it from the"
                   + " task heap: a TaskManager holds one cache per keyed operator per slot.");
+
+  public static final ConfigOption<MemorySize> ASYNC_CACHE_SIZE =
+      ConfigOptions.key("state.backend.stated.async-cache-size")
+          .memoryType()
+          .defaultValue(MemorySize.ZERO)
+          .withDescription(
+              "Bytes of JVM heap each operator subtask with asynchronous state (State V2) may use"
+                  + " to cache its value, reducing and aggregating state (write-through: a get of"
+                  + " a cached key sends nothing to the daemon). 0, the default, switches it off:"
+                  + " the asynchronous backend batches its reads, and in the measurements in"
+                  + " docs/flink.md the cache's lookups cost the task more CPU than the reads it"
+                  + " saved.");
 }

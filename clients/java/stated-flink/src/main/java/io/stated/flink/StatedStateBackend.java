@@ -31,6 +31,7 @@ public class StatedStateBackend extends AbstractStateBackend implements Configur
   private String kind = "file";
   private int maxInFlight = 8;
   private long cacheBytes = StatedOptions.CACHE_SIZE.defaultValue().getBytes();
+  private long asyncCacheBytes = StatedOptions.ASYNC_CACHE_SIZE.defaultValue().getBytes();
 
   public StatedStateBackend() {}
 
@@ -52,6 +53,11 @@ public class StatedStateBackend extends AbstractStateBackend implements Configur
     b.maxInFlight = config.getOptional(StatedOptions.MAX_IN_FLIGHT).orElse(maxInFlight);
     b.cacheBytes =
         config.getOptional(StatedOptions.CACHE_SIZE).map(MemorySize::getBytes).orElse(cacheBytes);
+    b.asyncCacheBytes =
+        config
+            .getOptional(StatedOptions.ASYNC_CACHE_SIZE)
+            .map(MemorySize::getBytes)
+            .orElse(asyncCacheBytes);
     b.latencyTrackingConfigBuilder = latencyTrackingConfigBuilder.configure(config);
     b.sizeTrackingConfigBuilder = sizeTrackingConfigBuilder.configure(config);
     b.validate();
@@ -155,7 +161,7 @@ public class StatedStateBackend extends AbstractStateBackend implements Configur
     return new StatedAsyncKeyedStateBackend<>(
         new StatedKeyedStateBackendBuilder<>(this, parameters).build(),
         parameters.getEnv().getExecutionConfig(),
-        cacheBytes);
+        asyncCacheBytes);
   }
 
   @Override

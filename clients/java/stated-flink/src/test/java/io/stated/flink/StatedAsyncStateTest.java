@@ -96,6 +96,12 @@ public class StatedAsyncStateTest {
     }
   }
 
+  /**
+   * The value cache of the tests that do not choose: on (it is off by default), so that every test
+   * goes through it.
+   */
+  private static final MemorySize CACHE = MemorySize.ofMebiBytes(64);
+
   private MockEnvironment env;
   private final List<AutoCloseable> toClose = new ArrayList<>();
   private final AtomicReference<Throwable> asyncFailure = new AtomicReference<>();
@@ -116,14 +122,14 @@ public class StatedAsyncStateTest {
   }
 
   private StatedStateBackend stateBackend() {
-    return stateBackend(StatedOptions.CACHE_SIZE.defaultValue());
+    return stateBackend(CACHE);
   }
 
   private StatedStateBackend stateBackend(MemorySize cache) {
     Configuration c = new Configuration();
     c.set(StatedOptions.SOCKET, daemon.socket.toString());
     c.set(StatedOptions.BACKEND_KIND, kind);
-    c.set(StatedOptions.CACHE_SIZE, cache);
+    c.set(StatedOptions.ASYNC_CACHE_SIZE, cache);
     return new StatedStateBackend().configure(c, getClass().getClassLoader());
   }
 
@@ -158,7 +164,7 @@ public class StatedAsyncStateTest {
 
     Task(int maxParallelism, KeyGroupRange range, List<KeyedStateHandle> handles, int batchSize)
         throws Exception {
-      this(maxParallelism, range, handles, batchSize, StatedOptions.CACHE_SIZE.defaultValue());
+      this(maxParallelism, range, handles, batchSize, CACHE);
     }
 
     Task(
