@@ -172,7 +172,7 @@ class AsyncStateBench {
       if (n.startsWith("stated") && rate.containsKey("forst") && rate.containsKey("rocksdb")) {
         System.out.println(
             String.format(
-                "%-14s records/s %.2fx forst, %.2fx rocksdb",
+                "records/s of %s: %.2fx forst's, %.2fx rocksdb's",
                 n, rate.get(n) / rate.get("forst"), rate.get(n) / rate.get("rocksdb")));
       }
     }
