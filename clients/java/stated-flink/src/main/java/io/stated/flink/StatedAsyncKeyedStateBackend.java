@@ -55,11 +55,16 @@ public class StatedAsyncKeyedStateBackend<K> implements AsyncKeyedStateBackend<K
 
   private final org.apache.flink.api.common.ExecutionConfig executionConfig;
 
+  /** The value cache's bytes ({@link StatedOptions#ASYNC_CACHE_SIZE}). */
+  private final long cacheBytes;
+
   StatedAsyncKeyedStateBackend(
       StatedKeyedStateBackend<K> inner,
-      org.apache.flink.api.common.ExecutionConfig executionConfig) {
+      org.apache.flink.api.common.ExecutionConfig executionConfig,
+      long cacheBytes) {
     this.inner = inner;
     this.executionConfig = executionConfig;
+    this.cacheBytes = cacheBytes;
   }
 
   /** The synchronous backend underneath (tests and the snapshot path). */
@@ -108,6 +113,11 @@ public class StatedAsyncKeyedStateBackend<K> implements AsyncKeyedStateBackend<K
         StateDescriptorUtils.transformFromV2ToV1(stateDesc);
     inner.createOrUpdateInternalState(
         namespaceSerializer, v1, StateSnapshotTransformFactory.noTransform());
+    if (executor != null) {
+      // Registered again: a migration may have rewritten the daemon's values
+      // in the new serializer's format, which cached bytes are not.
+      executor.cache().invalidate(name);
+    }
     StatedAsyncStates.Namespaces<N> ns =
         new StatedAsyncStates.Namespaces<>(name, namespaceSerializer, defaultNamespace);
     switch (stateDesc.getType()) {
@@ -152,7 +162,7 @@ public class StatedAsyncKeyedStateBackend<K> implements AsyncKeyedStateBackend<K
     if (executor == null) {
       executor =
           new StatedAsyncStateExecutor(
-              inner.instance(), inner.getKeySerializer(), this::handlerForIterators);
+              inner.instance(), inner.getKeySerializer(), this::handlerForIterators, cacheBytes);
     }
     return executor;
   }

@@ -12,6 +12,7 @@ import java.io.IOException;
 import java.util.AbstractMap;
 import java.util.ArrayList;
 import java.util.Collection;
+import java.util.HashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.concurrent.CompletableFuture;
@@ -46,13 +47,18 @@ final class StatedAsyncStateExecutor implements StateExecutor {
   private final int maxOps;
   private final long maxBytes;
   private final DataOutputSerializer out = new DataOutputSerializer(128);
+  private long sentOps;
+  private long mergedReads;
+  private final AsyncValueCache cache;
 
   @SuppressWarnings("unchecked")
   StatedAsyncStateExecutor(
       Instance inst,
       TypeSerializer<?> keySerializer,
-      java.util.function.Supplier<StateRequestHandler> handler) {
+      java.util.function.Supplier<StateRequestHandler> handler,
+      long cacheBytes) {
     this.inst = inst;
+    this.cache = new AsyncValueCache(cacheBytes);
     this.keySerializer = (TypeSerializer<Object>) keySerializer.duplicate();
     this.handler = handler;
     int ops = inst.openResponse().getMaxBatchOps();
@@ -98,6 +104,64 @@ final class StatedAsyncStateExecutor implements StateExecutor {
     // The instance belongs to the backend, which closes it.
   }
 
+  /** The cache of the value-like states (tests). */
+  AsyncValueCache cache() {
+    return cache;
+  }
+
+  /** Operations sent to the daemon so far (tests; the task thread's count). */
+  long sentOps() {
+    return sentOps;
+  }
+
+  /** Requests answered by an earlier identical read of their batch (tests). */
+  long mergedReads() {
+    return mergedReads;
+  }
+
+  /**
+   * Finds the reads of one batch that an earlier read of the same batch already answers: the same
+   * operation (state, key group, key, namespace, user key, limit) with no write to that state, key
+   * and namespace between them. The daemon applies a batch's operations in order, so the earlier
+   * read's result is what the later one would get: N gets of one key become one operation, and a
+   * put between two gets still shows in the second. Each merged request decodes its own copy of the
+   * value from the shared result.
+   */
+  private static final class ReadMerger {
+    /** Per address, the reads since its last write: operation to its index in the batch. */
+    private final Map<AsyncValueCache.Address, Map<Op, Integer>> reads = new HashMap<>();
+
+    /**
+     * Notes {@code op} at {@code index}; returns the index of an earlier identical read that
+     * answers it, or -1 when it must be sent.
+     */
+    int offer(Op op, int index) {
+      switch (op.getType()) {
+        case OP_TYPE_GET:
+        case OP_TYPE_LIST_GET:
+        case OP_TYPE_MAP_GET:
+        case OP_TYPE_MAP_CONTAINS:
+        case OP_TYPE_MAP_ITERATE:
+          {
+            Integer earlier =
+                reads.computeIfAbsent(address(op), a -> new HashMap<>()).putIfAbsent(op, index);
+            return earlier == null ? -1 : earlier;
+          }
+        case OP_TYPE_PUT:
+        case OP_TYPE_DELETE:
+        case OP_TYPE_LIST_APPEND:
+        case OP_TYPE_MAP_PUT:
+        case OP_TYPE_MAP_REMOVE:
+          reads.remove(address(op));
+          return -1;
+        default:
+          // An operation this does not know to touch only its own address.
+          reads.clear();
+          return -1;
+      }
+    }
+  }
+
   /** Decodes the answer of one request from its operations' results. */
   private interface Decoder {
     Object decode(List<Result> results, int from, int to) throws Exception;
@@ -126,11 +190,25 @@ final class StatedAsyncStateExecutor implements StateExecutor {
     List<StateRequest<?, ?, ?, ?>> requests = ((Batch) container).requests;
     List<Op> ops = new ArrayList<>(requests.size());
     List<Translated> done = new ArrayList<>(requests.size());
+    ReadMerger reads = new ReadMerger();
     for (StateRequest<?, ?, ?, ?> r : requests) {
       int from = ops.size();
       try {
         Decoder d = translate(r, ops);
-        done.add(new Translated(r, from, ops.size(), d));
+        int to = ops.size();
+        int earlier = to - from == 1 ? reads.offer(ops.get(from), from) : -1;
+        if (earlier >= 0) {
+          // The same read, with no write to its state, key and namespace since:
+          // answered by the earlier operation's result.
+          ops.remove(from);
+          mergedReads++;
+          done.add(new Translated(r, earlier, earlier + 1, d));
+          continue;
+        }
+        for (int i = from; to - from > 1 && i < to; i++) {
+          reads.offer(ops.get(i), i);
+        }
+        done.add(new Translated(r, from, to, d));
       } catch (RuntimeException e) {
         // Nothing of this request was sent: drop its operations.
         while (ops.size() > from) {
@@ -139,6 +217,7 @@ final class StatedAsyncStateExecutor implements StateExecutor {
         fail(r, "cannot send " + r.getRequestType() + " of a stated state", e);
       }
     }
+    sentOps += ops.size();
     List<CompletableFuture<BatchResult>> parts = new ArrayList<>();
     int start = 0;
     long bytes = 0;
@@ -235,6 +314,11 @@ final class StatedAsyncStateExecutor implements StateExecutor {
     return s.deserialize(new DataInputDeserializer(b.toByteArray()));
   }
 
+  private static AsyncValueCache.Address address(Op op) {
+    return new AsyncValueCache.Address(
+        op.getState(), op.getKeyGroup(), op.getKey(), op.getNamespace());
+  }
+
   private static Op op(OpType t, String state, int kg, byte[] key, byte[] ns) {
     return Op.newBuilder()
         .setType(t)
@@ -267,30 +351,65 @@ final class StatedAsyncStateExecutor implements StateExecutor {
     int kg = r.getRecordContext().getKeyGroup();
     byte[] key = keyBytes(r);
     byte[] ns = s.namespaceBytes(r.getNamespace());
+    // Value, reducing and aggregating state go through the cache: every
+    // write is stored there as it is sent, a get of a cached address sends
+    // nothing (AsyncValueCache).
+    boolean cached =
+        cache.enabled()
+            && (s instanceof StatedAsyncStates.Value
+                || s instanceof StatedAsyncStates.Reducing
+                || s instanceof StatedAsyncStates.Aggregating);
     switch (type) {
       case CLEAR:
-        ops.add(op(OpType.OP_TYPE_DELETE, name, kg, key, ns));
-        return NOTHING;
+        {
+          Op del = op(OpType.OP_TYPE_DELETE, name, kg, key, ns);
+          ops.add(del);
+          if (cached) {
+            cache.write(new AsyncValueCache.Address(name, kg, key, ns), null);
+          }
+          return NOTHING;
+        }
       case VALUE_GET:
       case REDUCING_GET:
       case AGGREGATING_GET:
-        ops.add(op(OpType.OP_TYPE_GET, name, kg, key, ns));
-        return (rs, from, to) -> {
-          Result x = rs.get(from);
-          return x.getFound() ? read(ks.getValueSerializer(), x.getValue()) : null;
-        };
+        {
+          AsyncValueCache.Address a =
+              cached ? new AsyncValueCache.Address(name, kg, key, ns) : null;
+          AsyncValueCache.Lookup l = cached ? cache.lookup(a) : null;
+          if (l != null && l.hit) {
+            ByteString v = l.value;
+            return (rs, from, to) -> v == null ? null : read(ks.getValueSerializer(), v);
+          }
+          ops.add(op(OpType.OP_TYPE_GET, name, kg, key, ns));
+          return (rs, from, to) -> {
+            Result x = rs.get(from);
+            if (l != null) {
+              cache.fill(a, l.ticket, x.getFound() ? x.getValue() : null);
+            }
+            return x.getFound() ? read(ks.getValueSerializer(), x.getValue()) : null;
+          };
+        }
       case VALUE_UPDATE:
       case REDUCING_ADD:
       case AGGREGATING_ADD:
-        if (payload == null) {
-          ops.add(op(OpType.OP_TYPE_DELETE, name, kg, key, ns));
-        } else {
-          ops.add(
-              op(OpType.OP_TYPE_PUT, name, kg, key, ns).toBuilder()
-                  .setValue(ByteString.copyFrom(bytes(ks.getValueSerializer(), payload, name)))
-                  .build());
+        {
+          Op w;
+          if (payload == null) {
+            w = op(OpType.OP_TYPE_DELETE, name, kg, key, ns);
+          } else {
+            w =
+                op(OpType.OP_TYPE_PUT, name, kg, key, ns).toBuilder()
+                    .setValue(ByteString.copyFrom(bytes(ks.getValueSerializer(), payload, name)))
+                    .build();
+          }
+          ops.add(w);
+          if (cached) {
+            cache.write(
+                new AsyncValueCache.Address(name, kg, key, ns),
+                payload == null ? null : w.getValue());
+          }
+          return NOTHING;
         }
-        return NOTHING;
       case LIST_GET:
         ops.add(op(OpType.OP_TYPE_LIST_GET, name, kg, key, ns));
         return (rs, from, to) -> {

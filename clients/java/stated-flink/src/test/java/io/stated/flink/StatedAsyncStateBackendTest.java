@@ -44,9 +44,17 @@ public class StatedAsyncStateBackendTest extends StateBackendTestV2Base<StatedSt
   /** The daemon's backend kind the instances use. */
   @Parameter public String kind;
 
-  @Parameters(name = "kind={0}")
-  public static List<String> kinds() {
-    return List.of("file", "lsm");
+  /** The asynchronous value cache: off (the default) and on. */
+  @Parameter(1)
+  public String asyncCache;
+
+  @Parameters(name = "kind={0}, async cache={1}")
+  public static List<Object[]> kinds() {
+    return List.of(
+        new Object[] {"file", "0"},
+        new Object[] {"lsm", "0"},
+        new Object[] {"file", "64m"},
+        new Object[] {"lsm", "64m"});
   }
 
   @BeforeAll
@@ -68,6 +76,9 @@ public class StatedAsyncStateBackendTest extends StateBackendTestV2Base<StatedSt
         new org.apache.flink.configuration.Configuration();
     c.set(StatedOptions.SOCKET, daemon.socket.toString());
     c.set(StatedOptions.BACKEND_KIND, kind);
+    c.set(
+        StatedOptions.ASYNC_CACHE_SIZE,
+        org.apache.flink.configuration.MemorySize.parse(asyncCache));
     return new StatedStateBackend().configure(c, getClass().getClassLoader());
   }
 

@@ -28,6 +28,7 @@ import org.apache.flink.api.common.typeutils.base.IntSerializer;
 import org.apache.flink.api.common.typeutils.base.LongSerializer;
 import org.apache.flink.api.common.typeutils.base.StringSerializer;
 import org.apache.flink.configuration.Configuration;
+import org.apache.flink.configuration.MemorySize;
 import org.apache.flink.core.fs.CloseableRegistry;
 import org.apache.flink.metrics.groups.UnregisteredMetricsGroup;
 import org.apache.flink.runtime.asyncprocessing.EpochManager;
@@ -95,6 +96,12 @@ public class StatedAsyncStateTest {
     }
   }
 
+  /**
+   * The value cache of the tests that do not choose: on (it is off by default), so that every test
+   * goes through it.
+   */
+  private static final MemorySize CACHE = MemorySize.ofMebiBytes(64);
+
   private MockEnvironment env;
   private final List<AutoCloseable> toClose = new ArrayList<>();
   private final AtomicReference<Throwable> asyncFailure = new AtomicReference<>();
@@ -115,9 +122,14 @@ public class StatedAsyncStateTest {
   }
 
   private StatedStateBackend stateBackend() {
+    return stateBackend(CACHE);
+  }
+
+  private StatedStateBackend stateBackend(MemorySize cache) {
     Configuration c = new Configuration();
     c.set(StatedOptions.SOCKET, daemon.socket.toString());
     c.set(StatedOptions.BACKEND_KIND, kind);
+    c.set(StatedOptions.ASYNC_CACHE_SIZE, cache);
     return new StatedStateBackend().configure(c, getClass().getClassLoader());
   }
 
@@ -146,14 +158,25 @@ public class StatedAsyncStateTest {
   private final class Task {
     final AsyncKeyedStateBackend<Integer> backend;
     final StateExecutionController<Integer> aec;
+    final StatedAsyncStateExecutor executor;
     final int maxParallelism;
     private int records;
 
     Task(int maxParallelism, KeyGroupRange range, List<KeyedStateHandle> handles, int batchSize)
         throws Exception {
+      this(maxParallelism, range, handles, batchSize, CACHE);
+    }
+
+    Task(
+        int maxParallelism,
+        KeyGroupRange range,
+        List<KeyedStateHandle> handles,
+        int batchSize,
+        MemorySize cache)
+        throws Exception {
       this.maxParallelism = maxParallelism;
       backend =
-          stateBackend()
+          stateBackend(cache)
               .createAsyncKeyedStateBackend(
                   params(IntSerializer.INSTANCE, maxParallelism, range, handles));
       toClose.add(
@@ -161,13 +184,14 @@ public class StatedAsyncStateTest {
             backend.close();
             backend.dispose();
           });
+      executor = (StatedAsyncStateExecutor) backend.createStateExecutor();
       // The mailbox of this (the test's) thread: callbacks run here while
       // the controller waits, as on a task thread.
       aec =
           new StateExecutionController<>(
               new MailboxExecutorImpl(new TaskMailboxImpl(), 0, StreamTaskActionExecutor.IMMEDIATE),
               (message, t) -> asyncFailure.compareAndSet(null, t),
-              backend.createStateExecutor(),
+              executor,
               new DeclarationManager(),
               EpochManager.ParallelMode.SERIAL_BETWEEN_EPOCH,
               maxParallelism,
@@ -185,6 +209,19 @@ public class StatedAsyncStateTest {
       ctx.retain();
       aec.setCurrentContext(ctx);
       body.run();
+      ctx.release();
+    }
+
+    /**
+     * Runs {@code body} as the processing of one record of {@code key} once the records of that key
+     * before it are done, as Flink's asynchronous operators do ({@code
+     * preserveRecordOrderAndProcess}): for records of a key that may still be in flight.
+     */
+    void recordInOrder(int key, Runnable body) {
+      RecordContext<Integer> ctx = aec.buildContext("record-" + records++, key);
+      ctx.retain();
+      aec.setCurrentContext(ctx);
+      aec.syncPointRequestWithCallback(body::run, false);
       ctx.release();
     }
 
@@ -391,6 +428,281 @@ public class StatedAsyncStateTest {
     assertThat(order).containsExactly(2, null);
     t.record(3, () -> assertThat(v.value()).isEqualTo(3));
     t.drain();
+  }
+
+  @TestTemplate
+  void readsOfOneKeyMergeWithinABatchInOrder() throws Exception {
+    // No value cache: its hits would answer the value reads before merging.
+    Task t = new Task(128, new KeyGroupRange(0, 127), List.of(), 1000, MemorySize.ZERO);
+    ValueState<Integer> v = state(t, new ValueStateDescriptor<>("v", BasicTypeInfo.INT_TYPE_INFO));
+    ListState<Integer> l = state(t, new ListStateDescriptor<>("l", BasicTypeInfo.INT_TYPE_INFO));
+    MapState<Integer, String> m =
+        state(
+            t,
+            new MapStateDescriptor<>(
+                "m", BasicTypeInfo.INT_TYPE_INFO, BasicTypeInfo.STRING_TYPE_INFO));
+    t.record(
+        7,
+        () -> {
+          v.asyncUpdate(1);
+          l.asyncAdd(1);
+          m.asyncPut(1, "x");
+        });
+    t.record(8, () -> v.asyncUpdate(80));
+    t.drain();
+    long opsBefore = t.executor.sentOps();
+    long mergedBefore = t.executor.mergedReads();
+    Map<String, Object> got = Collections.synchronizedMap(new HashMap<>());
+    // One batch: requests of one record, not waited for, and a record of another key.
+    t.record(
+        7,
+        () -> {
+          v.asyncValue().thenAccept(x -> got.put("v0", x));
+          v.asyncValue().thenAccept(x -> got.put("v1", x));
+          v.asyncUpdate(2);
+          v.asyncValue().thenAccept(x -> got.put("v2", x));
+          v.asyncValue().thenAccept(x -> got.put("v3", x));
+          l.asyncGet().thenCompose(it -> collect(it, got, "l0"));
+          l.asyncAdd(2);
+          l.asyncGet().thenCompose(it -> collect(it, got, "l1"));
+          l.asyncGet().thenCompose(it -> collect(it, got, "l2"));
+          m.asyncGet(1).thenAccept(x -> got.put("m0", x));
+          m.asyncGet(1).thenAccept(x -> got.put("m1", x));
+          m.asyncGet(2).thenAccept(x -> got.put("m2", x));
+          m.asyncPut(1, "y");
+          m.asyncGet(1).thenAccept(x -> got.put("m3", x));
+          // Another state's write leaves this state's reads merged.
+          v.asyncValue().thenAccept(x -> got.put("v4", x));
+        });
+    t.record(8, () -> v.asyncValue().thenAccept(x -> got.put("other key", x)));
+    t.drain();
+    assertThat(got)
+        .containsEntry("v0", 1)
+        .containsEntry("v1", 1)
+        .containsEntry("v2", 2)
+        .containsEntry("v3", 2)
+        .containsEntry("v4", 2)
+        .containsEntry("l0", List.of(1))
+        .containsEntry("l1", List.of(1, 2))
+        .containsEntry("l2", List.of(1, 2))
+        .containsEntry("m0", "x")
+        .containsEntry("m1", "x")
+        .containsEntry("m2", null)
+        .containsEntry("m3", "y")
+        .containsEntry("other key", 80)
+        .hasSize(13);
+    // Merged: v1 into v0, v3 and v4 into v2, l2 into l1, m1 into m0.
+    assertThat(t.executor.mergedReads() - mergedBefore).as("reads merged").isEqualTo(5);
+    assertThat(t.executor.sentOps() - opsBefore).as("operations sent").isEqualTo(16 - 5);
+  }
+
+  /**
+   * The value cache against a model: random unchained gets, updates, clears and reducing adds of
+   * 100 keys in batches of 7, up to 1000 records in flight (a record of a key starts when the one
+   * before it is done, as in Flink's operators), through a cache that holds about an eighth of the
+   * addresses. Every get must see the model's value at the point it was issued: an answer that came
+   * back after a later write of its key must not overwrite that write in the cache. The daemon must
+   * hold what the model does (write-through), read back through a snapshot by a backend without a
+   * cache; and the cache must have answered gets and stayed within its bytes.
+   */
+  @TestTemplate
+  void valueCacheAnswersGetsAndStaysCoherent() throws Exception {
+    int keys = 100;
+    long capacity = 25 * (AsyncValueCache.ENTRY_OVERHEAD + 16);
+    Task t =
+        new Task(128, new KeyGroupRange(0, 127), List.of(), 7, MemorySize.parse(capacity + "b"));
+    ValueState<Integer> v = state(t, new ValueStateDescriptor<>("v", BasicTypeInfo.INT_TYPE_INFO));
+    ReducingState<Long> r =
+        state(t, new ReducingStateDescriptor<>("r", Long::sum, BasicTypeInfo.LONG_TYPE_INFO));
+    Integer[] modelV = new Integer[keys];
+    Long[] modelR = new Long[keys];
+    List<String> wrong = Collections.synchronizedList(new ArrayList<>());
+    AtomicInteger checked = new AtomicInteger();
+    java.util.Random rnd = new java.util.Random(34);
+    for (int round = 0; round < 3000; round++) {
+      int key = rnd.nextInt(keys);
+      int ops = 1 + rnd.nextInt(5);
+      // Drawn here, not in the body, so a run is the same whatever order
+      // the records of different keys run in.
+      int[] what = new int[ops];
+      int[] arg = new int[ops];
+      for (int i = 0; i < ops; i++) {
+        what[i] = rnd.nextInt(10);
+        arg[i] = rnd.nextInt(1000);
+      }
+      String record = "record " + round + " (key " + key + ")";
+      t.recordInOrder(
+          key,
+          () -> {
+            for (int i = 0; i < ops; i++) {
+              if (what[i] < 4) {
+                Integer want = modelV[key];
+                String at = "get " + i + " of " + record;
+                v.asyncValue()
+                    .thenAccept(
+                        x -> {
+                          checked.incrementAndGet();
+                          if (!java.util.Objects.equals(x, want)) {
+                            wrong.add(at + ": got " + x + ", want " + want);
+                          }
+                        });
+              } else if (what[i] < 7) {
+                modelV[key] = arg[i];
+                v.asyncUpdate(arg[i]);
+              } else if (what[i] < 8) {
+                modelV[key] = null;
+                v.asyncClear();
+              } else if (i == ops - 1) {
+                // One add per record: two unchained adds both read the old sum.
+                long x = arg[i];
+                modelR[key] = modelR[key] == null ? x : modelR[key] + x;
+                r.asyncAdd(x);
+              }
+            }
+          });
+    }
+    t.drain();
+    assertThat(wrong).as("gets that did not see the writes before them").isEmpty();
+    assertThat(checked.get()).as("gets checked").isGreaterThan(2000);
+    AsyncValueCache cache = t.executor.cache();
+    assertThat(cache.hits()).as("gets the cache answered").isGreaterThan(500);
+    assertThat(cache.misses()).as("gets sent to the daemon").isGreaterThan(100);
+    assertThat(cache.bytes()).as("cache bytes").isLessThanOrEqualTo(capacity);
+    assertThat(cache.entries()).as("cache entries").isLessThan(2 * keys).isGreaterThan(5);
+
+    KeyedStateHandle h = t.snapshot(1, () -> {});
+    Task back = new Task(128, new KeyGroupRange(0, 127), List.of(h), 50, MemorySize.ZERO);
+    ValueState<Integer> v2 =
+        state(back, new ValueStateDescriptor<>("v", BasicTypeInfo.INT_TYPE_INFO));
+    ReducingState<Long> r2 =
+        state(back, new ReducingStateDescriptor<>("r", Long::sum, BasicTypeInfo.LONG_TYPE_INFO));
+    Map<Integer, List<Object>> got = new HashMap<>();
+    for (int k = 0; k < keys; k++) {
+      int key = k;
+      List<Object> row = Collections.synchronizedList(new ArrayList<>());
+      got.put(key, row);
+      back.record(
+          key,
+          () ->
+              v2.asyncValue()
+                  .thenAccept(row::add)
+                  .thenCompose(x -> r2.asyncGet())
+                  .thenAccept(row::add));
+    }
+    back.drain();
+    assertThat(back.executor.cache().hits()).as("no cache on the reading backend").isZero();
+    for (int k = 0; k < keys; k++) {
+      assertThat(got.get(k))
+          .as("daemon's state of key %d", k)
+          .containsExactly(modelV[k], modelR[k]);
+    }
+  }
+
+  /** Reads value state {@code d} of {@code keys} keys through {@code t}, key by key. */
+  private static Integer[] readAll(Task t, ValueStateDescriptor<Integer> d, int keys, int[] only)
+      throws Exception {
+    ValueState<Integer> v = state(t, d);
+    Integer[] got = new Integer[keys];
+    for (int key : only) {
+      t.recordInOrder(key, () -> v.asyncValue().thenAccept(x -> got[key] = x));
+    }
+    t.drain();
+    return got;
+  }
+
+  /** Writes {@code base + key} to value state {@code d} of the given keys through {@code t}. */
+  private static void writeAll(Task t, ValueStateDescriptor<Integer> d, int base, int[] only)
+      throws Exception {
+    ValueState<Integer> v = state(t, d);
+    for (int key : only) {
+      t.recordInOrder(key, () -> v.asyncUpdate(base + key));
+    }
+    t.drain();
+  }
+
+  /**
+   * The value cache across a checkpoint, a restore and a change of key groups: each backend has its
+   * own cache, written through, so writes after a checkpoint show on the backend that made them and
+   * not on backends restored from the checkpoint, which then see their own writes; and the second
+   * restore, of two halves into one, sees the halves' last writes. Every read is checked, and each
+   * cached backend must have answered reads from its cache.
+   */
+  @TestTemplate
+  void valueCacheAcrossCheckpointRestoreAndRescale() throws Exception {
+    int max = 128;
+    int keys = 200;
+    int[] all = java.util.stream.IntStream.range(0, keys).toArray();
+    KeyGroupRange low = new KeyGroupRange(0, 63);
+    KeyGroupRange high = new KeyGroupRange(64, 127);
+    int[] lowKeys =
+        java.util.stream.IntStream.range(0, keys)
+            .filter(k -> low.contains(KeyGroupRangeAssignment.assignToKeyGroup(k, max)))
+            .toArray();
+    int[] highKeys =
+        java.util.stream.IntStream.range(0, keys)
+            .filter(k -> high.contains(KeyGroupRangeAssignment.assignToKeyGroup(k, max)))
+            .toArray();
+    assertThat(lowKeys.length).isBetween(50, 150);
+    ValueStateDescriptor<Integer> d = new ValueStateDescriptor<>("v", BasicTypeInfo.INT_TYPE_INFO);
+
+    Task t = new Task(max, new KeyGroupRange(0, max - 1), List.of(), 20);
+    writeAll(t, d, 0, all);
+    assertThat(readAll(t, d, keys, all)).as("written").isEqualTo(expected(keys, 0, all));
+    KeyedStateHandle first = t.snapshot(1, () -> {});
+    writeAll(t, d, 1000, all);
+    assertThat(readAll(t, d, keys, all))
+        .as("written after the checkpoint")
+        .isEqualTo(expected(keys, 1000, all));
+    assertThat(t.executor.cache().hits())
+        .as("reads the first backend's cache answered")
+        .isPositive();
+
+    Task a = new Task(max, low, List.of(first), 20);
+    Task b = new Task(max, high, List.of(first), 20);
+    assertThat(readAll(a, d, keys, lowKeys))
+        .as("low half restored from the checkpoint")
+        .isEqualTo(expected(keys, 0, lowKeys));
+    assertThat(readAll(b, d, keys, highKeys))
+        .as("high half restored from the checkpoint")
+        .isEqualTo(expected(keys, 0, highKeys));
+    writeAll(a, d, 2000, lowKeys);
+    writeAll(b, d, 3000, highKeys);
+    assertThat(readAll(a, d, keys, lowKeys)).isEqualTo(expected(keys, 2000, lowKeys));
+    assertThat(readAll(b, d, keys, highKeys)).isEqualTo(expected(keys, 3000, highKeys));
+    assertThat(a.executor.cache().hits()).as("reads the low half's cache answered").isPositive();
+    assertThat(b.executor.cache().hits()).as("reads the high half's cache answered").isPositive();
+    // The first backend still has its own writes.
+    assertThat(readAll(t, d, keys, all)).isEqualTo(expected(keys, 1000, all));
+
+    KeyedStateHandle ha = a.snapshot(2, () -> {});
+    KeyedStateHandle hb = b.snapshot(2, () -> {});
+    Task one = new Task(max, new KeyGroupRange(0, max - 1), List.of(ha, hb), 20);
+    Integer[] want = expected(keys, 2000, lowKeys);
+    for (int k : highKeys) {
+      want[k] = 3000 + k;
+    }
+    assertThat(readAll(one, d, keys, all)).as("the halves joined").isEqualTo(want);
+  }
+
+  /** {@code base + key} for the given keys, null for the others. */
+  private static Integer[] expected(int keys, int base, int[] only) {
+    Integer[] want = new Integer[keys];
+    for (int k : only) {
+      want[k] = base + k;
+    }
+    return want;
+  }
+
+  private static org.apache.flink.api.common.state.v2.StateFuture<Void> collect(
+      org.apache.flink.api.common.state.v2.StateIterator<Integer> it,
+      Map<String, Object> into,
+      String name) {
+    List<Integer> items = Collections.synchronizedList(new ArrayList<>());
+    return it.onNext(
+            (Integer x) -> {
+              items.add(x);
+            })
+        .thenAccept(x -> into.put(name, items));
   }
 
   @TestTemplate

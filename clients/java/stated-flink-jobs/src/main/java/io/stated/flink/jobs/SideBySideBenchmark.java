@@ -25,25 +25,25 @@ import org.apache.flink.util.FileUtils;
 import org.apache.flink.util.ParameterTool;
 
 /**
- * Runs {@link KeyedAggregationJob} on several state backends, one after the other, in one JVM
- * on one machine, at a chosen state size, and prints a table: records/s, checkpoint duration
- * (p50, p99), checkpoint size (full and persisted), and the recovery time after an injected
- * failure. A benchmark, not a test: figures depend on the machine; compare them as ratios.
+ * Runs {@link KeyedAggregationJob} on several state backends, one after the other, in one JVM on
+ * one machine, at a chosen state size, and prints a table: records/s, checkpoint duration (p50,
+ * p99), checkpoint size (full and persisted), and the recovery time after an injected failure. A
+ * benchmark, not a test: figures depend on the machine; compare them as ratios.
  *
- * <p>Each backend gets a fresh MiniCluster (1 TaskManager, {@code --parallelism} slots) and one
- * run that fails once when subtask 0 of the keyed operator has processed {@code --fail-at} of
- * its share of the events:
+ * <p>Each backend gets a fresh MiniCluster (1 TaskManager, {@code --parallelism} slots) and one run
+ * that fails once when subtask 0 of the keyed operator has processed {@code --fail-at} of its share
+ * of the events:
  *
  * <ul>
- *   <li>records/s: records processed before the failure over the time from the first record
- *       to the failure (checkpointing included);
+ *   <li>records/s: records processed before the failure over the time from the first record to the
+ *       failure (checkpointing included);
  *   <li>rec/cpu-s: the same records over the CPU time the whole process used meanwhile (all
- *       threads, RocksDB's and ForSt's native ones too), which a busy shared machine disturbs
- *       far less than records/s;
+ *       threads, RocksDB's and ForSt's native ones too), which a busy shared machine disturbs far
+ *       less than records/s;
  *   <li>checkpoint duration: end-to-end, over all completed checkpoints of the run;
  *   <li>checkpoint size: of the last completed checkpoint, full state size and the bytes that
- *       checkpoint persisted (smaller when incremental), from Flink's checkpoint statistics
- *       (what the REST API serves at /jobs/:id/checkpoints);
+ *       checkpoint persisted (smaller when incremental), from Flink's checkpoint statistics (what
+ *       the REST API serves at /jobs/:id/checkpoints);
  *   <li>recovery: from the failure until the last keyed subtask has restored its state.
  * </ul>
  *
@@ -51,248 +51,312 @@ import org.apache.flink.util.ParameterTool;
  * Usage is in docs/flink.md ("Benchmark") and scripts/flink-bench.sh.
  */
 public final class SideBySideBenchmark {
-    private SideBySideBenchmark() {}
+  private SideBySideBenchmark() {}
 
-    /** One row of the table. */
-    record Row(
-            String backend,
-            double recordsPerSecond,
-            double recordsPerCpuSecond,
-            long checkpoints,
-            double p50Ms,
-            double p99Ms,
-            long fullBytes,
-            long persistedBytes,
-            double recoveryMs,
-            long restoredBytes,
-            double wallSeconds,
-            String output) {}
+  /** One row of the table. */
+  record Row(
+      String backend,
+      double recordsPerSecond,
+      double recordsPerCpuSecond,
+      long checkpoints,
+      double p50Ms,
+      double p99Ms,
+      long fullBytes,
+      long persistedBytes,
+      double recoveryMs,
+      long restoredBytes,
+      double wallSeconds,
+      String output) {}
 
-    public static void main(String[] args) throws Exception {
-        ParameterTool pt = ParameterTool.fromArgs(args);
-        long stateMiB = pt.getLong("state-mib", 100);
-        int payloadBytes = pt.getInt("payload-bytes", 1024);
-        int parallelism = pt.getInt("parallelism", 2);
-        double failAt = pt.getDouble("fail-at", 0.8);
-        if (stateMiB < 1 || failAt <= 0 || failAt >= 1) {
-            throw new IllegalArgumentException(
-                    "--state-mib must be >= 1 and --fail-at in (0, 1); got " + stateMiB + " and " + failAt);
-        }
-        JobParams p = new JobParams();
-        p.payloadBytes = payloadBytes;
-        p.keys = (int) Math.max(1, stateMiB * 1024 * 1024 / payloadBytes);
-        p.events = pt.getLong("events", p.keys * 8L);
-        p.windowMs = pt.getLong("window-ms", 1000);
-        p.parallelism = parallelism;
-        p.checkpointIntervalMs = pt.getLong("checkpoint-interval-ms", 150);
-        p.failAfterRecords = (long) (failAt * p.events / parallelism);
-        p.validate();
-
-        List<String> backends = new ArrayList<>(Arrays.asList(pt.get("backends", "hashmap,rocksdb,forst").split(",")));
-        String statedNote = statedBackend(pt, backends);
-        Path dir = pt.has("dir") ? Path.of(pt.get("dir")) : Files.createTempDirectory("flink-bench");
-        String managedMemory = pt.get("managed-memory", "512m");
-
-        System.out.printf(
-                Locale.ROOT,
-                "side-by-side: state %d MiB (%d keys x %d B value state), %d events, parallelism %d,"
-                        + " checkpoint every %d ms, failure at %.0f%%, managed memory %s%n",
-                stateMiB, p.keys, payloadBytes, p.events, parallelism, p.checkpointIntervalMs,
-                failAt * 100, managedMemory);
-        System.out.println(statedNote);
-
-        List<Row> rows = new ArrayList<>();
-        ResultSet reference = null;
-        for (String backend : backends) {
-            System.out.println("running " + backend + " ...");
-            Path runDir = dir.resolve(backend.replaceAll("[^A-Za-z0-9]", "_"));
-            Configuration conf = new Configuration();
-            conf.setString("state.backend.type", backend);
-            if (backend.equals(Backend.STATED_FACTORY)) {
-                conf.setString("state.backend.stated.socket", pt.get("stated-socket"));
-                if (pt.has("stated-cache-size")) {
-                    conf.setString("state.backend.stated.cache-size", pt.get("stated-cache-size"));
-                }
-                if (pt.has("stated-kind")) {
-                    conf.setString("state.backend.stated.kind", pt.get("stated-kind"));
-                }
-            }
-            conf.set(CheckpointingOptions.INCREMENTAL_CHECKPOINTS, true);
-            conf.set(CheckpointingOptions.CHECKPOINTS_DIRECTORY, runDir.resolve("checkpoints").toUri().toString());
-            String name = "bench-" + backend;
-            Row row = run(conf, managedMemory, p, name, backend);
-            ResultSet finals = ResultCollectingSink.results(name);
-            String output;
-            if (reference == null) {
-                reference = finals;
-                output = finals.conflicts().isEmpty() ? "reference" : "CONFLICTS";
-            } else {
-                output = finals.diff(reference.byId()).isEmpty() ? "same" : "DIFFERS";
-            }
-            rows.add(new Row(row.backend(), row.recordsPerSecond(), row.recordsPerCpuSecond(), row.checkpoints(), row.p50Ms(), row.p99Ms(),
-                    row.fullBytes(), row.persistedBytes(), row.recoveryMs(), row.restoredBytes(), row.wallSeconds(),
-                    output));
-            FileUtils.deleteDirectory(runDir.toFile());
-        }
-        printTable(rows);
-        printRatios(rows, "rocksdb");
-        printRatios(rows, "forst");
+  public static void main(String[] args) throws Exception {
+    ParameterTool pt = ParameterTool.fromArgs(args);
+    long stateMiB = pt.getLong("state-mib", 100);
+    int payloadBytes = pt.getInt("payload-bytes", 1024);
+    int parallelism = pt.getInt("parallelism", 2);
+    double failAt = pt.getDouble("fail-at", 0.8);
+    if (stateMiB < 1 || failAt <= 0 || failAt >= 1) {
+      throw new IllegalArgumentException(
+          "--state-mib must be >= 1 and --fail-at in (0, 1); got " + stateMiB + " and " + failAt);
     }
+    JobParams p = new JobParams();
+    p.payloadBytes = payloadBytes;
+    p.keys = (int) Math.max(1, stateMiB * 1024 * 1024 / payloadBytes);
+    p.events = pt.getLong("events", p.keys * 8L);
+    p.windowMs = pt.getLong("window-ms", 1000);
+    p.parallelism = parallelism;
+    p.checkpointIntervalMs = pt.getLong("checkpoint-interval-ms", 150);
+    p.failAfterRecords = (long) (failAt * p.events / parallelism);
+    p.validate();
 
-    /** Adds stated to the backends when asked and possible; returns a line saying what happened. */
-    private static String statedBackend(ParameterTool pt, List<String> backends) {
-        boolean present;
-        try {
-            Class.forName(Backend.STATED_FACTORY, false, SideBySideBenchmark.class.getClassLoader());
-            present = true;
-        } catch (ClassNotFoundException e) {
-            present = false;
+    List<String> backends =
+        new ArrayList<>(Arrays.asList(pt.get("backends", "hashmap,rocksdb,forst").split(",")));
+    String statedNote = statedBackend(pt, backends);
+    Path dir = pt.has("dir") ? Path.of(pt.get("dir")) : Files.createTempDirectory("flink-bench");
+    String managedMemory = pt.get("managed-memory", "512m");
+
+    System.out.printf(
+        Locale.ROOT,
+        "side-by-side: state %d MiB (%d keys x %d B value state), %d events, parallelism %d,"
+            + " checkpoint every %d ms, failure at %.0f%%, managed memory %s%n",
+        stateMiB,
+        p.keys,
+        payloadBytes,
+        p.events,
+        parallelism,
+        p.checkpointIntervalMs,
+        failAt * 100,
+        managedMemory);
+    System.out.println(statedNote);
+
+    List<Row> rows = new ArrayList<>();
+    ResultSet reference = null;
+    for (String backend : backends) {
+      System.out.println("running " + backend + " ...");
+      Path runDir = dir.resolve(backend.replaceAll("[^A-Za-z0-9]", "_"));
+      Configuration conf = new Configuration();
+      conf.setString("state.backend.type", backend);
+      if (backend.equals(Backend.STATED_FACTORY)) {
+        conf.setString("state.backend.stated.socket", pt.get("stated-socket"));
+        if (pt.has("stated-cache-size")) {
+          conf.setString("state.backend.stated.cache-size", pt.get("stated-cache-size"));
         }
-        String socket = pt.get("stated-socket", System.getProperty("stated.socket", ""));
-        if (present && !socket.isEmpty()) {
-            backends.add(Backend.STATED_FACTORY);
-            return "stated: included (" + Backend.STATED_FACTORY + ", socket " + socket + ")";
+        if (pt.has("stated-kind")) {
+          conf.setString("state.backend.stated.kind", pt.get("stated-kind"));
         }
-        if (!socket.isEmpty()) {
-            throw new IllegalStateException(
-                    "--stated-socket is set but " + Backend.STATED_FACTORY
-                            + " is not on the classpath: build with -Pstated (scripts/flink-bench.sh does)");
-        }
-        return "stated: not run: " + (present ? "no daemon given (--stated-socket <socket>)"
-                : Backend.STATED_FACTORY + " is not on the classpath (its backend is not built yet or -Pstated is missing)");
+      }
+      conf.set(CheckpointingOptions.INCREMENTAL_CHECKPOINTS, true);
+      conf.set(
+          CheckpointingOptions.CHECKPOINTS_DIRECTORY,
+          runDir.resolve("checkpoints").toUri().toString());
+      String name = "bench-" + backend;
+      Row row = run(conf, managedMemory, p, name, backend);
+      ResultSet finals = ResultCollectingSink.results(name);
+      String output;
+      if (reference == null) {
+        reference = finals;
+        output = finals.conflicts().isEmpty() ? "reference" : "CONFLICTS";
+      } else {
+        output = finals.diff(reference.byId()).isEmpty() ? "same" : "DIFFERS";
+      }
+      rows.add(
+          new Row(
+              row.backend(),
+              row.recordsPerSecond(),
+              row.recordsPerCpuSecond(),
+              row.checkpoints(),
+              row.p50Ms(),
+              row.p99Ms(),
+              row.fullBytes(),
+              row.persistedBytes(),
+              row.recoveryMs(),
+              row.restoredBytes(),
+              row.wallSeconds(),
+              output));
+      FileUtils.deleteDirectory(runDir.toFile());
     }
+    printTable(rows);
+    printRatios(rows, "rocksdb");
+    printRatios(rows, "forst");
+  }
 
-    private static Row run(Configuration jobConf, String managedMemory, JobParams p, String name, String backend)
-            throws Exception {
-        Configuration clusterConf = new Configuration();
-        clusterConf.set(TaskManagerOptions.MANAGED_MEMORY_SIZE, MemorySize.parse(managedMemory));
-        clusterConf.set(WebOptions.CHECKPOINTS_HISTORY_SIZE, 100_000);
-        clusterConf.set(HeartbeatManagerOptions.HEARTBEAT_TIMEOUT, Duration.ofSeconds(30));
-        // Any free port: the default 8081 fails when another MiniCluster on the
-        // machine (a test, another benchmark) holds it.
-        clusterConf.set(RestOptions.BIND_PORT, "0");
-        MiniClusterConfiguration mcc =
-                new MiniClusterConfiguration.Builder()
-                        .setConfiguration(clusterConf)
-                        .setNumTaskManagers(1)
-                        .setNumSlotsPerTaskManager(p.parallelism)
-                        .build();
-        ResultCollectingSink.drop(name);
-        RecoveryProbe.reset();
-        MiniCluster cluster = new MiniCluster(mcc);
-        try {
-            cluster.start();
-            long start = System.nanoTime();
-            JobID job = MiniClusterJobs.submit(cluster, jobConf, p, new ResultCollectingSink(name, true), null);
-            MiniClusterJobs.await(cluster, job, Duration.ofHours(2));
-            double wall = (System.nanoTime() - start) / 1e9;
-            CheckpointStatsSnapshot stats = MiniClusterJobs.checkpointStats(cluster, job);
-
-            List<AbstractCheckpointStats> done = new ArrayList<>();
-            for (AbstractCheckpointStats c : stats.getHistory().getCheckpoints()) {
-                if (c.getStatus().isCompleted() && !c.getProperties().isSavepoint()) {
-                    done.add(c);
-                }
-            }
-            done.sort(Comparator.comparingLong(AbstractCheckpointStats::getCheckpointId));
-            long[] durations = done.stream().mapToLong(AbstractCheckpointStats::getEndToEndDuration).sorted().toArray();
-            long failed = RecoveryProbe.FAILED_NANOS.get();
-            long restored = RecoveryProbe.RESTORED_NANOS.get();
-            if (failed == 0 || restored < failed) {
-                throw new IllegalStateException(
-                        backend + ": the injected failure or the restore did not happen (failed="
-                                + failed + ", restored=" + restored + ")");
-            }
-            double rps = RecoveryProbe.PROCESSED_AT_FAILURE.get()
-                    / ((failed - RecoveryProbe.FIRST_RECORD_NANOS.get()) / 1e9);
-            // Sizes are those of the checkpoint the job restored from: the last one completed
-            // before the failure, with the state at its full size.
-            long cpu = RecoveryProbe.FAILED_CPU_NANOS.get() - RecoveryProbe.FIRST_RECORD_CPU_NANOS.get();
-            double rpcs = cpu <= 0 ? Double.NaN : RecoveryProbe.PROCESSED_AT_FAILURE.get() / (cpu / 1e9);
-            RestoredCheckpointStats r = stats.getLatestRestoredCheckpoint();
-            AbstractCheckpointStats sized = null;
-            for (AbstractCheckpointStats c : done) {
-                if (r != null && c.getCheckpointId() == r.getCheckpointId()) {
-                    sized = c;
-                }
-            }
-            return new Row(
-                    backend.equals(Backend.STATED_FACTORY) ? "stated" : backend,
-                    rps,
-                    rpcs,
-                    durations.length,
-                    percentile(durations, 0.50),
-                    percentile(durations, 0.99),
-                    sized == null ? -1 : sized.getStateSize(),
-                    sized == null ? -1 : sized.getCheckpointedSize(),
-                    (restored - failed) / 1e6,
-                    r == null ? -1 : r.getStateSize(),
-                    wall,
-                    "");
-        } finally {
-            cluster.closeAsync().get();
-        }
+  /** Adds stated to the backends when asked and possible; returns a line saying what happened. */
+  private static String statedBackend(ParameterTool pt, List<String> backends) {
+    boolean present;
+    try {
+      Class.forName(Backend.STATED_FACTORY, false, SideBySideBenchmark.class.getClassLoader());
+      present = true;
+    } catch (ClassNotFoundException e) {
+      present = false;
     }
-
-    static double percentile(long[] sorted, double q) {
-        if (sorted.length == 0) {
-            return Double.NaN;
-        }
-        int i = (int) Math.ceil(q * sorted.length) - 1;
-        return sorted[Math.max(0, Math.min(sorted.length - 1, i))];
+    String socket = pt.get("stated-socket", System.getProperty("stated.socket", ""));
+    if (present && !socket.isEmpty()) {
+      backends.add(Backend.STATED_FACTORY);
+      return "stated: included (" + Backend.STATED_FACTORY + ", socket " + socket + ")";
     }
-
-    private static void printTable(List<Row> rows) {
-        String header = String.format(
-                Locale.ROOT, "%-10s %10s %12s %6s %10s %10s %12s %14s %12s %10s %9s",
-                "backend", "records/s", "rec/cpu-s", "ckpts", "ckpt p50", "ckpt p99", "ckpt full", "ckpt persisted",
-                "recovery", "wall", "output");
-        System.out.println();
-        System.out.println(header);
-        System.out.println("-".repeat(header.length()));
-        for (Row r : rows) {
-            System.out.println(String.format(
-                    Locale.ROOT, "%-10s %10.0f %12.0f %6d %8.0fms %8.0fms %12s %14s %10.0fms %9.1fs %9s",
-                    r.backend(), r.recordsPerSecond(), r.recordsPerCpuSecond(), r.checkpoints(), r.p50Ms(), r.p99Ms(),
-                    mib(r.fullBytes()), mib(r.persistedBytes()), r.recoveryMs(), r.wallSeconds(), r.output()));
-        }
+    if (!socket.isEmpty()) {
+      throw new IllegalStateException(
+          "--stated-socket is set but "
+              + Backend.STATED_FACTORY
+              + " is not on the classpath: build with -Pstated (scripts/flink-bench.sh does)");
     }
+    return "stated: not run: "
+        + (present
+            ? "no daemon given (--stated-socket <socket>)"
+            : Backend.STATED_FACTORY
+                + " is not on the classpath (its backend is not built yet or -Pstated is missing)");
+  }
 
-    /**
-     * Each backend's throughput (records/s and rec/cpu-s) and recovery time as ratios to those of
-     * {@code base} in the same run: above 1 is faster for throughput, slower for recovery.
-     */
-    private static void printRatios(List<Row> rows, String base) {
-        Row b = null;
-        for (Row r : rows) {
-            if (r.backend().equals(base)) {
-                b = r;
-            }
+  private static Row run(
+      Configuration jobConf, String managedMemory, JobParams p, String name, String backend)
+      throws Exception {
+    Configuration clusterConf = new Configuration();
+    clusterConf.set(TaskManagerOptions.MANAGED_MEMORY_SIZE, MemorySize.parse(managedMemory));
+    clusterConf.set(WebOptions.CHECKPOINTS_HISTORY_SIZE, 100_000);
+    clusterConf.set(HeartbeatManagerOptions.HEARTBEAT_TIMEOUT, Duration.ofSeconds(30));
+    // Any free port: the default 8081 fails when another MiniCluster on the
+    // machine (a test, another benchmark) holds it.
+    clusterConf.set(RestOptions.BIND_PORT, "0");
+    MiniClusterConfiguration mcc =
+        new MiniClusterConfiguration.Builder()
+            .setConfiguration(clusterConf)
+            .setNumTaskManagers(1)
+            .setNumSlotsPerTaskManager(p.parallelism)
+            .build();
+    ResultCollectingSink.drop(name);
+    RecoveryProbe.reset();
+    MiniCluster cluster = new MiniCluster(mcc);
+    try {
+      cluster.start();
+      long start = System.nanoTime();
+      JobID job =
+          MiniClusterJobs.submit(cluster, jobConf, p, new ResultCollectingSink(name, true), null);
+      MiniClusterJobs.await(cluster, job, Duration.ofHours(2));
+      double wall = (System.nanoTime() - start) / 1e9;
+      CheckpointStatsSnapshot stats = MiniClusterJobs.checkpointStats(cluster, job);
+
+      List<AbstractCheckpointStats> done = new ArrayList<>();
+      for (AbstractCheckpointStats c : stats.getHistory().getCheckpoints()) {
+        if (c.getStatus().isCompleted() && !c.getProperties().isSavepoint()) {
+          done.add(c);
         }
-        if (b == null) {
-            return;
+      }
+      done.sort(Comparator.comparingLong(AbstractCheckpointStats::getCheckpointId));
+      long[] durations =
+          done.stream().mapToLong(AbstractCheckpointStats::getEndToEndDuration).sorted().toArray();
+      long failed = RecoveryProbe.FAILED_NANOS.get();
+      long restored = RecoveryProbe.RESTORED_NANOS.get();
+      if (failed == 0 || restored < failed) {
+        throw new IllegalStateException(
+            backend
+                + ": the injected failure or the restore did not happen (failed="
+                + failed
+                + ", restored="
+                + restored
+                + ")");
+      }
+      double rps =
+          RecoveryProbe.PROCESSED_AT_FAILURE.get()
+              / ((failed - RecoveryProbe.FIRST_RECORD_NANOS.get()) / 1e9);
+      // Sizes are those of the checkpoint the job restored from: the last one completed
+      // before the failure, with the state at its full size.
+      long cpu = RecoveryProbe.FAILED_CPU_NANOS.get() - RecoveryProbe.FIRST_RECORD_CPU_NANOS.get();
+      double rpcs = cpu <= 0 ? Double.NaN : RecoveryProbe.PROCESSED_AT_FAILURE.get() / (cpu / 1e9);
+      RestoredCheckpointStats r = stats.getLatestRestoredCheckpoint();
+      AbstractCheckpointStats sized = null;
+      for (AbstractCheckpointStats c : done) {
+        if (r != null && c.getCheckpointId() == r.getCheckpointId()) {
+          sized = c;
         }
-        System.out.println();
-        String header = String.format(
-                Locale.ROOT, "%-10s %14s %14s %14s", "vs " + base, "records/s", "rec/cpu-s", "recovery");
-        System.out.println(header);
-        System.out.println("-".repeat(header.length()));
-        for (Row r : rows) {
-            System.out.println(String.format(
-                    Locale.ROOT, "%-10s %13.2fx %13.2fx %13.2fx",
-                    r.backend(), r.recordsPerSecond() / b.recordsPerSecond(),
-                    r.recordsPerCpuSecond() / b.recordsPerCpuSecond(), r.recoveryMs() / b.recoveryMs()));
-        }
+      }
+      return new Row(
+          backend.equals(Backend.STATED_FACTORY) ? "stated" : backend,
+          rps,
+          rpcs,
+          durations.length,
+          percentile(durations, 0.50),
+          percentile(durations, 0.99),
+          sized == null ? -1 : sized.getStateSize(),
+          sized == null ? -1 : sized.getCheckpointedSize(),
+          (restored - failed) / 1e6,
+          r == null ? -1 : r.getStateSize(),
+          wall,
+          "");
+    } finally {
+      cluster.closeAsync().get();
     }
+  }
 
-    private static String mib(long bytes) {
-        return bytes < 0 ? "n/a" : String.format(Locale.ROOT, "%.1f MiB", bytes / 1048576.0);
+  static double percentile(long[] sorted, double q) {
+    if (sorted.length == 0) {
+      return Double.NaN;
     }
+    int i = (int) Math.ceil(q * sorted.length) - 1;
+    return sorted[Math.max(0, Math.min(sorted.length - 1, i))];
+  }
 
-    /** The stated factory's name, kept here so the benchmark needs no stated class to compile. */
-    static final class Backend {
-        static final String STATED_FACTORY = "io.stated.flink.StatedStateBackendFactory";
-
-        private Backend() {}
+  private static void printTable(List<Row> rows) {
+    String header =
+        String.format(
+            Locale.ROOT,
+            "%-10s %10s %12s %6s %10s %10s %12s %14s %12s %10s %9s",
+            "backend",
+            "records/s",
+            "rec/cpu-s",
+            "ckpts",
+            "ckpt p50",
+            "ckpt p99",
+            "ckpt full",
+            "ckpt persisted",
+            "recovery",
+            "wall",
+            "output");
+    System.out.println();
+    System.out.println(header);
+    System.out.println("-".repeat(header.length()));
+    for (Row r : rows) {
+      System.out.println(
+          String.format(
+              Locale.ROOT,
+              "%-10s %10.0f %12.0f %6d %8.0fms %8.0fms %12s %14s %10.0fms %9.1fs %9s",
+              r.backend(),
+              r.recordsPerSecond(),
+              r.recordsPerCpuSecond(),
+              r.checkpoints(),
+              r.p50Ms(),
+              r.p99Ms(),
+              mib(r.fullBytes()),
+              mib(r.persistedBytes()),
+              r.recoveryMs(),
+              r.wallSeconds(),
+              r.output()));
     }
+  }
+
+  /**
+   * Each backend's throughput (records/s and rec/cpu-s) and recovery time as ratios to those of
+   * {@code base} in the same run: above 1 is faster for throughput, slower for recovery.
+   */
+  private static void printRatios(List<Row> rows, String base) {
+    Row b = null;
+    for (Row r : rows) {
+      if (r.backend().equals(base)) {
+        b = r;
+      }
+    }
+    if (b == null) {
+      return;
+    }
+    System.out.println();
+    String header =
+        String.format(
+            Locale.ROOT,
+            "%-10s %14s %14s %14s",
+            "vs " + base,
+            "records/s",
+            "rec/cpu-s",
+            "recovery");
+    System.out.println(header);
+    System.out.println("-".repeat(header.length()));
+    for (Row r : rows) {
+      System.out.println(
+          String.format(
+              Locale.ROOT,
+              "%-10s %13.2fx %13.2fx %13.2fx",
+              r.backend(),
+              r.recordsPerSecond() / b.recordsPerSecond(),
+              r.recordsPerCpuSecond() / b.recordsPerCpuSecond(),
+              r.recoveryMs() / b.recoveryMs()));
+    }
+  }
+
+  private static String mib(long bytes) {
+    return bytes < 0 ? "n/a" : String.format(Locale.ROOT, "%.1f MiB", bytes / 1048576.0);
+  }
+
+  /** The stated factory's name, kept here so the benchmark needs no stated class to compile. */
+  static final class Backend {
+    static final String STATED_FACTORY = "io.stated.flink.StatedStateBackendFactory";
+
+    private Backend() {}
+  }
 }

@@ -40,9 +40,12 @@ import org.junit.jupiter.api.Test;
  * A throughput comparison, not a timed test: the same {@code enableAsyncState()} job (per event a
  * value read and update and a reducing add, State V2) on hashmap and rocksdb (both through Flink's
  * adaptor over their synchronous backends), ForSt (its asynchronous backend) and stated (its
- * asynchronous backend, when configured), one after the other in fresh MiniClusters in this JVM.
- * It prints records/s and records per CPU second of the JVM; it asserts only that every backend's
- * per-key results are right. Runs only with {@code -Dasync.bench=true} (docs/flink.md):
+ * asynchronous backend, when configured, without its value cache and with it), one after the other
+ * in fresh MiniClusters in this JVM. It prints records/s and records per CPU second of the JVM, and
+ * the p50 and p99 of the latency from the source to the end of an event's state accesses, and
+ * stated's records/s as ratios to ForSt's and RocksDB's; it asserts only that every backend's
+ * per-key results are right (and that every event's latency was recorded). Runs only with {@code
+ * -Dasync.bench=true} (docs/flink.md):
  *
  * <pre>
  * scripts/flink-jobs.sh -Dtest=AsyncStateBench -Dasync.bench=true [-Dasync.bench.events=N]
@@ -74,12 +77,37 @@ class AsyncStateBench {
     Map<String, Result> expected = new HashMap<>();
     for (Map.Entry<Long, long[]> e : sums.entrySet()) {
       Result r =
-          new Result(Result.FINAL, e.getKey(), -1, perKey[e.getKey().intValue()], e.getValue()[0], 0, 0, 0, 0, 0);
+          new Result(
+              Result.FINAL,
+              e.getKey(),
+              -1,
+              perKey[e.getKey().intValue()],
+              e.getValue()[0],
+              0,
+              0,
+              0,
+              0,
+              0);
       expected.put(r.id(), r);
     }
     List<Backends.Backend> backends =
         Backends.with(Backends.HASHMAP, Backends.ROCKSDB, Backends.FORST);
+    Backends.Backend stated = Backends.stated();
+    if (stated != null) {
+      // The same backend with its asynchronous value cache (off by default),
+      // in the same run: what the cache is worth, against the same load.
+      Map<String, String> o = new java.util.TreeMap<>(stated.options());
+      o.putIfAbsent(Backends.STATED_OPTION_PREFIX + "async-cache-size", "64m");
+      backends.add(new Backends.Backend("stated-cache", stated.type(), o, null));
+    }
+    // -Dasync.bench.backends=forst,stated: only those (ratios need forst and rocksdb).
+    String only = System.getProperty("async.bench.backends", "");
+    if (!only.isEmpty()) {
+      List<String> names = List.of(only.split(","));
+      backends.removeIf(b -> !names.contains(b.name()));
+    }
     List<String> rows = new ArrayList<>();
+    Map<String, Double> rate = new java.util.LinkedHashMap<>();
     Path tmp = Files.createTempDirectory("async-bench");
     for (Backends.Backend b : backends) {
       Configuration cluster = new Configuration();
@@ -95,8 +123,7 @@ class AsyncStateBench {
         String name = "bench-" + UUID.randomUUID();
         Configuration conf = new Configuration();
         conf.set(
-            CheckpointingOptions.CHECKPOINTS_DIRECTORY,
-            tmp.resolve(b.name()).toUri().toString());
+            CheckpointingOptions.CHECKPOINTS_DIRECTORY, tmp.resolve(b.name()).toUri().toString());
         // -Dasync.bench.conf.<Flink option>=<value>: e.g. the execution
         // controller's execution.async-state.buffer-size.
         for (String k : System.getProperties().stringPropertyNames()) {
@@ -110,7 +137,7 @@ class AsyncStateBench {
         env.setMaxParallelism(p.maxParallelism);
         DataGeneratorSource<Event> source =
             new DataGeneratorSource<>(
-                new EventGenerator(p),
+                new Stamped(new EventGenerator(p)),
                 p.events,
                 RateLimiterStrategy.noOp(),
                 TypeInformation.of(Event.class));
@@ -128,13 +155,21 @@ class AsyncStateBench {
         MiniClusterJobs.await(mc, job, java.time.Duration.ofMinutes(10));
         long wall = System.nanoTime() - t0;
         long cpu = cpuNanos() - cpu0;
+        long[] lat = latencies();
         ResultSet got = ResultCollectingSink.results(name);
         assertThat(got.diff(expected)).as("results on " + b.name()).isEmpty();
         ResultCollectingSink.drop(name);
+        rate.put(b.name(), p.events / (wall / 1e9));
+        assertThat(lat.length).as("latencies recorded on " + b.name()).isEqualTo(p.events);
         rows.add(
             String.format(
-                "%-8s %10.0f %12.0f %8.1fs",
-                b.name(), p.events / (wall / 1e9), p.events / (cpu / 1e9), wall / 1e9));
+                "%-14s %10.0f %12.0f %8.1fs %8.1f %8.1f",
+                b.name(),
+                p.events / (wall / 1e9),
+                p.events / (cpu / 1e9),
+                wall / 1e9,
+                lat[(int) (lat.length * 0.50)] / 1e6,
+                lat[(int) (lat.length * 0.99)] / 1e6));
       }
     }
     System.out.println(
@@ -147,8 +182,58 @@ class AsyncStateBench {
             + ", checkpoint every "
             + p.checkpointIntervalMs
             + " ms, enableAsyncState(), value get+update and reducing add per event");
-    System.out.println(String.format("%-8s %10s %12s %9s", "backend", "records/s", "rec/cpu-s", "wall"));
+    System.out.println(
+        String.format(
+            "%-14s %10s %12s %9s %8s %8s",
+            "backend", "records/s", "rec/cpu-s", "wall", "p50 ms", "p99 ms"));
     rows.forEach(System.out::println);
+    // The targets are ratios to ForSt and to RocksDB of the same run.
+    for (String n : rate.keySet()) {
+      if (n.startsWith("stated") && rate.containsKey("forst") && rate.containsKey("rocksdb")) {
+        System.out.println(
+            String.format(
+                "records/s of %s: %.2fx forst's, %.2fx rocksdb's",
+                n, rate.get(n) / rate.get("forst"), rate.get(n) / rate.get("rocksdb")));
+      }
+    }
+  }
+
+  /**
+   * Each subtask's latencies, published when it closes: from the source's emission of an event to
+   * the end of its state accesses in the keyed operator (network buffers, the execution
+   * controller's queues and batches, the state backend). MiniCluster runs in this JVM, so {@link
+   * System#nanoTime} is one clock for both ends.
+   */
+  static final java.util.concurrent.ConcurrentLinkedQueue<long[]> LATENCIES =
+      new java.util.concurrent.ConcurrentLinkedQueue<>();
+
+  /** The latencies of the last job, sorted; the queue is emptied. */
+  private static long[] latencies() {
+    List<long[]> parts = new ArrayList<>();
+    for (long[] l; (l = LATENCIES.poll()) != null; ) {
+      parts.add(l);
+    }
+    long[] all = parts.stream().flatMapToLong(java.util.Arrays::stream).toArray();
+    java.util.Arrays.sort(all);
+    return all;
+  }
+
+  /** The events of a generator with their timestamp replaced by the emission's nanoTime. */
+  static final class Stamped
+      implements org.apache.flink.connector.datagen.source.GeneratorFunction<Long, Event> {
+    private static final long serialVersionUID = 1L;
+    private final EventGenerator gen;
+
+    Stamped(EventGenerator gen) {
+      this.gen = gen;
+    }
+
+    @Override
+    public Event map(Long index) throws Exception {
+      Event e = gen.map(index);
+      e.timestamp = System.nanoTime();
+      return e;
+    }
   }
 
   private static long cpuNanos() {
@@ -162,6 +247,8 @@ class AsyncStateBench {
     private final long[] perKey;
     private transient ValueState<Long> count;
     private transient ReducingState<Long> sum;
+    private transient long[] latency;
+    private transient int latencies;
 
     CountSum(long[] perKey) {
       this.perKey = perKey;
@@ -172,11 +259,28 @@ class AsyncStateBench {
       StreamingRuntimeContext ctx = (StreamingRuntimeContext) getRuntimeContext();
       count = ctx.getValueState(new ValueStateDescriptor<>("count", Types.LONG));
       sum = ctx.getReducingState(new ReducingStateDescriptor<>("sum", Long::sum, Types.LONG));
+      latency = new long[1024];
+      latencies = 0;
+    }
+
+    @Override
+    public void close() throws Exception {
+      LATENCIES.add(java.util.Arrays.copyOf(latency, latencies));
+      super.close();
+    }
+
+    /** On the task thread (the futures' callbacks run in its mailbox). */
+    private void recordLatency(long nanos) {
+      if (latencies == latency.length) {
+        latency = java.util.Arrays.copyOf(latency, latency.length * 2);
+      }
+      latency[latencies++] = nanos;
     }
 
     @Override
     public void processElement(Event e, Context ctx, Collector<Result> out) {
       long key = e.key;
+      long emitted = e.timestamp;
       count
           .asyncValue()
           .thenCompose(
@@ -196,7 +300,8 @@ class AsyncStateBench {
                                                     Result.FINAL, key, -1, n, s, 0, 0, 0, 0, 0)))
                                 : org.apache.flink.core.state.StateFutureUtils
                                     .completedVoidFuture());
-              });
+              })
+          .thenAccept(x -> recordLatency(System.nanoTime() - emitted));
     }
   }
 }
