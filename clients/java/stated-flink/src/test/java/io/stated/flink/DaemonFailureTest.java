@@ -65,10 +65,14 @@ class DaemonFailureTest {
       // daemon; it never hangs. A read the cache answers does not meet the
       // stream, so the failure comes once the stream has seen the daemon's
       // end, or at the latest when a batch of writes goes out (at most 1000
-      // operations) or a snapshot's barrier does.
+      // operations) or a snapshot's barrier does. Batches go out without
+      // waiting, so how many writes pass before the task learns of it
+      // depends on the machine's load: the task keeps writing for up to 30
+      // seconds, and a backend that never fails it fails the test.
+      long deadline = System.nanoTime() + java.util.concurrent.TimeUnit.SECONDS.toNanos(30);
       assertThatThrownBy(
               () -> {
-                for (int i = 0; i < 5000; i++) {
+                for (int i = 0; System.nanoTime() < deadline; i++) {
                   kb.setCurrentKey(i);
                   v.update("y");
                   assertThat(v.value()).isEqualTo("y");
