@@ -31,3 +31,46 @@ var (
 	// tokens itself answers with the daemon's class.
 	ErrFenced = errors.New("fenced")
 )
+
+// ErrorClass names a sentinel error, so that an error crossing a process
+// boundary (the catalog service between nodes, the machine's image on
+// disk) keeps what callers test with errors.Is. Names are frozen: nodes
+// and images of other builds read them.
+type ErrorClass struct {
+	Name string
+	Err  error
+}
+
+// ClassName is the name of the first class in classes (most specific
+// first) that err wraps, or "".
+func ClassName(err error, classes []ErrorClass) string {
+	for _, c := range classes {
+		if errors.Is(err, c.Err) {
+			return c.Name
+		}
+	}
+	return ""
+}
+
+// ClassedError is an error read back from its text and class name: it
+// unwraps to the class's sentinel (nil when the name is unknown).
+type ClassedError struct {
+	Msg   string
+	Class error
+}
+
+func (e *ClassedError) Error() string { return e.Msg }
+func (e *ClassedError) Unwrap() error { return e.Class }
+
+// ErrorOfClass is the error msg of the class named name in classes. known
+// is false when name is set but not one of classes (a newer build's).
+func ErrorOfClass(msg, name string, classes []ErrorClass) (err *ClassedError, known bool) {
+	e := &ClassedError{Msg: msg}
+	for _, c := range classes {
+		if c.Name == name {
+			e.Class = c.Err
+			return e, true
+		}
+	}
+	return e, name == ""
+}

@@ -2,7 +2,6 @@ package catalog
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -125,44 +124,24 @@ type imgErr struct {
 
 // imgSentinels are the sentinels an imgErr may wrap, the most specific
 // first (catalog's ErrCorrupt wraps backend's).
-var imgSentinels = []struct {
-	name string
-	err  error
-}{{"catalog-corrupt", ErrCorrupt}, {"corrupt", backend.ErrCorrupt}, {"incompatible", backend.ErrIncompatible}}
+var imgSentinels = []ErrorClass{
+	{Name: "catalog-corrupt", Err: ErrCorrupt},
+	{Name: "corrupt", Err: backend.ErrCorrupt},
+	{Name: "incompatible", Err: backend.ErrIncompatible},
+}
 
 func toImgErr(err error) imgErr {
 	if err == nil {
 		return imgErr{}
 	}
-	e := imgErr{Text: err.Error()}
-	for _, s := range imgSentinels {
-		if errors.Is(err, s.err) {
-			e.Is = s.name
-			break
-		}
-	}
-	return e
+	return imgErr{Text: err.Error(), Is: ClassName(err, imgSentinels)}
 }
-
-// savedErr is an error read back from an image.
-type savedErr struct {
-	text string
-	is   error
-}
-
-func (e *savedErr) Error() string { return e.text }
-func (e *savedErr) Unwrap() error { return e.is }
 
 func (e imgErr) err() error {
 	if e.Text == "" && e.Is == "" {
 		return nil
 	}
-	se := &savedErr{text: e.Text}
-	for _, s := range imgSentinels {
-		if s.name == e.Is {
-			se.is = s.err
-		}
-	}
+	se, _ := ErrorOfClass(e.Text, e.Is, imgSentinels)
 	return se
 }
 

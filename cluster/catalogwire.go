@@ -2,7 +2,6 @@ package cluster
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -102,25 +101,22 @@ func fromWireRecords(ws []*pb.CheckpointRecord) []catalog.Record {
 // kinds maps class names to sentinels, most specific first: the catalog's
 // wrap the backend's, so a catalog error is named by the catalog's. The
 // names are frozen: nodes of different builds may talk to each other.
-var kinds = []struct {
-	name string
-	err  error
-}{
-	{"catalog-invalid", catalog.ErrInvalidArgument},
-	{"catalog-not-found", catalog.ErrNotFound},
-	{"catalog-corrupt", catalog.ErrCorrupt},
-	{"catalog-exists", catalog.ErrExists},
-	{"catalog-state", catalog.ErrState},
-	{"catalog-closed", catalog.ErrClosed},
-	{"fenced", catalog.ErrFenced},
-	{"incompatible", backend.ErrIncompatible},
-	{"invalid", backend.ErrInvalidArgument},
-	{"not-found", backend.ErrNotFound},
-	{"corrupt", backend.ErrCorrupt},
-	{"declined", backend.ErrDeclined},
-	{"exhausted", backend.ErrResourceExhausted},
-	{"deadline", context.DeadlineExceeded},
-	{"canceled", context.Canceled},
+var kinds = []catalog.ErrorClass{
+	{Name: "catalog-invalid", Err: catalog.ErrInvalidArgument},
+	{Name: "catalog-not-found", Err: catalog.ErrNotFound},
+	{Name: "catalog-corrupt", Err: catalog.ErrCorrupt},
+	{Name: "catalog-exists", Err: catalog.ErrExists},
+	{Name: "catalog-state", Err: catalog.ErrState},
+	{Name: "catalog-closed", Err: catalog.ErrClosed},
+	{Name: "fenced", Err: catalog.ErrFenced},
+	{Name: "incompatible", Err: backend.ErrIncompatible},
+	{Name: "invalid", Err: backend.ErrInvalidArgument},
+	{Name: "not-found", Err: backend.ErrNotFound},
+	{Name: "corrupt", Err: backend.ErrCorrupt},
+	{Name: "declined", Err: backend.ErrDeclined},
+	{Name: "exhausted", Err: backend.ErrResourceExhausted},
+	{Name: "deadline", Err: context.DeadlineExceeded},
+	{Name: "canceled", Err: context.Canceled},
 }
 
 // toWire is err with its class: the sentinel it wraps (nil: none).
@@ -128,24 +124,8 @@ func toWire(err error) *pb.CatalogError {
 	if err == nil {
 		return nil
 	}
-	w := &pb.CatalogError{Msg: err.Error()}
-	for _, k := range kinds {
-		if errors.Is(err, k.err) {
-			w.Kind = k.name
-			break
-		}
-	}
-	return w
+	return &pb.CatalogError{Msg: err.Error(), Kind: catalog.ClassName(err, kinds)}
 }
-
-// remoteError is an error the hosting catalog returned.
-type remoteError struct {
-	msg   string
-	class error // nil: none known
-}
-
-func (e *remoteError) Error() string { return e.msg }
-func (e *remoteError) Unwrap() error { return e.class }
 
 // fromWire is the error w names, wrapping its class's sentinel (nil for
 // nil).
@@ -153,15 +133,10 @@ func fromWire(w *pb.CatalogError) error {
 	if w == nil {
 		return nil
 	}
-	e := &remoteError{msg: w.GetMsg()}
-	for _, k := range kinds {
-		if k.name == w.GetKind() {
-			e.class = k.err
-		}
-	}
-	if e.class == nil && w.GetKind() != "" {
+	e, known := catalog.ErrorOfClass(w.GetMsg(), w.GetKind(), kinds)
+	if !known {
 		// A class this build does not know (a newer node): keep the text.
-		e.msg = fmt.Sprintf("%s (class %s)", w.GetMsg(), w.GetKind())
+		e.Msg = fmt.Sprintf("%s (class %s)", w.GetMsg(), w.GetKind())
 	}
 	return e
 }
