@@ -12,9 +12,14 @@
 #          [--fail-at 0.8] [--backends hashmap,rocksdb,forst]
 #          [--managed-memory 512m] [--stated-socket PATH | --no-stated]
 #          [--stated-cache-size 64m] [--stated-kind file]
+#          [--stated-modes full,incremental] [--restore-parallelism 3] [--dir DIR]
 # Without --stated-socket the script builds stated from the tree (needs Go)
 # and starts one daemon on a temporary data dir for the stated run, stopped
-# on exit; --no-stated leaves stated out.
+# on exit, with --external-dir set to the benchmark's directory (--dir, or a
+# temporary one) so that stated's incremental mode can write Flink's files
+# there; --no-stated leaves stated out. --restore-parallelism N makes the
+# failure terminal and restores a second job at parallelism N from the
+# retained checkpoint (a rescale; docs/flink.md, "Benchmark").
 # JAVA_HEAP sets the JVM's -Xmx (default 4g; give 1 GiB of state 10g or more,
 # the hashmap backend holds it on the heap). JAVA_OPTS adds JVM options, e.g.
 # -XX:StartFlightRecording=filename=bench.jfr,settings=profile to profile.
@@ -23,6 +28,7 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 
 args=()
 socket=
+benchdir=
 stated=1
 prev=
 for a in "$@"; do
@@ -30,6 +36,7 @@ for a in "$@"; do
     --no-stated) stated=0; prev=; continue ;;
   esac
   if [ "$prev" = "--stated-socket" ]; then socket=$a; fi
+  if [ "$prev" = "--dir" ]; then benchdir=$a; fi
   args+=("$a")
   prev=$a
 done
@@ -48,8 +55,14 @@ if [ "$stated" = 1 ] && [ -z "$socket" ]; then
     exit 1
   fi
   (cd "$root" && go build -o "$tmp/stated" ./cmd/stated)
+  if [ -z "$benchdir" ]; then
+    benchdir=$tmp/bench
+    args+=(--dir "$benchdir")
+  fi
+  mkdir -p "$benchdir"
+  args+=(--stated-external-dir "$benchdir")
   "$tmp/stated" serve --data-dir "$tmp/data" --socket "$tmp/s.sock" --metrics-addr "" \
-    --log-level warn >"$tmp/daemon.log" 2>&1 &
+    --external-dir "$benchdir" --log-level warn >"$tmp/daemon.log" 2>&1 &
   pid=$!
   for _ in $(seq 1 300); do
     [ -S "$tmp/s.sock" ] && break

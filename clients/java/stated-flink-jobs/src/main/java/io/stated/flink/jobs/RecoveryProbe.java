@@ -33,6 +33,9 @@ public final class RecoveryProbe {
   /** System.nanoTime() when the last keyed subtask finished restoring its state. */
   public static final AtomicLong RESTORED_NANOS = new AtomicLong();
 
+  /** Keyed subtasks that restored state since the last {@link #reset()}. */
+  public static final AtomicLong RESTORES = new AtomicLong();
+
   public static void reset() {
     PROCESSED.set(0);
     FIRST_RECORD_NANOS.set(0);
@@ -41,6 +44,7 @@ public final class RecoveryProbe {
     FAILED_CPU_NANOS.set(0);
     PROCESSED_AT_FAILURE.set(0);
     RESTORED_NANOS.set(0);
+    RESTORES.set(0);
   }
 
   static void recordProcessed() {
@@ -71,5 +75,6 @@ public final class RecoveryProbe {
 
   static void recordRestored() {
     RESTORED_NANOS.accumulateAndGet(System.nanoTime(), Math::max);
+    RESTORES.incrementAndGet();
   }
 }

@@ -11,14 +11,18 @@ import java.util.Locale;
 import org.apache.flink.api.common.JobID;
 import org.apache.flink.configuration.CheckpointingOptions;
 import org.apache.flink.configuration.Configuration;
+import org.apache.flink.configuration.ExternalizedCheckpointRetention;
 import org.apache.flink.configuration.HeartbeatManagerOptions;
 import org.apache.flink.configuration.MemorySize;
 import org.apache.flink.configuration.RestOptions;
+import org.apache.flink.configuration.RestartStrategyOptions;
 import org.apache.flink.configuration.TaskManagerOptions;
 import org.apache.flink.configuration.WebOptions;
 import org.apache.flink.runtime.checkpoint.AbstractCheckpointStats;
 import org.apache.flink.runtime.checkpoint.CheckpointStatsSnapshot;
+import org.apache.flink.runtime.checkpoint.CompletedCheckpointStats;
 import org.apache.flink.runtime.checkpoint.RestoredCheckpointStats;
+import org.apache.flink.runtime.jobmaster.JobResult;
 import org.apache.flink.runtime.minicluster.MiniCluster;
 import org.apache.flink.runtime.minicluster.MiniClusterConfiguration;
 import org.apache.flink.util.FileUtils;
@@ -44,10 +48,21 @@ import org.apache.flink.util.ParameterTool;
  *   <li>checkpoint size: of the last completed checkpoint, full state size and the bytes that
  *       checkpoint persisted (smaller when incremental), from Flink's checkpoint statistics (what
  *       the REST API serves at /jobs/:id/checkpoints);
- *   <li>recovery: from the failure until the last keyed subtask has restored its state.
+ *   <li>recovery: from the failure until the last keyed subtask has restored its state. With {@code
+ *       --restore-parallelism N} (N not {@code --parallelism}) the failure is terminal instead: the
+ *       job keeps its last checkpoint (retained on failure), and a second job at parallelism N
+ *       restores from it and runs to the end, so recovery is a rescale from a checkpoint (2 -> 3
+ *       for RocksDB's incremental checkpoints: their SSTs downloaded and clipped; for stated's
+ *       incremental ones: the daemon clips its files by key group).
  * </ul>
  *
- * The final per-key results of every backend must equal those of the first; the table says so.
+ * <p>stated runs once per mode of {@code --stated-modes} (default {@code full}): {@code full} is
+ * the backend's default (canonical snapshots through Flink's streams, kind {@code --stated-kind});
+ * {@code incremental} is kind lsm with stated's own incremental checkpoints, written by the daemon
+ * under its {@code --external-dir}, which must hold {@code --dir} (given as {@code
+ * --stated-external-dir}; scripts/flink-bench.sh sets both).
+ *
+ * <p>The final per-key results of every backend must equal those of the first; the table says so.
  * Usage is in docs/flink.md ("Benchmark") and scripts/flink-bench.sh.
  */
 public final class SideBySideBenchmark {
@@ -87,17 +102,32 @@ public final class SideBySideBenchmark {
     p.checkpointIntervalMs = pt.getLong("checkpoint-interval-ms", 150);
     p.failAfterRecords = (long) (failAt * p.events / parallelism);
     p.validate();
+    int restoreParallelism = pt.getInt("restore-parallelism", parallelism);
+    if (restoreParallelism < 1 || restoreParallelism > p.maxParallelism) {
+      throw new IllegalArgumentException(
+          "--restore-parallelism must be in [1, "
+              + p.maxParallelism
+              + "] (the job's maximum parallelism); got "
+              + restoreParallelism);
+    }
+    List<String> statedModes = Arrays.asList(pt.get("stated-modes", "full").split(","));
+    for (String m : statedModes) {
+      if (!m.equals("full") && !m.equals("incremental")) {
+        throw new IllegalArgumentException(
+            "--stated-modes is a list of full and incremental; got " + statedModes);
+      }
+    }
 
     List<String> backends =
         new ArrayList<>(Arrays.asList(pt.get("backends", "hashmap,rocksdb,forst").split(",")));
-    String statedNote = statedBackend(pt, backends);
+    String statedNote = statedBackend(pt, backends, statedModes);
     Path dir = pt.has("dir") ? Path.of(pt.get("dir")) : Files.createTempDirectory("flink-bench");
     String managedMemory = pt.get("managed-memory", "512m");
 
     System.out.printf(
         Locale.ROOT,
         "side-by-side: state %d MiB (%d keys x %d B value state), %d events, parallelism %d,"
-            + " checkpoint every %d ms, failure at %.0f%%, managed memory %s%n",
+            + " checkpoint every %d ms, failure at %.0f%%%s, managed memory %s%n",
         stateMiB,
         p.keys,
         payloadBytes,
@@ -105,6 +135,9 @@ public final class SideBySideBenchmark {
         parallelism,
         p.checkpointIntervalMs,
         failAt * 100,
+        restoreParallelism == parallelism
+            ? ""
+            : " (terminal; restored at parallelism " + restoreParallelism + ")",
         managedMemory);
     System.out.println(statedNote);
 
@@ -114,8 +147,9 @@ public final class SideBySideBenchmark {
       System.out.println("running " + backend + " ...");
       Path runDir = dir.resolve(backend.replaceAll("[^A-Za-z0-9]", "_"));
       Configuration conf = new Configuration();
-      conf.setString("state.backend.type", backend);
-      if (backend.equals(Backend.STATED_FACTORY)) {
+      boolean stated = backend.equals(Backend.STATED) || backend.equals(Backend.STATED_INCREMENTAL);
+      conf.setString("state.backend.type", stated ? Backend.STATED_FACTORY : backend);
+      if (stated) {
         conf.setString("state.backend.stated.socket", pt.get("stated-socket"));
         if (pt.has("stated-cache-size")) {
           conf.setString("state.backend.stated.cache-size", pt.get("stated-cache-size"));
@@ -124,12 +158,19 @@ public final class SideBySideBenchmark {
           conf.setString("state.backend.stated.kind", pt.get("stated-kind"));
         }
       }
+      if (backend.equals(Backend.STATED_INCREMENTAL)) {
+        conf.setString("state.backend.stated.kind", "lsm");
+        conf.setString("state.backend.stated.incremental", "true");
+        conf.setString(
+            "state.backend.stated.external-root",
+            externalRoot(pt.get("stated-external-dir", ""), runDir.resolve("checkpoints")));
+      }
       conf.set(CheckpointingOptions.INCREMENTAL_CHECKPOINTS, true);
       conf.set(
           CheckpointingOptions.CHECKPOINTS_DIRECTORY,
           runDir.resolve("checkpoints").toUri().toString());
       String name = "bench-" + backend;
-      Row row = run(conf, managedMemory, p, name, backend);
+      Row row = run(conf, managedMemory, p, restoreParallelism, name, backend);
       ResultSet finals = ResultCollectingSink.results(name);
       String output;
       if (reference == null) {
@@ -159,8 +200,11 @@ public final class SideBySideBenchmark {
     printRatios(rows, "forst");
   }
 
-  /** Adds stated to the backends when asked and possible; returns a line saying what happened. */
-  private static String statedBackend(ParameterTool pt, List<String> backends) {
+  /**
+   * Adds stated, once per mode of {@code modes}, to the backends when asked and possible; returns a
+   * line saying what happened.
+   */
+  private static String statedBackend(ParameterTool pt, List<String> backends, List<String> modes) {
     boolean present;
     try {
       Class.forName(Backend.STATED_FACTORY, false, SideBySideBenchmark.class.getClassLoader());
@@ -170,8 +214,16 @@ public final class SideBySideBenchmark {
     }
     String socket = pt.get("stated-socket", System.getProperty("stated.socket", ""));
     if (present && !socket.isEmpty()) {
-      backends.add(Backend.STATED_FACTORY);
-      return "stated: included (" + Backend.STATED_FACTORY + ", socket " + socket + ")";
+      for (String m : modes) {
+        backends.add(m.equals("incremental") ? Backend.STATED_INCREMENTAL : Backend.STATED);
+      }
+      return "stated: included ("
+          + Backend.STATED_FACTORY
+          + ", socket "
+          + socket
+          + ", "
+          + modes
+          + ")";
     }
     if (!socket.isEmpty()) {
       throw new IllegalStateException(
@@ -187,8 +239,14 @@ public final class SideBySideBenchmark {
   }
 
   private static Row run(
-      Configuration jobConf, String managedMemory, JobParams p, String name, String backend)
+      Configuration jobConf,
+      String managedMemory,
+      JobParams p,
+      int restoreParallelism,
+      String name,
+      String backend)
       throws Exception {
+    boolean rescale = restoreParallelism != p.parallelism;
     Configuration clusterConf = new Configuration();
     clusterConf.set(TaskManagerOptions.MANAGED_MEMORY_SIZE, MemorySize.parse(managedMemory));
     clusterConf.set(WebOptions.CHECKPOINTS_HISTORY_SIZE, 100_000);
@@ -200,7 +258,7 @@ public final class SideBySideBenchmark {
         new MiniClusterConfiguration.Builder()
             .setConfiguration(clusterConf)
             .setNumTaskManagers(1)
-            .setNumSlotsPerTaskManager(p.parallelism)
+            .setNumSlotsPerTaskManager(Math.max(p.parallelism, restoreParallelism))
             .build();
     ResultCollectingSink.drop(name);
     RecoveryProbe.reset();
@@ -208,11 +266,16 @@ public final class SideBySideBenchmark {
     try {
       cluster.start();
       long start = System.nanoTime();
-      JobID job =
-          MiniClusterJobs.submit(cluster, jobConf, p, new ResultCollectingSink(name, true), null);
-      MiniClusterJobs.await(cluster, job, Duration.ofHours(2));
+      CheckpointStatsSnapshot stats;
+      if (!rescale) {
+        JobID job =
+            MiniClusterJobs.submit(cluster, jobConf, p, new ResultCollectingSink(name, true), null);
+        MiniClusterJobs.await(cluster, job, Duration.ofHours(2));
+        stats = MiniClusterJobs.checkpointStats(cluster, job);
+      } else {
+        stats = runAndRescale(cluster, jobConf, p, restoreParallelism, name, backend);
+      }
       double wall = (System.nanoTime() - start) / 1e9;
-      CheckpointStatsSnapshot stats = MiniClusterJobs.checkpointStats(cluster, job);
 
       List<AbstractCheckpointStats> done = new ArrayList<>();
       for (AbstractCheckpointStats c : stats.getHistory().getCheckpoints()) {
@@ -225,31 +288,44 @@ public final class SideBySideBenchmark {
           done.stream().mapToLong(AbstractCheckpointStats::getEndToEndDuration).sorted().toArray();
       long failed = RecoveryProbe.FAILED_NANOS.get();
       long restored = RecoveryProbe.RESTORED_NANOS.get();
-      if (failed == 0 || restored < failed) {
+      long restores = RecoveryProbe.RESTORES.get();
+      if (failed == 0 || restored < failed || restores < restoreParallelism) {
         throw new IllegalStateException(
             backend
-                + ": the injected failure or the restore did not happen (failed="
+                + ": the injected failure or the restore of every keyed subtask did not happen"
+                + " (failed="
                 + failed
                 + ", restored="
                 + restored
+                + ", subtasks restored="
+                + restores
+                + " of "
+                + restoreParallelism
                 + ")");
       }
       double rps =
           RecoveryProbe.PROCESSED_AT_FAILURE.get()
               / ((failed - RecoveryProbe.FIRST_RECORD_NANOS.get()) / 1e9);
       // Sizes are those of the checkpoint the job restored from: the last one completed
-      // before the failure, with the state at its full size.
+      // before the failure, with the state at its full size (after a rescale, the first
+      // job's last one, which the second job restored).
       long cpu = RecoveryProbe.FAILED_CPU_NANOS.get() - RecoveryProbe.FIRST_RECORD_CPU_NANOS.get();
       double rpcs = cpu <= 0 ? Double.NaN : RecoveryProbe.PROCESSED_AT_FAILURE.get() / (cpu / 1e9);
       RestoredCheckpointStats r = stats.getLatestRestoredCheckpoint();
+      long restoredId = -1;
+      if (r != null) {
+        restoredId = r.getCheckpointId();
+      } else if (rescale && !done.isEmpty()) {
+        restoredId = done.get(done.size() - 1).getCheckpointId();
+      }
       AbstractCheckpointStats sized = null;
       for (AbstractCheckpointStats c : done) {
-        if (r != null && c.getCheckpointId() == r.getCheckpointId()) {
+        if (c.getCheckpointId() == restoredId) {
           sized = c;
         }
       }
       return new Row(
-          backend.equals(Backend.STATED_FACTORY) ? "stated" : backend,
+          backend,
           rps,
           rpcs,
           durations.length,
@@ -258,12 +334,86 @@ public final class SideBySideBenchmark {
           sized == null ? -1 : sized.getStateSize(),
           sized == null ? -1 : sized.getCheckpointedSize(),
           (restored - failed) / 1e6,
-          r == null ? -1 : r.getStateSize(),
+          sized == null ? -1 : sized.getStateSize(),
           wall,
           "");
     } finally {
       cluster.closeAsync().get();
     }
+  }
+
+  /**
+   * The rescale variant of a run: the job at {@code p.parallelism} fails for good at the injected
+   * failure, keeping its last completed checkpoint; a second job at {@code restoreParallelism}
+   * restores from it (NO_CLAIM) and runs to the end into the same result sink. Returns the first
+   * job's checkpoint statistics (the throughput, checkpoint and size figures are of that job).
+   */
+  private static CheckpointStatsSnapshot runAndRescale(
+      MiniCluster cluster,
+      Configuration jobConf,
+      JobParams p,
+      int restoreParallelism,
+      String name,
+      String backend)
+      throws Exception {
+    Configuration first = new Configuration(jobConf);
+    first.set(
+        CheckpointingOptions.EXTERNALIZED_CHECKPOINT_RETENTION,
+        ExternalizedCheckpointRetention.RETAIN_ON_CANCELLATION);
+    first.set(RestartStrategyOptions.RESTART_STRATEGY, "none");
+    JobID job =
+        MiniClusterJobs.submit(cluster, first, p, new ResultCollectingSink(name, true), null);
+    JobResult r = cluster.requestJobResult(job).get(2, java.util.concurrent.TimeUnit.HOURS);
+    if (r.isSuccess() || RecoveryProbe.FAILED_NANOS.get() == 0) {
+      throw new IllegalStateException(
+          backend
+              + ": the first job ended "
+              + r.getJobStatus().orElse(null)
+              + " without the"
+              + " injected failure, so there is no checkpoint to rescale from");
+    }
+    CheckpointStatsSnapshot stats = MiniClusterJobs.checkpointStats(cluster, job);
+    CompletedCheckpointStats last = stats.getHistory().getLatestCompletedCheckpoint();
+    if (last == null || last.getExternalPath() == null) {
+      throw new IllegalStateException(
+          backend + ": the failed job left no retained checkpoint to rescale from");
+    }
+    JobParams q = p.copy();
+    q.parallelism = restoreParallelism;
+    q.failAfterRecords = 0;
+    JobID second =
+        MiniClusterJobs.submit(
+            cluster, jobConf, q, new ResultCollectingSink(name, true), last.getExternalPath());
+    MiniClusterJobs.await(cluster, second, Duration.ofHours(2));
+    // The restored checkpoint's statistics live in the second job; the sizes reported are
+    // those of the checkpoint it restored, which is the first job's last.
+    return stats;
+  }
+
+  /**
+   * The daemon's directory for the files of stated's incremental checkpoints of a job whose
+   * checkpoint directory is {@code checkpoints}, relative to the daemon's {@code --external-dir}:
+   * the daemon writes under {@code <external-dir>/<root>/<job id>}, which is then Flink's own
+   * directory of the job.
+   */
+  static String externalRoot(String externalDir, Path checkpoints) throws java.io.IOException {
+    if (externalDir.isEmpty()) {
+      throw new IllegalArgumentException(
+          "--stated-modes incremental needs --stated-external-dir, the daemon's --external-dir,"
+              + " with --dir under it (scripts/flink-bench.sh sets both)");
+    }
+    Files.createDirectories(checkpoints);
+    Path ext = Path.of(externalDir).toRealPath();
+    Path cp = checkpoints.toRealPath();
+    if (!cp.startsWith(ext)) {
+      throw new IllegalArgumentException(
+          "the checkpoint directory "
+              + cp
+              + " is not under the daemon's --external-dir "
+              + ext
+              + ": give --dir a directory under --stated-external-dir");
+    }
+    return ext.relativize(cp).toString();
   }
 
   static double percentile(long[] sorted, double q) {
@@ -356,6 +506,12 @@ public final class SideBySideBenchmark {
   /** The stated factory's name, kept here so the benchmark needs no stated class to compile. */
   static final class Backend {
     static final String STATED_FACTORY = "io.stated.flink.StatedStateBackendFactory";
+
+    /** The row of stated's default mode: full snapshots through Flink's streams. */
+    static final String STATED = "stated";
+
+    /** The row of stated's own incremental checkpoints (kind lsm, files owned by Flink). */
+    static final String STATED_INCREMENTAL = "stated-inc";
 
     private Backend() {}
   }
