@@ -147,7 +147,7 @@ abstract class AbstractStatedState<K, N, SV> implements InternalKvState<K, N, SV
       daemon.check();
       return ((StateCache.ValueNode) n).value;
     }
-    if (c.complete(name)) {
+    if (c.knownAbsent(name, key, ns)) {
       daemon.check();
       return null;
     }
@@ -162,13 +162,12 @@ abstract class AbstractStatedState<K, N, SV> implements InternalKvState<K, N, SV
    */
   List<byte[]> getValues(int keyGroup, byte[] key, List<byte[]> nss) {
     StateCache c = cache();
-    boolean complete = c.complete(name);
     List<byte[]> out = new ArrayList<>(nss.size());
     List<Op> ops = new ArrayList<>();
     List<Integer> missing = new ArrayList<>();
     for (int i = 0; i < nss.size(); i++) {
       StateCache.Node n = c.get(name, key, nss.get(i));
-      if (n == null && !complete) {
+      if (n == null && !c.knownAbsent(name, key, nss.get(i))) {
         ops.add(daemon.op(OpType.OP_TYPE_GET, name, keyGroup, key, nss.get(i)).build());
         missing.add(i);
       }
@@ -246,6 +245,7 @@ abstract class AbstractStatedState<K, N, SV> implements InternalKvState<K, N, SV
             .op(OpType.OP_TYPE_PUT, name, keyGroup, key, ns)
             .setValue(com.google.protobuf.ByteString.copyFrom(value))
             .build());
+    cache().written(name, key, ns);
   }
 
   void deleteRaw(int keyGroup, byte[] key, byte[] ns) {

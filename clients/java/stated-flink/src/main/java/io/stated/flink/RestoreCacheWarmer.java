@@ -72,6 +72,8 @@ final class RestoreCacheWarmer {
     String state = e.getState();
     byte[] key = e.getKey().toByteArray();
     byte[] ns = e.getNamespace().toByteArray();
+    // The daemon will hold this address, whatever the cache keeps of it.
+    cache.written(state, key, ns);
     switch (e.getKind()) {
       case STATE_KIND_VALUE:
         cache.put(state, key, ns, new StateCache.ValueNode(e.getValue().toByteArray()));

@@ -1,5 +1,7 @@
 package io.stated.flink;
 
+import com.google.common.hash.BloomFilter;
+import com.google.common.hash.Funnel;
 import java.util.ArrayList;
 import java.util.Arrays;
 import java.util.HashMap;
@@ -28,6 +30,14 @@ import java.util.Set;
  * RestoreCacheWarmer}), until the first entry of it is evicted or dropped. A miss on a complete
  * state is an absence, answered without asking the daemon: a fresh job whose state fits never reads
  * from the daemon, nor does a restored one whose state fits.
+ *
+ * <p>A state stays <em>tracked</em> from the same start (it was complete once) for as long as the
+ * cache lives, evictions or not: every address written since then went into a Bloom filter ({@link
+ * #written}), so a miss on an address the filter has never seen is an absence too. That spares the
+ * round trip of the first read of every new key, which a job whose state outgrows the cache makes
+ * once per key; a false positive of the filter only costs the read it would have made anyway.
+ * Deletes leave the filter as it is (it may say "maybe" for an absent entry, never "no" for a
+ * present one). The filter's bits are counted in the cache's capacity.
  *
  * <p>Used from the task thread only (a queryable-state read from another thread goes to the
  * daemon). Capacity 0 switches the cache off: lookups miss and nothing is stored.
@@ -59,6 +69,23 @@ final class StateCache {
   private long bytes;
   private final LinkedHashMap<Address, Node> lru = new LinkedHashMap<>(1024, 0.75f, true);
   private final Set<String> complete = new HashSet<>();
+  private final Set<String> tracked = new HashSet<>();
+
+  /**
+   * Addresses written to the daemon since their state became tracked; null when the cache is off.
+   * Sized for one address per {@link #BYTES_PER_FILTERED_ADDRESS} bytes of capacity at a 1% false
+   * positive rate (about 2% of the capacity in bits); more addresses than that raise the rate,
+   * which costs round trips, never a wrong answer.
+   */
+  private final BloomFilter<Address> written;
+
+  /** Capacity bytes per address the filter is sized for. */
+  static final long BYTES_PER_FILTERED_ADDRESS = 64;
+
+  /** Bytes of the capacity the filter's bits take. */
+  private final long reserved;
+
+  private long filterAnswers;
   private final Address probe = new Address();
   private long hits;
   private long misses;
@@ -69,7 +96,26 @@ final class StateCache {
       throw new IllegalArgumentException("cache capacity " + capacity + " must not be negative");
     }
     this.capacity = capacity;
+    if (capacity > 0) {
+      long n = Math.max(256, capacity / BYTES_PER_FILTERED_ADDRESS);
+      this.written = BloomFilter.create(ADDRESS_FUNNEL, n, 0.01);
+      // ln(1/p) / ln(2)^2 bits per address: 9.6 at 1%.
+      this.reserved = Math.min(capacity / 2, (long) Math.ceil(n * 9.6 / 8));
+    } else {
+      this.written = null;
+      this.reserved = 0;
+    }
   }
+
+  /** Feeds an address to the filter: its state's name, key and namespace, each with its length. */
+  private static final Funnel<Address> ADDRESS_FUNNEL =
+      (a, into) -> {
+        into.putUnencodedChars(a.state);
+        into.putInt(a.key.length);
+        into.putBytes(a.key);
+        into.putInt(a.ns.length);
+        into.putBytes(a.ns);
+      };
 
   boolean enabled() {
     return capacity > 0;
@@ -100,16 +146,62 @@ final class StateCache {
     return evictions;
   }
 
-  /** Declares that the daemon holds nothing of {@code state} beyond what this cache holds. */
+  /**
+   * Read misses answered as absences by the filter of written addresses alone (the state was no
+   * longer complete).
+   */
+  long filterAnswers() {
+    return filterAnswers;
+  }
+
+  /**
+   * Declares that the daemon holds nothing of {@code state} beyond what this cache holds; from now
+   * on its writes are tracked (see {@link #written}).
+   */
   void markComplete(String state) {
     if (enabled()) {
       complete.add(state);
+      tracked.add(state);
     }
   }
 
   /** Whether a miss on {@code state} means the entry is absent in the daemon. */
   boolean complete(String state) {
     return complete.contains(state);
+  }
+
+  /**
+   * Records that the entry at an address may exist in the daemon: called for every write that can
+   * create an entry (put, append, map put) and for every entry a restore loads, before the cache is
+   * asked about that address again.
+   */
+  void written(String state, byte[] key, byte[] ns) {
+    if (written == null || !tracked.contains(state)) {
+      return;
+    }
+    probe.set(state, key, ns);
+    written.put(probe);
+    probe.clear();
+  }
+
+  /**
+   * Whether the daemon holds no entry at an address, known without asking it: the state is
+   * complete, or tracked and the address was never written. Ask after a cache miss.
+   */
+  boolean knownAbsent(String state, byte[] key, byte[] ns) {
+    if (complete.contains(state)) {
+      return true;
+    }
+    if (written == null || !tracked.contains(state)) {
+      return false;
+    }
+    probe.set(state, key, ns);
+    boolean maybe = written.mightContain(probe);
+    probe.clear();
+    if (!maybe) {
+      filterAnswers++;
+    }
+    return !maybe;
   }
 
   /** The node at an address (made the most recently used), or null. */
@@ -204,6 +296,7 @@ final class StateCache {
   /** Drops every entry of {@code state} (its stored bytes changed under the cache). */
   void invalidate(String state) {
     complete.remove(state);
+    tracked.remove(state);
     for (Iterator<Map.Entry<Address, Node>> it = lru.entrySet().iterator(); it.hasNext(); ) {
       Map.Entry<Address, Node> e = it.next();
       if (e.getKey().state.equals(state)) {
@@ -221,15 +314,17 @@ final class StateCache {
     }
     lru.clear();
     complete.clear();
+    tracked.clear();
     bytes = 0;
   }
 
   private void evict() {
-    if (bytes <= capacity) {
+    long room = capacity - reserved;
+    if (bytes <= room) {
       return;
     }
     for (Iterator<Map.Entry<Address, Node>> it = lru.entrySet().iterator();
-        bytes > capacity && it.hasNext(); ) {
+        bytes > room && it.hasNext(); ) {
       Map.Entry<Address, Node> e = it.next();
       // The daemon holds the entry (write-through); only the knowledge
       // that the cache has all of the state is lost.

@@ -48,7 +48,7 @@ final class StatedListState<K, N, V> extends AbstractStatedState<K, N, List<V>>
       List<byte[]> els = ((StateCache.ListNode) n).elements;
       return els.isEmpty() ? null : els;
     }
-    if (c.complete(name)) {
+    if (c.knownAbsent(name, key, ns)) {
       daemon.check();
       return null;
     }
@@ -115,13 +115,16 @@ final class StatedListState<K, N, V> extends AbstractStatedState<K, N, List<V>>
     daemon.write(op.build());
     StateCache c = cache();
     StateCache.Node n = c.peek(name, key, ns);
+    // Asked before the append is recorded: was there no list at all?
+    boolean wasAbsent = n == null && c.knownAbsent(name, key, ns);
+    c.written(name, key, ns);
     if (n != null) {
       StateCache.ListNode l = (StateCache.ListNode) n;
       for (byte[] b : els) {
         l.add(b);
       }
       c.resized(l);
-    } else if (c.complete(name)) {
+    } else if (wasAbsent) {
       c.put(name, key, ns, new StateCache.ListNode(els));
     }
   }

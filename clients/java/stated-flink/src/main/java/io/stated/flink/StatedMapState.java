@@ -86,7 +86,7 @@ final class StatedMapState<K, N, UK, UV> extends AbstractStatedState<K, N, Map<U
         daemon.check();
         return v;
       }
-    } else if (c.complete(name)) {
+    } else if (c.knownAbsent(name, key, ns)) {
       daemon.check();
       return StateCache.ABSENT;
     }
@@ -97,12 +97,16 @@ final class StatedMapState<K, N, UK, UV> extends AbstractStatedState<K, N, Map<U
                 .setUserKey(ByteString.copyFrom(userKey))
                 .build());
     byte[] v = r.getFound() ? r.getValue().toByteArray() : StateCache.ABSENT;
-    remember(keyGroup, key, ns, userKey, v);
+    remember(keyGroup, key, ns, userKey, v, false);
     return v;
   }
 
-  /** Records a user key's value bytes or {@link StateCache#ABSENT} in the cache. */
-  private void remember(int keyGroup, byte[] key, byte[] ns, byte[] userKey, byte[] v) {
+  /**
+   * Records a user key's value bytes or {@link StateCache#ABSENT} in the cache; {@code wasEmpty}:
+   * the map was known to have no entry before this write, so a new node holds all of it.
+   */
+  private void remember(
+      int keyGroup, byte[] key, byte[] ns, byte[] userKey, byte[] v, boolean wasEmpty) {
     StateCache c = cache();
     StateCache.MapNode n = (StateCache.MapNode) c.peek(name, key, ns);
     if (n != null) {
@@ -114,7 +118,7 @@ final class StatedMapState<K, N, UK, UV> extends AbstractStatedState<K, N, Map<U
         c.resized(n);
       }
     } else if (c.enabled() && !(v == StateCache.ABSENT && c.complete(name))) {
-      n = new StateCache.MapNode(c.complete(name));
+      n = new StateCache.MapNode(wasEmpty || c.complete(name));
       n.set(userKey, v);
       c.put(name, key, ns, n);
     }
@@ -138,7 +142,11 @@ final class StatedMapState<K, N, UK, UV> extends AbstractStatedState<K, N, Map<U
             .setUserKey(ByteString.copyFrom(userKey))
             .setValue(ByteString.copyFrom(value))
             .build());
-    remember(keyGroup, key, ns, userKey, value);
+    StateCache c = cache();
+    // Asked before the put is recorded: had the map no entry at all?
+    boolean wasEmpty = c.peek(name, key, ns) == null && c.knownAbsent(name, key, ns);
+    c.written(name, key, ns);
+    remember(keyGroup, key, ns, userKey, value, wasEmpty);
   }
 
   @Override
@@ -162,7 +170,7 @@ final class StatedMapState<K, N, UK, UV> extends AbstractStatedState<K, N, Map<U
             .op(OpType.OP_TYPE_MAP_REMOVE, name, keyGroup, key, ns)
             .setUserKey(ByteString.copyFrom(userKey))
             .build());
-    remember(keyGroup, key, ns, userKey, StateCache.ABSENT);
+    remember(keyGroup, key, ns, userKey, StateCache.ABSENT, false);
   }
 
   @Override
@@ -176,7 +184,7 @@ final class StatedMapState<K, N, UK, UV> extends AbstractStatedState<K, N, Map<U
     byte[] ns = ns();
     StateCache c = cache();
     StateCache.MapNode n = (StateCache.MapNode) c.get(name, key, ns);
-    if (n != null ? n.anyPresent() || n.whole : c.complete(name)) {
+    if (n != null ? n.anyPresent() || n.whole : c.knownAbsent(name, key, ns)) {
       daemon.check();
       return n == null || !n.anyPresent();
     }
@@ -224,7 +232,7 @@ final class StatedMapState<K, N, UK, UV> extends AbstractStatedState<K, N, Map<U
     final byte[] ns = ns();
     StateCache c = cache();
     StateCache.MapNode n = (StateCache.MapNode) c.get(name, key, ns);
-    if (n != null ? n.whole : c.complete(name)) {
+    if (n != null ? n.whole : c.knownAbsent(name, key, ns)) {
       daemon.check();
       List<Map.Entry<byte[], byte[]>> entries = n == null ? List.of() : n.sorted();
       return new EntryIterator<T>(keyGroup, key, ns, f) {

@@ -102,4 +102,44 @@ class StateCacheTest {
     assertThat(c.entries()).isZero();
     assertThat(c.bytes()).isZero();
   }
+
+  @Test
+  void aTrackedStateKnowsNeverWrittenAddressesAfterEvictions() {
+    long capacity = 16 << 20;
+    StateCache c = new StateCache(capacity);
+    c.markComplete("v");
+    for (int i = 0; i < 20_000; i++) {
+      c.written("v", key(i), NS);
+      c.put("v", key(i), NS, new StateCache.ValueNode(new byte[1024]));
+      assertThat(c.bytes()).isLessThan(capacity);
+    }
+    assertThat(c.evictions()).isPositive();
+    assertThat(c.complete("v")).isFalse();
+    // Written, then evicted: the daemon has it, so the cache must not say absent.
+    int evicted = 0;
+    for (int i = 0; i < 20_000; i++) {
+      if (c.peek("v", key(i), NS) == null) {
+        evicted++;
+        assertThat(c.knownAbsent("v", key(i), NS)).as("key %d", i).isFalse();
+      }
+    }
+    assertThat(evicted).isPositive();
+    // Never written: absent without asking, but for the filter's rare false positives.
+    int known = 0;
+    for (int i = 20_000; i < 40_000; i++) {
+      if (c.knownAbsent("v", key(i), NS)) {
+        known++;
+      }
+    }
+    assertThat(known).isGreaterThan(19_600);
+    assertThat(c.filterAnswers()).isEqualTo(known);
+    // The same key in another namespace is another address.
+    assertThat(c.knownAbsent("v", key(1), new byte[] {1})).isTrue();
+    // A state that was never complete is not tracked: a miss says nothing.
+    c.written("w", key(1), NS);
+    assertThat(c.knownAbsent("w", key(40_001), NS)).isFalse();
+    // Invalidation (the stored bytes changed under the cache) ends the tracking.
+    c.invalidate("v");
+    assertThat(c.knownAbsent("v", key(30_000), NS)).isFalse();
+  }
 }
