@@ -142,6 +142,11 @@ func TestExternalIncrementalReuse(t *testing.T) {
 				if !strings.HasPrefix(f.Path, want) || f.Location != filepath.Join(ext, filepath.FromSlash(f.Path)) {
 					t.Errorf("file %s (location %s, shared %v): want it under %s of %s", f.Path, f.Location, f.Shared, want, ext)
 				}
+				// Flink deletes a checkpoint's directory without
+				// recursion: private files sit in it, not below.
+				if name := strings.TrimPrefix(f.Path, want); !f.Shared && strings.Contains(name, "/") {
+					t.Errorf("private file %s is in a subdirectory of %s", f.Path, want)
+				}
 			}
 			// Nothing was confirmed yet: everything is written anew.
 			if s.CheckpointedSize != s.FullSize {

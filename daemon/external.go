@@ -40,8 +40,9 @@ const DefaultMaxExternalSnapshots = 64
 type ExternalParams struct {
 	// Root is where the instance's checkpoint files go: a directory path
 	// relative to Config.ExternalDir, or an absolute one inside it.
-	// Shared files go under Root/shared, private ones under
-	// Root/chk-<id>/<task>.
+	// Shared files go under Root/shared, private ones into
+	// Root/chk-<id> as <task>-<name> (no subdirectory: an engine such as
+	// Flink deletes a checkpoint's directory without recursion).
 	Root string
 	// Restore are the handles the engine assigned to the task (from one
 	// or several old subtasks, of any job): the instance restores the

@@ -32,6 +32,15 @@ func (localMode) pebbleOptions(*pebble.Options) {}
 
 func (m localMode) snapshot(ctx context.Context, checkpointID uint64) (backend.PendingSnapshot, error) {
 	task := m.b.opts.Task
+	if m.b.lo.ObjectPrefix != "" {
+		// An engine's directory (Options.ObjectPrefix): the checkpoint's
+		// directory holds files only, named after the task, because the
+		// engine deletes it without recursion once it deleted the files
+		// it knows. Flink does (FsCompletedCheckpointStorageLocation), and
+		// a subdirectory there made its discard fail, which also skipped
+		// the deletion of the checkpoint's shared files.
+		return m.b.snapshot(ctx, checkpointID, fmt.Sprintf("%schk-%d/%s-", m.b.objectPrefix(), checkpointID, task.Dir()))
+	}
 	return m.b.snapshot(ctx, checkpointID, fmt.Sprintf("%schk-%d/%s/", m.b.objectPrefix(), checkpointID, task.Dir()))
 }
 

@@ -86,7 +86,10 @@ type Options struct {
 	Logger pebble.Logger
 	// ObjectPrefix is where a checkpoint's objects go in the store: shared
 	// files under ObjectPrefix+"shared/", private ones under
-	// ObjectPrefix+"chk-<id>/<task>/". It ends in "/" and is a valid
+	// ObjectPrefix+"chk-<id>/<task>/" by default and as
+	// ObjectPrefix+"chk-<id>/<task>-<name>" when set (an engine's
+	// directory holds only files in a checkpoint's directory, see
+	// localMode.snapshot). It ends in "/" and is a valid
 	// relative object name (backend.ValidatePath). Default "<job>/", the
 	// catalog's layout; the daemon's externally owned instances put their
 	// files under the root the engine named instead (no catalog knows

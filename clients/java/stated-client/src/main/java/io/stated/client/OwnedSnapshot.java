@@ -34,8 +34,8 @@ public record OwnedSnapshot(
    * One file of an {@link OwnedSnapshot}.
    *
    * @param path the file's name relative to the daemon's external directory (as the task handle
-   *     names it): {@code <root>/shared/...} for shared files, {@code <root>/chk-<id>/<task>/...}
-   *     for private ones
+   *     names it): {@code <root>/shared/...} for shared files, {@code
+   *     <root>/chk-<id>/<task>-<name>} for private ones
    * @param location its absolute path, where the engine reaches it
    * @param size its length in bytes
    * @param shared whether later snapshots of the instance may reuse it (so the engine counts its
