@@ -1,8 +1,12 @@
 package io.stated.flink;
 
 import io.stated.client.Daemon;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.util.Comparator;
 import java.util.List;
 import java.util.Map;
+import java.util.stream.Stream;
 import org.apache.flink.runtime.state.ConfigurableStateBackend;
 import org.apache.flink.runtime.state.v2.StateBackendTestV2Base;
 import org.apache.flink.testutils.junit.extensions.parameterized.Parameter;
@@ -16,8 +20,10 @@ import org.junit.jupiter.api.extension.ExtendWith;
 /**
  * Flink's own {@link StateBackendTestV2Base} (from flink-runtime's tests jar) on the stated
  * backend's asynchronous keyed backend, against a real daemon started from the repository, for the
- * daemon's file and lsm working state. The tests switched off are in {@link #SWITCHED_OFF}, each
- * with its reason; {@link StatedAsyncStateTest} covers what they would.
+ * daemon's file and lsm working state, and for lsm with stated's incremental checkpoints ({@link
+ * StatedOptions#INCREMENTAL}: the daemon runs with {@code --external-dir}). The tests switched off
+ * are in {@link #SWITCHED_OFF}, each with its reason; {@link StatedAsyncStateTest} covers what they
+ * would.
  *
  * <p>Tagged daemon-views like the synchronous suite: snapshots and restores need the daemon's views
  * and bulk load.
@@ -26,6 +32,7 @@ import org.junit.jupiter.api.extension.ExtendWith;
 @ExtendWith({ParameterizedTestExtension.class, SwitchedOff.class})
 public class StatedAsyncStateBackendTest extends StateBackendTestV2Base<StatedStateBackend> {
   private static Daemon daemon;
+  private static Path extDir;
 
   private static final String WRONG_KEY_GROUPS =
       "Flink 2.3.0's test opens each backend with the size of its key-group range as the"
@@ -48,18 +55,24 @@ public class StatedAsyncStateBackendTest extends StateBackendTestV2Base<StatedSt
   @Parameter(1)
   public String asyncCache;
 
-  @Parameters(name = "kind={0}, async cache={1}")
+  /** Checkpoints as stated's incremental ones (lsm only) or full snapshots. */
+  @Parameter(2)
+  public boolean incremental;
+
+  @Parameters(name = "kind={0}, async cache={1}, incremental={2}")
   public static List<Object[]> kinds() {
     return List.of(
-        new Object[] {"file", "0"},
-        new Object[] {"lsm", "0"},
-        new Object[] {"file", "64m"},
-        new Object[] {"lsm", "64m"});
+        new Object[] {"file", "0", false},
+        new Object[] {"lsm", "0", false},
+        new Object[] {"file", "64m", false},
+        new Object[] {"lsm", "64m", false},
+        new Object[] {"lsm", "0", true});
   }
 
   @BeforeAll
   static void startDaemon() throws Exception {
-    daemon = new Daemon();
+    extDir = Files.createTempDirectory("stated-flink-async-ext-").toRealPath();
+    daemon = new Daemon("--external-dir", extDir.toString());
     daemon.start();
   }
 
@@ -67,6 +80,11 @@ public class StatedAsyncStateBackendTest extends StateBackendTestV2Base<StatedSt
   static void stopDaemon() throws Exception {
     if (daemon != null) {
       daemon.close();
+    }
+    if (extDir != null) {
+      try (Stream<Path> s = Files.walk(extDir)) {
+        s.sorted(Comparator.reverseOrder()).forEach(p -> p.toFile().delete());
+      }
     }
   }
 
@@ -79,6 +97,7 @@ public class StatedAsyncStateBackendTest extends StateBackendTestV2Base<StatedSt
     c.set(
         StatedOptions.ASYNC_CACHE_SIZE,
         org.apache.flink.configuration.MemorySize.parse(asyncCache));
+    c.set(StatedOptions.INCREMENTAL, incremental);
     return new StatedStateBackend().configure(c, getClass().getClassLoader());
   }
 

@@ -238,6 +238,87 @@ class AsyncStateITCase {
     }
   }
 
+  /**
+   * The asynchronous backend on stated's incremental checkpoints (kind lsm, {@code
+   * state.backend.stated.incremental}; a daemon of the test's own whose {@code --external-dir} is
+   * Flink's checkpoint directory): an injected failure restores exactly, and a retained checkpoint
+   * taken mid-stream at parallelism 2 restores a job at 3, whose output and the first run's
+   * together are the model's. Both restores hand the daemon the checkpoint's incremental handles
+   * (at 3, clipped by key group).
+   */
+  @Test
+  void incrementalCheckpointsRestoreAfterFailureAndAtAnotherParallelism(
+      @InjectMiniCluster MiniCluster cluster) throws Exception {
+    Path bin = StatedDaemon.binOrSkip();
+    Path checkpoints = tmp.resolve("incremental-checkpoints");
+    java.nio.file.Files.createDirectories(checkpoints);
+    Path root = checkpoints.toRealPath();
+    try (StatedDaemon daemon =
+        StatedDaemon.start(
+            bin,
+            tmp.resolve("incremental-daemon-" + UUID.randomUUID()),
+            "--external-dir",
+            root.toString())) {
+      Backends.Backend backend =
+          new Backends.Backend(
+              "stated-incremental",
+              Backends.STATED_FACTORY,
+              Map.of(
+                  Backends.STATED_OPTION_PREFIX + "socket", daemon.socket().toString(),
+                  Backends.STATED_OPTION_PREFIX + "kind", "lsm",
+                  Backends.STATED_OPTION_PREFIX + "incremental", "true"),
+              null);
+      Configuration c = new Configuration();
+      c.set(CheckpointingOptions.CHECKPOINTS_DIRECTORY, root.toUri().toString());
+      c.set(CheckpointingOptions.INCREMENTAL_CHECKPOINTS, true);
+      c = backend.apply(c);
+
+      JobParams p = params();
+      p.failAfterRecords = p.events / p.parallelism / 2;
+      String name = runName();
+      JobID job = submit(cluster, c, p, name, null);
+      MiniClusterJobs.await(cluster, job, JOB_TIMEOUT);
+      assertRestoredFromCheckpoint(cluster, job);
+      assertThat(
+              MiniClusterJobs.checkpointStats(cluster, job)
+                  .getHistory()
+                  .getLatestCompletedCheckpoint()
+                  .getCheckpointedSize())
+          .as("bytes the last checkpoint wrote")
+          .isPositive();
+      assertMatchesModel(ResultCollectingSink.results(name));
+      ResultCollectingSink.drop(name);
+
+      Configuration retained = new Configuration(c);
+      retained.set(
+          CheckpointingOptions.EXTERNALIZED_CHECKPOINT_RETENTION,
+          org.apache.flink.configuration.ExternalizedCheckpointRetention.RETAIN_ON_CANCELLATION);
+      String first = runName();
+      JobID running = submit(cluster, retained, interruptedParams(), first, null);
+      MiniClusterJobs.awaitMidStream(cluster, running, first, expected.size(), JOB_TIMEOUT);
+      cluster.cancelJob(running).get(1, TimeUnit.MINUTES);
+      cluster.requestJobResult(running).get(1, TimeUnit.MINUTES);
+      String path =
+          MiniClusterJobs.checkpointStats(cluster, running)
+              .getHistory()
+              .getLatestCompletedCheckpoint()
+              .getExternalPath();
+      ResultSet before = ResultCollectingSink.results(first);
+      JobParams at3 = interruptedParams();
+      at3.parallelism = 3;
+      String second = runName();
+      JobID rescaled = submit(cluster, c, at3, second, path);
+      MiniClusterJobs.await(cluster, rescaled, JOB_TIMEOUT);
+      ResultSet all = ResultCollectingSink.results(second);
+      assertThat(all.size()).as("results after the restore at 3").isLessThan(expected.size());
+      all.addAll(before);
+      assertThat(all.conflicts()).as("results emitted again with other values").isEmpty();
+      assertThat(all.diff(expected)).as("checkpoint at 2, restored at 3").isEmpty();
+      ResultCollectingSink.drop(first);
+      ResultCollectingSink.drop(second);
+    }
+  }
+
   private static String runName() {
     return "async-" + UUID.randomUUID();
   }
