@@ -337,6 +337,103 @@ class IncrementalCheckpointTest {
     assertThat(filesOnDisk()).as("files left after Flink discarded every checkpoint").isEmpty();
   }
 
+  /**
+   * Flink's completion notification of one checkpoint never reaches the task (the JobManager's
+   * confirmCheckpoint RPC, which also carries the subsumption of the one before, is lost), while
+   * the JobManager completes it, subsumes its predecessor and discards that one's files as usual.
+   * The next checkpoint then reuses the files of the last checkpoint the backend was told of, which
+   * are still registered (a file still in the LSM was in every checkpoint since, so Flink's
+   * registry kept it), and writes the lost one's changes again: a restore from it is exact. Once
+   * Flink completes that next checkpoint and subsumes the lost one, no file of the lost one is
+   * left; the directory holds exactly the files of the retained checkpoint.
+   */
+  @Test
+  void lostCompletionNotificationLosesAndLeaksNothing() throws Exception {
+    SharedStateRegistryImpl registry = new SharedStateRegistryImpl();
+    Map<Integer, String> expect = new TreeMap<>();
+    StatedKeyedStateBackend<Integer> b =
+        (StatedKeyedStateBackend<Integer>)
+            open(stated(true), new KeyGroupRange(0, MAX - 1), List.of());
+    IncrementalRemoteKeyedStateHandle h2;
+    IncrementalRemoteKeyedStateHandle h3;
+    IncrementalRemoteKeyedStateHandle h4;
+    Set<Path> new3;
+    Map<Integer, String> at4 = new TreeMap<>();
+    try {
+      write(b, 0, 4000, 0, MAX - 2, "a", expect);
+      // As above: 2, on the settled store, is the base Flink completes.
+      IncrementalRemoteKeyedStateHandle h1 = snapshot(b, 1, false);
+      Thread.sleep(300);
+      h2 = snapshot(b, 2, false);
+      registry.registerAll(List.of(h1), 1);
+      registry.checkpointCompleted(1);
+      b.notifyCheckpointComplete(1);
+      registry.registerAll(List.of(h2), 2);
+      registry.checkpointCompleted(2);
+      b.notifyCheckpointComplete(2);
+      b.notifyCheckpointSubsumed(1);
+      registry.unregisterUnusedState(2);
+      h1.discardState();
+
+      // 3 completes in the JobManager, which subsumes and discards 2, but
+      // the task never hears of it: no notifyCheckpointComplete(3), no
+      // notifyCheckpointSubsumed(2).
+      write(b, 4000, 4400, MAX - 1, MAX - 1, "b", expect);
+      h3 = snapshot(b, 3, false);
+      new3 = files(h3);
+      assertThat(placeholders(h3)).as("3 reuses 2's files").isNotEmpty();
+      registry.registerAll(List.of(h3), 3);
+      registry.checkpointCompleted(3);
+      registry.unregisterUnusedState(3);
+      h2.discardState();
+
+      // 4 reuses the files of 2, the last checkpoint the backend knows to be
+      // complete, which 3 still references, and none of 3's own.
+      at4.putAll(expect);
+      write(b, 4400, 4800, MAX - 1, MAX - 1, "c", at4);
+      h4 = snapshot(b, 4, false);
+      Set<String> shared2 =
+          h2.getSharedState().stream()
+              .map(HandleAndLocalPath::getLocalPath)
+              .collect(Collectors.toSet());
+      assertThat(placeholders(h4).stream().map(HandleAndLocalPath::getLocalPath))
+          .as("4 reuses files of 2, the last checkpoint the task was told of")
+          .isNotEmpty()
+          .allMatch(shared2::contains);
+      assertThat(files(h4)).as("4 references no file 3 wrote").doesNotContainAnyElementsOf(new3);
+      registry.registerAll(List.of(h4), 4);
+      assertThat(placeholders(h4)).as("every reused file is registered").isEmpty();
+      registry.checkpointCompleted(4);
+      b.notifyCheckpointComplete(4);
+      b.notifyCheckpointSubsumed(3);
+      registry.unregisterUnusedState(4);
+      h3.discardState();
+
+      // Nothing of the checkpoint whose notification was lost is left: the
+      // directory holds exactly the retained checkpoint's files.
+      for (Path f : new3) {
+        assertThat(f).as("a file of checkpoint 3, whose notification was lost").doesNotExist();
+      }
+      assertThat(filesOnDisk())
+          .as("files on disk once 4 is the only checkpoint Flink retains")
+          .isEqualTo(files(h4));
+    } finally {
+      b.dispose();
+    }
+
+    // Nothing lost: a restore from 4 has every change, 3's too.
+    CheckpointableKeyedStateBackend<Integer> rb =
+        open(stated(true), new KeyGroupRange(0, MAX - 1), List.of(h4));
+    try {
+      check(rb, at4);
+    } finally {
+      rb.dispose();
+    }
+    registry.unregisterUnusedState(Long.MAX_VALUE);
+    h4.discardState();
+    assertThat(filesOnDisk()).as("files left after Flink discarded every checkpoint").isEmpty();
+  }
+
   @Test
   void incrementalHandlesNeedTheIncrementalOption() throws Exception {
     CheckpointableKeyedStateBackend<Integer> b =
