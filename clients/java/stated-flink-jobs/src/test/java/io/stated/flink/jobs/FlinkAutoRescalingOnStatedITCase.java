@@ -138,7 +138,7 @@ class FlinkAutoRescalingOnStatedITCase {
           TEST_TIMEOUT, () -> PropertyStatedBackendFactory.with(o, () -> FLINK.call(test, method)));
       if (watcher != null && KEYED.contains(method)) {
         assertThat(watcher.seen())
-            .as("the daemon's SSTs in Flink's shared directory of the job while it ran")
+            .as("%s: the daemon's SSTs in Flink's shared directory of the job while it ran", method)
             .isNotEmpty();
       }
     } finally {
