@@ -4,7 +4,8 @@
 # injected failure, a lost TaskManager, a JobManager failover, a savepoint
 # restored at other parallelisms and moved between backends, a kill -9 of
 # the daemon mid-job, and a job with every keyed state kind and timers
-# rescaled 2 -> 3 -> 1 through savepoints (docs/flink.md). The script builds stated from the tree
+# rescaled 2 -> 3 -> 1 through savepoints, and Flink's own AutoRescalingITCase and
+# KeyedStateCheckpointingITCase on stated (docs/flink.md). The script builds stated from the tree
 # and starts one daemon on a temporary data dir for the stated variants (the
 # kill -9 test starts its own from the same binary); it is stopped on exit.
 # The first run downloads Flink 2.3.0 (a few hundred MB).
