@@ -66,6 +66,8 @@ final class StateCache {
   static final byte[] ABSENT = new byte[0];
 
   private final long capacity;
+  private final CacheBudget budget;
+  private boolean closed;
   private long bytes;
   private final LinkedHashMap<Address, Node> lru = new LinkedHashMap<>(1024, 0.75f, true);
   private final Set<String> complete = new HashSet<>();
@@ -92,9 +94,16 @@ final class StateCache {
   private long evictions;
 
   StateCache(long capacity) {
-    if (capacity < 0) {
-      throw new IllegalArgumentException("cache capacity " + capacity + " must not be negative");
-    }
+    this(new CacheBudget(capacity));
+  }
+
+  /**
+   * A cache that shares {@code budget} with the other caches of its slot (see {@link CacheBudget}):
+   * it holds at most its share of it, the filter's bits included.
+   */
+  StateCache(CacheBudget budget) {
+    this.budget = budget;
+    long capacity = budget.capacity();
     this.capacity = capacity;
     if (capacity > 0) {
       long n = Math.max(256, capacity / BYTES_PER_FILTERED_ADDRESS);
@@ -105,6 +114,12 @@ final class StateCache {
       this.written = null;
       this.reserved = 0;
     }
+    budget.join();
+  }
+
+  /** Changes the bytes this cache holds. */
+  private void account(long delta) {
+    bytes += delta;
   }
 
   /** Feeds an address to the filter: its state's name, key and namespace, each with its length. */
@@ -232,10 +247,10 @@ final class StateCache {
     node.size = node.measure() + ENTRY_OVERHEAD + key.length + ns.length;
     Node old = lru.put(new Address(state, key, ns), node);
     if (old != null) {
-      bytes -= old.size;
+      account(-old.size);
       old.size = -1;
     }
-    bytes += node.size;
+    account(node.size);
     evict();
   }
 
@@ -276,7 +291,7 @@ final class StateCache {
     Node old = lru.remove(probe);
     probe.clear();
     if (old != null) {
-      bytes -= old.size;
+      account(-old.size);
       old.size = -1;
     }
   }
@@ -288,7 +303,7 @@ final class StateCache {
     }
     long fixed = node.size - node.measuredAt;
     long size = node.measure() + fixed;
-    bytes += size - node.size;
+    account(size - node.size);
     node.size = size;
     evict();
   }
@@ -300,7 +315,7 @@ final class StateCache {
     for (Iterator<Map.Entry<Address, Node>> it = lru.entrySet().iterator(); it.hasNext(); ) {
       Map.Entry<Address, Node> e = it.next();
       if (e.getKey().state.equals(state)) {
-        bytes -= e.getValue().size;
+        account(-e.getValue().size);
         e.getValue().size = -1;
         it.remove();
       }
@@ -315,11 +330,20 @@ final class StateCache {
     lru.clear();
     complete.clear();
     tracked.clear();
-    bytes = 0;
+    account(-bytes);
+  }
+
+  /** Drops everything and leaves the budget (once): the backend is disposed. */
+  void close() {
+    clear();
+    if (!closed) {
+      closed = true;
+      budget.leave();
+    }
   }
 
   private void evict() {
-    long room = capacity - reserved;
+    long room = budget.share() - reserved;
     if (bytes <= room) {
       return;
     }
@@ -329,7 +353,7 @@ final class StateCache {
       // The daemon holds the entry (write-through); only the knowledge
       // that the cache has all of the state is lost.
       complete.remove(e.getKey().state);
-      bytes -= e.getValue().size;
+      account(-e.getValue().size);
       e.getValue().size = -1;
       it.remove();
       evictions++;

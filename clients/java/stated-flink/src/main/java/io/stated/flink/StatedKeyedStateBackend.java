@@ -585,7 +585,7 @@ public class StatedKeyedStateBackend<K> extends AbstractKeyedStateBackend<K> {
       return;
     }
     disposed = true;
-    cache.clear();
+    cache.close();
     cacheMemory.release();
     super.dispose();
     if (external != null) {

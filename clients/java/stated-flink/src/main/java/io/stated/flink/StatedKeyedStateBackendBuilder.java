@@ -87,7 +87,7 @@ final class StatedKeyedStateBackendBuilder<K> {
   }
 
   private StatedKeyedStateBackend<K> build(Environment env, CacheMemory memory) throws IOException {
-    StateCache cache = new StateCache(memory.bytes);
+    StateCache cache = new StateCache(memory.budget);
     // Restore first: it checks the key serializer against the snapshot's
     // and may reconfigure it, and the backend must use the result.
     StateSerializerProvider<K> keyProvider =

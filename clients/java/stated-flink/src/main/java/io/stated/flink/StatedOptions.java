@@ -63,8 +63,9 @@ public final class StatedOptions {
               "Bytes of JVM heap each keyed operator subtask may use to cache its state"
                   + " (write-through: reads of cached keys need no round trip to the daemon,"
                   + " writes are batched either way). 0 switches the cache off. Unset: the"
-                  + " operator's share of its slot's managed memory, as RocksDB's block cache"
-                  + " takes it (reserved there, held on the heap; 64 MiB when the slot has no"
+                  + " slot's share of managed memory for the state backend, split evenly among"
+                  + " the slot's keyed operators, as RocksDB's instances in a slot share one"
+                  + " block cache (reserved there, held on the heap; 64 MiB when the slot has no"
                   + " managed memory). Set: taken from the task heap, a TaskManager holds one"
                   + " cache per keyed operator per slot.");
 

@@ -71,6 +71,19 @@ class CacheMemoryTest {
                 fraction));
   }
 
+  /** Puts 20,000 values of 1 KiB (keys of round {@code round}) into the backend's cache. */
+  private static void fill(StatedKeyedStateBackend<Integer> k, int round) {
+    k.cache().markComplete("v");
+    for (int i = 0; i < 20_000; i++) {
+      k.cache()
+          .put(
+              "v",
+              new byte[] {(byte) round, (byte) i, (byte) (i >> 8)},
+              new byte[] {0},
+              new StateCache.ValueNode(new byte[1024]));
+    }
+  }
+
   private static void close(StatedKeyedStateBackend<Integer> k) throws Exception {
     k.dispose();
     k.close();
@@ -83,25 +96,51 @@ class CacheMemoryTest {
     assertThat(backend(MemorySize.ZERO).useManagedMemory()).isFalse();
   }
 
+  /**
+   * Flink gives every keyed operator of a slot the slot's whole share (the state backend's use case
+   * is slot-scoped), as it does for RocksDB, whose instances in a slot share one cache: two keyed
+   * backends in one slot both open, share one reservation, each holds at most half of it, one left
+   * alone may grow to all of it, and the reservation goes when the last one closes.
+   */
   @Test
-  void takesTheOperatorsShareOfManagedMemoryAndGivesItBack() throws Exception {
+  void theKeyedBackendsOfASlotShareItsManagedMemory() throws Exception {
     MockEnvironment env = new MockEnvironmentBuilder().setManagedMemorySize(MANAGED).build();
     MemoryManager mm = env.getMemoryManager();
     StatedStateBackend b = backend(null);
-    StatedKeyedStateBackend<Integer> one = open(b, env, 0.5);
-    assertThat(one.cache().capacity()).isEqualTo(MANAGED / 2);
+    StatedKeyedStateBackend<Integer> one = open(b, env, 1.0);
+    assertThat(one.cache().capacity()).isEqualTo(MANAGED);
     assertThat(one.cacheMemory().managed).isTrue();
-    assertThat(mm.availableMemory()).isEqualTo(MANAGED / 2);
-    StatedKeyedStateBackend<Integer> two = open(b, env, 0.25);
-    assertThat(two.cache().capacity()).isEqualTo(MANAGED / 4);
-    assertThat(mm.availableMemory()).isEqualTo(MANAGED / 4);
-    // More than the slot has left: the task fails, saying what to do.
-    assertThatThrownBy(() -> open(b, env, 0.5))
+    assertThat(mm.availableMemory()).isZero();
+    StatedKeyedStateBackend<Integer> two = open(b, env, 1.0);
+    assertThat(two.cacheMemory().budget).isSameAs(one.cacheMemory().budget);
+    assertThat(mm.availableMemory()).isZero();
+    // Both fill their caches: each stays within half of the slot's share.
+    fill(one, 0);
+    fill(two, 0);
+    fill(one, 1);
+    for (StatedKeyedStateBackend<Integer> k : List.of(one, two)) {
+      assertThat(k.cache().bytes()).isPositive().isLessThanOrEqualTo(MANAGED / 2);
+    }
+    close(one);
+    assertThat(mm.availableMemory()).as("the other backend still holds the slot's share").isZero();
+    // Alone on the budget, the other grows past its former half.
+    fill(two, 2);
+    assertThat(two.cache().bytes()).isGreaterThan(MANAGED / 2).isLessThanOrEqualTo(MANAGED);
+    close(two);
+    assertThat(mm.availableMemory()).isEqualTo(MANAGED);
+    env.close();
+  }
+
+  @Test
+  void aSlotWhoseManagedMemoryIsTakenFailsTheTaskSayingWhatToDo() throws Exception {
+    MockEnvironment env = new MockEnvironmentBuilder().setManagedMemorySize(MANAGED).build();
+    MemoryManager mm = env.getMemoryManager();
+    Object other = new Object();
+    mm.reserveMemory(other, MANAGED);
+    assertThatThrownBy(() -> open(backend(null), env, 1.0))
         .hasMessageContaining("managed memory")
         .hasMessageContaining(StatedOptions.CACHE_SIZE.key());
-    assertThat(mm.availableMemory()).isEqualTo(MANAGED / 4);
-    close(one);
-    close(two);
+    mm.releaseMemory(other, MANAGED);
     assertThat(mm.availableMemory()).isEqualTo(MANAGED);
     env.close();
   }

@@ -24,9 +24,6 @@ import org.apache.flink.runtime.state.StateBackendFactory;
 public final class PropertyStatedBackendFactory implements StateBackendFactory<StateBackend> {
   static final String PROPERTY_PREFIX = "stated.flinkit.";
 
-  /** The cache size set unless a test gives one (see createFromConfig). */
-  static final String CACHE_SIZE = "4m";
-
   private static final AtomicInteger CREATED = new AtomicInteger();
 
   @Override
@@ -43,13 +40,6 @@ public final class PropertyStatedBackendFactory implements StateBackendFactory<S
     }
     Configuration c = Configuration.fromMap(config.toMap());
     options.forEach(c::setString);
-    if (!options.containsKey(Backends.STATED_OPTION_PREFIX + "cache-size")) {
-      // Flink gives every keyed operator of a slot the whole slot-scope share of managed memory
-      // (RocksDB shares one cache per slot); stated's cache reserves that share per operator, so
-      // a second keyed operator in the slot fails to build its backend (an open bug,
-      // docs/flink.md "Flink's own ITCases"). A cache of a fixed size reserves nothing.
-      c.setString(Backends.STATED_OPTION_PREFIX + "cache-size", CACHE_SIZE);
-    }
     StateBackendFactory<?> stated;
     try {
       stated =
