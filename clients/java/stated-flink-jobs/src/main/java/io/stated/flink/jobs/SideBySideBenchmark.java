@@ -47,7 +47,8 @@ import org.apache.flink.util.ParameterTool;
  *   <li>checkpoint duration: end-to-end, over all completed checkpoints of the run;
  *   <li>checkpoint size: of the last completed checkpoint, full state size and the bytes that
  *       checkpoint persisted (smaller when incremental), from Flink's checkpoint statistics (what
- *       the REST API serves at /jobs/:id/checkpoints);
+ *       the REST API serves at /jobs/:id/checkpoints), and the mean of what each completed
+ *       checkpoint persisted (one checkpoint's figure depends on the compactions it caught);
  *   <li>recovery: from the failure until the last keyed subtask has restored its state. With {@code
  *       --restore-parallelism N} (N not {@code --parallelism}) the failure is terminal instead: the
  *       job keeps its last checkpoint (retained on failure), and a second job at parallelism N
@@ -79,7 +80,7 @@ public final class SideBySideBenchmark {
       long fullBytes,
       long persistedBytes,
       double recoveryMs,
-      long restoredBytes,
+      long meanPersistedBytes,
       double wallSeconds,
       String output) {}
 
@@ -190,7 +191,7 @@ public final class SideBySideBenchmark {
               row.fullBytes(),
               row.persistedBytes(),
               row.recoveryMs(),
-              row.restoredBytes(),
+              row.meanPersistedBytes(),
               row.wallSeconds(),
               output));
       FileUtils.deleteDirectory(runDir.toFile());
@@ -334,7 +335,11 @@ public final class SideBySideBenchmark {
           sized == null ? -1 : sized.getStateSize(),
           sized == null ? -1 : sized.getCheckpointedSize(),
           (restored - failed) / 1e6,
-          sized == null ? -1 : sized.getStateSize(),
+          (long)
+              done.stream()
+                  .mapToLong(AbstractCheckpointStats::getCheckpointedSize)
+                  .average()
+                  .orElse(-1),
           wall,
           "");
     } finally {
@@ -428,7 +433,7 @@ public final class SideBySideBenchmark {
     String header =
         String.format(
             Locale.ROOT,
-            "%-10s %10s %12s %6s %10s %10s %12s %14s %12s %10s %9s",
+            "%-10s %10s %12s %6s %10s %10s %12s %14s %14s %12s %10s %9s",
             "backend",
             "records/s",
             "rec/cpu-s",
@@ -437,6 +442,7 @@ public final class SideBySideBenchmark {
             "ckpt p99",
             "ckpt full",
             "ckpt persisted",
+            "persisted/ckpt",
             "recovery",
             "wall",
             "output");
@@ -447,7 +453,7 @@ public final class SideBySideBenchmark {
       System.out.println(
           String.format(
               Locale.ROOT,
-              "%-10s %10.0f %12.0f %6d %8.0fms %8.0fms %12s %14s %10.0fms %9.1fs %9s",
+              "%-10s %10.0f %12.0f %6d %8.0fms %8.0fms %12s %14s %14s %10.0fms %9.1fs %9s",
               r.backend(),
               r.recordsPerSecond(),
               r.recordsPerCpuSecond(),
@@ -456,6 +462,7 @@ public final class SideBySideBenchmark {
               r.p99Ms(),
               mib(r.fullBytes()),
               mib(r.persistedBytes()),
+              mib(r.meanPersistedBytes()),
               r.recoveryMs(),
               r.wallSeconds(),
               r.output()));
