@@ -249,29 +249,8 @@ class AsyncStateITCase {
   @Test
   void incrementalCheckpointsRestoreAfterFailureAndAtAnotherParallelism(
       @InjectMiniCluster MiniCluster cluster) throws Exception {
-    Path bin = StatedDaemon.binOrSkip();
-    Path checkpoints = tmp.resolve("incremental-checkpoints");
-    java.nio.file.Files.createDirectories(checkpoints);
-    Path root = checkpoints.toRealPath();
-    try (StatedDaemon daemon =
-        StatedDaemon.start(
-            bin,
-            tmp.resolve("incremental-daemon-" + UUID.randomUUID()),
-            "--external-dir",
-            root.toString())) {
-      Backends.Backend backend =
-          new Backends.Backend(
-              "stated-incremental",
-              Backends.STATED_FACTORY,
-              Map.of(
-                  Backends.STATED_OPTION_PREFIX + "socket", daemon.socket().toString(),
-                  Backends.STATED_OPTION_PREFIX + "kind", "lsm",
-                  Backends.STATED_OPTION_PREFIX + "incremental", "true"),
-              null);
-      Configuration c = new Configuration();
-      c.set(CheckpointingOptions.CHECKPOINTS_DIRECTORY, root.toUri().toString());
-      c.set(CheckpointingOptions.INCREMENTAL_CHECKPOINTS, true);
-      c = backend.apply(c);
+    try (StatedDaemon daemon = StatedIncrementalITCase.startDaemon(tmp)) {
+      Configuration c = StatedIncrementalITCase.incremental(daemon, tmp);
 
       JobParams p = params();
       p.failAfterRecords = p.events / p.parallelism / 2;
