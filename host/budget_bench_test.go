@@ -280,6 +280,21 @@ func runBudget(b *testing.B, r budgetRun) {
 		slow = append(slow, fmt.Sprintf("%v (%s)", lat[i].Round(time.Millisecond), perCkpt[i].per(1)))
 	}
 	b.Logf("slowest checkpoints: %s", strings.Join(slow, "; "))
+	// A changelog manifest names one range per segment since its base, so
+	// it grows with every checkpoint until the next materialization; past
+	// backend.MaxInlineBytes it no longer rides in the handle and the
+	// checkpoint writes a pack (one PUT more, and the catalog's check and
+	// later delete of it).
+	if first := slices.IndexFunc(perCkpt, func(p putCounts) bool { return p[putPack] > 0 }); first >= 0 {
+		packed := 0
+		for _, p := range perCkpt[first:] {
+			if p[putPack] > 0 {
+				packed++
+			}
+		}
+		b.Logf("packs: from checkpoint %d of %d (%.0f s into the run), in %d of the %d from there", first+1, len(perCkpt),
+			phases[first].start.Sub(t0).Seconds(), packed, len(perCkpt)-first)
+	}
 	// Where the slowest spent their time, and the median one for scale.
 	for _, i := range order[:min(5, len(order))] {
 		b.Logf("phases of a slow checkpoint: %s", phases[i])
