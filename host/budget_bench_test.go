@@ -227,7 +227,7 @@ func runBudget(b *testing.B, r budgetRun) {
 		between = between.add(cs.sub(c0))
 		betweenTime += start.Sub(idle)
 		id++
-		ph := ckptPhases{start: start}
+		ph := ckptPhases{start: start, runq: runQueueWait()}
 		done := make(chan snapDone, budgetTasks)
 		for i := range ins {
 			trig[i] <- trigger{id: id, done: done}
@@ -253,6 +253,7 @@ func runBudget(b *testing.B, r budgetRun) {
 		}
 		ph.puts = store.since(start)
 		ph.stallMax, ph.stallSum = stalls.within(start, start.Add(ph.end))
+		ph.runq = runQueueWait() - ph.runq
 		phases = append(phases, ph)
 		fullSize = info.GetFullSize()
 		c0 = store.counts()
@@ -342,6 +343,10 @@ type ckptPhases struct {
 	daemonSync, daemonAsync time.Duration
 	puts                    []putEvent
 	stallMax, stallSum      time.Duration
+	// runq is how long this process's threads waited for a CPU while
+	// runnable (the kernel's schedstat, summed over threads; 0 where
+	// there is none).
+	runq time.Duration
 }
 
 func (p ckptPhases) String() string {
@@ -355,9 +360,32 @@ func (p ckptPhases) String() string {
 		puts = append(puts, fmt.Sprintf("%s %s-%s (%d KiB)", putKindNames[e.kind], ms(e.start.Sub(p.start)), ms(e.end.Sub(p.start)), e.size>>10))
 	}
 	return fmt.Sprintf("total %s ms: syncs returned %s-%s (longest call %s), complete called %s; daemon's slowest sync %s async %s; "+
-		"this process stalled %s ms at most, %s in all; store calls [%s]",
+		"this process stalled %s ms at most, %s in all, its threads waited %s ms for a CPU; store calls [%s]",
 		ms(p.end), ms(p.firstSync), ms(p.lastSync), ms(p.maxSyncCall), ms(p.complete), ms(p.daemonSync), ms(p.daemonAsync),
-		ms(p.stallMax), ms(p.stallSum), strings.Join(puts, ", "))
+		ms(p.stallMax), ms(p.stallSum), ms(p.runq), strings.Join(puts, ", "))
+}
+
+// runQueueWait is the time this process's threads spent runnable but not
+// running, summed over its threads (Linux's /proc/self/task/*/schedstat,
+// second field; 0 elsewhere): the machine's load, as this process felt it.
+func runQueueWait() time.Duration {
+	dirs, err := os.ReadDir("/proc/self/task")
+	if err != nil {
+		return 0
+	}
+	var sum int64
+	for _, d := range dirs {
+		data, err := os.ReadFile(filepath.Join("/proc/self/task", d.Name(), "schedstat"))
+		if err != nil {
+			continue // the thread exited
+		}
+		if f := strings.Fields(string(data)); len(f) >= 2 {
+			if n, err := strconv.ParseInt(f[1], 10, 64); err == nil {
+				sum += n
+			}
+		}
+	}
+	return time.Duration(sum)
 }
 
 // stallProbe sleeps 1 ms at a time and keeps each sleep that overran by
