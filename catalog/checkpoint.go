@@ -254,26 +254,13 @@ func (c *Catalog) Complete(ctx context.Context, job string, id uint64, handles .
 		return nil, err
 	}
 
-	// The job file is written while retention deletes, not after: the
-	// two touch different objects, and a discard changes no part of the
-	// job file but an adoption it lists (a restart skips an adoption
-	// whose manifest is gone, as after a replicated catalog's discarder).
-	// So a completion waits for the longer of the two, not their sum: on
-	// an object store the discards are three requests in a row (manifest,
-	// listing, files), each one more chance of a slow answer in the
-	// checkpoint's time (issue 39, docs/performance.md).
-	saved := make(chan struct{})
-	go func() {
-		defer close(saved)
-		c.saveJobLogged(ctx, job)
-	}()
 	c.deleteReleased(ctx, out.releaseShared)
 	for _, d := range out.discard {
 		if err := c.discard(ctx, d); err != nil {
 			c.log.Warn("discard after a completion failed; the sweep retries", "discarded", d.ref.String(), "completed", r.String(), "err", err)
 		}
 	}
-	<-saved
+	c.saveJobLogged(ctx, job)
 	return cloneManifest(m), nil
 }
 
