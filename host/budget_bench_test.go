@@ -37,7 +37,11 @@ import (
 // on. It reports the store's PUTs per checkpoint (trigger to completion),
 // per second between checkpoints and per second overall, and the
 // checkpoint's duration at p50 and p99; the log lists the PUTs by kind
-// of object. The first checkpoint (a full upload) is not counted.
+// of object, the phases of the five slowest checkpoints and the median
+// one (ckptPhases: the tasks' synchronous parts, every store call, how
+// long this process did not run), and from which checkpoint the
+// changelog manifests went into a pack. The first checkpoint (a full
+// upload) is not counted.
 // STATED_BENCH_BUDGET_INTERVAL sets the checkpoint interval (default 1s),
 // STATED_BENCH_BUDGET_FLUSH_DELAY the changelog's --changelog-flush-delay
 // (default: the store's), STATED_BENCH_BUDGET_PACK_FILE_BYTES the
