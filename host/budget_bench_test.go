@@ -37,7 +37,11 @@ import (
 // on. It reports the store's PUTs per checkpoint (trigger to completion),
 // per second between checkpoints and per second overall, and the
 // checkpoint's duration at p50 and p99; the log lists the PUTs by kind
-// of object. The first checkpoint (a full upload) is not counted.
+// of object, the phases of the five slowest checkpoints and the median
+// one (ckptPhases: the tasks' synchronous parts, every store call, how
+// long this process did not run), and from which checkpoint the
+// changelog manifests went into a pack. The first checkpoint (a full
+// upload) is not counted.
 // STATED_BENCH_BUDGET_INTERVAL sets the checkpoint interval (default 1s),
 // STATED_BENCH_BUDGET_FLUSH_DELAY the changelog's --changelog-flush-delay
 // (default: the store's), STATED_BENCH_BUDGET_PACK_FILE_BYTES the
@@ -169,7 +173,7 @@ func runBudget(b *testing.B, r budgetRun) {
 	// task takes it when the barrier arrives.
 	type trigger struct {
 		id   uint64
-		done chan<- error
+		done chan<- snapDone
 	}
 	stop := make(chan struct{})
 	trig := make([]chan trigger, budgetTasks)
@@ -188,8 +192,9 @@ func runBudget(b *testing.B, r budgetRun) {
 				case <-stop:
 					return
 				case t := <-trig[i]:
+					t0 := time.Now()
 					_, err := in.Snapshot(ctx, t.id, false)
-					t.done <- err
+					t.done <- snapDone{err: err, at: time.Now(), took: time.Since(t0)}
 				case <-tick.C:
 					owed += float64(rate) / 100
 					for ; owed >= 1; owed-- {
@@ -200,12 +205,19 @@ func runBudget(b *testing.B, r budgetRun) {
 			}
 		}()
 	}
+	// A probe of this process's own stalls (a sleep of 1 ms that takes
+	// much longer: the process got no CPU, or the runtime paused it), to
+	// tell a slow store call whose server stalled from one whose caller
+	// did not run.
+	var stalls stallProbe
+	go stalls.run(stop)
 	var lat []time.Duration
 	var fullSize int64 // of the last checkpoint, as the catalog counts it
 	var perCkpt []putCounts
 	var between putCounts
 	var betweenTime time.Duration
 	var ckptReqs uint64 // PUT requests sent during checkpoints
+	var phases []ckptPhases
 	t0 := time.Now()
 	c0 := store.counts()
 	next := time.Now().Add(r.interval)
@@ -219,20 +231,34 @@ func runBudget(b *testing.B, r budgetRun) {
 		between = between.add(cs.sub(c0))
 		betweenTime += start.Sub(idle)
 		id++
-		done := make(chan error, budgetTasks)
+		ph := ckptPhases{start: start, runq: runQueueWait()}
+		done := make(chan snapDone, budgetTasks)
 		for i := range ins {
 			trig[i] <- trigger{id: id, done: done}
 		}
 		for range ins {
-			if err := <-done; err != nil {
-				b.Fatal(err)
+			sd := <-done
+			if sd.err != nil {
+				b.Fatal(sd.err)
 			}
+			ph.firstSync = min(cmp.Or(ph.firstSync, time.Hour), sd.at.Sub(start))
+			ph.lastSync = max(ph.lastSync, sd.at.Sub(start))
+			ph.maxSyncCall = max(ph.maxSyncCall, sd.took)
 		}
+		ph.complete = time.Since(start)
 		info, err := c.CompleteCheckpoint(ctx, "j", id)
 		if err != nil {
 			b.Fatal(err)
 		}
 		lat = append(lat, time.Since(start))
+		ph.end = lat[len(lat)-1]
+		if ct, ok := nd.Daemon().CheckpointTiming("j", id); ok {
+			ph.daemonSync, ph.daemonAsync = ct.Sync, ct.Async
+		}
+		ph.puts = store.since(start)
+		ph.stallMax, ph.stallSum = stalls.within(start, start.Add(ph.end))
+		ph.runq = runQueueWait() - ph.runq
+		phases = append(phases, ph)
 		fullSize = info.GetFullSize()
 		c0 = store.counts()
 		ckptReqs += putReqs() - r0
@@ -259,6 +285,29 @@ func runBudget(b *testing.B, r budgetRun) {
 		slow = append(slow, fmt.Sprintf("%v (%s)", lat[i].Round(time.Millisecond), perCkpt[i].per(1)))
 	}
 	b.Logf("slowest checkpoints: %s", strings.Join(slow, "; "))
+	// A changelog manifest names one range per segment since its base, so
+	// it grows with every checkpoint until the next materialization; past
+	// backend.MaxInlineBytes it no longer rides in the handle and the
+	// checkpoint writes a pack (one PUT more, and the catalog's check and
+	// later delete of it).
+	// (Without the changelog every checkpoint's files are a pack.)
+	if first := slices.IndexFunc(perCkpt, func(p putCounts) bool { return p[putPack] > 0 }); changelog && first >= 0 {
+		packed := 0
+		for _, p := range perCkpt[first:] {
+			if p[putPack] > 0 {
+				packed++
+			}
+		}
+		b.Logf("packs: from checkpoint %d of %d (%.0f s into the run), in %d of the %d from there", first+1, len(perCkpt),
+			phases[first].start.Sub(t0).Seconds(), packed, len(perCkpt)-first)
+	}
+	// Where the slowest spent their time, and the median one for scale.
+	for _, i := range order[:min(5, len(order))] {
+		b.Logf("phases of a slow checkpoint: %s", phases[i])
+	}
+	if len(order) > 0 {
+		b.Logf("phases of the median checkpoint: %s", phases[order[len(order)/2]])
+	}
 	slices.Sort(lat)
 	b.ReportMetric(float64(all.total()-between.total())/n, "PUTs/ckpt")
 	if meter.RequestsMeasured() {
@@ -275,6 +324,112 @@ func runBudget(b *testing.B, r budgetRun) {
 	}
 	b.Logf("changelog=%v flush delay=%v interval=%v state=%d B tasks=%d rate=%d/s/task checkpoints=%d: per checkpoint %s; between checkpoints per second %s",
 		changelog, nd.ChangelogWriter().Options().FlushDelay, r.interval, state, budgetTasks, rate, len(perCkpt), sum.per(n), between.per(betweenTime.Seconds()))
+}
+
+// snapDone is a task's answer to a trigger: when its Snapshot call (the
+// synchronous part) returned and how long the call took.
+type snapDone struct {
+	err  error
+	at   time.Time
+	took time.Duration
+}
+
+// ckptPhases is one checkpoint's time from its trigger, by phase: when
+// the first and the last task's synchronous part returned (and the
+// longest call), when CompleteCheckpoint was called and returned, the
+// daemon's slowest synchronous and asynchronous part (CheckpointTiming),
+// and every PUT made from the trigger to the completion with its start
+// and end.
+type ckptPhases struct {
+	start                   time.Time
+	firstSync, lastSync     time.Duration
+	maxSyncCall             time.Duration
+	complete, end           time.Duration
+	daemonSync, daemonAsync time.Duration
+	puts                    []putEvent
+	stallMax, stallSum      time.Duration
+	// runq is how long this process's threads waited for a CPU while
+	// runnable (the kernel's schedstat, summed over threads; 0 where
+	// there is none).
+	runq time.Duration
+}
+
+func (p ckptPhases) String() string {
+	ms := func(d time.Duration) string { return fmt.Sprintf("%.1f", float64(d.Microseconds())/1e3) }
+	var puts []string
+	for _, e := range p.puts {
+		if e.op != "" {
+			puts = append(puts, fmt.Sprintf("%s %s-%s (%d)", e.op, ms(e.start.Sub(p.start)), ms(e.end.Sub(p.start)), e.size))
+			continue
+		}
+		puts = append(puts, fmt.Sprintf("%s %s-%s (%d KiB)", putKindNames[e.kind], ms(e.start.Sub(p.start)), ms(e.end.Sub(p.start)), e.size>>10))
+	}
+	return fmt.Sprintf("total %s ms: syncs returned %s-%s (longest call %s), complete called %s; daemon's slowest sync %s async %s; "+
+		"this process stalled %s ms at most, %s in all, its threads waited %s ms for a CPU; store calls [%s]",
+		ms(p.end), ms(p.firstSync), ms(p.lastSync), ms(p.maxSyncCall), ms(p.complete), ms(p.daemonSync), ms(p.daemonAsync),
+		ms(p.stallMax), ms(p.stallSum), ms(p.runq), strings.Join(puts, ", "))
+}
+
+// runQueueWait is the time this process's threads spent runnable but not
+// running, summed over its threads (Linux's /proc/self/task/*/schedstat,
+// second field; 0 elsewhere): the machine's load, as this process felt it.
+func runQueueWait() time.Duration {
+	dirs, err := os.ReadDir("/proc/self/task")
+	if err != nil {
+		return 0
+	}
+	var sum int64
+	for _, d := range dirs {
+		data, err := os.ReadFile(filepath.Join("/proc/self/task", d.Name(), "schedstat"))
+		if err != nil {
+			continue // the thread exited
+		}
+		if f := strings.Fields(string(data)); len(f) >= 2 {
+			if n, err := strconv.ParseInt(f[1], 10, 64); err == nil {
+				sum += n
+			}
+		}
+	}
+	return time.Duration(sum)
+}
+
+// stallProbe sleeps 1 ms at a time and keeps each sleep that overran by
+// more than 5 ms: when this process did not run.
+type stallProbe struct {
+	mu     sync.Mutex
+	stalls []putEvent // start and end of each overrun
+}
+
+func (s *stallProbe) run(stop <-chan struct{}) {
+	for {
+		select {
+		case <-stop:
+			return
+		default:
+		}
+		t := time.Now()
+		time.Sleep(time.Millisecond)
+		if e := time.Now(); e.Sub(t) > 6*time.Millisecond {
+			s.mu.Lock()
+			s.stalls = append(s.stalls, putEvent{start: t.Add(time.Millisecond), end: e})
+			s.mu.Unlock()
+		}
+	}
+}
+
+// within returns the longest stall and the sum of the stalls that overlap
+// from..to (their parts inside it).
+func (s *stallProbe) within(from, to time.Time) (longest, sum time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, e := range s.stalls {
+		a, b := max(e.start.UnixNano(), from.UnixNano()), min(e.end.UnixNano(), to.UnixNano())
+		if b > a {
+			d := time.Duration(b - a)
+			longest, sum = max(longest, d), sum+d
+		}
+	}
+	return longest, sum
 }
 
 // budgetCheckpoint snapshots every instance at once and completes id.
@@ -348,16 +503,84 @@ func (p putCounts) per(d float64) string {
 	return fmt.Sprintf("%.2f PUTs (%s)", float64(p.total())/d, strings.Join(parts, ", "))
 }
 
-// putCounter counts the PUTs of the store it wraps by kind of object.
+// putCounter counts the PUTs of the store it wraps by kind of object and
+// keeps each one's start and end (since).
 type putCounter struct {
 	tiered.Store
-	mu sync.Mutex
-	n  putCounts
+	mu  sync.Mutex
+	n   putCounts
+	evs []putEvent
+}
+
+// putEvent is one store call: a PUT's kind of object and size, or
+// another call's name (op), with its start and end.
+type putEvent struct {
+	kind       int
+	op         string
+	size       int64
+	start, end time.Time
+}
+
+// since returns the PUTs that ended after t, in the order they started.
+func (s *putCounter) since(t time.Time) []putEvent {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []putEvent
+	for _, e := range s.evs {
+		if e.end.After(t) {
+			out = append(out, e)
+		}
+	}
+	// Forget what no later checkpoint asks for.
+	s.evs = slices.DeleteFunc(s.evs, func(e putEvent) bool { return !e.end.After(t) })
+	slices.SortFunc(out, func(a, b putEvent) int { return a.start.Compare(b.start) })
+	return out
+}
+
+func (s *putCounter) record(name string, size int64, start time.Time) {
+	s.recordOp(putEvent{kind: putKind(name), size: size, start: start})
+}
+
+func (s *putCounter) recordOp(e putEvent) {
+	e.end = time.Now()
+	s.mu.Lock()
+	s.evs = append(s.evs, e)
+	s.mu.Unlock()
+}
+
+// The other calls are traced, not counted.
+
+func (s *putCounter) Stat(ctx context.Context, name string) (tiered.ObjectInfo, error) {
+	defer s.recordOp(putEvent{op: "stat", start: time.Now()})
+	return s.Store.Stat(ctx, name)
+}
+
+func (s *putCounter) List(ctx context.Context, prefix, startAfter string, limit int) (tiered.ListPage, error) {
+	defer s.recordOp(putEvent{op: "list", start: time.Now()})
+	return s.Store.List(ctx, prefix, startAfter, limit)
+}
+
+func (s *putCounter) Delete(ctx context.Context, name string) error {
+	defer s.recordOp(putEvent{op: "delete", size: 1, start: time.Now()})
+	return s.Store.Delete(ctx, name)
+}
+
+func (s *putCounter) DeleteBatch(ctx context.Context, names []string) error {
+	defer s.recordOp(putEvent{op: "delete", size: int64(len(names)), start: time.Now()})
+	return s.Store.DeleteBatch(ctx, names)
 }
 
 func (s *putCounter) Unwrap() tiered.Store { return s.Store }
 
 func (s *putCounter) count(name string) {
+	k := putKind(name)
+	s.mu.Lock()
+	s.n[k]++
+	s.mu.Unlock()
+}
+
+// putKind is the kind of object name is.
+func putKind(name string) int {
 	k := putPrivate
 	base := path.Base(name)
 	switch {
@@ -372,9 +595,7 @@ func (s *putCounter) count(name string) {
 	case strings.HasPrefix(base, "packed-"):
 		k = putPack
 	}
-	s.mu.Lock()
-	s.n[k]++
-	s.mu.Unlock()
+	return k
 }
 
 func (s *putCounter) counts() putCounts {
@@ -385,11 +606,15 @@ func (s *putCounter) counts() putCounts {
 
 func (s *putCounter) Put(ctx context.Context, name string, r io.Reader, size int64) error {
 	s.count(name)
+	t := time.Now()
+	defer s.record(name, size, t)
 	return s.Store.Put(ctx, name, r, size)
 }
 
 func (s *putCounter) PutIfAbsent(ctx context.Context, name string, r io.Reader, size int64) error {
 	s.count(name)
+	t := time.Now()
+	defer s.record(name, size, t)
 	return s.Store.PutIfAbsent(ctx, name, r, size)
 }
 
