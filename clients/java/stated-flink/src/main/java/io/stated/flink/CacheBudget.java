@@ -36,11 +36,6 @@ final class CacheBudget implements AutoCloseable {
     return capacity / Math.max(1, caches.get());
   }
 
-  /** The caches open on the budget. */
-  int caches() {
-    return caches.get();
-  }
-
   void join() {
     caches.incrementAndGet();
   }

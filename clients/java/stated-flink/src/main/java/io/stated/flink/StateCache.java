@@ -117,11 +117,6 @@ final class StateCache {
     budget.join();
   }
 
-  /** Changes the bytes this cache holds. */
-  private void account(long delta) {
-    bytes += delta;
-  }
-
   /** Feeds an address to the filter: its state's name, key and namespace, each with its length. */
   private static final Funnel<Address> ADDRESS_FUNNEL =
       (a, into) -> {
@@ -247,10 +242,10 @@ final class StateCache {
     node.size = node.measure() + ENTRY_OVERHEAD + key.length + ns.length;
     Node old = lru.put(new Address(state, key, ns), node);
     if (old != null) {
-      account(-old.size);
+      bytes -= old.size;
       old.size = -1;
     }
-    account(node.size);
+    bytes += node.size;
     evict();
   }
 
@@ -291,7 +286,7 @@ final class StateCache {
     Node old = lru.remove(probe);
     probe.clear();
     if (old != null) {
-      account(-old.size);
+      bytes -= old.size;
       old.size = -1;
     }
   }
@@ -303,7 +298,7 @@ final class StateCache {
     }
     long fixed = node.size - node.measuredAt;
     long size = node.measure() + fixed;
-    account(size - node.size);
+    bytes += size - node.size;
     node.size = size;
     evict();
   }
@@ -315,7 +310,7 @@ final class StateCache {
     for (Iterator<Map.Entry<Address, Node>> it = lru.entrySet().iterator(); it.hasNext(); ) {
       Map.Entry<Address, Node> e = it.next();
       if (e.getKey().state.equals(state)) {
-        account(-e.getValue().size);
+        bytes -= e.getValue().size;
         e.getValue().size = -1;
         it.remove();
       }
@@ -330,7 +325,7 @@ final class StateCache {
     lru.clear();
     complete.clear();
     tracked.clear();
-    account(-bytes);
+    bytes = 0;
   }
 
   /** Drops everything and leaves the budget (once): the backend is disposed. */
@@ -353,7 +348,7 @@ final class StateCache {
       // The daemon holds the entry (write-through); only the knowledge
       // that the cache has all of the state is lost.
       complete.remove(e.getKey().state);
-      account(-e.getValue().size);
+      bytes -= e.getValue().size;
       e.getValue().size = -1;
       it.remove();
       evictions++;
