@@ -187,7 +187,7 @@ type fullSnapshotter interface {
 }
 
 // baseDropper is an lsm backend's DropBase.
-type baseDropper interface{ DropBase() }
+type baseDropper interface{ DropBase(id uint64) }
 
 // snapshotExternal is SnapshotWith for an externally owned instance: no
 // checkpoint of the job, no catalog; the asynchronous part runs in a
@@ -398,7 +398,7 @@ func (d *Daemon) ForgetExternal(inst *Instance, id uint64) error {
 	inst.Backend.NotifyCheckpointAborted(id)
 	if dropBase {
 		if b, ok := inst.Backend.(baseDropper); ok {
-			b.DropBase()
+			b.DropBase(id)
 		}
 	}
 	return nil

@@ -76,3 +76,40 @@ func TestIncrementalWritesOnlyNewSSTs(t *testing.T) {
 	r := e.open(full(), func(o *backend.Options, _ *Options) { o.Restore = []*backend.Handle{h2} })
 	sameDump(t, dump(t, r), want)
 }
+
+// TestDropBaseSparesANewerBase: an engine confirms checkpoint n and
+// forgets n-1 at once, and the daemon decides to drop the base for n-1
+// while n-1 is still the confirmed one. When n's confirmation gets to the
+// backend first, that drop must leave n's files as the base: the next
+// checkpoint reuses them. Dropping the current base does drop it.
+func TestDropBaseSparesANewerBase(t *testing.T) {
+	e := newEnv(t)
+	b := e.open(full(), nil)
+	for i := 0; i < 2000; i++ {
+		must(t, b.Put("v", key(i%127, fmt.Sprintf("user-%05d", i)), []byte("value")))
+	}
+	must(t, b.DB().Compact(context.Background(), []byte{0}, []byte{0xff}, true))
+	checkpoint(t, b, 1)
+	b.NotifyCheckpointComplete(1)
+	h2 := checkpoint(t, b, 2)
+	b.NotifyCheckpointComplete(2)
+	b.DropBase(1) // the forget of 1, decided before 2 was confirmed
+
+	must(t, b.Put("v", key(127, "late"), []byte("value")))
+	h3 := checkpoint(t, b, 3)
+	if h3.CheckpointedSize >= h3.FullSize || len(sharedPaths(h2)) == 0 {
+		t.Fatalf("checkpoint 3 wrote %d of %d bytes: the stale drop of 1 dropped 2's files from the base", h3.CheckpointedSize, h3.FullSize)
+	}
+	for p := range sharedPaths(h2) {
+		if !sharedPaths(h3)[p] {
+			t.Errorf("checkpoint 3 does not reference %s of confirmed checkpoint 2", p)
+		}
+	}
+
+	b.NotifyCheckpointComplete(3)
+	b.DropBase(3)
+	h4 := checkpoint(t, b, 4)
+	if h4.CheckpointedSize != h4.FullSize {
+		t.Errorf("checkpoint 4 wrote %d of %d bytes after its base 3 was dropped, want all", h4.CheckpointedSize, h4.FullSize)
+	}
+}

@@ -58,13 +58,21 @@ func (b *Backend) SnapshotFull(ctx context.Context, checkpointID uint64) (backen
 	return ps, nil
 }
 
-// DropBase makes later checkpoints reference no file of the confirmed or
-// restored-from checkpoint: its owner (an engine that owns the files) is
-// about to delete them. Checkpoints confirmed later become the base as
-// usual; one confirmed before is never the base again.
-func (b *Backend) DropBase() {
+// DropBase makes later checkpoints reference no file of checkpoint id
+// when it is the base (the last confirmed, or the one restored from while
+// none is confirmed): its owner (an engine that owns the files) is about
+// to delete them. Checkpoints confirmed later become the base as usual; one
+// confirmed before is never the base again. When a later checkpoint is the
+// base already, nothing changes: an engine confirms n and forgets n-1 at
+// once (Flink's completion notification carries the subsumption), and the
+// forget of n-1, decided while n-1 was still the base, must not drop n's
+// files from the base once n's confirmation won the race.
+func (b *Backend) DropBase(id uint64) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if b.inc.completed && b.inc.last != id {
+		return
+	}
 	b.inc.base = nil
 }
 
