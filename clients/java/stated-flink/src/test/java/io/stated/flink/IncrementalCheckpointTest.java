@@ -73,7 +73,7 @@ class IncrementalCheckpointTest {
   private static final int MAX = 128;
   private static Daemon daemon;
   private static Path extDir;
-  private final JobID job = new JobID();
+  private JobID job = new JobID();
 
   private final ValueStateDescriptor<String> valueDesc =
       new ValueStateDescriptor<>("v", StringSerializer.INSTANCE);
@@ -211,6 +211,120 @@ class IncrementalCheckpointTest {
         .collect(Collectors.toList());
   }
 
+  /**
+   * Completes checkpoints 1, 2, ... as Flink does (register, complete, notify, then subsume and
+   * discard the one before) until three in a row reference the same shared files, and returns the
+   * last: the base of a test that wants its next checkpoint to reuse files. Pebble compacts a fresh
+   * load in the background; a base taken while that runs shares no file with the checkpoint after
+   * it, which on a loaded machine a fixed sleep did not rule out. Three equal checkpoints 300 ms
+   * apart mean no compaction finished between them, and with no writes none starts.
+   */
+  private IncrementalRemoteKeyedStateHandle settledBase(
+      StatedKeyedStateBackend<Integer> b, SharedStateRegistryImpl registry) throws Exception {
+    IncrementalRemoteKeyedStateHandle prev = null;
+    int same = 0;
+    for (long id = 1; id <= 40; id++) {
+      IncrementalRemoteKeyedStateHandle h = snapshot(b, id, false);
+      if (prev == null) {
+        assertThat(placeholders(h)).as("nothing confirmed before 1").isEmpty();
+      }
+      for (Path f : files(h)) {
+        assertThat(f).startsWith(extDir.resolve(job.toString())).exists();
+      }
+      registry.registerAll(List.of(h), id);
+      registry.checkpointCompleted(id);
+      b.notifyCheckpointComplete(id);
+      if (prev != null) {
+        // Flink subsumes the one before: the registry deletes its shared
+        // files no later checkpoint uses, the handle its private ones and
+        // meta stream.
+        b.notifyCheckpointSubsumed(id - 1);
+        registry.unregisterUnusedState(id);
+        prev.discardState();
+        Set<Path> gone = new HashSet<>(files(prev));
+        gone.removeAll(files(h));
+        for (Path f : gone) {
+          assertThat(f).as("a file of subsumed checkpoint %d only", id - 1).doesNotExist();
+        }
+        same = sharedNames(prev).equals(sharedNames(h)) ? same + 1 : 0;
+        if (same == 2) {
+          return h;
+        }
+      }
+      prev = h;
+      Thread.sleep(300);
+    }
+    throw new AssertionError(
+        "the daemon's store still changed after 40 checkpoints without writes");
+  }
+
+  /** A test body; {@link StoreCompacted} means Pebble left it nothing to show. */
+  private interface Body {
+    void run() throws Exception;
+  }
+
+  /**
+   * Pebble compacted the base checkpoint's SSTs away before a checkpoint that should reuse them, so
+   * there was nothing to reuse: the store's doing, not the backend's, and the attempt shows
+   * nothing.
+   */
+  private static final class StoreCompacted extends Exception {
+    private static final long serialVersionUID = 1L;
+
+    StoreCompacted(long base, IncrementalRemoteKeyedStateHandle h) {
+      super(
+          "the store compacted base "
+              + base
+              + "'s SSTs away before "
+              + h.getCheckpointId()
+              + ", which holds "
+              + sharedNames(h));
+    }
+  }
+
+  /**
+   * Runs {@code body} with a fresh job, again (at most three times in all) while Pebble compacts
+   * the base away under it: its background compactions of a store this small are not the test's to
+   * time, and a fixed sleep did not rule them out on a loaded machine. A backend that reuses
+   * nothing while the base's SSTs are still in the store fails every attempt.
+   */
+  private void retryIfCompacted(Body body) throws Exception {
+    StoreCompacted last = null;
+    for (int attempt = 0; attempt < 3; attempt++) {
+      job = new JobID();
+      try {
+        body.run();
+        return;
+      } catch (StoreCompacted e) {
+        last = e;
+      }
+    }
+    throw new AssertionError("every attempt lost its base to a compaction", last);
+  }
+
+  /**
+   * Whether {@code later} holds none of the SSTs of {@code base} (by the store's file number, which
+   * names an SST whether it was reused or written anew): the store compacted them away.
+   */
+  private static boolean compactedAway(
+      IncrementalRemoteKeyedStateHandle base, IncrementalRemoteKeyedStateHandle later) {
+    Set<String> numbers = sstNumbers(later);
+    return sstNumbers(base).stream().noneMatch(numbers::contains);
+  }
+
+  /** The store's names of the SSTs of {@code h} ("000004.sst"), without the upload's prefix. */
+  private static Set<String> sstNumbers(IncrementalRemoteKeyedStateHandle h) {
+    return sharedNames(h).stream()
+        .map(p -> p.substring(p.lastIndexOf('-') + 1))
+        .collect(Collectors.toSet());
+  }
+
+  private static Set<String> sharedNames(IncrementalRemoteKeyedStateHandle h) {
+    return h.getSharedState().stream()
+        .map(HandleAndLocalPath::getLocalPath)
+        .collect(Collectors.toSet());
+  }
+
   /** The files' paths on disk (placeholders excluded). */
   private static Set<Path> files(IncrementalRemoteKeyedStateHandle h) {
     Set<Path> out = new HashSet<>();
@@ -237,6 +351,10 @@ class IncrementalCheckpointTest {
 
   @Test
   void incrementalCheckpointsRestoreRescaleAndAreDeletedByFlink() throws Exception {
+    retryIfCompacted(this::restoreRescaleAndDelete);
+  }
+
+  private void restoreRescaleAndDelete() throws Exception {
     SharedStateRegistryImpl registry = new SharedStateRegistryImpl();
     Map<Integer, String> expect = new TreeMap<>();
     StatedKeyedStateBackend<Integer> b =
@@ -244,54 +362,33 @@ class IncrementalCheckpointTest {
             open(stated(true), new KeyGroupRange(0, MAX - 1), List.of());
     write(b, 0, 4000, 0, MAX - 2, "a", expect);
 
-    // 1 flushes the load and Pebble compacts it; 2, on the settled store, is
-    // the base that Flink completes.
-    IncrementalRemoteKeyedStateHandle h1 = snapshot(b, 1, false);
-    Thread.sleep(300);
-    IncrementalRemoteKeyedStateHandle h2 = snapshot(b, 2, false);
-    for (IncrementalRemoteKeyedStateHandle h : List.of(h1, h2)) {
-      assertThat(placeholders(h)).as("nothing confirmed before " + h.getCheckpointId()).isEmpty();
-      for (Path f : files(h)) {
-        assertThat(f).startsWith(extDir.resolve(job.toString())).exists();
-      }
-    }
-    registry.registerAll(List.of(h1), 1);
-    registry.checkpointCompleted(1);
-    b.notifyCheckpointComplete(1);
-    registry.registerAll(List.of(h2), 2);
-    registry.checkpointCompleted(2);
-    b.notifyCheckpointComplete(2);
-    // Flink subsumes 1: the registry deletes its shared files no later
-    // checkpoint uses, the handle its private ones and meta stream.
-    b.notifyCheckpointSubsumed(1);
-    registry.unregisterUnusedState(2);
-    h1.discardState();
-    Set<Path> gone = new HashSet<>(files(h1));
-    gone.removeAll(files(h2));
-    for (Path f : gone) {
-      assertThat(f).as("a file of subsumed checkpoint 1 only").doesNotExist();
-    }
+    IncrementalRemoteKeyedStateHandle h2 = settledBase(b, registry);
+    long n = h2.getCheckpointId();
 
-    // A change of one key group: 3 reuses 2's files as placeholders and
-    // writes only the change.
+    // A change of one key group: the next checkpoint reuses the base's files
+    // as placeholders and writes only the change.
     Map<Integer, String> at3 = new TreeMap<>(expect);
     write(b, 4000, 4400, MAX - 1, MAX - 1, "b", at3);
-    IncrementalRemoteKeyedStateHandle h3 = snapshot(b, 3, false);
+    IncrementalRemoteKeyedStateHandle h3 = snapshot(b, n + 1, false);
+    if (compactedAway(h2, h3)) {
+      b.dispose();
+      throw new StoreCompacted(n, h3);
+    }
     Set<String> shared2 =
         h2.getSharedState().stream()
             .map(HandleAndLocalPath::getLocalPath)
             .collect(Collectors.toSet());
     assertThat(placeholders(h3).stream().map(HandleAndLocalPath::getLocalPath))
-        .as("3 reuses 2's shared files")
+        .as("%d reuses %d's shared files", n + 1, n)
         .isNotEmpty()
         .allMatch(shared2::contains);
     assertThat(h3.getCheckpointedSize() * 4)
-        .as("bytes 3 wrote against its full size " + h3.getStateSize())
+        .as("bytes %d wrote against its full size %d", n + 1, h3.getStateSize())
         .isLessThan(h3.getStateSize());
-    registry.registerAll(List.of(h3), 3);
+    registry.registerAll(List.of(h3), n + 1);
     assertThat(placeholders(h3)).as("the registry replaced the placeholders").isEmpty();
-    registry.checkpointCompleted(3);
-    b.notifyCheckpointComplete(3);
+    registry.checkpointCompleted(n + 1);
+    b.notifyCheckpointComplete(n + 1);
 
     // Writes after 3 are in no restore of it.
     write(b, 0, 50, 0, MAX - 1, "after", new TreeMap<>());
@@ -314,7 +411,7 @@ class IncrementalCheckpointTest {
         open(stated(true), new KeyGroupRange(0, MAX - 1), List.of(h3));
     IncrementalRemoteKeyedStateHandle h4;
     try {
-      h4 = snapshot(nb, 4, true);
+      h4 = snapshot(nb, n + 2, true);
     } finally {
       nb.dispose();
     }
@@ -329,7 +426,7 @@ class IncrementalCheckpointTest {
 
     // Flink discards everything: no file the daemon wrote is left.
     assertThat(filesOnDisk()).isNotEmpty();
-    registry.registerAll(List.of(h4), 4);
+    registry.registerAll(List.of(h4), n + 2);
     registry.unregisterUnusedState(Long.MAX_VALUE);
     for (IncrementalRemoteKeyedStateHandle h : List.of(h2, h3, h4)) {
       h.discardState();
@@ -349,6 +446,10 @@ class IncrementalCheckpointTest {
    */
   @Test
   void lostCompletionNotificationLosesAndLeaksNothing() throws Exception {
+    retryIfCompacted(this::lostCompletion);
+  }
+
+  private void lostCompletion() throws Exception {
     SharedStateRegistryImpl registry = new SharedStateRegistryImpl();
     Map<Integer, String> expect = new TreeMap<>();
     StatedKeyedStateBackend<Integer> b =
@@ -361,37 +462,33 @@ class IncrementalCheckpointTest {
     Map<Integer, String> at4 = new TreeMap<>();
     try {
       write(b, 0, 4000, 0, MAX - 2, "a", expect);
-      // As above: 2, on the settled store, is the base Flink completes.
-      IncrementalRemoteKeyedStateHandle h1 = snapshot(b, 1, false);
-      Thread.sleep(300);
-      h2 = snapshot(b, 2, false);
-      registry.registerAll(List.of(h1), 1);
-      registry.checkpointCompleted(1);
-      b.notifyCheckpointComplete(1);
-      registry.registerAll(List.of(h2), 2);
-      registry.checkpointCompleted(2);
-      b.notifyCheckpointComplete(2);
-      b.notifyCheckpointSubsumed(1);
-      registry.unregisterUnusedState(2);
-      h1.discardState();
+      // As above: "2" is the base on the settled store that Flink completes.
+      h2 = settledBase(b, registry);
+      long n = h2.getCheckpointId();
 
       // 3 completes in the JobManager, which subsumes and discards 2, but
       // the task never hears of it: no notifyCheckpointComplete(3), no
       // notifyCheckpointSubsumed(2).
       write(b, 4000, 4400, MAX - 1, MAX - 1, "b", expect);
-      h3 = snapshot(b, 3, false);
+      h3 = snapshot(b, n + 1, false);
       new3 = files(h3);
+      if (compactedAway(h2, h3)) {
+        throw new StoreCompacted(n, h3);
+      }
       assertThat(placeholders(h3)).as("3 reuses 2's files").isNotEmpty();
-      registry.registerAll(List.of(h3), 3);
-      registry.checkpointCompleted(3);
-      registry.unregisterUnusedState(3);
+      registry.registerAll(List.of(h3), n + 1);
+      registry.checkpointCompleted(n + 1);
+      registry.unregisterUnusedState(n + 1);
       h2.discardState();
 
       // 4 reuses the files of 2, the last checkpoint the backend knows to be
       // complete, which 3 still references, and none of 3's own.
       at4.putAll(expect);
       write(b, 4400, 4800, MAX - 1, MAX - 1, "c", at4);
-      h4 = snapshot(b, 4, false);
+      h4 = snapshot(b, n + 2, false);
+      if (compactedAway(h2, h4)) {
+        throw new StoreCompacted(n, h4);
+      }
       Set<String> shared2 =
           h2.getSharedState().stream()
               .map(HandleAndLocalPath::getLocalPath)
@@ -401,12 +498,12 @@ class IncrementalCheckpointTest {
           .isNotEmpty()
           .allMatch(shared2::contains);
       assertThat(files(h4)).as("4 references no file 3 wrote").doesNotContainAnyElementsOf(new3);
-      registry.registerAll(List.of(h4), 4);
+      registry.registerAll(List.of(h4), n + 2);
       assertThat(placeholders(h4)).as("every reused file is registered").isEmpty();
-      registry.checkpointCompleted(4);
-      b.notifyCheckpointComplete(4);
-      b.notifyCheckpointSubsumed(3);
-      registry.unregisterUnusedState(4);
+      registry.checkpointCompleted(n + 2);
+      b.notifyCheckpointComplete(n + 2);
+      b.notifyCheckpointSubsumed(n + 1);
+      registry.unregisterUnusedState(n + 2);
       h3.discardState();
 
       // Nothing of the checkpoint whose notification was lost is left: the
