@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"regexp"
 	"time"
 )
@@ -148,6 +149,14 @@ type Backend interface {
 	// Close releases the instance. Pending snapshots already returned may
 	// still run to completion.
 	Close() error
+}
+
+// RestoreReporter is an optional interface of a Backend: how its restore
+// went, by phase (times, files and bytes), as a structured log value. The
+// daemon logs it when an instance opens from a restore, so that an
+// operator sees where a slow restore spent its time.
+type RestoreReporter interface {
+	RestoreReport() slog.Value
 }
 
 // Grouper is an optional Backend extension for applying a run of blind

@@ -516,6 +516,7 @@ func (d *Daemon) Open(ctx context.Context, p OpenParams) (*Instance, error) {
 		d.m.OpenFailures.Add(1)
 		return nil, err
 	}
+	start := time.Now()
 	inst, err := d.open(ctx, p)
 	if err != nil {
 		d.m.OpenFailures.Add(1)
@@ -523,8 +524,13 @@ func (d *Daemon) Open(ctx context.Context, p OpenParams) (*Instance, error) {
 		return nil, err
 	}
 	d.m.Opens.Add(1)
-	d.log.Info("instance opened", "task", p.Task.String(), "backend", string(p.Kind),
-		"keyGroups", p.KeyGroups.String(), "instance", inst.IDString(), "restoredFrom", inst.RestoredFrom)
+	attrs := []any{"task", p.Task.String(), "backend", string(p.Kind),
+		"keyGroups", p.KeyGroups.String(), "instance", inst.IDString(), "restoredFrom", inst.RestoredFrom,
+		"took", time.Since(start)}
+	if r, ok := inst.Backend.(backend.RestoreReporter); ok && inst.RestoredFrom != 0 {
+		attrs = append(attrs, "restore", r.RestoreReport())
+	}
+	d.log.Info("instance opened", attrs...)
 	return inst, nil
 }
 

@@ -1,12 +1,14 @@
 package daemon_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -730,4 +732,60 @@ func TestExpiryDuringAFailedCompletion(t *testing.T) {
 	if list, _ := d.ListCheckpoints(ctx, "j"); len(list) != 1 || list[0].Status != "expired" {
 		t.Fatalf("history: %+v", list)
 	}
+}
+
+// TestRestoreIsLogged: an instance opened from a restore logs how long the
+// open took and, for an lsm instance, its restore's phases, so that an
+// operator can see where a slow restore spent its time.
+func TestRestoreIsLogged(t *testing.T) {
+	ctx := context.Background()
+	var logs lockedBuffer
+	e := newEnv(t, func(o *host.Options) { o.Logger = slog.New(slog.NewTextHandler(&logs, nil)) })
+	a := e.open(t, "job", 0, backend.KindLSM)
+	if err := a.Backend.Put("v", backend.Key{KeyGroup: a.KeyGroups.Start, Key: []byte("k")}, []byte("value")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.d.Snapshot(ctx, a, 1, true); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.d.CompleteCheckpoint(ctx, "job", 1, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.d.CloseInstance(a.ID, "job"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.d.Open(ctx, daemon.OpenParams{Task: a.Task, KeyGroups: a.KeyGroups, Kind: backend.KindLSM, States: valueState,
+		Restore: &daemon.RestoreSpec{Latest: true}}); err != nil {
+		t.Fatal(err)
+	}
+	var line string
+	for _, l := range strings.Split(logs.String(), "\n") {
+		if strings.Contains(l, "instance opened") && strings.Contains(l, "restoredFrom=1") {
+			line = l
+		}
+	}
+	for _, want := range []string{"took=", "restore.handles=1", "restore.total=", "restore.filesDownloaded=", "restore.open="} {
+		if !strings.Contains(line, want) {
+			t.Errorf("the restored open's log line lacks %q: %q", want, line)
+		}
+	}
+}
+
+// lockedBuffer is a bytes.Buffer for a logger written from several
+// goroutines.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
