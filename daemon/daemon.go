@@ -287,6 +287,9 @@ type Daemon struct {
 	cancelAll context.CancelFunc
 	// wg tracks asynchronous snapshot parts.
 	wg sync.WaitGroup
+	// closers tracks the background closes of instances' backends
+	// (Instance.closeInBackground); Shutdown waits for them.
+	closers sync.WaitGroup
 
 	mu        sync.Mutex
 	closing   bool
@@ -718,7 +721,7 @@ func (d *Daemon) open(ctx context.Context, p OpenParams) (*Instance, error) {
 	d.mu.Unlock()
 	if replaced {
 		d.log.Info("instance replaced", "task", task.String(), "instance", old.IDString(), "by", inst.IDString())
-		_ = old.close()
+		old.closeInBackground()
 	}
 	return inst, nil
 }
@@ -756,15 +759,12 @@ func (d *Daemon) CloseInstance(id []byte, job string) error {
 	d.removeLocked(inst)
 	d.mu.Unlock()
 	d.log.Info("instance closed", "task", inst.Task.String(), "instance", inst.IDString())
-	err = inst.close()
+	inst.closeInBackground()
 	// Its held reports go before its token does: a report under a
 	// released token is refused.
 	d.flushInstance(inst)
 	d.releaseFence(inst)
-	if d.keeper != nil {
-		d.keeper.nudge() // the instance's log was let go of
-	}
-	return err
+	return nil
 }
 
 // removeLocked unregisters inst; the caller closes it.
@@ -845,6 +845,7 @@ func (d *Daemon) Shutdown(ctx context.Context) error {
 			errs = append(errs, err)
 		}
 	}
+	d.closers.Wait()
 	if d.keeper != nil {
 		// The instances let go of their logs: delete what no retained
 		// checkpoint references (the sweep would, later).

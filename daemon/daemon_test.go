@@ -112,8 +112,16 @@ func TestLookupIsolationAndReplace(t *testing.T) {
 	if _, err := e.d.Lookup(in.ID, "a"); !errors.Is(err, daemon.ErrUnknownInstance) {
 		t.Fatalf("replaced instance still found: %v", err)
 	}
-	if err := in.Backend.Put("v", backend.Key{KeyGroup: in.KeyGroups.Start, Key: []byte("k")}, nil); !errors.Is(err, backend.ErrClosed) {
-		t.Fatalf("replaced backend still open: %v", err)
+	// The replaced backend closes in the background (the daemon's tables
+	// no longer reach it): soon, not necessarily yet.
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
+		err := in.Backend.Put("v", backend.Key{KeyGroup: in.KeyGroups.Start, Key: []byte("k")}, nil)
+		if errors.Is(err, backend.ErrClosed) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("replaced backend still open after 5 s: %v", err)
+		}
 	}
 	if err := e.d.CloseInstance(in2.ID, "b"); !errors.Is(err, daemon.ErrPermissionDenied) {
 		t.Fatalf("close by another job: %v", err)
@@ -788,4 +796,116 @@ func (l *lockedBuffer) String() string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.b.String()
+}
+
+// slowClose is a backend whose Close waits for release, as an lsm
+// backend's waits for Pebble's running compactions.
+type slowClose struct {
+	backend.Backend
+	release chan struct{}
+	closed  chan struct{}
+}
+
+func (s *slowClose) Close() error {
+	<-s.release
+	err := s.Backend.Close()
+	close(s.closed)
+	return err
+}
+
+// TestCloseDoesNotWaitForTheBackend: CloseInstance (and a replacing open)
+// answer before the backend's close ends, so a task's failover does not
+// wait for it; Shutdown waits for every such close.
+func TestCloseDoesNotWaitForTheBackend(t *testing.T) {
+	ctx := context.Background()
+	store := memstore.New()
+	cat, err := catalog.Open(ctx, catalog.Options{Store: store, GCGrace: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cat.Close()
+	set, err := openers.New(openers.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer set.Close()
+	var slow []*slowClose
+	var mu sync.Mutex
+	ops := map[backend.Kind]daemon.Opener{}
+	for k, o := range set.Openers {
+		ops[k] = o
+	}
+	heap := set.Openers[backend.KindHeap]
+	ops[backend.KindHeap] = func(ctx context.Context, opts backend.Options, env daemon.OpenEnv) (backend.Backend, error) {
+		b, err := heap(ctx, opts, env)
+		if err != nil {
+			return nil, err
+		}
+		s := &slowClose{Backend: b, release: make(chan struct{}), closed: make(chan struct{})}
+		mu.Lock()
+		slow = append(slow, s)
+		mu.Unlock()
+		return s, nil
+	}
+	d, err := daemon.New(daemon.Config{DataDir: t.TempDir(), Store: store, Catalog: cat, Openers: ops, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := daemon.OpenParams{Task: backend.TaskID{Job: "j", Operator: "op"}, KeyGroups: backend.KeyGroupRange{Start: 0, End: 127},
+		Kind: backend.KindHeap, States: valueState}
+	a, err := d.Open(ctx, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Replace = true
+	var b *daemon.Instance
+	within(t, "the open that replaces an instance", func() { b, err = d.Open(ctx, p) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	within(t, "CloseInstance", func() { err = d.CloseInstance(b.ID, "j") })
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, s := range slow {
+		select {
+		case <-s.closed:
+			t.Fatalf("backend %d closed before it was let go", i)
+		default:
+		}
+	}
+	_ = a
+	done := make(chan error, 1)
+	go func() { done <- d.Shutdown(ctx) }()
+	select {
+	case err := <-done:
+		t.Fatalf("Shutdown returned (%v) before the backends' closes ended", err)
+	case <-time.After(100 * time.Millisecond):
+	}
+	for _, s := range slow {
+		close(s.release)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	for i, s := range slow {
+		select {
+		case <-s.closed:
+		default:
+			t.Errorf("backend %d not closed when Shutdown returned", i)
+		}
+	}
+}
+
+// within runs f and fails the test if it takes more than 5 seconds (f is
+// then left blocked: the test has failed anyway).
+func within(t *testing.T, what string, f func()) {
+	t.Helper()
+	done := make(chan struct{})
+	go func() { f(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatalf("%s waited for the backend's close", what)
+	}
 }

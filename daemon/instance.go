@@ -179,6 +179,47 @@ func (in *Instance) finishSnapshot() {
 func (in *Instance) close() error {
 	in.releaseViews()
 	in.closeExternal()
+	return in.closeBackend()
+}
+
+// closeInBackground is close for an instance the daemon let go of (closed
+// by its task, or replaced by a new open of it): its views and uploads
+// stop at once, and the backend closes in the background, where an error
+// is logged. An lsm backend's close waits for Pebble's running
+// compactions, hundreds of milliseconds under a checkpointing load, and
+// the task waits for the close: Flink disposes a failed task's backend
+// before it reports the failure, so the close was part of every failover.
+// Nothing reaches the instance any more (it is out of the daemon's
+// tables); Shutdown waits for these closes.
+func (in *Instance) closeInBackground() {
+	in.releaseViews()
+	in.closeExternal()
+	d := in.d
+	d.mu.Lock()
+	if d.closing {
+		// Shutdown may be waiting for closers already: close here.
+		d.mu.Unlock()
+		if err := in.closeBackend(); err != nil {
+			d.log.Warn("instance close", "task", in.Task.String(), "instance", in.IDString(), "err", err)
+		}
+		return
+	}
+	d.closers.Add(1)
+	d.mu.Unlock()
+	go func() {
+		defer d.closers.Done()
+		if err := in.closeBackend(); err != nil {
+			d.log.Warn("instance close", "task", in.Task.String(), "instance", in.IDString(), "err", err)
+		}
+		if d.keeper != nil {
+			d.keeper.nudge() // the instance's log was let go of
+		}
+	}()
+}
+
+// closeBackend closes the backend and the restored channel state, and
+// removes the working directory once no snapshot reads it any more.
+func (in *Instance) closeBackend() error {
 	err := in.Backend.Close()
 	if errors.Is(err, backend.ErrClosed) {
 		err = nil
