@@ -484,3 +484,94 @@ func sameLocalNames(old, s *pb.ExternalSnapshot) bool {
 	}
 	return len(shared(old)) > 0
 }
+
+// TestExternalAbandonLeavesNoFile: ForgetSnapshot with abandon, for a
+// snapshot whose files the engine never got, answers with the snapshot if
+// its upload had finished (the engine deletes the files it does not hold)
+// and otherwise stops the upload, which deletes what it wrote. Either way,
+// once the engine deleted what the answer lists and it does not hold, the
+// directory holds exactly the files of the confirmed checkpoint: nothing
+// leaks, whenever the abandon comes.
+func TestExternalAbandonLeavesNoFile(t *testing.T) {
+	ctx := ctxT(t)
+	_, rpc, ext := extHarness(t, nil)
+	const job = "abandon"
+	all := backend.KeyGroupRange{Start: 0, End: backend.DefaultMaxParallelism - 1}
+	open, ws := openWire(t, rpc, extOpen(job, job, 0, 1))
+	extPut(t, ws, all, 0, 2000, "a")
+	base := extSnap(t, rpc, ws, open, job, 1, false)
+	if _, err := rpc.ConfirmSnapshot(ctx, &pb.ConfirmSnapshotRequest{InstanceId: open.InstanceId, Job: job, CheckpointId: 1}); err != nil {
+		t.Fatal(err)
+	}
+	held := map[string]bool{}
+	for _, f := range base.Files {
+		held[f.Location] = true
+	}
+	onDisk := func() map[string]bool {
+		out := map[string]bool{}
+		_ = filepath.WalkDir(filepath.Join(ext, job), func(p string, d os.DirEntry, err error) error {
+			if err == nil && !d.IsDir() {
+				out[p] = true
+			}
+			return nil
+		})
+		return out
+	}
+	finished, stopped := 0, 0
+	for id := uint64(2); id < 12; id++ {
+		// Enough new data that the upload takes a while; the abandon comes
+		// at once, or after a growing delay.
+		for k := 0; k < 4; k++ {
+			from := int(id)*40000 + k*10000
+			extPut(t, ws, all, from, from+10000, "b"+strings.Repeat("x", 200))
+		}
+		_, resp := ws.do(&pb.BatchRequest{Snapshot: &pb.SnapshotBarrier{CheckpointId: id}})
+		if resp.Snapshot.GetCode() != 0 {
+			t.Fatalf("snapshot %d: %v", id, resp.Snapshot)
+		}
+		time.Sleep(time.Duration(id-2) * 3 * time.Millisecond)
+		r, err := rpc.ForgetSnapshot(ctx, &pb.ForgetSnapshotRequest{InstanceId: open.InstanceId, Job: job, CheckpointId: id, Abandon: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s := r.Finished; s != nil {
+			finished++
+			if s.CheckpointId != id || len(s.Files) == 0 {
+				t.Fatalf("abandon %d answered %+v", id, s)
+			}
+			for _, f := range s.Files {
+				if !held[f.Location] {
+					if err := os.Remove(f.Location); err != nil {
+						t.Fatalf("the engine's delete of %s: %v", f.Location, err)
+					}
+				}
+			}
+		} else {
+			stopped++
+		}
+		for p := range onDisk() {
+			if !held[p] {
+				t.Errorf("after the abandon of %d: %s is no file of the confirmed checkpoint", id, p)
+			}
+		}
+		for p := range held {
+			if !onDisk()[p] {
+				t.Fatalf("after the abandon of %d: %s of the confirmed checkpoint is gone", id, p)
+			}
+		}
+		// A forgotten snapshot is gone for AwaitSnapshot.
+		if _, err := rpc.AwaitSnapshot(ctx, &pb.AwaitSnapshotRequest{InstanceId: open.InstanceId, Job: job, CheckpointId: id}); status.Code(err) != codes.NotFound {
+			t.Fatalf("await of abandoned %d: %v, want NotFound", id, err)
+		}
+	}
+	t.Logf("%d abandons found the upload finished, %d stopped it", finished, stopped)
+	// Without abandon, nothing is waited for nor answered.
+	extPut(t, ws, all, 0, 10, "c")
+	if _, resp := ws.do(&pb.BatchRequest{Snapshot: &pb.SnapshotBarrier{CheckpointId: 20, Wait: true}}); resp.Snapshot.GetCode() != 0 {
+		t.Fatalf("snapshot 20: %v", resp.Snapshot)
+	}
+	r, err := rpc.ForgetSnapshot(ctx, &pb.ForgetSnapshotRequest{InstanceId: open.InstanceId, Job: job, CheckpointId: 20})
+	if err != nil || r.Finished != nil {
+		t.Fatalf("forget without abandon: %v %v", r, err)
+	}
+}

@@ -33,7 +33,7 @@ import (
 // adds next to that field in stated.proto, whenever a call, field or
 // operation is added that a client may depend on; clients compare it with
 // the revision they need (client.MinProtocolVersion).
-const ProtocolVersion = 2
+const ProtocolVersion = 3
 
 // Defaults of ServerOptions.
 const (
@@ -598,10 +598,18 @@ func (s *Server) ForgetSnapshot(ctx context.Context, req *pb.ForgetSnapshotReque
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	if err := s.d.ForgetExternal(inst, req.GetCheckpointId()); err != nil {
+	x, err := s.d.ForgetExternal(ctx, inst, req.GetCheckpointId(), req.GetAbandon())
+	if err != nil {
 		return nil, toStatus(err)
 	}
-	return &pb.ForgetSnapshotResponse{}, nil
+	if x == nil {
+		return &pb.ForgetSnapshotResponse{}, nil
+	}
+	out, err := externalToPB(x)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return &pb.ForgetSnapshotResponse{Finished: out}, nil
 }
 
 // barrier takes the snapshot a batch request carries, once its operations

@@ -378,14 +378,20 @@ func (d *Daemon) ConfirmExternal(ctx context.Context, inst *Instance, id uint64)
 // restored one, the files of the base). The files are the engine's to
 // delete; the daemon deletes nothing. Forgetting an unknown id is a no-op
 // (the engine may forget what the daemon pruned or never took).
-func (d *Daemon) ForgetExternal(inst *Instance, id uint64) error {
+//
+// abandon says the engine never got the snapshot's files: ForgetExternal
+// then waits (until ctx ends) for the stopped upload, which deletes what
+// it wrote when it stops early (the lsm backend's removeWritten), and
+// returns the snapshot if it had finished, for the engine to delete its
+// files. Without abandon it returns nil.
+func (d *Daemon) ForgetExternal(ctx context.Context, inst *Instance, id uint64, abandon bool) (*ExternalSnapshot, error) {
 	e := inst.ext
 	if e == nil {
-		return fmt.Errorf("daemon: forget %d of %s: %w: instance %s is not externally owned (its checkpoints end with AbortCheckpoint)",
+		return nil, fmt.Errorf("daemon: forget %d of %s: %w: instance %s is not externally owned (its checkpoints end with AbortCheckpoint)",
 			id, inst.Task, backend.ErrInvalidArgument, inst.IDString())
 	}
 	if id == 0 {
-		return fmt.Errorf("daemon: forget of %s: %w: checkpoint id 0", inst.Task, backend.ErrInvalidArgument)
+		return nil, fmt.Errorf("daemon: forget of %s: %w: checkpoint id 0", inst.Task, backend.ErrInvalidArgument)
 	}
 	e.mu.Lock()
 	s := e.snaps[id]
@@ -401,7 +407,19 @@ func (d *Daemon) ForgetExternal(inst *Instance, id uint64) error {
 			b.DropBase(id)
 		}
 	}
-	return nil
+	if !abandon || s == nil {
+		return nil, nil
+	}
+	select {
+	case <-s.done:
+	case <-ctx.Done():
+		return nil, fmt.Errorf("daemon: abandon %d of %s: waiting for its upload to stop: %w", id, inst.Task, ctx.Err())
+	}
+	if s.err != nil {
+		// Stopped early or failed: the upload deleted what it wrote.
+		return nil, nil
+	}
+	return s.res, nil
 }
 
 // externalSnap returns snapshot id of inst, which must be externally

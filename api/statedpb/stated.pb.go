@@ -1678,6 +1678,7 @@ type OpenResponse struct {
 	//	   view barrier) and max_views_per_instance.
 	//	2: the externally owned mode (OpenRequest.external, AwaitSnapshot,
 	//	   ConfirmSnapshot, ForgetSnapshot, full_checkpoint).
+	//	3: ForgetSnapshotRequest.abandon.
 	ProtocolVersion uint32 `protobuf:"varint,19,opt,name=protocol_version,json=protocolVersion,proto3" json:"protocol_version,omitempty"`
 	// max_views_per_instance bounds the read views one instance holds at
 	// once; another fails with RESOURCE_EXHAUSTED until one is released
@@ -3241,10 +3242,20 @@ func (*ConfirmSnapshotResponse) Descriptor() ([]byte, []int) {
 }
 
 type ForgetSnapshotRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	InstanceId    []byte                 `protobuf:"bytes,1,opt,name=instance_id,json=instanceId,proto3" json:"instance_id,omitempty"`
-	Job           string                 `protobuf:"bytes,2,opt,name=job,proto3" json:"job,omitempty"`
-	CheckpointId  uint64                 `protobuf:"varint,3,opt,name=checkpoint_id,json=checkpointId,proto3" json:"checkpoint_id,omitempty"`
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	InstanceId   []byte                 `protobuf:"bytes,1,opt,name=instance_id,json=instanceId,proto3" json:"instance_id,omitempty"`
+	Job          string                 `protobuf:"bytes,2,opt,name=job,proto3" json:"job,omitempty"`
+	CheckpointId uint64                 `protobuf:"varint,3,opt,name=checkpoint_id,json=checkpointId,proto3" json:"checkpoint_id,omitempty"`
+	// abandon: the engine never got the snapshot's files (no checkpoint of
+	// the engine holds its handle: the task ends, or its snapshot failed),
+	// so nobody else can delete what it wrote. The daemon stops a running
+	// upload, which deletes the files it wrote, and waits for that; if the
+	// upload had finished, the answer's finished lists the snapshot's files
+	// for the engine to delete those it does not hold from a completed
+	// checkpoint (a snapshot lists the files it reused too). The answer
+	// comes once the upload stopped, not when it would have finished.
+	// Revision 3.
+	Abandon       bool `protobuf:"varint,4,opt,name=abandon,proto3" json:"abandon,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3300,8 +3311,18 @@ func (x *ForgetSnapshotRequest) GetCheckpointId() uint64 {
 	return 0
 }
 
+func (x *ForgetSnapshotRequest) GetAbandon() bool {
+	if x != nil {
+		return x.Abandon
+	}
+	return false
+}
+
 type ForgetSnapshotResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// finished is the snapshot an abandon found finished (unset otherwise:
+	// not abandoned, unknown, stopped before its end, or failed).
+	Finished      *ExternalSnapshot `protobuf:"bytes,1,opt,name=finished,proto3" json:"finished,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3334,6 +3355,13 @@ func (x *ForgetSnapshotResponse) ProtoReflect() protoreflect.Message {
 // Deprecated: Use ForgetSnapshotResponse.ProtoReflect.Descriptor instead.
 func (*ForgetSnapshotResponse) Descriptor() ([]byte, []int) {
 	return file_stated_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *ForgetSnapshotResponse) GetFinished() *ExternalSnapshot {
+	if x != nil {
+		return x.Finished
+	}
+	return nil
 }
 
 type CompleteCheckpointRequest struct {
@@ -6218,13 +6246,15 @@ const file_stated_proto_rawDesc = "" +
 	"instanceId\x12\x10\n" +
 	"\x03job\x18\x02 \x01(\tR\x03job\x12#\n" +
 	"\rcheckpoint_id\x18\x03 \x01(\x04R\fcheckpointId\"\x19\n" +
-	"\x17ConfirmSnapshotResponse\"o\n" +
+	"\x17ConfirmSnapshotResponse\"\x89\x01\n" +
 	"\x15ForgetSnapshotRequest\x12\x1f\n" +
 	"\vinstance_id\x18\x01 \x01(\fR\n" +
 	"instanceId\x12\x10\n" +
 	"\x03job\x18\x02 \x01(\tR\x03job\x12#\n" +
-	"\rcheckpoint_id\x18\x03 \x01(\x04R\fcheckpointId\"\x18\n" +
-	"\x16ForgetSnapshotResponse\"{\n" +
+	"\rcheckpoint_id\x18\x03 \x01(\x04R\fcheckpointId\x12\x18\n" +
+	"\aabandon\x18\x04 \x01(\bR\aabandon\"Q\n" +
+	"\x16ForgetSnapshotResponse\x127\n" +
+	"\bfinished\x18\x01 \x01(\v2\x1b.stated.v1.ExternalSnapshotR\bfinished\"{\n" +
 	"\x19CompleteCheckpointRequest\x12\x10\n" +
 	"\x03job\x18\x01 \x01(\tR\x03job\x12#\n" +
 	"\rcheckpoint_id\x18\x02 \x01(\x04R\fcheckpointId\x12'\n" +
@@ -6678,84 +6708,85 @@ var file_stated_proto_depIdxs = []int32{
 	34, // 34: stated.v1.SnapshotResponse.external:type_name -> stated.v1.ExternalSnapshot
 	35, // 35: stated.v1.ExternalSnapshot.files:type_name -> stated.v1.ExternalFile
 	34, // 36: stated.v1.AwaitSnapshotResponse.snapshot:type_name -> stated.v1.ExternalSnapshot
-	16, // 37: stated.v1.CompleteCheckpointRequest.tasks:type_name -> stated.v1.TaskId
-	11, // 38: stated.v1.CheckpointInfo.state:type_name -> stated.v1.CheckpointStatus
-	43, // 39: stated.v1.CompleteCheckpointResponse.checkpoint:type_name -> stated.v1.CheckpointInfo
-	12, // 40: stated.v1.AbortCheckpointRequest.reason_code:type_name -> stated.v1.AbortReason
-	43, // 41: stated.v1.ListCheckpointsResponse.checkpoints:type_name -> stated.v1.CheckpointInfo
-	13, // 42: stated.v1.TriggerSavepointRequest.format:type_name -> stated.v1.SavepointFormat
-	16, // 43: stated.v1.RescaleSource.task:type_name -> stated.v1.TaskId
-	17, // 44: stated.v1.RescaleSource.key_groups:type_name -> stated.v1.KeyGroupRange
-	17, // 45: stated.v1.RescaleSource.overlap:type_name -> stated.v1.KeyGroupRange
-	4,  // 46: stated.v1.RescaleSource.backend_kind:type_name -> stated.v1.BackendKind
-	17, // 47: stated.v1.RescaleSubtask.key_groups:type_name -> stated.v1.KeyGroupRange
-	52, // 48: stated.v1.RescaleSubtask.sources:type_name -> stated.v1.RescaleSource
-	53, // 49: stated.v1.PlanRescaleResponse.subtasks:type_name -> stated.v1.RescaleSubtask
-	14, // 50: stated.v1.ChannelId.direction:type_name -> stated.v1.ChannelDirection
-	58, // 51: stated.v1.ChannelBuffer.records:type_name -> stated.v1.ChannelRecord
-	57, // 52: stated.v1.ChannelChunk.channel:type_name -> stated.v1.ChannelId
-	15, // 53: stated.v1.ChannelChunk.kind:type_name -> stated.v1.ChannelKind
-	59, // 54: stated.v1.ChannelChunk.buffers:type_name -> stated.v1.ChannelBuffer
-	60, // 55: stated.v1.WriteChannelStateRequest.chunks:type_name -> stated.v1.ChannelChunk
-	60, // 56: stated.v1.ReadChannelStateResponse.chunks:type_name -> stated.v1.ChannelChunk
-	67, // 57: stated.v1.ViewOutcome.view:type_name -> stated.v1.ViewInfo
-	18, // 58: stated.v1.ViewInfo.states:type_name -> stated.v1.StateDescriptor
-	17, // 59: stated.v1.ViewInfo.key_groups:type_name -> stated.v1.KeyGroupRange
-	0,  // 60: stated.v1.ViewEntry.kind:type_name -> stated.v1.StateKind
-	3,  // 61: stated.v1.ViewEntry.number_type:type_name -> stated.v1.NumberType
-	17, // 62: stated.v1.ScanViewRequest.key_groups:type_name -> stated.v1.KeyGroupRange
-	68, // 63: stated.v1.ScanViewResponse.entries:type_name -> stated.v1.ViewEntry
-	18, // 64: stated.v1.ScanViewResponse.states:type_name -> stated.v1.StateDescriptor
-	17, // 65: stated.v1.ScanKeysRequest.key_groups:type_name -> stated.v1.KeyGroupRange
-	74, // 66: stated.v1.ScanKeysResponse.keys:type_name -> stated.v1.StateKey
-	18, // 67: stated.v1.RegisterStatesRequest.states:type_name -> stated.v1.StateDescriptor
-	18, // 68: stated.v1.RegisterStatesResponse.states:type_name -> stated.v1.StateDescriptor
-	68, // 69: stated.v1.LoadRequest.entries:type_name -> stated.v1.ViewEntry
-	20, // 70: stated.v1.Stated.Open:input_type -> stated.v1.OpenRequest
-	24, // 71: stated.v1.Stated.Batch:input_type -> stated.v1.BatchRequest
-	32, // 72: stated.v1.Stated.Snapshot:input_type -> stated.v1.SnapshotRequest
-	42, // 73: stated.v1.Stated.CompleteCheckpoint:input_type -> stated.v1.CompleteCheckpointRequest
-	45, // 74: stated.v1.Stated.AbortCheckpoint:input_type -> stated.v1.AbortCheckpointRequest
-	47, // 75: stated.v1.Stated.ListCheckpoints:input_type -> stated.v1.ListCheckpointsRequest
-	49, // 76: stated.v1.Stated.TriggerSavepoint:input_type -> stated.v1.TriggerSavepointRequest
-	51, // 77: stated.v1.Stated.PlanRescale:input_type -> stated.v1.PlanRescaleRequest
-	55, // 78: stated.v1.Stated.CloseInstance:input_type -> stated.v1.CloseRequest
-	61, // 79: stated.v1.Stated.WriteChannelState:input_type -> stated.v1.WriteChannelStateRequest
-	63, // 80: stated.v1.Stated.ReadChannelState:input_type -> stated.v1.ReadChannelStateRequest
-	69, // 81: stated.v1.Stated.ScanView:input_type -> stated.v1.ScanViewRequest
-	71, // 82: stated.v1.Stated.ReleaseView:input_type -> stated.v1.ReleaseViewRequest
-	73, // 83: stated.v1.Stated.ScanKeys:input_type -> stated.v1.ScanKeysRequest
-	76, // 84: stated.v1.Stated.CountEntries:input_type -> stated.v1.CountEntriesRequest
-	78, // 85: stated.v1.Stated.RegisterStates:input_type -> stated.v1.RegisterStatesRequest
-	80, // 86: stated.v1.Stated.Load:input_type -> stated.v1.LoadRequest
-	36, // 87: stated.v1.Stated.AwaitSnapshot:input_type -> stated.v1.AwaitSnapshotRequest
-	38, // 88: stated.v1.Stated.ConfirmSnapshot:input_type -> stated.v1.ConfirmSnapshotRequest
-	40, // 89: stated.v1.Stated.ForgetSnapshot:input_type -> stated.v1.ForgetSnapshotRequest
-	22, // 90: stated.v1.Stated.Open:output_type -> stated.v1.OpenResponse
-	31, // 91: stated.v1.Stated.Batch:output_type -> stated.v1.BatchResponse
-	33, // 92: stated.v1.Stated.Snapshot:output_type -> stated.v1.SnapshotResponse
-	44, // 93: stated.v1.Stated.CompleteCheckpoint:output_type -> stated.v1.CompleteCheckpointResponse
-	46, // 94: stated.v1.Stated.AbortCheckpoint:output_type -> stated.v1.AbortCheckpointResponse
-	48, // 95: stated.v1.Stated.ListCheckpoints:output_type -> stated.v1.ListCheckpointsResponse
-	50, // 96: stated.v1.Stated.TriggerSavepoint:output_type -> stated.v1.TriggerSavepointResponse
-	54, // 97: stated.v1.Stated.PlanRescale:output_type -> stated.v1.PlanRescaleResponse
-	56, // 98: stated.v1.Stated.CloseInstance:output_type -> stated.v1.CloseResponse
-	62, // 99: stated.v1.Stated.WriteChannelState:output_type -> stated.v1.WriteChannelStateResponse
-	64, // 100: stated.v1.Stated.ReadChannelState:output_type -> stated.v1.ReadChannelStateResponse
-	70, // 101: stated.v1.Stated.ScanView:output_type -> stated.v1.ScanViewResponse
-	72, // 102: stated.v1.Stated.ReleaseView:output_type -> stated.v1.ReleaseViewResponse
-	75, // 103: stated.v1.Stated.ScanKeys:output_type -> stated.v1.ScanKeysResponse
-	77, // 104: stated.v1.Stated.CountEntries:output_type -> stated.v1.CountEntriesResponse
-	79, // 105: stated.v1.Stated.RegisterStates:output_type -> stated.v1.RegisterStatesResponse
-	81, // 106: stated.v1.Stated.Load:output_type -> stated.v1.LoadResponse
-	37, // 107: stated.v1.Stated.AwaitSnapshot:output_type -> stated.v1.AwaitSnapshotResponse
-	39, // 108: stated.v1.Stated.ConfirmSnapshot:output_type -> stated.v1.ConfirmSnapshotResponse
-	41, // 109: stated.v1.Stated.ForgetSnapshot:output_type -> stated.v1.ForgetSnapshotResponse
-	90, // [90:110] is the sub-list for method output_type
-	70, // [70:90] is the sub-list for method input_type
-	70, // [70:70] is the sub-list for extension type_name
-	70, // [70:70] is the sub-list for extension extendee
-	0,  // [0:70] is the sub-list for field type_name
+	34, // 37: stated.v1.ForgetSnapshotResponse.finished:type_name -> stated.v1.ExternalSnapshot
+	16, // 38: stated.v1.CompleteCheckpointRequest.tasks:type_name -> stated.v1.TaskId
+	11, // 39: stated.v1.CheckpointInfo.state:type_name -> stated.v1.CheckpointStatus
+	43, // 40: stated.v1.CompleteCheckpointResponse.checkpoint:type_name -> stated.v1.CheckpointInfo
+	12, // 41: stated.v1.AbortCheckpointRequest.reason_code:type_name -> stated.v1.AbortReason
+	43, // 42: stated.v1.ListCheckpointsResponse.checkpoints:type_name -> stated.v1.CheckpointInfo
+	13, // 43: stated.v1.TriggerSavepointRequest.format:type_name -> stated.v1.SavepointFormat
+	16, // 44: stated.v1.RescaleSource.task:type_name -> stated.v1.TaskId
+	17, // 45: stated.v1.RescaleSource.key_groups:type_name -> stated.v1.KeyGroupRange
+	17, // 46: stated.v1.RescaleSource.overlap:type_name -> stated.v1.KeyGroupRange
+	4,  // 47: stated.v1.RescaleSource.backend_kind:type_name -> stated.v1.BackendKind
+	17, // 48: stated.v1.RescaleSubtask.key_groups:type_name -> stated.v1.KeyGroupRange
+	52, // 49: stated.v1.RescaleSubtask.sources:type_name -> stated.v1.RescaleSource
+	53, // 50: stated.v1.PlanRescaleResponse.subtasks:type_name -> stated.v1.RescaleSubtask
+	14, // 51: stated.v1.ChannelId.direction:type_name -> stated.v1.ChannelDirection
+	58, // 52: stated.v1.ChannelBuffer.records:type_name -> stated.v1.ChannelRecord
+	57, // 53: stated.v1.ChannelChunk.channel:type_name -> stated.v1.ChannelId
+	15, // 54: stated.v1.ChannelChunk.kind:type_name -> stated.v1.ChannelKind
+	59, // 55: stated.v1.ChannelChunk.buffers:type_name -> stated.v1.ChannelBuffer
+	60, // 56: stated.v1.WriteChannelStateRequest.chunks:type_name -> stated.v1.ChannelChunk
+	60, // 57: stated.v1.ReadChannelStateResponse.chunks:type_name -> stated.v1.ChannelChunk
+	67, // 58: stated.v1.ViewOutcome.view:type_name -> stated.v1.ViewInfo
+	18, // 59: stated.v1.ViewInfo.states:type_name -> stated.v1.StateDescriptor
+	17, // 60: stated.v1.ViewInfo.key_groups:type_name -> stated.v1.KeyGroupRange
+	0,  // 61: stated.v1.ViewEntry.kind:type_name -> stated.v1.StateKind
+	3,  // 62: stated.v1.ViewEntry.number_type:type_name -> stated.v1.NumberType
+	17, // 63: stated.v1.ScanViewRequest.key_groups:type_name -> stated.v1.KeyGroupRange
+	68, // 64: stated.v1.ScanViewResponse.entries:type_name -> stated.v1.ViewEntry
+	18, // 65: stated.v1.ScanViewResponse.states:type_name -> stated.v1.StateDescriptor
+	17, // 66: stated.v1.ScanKeysRequest.key_groups:type_name -> stated.v1.KeyGroupRange
+	74, // 67: stated.v1.ScanKeysResponse.keys:type_name -> stated.v1.StateKey
+	18, // 68: stated.v1.RegisterStatesRequest.states:type_name -> stated.v1.StateDescriptor
+	18, // 69: stated.v1.RegisterStatesResponse.states:type_name -> stated.v1.StateDescriptor
+	68, // 70: stated.v1.LoadRequest.entries:type_name -> stated.v1.ViewEntry
+	20, // 71: stated.v1.Stated.Open:input_type -> stated.v1.OpenRequest
+	24, // 72: stated.v1.Stated.Batch:input_type -> stated.v1.BatchRequest
+	32, // 73: stated.v1.Stated.Snapshot:input_type -> stated.v1.SnapshotRequest
+	42, // 74: stated.v1.Stated.CompleteCheckpoint:input_type -> stated.v1.CompleteCheckpointRequest
+	45, // 75: stated.v1.Stated.AbortCheckpoint:input_type -> stated.v1.AbortCheckpointRequest
+	47, // 76: stated.v1.Stated.ListCheckpoints:input_type -> stated.v1.ListCheckpointsRequest
+	49, // 77: stated.v1.Stated.TriggerSavepoint:input_type -> stated.v1.TriggerSavepointRequest
+	51, // 78: stated.v1.Stated.PlanRescale:input_type -> stated.v1.PlanRescaleRequest
+	55, // 79: stated.v1.Stated.CloseInstance:input_type -> stated.v1.CloseRequest
+	61, // 80: stated.v1.Stated.WriteChannelState:input_type -> stated.v1.WriteChannelStateRequest
+	63, // 81: stated.v1.Stated.ReadChannelState:input_type -> stated.v1.ReadChannelStateRequest
+	69, // 82: stated.v1.Stated.ScanView:input_type -> stated.v1.ScanViewRequest
+	71, // 83: stated.v1.Stated.ReleaseView:input_type -> stated.v1.ReleaseViewRequest
+	73, // 84: stated.v1.Stated.ScanKeys:input_type -> stated.v1.ScanKeysRequest
+	76, // 85: stated.v1.Stated.CountEntries:input_type -> stated.v1.CountEntriesRequest
+	78, // 86: stated.v1.Stated.RegisterStates:input_type -> stated.v1.RegisterStatesRequest
+	80, // 87: stated.v1.Stated.Load:input_type -> stated.v1.LoadRequest
+	36, // 88: stated.v1.Stated.AwaitSnapshot:input_type -> stated.v1.AwaitSnapshotRequest
+	38, // 89: stated.v1.Stated.ConfirmSnapshot:input_type -> stated.v1.ConfirmSnapshotRequest
+	40, // 90: stated.v1.Stated.ForgetSnapshot:input_type -> stated.v1.ForgetSnapshotRequest
+	22, // 91: stated.v1.Stated.Open:output_type -> stated.v1.OpenResponse
+	31, // 92: stated.v1.Stated.Batch:output_type -> stated.v1.BatchResponse
+	33, // 93: stated.v1.Stated.Snapshot:output_type -> stated.v1.SnapshotResponse
+	44, // 94: stated.v1.Stated.CompleteCheckpoint:output_type -> stated.v1.CompleteCheckpointResponse
+	46, // 95: stated.v1.Stated.AbortCheckpoint:output_type -> stated.v1.AbortCheckpointResponse
+	48, // 96: stated.v1.Stated.ListCheckpoints:output_type -> stated.v1.ListCheckpointsResponse
+	50, // 97: stated.v1.Stated.TriggerSavepoint:output_type -> stated.v1.TriggerSavepointResponse
+	54, // 98: stated.v1.Stated.PlanRescale:output_type -> stated.v1.PlanRescaleResponse
+	56, // 99: stated.v1.Stated.CloseInstance:output_type -> stated.v1.CloseResponse
+	62, // 100: stated.v1.Stated.WriteChannelState:output_type -> stated.v1.WriteChannelStateResponse
+	64, // 101: stated.v1.Stated.ReadChannelState:output_type -> stated.v1.ReadChannelStateResponse
+	70, // 102: stated.v1.Stated.ScanView:output_type -> stated.v1.ScanViewResponse
+	72, // 103: stated.v1.Stated.ReleaseView:output_type -> stated.v1.ReleaseViewResponse
+	75, // 104: stated.v1.Stated.ScanKeys:output_type -> stated.v1.ScanKeysResponse
+	77, // 105: stated.v1.Stated.CountEntries:output_type -> stated.v1.CountEntriesResponse
+	79, // 106: stated.v1.Stated.RegisterStates:output_type -> stated.v1.RegisterStatesResponse
+	81, // 107: stated.v1.Stated.Load:output_type -> stated.v1.LoadResponse
+	37, // 108: stated.v1.Stated.AwaitSnapshot:output_type -> stated.v1.AwaitSnapshotResponse
+	39, // 109: stated.v1.Stated.ConfirmSnapshot:output_type -> stated.v1.ConfirmSnapshotResponse
+	41, // 110: stated.v1.Stated.ForgetSnapshot:output_type -> stated.v1.ForgetSnapshotResponse
+	91, // [91:111] is the sub-list for method output_type
+	71, // [71:91] is the sub-list for method input_type
+	71, // [71:71] is the sub-list for extension type_name
+	71, // [71:71] is the sub-list for extension extendee
+	0,  // [0:71] is the sub-list for field type_name
 }
 
 func init() { file_stated_proto_init() }

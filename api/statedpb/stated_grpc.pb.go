@@ -212,8 +212,9 @@ type StatedClient interface {
 	// ForgetSnapshot tells an externally owned instance that the engine
 	// subsumed or aborted a checkpoint: its upload stops if running, the
 	// daemon drops what it remembers of it, and no later snapshot reuses its
-	// files. The daemon deletes no file: the engine does. Forgetting an
-	// unknown checkpoint succeeds. Revision 2.
+	// files. The daemon deletes no file the engine may hold: the engine
+	// does. Forgetting an unknown checkpoint succeeds. Revision 2; abandon
+	// revision 3.
 	ForgetSnapshot(ctx context.Context, in *ForgetSnapshotRequest, opts ...grpc.CallOption) (*ForgetSnapshotResponse, error)
 }
 
@@ -578,8 +579,9 @@ type StatedServer interface {
 	// ForgetSnapshot tells an externally owned instance that the engine
 	// subsumed or aborted a checkpoint: its upload stops if running, the
 	// daemon drops what it remembers of it, and no later snapshot reuses its
-	// files. The daemon deletes no file: the engine does. Forgetting an
-	// unknown checkpoint succeeds. Revision 2.
+	// files. The daemon deletes no file the engine may hold: the engine
+	// does. Forgetting an unknown checkpoint succeeds. Revision 2; abandon
+	// revision 3.
 	ForgetSnapshot(context.Context, *ForgetSnapshotRequest) (*ForgetSnapshotResponse, error)
 	mustEmbedUnimplementedStatedServer()
 }
