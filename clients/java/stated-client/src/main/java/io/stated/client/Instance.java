@@ -628,6 +628,27 @@ public final class Instance {
         .thenApply(r -> (Void) null);
   }
 
+  /**
+   * Forgets checkpoint {@code checkpointId}, whose files the engine never got (its task ends while
+   * the upload runs, or its own part of the snapshot failed): the daemon stops a running upload,
+   * which deletes what it wrote, and waits for that. Completes with the snapshot if its upload had
+   * finished first, for the engine to delete the files it does not hold from a completed checkpoint
+   * (the list includes reused files); with null otherwise (stopped, failed, or not known). Revision
+   * 3.
+   */
+  public CompletableFuture<OwnedSnapshot> abandonSnapshot(long checkpointId) {
+    return client
+        .unary(
+            StatedGrpc.FORGET_SNAPSHOT,
+            ForgetSnapshotRequest.newBuilder()
+                .setInstanceId(id)
+                .setJob(job)
+                .setCheckpointId(checkpointId)
+                .setAbandon(true)
+                .build())
+        .thenApply(r -> r.hasFinished() ? OwnedSnapshot.of(r.getFinished()) : null);
+  }
+
   /** {@link #snapshot(long, boolean, TaskCheckpointStats)} without waiting or statistics. */
   public CompletableFuture<SnapshotResponse> snapshot(long checkpointId) {
     return snapshot(checkpointId, false, null);

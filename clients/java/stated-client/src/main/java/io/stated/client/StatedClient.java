@@ -308,11 +308,13 @@ public final class StatedClient implements AutoCloseable {
   public static final int MIN_PROTOCOL_VERSION = 1;
 
   /**
-   * The revision an externally owned instance ({@link #openExternal}) needs: 2 added the mode. An
-   * older daemon would ignore {@code OpenRequest.external} and open an instance whose checkpoints
-   * it owns itself, so {@link #open} checks it for every request with {@code external} set.
+   * The revision an externally owned instance ({@link #openExternal}) needs: 2 added the mode, 3
+   * the abandon of a snapshot ({@link Instance#abandonSnapshot}), without which a task that ends
+   * during an upload waits for it to finish or leaves its files behind. A daemon before 2 would
+   * ignore {@code OpenRequest.external} and open an instance whose checkpoints it owns itself, so
+   * {@link #open} checks it for every request with {@code external} set.
    */
-  public static final int EXTERNAL_PROTOCOL_VERSION = 2;
+  public static final int EXTERNAL_PROTOCOL_VERSION = 3;
 
   /**
    * The failure for a daemon whose revision is older than what the request needs ({@link
@@ -334,8 +336,9 @@ public final class StatedClient implements AutoCloseable {
             + need
             + " or later"
             + (external
-                ? " for an externally owned instance (OpenRequest.external; an older daemon would"
-                    + " own its checkpoint files itself)"
+                ? " for an externally owned instance (OpenRequest.external, and the abandon of"
+                    + " a snapshot; a daemon before revision 2 would own its checkpoint files"
+                    + " itself)"
                 : " (read views, key scans, bulk load)")
             + ": upgrade the daemon to the release of this client";
     return new StatedException(Status.Code.FAILED_PRECONDITION, msg);

@@ -214,6 +214,16 @@ class ExternalOwnershipTest {
     // Forgotten, 4 cannot be awaited any more.
     e = assertThrows(StatedException.class, () -> StatedException.await(inst.awaitSnapshot(4)));
     assertEquals(Status.Code.NOT_FOUND, e.code(), e.getMessage());
+    // Abandoning a finished snapshot answers with it (its files are the client's to delete);
+    // abandoning an unknown one with nothing.
+    StatedException.await(inst.snapshotExternal(5, false));
+    StatedException.await(inst.awaitSnapshot(5));
+    OwnedSnapshot a5 = StatedException.await(inst.abandonSnapshot(5));
+    assertEquals(5, a5.checkpointId());
+    assertFalse(a5.files().isEmpty(), "the abandoned snapshot lists no file");
+    assertEquals(null, StatedException.await(inst.abandonSnapshot(5)), "abandoned twice");
+    e = assertThrows(StatedException.class, () -> StatedException.await(inst.awaitSnapshot(5)));
+    assertEquals(Status.Code.NOT_FOUND, e.code(), e.getMessage());
     StatedException.await(inst.closeInstance());
 
     // Restore into a new job id from snapshot 3's handle (incremental: it references 2's shared

@@ -93,19 +93,19 @@ class ProtocolVersionTest {
   }
 
   @Test
-  void externalOpenNeedsRevisionTwo() throws Exception {
+  void externalOpenNeedsRevisionThree() throws Exception {
     List<ByteString> closed = new CopyOnWriteArrayList<>();
     StatedException e =
         withServer(
-            daemonOfRevision(1, closed),
-            // Revision 1 serves every other Open, but would ignore OpenRequest.external.
+            daemonOfRevision(2, closed),
+            // Revision 2 serves every other Open, and external ones without abandon.
             c ->
                 assertThrows(
                     StatedException.class,
                     () -> StatedException.await(c.openExternal(REQ, "ckpts/j", List.of()))));
     assertEquals(Status.Code.FAILED_PRECONDITION, e.code(), e.getMessage());
     assertTrue(
-        e.getMessage().contains("speaks protocol revision 1")
+        e.getMessage().contains("speaks protocol revision 2")
             && e.getMessage()
                 .contains("needs revision " + StatedClient.EXTERNAL_PROTOCOL_VERSION + " or later")
             && e.getMessage().contains("externally owned"),

@@ -13,6 +13,7 @@ import java.util.Map;
 import java.util.Set;
 import java.util.TreeMap;
 import java.util.UUID;
+import java.util.concurrent.CompletableFuture;
 import org.apache.flink.core.fs.Path;
 import org.apache.flink.runtime.state.IncrementalKeyedStateHandle.HandleAndLocalPath;
 import org.apache.flink.runtime.state.IncrementalRemoteKeyedStateHandle;
@@ -105,8 +106,10 @@ final class ExternalSnapshots {
 
   /**
    * The snapshot of daemon id {@code daemonId} will not reach Flink (its asynchronous part failed
-   * or was cancelled): deletes the files it wrote, once the daemon says which ({@code s} if known
-   * already), and forgets it. Files it reused belong to completed checkpoints and stay.
+   * or was cancelled): deletes the files it wrote and forgets it. With {@code s} (the files are
+   * known already) it deletes them; otherwise the daemon abandons it (stops a running upload, which
+   * deletes what it wrote, and lists the files of one that had finished). Files it reused belong to
+   * completed checkpoints and stay.
    */
   void abandon(long daemonId, OwnedSnapshot s) {
     if (!claim(daemonId)) {
@@ -117,19 +120,26 @@ final class ExternalSnapshots {
       forgetDaemonId(daemonId);
       return;
     }
-    inst.awaitSnapshot(daemonId)
+    abandonInDaemon(daemonId);
+  }
+
+  private CompletableFuture<OwnedSnapshot> abandonInDaemon(long daemonId) {
+    return inst.abandonSnapshot(daemonId)
         .whenComplete(
             (r, err) -> {
               if (r != null) {
                 deleteNew(r);
+              } else if (err != null) {
+                report("abandon", daemonId, err);
               }
-              forgetDaemonId(daemonId);
             });
   }
 
   /**
-   * Before the instance closes: waits (at most {@code timeoutMillis} in all) for the snapshots
-   * whose files Flink has not got, e.g. one the task's end cut short, and deletes their files.
+   * Before the instance closes: abandons the snapshots whose files Flink has not got, e.g. one the
+   * task's end cut short, waiting (at most {@code timeoutMillis} in all) for the daemon to stop
+   * their uploads, not for the uploads to finish. A task's end, a failover's first step, so does
+   * not wait for its last checkpoint's upload.
    */
   void abandonPending(long timeoutMillis) {
     List<Long> ids;
@@ -137,19 +147,19 @@ final class ExternalSnapshots {
       ids = new ArrayList<>(pending);
       pending.clear();
     }
-    long deadline = System.nanoTime() + timeoutMillis * 1_000_000L;
+    List<CompletableFuture<OwnedSnapshot>> all = new ArrayList<>();
     for (long id : ids) {
-      try {
-        long left = Math.max(1, (deadline - System.nanoTime()) / 1_000_000L);
-        deleteNew(inst.awaitSnapshot(id).get(left, java.util.concurrent.TimeUnit.MILLISECONDS));
-      } catch (InterruptedException e) {
-        Thread.currentThread().interrupt();
-        return;
-      } catch (Exception e) {
-        // Failed or not done in time: the daemon stops it at close, and
-        // what it wrote is not known here (docs/flink.md says so).
-        LOG.debug("stated: abandoned snapshot {}: {}", id, e.getMessage());
-      }
+      all.add(abandonInDaemon(id));
+    }
+    try {
+      CompletableFuture.allOf(all.toArray(new CompletableFuture<?>[0]))
+          .get(timeoutMillis, java.util.concurrent.TimeUnit.MILLISECONDS);
+    } catch (InterruptedException e) {
+      Thread.currentThread().interrupt();
+    } catch (Exception e) {
+      // Failed or not stopped in time: the daemon stops it at close, and
+      // a stopped upload deletes what it wrote (docs/flink.md).
+      LOG.debug("stated: abandoning snapshots {}: {}", ids, e.getMessage());
     }
   }
 

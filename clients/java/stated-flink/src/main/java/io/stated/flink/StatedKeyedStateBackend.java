@@ -455,7 +455,7 @@ public class StatedKeyedStateBackend<K> extends AbstractKeyedStateBackend<K> {
 
   static final long VIEW_WAIT_MILLIS = 60_000;
 
-  /** How long dispose waits for unfinished incremental snapshots to delete their files. */
+  /** How long dispose waits for the daemon to stop the uploads of unfinished snapshots. */
   static final long ABANDON_WAIT_MILLIS = 10_000;
 
   /**

@@ -531,6 +531,47 @@ class IncrementalCheckpointTest {
     assertThat(filesOnDisk()).as("files left after Flink discarded every checkpoint").isEmpty();
   }
 
+  /**
+   * A task that ends while its last snapshot's upload runs (a failover's first step, or a cancel)
+   * never hands that snapshot to Flink: dispose abandons it, and afterwards the directory holds
+   * exactly the files of the checkpoint Flink completed, whether the upload was stopped or had
+   * finished (the abandon comes at once, or after a while).
+   */
+  @Test
+  void disposeDuringAnUploadLeavesOnlyTheCompletedCheckpoint() throws Exception {
+    for (long delay : new long[] {0, 30, 300}) {
+      job = new JobID();
+      SharedStateRegistryImpl registry = new SharedStateRegistryImpl();
+      StatedKeyedStateBackend<Integer> b =
+          (StatedKeyedStateBackend<Integer>)
+              open(stated(true), new KeyGroupRange(0, MAX - 1), List.of());
+      IncrementalRemoteKeyedStateHandle h1;
+      try {
+        write(b, 0, 2000, 0, MAX - 1, "a", new TreeMap<>());
+        h1 = snapshot(b, 1, false);
+        registry.registerAll(List.of(h1), 1);
+        registry.checkpointCompleted(1);
+        b.notifyCheckpointComplete(1);
+        write(b, 2000, 40000, 0, MAX - 1, "b", new TreeMap<>());
+        // The synchronous part only: the daemon uploads, nobody awaits.
+        b.snapshot(
+            2,
+            0,
+            new MemCheckpointStreamFactory(64 << 20),
+            CheckpointOptions.forCheckpointWithDefaultLocation());
+        Thread.sleep(delay);
+      } finally {
+        b.dispose();
+      }
+      assertThat(filesOnDisk())
+          .as("files once the task ended %d ms into checkpoint 2's upload", delay)
+          .isEqualTo(files(h1));
+      registry.unregisterUnusedState(Long.MAX_VALUE);
+      h1.discardState();
+      assertThat(filesOnDisk()).as("files once Flink discarded checkpoint 1").isEmpty();
+    }
+  }
+
   @Test
   void incrementalHandlesNeedTheIncrementalOption() throws Exception {
     CheckpointableKeyedStateBackend<Integer> b =
