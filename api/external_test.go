@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -363,9 +364,21 @@ func TestExternalRestoreFromHandles(t *testing.T) {
 
 	t.Run("into a new job id", func(t *testing.T) {
 		const job = "new"
+		for _, f := range oldSnaps[0].Files {
+			if n := links(t, f.Location); n != 1 {
+				t.Fatalf("%s has %d links before the restore", f.Location, n)
+			}
+		}
 		open, ws := openWire(t, rpc, extOpen(job, job, 0, 2, handles[0]))
 		if open.RestoredCheckpointId != 7 {
 			t.Errorf("restored checkpoint %d, want 7", open.RestoredCheckpointId)
+		}
+		// The restore linked the engine's SSTs into the instance instead
+		// of copying them: a second name for each.
+		for _, f := range oldSnaps[0].Files {
+			if n := links(t, f.Location); f.Shared && n < 2 {
+				t.Errorf("restored SST %s has %d link(s): it was copied, not linked", f.Location, n)
+			}
 		}
 		check(t, open, ws, job, backend.KeyGroupRangeForOperator(maxPar, 2, 0))
 		// The checkpoint restored from counts as confirmed: its shared
@@ -428,6 +441,27 @@ func TestExternalRestoreFromHandles(t *testing.T) {
 					t.Errorf("%s: %v does not say %q", c.name, err, s)
 				}
 			}
+		}
+
+		// A handle whose file was damaged on disk: the restore, which
+		// links the file instead of copying it, checks it all the same.
+		for _, f := range oldSnaps[1].Files {
+			if !f.Shared {
+				continue
+			}
+			b, err := os.ReadFile(f.Location)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b[len(b)/2] ^= 0x40
+			if err := os.WriteFile(f.Location, b, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			_, err = rpc.Open(ctx, extOpen("bad5b", "bad5b", 1, 2, handles[1]))
+			if status.Code(err) != codes.DataLoss || !strings.Contains(err.Error(), f.Path) {
+				t.Errorf("restore of a handle with a damaged file: %v, want DataLoss naming %s", err, f.Path)
+			}
+			break
 		}
 
 		// A handle whose file the engine deleted: the error names it.
@@ -574,4 +608,18 @@ func TestExternalAbandonLeavesNoFile(t *testing.T) {
 	if err != nil || r.Finished != nil {
 		t.Fatalf("forget without abandon: %v %v", r, err)
 	}
+}
+
+// links is the number of hard links of the file at p.
+func links(t *testing.T, p string) uint64 {
+	t.Helper()
+	fi, err := os.Stat(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok {
+		t.Skip("no link counts on this platform")
+	}
+	return uint64(st.Nlink)
 }

@@ -344,12 +344,15 @@ func New(cfg Config) (*Daemon, error) {
 	var extStore tiered.Store
 	if cfg.ExternalDir != "" {
 		// Files only (no packs: Put never packs), so each file of an
-		// externally owned snapshot is a file the engine can hold.
+		// externally owned snapshot is a file the engine can hold. A
+		// restore links them into the instance instead of copying: the
+		// engine's restores read every file of a handle (a failover's
+		// critical path), and neither side writes a file in place.
 		st, err := localfs.Open(cfg.ExternalDir)
 		if err != nil {
 			return nil, fmt.Errorf("daemon: external directory: %w", err)
 		}
-		extStore = st
+		extStore = localfs.Linkable(st)
 	}
 	nonce := make([]byte, 6)
 	if _, err := rand.Read(nonce); err != nil {
