@@ -616,17 +616,7 @@ func TestIdleInstancesAreReaped(t *testing.T) {
 // so New refuses a timeout the catalog's sweep would not wait for.
 func TestCheckpointTimeoutWithinGrace(t *testing.T) {
 	ctx := context.Background()
-	store := memstore.New()
-	cat, err := catalog.Open(ctx, catalog.Options{Store: store, GCGrace: time.Hour})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cat.Close()
-	set, err := openers.New(openers.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer set.Close()
+	store, cat, set := catalogAndOpeners(t)
 	cfg := daemon.Config{DataDir: t.TempDir(), Store: store, Catalog: cat, Openers: set.Openers, Logger: quiet,
 		CheckpointTimeout: time.Hour}
 	if _, err := daemon.New(cfg); err == nil || !strings.Contains(err.Error(), "gc grace") {
@@ -818,17 +808,7 @@ func (s *slowClose) Close() error {
 // wait for it; Shutdown waits for every such close.
 func TestCloseDoesNotWaitForTheBackend(t *testing.T) {
 	ctx := context.Background()
-	store := memstore.New()
-	cat, err := catalog.Open(ctx, catalog.Options{Store: store, GCGrace: time.Hour})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cat.Close()
-	set, err := openers.New(openers.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer set.Close()
+	store, cat, set := catalogAndOpeners(t)
 	var slow []*slowClose
 	var mu sync.Mutex
 	ops := map[backend.Kind]daemon.Opener{}
@@ -908,4 +888,23 @@ func within(t *testing.T, what string, f func()) {
 	case <-time.After(5 * time.Second):
 		t.Fatalf("%s waited for the backend's close", what)
 	}
+}
+
+// catalogAndOpeners is a catalog (gc grace one hour) on a new in-memory
+// store and the default openers, for a daemon a test assembles itself;
+// both are closed when the test ends.
+func catalogAndOpeners(t *testing.T) (*memstore.Store, *catalog.Catalog, *openers.Set) {
+	t.Helper()
+	store := memstore.New()
+	cat, err := catalog.Open(context.Background(), catalog.Options{Store: store, GCGrace: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cat.Close() })
+	set, err := openers.New(openers.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { set.Close() })
+	return store, cat, set
 }

@@ -16,6 +16,7 @@ import io.stated.api.v1.CloseRequest;
 import io.stated.api.v1.ConfirmSnapshotRequest;
 import io.stated.api.v1.CountEntriesRequest;
 import io.stated.api.v1.ForgetSnapshotRequest;
+import io.stated.api.v1.ForgetSnapshotResponse;
 import io.stated.api.v1.KeyGroupRange;
 import io.stated.api.v1.Op;
 import io.stated.api.v1.OpType;
@@ -617,15 +618,7 @@ public final class Instance {
    * daemon deletes none). Forgetting an unknown checkpoint succeeds.
    */
   public CompletableFuture<Void> forgetSnapshot(long checkpointId) {
-    return client
-        .unary(
-            StatedGrpc.FORGET_SNAPSHOT,
-            ForgetSnapshotRequest.newBuilder()
-                .setInstanceId(id)
-                .setJob(job)
-                .setCheckpointId(checkpointId)
-                .build())
-        .thenApply(r -> (Void) null);
+    return forget(checkpointId, false).thenApply(r -> (Void) null);
   }
 
   /**
@@ -637,16 +630,19 @@ public final class Instance {
    * 3.
    */
   public CompletableFuture<OwnedSnapshot> abandonSnapshot(long checkpointId) {
-    return client
-        .unary(
-            StatedGrpc.FORGET_SNAPSHOT,
-            ForgetSnapshotRequest.newBuilder()
-                .setInstanceId(id)
-                .setJob(job)
-                .setCheckpointId(checkpointId)
-                .setAbandon(true)
-                .build())
+    return forget(checkpointId, true)
         .thenApply(r -> r.hasFinished() ? OwnedSnapshot.of(r.getFinished()) : null);
+  }
+
+  private CompletableFuture<ForgetSnapshotResponse> forget(long checkpointId, boolean abandon) {
+    return client.unary(
+        StatedGrpc.FORGET_SNAPSHOT,
+        ForgetSnapshotRequest.newBuilder()
+            .setInstanceId(id)
+            .setJob(job)
+            .setCheckpointId(checkpointId)
+            .setAbandon(abandon)
+            .build());
   }
 
   /** {@link #snapshot(long, boolean, TaskCheckpointStats)} without waiting or statistics. */
