@@ -195,22 +195,23 @@ func (in *Instance) closeInBackground() {
 	in.releaseViews()
 	in.closeExternal()
 	d := in.d
+	closeBackend := func() {
+		if err := in.closeBackend(); err != nil {
+			d.log.Warn("instance close", "task", in.Task.String(), "instance", in.IDString(), "err", err)
+		}
+	}
 	d.mu.Lock()
 	if d.closing {
 		// Shutdown may be waiting for closers already: close here.
 		d.mu.Unlock()
-		if err := in.closeBackend(); err != nil {
-			d.log.Warn("instance close", "task", in.Task.String(), "instance", in.IDString(), "err", err)
-		}
+		closeBackend()
 		return
 	}
 	d.closers.Add(1)
 	d.mu.Unlock()
 	go func() {
 		defer d.closers.Done()
-		if err := in.closeBackend(); err != nil {
-			d.log.Warn("instance close", "task", in.Task.String(), "instance", in.IDString(), "err", err)
-		}
+		closeBackend()
 		if d.keeper != nil {
 			d.keeper.nudge() // the instance's log was let go of
 		}

@@ -94,32 +94,28 @@ type RestoreStats struct {
 // that started empty).
 func (b *Backend) RestoreStats() RestoreStats { return b.rstats }
 
-// RestoreReport implements backend.RestoreReporter: RestoreStats' phases
-// that took part (a zero count or time is left out).
+// RestoreReport implements backend.RestoreReporter: RestoreStats' counts,
+// and the time of each phase that ran (a zero time is left out).
 func (b *Backend) RestoreReport() slog.Value {
 	s := b.rstats
-	var a []slog.Attr
-	add := func(a0 slog.Attr, nonzero bool) {
-		if nonzero {
-			a = append(a, a0)
+	a := []slog.Attr{
+		slog.Int("handles", s.Handles),
+		slog.Duration("total", s.Total),
+		slog.Int("filesDownloaded", s.FilesDownloaded),
+		slog.Int64("bytesDownloaded", s.BytesDownloaded),
+		slog.Int("filesFromCache", s.FilesFromCache),
+		slog.Int("filesSkipped", s.FilesSkipped),
+		slog.Int("filesReferenced", s.FilesReferenced),
+	}
+	for _, p := range []struct {
+		name string
+		d    time.Duration
+	}{{"download", s.Download}, {"downloadExtra", s.DownloadExtra}, {"open", s.Open}, {"clip", s.Clip},
+		{"copy", s.Copy}, {"graft", s.Graft}, {"rewrite", s.Rewrite}, {"check", s.Check}, {"ingest", s.Ingest}} {
+		if p.d > 0 {
+			a = append(a, slog.Duration(p.name, p.d))
 		}
 	}
-	add(slog.Int("handles", s.Handles), true)
-	add(slog.Duration("total", s.Total), true)
-	add(slog.Int("filesDownloaded", s.FilesDownloaded), true)
-	add(slog.Int64("bytesDownloaded", s.BytesDownloaded), true)
-	add(slog.Int("filesFromCache", s.FilesFromCache), s.FilesFromCache > 0)
-	add(slog.Int("filesSkipped", s.FilesSkipped), s.FilesSkipped > 0)
-	add(slog.Int("filesReferenced", s.FilesReferenced), s.FilesReferenced > 0)
-	add(slog.Duration("download", s.Download), s.Download > 0)
-	add(slog.Duration("downloadExtra", s.DownloadExtra), s.DownloadExtra > 0)
-	add(slog.Duration("open", s.Open), s.Open > 0)
-	add(slog.Duration("clip", s.Clip), s.Clip > 0)
-	add(slog.Duration("copy", s.Copy), s.Copy > 0)
-	add(slog.Duration("graft", s.Graft), s.Graft > 0)
-	add(slog.Duration("rewrite", s.Rewrite), s.Rewrite > 0)
-	add(slog.Duration("check", s.Check), s.Check > 0)
-	add(slog.Duration("ingest", s.Ingest), s.Ingest > 0)
 	return slog.GroupValue(a...)
 }
 
