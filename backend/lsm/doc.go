@@ -168,8 +168,8 @@
 // # Caveats
 //
 // The number of files in a handle is bounded by the LSM shape, not by the
-// number of checkpoints (FLINK-26050): L0 is compacted once it holds
-// L0CompactionThreshold (4) files, and the levels below hold about
+// number of checkpoints (FLINK-26050): L0 is compacted once it holds four
+// sublevels (l0CompactionThreshold), and the levels below hold about
 // FullSize/TargetFileSize files (the same target on every level), plus
 // three or four private files. A 10 GiB state with the default 16 MiB
 // target has about 650 files, each about 200 bytes in the handle.

@@ -244,6 +244,19 @@ func (b *Backend) pebbleOptions(readOnly bool) *pebble.Options {
 
 		DisableAutomaticCompactions: b.lo.DisableAutomaticCompactions,
 		DisableTableStats:           b.lo.noTableStats,
+
+		// Pebble scores level 0 as twice its sublevels over this
+		// threshold, so its default (4) compacts at every second flush, and
+		// every snapshot flushes. A compaction of level 0 into the level
+		// below rewrites every table its keys overlap, which for changes
+		// spread over the key space is the whole level: with the default,
+		// every second incremental checkpoint re-uploaded the whole of a
+		// small store. 8 compacts at four sublevels, as RocksDB does at its
+		// level0_file_num_compaction_trigger of 4 (Flink's setting), and
+		// leaves three checkpoints in four small. The stop threshold keeps
+		// its distance above it.
+		L0CompactionThreshold: l0CompactionThreshold,
+		L0StopWritesThreshold: l0StopWritesThreshold,
 	}
 	// The same target on every level (RocksDB's multiplier 1, as Flink
 	// uses), not Pebble's doubling: files stay small at the bottom too, so

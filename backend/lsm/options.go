@@ -30,6 +30,12 @@ const (
 	DefaultMaxManifestFileSize = 4 << 20
 )
 
+// Level-0 thresholds of every store (see pebbleOptions).
+const (
+	l0CompactionThreshold = 8
+	l0StopWritesThreshold = 20
+)
+
 // Options are the lsm-specific options of Open.
 type Options struct {
 	// Dir is this instance's local working directory. Required. Open
