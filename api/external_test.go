@@ -1,7 +1,9 @@
 package api_test
 
 import (
+	"cmp"
 	"fmt"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -15,6 +17,8 @@ import (
 	pb "github.com/statedhq/stated/api/statedpb"
 	"github.com/statedhq/stated/backend"
 	"github.com/statedhq/stated/host"
+	"github.com/statedhq/stated/tiered/s3store"
+	"github.com/statedhq/stated/tiered/s3store/s3test"
 )
 
 // The externally owned mode (issue 33), from outside through the
@@ -79,6 +83,9 @@ func extSnap(t *testing.T, rpc pb.StatedClient, ws *wireStream, open *pb.OpenRes
 		t.Fatalf("snapshot %d: %+v", id, s)
 	}
 	for _, f := range s.Files {
+		if strings.HasPrefix(f.Location, "s3://") {
+			continue // TestExternalOnS3 checks its objects
+		}
 		fi, err := os.Stat(f.Location)
 		if err != nil || fi.Size() != f.Size {
 			t.Fatalf("snapshot %d: file %s: %v (size %d, listed %d)", id, f.Location, err, fi.Size(), f.Size)
@@ -622,4 +629,91 @@ func links(t *testing.T, p string) uint64 {
 		t.Fatalf("%s: no link count in %T (the daemon's platforms all have one)", p, fi.Sys())
 	}
 	return uint64(st.Nlink)
+}
+
+// TestExternalOnS3: with an s3:// external directory the files of an
+// externally owned instance are objects under that prefix, listed by the
+// s3:// URLs an engine's own S3 file system reaches (Flink's S3 plugin);
+// a later snapshot reuses a confirmed one's objects, and a restore into a
+// new job, rescaled, reads them back. A deleted object fails the restore
+// naming it.
+func TestExternalOnS3(t *testing.T) {
+	ctx := ctxT(t)
+	so, _ := s3test.Options(t)
+	prefix := strings.TrimPrefix(so.Prefix+"/ext", "/")
+	base := "s3://" + so.Bucket + "/" + prefix
+	h := startDaemon(t, harnessOpts{node: func(o *host.Options) {
+		o.ExternalDir = base + "?path-style=true&endpoint=" + url.QueryEscape(so.Endpoint)
+		o.S3.AccessKeyID, o.S3.SecretAccessKey, o.S3.Region = so.AccessKeyID, so.SecretAccessKey, cmp.Or(so.Region, "us-east-1")
+	}})
+	rpc := rawConn(t, h)
+	check := so
+	check.Prefix = prefix
+	objects, err := s3store.Open(ctx, check)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer objects.Close()
+
+	const job, keys = "flinkjob", 3000
+	all := backend.KeyGroupRange{Start: 0, End: backend.DefaultMaxParallelism - 1}
+	open, ws := openWire(t, rpc, extOpen(job, job, 0, 1))
+	extPut(t, ws, all, 0, keys, "a")
+	s1 := extSnap(t, rpc, ws, open, job, 1, false)
+	for _, f := range s1.Files {
+		if want := base + "/" + f.Path; f.Location != want {
+			t.Errorf("file %s is at %s, want %s", f.Path, f.Location, want)
+		}
+		info, err := objects.Stat(ctx, f.Path)
+		if err != nil || info.Size != f.Size {
+			t.Fatalf("object %s: %v (size %d, listed %d)", f.Path, err, info.Size, f.Size)
+		}
+	}
+	if _, err := rpc.ConfirmSnapshot(ctx, &pb.ConfirmSnapshotRequest{InstanceId: open.InstanceId, Job: job, CheckpointId: 1}); err != nil {
+		t.Fatal(err)
+	}
+	s2 := extSnap(t, rpc, ws, open, job, 2, false)
+	if reused, _ := reusedFrom(s2, s1); len(reused) == 0 {
+		t.Errorf("snapshot 2 reuses none of the confirmed snapshot's objects: %v\n%v", s1.Files, s2.Files)
+	}
+	if _, err := rpc.CloseInstance(ctx, &pb.CloseRequest{InstanceId: open.InstanceId, Job: job}); err != nil {
+		t.Fatal(err)
+	}
+
+	// A restore into a new job at parallelism 2 reads every key back.
+	for sub := range 2 {
+		kg := backend.KeyGroupRangeForOperator(backend.DefaultMaxParallelism, 2, sub)
+		o, ws := openWire(t, rpc, extOpen("rescaled", "rescaled", sub, 2, s2.TaskHandle))
+		var ops []*pb.Op
+		var want []string
+		for i := range keys {
+			if op := getOp(fmt.Sprint("key", i)); kg.Contains(int(op.KeyGroup)) {
+				ops = append(ops, op)
+				want = append(want, fmt.Sprintf("v%d-a", i))
+			}
+		}
+		res, _ := ws.do(&pb.BatchRequest{Ops: ops})
+		for i, r := range res {
+			if r.Code != 0 || !r.Found || string(r.Value) != want[i] {
+				t.Fatalf("subtask %d, key %s: %v, want %q", sub, ops[i].Key, r, want[i])
+			}
+		}
+		if _, err := rpc.CloseInstance(ctx, &pb.CloseRequest{InstanceId: o.InstanceId, Job: "rescaled"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// The engine deleted a file the handle needs: the open names it.
+	var gone string
+	for p := range shared(s2) {
+		gone = p
+		break
+	}
+	if err := objects.Delete(ctx, gone); err != nil {
+		t.Fatal(err)
+	}
+	_, err = rpc.Open(ctx, extOpen("again", "again", 0, 1, s2.TaskHandle))
+	if status.Code(err) != codes.NotFound || !strings.Contains(err.Error(), gone) || !strings.Contains(err.Error(), base) {
+		t.Errorf("open from a handle whose object %s is gone: %v, want NotFound naming it and %s", gone, err, base)
+	}
 }

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -189,7 +190,14 @@ type Config struct {
 	// shared mount), which the catalog never reads, sweeps or deletes in.
 	// It must not be inside the checkpoint store's directory. Optional:
 	// without it the externally owned mode is refused (ErrUnsupported).
+	// With ExternalStore it is instead the URL under which the engine
+	// reaches that store's objects (s3://bucket/prefix).
 	ExternalDir string
+	// ExternalStore, when set, is where externally owned instances write
+	// (an S3 prefix, which an engine reaches through a file system of its
+	// own, as Flink through its S3 plugin) instead of a local directory
+	// at ExternalDir; the daemon neither closes nor empties it. Optional.
+	ExternalStore tiered.Store
 }
 
 // EnsureDefaults fills zero fields with their defaults.
@@ -263,7 +271,10 @@ func (c *Config) Validate() error {
 			errs = append(errs, err)
 		}
 	}
-	if c.ExternalDir != "" && !filepath.IsAbs(c.ExternalDir) {
+	switch {
+	case c.ExternalStore != nil && !strings.Contains(c.ExternalDir, "://"):
+		errs = append(errs, fmt.Errorf("daemon: an external store needs the URL the engine reaches it by (ExternalDir, e.g. s3://bucket/prefix), not %q", c.ExternalDir))
+	case c.ExternalStore == nil && c.ExternalDir != "" && !filepath.IsAbs(c.ExternalDir):
 		errs = append(errs, fmt.Errorf("daemon: the external directory %q is not an absolute path", c.ExternalDir))
 	}
 	if c.MaxValueSize < 0 || c.MaxMemoryState < 0 || c.MaxInstances < 0 || c.MaxStreamsPerInstance < 0 || c.CheckpointTimeout < 0 ||
@@ -341,8 +352,8 @@ func New(cfg Config) (*Daemon, error) {
 	if err := os.MkdirAll(spool, 0o700); err != nil {
 		return nil, fmt.Errorf("daemon: create %s: %w", spool, err)
 	}
-	var extStore tiered.Store
-	if cfg.ExternalDir != "" {
+	extStore := cfg.ExternalStore
+	if extStore == nil && cfg.ExternalDir != "" {
 		// Files only (no packs: Put never packs), so each file of an
 		// externally owned snapshot is a file the engine can hold. A
 		// restore links them into the instance instead of copying: the

@@ -39,7 +39,8 @@ const DefaultMaxExternalSnapshots = 64
 // ExternalParams open an instance in the externally owned mode.
 type ExternalParams struct {
 	// Root is where the instance's checkpoint files go: a directory path
-	// relative to Config.ExternalDir, or an absolute one inside it.
+	// relative to Config.ExternalDir, or an absolute one (a URL with an
+	// external store) inside it.
 	// Shared files go under Root/shared, private ones into
 	// Root/chk-<id> as <task>-<name> (no subdirectory: an engine such as
 	// Flink deletes a checkpoint's directory without recursion).
@@ -101,7 +102,14 @@ func externalRoot(dir, root string) (string, error) {
 	if root == "" {
 		return "", fmt.Errorf("%w: an externally owned instance needs a root (the directory its checkpoint files go to)", backend.ErrInvalidArgument)
 	}
-	if filepath.IsAbs(root) {
+	if base := strings.TrimSuffix(dir, "/") + "/"; strings.Contains(dir, "://") {
+		// An external store's URL: a root under it is taken relative.
+		if r, ok := strings.CutPrefix(root, base); ok {
+			root = r
+		} else if strings.Contains(root, "://") || filepath.IsAbs(root) {
+			return "", fmt.Errorf("%w: root %s is not inside the daemon's external store %s", backend.ErrInvalidArgument, root, dir)
+		}
+	} else if filepath.IsAbs(root) {
 		rel, err := filepath.Rel(dir, filepath.Clean(root))
 		if err != nil || rel == "." || rel == ".." || strings.HasPrefix(rel, ".."+string(filepath.Separator)) {
 			return "", fmt.Errorf("%w: root %s is not inside the daemon's external directory %s", backend.ErrInvalidArgument, root, dir)
@@ -299,11 +307,20 @@ func (d *Daemon) externalResult(h *backend.Handle) *ExternalSnapshot {
 	r := &ExternalSnapshot{Handle: h}
 	for _, f := range h.Files {
 		r.Files = append(r.Files, ExternalFile{
-			Path: f.Path, Location: filepath.Join(d.cfg.ExternalDir, filepath.FromSlash(f.Path)),
+			Path: f.Path, Location: d.externalLocation(f.Path),
 			Size: f.Size, Shared: f.Shared,
 		})
 	}
 	return r
+}
+
+// externalLocation is where the engine finds the file at path (relative
+// to Config.ExternalDir): a local path, or a URL under an external store's.
+func (d *Daemon) externalLocation(path string) string {
+	if d.cfg.ExternalStore != nil {
+		return strings.TrimSuffix(d.cfg.ExternalDir, "/") + "/" + path
+	}
+	return filepath.Join(d.cfg.ExternalDir, filepath.FromSlash(path))
 }
 
 // awaitExternal waits for s's asynchronous part.

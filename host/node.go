@@ -1,6 +1,7 @@
 package host
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -52,6 +53,10 @@ type Host struct {
 	// of Options.ChangelogStore (or LogStore) behind logMeter.
 	logStore tiered.Store
 	logMeter *metered.Store // nil when logStore is store
+	// extStore is the external store of an s3:// Options.ExternalDir, and
+	// extBase the URL the engine reaches it by (nil, "" for a directory).
+	extStore tiered.Store
+	extBase  string
 	// clog is the changelog's part in cluster mode (nil: alone).
 	clog   *cluster.ChangelogRuns
 	writer *dstl.Writer
@@ -139,6 +144,9 @@ func Open(ctx context.Context, opts Options) (_ *Host, err error) {
 	if err := n.openLog(ctx); err != nil {
 		return nil, err
 	}
+	if err := n.openExternal(ctx); err != nil {
+		return nil, err
+	}
 	if n.cluster != nil {
 		n.clog = cluster.NewChangelogRuns(n.cluster, n.writer, n.log)
 	}
@@ -178,7 +186,7 @@ func Open(ctx context.Context, opts Options) (_ *Host, err error) {
 		MaxValueSize: opts.MaxValueSize, MaxMemoryState: opts.MaxMemoryState, MaxInstances: opts.MaxInstances,
 		MaxStreamsPerInstance: opts.MaxStreamsPerInstance, CheckpointTimeout: opts.CheckpointTimeout,
 		IdleInstanceTimeout: opts.IdleInstanceTimeout, Logger: n.log, Fence: n.fencer(), ChannelStateLinger: opts.ChannelStateLinger,
-		PackFileBytes: opts.PackFileBytes, ExternalDir: opts.ExternalDir,
+		PackFileBytes: opts.PackFileBytes, ExternalDir: cmp.Or(n.extBase, opts.ExternalDir), ExternalStore: n.extStore,
 		Changelog: &daemon.ChangelogConfig{Writer: n.writer, Log: dstl.TieredLogStore{Store: n.logStore}, Default: opts.Changelog,
 			MaterializeInterval: opts.MaterializeInterval, MaxMaterializeFailures: opts.MaxMaterializeFailures},
 	}
@@ -284,10 +292,7 @@ func (n *Host) openStore(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	so := o.S3
-	if so.S3.Logger == nil {
-		so.S3.Logger, so.S3.LogMode = SDKLogger(n.log), aws.LogRetries
-	}
+	so := n.s3Options()
 	so.Wrap = func(s tiered.Store) tiered.Store {
 		n.meter = metered.New(s)
 		return n.meter
@@ -323,6 +328,39 @@ func (n *Host) openStore(ctx context.Context) error {
 	return nil
 }
 
+// s3Options are Options.S3 with the SDK's retries logged to the host's
+// logger unless the caller set a logger of its own.
+func (n *Host) s3Options() storeurl.Options {
+	so := n.opts.S3
+	if so.S3.Logger == nil {
+		so.S3.Logger, so.S3.LogMode = SDKLogger(n.log), aws.LogRetries
+	}
+	return so
+}
+
+// openExternal opens the external store when Options.ExternalDir is an
+// s3:// URL (a local directory the daemon opens itself): no cache, as an
+// engine reads and deletes its files behind the daemon's back.
+func (n *Host) openExternal(ctx context.Context) error {
+	o := n.opts
+	if !strings.Contains(o.ExternalDir, "://") {
+		return nil
+	}
+	so := n.s3Options()
+	so.CacheDir = ""
+	s, err := storeurl.Open(ctx, o.ExternalDir, so)
+	if err != nil {
+		return fmt.Errorf("external store: %w", err)
+	}
+	n.closers = append(n.closers, func() { _ = s.Close() })
+	base, err := externalBase(o.ExternalDir)
+	if err != nil {
+		return fmt.Errorf("external store: %w", err)
+	}
+	n.extStore, n.extBase = s, base
+	return nil
+}
+
 // openLog opens the changelog's store (the checkpoint store unless
 // Options.ChangelogStore or LogStore names another, which gets a meter of
 // its own and no cache: segments are written once and read only on
@@ -335,10 +373,7 @@ func (n *Host) openLog(ctx context.Context) error {
 	case o.LogStore != nil:
 		ls = keepOpen{o.LogStore}
 	case o.ChangelogStore != "":
-		so := o.S3
-		if so.S3.Logger == nil {
-			so.S3.Logger, so.S3.LogMode = SDKLogger(n.log), aws.LogRetries
-		}
+		so := n.s3Options()
 		s, err := storeurl.Open(ctx, o.ChangelogStore, so)
 		if err != nil {
 			return fmt.Errorf("changelog store: %w", err)

@@ -182,7 +182,11 @@ type Options struct {
 	// (an engine such as Flink owns their checkpoint files) write them, at
 	// roots the engine names (--external-dir; daemon.Config.ExternalDir).
 	// It must be reachable by the engine under the same path, and outside
-	// the checkpoint store. Empty: the externally owned mode is refused.
+	// the checkpoint store. An s3:// URL (with the checkpoint store's
+	// query parameters and credentials) puts the files in that bucket and
+	// prefix instead, which the engine reaches by its own S3 file system
+	// under s3://bucket/prefix. Empty: the externally owned mode is
+	// refused.
 	ExternalDir string
 	// IdleInstanceTimeout closes an instance with no batch stream for this
 	// long (--idle-instance-timeout). Default
@@ -386,7 +390,11 @@ func (o *Options) Validate() error {
 	if o.DataDir == "" {
 		bad("DataDir", "%s is empty", ref("DataDir"))
 	}
-	if e := o.ExternalDir; e != "" {
+	if e := o.ExternalDir; e != "" && strings.Contains(e, "://") {
+		if err := externalStoreOverlap(e, o.CheckpointStore); err != nil {
+			bad("ExternalDir", "%s %s: %v", ref("ExternalDir"), redactURL(e), err)
+		}
+	} else if e != "" {
 		if !filepath.IsAbs(e) {
 			bad("ExternalDir", "%s %q is not an absolute path (the engine reaches the files under the same path)", ref("ExternalDir"), e)
 		} else if dir, ok := strings.CutPrefix(o.CheckpointStore, "file://"); ok {
@@ -615,4 +623,39 @@ func (e *OptionError) Text(name func(field string) string) string {
 func within(path, dir string) bool {
 	rel, err := filepath.Rel(dir, path)
 	return err == nil && rel != ".." && !strings.HasPrefix(rel, ".."+string(filepath.Separator))
+}
+
+// externalStoreOverlap checks an external store's URL: an S3 prefix that
+// neither holds the checkpoint store nor lies inside it, whose catalog
+// sweeps delete what no checkpoint of its own references.
+func externalStoreOverlap(external, checkpointStore string) error {
+	loc, err := storeurl.Parse(external)
+	if err != nil {
+		return err
+	}
+	if loc.Scheme != "s3" {
+		return fmt.Errorf("is a %s URL: give a local directory as an absolute path, or an s3:// URL", loc.Scheme)
+	}
+	if checkpointStore == "" {
+		return nil
+	}
+	cs, err := storeurl.Parse(checkpointStore)
+	if err != nil || cs.Scheme != "s3" || cs.Bucket != loc.Bucket {
+		return nil // the checkpoint store's own errors are reported for it
+	}
+	inside := func(a, b string) bool { return b == "" || a == b || strings.HasPrefix(a, b+"/") }
+	if inside(loc.Prefix, cs.Prefix) || inside(cs.Prefix, loc.Prefix) {
+		return fmt.Errorf("overlaps the checkpoint store s3://%s/%s, whose sweep would delete the engine's files: give a prefix outside it", cs.Bucket, cs.Prefix)
+	}
+	return nil
+}
+
+// externalBase is the URL under which an engine reaches the objects of
+// the external store at rawURL: s3://bucket/prefix, without the query.
+func externalBase(rawURL string) (string, error) {
+	loc, err := storeurl.Parse(rawURL)
+	if err != nil {
+		return "", err
+	}
+	return strings.TrimSuffix("s3://"+loc.Bucket+"/"+loc.Prefix, "/"), nil
 }

@@ -92,7 +92,8 @@ func TestOptionErrorText(t *testing.T) {
 
 // TestExternalDirOutsideTheStore: an external directory inside a file
 // checkpoint store is refused (the catalog's sweep would delete the
-// engine's files), as is a relative one; beside it is fine.
+// engine's files), as is a relative one; beside it is fine. So for an S3
+// prefix against an S3 checkpoint store, either way round.
 func TestExternalDirOutsideTheStore(t *testing.T) {
 	dir := t.TempDir()
 	for _, c := range []struct {
@@ -103,8 +104,17 @@ func TestExternalDirOutsideTheStore(t *testing.T) {
 		{filepath.Join(dir, "chk"), "inside the checkpoint store"},
 		{"rel/dir", "not an absolute path"},
 		{filepath.Join(dir, "chk-ext"), ""},
+		{"s3://b/chk/flink", "overlaps the checkpoint store"},
+		{"s3://b", "overlaps the checkpoint store"},
+		{"s3://b/chk-ext?endpoint=http://127.0.0.1:1&bogus=1", "unknown parameter"},
+		{"mem://x", "is a mem URL"},
+		{"s3://b/chk-ext?endpoint=http://127.0.0.1:1", ""},
+		{"s3://other/chk", ""},
 	} {
 		o := Options{DataDir: filepath.Join(dir, "data"), CheckpointStore: "file://" + filepath.Join(dir, "chk"), ExternalDir: c.ext}
+		if strings.HasPrefix(c.ext, "s3:") || strings.HasPrefix(c.ext, "mem:") {
+			o.CheckpointStore = "s3://b/chk?endpoint=http://127.0.0.1:1"
+		}
 		o.EnsureDefaults()
 		err := o.Validate()
 		if c.says == "" {

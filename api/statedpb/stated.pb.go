@@ -2971,7 +2971,8 @@ func (x *ExternalSnapshot) GetFullSize() int64 {
 type ExternalFile struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// path is the file's name relative to the daemon's external directory
-	// (as the task handle names it); location is its absolute path there.
+	// (as the task handle names it); location is its absolute path there,
+	// or its s3://bucket/key URL when the external directory is on S3.
 	Path     string `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
 	Location string `protobuf:"bytes,2,opt,name=location,proto3" json:"location,omitempty"`
 	Size     int64  `protobuf:"varint,3,opt,name=size,proto3" json:"size,omitempty"`

@@ -148,7 +148,7 @@ the grace ends, closes every backend and exits 0.`,
 	fl.StringVar(&f.fileCompression, "file-compression", "", `compression of file-backend snapshots: "" or "zstd"`)
 	fl.DurationVar(&f.checkpointTimeout, "checkpoint-timeout", daemon.DefaultCheckpointTimeout, "a checkpoint not completed within this is aborted as expired")
 	fl.StringVar(&f.packFileBytes, "pack-file-bytes", "64GiB", "a checkpoint's file backend snapshot files up to this size of all tasks of a job here go into one object per checkpoint, read back with ranged reads, and changelog manifests into the tasks' handles; -1: an object per file")
-	fl.StringVar(&f.externalDir, "external-dir", "", "directory under which externally owned instances (an engine such as Flink owns their checkpoint files) write them, at roots the engine names; the engine must reach it under the same path; empty: that mode is refused (docs/protocol.md)")
+	fl.StringVar(&f.externalDir, "external-dir", "", "directory under which externally owned instances (an engine such as Flink owns their checkpoint files) write them, at roots the engine names; the engine must reach it under the same path; or an s3://bucket/prefix URL (as --checkpoint-store's, same credentials) that the engine reaches by its own S3 file system; empty: that mode is refused (docs/protocol.md)")
 	fl.DurationVar(&f.channelLinger, "channel-state-linger", daemon.DefaultChannelStateLinger, "how long a task's upload of unaligned channel state waits for the job's other tasks here, so that one object holds them all")
 	fl.DurationVar(&f.idleTimeout, "idle-instance-timeout", daemon.DefaultIdleInstanceTimeout,
 		"an instance with no batch stream (its task died without closing it) for this long is closed; negative: never")

@@ -171,7 +171,8 @@ final class ExternalSnapshots {
         continue;
       }
       try {
-        java.nio.file.Files.deleteIfExists(java.nio.file.Path.of(f.location()));
+        Path p = flinkPath(f.location());
+        p.getFileSystem().delete(p, false);
       } catch (java.io.IOException e) {
         LOG.warn("stated: cannot delete {} of an abandoned snapshot: {}", f.location(), e);
       }
@@ -180,7 +181,15 @@ final class ExternalSnapshots {
 
   /** The file handle of a daemon file, the same for the same file in every checkpoint. */
   static FileStateHandle fileHandle(OwnedSnapshot.File f) {
-    return new FileStateHandle(Path.fromLocalFile(new File(f.location())), f.size());
+    return new FileStateHandle(flinkPath(f.location()), f.size());
+  }
+
+  /**
+   * Flink's path of a daemon file: a URL as the daemon gives it for an external store
+   * (s3://bucket/key, which Flink's S3 file system reaches), else a local path.
+   */
+  static Path flinkPath(String location) {
+    return location.contains("://") ? new Path(location) : Path.fromLocalFile(new File(location));
   }
 
   /**
