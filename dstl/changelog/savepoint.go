@@ -3,7 +3,6 @@ package changelog
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"github.com/statedhq/stated/tiered"
 	"path"
@@ -98,11 +97,10 @@ func addLogFiles(h *backend.Handle, mf *manifest, lh dstl.Handle, refs []backend
 // putManifest writes mf as dir's manifest in store and adds it to h as its
 // last file; it returns the manifest's name.
 func putManifest(ctx context.Context, store tiered.Store, dir string, mf *manifest, h *backend.Handle) (string, error) {
-	payload, err := json.Marshal(mf)
+	data, err := encodeManifest(mf)
 	if err != nil {
-		return "", fmt.Errorf("encode manifest: %w", err)
+		return "", err
 	}
-	data := frame.Encode(manifestMagic, uint16(mf.Version), payload)
 	name := dir + "/" + manifestName
 	if err := store.Put(ctx, name, bytes.NewReader(data), int64(len(data))); err != nil {
 		return "", fmt.Errorf("write %s: %w", name, err)

@@ -3,7 +3,6 @@ package changelog
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"path"
@@ -20,10 +19,16 @@ import (
 // Manifest framing. Frozen.
 const (
 	manifestMagic = "STCM"
-	// manifestVersion is the newest manifest version this build reads.
-	// Version 2 adds LogFile (a native savepoint's copied log); manifests
-	// without it are written as version 1.
-	manifestVersion = 2
+	// manifestVersion is the newest manifest version this build reads and
+	// the one it writes. Version 2 added LogFiles (a native savepoint's
+	// copied log); version 3 compresses the JSON payload (zstdblock): a
+	// window's ranges repeat their segments' prefix, and a manifest of at
+	// most backend.MaxInlineBytes travels in its handle instead of being
+	// an object of its own, for about six times more checkpoints between
+	// materializations.
+	manifestVersion = 3
+	// manifestCompressed is the first version whose payload is compressed.
+	manifestCompressed = 3
 	// manifestName is the manifest's file name in the checkpoint's task
 	// directory; a handle holding a private file of this name is a
 	// changelog handle.
@@ -197,11 +202,10 @@ func (p *pending) Run(ctx context.Context) (*backend.Handle, error) {
 	base := *m.h
 	base.Files = nil
 	mf.Base = &base
-	payload, err := json.Marshal(&mf)
+	data, err := encodeManifest(&mf)
 	if err != nil {
-		return nil, fmt.Errorf("changelog: encode manifest: %w", err)
+		return nil, fmt.Errorf("changelog: %w", err)
 	}
-	data := frame.Encode(manifestMagic, uint16(mf.Version), payload)
 	info := p.info
 	name := fmt.Sprintf("%s/chk-%d/%s/%s", info.Task.Job, p.id, info.Task.Dir(), manifestName)
 	if err := b.opts.Store.Put(ctx, name, bytes.NewReader(data), int64(len(data))); err != nil {
@@ -332,20 +336,11 @@ func readRestores(ctx context.Context, store tiered.Store, handles []*backend.Ha
 			return nil, fmt.Errorf("%w: changelog manifest %s of %s has %d bytes crc %08x, the handle says %d bytes crc %08x",
 				backend.ErrCorrupt, f.Path, h.Task, len(data), frame.Checksum(data), f.Size, f.CRC32C)
 		}
-		version, payload, err := frame.Decode(manifestMagic, data)
+		mf, err := decodeManifest(data)
 		if err != nil {
-			return nil, fmt.Errorf("%w: changelog manifest %s: %v", backend.ErrCorrupt, f.Path, err)
+			return nil, fmt.Errorf("changelog manifest %s: %w", f.Path, err)
 		}
-		if version < 1 || version > manifestVersion {
-			return nil, fmt.Errorf("%w: changelog manifest %s has version %d (this build reads 1..%d)", backend.ErrIncompatible, f.Path, version, manifestVersion)
-		}
-		var mf manifest
-		dec := json.NewDecoder(bytes.NewReader(payload))
-		dec.DisallowUnknownFields()
-		if err := dec.Decode(&mf); err != nil || mf.Base == nil || mf.Version != int(version) {
-			return nil, fmt.Errorf("%w: changelog manifest %s: bad payload (%v)", backend.ErrCorrupt, f.Path, err)
-		}
-		if err := manifestMatchesHandle(h, &mf); err != nil {
+		if err := manifestMatchesHandle(h, mf); err != nil {
 			return nil, fmt.Errorf("%w: changelog manifest %s: %v", backend.ErrCorrupt, f.Path, err)
 		}
 		logFiles := map[int]bool{}
