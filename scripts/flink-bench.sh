@@ -9,7 +9,7 @@
 #
 # Usage: scripts/flink-bench.sh [--state-mib 100] [--payload-bytes 1024]
 #          [--events N, default 8 per key] [--parallelism 2] [--checkpoint-interval-ms 150]
-#          [--fail-at 0.8] [--backends hashmap,rocksdb,forst]
+#          [--fail-at 0.8] [--backends hashmap,rocksdb,forst; also rocksdb-heap-timers]
 #          [--managed-memory 512m] [--stated-socket PATH | --no-stated]
 #          [--stated-cache-size 64m] [--stated-kind file]
 #          [--stated-modes full,incremental] [--restore-parallelism 3] [--dir DIR]

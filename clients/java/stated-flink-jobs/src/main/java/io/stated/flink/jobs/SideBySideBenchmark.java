@@ -149,7 +149,14 @@ public final class SideBySideBenchmark {
       Path runDir = dir.resolve(backend.replaceAll("[^A-Za-z0-9]", "_"));
       Configuration conf = new Configuration();
       boolean stated = backend.equals(Backend.STATED) || backend.equals(Backend.STATED_INCREMENTAL);
-      conf.setString("state.backend.type", stated ? Backend.STATED_FACTORY : backend);
+      boolean heapTimers = backend.equals(Backend.ROCKSDB_HEAP_TIMERS);
+      conf.setString(
+          "state.backend.type", stated ? Backend.STATED_FACTORY : heapTimers ? "rocksdb" : backend);
+      if (heapTimers) {
+        // RocksDB with its timers on the JVM heap, as stated keeps them: Flink then writes
+        // them into each checkpoint as raw keyed state and reads them back at restore.
+        conf.setString("state.backend.rocksdb.timer-service.factory", "HEAP");
+      }
       if (stated) {
         conf.setString("state.backend.stated.socket", pt.get("stated-socket"));
         if (pt.has("stated-cache-size")) {
@@ -519,6 +526,12 @@ public final class SideBySideBenchmark {
 
     /** The row of stated's own incremental checkpoints (kind lsm, files owned by Flink). */
     static final String STATED_INCREMENTAL = "stated-inc";
+
+    /**
+     * EmbeddedRocksDB with {@code state.backend.rocksdb.timer-service.factory: HEAP}: timers kept
+     * as stated's backend keeps them, so that recoveries compare the state alone.
+     */
+    static final String ROCKSDB_HEAP_TIMERS = "rocksdb-heap-timers";
 
     private Backend() {}
   }
