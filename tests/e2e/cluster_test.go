@@ -4,11 +4,14 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"math/rand/v2"
 	"net"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -20,13 +23,35 @@ import (
 	"github.com/statedhq/stated/backend"
 )
 
-// freeAddrs returns n loopback addresses free a moment ago.
+// freeAddrs returns n loopback addresses free a moment ago, on ports
+// below the kernel's ephemeral range: the processes bind them only after
+// others started, and a port the kernel hands out for a ":0" bind (the
+// metrics listeners) or an outgoing connection meanwhile would make one
+// refuse to start ("address already in use", seen in CI).
 func freeAddrs(t *testing.T, n int) []string {
+	t.Helper()
+	lo := 32768 // Linux's default start of net.ipv4.ip_local_port_range
+	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
+		if f := strings.Fields(string(b)); len(f) == 2 {
+			if v, err := strconv.Atoi(f[0]); err == nil && v > 11000 {
+				lo = v
+			}
+		}
+	}
 	var out []string
-	for range n {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
+	seen := map[int]bool{}
+	for tries := 0; len(out) < n; tries++ {
+		if tries > 1000 {
+			t.Fatalf("no %d free loopback ports below %d", n, lo)
+		}
+		port := 10000 + rand.IntN(lo-10000)
+		if seen[port] {
+			continue
+		}
+		seen[port] = true
+		ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
 		if err != nil {
-			t.Fatal(err)
+			continue
 		}
 		out = append(out, ln.Addr().String())
 		ln.Close()
