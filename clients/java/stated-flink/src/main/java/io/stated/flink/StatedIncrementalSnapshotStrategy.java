@@ -77,6 +77,10 @@ final class StatedIncrementalSnapshotStrategy<K>
     for (StatedKeyedStateBackend.Registered<K> r : backend.states.values()) {
       states.add(r.meta.snapshot());
     }
+    if (backend.daemonQueues() != null) {
+      // The timers are in the daemon's files with the other states.
+      states.addAll(backend.daemonQueues().snapshots());
+    }
     if (states.isEmpty()) {
       // A task that registered no state has nothing to restore (as for
       // Flink's own backends, its snapshot is empty).

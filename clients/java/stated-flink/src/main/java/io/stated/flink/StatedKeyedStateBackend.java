@@ -65,10 +65,11 @@ import org.apache.flink.util.StateMigrationException;
  * <p>Keys and namespaces are sent as their Flink-serialized bytes with the key group Flink
  * computed; each Flink state is a daemon state of the same name (value, reducing and aggregating
  * state on a value state, list on a list, map on a map), registered when the task first asks for
- * it. Timers are Flink's heap priority queues in the JVM, written by the timer service into raw
- * keyed state at each checkpoint ({@link #requiresLegacySynchronousTimerSnapshots}); queues a
- * canonical savepoint of another backend held as priority-queue states come filled from the restore
- * ({@link StatedKeyedStateBackendBuilder}).
+ * it. Timers ({@link StatedOptions#TIMER_SERVICE}) are either daemon map states ({@link
+ * StatedQueues}), in every snapshot as the other states, or Flink's heap priority queues in the
+ * JVM, written by the timer service into raw keyed state at each checkpoint ({@link
+ * #requiresLegacySynchronousTimerSnapshots}); queues a canonical savepoint of another backend held
+ * as priority-queue states come filled from the restore ({@link StatedKeyedStateBackendBuilder}).
  */
 public class StatedKeyedStateBackend<K> extends AbstractKeyedStateBackend<K> {
   /** A registered state: its Flink meta info and the state object made for it (null: not yet). */
@@ -88,6 +89,10 @@ public class StatedKeyedStateBackend<K> extends AbstractKeyedStateBackend<K> {
   private final Instance inst;
   private final Daemon daemon;
   private final HeapPriorityQueuesManager priorityQueues;
+
+  /** The daemon's timer queues; null when timers are heap queues in the JVM. */
+  private final StatedQueues daemonQueues;
+
   final Map<String, Registered<K>> states = new LinkedHashMap<>();
   private final DataOutputSerializer keyOut = new DataOutputSerializer(64);
   private Object lastKey;
@@ -115,6 +120,9 @@ public class StatedKeyedStateBackend<K> extends AbstractKeyedStateBackend<K> {
       Map<String, Registered<K>> restored,
       Map<String, HeapPriorityQueueSnapshotRestoreWrapper<?>> restoredQueues,
       HeapPriorityQueueSetFactory queueFactory,
+      java.util.Collection<
+              org.apache.flink.runtime.state.RegisteredPriorityQueueStateBackendMetaInfo<?>>
+          restoredDaemonQueues,
       StateCache cache,
       CacheMemory cacheMemory) {
     super(
@@ -142,7 +150,16 @@ public class StatedKeyedStateBackend<K> extends AbstractKeyedStateBackend<K> {
     this.priorityQueues =
         new HeapPriorityQueuesManager(
             restoredQueues, queueFactory, keyGroupRange, numberOfKeyGroups);
+    this.daemonQueues =
+        restoredDaemonQueues == null
+            ? null
+            : new StatedQueues(daemon, keyGroupRange, numberOfKeyGroups, restoredDaemonQueues);
     this.states.putAll(restored);
+  }
+
+  /** The daemon's timer queues, or null when timers are heap queues in the JVM. */
+  StatedQueues daemonQueues() {
+    return daemonQueues;
   }
 
   /** Checkpoints become stated's incremental ones through {@code e} (set by the builder). */
@@ -348,7 +365,7 @@ public class StatedKeyedStateBackend<K> extends AbstractKeyedStateBackend<K> {
   public <T extends HeapPriorityQueueElement & PriorityComparable<? super T> & Keyed<?>>
       KeyGroupedInternalPriorityQueue<T> create(
           @Nonnull String stateName, @Nonnull TypeSerializer<T> byteOrderedElementSerializer) {
-    return priorityQueues.createOrUpdate(stateName, byteOrderedElementSerializer);
+    return create(stateName, byteOrderedElementSerializer, false);
   }
 
   @Override
@@ -357,13 +374,19 @@ public class StatedKeyedStateBackend<K> extends AbstractKeyedStateBackend<K> {
           @Nonnull String stateName,
           @Nonnull TypeSerializer<T> byteOrderedElementSerializer,
           boolean allowFutureMetadataUpdates) {
+    if (daemonQueues != null) {
+      return daemonQueues.create(
+          stateName, byteOrderedElementSerializer, allowFutureMetadataUpdates);
+    }
     return priorityQueues.createOrUpdate(
         stateName, byteOrderedElementSerializer, allowFutureMetadataUpdates);
   }
 
   @Override
   public boolean requiresLegacySynchronousTimerSnapshots(SnapshotType checkpointType) {
-    return true;
+    // Daemon queues are states of the snapshot; heap queues are written by
+    // the timer service.
+    return daemonQueues == null;
   }
 
   @Override

@@ -53,26 +53,40 @@ import org.apache.flink.runtime.state.restore.ThrowingIterator;
  * key-grouped handles (checkpoints and savepoints of this backend, or canonical savepoints of
  * another), key group by key group of this task's range.
  *
- * <p>Key/value states go to the daemon. Priority queues (timers) stay in the JVM as Flink's heap
- * queues: a canonical savepoint of HashMap or RocksDB holds them as {@code PRIORITY_QUEUE} states,
- * whose entries are loaded into those queues here, and the timer service finds them when it asks
- * the backend for its queues by name. This backend's own snapshots hold no such states (its timer
- * service writes timers into raw keyed state), so a restore of its own finds none.
+ * <p>Key/value states go to the daemon. Priority queues (timers) go to the daemon too when the
+ * timer service is {@code daemon} ({@link StatedQueues}): a canonical snapshot's {@code
+ * PRIORITY_QUEUE} states (this backend's, HashMap's or RocksDB's) are loaded into daemon map
+ * states, and an incremental checkpoint's are in its files. With timers on the heap they stay in
+ * the JVM as Flink's heap queues: a canonical savepoint's {@code PRIORITY_QUEUE} states are loaded
+ * into those queues here, and the timer service finds them when it asks the backend for its queues
+ * by name; the backend's own snapshots then hold no such states (its timer service writes timers
+ * into raw keyed state).
  */
 final class StatedKeyedStateBackendBuilder<K> {
   private final StatedStateBackend config;
   private final StateBackend.KeyedStateBackendParameters<K> p;
   private final boolean withCache;
+  private final boolean daemonTimers;
+
+  /** Restored timer queues kept in the daemon, by name (daemon timers only). */
+  private final Map<String, RegisteredPriorityQueueStateBackendMetaInfo<?>> daemonQueues =
+      new java.util.LinkedHashMap<>();
 
   /**
    * {@code withCache}: whether the backend's synchronous states read through a {@link StateCache}
-   * (the asynchronous backend's states do not, so it gets none and reserves no memory).
+   * (the asynchronous backend's states do not, so it gets none and reserves no memory); {@code
+   * daemonTimers}: whether its timer queues are daemon states ({@link StatedQueues}) rather than
+   * heap queues.
    */
   StatedKeyedStateBackendBuilder(
-      StatedStateBackend config, StateBackend.KeyedStateBackendParameters<K> p, boolean withCache) {
+      StatedStateBackend config,
+      StateBackend.KeyedStateBackendParameters<K> p,
+      boolean withCache,
+      boolean daemonTimers) {
     this.config = config;
     this.p = p;
     this.withCache = withCache;
+    this.daemonTimers = daemonTimers;
   }
 
   StatedKeyedStateBackend<K> build() throws IOException {
@@ -180,6 +194,7 @@ final class StatedKeyedStateBackendBuilder<K> {
       if (!incrementalStates.isEmpty()) {
         StatedKeyedStateBackend.registerInDaemon(inst, incrementalStates);
       }
+      StatedQueues.registerInDaemon(inst, daemonQueues.keySet());
     } catch (StatedException e) {
       client.close();
       throw new BackendBuildingException(
@@ -225,6 +240,7 @@ final class StatedKeyedStateBackendBuilder<K> {
             restored,
             queues,
             queueFactory,
+            daemonTimers ? daemonQueues.values() : null,
             cache,
             memory);
     if (config.incremental()) {
@@ -266,6 +282,21 @@ final class StatedKeyedStateBackendBuilder<K> {
         keyChecked = true;
       }
       for (StateMetaInfoSnapshot s : m.proxy().getStateMetaInfoSnapshots()) {
+        if (s.getBackendStateType() == StateMetaInfoSnapshot.BackendStateType.PRIORITY_QUEUE) {
+          if (!daemonTimers) {
+            throw new IOException(
+                "the stated incremental checkpoint holds timer queue "
+                    + s.getName()
+                    + " in the daemon's files, but this backend keeps timers on the heap ("
+                    + StatedOptions.TIMER_SERVICE.key()
+                    + ": heap); restore with "
+                    + StatedOptions.TIMER_SERVICE.key()
+                    + ": daemon, or from a canonical savepoint");
+          }
+          daemonQueues.putIfAbsent(
+              s.getName(), new RegisteredPriorityQueueStateBackendMetaInfo<>(s));
+          continue;
+        }
         if (s.getBackendStateType() != StateMetaInfoSnapshot.BackendStateType.KEY_VALUE) {
           throw new IOException(
               "the stated incremental checkpoint holds state "
@@ -345,12 +376,23 @@ final class StatedKeyedStateBackendBuilder<K> {
         TypeSerializer<K> keySerializer = keyProvider.previousSchemaSerializer();
         Map<Integer, RegisteredKeyValueStateBackendMetaInfo<?, ?>> byId = new HashMap<>();
         Map<Integer, HeapPriorityQueueSnapshotRestoreWrapper<?>> queuesById = new HashMap<>();
+        // Timer queues restored into the daemon: view state id -> queue name.
+        Map<Integer, String> daemonQueueIds = new HashMap<>();
+        List<String> freshQueues = new ArrayList<>();
         List<RegisteredKeyValueStateBackendMetaInfo<?, ?>> fresh = new ArrayList<>();
         List<StateMetaInfoSnapshot> metas = result.getStateMetaInfoSnapshots();
         for (int i = 0; i < metas.size(); i++) {
           StateMetaInfoSnapshot s = metas.get(i);
           if (s.getBackendStateType() == StateMetaInfoSnapshot.BackendStateType.PRIORITY_QUEUE) {
-            queuesById.put(i, queue(queues, queueFactory, s));
+            if (daemonTimers) {
+              if (!daemonQueues.containsKey(s.getName())) {
+                daemonQueues.put(s.getName(), new RegisteredPriorityQueueStateBackendMetaInfo<>(s));
+                freshQueues.add(s.getName());
+              }
+              daemonQueueIds.put(i, s.getName());
+            } else {
+              queuesById.put(i, queue(queues, queueFactory, s));
+            }
             continue;
           }
           if (s.getBackendStateType() != StateMetaInfoSnapshot.BackendStateType.KEY_VALUE) {
@@ -372,6 +414,7 @@ final class StatedKeyedStateBackendBuilder<K> {
         if (!fresh.isEmpty()) {
           StatedKeyedStateBackend.registerInDaemon(inst, fresh);
         }
+        StatedQueues.registerInDaemon(inst, freshQueues);
         try (Loader loader = inst.load();
             ThrowingIterator<KeyGroup> groups = result.getRestoredKeyGroups()) {
           DataOutputSerializer out = new DataOutputSerializer(128);
@@ -383,6 +426,11 @@ final class StatedKeyedStateBackendBuilder<K> {
                 HeapPriorityQueueSnapshotRestoreWrapper<?> q = queuesById.get(e.getKvStateId());
                 if (q != null) {
                   addElement(q, prefixBytes, e);
+                  continue;
+                }
+                String dq = daemonQueueIds.get(e.getKvStateId());
+                if (dq != null) {
+                  loader.add(queueEntry(dq, prefixBytes, e));
                   continue;
                 }
                 RegisteredKeyValueStateBackendMetaInfo<?, ?> m = byId.get(e.getKvStateId());
@@ -450,6 +498,24 @@ final class StatedKeyedStateBackendBuilder<K> {
     HeapPriorityQueueElement element =
         (HeapPriorityQueueElement) q.getMetaInfo().getElementSerializer().deserialize(in);
     ((HeapPriorityQueueSet) q.getPriorityQueue()).add(element);
+  }
+
+  /**
+   * One canonical priority-queue entry (the key-group prefix and the element; the value is empty)
+   * as the entry of its daemon map state ({@link StatedQueueSet}).
+   */
+  private static ViewEntry queueEntry(String queue, int prefixBytes, KeyGroupEntry e)
+      throws IOException {
+    DataInputDeserializer in = new DataInputDeserializer(e.getKey());
+    int keyGroup = CompositeKeySerializationUtils.readKeyGroup(prefixBytes, in);
+    byte[] element = new byte[in.available()];
+    in.readFully(element);
+    return ViewEntry.newBuilder()
+        .setKeyGroup(keyGroup)
+        .setState(queue)
+        .setKind(StateKind.STATE_KIND_MAP)
+        .setUserKey(ByteString.copyFrom(element))
+        .build();
   }
 
   /** One canonical key/value pair as the daemon entry it was written from. */

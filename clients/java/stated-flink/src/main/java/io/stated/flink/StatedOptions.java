@@ -49,6 +49,19 @@ public final class StatedOptions {
               "Where the daemon keeps a task's working state: heap, file (memory) or lsm"
                   + " (Pebble on local disk).");
 
+  public static final ConfigOption<String> TIMER_SERVICE =
+      ConfigOptions.key("state.backend.stated.timer-service")
+          .stringType()
+          .defaultValue("daemon")
+          .withDescription(
+              "Where the timers of keyed operators live: daemon (the default: daemon map states"
+                  + " with each key group's earliest timers cached in the JVM, in every snapshot"
+                  + " as the other states, as RocksDB keeps them in RocksDB) or heap (Flink's heap"
+                  + " queues in the JVM, which the timer service writes into every checkpoint"
+                  + " and reads back whole on a restore, as RocksDB's HEAP option). Operators"
+                  + " with asynchronous state (State V2) keep them on the heap. Switching between"
+                  + " the two needs a canonical savepoint when checkpoints are incremental.");
+
   public static final ConfigOption<Integer> MAX_IN_FLIGHT =
       ConfigOptions.key("state.backend.stated.max-in-flight")
           .intType()

@@ -25,7 +25,10 @@ final class StatedSnapshotResources<K> implements FullSnapshotResources<K> {
   private final StatedKeyedStateBackend<K> backend;
   private final ViewInfo view;
   private final List<StateMetaInfoSnapshot> snaps;
+
+  /** The key/value state of each view state id; null for a timer queue ({@link StatedQueues}). */
   private final List<RegisteredKeyValueStateBackendMetaInfo<?, ?>> byId;
+
   private final TypeSerializer<K> keySerializer;
   private final List<EntryTransformer> transformers;
 
@@ -105,8 +108,9 @@ final class StatedSnapshotResources<K> implements FullSnapshotResources<K> {
       ambiguous = new boolean[byId.size()];
       for (int i = 0; i < byId.size(); i++) {
         ambiguous[i] =
-            CompositeKeySerializationUtils.isAmbiguousKeyPossible(
-                keySerializer, byId.get(i).getNamespaceSerializer());
+            byId.get(i) != null
+                && CompositeKeySerializationUtils.isAmbiguousKeyPossible(
+                    keySerializer, byId.get(i).getNamespaceSerializer());
       }
       pages =
           backend
@@ -145,6 +149,24 @@ final class StatedSnapshotResources<K> implements FullSnapshotResources<K> {
         int id = e.getStateId();
         if (id >= byId.size()) {
           throw new IOException("the view names state " + id + " beyond its " + byId.size());
+        }
+        if (byId.get(id) == null) {
+          // A timer queue's element (see StatedQueues): the key-group prefix
+          // and the element's bytes, an empty value, as Flink's backends
+          // write a PRIORITY_QUEUE state.
+          if (e.getKind() != io.stated.api.v1.StateKind.STATE_KIND_MAP) {
+            throw new IOException(
+                "the view holds an entry of kind "
+                    + e.getKind()
+                    + " in timer queue state "
+                    + snaps.get(id).getName()
+                    + ", which is a map");
+          }
+          out.clear();
+          CompositeKeySerializationUtils.writeKeyGroup(e.getKeyGroup(), prefixBytes, out);
+          out.write(e.getUserKey().toByteArray());
+          set(e.getKeyGroup(), id, out.getCopyOfBuffer(), new byte[0]);
+          return;
         }
         EntryTransformer t = transformers.get(id);
         if (t != null) {
@@ -193,15 +215,19 @@ final class StatedSnapshotResources<K> implements FullSnapshotResources<K> {
         if (e.getKind() == io.stated.api.v1.StateKind.STATE_KIND_MAP) {
           out.write(e.getUserKey().toByteArray());
         }
-        newKeyGroup = e.getKeyGroup() != keyGroup;
-        newState = newKeyGroup || id != stateId;
-        keyGroup = e.getKeyGroup();
-        stateId = id;
-        key = out.getCopyOfBuffer();
-        value = v;
-        valid = true;
+        set(e.getKeyGroup(), id, out.getCopyOfBuffer(), v);
         return;
       }
+    }
+
+    private void set(int kg, int id, byte[] k, byte[] v) {
+      newKeyGroup = kg != keyGroup;
+      newState = newKeyGroup || id != stateId;
+      keyGroup = kg;
+      stateId = id;
+      key = k;
+      value = v;
+      valid = true;
     }
 
     @Override

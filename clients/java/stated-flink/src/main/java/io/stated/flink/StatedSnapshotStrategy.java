@@ -44,7 +44,8 @@ final class StatedSnapshotStrategy<K>
       metas.put(e.getKey(), e.getValue().meta);
       transforms.put(e.getKey(), e.getValue().transform);
     }
-    if (metas.isEmpty()) {
+    StatedQueues queues = backend.daemonQueues();
+    if (metas.isEmpty() && (queues == null || queues.snapshots().isEmpty())) {
       return new StatedSnapshotResources<>(backend, null, List.of(), List.of(), List.of());
     }
     ViewInfo view = backend.takeView();
@@ -55,6 +56,13 @@ final class StatedSnapshotStrategy<K>
     List<EntryTransformer> transformers = new ArrayList<>();
     for (io.stated.api.v1.StateDescriptor d : view.getStatesList()) {
       RegisteredKeyValueStateBackendMetaInfo<?, ?> m = metas.get(d.getName());
+      if (m == null && queues != null && queues.contains(d.getName())) {
+        // A timer queue: written as Flink's PRIORITY_QUEUE state.
+        snaps.add(queues.snapshot(d.getName()));
+        byId.add(null);
+        transformers.add(null);
+        continue;
+      }
       if (m == null) {
         backend.instance().releaseView(view.getViewId());
         throw new IllegalStateException(

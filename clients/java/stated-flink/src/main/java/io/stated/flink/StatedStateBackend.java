@@ -37,6 +37,7 @@ public class StatedStateBackend extends AbstractStateBackend implements Configur
   private long cacheBytes = -1;
 
   private boolean incremental;
+  private String timerService = StatedOptions.TIMER_SERVICE.defaultValue();
   private String externalRoot = "";
   private long asyncCacheBytes = StatedOptions.ASYNC_CACHE_SIZE.defaultValue().getBytes();
 
@@ -61,6 +62,7 @@ public class StatedStateBackend extends AbstractStateBackend implements Configur
     b.cacheBytes =
         config.getOptional(StatedOptions.CACHE_SIZE).map(MemorySize::getBytes).orElse(cacheBytes);
     b.incremental = config.getOptional(StatedOptions.INCREMENTAL).orElse(incremental);
+    b.timerService = config.getOptional(StatedOptions.TIMER_SERVICE).orElse(timerService);
     b.externalRoot = config.getOptional(StatedOptions.EXTERNAL_ROOT).orElse(externalRoot);
     b.asyncCacheBytes =
         config
@@ -83,6 +85,7 @@ public class StatedStateBackend extends AbstractStateBackend implements Configur
               + " (host:port of a daemon serving TCP)");
     }
     backendKind();
+    daemonTimers();
     if (maxInFlight < 1) {
       throw new IllegalConfigurationException(
           StatedOptions.MAX_IN_FLIGHT.key() + " must be at least 1, not " + maxInFlight);
@@ -120,6 +123,22 @@ public class StatedStateBackend extends AbstractStateBackend implements Configur
       default:
         throw new IllegalConfigurationException(
             StatedOptions.BACKEND_KIND.key() + " must be heap, file or lsm, not \"" + kind + "\"");
+    }
+  }
+
+  /** Whether timers are daemon states ({@link StatedOptions#TIMER_SERVICE}), or heap queues. */
+  boolean daemonTimers() {
+    switch (timerService.toLowerCase(Locale.ROOT)) {
+      case "daemon":
+        return true;
+      case "heap":
+        return false;
+      default:
+        throw new IllegalConfigurationException(
+            StatedOptions.TIMER_SERVICE.key()
+                + " must be daemon or heap, not \""
+                + timerService
+                + "\"");
     }
   }
 
@@ -173,7 +192,7 @@ public class StatedStateBackend extends AbstractStateBackend implements Configur
   @Override
   public <K> AbstractKeyedStateBackend<K> createKeyedStateBackend(
       KeyedStateBackendParameters<K> parameters) throws IOException {
-    return new StatedKeyedStateBackendBuilder<>(this, parameters, true).build();
+    return new StatedKeyedStateBackendBuilder<>(this, parameters, true, daemonTimers()).build();
   }
 
   /**
@@ -211,7 +230,7 @@ public class StatedStateBackend extends AbstractStateBackend implements Configur
         // Its states read the daemon directly, not through the synchronous
         // cache: none is made (nor warmed by a restore, nor given managed
         // memory); its own value cache is asyncCacheBytes.
-        new StatedKeyedStateBackendBuilder<>(this, parameters, false).build(),
+        new StatedKeyedStateBackendBuilder<>(this, parameters, false, false).build(),
         parameters.getEnv().getExecutionConfig(),
         asyncCacheBytes);
   }

@@ -21,7 +21,8 @@ import org.junit.jupiter.api.extension.ExtendWith;
  *
  * <p>Run on the daemon's file (memory) and lsm (Pebble) working state, with the default cache, and
  * on file with a 4 KiB cache, which evicts all the time (so reads miss, misses go to the daemon and
- * states stop being complete in the cache). Tagged daemon-views: it needs the daemon's state
+ * states stop being complete in the cache); timers are daemon states in these (the default) and
+ * heap queues on lsm with heap-timers. Tagged daemon-views: it needs the daemon's state
  * registration, views, key scans and bulk load.
  */
 @Tag("daemon-views")
@@ -34,7 +35,8 @@ public class StatedStateBackendTest extends StateBackendTestBase<StatedStateBack
 
   @Parameters(name = "kind={0}")
   public static List<String> kinds() {
-    return List.of("file", "lsm", "file:4kb");
+    // heap-timers: timers as Flink's heap queues instead of daemon states.
+    return List.of("file", "lsm", "file:4kb", "lsm:heap-timers");
   }
 
   @BeforeAll
@@ -57,8 +59,12 @@ public class StatedStateBackendTest extends StateBackendTestBase<StatedStateBack
     c.set(StatedOptions.SOCKET, daemon.socket.toString());
     String[] kc = kind.split(":");
     c.set(StatedOptions.BACKEND_KIND, kc[0]);
-    if (kc.length > 1) {
-      c.set(StatedOptions.CACHE_SIZE, org.apache.flink.configuration.MemorySize.parse(kc[1]));
+    for (int i = 1; i < kc.length; i++) {
+      if (kc[i].equals("heap-timers")) {
+        c.set(StatedOptions.TIMER_SERVICE, "heap");
+      } else {
+        c.set(StatedOptions.CACHE_SIZE, org.apache.flink.configuration.MemorySize.parse(kc[i]));
+      }
     }
     return new StatedStateBackend().configure(c, getClass().getClassLoader());
   }

@@ -151,10 +151,17 @@ class FlinkSavepointExportTest {
    * events, then stops it with a canonical savepoint; returns the savepoint's directory.
    */
   static Path runJobToSavepoint(String backendType, String name) throws Exception {
+    return runJobToSavepoint(backendType, name, java.util.Map.of());
+  }
+
+  /** As above, with more of the job's configuration. */
+  static Path runJobToSavepoint(
+      String backendType, String name, java.util.Map<String, String> extra) throws Exception {
     PROCESSED.set(0);
     Configuration conf = new Configuration();
     conf.setString("state.backend.type", backendType);
     conf.setString("state.backend.stated.socket", daemon.socket.toString());
+    extra.forEach(conf::setString);
     // Every subtask's state in a file of its own, never inline in _metadata, so that
     // the damaged-file test has a file to cut (a file system checkpoint storage: the
     // JobManager's keeps a savepoint's state in memory).
@@ -347,9 +354,24 @@ class FlinkSavepointExportTest {
   }
 
   /**
-   * Flink's own backends write the same canonical format; their timers are PRIORITY_QUEUE states in
-   * the managed keyed state (stated's are raw keyed state), and read the same.
+   * Flink's own backends write the same canonical format, their timers PRIORITY_QUEUE states in the
+   * managed keyed state as stated's (with its default, daemon timers), and read the same.
    */
+  /**
+   * stated with timers on the heap: its timer service writes them into raw keyed state, which the
+   * reader reads as Flink's restore does, to the same lines.
+   */
+  @Test
+  void statedWithHeapTimersExportsTheSame() throws Exception {
+    Path sp =
+        runJobToSavepoint(
+            "io.stated.flink.StatedStateBackendFactory",
+            "stated-heap-timers",
+            java.util.Map.of("state.backend.stated.timer-service", "heap"));
+    List<String> got = sortedLines(run("export", "--bytes", "text", sp.toString()));
+    assertThat(got).containsExactlyElementsOf(model());
+  }
+
   @ParameterizedTest
   @ValueSource(strings = {"hashmap", "rocksdb"})
   void flinksOwnBackendsExportTheSame(String backend) throws Exception {
@@ -422,10 +444,13 @@ class FlinkSavepointExportTest {
               .max((a, b) -> Long.compare(a.toFile().length(), b.toFile().length()))
               .orElseThrow(() -> new AssertionError("no state file in " + listing(copy)));
     }
-    // The tail of the file is the last key group's entries and its end mark.
+    // The tail of the file is the last key group's entries and its end mark: lengths of 2 GiB
+    // over all of it, whichever of its bytes the entries' lengths and the mark are.
     try (RandomAccessFile f = new RandomAccessFile(victim.toFile(), "rw")) {
       f.seek(f.length() - 40);
-      f.write(new byte[] {(byte) 0x7f, (byte) 0xff, (byte) 0xff, (byte) 0xf0, 1, 2, 3, 4});
+      for (int i = 0; i < 10; i++) {
+        f.write(new byte[] {(byte) 0x7f, (byte) 0xff, (byte) 0xff, (byte) 0xf0});
+      }
     }
     assertThatThrownBy(() -> run("export", copy.toString()))
         .isInstanceOf(IOException.class)
