@@ -1,6 +1,7 @@
 package io.stated.flink;
 
 import static org.assertj.core.api.Assertions.assertThat;
+import static org.assertj.core.api.Assertions.assertThatThrownBy;
 
 import io.stated.client.Daemon;
 import java.nio.file.Files;
@@ -80,11 +81,15 @@ public class StatedQueueSetTest extends InternalPriorityQueueTestBase {
   }
 
   private static StateBackend stated(boolean incremental) {
+    return stated(incremental, "daemon");
+  }
+
+  private static StateBackend stated(boolean incremental, String timerService) {
     Configuration c = new Configuration();
     c.set(StatedOptions.SOCKET, daemon.socket.toString());
     c.set(StatedOptions.BACKEND_KIND, "lsm");
     c.set(StatedOptions.INCREMENTAL, incremental);
-    c.set(StatedOptions.TIMER_SERVICE, "daemon");
+    c.set(StatedOptions.TIMER_SERVICE, timerService);
     return new StatedStateBackendFactory().createFromConfig(c, null);
   }
 
@@ -206,6 +211,48 @@ public class StatedQueueSetTest extends InternalPriorityQueueTestBase {
     restores(true);
   }
 
+  /**
+   * A canonical checkpoint with daemon timers restores on heap timers (Flink's PRIORITY_QUEUE
+   * states, loaded into the heap queues); an incremental one cannot (its timers are in the daemon's
+   * files) and says which option to set.
+   */
+  @Test
+  void heapTimersRestoreCanonicalAndRefuseIncremental() throws Exception {
+    for (boolean incremental : new boolean[] {false, true}) {
+      JobID job = new JobID();
+      CheckpointableKeyedStateBackend<Integer> b = open(stated(incremental), job, null);
+      KeyGroupedInternalPriorityQueue<TestElement> q = queue(b);
+      TreeSet<TestElement> model = new TreeSet<>(ORDER);
+      for (int i = 0; i < 500; i++) {
+        TestElement e = new TestElement(i, 1000 - i);
+        q.add(e);
+        model.add(e);
+      }
+      KeyedStateHandle h = snapshot(b, 1);
+      if (incremental) {
+        assertThatThrownBy(() -> open(stated(true, "heap"), job, List.of(h)))
+            .hasMessageContaining("timer queue timers")
+            .hasMessageContaining(StatedOptions.TIMER_SERVICE.key() + ": daemon");
+      } else {
+        CheckpointableKeyedStateBackend<Integer> r = open(stated(false, "heap"), job, List.of(h));
+        assertThat(((StatedKeyedStateBackend<?>) r).daemonQueues()).isNull();
+        assertDrains(r.create("timers", TestElementSerializer.INSTANCE), model);
+      }
+    }
+  }
+
+  private static KeyedStateHandle snapshot(CheckpointableKeyedStateBackend<Integer> b, long id)
+      throws Exception {
+    RunnableFuture<SnapshotResult<KeyedStateHandle>> f =
+        b.snapshot(
+            id,
+            0,
+            new MemCheckpointStreamFactory(64 << 20),
+            CheckpointOptions.forCheckpointWithDefaultLocation());
+    f.run();
+    return f.get().getJobManagerOwnedSnapshot();
+  }
+
   private void restores(boolean incremental) throws Exception {
     JobID job = new JobID();
     CheckpointableKeyedStateBackend<Integer> b = open(stated(incremental), job, null);
@@ -222,14 +269,7 @@ public class StatedQueueSetTest extends InternalPriorityQueueTestBase {
       assertHead(polled, model, "poll " + i);
       model.remove(polled);
     }
-    RunnableFuture<SnapshotResult<KeyedStateHandle>> f =
-        b.snapshot(
-            1,
-            0,
-            new MemCheckpointStreamFactory(64 << 20),
-            CheckpointOptions.forCheckpointWithDefaultLocation());
-    f.run();
-    KeyedStateHandle h = f.get().getJobManagerOwnedSnapshot();
+    KeyedStateHandle h = snapshot(b, 1);
     assertThat(h)
         .isInstanceOf(
             incremental ? IncrementalRemoteKeyedStateHandle.class : KeyGroupsStateHandle.class);
