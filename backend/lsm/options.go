@@ -36,6 +36,10 @@ const (
 	l0StopWritesThreshold = 20
 )
 
+// noTombstoneDenseCompactions switches Pebble's tombstone-density
+// compactions off (a value <= 0; see pebbleOptions).
+const noTombstoneDenseCompactions = -1
+
 // Options are the lsm-specific options of Open.
 type Options struct {
 	// Dir is this instance's local working directory. Required. Open
