@@ -11,7 +11,7 @@
 #          [--events N, default 8 per key] [--parallelism 2] [--checkpoint-interval-ms 150]
 #          [--fail-at 0.8] [--backends hashmap,rocksdb,forst; also rocksdb-heap-timers]
 #          [--managed-memory 512m] [--stated-socket PATH | --no-stated]
-#          [--stated-cache-size 64m] [--stated-kind file]
+#          [--stated-cache-size 64m] [--stated-kind file] [--stated-timer-service daemon|heap]
 #          [--stated-modes full,incremental] [--restore-parallelism 3] [--dir DIR]
 # Without --stated-socket the script builds stated from the tree (needs Go)
 # and starts one daemon on a temporary data dir for the stated run, stopped

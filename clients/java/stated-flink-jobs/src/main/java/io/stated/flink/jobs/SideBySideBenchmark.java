@@ -153,7 +153,7 @@ public final class SideBySideBenchmark {
       conf.setString(
           "state.backend.type", stated ? Backend.STATED_FACTORY : heapTimers ? "rocksdb" : backend);
       if (heapTimers) {
-        // RocksDB with its timers on the JVM heap, as stated keeps them: Flink then writes
+        // RocksDB with its timers on the JVM heap, as stated's timer-service heap: Flink writes
         // them into each checkpoint as raw keyed state and reads them back at restore.
         conf.setString("state.backend.rocksdb.timer-service.factory", "HEAP");
       }
@@ -164,6 +164,9 @@ public final class SideBySideBenchmark {
         }
         if (pt.has("stated-kind")) {
           conf.setString("state.backend.stated.kind", pt.get("stated-kind"));
+        }
+        if (pt.has("stated-timer-service")) {
+          conf.setString("state.backend.stated.timer-service", pt.get("stated-timer-service"));
         }
       }
       if (backend.equals(Backend.STATED_INCREMENTAL)) {
@@ -529,7 +532,7 @@ public final class SideBySideBenchmark {
 
     /**
      * EmbeddedRocksDB with {@code state.backend.rocksdb.timer-service.factory: HEAP}: timers kept
-     * as stated's backend keeps them, so that recoveries compare the state alone.
+     * as stated's {@code timer-service: heap} keeps them, to compare recoveries with heap timers.
      */
     static final String ROCKSDB_HEAP_TIMERS = "rocksdb-heap-timers";
 
