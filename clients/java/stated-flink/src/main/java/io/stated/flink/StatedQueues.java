@@ -106,10 +106,10 @@ final class StatedQueues {
   }
 
   /**
-   * The queue {@code name}: the one made before (its serializer checked against the new one), a
-   * restored one, or a new, empty one. Elements are stored as bytes of the serializer they were
-   * written with, so the new serializer must read them as they are: one that needs a migration is
-   * refused, as an incompatible one.
+   * The queue {@code name}: the one made before (Flink's timer service asks once per queue), a
+   * restored one (its serializer checked against the new one), or a new, empty one. Elements are
+   * stored as bytes of the serializer they were written with, so the new serializer must read them
+   * as they are: one that needs a migration is refused, as an incompatible one.
    */
   @SuppressWarnings({"unchecked", "rawtypes"})
   <T extends HeapPriorityQueueElement & PriorityComparable<? super T> & Keyed<?>>
@@ -117,8 +117,12 @@ final class StatedQueues {
           String name, TypeSerializer<T> serializer, boolean allowFutureMetadataUpdates) {
     Entry e = queues.get(name);
     if (e != null && e.queue != null) {
-      // Flink's timer service asks once per queue; a second ask gets the same queue.
       return (KeyGroupedInternalPriorityQueue<T>) e.queue;
+    }
+    RegisteredPriorityQueueStateBackendMetaInfo<T> fresh =
+        new RegisteredPriorityQueueStateBackendMetaInfo<>(name, serializer);
+    if (allowFutureMetadataUpdates) {
+      fresh = fresh.withSerializerUpgradesAllowed();
     }
     if (e != null) {
       RegisteredPriorityQueueStateBackendMetaInfo<T> meta =
@@ -136,14 +140,11 @@ final class StatedQueues {
                     + (c.isIncompatible() ? "incompatible" : "compatible after migration")
                     + ")"));
       }
-      // The restored meta now names the new serializer and keeps the old
-      // one's snapshot for the compatibility check of a later restore.
+      // The new serializer reads the stored bytes as they are, so it
+      // describes them from now on (as Flink's heap backend does).
+      e.meta = fresh;
     } else {
-      RegisteredPriorityQueueStateBackendMetaInfo<T> meta =
-          new RegisteredPriorityQueueStateBackendMetaInfo<>(name, serializer);
-      e =
-          new Entry(
-              allowFutureMetadataUpdates ? meta.withSerializerUpgradesAllowed() : meta, false);
+      e = new Entry(fresh, false);
       registerInDaemon(daemon.instance(), List.of(name));
       queues.put(name, e);
     }
