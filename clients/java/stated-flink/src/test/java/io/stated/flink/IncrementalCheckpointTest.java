@@ -9,7 +9,6 @@ import java.nio.file.Files;
 import java.nio.file.Path;
 import java.util.ArrayList;
 import java.util.Collection;
-import java.util.Comparator;
 import java.util.HashSet;
 import java.util.List;
 import java.util.Map;
@@ -73,6 +72,7 @@ class IncrementalCheckpointTest {
   private static final int MAX = 128;
   private static Daemon daemon;
   private static Path extDir;
+  private static ExternalDirDaemon ext;
   private JobID job = new JobID();
 
   private final ValueStateDescriptor<String> valueDesc =
@@ -82,22 +82,15 @@ class IncrementalCheckpointTest {
 
   @BeforeAll
   static void startDaemon() throws Exception {
-    // Outside the daemon's data dir, whose checkpoint sweep deletes what
-    // its catalog does not know.
-    extDir = Files.createTempDirectory("stated-flink-ext-").toRealPath();
-    daemon = new Daemon("--external-dir", extDir.toString());
-    daemon.start();
+    ext = ExternalDirDaemon.start("stated-flink-ext-");
+    daemon = ext.daemon;
+    extDir = ext.dir;
   }
 
   @AfterAll
   static void stopDaemon() throws Exception {
-    if (daemon != null) {
-      daemon.close();
-    }
-    if (extDir != null) {
-      try (Stream<Path> s = Files.walk(extDir)) {
-        s.sorted(Comparator.reverseOrder()).forEach(p -> p.toFile().delete());
-      }
+    if (ext != null) {
+      ext.close();
     }
   }
 

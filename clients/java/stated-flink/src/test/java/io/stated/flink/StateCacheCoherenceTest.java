@@ -10,7 +10,6 @@ import java.util.List;
 import java.util.Map;
 import java.util.Random;
 import java.util.TreeMap;
-import java.util.concurrent.RunnableFuture;
 import org.apache.flink.api.common.JobID;
 import org.apache.flink.api.common.functions.AggregateFunction;
 import org.apache.flink.api.common.state.AggregatingStateDescriptor;
@@ -25,20 +24,17 @@ import org.apache.flink.configuration.Configuration;
 import org.apache.flink.configuration.MemorySize;
 import org.apache.flink.core.fs.CloseableRegistry;
 import org.apache.flink.metrics.groups.UnregisteredMetricsGroup;
-import org.apache.flink.runtime.checkpoint.CheckpointOptions;
 import org.apache.flink.runtime.operators.testutils.MockEnvironment;
 import org.apache.flink.runtime.operators.testutils.MockEnvironmentBuilder;
 import org.apache.flink.runtime.state.CheckpointableKeyedStateBackend;
 import org.apache.flink.runtime.state.KeyGroupRange;
 import org.apache.flink.runtime.state.KeyedStateBackendParametersImpl;
 import org.apache.flink.runtime.state.KeyedStateHandle;
-import org.apache.flink.runtime.state.SnapshotResult;
 import org.apache.flink.runtime.state.internal.InternalAggregatingState;
 import org.apache.flink.runtime.state.internal.InternalListState;
 import org.apache.flink.runtime.state.internal.InternalMapState;
 import org.apache.flink.runtime.state.internal.InternalReducingState;
 import org.apache.flink.runtime.state.internal.InternalValueState;
-import org.apache.flink.runtime.state.memory.MemCheckpointStreamFactory;
 import org.apache.flink.runtime.state.ttl.TtlTimeProvider;
 import org.junit.jupiter.api.AfterAll;
 import org.junit.jupiter.api.BeforeAll;
@@ -234,18 +230,6 @@ class StateCacheCoherenceTest {
     }
   }
 
-  private static KeyedStateHandle snapshot(CheckpointableKeyedStateBackend<Integer> b, long id)
-      throws Exception {
-    RunnableFuture<SnapshotResult<KeyedStateHandle>> f =
-        b.snapshot(
-            id,
-            0,
-            new MemCheckpointStreamFactory(64 << 20),
-            CheckpointOptions.forCheckpointWithDefaultLocation());
-    f.run();
-    return f.get().getJobManagerOwnedSnapshot();
-  }
-
   private static void close(CheckpointableKeyedStateBackend<Integer> b) throws Exception {
     b.dispose();
     b.close();
@@ -373,7 +357,7 @@ class StateCacheCoherenceTest {
         s.list.mergeNamespaces(ns, sources);
         mergeModel(key, ns, sources);
       } else if (pick < 83) {
-        KeyedStateHandle h = snapshot(s.b, ++checkpoint);
+        KeyedStateHandle h = Checkpoints.take(s.b, ++checkpoint);
         if (rnd.nextBoolean()) {
           // Go on from the restored snapshot, with an empty cache.
           close(s.b);
@@ -385,7 +369,7 @@ class StateCacheCoherenceTest {
       assertThat(sb.cache().bytes()).isLessThanOrEqualTo(cacheBytes);
     }
     checkAll(s);
-    KeyedStateHandle h = snapshot(s.b, ++checkpoint);
+    KeyedStateHandle h = Checkpoints.take(s.b, ++checkpoint);
     close(s.b);
     // The daemon alone, through a snapshot and a restore: every write reached it.
     States restored = new States(open(cacheBytes, h == null ? List.of() : List.of(h)));

@@ -1,12 +1,9 @@
 package io.stated.flink;
 
 import io.stated.client.Daemon;
-import java.nio.file.Files;
 import java.nio.file.Path;
-import java.util.Comparator;
 import java.util.List;
 import java.util.Map;
-import java.util.stream.Stream;
 import org.apache.flink.runtime.state.ConfigurableStateBackend;
 import org.apache.flink.runtime.state.v2.StateBackendTestV2Base;
 import org.apache.flink.testutils.junit.extensions.parameterized.Parameter;
@@ -33,6 +30,7 @@ import org.junit.jupiter.api.extension.ExtendWith;
 public class StatedAsyncStateBackendTest extends StateBackendTestV2Base<StatedStateBackend> {
   private static Daemon daemon;
   private static Path extDir;
+  private static ExternalDirDaemon ext;
 
   private static final String WRONG_KEY_GROUPS =
       "Flink 2.3.0's test opens each backend with the size of its key-group range as the"
@@ -71,20 +69,15 @@ public class StatedAsyncStateBackendTest extends StateBackendTestV2Base<StatedSt
 
   @BeforeAll
   static void startDaemon() throws Exception {
-    extDir = Files.createTempDirectory("stated-flink-async-ext-").toRealPath();
-    daemon = new Daemon("--external-dir", extDir.toString());
-    daemon.start();
+    ext = ExternalDirDaemon.start("stated-flink-async-ext-");
+    daemon = ext.daemon;
+    extDir = ext.dir;
   }
 
   @AfterAll
   static void stopDaemon() throws Exception {
-    if (daemon != null) {
-      daemon.close();
-    }
-    if (extDir != null) {
-      try (Stream<Path> s = Files.walk(extDir)) {
-        s.sorted(Comparator.reverseOrder()).forEach(p -> p.toFile().delete());
-      }
+    if (ext != null) {
+      ext.close();
     }
   }
 

@@ -1,11 +1,8 @@
 package io.stated.flink;
 
 import io.stated.client.Daemon;
-import java.nio.file.Files;
 import java.nio.file.Path;
-import java.util.Comparator;
 import java.util.List;
-import java.util.stream.Stream;
 import org.apache.flink.configuration.Configuration;
 import org.apache.flink.runtime.state.ConfigurableStateBackend;
 import org.apache.flink.runtime.state.StateBackendTestBase;
@@ -28,6 +25,7 @@ import org.junit.jupiter.api.extension.ExtendWith;
 public class StatedIncrementalStateBackendTest extends StateBackendTestBase<StatedStateBackend> {
   private static Daemon daemon;
   private static Path extDir;
+  private static ExternalDirDaemon ext;
 
   /** The suite's methods are test templates: they run once per parameter, here one. */
   @Parameter public String mode;
@@ -39,20 +37,15 @@ public class StatedIncrementalStateBackendTest extends StateBackendTestBase<Stat
 
   @BeforeAll
   static void startDaemon() throws Exception {
-    extDir = Files.createTempDirectory("stated-flink-ext-").toRealPath();
-    daemon = new Daemon("--external-dir", extDir.toString());
-    daemon.start();
+    ext = ExternalDirDaemon.start("stated-flink-ext-");
+    daemon = ext.daemon;
+    extDir = ext.dir;
   }
 
   @AfterAll
   static void stopDaemon() throws Exception {
-    if (daemon != null) {
-      daemon.close();
-    }
-    if (extDir != null) {
-      try (Stream<Path> s = Files.walk(extDir)) {
-        s.sorted(Comparator.reverseOrder()).forEach(p -> p.toFile().delete());
-      }
+    if (ext != null) {
+      ext.close();
     }
   }
 

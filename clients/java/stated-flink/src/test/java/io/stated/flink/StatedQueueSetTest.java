@@ -3,23 +3,17 @@ package io.stated.flink;
 import static org.assertj.core.api.Assertions.assertThat;
 import static org.assertj.core.api.Assertions.assertThatThrownBy;
 
-import io.stated.client.Daemon;
-import java.nio.file.Files;
-import java.nio.file.Path;
 import java.util.ArrayList;
 import java.util.Collection;
 import java.util.Comparator;
 import java.util.List;
 import java.util.Random;
 import java.util.TreeSet;
-import java.util.concurrent.RunnableFuture;
-import java.util.stream.Stream;
 import org.apache.flink.api.common.JobID;
 import org.apache.flink.api.common.typeutils.base.IntSerializer;
 import org.apache.flink.configuration.Configuration;
 import org.apache.flink.core.fs.CloseableRegistry;
 import org.apache.flink.metrics.groups.UnregisteredMetricsGroup;
-import org.apache.flink.runtime.checkpoint.CheckpointOptions;
 import org.apache.flink.runtime.operators.testutils.MockEnvironment;
 import org.apache.flink.runtime.operators.testutils.MockEnvironmentBuilder;
 import org.apache.flink.runtime.state.CheckpointableKeyedStateBackend;
@@ -30,9 +24,7 @@ import org.apache.flink.runtime.state.KeyGroupedInternalPriorityQueue;
 import org.apache.flink.runtime.state.KeyGroupsStateHandle;
 import org.apache.flink.runtime.state.KeyedStateBackendParametersImpl;
 import org.apache.flink.runtime.state.KeyedStateHandle;
-import org.apache.flink.runtime.state.SnapshotResult;
 import org.apache.flink.runtime.state.StateBackend;
-import org.apache.flink.runtime.state.memory.MemCheckpointStreamFactory;
 import org.apache.flink.runtime.state.ttl.TtlTimeProvider;
 import org.junit.jupiter.api.AfterAll;
 import org.junit.jupiter.api.AfterEach;
@@ -49,26 +41,18 @@ import org.junit.jupiter.api.Test;
  */
 @Tag("daemon-views")
 public class StatedQueueSetTest extends InternalPriorityQueueTestBase {
-  private static Daemon daemon;
-  private static Path extDir;
+  private static ExternalDirDaemon ext;
   private final List<CheckpointableKeyedStateBackend<?>> backends = new ArrayList<>();
 
   @BeforeAll
   static void startDaemon() throws Exception {
-    extDir = Files.createTempDirectory("stated-flink-ext-").toRealPath();
-    daemon = new Daemon("--external-dir", extDir.toString());
-    daemon.start();
+    ext = ExternalDirDaemon.start("stated-flink-ext-");
   }
 
   @AfterAll
   static void stopDaemon() throws Exception {
-    if (daemon != null) {
-      daemon.close();
-    }
-    if (extDir != null) {
-      try (Stream<Path> s = Files.walk(extDir)) {
-        s.sorted(Comparator.reverseOrder()).forEach(p -> p.toFile().delete());
-      }
+    if (ext != null) {
+      ext.close();
     }
   }
 
@@ -86,7 +70,7 @@ public class StatedQueueSetTest extends InternalPriorityQueueTestBase {
 
   private static StateBackend stated(boolean incremental, String timerService) {
     Configuration c = new Configuration();
-    c.set(StatedOptions.SOCKET, daemon.socket.toString());
+    c.set(StatedOptions.SOCKET, ext.daemon.socket.toString());
     c.set(StatedOptions.BACKEND_KIND, "lsm");
     c.set(StatedOptions.INCREMENTAL, incremental);
     c.set(StatedOptions.TIMER_SERVICE, timerService);
@@ -228,7 +212,7 @@ public class StatedQueueSetTest extends InternalPriorityQueueTestBase {
         q.add(e);
         model.add(e);
       }
-      KeyedStateHandle h = snapshot(b, 1);
+      KeyedStateHandle h = Checkpoints.take(b, 1);
       if (incremental) {
         assertThatThrownBy(() -> open(stated(true, "heap"), job, List.of(h)))
             .hasMessageContaining("timer queue timers")
@@ -239,18 +223,6 @@ public class StatedQueueSetTest extends InternalPriorityQueueTestBase {
         assertDrains(r.create("timers", TestElementSerializer.INSTANCE), model);
       }
     }
-  }
-
-  private static KeyedStateHandle snapshot(CheckpointableKeyedStateBackend<Integer> b, long id)
-      throws Exception {
-    RunnableFuture<SnapshotResult<KeyedStateHandle>> f =
-        b.snapshot(
-            id,
-            0,
-            new MemCheckpointStreamFactory(64 << 20),
-            CheckpointOptions.forCheckpointWithDefaultLocation());
-    f.run();
-    return f.get().getJobManagerOwnedSnapshot();
   }
 
   private void restores(boolean incremental) throws Exception {
@@ -269,7 +241,7 @@ public class StatedQueueSetTest extends InternalPriorityQueueTestBase {
       assertHead(polled, model, "poll " + i);
       model.remove(polled);
     }
-    KeyedStateHandle h = snapshot(b, 1);
+    KeyedStateHandle h = Checkpoints.take(b, 1);
     assertThat(h)
         .isInstanceOf(
             incremental ? IncrementalRemoteKeyedStateHandle.class : KeyGroupsStateHandle.class);
