@@ -902,7 +902,16 @@ func TestRemotePebbleSecondaryCache(t *testing.T) {
 			checkModel(t, db, model, 0, spikeGroups-1)
 			return s.store.Counts().Calls[tiered.OpGetRange] - before
 		}
+		// The secondary cache is filled by Pebble's background writers
+		// (sharedcache's writeWorkers), so on a loaded machine the first
+		// warm scan may still miss a few blocks: scan again, up to a
+		// bound, until one reads nothing. Without the cache every scan
+		// reads.
 		first, second := pass(), pass()
+		for i := 0; i < 20 && second > 0 && secondary > 0; i++ {
+			time.Sleep(50 * time.Millisecond)
+			second = pass()
+		}
 		db.Close()
 		cache.Unref()
 		t.Logf("full scans, 64 KiB block cache, %d-byte secondary cache: %d ranged reads cold, %d warm", secondary, first, second)
