@@ -76,11 +76,16 @@ final class StatedQueueSet<T> implements InternalPriorityQueue<T>, HeapPriorityQ
 
   /** The MAP_ITERATE that refills the cache (sent alone or batched with other key groups'). */
   Op refillOp() {
+    return iterateOp(seekAfter, CACHE_CAPACITY);
+  }
+
+  /** A page of up to {@code limit} elements after {@code after} (null: from the first). */
+  private Op iterateOp(@Nullable byte[] after, int limit) {
     Op.Builder b = daemon.op(OpType.OP_TYPE_MAP_ITERATE, state, keyGroup, NO_BYTES, NO_BYTES);
-    if (seekAfter != null) {
-      b.setUserKey(ByteString.copyFrom(seekAfter));
+    if (after != null) {
+      b.setUserKey(ByteString.copyFrom(after));
     }
-    return b.setLimit(CACHE_CAPACITY).build();
+    return b.setLimit(limit).build();
   }
 
   /** Whether a peek or poll would read the daemon first. */
@@ -272,14 +277,7 @@ final class StatedQueueSet<T> implements InternalPriorityQueue<T>, HeapPriorityQ
       @Override
       public boolean hasNext() {
         while (pos >= page.size() && more) {
-          Op.Builder b =
-              daemon
-                  .op(OpType.OP_TYPE_MAP_ITERATE, state, keyGroup, NO_BYTES, NO_BYTES)
-                  .setLimit(1000);
-          if (after != null) {
-            b.setUserKey(ByteString.copyFrom(after));
-          }
-          Result r = daemon.read(b.build());
+          Result r = daemon.read(iterateOp(after, 1000));
           page = r.getEntriesList();
           pos = 0;
           more = r.getMore();

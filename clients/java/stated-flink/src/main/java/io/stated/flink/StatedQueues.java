@@ -74,6 +74,11 @@ final class StatedQueues {
     return queues.containsKey(name);
   }
 
+  /** Whether the backend has no queue (made or restored). */
+  boolean isEmpty() {
+    return queues.isEmpty();
+  }
+
   /** The queues' meta info for a snapshot, in registration order. */
   List<StateMetaInfoSnapshot> snapshots() {
     List<StateMetaInfoSnapshot> out = new ArrayList<>(queues.size());

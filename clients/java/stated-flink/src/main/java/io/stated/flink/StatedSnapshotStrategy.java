@@ -45,7 +45,7 @@ final class StatedSnapshotStrategy<K>
       transforms.put(e.getKey(), e.getValue().transform);
     }
     StatedQueues queues = backend.daemonQueues();
-    if (metas.isEmpty() && (queues == null || queues.snapshots().isEmpty())) {
+    if (metas.isEmpty() && (queues == null || queues.isEmpty())) {
       return new StatedSnapshotResources<>(backend, null, List.of(), List.of(), List.of());
     }
     ViewInfo view = backend.takeView();
