@@ -3,8 +3,12 @@ package io.stated.flink.jobs;
 import static org.assertj.core.api.Assertions.assertThat;
 
 import java.io.IOException;
+import java.nio.file.FileVisitResult;
 import java.nio.file.Files;
+import java.nio.file.NoSuchFileException;
 import java.nio.file.Path;
+import java.nio.file.SimpleFileVisitor;
+import java.nio.file.attribute.BasicFileAttributes;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.List;
@@ -15,7 +19,6 @@ import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicLong;
 import java.util.stream.Collectors;
-import java.util.stream.Stream;
 import org.apache.flink.api.common.JobID;
 import org.apache.flink.api.common.eventtime.WatermarkStrategy;
 import org.apache.flink.api.common.functions.FlatMapFunction;
@@ -95,14 +98,56 @@ class StatedIncrementalITCase {
 
   /** Every regular file under {@code dir} whose name matches {@code suffix} (all: ""). */
   private static List<Path> files(Path dir, String suffix) throws IOException {
-    if (!Files.exists(dir)) {
-      return List.of();
+    return walk(dir).stream()
+        .filter(Files::isRegularFile)
+        .filter(p -> p.getFileName().toString().endsWith(suffix))
+        .collect(Collectors.toList());
+  }
+
+  /**
+   * Every file and directory under {@code root} (not {@code root} itself). Flink may be deleting
+   * while this walks (it discards a finished job's checkpoints in the background), so an entry that
+   * vanishes under the walk is skipped, not an error.
+   */
+  private static List<Path> walk(Path root) throws IOException {
+    List<Path> found = new ArrayList<>();
+    if (!Files.exists(root)) {
+      return found;
     }
-    try (Stream<Path> s = Files.walk(dir)) {
-      return s.filter(Files::isRegularFile)
-          .filter(p -> p.getFileName().toString().endsWith(suffix))
-          .collect(Collectors.toList());
-    }
+    Files.walkFileTree(
+        root,
+        new SimpleFileVisitor<>() {
+          @Override
+          public FileVisitResult preVisitDirectory(Path dir, BasicFileAttributes attrs) {
+            if (!dir.equals(root)) {
+              found.add(dir);
+            }
+            return FileVisitResult.CONTINUE;
+          }
+
+          @Override
+          public FileVisitResult visitFile(Path file, BasicFileAttributes attrs) {
+            found.add(file);
+            return FileVisitResult.CONTINUE;
+          }
+
+          @Override
+          public FileVisitResult visitFileFailed(Path file, IOException e) throws IOException {
+            if (e instanceof NoSuchFileException) {
+              return FileVisitResult.CONTINUE;
+            }
+            throw e;
+          }
+
+          @Override
+          public FileVisitResult postVisitDirectory(Path dir, IOException e) throws IOException {
+            if (e != null && !(e instanceof NoSuchFileException)) {
+              throw e;
+            }
+            return FileVisitResult.CONTINUE;
+          }
+        });
+    return found;
   }
 
   /** Flink's checkpoint directory, which every test's daemon gets as its --external-dir. */
@@ -175,21 +220,13 @@ class StatedIncrementalITCase {
   }
 
   /**
-   * What is left under a job's directory: every file, and every directory but the job's own, {@code
-   * shared} and {@code taskowned}, which Flink makes and keeps while the cluster runs.
+   * What is left under a job's directory: every file, and every directory but {@code shared} and
+   * {@code taskowned}, which Flink makes and keeps while the cluster runs.
    */
   private static List<Path> leftovers(Path jobDir) throws IOException {
-    if (!Files.exists(jobDir)) {
-      return List.of();
-    }
-    try (Stream<Path> s = Files.walk(jobDir)) {
-      return s.filter(
-              p ->
-                  !p.equals(jobDir)
-                      && !p.equals(jobDir.resolve("shared"))
-                      && !p.equals(jobDir.resolve("taskowned")))
-          .collect(Collectors.toList());
-    }
+    return walk(jobDir).stream()
+        .filter(p -> !p.equals(jobDir.resolve("shared")) && !p.equals(jobDir.resolve("taskowned")))
+        .collect(Collectors.toList());
   }
 
   /**
