@@ -220,6 +220,28 @@ class StatedIncrementalITCase {
   }
 
   /**
+   * The empty {@code chk-<id>} directories among {@code left} whose checkpoint did not complete
+   * (Flink's statistics of the job say so).
+   */
+  private static List<Path> emptyDirsOfUncompleted(List<Path> left, MiniCluster cluster, JobID job)
+      throws Exception {
+    List<Path> out = new ArrayList<>();
+    for (Path p : left) {
+      String name = p.getFileName().toString();
+      if (!name.startsWith("chk-") || left.stream().anyMatch(q -> q.getParent().equals(p))) {
+        continue;
+      }
+      long id = Long.parseLong(name.substring("chk-".length()));
+      AbstractCheckpointStats c =
+          MiniClusterJobs.checkpointStats(cluster, job).getHistory().getCheckpointById(id);
+      if (c == null || c.getStatus() != CheckpointStatsStatus.COMPLETED) {
+        out.add(p);
+      }
+    }
+    return out;
+  }
+
+  /**
    * What is left under a job's directory: every file, and every directory but {@code shared} and
    * {@code taskowned}, which Flink makes and keeps while the cluster runs.
    */
@@ -278,6 +300,14 @@ class StatedIncrementalITCase {
       // recursion, so a subdirectory there would stop the discard before the shared files),
       // and then every shared file its registry still counts. Nothing may be left.
       List<Path> left = awaitDiscarded(jobDir, 30);
+      List<Path> aborted = emptyDirsOfUncompleted(left, cluster, job);
+      if (!aborted.isEmpty()) {
+        // Flink deletes an aborted checkpoint's directory without recursion while the task
+        // may still be deleting the files it wrote there (its own cleanup, asynchronous):
+        // the directory can stay, empty, whatever the state backend. Not stated's to delete.
+        System.out.println("empty directories of checkpoints that did not complete: " + aborted);
+        left.removeAll(aborted);
+      }
       assertThat(left)
           .as("files and checkpoint directories left after Flink discarded the job's checkpoints")
           .isEmpty();
