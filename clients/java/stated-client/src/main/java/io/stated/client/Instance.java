@@ -47,6 +47,7 @@ import java.util.Iterator;
 import java.util.List;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.ConcurrentLinkedQueue;
+import java.util.concurrent.Executor;
 import java.util.concurrent.Semaphore;
 import java.util.concurrent.atomic.AtomicBoolean;
 import java.util.concurrent.locks.ReentrantLock;
@@ -61,9 +62,15 @@ import java.util.concurrent.locks.ReentrantLock;
  * {@link #snapshot} is a barrier: it holds every operation sent or submitted before it and none
  * after, without waiting for any answer.
  *
- * <p>Futures complete on gRPC's executor, in request order. A callback must not wait for a slot (a
- * blocking {@link #send} inside a callback of the same instance can wait for an answer that only
- * that callback's thread would deliver); hand such work to another thread.
+ * <p>The futures of the batch stream ({@link #send}, {@link #submit}, {@link #snapshot}, {@link
+ * #view}) complete on the client's I/O thread, in request order, as soon as the answer is read: a
+ * thread waiting for one is woken by the thread that read it, with no hand-off between (a
+ * synchronous read is one round trip, and that hand-off was a fifth of it). So a callback chained
+ * on them must not block: no waiting for another answer of the daemon, no lock a waiting thread
+ * holds. Run such work with an executor ({@code thenApplyAsync(fn, executor)}). A callback that
+ * sends on the same instance while every slot is in flight fails at once ({@code
+ * FAILED_PRECONDITION}): its thread is the one that would read the answer freeing a slot. The other
+ * calls' futures complete on gRPC's executor.
  *
  * <p>If the stream ends (the daemon stopped or restarted, the connection broke), every request in
  * flight and every later one fails with the stream's error; open the instance again (with restore)
@@ -75,6 +82,12 @@ public final class Instance {
 
   /** The most operand bytes of one request cut by {@link #submit}. */
   static final int BATCH_BYTES = 1 << 20;
+
+  /**
+   * The batch stream's callbacks run on the thread that read the answer (gRPC's transport thread)
+   * rather than on gRPC's executor: see the class comment.
+   */
+  private static final Executor ON_IO_THREAD = Runnable::run;
 
   private final StatedClient client;
   private final TaskId task;
@@ -93,6 +106,10 @@ public final class Instance {
   private volatile StatedException dead;
   private volatile boolean uninterruptible;
   private final AtomicBoolean woken = new AtomicBoolean();
+
+  /** The thread that reads the batch stream's answers (set by the first), or null. */
+  private volatile Thread ioThread;
+
   private ClientCallStreamObserver<BatchRequest> out;
   private long seq;
 
@@ -135,7 +152,7 @@ public final class Instance {
   /** Opens the stream and sends the first request, which names the instance. */
   CompletableFuture<BatchResult> start() {
     ClientCall<BatchRequest, BatchResponse> call =
-        client.channel().newCall(StatedGrpc.BATCH, CallOptions.DEFAULT);
+        client.channel().newCall(StatedGrpc.BATCH, CallOptions.DEFAULT.withExecutor(ON_IO_THREAD));
     StreamObserver<BatchRequest> obs =
         ClientCalls.asyncBidiStreamingCall(
             call,
@@ -334,6 +351,9 @@ public final class Instance {
   }
 
   private void onResponse(BatchResponse resp) {
+    if (ioThread == null) {
+      ioThread = Thread.currentThread();
+    }
     Pending p = pending.poll();
     if (p == null || p.seq != resp.getSeq()) {
       fail(
@@ -410,12 +430,34 @@ public final class Instance {
 
   private CompletableFuture<BatchResult> sendLocked(
       List<Op> ops, SnapshotBarrier barrier, ViewBarrier view) {
-    CompletableFuture<BatchResult> f = new CompletableFuture<>();
+    return sendLocked(ops, barrier, view, new CompletableFuture<>());
+  }
+
+  /**
+   * Sends as {@link #sendLocked(List, SnapshotBarrier, ViewBarrier)}, completing {@code f}, whose
+   * callbacks the caller put in place before: they then run on the I/O thread, never on the
+   * sender's because the answer came first.
+   */
+  private CompletableFuture<BatchResult> sendLocked(
+      List<Op> ops, SnapshotBarrier barrier, ViewBarrier view, CompletableFuture<BatchResult> f) {
     if (dead != null) {
       f.completeExceptionally(dead);
       return f;
     }
-    if (uninterruptible) {
+    if (Thread.currentThread() == ioThread) {
+      // A callback of this stream's futures: waiting here would wait for
+      // an answer only this thread can read.
+      if (!slots.tryAcquire()) {
+        f.completeExceptionally(
+            new StatedException(
+                Status.Code.FAILED_PRECONDITION,
+                "a callback of the batch stream's futures sent a request while all "
+                    + maxInFlight
+                    + " slots were in flight; it runs on the thread that reads the answers, so"
+                    + " it cannot wait for one: run the callback with an executor"));
+        return f;
+      }
+    } else if (uninterruptible) {
       // Bounded all the same: every answer frees a slot, and the stream's
       // end frees them all.
       slots.acquireUninterruptibly();
@@ -504,22 +546,23 @@ public final class Instance {
     queued.clear();
     queuedFutures.clear();
     queuedBytes = 0;
-    sendLocked(ops, null, null)
-        .whenComplete(
-            (r, err) -> {
-              for (int i = 0; i < fs.size(); i++) {
-                if (err != null) {
-                  fs.get(i).completeExceptionally(err);
-                  continue;
-                }
-                Result x = r.get(i);
-                if (x.getCode() != 0) {
-                  fs.get(i).completeExceptionally(BatchResult.error(x));
-                } else {
-                  fs.get(i).complete(x);
-                }
-              }
-            });
+    CompletableFuture<BatchResult> sent = new CompletableFuture<>();
+    sent.whenComplete(
+        (r, err) -> {
+          for (int i = 0; i < fs.size(); i++) {
+            if (err != null) {
+              fs.get(i).completeExceptionally(err);
+              continue;
+            }
+            Result x = r.get(i);
+            if (x.getCode() != 0) {
+              fs.get(i).completeExceptionally(BatchResult.error(x));
+            } else {
+              fs.get(i).complete(x);
+            }
+          }
+        });
+    sendLocked(ops, null, null, sent);
   }
 
   /**

@@ -175,6 +175,13 @@ class ConformanceTest {
     }
   }
 
+  /** A synchronous get of value state "v". */
+  static Result read(Instance inst, String key) {
+    CompletableFuture<Result> f = inst.submit(inst.op(OpType.OP_TYPE_GET, "v", k(key)).build());
+    inst.flush();
+    return get(f);
+  }
+
   static String str(ByteString s) {
     return s.toStringUtf8();
   }
@@ -684,6 +691,57 @@ class ConformanceTest {
     get(bigPut);
     get(bigPut2);
     fails("a failed submitted operation", () -> bad, Status.Code.INVALID_ARGUMENT, "\"nope\"");
+    get(inst.closeInstance());
+  }
+
+  /**
+   * The batch stream's futures complete on the thread that reads the answers: a callback that sends
+   * while every slot is in flight fails at once instead of waiting for an answer its own thread
+   * would have to read (a hang before the check), and the stream goes on.
+   */
+  @Test
+  @Order(6)
+  @DisplayName("JAVA-5 callbacks on the I/O thread: a send with no free slot fails at once")
+  void callbackSendsWithoutAFreeSlot() {
+    Instance inst = get(c.open(spec("io-thread", BackendKind.BACKEND_KIND_HEAP).build(), 2));
+    List<CompletableFuture<BatchResult>> sent = new ArrayList<>();
+    Thread[] ran = new Thread[1];
+    // Submitted, not sent: the callback is in place before the answer can come.
+    CompletableFuture<Result> first =
+        inst.submit(inst.op(OpType.OP_TYPE_PUT, "v", k("first")).setValue(b("1")).build());
+    CompletableFuture<Void> callback =
+        first.thenAccept(
+            r -> {
+              ran[0] = Thread.currentThread();
+              // Both slots are free (the only request was answered), and no
+              // answer can free one while this runs: the third has none.
+              for (int i = 0; i < 3; i++) {
+                sent.add(
+                    inst.send(
+                        List.of(
+                            inst.op(OpType.OP_TYPE_PUT, "v", k("cb" + i))
+                                .setValue(b("cb" + i))
+                                .build())));
+              }
+            });
+    inst.flush();
+    get(callback);
+    assertNotNull(ran[0]);
+    assertFalse(
+        ran[0] == Thread.currentThread(),
+        "the callback ran on the thread that sent, not the I/O one");
+    assertEquals(3, sent.size());
+    get(sent.get(0));
+    get(sent.get(1));
+    fails(
+        "a send from a callback with both slots in flight",
+        () -> sent.get(2),
+        Status.Code.FAILED_PRECONDITION,
+        "all 2 slots were in flight",
+        "executor");
+    // The refused request was never sent: the stream goes on in order.
+    assertEquals("cb1", str(read(inst, "cb1").getValue()));
+    assertFalse(read(inst, "cb2").getFound(), "the refused put was applied");
     get(inst.closeInstance());
   }
 
