@@ -35,17 +35,19 @@ import org.apache.flink.util.Preconditions;
  * The asynchronous (State V2) keyed backend of one task on a stated daemon instance.
  *
  * <p>It wraps a {@link StatedKeyedStateBackend} on the same instance and batch stream, which does
- * everything but the state accesses: restore (full snapshots and canonical savepoints, rescaling
- * included), the registration of states (meta info, serializer compatibility, the daemon's state
- * descriptors), snapshots (a view barrier on the stream, then Flink's canonical full-snapshot
- * writer, {@link StatedSnapshotStrategy}) and timers (heap priority queues, written at
- * checkpoints). The state accesses are Flink's request-issuing V2 states ({@link
- * StatedAsyncStates}), executed in batches by {@link StatedAsyncStateExecutor}. As both write the
- * same daemon states in the same encoding, a checkpoint of one is restored by the other.
+ * everything but the state accesses: restore (full snapshots, stated's incremental checkpoints and
+ * canonical savepoints, rescaling included), the registration of states (meta info, serializer
+ * compatibility, the daemon's state descriptors), snapshots (a view barrier on the stream, then
+ * Flink's canonical full-snapshot writer, {@link StatedSnapshotStrategy}; or a snapshot barrier for
+ * stated's incremental checkpoints, {@link StatedIncrementalSnapshotStrategy}) and timers (heap
+ * priority queues, written at checkpoints). The state accesses are Flink's request-issuing V2
+ * states ({@link StatedAsyncStates}), executed in batches by {@link StatedAsyncStateExecutor}. As
+ * both write the same daemon states in the same encoding, a checkpoint of one is restored by the
+ * other.
  *
  * <p>A snapshot holds every request executed before it: the executor sends each batch on the task
- * thread before returning, and the view barrier goes on the same stream after them; Flink drains
- * the records in flight before it takes the snapshot.
+ * thread before returning, and the snapshot's barrier goes on the same stream after them; Flink
+ * drains the records in flight before it takes the snapshot.
  */
 public class StatedAsyncKeyedStateBackend<K> implements AsyncKeyedStateBackend<K> {
   private final StatedKeyedStateBackend<K> inner;
