@@ -16,8 +16,10 @@ import org.apache.flink.api.common.eventtime.WatermarkStrategy;
 import org.apache.flink.api.common.functions.OpenContext;
 import org.apache.flink.api.common.state.v2.ReducingState;
 import org.apache.flink.api.common.state.v2.ReducingStateDescriptor;
+import org.apache.flink.api.common.state.v2.StateFuture;
 import org.apache.flink.api.common.state.v2.ValueState;
 import org.apache.flink.api.common.state.v2.ValueStateDescriptor;
+import org.apache.flink.api.common.typeinfo.PrimitiveArrayTypeInfo;
 import org.apache.flink.api.common.typeinfo.TypeInformation;
 import org.apache.flink.api.common.typeinfo.Types;
 import org.apache.flink.api.connector.source.util.ratelimit.RateLimiterStrategy;
@@ -26,6 +28,7 @@ import org.apache.flink.configuration.Configuration;
 import org.apache.flink.configuration.MemorySize;
 import org.apache.flink.configuration.TaskManagerOptions;
 import org.apache.flink.connector.datagen.source.DataGeneratorSource;
+import org.apache.flink.core.state.StateFutureUtils;
 import org.apache.flink.runtime.jobgraph.JobGraph;
 import org.apache.flink.runtime.minicluster.MiniCluster;
 import org.apache.flink.runtime.minicluster.MiniClusterConfiguration;
@@ -49,8 +52,13 @@ import org.junit.jupiter.api.Test;
  *
  * <pre>
  * scripts/flink-jobs.sh -Dtest=AsyncStateBench -Dasync.bench=true [-Dasync.bench.events=N]
- *     [-Dasync.bench.keys=K] [-Dasync.bench.conf.FLINK_OPTION=VALUE ...]
+ *     [-Dasync.bench.keys=K] [-Dasync.bench.payload=BYTES] [-Dasync.bench.backends=a,b]
+ *     [-Dasync.bench.conf.FLINK_OPTION=VALUE ...]
  * </pre>
+ *
+ * <p>{@code async.bench.payload}: each event also reads and rewrites a value state of that many
+ * incompressible bytes per key (0, the default: none), which holds the key's event count, so a
+ * large state (keys times payload) is mostly cold when events are few per key.
  */
 class AsyncStateBench {
   static final String CONF_PREFIX = "async.bench.conf.";
@@ -63,6 +71,10 @@ class AsyncStateBench {
     JobParams p = new JobParams();
     p.events = Long.getLong("async.bench.events", 400_000L);
     p.keys = Integer.getInteger("async.bench.keys", 20_000);
+    int payload = Integer.getInteger("async.bench.payload", 0);
+    if (payload != 0) {
+      p.payloadBytes = payload;
+    }
     p.parallelism = 2;
     p.checkpointIntervalMs = 1000;
     p.validate();
@@ -87,7 +99,8 @@ class AsyncStateBench {
               0,
               0,
               0,
-              0);
+              // The payload's own count of the key's events.
+              payload == 0 ? 0 : perKey[e.getKey().intValue()]);
       expected.put(r.id(), r);
     }
     List<Backends.Backend> backends =
@@ -145,7 +158,7 @@ class AsyncStateBench {
             .setParallelism(1)
             .keyBy(new KeyedAggregationJob.EventKey(), Types.LONG)
             .enableAsyncState()
-            .process(new CountSum(perKey))
+            .process(new CountSum(perKey, payload))
             .sinkTo(new ResultCollectingSink(name, true));
         JobGraph graph = env.getStreamGraph().getJobGraph();
         long cpu0 = cpuNanos();
@@ -181,7 +194,14 @@ class AsyncStateBench {
             + p.parallelism
             + ", checkpoint every "
             + p.checkpointIntervalMs
-            + " ms, enableAsyncState(), value get+update and reducing add per event");
+            + " ms, enableAsyncState(), value get+update and reducing add per event"
+            + (payload == 0
+                ? ""
+                : ", and a "
+                    + payload
+                    + "-byte payload get+update (state about "
+                    + ((long) p.keys * payload >> 20)
+                    + " MiB)"));
     System.out.println(
         String.format(
             "%-14s %10s %12s %9s %8s %8s",
@@ -245,19 +265,28 @@ class AsyncStateBench {
   static final class CountSum extends KeyedProcessFunction<Long, Event, Result> {
     private static final long serialVersionUID = 1L;
     private final long[] perKey;
+    private final int payloadBytes;
+    private transient ValueState<byte[]> payload;
     private transient ValueState<Long> count;
     private transient ReducingState<Long> sum;
     private transient long[] latency;
     private transient int latencies;
 
-    CountSum(long[] perKey) {
+    CountSum(long[] perKey, int payloadBytes) {
       this.perKey = perKey;
+      this.payloadBytes = payloadBytes;
     }
 
     @Override
     public void open(OpenContext openContext) {
       StreamingRuntimeContext ctx = (StreamingRuntimeContext) getRuntimeContext();
       count = ctx.getValueState(new ValueStateDescriptor<>("count", Types.LONG));
+      if (payloadBytes > 0) {
+        payload =
+            ctx.getValueState(
+                new ValueStateDescriptor<>(
+                    "payload", PrimitiveArrayTypeInfo.BYTE_PRIMITIVE_ARRAY_TYPE_INFO));
+      }
       sum = ctx.getReducingState(new ReducingStateDescriptor<>("sum", Long::sum, Types.LONG));
       latency = new long[1024];
       latencies = 0;
@@ -277,30 +306,43 @@ class AsyncStateBench {
       latency[latencies++] = nanos;
     }
 
+    /** The key's count and sum; the final result once the key's last event is in. */
+    private StateFuture<Void> countAndSum(
+        Event e, Long c, long payloadCount, Collector<Result> out) {
+      long key = e.key;
+      long n = (c == null ? 0 : c) + 1;
+      return count
+          .asyncUpdate(n)
+          .thenCompose(x -> sum.asyncAdd(e.value))
+          .thenCompose(
+              x ->
+                  n == perKey[(int) key]
+                      ? sum.asyncGet()
+                          .thenAccept(
+                              s ->
+                                  out.collect(
+                                      new Result(
+                                          Result.FINAL, key, -1, n, s, 0, 0, 0, 0, payloadCount)))
+                      : StateFutureUtils.completedVoidFuture());
+    }
+
     @Override
     public void processElement(Event e, Context ctx, Collector<Result> out) {
       long key = e.key;
       long emitted = e.timestamp;
-      count
-          .asyncValue()
-          .thenCompose(
-              c -> {
-                long n = (c == null ? 0 : c) + 1;
-                return count
-                    .asyncUpdate(n)
-                    .thenCompose(x -> sum.asyncAdd(e.value))
-                    .thenCompose(
-                        x ->
-                            n == perKey[(int) key]
-                                ? sum.asyncGet()
-                                    .thenAccept(
-                                        s ->
-                                            out.collect(
-                                                new Result(
-                                                    Result.FINAL, key, -1, n, s, 0, 0, 0, 0, 0)))
-                                : org.apache.flink.core.state.StateFutureUtils
-                                    .completedVoidFuture());
-              })
+      StateFuture<Long> payloadCount =
+          payloadBytes == 0
+              ? StateFutureUtils.completedFuture(0L)
+              : payload
+                  .asyncValue()
+                  .thenCompose(
+                      p -> {
+                        byte[] q = p == null ? Payload.initial(key, payloadBytes) : p;
+                        Payload.apply(q, e.value);
+                        return payload.asyncUpdate(q).thenApply(x -> Payload.count(q));
+                      });
+      payloadCount
+          .thenCompose(pc -> count.asyncValue().thenCompose(c -> countAndSum(e, c, pc, out)))
           .thenAccept(x -> recordLatency(System.nanoTime() - emitted));
     }
   }
