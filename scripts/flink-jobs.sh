@@ -9,7 +9,8 @@
 # and starts one daemon on a temporary data dir for the stated variants (the
 # kill -9 test starts its own from the same binary); it is stopped on exit.
 # The first run downloads Flink 2.3.0 (a few hundred MB).
-# Usage: scripts/flink-jobs.sh [extra Maven arguments, e.g. -Dtest=...]
+# Usage: [STATED_SERVE_FLAGS="--lsm-cache-size 512MiB ..."] scripts/flink-jobs.sh [extra Maven
+# arguments, e.g. -Dtest=...]; STATED_SERVE_FLAGS are added to the daemon's `stated serve`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -27,7 +28,9 @@ cleanup() {
 }
 trap cleanup EXIT
 go build -o "$tmp/stated" ./cmd/stated
+read -r -a serve_flags <<<"${STATED_SERVE_FLAGS:-}"
 "$tmp/stated" serve --data-dir "$tmp/data" --socket "$tmp/s.sock" --metrics-addr "" --log-level warn \
+  ${serve_flags[@]+"${serve_flags[@]}"} \
   >"$tmp/daemon.log" 2>&1 &
 pid=$!
 for _ in $(seq 1 300); do
