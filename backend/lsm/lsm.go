@@ -8,6 +8,7 @@ import (
 	"sync"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/bloom"
 	"github.com/cockroachdb/pebble/v2/vfs"
 
 	"github.com/statedhq/stated/backend"
@@ -274,6 +275,16 @@ func (b *Backend) pebbleOptions(readOnly bool) *pebble.Options {
 	// FullSize/TargetFileSize.
 	for i := range o.TargetFileSizes {
 		o.TargetFileSizes[i] = b.lo.TargetFileSize
+	}
+	// Bloom filters on every level: a table that cannot hold the key
+	// costs one small filter block, kept in the block cache, instead of
+	// an index and a data block searched. A get of an absent key (a key's
+	// first read in a job, and every get a JVM cache cannot answer with
+	// its own filter) would search each level; a present key at the
+	// bottom, every level above it. On a remote store each such block is
+	// a request on a cold cache.
+	for i := range o.Levels {
+		o.Levels[i].FilterPolicy = bloom.FilterPolicy(bloomBitsPerKey)
 	}
 	if !readOnly {
 		b.mode.pebbleOptions(o)

@@ -40,6 +40,10 @@ const (
 // compactions off (a value <= 0; see pebbleOptions).
 const noTombstoneDenseCompactions = -1
 
+// bloomBitsPerKey is the size of every table's bloom filter: about 1%
+// false positives for 1.25 bytes per key.
+const bloomBitsPerKey = 10
+
 // Options are the lsm-specific options of Open.
 type Options struct {
 	// Dir is this instance's local working directory. Required. Open

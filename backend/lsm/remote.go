@@ -22,7 +22,6 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
-	"github.com/cockroachdb/pebble/v2/bloom"
 	"github.com/cockroachdb/pebble/v2/objstorage/remote"
 
 	"github.com/statedhq/stated/backend"
@@ -231,18 +230,11 @@ func (r *remoteMode) pebbleOptions(o *pebble.Options) {
 	o.Experimental.CreateOnShared = remote.CreateOnSharedAll
 	o.Experimental.CreateOnSharedLocator = remoteLocator
 	o.Experimental.SecondaryCacheSizeBytes = r.b.lo.Remote.CacheBytes
-	// Bloom filters on every level: without them a get reads an index and
-	// a data block of every level-0 table and of a table per level, each a
-	// store request on a cold cache; with them a table that cannot hold
-	// the key costs one small filter block, kept in the block cache.
-	for i := range o.Levels {
-		o.Levels[i].FilterPolicy = bloom.FilterPolicy(remoteBloomBitsPerKey)
-	}
+	// Every level has bloom filters (Backend.pebbleOptions), which matters
+	// most here: without them a get reads an index and a data block of
+	// every level-0 table and of a table per level, each a store request
+	// on a cold cache.
 }
-
-// remoteBloomBitsPerKey is the bloom filters' size in remote mode: about
-// 1% false positives for 1.25 bytes per key.
-const remoteBloomBitsPerKey = 10
 
 // start gives a newly opened DB its creator ID, before its first
 // flush: Pebble cannot create a shared object without one.

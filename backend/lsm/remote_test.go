@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/cockroachdb/pebble/v2"
 	"slices"
 	"strings"
 	"testing"
@@ -226,38 +225,5 @@ func TestRemoteModeOptions(t *testing.T) {
 	}
 	if left := listAll(t, store, ""); len(left) != 0 {
 		t.Fatalf("a refused restore left %q", left)
-	}
-}
-
-// TestRemoteTablesHaveBloomFilters: in remote mode every table carries a
-// bloom filter, so a get skips the tables that cannot hold its key with
-// one cached block instead of an index and a data block from the store.
-func TestRemoteTablesHaveBloomFilters(t *testing.T) {
-	e, store := remoteEnv(t)
-	b := e.open(full(), func(o *backend.Options, lo *Options) {
-		withRemote(store)(o, lo)
-		// Four flushes make four tables, which a compaction would merge.
-		lo.DisableAutomaticCompactions = true
-	})
-	for round := range 4 {
-		fill(t, b, full(), 500, fmt.Sprintf("r%d", round))
-		must(t, b.db.Flush())
-	}
-	tables, err := b.db.SSTables(pebble.WithProperties())
-	must(t, err)
-	n := 0
-	for _, level := range tables {
-		for _, tbl := range level {
-			n++
-			if tbl.Properties == nil {
-				t.Fatalf("table %v has no properties", tbl.FileNum)
-			}
-			if p := tbl.Properties.FilterPolicyName; p != "rocksdb.BuiltinBloomFilter" {
-				t.Fatalf("table %v has filter policy %q", tbl.FileNum, p)
-			}
-		}
-	}
-	if n < 2 {
-		t.Fatalf("%d tables, want several", n)
 	}
 }
