@@ -29,6 +29,10 @@ abstract class AbstractStatedState<K, N, SV> implements InternalKvState<K, N, SV
   TypeSerializer<SV> valueSerializer;
   private N currentNamespace;
   private byte[] currentNamespaceBytes;
+
+  /** The backend's id of this state for reading ahead ({@link ReadAhead}). */
+  int id = ReadAhead.MAX_STATES;
+
   final DataOutputSerializer out = new DataOutputSerializer(64);
   final DataInputDeserializer in = new DataInputDeserializer();
 
@@ -88,6 +92,11 @@ abstract class AbstractStatedState<K, N, SV> implements InternalKvState<K, N, SV
     return currentNamespaceBytes;
   }
 
+  /** Whether this state's current namespace is the one serialized as {@code ns}. */
+  boolean atNamespace(byte[] ns) {
+    return currentNamespace != null && java.util.Arrays.equals(ns(), ns);
+  }
+
   byte[] nsBytes(N namespace) {
     return serialize(namespaceSerializer, namespace);
   }
@@ -141,6 +150,7 @@ abstract class AbstractStatedState<K, N, SV> implements InternalKvState<K, N, SV
   }
 
   byte[] getValue(int keyGroup, byte[] key, byte[] ns) {
+    backend.noteRead(id);
     StateCache c = cache();
     StateCache.Node n = c.get(name, key, ns);
     if (n != null) {
@@ -151,9 +161,33 @@ abstract class AbstractStatedState<K, N, SV> implements InternalKvState<K, N, SV
       daemon.check();
       return null;
     }
-    byte[] b = getRaw(keyGroup, key, ns);
+    Result r = backend.readMiss(this, getOp(keyGroup, key, ns), keyGroup, key, ns);
+    byte[] b = r.getFound() ? r.getValue().toByteArray() : null;
     c.put(name, key, ns, new StateCache.ValueNode(b));
     return b;
+  }
+
+  /**
+   * The read that fetches this state's whole entry at (key, ns) along with another state's miss
+   * ({@link StatedKeyedStateBackend#readMiss}): a value kind's GET here; lists and maps override it
+   * with {@link #cacheAhead}.
+   */
+  Op aheadOp(int keyGroup, byte[] key, byte[] ns) {
+    return getOp(keyGroup, key, ns);
+  }
+
+  /** Puts the answer to {@link #aheadOp} into the cache, as this state's own read would. */
+  void cacheAhead(byte[] key, byte[] ns, Result r) {
+    cache()
+        .put(
+            name,
+            key,
+            ns,
+            new StateCache.ValueNode(r.getFound() ? r.getValue().toByteArray() : null));
+  }
+
+  private Op getOp(int keyGroup, byte[] key, byte[] ns) {
+    return daemon.op(OpType.OP_TYPE_GET, name, keyGroup, key, ns).build();
   }
 
   /**
@@ -235,7 +269,7 @@ abstract class AbstractStatedState<K, N, SV> implements InternalKvState<K, N, SV
 
   /** GET of the value state entry at the given address, or null bytes. */
   byte[] getRaw(int keyGroup, byte[] key, byte[] ns) {
-    Result r = daemon.read(daemon.op(OpType.OP_TYPE_GET, name, keyGroup, key, ns).build());
+    Result r = daemon.read(getOp(keyGroup, key, ns));
     return r.getFound() ? r.getValue().toByteArray() : null;
   }
 

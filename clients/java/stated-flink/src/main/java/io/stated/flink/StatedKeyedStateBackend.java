@@ -1,5 +1,7 @@
 package io.stated.flink;
 
+import io.stated.api.v1.Op;
+import io.stated.api.v1.Result;
 import io.stated.api.v1.ScanKeysRequest;
 import io.stated.api.v1.ScanKeysResponse;
 import io.stated.api.v1.StateKey;
@@ -9,6 +11,7 @@ import io.stated.client.StatedClient;
 import io.stated.client.StatedException;
 import java.io.IOException;
 import java.util.ArrayList;
+import java.util.HashMap;
 import java.util.Iterator;
 import java.util.LinkedHashMap;
 import java.util.List;
@@ -103,6 +106,17 @@ public class StatedKeyedStateBackend<K> extends AbstractKeyedStateBackend<K> {
 
   /** Set when checkpoints are stated's incremental ones (an externally owned instance). */
   private ExternalSnapshots external;
+
+  /** Which states a miss takes along ({@link ReadAhead}); null when it is off or the cache is. */
+  private ReadAhead readAhead;
+
+  /** The state objects by read-ahead id (the newest object of each name) and the ids by name. */
+  private final List<AbstractStatedState<K, ?, ?>> byId = new ArrayList<>();
+
+  private final Map<String, Integer> ids = new HashMap<>();
+
+  /** Entries read along with a miss ({@link #readMiss}). */
+  private long readAheadEntries;
 
   StatedKeyedStateBackend(
       TaskKvStateRegistry kvStateRegistry,
@@ -209,12 +223,71 @@ public class StatedKeyedStateBackend<K> extends AbstractKeyedStateBackend<K> {
   public void setCurrentKey(K newKey) {
     super.setCurrentKey(newKey);
     lastKeyBytes = null;
+    if (readAhead != null) {
+      readAhead.endContext();
+    }
   }
 
   @Override
   public void setCurrentKeyAndKeyGroup(K newKey, int newKeyGroupIndex) {
     super.setCurrentKeyAndKeyGroup(newKey, newKeyGroupIndex);
     lastKeyBytes = null;
+    if (readAhead != null) {
+      readAhead.endContext();
+    }
+  }
+
+  /** Switches reading ahead on or off ({@link StatedOptions#READ_AHEAD}); off without a cache. */
+  void setReadAhead(boolean on) {
+    readAhead = on && cache.enabled() ? new ReadAhead() : null;
+  }
+
+  /** Records a read of the state with this read-ahead id under the current key. */
+  void noteRead(int id) {
+    if (readAhead != null) {
+      readAhead.read(id);
+    }
+  }
+
+  /** Entries read along with misses so far. */
+  long readAheadEntries() {
+    return readAheadEntries;
+  }
+
+  /**
+   * Reads {@code op}, a read of state {@code s} at (key, ns) that missed the cache, and in the same
+   * request the entries at (key, ns) of the states {@link ReadAhead} takes along with {@code s},
+   * those the cache neither holds nor knows to be absent; their answers go into the cache. Returns
+   * the answer to {@code op}.
+   */
+  Result readMiss(AbstractStatedState<K, ?, ?> s, Op op, int keyGroup, byte[] key, byte[] ns) {
+    long along = readAhead == null ? 0 : readAhead.along(s.id);
+    List<Op> ops = null;
+    List<AbstractStatedState<K, ?, ?>> taken = null;
+    for (long b = along; b != 0; b &= b - 1) {
+      AbstractStatedState<K, ?, ?> o = byId.get(Long.numberOfTrailingZeros(b));
+      if (!o.atNamespace(ns)
+          || cache.peek(o.name, key, ns) != null
+          || cache.knownAbsent(o.name, key, ns)) {
+        continue;
+      }
+      if (ops == null) {
+        ops = new ArrayList<>();
+        ops.add(op);
+        taken = new ArrayList<>();
+      }
+      ops.add(o.aheadOp(keyGroup, key, ns));
+      taken.add(o);
+    }
+    if (ops == null) {
+      return daemon.read(op);
+    }
+    List<Result> rs = daemon.readAll(ops);
+    for (int i = 0; i < taken.size(); i++) {
+      taken.get(i).cacheAhead(key, ns, rs.get(i + 1));
+    }
+    readAheadEntries += taken.size();
+    return rs.get(0);
   }
 
   static StateKind daemonKind(StateDescriptor.Type t) {
@@ -309,6 +382,15 @@ public class StatedKeyedStateBackend<K> extends AbstractKeyedStateBackend<K> {
     }
     AbstractStatedState<K, N, SV> state = makeState(stateDesc, meta);
     r.state = state;
+    Integer id = ids.get(name);
+    if (id == null) {
+      id = byId.size();
+      ids.put(name, id);
+      byId.add(state);
+    } else {
+      byId.set(id, state);
+    }
+    state.id = id;
     r.transform = wrapTransform(stateDesc, snapshotTransformFactory);
     @SuppressWarnings("unchecked")
     IS is = (IS) state;

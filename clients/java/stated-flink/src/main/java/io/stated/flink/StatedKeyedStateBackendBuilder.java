@@ -243,6 +243,7 @@ final class StatedKeyedStateBackendBuilder<K> {
             daemonTimers ? daemonQueues.values() : null,
             cache,
             memory);
+    backend.setReadAhead(config.readAhead());
     if (config.incremental()) {
       backend.setExternal(new ExternalSnapshots(inst, restoredShared));
     }

@@ -41,6 +41,7 @@ final class StatedListState<K, N, V> extends AbstractStatedState<K, N, List<V>>
 
   /** The list's serialized elements, or null for no list: cached, else the daemon's. */
   private List<byte[]> elementBytes(int keyGroup, byte[] key, byte[] ns) {
+    backend.noteRead(id);
     StateCache c = cache();
     StateCache.Node n = c.get(name, key, ns);
     if (n != null) {
@@ -52,13 +53,28 @@ final class StatedListState<K, N, V> extends AbstractStatedState<K, N, List<V>>
       daemon.check();
       return null;
     }
-    Result r = daemon.read(daemon.op(OpType.OP_TYPE_LIST_GET, name, keyGroup, key, ns).build());
+    Result r = backend.readMiss(this, aheadOp(keyGroup, key, ns), keyGroup, key, ns);
+    List<byte[]> els = elements(r);
+    c.put(name, key, ns, new StateCache.ListNode(els));
+    return els.isEmpty() ? null : els;
+  }
+
+  @Override
+  Op aheadOp(int keyGroup, byte[] key, byte[] ns) {
+    return daemon.op(OpType.OP_TYPE_LIST_GET, name, keyGroup, key, ns).build();
+  }
+
+  @Override
+  void cacheAhead(byte[] key, byte[] ns, Result r) {
+    cache().put(name, key, ns, new StateCache.ListNode(elements(r)));
+  }
+
+  private static List<byte[]> elements(Result r) {
     List<byte[]> els = new ArrayList<>(r.getValuesCount());
     for (ByteString b : r.getValuesList()) {
       els.add(b.toByteArray());
     }
-    c.put(name, key, ns, new StateCache.ListNode(els));
-    return els.isEmpty() ? null : els;
+    return els;
   }
 
   private List<V> read(int keyGroup, byte[] key, byte[] ns, TypeSerializer<V> el) {

@@ -2,6 +2,7 @@ package io.stated.flink;
 
 import com.google.protobuf.ByteString;
 import io.stated.api.v1.MapEntry;
+import io.stated.api.v1.Op;
 import io.stated.api.v1.OpType;
 import io.stated.api.v1.Result;
 import java.io.IOException;
@@ -28,6 +29,12 @@ import org.apache.flink.runtime.state.internal.InternalMapState;
 final class StatedMapState<K, N, UK, UV> extends AbstractStatedState<K, N, Map<UK, UV>>
     implements InternalMapState<K, N, UK, UV> {
   static final int PAGE = 1000;
+
+  /**
+   * Entries of a map read along with another state's miss: enough for the small per-key maps that
+   * operators read with their other states, without pulling a large map into the cache whole.
+   */
+  static final int AHEAD_ENTRIES = 64;
 
   StatedMapState(
       StatedKeyedStateBackend<K> backend,
@@ -78,6 +85,7 @@ final class StatedMapState<K, N, UK, UV> extends AbstractStatedState<K, N, Map<U
    * the daemon's (MAP_GET), which the cache then keeps, an absence too.
    */
   private byte[] lookup(int keyGroup, byte[] key, byte[] ns, byte[] userKey) {
+    backend.noteRead(id);
     StateCache c = cache();
     StateCache.MapNode n = (StateCache.MapNode) c.get(name, key, ns);
     if (n != null) {
@@ -91,14 +99,38 @@ final class StatedMapState<K, N, UK, UV> extends AbstractStatedState<K, N, Map<U
       return StateCache.ABSENT;
     }
     Result r =
-        daemon.read(
+        backend.readMiss(
+            this,
             daemon
                 .op(OpType.OP_TYPE_MAP_GET, name, keyGroup, key, ns)
                 .setUserKey(ByteString.copyFrom(userKey))
-                .build());
+                .build(),
+            keyGroup,
+            key,
+            ns);
     byte[] v = r.getFound() ? r.getValue().toByteArray() : StateCache.ABSENT;
     remember(keyGroup, key, ns, userKey, v, false);
     return v;
+  }
+
+  /** The first page of the map, {@link #AHEAD_ENTRIES} entries at most. */
+  @Override
+  Op aheadOp(int keyGroup, byte[] key, byte[] ns) {
+    return daemon
+        .op(OpType.OP_TYPE_MAP_ITERATE, name, keyGroup, key, ns)
+        .setUserKey(ByteString.EMPTY)
+        .setLimit(AHEAD_ENTRIES)
+        .build();
+  }
+
+  /** The map's entries, known whole when the page held all of them. */
+  @Override
+  void cacheAhead(byte[] key, byte[] ns, Result r) {
+    StateCache.MapNode n = new StateCache.MapNode(!r.getMore());
+    for (MapEntry e : r.getEntriesList()) {
+      n.set(e.getUserKey().toByteArray(), e.getValue().toByteArray());
+    }
+    cache().put(name, key, ns, n);
   }
 
   /**
@@ -227,6 +259,7 @@ final class StatedMapState<K, N, UK, UV> extends AbstractStatedState<K, N, Map<U
    * iterators see the map they were made on.
    */
   private <T> Iterator<T> iterate(Function<Map.Entry<UK, UV>, T> f) {
+    backend.noteRead(id);
     final int keyGroup = kg();
     final byte[] key = key();
     final byte[] ns = ns();

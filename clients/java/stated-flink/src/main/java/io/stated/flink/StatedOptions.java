@@ -82,6 +82,17 @@ public final class StatedOptions {
                   + " managed memory). Set: taken from the task heap, a TaskManager holds one"
                   + " cache per keyed operator per slot.");
 
+  public static final ConfigOption<Boolean> READ_AHEAD =
+      ConfigOptions.key("state.backend.stated.read-ahead")
+          .booleanType()
+          .defaultValue(true)
+          .withDescription(
+              "When a read misses the cache, also read in the same request the current key's"
+                  + " entries of the states the operator has been reading together with that"
+                  + " one (in at least a quarter of the records and timers that read it, at the"
+                  + " same namespace), so that their reads right after need no round trip of"
+                  + " their own. Needs the cache.");
+
   public static final ConfigOption<Boolean> INCREMENTAL =
       ConfigOptions.key("state.backend.stated.incremental")
           .booleanType()

@@ -36,6 +36,8 @@ public class StatedStateBackend extends AbstractStateBackend implements Configur
    */
   private long cacheBytes = -1;
 
+  private boolean readAhead = StatedOptions.READ_AHEAD.defaultValue();
+
   private boolean incremental;
   private String timerService = StatedOptions.TIMER_SERVICE.defaultValue();
   private String externalRoot = "";
@@ -62,6 +64,7 @@ public class StatedStateBackend extends AbstractStateBackend implements Configur
     b.cacheBytes =
         config.getOptional(StatedOptions.CACHE_SIZE).map(MemorySize::getBytes).orElse(cacheBytes);
     b.incremental = config.getOptional(StatedOptions.INCREMENTAL).orElse(incremental);
+    b.readAhead = config.getOptional(StatedOptions.READ_AHEAD).orElse(readAhead);
     b.timerService = config.getOptional(StatedOptions.TIMER_SERVICE).orElse(timerService);
     b.externalRoot = config.getOptional(StatedOptions.EXTERNAL_ROOT).orElse(externalRoot);
     b.asyncCacheBytes =
@@ -140,6 +143,11 @@ public class StatedStateBackend extends AbstractStateBackend implements Configur
                 + timerService
                 + "\"");
     }
+  }
+
+  /** Whether misses read the key's other states along ({@link StatedOptions#READ_AHEAD}). */
+  boolean readAhead() {
+    return readAhead;
   }
 
   /** Whether checkpoints are stated's incremental ones ({@link StatedOptions#INCREMENTAL}). */

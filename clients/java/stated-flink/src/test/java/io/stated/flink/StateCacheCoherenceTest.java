@@ -380,6 +380,8 @@ class StateCacheCoherenceTest {
     checkAll(restored);
     if (cacheBytes == 3000 || cacheBytes == 12000) {
       assertThat(cache.evictions()).isPositive();
+      // Misses took other states along (ReadAhead), and the reads matched.
+      assertThat(rb.readAheadEntries()).isPositive();
     } else if (cacheBytes > 0) {
       // All of it fits: the second pass is served by the cache alone (a
       // miss there is an absence the complete states answer themselves).

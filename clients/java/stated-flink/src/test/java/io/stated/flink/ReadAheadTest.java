@@ -1,0 +1,273 @@
+package io.stated.flink;
+
+import static org.assertj.core.api.Assertions.assertThat;
+
+import io.stated.client.Daemon;
+import java.util.ArrayList;
+import java.util.List;
+import org.apache.flink.api.common.JobID;
+import org.apache.flink.api.common.state.ListState;
+import org.apache.flink.api.common.state.ListStateDescriptor;
+import org.apache.flink.api.common.state.MapState;
+import org.apache.flink.api.common.state.MapStateDescriptor;
+import org.apache.flink.api.common.state.ValueState;
+import org.apache.flink.api.common.state.ValueStateDescriptor;
+import org.apache.flink.api.common.typeutils.base.IntSerializer;
+import org.apache.flink.api.common.typeutils.base.LongSerializer;
+import org.apache.flink.api.common.typeutils.base.StringSerializer;
+import org.apache.flink.configuration.Configuration;
+import org.apache.flink.configuration.MemorySize;
+import org.apache.flink.core.fs.CloseableRegistry;
+import org.apache.flink.metrics.groups.UnregisteredMetricsGroup;
+import org.apache.flink.runtime.operators.testutils.MockEnvironment;
+import org.apache.flink.runtime.operators.testutils.MockEnvironmentBuilder;
+import org.apache.flink.runtime.state.CheckpointableKeyedStateBackend;
+import org.apache.flink.runtime.state.KeyGroupRange;
+import org.apache.flink.runtime.state.KeyedStateBackendParametersImpl;
+import org.apache.flink.runtime.state.VoidNamespace;
+import org.apache.flink.runtime.state.VoidNamespaceSerializer;
+import org.apache.flink.runtime.state.internal.InternalValueState;
+import org.apache.flink.runtime.state.ttl.TtlTimeProvider;
+import org.junit.jupiter.api.AfterAll;
+import org.junit.jupiter.api.AfterEach;
+import org.junit.jupiter.api.BeforeAll;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.params.ParameterizedTest;
+import org.junit.jupiter.params.provider.ValueSource;
+
+/**
+ * Reading ahead: which states a miss takes along ({@link ReadAhead}) and what that saves and
+ * answers against a real daemon, with a cache too small for the state so that reads miss.
+ */
+class ReadAheadTest {
+  private static final int MAX = 128;
+
+  /** About ten keys' entries: everything written long enough ago has left the cache. */
+  private static final long CACHE = 8000;
+
+  private static Daemon daemon;
+
+  private CheckpointableKeyedStateBackend<Integer> b;
+
+  @BeforeAll
+  static void startDaemon() throws Exception {
+    daemon = new Daemon();
+    daemon.start();
+  }
+
+  @AfterAll
+  static void stopDaemon() throws Exception {
+    if (daemon != null) {
+      daemon.close();
+    }
+  }
+
+  @AfterEach
+  void closeBackend() throws Exception {
+    if (b != null) {
+      b.dispose();
+      b.close();
+    }
+  }
+
+  private CheckpointableKeyedStateBackend<Integer> open(boolean readAhead) throws Exception {
+    Configuration c = new Configuration();
+    c.set(StatedOptions.SOCKET, daemon.socket.toString());
+    c.set(StatedOptions.CACHE_SIZE, new MemorySize(CACHE));
+    c.set(StatedOptions.READ_AHEAD, readAhead);
+    MockEnvironment env = new MockEnvironmentBuilder().build();
+    return new StatedStateBackendFactory()
+        .createFromConfig(c, null)
+        .createKeyedStateBackend(
+            new KeyedStateBackendParametersImpl<>(
+                env,
+                new JobID(),
+                "op",
+                IntSerializer.INSTANCE,
+                MAX,
+                KeyGroupRange.of(0, MAX - 1),
+                env.getTaskKvStateRegistry(),
+                TtlTimeProvider.DEFAULT,
+                new UnregisteredMetricsGroup(),
+                (name, value) -> {},
+                List.of(),
+                new CloseableRegistry(),
+                1.0));
+  }
+
+  private long trips() {
+    return ((StatedKeyedStateBackend<?>) b).daemon().roundTrips();
+  }
+
+  @Test
+  void learnsWhichStatesAreReadTogether() {
+    ReadAhead r = new ReadAhead();
+    for (int i = 0; i < ReadAhead.WARM_UP; i++) {
+      assertThat(r.along(0)).as("before the warm-up").isZero();
+      r.read(0);
+      r.read(1);
+      if (i % 4 == 0) {
+        r.read(2); // a quarter of state 0's contexts: taken along
+      }
+      if (i % 8 == 0) {
+        r.read(3); // an eighth: not
+      }
+      r.endContext();
+    }
+    assertThat(r.along(0)).isEqualTo(0b0110);
+    // State 2 was read in 4 contexts, always with 0 and 1.
+    assertThat(r.along(2)).isZero();
+    for (int i = 0; i < 12; i++) {
+      r.read(2);
+      r.endContext();
+    }
+    assertThat(r.along(2)).isEqualTo(0b0011);
+    // A pattern that changes: after many contexts of 0 alone, nothing goes along.
+    for (int i = 0; i < 4 * ReadAhead.DECAY_AT; i++) {
+      r.read(0);
+      r.endContext();
+    }
+    assertThat(r.along(0)).isZero();
+    // Ids past the mask are neither counted nor take anything along.
+    r.read(ReadAhead.MAX_STATES);
+    r.endContext();
+    assertThat(r.along(ReadAhead.MAX_STATES)).isZero();
+  }
+
+  /**
+   * Each key's context reads four states (value, value, map, list) that all left the cache: one
+   * round trip with reading ahead, four without, and the same answers. A state read in a tenth of
+   * the contexts is not taken along. The map read ahead is known whole: asking for a user key it
+   * lacks needs no round trip.
+   */
+  @ParameterizedTest(name = "read-ahead {0}")
+  @ValueSource(booleans = {true, false})
+  void aMissTakesTheKeysOtherStatesAlong(boolean on) throws Exception {
+    b = open(on);
+    ValueState<Long> a = value("a");
+    ValueState<Long> c = value("c");
+    ValueState<Long> rare = value("rare");
+    MapState<Integer, Long> m =
+        b.getPartitionedState(
+            VoidNamespace.INSTANCE,
+            VoidNamespaceSerializer.INSTANCE,
+            new MapStateDescriptor<>("m", IntSerializer.INSTANCE, LongSerializer.INSTANCE));
+    ListState<Long> l =
+        b.getPartitionedState(
+            VoidNamespace.INSTANCE,
+            VoidNamespaceSerializer.INSTANCE,
+            new ListStateDescriptor<>("l", LongSerializer.INSTANCE));
+    int keys = 300;
+    for (int k = 0; k < keys; k++) {
+      b.setCurrentKey(k);
+      a.update((long) k);
+      c.update(2L * k);
+      m.put(1, 3L * k);
+      l.add(4L * k);
+      if (k % 10 == 0) {
+        rare.update(5L * k);
+      }
+    }
+    // Keys 0-199 left the cache while the later ones were written, and
+    // reading them evicts only keys read before.
+    long common = 0;
+    long commonContexts = 0;
+    long rareTrips = 0;
+    long rareContexts = 0;
+    for (int k = 0; k < 200; k++) {
+      b.setCurrentKey(k);
+      long before = trips();
+      assertThat(a.value()).isEqualTo(k);
+      assertThat(c.value()).isEqualTo(2L * k);
+      assertThat(m.get(1)).isEqualTo(3L * k);
+      assertThat(l.get()).containsExactly(4L * k);
+      if (k % 10 == 0) {
+        assertThat(rare.value()).isEqualTo(5L * k);
+      }
+      long t = trips() - before;
+      if (k < ReadAhead.WARM_UP) {
+        continue;
+      }
+      if (k % 10 == 0) {
+        rareTrips += t;
+        rareContexts++;
+      } else {
+        common += t;
+        commonContexts++;
+        long beforeAbsent = trips();
+        assertThat(m.contains(2)).isFalse();
+        if (on) {
+          assertThat(trips() - beforeAbsent).as("a user key the whole map lacks").isZero();
+        }
+      }
+    }
+    if (on) {
+      assertThat(common)
+          .as("round trips of %d contexts of four reads", commonContexts)
+          .isEqualTo(commonContexts);
+      // Its own read, one more for the state not taken along.
+      assertThat(rareTrips).isEqualTo(2 * rareContexts);
+      assertThat(((StatedKeyedStateBackend<?>) b).readAheadEntries()).isPositive();
+    } else {
+      assertThat(common).isEqualTo(4 * commonContexts);
+      assertThat(((StatedKeyedStateBackend<?>) b).readAheadEntries()).isZero();
+    }
+  }
+
+  /**
+   * A state whose current namespace is not the missing read's is not read ahead: its read at its
+   * own namespace is a round trip of its own, and answers that namespace's value.
+   */
+  @Test
+  void onlyStatesAtTheSameNamespaceGoAlong() throws Exception {
+    b = open(true);
+    InternalValueState<Integer, String, Long> x = nsValue("x");
+    InternalValueState<Integer, String, Long> y = nsValue("y");
+    int keys = 200;
+    for (int k = 0; k < keys; k++) {
+      b.setCurrentKey(k);
+      for (String ns : List.of("n1", "n2")) {
+        x.setCurrentNamespace(ns);
+        y.setCurrentNamespace(ns);
+        x.update((long) k);
+        y.update(ns.equals("n1") ? 10L * k : 20L * k);
+      }
+    }
+    List<Long> tripsAtOther = new ArrayList<>();
+    for (int k = 0; k < 100; k++) {
+      b.setCurrentKey(k);
+      boolean same = k < 50;
+      x.setCurrentNamespace("n1");
+      y.setCurrentNamespace(same ? "n1" : "n2");
+      long before = trips();
+      long aheadBefore = ((StatedKeyedStateBackend<?>) b).readAheadEntries();
+      assertThat(x.value()).isEqualTo(k);
+      long afterX = trips();
+      long ahead = ((StatedKeyedStateBackend<?>) b).readAheadEntries() - aheadBefore;
+      assertThat(y.value()).isEqualTo(same ? 10L * k : 20L * k);
+      long t = trips() - afterX;
+      if (k >= ReadAhead.WARM_UP && same) {
+        assertThat(afterX - before).isEqualTo(1);
+        assertThat(t).as("y at x's namespace, read along with x").isZero();
+      } else if (!same) {
+        tripsAtOther.add(t);
+        assertThat(ahead).as("entries read along at another namespace").isZero();
+      }
+    }
+    assertThat(tripsAtOther).hasSize(50).containsOnly(1L);
+  }
+
+  private ValueState<Long> value(String name) throws Exception {
+    return b.getPartitionedState(
+        VoidNamespace.INSTANCE,
+        VoidNamespaceSerializer.INSTANCE,
+        new ValueStateDescriptor<>(name, LongSerializer.INSTANCE));
+  }
+
+  @SuppressWarnings("unchecked")
+  private InternalValueState<Integer, String, Long> nsValue(String name) throws Exception {
+    return (InternalValueState<Integer, String, Long>)
+        b.getOrCreateKeyedState(
+            StringSerializer.INSTANCE, new ValueStateDescriptor<>(name, LongSerializer.INSTANCE));
+  }
+}
