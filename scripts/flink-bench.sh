@@ -12,7 +12,8 @@
 #          [--fail-at 0.8] [--backends hashmap,rocksdb,forst; also rocksdb-heap-timers]
 #          [--managed-memory 512m] [--stated-socket PATH | --no-stated]
 #          [--stated-cache-size 64m] [--stated-kind file] [--stated-timer-service daemon|heap]
-#          [--stated-modes full,incremental] [--restore-parallelism 3] [--dir DIR]
+#          [--stated-modes full,incremental,incremental-no-read-ahead]
+#          [--restore-parallelism 3] [--dir DIR]
 # Without --stated-socket the script builds stated from the tree (needs Go)
 # and starts one daemon on a temporary data dir for the stated run, stopped
 # on exit, with --external-dir set to the benchmark's directory (--dir, or a

@@ -8,6 +8,8 @@ import java.util.Arrays;
 import java.util.Comparator;
 import java.util.List;
 import java.util.Locale;
+import java.util.Map;
+import java.util.TreeMap;
 import org.apache.flink.api.common.JobID;
 import org.apache.flink.configuration.CheckpointingOptions;
 import org.apache.flink.configuration.Configuration;
@@ -61,7 +63,9 @@ import org.apache.flink.util.ParameterTool;
  * the backend's default (canonical snapshots through Flink's streams, kind {@code --stated-kind});
  * {@code incremental} is kind lsm with stated's own incremental checkpoints, written by the daemon
  * under its {@code --external-dir}, which must hold {@code --dir} (given as {@code
- * --stated-external-dir}; scripts/flink-bench.sh sets both).
+ * --stated-external-dir}; scripts/flink-bench.sh sets both); {@code incremental-no-read-ahead} is
+ * {@code incremental} with {@code state.backend.stated.read-ahead} off, to measure what reading
+ * ahead is worth in the same run.
  *
  * <p>The final per-key results of every backend must equal those of the first; the table says so.
  * Usage is in docs/flink.md ("Benchmark") and scripts/flink-bench.sh.
@@ -113,9 +117,12 @@ public final class SideBySideBenchmark {
     }
     List<String> statedModes = Arrays.asList(pt.get("stated-modes", "full").split(","));
     for (String m : statedModes) {
-      if (!m.equals("full") && !m.equals("incremental")) {
+      if (!Backend.STATED_MODES.containsKey(m)) {
         throw new IllegalArgumentException(
-            "--stated-modes is a list of full and incremental; got " + statedModes);
+            "--stated-modes is a list of "
+                + String.join(", ", Backend.STATED_MODES.keySet())
+                + "; got "
+                + statedModes);
       }
     }
 
@@ -148,7 +155,10 @@ public final class SideBySideBenchmark {
       System.out.println("running " + backend + " ...");
       Path runDir = dir.resolve(backend.replaceAll("[^A-Za-z0-9]", "_"));
       Configuration conf = new Configuration();
-      boolean stated = backend.equals(Backend.STATED) || backend.equals(Backend.STATED_INCREMENTAL);
+      boolean stated = Backend.STATED_MODES.containsValue(backend);
+      boolean statedIncremental =
+          backend.equals(Backend.STATED_INCREMENTAL)
+              || backend.equals(Backend.STATED_INCREMENTAL_NO_READ_AHEAD);
       boolean heapTimers = backend.equals(Backend.ROCKSDB_HEAP_TIMERS);
       conf.setString(
           "state.backend.type", stated ? Backend.STATED_FACTORY : heapTimers ? "rocksdb" : backend);
@@ -169,7 +179,10 @@ public final class SideBySideBenchmark {
           conf.setString("state.backend.stated.timer-service", pt.get("stated-timer-service"));
         }
       }
-      if (backend.equals(Backend.STATED_INCREMENTAL)) {
+      if (backend.equals(Backend.STATED_INCREMENTAL_NO_READ_AHEAD)) {
+        conf.setString("state.backend.stated.read-ahead", "false");
+      }
+      if (statedIncremental) {
         conf.setString("state.backend.stated.kind", "lsm");
         conf.setString("state.backend.stated.incremental", "true");
         conf.setString(
@@ -226,7 +239,7 @@ public final class SideBySideBenchmark {
     String socket = pt.get("stated-socket", System.getProperty("stated.socket", ""));
     if (present && !socket.isEmpty()) {
       for (String m : modes) {
-        backends.add(m.equals("incremental") ? Backend.STATED_INCREMENTAL : Backend.STATED);
+        backends.add(Backend.STATED_MODES.get(m));
       }
       return "stated: included ("
           + Backend.STATED_FACTORY
@@ -529,6 +542,20 @@ public final class SideBySideBenchmark {
 
     /** The row of stated's own incremental checkpoints (kind lsm, files owned by Flink). */
     static final String STATED_INCREMENTAL = "stated-inc";
+
+    /** {@link #STATED_INCREMENTAL} without reading ahead ({@code read-ahead: false}). */
+    static final String STATED_INCREMENTAL_NO_READ_AHEAD = "stated-inc-nra";
+
+    /** The rows of {@code --stated-modes}, by mode. */
+    static final Map<String, String> STATED_MODES =
+        new TreeMap<>(
+            Map.of(
+                "full",
+                STATED,
+                "incremental",
+                STATED_INCREMENTAL,
+                "incremental-no-read-ahead",
+                STATED_INCREMENTAL_NO_READ_AHEAD));
 
     /**
      * EmbeddedRocksDB with {@code state.backend.rocksdb.timer-service.factory: HEAP}: timers kept
