@@ -13,6 +13,13 @@ package io.stated.flink;
  * contexts; what it fetches goes into the cache as any read's answer does, so a wrong guess costs a
  * daemon read and some cache space, never a wrong answer.
  *
+ * <p>Timers add a second direction. Timers due at the same time fire one after another (a window's
+ * end, the end of input), each reading the same states of its own key; when a read misses while one
+ * fires, the backend also reads those states of the keys of the timers due with it, from its key
+ * group's cached queue head ({@link StatedKeyedStateBackend#readMiss}), so that their firings find
+ * them cached: one round trip for up to {@link StatedKeyedStateBackend#DUE_TIMERS_AHEAD} firings
+ * instead of one or more each.
+ *
  * <p>Counts are halved when a state's contexts reach {@link #DECAY_AT}, so the choice follows a job
  * whose access pattern changes. A state takes nothing along before {@link #WARM_UP} contexts. Only
  * the first {@link #MAX_STATES} states of a backend take part (a bit each in a long). Used from the

@@ -65,13 +65,49 @@ final class StatedQueueSet<T> implements InternalPriorityQueue<T>, HeapPriorityQ
 
   private int internalIndex = HeapPriorityQueueElement.NOT_CONTAINED;
 
+  /** Told of each element polled; null: nobody listens. */
+  @Nullable private final Polled polled;
+
+  /**
+   * Who is told of each element handed out by {@link #poll}: the backend, which reads ahead the
+   * state of the timers due with it ({@link StatedKeyedStateBackend#timerPolled}).
+   */
+  interface Polled {
+    void polled(StatedQueueSet<?> set, Object element);
+  }
+
   StatedQueueSet(
-      Daemon daemon, String state, int keyGroup, TypeSerializer<T> serializer, boolean empty) {
+      Daemon daemon,
+      String state,
+      int keyGroup,
+      TypeSerializer<T> serializer,
+      boolean empty,
+      @Nullable Polled polled) {
     this.daemon = daemon;
     this.state = state;
     this.keyGroup = keyGroup;
     this.serializer = serializer;
     this.allInCache = empty;
+    this.polled = polled;
+  }
+
+  int keyGroup() {
+    return keyGroup;
+  }
+
+  /**
+   * Up to {@code n} of the elements a poll hands out next, from the cached head only (nothing is
+   * read from the daemon), deserialized.
+   */
+  List<T> cachedHead(int n) {
+    List<T> out = new ArrayList<>(Math.min(n, cache.size()));
+    for (byte[] b : cache) {
+      if (out.size() == n) {
+        break;
+      }
+      out.add(deserialize(b));
+    }
+    return out;
   }
 
   /** The MAP_ITERATE that refills the cache (sent alone or batched with other key groups'). */
@@ -148,6 +184,9 @@ final class StatedQueueSet<T> implements InternalPriorityQueue<T>, HeapPriorityQ
     }
     T head = peekCache != null ? peekCache : deserialize(first);
     peekCache = null;
+    if (polled != null) {
+      polled.polled(this, head);
+    }
     return head;
   }
 

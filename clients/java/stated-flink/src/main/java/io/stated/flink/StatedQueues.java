@@ -10,6 +10,7 @@ import java.util.Collection;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
+import javax.annotation.Nullable;
 import org.apache.flink.api.common.typeutils.TypeSerializer;
 import org.apache.flink.api.common.typeutils.TypeSerializerSchemaCompatibility;
 import org.apache.flink.runtime.state.KeyExtractorFunction;
@@ -52,6 +53,7 @@ final class StatedQueues {
   }
 
   private final Daemon daemon;
+  @Nullable private final StatedQueueSet.Polled polled;
   private final KeyGroupRange keyGroups;
   private final int numberOfKeyGroups;
   private final Map<String, Entry> queues = new LinkedHashMap<>();
@@ -60,8 +62,10 @@ final class StatedQueues {
       Daemon daemon,
       KeyGroupRange keyGroups,
       int numberOfKeyGroups,
-      Collection<RegisteredPriorityQueueStateBackendMetaInfo<?>> restored) {
+      Collection<RegisteredPriorityQueueStateBackendMetaInfo<?>> restored,
+      @Nullable StatedQueueSet.Polled polled) {
     this.daemon = daemon;
+    this.polled = polled;
     this.keyGroups = keyGroups;
     this.numberOfKeyGroups = numberOfKeyGroups;
     for (RegisteredPriorityQueueStateBackendMetaInfo<?> m : restored) {
@@ -156,7 +160,7 @@ final class StatedQueues {
     TypeSerializer<T> s = serializer.duplicate();
     List<StatedQueueSet<T>> sets = new ArrayList<>(keyGroups.getNumberOfKeyGroups());
     for (int kg = keyGroups.getStartKeyGroup(); kg <= keyGroups.getEndKeyGroup(); kg++) {
-      sets.add(new StatedQueueSet<>(daemon, name, kg, s, !e.restored));
+      sets.add(new StatedQueueSet<>(daemon, name, kg, s, !e.restored, polled));
     }
     if (e.restored) {
       prefetch(sets);

@@ -23,11 +23,14 @@ import org.apache.flink.runtime.operators.testutils.MockEnvironment;
 import org.apache.flink.runtime.operators.testutils.MockEnvironmentBuilder;
 import org.apache.flink.runtime.state.CheckpointableKeyedStateBackend;
 import org.apache.flink.runtime.state.KeyGroupRange;
+import org.apache.flink.runtime.state.KeyGroupedInternalPriorityQueue;
 import org.apache.flink.runtime.state.KeyedStateBackendParametersImpl;
 import org.apache.flink.runtime.state.VoidNamespace;
 import org.apache.flink.runtime.state.VoidNamespaceSerializer;
 import org.apache.flink.runtime.state.internal.InternalValueState;
 import org.apache.flink.runtime.state.ttl.TtlTimeProvider;
+import org.apache.flink.streaming.api.operators.TimerHeapInternalTimer;
+import org.apache.flink.streaming.api.operators.TimerSerializer;
 import org.junit.jupiter.api.AfterAll;
 import org.junit.jupiter.api.AfterEach;
 import org.junit.jupiter.api.BeforeAll;
@@ -71,9 +74,14 @@ class ReadAheadTest {
   }
 
   private CheckpointableKeyedStateBackend<Integer> open(boolean readAhead) throws Exception {
+    return open(readAhead, CACHE);
+  }
+
+  private CheckpointableKeyedStateBackend<Integer> open(boolean readAhead, long cacheBytes)
+      throws Exception {
     Configuration c = new Configuration();
     c.set(StatedOptions.SOCKET, daemon.socket.toString());
-    c.set(StatedOptions.CACHE_SIZE, new MemorySize(CACHE));
+    c.set(StatedOptions.CACHE_SIZE, new MemorySize(cacheBytes));
     c.set(StatedOptions.READ_AHEAD, readAhead);
     MockEnvironment env = new MockEnvironmentBuilder().build();
     return new StatedStateBackendFactory()
@@ -255,6 +263,64 @@ class ReadAheadTest {
       }
     }
     assertThat(tripsAtOther).hasSize(50).containsOnly(1L);
+  }
+
+  /**
+   * Timers due at the same time fire one after another, each reading its key's states: a miss while
+   * one fires also reads the states of the timers due with it in its key group's cached head
+   * ({@link StatedKeyedStateBackend#DUE_TIMERS_AHEAD} at most), so most firings find their state
+   * cached. Driven as Flink's timer service fires event-time timers: peek, set the key, poll, call
+   * the operator.
+   */
+  @ParameterizedTest(name = "read-ahead {0}")
+  @ValueSource(booleans = {true, false})
+  void dueTimersKeysAreReadAhead(boolean on) throws Exception {
+    b = open(on, 64 << 10);
+    ValueState<Long> a = value("a");
+    ValueState<Long> c = value("c");
+    KeyGroupedInternalPriorityQueue<TimerHeapInternalTimer<Integer, VoidNamespace>> timers =
+        b.create(
+            "_timer_state/event_user-timers",
+            new TimerSerializer<>(IntSerializer.INSTANCE, VoidNamespaceSerializer.INSTANCE));
+    int keys = 4000;
+    for (int k = 0; k < keys; k++) {
+      b.setCurrentKey(k);
+      a.update((long) k);
+      c.update(2L * k);
+      timers.add(new TimerHeapInternalTimer<>(1000, k, VoidNamespace.INSTANCE));
+      // A later timer of every tenth key, which must not be read ahead with the first ones.
+      if (k % 10 == 0) {
+        timers.add(new TimerHeapInternalTimer<>(2000, k, VoidNamespace.INSTANCE));
+      }
+    }
+    long before = trips();
+    int fired = 0;
+    for (TimerHeapInternalTimer<Integer, VoidNamespace> t;
+        (t = timers.peek()) != null && t.getTimestamp() <= 1000; ) {
+      b.setCurrentKey(t.getKey());
+      timers.poll();
+      assertThat(a.value()).isEqualTo((long) t.getKey());
+      assertThat(c.value()).isEqualTo(2L * t.getKey());
+      fired++;
+    }
+    long trips = trips() - before;
+    System.out.printf("read-ahead %s: %d round trips to fire %d timers%n", on, trips, fired);
+    assertThat(fired).isEqualTo(keys);
+    if (on) {
+      // 128 key groups of about 31 timers each: about one round trip per
+      // key group once the two states are known to be read together.
+      assertThat(trips).as("round trips of %d firings", fired).isLessThan(keys / 8);
+    } else {
+      // Two per firing, but for the few keys written last, still cached.
+      assertThat(trips).isGreaterThan(2L * keys * 9 / 10);
+    }
+    // The later timers' firings read what they must (the cache is coherent).
+    for (TimerHeapInternalTimer<Integer, VoidNamespace> t; (t = timers.peek()) != null; ) {
+      b.setCurrentKey(t.getKey());
+      timers.poll();
+      assertThat(a.value()).isEqualTo((long) t.getKey());
+      assertThat(t.getTimestamp()).isEqualTo(2000);
+    }
   }
 
   private ValueState<Long> value(String name) throws Exception {
