@@ -53,8 +53,12 @@ import org.junit.jupiter.api.Test;
  * <pre>
  * scripts/flink-jobs.sh -Dtest=AsyncStateBench -Dasync.bench=true [-Dasync.bench.events=N]
  *     [-Dasync.bench.keys=K] [-Dasync.bench.payload=BYTES] [-Dasync.bench.backends=a,b]
- *     [-Dasync.bench.conf.FLINK_OPTION=VALUE ...]
+ *     [-Dasync.bench.rate=EVENTS_PER_SECOND] [-Dasync.bench.conf.FLINK_OPTION=VALUE ...]
  * </pre>
+ *
+ * <p>{@code async.bench.rate}: the source emits at most that many events a second (0, the default:
+ * as fast as the job takes them), so that every backend's latency is measured at the same input
+ * rate, not each at its own saturation, where queues make the latency mostly the queue's length.
  *
  * <p>{@code async.bench.payload}: each event also reads and rewrites a value state of that many
  * incompressible bytes per key (0, the default: none), which holds the key's event count, so a
@@ -72,6 +76,11 @@ class AsyncStateBench {
     p.events = Long.getLong("async.bench.events", 400_000L);
     p.keys = Integer.getInteger("async.bench.keys", 20_000);
     int payload = Integer.getInteger("async.bench.payload", 0);
+    long eventsPerSecond = Long.getLong("async.bench.rate", 0L);
+    if (eventsPerSecond < 0) {
+      throw new IllegalArgumentException(
+          "async.bench.rate must be 0 (no limit) or a positive rate, not " + eventsPerSecond);
+    }
     if (payload != 0) {
       p.payloadBytes = payload;
     }
@@ -152,7 +161,9 @@ class AsyncStateBench {
             new DataGeneratorSource<>(
                 new Stamped(new EventGenerator(p)),
                 p.events,
-                RateLimiterStrategy.noOp(),
+                eventsPerSecond == 0
+                    ? RateLimiterStrategy.noOp()
+                    : RateLimiterStrategy.perSecond(eventsPerSecond),
                 TypeInformation.of(Event.class));
         env.fromSource(source, WatermarkStrategy.noWatermarks(), "events")
             .setParallelism(1)
@@ -195,6 +206,7 @@ class AsyncStateBench {
             + ", checkpoint every "
             + p.checkpointIntervalMs
             + " ms, enableAsyncState(), value get+update and reducing add per event"
+            + (eventsPerSecond == 0 ? "" : ", source limited to " + eventsPerSecond + " events/s")
             + (payload == 0
                 ? ""
                 : ", and a "
