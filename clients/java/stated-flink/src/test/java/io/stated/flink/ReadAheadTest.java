@@ -5,7 +5,6 @@ import static org.assertj.core.api.Assertions.assertThat;
 import io.stated.client.Daemon;
 import java.util.ArrayList;
 import java.util.List;
-import org.apache.flink.api.common.JobID;
 import org.apache.flink.api.common.state.ListState;
 import org.apache.flink.api.common.state.ListStateDescriptor;
 import org.apache.flink.api.common.state.MapState;
@@ -17,18 +16,11 @@ import org.apache.flink.api.common.typeutils.base.LongSerializer;
 import org.apache.flink.api.common.typeutils.base.StringSerializer;
 import org.apache.flink.configuration.Configuration;
 import org.apache.flink.configuration.MemorySize;
-import org.apache.flink.core.fs.CloseableRegistry;
-import org.apache.flink.metrics.groups.UnregisteredMetricsGroup;
-import org.apache.flink.runtime.operators.testutils.MockEnvironment;
-import org.apache.flink.runtime.operators.testutils.MockEnvironmentBuilder;
 import org.apache.flink.runtime.state.CheckpointableKeyedStateBackend;
-import org.apache.flink.runtime.state.KeyGroupRange;
 import org.apache.flink.runtime.state.KeyGroupedInternalPriorityQueue;
-import org.apache.flink.runtime.state.KeyedStateBackendParametersImpl;
 import org.apache.flink.runtime.state.VoidNamespace;
 import org.apache.flink.runtime.state.VoidNamespaceSerializer;
 import org.apache.flink.runtime.state.internal.InternalValueState;
-import org.apache.flink.runtime.state.ttl.TtlTimeProvider;
 import org.apache.flink.streaming.api.operators.TimerHeapInternalTimer;
 import org.apache.flink.streaming.api.operators.TimerSerializer;
 import org.junit.jupiter.api.AfterAll;
@@ -83,24 +75,7 @@ class ReadAheadTest {
     c.set(StatedOptions.SOCKET, daemon.socket.toString());
     c.set(StatedOptions.CACHE_SIZE, new MemorySize(cacheBytes));
     c.set(StatedOptions.READ_AHEAD, readAhead);
-    MockEnvironment env = new MockEnvironmentBuilder().build();
-    return new StatedStateBackendFactory()
-        .createFromConfig(c, null)
-        .createKeyedStateBackend(
-            new KeyedStateBackendParametersImpl<>(
-                env,
-                new JobID(),
-                "op",
-                IntSerializer.INSTANCE,
-                MAX,
-                KeyGroupRange.of(0, MAX - 1),
-                env.getTaskKvStateRegistry(),
-                TtlTimeProvider.DEFAULT,
-                new UnregisteredMetricsGroup(),
-                (name, value) -> {},
-                List.of(),
-                new CloseableRegistry(),
-                1.0));
+    return KeyedBackends.open(c, MAX, List.of());
   }
 
   private long trips() {

@@ -10,7 +10,6 @@ import java.util.List;
 import java.util.Map;
 import java.util.Random;
 import java.util.TreeMap;
-import org.apache.flink.api.common.JobID;
 import org.apache.flink.api.common.functions.AggregateFunction;
 import org.apache.flink.api.common.state.AggregatingStateDescriptor;
 import org.apache.flink.api.common.state.ListStateDescriptor;
@@ -22,20 +21,13 @@ import org.apache.flink.api.common.typeutils.base.LongSerializer;
 import org.apache.flink.api.common.typeutils.base.StringSerializer;
 import org.apache.flink.configuration.Configuration;
 import org.apache.flink.configuration.MemorySize;
-import org.apache.flink.core.fs.CloseableRegistry;
-import org.apache.flink.metrics.groups.UnregisteredMetricsGroup;
-import org.apache.flink.runtime.operators.testutils.MockEnvironment;
-import org.apache.flink.runtime.operators.testutils.MockEnvironmentBuilder;
 import org.apache.flink.runtime.state.CheckpointableKeyedStateBackend;
-import org.apache.flink.runtime.state.KeyGroupRange;
-import org.apache.flink.runtime.state.KeyedStateBackendParametersImpl;
 import org.apache.flink.runtime.state.KeyedStateHandle;
 import org.apache.flink.runtime.state.internal.InternalAggregatingState;
 import org.apache.flink.runtime.state.internal.InternalListState;
 import org.apache.flink.runtime.state.internal.InternalMapState;
 import org.apache.flink.runtime.state.internal.InternalReducingState;
 import org.apache.flink.runtime.state.internal.InternalValueState;
-import org.apache.flink.runtime.state.ttl.TtlTimeProvider;
 import org.junit.jupiter.api.AfterAll;
 import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.Tag;
@@ -117,24 +109,7 @@ class StateCacheCoherenceTest {
     Configuration c = new Configuration();
     c.set(StatedOptions.SOCKET, daemon.socket.toString());
     c.set(StatedOptions.CACHE_SIZE, new MemorySize(cacheBytes));
-    MockEnvironment env = new MockEnvironmentBuilder().build();
-    return new StatedStateBackendFactory()
-        .createFromConfig(c, null)
-        .createKeyedStateBackend(
-            new KeyedStateBackendParametersImpl<>(
-                env,
-                new JobID(),
-                "op",
-                IntSerializer.INSTANCE,
-                MAX,
-                KeyGroupRange.of(0, MAX - 1),
-                env.getTaskKvStateRegistry(),
-                TtlTimeProvider.DEFAULT,
-                new UnregisteredMetricsGroup(),
-                (name, value) -> {},
-                hs,
-                new CloseableRegistry(),
-                1.0));
+    return KeyedBackends.open(c, MAX, hs);
   }
 
   /** The states of one backend, as the internal interfaces (namespace switches, merges). */
