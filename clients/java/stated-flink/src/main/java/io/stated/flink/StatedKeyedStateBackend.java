@@ -290,8 +290,9 @@ public class StatedKeyedStateBackend<K> extends AbstractKeyedStateBackend<K> {
   /**
    * Reads {@code op}, a read of state {@code s} at (key, ns) that missed the cache, and in the same
    * request the entries at (key, ns) of the states {@link ReadAhead} takes along with {@code s},
-   * those the cache neither holds nor knows to be absent; their answers go into the cache. Returns
-   * the answer to {@code op}.
+   * and, while a daemon timer fires, those and {@code s}'s of the keys of the timers due with it;
+   * only entries the cache neither holds nor knows to be absent. Their answers go into the cache.
+   * Returns the answer to {@code op}.
    */
   Result readMiss(AbstractStatedState<K, ?, ?> s, Op op, int keyGroup, byte[] key, byte[] ns) {
     if (readAhead == null) {
