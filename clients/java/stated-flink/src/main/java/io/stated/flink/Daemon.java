@@ -112,6 +112,20 @@ final class Daemon {
 
   /** Sends several reads in one request and waits for them. */
   List<Result> readAll(List<Op> ops) {
+    List<CompletableFuture<Result>> fs = sendReads(ops);
+    List<Result> out = new ArrayList<>(ops.size());
+    for (CompletableFuture<Result> f : fs) {
+      out.add(await(f));
+    }
+    return out;
+  }
+
+  /**
+   * Sends several reads behind every queued write (one request, or more when they exceed the
+   * daemon's batch limits) and returns their futures, for a caller that treats their failures one
+   * by one.
+   */
+  List<CompletableFuture<Result>> sendReads(List<Op> ops) {
     check();
     roundTrips.increment();
     List<CompletableFuture<Result>> fs = new ArrayList<>(ops.size());
@@ -119,11 +133,20 @@ final class Daemon {
       fs.add(inst.submit(op));
     }
     inst.flush();
-    List<Result> out = new ArrayList<>(ops.size());
-    for (CompletableFuture<Result> f : fs) {
-      out.add(await(f));
+    return fs;
+  }
+
+  /**
+   * The result of a read sent by {@link #sendReads}, or null when it failed: for reads whose
+   * failure costs nothing but the read (a read ahead the daemon refused, e.g. past its response
+   * size limit). A failure of the stream itself shows at the next {@link #check}.
+   */
+  static Result resultOrNull(CompletableFuture<Result> f) {
+    try {
+      return await(f);
+    } catch (StatedException e) {
+      return null;
     }
-    return out;
   }
 
   /** Waits until every write sent so far was applied (and checks them). */

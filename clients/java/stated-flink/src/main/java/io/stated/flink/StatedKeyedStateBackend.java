@@ -19,6 +19,7 @@ import java.util.Map;
 import java.util.NoSuchElementException;
 import java.util.Spliterator;
 import java.util.Spliterators;
+import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.RunnableFuture;
 import java.util.stream.Stream;
 import java.util.stream.StreamSupport;
@@ -323,12 +324,19 @@ public class StatedKeyedStateBackend<K> extends AbstractKeyedStateBackend<K> {
     if (ahead.taken.isEmpty()) {
       return daemon.read(op);
     }
-    List<Result> rs = daemon.readAll(ahead.ops);
+    List<CompletableFuture<Result>> fs = daemon.sendReads(ahead.ops);
+    Result first = Daemon.await(fs.get(0));
     for (int i = 0; i < ahead.taken.size(); i++) {
-      ahead.taken.get(i).cacheAhead(ahead.keys.get(i), ns, rs.get(i + 1));
+      // A read ahead the daemon refused (its answer would pass the
+      // response size limit, say) is left out of the cache, so the
+      // state's own read asks again; it never fails the read that missed.
+      Result r = Daemon.resultOrNull(fs.get(i + 1));
+      if (r != null) {
+        ahead.taken.get(i).cacheAhead(ahead.keys.get(i), ns, r);
+        readAheadEntries++;
+      }
     }
-    readAheadEntries += ahead.taken.size();
-    return rs.get(0);
+    return first;
   }
 
   /** The reads of one request of {@link #readMiss}: the miss's first, then those read ahead. */

@@ -11,6 +11,7 @@ import org.apache.flink.api.common.state.MapState;
 import org.apache.flink.api.common.state.MapStateDescriptor;
 import org.apache.flink.api.common.state.ValueState;
 import org.apache.flink.api.common.state.ValueStateDescriptor;
+import org.apache.flink.api.common.typeinfo.PrimitiveArrayTypeInfo;
 import org.apache.flink.api.common.typeutils.base.IntSerializer;
 import org.apache.flink.api.common.typeutils.base.LongSerializer;
 import org.apache.flink.api.common.typeutils.base.StringSerializer;
@@ -71,8 +72,13 @@ class ReadAheadTest {
 
   private CheckpointableKeyedStateBackend<Integer> open(boolean readAhead, long cacheBytes)
       throws Exception {
+    return open(daemon, readAhead, cacheBytes);
+  }
+
+  private CheckpointableKeyedStateBackend<Integer> open(
+      Daemon d, boolean readAhead, long cacheBytes) throws Exception {
     Configuration c = new Configuration();
-    c.set(StatedOptions.SOCKET, daemon.socket.toString());
+    c.set(StatedOptions.SOCKET, d.socket.toString());
     c.set(StatedOptions.CACHE_SIZE, new MemorySize(cacheBytes));
     c.set(StatedOptions.READ_AHEAD, readAhead);
     return KeyedBackends.open(c, MAX, List.of());
@@ -296,6 +302,57 @@ class ReadAheadTest {
       assertThat(a.value()).isEqualTo((long) t.getKey());
       assertThat(t.getTimestamp()).isEqualTo(2000);
     }
+  }
+
+  /**
+   * Reads ahead whose answers would pass the daemon's response size limit fail there one by one
+   * (RESOURCE_EXHAUSTED): they are left out of the cache, the read that missed still gets its
+   * answer, and every later read gets the right value.
+   */
+  @Test
+  void readsAheadTheDaemonRefusesCostNothing() throws Exception {
+    try (Daemon small = new Daemon("--max-message-size", "256KiB", "--max-value-size", "64KiB")) {
+      small.start();
+      b = open(small, true, 4 << 20);
+      ValueState<Long> a = value("a");
+      ValueState<byte[]> big =
+          b.getPartitionedState(
+              VoidNamespace.INSTANCE,
+              VoidNamespaceSerializer.INSTANCE,
+              new ValueStateDescriptor<>(
+                  "big", PrimitiveArrayTypeInfo.BYTE_PRIMITIVE_ARRAY_TYPE_INFO));
+      KeyGroupedInternalPriorityQueue<TimerHeapInternalTimer<Integer, VoidNamespace>> timers =
+          b.create(
+              "_timer_state/event_user-timers",
+              new TimerSerializer<>(IntSerializer.INSTANCE, VoidNamespaceSerializer.INSTANCE));
+      int keys = 4000;
+      for (int k = 0; k < keys; k++) {
+        b.setCurrentKey(k);
+        a.update((long) k);
+        big.update(bigValue(k));
+        timers.add(new TimerHeapInternalTimer<>(1000, k, VoidNamespace.INSTANCE));
+      }
+      // 4000 keys of 16 KiB do not fit the 4 MiB cache; 32 of them read
+      // ahead are 512 KiB, past the daemon's 256 KiB.
+      int fired = 0;
+      for (TimerHeapInternalTimer<Integer, VoidNamespace> t; (t = timers.poll()) != null; ) {
+        b.setCurrentKey(t.getKey());
+        assertThat(a.value()).isEqualTo((long) t.getKey());
+        assertThat(big.value()).isEqualTo(bigValue(t.getKey()));
+        fired++;
+      }
+      assertThat(fired).isEqualTo(keys);
+      assertThat(((StatedKeyedStateBackend<?>) b).readAheadEntries()).isPositive();
+      closeBackend();
+      b = null;
+    }
+  }
+
+  private static byte[] bigValue(int k) {
+    byte[] v = new byte[16 << 10];
+    java.util.Arrays.fill(v, (byte) k);
+    v[0] = (byte) (k >> 8);
+    return v;
   }
 
   private ValueState<Long> value(String name) throws Exception {
