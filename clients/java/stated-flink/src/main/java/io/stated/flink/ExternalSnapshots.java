@@ -147,13 +147,35 @@ final class ExternalSnapshots {
       ids = new ArrayList<>(pending);
       pending.clear();
     }
+    if (ids.isEmpty()) {
+      return;
+    }
+    long deadline =
+        System.nanoTime() + java.util.concurrent.TimeUnit.MILLISECONDS.toNanos(timeoutMillis);
+    try {
+      // The abandon is a call of its own, which can overtake a snapshot's
+      // barrier still queued on the batch stream; the daemon then knows no
+      // snapshot to stop, takes the barrier after, and its finished files
+      // reach nobody. An empty request is answered after every request
+      // sent before it: the barriers are then in the daemon.
+      inst.send(List.of()).get(timeoutMillis, java.util.concurrent.TimeUnit.MILLISECONDS);
+    } catch (InterruptedException e) {
+      Thread.currentThread().interrupt();
+    } catch (Exception e) {
+      // The stream failed (the daemon is gone: it stops its uploads) or
+      // did not drain in time; abandon all the same.
+      LOG.debug("stated: draining the stream before abandoning {}: {}", ids, e.getMessage());
+    }
+    long left =
+        Math.max(
+            0, java.util.concurrent.TimeUnit.NANOSECONDS.toMillis(deadline - System.nanoTime()));
     List<CompletableFuture<OwnedSnapshot>> all = new ArrayList<>();
     for (long id : ids) {
       all.add(abandonInDaemon(id));
     }
     try {
       CompletableFuture.allOf(all.toArray(new CompletableFuture<?>[0]))
-          .get(timeoutMillis, java.util.concurrent.TimeUnit.MILLISECONDS);
+          .get(left, java.util.concurrent.TimeUnit.MILLISECONDS);
     } catch (InterruptedException e) {
       Thread.currentThread().interrupt();
     } catch (Exception e) {
