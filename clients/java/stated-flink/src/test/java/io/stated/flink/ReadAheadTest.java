@@ -260,9 +260,7 @@ class ReadAheadTest {
     ValueState<Long> a = value("a");
     ValueState<Long> c = value("c");
     KeyGroupedInternalPriorityQueue<TimerHeapInternalTimer<Integer, VoidNamespace>> timers =
-        b.create(
-            "_timer_state/event_user-timers",
-            new TimerSerializer<>(IntSerializer.INSTANCE, VoidNamespaceSerializer.INSTANCE));
+        eventTimers();
     int keys = 4000;
     for (int k = 0; k < keys; k++) {
       b.setCurrentKey(k);
@@ -322,9 +320,7 @@ class ReadAheadTest {
               new ValueStateDescriptor<>(
                   "big", PrimitiveArrayTypeInfo.BYTE_PRIMITIVE_ARRAY_TYPE_INFO));
       KeyGroupedInternalPriorityQueue<TimerHeapInternalTimer<Integer, VoidNamespace>> timers =
-          b.create(
-              "_timer_state/event_user-timers",
-              new TimerSerializer<>(IntSerializer.INSTANCE, VoidNamespaceSerializer.INSTANCE));
+          eventTimers();
       int keys = 4000;
       for (int k = 0; k < keys; k++) {
         b.setCurrentKey(k);
@@ -346,6 +342,14 @@ class ReadAheadTest {
       closeBackend();
       b = null;
     }
+  }
+
+  /** The backend's queue of event-time timers, as Flink's timer service makes it. */
+  private KeyGroupedInternalPriorityQueue<TimerHeapInternalTimer<Integer, VoidNamespace>>
+      eventTimers() {
+    return b.create(
+        "_timer_state/event_user-timers",
+        new TimerSerializer<>(IntSerializer.INSTANCE, VoidNamespaceSerializer.INSTANCE));
   }
 
   private static byte[] bigValue(int k) {
