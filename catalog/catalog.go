@@ -347,6 +347,11 @@ type Catalog struct {
 		// discarderStop and discarderDone belong to a replicated
 		// catalog's discarder (replica.go); nil otherwise.
 		discarderStop, discarderDone chan struct{}
+		// mirrorKick, mirrorStop and mirrorDone belong to a replicated
+		// catalog's job-file writer, mirrorDirty are the jobs whose
+		// files it is to write (mirror.go); nil otherwise.
+		mirrorKick, mirrorStop, mirrorDone chan struct{}
+		mirrorDirty                        map[string]bool
 
 		// shared is the machine (the catalog's state and its decisions,
 		// machine.go) and the mutex that guards it and this struct: the

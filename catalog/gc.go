@@ -458,7 +458,8 @@ func (c *Catalog) Start(ctx context.Context) error {
 	return nil
 }
 
-// Close stops the sweep and waits for it; further calls that change the
+// Close stops the sweep, the discarder and the job-file writer (which
+// writes what is marked first) and waits for them; further calls that change the
 // catalog fail with ErrClosed. It does not close the store. Idempotent.
 func (c *Catalog) Close() error {
 	c.mu.Lock()
@@ -475,5 +476,6 @@ func (c *Catalog) Close() error {
 		close(stop)
 		<-stopped
 	}
+	c.stopMirror()
 	return nil
 }

@@ -132,6 +132,7 @@ func (c *Catalog) takeOver(r *Replica) error {
 		return fmt.Errorf("catalog: take over the replicated catalog: %w", err)
 	}
 	c.startDiscarder()
+	c.startMirror()
 	return nil
 }
 
@@ -493,7 +494,7 @@ func (c *Catalog) completeReplicated(ctx context.Context, job string, id uint64,
 	if len(out.discard) > 0 {
 		c.kickDiscarder()
 	}
-	c.saveJobLogged(ctx, job)
+	c.mirrorJob(ctx, job) // after the answer (mirror.go)
 	return cloneManifest(m), nil
 }
 

@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -424,4 +427,106 @@ func beganWithUpload(t *testing.T) (*Catalog, *backend.Handle) {
 		t.Fatal(err)
 	}
 	return c, h
+}
+
+// heldJobFiles is a store whose job-file writes wait until release is
+// closed.
+type heldJobFiles struct {
+	tiered.Store
+	mu      sync.Mutex
+	release chan struct{}
+}
+
+// hold holds the job-file writes from now on, until the returned release.
+func (s *heldJobFiles) hold() (release func()) {
+	ch := make(chan struct{})
+	s.mu.Lock()
+	s.release = ch
+	s.mu.Unlock()
+	return func() { close(ch) }
+}
+
+func (s *heldJobFiles) Put(ctx context.Context, name string, r io.Reader, size int64) error {
+	if strings.HasSuffix(name, "/"+JobFileName) {
+		s.mu.Lock()
+		release := s.release
+		s.mu.Unlock()
+		select {
+		case <-release:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return s.Store.Put(ctx, name, r, size)
+}
+
+// A replicated catalog's completion answers once the log has it, without
+// waiting for its job file (a mirror of the replica, mirror.go); the file
+// follows, and Close writes the files still to write before it returns.
+func TestReplicatedJobFileFollowsTheCompletion(t *testing.T) {
+	mem := &heldJobFiles{Store: memstore.New()}
+	release := mem.hold()
+	clk := &testClock{}
+	l := newFakeLog(1)
+	c := openReplicated(t, mem, clk, l, 0)
+	tk := newFakeTask("j", "op", 0, backend.KeyGroupRange{Start: 0, End: 127})
+	history := func() []uint64 {
+		t.Helper()
+		data, err := tiered.ReadAll(ctx, mem.Store, "j/"+JobFileName, maxMetaSize)
+		if tiered.IsNotFound(err) {
+			return nil
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		f, err := decodeJobFile(data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ids []uint64
+		for _, r := range f.History {
+			ids = append(ids, r.ID)
+		}
+		return ids
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		checkpoint(t, c, mem, 1, tk)
+	}()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the completion waits for its job file")
+	}
+	if got := history(); len(got) != 0 {
+		t.Fatalf("the job file was written while its writes were held: history %v", got)
+	}
+	release()
+	deadline := time.Now().Add(10 * time.Second)
+	for !slices.Contains(history(), 1) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the job file never recorded checkpoint 1: history %v", history())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+
+	// Held again: Close waits for the file of checkpoint 2.
+	release = mem.hold()
+	checkpoint(t, c, mem, 2, tk)
+	closed := make(chan struct{})
+	go func() {
+		defer close(closed)
+		c.Close()
+	}()
+	select {
+	case <-closed:
+		t.Fatal("Close returned before the job file was written")
+	case <-time.After(100 * time.Millisecond):
+	}
+	release()
+	<-closed
+	if got := history(); !slices.Contains(got, 2) {
+		t.Fatalf("after Close the job file's history is %v, want checkpoint 2 in it", got)
+	}
 }
