@@ -207,7 +207,7 @@ func TestCompleteChecksFilesAndHandles(t *testing.T) {
 		func(h *backend.Handle) { h.Files[1].Path = "savepoints/s/data/x" },
 	}
 	for i, f := range bad {
-		hh := cloneHandle(h)
+		hh := h.Clone()
 		f(hh)
 		if err := c.AddTaskHandle("j", 1, hh); !errors.Is(err, backend.ErrInvalidArgument) {
 			t.Errorf("bad handle %d accepted: %v", i, err)

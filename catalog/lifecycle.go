@@ -353,7 +353,7 @@ func (m *machine) addHandle(job string, id uint64, h *backend.Handle, token uint
 			// since its old holder reported: the new holder's handle
 			// replaces the old one, which must never complete.
 			m.guard.add(o, -1)
-			h = cloneHandle(h)
+			h = h.Clone()
 			inf.handles[i] = h
 			inf.tokens[h.Task] = token
 			m.guard.add(h, +1)
@@ -364,7 +364,7 @@ func (m *machine) addHandle(job string, id uint64, h *backend.Handle, token uint
 		}
 		return fmt.Errorf("%w: checkpoint %s already has a handle of task %s", ErrExists, CheckpointDir(job, id), h.Task)
 	}
-	h = cloneHandle(h)
+	h = h.Clone()
 	inf.handles = append(inf.handles, h)
 	if token != 0 {
 		if inf.tokens == nil {
@@ -401,7 +401,7 @@ func (m *machine) startComplete(job string, id uint64, handles []*backend.Handle
 			return outcome{}, fmt.Errorf("%w: checkpoint %s has two handles of task %s", ErrInvalidArgument, r, h.Task)
 		}
 		seen[h.Task] = true
-		extra = append(extra, cloneHandle(h))
+		extra = append(extra, h.Clone())
 	}
 	if len(inf.handles)+len(extra) == 0 {
 		return outcome{}, fmt.Errorf("%w: checkpoint %s has no task handle", ErrInvalidArgument, r)

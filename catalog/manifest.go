@@ -328,26 +328,13 @@ func decodeJobFile(data []byte) (*jobFile, error) {
 	return &f, nil
 }
 
-// cloneHandle deep-copies h so callers can never change a manifest the
-// catalog holds. A JSON round trip copies every field, including ones added
-// to Handle later.
-func cloneHandle(h *backend.Handle) *backend.Handle {
-	b, err := json.Marshal(h)
-	if err != nil {
-		panic("catalog: a handle that was encoded before cannot be encoded: " + err.Error()) // programming error
-	}
-	var c backend.Handle
-	if err := json.Unmarshal(b, &c); err != nil {
-		panic("catalog: a handle's own encoding does not decode: " + err.Error()) // programming error
-	}
-	return &c
-}
-
+// cloneManifest deep-copies m so callers can never change a manifest the
+// catalog holds.
 func cloneManifest(m *Manifest) *Manifest {
 	c := *m
 	c.Tasks = make([]*backend.Handle, len(m.Tasks))
 	for i, h := range m.Tasks {
-		c.Tasks[i] = cloneHandle(h)
+		c.Tasks[i] = h.Clone()
 	}
 	return &c
 }

@@ -189,7 +189,7 @@ func (c *Catalog) copyNative(ctx context.Context, id string, hs []*backend.Handl
 			}
 			h = nh
 		}
-		h = cloneHandle(h)
+		h = h.Clone()
 		for i, f := range h.Files {
 			if old, ok := files[f.Path]; ok && (old.Size != f.Size || old.CRC32C != f.CRC32C) {
 				return nil, fmt.Errorf("%w: savepoint %s: file %s listed twice with different size or checksum", ErrInvalidArgument, id, f.Path)
