@@ -617,6 +617,47 @@ func TestExternalAbandonLeavesNoFile(t *testing.T) {
 	}
 }
 
+// A forget that overtakes its snapshot's barrier (the engine's forget is a
+// call of its own, the barrier may still be queued on the batch stream)
+// is remembered: the barrier is then refused, and no file of it is
+// written, where it would have uploaded files no engine knows of. Other
+// ids, and ids forgotten after their snapshot, are not affected.
+func TestExternalForgetBeforeBarrier(t *testing.T) {
+	ctx := ctxT(t)
+	_, rpc, ext := extHarness(t, nil)
+	const job = "overtaken"
+	all := backend.KeyGroupRange{Start: 0, End: backend.DefaultMaxParallelism - 1}
+	open, ws := openWire(t, rpc, extOpen(job, job, 0, 1))
+	extPut(t, ws, all, 0, 500, "a")
+	extSnap(t, rpc, ws, open, job, 1, false)
+	if _, err := rpc.ConfirmSnapshot(ctx, &pb.ConfirmSnapshotRequest{InstanceId: open.InstanceId, Job: job, CheckpointId: 1}); err != nil {
+		t.Fatal(err)
+	}
+	extPut(t, ws, all, 500, 1000, "b")
+	for _, abandon := range []bool{true, false} {
+		id := uint64(2)
+		if !abandon {
+			id = 3
+		}
+		r, err := rpc.ForgetSnapshot(ctx, &pb.ForgetSnapshotRequest{InstanceId: open.InstanceId, Job: job, CheckpointId: id, Abandon: abandon})
+		if err != nil || r.Finished != nil {
+			t.Fatalf("forget of unknown %d: %v %v", id, r, err)
+		}
+		_, resp := ws.do(&pb.BatchRequest{Snapshot: &pb.SnapshotBarrier{CheckpointId: id, Wait: true}})
+		if st := resp.Snapshot; codes.Code(st.GetCode()) != codes.InvalidArgument || !strings.Contains(st.GetError(), "forgotten") {
+			t.Fatalf("barrier of forgotten %d: %v, want INVALID_ARGUMENT naming the forget", id, st)
+		}
+		if m, _ := filepath.Glob(filepath.Join(ext, job, fmt.Sprintf("chk-%d", id), "*")); len(m) > 0 {
+			t.Fatalf("the refused snapshot %d wrote %v", id, m)
+		}
+	}
+	// The next checkpoint snapshots as usual.
+	s := extSnap(t, rpc, ws, open, job, 4, false)
+	if len(s.Files) == 0 {
+		t.Fatal("snapshot 4 has no file")
+	}
+}
+
 // links is the number of hard links of the file at p.
 func links(t *testing.T, p string) uint64 {
 	t.Helper()

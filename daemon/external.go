@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"path/filepath"
 	"slices"
 	"sort"
@@ -83,6 +84,13 @@ type external struct {
 	// one restored from (0: none). Either may be the lsm base.
 	confirmed uint64
 	restored  uint64
+	// forgotten are the checkpoints forgotten before their snapshot
+	// arrived: a snapshot of one is refused. An engine's forget is a call
+	// of its own and may overtake the snapshot's barrier still queued on
+	// the batch stream; taken then, the snapshot would write files no
+	// engine knows of, and nobody would delete them. At most
+	// DefaultMaxExternalSnapshots, the oldest dropped first.
+	forgotten map[uint64]bool
 }
 
 type extSnap struct {
@@ -210,6 +218,11 @@ func (d *Daemon) snapshotExternal(ctx context.Context, inst *Instance, id uint64
 	if e.snaps[id] != nil || id <= e.confirmed || id == e.restored {
 		e.mu.Unlock()
 		return fail(fmt.Errorf("%w: the instance already snapshotted checkpoint %d (or confirmed a later one)", backend.ErrInvalidArgument, id))
+	}
+	if e.forgotten[id] {
+		e.mu.Unlock()
+		return fail(fmt.Errorf("%w: checkpoint %d was forgotten (ForgetSnapshot) before its snapshot arrived; its snapshot would be no engine's",
+			backend.ErrInvalidArgument, id))
 	}
 	d.mu.Lock()
 	closing := d.closing
@@ -414,6 +427,9 @@ func (d *Daemon) ForgetExternal(ctx context.Context, inst *Instance, id uint64, 
 	s := e.snaps[id]
 	delete(e.snaps, id)
 	dropBase := (id == e.confirmed) || (e.confirmed == 0 && id == e.restored)
+	if s == nil && id > e.confirmed && id != e.restored {
+		e.forgetAheadLocked(id)
+	}
 	e.mu.Unlock()
 	if s != nil {
 		s.cancel()
@@ -494,6 +510,24 @@ func (e *external) pruneLocked() {
 	sort.Slice(old, func(i, j int) bool { return old[i] < old[j] })
 	for _, id := range old[:min(len(old), len(e.snaps)-DefaultMaxExternalSnapshots)] {
 		delete(e.snaps, id)
+	}
+}
+
+// forgetAheadLocked remembers that id was forgotten before its snapshot
+// arrived (external.forgotten), dropping those a confirmation made moot
+// and, past the bound, the oldest.
+func (e *external) forgetAheadLocked(id uint64) {
+	if e.forgotten == nil {
+		e.forgotten = map[uint64]bool{}
+	}
+	e.forgotten[id] = true
+	for old := range e.forgotten {
+		if old <= e.confirmed {
+			delete(e.forgotten, old)
+		}
+	}
+	for len(e.forgotten) > DefaultMaxExternalSnapshots {
+		delete(e.forgotten, slices.Min(slices.Collect(maps.Keys(e.forgotten))))
 	}
 }
 

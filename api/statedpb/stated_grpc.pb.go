@@ -213,7 +213,9 @@ type StatedClient interface {
 	// subsumed or aborted a checkpoint: its upload stops if running, the
 	// daemon drops what it remembers of it, and no later snapshot reuses its
 	// files. The daemon deletes no file the engine may hold: the engine
-	// does. Forgetting an unknown checkpoint succeeds. Revision 2; abandon
+	// does. Forgetting an unknown checkpoint succeeds, and a later snapshot
+	// barrier of it is refused (INVALID_ARGUMENT): a forget can overtake
+	// the barrier still queued on the batch stream. Revision 2; abandon
 	// revision 3.
 	ForgetSnapshot(ctx context.Context, in *ForgetSnapshotRequest, opts ...grpc.CallOption) (*ForgetSnapshotResponse, error)
 }
@@ -580,7 +582,9 @@ type StatedServer interface {
 	// subsumed or aborted a checkpoint: its upload stops if running, the
 	// daemon drops what it remembers of it, and no later snapshot reuses its
 	// files. The daemon deletes no file the engine may hold: the engine
-	// does. Forgetting an unknown checkpoint succeeds. Revision 2; abandon
+	// does. Forgetting an unknown checkpoint succeeds, and a later snapshot
+	// barrier of it is refused (INVALID_ARGUMENT): a forget can overtake
+	// the barrier still queued on the batch stream. Revision 2; abandon
 	// revision 3.
 	ForgetSnapshot(context.Context, *ForgetSnapshotRequest) (*ForgetSnapshotResponse, error)
 	mustEmbedUnimplementedStatedServer()

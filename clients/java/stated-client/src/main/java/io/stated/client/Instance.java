@@ -658,7 +658,8 @@ public final class Instance {
   /**
    * Tells the daemon the engine subsumed or aborted checkpoint {@code checkpointId}: its upload
    * stops if running and no later snapshot reuses its files (the engine may delete them now; the
-   * daemon deletes none). Forgetting an unknown checkpoint succeeds.
+   * daemon deletes none). Forgetting an unknown checkpoint succeeds, and a snapshot barrier of it
+   * sent later (or still queued on the batch stream) is refused.
    */
   public CompletableFuture<Void> forgetSnapshot(long checkpointId) {
     return forget(checkpointId, false).thenApply(r -> (Void) null);
