@@ -49,6 +49,9 @@ var errLogFailed = errors.New("catalog: the replicated log did not confirm the c
 // methods are safe for concurrent use.
 type Replica struct {
 	s *shared
+	// pre are the commands this node's catalog proposed, decoded while
+	// the log takes them (prepare.go).
+	pre preparedCommands
 }
 
 // NewReplica returns an empty replica; retain and maxHistory are the
@@ -71,7 +74,7 @@ type applied struct {
 // the proposer (this node's Catalog, when it leads). A command that does
 // not decode is refused like any other: every node refuses it alike.
 func (r *Replica) Apply(cmd []byte) any {
-	c, err := decodeCommand(cmd)
+	c, err := r.decoded(cmd)
 	if err != nil {
 		return applied{err: err}
 	}
@@ -605,6 +608,9 @@ func (c *Catalog) execFenced(cmd command, fences []Fence) (outcome, error) {
 	// leader take over).
 	ctx, cancel := context.WithTimeout(context.Background(), proposeTimeout)
 	defer cancel()
+	if c.opts.Replica != nil {
+		defer c.opts.Replica.prepare(enc)()
+	}
 	res, err := c.opts.Propose(ctx, enc, fences)
 	if errors.Is(err, ErrFenced) {
 		return outcome{}, err

@@ -530,3 +530,77 @@ func TestReplicatedJobFileFollowsTheCompletion(t *testing.T) {
 		t.Fatalf("after Close the job file's history is %v, want checkpoint 2 in it", got)
 	}
 }
+
+// The leader's replica applies the commands its catalog prepared (decoded
+// while the log took them), and ends in the same state as a replica that
+// decoded the log's bytes itself; nothing prepared is left behind.
+func TestPreparedCommandsKeepReplicasAlike(t *testing.T) {
+	mem := memstore.New()
+	clk := &testClock{}
+	l := newFakeLog(2)
+	c := openReplicated(t, mem, clk, l, 0)
+	tasks := []*fakeTask{
+		newFakeTask("j", "op", 0, backend.KeyGroupRange{Start: 0, End: 63}),
+		newFakeTask("j", "op", 1, backend.KeyGroupRange{Start: 64, End: 127}),
+	}
+	for id := uint64(1); id <= 4; id++ {
+		tasks[0].state["k"] = fmt.Sprint(id)
+		checkpoint(t, c, mem, id, tasks...)
+	}
+	if err := c.BeginCheckpoint("j", 5); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Abort(ctx, "j", 5, StatusAborted, "test"); err != nil {
+		t.Fatal(err)
+	}
+	leader, follower := l.replicas[0], l.replicas[1]
+	a, err := leader.Image()
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := follower.Image()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(a) != string(b) {
+		t.Fatalf("the leader's replica differs from the follower's:\n%s\n%s", a, b)
+	}
+	leader.pre.mu.Lock()
+	left, taken := len(leader.pre.m), leader.pre.taken
+	leader.pre.mu.Unlock()
+	if left != 0 {
+		t.Fatalf("%d prepared commands left behind", left)
+	}
+	if l.applied == 0 || taken != uint64(l.applied) {
+		t.Fatalf("the leader's replica took %d prepared commands of the %d it applied", taken, l.applied)
+	}
+
+	// A completion's command prepared ahead comes back with its manifest
+	// decoded (which decoding the bytes alone does not do): Apply takes it.
+	m := checkpoint(t, c, mem, 6, tasks...)
+	enc, err := EncodeManifest(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd, err := encodeCommand(command{Op: opCompleted, Job: "j", ID: 7, Manifest: enc})
+	if err != nil {
+		t.Fatal(err)
+	}
+	release := leader.prepare(cmd)
+	got, err := leader.decoded(cmd)
+	release()
+	if err != nil || got.decoded == nil || got.decoded.CheckpointID != m.CheckpointID {
+		t.Fatalf("the prepared completion: %v, manifest %v", err, got.decoded)
+	}
+	if plain, err := leader.decoded(cmd); err != nil || plain.decoded != nil {
+		t.Fatalf("a command prepared once was taken twice: %v %v", err, plain.decoded)
+	}
+	// Released without an apply (the log refused it): forgotten.
+	leader.prepare(cmd)()
+	leader.pre.mu.Lock()
+	left = len(leader.pre.m)
+	leader.pre.mu.Unlock()
+	if left != 0 {
+		t.Fatalf("a released command stays prepared")
+	}
+}
