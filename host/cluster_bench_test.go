@@ -57,71 +57,19 @@ func BenchmarkCheckpointCompletion(b *testing.B) {
 		kind, mode, order := parts[0], parts[1], parts[2]
 		b.Run(name, func(b *testing.B) {
 			store := metered.New(benchStore(b, kind))
-			nd := benchNode(b, mode, store)
-			c, err := client.Dial(nd.Socket(), client.Options{})
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer c.Close()
-			ctx := context.Background()
-			const subtasks = 6
-			var ins []*client.Instance
-			for i := range subtasks {
-				in, err := c.Open(ctx, client.OpenSpec{Task: backend.TaskID{Job: "j", Operator: "op", Subtask: i},
-					KeyGroups: backend.KeyGroupRangeForOperator(128, subtasks, i), MaxParallelism: 128, Parallelism: subtasks,
-					Backend: backend.KindFile, States: valueState})
-				if err != nil {
-					b.Fatal(err)
-				}
-				for k := range 100 {
-					in.Put("v", fmt.Appendf(nil, "k%d", k), nil, []byte("value"))
-				}
-				if err := in.Sync(ctx); err != nil {
-					b.Fatal(err)
-				}
-				ins = append(ins, in)
-			}
+			job := openBenchJob(b, benchNode(b, mode, store))
 			var lat, snaps []time.Duration
-			id := uint64(0)
 			before := store.Counts()
 			t0 := time.Now()
 			for b.Loop() {
-				id++
-				s := time.Now()
-				if order == "seq" {
-					for _, in := range ins {
-						if _, err := in.Snapshot(ctx, id, false); err != nil {
-							b.Fatal(err)
-						}
-					}
-				} else {
-					errs := make(chan error, len(ins))
-					for _, in := range ins {
-						go func() {
-							_, err := in.Snapshot(ctx, id, false)
-							errs <- err
-						}()
-					}
-					for range ins {
-						if err := <-errs; err != nil {
-							b.Fatal(err)
-						}
-					}
-				}
-				snapped := time.Now()
-				if _, err := c.CompleteCheckpoint(ctx, "j", id); err != nil {
-					b.Fatal(err)
-				}
-				lat = append(lat, time.Since(s))
-				snaps = append(snaps, snapped.Sub(s))
+				l, s := job.checkpoint(b, order == "par")
+				lat, snaps = append(lat, l), append(snaps, s)
 			}
 			total := time.Since(t0)
 			after := store.Counts()
-			slices.Sort(lat)
-			b.ReportMetric(float64(lat[len(lat)/2].Microseconds())/1e3, "p50-ms")
-			b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds())/1e3, "p99-ms")
-			slices.Sort(snaps)
-			b.ReportMetric(float64(snaps[len(snaps)/2].Microseconds())/1e3, "snapshots-p50-ms")
+			b.ReportMetric(ms(p50(lat)), "p50-ms")
+			b.ReportMetric(ms(pct(lat, 99)), "p99-ms")
+			b.ReportMetric(ms(p50(snaps)), "snapshots-p50-ms")
 			b.ReportMetric(float64(len(lat))/total.Seconds(), "completions/s")
 			// The store's calls per checkpoint (writes: puts; reads: gets,
 			// stats and lists), on every node: what a cluster does on
@@ -138,6 +86,133 @@ func BenchmarkCheckpointCompletion(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkCompletionRatio: the ratio the cluster's completion goals are
+// stated in (issue 38: within 3x of a daemon alone over memory, 1.5x over
+// a directory and S3), measured so that the machine's drift cancels. A
+// daemon alone and the leader of a 3-node cluster, each over a store of
+// its own of the same kind, run the job of BenchmarkCheckpointCompletion
+// ("seq") in turns, ratioBlock checkpoints at a time; ratio-p50 is the
+// cluster's p50 over the daemon's, both taken over the same stretch of
+// time. Run apart (BenchmarkCheckpointCompletion), each side met a
+// different machine: on this 2-core machine a daemon alone over memory
+// took 0.6-1.1 ms at p50 from one run to the next.
+//
+//	go test ./host -run '^$' -bench CompletionRatio -benchtime 200x
+func BenchmarkCompletionRatio(b *testing.B) {
+	for _, kind := range []string{"mem", "dir", "s3"} {
+		b.Run(kind, func(b *testing.B) {
+			alone := openBenchJob(b, benchNode(b, "alone", benchStore(b, kind)))
+			cluster := openBenchJob(b, benchNode(b, "leader", benchStore(b, kind)))
+			var la, lc []time.Duration
+			n := 0
+			for b.Loop() {
+				// Blocks of ratioBlock checkpoints: the side not running is
+				// idle but for raft's heartbeats, and what one side left
+				// running in the background (the cluster's job-file
+				// writes, its followers' applies) meets the other only at
+				// a block's start.
+				if n/ratioBlock%2 == 0 {
+					l, _ := alone.checkpoint(b, false)
+					la = append(la, l)
+				} else {
+					l, _ := cluster.checkpoint(b, false)
+					lc = append(lc, l)
+				}
+				n++
+			}
+			if len(lc) == 0 {
+				b.Fatalf("-benchtime %dx ran no cluster checkpoint: give at least %dx", n, 2*ratioBlock)
+			}
+			b.ReportMetric(ms(p50(la)), "alone-p50-ms")
+			b.ReportMetric(ms(p50(lc)), "cluster-p50-ms")
+			b.ReportMetric(float64(p50(lc))/float64(p50(la)), "ratio-p50")
+		})
+	}
+}
+
+// ratioBlock is how many checkpoints one side of BenchmarkCompletionRatio
+// takes before the other's turn.
+const ratioBlock = 20
+
+// benchJob is a job of 6 file subtasks of 100 keys each, open on one node.
+type benchJob struct {
+	c   *client.Client
+	ins []*client.Instance
+	id  uint64
+}
+
+func openBenchJob(b *testing.B, nd *host.Host) *benchJob {
+	c, err := client.Dial(nd.Socket(), client.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = c.Close() })
+	ctx := context.Background()
+	const subtasks = 6
+	j := &benchJob{c: c}
+	for i := range subtasks {
+		in, err := c.Open(ctx, client.OpenSpec{Task: backend.TaskID{Job: "j", Operator: "op", Subtask: i},
+			KeyGroups: backend.KeyGroupRangeForOperator(128, subtasks, i), MaxParallelism: 128, Parallelism: subtasks,
+			Backend: backend.KindFile, States: valueState})
+		if err != nil {
+			b.Fatal(err)
+		}
+		for k := range 100 {
+			in.Put("v", fmt.Appendf(nil, "k%d", k), nil, []byte("value"))
+		}
+		if err := in.Sync(ctx); err != nil {
+			b.Fatal(err)
+		}
+		j.ins = append(j.ins, in)
+	}
+	return j
+}
+
+// checkpoint snapshots every subtask (one after another, or all at once:
+// par) and completes the next checkpoint; it returns the time from the
+// first snapshot to the completion's answer, and to the last snapshot's.
+func (j *benchJob) checkpoint(b *testing.B, par bool) (total, snapshots time.Duration) {
+	ctx := context.Background()
+	j.id++
+	id := j.id
+	s := time.Now()
+	if !par {
+		for _, in := range j.ins {
+			if _, err := in.Snapshot(ctx, id, false); err != nil {
+				b.Fatal(err)
+			}
+		}
+	} else {
+		errs := make(chan error, len(j.ins))
+		for _, in := range j.ins {
+			go func() {
+				_, err := in.Snapshot(ctx, id, false)
+				errs <- err
+			}()
+		}
+		for range j.ins {
+			if err := <-errs; err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	snapped := time.Now()
+	if _, err := j.c.CompleteCheckpoint(ctx, "j", id); err != nil {
+		b.Fatal(err)
+	}
+	return time.Since(s), snapped.Sub(s)
+}
+
+// p50 and pct are percentiles of ds (sorted in place).
+func p50(ds []time.Duration) time.Duration { return pct(ds, 50) }
+
+func pct(ds []time.Duration, p int) time.Duration {
+	slices.Sort(ds)
+	return ds[len(ds)*p/100]
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1e3 }
 
 // benchStore is an in-memory store ("mem"), a local directory ("dir") or
 // an S3 bucket ("s3": the server STATED_TEST_S3_ENDPOINT names, as
