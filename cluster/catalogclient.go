@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
@@ -102,6 +103,48 @@ type CatalogClient struct {
 	pending map[ckpt]map[backend.TaskID]report
 	// replays counts reports replayed to new epochs.
 	replays uint64
+
+	// hosted is the catalog server this node hosts (nil: none), when a
+	// CatalogHost set it (SetHosted).
+	hosted atomic.Pointer[func() *CatalogServer]
+}
+
+// setHosted has completions ask server (the catalog this node hosts,
+// nil while it hosts none) directly, without the wire's encodings, while
+// it serves under the epoch of the client's last answer.
+func (c *CatalogClient) setHosted(server func() *CatalogServer) {
+	c.hosted.Store(&server)
+}
+
+// completeHere completes through the catalog this node hosts, when it
+// hosts it under the epoch of the last answer (a new epoch needs the
+// replay the call path makes first); done is false when it did not, and
+// the caller calls through the cluster.
+func (c *CatalogClient) completeHere(ctx context.Context, job string, id uint64, tasks []backend.TaskID, tokens map[backend.TaskID]uint64,
+	reports []catalog.FencedHandle) (m *catalog.Manifest, done bool, err error) {
+	hosted := c.hosted.Load()
+	if hosted == nil {
+		return nil, false, nil
+	}
+	srv := (*hosted)()
+	if srv == nil {
+		return nil, false, nil
+	}
+	c.mu.Lock()
+	same := c.epoch == srv.opts.Epoch
+	c.mu.Unlock()
+	if !same {
+		return nil, false, nil
+	}
+	m, err = srv.completeHere(ctx, job, id, tasks, tokens, reports)
+	if errors.Is(err, ErrCatalogNotServing) {
+		return nil, false, nil // deposed meanwhile: the next leader decides
+	}
+	if err != nil {
+		return nil, true, err
+	}
+	c.forget(ckpt{job, id})
+	return m, true, nil
 }
 
 // NewCatalogClient returns a CatalogClient.
@@ -367,6 +410,9 @@ func (c *CatalogClient) CompleteFencedTasks(ctx context.Context, job string, id 
 // holds them and reports them (AddFencedTaskHandle) or completes again.
 func (c *CatalogClient) CompleteWithReports(ctx context.Context, job string, id uint64, tasks []backend.TaskID, tokens map[backend.TaskID]uint64,
 	reports []catalog.FencedHandle) (*catalog.Manifest, error) {
+	if m, done, err := c.completeHere(ctx, job, id, tasks, tokens, reports); done {
+		return m, err
+	}
 	var fences []*pb.Fence
 	for t, tok := range tokens {
 		fences = append(fences, &pb.Fence{Task: toTaskID(t), Token: tok})

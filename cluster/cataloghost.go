@@ -58,8 +58,22 @@ func NewCatalogHost(c *Member, base catalog.Options, client *CatalogClient, logs
 	if logs != nil {
 		logs.client = client
 	}
-	return &CatalogHost{c: c, base: base, client: client, logs: logs, log: log.With("component", "catalog-host"),
+	h := &CatalogHost{c: c, base: base, client: client, logs: logs, log: log.With("component", "catalog-host"),
 		kick: make(chan struct{}, 1), resync: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
+	client.setHosted(h.server)
+	return h
+}
+
+// server is the catalog server this node hosts in its current term (nil:
+// none).
+func (h *CatalogHost) server() *CatalogServer {
+	h.mu.Lock()
+	srv, term := h.srv, h.term
+	h.mu.Unlock()
+	if srv == nil || h.c.Term() != term {
+		return nil
+	}
+	return srv
 }
 
 // Nudge asks the host to look at the leadership again (OnLeaderChange).

@@ -236,30 +236,104 @@ func (v catalogService) Complete(ctx context.Context, r *pb.CompleteRequest) (*p
 }
 
 func (s *CatalogServer) complete(ctx context.Context, r *pb.CompleteRequest) (*catalog.Manifest, error) {
-	job, id := r.GetJob(), r.GetId()
-	if fs := r.GetFences(); len(fs) > 0 {
-		if s.opts.CheckFences == nil {
-			return nil, fmt.Errorf("%w: catalog service: complete checkpoint %d of job %s under fencing tokens: this catalog cannot check them",
-				catalog.ErrInvalidArgument, id, job)
-		}
-		fences := make([]Fence, len(fs))
-		for i, f := range fs {
-			fences[i] = Fence{Task: fromTaskID(f.GetTask()), Token: f.GetToken()}
-		}
-		if err := s.opts.CheckFences(ctx, fences); err != nil {
-			return nil, fmt.Errorf("catalog service: complete checkpoint %d of job %s: %w", id, job, err)
-		}
+	job, id, tasks := r.GetJob(), r.GetId(), fromTaskIDs(r.GetTasks())
+	fences := make([]Fence, len(r.GetFences()))
+	for i, f := range r.GetFences() {
+		fences[i] = Fence{Task: fromTaskID(f.GetTask()), Token: f.GetToken()}
 	}
+	if len(r.GetReports()) > 0 && !s.cat.Replicated() {
+		// Each report first, as Report takes it (journaled, its token
+		// checked in the journal's write).
+		if err := s.checkFences(ctx, job, id, fences); err != nil {
+			return nil, err
+		}
+		for _, rp := range r.GetReports() {
+			if err := s.report(ctx, job, id, rp.GetHandle(), rp.GetToken()); err != nil {
+				return nil, fmt.Errorf("catalog service: complete checkpoint %d of job %s: %w", id, job, err)
+			}
+		}
+		return s.completeChecked(ctx, job, id, tasks, nil)
+	}
+	if err := s.checkFences(ctx, job, id, fences); err != nil {
+		return nil, err
+	}
+	reports := make([]catalog.FencedHandle, len(r.GetReports()))
+	for i, rp := range r.GetReports() {
+		h, err := backend.DecodeHandle(rp.GetHandle())
+		if err != nil {
+			return nil, fmt.Errorf("catalog service: complete checkpoint %d of job %s: report %d: %w", id, job, i, err)
+		}
+		reports[i] = catalog.FencedHandle{Handle: h, Token: rp.GetToken()}
+	}
+	return s.completeChecked(ctx, job, id, tasks, reports)
+}
+
+// checkFences refuses a completion under a fence that no longer holds.
+func (s *CatalogServer) checkFences(ctx context.Context, job string, id uint64, fences []Fence) error {
+	if len(fences) == 0 {
+		return nil
+	}
+	if s.opts.CheckFences == nil {
+		return fmt.Errorf("%w: catalog service: complete checkpoint %d of job %s under fencing tokens: this catalog cannot check them",
+			catalog.ErrInvalidArgument, id, job)
+	}
+	if err := s.opts.CheckFences(ctx, fences); err != nil {
+		return fmt.Errorf("catalog service: complete checkpoint %d of job %s: %w", id, job, err)
+	}
+	return nil
+}
+
+// completeChecked completes a checkpoint whose fences were checked: with
+// reports, in the completion's own log entry (a replicated catalog: with
+// the checkpoint's begin, if this leader holds it back; a checkpoint a
+// former leader began and held is not in flight here until the caller's
+// client replays its begins, and the completion is refused until then,
+// never begun again here: it may have been aborted since).
+func (s *CatalogServer) completeChecked(ctx context.Context, job string, id uint64, tasks []backend.TaskID, reports []catalog.FencedHandle) (*catalog.Manifest, error) {
 	var m *catalog.Manifest
 	var err error
-	if len(r.GetReports()) > 0 {
-		m, err = s.completeWithReports(ctx, r)
+	if len(reports) > 0 {
+		m, err = s.cat.CompleteWithReports(ctx, job, id, tasks, nil, reports)
 	} else {
-		m, err = s.cat.CompleteTasks(ctx, job, id, fromTaskIDs(r.GetTasks()))
+		m, err = s.cat.CompleteTasks(ctx, job, id, tasks)
 	}
 	if err == nil {
 		s.settle(ctx, job, id, true)
 		s.subsume(ctx, job, id)
+	}
+	return m, err
+}
+
+// completeHere is Complete for a caller on the node that hosts the
+// catalog (CatalogClient.CompleteWithReports): the same checks and
+// outcome, without the wire's encodings of the handles and of the
+// manifest (about a quarter of a millisecond of a completion's path for
+// 6 tasks). The reports are checked as the wire's decode checks them.
+// Its error says ErrCatalogNotServing when this server no longer hosts
+// the catalog, and the caller asks through the cluster instead.
+func (s *CatalogServer) completeHere(ctx context.Context, job string, id uint64, tasks []backend.TaskID, tokens map[backend.TaskID]uint64,
+	reports []catalog.FencedHandle) (*catalog.Manifest, error) {
+	if len(reports) > 0 && !s.cat.Replicated() {
+		return nil, fmt.Errorf("%w: reports of a completion through an unreplicated catalog go through the wire", ErrCatalogNotServing)
+	}
+	for i, rp := range reports {
+		if rp.Handle == nil {
+			return nil, fmt.Errorf("%w: nil handle for checkpoint %d of job %s", catalog.ErrInvalidArgument, id, job)
+		}
+		if err := rp.Handle.Validate(); err != nil {
+			return nil, fmt.Errorf("catalog service: complete checkpoint %d of job %s: report %d: %w", id, job, i, err)
+		}
+	}
+	fences := make([]Fence, 0, len(tokens))
+	for t, tok := range tokens {
+		fences = append(fences, Fence{Task: t, Token: tok})
+	}
+	if err := s.checkFences(ctx, job, id, fences); err != nil {
+		return nil, err
+	}
+	m, err := s.completeChecked(ctx, job, id, tasks, reports)
+	if errors.Is(err, catalog.ErrClosed) {
+		err = fmt.Errorf("%w: %w", ErrCatalogNotServing, err)
 	}
 	return m, err
 }
@@ -418,33 +492,4 @@ func (s *CatalogServer) subsume(ctx context.Context, job string, id uint64) {
 		}
 		s.settle(ctx, job, old, false)
 	}
-}
-
-// completeWithReports is a completion that carries reports of its
-// caller's tasks. A replicated catalog takes them in the completion's log
-// entry (with the checkpoint's begin, if this leader holds it back; a
-// checkpoint a former leader began and held is not in flight here until
-// the caller's client replays its begins, and the completion is refused
-// until then, never begun again here: it may have been aborted since).
-// Otherwise each is a report of its own first, as Report takes it
-// (journaled, its token checked in the journal's write).
-func (s *CatalogServer) completeWithReports(ctx context.Context, r *pb.CompleteRequest) (*catalog.Manifest, error) {
-	c, job, id, tasks := s.cat, r.GetJob(), r.GetId(), fromTaskIDs(r.GetTasks())
-	if c.Replicated() {
-		reports := make([]catalog.FencedHandle, len(r.GetReports()))
-		for i, rp := range r.GetReports() {
-			h, err := backend.DecodeHandle(rp.GetHandle())
-			if err != nil {
-				return nil, fmt.Errorf("catalog service: complete checkpoint %d of job %s: report %d: %w", id, job, i, err)
-			}
-			reports[i] = catalog.FencedHandle{Handle: h, Token: rp.GetToken()}
-		}
-		return c.CompleteWithReports(ctx, job, id, tasks, nil, reports)
-	}
-	for _, rp := range r.GetReports() {
-		if err := s.report(ctx, job, id, rp.GetHandle(), rp.GetToken()); err != nil {
-			return nil, fmt.Errorf("catalog service: complete checkpoint %d of job %s: %w", id, job, err)
-		}
-	}
-	return c.CompleteTasks(ctx, job, id, tasks)
 }
