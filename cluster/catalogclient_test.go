@@ -502,3 +502,64 @@ func TestFencedCompletion(t *testing.T) {
 		t.Fatalf("a fenced completion on a server that cannot check tokens: %v", err)
 	}
 }
+
+// A completion by a client whose node hosts the catalog goes to the
+// server directly, with the same fence checks and outcome as through the
+// cluster; under another epoch than its last answer's (the replay a new
+// catalog needs first) it goes through the cluster.
+func TestCompletionOnTheHostingNode(t *testing.T) {
+	store := memstore.New()
+	a := backend.TaskID{Job: "j", Operator: "op", Subtask: 0}
+	j := &memJournal{m: map[string][]byte{}, tokens: map[backend.TaskID]uint64{a: 4}}
+	caller := &swapCaller{journal: j}
+	caller.host(t, store, 1)
+	n := newClient(t, caller, store)
+	n.setHosted(func() *CatalogServer {
+		caller.mu.Lock()
+		defer caller.mu.Unlock()
+		return caller.srv
+	})
+	completes := func() int {
+		caller.mu.Lock()
+		defer caller.mu.Unlock()
+		k := 0
+		for _, m := range caller.log {
+			if strings.HasSuffix(m, "/Complete") {
+				k++
+			}
+		}
+		return k
+	}
+	kg := backend.KeyGroupRangeForOperator(128, 1, 0)
+	tasks := []backend.TaskID{a}
+	for id := uint64(1); id <= 2; id++ {
+		if err := n.BeginCheckpoint("j", id); err != nil {
+			t.Fatal(err)
+		}
+		if err := n.AddFencedTaskHandle("j", id, upload(t, store, a, kg, id, fmt.Sprint("v", id)), 4); err != nil {
+			t.Fatal(err)
+		}
+	}
+	j.mu.Lock()
+	j.tokens[a] = 5
+	j.mu.Unlock()
+	if _, err := n.CompleteFencedTasks(ctx, "j", 1, tasks, map[backend.TaskID]uint64{a: 4}); !errors.Is(err, catalog.ErrFenced) || !strings.Contains(err.Error(), "holds token 5") {
+		t.Fatalf("completion under a stale token on the hosting node: %v", err)
+	}
+	m, err := n.CompleteFencedTasks(ctx, "j", 1, tasks, map[backend.TaskID]uint64{a: 5})
+	if err != nil || len(m.Tasks) != 1 || m.CheckpointID != 1 {
+		t.Fatalf("completion on the hosting node: %v %+v", err, m)
+	}
+	if got := completes(); got != 0 {
+		t.Fatalf("%d completions went through the cluster from the hosting node", got)
+	}
+	// A new catalog (epoch 2) hosted here: the first completion goes
+	// through the cluster, which replays this node's reports to it.
+	caller.host(t, store, 2)
+	if _, err := n.CompleteFencedTasks(ctx, "j", 2, tasks, map[backend.TaskID]uint64{a: 5}); err != nil {
+		t.Fatalf("completion after the epoch changed: %v", err)
+	}
+	if got := completes(); got != 1 {
+		t.Fatalf("the completion under a new epoch made %d calls through the cluster, want 1", got)
+	}
+}
