@@ -137,3 +137,42 @@ func BenchmarkGC(b *testing.B) {
 		b.ReportMetric(float64(rep.Scanned), "objects/op")
 	}
 }
+
+// BenchmarkDecodeCompletion: what every node of a cluster decodes for a
+// completion that carries its daemon's reports: the batch of 6 tasks'
+// add-handle commands (4 files each) and the completed command with the
+// manifest.
+//
+//	go test ./catalog -run '^$' -bench DecodeCompletion
+func BenchmarkDecodeCompletion(b *testing.B) {
+	bt := &benchTasks{s: memstore.New(), files: 4, fresh: 1, gen: map[[2]int]uint64{}}
+	var batch []command
+	var hs []*backend.Handle
+	for task := range 6 {
+		h := bt.handle(b, "j", task, 1)
+		h.KeyGroups = backend.KeyGroupRangeForOperator(128, 6, task)
+		hs = append(hs, h)
+		batch = append(batch, command{Op: opAddHandle, Job: "j", ID: 1, Handles: []*backend.Handle{h}, Token: uint64(task + 1)})
+	}
+	m := &Manifest{Version: ManifestVersion, Kind: KindCheckpoint, Job: "j", CheckpointID: 1, Started: time.Unix(1, 0).UTC(),
+		Completed: time.Unix(2, 0).UTC(), Tasks: hs}
+	enc, err := EncodeManifest(m)
+	if err != nil {
+		b.Fatal(err)
+	}
+	cmd, err := encodeCommand(command{Op: opBatch, Batch: append(batch, command{Op: opCompleted, Job: "j", ID: 1, Manifest: enc})})
+	if err != nil {
+		b.Fatal(err)
+	}
+	for b.Loop() {
+		c, err := decodeCommand(cmd)
+		if err != nil {
+			b.Fatal(err)
+		}
+		decodeManifests(&c)
+		if c.Batch[len(c.Batch)-1].decoded == nil {
+			b.Fatal("the manifest did not decode")
+		}
+	}
+	b.ReportMetric(float64(len(cmd)), "entry-bytes")
+}

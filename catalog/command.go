@@ -43,7 +43,10 @@ type wireCommand struct {
 	Pinned        bool              `json:"pinned,omitempty"`
 	At            time.Time         `json:"at,omitzero"`
 	Image         []byte            `json:"image,omitempty"`
-	Batch         []json.RawMessage `json:"batch,omitempty"`
+	// Batch are commands whole, not their encodings: one pass of the
+	// decoder reads them with their batch (a replica decodes every
+	// completion's batch, its handles and manifest the bulk of it).
+	Batch []wireCommand `json:"batch,omitempty"`
 }
 
 // maxBatch bounds the commands of one batch.
@@ -53,27 +56,36 @@ const maxBatch = 64
 // depends on (the decoded manifest it may carry is not: the machine
 // decodes Manifest again when it is missing).
 func encodeCommand(cmd command) ([]byte, error) {
-	if int(cmd.Op) >= len(opNames) || opNames[cmd.Op] == "" {
-		return nil, fmt.Errorf("%w: unknown catalog command %s", ErrInvalidArgument, cmd.Op)
+	w, err := cmd.wire()
+	if err != nil {
+		return nil, err
 	}
-	var batch []json.RawMessage
+	return json.Marshal(w)
+}
+
+// wire is cmd as encoded.
+func (cmd command) wire() (wireCommand, error) {
+	if int(cmd.Op) >= len(opNames) || opNames[cmd.Op] == "" {
+		return wireCommand{}, fmt.Errorf("%w: unknown catalog command %s", ErrInvalidArgument, cmd.Op)
+	}
+	var batch []wireCommand
 	v := commandVersion1
 	v = max(v, cmd.version())
 	for _, sub := range cmd.Batch {
 		v = max(v, sub.version())
 		if sub.Op == opBatch {
-			return nil, fmt.Errorf("%w: a batch inside a batch", ErrInvalidArgument)
+			return wireCommand{}, fmt.Errorf("%w: a batch inside a batch", ErrInvalidArgument)
 		}
-		enc, err := encodeCommand(sub)
+		w, err := sub.wire()
 		if err != nil {
-			return nil, err
+			return wireCommand{}, err
 		}
-		batch = append(batch, enc)
+		batch = append(batch, w)
 	}
-	return json.Marshal(wireCommand{V: v, Op: opNames[cmd.Op], Job: cmd.Job, ID: cmd.ID, Now: cmd.Now, Batch: batch,
+	return wireCommand{V: v, Op: opNames[cmd.Op], Job: cmd.Job, ID: cmd.ID, Now: cmd.Now, Batch: batch,
 		Handles: cmd.Handles, Token: cmd.Token, Manifest: cmd.Manifest, Status: cmd.Status, Reason: cmd.Reason, Savepoint: cmd.Savepoint,
 		FromJob: cmd.FromJob, Mode: cmd.Mode, AllowFallback: cmd.AllowFallback, Owner: cmd.Owner, Pinned: cmd.Pinned, At: cmd.At,
-		Image: cmd.Image})
+		Image: cmd.Image}, nil
 }
 
 // version is the oldest command version that carries cmd (not its
@@ -97,6 +109,11 @@ func decodeCommand(data []byte) (command, error) {
 	if err := strictUnmarshal(data, &w); err != nil {
 		return command{}, fmt.Errorf("%w: catalog command: %v", ErrCorrupt, err)
 	}
+	return commandOf(w)
+}
+
+// commandOf checks a decoded command (decodeCommand).
+func commandOf(w wireCommand) (command, error) {
 	if w.V < commandVersion1 || w.V > commandVersion {
 		return command{}, fmt.Errorf("%w: catalog command version %d (this build reads %d)", backend.ErrIncompatible, w.V, commandVersion)
 	}
@@ -138,8 +155,8 @@ func decodeCommand(data []byte) (command, error) {
 	if len(w.Batch) > maxBatch {
 		return command{}, fmt.Errorf("%w: catalog command batch of %d commands (at most %d)", ErrCorrupt, len(w.Batch), maxBatch)
 	}
-	for i, raw := range w.Batch {
-		sub, err := decodeCommand(raw)
+	for i, ws := range w.Batch {
+		sub, err := commandOf(ws)
 		if err != nil {
 			return command{}, fmt.Errorf("command %d of a batch: %w", i, err)
 		}
