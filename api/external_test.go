@@ -533,17 +533,36 @@ func sameLocalNames(old, s *pb.ExternalSnapshot) bool {
 // once the engine deleted what the answer lists and it does not hold, the
 // directory holds exactly the files of the confirmed checkpoint: nothing
 // leaks, whenever the abandon comes.
-func TestExternalAbandonLeavesNoFile(t *testing.T) {
-	ctx := ctxT(t)
+// extBase is an externally owned instance of job over every key group,
+// with keys key0..key<keys-1> written and checkpoint 1 snapshotted and
+// confirmed (its snapshot is base).
+type extBase struct {
+	rpc  pb.StatedClient
+	ws   *wireStream
+	open *pb.OpenResponse
+	ext  string
+	base *pb.ExternalSnapshot
+}
+
+func openExtBase(t *testing.T, job string, keys int) extBase {
+	t.Helper()
 	_, rpc, ext := extHarness(t, nil)
-	const job = "abandon"
 	all := backend.KeyGroupRange{Start: 0, End: backend.DefaultMaxParallelism - 1}
 	open, ws := openWire(t, rpc, extOpen(job, job, 0, 1))
-	extPut(t, ws, all, 0, 2000, "a")
+	extPut(t, ws, all, 0, keys, "a")
 	base := extSnap(t, rpc, ws, open, job, 1, false)
-	if _, err := rpc.ConfirmSnapshot(ctx, &pb.ConfirmSnapshotRequest{InstanceId: open.InstanceId, Job: job, CheckpointId: 1}); err != nil {
+	if _, err := rpc.ConfirmSnapshot(ctxT(t), &pb.ConfirmSnapshotRequest{InstanceId: open.InstanceId, Job: job, CheckpointId: 1}); err != nil {
 		t.Fatal(err)
 	}
+	return extBase{rpc: rpc, ws: ws, open: open, ext: ext, base: base}
+}
+
+func TestExternalAbandonLeavesNoFile(t *testing.T) {
+	ctx := ctxT(t)
+	const job = "abandon"
+	all := backend.KeyGroupRange{Start: 0, End: backend.DefaultMaxParallelism - 1}
+	eb := openExtBase(t, job, 2000)
+	rpc, ws, open, ext, base := eb.rpc, eb.ws, eb.open, eb.ext, eb.base
 	held := map[string]bool{}
 	for _, f := range base.Files {
 		held[f.Location] = true
@@ -624,15 +643,10 @@ func TestExternalAbandonLeavesNoFile(t *testing.T) {
 // ids, and ids forgotten after their snapshot, are not affected.
 func TestExternalForgetBeforeBarrier(t *testing.T) {
 	ctx := ctxT(t)
-	_, rpc, ext := extHarness(t, nil)
 	const job = "overtaken"
 	all := backend.KeyGroupRange{Start: 0, End: backend.DefaultMaxParallelism - 1}
-	open, ws := openWire(t, rpc, extOpen(job, job, 0, 1))
-	extPut(t, ws, all, 0, 500, "a")
-	extSnap(t, rpc, ws, open, job, 1, false)
-	if _, err := rpc.ConfirmSnapshot(ctx, &pb.ConfirmSnapshotRequest{InstanceId: open.InstanceId, Job: job, CheckpointId: 1}); err != nil {
-		t.Fatal(err)
-	}
+	eb := openExtBase(t, job, 500)
+	rpc, ws, open, ext := eb.rpc, eb.ws, eb.open, eb.ext
 	extPut(t, ws, all, 500, 1000, "b")
 	for _, abandon := range []bool{true, false} {
 		id := uint64(2)

@@ -461,13 +461,20 @@ func TestNotServingIsNoAnswer(t *testing.T) {
 // while every token is its task's newest (the server's CheckFences); a
 // refusal keeps catalog.ErrFenced across the wire and leaves the
 // checkpoint in flight, and a server that cannot check refuses.
-func TestFencedCompletion(t *testing.T) {
-	store := memstore.New()
-	a := backend.TaskID{Job: "j", Operator: "op", Subtask: 0}
-	j := &memJournal{m: map[string][]byte{}, tokens: map[backend.TaskID]uint64{a: 4}}
-	caller := &swapCaller{journal: j}
+// fencedCatalog hosts a catalog with a journal that checks fences (task a
+// of job j holds token 4) and returns a client of it.
+func fencedCatalog(t *testing.T) (store tiered.Store, a backend.TaskID, j *memJournal, caller *swapCaller, n *CatalogClient) {
+	t.Helper()
+	store = memstore.New()
+	a = backend.TaskID{Job: "j", Operator: "op", Subtask: 0}
+	j = &memJournal{m: map[string][]byte{}, tokens: map[backend.TaskID]uint64{a: 4}}
+	caller = &swapCaller{journal: j}
 	caller.host(t, store, 1)
-	n := newClient(t, caller, store)
+	return store, a, j, caller, newClient(t, caller, store)
+}
+
+func TestFencedCompletion(t *testing.T) {
+	store, a, j, _, n := fencedCatalog(t)
 	kg := backend.KeyGroupRangeForOperator(128, 1, 0)
 	if err := n.BeginCheckpoint("j", 1); err != nil {
 		t.Fatal(err)
@@ -508,12 +515,7 @@ func TestFencedCompletion(t *testing.T) {
 // cluster; under another epoch than its last answer's (the replay a new
 // catalog needs first) it goes through the cluster.
 func TestCompletionOnTheHostingNode(t *testing.T) {
-	store := memstore.New()
-	a := backend.TaskID{Job: "j", Operator: "op", Subtask: 0}
-	j := &memJournal{m: map[string][]byte{}, tokens: map[backend.TaskID]uint64{a: 4}}
-	caller := &swapCaller{journal: j}
-	caller.host(t, store, 1)
-	n := newClient(t, caller, store)
+	store, a, j, caller, n := fencedCatalog(t)
 	n.setHosted(func() *CatalogServer {
 		caller.mu.Lock()
 		defer caller.mu.Unlock()
