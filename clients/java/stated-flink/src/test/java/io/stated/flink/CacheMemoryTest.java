@@ -3,7 +3,6 @@ package io.stated.flink;
 import static org.assertj.core.api.Assertions.assertThat;
 import static org.assertj.core.api.Assertions.assertThatThrownBy;
 
-import io.stated.client.Daemon;
 import java.util.List;
 import org.apache.flink.api.common.JobID;
 import org.apache.flink.api.common.typeutils.base.IntSerializer;
@@ -17,9 +16,8 @@ import org.apache.flink.runtime.operators.testutils.MockEnvironmentBuilder;
 import org.apache.flink.runtime.state.KeyGroupRange;
 import org.apache.flink.runtime.state.KeyedStateBackendParametersImpl;
 import org.apache.flink.runtime.state.ttl.TtlTimeProvider;
-import org.junit.jupiter.api.AfterAll;
-import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.extension.RegisterExtension;
 
 /**
  * The cache's size: from the operator's share of the slot's managed memory, reserved in the slot's
@@ -27,24 +25,11 @@ import org.junit.jupiter.api.Test;
  */
 class CacheMemoryTest {
   private static final long MANAGED = 8L << 20;
-  private static Daemon daemon;
-
-  @BeforeAll
-  static void startDaemon() throws Exception {
-    daemon = new Daemon();
-    daemon.start();
-  }
-
-  @AfterAll
-  static void stopDaemon() throws Exception {
-    if (daemon != null) {
-      daemon.close();
-    }
-  }
+  @RegisterExtension static final TestDaemon DAEMON = TestDaemon.plain();
 
   private static StatedStateBackend backend(MemorySize cacheSize) {
     Configuration c = new Configuration();
-    c.set(StatedOptions.SOCKET, daemon.socket.toString());
+    c.set(StatedOptions.SOCKET, DAEMON.socket());
     if (cacheSize != null) {
       c.set(StatedOptions.CACHE_SIZE, cacheSize);
     }

@@ -2,7 +2,6 @@ package io.stated.flink;
 
 import static org.assertj.core.api.Assertions.assertThat;
 
-import io.stated.client.Daemon;
 import java.util.ArrayList;
 import java.util.Collection;
 import java.util.List;
@@ -45,10 +44,9 @@ import org.apache.flink.runtime.state.memory.MemCheckpointStreamFactory;
 import org.apache.flink.runtime.state.ttl.TtlTimeProvider;
 import org.apache.flink.streaming.api.operators.TimerHeapInternalTimer;
 import org.apache.flink.streaming.api.operators.TimerSerializer;
-import org.junit.jupiter.api.AfterAll;
-import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.Tag;
 import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.extension.RegisterExtension;
 
 /**
  * Canonical savepoints move between stated and Flink's own HashMap backend both ways, and a stated
@@ -60,7 +58,7 @@ import org.junit.jupiter.api.Test;
 class CanonicalSavepointTest {
   private static final int KEYS = 300;
   private static final int MAX = 128;
-  private static Daemon daemon;
+  @RegisterExtension static final TestDaemon DAEMON = TestDaemon.plain();
   private final JobID job = new JobID();
 
   private final ValueStateDescriptor<String> valueDesc =
@@ -70,22 +68,9 @@ class CanonicalSavepointTest {
   private final MapStateDescriptor<String, Integer> mapDesc =
       new MapStateDescriptor<>("m", StringSerializer.INSTANCE, IntSerializer.INSTANCE);
 
-  @BeforeAll
-  static void startDaemon() throws Exception {
-    daemon = new Daemon();
-    daemon.start();
-  }
-
-  @AfterAll
-  static void stopDaemon() throws Exception {
-    if (daemon != null) {
-      daemon.close();
-    }
-  }
-
   private static StateBackend stated() {
     Configuration c = new Configuration();
-    c.set(StatedOptions.SOCKET, daemon.socket.toString());
+    c.set(StatedOptions.SOCKET, DAEMON.socket());
     c.set(StatedOptions.BACKEND_KIND, "lsm");
     return new StatedStateBackendFactory().createFromConfig(c, null);
   }

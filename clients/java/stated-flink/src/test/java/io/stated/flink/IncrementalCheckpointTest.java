@@ -3,7 +3,6 @@ package io.stated.flink;
 import static org.assertj.core.api.Assertions.assertThat;
 import static org.assertj.core.api.Assertions.assertThatThrownBy;
 
-import io.stated.client.Daemon;
 import java.io.IOException;
 import java.nio.file.Files;
 import java.nio.file.Path;
@@ -49,10 +48,9 @@ import org.apache.flink.runtime.state.VoidNamespaceSerializer;
 import org.apache.flink.runtime.state.filesystem.FileStateHandle;
 import org.apache.flink.runtime.state.memory.MemCheckpointStreamFactory;
 import org.apache.flink.runtime.state.ttl.TtlTimeProvider;
-import org.junit.jupiter.api.AfterAll;
-import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.Tag;
 import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.extension.RegisterExtension;
 
 /**
  * stated's incremental checkpoints as Flink handles, against a real daemon with {@code
@@ -70,9 +68,7 @@ import org.junit.jupiter.api.Test;
 @Tag("daemon-views")
 class IncrementalCheckpointTest {
   private static final int MAX = 128;
-  private static Daemon daemon;
-  private static Path extDir;
-  private static ExternalDirDaemon ext;
+  @RegisterExtension static final TestDaemon DAEMON = TestDaemon.withExternalDir();
   private JobID job = new JobID();
 
   private final ValueStateDescriptor<String> valueDesc =
@@ -80,23 +76,9 @@ class IncrementalCheckpointTest {
   private final MapStateDescriptor<String, Integer> mapDesc =
       new MapStateDescriptor<>("m", StringSerializer.INSTANCE, IntSerializer.INSTANCE);
 
-  @BeforeAll
-  static void startDaemon() throws Exception {
-    ext = ExternalDirDaemon.start("stated-flink-ext-");
-    daemon = ext.daemon;
-    extDir = ext.dir;
-  }
-
-  @AfterAll
-  static void stopDaemon() throws Exception {
-    if (ext != null) {
-      ext.close();
-    }
-  }
-
   private static StateBackend stated(boolean incremental) {
     Configuration c = new Configuration();
-    c.set(StatedOptions.SOCKET, daemon.socket.toString());
+    c.set(StatedOptions.SOCKET, DAEMON.socket());
     c.set(StatedOptions.BACKEND_KIND, "lsm");
     c.set(StatedOptions.INCREMENTAL, incremental);
     return new StatedStateBackendFactory().createFromConfig(c, null);
@@ -222,7 +204,7 @@ class IncrementalCheckpointTest {
         assertThat(placeholders(h)).as("nothing confirmed before 1").isEmpty();
       }
       for (Path f : files(h)) {
-        assertThat(f).startsWith(extDir.resolve(job.toString())).exists();
+        assertThat(f).startsWith(DAEMON.externalDir().resolve(job.toString())).exists();
       }
       registry.registerAll(List.of(h), id);
       registry.checkpointCompleted(id);
@@ -333,7 +315,7 @@ class IncrementalCheckpointTest {
 
   /** Every regular file under the job's root in the external directory. */
   private Set<Path> filesOnDisk() throws IOException {
-    Path root = extDir.resolve(job.toString());
+    Path root = DAEMON.externalDir().resolve(job.toString());
     if (!Files.exists(root)) {
       return Set.of();
     }

@@ -24,10 +24,9 @@ import org.apache.flink.runtime.state.VoidNamespaceSerializer;
 import org.apache.flink.runtime.state.internal.InternalValueState;
 import org.apache.flink.streaming.api.operators.TimerHeapInternalTimer;
 import org.apache.flink.streaming.api.operators.TimerSerializer;
-import org.junit.jupiter.api.AfterAll;
 import org.junit.jupiter.api.AfterEach;
-import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.extension.RegisterExtension;
 import org.junit.jupiter.params.ParameterizedTest;
 import org.junit.jupiter.params.provider.ValueSource;
 
@@ -41,22 +40,9 @@ class ReadAheadTest {
   /** About ten keys' entries: everything written long enough ago has left the cache. */
   private static final long CACHE = 8000;
 
-  private static Daemon daemon;
+  @RegisterExtension static final TestDaemon DAEMON = TestDaemon.plain();
 
   private CheckpointableKeyedStateBackend<Integer> b;
-
-  @BeforeAll
-  static void startDaemon() throws Exception {
-    daemon = new Daemon();
-    daemon.start();
-  }
-
-  @AfterAll
-  static void stopDaemon() throws Exception {
-    if (daemon != null) {
-      daemon.close();
-    }
-  }
 
   @AfterEach
   void closeBackend() throws Exception {
@@ -72,7 +58,7 @@ class ReadAheadTest {
 
   private CheckpointableKeyedStateBackend<Integer> open(boolean readAhead, long cacheBytes)
       throws Exception {
-    return open(daemon, readAhead, cacheBytes);
+    return open(DAEMON.daemon(), readAhead, cacheBytes);
   }
 
   private CheckpointableKeyedStateBackend<Integer> open(

@@ -2,7 +2,6 @@ package io.stated.flink;
 
 import static org.assertj.core.api.Assertions.assertThat;
 
-import io.stated.client.Daemon;
 import java.util.ArrayList;
 import java.util.HashMap;
 import java.util.Iterator;
@@ -28,9 +27,8 @@ import org.apache.flink.runtime.state.internal.InternalListState;
 import org.apache.flink.runtime.state.internal.InternalMapState;
 import org.apache.flink.runtime.state.internal.InternalReducingState;
 import org.apache.flink.runtime.state.internal.InternalValueState;
-import org.junit.jupiter.api.AfterAll;
-import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.Tag;
+import org.junit.jupiter.api.extension.RegisterExtension;
 import org.junit.jupiter.params.ParameterizedTest;
 import org.junit.jupiter.params.provider.ValueSource;
 
@@ -53,7 +51,7 @@ class StateCacheCoherenceTest {
   /** A cache that holds all of the test's state. */
   private static final long FITS = 64 << 20;
 
-  private static Daemon daemon;
+  @RegisterExtension static final TestDaemon DAEMON = TestDaemon.plain();
 
   private final ValueStateDescriptor<Long> valueDesc =
       new ValueStateDescriptor<>("value", LongSerializer.INSTANCE);
@@ -91,23 +89,10 @@ class StateCacheCoherenceTest {
     }
   }
 
-  @BeforeAll
-  static void startDaemon() throws Exception {
-    daemon = new Daemon();
-    daemon.start();
-  }
-
-  @AfterAll
-  static void stopDaemon() throws Exception {
-    if (daemon != null) {
-      daemon.close();
-    }
-  }
-
   private CheckpointableKeyedStateBackend<Integer> open(long cacheBytes, List<KeyedStateHandle> hs)
       throws Exception {
     Configuration c = new Configuration();
-    c.set(StatedOptions.SOCKET, daemon.socket.toString());
+    c.set(StatedOptions.SOCKET, DAEMON.socket());
     c.set(StatedOptions.CACHE_SIZE, new MemorySize(cacheBytes));
     return KeyedBackends.open(c, MAX, hs);
   }

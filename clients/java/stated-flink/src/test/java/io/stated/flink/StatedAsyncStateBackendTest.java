@@ -1,7 +1,5 @@
 package io.stated.flink;
 
-import io.stated.client.Daemon;
-import java.nio.file.Path;
 import java.util.List;
 import java.util.Map;
 import org.apache.flink.runtime.state.ConfigurableStateBackend;
@@ -9,10 +7,9 @@ import org.apache.flink.runtime.state.v2.StateBackendTestV2Base;
 import org.apache.flink.testutils.junit.extensions.parameterized.Parameter;
 import org.apache.flink.testutils.junit.extensions.parameterized.ParameterizedTestExtension;
 import org.apache.flink.testutils.junit.extensions.parameterized.Parameters;
-import org.junit.jupiter.api.AfterAll;
-import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.Tag;
 import org.junit.jupiter.api.extension.ExtendWith;
+import org.junit.jupiter.api.extension.RegisterExtension;
 
 /**
  * Flink's own {@link StateBackendTestV2Base} (from flink-runtime's tests jar) on the stated
@@ -28,9 +25,7 @@ import org.junit.jupiter.api.extension.ExtendWith;
 @Tag("daemon-views")
 @ExtendWith({ParameterizedTestExtension.class, SwitchedOff.class})
 public class StatedAsyncStateBackendTest extends StateBackendTestV2Base<StatedStateBackend> {
-  private static Daemon daemon;
-  private static Path extDir;
-  private static ExternalDirDaemon ext;
+  @RegisterExtension static final TestDaemon DAEMON = TestDaemon.withExternalDir();
 
   private static final String WRONG_KEY_GROUPS =
       "Flink 2.3.0's test opens each backend with the size of its key-group range as the"
@@ -67,25 +62,11 @@ public class StatedAsyncStateBackendTest extends StateBackendTestV2Base<StatedSt
         new Object[] {"lsm", "0", true});
   }
 
-  @BeforeAll
-  static void startDaemon() throws Exception {
-    ext = ExternalDirDaemon.start("stated-flink-async-ext-");
-    daemon = ext.daemon;
-    extDir = ext.dir;
-  }
-
-  @AfterAll
-  static void stopDaemon() throws Exception {
-    if (ext != null) {
-      ext.close();
-    }
-  }
-
   @Override
   protected ConfigurableStateBackend getStateBackend() {
     org.apache.flink.configuration.Configuration c =
         new org.apache.flink.configuration.Configuration();
-    c.set(StatedOptions.SOCKET, daemon.socket.toString());
+    c.set(StatedOptions.SOCKET, DAEMON.socket());
     c.set(StatedOptions.BACKEND_KIND, kind);
     c.set(
         StatedOptions.ASYNC_CACHE_SIZE,

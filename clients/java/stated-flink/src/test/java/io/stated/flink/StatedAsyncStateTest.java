@@ -2,7 +2,6 @@ package io.stated.flink;
 
 import static org.assertj.core.api.Assertions.assertThat;
 
-import io.stated.client.Daemon;
 import java.util.ArrayList;
 import java.util.Collections;
 import java.util.HashMap;
@@ -57,13 +56,12 @@ import org.apache.flink.testutils.junit.extensions.parameterized.Parameter;
 import org.apache.flink.testutils.junit.extensions.parameterized.ParameterizedTestExtension;
 import org.apache.flink.testutils.junit.extensions.parameterized.Parameters;
 import org.apache.flink.util.IOUtils;
-import org.junit.jupiter.api.AfterAll;
 import org.junit.jupiter.api.AfterEach;
-import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.BeforeEach;
 import org.junit.jupiter.api.Tag;
 import org.junit.jupiter.api.TestTemplate;
 import org.junit.jupiter.api.extension.ExtendWith;
+import org.junit.jupiter.api.extension.RegisterExtension;
 
 /**
  * The asynchronous backend driven by Flink's own asynchronous execution controller, as an operator
@@ -74,26 +72,13 @@ import org.junit.jupiter.api.extension.ExtendWith;
 @Tag("daemon-views")
 @ExtendWith(ParameterizedTestExtension.class)
 public class StatedAsyncStateTest {
-  private static Daemon daemon;
+  @RegisterExtension static final TestDaemon DAEMON = TestDaemon.plain();
 
   @Parameter public String kind;
 
   @Parameters(name = "kind={0}")
   public static List<String> kinds() {
     return List.of("file", "lsm");
-  }
-
-  @BeforeAll
-  static void startDaemon() throws Exception {
-    daemon = new Daemon();
-    daemon.start();
-  }
-
-  @AfterAll
-  static void stopDaemon() throws Exception {
-    if (daemon != null) {
-      daemon.close();
-    }
   }
 
   /**
@@ -127,7 +112,7 @@ public class StatedAsyncStateTest {
 
   private StatedStateBackend stateBackend(MemorySize cache) {
     Configuration c = new Configuration();
-    c.set(StatedOptions.SOCKET, daemon.socket.toString());
+    c.set(StatedOptions.SOCKET, DAEMON.socket());
     c.set(StatedOptions.BACKEND_KIND, kind);
     c.set(StatedOptions.ASYNC_CACHE_SIZE, cache);
     return new StatedStateBackend().configure(c, getClass().getClassLoader());

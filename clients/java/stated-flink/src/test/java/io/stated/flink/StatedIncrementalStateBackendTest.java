@@ -1,7 +1,5 @@
 package io.stated.flink;
 
-import io.stated.client.Daemon;
-import java.nio.file.Path;
 import java.util.List;
 import org.apache.flink.configuration.Configuration;
 import org.apache.flink.runtime.state.ConfigurableStateBackend;
@@ -9,10 +7,9 @@ import org.apache.flink.runtime.state.StateBackendTestBase;
 import org.apache.flink.testutils.junit.extensions.parameterized.Parameter;
 import org.apache.flink.testutils.junit.extensions.parameterized.ParameterizedTestExtension;
 import org.apache.flink.testutils.junit.extensions.parameterized.Parameters;
-import org.junit.jupiter.api.AfterAll;
-import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.Tag;
 import org.junit.jupiter.api.extension.ExtendWith;
+import org.junit.jupiter.api.extension.RegisterExtension;
 
 /**
  * Flink's own {@link StateBackendTestBase} with stated's incremental checkpoints ({@link
@@ -23,9 +20,7 @@ import org.junit.jupiter.api.extension.ExtendWith;
 @Tag("daemon-views")
 @ExtendWith(ParameterizedTestExtension.class)
 public class StatedIncrementalStateBackendTest extends StateBackendTestBase<StatedStateBackend> {
-  private static Daemon daemon;
-  private static Path extDir;
-  private static ExternalDirDaemon ext;
+  @RegisterExtension static final TestDaemon DAEMON = TestDaemon.withExternalDir();
 
   /** The suite's methods are test templates: they run once per parameter, here one. */
   @Parameter public String mode;
@@ -35,24 +30,10 @@ public class StatedIncrementalStateBackendTest extends StateBackendTestBase<Stat
     return List.of("lsm-incremental");
   }
 
-  @BeforeAll
-  static void startDaemon() throws Exception {
-    ext = ExternalDirDaemon.start("stated-flink-ext-");
-    daemon = ext.daemon;
-    extDir = ext.dir;
-  }
-
-  @AfterAll
-  static void stopDaemon() throws Exception {
-    if (ext != null) {
-      ext.close();
-    }
-  }
-
   @Override
   protected ConfigurableStateBackend getStateBackend() {
     Configuration c = new Configuration();
-    c.set(StatedOptions.SOCKET, daemon.socket.toString());
+    c.set(StatedOptions.SOCKET, DAEMON.socket());
     c.set(StatedOptions.BACKEND_KIND, "lsm");
     c.set(StatedOptions.INCREMENTAL, true);
     return new StatedStateBackend().configure(c, getClass().getClassLoader());

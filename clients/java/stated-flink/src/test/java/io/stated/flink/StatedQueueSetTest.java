@@ -26,11 +26,10 @@ import org.apache.flink.runtime.state.KeyedStateBackendParametersImpl;
 import org.apache.flink.runtime.state.KeyedStateHandle;
 import org.apache.flink.runtime.state.StateBackend;
 import org.apache.flink.runtime.state.ttl.TtlTimeProvider;
-import org.junit.jupiter.api.AfterAll;
 import org.junit.jupiter.api.AfterEach;
-import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.Tag;
 import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.extension.RegisterExtension;
 
 /**
  * Timer queues kept in the daemon ({@link StatedQueues}, {@link StatedQueueSet}) against a real
@@ -41,20 +40,8 @@ import org.junit.jupiter.api.Test;
  */
 @Tag("daemon-views")
 public class StatedQueueSetTest extends InternalPriorityQueueTestBase {
-  private static ExternalDirDaemon ext;
+  @RegisterExtension static final TestDaemon DAEMON = TestDaemon.withExternalDir();
   private final List<CheckpointableKeyedStateBackend<?>> backends = new ArrayList<>();
-
-  @BeforeAll
-  static void startDaemon() throws Exception {
-    ext = ExternalDirDaemon.start("stated-flink-ext-");
-  }
-
-  @AfterAll
-  static void stopDaemon() throws Exception {
-    if (ext != null) {
-      ext.close();
-    }
-  }
 
   @AfterEach
   void disposeBackends() {
@@ -70,7 +57,7 @@ public class StatedQueueSetTest extends InternalPriorityQueueTestBase {
 
   private static StateBackend stated(boolean incremental, String timerService) {
     Configuration c = new Configuration();
-    c.set(StatedOptions.SOCKET, ext.daemon.socket.toString());
+    c.set(StatedOptions.SOCKET, DAEMON.socket());
     c.set(StatedOptions.BACKEND_KIND, "lsm");
     c.set(StatedOptions.INCREMENTAL, incremental);
     c.set(StatedOptions.TIMER_SERVICE, timerService);

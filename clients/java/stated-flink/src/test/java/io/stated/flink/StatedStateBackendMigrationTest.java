@@ -1,6 +1,5 @@
 package io.stated.flink;
 
-import io.stated.client.Daemon;
 import java.util.List;
 import java.util.Map;
 import org.apache.flink.configuration.Configuration;
@@ -10,10 +9,9 @@ import org.apache.flink.runtime.state.storage.JobManagerCheckpointStorage;
 import org.apache.flink.testutils.junit.extensions.parameterized.Parameter;
 import org.apache.flink.testutils.junit.extensions.parameterized.ParameterizedTestExtension;
 import org.apache.flink.testutils.junit.extensions.parameterized.Parameters;
-import org.junit.jupiter.api.AfterAll;
-import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.Tag;
 import org.junit.jupiter.api.extension.ExtendWith;
+import org.junit.jupiter.api.extension.RegisterExtension;
 
 /**
  * Flink's own {@link StateBackendMigrationTestBase} (from flink-runtime's tests jar) on the stated
@@ -24,7 +22,7 @@ import org.junit.jupiter.api.extension.ExtendWith;
 @ExtendWith({ParameterizedTestExtension.class, SwitchedOff.class})
 public class StatedStateBackendMigrationTest
     extends StateBackendMigrationTestBase<StatedStateBackend> {
-  private static Daemon daemon;
+  @RegisterExtension static final TestDaemon DAEMON = TestDaemon.plain();
 
   /**
    * Tests of the suite switched off here, with the reason (see {@link SwitchedOff}): none. With
@@ -42,23 +40,10 @@ public class StatedStateBackendMigrationTest
     return List.of("file");
   }
 
-  @BeforeAll
-  static void startDaemon() throws Exception {
-    daemon = new Daemon();
-    daemon.start();
-  }
-
-  @AfterAll
-  static void stopDaemon() throws Exception {
-    if (daemon != null) {
-      daemon.close();
-    }
-  }
-
   @Override
   protected StatedStateBackend getStateBackend() {
     Configuration c = new Configuration();
-    c.set(StatedOptions.SOCKET, daemon.socket.toString());
+    c.set(StatedOptions.SOCKET, DAEMON.socket());
     c.set(StatedOptions.BACKEND_KIND, kind);
     return new StatedStateBackend().configure(c, getClass().getClassLoader());
   }

@@ -1,16 +1,14 @@
 package io.stated.flink;
 
-import io.stated.client.Daemon;
 import java.util.List;
 import org.apache.flink.runtime.state.ConfigurableStateBackend;
 import org.apache.flink.runtime.state.StateBackendTestBase;
 import org.apache.flink.testutils.junit.extensions.parameterized.Parameter;
 import org.apache.flink.testutils.junit.extensions.parameterized.ParameterizedTestExtension;
 import org.apache.flink.testutils.junit.extensions.parameterized.Parameters;
-import org.junit.jupiter.api.AfterAll;
-import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.Tag;
 import org.junit.jupiter.api.extension.ExtendWith;
+import org.junit.jupiter.api.extension.RegisterExtension;
 
 /**
  * Flink's own {@link StateBackendTestBase} (from flink-runtime's tests jar) on the stated backend,
@@ -28,7 +26,7 @@ import org.junit.jupiter.api.extension.ExtendWith;
 @Tag("daemon-views")
 @ExtendWith(ParameterizedTestExtension.class)
 public class StatedStateBackendTest extends StateBackendTestBase<StatedStateBackend> {
-  private static Daemon daemon;
+  @RegisterExtension static final TestDaemon DAEMON = TestDaemon.plain();
 
   /** The daemon's backend kind the instances use, and a cache size after a colon if not 64m. */
   @Parameter public String kind;
@@ -39,24 +37,11 @@ public class StatedStateBackendTest extends StateBackendTestBase<StatedStateBack
     return List.of("file", "lsm", "file:4kb", "lsm:heap-timers");
   }
 
-  @BeforeAll
-  static void startDaemon() throws Exception {
-    daemon = new Daemon();
-    daemon.start();
-  }
-
-  @AfterAll
-  static void stopDaemon() throws Exception {
-    if (daemon != null) {
-      daemon.close();
-    }
-  }
-
   @Override
   protected ConfigurableStateBackend getStateBackend() {
     org.apache.flink.configuration.Configuration c =
         new org.apache.flink.configuration.Configuration();
-    c.set(StatedOptions.SOCKET, daemon.socket.toString());
+    c.set(StatedOptions.SOCKET, DAEMON.socket());
     String[] kc = kind.split(":");
     c.set(StatedOptions.BACKEND_KIND, kc[0]);
     for (int i = 1; i < kc.length; i++) {

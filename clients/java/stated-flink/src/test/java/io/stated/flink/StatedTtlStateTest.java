@@ -1,6 +1,5 @@
 package io.stated.flink;
 
-import io.stated.client.Daemon;
 import org.apache.flink.configuration.Configuration;
 import org.apache.flink.runtime.state.CheckpointStorage;
 import org.apache.flink.runtime.state.StateBackend;
@@ -8,9 +7,8 @@ import org.apache.flink.runtime.state.storage.JobManagerCheckpointStorage;
 import org.apache.flink.runtime.state.ttl.StateBackendTestContext;
 import org.apache.flink.runtime.state.ttl.TtlStateTestBase;
 import org.apache.flink.runtime.state.ttl.TtlTimeProvider;
-import org.junit.jupiter.api.AfterAll;
-import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.Tag;
+import org.junit.jupiter.api.extension.RegisterExtension;
 
 /**
  * Flink's own {@link TtlStateTestBase} (from flink-runtime's tests jar) on the stated backend: TTL
@@ -20,20 +18,7 @@ import org.junit.jupiter.api.Tag;
  */
 @Tag("daemon-views")
 public class StatedTtlStateTest extends TtlStateTestBase {
-  private static Daemon daemon;
-
-  @BeforeAll
-  static void startDaemon() throws Exception {
-    daemon = new Daemon();
-    daemon.start();
-  }
-
-  @AfterAll
-  static void stopDaemon() throws Exception {
-    if (daemon != null) {
-      daemon.close();
-    }
-  }
+  @RegisterExtension static final TestDaemon DAEMON = TestDaemon.plain();
 
   @Override
   protected StateBackendTestContext createStateBackendTestContext(TtlTimeProvider timeProvider) {
@@ -41,7 +26,7 @@ public class StatedTtlStateTest extends TtlStateTestBase {
       @Override
       protected StateBackend createStateBackend() {
         Configuration c = new Configuration();
-        c.set(StatedOptions.SOCKET, daemon.socket.toString());
+        c.set(StatedOptions.SOCKET, DAEMON.socket());
         return new StatedStateBackend().configure(c, getClass().getClassLoader());
       }
 
