@@ -105,7 +105,7 @@ type CatalogClient struct {
 	replays uint64
 
 	// hosted is the catalog server this node hosts (nil: none), when a
-	// CatalogHost set it (SetHosted).
+	// CatalogHost set it (setHosted).
 	hosted atomic.Pointer[func() *CatalogServer]
 }
 
