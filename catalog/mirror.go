@@ -17,8 +17,10 @@ import (
 // every completion. A single catalog's job file is its own record and is
 // written before its calls answer, as before.
 
-// mirrorFlushTimeout bounds the writes Close waits for.
-const mirrorFlushTimeout = 10 * time.Second
+// mirrorPassTimeout bounds one pass of the writer (the job files marked
+// since the last), so that Close, which waits for the pass under way and
+// then for one more, never waits on a store that does not answer.
+const mirrorPassTimeout = 10 * time.Second
 
 // startMirror runs a replicated catalog's job-file writer until Close.
 func (c *Catalog) startMirror() {
@@ -32,18 +34,19 @@ func (c *Catalog) startMirror() {
 	c.mu.Unlock()
 	go func() {
 		defer close(done)
-		ctx, cancel := context.WithCancel(context.Background())
-		defer cancel()
+		pass := func() {
+			ctx, cancel := context.WithTimeout(context.Background(), mirrorPassTimeout)
+			defer cancel()
+			c.writeMirrored(ctx)
+		}
 		for {
 			select {
 			case <-kick:
-				c.writeMirrored(ctx)
+				pass()
 			case <-stop:
 				// What is still to write goes before Close returns: a
 				// clean shutdown leaves the mirror current.
-				ctx, cancel := context.WithTimeout(ctx, mirrorFlushTimeout)
-				c.writeMirrored(ctx)
-				cancel()
+				pass()
 				return
 			}
 		}
