@@ -192,6 +192,10 @@ public class StatedAsyncKeyedStateBackend<K> implements AsyncKeyedStateBackend<K
       @Nonnull CheckpointStreamFactory streamFactory,
       @Nonnull CheckpointOptions checkpointOptions)
       throws Exception {
+    if (executor != null) {
+      // Writes complete when sent: their answers must be in, and none refused.
+      executor.awaitWrites();
+    }
     return inner.snapshot(checkpointId, timestamp, streamFactory, checkpointOptions);
   }
 

@@ -824,6 +824,47 @@ public class StatedAsyncStateTest {
     }
   }
 
+  /**
+   * Writes complete when they are sent (write-behind), so one the daemon refuses (here a value over
+   * its 4 MiB --max-value-size) cannot fail its own future: it must fail the next snapshot, naming
+   * the request, the state and the daemon's reason, and every later request, so that no checkpoint
+   * completes without it.
+   */
+  @TestTemplate
+  void refusedWriteFailsTheSnapshotAndLaterRequests() throws Exception {
+    // Batch size 1: each request is sent as it is made (the failing one below
+    // fails there; a failed record never ends, so it is not drained).
+    Task t = new Task(128, new KeyGroupRange(0, 127), List.of(), 1);
+    ValueState<byte[]> big =
+        state(
+            t,
+            new ValueStateDescriptor<>(
+                "big",
+                org.apache.flink.api.common.typeinfo.PrimitiveArrayTypeInfo
+                    .BYTE_PRIMITIVE_ARRAY_TYPE_INFO));
+    ValueState<Integer> v = state(t, new ValueStateDescriptor<>("v", BasicTypeInfo.INT_TYPE_INFO));
+    AtomicInteger completed = new AtomicInteger();
+    t.record(1, () -> v.asyncUpdate(10).thenAccept(x -> completed.incrementAndGet()));
+    t.record(
+        2, () -> big.asyncUpdate(new byte[5 << 20]).thenAccept(x -> completed.incrementAndGet()));
+    t.drain();
+    assertThat(completed).as("both writes completed (when sent)").hasValue(2);
+    assertThat(asyncFailure.get()).as("no request failed").isNull();
+
+    org.assertj.core.api.Assertions.assertThatThrownBy(() -> t.snapshot(1, () -> {}))
+        .hasMessageContaining("no snapshot")
+        .hasMessageContaining("refused VALUE_UPDATE of state big")
+        .hasMessageContaining("--max-value-size");
+
+    t.record(1, () -> v.asyncValue());
+    assertThat(asyncFailure.get())
+        .as("a request after the refused write")
+        .isNotNull()
+        .hasMessageContaining("refused VALUE_UPDATE of state big");
+    // Reported as expected: after() checks that nothing else was.
+    asyncFailure.set(null);
+  }
+
   @TestTemplate
   void rescale() throws Exception {
     int max = 16;
