@@ -60,13 +60,18 @@ public class StatedAsyncKeyedStateBackend<K> implements AsyncKeyedStateBackend<K
   /** The value cache's bytes ({@link StatedOptions#ASYNC_CACHE_SIZE}). */
   private final long cacheBytes;
 
+  /** The operator's metric group: the executor's metrics go there. */
+  private final org.apache.flink.metrics.MetricGroup metrics;
+
   StatedAsyncKeyedStateBackend(
       StatedKeyedStateBackend<K> inner,
       org.apache.flink.api.common.ExecutionConfig executionConfig,
-      long cacheBytes) {
+      long cacheBytes,
+      org.apache.flink.metrics.MetricGroup metrics) {
     this.inner = inner;
     this.executionConfig = executionConfig;
     this.cacheBytes = cacheBytes;
+    this.metrics = metrics;
   }
 
   /** The synchronous backend underneath (tests and the snapshot path). */
@@ -164,7 +169,11 @@ public class StatedAsyncKeyedStateBackend<K> implements AsyncKeyedStateBackend<K
     if (executor == null) {
       executor =
           new StatedAsyncStateExecutor(
-              inner.instance(), inner.getKeySerializer(), this::handlerForIterators, cacheBytes);
+              inner.instance(),
+              inner.getKeySerializer(),
+              this::handlerForIterators,
+              cacheBytes,
+              metrics);
     }
     return executor;
   }

@@ -20,11 +20,15 @@ import org.apache.flink.api.common.typeutils.TypeSerializer;
 import org.apache.flink.api.java.tuple.Tuple2;
 import org.apache.flink.core.memory.DataInputDeserializer;
 import org.apache.flink.core.memory.DataOutputSerializer;
+import org.apache.flink.metrics.Counter;
+import org.apache.flink.metrics.Histogram;
+import org.apache.flink.metrics.MetricGroup;
 import org.apache.flink.runtime.asyncprocessing.AsyncRequestContainer;
 import org.apache.flink.runtime.asyncprocessing.StateExecutor;
 import org.apache.flink.runtime.asyncprocessing.StateRequest;
 import org.apache.flink.runtime.asyncprocessing.StateRequestHandler;
 import org.apache.flink.runtime.asyncprocessing.StateRequestType;
+import org.apache.flink.runtime.metrics.DescriptiveStatisticsHistogram;
 import org.apache.flink.runtime.state.v2.AbstractKeyedState;
 
 /**
@@ -52,6 +56,15 @@ final class StatedAsyncStateExecutor implements StateExecutor {
   /** The page size of a map iteration (MAP_ITERATE's limit), as the synchronous map state. */
   static final int MAP_PAGE = StatedMapState.PAGE;
 
+  /** The window of the round-trip histogram: the last this many batches. */
+  static final int ROUND_TRIPS = 10_000;
+
+  /** Metric names, in the operator's metric group (docs/flink.md, "Asynchronous state"). */
+  static final String METRIC_BATCHES = "statedAsyncBatches";
+
+  static final String METRIC_OPERATIONS = "statedAsyncOperations";
+  static final String METRIC_ROUND_TRIP = "statedAsyncBatchRoundTripMicros";
+
   private final Instance inst;
   private final TypeSerializer<Object> keySerializer;
   private final java.util.function.Supplier<StateRequestHandler> handler;
@@ -60,6 +73,15 @@ final class StatedAsyncStateExecutor implements StateExecutor {
   private final DataOutputSerializer out = new DataOutputSerializer(128);
   private long sentOps;
   private long mergedReads;
+
+  /**
+   * Metrics in the operator's group: batches and operations sent, and each batch's round trip (send
+   * to answer, in µs; what a chain of state steps waits per read).
+   */
+  private final Counter batchesMetric;
+
+  private final Counter opsMetric;
+  private final Histogram roundTripMetric;
   private final AsyncValueCache cache;
 
   /**
@@ -76,8 +98,13 @@ final class StatedAsyncStateExecutor implements StateExecutor {
       Instance inst,
       TypeSerializer<?> keySerializer,
       java.util.function.Supplier<StateRequestHandler> handler,
-      long cacheBytes) {
+      long cacheBytes,
+      MetricGroup metrics) {
     this.inst = inst;
+    this.batchesMetric = metrics.counter(METRIC_BATCHES);
+    this.opsMetric = metrics.counter(METRIC_OPERATIONS);
+    this.roundTripMetric =
+        metrics.histogram(METRIC_ROUND_TRIP, new DescriptiveStatisticsHistogram(ROUND_TRIPS));
     this.cache = new AsyncValueCache(cacheBytes);
     this.keySerializer = (TypeSerializer<Object>) keySerializer.duplicate();
     this.handler = handler;
@@ -245,6 +272,8 @@ final class StatedAsyncStateExecutor implements StateExecutor {
       }
     }
     sentOps += ops.size();
+    opsMetric.inc(ops.size());
+    long sentAt = System.nanoTime();
     List<CompletableFuture<BatchResult>> parts = new ArrayList<>();
     int start = 0;
     long bytes = 0;
@@ -260,6 +289,7 @@ final class StatedAsyncStateExecutor implements StateExecutor {
     if (start < ops.size()) {
       parts.add(inst.send(ops.subList(start, ops.size())));
     }
+    batchesMetric.inc(parts.size());
     // Write-behind (the class comment): what returns nothing completes now.
     for (Translated t : done) {
       if (t.decoder == NOTHING) {
@@ -270,6 +300,10 @@ final class StatedAsyncStateExecutor implements StateExecutor {
         CompletableFuture.allOf(parts.toArray(new CompletableFuture<?>[0]))
             .handle(
                 (v, err) -> {
+                  if (!parts.isEmpty()) {
+                    // From the send to the last answer, on the response thread.
+                    roundTripMetric.update((System.nanoTime() - sentAt) / 1000);
+                  }
                   List<Result> results = new ArrayList<>(ops.size());
                   if (err == null) {
                     for (CompletableFuture<BatchResult> p : parts) {

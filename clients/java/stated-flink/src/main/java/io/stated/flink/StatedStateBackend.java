@@ -240,7 +240,8 @@ public class StatedStateBackend extends AbstractStateBackend implements Configur
         // memory); its own value cache is asyncCacheBytes.
         new StatedKeyedStateBackendBuilder<>(this, parameters, false, false).build(),
         parameters.getEnv().getExecutionConfig(),
-        asyncCacheBytes);
+        asyncCacheBytes,
+        parameters.getMetricGroup());
   }
 
   @Override

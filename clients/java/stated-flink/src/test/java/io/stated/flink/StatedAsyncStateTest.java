@@ -29,12 +29,15 @@ import org.apache.flink.api.common.typeutils.base.StringSerializer;
 import org.apache.flink.configuration.Configuration;
 import org.apache.flink.configuration.MemorySize;
 import org.apache.flink.core.fs.CloseableRegistry;
+import org.apache.flink.metrics.Counter;
+import org.apache.flink.metrics.Histogram;
 import org.apache.flink.metrics.groups.UnregisteredMetricsGroup;
 import org.apache.flink.runtime.asyncprocessing.EpochManager;
 import org.apache.flink.runtime.asyncprocessing.RecordContext;
 import org.apache.flink.runtime.asyncprocessing.StateExecutionController;
 import org.apache.flink.runtime.asyncprocessing.declare.DeclarationManager;
 import org.apache.flink.runtime.checkpoint.CheckpointOptions;
+import org.apache.flink.runtime.metrics.util.InterceptingOperatorMetricGroup;
 import org.apache.flink.runtime.operators.testutils.MockEnvironment;
 import org.apache.flink.runtime.state.AsyncKeyedStateBackend;
 import org.apache.flink.runtime.state.CheckpointStorageLocationReference;
@@ -91,6 +94,9 @@ public class StatedAsyncStateTest {
   private final List<AutoCloseable> toClose = new ArrayList<>();
   private final AtomicReference<Throwable> asyncFailure = new AtomicReference<>();
 
+  /** The metric group of the next backend made (the operator's in Flink). */
+  private org.apache.flink.metrics.MetricGroup metrics = new UnregisteredMetricsGroup();
+
   @BeforeEach
   void before() {
     env = MockEnvironment.builder().build();
@@ -132,7 +138,7 @@ public class StatedAsyncStateTest {
         range,
         env.getTaskKvStateRegistry(),
         TtlTimeProvider.DEFAULT,
-        new UnregisteredMetricsGroup(),
+        metrics,
         (name, value) -> {},
         handles,
         new CloseableRegistry(),
@@ -418,6 +424,8 @@ public class StatedAsyncStateTest {
   @TestTemplate
   void readsOfOneKeyMergeWithinABatchInOrder() throws Exception {
     // No value cache: its hits would answer the value reads before merging.
+    InterceptingOperatorMetricGroup m0 = new InterceptingOperatorMetricGroup();
+    metrics = m0;
     Task t = new Task(128, new KeyGroupRange(0, 127), List.of(), 1000, MemorySize.ZERO);
     ValueState<Integer> v = state(t, new ValueStateDescriptor<>("v", BasicTypeInfo.INT_TYPE_INFO));
     ListState<Integer> l = state(t, new ListStateDescriptor<>("l", BasicTypeInfo.INT_TYPE_INFO));
@@ -479,6 +487,16 @@ public class StatedAsyncStateTest {
     // Merged: v1 into v0, v3 and v4 into v2, l2 into l1, m1 into m0.
     assertThat(t.executor.mergedReads() - mergedBefore).as("reads merged").isEqualTo(5);
     assertThat(t.executor.sentOps() - opsBefore).as("operations sent").isEqualTo(16 - 5);
+    // The executor's metrics count what it sent; every batch is answered once its writes are.
+    t.executor.awaitWrites();
+    long batches = ((Counter) m0.get(StatedAsyncStateExecutor.METRIC_BATCHES)).getCount();
+    assertThat(batches).as("batches").isBetween(2L, 4L);
+    assertThat(((Counter) m0.get(StatedAsyncStateExecutor.METRIC_OPERATIONS)).getCount())
+        .as("operations metric")
+        .isEqualTo(t.executor.sentOps());
+    assertThat(((Histogram) m0.get(StatedAsyncStateExecutor.METRIC_ROUND_TRIP)).getCount())
+        .as("round trips recorded")
+        .isEqualTo(batches);
   }
 
   /**

@@ -46,7 +46,8 @@ import org.junit.jupiter.api.Test;
  * asynchronous backend, when configured, without its value cache and with it), one after the other
  * in fresh MiniClusters in this JVM. It prints records/s and records per CPU second of the JVM, and
  * the p50 and p99 of the latency from the source to the end of an event's state accesses, and
- * stated's records/s as ratios to ForSt's and RocksDB's; it asserts only that every backend's
+ * stated's records/s as ratios to ForSt's and RocksDB's, and for stated its batches (how many,
+ * their size, their round trips: {@link BenchMetrics}); it asserts only that every backend's
  * per-key results are right (and that every event's latency was recorded). Runs only with {@code
  * -Dasync.bench=true} (docs/flink.md):
  *
@@ -129,11 +130,14 @@ class AsyncStateBench {
       backends.removeIf(b -> !names.contains(b.name()));
     }
     List<String> rows = new ArrayList<>();
+    List<String> traces = new ArrayList<>();
     Map<String, Double> rate = new java.util.LinkedHashMap<>();
     Path tmp = Files.createTempDirectory("async-bench");
     for (Backends.Backend b : backends) {
       Configuration cluster = new Configuration();
       cluster.set(TaskManagerOptions.MANAGED_MEMORY_SIZE, MemorySize.ofMebiBytes(512));
+      BenchMetrics.install(cluster);
+      BenchMetrics.reset();
       try (MiniCluster mc =
           new MiniCluster(
               new MiniClusterConfiguration.Builder()
@@ -194,6 +198,10 @@ class AsyncStateBench {
                 wall / 1e9,
                 lat[(int) (lat.length * 0.50)] / 1e6,
                 lat[(int) (lat.length * 0.99)] / 1e6));
+        String batches = BenchMetrics.summary();
+        if (batches != null) {
+          traces.add(b.name() + ": " + batches);
+        }
       }
     }
     System.out.println(
@@ -219,6 +227,7 @@ class AsyncStateBench {
             "%-14s %10s %12s %9s %8s %8s",
             "backend", "records/s", "rec/cpu-s", "wall", "p50 ms", "p99 ms"));
     rows.forEach(System.out::println);
+    traces.forEach(System.out::println);
     // The targets are ratios to ForSt and to RocksDB of the same run.
     for (String n : rate.keySet()) {
       if (n.startsWith("stated") && rate.containsKey("forst") && rate.containsKey("rocksdb")) {
