@@ -45,12 +45,13 @@ import org.apache.flink.runtime.state.v2.AbstractKeyedState;
  * returns nothing (a value update, reducing or aggregating add, list add or update, map put or
  * remove, clear) cannot be read before a later request of the same key, which goes out after it on
  * the same stream and so sees it, and a snapshot's barrier goes after it too. An operator's chain
- * of state steps then waits for the daemon only at its reads: the benchmark's chain of three reads
- * and three writes per event went from six batches to three. A write the daemon refuses (a value
- * over its --max-value-size, a daemon that fails) can no longer fail its own future, so it fails
- * the executor: every later request fails with the daemon's text, and so does the next snapshot
- * ({@link #awaitWrites}), which waits for the answers of every batch sent before it, so that no
- * checkpoint completes without a write that was acknowledged to Flink.
+ * of state steps then waits for the daemon's answers only at its reads: the benchmark's three reads
+ * and three writes per event wait for three round trips, not six (each step still waits in Flink's
+ * buffer for its batch to be sent). A write the daemon refuses (a value over its --max-value-size,
+ * a daemon that fails) can no longer fail its own future, so it fails the executor: every later
+ * request fails with the daemon's text, and so does the next snapshot ({@link #awaitWrites}), which
+ * waits for the answers of every batch sent before it, so that no checkpoint completes without a
+ * write that was acknowledged to Flink.
  */
 final class StatedAsyncStateExecutor implements StateExecutor {
   /** The page size of a map iteration (MAP_ITERATE's limit), as the synchronous map state. */
@@ -334,11 +335,6 @@ final class StatedAsyncStateExecutor implements StateExecutor {
     if (e != null) {
       throw new IOException("no snapshot: " + e.getMessage(), e);
     }
-  }
-
-  /** The first refused write (tests). */
-  Exception writeFailure() {
-    return writeFailure;
   }
 
   @SuppressWarnings({"unchecked", "rawtypes"})
