@@ -339,34 +339,31 @@ final class StatedAsyncStateExecutor implements StateExecutor {
 
   @SuppressWarnings({"unchecked", "rawtypes"})
   private void complete(Translated t, List<Result> results, Throwable err) {
-    if (err != null) {
-      StatedException e = StatedException.from(err, null);
-      if (t.decoder == NOTHING) {
+    StatedException e = err != null ? StatedException.from(err, null) : null;
+    for (int i = t.from; e == null && i < t.to; i++) {
+      e = BatchResult.error(results.get(i));
+    }
+    if (t.decoder == NOTHING) {
+      // A write, completed when sent: only a refusal is left to report.
+      if (e != null) {
         refused(t, e);
-      } else {
-        fail(t.request, "the stated daemon failed a batch", e);
       }
       return;
     }
-    for (int i = t.from; i < t.to; i++) {
-      StatedException e = BatchResult.error(results.get(i));
-      if (e != null) {
-        if (t.decoder == NOTHING) {
-          refused(t, e);
-        } else {
-          fail(t.request, "the stated daemon failed " + t.request.getRequestType(), e);
-        }
-        return;
-      }
-    }
-    if (t.decoder == NOTHING) {
+    if (e != null) {
+      fail(
+          t.request,
+          err != null
+              ? "the stated daemon failed a batch"
+              : "the stated daemon failed " + t.request.getRequestType(),
+          e);
       return;
     }
     Object value;
     try {
       value = t.decoder.decode(results, t.from, t.to);
-    } catch (Exception e) {
-      fail(t.request, "cannot read the answer to " + t.request.getRequestType(), e);
+    } catch (Exception x) {
+      fail(t.request, "cannot read the answer to " + t.request.getRequestType(), x);
       return;
     }
     ((StateRequest) t.request).getFuture().complete(value);
