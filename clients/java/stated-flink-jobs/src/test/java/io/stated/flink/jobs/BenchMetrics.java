@@ -17,9 +17,9 @@ import org.apache.flink.metrics.reporter.MetricReporterFactory;
 /**
  * A metric reporter for the benchmarks' MiniClusters (same JVM): it keeps the stated asynchronous
  * executor's metrics (batches, operations, batch round trips) of every task, so that a benchmark
- * can say where an event's latency went. {@link #install} adds it to a cluster configuration;
- * Flink finds the factory through the service file in src/test/resources (it loads reporter
- * factories with the ServiceLoader, and skips a factory class it did not find there).
+ * can say where an event's latency went. {@link #install} adds it to a cluster configuration; Flink
+ * finds the factory through the service file in src/test/resources (it loads reporter factories
+ * with the ServiceLoader, and skips a factory class it did not find there).
  */
 public final class BenchMetrics implements MetricReporterFactory {
   private static final ConcurrentLinkedQueue<Histogram> ROUND_TRIPS = new ConcurrentLinkedQueue<>();
