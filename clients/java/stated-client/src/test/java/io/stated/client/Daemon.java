@@ -148,6 +148,26 @@ public final class Daemon implements AutoCloseable {
     }
   }
 
+  /**
+   * Stops the daemon's process without ending it (SIGSTOP): it answers nothing until {@link
+   * #resume}, so a test can tell what a client does before an answer from what it does after.
+   */
+  public void pause() throws IOException, InterruptedException {
+    signal("-STOP");
+  }
+
+  /** Lets a {@link #pause paused} daemon run on (SIGCONT). */
+  public void resume() throws IOException, InterruptedException {
+    signal("-CONT");
+  }
+
+  private void signal(String sig) throws IOException, InterruptedException {
+    Process k = new ProcessBuilder("kill", sig, Long.toString(proc.pid())).inheritIO().start();
+    if (k.waitFor() != 0) {
+      throw new IOException("kill " + sig + " " + proc.pid() + " exited " + k.exitValue());
+    }
+  }
+
   /** kill -9. */
   public void kill() throws InterruptedException {
     proc.destroyForcibly();

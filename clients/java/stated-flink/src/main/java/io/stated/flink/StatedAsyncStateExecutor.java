@@ -52,6 +52,10 @@ import org.apache.flink.runtime.state.v2.AbstractKeyedState;
  * request fails with the daemon's text, and so does the next snapshot ({@link #awaitWrites}), which
  * waits for the answers of every batch sent before it, so that no checkpoint completes without a
  * write that was acknowledged to Flink.
+ *
+ * <p>A get the value cache answers ({@link AsyncValueCache}, when on) completes when its batch is
+ * sent as well: the cache holds every write translated before it, so its answer needs nothing of
+ * the daemon's. A hot key's chain of a get and an update then waits for no round trip.
  */
 final class StatedAsyncStateExecutor implements StateExecutor {
   /** The page size of a map iteration (MAP_ITERATE's limit), as the synchronous map state. */
@@ -215,6 +219,17 @@ final class StatedAsyncStateExecutor implements StateExecutor {
     Object decode(List<Result> results, int from, int to) throws Exception;
   }
 
+  /**
+   * The answer of a get from the value cache: known when the request is translated, so it completes
+   * when its batch is sent, as a write does, not when the daemon answers the batch.
+   */
+  private record CachedAnswer(Decoder value) implements Decoder {
+    @Override
+    public Object decode(List<Result> results, int from, int to) throws Exception {
+      return value.decode(results, from, to);
+    }
+  }
+
   /** One translated request: its operations are results [from, to) of the batch. */
   private static final class Translated {
     final StateRequest<?, ?, ?, ?> request;
@@ -291,10 +306,15 @@ final class StatedAsyncStateExecutor implements StateExecutor {
       parts.add(inst.send(ops.subList(start, ops.size())));
     }
     batchesMetric.inc(parts.size());
-    // Write-behind (the class comment): what returns nothing completes now.
+    // Write-behind (the class comment): what returns nothing completes now,
+    // and so does a get the cache answered: the cache holds every write
+    // translated before it, and it needs nothing from the daemon. A hot key's
+    // chain of requests then waits for no round trip at all.
     for (Translated t : done) {
       if (t.decoder == NOTHING) {
         t.request.getFuture().complete(null);
+      } else if (t.decoder instanceof CachedAnswer) {
+        complete(t, List.of(), null);
       }
     }
     CompletableFuture<Void> answered =
@@ -312,7 +332,9 @@ final class StatedAsyncStateExecutor implements StateExecutor {
                     }
                   }
                   for (Translated t : done) {
-                    complete(t, results, err);
+                    if (!(t.decoder instanceof CachedAnswer)) {
+                      complete(t, results, err);
+                    }
                   }
                   return null;
                 });
@@ -497,7 +519,8 @@ final class StatedAsyncStateExecutor implements StateExecutor {
           AsyncValueCache.Lookup l = cached ? cache.lookup(a) : null;
           if (l != null && l.hit) {
             ByteString v = l.value;
-            return (rs, from, to) -> v == null ? null : read(ks.getValueSerializer(), v);
+            return new CachedAnswer(
+                (rs, from, to) -> v == null ? null : read(ks.getValueSerializer(), v));
           }
           ops.add(op(OpType.OP_TYPE_GET, name, kg, key, ns));
           return (rs, from, to) -> {

@@ -151,6 +151,7 @@ public class StatedAsyncStateTest {
     final StateExecutionController<Integer> aec;
     final StatedAsyncStateExecutor executor;
     final int maxParallelism;
+    private final MailboxExecutorImpl mailbox;
     private int records;
 
     Task(int maxParallelism, KeyGroupRange range, List<KeyedStateHandle> handles, int batchSize)
@@ -178,9 +179,11 @@ public class StatedAsyncStateTest {
       executor = (StatedAsyncStateExecutor) backend.createStateExecutor();
       // The mailbox of this (the test's) thread: callbacks run here while
       // the controller waits, as on a task thread.
+      mailbox =
+          new MailboxExecutorImpl(new TaskMailboxImpl(), 0, StreamTaskActionExecutor.IMMEDIATE);
       aec =
           new StateExecutionController<>(
-              new MailboxExecutorImpl(new TaskMailboxImpl(), 0, StreamTaskActionExecutor.IMMEDIATE),
+              mailbox,
               (message, t) -> asyncFailure.compareAndSet(null, t),
               executor,
               new DeclarationManager(),
@@ -218,6 +221,11 @@ public class StatedAsyncStateTest {
 
     void drain() {
       aec.drainInflightRecords(0);
+    }
+
+    /** Runs the callbacks waiting in the task's mailbox, without waiting for more. */
+    void runMail() {
+      while (mailbox.tryYield()) {}
     }
 
     KeyedStateHandle snapshot(long id, Runnable beforeAsyncPart) throws Exception {
@@ -599,6 +607,31 @@ public class StatedAsyncStateTest {
           .as("daemon's state of key %d", k)
           .containsExactly(modelV[k], modelR[k]);
     }
+  }
+
+  @TestTemplate
+  void cachedGetCompletesWhenSentNotWhenAnswered() throws Exception {
+    // Batch size 2: the second request of each pair sends the batch.
+    Task t = new Task(128, new KeyGroupRange(0, 127), List.of(), 2, MemorySize.parse("1m"));
+    ValueState<Integer> v = state(t, new ValueStateDescriptor<>("v", BasicTypeInfo.INT_TYPE_INFO));
+    t.record(1, () -> v.asyncUpdate(11));
+    t.record(2, () -> v.asyncUpdate(22));
+    t.drain();
+    List<String> got = Collections.synchronizedList(new ArrayList<>());
+    DAEMON.daemon().pause();
+    try {
+      // Key 1's value is in the cache (its write); key 3 is not: its get
+      // needs the daemon, which answers nothing while paused.
+      t.record(1, () -> v.asyncValue().thenAccept(x -> got.add("1=" + x)));
+      t.record(3, () -> v.asyncValue().thenAccept(x -> got.add("3=" + x)));
+      t.runMail();
+      assertThat(got).as("gets completed while the daemon was paused").containsExactly("1=11");
+    } finally {
+      DAEMON.daemon().resume();
+    }
+    t.drain();
+    assertThat(got).as("gets completed").containsExactly("1=11", "3=null");
+    assertThat(t.executor.cache().hits()).as("gets the cache answered").isEqualTo(1);
   }
 
   /** Reads value state {@code d} of {@code keys} keys through {@code t}, key by key. */
