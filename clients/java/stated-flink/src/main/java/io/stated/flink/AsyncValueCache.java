@@ -1,30 +1,40 @@
 package io.stated.flink;
 
 import com.google.protobuf.ByteString;
+import java.util.ArrayList;
 import java.util.Arrays;
 import java.util.HashMap;
+import java.util.HashSet;
 import java.util.HexFormat;
 import java.util.Iterator;
 import java.util.LinkedHashMap;
+import java.util.List;
 import java.util.Map;
+import java.util.Set;
 
 /**
- * The asynchronous backend's write-through cache of its value-like states (value, reducing,
+ * The asynchronous backend's write-back cache of its value-like states (value, reducing,
  * aggregating), bounded by bytes, least recently used first out: a get of a cached address is
- * answered without a daemon operation.
+ * answered without a daemon operation, and a write is stored here, dirty, and reaches the daemon
+ * only when its entry is evicted or the executor flushes (before a snapshot's barrier, before a
+ * state is registered again). A hot key written many times between two checkpoints costs the daemon
+ * one put.
  *
  * <p>It is coherent for the reason the synchronous backend's cache is: the task is the only writer
- * of its instance, and every write is sent to the daemon (in Flink's order, on the task thread) and
- * stored here in the same call, so the cache never holds a value the daemon will not have. Entries
- * are the daemon's bytes, so each answer deserializes a fresh copy.
+ * of its instance, and every write is stored here in Flink's order on the task thread, so the cache
+ * never holds a value older than the daemon's. A dirty entry is the newest value of its address;
+ * the executor sends a dirty entry it evicts in its batch before any later request, so a later get
+ * that misses reads it from the daemon. Entries are the daemon's bytes, so each answer deserializes
+ * a fresh copy.
  *
  * <p>What the synchronous cache does not need: a get that misses is answered later, on the client's
  * response thread, and by then the task may have written the address again. So a miss takes a
  * ticket, every write withdraws the address's ticket, and an answer fills the cache only while its
  * ticket is still the address's: an answer older than a write never overwrites it. The methods are
- * synchronized for that (task thread and response thread).
+ * synchronized for that (task thread and response thread). A fill never evicts a dirty entry (the
+ * response thread cannot send it in order); the task thread's next {@link #evict} does.
  *
- * <p>Capacity 0 switches the cache off: lookups miss, nothing is stored.
+ * <p>Capacity 0 switches the cache off: lookups miss, nothing is stored, every write is sent.
  */
 final class AsyncValueCache {
   /**
@@ -88,6 +98,25 @@ final class AsyncValueCache {
       return state;
     }
 
+    int keyGroup() {
+      return getInt(id, 0);
+    }
+
+    byte[] key() {
+      return Arrays.copyOfRange(id, 8, 8 + getInt(id, 4));
+    }
+
+    byte[] namespace() {
+      return Arrays.copyOfRange(id, 8 + getInt(id, 4), id.length);
+    }
+
+    private static int getInt(byte[] b, int at) {
+      return (b[at] & 0xFF) << 24
+          | (b[at + 1] & 0xFF) << 16
+          | (b[at + 2] & 0xFF) << 8
+          | (b[at + 3] & 0xFF);
+    }
+
     long bytes() {
       return id.length + 2L * state.length();
     }
@@ -128,6 +157,9 @@ final class AsyncValueCache {
     }
   }
 
+  /** A dirty entry taken for the daemon: its address and value (null: delete it). */
+  record WriteBack(Address address, ByteString value) {}
+
   private final long capacity;
   private long bytes;
   private long hits;
@@ -137,6 +169,9 @@ final class AsyncValueCache {
   private final LinkedHashMap<Address, Object> lru = new LinkedHashMap<>(1024, 0.75f, true);
 
   private final Map<Address, Object> tickets = new HashMap<>();
+
+  /** The entries written since they were last sent: the daemon does not have their values yet. */
+  private final Set<Address> dirty = new HashSet<>();
 
   AsyncValueCache(long capacity) {
     if (capacity < 0) {
@@ -154,6 +189,12 @@ final class AsyncValueCache {
    * migration may have rewritten its values in the daemon in a new serializer's format.
    */
   synchronized void invalidate(String state) {
+    for (Address a : dirty) {
+      if (a.state().equals(state)) {
+        throw new IllegalStateException(
+            "state " + state + " has writes not sent to the daemon; flush before invalidating");
+      }
+    }
     Iterator<Map.Entry<Address, Object>> it = lru.entrySet().iterator();
     while (it.hasNext()) {
       Map.Entry<Address, Object> e = it.next();
@@ -182,16 +223,59 @@ final class AsyncValueCache {
   }
 
   /**
-   * The task wrote {@code value} (null: deleted) at {@code a}: stored, any pending fill dropped.
+   * The task wrote {@code value} (null: deleted) at {@code a}: stored as dirty, any pending fill
+   * dropped. False when it is not stored (the cache is off, or the entry alone is over its
+   * capacity): the caller sends the write, and the address is no longer cached. The cache may now
+   * be over its capacity until {@link #evict}.
    */
-  synchronized void write(Address a, ByteString value) {
+  synchronized boolean write(Address a, ByteString value) {
     if (capacity == 0) {
-      return;
+      return false;
     }
     if (!tickets.isEmpty()) {
       tickets.remove(a);
     }
-    store(a, value);
+    if (!store(a, value, false)) {
+      dirty.remove(a);
+      return false;
+    }
+    dirty.add(a);
+    return true;
+  }
+
+  /**
+   * Evicts least recently used entries until the cache is within its capacity; the dirty ones
+   * evicted are added to {@code sendNow}, which the caller sends before any later request. On the
+   * task thread, after each request.
+   */
+  synchronized void evict(List<WriteBack> sendNow) {
+    Iterator<Map.Entry<Address, Object>> it = lru.entrySet().iterator();
+    while (bytes > capacity && it.hasNext()) {
+      Map.Entry<Address, Object> e = it.next();
+      if (dirty.remove(e.getKey())) {
+        sendNow.add(writeBack(e.getKey(), e.getValue()));
+      }
+      bytes -= size(e.getKey(), e.getValue());
+      it.remove();
+    }
+  }
+
+  /** The dirty entries (all, or those of {@code state} when not null), clean from now on. */
+  synchronized List<WriteBack> takeDirty(String state) {
+    List<WriteBack> l = new ArrayList<>();
+    Iterator<Address> it = dirty.iterator();
+    while (it.hasNext()) {
+      Address a = it.next();
+      if (state == null || a.state().equals(state)) {
+        l.add(writeBack(a, lru.get(a)));
+        it.remove();
+      }
+    }
+    return l;
+  }
+
+  private static WriteBack writeBack(Address a, Object v) {
+    return new WriteBack(a, v == ABSENT ? null : (ByteString) v);
   }
 
   /**
@@ -205,14 +289,20 @@ final class AsyncValueCache {
       return;
     }
     tickets.remove(a);
-    store(a, value);
+    store(a, value, true);
   }
 
   private static long size(Address a, Object v) {
     return a.bytes() + (v == ABSENT ? 0 : ((ByteString) v).size()) + ENTRY_OVERHEAD;
   }
 
-  private void store(Address a, ByteString value) {
+  /**
+   * Stores {@code value} at {@code a} as the most recently used entry; false when the entry alone
+   * is over the capacity (then {@code a} is not cached). {@code evictClean}: evict clean entries,
+   * the least recently used first, until within the capacity or at the first dirty one (a fill, on
+   * the response thread); otherwise evict nothing ({@link #evict} follows on the task thread).
+   */
+  private boolean store(Address a, ByteString value, boolean evictClean) {
     Object v = value == null ? ABSENT : value;
     // One lookup: a put of a present address replaces its value and makes
     // it the most recently used.
@@ -223,15 +313,25 @@ final class AsyncValueCache {
     long size = size(a, v);
     if (size > capacity) {
       lru.remove(a);
-      return;
+      return false;
     }
     bytes += size;
-    Iterator<Map.Entry<Address, Object>> it = lru.entrySet().iterator();
-    while (bytes > capacity && it.hasNext()) {
-      Map.Entry<Address, Object> e = it.next();
-      bytes -= size(e.getKey(), e.getValue());
-      it.remove();
+    if (evictClean) {
+      Iterator<Map.Entry<Address, Object>> it = lru.entrySet().iterator();
+      while (bytes > capacity && it.hasNext()) {
+        Map.Entry<Address, Object> e = it.next();
+        if (dirty.contains(e.getKey())) {
+          break;
+        }
+        bytes -= size(e.getKey(), e.getValue());
+        it.remove();
+      }
     }
+    return true;
+  }
+
+  synchronized int dirtyEntries() {
+    return dirty.size();
   }
 
   synchronized long bytes() {

@@ -118,6 +118,12 @@ public class StatedAsyncKeyedStateBackend<K> implements AsyncKeyedStateBackend<K
     // of the same kind, so that snapshots and restores are shared.
     org.apache.flink.api.common.state.StateDescriptor v1 =
         StateDescriptorUtils.transformFromV2ToV1(stateDesc);
+    if (executor != null) {
+      // A migration below rewrites the daemon's values: the cache's
+      // writes of this state must be there first.
+      executor.flushWrites(name);
+      executor.awaitAnswers();
+    }
     inner.createOrUpdateInternalState(
         namespaceSerializer, v1, StateSnapshotTransformFactory.noTransform());
     if (executor != null) {
@@ -202,7 +208,8 @@ public class StatedAsyncKeyedStateBackend<K> implements AsyncKeyedStateBackend<K
       @Nonnull CheckpointOptions checkpointOptions)
       throws Exception {
     if (executor != null) {
-      // Writes complete when sent: their answers must be in, and none refused.
+      // Writes complete when sent or cached: the cache's go out now, before
+      // the barrier; every answer must be in, and no write refused.
       executor.awaitWrites();
     }
     return inner.snapshot(checkpointId, timestamp, streamFactory, checkpointOptions);

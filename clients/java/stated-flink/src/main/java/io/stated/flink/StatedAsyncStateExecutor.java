@@ -53,9 +53,13 @@ import org.apache.flink.runtime.state.v2.AbstractKeyedState;
  * waits for the answers of every batch sent before it, so that no checkpoint completes without a
  * write that was acknowledged to Flink.
  *
- * <p>A get the value cache answers ({@link AsyncValueCache}, when on) completes when its batch is
- * sent as well: the cache holds every write translated before it, so its answer needs nothing of
- * the daemon's. A hot key's chain of a get and an update then waits for no round trip.
+ * <p>With the value cache on ({@link AsyncValueCache}), writes of value-like states complete when
+ * cached and reach the daemon when their entry is evicted (sent right after the request that
+ * evicted it, before any later one) or flushed ({@link #flushWrites}: before a snapshot's barrier,
+ * before a state is registered again); a refusal then fails the executor as above. A get the cache
+ * answers completes when its batch is sent: the cache holds every write translated before it, so
+ * its answer needs nothing of the daemon's. A hot key's chain of a get and an update then waits for
+ * no round trip, and its writes between two checkpoints cost the daemon one put.
  */
 final class StatedAsyncStateExecutor implements StateExecutor {
   /** The page size of a map iteration (MAP_ITERATE's limit), as the synchronous map state. */
@@ -261,6 +265,9 @@ final class StatedAsyncStateExecutor implements StateExecutor {
     List<Op> ops = new ArrayList<>(requests.size());
     List<Translated> done = new ArrayList<>(requests.size());
     ReadMerger reads = new ReadMerger();
+    // Indexes in ops of the dirty entries written back (evicted) in this batch.
+    List<Integer> writeBacks = new ArrayList<>();
+    List<AsyncValueCache.WriteBack> evicted = new ArrayList<>();
     for (StateRequest<?, ?, ?, ?> r : requests) {
       int from = ops.size();
       try {
@@ -286,26 +293,21 @@ final class StatedAsyncStateExecutor implements StateExecutor {
         }
         fail(r, "cannot send " + r.getRequestType() + " of a stated state", e);
       }
-    }
-    sentOps += ops.size();
-    opsMetric.inc(ops.size());
-    long sentAt = System.nanoTime();
-    List<CompletableFuture<BatchResult>> parts = new ArrayList<>();
-    int start = 0;
-    long bytes = 0;
-    for (int i = 0; i < ops.size(); i++) {
-      long size = ops.get(i).getSerializedSize();
-      if (i > start && (i - start >= maxOps || bytes + size > maxBytes)) {
-        parts.add(inst.send(ops.subList(start, i)));
-        start = i;
-        bytes = 0;
+      if (cache.enabled()) {
+        // Dirty entries this request's write pushed out go right after it,
+        // before any later request of theirs (AsyncValueCache).
+        evicted.clear();
+        cache.evict(evicted);
+        for (AsyncValueCache.WriteBack w : evicted) {
+          Op op = writeBackOp(w);
+          reads.offer(op, ops.size());
+          writeBacks.add(ops.size());
+          ops.add(op);
+        }
       }
-      bytes += size;
     }
-    if (start < ops.size()) {
-      parts.add(inst.send(ops.subList(start, ops.size())));
-    }
-    batchesMetric.inc(parts.size());
+    long sentAt = System.nanoTime();
+    List<CompletableFuture<BatchResult>> parts = send(ops);
     // Write-behind (the class comment): what returns nothing completes now,
     // and so does a get the cache answered: the cache holds every write
     // translated before it, and it needs nothing from the daemon. A hot key's
@@ -336,6 +338,7 @@ final class StatedAsyncStateExecutor implements StateExecutor {
                       complete(t, results, err);
                     }
                   }
+                  writtenBack(ops, writeBacks, results, err);
                   return null;
                 });
     lastAnswered = answered;
@@ -343,16 +346,107 @@ final class StatedAsyncStateExecutor implements StateExecutor {
   }
 
   /**
-   * Waits for the daemon's answers to every batch sent so far and throws if a write among them (or
-   * any write before) was refused. On the task thread, before a snapshot's barrier: a checkpoint
-   * must not complete without a write Flink saw complete.
+   * Sends {@code ops} in as few batch requests as the daemon's limits allow, in order; the futures
+   * of their answers.
    */
-  void awaitWrites() throws IOException {
+  private List<CompletableFuture<BatchResult>> send(List<Op> ops) {
+    sentOps += ops.size();
+    opsMetric.inc(ops.size());
+    List<CompletableFuture<BatchResult>> parts = new ArrayList<>();
+    int start = 0;
+    long bytes = 0;
+    for (int i = 0; i < ops.size(); i++) {
+      long size = ops.get(i).getSerializedSize();
+      if (i > start && (i - start >= maxOps || bytes + size > maxBytes)) {
+        parts.add(inst.send(ops.subList(start, i)));
+        start = i;
+        bytes = 0;
+      }
+      bytes += size;
+    }
+    if (start < ops.size()) {
+      parts.add(inst.send(ops.subList(start, ops.size())));
+    }
+    batchesMetric.inc(parts.size());
+    return parts;
+  }
+
+  private static Op writeBackOp(AsyncValueCache.WriteBack w) {
+    AsyncValueCache.Address a = w.address();
+    return writeOp(a.state(), a.keyGroup(), a.key(), a.namespace(), w.value());
+  }
+
+  /** Waits for the daemon's answers to every batch sent so far. */
+  void awaitAnswers() {
     try {
       lastAnswered.join();
     } catch (RuntimeException e) {
-      // complete() records every failure; nothing else throws.
+      // complete() and writtenBack() record every failure; nothing else throws.
     }
+  }
+
+  /**
+   * Sends the value cache's dirty entries (all, or those of {@code state} when not null) to the
+   * daemon, in one or more batches after everything sent so far: before a snapshot's barrier, and
+   * before a state is registered again. On the task thread. A refusal fails the executor, as a
+   * refused write does ({@link #awaitWrites} reports it).
+   */
+  void flushWrites(String state) {
+    List<AsyncValueCache.WriteBack> dirty = cache.takeDirty(state);
+    if (dirty.isEmpty()) {
+      return;
+    }
+    List<Op> ops = new ArrayList<>(dirty.size());
+    List<Integer> all = new ArrayList<>(dirty.size());
+    for (AsyncValueCache.WriteBack w : dirty) {
+      all.add(ops.size());
+      ops.add(writeBackOp(w));
+    }
+    List<CompletableFuture<BatchResult>> parts = send(ops);
+    lastAnswered =
+        CompletableFuture.allOf(parts.toArray(new CompletableFuture<?>[0]))
+            .handle(
+                (v, err) -> {
+                  List<Result> results = new ArrayList<>(ops.size());
+                  if (err == null) {
+                    for (CompletableFuture<BatchResult> p : parts) {
+                      results.addAll(p.join().results());
+                    }
+                  }
+                  writtenBack(ops, all, results, err);
+                  return null;
+                });
+  }
+
+  /**
+   * Reports a refusal of a dirty entry's write ({@code ops} at {@code at}): it completed long
+   * before (it is in the cache), so the executor fails from now on.
+   */
+  private void writtenBack(List<Op> ops, List<Integer> at, List<Result> results, Throwable err) {
+    for (int i : at) {
+      StatedException e =
+          err != null ? StatedException.from(err, null) : BatchResult.error(results.get(i));
+      if (e != null && writeFailure == null) {
+        writeFailure =
+            new IOException(
+                "the stated daemon refused the write of state "
+                    + ops.get(i).getState()
+                    + " that the asynchronous value cache held (writes complete when cached); the"
+                    + " task must restore from its last checkpoint: "
+                    + e.getMessage(),
+                e);
+      }
+    }
+  }
+
+  /**
+   * Sends the value cache's dirty entries, waits for the daemon's answers to every batch sent so
+   * far and throws if a write among them (or any write before) was refused. On the task thread,
+   * before a snapshot's barrier: a checkpoint must not complete without a write Flink saw complete.
+   */
+  void awaitWrites() throws IOException {
+    flushWrites(null);
+    awaitAnswers();
     Exception e = writeFailure;
     if (e != null) {
       throw new IOException("no snapshot: " + e.getMessage(), e);
@@ -460,6 +554,14 @@ final class StatedAsyncStateExecutor implements StateExecutor {
         op.getState(), op.getKeyGroup(), op.getKey(), op.getNamespace());
   }
 
+  /** A PUT of {@code v} at the address, or a DELETE when {@code v} is null. */
+  private static Op writeOp(String state, int kg, byte[] key, byte[] ns, ByteString v) {
+    if (v == null) {
+      return op(OpType.OP_TYPE_DELETE, state, kg, key, ns);
+    }
+    return op(OpType.OP_TYPE_PUT, state, kg, key, ns).toBuilder().setValue(v).build();
+  }
+
   private static Op op(OpType t, String state, int kg, byte[] key, byte[] ns) {
     return Op.newBuilder()
         .setType(t)
@@ -503,10 +605,9 @@ final class StatedAsyncStateExecutor implements StateExecutor {
     switch (type) {
       case CLEAR:
         {
-          Op del = op(OpType.OP_TYPE_DELETE, name, kg, key, ns);
-          ops.add(del);
-          if (cached) {
-            cache.write(new AsyncValueCache.Address(name, kg, key, ns), null);
+          // Cached: written back later (the class comment); else sent now.
+          if (!cached || !cache.write(new AsyncValueCache.Address(name, kg, key, ns), null)) {
+            ops.add(op(OpType.OP_TYPE_DELETE, name, kg, key, ns));
           }
           return NOTHING;
         }
@@ -535,20 +636,12 @@ final class StatedAsyncStateExecutor implements StateExecutor {
       case REDUCING_ADD:
       case AGGREGATING_ADD:
         {
-          Op w;
-          if (payload == null) {
-            w = op(OpType.OP_TYPE_DELETE, name, kg, key, ns);
-          } else {
-            w =
-                op(OpType.OP_TYPE_PUT, name, kg, key, ns).toBuilder()
-                    .setValue(ByteString.copyFrom(bytes(ks.getValueSerializer(), payload, name)))
-                    .build();
-          }
-          ops.add(w);
-          if (cached) {
-            cache.write(
-                new AsyncValueCache.Address(name, kg, key, ns),
-                payload == null ? null : w.getValue());
+          ByteString v =
+              payload == null
+                  ? null
+                  : ByteString.copyFrom(bytes(ks.getValueSerializer(), payload, name));
+          if (!cached || !cache.write(new AsyncValueCache.Address(name, kg, key, ns), v)) {
+            ops.add(writeOp(name, kg, key, ns, v));
           }
           return NOTHING;
         }

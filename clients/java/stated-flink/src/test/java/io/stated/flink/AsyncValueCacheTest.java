@@ -23,23 +23,36 @@ class AsyncValueCacheTest {
   void staysWithinItsBytesAndEvictsTheLeastRecentlyUsed() {
     long capacity = 64 << 10;
     AsyncValueCache c = new AsyncValueCache(capacity);
+    java.util.List<AsyncValueCache.WriteBack> sent = new java.util.ArrayList<>();
     for (int i = 0; i < 5_000; i++) {
-      c.write(at("v", i), value(1024, i));
+      assertThat(c.write(at("v", i), value(1024, i))).as("write %d stored", i).isTrue();
+      c.evict(sent);
       assertThat(c.bytes()).as("bytes after write %d", i).isLessThanOrEqualTo(capacity);
     }
     // 1 KiB values: what it holds is within the bound, and it holds some.
     assertThat(c.entries()).isBetween(10, 64);
+    // Every write is either still cached (dirty) or was handed back, once,
+    // oldest first, with its value.
+    assertThat(sent.size() + c.dirtyEntries()).isEqualTo(5_000);
+    for (int i = 0; i < sent.size(); i++) {
+      assertThat(sent.get(i).address()).isEqualTo(at("v", i));
+      assertThat(sent.get(i).value()).isEqualTo(value(1024, i));
+    }
     assertThat(c.lookup(at("v", 4_999)).value).isEqualTo(value(1024, 4_999));
     assertThat(c.lookup(at("v", 0)).hit).isFalse();
     // A hit is a use: the oldest entry, once read, outlives the next one.
     int oldest = 5_000 - c.entries();
     assertThat(c.lookup(at("v", oldest)).hit).isTrue();
     c.write(at("v", 5_000), value(1024, 1));
+    c.evict(sent);
     assertThat(c.lookup(at("v", oldest)).hit).as("read before the eviction").isTrue();
     assertThat(c.lookup(at("v", oldest + 1)).hit).as("not read").isFalse();
-    // A value larger than the whole cache is not kept, and drops the old one.
-    c.write(at("v", 4_999), value((int) capacity, 2));
+    // A value larger than the whole cache is not kept (the caller sends it),
+    // and drops the old one, dirty or not.
+    int dirty = c.dirtyEntries();
+    assertThat(c.write(at("v", 4_999), value((int) capacity, 2))).isFalse();
     assertThat(c.lookup(at("v", 4_999)).hit).isFalse();
+    assertThat(c.dirtyEntries()).isEqualTo(dirty - 1);
     assertThat(c.bytes()).isLessThanOrEqualTo(capacity);
   }
 
@@ -102,6 +115,9 @@ class AsyncValueCacheTest {
     }
     AsyncValueCache.Lookup pending = c.lookup(at("v", 500));
     long before = c.bytes();
+    // Its writes must reach the daemon first.
+    assertThatThrownBy(() -> c.invalidate("v")).hasMessageContaining("flush before invalidating");
+    assertThat(c.takeDirty("v")).hasSize(100);
     c.invalidate("v");
     assertThat(c.entries()).isEqualTo(100);
     assertThat(c.bytes()).isEqualTo(before / 2);
@@ -110,6 +126,40 @@ class AsyncValueCacheTest {
     // An answer sent before the drop is in the old format: not stored.
     c.fill(at("v", 500), pending.ticket, value(8, 1));
     assertThat(c.lookup(at("v", 500)).hit).isFalse();
+  }
+
+  @Test
+  void dirtyEntriesGoBackOnceAndAFillNeverEvictsThem() {
+    long entry = at("v", 0).bytes() + 8 + AsyncValueCache.ENTRY_OVERHEAD;
+    AsyncValueCache c = new AsyncValueCache(3 * entry);
+    c.write(at("v", 1), value(8, 1));
+    c.write(at("v", 1), value(8, 2));
+    c.write(at("v", 2), null);
+    java.util.List<AsyncValueCache.WriteBack> dirty = c.takeDirty(null);
+    assertThat(dirty)
+        .as("the newest value of each address written, a delete as null")
+        .containsExactlyInAnyOrder(
+            new AsyncValueCache.WriteBack(at("v", 1), value(8, 2)),
+            new AsyncValueCache.WriteBack(at("v", 2), null));
+    assertThat(c.takeDirty(null)).as("taken once").isEmpty();
+    assertThat(c.lookup(at("v", 1)).value).as("still cached, clean").isEqualTo(value(8, 2));
+    // Three dirty entries fill the cache; the answer to a miss is stored
+    // over the bound rather than evict one (the response thread cannot send it).
+    for (int i = 3; i <= 5; i++) {
+      c.write(at("v", i), value(8, i));
+    }
+    java.util.List<AsyncValueCache.WriteBack> sent = new java.util.ArrayList<>();
+    c.evict(sent);
+    assertThat(sent).as("clean entries went first").isEmpty();
+    AsyncValueCache.Lookup miss = c.lookup(at("v", 9));
+    c.fill(at("v", 9), miss.ticket, value(8, 9));
+    assertThat(c.bytes()).as("over the bound after the fill").isGreaterThan(3 * entry);
+    assertThat(c.dirtyEntries()).isEqualTo(3);
+    c.evict(sent);
+    assertThat(sent)
+        .as("the task thread's evict hands back the oldest dirty entry")
+        .containsExactly(new AsyncValueCache.WriteBack(at("v", 3), value(8, 3)));
+    assertThat(c.bytes()).isLessThanOrEqualTo(3 * entry);
   }
 
   /**

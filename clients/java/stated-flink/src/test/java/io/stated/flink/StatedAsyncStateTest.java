@@ -513,8 +513,9 @@ public class StatedAsyncStateTest {
    * before it is done, as in Flink's operators), through a cache that holds about an eighth of the
    * addresses. Every get must see the model's value at the point it was issued: an answer that came
    * back after a later write of its key must not overwrite that write in the cache. The daemon must
-   * hold what the model does (write-through), read back through a snapshot by a backend without a
-   * cache; and the cache must have answered gets and stayed within its bytes.
+   * hold what the model does (the dirty entries evicted meanwhile and flushed by the snapshot),
+   * read back through a snapshot by a backend without a cache; and the cache must have answered
+   * gets and stayed within its bytes.
    */
   @TestTemplate
   void valueCacheAnswersGetsAndStaysCoherent() throws Exception {
@@ -632,6 +633,28 @@ public class StatedAsyncStateTest {
     t.drain();
     assertThat(got).as("gets completed").containsExactly("1=11", "3=null");
     assertThat(t.executor.cache().hits()).as("gets the cache answered").isEqualTo(1);
+  }
+
+  @TestTemplate
+  void cachedWritesOfAHotKeyReachTheDaemonOncePerSnapshot() throws Exception {
+    Task t = new Task(128, new KeyGroupRange(0, 127), List.of(), 10, MemorySize.parse("1m"));
+    ValueState<Integer> v = state(t, new ValueStateDescriptor<>("v", BasicTypeInfo.INT_TYPE_INFO));
+    for (int i = 1; i <= 1000; i++) {
+      int n = i;
+      t.recordInOrder(7, () -> v.asyncValue().thenAccept(x -> v.asyncUpdate(n)));
+    }
+    t.drain();
+    assertThat(t.executor.sentOps()).as("operations sent before the snapshot").isEqualTo(1);
+    KeyedStateHandle h = t.snapshot(1, () -> {});
+    assertThat(t.executor.sentOps()).as("operations sent with the snapshot").isEqualTo(2);
+    assertThat(t.executor.cache().dirtyEntries()).as("dirty after the snapshot").isZero();
+    Task back = new Task(128, new KeyGroupRange(0, 127), List.of(h), 10, MemorySize.ZERO);
+    ValueState<Integer> v2 =
+        state(back, new ValueStateDescriptor<>("v", BasicTypeInfo.INT_TYPE_INFO));
+    AtomicInteger got = new AtomicInteger();
+    back.record(7, () -> v2.asyncValue().thenAccept(got::set));
+    back.drain();
+    assertThat(got).as("the restored value: the last write").hasValue(1000);
   }
 
   /** Reads value state {@code d} of {@code keys} keys through {@code t}, key by key. */
@@ -883,9 +906,16 @@ public class StatedAsyncStateTest {
    */
   @TestTemplate
   void refusedWriteFailsTheSnapshotAndLaterRequests() throws Exception {
+    // Without the value cache the write is sent at once; with it (64 MiB,
+    // the 5 MiB value fits) it is written back when the snapshot flushes.
+    refusedWrite(MemorySize.ZERO, "refused VALUE_UPDATE of state big");
+    refusedWrite(CACHE, "refused the write of state big that the asynchronous value cache held");
+  }
+
+  private void refusedWrite(MemorySize cache, String refusal) throws Exception {
     // Batch size 1: each request is sent as it is made (the failing one below
     // fails there; a failed record never ends, so it is not drained).
-    Task t = new Task(128, new KeyGroupRange(0, 127), List.of(), 1);
+    Task t = new Task(128, new KeyGroupRange(0, 127), List.of(), 1, cache);
     ValueState<byte[]> big =
         state(
             t,
@@ -904,14 +934,14 @@ public class StatedAsyncStateTest {
 
     org.assertj.core.api.Assertions.assertThatThrownBy(() -> t.snapshot(1, () -> {}))
         .hasMessageContaining("no snapshot")
-        .hasMessageContaining("refused VALUE_UPDATE of state big")
+        .hasMessageContaining(refusal)
         .hasMessageContaining("--max-value-size");
 
     t.record(1, () -> v.asyncValue());
     assertThat(asyncFailure.get())
         .as("a request after the refused write")
         .isNotNull()
-        .hasMessageContaining("refused VALUE_UPDATE of state big");
+        .hasMessageContaining(refusal);
     // Reported as expected: after() checks that nothing else was.
     asyncFailure.set(null);
   }
