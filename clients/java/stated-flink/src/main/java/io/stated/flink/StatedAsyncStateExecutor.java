@@ -341,7 +341,12 @@ final class StatedAsyncStateExecutor implements StateExecutor {
                   writtenBack(ops, writeBacks, results, err);
                   return null;
                 });
-    lastAnswered = answered;
+    if (!parts.isEmpty()) {
+      // A batch that sent nothing (cache hits, cached writes) is answered
+      // now; the last one sent may still be in flight, and awaitWrites
+      // must wait for it.
+      lastAnswered = answered;
+    }
     return answered;
   }
 

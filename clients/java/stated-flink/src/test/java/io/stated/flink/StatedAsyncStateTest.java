@@ -946,6 +946,50 @@ public class StatedAsyncStateTest {
     asyncFailure.set(null);
   }
 
+  /**
+   * A batch that sends nothing (here a get the cache answers) after a write still unanswered must
+   * not let the next snapshot pass before that write's answer: the daemon, paused, refuses it only
+   * after the snapshot has begun.
+   */
+  @TestTemplate
+  void snapshotWaitsForAWriteSentBeforeABatchThatSentNothing() throws Exception {
+    Task t = new Task(128, new KeyGroupRange(0, 127), List.of(), 1, MemorySize.parse("1m"));
+    ValueState<byte[]> big =
+        state(
+            t,
+            new ValueStateDescriptor<>(
+                "big",
+                org.apache.flink.api.common.typeinfo.PrimitiveArrayTypeInfo
+                    .BYTE_PRIMITIVE_ARRAY_TYPE_INFO));
+    ValueState<Integer> v = state(t, new ValueStateDescriptor<>("v", BasicTypeInfo.INT_TYPE_INFO));
+    t.record(1, () -> v.asyncUpdate(10));
+    t.snapshot(1, () -> {});
+    DAEMON.daemon().pause();
+    Thread resume =
+        new Thread(
+            () -> {
+              try {
+                Thread.sleep(500);
+                DAEMON.daemon().resume();
+              } catch (Exception e) {
+                throw new IllegalStateException(e);
+              }
+            });
+    try {
+      // Over the cache's size: sent at once, and over the daemon's limit.
+      t.record(2, () -> big.asyncUpdate(new byte[5 << 20]));
+      t.record(1, () -> v.asyncValue());
+      assertThat(t.executor.cache().hits()).as("the get the cache answered").isEqualTo(1);
+      resume.start();
+      org.assertj.core.api.Assertions.assertThatThrownBy(() -> t.snapshot(2, () -> {}))
+          .hasMessageContaining("no snapshot")
+          .hasMessageContaining("refused VALUE_UPDATE of state big");
+    } finally {
+      resume.join();
+      DAEMON.daemon().resume();
+    }
+  }
+
   @TestTemplate
   void rescale() throws Exception {
     int max = 16;
