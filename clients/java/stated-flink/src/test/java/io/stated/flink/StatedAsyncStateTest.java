@@ -912,17 +912,21 @@ public class StatedAsyncStateTest {
     refusedWrite(CACHE, "refused the write of state big that the asynchronous value cache held");
   }
 
+  /** A value state of byte arrays named "big", for values over the daemon's limit. */
+  private static ValueState<byte[]> bigState(Task t) throws Exception {
+    return state(
+        t,
+        new ValueStateDescriptor<>(
+            "big",
+            org.apache.flink.api.common.typeinfo.PrimitiveArrayTypeInfo
+                .BYTE_PRIMITIVE_ARRAY_TYPE_INFO));
+  }
+
   private void refusedWrite(MemorySize cache, String refusal) throws Exception {
     // Batch size 1: each request is sent as it is made (the failing one below
     // fails there; a failed record never ends, so it is not drained).
     Task t = new Task(128, new KeyGroupRange(0, 127), List.of(), 1, cache);
-    ValueState<byte[]> big =
-        state(
-            t,
-            new ValueStateDescriptor<>(
-                "big",
-                org.apache.flink.api.common.typeinfo.PrimitiveArrayTypeInfo
-                    .BYTE_PRIMITIVE_ARRAY_TYPE_INFO));
+    ValueState<byte[]> big = bigState(t);
     ValueState<Integer> v = state(t, new ValueStateDescriptor<>("v", BasicTypeInfo.INT_TYPE_INFO));
     AtomicInteger completed = new AtomicInteger();
     t.record(1, () -> v.asyncUpdate(10).thenAccept(x -> completed.incrementAndGet()));
@@ -954,13 +958,7 @@ public class StatedAsyncStateTest {
   @TestTemplate
   void snapshotWaitsForAWriteSentBeforeABatchThatSentNothing() throws Exception {
     Task t = new Task(128, new KeyGroupRange(0, 127), List.of(), 1, MemorySize.parse("1m"));
-    ValueState<byte[]> big =
-        state(
-            t,
-            new ValueStateDescriptor<>(
-                "big",
-                org.apache.flink.api.common.typeinfo.PrimitiveArrayTypeInfo
-                    .BYTE_PRIMITIVE_ARRAY_TYPE_INFO));
+    ValueState<byte[]> big = bigState(t);
     ValueState<Integer> v = state(t, new ValueStateDescriptor<>("v", BasicTypeInfo.INT_TYPE_INFO));
     t.record(1, () -> v.asyncUpdate(10));
     t.snapshot(1, () -> {});

@@ -25,13 +25,10 @@ import org.apache.flink.api.common.typeinfo.Types;
 import org.apache.flink.api.connector.source.util.ratelimit.RateLimiterStrategy;
 import org.apache.flink.configuration.CheckpointingOptions;
 import org.apache.flink.configuration.Configuration;
-import org.apache.flink.configuration.MemorySize;
-import org.apache.flink.configuration.TaskManagerOptions;
 import org.apache.flink.connector.datagen.source.DataGeneratorSource;
 import org.apache.flink.core.state.StateFutureUtils;
 import org.apache.flink.runtime.jobgraph.JobGraph;
 import org.apache.flink.runtime.minicluster.MiniCluster;
-import org.apache.flink.runtime.minicluster.MiniClusterConfiguration;
 import org.apache.flink.streaming.api.environment.StreamExecutionEnvironment;
 import org.apache.flink.streaming.api.functions.KeyedProcessFunction;
 import org.apache.flink.streaming.api.operators.StreamingRuntimeContext;
@@ -134,18 +131,7 @@ class AsyncStateBench {
     Map<String, Double> rate = new java.util.LinkedHashMap<>();
     Path tmp = Files.createTempDirectory("async-bench");
     for (Backends.Backend b : backends) {
-      Configuration cluster = new Configuration();
-      cluster.set(TaskManagerOptions.MANAGED_MEMORY_SIZE, MemorySize.ofMebiBytes(512));
-      BenchMetrics.install(cluster);
-      BenchMetrics.reset();
-      try (MiniCluster mc =
-          new MiniCluster(
-              new MiniClusterConfiguration.Builder()
-                  .setConfiguration(cluster)
-                  .setNumTaskManagers(1)
-                  .setNumSlotsPerTaskManager(2)
-                  .build())) {
-        mc.start();
+      try (MiniCluster mc = BenchCluster.start(2)) {
         String name = "bench-" + UUID.randomUUID();
         Configuration conf = new Configuration();
         conf.set(

@@ -24,15 +24,12 @@ import org.apache.flink.api.connector.sink2.WriterInitContext;
 import org.apache.flink.api.connector.source.util.ratelimit.RateLimiterStrategy;
 import org.apache.flink.configuration.CheckpointingOptions;
 import org.apache.flink.configuration.Configuration;
-import org.apache.flink.configuration.MemorySize;
-import org.apache.flink.configuration.TaskManagerOptions;
 import org.apache.flink.connector.datagen.source.DataGeneratorSource;
 import org.apache.flink.runtime.checkpoint.AbstractCheckpointStats;
 import org.apache.flink.runtime.checkpoint.CheckpointStatsSnapshot;
 import org.apache.flink.runtime.checkpoint.FailedCheckpointStats;
 import org.apache.flink.runtime.jobgraph.JobGraph;
 import org.apache.flink.runtime.minicluster.MiniCluster;
-import org.apache.flink.runtime.minicluster.MiniClusterConfiguration;
 import org.apache.flink.streaming.api.environment.StreamExecutionEnvironment;
 import org.apache.flink.table.api.Table;
 import org.apache.flink.table.api.bridge.java.StreamTableEnvironment;
@@ -151,18 +148,7 @@ class NexmarkBench {
     Path tmp = Files.createTempDirectory("nexmark-bench");
     String mode = "synchronous state";
     for (Backends.Backend b : backends) {
-      Configuration cluster = new Configuration();
-      cluster.set(TaskManagerOptions.MANAGED_MEMORY_SIZE, MemorySize.ofMebiBytes(512));
-      BenchMetrics.install(cluster);
-      BenchMetrics.reset();
-      try (MiniCluster mc =
-          new MiniCluster(
-              new MiniClusterConfiguration.Builder()
-                  .setConfiguration(cluster)
-                  .setNumTaskManagers(1)
-                  .setNumSlotsPerTaskManager(p.parallelism)
-                  .build())) {
-        mc.start();
+      try (MiniCluster mc = BenchCluster.start(p.parallelism)) {
         String name = "nexmark-" + UUID.randomUUID();
         Configuration conf = new Configuration();
         conf.set(
