@@ -154,6 +154,37 @@ public final class Daemon implements AutoCloseable {
    */
   public void pause() throws IOException, InterruptedException {
     signal("-STOP");
+    // kill(2) returns once the signal is queued; a thread running on another
+    // CPU (of a VM whose vCPU waits for the host) stops a little later. Wait
+    // until every thread of the daemon is stopped, so that nothing sent after
+    // this returns can be answered before resume.
+    long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(10);
+    while (!allThreadsStopped()) {
+      if (System.nanoTime() > deadline) {
+        throw new IOException("stated serve (pid " + proc.pid() + ") did not stop within 10 s");
+      }
+      Thread.sleep(1);
+    }
+  }
+
+  /** Whether every thread of the daemon is in state T (stopped), per /proc. */
+  private boolean allThreadsStopped() throws IOException {
+    try (Stream<Path> tasks = Files.list(Path.of("/proc", Long.toString(proc.pid()), "task"))) {
+      for (Path t : (Iterable<Path>) tasks::iterator) {
+        String stat;
+        try {
+          stat = Files.readString(t.resolve("stat"));
+        } catch (java.nio.file.NoSuchFileException gone) {
+          continue;
+        }
+        // pid (comm) state ...: the state follows the last ')'.
+        char state = stat.charAt(stat.lastIndexOf(')') + 2);
+        if (state != 'T' && state != 't') {
+          return false;
+        }
+      }
+    }
+    return true;
   }
 
   /** Lets a {@link #pause paused} daemon run on (SIGCONT). */
