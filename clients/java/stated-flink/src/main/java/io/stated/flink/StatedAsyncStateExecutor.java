@@ -327,12 +327,7 @@ final class StatedAsyncStateExecutor implements StateExecutor {
                     // From the send to the last answer, on the response thread.
                     roundTripMetric.update((System.nanoTime() - sentAt) / 1000);
                   }
-                  List<Result> results = new ArrayList<>(ops.size());
-                  if (err == null) {
-                    for (CompletableFuture<BatchResult> p : parts) {
-                      results.addAll(p.join().results());
-                    }
-                  }
+                  List<Result> results = results(parts, err, ops.size());
                   for (Translated t : done) {
                     if (!(t.decoder instanceof CachedAnswer)) {
                       complete(t, results, err);
@@ -376,6 +371,18 @@ final class StatedAsyncStateExecutor implements StateExecutor {
     return parts;
   }
 
+  /** The answers of {@code parts}, in order; none when the batch failed ({@code err}). */
+  private static List<Result> results(
+      List<CompletableFuture<BatchResult>> parts, Throwable err, int size) {
+    List<Result> results = new ArrayList<>(size);
+    if (err == null) {
+      for (CompletableFuture<BatchResult> p : parts) {
+        results.addAll(p.join().results());
+      }
+    }
+    return results;
+  }
+
   private static Op writeBackOp(AsyncValueCache.WriteBack w) {
     AsyncValueCache.Address a = w.address();
     return writeOp(a.state(), a.keyGroup(), a.key(), a.namespace(), w.value());
@@ -412,12 +419,7 @@ final class StatedAsyncStateExecutor implements StateExecutor {
         CompletableFuture.allOf(parts.toArray(new CompletableFuture<?>[0]))
             .handle(
                 (v, err) -> {
-                  List<Result> results = new ArrayList<>(ops.size());
-                  if (err == null) {
-                    for (CompletableFuture<BatchResult> p : parts) {
-                      results.addAll(p.join().results());
-                    }
-                  }
+                  List<Result> results = results(parts, err, ops.size());
                   writtenBack(ops, all, results, err);
                   return null;
                 });
