@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
@@ -33,7 +34,7 @@ import (
 // adds next to that field in stated.proto, whenever a call, field or
 // operation is added that a client may depend on; clients compare it with
 // the revision they need (client.MinProtocolVersion).
-const ProtocolVersion = 3
+const ProtocolVersion = 4
 
 // Defaults of ServerOptions.
 const (
@@ -84,6 +85,10 @@ type ServerOptions struct {
 	// results, in order. 1: every read on the stream's own goroutine.
 	// Default runtime.GOMAXPROCS(0) when the server is made.
 	ReadParallelism int
+	// BatchSocket is the path of the Unix socket ServeBatchSocket serves,
+	// which Open names to clients that called over a Unix socket
+	// (OpenResponse.batch_socket). Default "": none named.
+	BatchSocket string
 	// Logger receives stream-level events. Default slog.Default().
 	Logger *slog.Logger
 }
@@ -133,6 +138,8 @@ type Server struct {
 	minReadsPerWorker, readChunk int
 	// parallelReadRuns counts the runs of reads made by readParallel.
 	parallelReadRuns atomic.Uint64
+	// batchSockets are what ServeBatchSocket serves, for Drain.
+	batchSockets batchSockets
 }
 
 // NewServer returns the service for d.
@@ -187,9 +194,12 @@ func (s *Server) GRPCServer(token string, extra ...grpc.ServerOption) *grpc.Serv
 // cancels the calls still running. Drain returns once every handler of gs
 // has returned (GRPCServer sets grpc.WaitForHandlers), so that nothing
 // runs against the daemon when it is shut down next; it returns an error
-// wrapping ctx's if it had to cut calls. The Server serves no batch stream
-// afterwards.
+// wrapping ctx's if it had to cut calls. The batch sockets
+// (ServeBatchSocket) are drained alike: they stop accepting at once, their
+// streams end as the gRPC ones do, and Drain waits for their handlers. The
+// Server serves no batch stream afterwards.
 func (s *Server) Drain(ctx context.Context, gs ...*grpc.Server) error {
+	s.batchSockets.stopAccepting()
 	stopped := make(chan struct{})
 	go func() {
 		// Owned by Drain, which waits for it.
@@ -203,6 +213,9 @@ func (s *Server) Drain(ctx context.Context, gs ...*grpc.Server) error {
 	}()
 	err := s.unary.wait(ctx)
 	s.drainOnce.Do(func() { close(s.draining) })
+	if berr := s.batchSockets.wait(ctx); berr != nil && err == nil {
+		err = berr
+	}
 	select {
 	case <-stopped:
 	case <-ctx.Done():
@@ -326,6 +339,10 @@ func (s *Server) Open(ctx context.Context, req *pb.OpenRequest) (*pb.OpenRespons
 		LastCompletedCheckpointId: s.d.LastCompleted(inst.Task.Job),
 		ProtocolVersion:           ProtocolVersion,
 		MaxViewsPerInstance:       int32(min(cfg.Views.MaxPerInstance, math.MaxInt32)),
+	}
+	// A TCP client may be on another host, where the path means nothing.
+	if p, ok := peer.FromContext(ctx); ok && p.Addr != nil && p.Addr.Network() == "unix" {
+		resp.BatchSocket = s.opts.BatchSocket
 	}
 	if inst.VerifyKeyGroups {
 		resp.KeyHash = pb.KeyHash_KEY_HASH_FNV1A_MURMUR

@@ -224,7 +224,7 @@ func Open(ctx context.Context, opts Options) (_ *Host, err error) {
 	}
 	n.srv = api.NewServer(n.d, api.ServerOptions{MaxMessageSize: opts.MaxMessageSize, QueueDepth: opts.QueueDepth,
 		MaxConcurrentStreams: opts.MaxConcurrentStreams, FirstBatchTimeout: opts.FirstBatchTimeout,
-		ReadParallelism: opts.ReadParallelism, Logger: n.log})
+		ReadParallelism: opts.ReadParallelism, BatchSocket: n.batchSocket(), Logger: n.log})
 	prices, _ := cost.ParsePrices(opts.S3Prices, cost.S3Standard) // checked by Validate
 	n.costs = newCosts(prices, n.d.Metrics().CheckpointsCompleted.Load, n.stateBytes)
 	n.costs.add(storeCheckpoint, n.meter)
@@ -276,7 +276,7 @@ func Open(ctx context.Context, opts Options) (_ *Host, err error) {
 	if err := n.serve(); err != nil {
 		return nil, err
 	}
-	n.log.Info("stated serving", "version", build.Version, "revision", build.ShortRevision(), "socket", n.Socket(), "dataDir", opts.DataDir, "checkpointStore", redactURL(opts.CheckpointStore), "pid", os.Getpid())
+	n.log.Info("stated serving", "version", build.Version, "revision", build.ShortRevision(), "socket", n.Socket(), "batchSocket", n.opts.BatchSocket, "dataDir", opts.DataDir, "checkpointStore", redactURL(opts.CheckpointStore), "pid", os.Getpid())
 	return n, nil
 }
 
@@ -432,6 +432,20 @@ func (n *Host) serve() error {
 		}
 		n.local = n.srv.GRPCServer("", o.GRPCOptions...)
 		n.start(n.local, ln, "unix")
+	}
+	if b := n.batchSocket(); b != "" {
+		ln, err := listenUnix(b)
+		if err != nil {
+			return fmt.Errorf("batch %w (--batch-socket %s: %q turns it off)", err, b, BatchSocketOff)
+		}
+		n.closers = append(n.closers, func() { _ = os.Remove(b) })
+		n.wg.Add(1)
+		go func() {
+			defer n.wg.Done()
+			if err := n.srv.ServeBatchSocket(ln); err != nil && !errors.Is(err, api.ErrBatchSocketsStopped) {
+				n.serveErr <- fmt.Errorf("batch socket: %w", err)
+			}
+		}()
 	}
 	if tl := n.tcpLn; tl != nil {
 		n.tcpAddr = tl.Addr()
@@ -607,6 +621,14 @@ func (n *Host) Socket() string {
 		return ""
 	}
 	return n.opts.Socket
+}
+
+// batchSocket returns the path of the batch socket ("": none).
+func (n *Host) batchSocket() string {
+	if n.opts.NoSocket || n.opts.BatchSocket == BatchSocketOff {
+		return ""
+	}
+	return n.opts.BatchSocket
 }
 
 // TCPAddr returns the address the TCP server listens on (nil: none).

@@ -39,6 +39,8 @@ const (
 	DefaultCacheBytes = 1 << 30
 	// SocketName is the default socket's name in the data dir.
 	SocketName = "stated.sock"
+	// BatchSocketOff as Options.BatchSocket serves no batch socket.
+	BatchSocketOff = "off"
 )
 
 // Options configure a node: every setting of "stated serve" (each field
@@ -58,6 +60,13 @@ type Options struct {
 	// Socket: tests pass an in-process listener (bufconn) or one on a
 	// socket of their own. The node closes it. Default nil.
 	Listener net.Listener
+	// BatchSocket is the path of the Unix socket (mode 0600) that serves
+	// batch streams without gRPC, which Open names to clients on Socket
+	// (--batch-socket; docs/protocol.md, "The batch socket"). "off": none.
+	// Default: Socket's path with "-batch" before its ".sock" (appended
+	// if it has none); none with Listener or NoSocket, or when that path
+	// is over the kernel's limit.
+	BatchSocket string
 	// NoSocket serves no local API (Socket and Listener unused): the
 	// caller uses Daemon or Server directly. Default false.
 	NoSocket bool
@@ -345,6 +354,18 @@ func (o *Options) EnsureDefaults() {
 	if o.Socket == "" {
 		o.Socket = filepath.Join(o.DataDir, SocketName)
 	}
+	if o.BatchSocket == "" {
+		if o.NoSocket || o.Listener != nil {
+			o.BatchSocket = BatchSocketOff
+		} else if b := strings.TrimSuffix(o.Socket, ".sock") + "-batch.sock"; len(b) <= MaxSocketPath {
+			o.BatchSocket = b
+		} else {
+			// A socket path near the kernel's limit leaves no room: the
+			// batch socket is an optimization, so the default goes without
+			// it (the start's log line says "off").
+			o.BatchSocket = BatchSocketOff
+		}
+	}
 	if o.CheckpointStore == "" && o.Store == nil {
 		o.CheckpointStore = DefaultCheckpointStore(o.DataDir)
 	}
@@ -416,6 +437,13 @@ func (o *Options) Validate() error {
 		if len(sock) > MaxSocketPath {
 			bad("Socket", "%s %s is %d bytes, over the kernel's limit of %d bytes for a Unix socket path (sun_path, with its NUL): give a shorter %s, or a shorter %s",
 				ref("Socket"), sock, len(sock), MaxSocketPath, ref("Socket"), ref("DataDir"))
+		}
+		if b := o.BatchSocket; b != "" && b != BatchSocketOff && len(b) > MaxSocketPath {
+			bad("BatchSocket", "%s %s is %d bytes, over the kernel's limit of %d bytes for a Unix socket path (sun_path, with its NUL): give a shorter %s (or %q), or a shorter %s",
+				ref("BatchSocket"), b, len(b), MaxSocketPath, ref("BatchSocket"), BatchSocketOff, ref("Socket"))
+		}
+		if b := o.BatchSocket; b != "" && b == sock {
+			bad("BatchSocket", "%s %s is the path of %s too: give it another", ref("BatchSocket"), b, ref("Socket"))
 		}
 	}
 	if o.Store != nil && o.CheckpointStore != "" {

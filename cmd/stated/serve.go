@@ -27,6 +27,7 @@ import (
 type serveFlags struct {
 	dataDir           string
 	socket            string
+	batchSocket       string
 	listen            string
 	token             string
 	tlsCert           string
@@ -110,6 +111,7 @@ the grace ends, closes every backend and exits 0.`,
 	fl := cmd.Flags()
 	fl.StringVar(&f.dataDir, "data-dir", "./stated-data", "directory for working state (and the default checkpoint store and socket)")
 	fl.StringVar(&f.socket, "socket", "", "Unix socket path (default <data-dir>/stated.sock)")
+	fl.StringVar(&f.batchSocket, "batch-socket", "", "Unix socket serving batch streams without gRPC, named to clients on --socket; \"off\" for none (default --socket's path with -batch before .sock)")
 	fl.StringVar(&f.listen, "listen", "", "also serve on this TCP address (requires --token or --tls-client-ca; without TLS, only a loopback address unless --allow-plaintext-token)")
 	fl.StringVar(&f.token, "token", "", "token TCP clients must send (authorization: Bearer <token>)")
 	fl.StringVar(&f.tlsCert, "tls-cert", "", "PEM certificate of the TCP API: with --tls-key, --listen serves TLS only (re-read when the file changes)")
@@ -323,7 +325,7 @@ func (f *serveFlags) nodeOptions(log *slog.Logger) (host.Options, error) {
 		return optionalSize("pack-file-bytes", v)
 	}
 	o := host.Options{
-		DataDir: f.dataDir, Socket: f.socket, Listen: f.listen, Token: f.token, MetricsAddr: f.metricsAddr,
+		DataDir: f.dataDir, Socket: f.socket, BatchSocket: f.batchSocket, Listen: f.listen, Token: f.token, MetricsAddr: f.metricsAddr,
 		TLSCert: f.tlsCert, TLSKey: f.tlsKey, TLSClientCA: f.tlsClientCA, AllowPlaintextToken: f.plaintextToken,
 		NodeID: f.nodeID, RaftAddr: f.raftAddr, RaftAdvertise: f.raftAdvertise, RaftPeers: f.raftPeers, RaftDir: f.raftDir,
 		ClusterTLSCert: f.clusterTLSCert, ClusterTLSKey: f.clusterTLSKey, ClusterTLSCA: f.clusterTLSCA, ClusterToken: f.clusterToken,
@@ -387,7 +389,7 @@ func (f *serveFlags) nodeOptions(log *slog.Logger) (host.Options, error) {
 // by that flag, so that node's problems are reported under the flags'
 // names (TestFlagOfCoversOptions keeps it complete).
 var flagOf = map[string]string{
-	"DataDir": "data-dir", "Socket": "socket", "Listen": "listen", "Token": "token", "MetricsAddr": "metrics-addr",
+	"DataDir": "data-dir", "Socket": "socket", "BatchSocket": "batch-socket", "Listen": "listen", "Token": "token", "MetricsAddr": "metrics-addr",
 	"TLSCert": "tls-cert", "TLSKey": "tls-key", "TLSClientCA": "tls-client-ca", "AllowPlaintextToken": "allow-plaintext-token",
 	"NodeID": "node-id", "RaftAddr": "raft-addr", "RaftAdvertise": "raft-advertise", "RaftPeers": "raft-peers", "RaftDir": "raft-dir",
 	"ClusterTLSCert": "cluster-tls-cert", "ClusterTLSKey": "cluster-tls-key", "ClusterTLSCA": "cluster-tls-ca", "ClusterToken": "cluster-token",

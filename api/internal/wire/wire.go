@@ -825,6 +825,26 @@ func (r *Raw) Free() {
 	r.Data = nil
 }
 
+// Alloc makes r hold n bytes from gRPC's buffer pool, for a receiver that
+// reads a message outside gRPC (the batch socket) to fill; Free returns
+// them.
+func (r *Raw) Alloc(n int) []byte {
+	p := mem.DefaultBufferPool().Get(n)
+	r.buf = mem.NewBuffer(p, mem.DefaultBufferPool())
+	r.Data = (*p)[:n]
+	return r.Data
+}
+
+// Sent returns an outgoing message's pooled buffer (NewOutgoing) once a
+// sender outside gRPC has written it; Data must not be used afterwards.
+func (r *Raw) Sent() {
+	if r.orig != nil {
+		mem.DefaultBufferPool().Put(r.orig)
+		r.orig = nil
+	}
+	r.Data = nil
+}
+
 // OutBuffer returns an empty slice with room for n bytes from gRPC's buffer
 // pool, to encode an outgoing message into (then NewOutgoing).
 func OutBuffer(n int) *[]byte {
