@@ -110,7 +110,9 @@ public final class Instance {
   /** The thread that reads the batch stream's answers (set by the first), or null. */
   private volatile Thread ioThread;
 
-  private ClientCallStreamObserver<BatchRequest> out;
+  /** Where requests go: the Batch call, or the batch socket. */
+  private BatchOut out;
+
   private long seq;
 
   // The request being filled by submit(), guarded by writeLock.
@@ -127,6 +129,79 @@ public final class Instance {
       this.seq = seq;
       this.n = n;
       this.future = future;
+    }
+  }
+
+  /** The batch stream's sending end. */
+  private interface BatchOut {
+    /** Writes one request (under the write lock); a failure throws. */
+    void send(BatchRequest req);
+
+    /** Ends the requests; the daemon answers those it has, then ends the stream. */
+    void complete();
+
+    /** Ends the stream at once. */
+    void cancel(String why);
+
+    /** "grpc" or "batch-socket". */
+    String transport();
+  }
+
+  /** The Batch call's sending end. */
+  private static final class GrpcOut implements BatchOut {
+    final ClientCallStreamObserver<BatchRequest> call;
+
+    GrpcOut(ClientCallStreamObserver<BatchRequest> call) {
+      this.call = call;
+    }
+
+    @Override
+    public void send(BatchRequest req) {
+      call.onNext(req);
+    }
+
+    @Override
+    public void complete() {
+      call.onCompleted();
+    }
+
+    @Override
+    public void cancel(String why) {
+      call.cancel(why, null);
+    }
+
+    @Override
+    public String transport() {
+      return "grpc";
+    }
+  }
+
+  /** The batch socket's sending end. */
+  private static final class SocketOut implements BatchOut {
+    final BatchSocket socket;
+
+    SocketOut(BatchSocket socket) {
+      this.socket = socket;
+    }
+
+    @Override
+    public void send(BatchRequest req) {
+      socket.send(req);
+    }
+
+    @Override
+    public void complete() {
+      socket.complete();
+    }
+
+    @Override
+    public void cancel(String why) {
+      socket.close();
+    }
+
+    @Override
+    public String transport() {
+      return "batch-socket";
     }
   }
 
@@ -149,8 +224,42 @@ public final class Instance {
             : BATCH_BYTES;
   }
 
-  /** Opens the stream and sends the first request, which names the instance. */
+  /**
+   * Opens the stream and sends the first request, which names the instance: on the batch socket
+   * when the daemon names one and the client may use it ({@link StatedClient.Builder#batchSocket}),
+   * else (or if it cannot connect) on the Batch call.
+   */
   CompletableFuture<BatchResult> start() {
+    String path = open.getBatchSocket();
+    if (!path.isEmpty() && client.useBatchSocket()) {
+      try {
+        BatchSocket socket =
+            BatchSocket.connect(
+                java.nio.file.Path.of(path),
+                client.where(),
+                StatedClient.MAX_INBOUND,
+                "stated-batch-" + task.getOperator() + "-" + task.getSubtask(),
+                this::onResponse,
+                this::fail);
+        out = new SocketOut(socket);
+        socket.start();
+        return send(List.of(), null, null);
+      } catch (java.io.IOException | RuntimeException e) {
+        System.getLogger(Instance.class.getName())
+            .log(
+                System.Logger.Level.WARNING,
+                "stated: cannot use the daemon's batch socket "
+                    + path
+                    + " ("
+                    + e
+                    + "); the batch stream of "
+                    + task.getOperator()
+                    + "/"
+                    + task.getSubtask()
+                    + " goes through gRPC on "
+                    + client.where());
+      }
+    }
     ClientCall<BatchRequest, BatchResponse> call =
         client.channel().newCall(StatedGrpc.BATCH, CallOptions.DEFAULT.withExecutor(ON_IO_THREAD));
     StreamObserver<BatchRequest> obs =
@@ -159,7 +268,7 @@ public final class Instance {
             new ClientResponseObserver<BatchRequest, BatchResponse>() {
               @Override
               public void beforeStart(ClientCallStreamObserver<BatchRequest> requestStream) {
-                out = requestStream;
+                out = new GrpcOut(requestStream);
               }
 
               @Override
@@ -180,7 +289,7 @@ public final class Instance {
               }
             });
     if (out == null) {
-      out = (ClientCallStreamObserver<BatchRequest>) obs;
+      out = new GrpcOut((ClientCallStreamObserver<BatchRequest>) obs);
     }
     return send(List.of(), null, null);
   }
@@ -340,6 +449,14 @@ public final class Instance {
     return this;
   }
 
+  /**
+   * How the batch stream reaches the daemon: {@code "batch-socket"} or {@code "grpc"} (see {@link
+   * #start}).
+   */
+  public String transport() {
+    return out.transport();
+  }
+
   /** The number of requests sent and not answered yet. */
   public int inFlight() {
     return pending.size();
@@ -384,6 +501,10 @@ public final class Instance {
   private void fail(StatedException err) {
     if (dead == null) {
       dead = err;
+    }
+    if (out instanceof SocketOut) {
+      // Nothing more is read: the reader and the connection end.
+      out.cancel("failed");
     }
     drain();
     // Wake every sender waiting for a slot, once: they see the failure.
@@ -494,7 +615,7 @@ public final class Instance {
       return f;
     }
     try {
-      out.onNext(req.build());
+      out.send(req.build());
     } catch (RuntimeException e) {
       fail(StatedException.from(e, client.where()));
     }
@@ -798,7 +919,7 @@ public final class Instance {
     writeLock.lock();
     try {
       if (dead == null) {
-        out.cancel("abandoned by the client", null);
+        out.cancel("abandoned by the client");
       }
     } finally {
       writeLock.unlock();
@@ -811,7 +932,7 @@ public final class Instance {
     try {
       if (dead == null) {
         dead = reason;
-        out.onCompleted();
+        out.complete();
       }
     } finally {
       writeLock.unlock();

@@ -79,6 +79,7 @@ public final class StatedClient implements AutoCloseable {
   private final EventLoopGroup group;
   private final String where;
   private final int maxInFlight;
+  private final boolean useBatchSocket;
 
   private StatedClient(Builder b) throws IOException {
     NettyChannelBuilder nb;
@@ -129,6 +130,7 @@ public final class StatedClient implements AutoCloseable {
     }
     channel = ch;
     maxInFlight = b.maxInFlight;
+    useBatchSocket = b.batchSocket && b.socket != null;
   }
 
   /** A builder for a daemon on a Unix socket (its {@code <data-dir>/stated.sock} by default). */
@@ -161,8 +163,20 @@ public final class StatedClient implements AutoCloseable {
     private String authority;
     private String token;
     private int maxInFlight = 8;
+    private boolean batchSocket = true;
 
     private Builder() {}
+
+    /**
+     * Whether an instance's batch stream uses the daemon's batch socket when the daemon names one
+     * (default true; only on a Unix socket, where the daemon names it): the same stream without
+     * gRPC, fewer thread hand-offs per round trip (docs/protocol.md, "The batch socket"). If it
+     * cannot connect, the stream goes through gRPC and a warning says why.
+     */
+    public Builder batchSocket(boolean on) {
+      this.batchSocket = on;
+      return this;
+    }
 
     /**
      * TLS, verifying the daemon's certificate against the PEM bundle {@code caFile} (null: the
@@ -228,6 +242,11 @@ public final class StatedClient implements AutoCloseable {
   /** Where the daemon is, as error messages name it. */
   public String where() {
     return where;
+  }
+
+  /** Whether instances may use the daemon's batch socket ({@link Builder#batchSocket}). */
+  boolean useBatchSocket() {
+    return useBatchSocket;
   }
 
   int defaultMaxInFlight() {

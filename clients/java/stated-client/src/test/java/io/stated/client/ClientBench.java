@@ -24,6 +24,9 @@ import java.util.concurrent.CompletableFuture;
  *     -Dmdep.outputFile=/tmp/cp.txt &amp;&amp; java -cp stated-client/target/test-classes:\
  * stated-client/target/classes:$(cat /tmp/cp.txt) -Dstated.repo=../.. io.stated.client.ClientBench 200000
  * </pre>
+ *
+ * <p>{@code -Dstated.batchSocket=false} keeps the batch stream on gRPC instead of the daemon's
+ * batch socket, to compare the two.
  */
 public final class ClientBench {
   private ClientBench() {}
@@ -32,7 +35,8 @@ public final class ClientBench {
     int n = args.length > 0 ? Integer.parseInt(args[0]) : 200_000;
     try (Daemon d = new Daemon()) {
       d.start();
-      try (StatedClient c = d.client()) {
+      boolean batchSocket = Boolean.parseBoolean(System.getProperty("stated.batchSocket", "true"));
+      try (StatedClient c = d.client(batchSocket)) {
         Instance inst =
             StatedException.await(
                 c.open(
@@ -82,9 +86,9 @@ public final class ClientBench {
           }
           double syncPerSec = sync / ((System.nanoTime() - t0) / 1e9);
           System.out.printf(
-              "round %d: %d keys, 100-byte values: pipelined put %.0fk ops/s, pipelined get %.0fk"
-                  + " ops/s, synchronous get %.1fk ops/s (%d)%n",
-              round, n, puts / 1000, getsPerSec / 1000, syncPerSec / 1000, sync);
+              "round %d (%s): %d keys, 100-byte values: pipelined put %.0fk ops/s, pipelined get"
+                  + " %.0fk ops/s, synchronous get %.1fk ops/s (%d)%n",
+              round, inst.transport(), n, puts / 1000, getsPerSec / 1000, syncPerSec / 1000, sync);
         }
         StatedException.await(inst.closeInstance());
       }

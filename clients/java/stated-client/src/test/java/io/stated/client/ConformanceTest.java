@@ -86,11 +86,19 @@ class ConformanceTest {
   private Daemon daemon;
   private StatedClient c;
 
+  /**
+   * Whether instances use the daemon's batch socket (the client's default) or the Batch call
+   * ({@link ConformanceGrpcTest} runs every test so).
+   */
+  boolean batchSocket() {
+    return true;
+  }
+
   @BeforeAll
   void start() throws Exception {
     daemon = new Daemon();
     daemon.start();
-    c = daemon.client();
+    c = daemon.client(batchSocket());
   }
 
   @AfterAll
@@ -191,7 +199,10 @@ class ConformanceTest {
   }
 
   Instance open(OpenRequest.Builder req) {
-    return get(c.open(req.build()));
+    Instance inst = get(c.open(req.build()));
+    assertEquals(
+        batchSocket() ? "batch-socket" : "grpc", inst.transport(), "the batch stream's transport");
+    return inst;
   }
 
   static List<Op> putOps(Instance inst, int from, int n, String value) {
@@ -879,6 +890,9 @@ class ConformanceTest {
         fails("wrong token", () -> wrong.listCheckpoints("j"), Status.Code.UNAUTHENTICATED);
         fails("no token", () -> none.listCheckpoints("j"), Status.Code.UNAUTHENTICATED);
         Instance inst = get(ok.open(spec("tcp", BackendKind.BACKEND_KIND_HEAP).build()));
+        assertEquals(
+            "", inst.openResponse().getBatchSocket(), "a TCP client is named no batch socket");
+        assertEquals("grpc", inst.transport());
         get(inst.send(putOps(inst, 0, 5, "tcp"))).check();
         assertEquals("tcp", str(readAll(inst, List.of("k4")).get(0).getValue()));
         get(inst.closeInstance());
@@ -1150,6 +1164,10 @@ class ConformanceTest {
     StatedException e =
         fails("send to a dead daemon", () -> inst.send(List.of()), Status.Code.UNAVAILABLE);
     assertNotNull(inst.failure(), "the instance did not notice the stream's end: " + e);
+    assertTrue(
+        e.getMessage().contains(daemon.socket.toString())
+            && e.getMessage().contains("stated serve"),
+        "the error names the daemon's socket and how to start it: " + e.getMessage());
     daemon.start();
     Instance re =
         open(

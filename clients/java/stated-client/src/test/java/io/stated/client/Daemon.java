@@ -139,6 +139,13 @@ public final class Daemon implements AutoCloseable {
     return StatedClient.unixSocket(socket).build();
   }
 
+  /**
+   * A client that uses the daemon's batch socket or not ({@link StatedClient.Builder#batchSocket}).
+   */
+  public StatedClient client(boolean batchSocket) throws IOException {
+    return StatedClient.unixSocket(socket).batchSocket(batchSocket).build();
+  }
+
   public String tail() {
     try {
       String s = Files.readString(dir.resolve("daemon.log"));

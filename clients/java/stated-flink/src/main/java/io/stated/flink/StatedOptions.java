@@ -82,6 +82,17 @@ public final class StatedOptions {
                   + " managed memory). Set: taken from the task heap, a TaskManager holds one"
                   + " cache per keyed operator per slot.");
 
+  public static final ConfigOption<Boolean> BATCH_SOCKET =
+      ConfigOptions.key("state.backend.stated.batch-socket")
+          .booleanType()
+          .defaultValue(true)
+          .withDescription(
+              "With a Unix socket: send each instance's batch stream on the daemon's batch socket"
+                  + " (the path the daemon names at open) rather than through gRPC: the same"
+                  + " requests and answers with fewer thread hand-offs, about three times the"
+                  + " synchronous reads per second. False keeps everything on gRPC. If the batch"
+                  + " socket cannot be reached, gRPC is used and a warning says why.");
+
   public static final ConfigOption<Boolean> READ_AHEAD =
       ConfigOptions.key("state.backend.stated.read-ahead")
           .booleanType()

@@ -37,6 +37,7 @@ public class StatedStateBackend extends AbstractStateBackend implements Configur
   private long cacheBytes = -1;
 
   private boolean readAhead = StatedOptions.READ_AHEAD.defaultValue();
+  private boolean batchSocket = StatedOptions.BATCH_SOCKET.defaultValue();
 
   private boolean incremental;
   private String timerService = StatedOptions.TIMER_SERVICE.defaultValue();
@@ -65,6 +66,7 @@ public class StatedStateBackend extends AbstractStateBackend implements Configur
         config.getOptional(StatedOptions.CACHE_SIZE).map(MemorySize::getBytes).orElse(cacheBytes);
     b.incremental = config.getOptional(StatedOptions.INCREMENTAL).orElse(incremental);
     b.readAhead = config.getOptional(StatedOptions.READ_AHEAD).orElse(readAhead);
+    b.batchSocket = config.getOptional(StatedOptions.BATCH_SOCKET).orElse(batchSocket);
     b.timerService = config.getOptional(StatedOptions.TIMER_SERVICE).orElse(timerService);
     b.externalRoot = config.getOptional(StatedOptions.EXTERNAL_ROOT).orElse(externalRoot);
     b.asyncCacheBytes =
@@ -169,7 +171,7 @@ public class StatedStateBackend extends AbstractStateBackend implements Configur
     validate();
     StatedClient.Builder b;
     if (socket != null && !socket.isEmpty()) {
-      b = StatedClient.unixSocket(Path.of(socket));
+      b = StatedClient.unixSocket(Path.of(socket)).batchSocket(batchSocket);
     } else {
       int colon = address.lastIndexOf(':');
       int port;
