@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -18,6 +19,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/statedhq/stated/api"
+	"github.com/statedhq/stated/api/client"
 	"github.com/statedhq/stated/api/protocol"
 	pb "github.com/statedhq/stated/api/statedpb"
 	"github.com/statedhq/stated/host"
@@ -257,5 +259,43 @@ func TestBatchSocketOff(t *testing.T) {
 	h := startDaemon(t, harnessOpts{node: func(o *host.Options) { o.BatchSocket = host.BatchSocketOff }})
 	if open := openForSocket(t, h, "off"); open.BatchSocket != "" {
 		t.Fatalf("batch_socket %q with --batch-socket off", open.BatchSocket)
+	}
+}
+
+// TestGoClientTransports: the Go client takes the batch socket the daemon
+// names, keeps to gRPC with NoBatchSocket, and both see the same state;
+// a socket it cannot reach leaves it on gRPC.
+func TestGoClientTransports(t *testing.T) {
+	ctx := ctxT(t)
+	h := startDaemon(t, harnessOpts{})
+	for _, tc := range []struct {
+		opts client.Options
+		want string
+	}{
+		{client.Options{}, client.TransportBatchSocket},
+		{client.Options{NoBatchSocket: true}, client.TransportGRPC},
+	} {
+		in := openHeap(t, h.dial(tc.opts), task("transport-"+tc.want, "op", 0))
+		if got := in.Transport(); got != tc.want {
+			t.Fatalf("options %+v: transport %q, want %q", tc.opts, got, tc.want)
+		}
+		in.Put("v", []byte("k"), nil, []byte(tc.want))
+		v, err := in.Get("v", []byte("k"), nil).Wait(ctx)
+		if err != nil || string(v.Data) != tc.want {
+			t.Fatalf("%s: get %q, %v", tc.want, v.Data, err)
+		}
+		if err := in.Close(ctx); err != nil {
+			t.Fatalf("%s: close: %v", tc.want, err)
+		}
+	}
+	if err := os.Remove(strings.TrimSuffix(h.sock, ".sock") + "-batch.sock"); err != nil {
+		t.Fatal(err)
+	}
+	in := openHeap(t, h.dial(client.Options{}), task("transport-gone", "op", 0))
+	if got := in.Transport(); got != client.TransportGRPC {
+		t.Fatalf("batch socket removed: transport %q, want %q", got, client.TransportGRPC)
+	}
+	if _, err := in.Put("v", []byte("k"), nil, []byte("x")).Wait(ctx); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -61,7 +61,9 @@ func TestBatchStreamWithoutFirstRequestEnds(t *testing.T) {
 func TestMaxConcurrentStreams(t *testing.T) {
 	ctx := ctxT(t)
 	h := startDaemon(t, harnessOpts{server: api.ServerOptions{MaxConcurrentStreams: 2}})
-	c := h.dial(client.Options{})
+	// Batch streams on the connection (a batch socket's are not HTTP/2
+	// streams).
+	c := h.dial(client.Options{NoBatchSocket: true})
 	a := openHeap(t, c, task("a", "op", 0))
 	b := openHeap(t, c, task("b", "op", 0))
 	// Both batch streams hold the connection's slots: a unary call waits.
@@ -77,7 +79,7 @@ func TestMaxConcurrentStreams(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Another connection has its own slots.
-	other := h.dial(client.Options{})
+	other := h.dial(client.Options{NoBatchSocket: true})
 	if _, err := other.ListCheckpoints(ctx, "a"); err != nil {
 		t.Fatal(err)
 	}

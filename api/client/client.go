@@ -66,6 +66,11 @@ type Options struct {
 	KeyHash func(key []byte) int32
 	// DialOptions are added to the gRPC dial options.
 	DialOptions []grpc.DialOption
+	// NoBatchSocket keeps every instance's batch stream on the Batch call
+	// even when the daemon names its batch socket (docs/protocol.md, "The
+	// batch socket"). Default false: the batch socket, whose round trips
+	// cost about a third.
+	NoBatchSocket bool
 }
 
 func (o *Options) ensureDefaults() {

@@ -112,10 +112,11 @@ type Instance struct {
 	protoVersion uint32
 	maxViews     int
 
-	stream grpc.ClientStream
-	cancel context.CancelFunc
-	cb     *runner
-	timer  *time.Timer
+	stream    grpc.ClientStream
+	transport string
+	cancel    context.CancelFunc
+	cb        *runner
+	timer     *time.Timer
 
 	mu  sync.Mutex
 	cur *batch
@@ -154,13 +155,28 @@ func newInstance(ctx context.Context, c *Client, task backend.TaskID, resp *pb.O
 		opts.MaxBatchBytes = n
 	}
 	sctx, cancel := context.WithCancel(context.Background())
-	// The generated stub would encode a message per operation; the stream
-	// carries the same protobuf bytes, encoded by hand (api/internal/wire).
-	stream, err := c.cc.NewStream(sctx, &pb.Stated_ServiceDesc.Streams[0], pb.Stated_Batch_FullMethodName,
-		grpc.ForceCodecV2(wire.NewCodec()))
-	if err != nil {
-		cancel()
-		return nil, err
+	var stream grpc.ClientStream
+	transport := TransportGRPC
+	if path := resp.GetBatchSocket(); path != "" && !opts.NoBatchSocket {
+		// Named only to a client on the daemon's Unix socket. One that
+		// cannot be reached (another mount of the socket's directory)
+		// leaves the stream on gRPC.
+		limit := max(2*int(resp.GetMaxMessageSize()), 64<<20)
+		if s, err := dialBatchSocket(sctx, path, limit); err == nil {
+			stream, transport = s, TransportBatchSocket
+		}
+	}
+	var err error
+	if stream == nil {
+		// The generated stub would encode a message per operation; the
+		// stream carries the same protobuf bytes, encoded by hand
+		// (api/internal/wire).
+		stream, err = c.cc.NewStream(sctx, &pb.Stated_ServiceDesc.Streams[0], pb.Stated_Batch_FullMethodName,
+			grpc.ForceCodecV2(wire.NewCodec()))
+		if err != nil {
+			cancel()
+			return nil, err
+		}
 	}
 	in := &Instance{
 		c: c, opts: opts, task: task, id: resp.GetInstanceId(),
@@ -170,7 +186,7 @@ func newInstance(ctx context.Context, c *Client, task backend.TaskID, resp *pb.O
 		changelog:    resp.GetChangelog(),
 		maxValue:     int(resp.GetMaxValueSize()),
 		protoVersion: resp.GetProtocolVersion(), maxViews: int(resp.GetMaxViewsPerInstance()),
-		stream: stream, cancel: cancel, cb: newRunner(),
+		stream: stream, transport: transport, cancel: cancel, cb: newRunner(),
 		pending:  make(chan *batch, opts.MaxInFlight),
 		dead:     make(chan struct{}),
 		recvDone: make(chan struct{}),
@@ -207,6 +223,20 @@ func newInstance(ctx context.Context, c *Client, task backend.TaskID, resp *pb.O
 	}
 	return in, nil
 }
+
+// Transports of an instance's batch stream (Instance.Transport).
+const (
+	// TransportBatchSocket is the daemon's batch socket.
+	TransportBatchSocket = "batch-socket"
+	// TransportGRPC is the Batch call.
+	TransportGRPC = "grpc"
+)
+
+// Transport says how the batch stream reaches the daemon: on its batch
+// socket when it names one (to clients on its Unix socket) and
+// Options.NoBatchSocket is not set, else (or if the socket cannot be
+// reached) on the Batch call.
+func (in *Instance) Transport() string { return in.transport }
 
 // Task is the task the instance belongs to.
 func (in *Instance) Task() backend.TaskID { return in.task }
