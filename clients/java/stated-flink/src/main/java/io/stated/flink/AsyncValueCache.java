@@ -49,9 +49,7 @@ final class AsyncValueCache {
   /**
    * The state, key group, key and namespace a value lives at, as one array: a lookup in a large
    * cache misses the CPU caches at every object it follows, so the address has two (itself and the
-   * array) rather than one per part. Its hash mixes every byte: {@link ByteString#hashCode} (31
-   * times the hash plus the byte) gives many equal hashes to the short, mostly zero keys of numbers
-   * (a serialized long), and the hash map's bins turn into trees.
+   * array) rather than one per part. Its hash mixes every byte ({@link ByteHash} says why).
    */
   static final class Address {
     private final String state;
@@ -73,18 +71,7 @@ final class AsyncValueCache {
       System.arraycopy(key, 0, b, 8, key.length);
       System.arraycopy(namespace, 0, b, 8 + key.length, namespace.length);
       this.id = b;
-      // FNV-1a over the bytes, seeded with the state's hash, then
-      // MurmurHash3's finalizer: every input bit reaches every hash bit.
-      int h = state.hashCode() * 0x9E3779B9;
-      for (byte x : b) {
-        h = (h ^ (x & 0xFF)) * 0x01000193;
-      }
-      h ^= h >>> 16;
-      h *= 0x85EBCA6B;
-      h ^= h >>> 13;
-      h *= 0xC2B2AE35;
-      h ^= h >>> 16;
-      this.hash = h;
+      this.hash = ByteHash.finish(ByteHash.add(ByteHash.seed(state), b, 0, b.length));
     }
 
     private static void putInt(byte[] b, int at, int v) {

@@ -372,7 +372,7 @@ final class StateCache {
       this.state = state;
       this.key = key;
       this.ns = ns;
-      this.hash = (state.hashCode() * 31 + Arrays.hashCode(key)) * 31 + Arrays.hashCode(ns);
+      this.hash = ByteHash.finish(ByteHash.add(ByteHash.add(ByteHash.seed(state), key), ns));
     }
 
     void clear() {
@@ -530,7 +530,7 @@ final class StateCache {
 
     Bytes(byte[] b) {
       this.b = b;
-      this.hash = Arrays.hashCode(b);
+      this.hash = ByteHash.finish(ByteHash.add(0, b));
     }
 
     @Override
