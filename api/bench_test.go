@@ -3,6 +3,7 @@ package api_test
 import (
 	"context"
 	"encoding/binary"
+	"flag"
 	"fmt"
 	"io"
 	"net"
@@ -30,11 +31,14 @@ import (
 // The daemon runs in the benchmark's process, serving a real Unix socket,
 // with the GC target "stated serve" sets (daemon.DefaultGCPercent), which
 // the in-process runs share. Single-op benchmarks report the p50 round trip
-// as p50-us; every one reports ops/s.
+// as p50-us; every one reports ops/s. The client takes the daemon's batch
+// socket, as by default; -bench.grpc keeps its batch streams on gRPC.
 //
-//	go test ./api -run '^$' -bench . -benchtime 2s
+//	go test ./api -run '^$' -bench . -benchtime 2s [-args -bench.grpc]
 
 const benchValueSize = 100
+
+var benchGRPC = flag.Bool("bench.grpc", false, "benchmarks: the client's batch streams on gRPC, not the batch socket")
 
 func benchKey(i int) []byte { return fmt.Appendf(nil, "key-%08d", i) }
 
@@ -158,7 +162,7 @@ func BenchmarkLSM(b *testing.B) {
 				batch = 1
 			}
 			// Batches go out when full (or on Wait); the delay never fires.
-			c := h.dial(client.Options{MaxBatchOps: batch, FlushDelay: time.Minute})
+			c := h.dial(client.Options{MaxBatchOps: batch, FlushDelay: time.Minute, NoBatchSocket: *benchGRPC})
 			ctx := context.Background()
 			in, err := c.Open(ctx, client.OpenSpec{Task: backend.TaskID{Job: "bench", Operator: "op"}, Parallelism: 1,
 				Backend: backend.KindLSM, States: benchStates})
@@ -301,7 +305,7 @@ func BenchmarkInterleaved(b *testing.B) {
 	defer be.Close()
 	h := startDaemon(b, harnessOpts{})
 	open := func(batch int, sub int) *client.Instance {
-		c := h.dial(client.Options{MaxBatchOps: batch, FlushDelay: time.Minute})
+		c := h.dial(client.Options{MaxBatchOps: batch, FlushDelay: time.Minute, NoBatchSocket: *benchGRPC})
 		in, err := c.Open(ctx, client.OpenSpec{Task: backend.TaskID{Job: "bench", Operator: "op", Subtask: sub},
 			KeyGroups: backend.KeyGroupRange{Start: 0, End: 127}, Backend: backend.KindLSM, States: benchStates})
 		if err != nil {
