@@ -111,6 +111,21 @@ func (s *Server) ServeBatchSocket(ln net.Listener) error {
 	}
 }
 
+// StopBatchSockets stops them at once, without draining: the listeners
+// and every connection are closed (their streams end as a broken
+// connection ends them). For a node that fails before it serves; Drain is
+// the shutdown.
+func (s *Server) StopBatchSockets() {
+	bs := &s.batchSockets
+	bs.stopAccepting()
+	bs.mu.Lock()
+	for c := range bs.conns {
+		c.Close()
+	}
+	bs.mu.Unlock()
+	bs.handlers.Wait()
+}
+
 // stopAccepting closes the batch socket listeners (Drain's first step).
 func (bs *batchSockets) stopAccepting() {
 	bs.mu.Lock()

@@ -562,6 +562,9 @@ func (n *Host) stopServing() {
 	for _, g := range n.servers {
 		g.Stop()
 	}
+	if n.srv != nil {
+		n.srv.StopBatchSockets()
+	}
 	if n.hs != nil {
 		sctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		_ = n.hs.Shutdown(sctx)
