@@ -20,17 +20,13 @@ import java.util.function.Consumer;
  * gRPC frames a message (a flag byte, the length as 4 bytes big-endian), after a preface; the
  * daemon's last frame is the stream's status.
  *
- * <p>Why: a synchronous read is one round trip, and through gRPC the request is handed to Netty's
- * event loop to be written, and the daemon hands it between three goroutines. Here the sending
- * thread writes the request itself and the daemon answers it on the goroutine that read it. One
- * thread of its own (the reader) reads the answers and completes their futures, as Netty's event
- * loop does for the gRPC stream; it ends with the connection.
- *
- * <p>Writes come from the instance's senders, one at a time (the instance's write lock). A
- * channel's write from an interrupted thread would close the channel, so a send clears the thread's
- * interrupt before writing and sets it again after: a state access is not cut short by an interrupt
- * (the gRPC stream's sends are not either). An interrupt that arrives during the write itself still
- * closes the connection, and the stream fails with {@code CANCELLED}.
+ * <p>Why: a synchronous read is one round trip, and through gRPC the daemon hands each request
+ * between three goroutines (measured, most of its CPU per round trip); on the batch socket it
+ * answers a request on the goroutine that read it. This side keeps gRPC's shape: two threads of its
+ * own, a writer that writes what senders queue (several requests in one system call when they queue
+ * up) and a reader that reads the answers and completes their futures, as Netty's event loop does
+ * for the gRPC stream ({@link #write} says why a sender does not write itself). Both threads end
+ * with the connection; {@link #close} ends them.
  */
 final class BatchSocket {
   /** What a client writes first (api/protocol's BatchSocketPreface). */
@@ -131,7 +127,7 @@ final class BatchSocket {
    * The writer: writes what {@link #send} queued, as much as is queued in one system call. A thread
    * of its own because a channel's write from a thread that is interrupted meanwhile closes the
    * channel, and state accesses come from threads Flink interrupts (its own tests read state from
-   * threads they interrupt); this thread is interrupted by no one.
+   * threads they interrupt); only {@link #close} interrupts this one.
    */
   private void write() {
     ByteBuffer[] batch = new ByteBuffer[64];
