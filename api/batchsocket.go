@@ -176,6 +176,13 @@ func (s *Server) serveBatchConn(c net.Conn) {
 	_ = c.SetReadDeadline(time.Now().Add(s.opts.FirstBatchTimeout))
 	pre := make([]byte, len(protocol.BatchSocketPreface))
 	if _, err := io.ReadFull(st.r, pre); err != nil {
+		select {
+		case <-s.draining:
+			// Drain woke the read (a deadline in the past).
+			st.end(status.Error(codes.Unavailable, "stated: the daemon is shutting down"))
+			return
+		default:
+		}
 		st.end(status.Errorf(codes.InvalidArgument, "stated: batch socket: no preface within %s of connecting (%v): a client writes %q first",
 			s.opts.FirstBatchTimeout, err, protocol.BatchSocketPreface))
 		return

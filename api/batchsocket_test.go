@@ -249,6 +249,11 @@ func TestBatchSocketEndsWithTheDaemon(t *testing.T) {
 	if codes.Code(st.Code) != codes.Unavailable || !strings.Contains(st.Message, "shutting down") {
 		t.Fatalf("status %s: %q", codes.Code(st.Code), st.Message)
 	}
+	// The connection that never wrote its preface is told the same.
+	quiet := &socketClient{t: t, conn: idle}
+	if st := quiet.status(); codes.Code(st.Code) != codes.Unavailable || !strings.Contains(st.Message, "shutting down") {
+		t.Fatalf("idle connection: status %s: %q", codes.Code(st.Code), st.Message)
+	}
 	if _, err := net.Dial("unix", open.BatchSocket); err == nil {
 		t.Fatal("the batch socket still accepts after the shutdown")
 	}
