@@ -232,14 +232,11 @@ func (st *socketStream) end(err error) {
 func (st *socketStream) write(flag byte, b []byte) error {
 	st.wmu.Lock()
 	defer st.wmu.Unlock()
-	st.whdr = protocol.AppendFrameHeader(st.whdr[:0], flag, len(b))
-	bufs := net.Buffers{st.whdr, b}
-	_, err := bufs.WriteTo(st.conn)
-	return err
+	return protocol.WriteFrame(st.conn, &st.whdr, flag, b)
 }
 
-// RecvMsg reads the next request into m (a *wire.Raw, as the Batch
-// handler receives; a *pb.BatchRequest is parsed). The client's closing
+// RecvMsg reads the next request into m, a *wire.Raw (as the Batch
+// handler receives). The client's closing
 // of the connection after a whole frame is the stream's end (io.EOF).
 func (st *socketStream) RecvMsg(m any) error {
 	flag, n, err := protocol.ReadFrameHeader(st.r, &st.hdr, st.limit)
@@ -259,47 +256,27 @@ func (st *socketStream) RecvMsg(m any) error {
 	case flag != protocol.FrameMessage:
 		return status.Errorf(codes.InvalidArgument, "stated: batch socket: frame flag 0x%02x: a client sends only messages (flag 0x00; compression is not supported)", flag)
 	}
-	var raw *wire.Raw
-	switch v := m.(type) {
-	case *wire.Raw:
-		raw = v
-		if _, err := io.ReadFull(st.r, raw.Alloc(n)); err != nil {
-			raw.Free()
-			st.cancel()
-			return status.Errorf(codes.Canceled, "stated: batch socket: the connection ended inside a request: %v", err)
-		}
-		return nil
-	case proto.Message:
-		b := make([]byte, n)
-		if _, err := io.ReadFull(st.r, b); err != nil {
-			st.cancel()
-			return status.Errorf(codes.Canceled, "stated: batch socket: the connection ended inside a request: %v", err)
-		}
-		if err := proto.Unmarshal(b, v); err != nil {
-			return status.Errorf(codes.InvalidArgument, "stated: batch socket: malformed request: %v", err)
-		}
-		return nil
-	default:
+	raw, ok := m.(*wire.Raw)
+	if !ok {
 		return status.Errorf(codes.Internal, "stated: batch socket: cannot receive into %T", m)
 	}
+	if _, err := io.ReadFull(st.r, raw.Alloc(n)); err != nil {
+		raw.Free()
+		st.cancel()
+		return status.Errorf(codes.Canceled, "stated: batch socket: the connection ended inside a request: %v", err)
+	}
+	return nil
 }
 
 // SendMsg writes one answer (a *wire.Raw, whose pooled buffer goes back
-// once written, or a proto message).
+// once written).
 func (st *socketStream) SendMsg(m any) error {
-	var err error
-	switch v := m.(type) {
-	case *wire.Raw:
-		err = st.write(protocol.FrameMessage, v.Data)
-		v.Sent()
-	case proto.Message:
-		var b []byte
-		if b, err = proto.Marshal(v); err == nil {
-			err = st.write(protocol.FrameMessage, b)
-		}
-	default:
+	raw, ok := m.(*wire.Raw)
+	if !ok {
 		return status.Errorf(codes.Internal, "stated: batch socket: cannot send %T", m)
 	}
+	err := st.write(protocol.FrameMessage, raw.Data)
+	raw.Sent()
 	if err != nil {
 		st.cancel()
 		return status.Errorf(codes.Unavailable, "stated: batch socket: writing an answer: %v", err)
@@ -307,17 +284,16 @@ func (st *socketStream) SendMsg(m any) error {
 	return nil
 }
 
-// Recv implements pb.Stated_BatchServer.
+// Recv and Send complete pb.Stated_BatchServer; the Batch handler
+// receives and sends raw messages (RecvMsg, SendMsg) only.
 func (st *socketStream) Recv() (*pb.BatchRequest, error) {
-	m := new(pb.BatchRequest)
-	if err := st.RecvMsg(m); err != nil {
-		return nil, err
-	}
-	return m, nil
+	return nil, status.Error(codes.Internal, "stated: batch socket: Recv is not served; use RecvMsg")
 }
 
-// Send implements pb.Stated_BatchServer.
-func (st *socketStream) Send(m *pb.BatchResponse) error { return st.SendMsg(m) }
+// Send: see Recv.
+func (st *socketStream) Send(*pb.BatchResponse) error {
+	return status.Error(codes.Internal, "stated: batch socket: Send is not served; use SendMsg")
+}
 
 // Context is the stream's: cancelled when the connection breaks or the
 // stream ends.

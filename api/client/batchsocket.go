@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"net"
 	"sync"
@@ -66,9 +65,7 @@ func (s *socketStream) SendMsg(m any) error {
 	if !ok {
 		return status.Errorf(codes.Internal, "client: batch socket: cannot send %T", m)
 	}
-	s.whdr = protocol.AppendFrameHeader(s.whdr[:0], protocol.FrameMessage, len(raw.Data))
-	bufs := net.Buffers{s.whdr, raw.Data}
-	_, err := bufs.WriteTo(s.conn)
+	err := protocol.WriteFrame(s.conn, &s.whdr, protocol.FrameMessage, raw.Data)
 	raw.Sent()
 	if errors.Is(err, syscall.EPIPE) || errors.Is(err, syscall.ECONNRESET) {
 		return io.EOF
@@ -134,5 +131,3 @@ func (s *socketStream) Context() context.Context { return s.ctx }
 // Header and Trailer: a batch socket carries no metadata.
 func (s *socketStream) Header() (metadata.MD, error) { return nil, nil }
 func (s *socketStream) Trailer() metadata.MD         { return nil }
-
-func (s *socketStream) String() string { return fmt.Sprintf("batch socket %s", s.path) }

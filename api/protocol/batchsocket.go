@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 )
 
 // The batch socket (OpenResponse.batch_socket, docs/protocol.md): one
@@ -54,4 +55,13 @@ func ReadFrameHeader(r io.Reader, hdr *[FrameHeaderSize]byte, limit int) (flag b
 		return hdr[0], 0, fmt.Errorf("%w: %d bytes, the limit is %d bytes", ErrFrameTooLarge, n64, limit)
 	}
 	return hdr[0], int(n64), nil
+}
+
+// WriteFrame writes one frame of b to w in one system call where w allows
+// (a header and body gathered); hdr is the caller's scratch for the header.
+func WriteFrame(w io.Writer, hdr *[]byte, flag byte, b []byte) error {
+	*hdr = AppendFrameHeader((*hdr)[:0], flag, len(b))
+	bufs := net.Buffers{*hdr, b}
+	_, err := bufs.WriteTo(w)
+	return err
 }
