@@ -60,6 +60,9 @@ public class StatedAsyncKeyedStateBackend<K> implements AsyncKeyedStateBackend<K
   /** The value cache's bytes ({@link StatedOptions#ASYNC_CACHE_SIZE}). */
   private final long cacheBytes;
 
+  /** The addresses written to states registered fresh here (shared with the executor). */
+  private final WrittenFilter written;
+
   /** The operator's metric group: the executor's metrics go there. */
   private final org.apache.flink.metrics.MetricGroup metrics;
 
@@ -67,10 +70,12 @@ public class StatedAsyncKeyedStateBackend<K> implements AsyncKeyedStateBackend<K
       StatedKeyedStateBackend<K> inner,
       org.apache.flink.api.common.ExecutionConfig executionConfig,
       long cacheBytes,
+      long filterBytes,
       org.apache.flink.metrics.MetricGroup metrics) {
     this.inner = inner;
     this.executionConfig = executionConfig;
     this.cacheBytes = cacheBytes;
+    this.written = new WrittenFilter(filterBytes);
     this.metrics = metrics;
   }
 
@@ -124,8 +129,14 @@ public class StatedAsyncKeyedStateBackend<K> implements AsyncKeyedStateBackend<K
       executor.flushWrites(name);
       executor.awaitAnswers();
     }
+    boolean fresh = !inner.states.containsKey(name);
     inner.createOrUpdateInternalState(
         namespaceSerializer, v1, StateSnapshotTransformFactory.noTransform());
+    if (fresh) {
+      // Neither restored nor registered before: the instance holds nothing
+      // of it, and every write from now on goes through the executor.
+      written.track(name);
+    }
     if (executor != null) {
       // Registered again: a migration may have rewritten the daemon's values
       // in the new serializer's format, which cached bytes are not.
@@ -179,6 +190,7 @@ public class StatedAsyncKeyedStateBackend<K> implements AsyncKeyedStateBackend<K
               inner.getKeySerializer(),
               this::handlerForIterators,
               cacheBytes,
+              written,
               metrics);
     }
     return executor;

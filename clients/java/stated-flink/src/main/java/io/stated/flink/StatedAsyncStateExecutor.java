@@ -73,6 +73,7 @@ final class StatedAsyncStateExecutor implements StateExecutor {
 
   static final String METRIC_OPERATIONS = "statedAsyncOperations";
   static final String METRIC_ROUND_TRIP = "statedAsyncBatchRoundTripMicros";
+  static final String METRIC_NEW_KEY_ANSWERS = "statedAsyncNewKeyAnswers";
 
   private final Instance inst;
   private final TypeSerializer<Object> keySerializer;
@@ -90,8 +91,12 @@ final class StatedAsyncStateExecutor implements StateExecutor {
   private final Counter batchesMetric;
 
   private final Counter opsMetric;
+  private final Counter newKeyMetric;
   private final Histogram roundTripMetric;
   private final AsyncValueCache cache;
+
+  /** The addresses written to states registered fresh (a read of any other is an absence). */
+  private final WrittenFilter written;
 
   /**
    * The first write the daemon refused after it had completed (write-behind), or null; set on the
@@ -108,8 +113,11 @@ final class StatedAsyncStateExecutor implements StateExecutor {
       TypeSerializer<?> keySerializer,
       java.util.function.Supplier<StateRequestHandler> handler,
       long cacheBytes,
+      WrittenFilter written,
       MetricGroup metrics) {
     this.inst = inst;
+    this.written = written;
+    this.newKeyMetric = metrics.counter(METRIC_NEW_KEY_ANSWERS);
     this.batchesMetric = metrics.counter(METRIC_BATCHES);
     this.opsMetric = metrics.counter(METRIC_OPERATIONS);
     this.roundTripMetric =
@@ -158,6 +166,11 @@ final class StatedAsyncStateExecutor implements StateExecutor {
   @Override
   public void shutdown() {
     // The instance belongs to the backend, which closes it.
+  }
+
+  /** The filter of written addresses (tests). */
+  WrittenFilter written() {
+    return written;
   }
 
   /** The cache of the value-like states (tests). */
@@ -250,6 +263,23 @@ final class StatedAsyncStateExecutor implements StateExecutor {
   }
 
   private static final Decoder NOTHING = (rs, from, to) -> null;
+
+  /** The daemon's answer to a read of an address that holds nothing. */
+  private static final List<Result> ABSENT = List.of(Result.getDefaultInstance());
+
+  /**
+   * A read of the address: {@code op} is sent and {@code d} decodes its result, unless the filter
+   * of written addresses knows the address holds nothing; then the read sends nothing and {@code d}
+   * decodes the daemon's answer for an empty address when the batch is sent.
+   */
+  private Decoder read(List<Op> ops, String state, byte[] key, byte[] ns, Op op, Decoder d) {
+    if (written.knownAbsent(state, key, ns)) {
+      newKeyMetric.inc();
+      return new CachedAnswer((rs, from, to) -> d.decode(ABSENT, 0, 1));
+    }
+    ops.add(op);
+    return d;
+  }
 
   @Override
   public CompletableFuture<Void> executeBatchRequests(
@@ -630,14 +660,19 @@ final class StatedAsyncStateExecutor implements StateExecutor {
             return new CachedAnswer(
                 (rs, from, to) -> v == null ? null : read(ks.getValueSerializer(), v));
           }
-          ops.add(op(OpType.OP_TYPE_GET, name, kg, key, ns));
-          return (rs, from, to) -> {
-            Result x = rs.get(from);
-            if (l != null) {
-              cache.fill(a, l.ticket, x.getFound() ? x.getValue() : null);
-            }
-            return x.getFound() ? read(ks.getValueSerializer(), x.getValue()) : null;
-          };
+          return read(
+              ops,
+              name,
+              key,
+              ns,
+              op(OpType.OP_TYPE_GET, name, kg, key, ns),
+              (rs, from, to) -> {
+                Result x = rs.get(from);
+                if (l != null) {
+                  cache.fill(a, l.ticket, x.getFound() ? x.getValue() : null);
+                }
+                return x.getFound() ? read(ks.getValueSerializer(), x.getValue()) : null;
+              });
         }
       case VALUE_UPDATE:
       case REDUCING_ADD:
@@ -647,27 +682,36 @@ final class StatedAsyncStateExecutor implements StateExecutor {
               payload == null
                   ? null
                   : ByteString.copyFrom(bytes(ks.getValueSerializer(), payload, name));
+          if (v != null) {
+            written.written(name, key, ns);
+          }
           if (!cached || !cache.write(new AsyncValueCache.Address(name, kg, key, ns), v)) {
             ops.add(writeOp(name, kg, key, ns, v));
           }
           return NOTHING;
         }
       case LIST_GET:
-        ops.add(op(OpType.OP_TYPE_LIST_GET, name, kg, key, ns));
-        return (rs, from, to) -> {
-          Result x = rs.get(from);
-          TypeSerializer<Object> el = ks.getValueSerializer();
-          List<Object> items = new ArrayList<>(x.getValuesCount());
-          for (ByteString b : x.getValuesList()) {
-            items.add(read(el, b));
-          }
-          return new StatedAsyncStates.WholeList<>(r.getState(), handler.get(), items);
-        };
+        return read(
+            ops,
+            name,
+            key,
+            ns,
+            op(OpType.OP_TYPE_LIST_GET, name, kg, key, ns),
+            (rs, from, to) -> {
+              Result x = rs.get(from);
+              TypeSerializer<Object> el = ks.getValueSerializer();
+              List<Object> items = new ArrayList<>(x.getValuesCount());
+              for (ByteString b : x.getValuesList()) {
+                items.add(read(el, b));
+              }
+              return new StatedAsyncStates.WholeList<>(r.getState(), handler.get(), items);
+            });
       case LIST_ADD:
         if (payload == null) {
           throw new NullPointerException("You cannot add null to a ListState.");
         }
         ops.add(append(name, kg, key, ns, List.of(payload), ks.getValueSerializer()));
+        written.written(name, key, ns);
         return NOTHING;
       case LIST_ADD_ALL:
       case LIST_UPDATE:
@@ -683,6 +727,7 @@ final class StatedAsyncStateExecutor implements StateExecutor {
           }
           if (add != null) {
             ops.add(add);
+            written.written(name, key, ns);
           }
           return NOTHING;
         }
@@ -690,7 +735,7 @@ final class StatedAsyncStateExecutor implements StateExecutor {
       case MAP_CONTAINS:
         {
           StatedAsyncStates.MapS m = (StatedAsyncStates.MapS) s;
-          ops.add(
+          Op get =
               op(
                       type == StateRequestType.MAP_GET
                           ? OpType.OP_TYPE_MAP_GET
@@ -703,28 +748,36 @@ final class StatedAsyncStateExecutor implements StateExecutor {
                   .setUserKey(
                       ByteString.copyFrom(
                           bytes((TypeSerializer<Object>) m.userKeySerializer(), payload, name)))
-                  .build());
+                  .build();
           if (type == StateRequestType.MAP_CONTAINS) {
-            return (rs, from, to) -> rs.get(from).getFound();
+            return read(ops, name, key, ns, get, (rs, from, to) -> rs.get(from).getFound());
           }
-          return (rs, from, to) -> {
-            Result x = rs.get(from);
-            return x.getFound()
-                ? StatedMapState.readUserValue(
-                    ks.getValueSerializer(), x.getValue().toByteArray(), name)
-                : null;
-          };
+          return read(
+              ops,
+              name,
+              key,
+              ns,
+              get,
+              (rs, from, to) -> {
+                Result x = rs.get(from);
+                return x.getFound()
+                    ? StatedMapState.readUserValue(
+                        ks.getValueSerializer(), x.getValue().toByteArray(), name)
+                    : null;
+              });
         }
       case MAP_PUT:
         {
           Tuple2<Object, Object> kv = (Tuple2<Object, Object>) payload;
           ops.add(mapPut((StatedAsyncStates.MapS) s, ks, kg, key, ns, kv.f0, kv.f1));
+          written.written(name, key, ns);
           return NOTHING;
         }
       case MAP_PUT_ALL:
         if (payload != null) {
           for (Map.Entry<Object, Object> e : ((Map<Object, Object>) payload).entrySet()) {
             ops.add(mapPut((StatedAsyncStates.MapS) s, ks, kg, key, ns, e.getKey(), e.getValue()));
+            written.written(name, key, ns);
           }
         }
         return NOTHING;
@@ -740,15 +793,25 @@ final class StatedAsyncStateExecutor implements StateExecutor {
           return NOTHING;
         }
       case MAP_IS_EMPTY:
-        ops.add(op(OpType.OP_TYPE_MAP_ITERATE, name, kg, key, ns).toBuilder().setLimit(1).build());
-        return (rs, from, to) -> rs.get(from).getEntriesCount() == 0;
+        return read(
+            ops,
+            name,
+            key,
+            ns,
+            op(OpType.OP_TYPE_MAP_ITERATE, name, kg, key, ns).toBuilder().setLimit(1).build(),
+            (rs, from, to) -> rs.get(from).getEntriesCount() == 0);
       case MAP_ITER:
       case MAP_ITER_KEY:
       case MAP_ITER_VALUE:
-        return mapPage(
-            ops,
-            (StatedAsyncStates.MapS) s,
-            new StatedAsyncStates.MapCursor(type, kg, key, ns, ByteString.EMPTY));
+        {
+          List<Op> page = new ArrayList<>(1);
+          Decoder d =
+              mapPage(
+                  page,
+                  (StatedAsyncStates.MapS) s,
+                  new StatedAsyncStates.MapCursor(type, kg, key, ns, ByteString.EMPTY));
+          return read(ops, name, key, ns, page.get(0), d);
+        }
       default:
         throw new UnsupportedOperationException(
             "the stated backend does not support state request " + type);

@@ -138,4 +138,17 @@ public final class StatedOptions {
                   + " default, switches it off: on mostly cold keys the cache's lookups cost the"
                   + " task more CPU than the reads they saved; on hot keys (docs/flink.md,"
                   + " Nexmark's query 17) it is worth turning on.");
+
+  public static final ConfigOption<MemorySize> ASYNC_NEW_KEY_FILTER_SIZE =
+      ConfigOptions.key("state.backend.stated.async-new-key-filter-size")
+          .memoryType()
+          .defaultValue(MemorySize.ofMebiBytes(8))
+          .withDescription(
+              "Bytes of JVM heap each operator subtask with asynchronous state (State V2) may use"
+                  + " for a Bloom filter of the keys its states have written since they were"
+                  + " registered in a fresh instance: a read of a key never written is answered"
+                  + " as absent without the daemon (the first read of every new key; a restored"
+                  + " state is not filtered). 8 MiB holds about four million keys x states;"
+                  + " past its bound the filter stops and every read goes to the daemon. 0"
+                  + " switches it off.");
 }

@@ -44,6 +44,9 @@ public class StatedStateBackend extends AbstractStateBackend implements Configur
   private String externalRoot = "";
   private long asyncCacheBytes = StatedOptions.ASYNC_CACHE_SIZE.defaultValue().getBytes();
 
+  /** Bytes of the asynchronous backend's filter of new keys ({@link WrittenFilter}). */
+  private long asyncFilterBytes = StatedOptions.ASYNC_NEW_KEY_FILTER_SIZE.defaultValue().getBytes();
+
   public StatedStateBackend() {}
 
   /** A backend on the daemon at Unix socket {@code socket}. */
@@ -74,6 +77,11 @@ public class StatedStateBackend extends AbstractStateBackend implements Configur
             .getOptional(StatedOptions.ASYNC_CACHE_SIZE)
             .map(MemorySize::getBytes)
             .orElse(asyncCacheBytes);
+    b.asyncFilterBytes =
+        config
+            .getOptional(StatedOptions.ASYNC_NEW_KEY_FILTER_SIZE)
+            .map(MemorySize::getBytes)
+            .orElse(asyncFilterBytes);
     b.latencyTrackingConfigBuilder = latencyTrackingConfigBuilder.configure(config);
     b.sizeTrackingConfigBuilder = sizeTrackingConfigBuilder.configure(config);
     b.validate();
@@ -243,6 +251,7 @@ public class StatedStateBackend extends AbstractStateBackend implements Configur
         new StatedKeyedStateBackendBuilder<>(this, parameters, false, false).build(),
         parameters.getEnv().getExecutionConfig(),
         asyncCacheBytes,
+        asyncFilterBytes,
         parameters.getMetricGroup());
   }
 

@@ -119,12 +119,16 @@ public class StatedAsyncStateTest {
   /** Whether the next backends use the daemon's batch socket (else gRPC). */
   private boolean batchSocket = true;
 
+  /** The filter of new keys of the next backends (on, at its default, unless a test says). */
+  private MemorySize newKeyFilter = StatedOptions.ASYNC_NEW_KEY_FILTER_SIZE.defaultValue();
+
   private StatedStateBackend stateBackend(MemorySize cache) {
     Configuration c = new Configuration();
     c.set(StatedOptions.SOCKET, DAEMON.socket());
     c.set(StatedOptions.BATCH_SOCKET, batchSocket);
     c.set(StatedOptions.BACKEND_KIND, kind);
     c.set(StatedOptions.ASYNC_CACHE_SIZE, cache);
+    c.set(StatedOptions.ASYNC_NEW_KEY_FILTER_SIZE, newKeyFilter);
     return new StatedStateBackend().configure(c, getClass().getClassLoader());
   }
 
@@ -616,6 +620,8 @@ public class StatedAsyncStateTest {
 
   @TestTemplate
   void cachedGetCompletesWhenSentNotWhenAnswered() throws Exception {
+    // Without the filter of new keys, which would answer key 3 too.
+    newKeyFilter = MemorySize.ZERO;
     // Batch size 2: the second request of each pair sends the batch.
     Task t = new Task(128, new KeyGroupRange(0, 127), List.of(), 2, MemorySize.parse("1m"));
     ValueState<Integer> v = state(t, new ValueStateDescriptor<>("v", BasicTypeInfo.INT_TYPE_INFO));
@@ -641,6 +647,8 @@ public class StatedAsyncStateTest {
 
   @TestTemplate
   void cachedWritesOfAHotKeyReachTheDaemonOncePerSnapshot() throws Exception {
+    // Without the filter of new keys: the first get is the daemon's.
+    newKeyFilter = MemorySize.ZERO;
     Task t = new Task(128, new KeyGroupRange(0, 127), List.of(), 10, MemorySize.parse("1m"));
     ValueState<Integer> v = state(t, new ValueStateDescriptor<>("v", BasicTypeInfo.INT_TYPE_INFO));
     for (int i = 1; i <= 1000; i++) {
@@ -659,6 +667,127 @@ public class StatedAsyncStateTest {
     back.record(7, () -> v2.asyncValue().thenAccept(got::set));
     back.drain();
     assertThat(got).as("the restored value: the last write").hasValue(1000);
+  }
+
+  /**
+   * The filter of new keys: on a fresh backend, reads of addresses never written (every read
+   * request type) are answered without a daemon operation, with what the daemon would answer; once
+   * written, an address is read from the daemon. A restored state is not filtered: its reads go to
+   * the daemon (and find what the checkpoint holds), while a state registered fresh on the restored
+   * backend is. With the filter off (0) every read is sent.
+   */
+  @TestTemplate
+  void readsOfNewKeysAreAnsweredWithoutTheDaemon() throws Exception {
+    InterceptingOperatorMetricGroup m0 = new InterceptingOperatorMetricGroup();
+    metrics = m0;
+    Task t = new Task(128, new KeyGroupRange(0, 127), List.of(), 50, MemorySize.ZERO);
+    ValueStateDescriptor<Integer> vd = new ValueStateDescriptor<>("v", BasicTypeInfo.INT_TYPE_INFO);
+    ListStateDescriptor<Integer> ld = new ListStateDescriptor<>("l", BasicTypeInfo.INT_TYPE_INFO);
+    MapStateDescriptor<Integer, String> md =
+        new MapStateDescriptor<>("m", BasicTypeInfo.INT_TYPE_INFO, BasicTypeInfo.STRING_TYPE_INFO);
+    ValueState<Integer> v = state(t, vd);
+    ListState<Integer> l = state(t, ld);
+    MapState<Integer, String> m = state(t, md);
+    int keys = 100;
+    // Each record reads its key's six ways, then writes it (even keys only).
+    Map<String, Object> got = Collections.synchronizedMap(new HashMap<>());
+    for (int k = 0; k < keys; k++) {
+      int key = k;
+      t.record(
+          key,
+          () -> {
+            v.asyncValue().thenAccept(x -> got.put("v" + key, x));
+            l.asyncGet().thenCompose(it -> collect(it, got, "l" + key));
+            m.asyncGet(1).thenAccept(x -> got.put("m" + key, x));
+            m.asyncContains(1).thenAccept(x -> got.put("c" + key, x));
+            m.asyncIsEmpty().thenAccept(x -> got.put("e" + key, x));
+            m.asyncKeys()
+                .thenCompose(
+                    it -> {
+                      List<Integer> ks = Collections.synchronizedList(new ArrayList<>());
+                      return it.onNext((Integer x) -> ks.add(x))
+                          .thenAccept(x -> got.put("k" + key, ks));
+                    });
+            if (key % 2 == 0) {
+              v.asyncUpdate(key);
+              l.asyncAdd(key);
+              m.asyncPut(1, "x" + key);
+            }
+          });
+    }
+    t.drain();
+    for (int k = 0; k < keys; k++) {
+      assertThat(got.get("v" + k)).as("value of new key %d", k).isNull();
+      assertThat(got.get("l" + k)).as("list of new key %d", k).isEqualTo(List.of());
+      assertThat(got.get("m" + k)).as("map get of new key %d", k).isNull();
+      assertThat(got.get("c" + k)).as("map contains of new key %d", k).isEqualTo(false);
+      assertThat(got.get("e" + k)).as("map is empty of new key %d", k).isEqualTo(true);
+      assertThat(got.get("k" + k)).as("map keys of new key %d", k).isEqualTo(List.of());
+    }
+    long writes = 3L * keys / 2;
+    assertThat(t.executor.sentOps()).as("operations sent: the writes only").isEqualTo(writes);
+    assertThat(t.executor.written().answers()).as("reads the filter answered").isEqualTo(6L * keys);
+    assertThat(((Counter) m0.get(StatedAsyncStateExecutor.METRIC_NEW_KEY_ANSWERS)).getCount())
+        .as("the filter's metric")
+        .isEqualTo(6L * keys);
+
+    // Written addresses are read from the daemon; the others are still known absent.
+    got.clear();
+    for (int k = 0; k < keys; k++) {
+      int key = k;
+      t.record(
+          key,
+          () -> {
+            v.asyncValue().thenAccept(x -> got.put("v" + key, x));
+            l.asyncGet().thenCompose(it -> collect(it, got, "l" + key));
+            m.asyncGet(1).thenAccept(x -> got.put("m" + key, x));
+          });
+    }
+    t.drain();
+    for (int k = 0; k < keys; k++) {
+      boolean w = k % 2 == 0;
+      assertThat(got.get("v" + k)).as("value of key %d", k).isEqualTo(w ? k : null);
+      assertThat(got.get("l" + k)).as("list of key %d", k).isEqualTo(w ? List.of(k) : List.of());
+      assertThat(got.get("m" + k)).as("map get of key %d", k).isEqualTo(w ? "x" + k : null);
+    }
+    assertThat(t.executor.sentOps() - writes).as("reads sent").isEqualTo(3L * keys / 2);
+
+    // Restored: the states are the checkpoint's, never filtered; a new state is.
+    KeyedStateHandle h = t.snapshot(1, () -> {});
+    Task back = new Task(128, new KeyGroupRange(0, 127), List.of(h), 50, MemorySize.ZERO);
+    ValueState<Integer> v2 = state(back, vd);
+    ValueState<Integer> fresh =
+        state(back, new ValueStateDescriptor<>("fresh", BasicTypeInfo.INT_TYPE_INFO));
+    got.clear();
+    for (int k = 0; k < keys; k++) {
+      int key = k;
+      back.record(
+          key,
+          () -> {
+            v2.asyncValue().thenAccept(x -> got.put("v" + key, x));
+            fresh.asyncValue().thenAccept(x -> got.put("f" + key, x));
+          });
+    }
+    back.drain();
+    for (int k = 0; k < keys; k++) {
+      assertThat(got.get("v" + k))
+          .as("restored value of key %d", k)
+          .isEqualTo(k % 2 == 0 ? k : null);
+      assertThat(got.get("f" + k)).as("new state's value of key %d", k).isNull();
+    }
+    assertThat(back.executor.sentOps()).as("restored backend's reads sent").isEqualTo(keys);
+    assertThat(back.executor.written().answers()).as("the new state's reads").isEqualTo(keys);
+
+    // Off: every read is sent.
+    newKeyFilter = MemorySize.ZERO;
+    Task off = new Task(128, new KeyGroupRange(0, 127), List.of(), 50, MemorySize.ZERO);
+    ValueState<Integer> v3 = state(off, vd);
+    for (int k = 0; k < keys; k++) {
+      off.record(k, () -> v3.asyncValue());
+    }
+    off.drain();
+    assertThat(off.executor.written().enabled()).as("filter of size 0").isFalse();
+    assertThat(off.executor.sentOps()).as("reads sent without the filter").isEqualTo(keys);
   }
 
   /** Reads value state {@code d} of {@code keys} keys through {@code t}, key by key. */
