@@ -41,4 +41,29 @@ final class ByteHash {
     h ^= h >>> 16;
     return h;
   }
+
+  private static final long FNV_PRIME_64 = 0x100000001B3L;
+
+  /** A 64-bit seed from a state's name (for {@link WrittenFilter}, which needs more bits). */
+  static long seed64(String state) {
+    return (state.hashCode() ^ 0xCBF29CE484222325L) * 0x9E3779B97F4A7C15L;
+  }
+
+  /** Mixes all of {@code b}, then its length, into a 64-bit FNV-1a hash. */
+  static long add64(long h, byte[] b) {
+    for (byte x : b) {
+      h = (h ^ (x & 0xFF)) * FNV_PRIME_64;
+    }
+    return (h ^ b.length) * FNV_PRIME_64;
+  }
+
+  /** The final 64-bit hash: MurmurHash3's 64-bit finalizer. */
+  static long finish64(long h) {
+    h ^= h >>> 33;
+    h *= 0xFF51AFD7ED558CCDL;
+    h ^= h >>> 33;
+    h *= 0xC4CEB9FE1A85EC53L;
+    h ^= h >>> 33;
+    return h;
+  }
 }
