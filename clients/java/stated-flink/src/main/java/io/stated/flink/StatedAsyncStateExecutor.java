@@ -1,6 +1,7 @@
 package io.stated.flink;
 
 import com.google.protobuf.ByteString;
+import com.google.protobuf.UnsafeByteOperations;
 import io.stated.api.v1.MapEntry;
 import io.stated.api.v1.Op;
 import io.stated.api.v1.OpType;
@@ -558,6 +559,7 @@ final class StatedAsyncStateExecutor implements StateExecutor {
     return out.getCopyOfBuffer();
   }
 
+  /** {@code v} serialized into a new array (which callers wrap in a ByteString, uncopied). */
   private <T> byte[] bytes(TypeSerializer<T> s, T v, String state) {
     out.clear();
     try {
@@ -568,7 +570,10 @@ final class StatedAsyncStateExecutor implements StateExecutor {
     return out.getCopyOfBuffer();
   }
 
-  /** A map's user value as the synchronous map state stores it: a null flag, then the value. */
+  /**
+   * A map's user value as the synchronous map state stores it: a null flag, then the value; a new
+   * array.
+   */
   private <T> byte[] userValue(TypeSerializer<T> s, T v, String state) {
     out.clear();
     try {
@@ -596,17 +601,25 @@ final class StatedAsyncStateExecutor implements StateExecutor {
     if (v == null) {
       return op(OpType.OP_TYPE_DELETE, state, kg, key, ns);
     }
-    return op(OpType.OP_TYPE_PUT, state, kg, key, ns).toBuilder().setValue(v).build();
+    return opBuilder(OpType.OP_TYPE_PUT, state, kg, key, ns).setValue(v).build();
   }
 
   private static Op op(OpType t, String state, int kg, byte[] key, byte[] ns) {
+    return opBuilder(t, state, kg, key, ns).build();
+  }
+
+  /**
+   * An operation at the address. The key and namespace arrays are wrapped, not copied: every caller
+   * passes arrays made for it and never written again (a key serialized per request, a namespace
+   * cached as it was serialized).
+   */
+  private static Op.Builder opBuilder(OpType t, String state, int kg, byte[] key, byte[] ns) {
     return Op.newBuilder()
         .setType(t)
         .setState(state)
         .setKeyGroup(kg)
-        .setKey(ByteString.copyFrom(key))
-        .setNamespace(ByteString.copyFrom(ns))
-        .build();
+        .setKey(UnsafeByteOperations.unsafeWrap(key))
+        .setNamespace(UnsafeByteOperations.unsafeWrap(ns));
   }
 
   /** Appends the request's operations to {@code ops} and returns how to decode its answer. */
@@ -681,7 +694,7 @@ final class StatedAsyncStateExecutor implements StateExecutor {
           ByteString v =
               payload == null
                   ? null
-                  : ByteString.copyFrom(bytes(ks.getValueSerializer(), payload, name));
+                  : UnsafeByteOperations.unsafeWrap(bytes(ks.getValueSerializer(), payload, name));
           if (v != null) {
             written.written(name, key, ns);
           }
@@ -736,7 +749,7 @@ final class StatedAsyncStateExecutor implements StateExecutor {
         {
           StatedAsyncStates.MapS m = (StatedAsyncStates.MapS) s;
           Op get =
-              op(
+              opBuilder(
                       type == StateRequestType.MAP_GET
                           ? OpType.OP_TYPE_MAP_GET
                           : OpType.OP_TYPE_MAP_CONTAINS,
@@ -744,9 +757,8 @@ final class StatedAsyncStateExecutor implements StateExecutor {
                       kg,
                       key,
                       ns)
-                  .toBuilder()
                   .setUserKey(
-                      ByteString.copyFrom(
+                      UnsafeByteOperations.unsafeWrap(
                           bytes((TypeSerializer<Object>) m.userKeySerializer(), payload, name)))
                   .build();
           if (type == StateRequestType.MAP_CONTAINS) {
@@ -785,9 +797,9 @@ final class StatedAsyncStateExecutor implements StateExecutor {
         {
           StatedAsyncStates.MapS m = (StatedAsyncStates.MapS) s;
           ops.add(
-              op(OpType.OP_TYPE_MAP_REMOVE, name, kg, key, ns).toBuilder()
+              opBuilder(OpType.OP_TYPE_MAP_REMOVE, name, kg, key, ns)
                   .setUserKey(
-                      ByteString.copyFrom(
+                      UnsafeByteOperations.unsafeWrap(
                           bytes((TypeSerializer<Object>) m.userKeySerializer(), payload, name)))
                   .build());
           return NOTHING;
@@ -798,7 +810,7 @@ final class StatedAsyncStateExecutor implements StateExecutor {
             name,
             key,
             ns,
-            op(OpType.OP_TYPE_MAP_ITERATE, name, kg, key, ns).toBuilder().setLimit(1).build(),
+            opBuilder(OpType.OP_TYPE_MAP_ITERATE, name, kg, key, ns).setLimit(1).build(),
             (rs, from, to) -> rs.get(from).getEntriesCount() == 0);
       case MAP_ITER:
       case MAP_ITER_KEY:
@@ -825,12 +837,12 @@ final class StatedAsyncStateExecutor implements StateExecutor {
       byte[] ns,
       Collection<Object> values,
       TypeSerializer<Object> el) {
-    Op.Builder b = op(OpType.OP_TYPE_LIST_APPEND, name, kg, key, ns).toBuilder();
+    Op.Builder b = opBuilder(OpType.OP_TYPE_LIST_APPEND, name, kg, key, ns);
     for (Object v : values) {
       if (v == null) {
         throw new NullPointerException("You cannot add null to a ListState.");
       }
-      b.addValues(ByteString.copyFrom(bytes(el, v, name)));
+      b.addValues(UnsafeByteOperations.unsafeWrap(bytes(el, v, name)));
     }
     return b.build();
   }
@@ -847,9 +859,9 @@ final class StatedAsyncStateExecutor implements StateExecutor {
     String name = m.stateName();
     byte[] uk = bytes((TypeSerializer<Object>) m.userKeySerializer(), userKey, name);
     byte[] uv = userValue(ks.getValueSerializer(), value, name);
-    return op(OpType.OP_TYPE_MAP_PUT, name, kg, key, ns).toBuilder()
-        .setUserKey(ByteString.copyFrom(uk))
-        .setValue(ByteString.copyFrom(uv))
+    return opBuilder(OpType.OP_TYPE_MAP_PUT, name, kg, key, ns)
+        .setUserKey(UnsafeByteOperations.unsafeWrap(uk))
+        .setValue(UnsafeByteOperations.unsafeWrap(uv))
         .build();
   }
 
@@ -858,7 +870,7 @@ final class StatedAsyncStateExecutor implements StateExecutor {
   private Decoder mapPage(List<Op> ops, StatedAsyncStates.MapS m, StatedAsyncStates.MapCursor c) {
     String name = m.stateName();
     ops.add(
-        op(OpType.OP_TYPE_MAP_ITERATE, name, c.keyGroup, c.key, c.namespace).toBuilder()
+        opBuilder(OpType.OP_TYPE_MAP_ITERATE, name, c.keyGroup, c.key, c.namespace)
             .setUserKey(c.after)
             .setLimit(MAP_PAGE)
             .build());

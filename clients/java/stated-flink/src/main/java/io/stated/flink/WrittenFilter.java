@@ -35,8 +35,11 @@ import java.util.Set;
  * dropped and every read goes to the daemon, as with the filter off (bound 0).
  */
 final class WrittenFilter {
-  /** Addresses of the first filter of the chain. */
-  static final long FIRST_ADDRESSES = 1 << 16;
+  /**
+   * Addresses of the first filter of the chain (384 KiB): large enough that a state of a few
+   * million keys needs few filters, since a lookup of a new key reads every filter.
+   */
+  static final long FIRST_ADDRESSES = 1 << 18;
 
   /** Bits per address of the first filter; each next one has one more. */
   static final int FIRST_BITS_PER_ADDRESS = 12;
