@@ -1,7 +1,5 @@
 package io.stated.flink;
 
-import com.google.common.hash.BloomFilter;
-import com.google.common.hash.Funnel;
 import java.util.ArrayList;
 import java.util.Arrays;
 import java.util.HashMap;
@@ -75,11 +73,14 @@ final class StateCache {
 
   /**
    * Addresses written to the daemon since their state became tracked; null when the cache is off.
-   * Sized for one address per {@link #BYTES_PER_FILTERED_ADDRESS} bytes of capacity at a 1% false
-   * positive rate (about 2% of the capacity in bits); more addresses than that raise the rate,
-   * which costs round trips, never a wrong answer.
+   * Sized for one address per {@link #BYTES_PER_FILTERED_ADDRESS} bytes of capacity at {@link
+   * #FILTER_BITS_PER_ADDRESS} bits each (under 1% false positives; about 2.3% of the capacity);
+   * more addresses than that raise the rate, which costs round trips, never a wrong answer.
    */
-  private final BloomFilter<Address> written;
+  private final BlockedBloomFilter written;
+
+  /** Bits of the filter per address it is sized for. */
+  static final int FILTER_BITS_PER_ADDRESS = 12;
 
   /** Capacity bytes per address the filter is sized for. */
   static final long BYTES_PER_FILTERED_ADDRESS = 64;
@@ -107,25 +108,14 @@ final class StateCache {
     this.capacity = capacity;
     if (capacity > 0) {
       long n = Math.max(256, capacity / BYTES_PER_FILTERED_ADDRESS);
-      this.written = BloomFilter.create(ADDRESS_FUNNEL, n, 0.01);
-      // ln(1/p) / ln(2)^2 bits per address: 9.6 at 1%.
-      this.reserved = Math.min(capacity / 2, (long) Math.ceil(n * 9.6 / 8));
+      this.written = new BlockedBloomFilter(n, FILTER_BITS_PER_ADDRESS);
+      this.reserved = Math.min(capacity / 2, BlockedBloomFilter.bytes(n, FILTER_BITS_PER_ADDRESS));
     } else {
       this.written = null;
       this.reserved = 0;
     }
     budget.join();
   }
-
-  /** Feeds an address to the filter: its state's name, key and namespace, each with its length. */
-  private static final Funnel<Address> ADDRESS_FUNNEL =
-      (a, into) -> {
-        into.putUnencodedChars(a.state);
-        into.putInt(a.key.length);
-        into.putBytes(a.key);
-        into.putInt(a.ns.length);
-        into.putBytes(a.ns);
-      };
 
   boolean enabled() {
     return capacity > 0;
@@ -189,9 +179,7 @@ final class StateCache {
     if (written == null || !tracked.contains(state)) {
       return;
     }
-    probe.set(state, key, ns);
-    written.put(probe);
-    probe.clear();
+    written.add(BlockedBloomFilter.hash(state, key, ns));
   }
 
   /**
@@ -205,9 +193,7 @@ final class StateCache {
     if (written == null || !tracked.contains(state)) {
       return false;
     }
-    probe.set(state, key, ns);
-    boolean maybe = written.mightContain(probe);
-    probe.clear();
+    boolean maybe = written.mayContain(BlockedBloomFilter.hash(state, key, ns));
     if (!maybe) {
       filterAnswers++;
     }

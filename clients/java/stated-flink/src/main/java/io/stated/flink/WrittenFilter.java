@@ -44,15 +44,9 @@ final class WrittenFilter {
   /** Bits per address of the first filter; each next one has one more. */
   static final int FIRST_BITS_PER_ADDRESS = 12;
 
-  /** Bits set per address, all in one block. */
-  static final int BITS_SET = 8;
-
-  /** A block: one 64-byte cache line, 8 longs. */
-  private static final int BLOCK_LONGS = 8;
-
   private final long maxBytes;
   private final Set<String> tracked = new HashSet<>();
-  private final List<Blocked> filters = new ArrayList<>();
+  private final List<BlockedBloomFilter> filters = new ArrayList<>();
   private long bytes;
 
   /** Addresses the newest filter was made for, and those recorded in it so far. */
@@ -69,75 +63,6 @@ final class WrittenFilter {
     }
     this.maxBytes = maxBytes;
     this.exhausted = maxBytes == 0;
-  }
-
-  /** One blocked Bloom filter. */
-  static final class Blocked {
-    private final long[] bits;
-    private final long blocks;
-
-    /** A filter of at least {@code addresses} times {@code bitsPerAddress} bits. */
-    Blocked(long addresses, int bitsPerAddress) {
-      this.blocks = blocks(addresses, bitsPerAddress);
-      if (blocks > 1 << 24) {
-        throw new IllegalArgumentException("a written filter of " + blocks + " blocks");
-      }
-      this.bits = new long[(int) blocks * BLOCK_LONGS];
-    }
-
-    private static long blocks(long addresses, int bitsPerAddress) {
-      return Math.max(1, (addresses * bitsPerAddress + 511) / 512);
-    }
-
-    /** Bytes of the filter of {@code addresses} times {@code bitsPerAddress} bits. */
-    static long bytes(long addresses, int bitsPerAddress) {
-      return blocks(addresses, bitsPerAddress) * BLOCK_LONGS * 8;
-    }
-
-    /** The first long of the address's block: the hash's high half scaled to the blocks. */
-    private int base(long h) {
-      return (int) (((h >>> 32) * blocks) >>> 32) * BLOCK_LONGS;
-    }
-
-    /**
-     * Sets the address's bits; whether one was unset (the address was new to this filter). The
-     * block comes from the hash's high half, the bits from its low half and a remix of it (double
-     * hashing within the block's 512 bits).
-     */
-    boolean add(long h) {
-      int base = base(h);
-      int a = (int) h;
-      int b = (int) ByteHash.finish64(h) | 1;
-      boolean added = false;
-      for (int i = 0; i < BITS_SET; i++) {
-        int bit = (a + i * b) & 511;
-        long m = 1L << bit;
-        int w = base + (bit >>> 6);
-        if ((bits[w] & m) == 0) {
-          bits[w] |= m;
-          added = true;
-        }
-      }
-      return added;
-    }
-
-    boolean mayContain(long h) {
-      int base = base(h);
-      int a = (int) h;
-      int b = (int) ByteHash.finish64(h) | 1;
-      for (int i = 0; i < BITS_SET; i++) {
-        int bit = (a + i * b) & 511;
-        if ((bits[base + (bit >>> 6)] & (1L << bit)) == 0) {
-          return false;
-        }
-      }
-      return true;
-    }
-  }
-
-  /** The hash of an address: its state's name, key and namespace, each with its length. */
-  static long hash(String state, byte[] key, byte[] ns) {
-    return ByteHash.finish64(ByteHash.add64(ByteHash.add64(ByteHash.seed64(state), key), ns));
   }
 
   /** Whether the filter is still on (not switched off, nor past its bound). */
@@ -183,7 +108,7 @@ final class WrittenFilter {
         return;
       }
     }
-    if (filters.get(filters.size() - 1).add(hash(state, key, ns))) {
+    if (filters.get(filters.size() - 1).add(BlockedBloomFilter.hash(state, key, ns))) {
       inNewest++;
     }
   }
@@ -196,7 +121,7 @@ final class WrittenFilter {
     if (!tracked.contains(state)) {
       return false;
     }
-    long h = hash(state, key, ns);
+    long h = BlockedBloomFilter.hash(state, key, ns);
     for (int i = filters.size() - 1; i >= 0; i--) {
       if (filters.get(i).mayContain(h)) {
         return false;
@@ -210,7 +135,7 @@ final class WrittenFilter {
   private boolean grow() {
     long n = filters.isEmpty() ? FIRST_ADDRESSES : capacity * 2;
     int bitsPer = FIRST_BITS_PER_ADDRESS + filters.size();
-    long b = Blocked.bytes(n, bitsPer);
+    long b = BlockedBloomFilter.bytes(n, bitsPer);
     if (bytes + b > maxBytes) {
       // Past the bound: no state is tracked any more, so nothing asks.
       exhausted = true;
@@ -219,7 +144,7 @@ final class WrittenFilter {
       bytes = 0;
       return false;
     }
-    filters.add(new Blocked(n, bitsPer));
+    filters.add(new BlockedBloomFilter(n, bitsPer));
     bytes += b;
     capacity = n;
     inNewest = 0;

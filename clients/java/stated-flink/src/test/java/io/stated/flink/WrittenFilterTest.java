@@ -26,7 +26,7 @@ class WrittenFilterTest {
     assertThat(f.bytes())
         .as("bytes of three filters")
         .isGreaterThan(
-            WrittenFilter.Blocked.bytes(
+            BlockedBloomFilter.bytes(
                     WrittenFilter.FIRST_ADDRESSES, WrittenFilter.FIRST_BITS_PER_ADDRESS)
                 * 3);
     for (long k = 0; k < n; k++) {
@@ -42,35 +42,6 @@ class WrittenFilterTest {
     }
     assertThat(probes - absent).as("false positives of %d", probes).isLessThan(probes / 50);
     assertThat(f.answers()).isEqualTo(absent);
-  }
-
-  /**
-   * One blocked filter at its capacity: no false negative, and a false-positive rate near a plain
-   * Bloom filter's at the same bits (a blocked one pays a little for its one cache line).
-   */
-  @Test
-  void aBlockedFilterAtCapacity() {
-    int n = 1 << 18;
-    WrittenFilter.Blocked b = new WrittenFilter.Blocked(n, WrittenFilter.FIRST_BITS_PER_ADDRESS);
-    int added = 0;
-    for (long k = 0; k < n; k++) {
-      if (b.add(WrittenFilter.hash("s", key(k), NS))) {
-        added++;
-      }
-    }
-    assertThat(added).as("new addresses").isGreaterThan(n - n / 100);
-    for (long k = 0; k < n; k++) {
-      assertThat(b.mayContain(WrittenFilter.hash("s", key(k), NS))).as("address %d", k).isTrue();
-    }
-    int fp = 0;
-    for (long k = n; k < 2L * n; k++) {
-      if (b.mayContain(WrittenFilter.hash("s", key(k), NS))) {
-        fp++;
-      }
-    }
-    // A plain filter of 12 bits per address with 8 bits set: 0.3%.
-    assertThat((double) fp / n).as("false-positive rate").isLessThan(0.01);
-    assertThat(WrittenFilter.Blocked.bytes(n, 12)).isEqualTo(n * 12L / 8);
   }
 
   @Test
@@ -90,7 +61,7 @@ class WrittenFilterTest {
   @Test
   void pastItsBoundTheFilterStopsAnswering() {
     long first =
-        WrittenFilter.Blocked.bytes(
+        BlockedBloomFilter.bytes(
             WrittenFilter.FIRST_ADDRESSES, WrittenFilter.FIRST_BITS_PER_ADDRESS);
     // Room for the first filter only.
     WrittenFilter f = new WrittenFilter(first + first / 2);
