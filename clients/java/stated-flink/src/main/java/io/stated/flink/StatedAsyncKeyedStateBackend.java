@@ -143,7 +143,8 @@ public class StatedAsyncKeyedStateBackend<K> implements AsyncKeyedStateBackend<K
       executor.cache().invalidate(name);
     }
     StatedAsyncStates.Namespaces<N> ns =
-        new StatedAsyncStates.Namespaces<>(name, namespaceSerializer, defaultNamespace);
+        new StatedAsyncStates.Namespaces<>(
+            name, namespaceSerializer, defaultNamespace, written.tracks(name));
     switch (stateDesc.getType()) {
       case VALUE:
         return (S) new StatedAsyncStates.Value<>(handler, name, stateDesc.getSerializer(), ns);

@@ -273,8 +273,9 @@ final class StatedAsyncStateExecutor implements StateExecutor {
    * of written addresses knows the address holds nothing; then the read sends nothing and {@code d}
    * decodes the daemon's answer for an empty address when the batch is sent.
    */
-  private Decoder read(List<Op> ops, String state, byte[] key, byte[] ns, Op op, Decoder d) {
-    if (written.knownAbsent(state, key, ns)) {
+  private Decoder read(
+      List<Op> ops, StatedAsyncStates.Addressed s, byte[] key, byte[] ns, Op op, Decoder d) {
+    if (written.knownAbsent(s.newKeysFiltered(), s.stateName(), key, ns)) {
       newKeyMetric.inc();
       return new CachedAnswer((rs, from, to) -> d.decode(ABSENT, 0, 1));
     }
@@ -675,7 +676,7 @@ final class StatedAsyncStateExecutor implements StateExecutor {
           }
           return read(
               ops,
-              name,
+              s,
               key,
               ns,
               op(OpType.OP_TYPE_GET, name, kg, key, ns),
@@ -696,7 +697,7 @@ final class StatedAsyncStateExecutor implements StateExecutor {
                   ? null
                   : UnsafeByteOperations.unsafeWrap(bytes(ks.getValueSerializer(), payload, name));
           if (v != null) {
-            written.written(name, key, ns);
+            written.written(s.newKeysFiltered(), name, key, ns);
           }
           if (!cached || !cache.write(new AsyncValueCache.Address(name, kg, key, ns), v)) {
             ops.add(writeOp(name, kg, key, ns, v));
@@ -706,7 +707,7 @@ final class StatedAsyncStateExecutor implements StateExecutor {
       case LIST_GET:
         return read(
             ops,
-            name,
+            s,
             key,
             ns,
             op(OpType.OP_TYPE_LIST_GET, name, kg, key, ns),
@@ -724,7 +725,7 @@ final class StatedAsyncStateExecutor implements StateExecutor {
           throw new NullPointerException("You cannot add null to a ListState.");
         }
         ops.add(append(name, kg, key, ns, List.of(payload), ks.getValueSerializer()));
-        written.written(name, key, ns);
+        written.written(s.newKeysFiltered(), name, key, ns);
         return NOTHING;
       case LIST_ADD_ALL:
       case LIST_UPDATE:
@@ -740,7 +741,7 @@ final class StatedAsyncStateExecutor implements StateExecutor {
           }
           if (add != null) {
             ops.add(add);
-            written.written(name, key, ns);
+            written.written(s.newKeysFiltered(), name, key, ns);
           }
           return NOTHING;
         }
@@ -762,11 +763,11 @@ final class StatedAsyncStateExecutor implements StateExecutor {
                           bytes((TypeSerializer<Object>) m.userKeySerializer(), payload, name)))
                   .build();
           if (type == StateRequestType.MAP_CONTAINS) {
-            return read(ops, name, key, ns, get, (rs, from, to) -> rs.get(from).getFound());
+            return read(ops, s, key, ns, get, (rs, from, to) -> rs.get(from).getFound());
           }
           return read(
               ops,
-              name,
+              s,
               key,
               ns,
               get,
@@ -782,14 +783,14 @@ final class StatedAsyncStateExecutor implements StateExecutor {
         {
           Tuple2<Object, Object> kv = (Tuple2<Object, Object>) payload;
           ops.add(mapPut((StatedAsyncStates.MapS) s, ks, kg, key, ns, kv.f0, kv.f1));
-          written.written(name, key, ns);
+          written.written(s.newKeysFiltered(), name, key, ns);
           return NOTHING;
         }
       case MAP_PUT_ALL:
         if (payload != null) {
           for (Map.Entry<Object, Object> e : ((Map<Object, Object>) payload).entrySet()) {
             ops.add(mapPut((StatedAsyncStates.MapS) s, ks, kg, key, ns, e.getKey(), e.getValue()));
-            written.written(name, key, ns);
+            written.written(s.newKeysFiltered(), name, key, ns);
           }
         }
         return NOTHING;
@@ -807,7 +808,7 @@ final class StatedAsyncStateExecutor implements StateExecutor {
       case MAP_IS_EMPTY:
         return read(
             ops,
-            name,
+            s,
             key,
             ns,
             opBuilder(OpType.OP_TYPE_MAP_ITERATE, name, kg, key, ns).setLimit(1).build(),
@@ -822,7 +823,7 @@ final class StatedAsyncStateExecutor implements StateExecutor {
                   page,
                   (StatedAsyncStates.MapS) s,
                   new StatedAsyncStates.MapCursor(type, kg, key, ns, ByteString.EMPTY));
-          return read(ops, name, key, ns, page.get(0), d);
+          return read(ops, s, key, ns, page.get(0), d);
         }
       default:
         throw new UnsupportedOperationException(

@@ -38,19 +38,32 @@ final class StatedAsyncStates {
 
     /** The namespace's bytes; null means the state's default namespace. */
     byte[] namespaceBytes(Object namespace);
+
+    /**
+     * Whether the executor's filter of new keys ({@link WrittenFilter}) records this state's writes
+     * and may answer its reads: fixed when the state is made, so that the executor asks the state
+     * object it touches anyway rather than a set of names per request.
+     */
+    boolean newKeysFiltered();
   }
 
-  /** Serializes namespaces on the task thread, caching the last one. */
+  /**
+   * Serializes namespaces on the task thread, caching the last one; and holds what every state
+   * object of one registration shares: whether the filter of new keys tracks the state.
+   */
   static final class Namespaces<N> {
     private final String name;
     private final TypeSerializer<N> serializer;
     private final N defaultNamespace;
+    final boolean newKeysFiltered;
     private final DataOutputSerializer out = new DataOutputSerializer(32);
     private Object last;
     private byte[] lastBytes;
 
-    Namespaces(String name, TypeSerializer<N> serializer, N defaultNamespace) {
+    Namespaces(
+        String name, TypeSerializer<N> serializer, N defaultNamespace, boolean newKeysFiltered) {
       this.name = name;
+      this.newKeysFiltered = newKeysFiltered;
       this.serializer = serializer.duplicate();
       this.defaultNamespace = defaultNamespace;
     }
@@ -94,6 +107,11 @@ final class StatedAsyncStates {
     public byte[] namespaceBytes(Object namespace) {
       return ns.bytes(namespace);
     }
+
+    @Override
+    public boolean newKeysFiltered() {
+      return ns.newKeysFiltered;
+    }
   }
 
   static final class Reducing<K, N, V> extends AbstractReducingState<K, N, V> implements Addressed {
@@ -119,6 +137,11 @@ final class StatedAsyncStates {
     @Override
     public byte[] namespaceBytes(Object namespace) {
       return ns.bytes(namespace);
+    }
+
+    @Override
+    public boolean newKeysFiltered() {
+      return ns.newKeysFiltered;
     }
   }
 
@@ -146,6 +169,11 @@ final class StatedAsyncStates {
     @Override
     public byte[] namespaceBytes(Object namespace) {
       return ns.bytes(namespace);
+    }
+
+    @Override
+    public boolean newKeysFiltered() {
+      return ns.newKeysFiltered;
     }
   }
 
@@ -195,6 +223,11 @@ final class StatedAsyncStates {
     @Override
     public byte[] namespaceBytes(Object namespace) {
       return ns.bytes(namespace);
+    }
+
+    @Override
+    public boolean newKeysFiltered() {
+      return ns.newKeysFiltered;
     }
 
     @Override
@@ -289,6 +322,11 @@ final class StatedAsyncStates {
     @Override
     public byte[] namespaceBytes(Object namespace) {
       return ns.bytes(namespace);
+    }
+
+    @Override
+    public boolean newKeysFiltered() {
+      return ns.newKeysFiltered;
     }
   }
 

@@ -97,10 +97,12 @@ final class WrittenFilter {
 
   /**
    * Records that the daemon may hold an entry at the address: called for every write that can
-   * create one, before the next request is translated.
+   * create one, before the next request is translated. {@code tracked} is what {@link #tracks} said
+   * of the state when its state object was made (a state is never tracked again once it was not, so
+   * every object of a tracked state says true).
    */
-  void written(String state, byte[] key, byte[] ns) {
-    if (!tracked.contains(state)) {
+  void written(boolean tracked, String state, byte[] key, byte[] ns) {
+    if (!tracked || exhausted) {
       return;
     }
     if (filters.isEmpty() || inNewest >= capacity) {
@@ -114,11 +116,11 @@ final class WrittenFilter {
   }
 
   /**
-   * Whether the daemon holds no entry at the address, known here: its state is tracked and the
-   * address was never written.
+   * Whether the daemon holds no entry at the address, known here: its state is tracked ({@code
+   * tracked}, as for {@link #written}) and the address was never written.
    */
-  boolean knownAbsent(String state, byte[] key, byte[] ns) {
-    if (!tracked.contains(state)) {
+  boolean knownAbsent(boolean tracked, String state, byte[] key, byte[] ns) {
+    if (!tracked || exhausted) {
       return false;
     }
     long h = BlockedBloomFilter.hash(state, key, ns);

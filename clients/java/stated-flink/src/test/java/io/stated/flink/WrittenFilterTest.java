@@ -21,7 +21,7 @@ class WrittenFilterTest {
     // Past the first filter's addresses: the chain grows.
     long n = 5 * WrittenFilter.FIRST_ADDRESSES;
     for (long k = 0; k < n; k++) {
-      f.written("s", key(k), NS);
+      f.written(f.tracks("s"), "s", key(k), NS);
     }
     assertThat(f.bytes())
         .as("bytes of three filters")
@@ -30,13 +30,15 @@ class WrittenFilterTest {
                     WrittenFilter.FIRST_ADDRESSES, WrittenFilter.FIRST_BITS_PER_ADDRESS)
                 * 3);
     for (long k = 0; k < n; k++) {
-      assertThat(f.knownAbsent("s", key(k), NS)).as("written address %d", k).isFalse();
+      assertThat(f.knownAbsent(f.tracks("s"), "s", key(k), NS))
+          .as("written address %d", k)
+          .isFalse();
     }
     // Unwritten addresses: nearly all known absent, under 2% wrong across the chain.
     long absent = 0;
     long probes = 200_000;
     for (long k = n; k < n + probes; k++) {
-      if (f.knownAbsent("s", key(k), NS)) {
+      if (f.knownAbsent(f.tracks("s"), "s", key(k), NS)) {
         absent++;
       }
     }
@@ -48,14 +50,16 @@ class WrittenFilterTest {
   void onlyTrackedStatesAreAnswered() {
     WrittenFilter f = new WrittenFilter(1 << 20);
     f.track("fresh");
-    assertThat(f.knownAbsent("fresh", key(1), NS)).isTrue();
-    assertThat(f.knownAbsent("restored", key(1), NS)).as("untracked state").isFalse();
-    f.written("fresh", key(1), NS);
-    assertThat(f.knownAbsent("fresh", key(1), NS)).isFalse();
+    assertThat(f.knownAbsent(f.tracks("fresh"), "fresh", key(1), NS)).isTrue();
+    assertThat(f.knownAbsent(f.tracks("restored"), "restored", key(1), NS))
+        .as("untracked state")
+        .isFalse();
+    f.written(f.tracks("fresh"), "fresh", key(1), NS);
+    assertThat(f.knownAbsent(f.tracks("fresh"), "fresh", key(1), NS)).isFalse();
     // Namespaces are part of the address; so is the state.
-    assertThat(f.knownAbsent("fresh", key(1), new byte[] {1})).isTrue();
+    assertThat(f.knownAbsent(f.tracks("fresh"), "fresh", key(1), new byte[] {1})).isTrue();
     f.track("other");
-    assertThat(f.knownAbsent("other", key(1), NS)).isTrue();
+    assertThat(f.knownAbsent(f.tracks("other"), "other", key(1), NS)).isTrue();
   }
 
   @Test
@@ -67,19 +71,21 @@ class WrittenFilterTest {
     WrittenFilter f = new WrittenFilter(first + first / 2);
     f.track("s");
     for (long k = 0; k < WrittenFilter.FIRST_ADDRESSES; k++) {
-      f.written("s", key(k), NS);
+      f.written(f.tracks("s"), "s", key(k), NS);
     }
     assertThat(f.enabled()).isTrue();
-    assertThat(f.knownAbsent("s", key(-1), NS)).isTrue();
+    assertThat(f.knownAbsent(f.tracks("s"), "s", key(-1), NS)).isTrue();
     // The next filter would not fit: tracking ends, nothing is answered.
     for (long k = WrittenFilter.FIRST_ADDRESSES; k < 2 * WrittenFilter.FIRST_ADDRESSES; k++) {
-      f.written("s", key(k), NS);
+      f.written(f.tracks("s"), "s", key(k), NS);
     }
     assertThat(f.enabled()).isFalse();
     assertThat(f.bytes()).isZero();
-    assertThat(f.knownAbsent("s", key(-1), NS)).as("after the bound").isFalse();
+    assertThat(f.knownAbsent(f.tracks("s"), "s", key(-1), NS)).as("after the bound").isFalse();
     f.track("t");
-    assertThat(f.knownAbsent("t", key(-1), NS)).as("a state tracked after the bound").isFalse();
+    assertThat(f.knownAbsent(f.tracks("t"), "t", key(-1), NS))
+        .as("a state tracked after the bound")
+        .isFalse();
   }
 
   @Test
@@ -87,7 +93,7 @@ class WrittenFilterTest {
     WrittenFilter f = new WrittenFilter(0);
     f.track("s");
     assertThat(f.enabled()).isFalse();
-    assertThat(f.knownAbsent("s", key(1), NS)).isFalse();
+    assertThat(f.knownAbsent(f.tracks("s"), "s", key(1), NS)).isFalse();
     assertThatThrownBy(() -> new WrittenFilter(-1)).isInstanceOf(IllegalArgumentException.class);
   }
 }
