@@ -14,8 +14,11 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/cockroachdb/pebble/v2/vfs"
+
 	"github.com/statedhq/stated/backend"
 	"github.com/statedhq/stated/internal/frame"
+	"github.com/statedhq/stated/tiered"
 )
 
 // Snapshot implements backend.Backend. The synchronous part flushes the
@@ -316,9 +319,31 @@ const cleanupTimeout = 30 * time.Second
 // uploadFile streams one local file to the store and fills in its CRC32C.
 // Shared names are unique, so they are written with PutIfAbsent: a
 // collision is an error, never an overwrite of another checkpoint's file.
+//
+// A store that can link a local file (a checkpoint directory on the same
+// file system, tiered.FilePuts) gets a hard link of the checkpoint's file
+// instead of a copy: the copy was 7% of the daemon's CPU in the 1 GiB
+// Flink benchmark, whose checkpoints go to a local directory every second.
+// Only shared files (tables: immutable, and on disk, where the private
+// metadata files are in memory, metaMemFS), and only when the instance's
+// files are on the operating system's file system (diskFS is vfs.Default);
+// otherwise, or when the link cannot be made, the file is streamed.
 func (p *checkpointSnapshot) uploadFile(ctx context.Context, ref *backend.FileRef) error {
 	b := p.b
 	fs := b.lo.FS
+	if fp, ok := tiered.AsFilePuts(b.opts.Store); ok && ref.Shared && b.diskFS == vfs.Default {
+		size, crc, err := fp.PutFile(ctx, ref.Path, b.diskFS.PathJoin(p.dir, ref.LocalName), true)
+		switch {
+		case err == nil && size != ref.Size:
+			return fmt.Errorf("lsm: checkpoint %d of %s: upload %s: linked %d of %d bytes (the file changed)",
+				p.id, b.opts.Task, ref.LocalName, size, ref.Size)
+		case err == nil:
+			ref.CRC32C = crc
+			return nil
+		case !errors.Is(err, tiered.ErrNotLinked):
+			return fmt.Errorf("lsm: checkpoint %d of %s: upload %s as %s: %w", p.id, b.opts.Task, ref.LocalName, ref.Path, err)
+		}
+	}
 	f, err := fs.Open(fs.PathJoin(p.dir, ref.LocalName))
 	if err != nil {
 		return fmt.Errorf("lsm: checkpoint %d of %s: open %s: %w", p.id, b.opts.Task, ref.LocalName, err)

@@ -8,6 +8,10 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"path/filepath"
+	"syscall"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
 
 	"github.com/statedhq/stated/internal/frame"
 	"github.com/statedhq/stated/tiered"
@@ -83,4 +87,86 @@ func (c ctxReader) Read(p []byte) (int, error) {
 		return 0, err
 	}
 	return c.r.Read(p)
+}
+
+var _ tiered.FilePuts = linkable{}
+
+// PutFile implements tiered.FilePuts: the file is read once (its size and
+// CRC32C), synced, and hard-linked as the object (PutIfAbsent: straight to
+// the name, so an existing object fails the link; Put: to a temporary name,
+// then renamed over), and the directory synced, as Put does. The object
+// shares its inode with the file, which the caller never writes again; a
+// store not on the operating system's file system, or a file on another
+// one, answers tiered.ErrNotLinked before storing anything.
+func (l linkable) PutFile(ctx context.Context, name, path string, ifAbsent bool) (int64, uint32, error) {
+	if err := tiered.ValidateName(name); err != nil {
+		return 0, 0, err
+	}
+	d := l.d
+	if d.readOnly {
+		return 0, 0, errReadOnly
+	}
+	if d.fs != vfs.Default {
+		return 0, 0, tiered.ErrNotLinked
+	}
+	p := d.path(name)
+	if ifAbsent {
+		if _, ok, err := d.packs.stat(name); err != nil {
+			return 0, 0, err
+		} else if ok {
+			return 0, 0, tiered.ErrExists
+		}
+	}
+	size, crc, err := syncAndSum(ctx, path)
+	if err != nil {
+		return 0, 0, fmt.Errorf("%s: %w", name, err)
+	}
+	if err := d.mkdirAll(filepath.Dir(p)); err != nil {
+		return 0, 0, fmt.Errorf("%s: %w", name, err)
+	}
+	if ifAbsent {
+		err = os.Link(path, p)
+	} else {
+		tmp := d.tempName()
+		if err = os.Link(path, tmp); err == nil {
+			if err = os.Rename(tmp, p); err != nil {
+				os.Remove(tmp)
+			}
+		}
+	}
+	switch {
+	case errors.Is(err, syscall.EXDEV):
+		return 0, 0, tiered.ErrNotLinked
+	case ifAbsent && errors.Is(err, fs.ErrExist):
+		return 0, 0, tiered.ErrExists
+	case err != nil:
+		return 0, 0, fmt.Errorf("%s: link %s: %w", name, path, err)
+	}
+	if err := d.syncDir(filepath.Dir(p)); err != nil {
+		return 0, 0, fmt.Errorf("%s: sync directory: %w", name, err)
+	}
+	// A packed object of the name is now hidden by the file; its frame
+	// is dead (as after Put).
+	if err := d.packs.removeKnown(name); err != nil {
+		return 0, 0, err
+	}
+	return size, crc, nil
+}
+
+// syncAndSum reads the file at path for its size and CRC32C and syncs it.
+func syncAndSum(ctx context.Context, path string) (int64, uint32, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer f.Close()
+	crc := crc32.New(frame.Table())
+	n, err := io.Copy(crc, ctxReader{ctx: ctx, r: f})
+	if err != nil {
+		return 0, 0, fmt.Errorf("read %s: %w", path, err)
+	}
+	if err := f.Sync(); err != nil {
+		return 0, 0, fmt.Errorf("sync %s: %w", path, err)
+	}
+	return n, crc.Sum32(), nil
 }

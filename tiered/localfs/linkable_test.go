@@ -6,7 +6,10 @@ import (
 	"hash/crc32"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
 
 	"github.com/statedhq/stated/internal/frame"
 	"github.com/statedhq/stated/tiered"
@@ -56,5 +59,82 @@ func TestLinkableLocalCopies(t *testing.T) {
 	}
 	if _, err := ls.(tiered.LocalCopies).LocalCopy(ctx, "../outside"); err == nil {
 		t.Error("a name outside the store was accepted")
+	}
+}
+
+// TestLinkablePutFile: a Linkable store stores a local file by linking it
+// (the object is the file's inode), with the size and CRC32C of its
+// bytes; PutIfAbsent refuses an existing name, Put replaces it; a store on
+// another vfs.FS, or a missing file, stores nothing.
+func TestLinkablePutFile(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	s := open(t, dir)
+	defer s.Close()
+	fp, ok := tiered.AsFilePuts(tiered.WithPrefix(localfs.Linkable(s), "job/"))
+	if !ok {
+		t.Fatal("a Linkable store (seen through a prefix) has no FilePuts")
+	}
+	src := filepath.Join(t.TempDir(), "000007.sst")
+	data := []byte("the bytes of a table")
+	if err := os.WriteFile(src, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	size, crc, err := fp.PutFile(ctx, "shared/a.sst", src, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if size != int64(len(data)) || crc != crc32.Checksum(data, frame.Table()) {
+		t.Fatalf("PutFile: size %d crc %08x, want %d %08x", size, crc, len(data), crc32.Checksum(data, frame.Table()))
+	}
+	obj := filepath.Join(dir, "job", "shared", "a.sst")
+	fiObj, err := os.Stat(obj)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fiSrc, err := os.Stat(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !os.SameFile(fiObj, fiSrc) {
+		t.Fatal("the object is a copy, not a link of the file")
+	}
+	if got, err := tiered.ReadAll(ctx, s, "job/shared/a.sst", 1<<20); err != nil || string(got) != string(data) {
+		t.Fatalf("Get: %q, %v", got, err)
+	}
+	if _, _, err := fp.PutFile(ctx, "shared/a.sst", src, true); !errors.Is(err, tiered.ErrExists) {
+		t.Fatalf("PutIfAbsent of an existing name: %v, want ErrExists", err)
+	}
+	other := filepath.Join(t.TempDir(), "other")
+	if err := os.WriteFile(other, []byte("newer"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := fp.PutFile(ctx, "shared/a.sst", other, false); err != nil {
+		t.Fatalf("Put over an existing name: %v", err)
+	}
+	if got, err := tiered.ReadAll(ctx, s, "job/shared/a.sst", 1<<20); err != nil || string(got) != "newer" {
+		t.Fatalf("after Put: %q, %v", got, err)
+	}
+	if b, err := os.ReadFile(src); err != nil || string(b) != string(data) {
+		t.Fatalf("the first file after its name was replaced: %q, %v", b, err)
+	}
+	if _, _, err := fp.PutFile(ctx, "shared/missing.sst", filepath.Join(t.TempDir(), "none"), true); err == nil ||
+		!strings.Contains(err.Error(), "shared/missing.sst") {
+		t.Fatalf("a missing file: %v, want an error naming the object", err)
+	}
+	if _, err := s.Stat(ctx, "job/shared/missing.sst"); !errors.Is(err, tiered.ErrNotFound) {
+		t.Fatalf("a failed PutFile stored something: %v", err)
+	}
+	if _, _, err := fp.PutFile(ctx, "../outside", src, true); err == nil {
+		t.Error("a name outside the store was accepted")
+	}
+
+	mem, err := localfs.OpenWith("/store", localfs.Options{FS: vfs.NewMem()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mem.Close()
+	if _, _, err := localfs.Linkable(mem).(tiered.FilePuts).PutFile(ctx, "a.sst", src, true); !errors.Is(err, tiered.ErrNotLinked) {
+		t.Fatalf("a store on another vfs.FS: %v, want ErrNotLinked", err)
 	}
 }
