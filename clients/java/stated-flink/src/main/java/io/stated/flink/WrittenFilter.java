@@ -23,13 +23,7 @@ import java.util.Set;
  * it would have made anyway; a "no" is always right (an address always hashes alike, and deletes
  * leave the bits as they are, so a deleted entry may read "maybe", never a written one "no").
  *
- * <p>Each filter is blocked (Putze, Sanders, Singler: "Cache-, Hash- and Space-Efficient Bloom
- * Filters"): an address's bits all lie in one 64-byte block, so a lookup or an insert costs one
- * cache miss, not one per bit. A first version used Guava's {@code BloomFilter}, whose bits are
- * spread over the whole array and read through an atomic array: in the 1 GiB benchmark its lookups
- * and inserts were a sixth of the task threads' time, the chain's filters each missing the CPU
- * caches several times per lookup. No library at hand offers a blocked filter that takes inserts
- * (fastfilter's {@code BlockedBloom} is built from a key set), hence this one.
+ * <p>Each filter is a {@link BlockedBloomFilter} (one cache miss per filter per lookup).
  *
  * <p>When the next filter would not fit the bound, tracking ends for every state: the filters are
  * dropped and every read goes to the daemon, as with the filter off (bound 0).
