@@ -96,8 +96,9 @@ var _ tiered.FilePuts = linkable{}
 // the name, so an existing object fails the link; Put: to a temporary name,
 // then renamed over), and the directory synced, as Put does. The object
 // shares its inode with the file, which the caller never writes again; a
-// store not on the operating system's file system, or a file on another
-// one, answers tiered.ErrNotLinked before storing anything.
+// store not on the operating system's file system, a file on another one,
+// or a file system that refuses the link, answers tiered.ErrNotLinked and
+// stores nothing.
 func (l linkable) PutFile(ctx context.Context, name, path string, ifAbsent bool) (int64, uint32, error) {
 	if err := tiered.ValidateName(name); err != nil {
 		return 0, 0, err
@@ -135,7 +136,10 @@ func (l linkable) PutFile(ctx context.Context, name, path string, ifAbsent bool)
 		}
 	}
 	switch {
-	case errors.Is(err, syscall.EXDEV):
+	case errors.Is(err, syscall.EXDEV), errors.Is(err, syscall.EPERM), errors.Is(err, syscall.ENOTSUP),
+		errors.Is(err, syscall.EMLINK):
+		// Another file system, one without hard links, or an inode at
+		// its link limit: the caller copies instead.
 		return 0, 0, tiered.ErrNotLinked
 	case ifAbsent && errors.Is(err, fs.ErrExist):
 		return 0, 0, tiered.ErrExists
