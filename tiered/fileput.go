@@ -28,20 +28,12 @@ type FilePuts interface {
 	PutFile(ctx context.Context, name, path string, ifAbsent bool) (size int64, crc uint32, err error)
 }
 
-// AsFilePuts returns s's FilePuts, seen through WithPrefix views.
+// AsFilePuts returns s's FilePuts, seen through WithPrefix views (not
+// through a wrapper that counts requests: a store wrapped so streams).
 func AsFilePuts(s Store) (FilePuts, bool) {
-	if p, ok := s.(*prefixed); ok {
-		if p.err != nil {
-			return nil, false
-		}
-		base, ok := AsFilePuts(p.base)
-		if !ok {
-			return nil, false
-		}
-		return prefixedFilePuts{base: base, p: p}, true
-	}
-	fp, ok := s.(FilePuts)
-	return fp, ok
+	return asThroughPrefix(s, AsFilePuts, func(base FilePuts, p *prefixed) FilePuts {
+		return prefixedFilePuts{base: base, p: p}
+	})
 }
 
 type prefixedFilePuts struct {

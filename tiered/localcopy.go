@@ -46,18 +46,29 @@ type LocalCopy struct {
 
 // AsLocalCopies returns s's LocalCopies, seen through WithPrefix views.
 func AsLocalCopies(s Store) (LocalCopies, bool) {
+	return asThroughPrefix(s, AsLocalCopies, func(base LocalCopies, p *prefixed) LocalCopies {
+		return prefixedCopies{base: base, p: p}
+	})
+}
+
+// asThroughPrefix returns s's optional interface T, seen through WithPrefix
+// views: as finds it on the view's base, and wrap makes the view's T from
+// the base's. Not through Unwrappers: a wrapper that counts requests
+// (tiered/metered) must see the calls an optional interface makes.
+func asThroughPrefix[T any](s Store, as func(Store) (T, bool), wrap func(base T, p *prefixed) T) (T, bool) {
+	var none T
 	if p, ok := s.(*prefixed); ok {
 		if p.err != nil {
-			return nil, false
+			return none, false
 		}
-		base, ok := AsLocalCopies(p.base)
+		base, ok := as(p.base)
 		if !ok {
-			return nil, false
+			return none, false
 		}
-		return prefixedCopies{base: base, p: p}, true
+		return wrap(base, p), true
 	}
-	lc, ok := s.(LocalCopies)
-	return lc, ok
+	t, ok := s.(T)
+	return t, ok
 }
 
 type prefixedCopies struct {
