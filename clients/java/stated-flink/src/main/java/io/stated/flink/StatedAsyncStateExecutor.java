@@ -269,17 +269,22 @@ final class StatedAsyncStateExecutor implements StateExecutor {
   private static final List<Result> ABSENT = List.of(Result.getDefaultInstance());
 
   /**
-   * A read of the address: {@code op} is sent and {@code d} decodes its result, unless the filter
-   * of written addresses knows the address holds nothing; then the read sends nothing and {@code d}
-   * decodes the daemon's answer for an empty address when the batch is sent.
+   * A read of the address: the operation {@code op} makes is sent and {@code d} decodes its result,
+   * unless the filter of written addresses knows the address holds nothing; then no operation is
+   * made, and {@code d} decodes the daemon's answer for an empty address when the batch is sent.
    */
-  private Decoder read(
-      List<Op> ops, StatedAsyncStates.Addressed s, byte[] key, byte[] ns, Op op, Decoder d) {
+  private Decoder sendRead(
+      List<Op> ops,
+      StatedAsyncStates.Addressed s,
+      byte[] key,
+      byte[] ns,
+      java.util.function.Supplier<Op> op,
+      Decoder d) {
     if (written.knownAbsent(s.newKeysFiltered(), s.stateName(), key, ns)) {
       newKeyMetric.inc();
       return new CachedAnswer((rs, from, to) -> d.decode(ABSENT, 0, 1));
     }
-    ops.add(op);
+    ops.add(op.get());
     return d;
   }
 
@@ -674,12 +679,12 @@ final class StatedAsyncStateExecutor implements StateExecutor {
             return new CachedAnswer(
                 (rs, from, to) -> v == null ? null : read(ks.getValueSerializer(), v));
           }
-          return read(
+          return sendRead(
               ops,
               s,
               key,
               ns,
-              op(OpType.OP_TYPE_GET, name, kg, key, ns),
+              () -> op(OpType.OP_TYPE_GET, name, kg, key, ns),
               (rs, from, to) -> {
                 Result x = rs.get(from);
                 if (l != null) {
@@ -705,12 +710,12 @@ final class StatedAsyncStateExecutor implements StateExecutor {
           return NOTHING;
         }
       case LIST_GET:
-        return read(
+        return sendRead(
             ops,
             s,
             key,
             ns,
-            op(OpType.OP_TYPE_LIST_GET, name, kg, key, ns),
+            () -> op(OpType.OP_TYPE_LIST_GET, name, kg, key, ns),
             (rs, from, to) -> {
               Result x = rs.get(from);
               TypeSerializer<Object> el = ks.getValueSerializer();
@@ -749,23 +754,24 @@ final class StatedAsyncStateExecutor implements StateExecutor {
       case MAP_CONTAINS:
         {
           StatedAsyncStates.MapS m = (StatedAsyncStates.MapS) s;
-          Op get =
-              opBuilder(
-                      type == StateRequestType.MAP_GET
-                          ? OpType.OP_TYPE_MAP_GET
-                          : OpType.OP_TYPE_MAP_CONTAINS,
-                      name,
-                      kg,
-                      key,
-                      ns)
-                  .setUserKey(
-                      UnsafeByteOperations.unsafeWrap(
-                          bytes((TypeSerializer<Object>) m.userKeySerializer(), payload, name)))
-                  .build();
+          java.util.function.Supplier<Op> get =
+              () ->
+                  opBuilder(
+                          type == StateRequestType.MAP_GET
+                              ? OpType.OP_TYPE_MAP_GET
+                              : OpType.OP_TYPE_MAP_CONTAINS,
+                          name,
+                          kg,
+                          key,
+                          ns)
+                      .setUserKey(
+                          UnsafeByteOperations.unsafeWrap(
+                              bytes((TypeSerializer<Object>) m.userKeySerializer(), payload, name)))
+                      .build();
           if (type == StateRequestType.MAP_CONTAINS) {
-            return read(ops, s, key, ns, get, (rs, from, to) -> rs.get(from).getFound());
+            return sendRead(ops, s, key, ns, get, (rs, from, to) -> rs.get(from).getFound());
           }
-          return read(
+          return sendRead(
               ops,
               s,
               key,
@@ -806,12 +812,12 @@ final class StatedAsyncStateExecutor implements StateExecutor {
           return NOTHING;
         }
       case MAP_IS_EMPTY:
-        return read(
+        return sendRead(
             ops,
             s,
             key,
             ns,
-            opBuilder(OpType.OP_TYPE_MAP_ITERATE, name, kg, key, ns).setLimit(1).build(),
+            () -> opBuilder(OpType.OP_TYPE_MAP_ITERATE, name, kg, key, ns).setLimit(1).build(),
             (rs, from, to) -> rs.get(from).getEntriesCount() == 0);
       case MAP_ITER:
       case MAP_ITER_KEY:
@@ -823,7 +829,7 @@ final class StatedAsyncStateExecutor implements StateExecutor {
                   page,
                   (StatedAsyncStates.MapS) s,
                   new StatedAsyncStates.MapCursor(type, kg, key, ns, ByteString.EMPTY));
-          return read(ops, s, key, ns, page.get(0), d);
+          return sendRead(ops, s, key, ns, () -> page.get(0), d);
         }
       default:
         throw new UnsupportedOperationException(
