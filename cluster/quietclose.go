@@ -31,14 +31,21 @@ func (q quietClosed) Handle(ctx context.Context, r slog.Record) error {
 		}
 		r.Level = slog.LevelDebug
 	}
-	// A heartbeat that met EOF: the peer closed the connection, as every
-	// member does when it stops (a rolling stop closes followers first).
+	// A heartbeat or an append that met EOF: the peer closed the
+	// connection, as every member does when it stops (a rolling stop
+	// closes followers first, and the leader may be mid-append to one).
 	// Not this node's fault, but a peer that went away is worth a
 	// warning; cluster status and the metrics say whether it came back.
-	if r.Level > slog.LevelWarn && strings.HasPrefix(r.Message, "failed to heartbeat") && errorIs(r, "EOF") {
+	if r.Level > slog.LevelWarn && toPeer(r.Message) && errorIs(r, "EOF") {
 		r.Level = slog.LevelWarn
 	}
 	return q.h.Handle(ctx, r)
+}
+
+// toPeer reports whether msg is raft's record of a failed request to a
+// peer: a heartbeat or an append of entries.
+func toPeer(msg string) bool {
+	return strings.HasPrefix(msg, "failed to heartbeat") || strings.HasPrefix(msg, "failed to appendEntries")
 }
 
 // errorIs reports whether r's error attribute is exactly text.
