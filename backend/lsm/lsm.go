@@ -26,7 +26,8 @@ type Backend struct {
 	diskFS vfs.FS
 	dbDir  string
 	db     *pebble.DB
-	cache  *pebble.Cache // the block cache (own or shared); we hold one reference
+	cache  *pebble.Cache // the block cache (own or shared), held by hold
+	hold   cacheHold
 
 	// load serializes bulk loads (view.go): one session at a time.
 	load sync.Mutex
@@ -158,12 +159,8 @@ func OpenContext(ctx context.Context, opts backend.Options, lo Options) (*Backen
 	if err := fs.MkdirAll(lo.Dir, 0o755); err != nil {
 		return nil, fmt.Errorf("lsm: open %s: %w", opts.Task, err)
 	}
-	b.cache = lo.Cache
-	if b.cache == nil {
-		b.cache = pebble.NewCache(lo.CacheSize)
-	} else {
-		b.cache.Ref()
-	}
+	b.hold = holdCache(lo.Cache, lo.CacheSize, lo.MemTableSize)
+	b.cache = b.hold.cache
 
 	var restored []backend.StateDescriptor
 	var err error
@@ -201,7 +198,7 @@ func OpenContext(ctx context.Context, opts backend.Options, lo Options) (*Backen
 		}
 		_ = fs.RemoveAll(b.dbDir)
 		_ = fs.RemoveAll(fs.PathJoin(lo.Dir, "restore"))
-		b.cache.Unref()
+		b.hold.drop()
 		return nil, err
 	}
 	return b, nil
@@ -329,7 +326,7 @@ func (b *Backend) unref(closing bool) error {
 		return nil
 	}
 	err := b.mode.close()
-	b.cache.Unref()
+	b.hold.drop()
 	if rerr := b.lo.FS.RemoveAll(b.dbDir); rerr != nil && err == nil {
 		err = rerr
 	}
@@ -385,7 +382,7 @@ func (b *Backend) Abandon() error {
 	b.closed = true
 	b.mu.Unlock()
 	err := b.db.Close()
-	b.cache.Unref()
+	b.hold.drop()
 	return errors.Join(err, b.lo.FS.RemoveAll(b.dbDir))
 }
 

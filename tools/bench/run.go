@@ -426,7 +426,10 @@ func (r *Runner) runBaseline(ctx context.Context, gens []*workload.Gen, figs map
 		return fmt.Errorf("temporary dir: %w", err)
 	}
 	defer os.RemoveAll(dir)
-	cache := pebble.NewCache(128 << 20)
+	// The lsm backend's block cache: 128 MiB, plus room for two memtables
+	// per instance, since Pebble reserves memtables in it (the lsm
+	// backend's cacheHold).
+	cache := pebble.NewCache(128<<20 + int64(len(gens))*2*baselineMemTable)
 	defer cache.Unref()
 	targets := make([]target, len(gens))
 	for i := range gens {

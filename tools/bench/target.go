@@ -96,12 +96,15 @@ type pebbleTarget struct {
 	sink   []byte // values read are copied here, as the backends copy them
 }
 
+// baselineMemTable is the lsm backend's default memtable size.
+const baselineMemTable = 8 << 20
+
 func openPebble(dir string, cache *pebble.Cache, maxPar int) (*pebbleTarget, error) {
 	o := &pebble.Options{
 		Cache:              cache,
 		Merger:             pebble.DefaultMerger,
 		DisableWAL:         true,
-		MemTableSize:       8 << 20,
+		MemTableSize:       baselineMemTable,
 		FormatMajorVersion: pebble.FormatNewest,
 		Logger:             quietPebble{},
 	}
