@@ -146,7 +146,7 @@ the grace ends, closes every backend and exits 0.`,
 	fl.StringVar(&f.lsmCacheSize, "lsm-cache-size", "128MiB", "block cache shared by every lsm instance")
 	fl.BoolVar(&f.lsmRemote, "lsm-remote", false, "create every lsm instance's SSTs in the checkpoint store: checkpoints hand them over instead of uploading, restores reference them in place (docs/lsm-remote.md)")
 	fl.StringVar(&f.lsmCacheBytes, "lsm-cache-bytes", "256MiB", "local cache of remote blocks of each --lsm-remote instance")
-	fl.StringVar(&f.lsmMemTable, "lsm-memtable-bytes", "0", "memtable of each lsm instance, which a writing instance holds up to twice (0: 8MiB, or 64MiB with --lsm-remote, where every flush is an object in the store)")
+	fl.StringVar(&f.lsmMemTable, "lsm-memtable-bytes", "0", "memtable of each lsm instance, which a writing instance holds up to twice (0: 16MiB, or 64MiB with --lsm-remote, where every flush is an object in the store)")
 	fl.StringVar(&f.fileCompression, "file-compression", "", `compression of file-backend snapshots: "" or "zstd"`)
 	fl.DurationVar(&f.checkpointTimeout, "checkpoint-timeout", daemon.DefaultCheckpointTimeout, "a checkpoint not completed within this is aborted as expired")
 	fl.StringVar(&f.packFileBytes, "pack-file-bytes", "64GiB", "a checkpoint's file backend snapshot files up to this size of all tasks of a job here go into one object per checkpoint, read back with ranged reads, and changelog manifests into the tasks' handles; -1: an object per file")

@@ -85,7 +85,7 @@ func clone(b []byte) []byte { return append([]byte(nil), b...) }
 
 // pebbleTarget is the baseline: the same operations on raw in-process
 // Pebble, configured as the lsm backend runs it (WAL off, writes without
-// sync, 8 MiB memtables, a block cache shared by every task, a
+// sync, 16 MiB memtables, a block cache shared by every task, a
 // concatenating merge operator), keys laid out as the backend lays them out
 // (key group first). Aggregates are read, added and written back.
 type pebbleTarget struct {
@@ -97,7 +97,7 @@ type pebbleTarget struct {
 }
 
 // baselineMemTable is the lsm backend's default memtable size.
-const baselineMemTable = 8 << 20
+const baselineMemTable = 16 << 20
 
 func openPebble(dir string, cache *pebble.Cache, maxPar int) (*pebbleTarget, error) {
 	o := &pebble.Options{
