@@ -19,9 +19,9 @@ const (
 	// checkpoints a second apart (about 18 MB in the 1 GiB Flink
 	// benchmark), so it flushes once per checkpoint rather than two or
 	// three times: each flush is one more level-0 table to compact and to
-	// probe on every read. 16 MiB made 1.15-1.25x the records/s of 8 MiB
-	// there (docs/flink.md, "The memtable"); Flink's RocksDB and ForSt use
-	// 64 MiB.
+	// probe on every read. 16 MiB made 1.07-1.10x the records/s of 8 MiB
+	// there in alternating runs, 1.15-1.25x on another day (docs/flink.md,
+	// "The memtable"); Flink's RocksDB and ForSt use 64 MiB.
 	DefaultMemTableSize   = 16 << 20
 	DefaultTargetFileSize = 16 << 20
 	// DefaultRemoteMemTableSize is the memtable of an instance in remote
