@@ -234,6 +234,7 @@ func Open(ctx context.Context, opts Options) (_ *Host, err error) {
 	n.reg = prometheus.NewRegistry()
 	n.reg.MustRegister(newCostCollector(n.costs))
 	n.reg.MustRegister(newCollector(n.d.Metrics(), n.Catalog, n.cache, n.meter), newChangelogCollector(n.writer, n.d.Metrics(), n.logMeter),
+		newLSMCacheCollector(n.set.LSMBlockCache),
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	if n.cluster != nil {
