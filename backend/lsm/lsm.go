@@ -26,8 +26,9 @@ type Backend struct {
 	diskFS vfs.FS
 	dbDir  string
 	db     *pebble.DB
-	cache  *pebble.Cache // the block cache (own or shared), held by hold
-	hold   cacheHold
+	// hold is the block cache (own or shared) with the room it was given
+	// for this instance's memtables.
+	hold cacheHold
 
 	// load serializes bulk loads (view.go): one session at a time.
 	load sync.Mutex
@@ -160,7 +161,6 @@ func OpenContext(ctx context.Context, opts backend.Options, lo Options) (*Backen
 		return nil, fmt.Errorf("lsm: open %s: %w", opts.Task, err)
 	}
 	b.hold = holdCache(lo.Cache, lo.CacheSize, lo.MemTableSize)
-	b.cache = b.hold.cache
 
 	var restored []backend.StateDescriptor
 	var err error
@@ -225,7 +225,7 @@ func (b *Backend) pebbleOptions(readOnly bool) *pebble.Options {
 		// they were most of an empty instance's open (29 ms of fsyncs of
 		// MANIFEST, markers and directories against 5.7 ms without).
 		FS:                  noSyncFS{lazyDirFS{b.lo.FS}},
-		Cache:               b.cache,
+		Cache:               b.hold.cache,
 		Merger:              concatMerger,
 		DisableWAL:          true,
 		MemTableSize:        b.lo.MemTableSize,
