@@ -170,9 +170,7 @@ type clusterCollector struct {
 }
 
 func newClusterCollector(c *cluster.Member) *clusterCollector {
-	d := func(name, help string) *prometheus.Desc {
-		return prometheus.NewDesc("stated_raft_"+name, help, nil, nil)
-	}
+	d := descs("stated_raft_")
 	return &clusterCollector{c: c,
 		leader:        d("leader", "1 while this node leads the cluster."),
 		term:          d("term", "The raft term this node is in."),

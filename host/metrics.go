@@ -43,10 +43,16 @@ type collector struct {
 // front of it (tiered/cache.Store, also through storeurl's wrappers).
 type cacheStats interface{ Stats() cache.Stats }
 
-func newCollector(m *daemon.Metrics, cat func() *catalog.Catalog, cs cacheStats, store *metered.Store) *collector {
-	d := func(name, help string, labels ...string) *prometheus.Desc {
-		return prometheus.NewDesc("stated_"+name, help, labels, nil)
+// descs returns the maker of a collector's metric descriptions: each
+// metric's name is prefix+name, with the given variable labels.
+func descs(prefix string) func(name, help string, labels ...string) *prometheus.Desc {
+	return func(name, help string, labels ...string) *prometheus.Desc {
+		return prometheus.NewDesc(prefix+name, help, labels, nil)
 	}
+}
+
+func newCollector(m *daemon.Metrics, cat func() *catalog.Catalog, cs cacheStats, store *metered.Store) *collector {
+	d := descs("stated_")
 	return &collector{
 		m: m, cat: cat, cache: cs, store: store,
 		corruption:      d("corruption_detected_total", "Corrupt data detected, by where: restore, catalog, savepoint, snapshot (each also logged at level error) and cache (a cached copy that failed its checksum; read from the remote instead).", "where"),

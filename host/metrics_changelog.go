@@ -29,9 +29,7 @@ type changelogCollector struct {
 }
 
 func newChangelogCollector(w *dstl.Writer, m *daemon.Metrics, store *metered.Store) *changelogCollector {
-	d := func(name, help string, labels ...string) *prometheus.Desc {
-		return prometheus.NewDesc("stated_changelog_"+name, help, labels, nil)
-	}
+	d := descs("stated_changelog_")
 	return &changelogCollector{w: w, m: m, store: store,
 		flush:           d("flush_duration_seconds", "From a segment's cut to its durability in the log store."),
 		appendedBytes:   d("appended_bytes_total", "Bytes of changes appended to the log."),

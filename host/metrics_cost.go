@@ -18,9 +18,7 @@ type costCollector struct {
 }
 
 func newCostCollector(c *costs) *costCollector {
-	d := func(name, help string, labels ...string) *prometheus.Desc {
-		return prometheus.NewDesc("stated_store_"+name, help, labels, nil)
-	}
+	d := descs("stated_store_")
 	return &costCollector{c: c,
 		requests: d("requests_total", "Requests sent to an object store, by store and billing kind (put, get, list, delete, head): on S3 every HTTP attempt, multipart parts and retries included; on other stores the calls, one request each (see stated_store_requests_measured).", "store", "kind"),
 		retries:  d("request_retries_total", "Requests of stated_store_requests_total that repeated a failed attempt.", "store", "kind"),

@@ -17,9 +17,7 @@ type lsmCacheCollector struct {
 }
 
 func newLSMCacheCollector(stats func() openers.BlockCacheStats) *lsmCacheCollector {
-	d := func(name, help string) *prometheus.Desc {
-		return prometheus.NewDesc("stated_lsm_block_cache_"+name, help, nil, nil)
-	}
+	d := descs("stated_lsm_block_cache_")
 	return &lsmCacheCollector{stats: stats,
 		bytes:  d("bytes", "Bytes of blocks the shared lsm block cache holds (at most --lsm-cache-size plus the room of the open instances' memtables they do not use)."),
 		blocks: d("blocks", "Blocks the shared lsm block cache holds."),
