@@ -19,6 +19,7 @@ import (
 
 	"github.com/statedhq/stated/api/client"
 	"github.com/statedhq/stated/backend"
+	"github.com/statedhq/stated/backend/lsm"
 	"github.com/statedhq/stated/host"
 	"github.com/statedhq/stated/internal/bytesize"
 	"github.com/statedhq/stated/tiered/cost"
@@ -429,7 +430,7 @@ func (r *Runner) runBaseline(ctx context.Context, gens []*workload.Gen, figs map
 	// The lsm backend's block cache: 128 MiB, plus room for two memtables
 	// per instance, since Pebble reserves memtables in it (the lsm
 	// backend's cacheHold).
-	cache := pebble.NewCache(128<<20 + int64(len(gens))*2*baselineMemTable)
+	cache := pebble.NewCache(128<<20 + int64(len(gens))*2*lsm.DefaultMemTableSize)
 	defer cache.Unref()
 	targets := make([]target, len(gens))
 	for i := range gens {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/statedhq/stated/api/client"
 	"github.com/statedhq/stated/backend"
+	"github.com/statedhq/stated/backend/lsm"
 	"github.com/statedhq/stated/tools/bench/workload"
 )
 
@@ -85,7 +86,7 @@ func clone(b []byte) []byte { return append([]byte(nil), b...) }
 
 // pebbleTarget is the baseline: the same operations on raw in-process
 // Pebble, configured as the lsm backend runs it (WAL off, writes without
-// sync, 16 MiB memtables, a block cache shared by every task, a
+// sync, its default memtable size, a block cache shared by every task, a
 // concatenating merge operator), keys laid out as the backend lays them out
 // (key group first). Aggregates are read, added and written back.
 type pebbleTarget struct {
@@ -96,15 +97,12 @@ type pebbleTarget struct {
 	sink   []byte // values read are copied here, as the backends copy them
 }
 
-// baselineMemTable is the lsm backend's default memtable size.
-const baselineMemTable = 16 << 20
-
 func openPebble(dir string, cache *pebble.Cache, maxPar int) (*pebbleTarget, error) {
 	o := &pebble.Options{
 		Cache:              cache,
 		Merger:             pebble.DefaultMerger,
 		DisableWAL:         true,
-		MemTableSize:       baselineMemTable,
+		MemTableSize:       lsm.DefaultMemTableSize,
 		FormatMajorVersion: pebble.FormatNewest,
 		Logger:             quietPebble{},
 	}
