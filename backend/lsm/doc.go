@@ -165,6 +165,12 @@
 // directories on disk when it first writes a table (metaMemFS,
 // metafs.go): an idle instance creates no file and holds no descriptor.
 //
+// Memory: the daemon's instances share one block cache (Options.Cache).
+// Pebble reserves each memtable's size in it, so each open instance adds
+// room for two memtables to the cache and takes it back at close
+// (cacheHold, cachehold.go): writing instances never squeeze the blocks
+// out, and the bound stays the cache plus two memtables per instance.
+//
 // # Caveats
 //
 // The number of files in a handle is bounded by the LSM shape, not by the
