@@ -17,6 +17,7 @@ import org.apache.flink.configuration.CheckpointingOptions;
 import org.apache.flink.configuration.Configuration;
 import org.apache.flink.core.fs.FileStatus;
 import org.apache.flink.core.fs.FileSystem;
+import org.apache.flink.runtime.checkpoint.AbstractCheckpointStats;
 import org.apache.flink.runtime.minicluster.MiniCluster;
 import org.apache.flink.runtime.testutils.MiniClusterResourceConfiguration;
 import org.apache.flink.test.junit5.InjectMiniCluster;
@@ -165,7 +166,19 @@ class StatedIncrementalS3ITCase {
         Thread.sleep(200);
         left = objects(jobDir);
       }
-      assertThat(left).as("objects left after Flink discarded the job's checkpoints").isEmpty();
+      if (!left.isEmpty()) {
+        // Which checkpoint the objects belong to, and what became of it, says whose leak it is.
+        StringBuilder history = new StringBuilder();
+        for (AbstractCheckpointStats cp :
+            MiniClusterJobs.checkpointStats(cluster, job).getHistory().getCheckpoints()) {
+          history.append(' ').append(cp.getCheckpointId()).append(':').append(cp.getStatus());
+        }
+        assertThat(left)
+            .as(
+                "objects left after Flink discarded the job's checkpoints (the job's checkpoints:%s)",
+                history)
+            .isEmpty();
+      }
     }
   }
 }
